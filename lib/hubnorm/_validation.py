@@ -1,0 +1,122 @@
+"""Input checks shared by every public function.
+
+Each check raises ``TypeError`` (wrong kind of object) or ``ValueError`` (right kind, bad value) with a
+message that names the argument and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+ArrayLike = Union[np.ndarray, torch.Tensor]
+
+#: Rows whose L2 norm is off by more than this are rejected by ``as_embeddings(check_normalized=True)``.
+NORM_TOLERANCE = 1e-3
+
+
+def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
+    """``None`` means CUDA when available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if isinstance(device, (str, torch.device)):
+        return torch.device(device)
+    raise TypeError(f"device must be None, a string such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
+
+
+def as_embeddings(
+    x: ArrayLike,
+    name: str,
+    *,
+    device: Union[None, str, torch.device] = None,
+    dtype: Optional[torch.dtype] = None,
+    check_normalized: bool = True,
+    dim: Optional[int] = None,
+) -> torch.Tensor:
+    """Return ``x`` as a 2-D floating torch tensor after checking it.
+
+    Checks: array type, 2-D, at least one row, finite, rows L2-normalised (unless ``check_normalized`` is
+    False), and ``x.shape[1] == dim`` when ``dim`` is given.
+    """
+    if isinstance(x, np.ndarray):
+        if not np.issubdtype(x.dtype, np.floating):
+            raise TypeError(f"{name} must hold floating-point values; got dtype {x.dtype}. Use {name}.astype('float32').")
+        t = torch.from_numpy(np.ascontiguousarray(x))
+    elif isinstance(x, torch.Tensor):
+        if not torch.is_floating_point(x):
+            raise TypeError(f"{name} must hold floating-point values; got dtype {x.dtype}. Use {name}.float().")
+        t = x
+    else:
+        raise TypeError(f"{name} must be a numpy array or a torch tensor of shape (n, d); got {type(x).__name__}")
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n, d); got shape {tuple(t.shape)}. Reshape it, e.g. {name}.reshape(1, -1) for one vector.")
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} is empty (0 rows): pass at least one embedding")
+    if t.shape[1] == 0:
+        raise ValueError(f"{name} has 0 columns: embeddings need d >= 1")
+    if dim is not None and t.shape[1] != dim:
+        raise ValueError(f"{name} has dimension {t.shape[1]} but the other embeddings have {dim}: use the same encoder for both")
+    if dtype is None:
+        dtype = t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+    t = t.to(device=resolve_device(device), dtype=dtype)
+    if not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).any(dim=1).sum())
+        raise ValueError(f"{name} contains NaN or Inf in {bad} row(s): fix or drop those embeddings")
+    if check_normalized:
+        norms = torch.linalg.vector_norm(t, dim=1)
+        worst = float((norms - 1).abs().max())
+        if worst > NORM_TOLERANCE:
+            raise ValueError(
+                f"{name} rows are not L2-normalised (largest |norm - 1| = {worst:.3g}): "
+                f"use hubnorm.l2_normalize({name}) first, or pass check_normalized=False"
+            )
+    return t
+
+
+def l2_normalize(x: ArrayLike, eps: float = 1e-12) -> ArrayLike:
+    """Row-wise L2 normalisation for numpy arrays or torch tensors (returns the same kind)."""
+    if isinstance(x, torch.Tensor):
+        return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(eps)
+    if isinstance(x, np.ndarray):
+        return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+    raise TypeError(f"x must be a numpy array or a torch tensor; got {type(x).__name__}")
+
+
+def check_positive_int(value, name: str, *, maximum: Optional[int] = None, max_name: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer; got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1; got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value} is larger than {max_name or 'the allowed maximum'} ({maximum}): use {name} <= {maximum}")
+    return value
+
+
+def check_positive_float(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number; got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0; got {value}")
+    return value
+
+
+def check_finite_float(value, name: str, *, minimum: Optional[float] = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number; got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite; got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+    return value
+
+
+def check_chunk_size(value, name: str = "chunk_size") -> Optional[int]:
+    if value is None:
+        return None
+    return check_positive_int(value, name)

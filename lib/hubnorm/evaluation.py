@@ -1,0 +1,220 @@
+"""Retrieval metrics: ranks, R@K, MdR, MnR, graded NDCG@K and bootstrap confidence intervals.
+
+Conventions (CLIP / CLIP_benchmark, METHODS.md "Evaluation"):
+- the rank of a query is the 0-based rank of its *best* positive (t2i: the caption's image; i2t: the best of
+  the image's captions). Ties are broken by target index, as a stable sort by decreasing score would: the
+  rank is the number of targets scoring strictly higher than the best positive plus the number of targets
+  tied with it that have a smaller index. The result is deterministic and never depends on block sizes.
+- R@K = 100 * share of queries with rank < K; MdR = floor(median rank) + 1; MnR = mean rank + 1.
+Ranks are computed block by block from the normaliser's score blocks: the m x n matrix is never held whole.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ._ops import block_rows, iter_blocks
+from ._validation import check_positive_int
+from .retrieval import Positives, RetrievalTask
+
+ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
+
+
+def _score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
+    """Blocks ``(start, scores)`` from a fitted normalizer (needs ``queries``) or a precomputed m x n matrix."""
+    if hasattr(scores, "iter_scores"):
+        if queries is None:
+            raise ValueError("queries are needed to score with a normalizer: pass queries=...")
+        yield from scores.iter_scores(queries, chunk_size)
+        return
+    if isinstance(scores, np.ndarray):
+        scores = torch.from_numpy(scores)
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"scores must be a fitted normalizer or an (m, n) array; got {type(scores).__name__}")
+    if scores.ndim != 2:
+        raise ValueError(f"scores must be 2-D (queries x targets); got shape {tuple(scores.shape)}")
+    if not torch.is_floating_point(scores):
+        scores = scores.double()
+    if torch.isnan(scores).any():
+        raise ValueError("scores contain NaN: check the normaliser's inputs")
+    size = chunk_size or block_rows(scores.shape[1], scores.element_size())
+    for q0, q1 in iter_blocks(scores.shape[0], size):
+        yield q0, scores[q0:q1]
+
+
+def positive_ranks(
+    scores: ScoreSource,
+    positives: Positives,
+    queries=None,
+    *,
+    chunk_size: Optional[int] = None,
+) -> np.ndarray:
+    """0-based rank of every query's best positive (see module docstring for ties).
+
+    Args:
+        scores: a fitted normalizer (then pass ``queries``) or a precomputed (m, n) score matrix.
+        positives: the positive targets of each query.
+    """
+    if not isinstance(positives, Positives):
+        raise TypeError("positives must be a hubnorm.Positives")
+    ranks = np.empty(positives.n_queries, dtype=np.int64)
+    seen = 0
+    for q0, s in _score_blocks(scores, queries, chunk_size):
+        q1 = q0 + s.shape[0]
+        if s.shape[1] != positives.n_targets:
+            raise ValueError(f"scores have {s.shape[1]} targets but positives refer to {positives.n_targets}")
+        if q1 > positives.n_queries:
+            raise ValueError(f"scores have more rows than positives has queries ({positives.n_queries})")
+        lo, hi = positives.indptr[q0], positives.indptr[q1]
+        rows = torch.from_numpy(positives.query_of_entry[lo:hi] - q0).to(s.device)
+        cols = torch.from_numpy(positives.indices[lo:hi]).to(s.device)
+        pos_scores = s[rows, cols]
+        # best positive per query (first index among equal scores)
+        best = torch.full((q1 - q0,), -torch.inf, dtype=s.dtype, device=s.device)
+        best = best.scatter_reduce(0, rows, pos_scores, reduce="amax")
+        big = torch.iinfo(torch.int64).max
+        best_col = torch.full((q1 - q0,), big, dtype=torch.long, device=s.device)
+        is_best = pos_scores == best[rows]
+        best_col = best_col.scatter_reduce(0, rows[is_best], cols[is_best], reduce="amin")
+        greater = (s > best[:, None]).sum(dim=1)
+        col_idx = torch.arange(s.shape[1], device=s.device)
+        tied_before = ((s == best[:, None]) & (col_idx[None, :] < best_col[:, None])).sum(dim=1)
+        ranks[q0:q1] = (greater + tied_before).cpu().numpy()
+        seen = q1
+    if seen != positives.n_queries:
+        raise ValueError(f"scores have {seen} rows but positives has {positives.n_queries} queries")
+    return ranks
+
+
+def recall_at_k(ranks: np.ndarray, k: int) -> float:
+    """R@K in percent: the share of queries whose best positive ranks in the top ``k``."""
+    ranks = _check_ranks(ranks)
+    k = check_positive_int(k, "k")
+    return float(100.0 * np.mean(ranks < k))
+
+
+def median_rank(ranks: np.ndarray) -> float:
+    """MdR = floor(median of 0-based ranks) + 1."""
+    return float(np.floor(np.median(_check_ranks(ranks))) + 1)
+
+
+def mean_rank(ranks: np.ndarray) -> float:
+    """MnR = mean of 0-based ranks + 1."""
+    return float(np.mean(_check_ranks(ranks)) + 1)
+
+
+def _check_ranks(ranks) -> np.ndarray:
+    ranks = np.asarray(ranks)
+    if ranks.ndim != 1 or ranks.size == 0:
+        raise ValueError(f"ranks must be a non-empty 1-D array; got shape {ranks.shape}")
+    if not np.issubdtype(ranks.dtype, np.integer) or ranks.min() < 0:
+        raise ValueError("ranks must be non-negative integers (0-based ranks from positive_ranks)")
+    return ranks
+
+
+def summarize_ranks(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
+    """``{"R@1": ..., "R@5": ..., "R@10": ..., "MdR": ..., "MnR": ...}``."""
+    out = {f"R@{k}": recall_at_k(ranks, k) for k in ks}
+    out["MdR"] = median_rank(ranks)
+    out["MnR"] = mean_rank(ranks)
+    return out
+
+
+def bootstrap_ci(
+    ranks: np.ndarray,
+    statistic: Callable[[np.ndarray], float] = lambda r: recall_at_k(r, 1),
+    *,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic(ranks)`` over queries (NNN Tables A8-A11 report 95%)."""
+    ranks = _check_ranks(ranks)
+    n_boot = check_positive_int(n_boot, "n_boot")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    for b in range(n_boot):
+        stats[b] = statistic(ranks[rng.integers(0, ranks.size, ranks.size)])
+    lo, hi = np.quantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
+
+
+def evaluate(
+    normalizer,
+    task: RetrievalTask,
+    *,
+    ks: Sequence[int] = (1, 5, 10),
+    n_boot: int = 0,
+    seed: int = 0,
+    chunk_size: Optional[int] = None,
+    return_ranks: bool = False,
+):
+    """R@K, MdR and MnR of a *fitted* normalizer on ``task``; with ``n_boot`` > 0 also a 95% CI per R@K.
+
+    Returns a dict (and the rank array when ``return_ranks``).
+    """
+    ranks = positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
+    out = summarize_ranks(ranks, ks)
+    if n_boot:
+        for k in ks:
+            lo, hi = bootstrap_ci(ranks, lambda r, k=k: recall_at_k(r, k), n_boot=n_boot, seed=seed)
+            out[f"R@{k} lo"], out[f"R@{k} hi"] = lo, hi
+    return (out, ranks) if return_ranks else out
+
+
+# ---------------------------------------------------------------------------------------------- NDCG
+def _tie_averaged_dcg(scores: np.ndarray, gains: np.ndarray, discounts: np.ndarray) -> float:
+    """DCG of one ranked list where tied scores share the average gain of their tie group.
+
+    This is the expected DCG over random orderings of the ties (as in scikit-learn's ``ndcg_score``).
+    """
+    order = np.argsort(-scores, kind="stable")
+    s, g = scores[order], gains[order]
+    _, starts, counts = np.unique(-s, return_index=True, return_counts=True)
+    total = 0.0
+    cum_disc = np.concatenate([[0.0], np.cumsum(discounts)])
+    k = discounts.size
+    for st, c in zip(starts, counts):
+        if st >= k:
+            break
+        end = min(st + c, k)
+        total += g[st:st + c].mean() * (cum_disc[end] - cum_disc[st])
+    return total
+
+
+def ndcg_at_k(scores, relevance, k: int, *, exponential_gain: bool = True) -> np.ndarray:
+    """NDCG@K per query with graded relevance.
+
+    ``DCG_K = sum_{i=1..K} gain(rel_i) / log2(1 + i)`` with ``gain(r) = 2^r - 1`` (Li et al.; or ``r`` when
+    ``exponential_gain=False``), normalised by the ideal DCG; ties in ``scores`` share their average gain.
+    Queries whose ideal DCG is 0 get NDCG 0.
+
+    Args:
+        scores: (m, n) scores, higher is better.
+        relevance: (m, n) non-negative graded relevance.
+    Returns:
+        (m,) array of NDCG@K in [0, 1].
+    """
+    scores = scores.detach().cpu().numpy() if isinstance(scores, torch.Tensor) else np.asarray(scores, dtype=float)
+    relevance = relevance.detach().cpu().numpy() if isinstance(relevance, torch.Tensor) else np.asarray(relevance, dtype=float)
+    if scores.ndim != 2 or scores.shape != relevance.shape:
+        raise ValueError(f"scores and relevance must be 2-D with the same shape; got {scores.shape} and {relevance.shape}")
+    if not np.all(np.isfinite(scores)) or not np.all(np.isfinite(relevance)):
+        raise ValueError("scores and relevance must be finite (no NaN/Inf)")
+    if relevance.min() < 0:
+        raise ValueError("relevance must be non-negative")
+    k = check_positive_int(k, "k")
+    k = min(k, scores.shape[1])
+    discounts = 1.0 / np.log2(np.arange(2, k + 2))
+    gains = np.power(2.0, relevance) - 1.0 if exponential_gain else relevance
+    out = np.zeros(scores.shape[0])
+    for i in range(scores.shape[0]):
+        ideal = np.sort(gains[i])[::-1][:k] @ discounts
+        if ideal > 0:
+            out[i] = _tie_averaged_dcg(scores[i], gains[i], discounts) / ideal
+    return out

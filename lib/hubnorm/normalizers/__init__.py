@@ -1,0 +1,16 @@
+"""Test-time normalizers, one module per method, sharing :class:`~hubnorm.normalizers.base.Normalizer`."""
+
+from .base import Identity, Normalizer, NotFittedError
+from .csls import CrossDomainSimilarityLocalScaling
+from .distribution_normalization import DistributionNormalization
+from .dual_inverted_softmax import DualDynamicInvertedSoftmax, DualInvertedSoftmax
+from .dynamic_inverted_softmax import DynamicInvertedSoftmax
+from .inverted_softmax import InvertedSoftmax
+from .nnn import NearestNeighborNormalization
+from .sinkhorn import DualBankSinkhornNormalization, SinkhornNormalization, sinkhorn_potentials
+
+__all__ = [
+    "Normalizer", "NotFittedError", "Identity", "NearestNeighborNormalization", "DistributionNormalization",
+    "InvertedSoftmax", "DynamicInvertedSoftmax", "CrossDomainSimilarityLocalScaling", "DualInvertedSoftmax",
+    "DualDynamicInvertedSoftmax", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials",
+]

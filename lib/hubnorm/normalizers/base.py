@@ -1,0 +1,194 @@
+"""The interface shared by every normalizer.
+
+A normalizer follows scikit-learn's estimator conventions: the constructor only stores its arguments (as
+given), ``fit`` looks at the gallery and the banks and sets attributes ending in ``_``, and scoring is then a
+pure function of the test queries. Scoring is always blocked over queries, so memory is bounded by
+``chunk_size x n_targets``.
+
+Most methods are *offset* methods: the normalised score is ``S_ij + h_j`` with one offset ``h_j`` per target,
+computed once per gallery (``offsets_``). Retrieval is then one matmul plus a vector, and a plain vector index
+can serve it with the augmented embeddings of the NNN paper, Sec. 3.1 (``augment_targets`` /
+``augment_queries``: ``<[q, 1], [t, h]> = q . t + h``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .._ops import block_rows, iter_blocks
+from .._validation import ArrayLike, as_embeddings, check_chunk_size, check_positive_int, resolve_device
+
+
+class NotFittedError(RuntimeError):
+    """Raised when a normalizer is used before ``fit``."""
+
+
+class Normalizer:
+    """Base class. Subclasses implement ``_fit`` and, when not offset-based, ``_score_block``.
+
+    Class attributes:
+        name: registry key (e.g. ``"nnn"``).
+        uses_query_bank / uses_target_bank: which banks ``fit`` needs (``"required"``, ``"optional"`` or ``"unused"``).
+        is_offset: ``True`` when scores are ``S + offsets_`` (one offset per target).
+    """
+
+    name = "base"
+    uses_query_bank = "unused"
+    uses_target_bank = "unused"
+    is_offset = True
+
+    # ------------------------------------------------------------------ scikit-learn style parameters
+    @classmethod
+    def _param_names(cls):
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    def get_params(self) -> Dict[str, object]:
+        """Constructor arguments, as given."""
+        return {p: getattr(self, p) for p in self._param_names()}
+
+    def set_params(self, **params) -> "Normalizer":
+        valid = set(self._param_names())
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"{type(self).__name__} has no parameter {key!r}; valid parameters: {sorted(valid)}")
+            setattr(self, key, value)
+        return self
+
+    def clone(self, **overrides) -> "Normalizer":
+        """A new, unfitted normalizer with the same parameters (``overrides`` replace some)."""
+        params = self.get_params()
+        params.update(overrides)
+        return type(self)(**params)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self,
+        targets: ArrayLike,
+        query_bank: Optional[ArrayLike] = None,
+        target_bank: Optional[ArrayLike] = None,
+    ) -> "Normalizer":
+        """Fit on the gallery ``targets`` (n x d) and the reference banks.
+
+        ``query_bank`` (b x d) holds reference queries of the query modality (e.g. training captions for
+        text-to-image); passing the test queries themselves makes the method query-aware (transductive).
+        ``target_bank`` (c x d) holds reference items of the target modality (e.g. training images).
+        """
+        self._validate_params()
+        device = resolve_device(getattr(self, "device", None))
+        check_normalized = getattr(self, "check_normalized", True)
+        t = as_embeddings(targets, "targets", device=device, check_normalized=check_normalized)
+        dtype = t.dtype
+        qb = tb = None
+        if self.uses_query_bank == "required" and query_bank is None:
+            raise ValueError(
+                f"{type(self).__name__} needs query_bank (reference queries, e.g. training captions for t2i); "
+                "pass fit(targets, query_bank=...)"
+            )
+        if self.uses_target_bank == "required" and target_bank is None:
+            raise ValueError(
+                f"{type(self).__name__} needs target_bank (reference targets, e.g. training images for t2i); "
+                "pass fit(targets, query_bank=..., target_bank=...)"
+            )
+        if query_bank is not None and self.uses_query_bank != "unused":
+            qb = as_embeddings(query_bank, "query_bank", device=device, dtype=dtype, dim=t.shape[1],
+                               check_normalized=check_normalized)
+        if target_bank is not None and self.uses_target_bank != "unused":
+            tb = as_embeddings(target_bank, "target_bank", device=device, dtype=dtype, dim=t.shape[1],
+                               check_normalized=check_normalized)
+        self.targets_ = t
+        self.device_ = device
+        self._fit(t, qb, tb)
+        return self
+
+    def _validate_params(self) -> None:
+        """Check constructor arguments; subclasses extend this (called at ``fit``)."""
+        check_chunk_size(getattr(self, "chunk_size", None))
+
+    def _fit(self, targets: torch.Tensor, query_bank: Optional[torch.Tensor], target_bank: Optional[torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "targets_"):
+            raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(targets, query_bank, ...) first")
+
+    # ------------------------------------------------------------------ scoring
+    def _as_queries(self, queries: ArrayLike) -> torch.Tensor:
+        self._check_fitted()
+        return as_embeddings(queries, "queries", device=self.device_, dtype=self.targets_.dtype,
+                             dim=self.targets_.shape[1], check_normalized=getattr(self, "check_normalized", True))
+
+    def _score_block(self, q: torch.Tensor) -> torch.Tensor:
+        """Normalised scores of a block of (validated) queries against all targets."""
+        s = q @ self.targets_.T
+        s.add_(self.offsets_)
+        return s
+
+    def iter_scores(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
+        """Yield ``(start_row, scores)`` blocks of the normalised ``m x n`` score matrix."""
+        q = self._as_queries(queries)
+        size = check_chunk_size(chunk_size) or getattr(self, "chunk_size", None) or block_rows(self.targets_.shape[0], q.element_size())
+        for q0, q1 in iter_blocks(q.shape[0], size):
+            yield q0, self._score_block(q[q0:q1])
+
+    def score(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> torch.Tensor:
+        """The full normalised ``m x n`` score matrix (for small problems; use ``topk`` or ``iter_scores`` at scale).
+
+        Rows are comparable within a row only: a row's ranking is what the method defines.
+        """
+        blocks = [s for _, s in self.iter_scores(queries, chunk_size)]
+        return torch.cat(blocks, dim=0)
+
+    def topk(self, queries: ArrayLike, k: int, chunk_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Top-``k`` normalised scores and target indices per query, blocked over queries."""
+        self._check_fitted()
+        k = check_positive_int(k, "k", maximum=self.targets_.shape[0], max_name="the number of targets")
+        vals, idx = [], []
+        for _, s in self.iter_scores(queries, chunk_size):
+            v, i = s.topk(k, dim=1)
+            vals.append(v)
+            idx.append(i)
+        return torch.cat(vals), torch.cat(idx)
+
+    # ------------------------------------------------------------------ offsets and vector indexes
+    @property
+    def offsets(self) -> np.ndarray:
+        """Per-target additive offsets ``h`` (score = ``S + h``) as a float numpy array."""
+        self._check_fitted()
+        if not self.is_offset:
+            raise AttributeError(f"{type(self).__name__} is not an offset method: its rows are normalised per query")
+        return self.offsets_.detach().cpu().numpy()
+
+    def augment_targets(self) -> np.ndarray:
+        """Targets with the offset appended, ``[t, h]`` (n x (d+1)), for an inner-product vector index."""
+        t = self.targets_.detach().cpu().numpy()
+        return np.concatenate([t, self.offsets[:, None].astype(t.dtype)], axis=1)
+
+    @staticmethod
+    def augment_queries(queries: ArrayLike) -> np.ndarray:
+        """Queries with a 1 appended, ``[q, 1]``, so that ``<[q,1],[t,h]> = q.t + h`` (NNN paper, Sec. 3.1)."""
+        q = queries.detach().cpu().numpy() if isinstance(queries, torch.Tensor) else np.asarray(queries)
+        if q.ndim != 2:
+            raise ValueError(f"queries must be 2-D (m, d); got shape {q.shape}")
+        return np.concatenate([q, np.ones((q.shape[0], 1), dtype=q.dtype)], axis=1)
+
+
+class Identity(Normalizer):
+    """No normalisation: the raw cosine score ``S = Q T^T`` (the "Original" column of every table)."""
+
+    name = "raw"
+
+    def __init__(self, *, device=None, chunk_size=None, check_normalized=True):
+        self.device = device
+        self.chunk_size = chunk_size
+        self.check_normalized = check_normalized
+
+    def _fit(self, targets, query_bank, target_bank):
+        self.offsets_ = torch.zeros(targets.shape[0], dtype=targets.dtype, device=targets.device)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create (or reuse) the project's virtual environment in .venv and install hubnorm into it.
+# Idempotent: reinstalls only when requirements.txt or pyproject.toml changed since the last run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${HUBNORM_VENV:-.venv}
+stamp="$VENV/.hubnorm-installed"
+want=$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-64)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "[bootstrap] creating $VENV and installing pinned requirements (about 2 minutes, 5 GB)..." >&2
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -r requirements.txt
+"$VENV/bin/python" -m pip install -q --no-deps -e .
+"$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
+echo "$want" > "$stamp"
+echo "[bootstrap] done: $VENV" >&2
