@@ -1,0 +1,92 @@
+"""Saving figures and tables under stable names, and putting published numbers beside ours.
+
+Every notebook writes its figures to ``results/figures/<name>.png`` and ``.pdf`` and its tables to
+``results/tables/<name>.csv`` and ``.md``. The results root is ``$HUBNORM_RESULTS`` or ``<repo>/results``.
+Published reference numbers live in ``data/published/*.csv`` (one row per number, with paper and table ids).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED_DIR = REPO_ROOT / "data" / "published"
+
+#: Columns of every file in data/published/.
+PUBLISHED_COLUMNS = ["paper", "table", "model", "dataset", "direction", "setting", "method", "metric", "value", "note"]
+
+
+def results_dir(sub: str = "") -> Path:
+    root = Path(os.environ.get("HUBNORM_RESULTS", REPO_ROOT / "results"))
+    path = root / sub if sub else root
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def source_label(meta_or_dataset) -> str:
+    """A short provenance label: ``"synthetic (coco preset)"`` or ``"real (coco, ViT-B-32-quickgelu/openai)"``."""
+    meta = getattr(meta_or_dataset, "meta", meta_or_dataset) or {}
+    source = getattr(meta_or_dataset, "source", None) or meta.get("source", "unknown")
+    name = getattr(meta_or_dataset, "name", None) or meta.get("dataset", "")
+    return f"{source} ({name})" if name else str(source)
+
+
+def save_figure(fig, name: str, *, caption: Optional[str] = None) -> Path:
+    """Save a matplotlib figure as PNG (150 dpi) and PDF under results/figures; returns the PNG path."""
+    out = results_dir("figures")
+    png = out / f"{name}.png"
+    fig.savefig(png, dpi=150, bbox_inches="tight")
+    fig.savefig(out / f"{name}.pdf", bbox_inches="tight")
+    if caption:
+        (out / f"{name}.txt").write_text(caption.strip() + "\n")
+    return png
+
+
+def save_table(df: pd.DataFrame, name: str, *, caption: Optional[str] = None, floatfmt: str = ".2f") -> Path:
+    """Save a table as CSV and Markdown under results/tables; returns the CSV path."""
+    out = results_dir("tables")
+    csv = out / f"{name}.csv"
+    df.to_csv(csv, index=False)
+    md = df.to_markdown(index=False, floatfmt=floatfmt) if _has_tabulate() else df.to_string(index=False)
+    text = (f"{caption.strip()}\n\n" if caption else "") + md + "\n"
+    (out / f"{name}.md").write_text(text)
+    return csv
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def load_published(paper: Optional[str] = None, table: Optional[str] = None) -> pd.DataFrame:
+    """All published numbers (``data/published/*.csv``), optionally filtered by paper and table id."""
+    files = sorted(PUBLISHED_DIR.glob("*.csv"))
+    if not files:
+        raise FileNotFoundError(f"no published-number files in {PUBLISHED_DIR}")
+    df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    missing = set(PUBLISHED_COLUMNS) - set(df.columns)
+    if missing:
+        raise ValueError(f"published-number files lack columns {sorted(missing)}")
+    if paper is not None:
+        df = df[df["paper"] == paper]
+    if table is not None:
+        df = df[df["table"] == table]
+    return df.reset_index(drop=True)
+
+
+def beside_published(ours: pd.DataFrame, published: pd.DataFrame, on, *, value: str = "value",
+                     run_label: str = "this run") -> pd.DataFrame:
+    """Join our numbers (column ``value``) with the published ones on the key columns ``on``.
+
+    The result has the key columns, ``published`` and ``this run`` side by side (NaN where one side is absent).
+    """
+    pub = published[list(on) + ["value"]].rename(columns={"value": "published"})
+    mine = ours[list(on) + [value]].rename(columns={value: run_label})
+    return pub.merge(mine, on=list(on), how="outer")
