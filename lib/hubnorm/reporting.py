@@ -51,18 +51,10 @@ def save_table(df: pd.DataFrame, name: str, *, caption: Optional[str] = None, fl
     out = results_dir("tables")
     csv = out / f"{name}.csv"
     df.to_csv(csv, index=False)
-    md = df.to_markdown(index=False, floatfmt=floatfmt) if _has_tabulate() else df.to_string(index=False)
+    md = df.to_markdown(index=False, floatfmt=floatfmt)
     text = (f"{caption.strip()}\n\n" if caption else "") + md + "\n"
     (out / f"{name}.md").write_text(text)
     return csv
-
-
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-        return True
-    except ImportError:
-        return False
 
 
 def load_published(paper: Optional[str] = None, table: Optional[str] = None) -> pd.DataFrame:
