@@ -11,10 +11,12 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 echo "[bootstrap] creating $VENV and installing pinned requirements (about 2 minutes, 5 GB)..." >&2
+# pip prints one harmless warning per package on machines whose pip.conf lists absent local indexes: hide those
+pip_q() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -r requirements.txt
-"$VENV/bin/python" -m pip install -q --no-deps -e .
+pip_q install -q --upgrade pip
+pip_q install -q -r requirements.txt
+pip_q install -q --no-deps -e .
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null
 echo "$want" > "$stamp"
 echo "[bootstrap] done: $VENV" >&2
