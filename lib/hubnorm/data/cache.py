@@ -1,0 +1,222 @@
+"""Embedding cache: ``.npy`` files plus a JSON manifest, written atomically and verified on every load.
+
+Layout (``<cache root>`` = ``$HUBNORM_CACHE`` or ``<repo>/cache``)::
+
+    <cache root>/<dataset>/<model slug>/<pretrained slug>/<split>/
+        images.npy            float32 (n_images, d), L2-normalised
+        captions.npy          float32 (n_captions, d), L2-normalised
+        caption_to_image.npy  int64 (n_captions,)
+        texts.json            {"image_files": [...], "captions": [...]}
+        manifest.json         key + sha256 / rows / shape of every file (written last)
+
+The manifest ``key`` holds dataset, split, model, pretrained tag, precision, the sha256 fingerprint of the
+annotations and the library versions (torch, open_clip, hubnorm). An entry is reused only when the key matches
+and every file's sha256 and row count match the manifest; anything else raises :class:`CacheError`, which the
+encoder answers by re-encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Tuple
+
+import numpy as np
+
+from .paths import PathLike, cache_root, slug
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ARRAY_FILES = ("images.npy", "captions.npy", "caption_to_image.npy")
+TEXT_FILE = "texts.json"
+
+
+class CacheError(RuntimeError):
+    """A cache entry is missing, stale (key mismatch) or corrupt (checksum / row count mismatch)."""
+
+    def __init__(self, message: str, reason: str = "corrupt"):
+        super().__init__(message)
+        self.reason = reason  # "missing" | "stale" | "corrupt"
+
+
+def library_versions() -> Dict[str, str]:
+    """Versions of torch, open_clip and hubnorm (read from package metadata: importing open_clip is slow)."""
+    from importlib import metadata
+
+    import torch
+
+    from .. import __version__ as hubnorm_version
+    try:
+        oc = metadata.version("open_clip_torch")
+    except metadata.PackageNotFoundError:
+        try:
+            import open_clip
+            oc = getattr(open_clip, "__version__", "unknown")
+        except ImportError:  # pragma: no cover - open_clip is an optional dependency
+            oc = "not installed"
+    return {"torch": torch.__version__, "open_clip": oc, "hubnorm": hubnorm_version}
+
+
+def normalize_pretrained(pretrained: Optional[str]) -> str:
+    """``None`` / ``""`` / ``"none"`` / ``"random"`` -> ``"none"`` (random initialisation)."""
+    if pretrained is None or str(pretrained).strip().lower() in ("", "none", "null", "random"):
+        return "none"
+    return str(pretrained)
+
+
+def make_key(dataset: str, split: str, model: str, pretrained: Optional[str], *, precision: str = "fp32",
+             annotations_sha256: Optional[str] = None, versions: Optional[Dict[str, str]] = None) -> dict:
+    return {
+        "dataset": dataset, "split": split, "model": model, "pretrained": normalize_pretrained(pretrained),
+        "precision": precision, "annotations_sha256": annotations_sha256,
+        "versions": dict(versions if versions is not None else library_versions()),
+    }
+
+
+def entry_dir(dataset: str, model: str, pretrained: Optional[str], split: str,
+              cache_dir: Optional[PathLike] = None) -> Path:
+    return cache_root(cache_dir) / slug(dataset) / slug(model) / slug(normalize_pretrained(pretrained)) / split
+
+
+def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> str:
+    """Write ``data`` to a temporary file in ``path``'s folder, fsync, then ``os.replace``; returns its sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return hashlib.sha256(data).hexdigest()
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.ndarray,
+                caption_to_image: np.ndarray, image_files, caption_texts, extra: Optional[dict] = None) -> dict:
+    """Write one split's embeddings; the manifest goes last, so a crash never leaves a verifiable half entry."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:  # an old manifest must not vouch for files that are about to change
+        (folder / MANIFEST).unlink()
+    except FileNotFoundError:
+        pass
+    arrays = {"images.npy": np.asarray(images, dtype=np.float32),
+              "captions.npy": np.asarray(captions, dtype=np.float32),
+              "caption_to_image.npy": np.asarray(caption_to_image, dtype=np.int64)}
+    files = {}
+    for name, arr in arrays.items():
+        data = _npy_bytes(arr)
+        files[name] = {"sha256": atomic_write_bytes(folder / name, data), "rows": int(arr.shape[0]),
+                       "shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": len(data)}
+    texts = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)}, ensure_ascii=False)
+    data = texts.encode("utf-8")
+    files[TEXT_FILE] = {"sha256": atomic_write_bytes(folder / TEXT_FILE, data), "rows": len(caption_texts),
+                        "bytes": len(data)}
+    manifest = {"format": FORMAT_VERSION, "key": key, "files": files,
+                "n_images": int(arrays["images.npy"].shape[0]), "n_captions": int(arrays["captions.npy"].shape[0]),
+                "dim": int(arrays["images.npy"].shape[1]) if arrays["images.npy"].ndim == 2 else None,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
+    atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+    return manifest
+
+
+def read_manifest(folder: PathLike) -> dict:
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        raise CacheError(f"no cached embeddings at {Path(folder)} (no {MANIFEST})", reason="missing")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CacheError(f"{path} is unreadable ({exc})", reason="corrupt") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION or "key" not in manifest:
+        raise CacheError(f"{path} is not a hubnorm cache manifest of format {FORMAT_VERSION}", reason="stale")
+    return manifest
+
+
+def key_differences(stored: dict, expected: dict, fields: Optional[Iterable[str]] = None) -> Dict[str, Tuple]:
+    """``{field: (stored, expected)}`` for fields that differ (expected values of None are not compared)."""
+    diffs = {}
+    for f in (fields if fields is not None else expected.keys()):
+        want = expected.get(f)
+        if want is None:
+            continue
+        have = stored.get(f)
+        if f == "versions" and isinstance(want, dict):
+            for lib, v in want.items():
+                if (have or {}).get(lib) != v:
+                    diffs[f"versions.{lib}"] = ((have or {}).get(lib), v)
+        elif have != want:
+            diffs[f] = (have, want)
+    return diffs
+
+
+def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
+               fields: Optional[Iterable[str]] = None) -> Tuple[Dict[str, np.ndarray], dict, dict]:
+    """Load and verify one entry: key, then sha256 and row count of every file.
+
+    Returns ``(arrays, texts, manifest)``; raises :class:`CacheError` (``reason`` "missing", "stale" or "corrupt").
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if expected_key is not None:
+        diffs = key_differences(manifest["key"], expected_key, fields)
+        if diffs:
+            detail = ", ".join(f"{k}: cached {a!r} != wanted {b!r}" for k, (a, b) in diffs.items())
+            raise CacheError(f"cached embeddings at {folder} were made with a different key ({detail})",
+                             reason="stale")
+    arrays = {}
+    for name in ARRAY_FILES + (TEXT_FILE,):
+        info = manifest["files"].get(name)
+        path = folder / name
+        if info is None or not path.exists():
+            raise CacheError(f"{path} is missing although the manifest lists it", reason="corrupt")
+        digest = sha256_file(path)
+        if digest != info["sha256"]:
+            raise CacheError(f"{path} is corrupt: sha256 {digest[:12]}... != {info['sha256'][:12]}... in the "
+                             "manifest (truncated or modified file)", reason="corrupt")
+        if name == TEXT_FILE:
+            texts = json.loads(path.read_text(encoding="utf-8"))
+            if len(texts.get("captions", [])) != info["rows"]:
+                raise CacheError(f"{path} holds {len(texts.get('captions', []))} captions, manifest says "
+                                 f"{info['rows']}", reason="corrupt")
+            continue
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except Exception as exc:  # checksum matched but numpy cannot read it: treat as corrupt
+            raise CacheError(f"{path} cannot be read ({exc})", reason="corrupt") from exc
+        if arr.shape[0] != info["rows"] or list(arr.shape) != info.get("shape", list(arr.shape)):
+            raise CacheError(f"{path} has shape {arr.shape}; the manifest says {info.get('shape')}", reason="corrupt")
+        arrays[name[:-4]] = arr
+    if len(arrays["caption_to_image"]) != len(arrays["captions"]) or \
+            len(texts.get("image_files", [])) != len(arrays["images"]):
+        raise CacheError(f"{folder}: image/caption counts disagree between files", reason="corrupt")
+    return arrays, texts, manifest
+
+
+__all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry", "read_manifest",
+           "library_versions", "normalize_pretrained", "sha256_file", "atomic_write_bytes", "key_differences"]

@@ -1,0 +1,166 @@
+"""Command line: ``python -m hubnorm.data {list,fetch,encode,verify} ...`` (``-h`` on each for help)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+EPILOG = """\
+examples:
+  python -m hubnorm.data list
+  python -m hubnorm.data fetch coco --what annotations
+  python -m hubnorm.data fetch coco --what images --split test
+  python -m hubnorm.data encode coco --model ViT-B-32-quickgelu --pretrained openai --split test
+  python -m hubnorm.data encode flickr30k --model ViT-B-32-quickgelu --pretrained openai --split test --split train
+  python -m hubnorm.data verify coco --model ViT-B-32-quickgelu --pretrained openai
+
+folders: data root = $HUBNORM_DATA or <repo>/data/raw; cache root = $HUBNORM_CACHE or <repo>/cache
+(both gitignored). See data/README.md."""
+
+
+def _splits(values: Optional[List[str]], default) -> List[str]:
+    out: List[str] = []
+    for v in values or default:
+        out += [s for s in v.split(",") if s]
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hubnorm.data", description="hubnorm real-data pipeline: fetch "
+                                "Karpathy-split annotations and images, encode them with open_clip, verify caches.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,verify}")
+    sub.required = True
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", help="data root (default: $HUBNORM_DATA or <repo>/data/raw)")
+    common.add_argument("--cache-dir", help="embedding cache root (default: $HUBNORM_CACHE or <repo>/cache)")
+
+    sub.add_parser("list", parents=[common], help="datasets, downloads and cached embeddings",
+                   description="List the registered datasets with what is downloaded and cached.")
+
+    f = sub.add_parser("fetch", parents=[common], help="download annotations or images (pooch, checksummed)",
+                       description="Download and unpack a dataset's Karpathy annotations or images. Files already "
+                       "present with the right checksum are not downloaded again; offline, the error says where "
+                       "to put a file by hand. Flickr images must be placed by hand (the command says where).")
+    f.add_argument("dataset", help="coco, flickr30k or flickr8k")
+    f.add_argument("--what", choices=("annotations", "images", "all"), default="annotations",
+                   help="what to fetch (default: annotations)")
+    f.add_argument("--split", action="append", help="only the image archives these splits need (repeat or "
+                   "comma-separate; default: all). COCO test/val need val2014, train needs train2014 + val2014")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    for name, helptext in (("encode", "encode a dataset split with open_clip and cache it"),
+                           ("verify", "check cached embeddings (key + sha256 checksums)")):
+        e = sub.add_parser(name, parents=[common], help=helptext, description=helptext + ".")
+        e.add_argument("dataset", help="coco, flickr30k or flickr8k")
+        e.add_argument("--model", required=True, help="open_clip model name, e.g. ViT-B-32-quickgelu (OpenAI "
+                       "weights need the -quickgelu names) or hf-hub:org/name")
+        e.add_argument("--pretrained", required=True, help="pretrained tag, e.g. openai or laion2b_s34b_b79k; "
+                       "'none' for random init (hf-hub models: none)")
+        e.add_argument("--split", action="append", help="split(s): train, val, test (repeat or comma-separate; "
+                       "default: test" + (")" if name == "encode" else " val train, those present)"))
+        if name == "encode":
+            e.add_argument("--annotations", help="caption file or folder (default: <data root>/annotations)")
+            e.add_argument("--images-root", help="images root (default: <data root>/<dataset>/images)")
+            e.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
+            e.add_argument("--device", help="cuda / cpu (default: cuda when available)")
+            e.add_argument("--precision", default="fp32", choices=("fp32", "fp16", "bf16", "amp", "amp_bf16"),
+                           help="model precision (default fp32; outputs are float32)")
+            e.add_argument("--workers", type=int, default=0, help="image-loading worker processes (default 0)")
+            e.add_argument("--force", action="store_true", help="re-encode even if a valid cache entry exists")
+            e.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def _cmd_list(args) -> int:
+    from . import registry
+    from .annotations import candidate_annotation_files
+    from .cache import read_manifest, CacheError
+    from .paths import cache_root, data_root, images_dir
+
+    print(f"data root:  {data_root(args.data_dir)}")
+    print(f"cache root: {cache_root(args.cache_dir)}\n")
+    for name in registry.list_datasets():
+        info = registry.DATASETS[name]
+        print(f"{name}: {info['description']}")
+        for s, (n_img, n_cap) in info["splits"].items():
+            ann = next((p for p in candidate_annotation_files(name, s, args.data_dir) if p.exists()), None)
+            print(f"  {s:5s} {n_img:>7,} images {'' if n_cap is None else f'/ {n_cap:,} captions':<20s} "
+                  f"annotations: {ann if ann else 'missing'}")
+        imgs = images_dir(name, args.data_dir)
+        state = "present" if imgs.exists() and any(imgs.iterdir()) else "missing"
+        how = "manual (see fetch --what images)" if info["images"] == "manual" else "fetch --what images"
+        print(f"  images: {imgs} ({state}; {how})")
+        droot = cache_root(args.cache_dir) / name
+        for man in sorted(droot.glob("*/*/*/manifest.json")) if droot.exists() else []:
+            try:
+                m = read_manifest(man.parent)
+                k = m["key"]
+                print(f"  cached: {k['model']} / {k['pretrained']} / {k['split']}: {m['n_images']} images, "
+                      f"{m['n_captions']} captions, dim {m.get('dim')}")
+            except CacheError as exc:
+                print(f"  cached: {man.parent}: unreadable ({exc})")
+        print()
+    print("resources:")
+    for name, r in registry.RESOURCES.items():
+        print(f"  {name:32s} {r['url']}  [{r['known_hash'] or ', '.join(r.get('accepted_hashes', [])) or 'unverified'}]")
+    return 0
+
+
+def _cmd_fetch(args) -> int:
+    from .fetch import fetch
+    paths = fetch(args.dataset, args.what, splits=_splits(args.split, ("test", "val", "train")),
+                  data_dir=args.data_dir, progressbar=not args.no_progress)
+    for p in paths:
+        print(f"ready: {p}")
+    return 0
+
+
+def _cmd_encode(args) -> int:
+    from .pipeline import encode_dataset
+    splits = _splits(args.split, ("test",))
+    ds = encode_dataset(args.dataset, args.model, args.pretrained, splits, annotations=args.annotations,
+                        images_root=args.images_root, data_dir=args.data_dir, cache_dir=args.cache_dir,
+                        batch_size=args.batch_size, device=args.device, precision=args.precision,
+                        num_workers=args.workers, force=args.force, progress=not args.no_progress)
+    from .cache import entry_dir
+    for s, sp in ds.splits.items():
+        print(f"{args.dataset} {s}: {sp.n_images} images, {sp.n_captions} captions, dim {sp.images.shape[1]} -> "
+              f"{entry_dir(args.dataset, args.model, args.pretrained, s, args.cache_dir)}")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    from .cache import CacheError, entry_dir
+    from .pipeline import encode_command, verify_split
+    explicit = bool(args.split)
+    bad = 0
+    for s in _splits(args.split, ("test", "val", "train")):
+        try:
+            m = verify_split(args.dataset, s, args.model, args.pretrained, cache_dir=args.cache_dir)
+            print(f"OK       {args.dataset} {s}: {m['n_images']} images, {m['n_captions']} captions "
+                  f"({entry_dir(args.dataset, args.model, args.pretrained, s, args.cache_dir)})")
+        except CacheError as exc:
+            if exc.reason == "missing" and not explicit:
+                print(f"absent   {args.dataset} {s}")
+                continue
+            bad += 1
+            print(f"FAILED   {args.dataset} {s}: {exc}\n         fix: "
+                  f"{encode_command(args.dataset, args.model, args.pretrained, s)} --force")
+    return 1 if bad else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .fetch import DownloadError, ManualDownloadRequired
+    try:
+        return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify}[args.command](args)
+    except (DownloadError, ManualDownloadRequired, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Folders of precomputed real embeddings (``load_embeddings("local:<folder>")``).
+
+Layouts understood:
+
+- **per-caption rows** (e.g. ``flickr8k-100x5-clip-vitb32``): ``image_embeddings.npy`` and ``text_embeddings.npy``
+  with one row per caption (image rows repeat for each of the image's captions) and optionally ``metadata.csv``
+  (``image_id``, ``caption`` columns; row j = caption j). ``image_embeddings.npy`` may also hold one row per
+  distinct image. Distinct images follow ``image_id`` (first appearance) or, without metadata, runs of equal
+  rows.
+- **stacked pairs** (e.g. ``coco-val2017-500-clip-vitb16``): ``features_*.npy`` of shape (2, n, d), ``[0]`` image
+  and ``[1]`` text embeddings, row i of each forming a pair. ``features="features_clip_random.npy"`` (or a path
+  to that file) picks another file of the folder.
+
+The pairs (images, with all their captions) are split by a seeded permutation into ``"test"`` and ``"train"``
+(``test_fraction`` of the images go to test), so a bank never contains test items.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from ..datasets import EmbeddingDataset, EmbeddingSplit
+from .paths import PathLike
+
+
+def _read_metadata(path: Path) -> Tuple[Optional[List[str]], Optional[List[str]]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return None, None
+    ids = [r.get("image_id") or r.get("image") or r.get("image_path") for r in rows]
+    caps = [r.get("caption") for r in rows] if "caption" in rows[0] else None
+    return (ids if all(i is not None for i in ids) else None), caps
+
+
+def _runs(arr: np.ndarray) -> np.ndarray:
+    """Group index of runs of identical consecutive rows."""
+    new = np.ones(len(arr), dtype=bool)
+    new[1:] = np.any(arr[1:] != arr[:-1], axis=1)
+    return np.cumsum(new) - 1
+
+
+def _per_caption(folder: Path):
+    img = np.load(folder / "image_embeddings.npy")
+    txt = np.load(folder / "text_embeddings.npy")
+    ids = texts = None
+    if (folder / "metadata.csv").exists():
+        ids, texts = _read_metadata(folder / "metadata.csv")
+        n_meta = len(ids) if ids is not None else len(texts or [])
+        if n_meta != len(txt):
+            raise ValueError(f"{folder}: metadata.csv has {n_meta} rows but text_embeddings.npy has {len(txt)}: "
+                             "the embeddings and the captions do not match")
+    if ids is not None:
+        order = {}
+        c2i = np.asarray([order.setdefault(i, len(order)) for i in ids], dtype=np.int64)
+        n_img = len(order)
+        image_ids = list(order)
+    else:
+        c2i = _runs(img) if len(img) == len(txt) else None
+        if c2i is None:
+            raise ValueError(f"{folder}: {len(img)} image rows for {len(txt)} caption rows and no metadata.csv to "
+                             "say which caption belongs to which image")
+        n_img = int(c2i.max()) + 1
+        image_ids = None
+    if len(img) == len(txt) and len(img) != n_img:  # one row per caption: keep the first row of each image
+        first = np.full(n_img, -1, dtype=np.int64)
+        for j in range(len(c2i) - 1, -1, -1):
+            first[c2i[j]] = j
+        if not np.allclose(img, img[first[c2i]], atol=1e-5):
+            raise ValueError(f"{folder}: image_embeddings.npy rows of the same image differ")
+        images = img[first]
+    elif len(img) == n_img:
+        images = img
+    else:
+        raise ValueError(f"{folder}: image_embeddings.npy has {len(img)} rows; expected {len(txt)} (one per caption) "
+                         f"or {n_img} (one per image)")
+    meta = {}
+    if (folder / "model_info.json").exists():
+        try:
+            meta["model"] = json.loads((folder / "model_info.json").read_text()).get("model_name")
+        except ValueError:
+            pass
+    return images, txt, c2i, image_ids, texts, meta
+
+
+def _stacked(path: Path):
+    arr = np.load(path)
+    if arr.ndim != 3 or arr.shape[0] != 2:
+        raise ValueError(f"{path}: expected shape (2, n, d) (images, texts); got {arr.shape}")
+    images, texts = arr[0], arr[1]
+    if len(images) != len(texts):  # pragma: no cover - impossible for one stacked array, kept for clarity
+        raise ValueError(f"{path}: {len(images)} image rows but {len(texts)} caption rows")
+    return images, texts, np.arange(len(images)), None, None, {"file": path.name}
+
+
+def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed: int = 0,
+                          features: str = "features_clip.npy", name: Optional[str] = None) -> EmbeddingDataset:
+    """Real embeddings from a folder (see module docstring) split into ``"test"`` and ``"train"`` by images.
+
+    Args:
+        folder: the folder, or a ``features_*.npy`` file.
+        test_fraction: share of images (each with all its captions) in ``"test"``; the rest is ``"train"``.
+        seed: seed of the permutation.
+        features: which ``features_*.npy`` to read in the stacked layout.
+    """
+    path = Path(folder).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    label = None
+    if path.is_file():
+        loaded = _stacked(path)
+        folder_ = path.parent
+        label = f"{folder_.name}/{path.stem}" if path.name != "features_clip.npy" else None
+    elif (path / "image_embeddings.npy").exists() and (path / "text_embeddings.npy").exists():
+        loaded = _per_caption(path)
+        folder_ = path
+    elif (path / features).exists():
+        loaded = _stacked(path / features)
+        folder_ = path
+        label = f"{folder_.name}/{Path(features).stem}" if features != "features_clip.npy" else None
+    else:
+        raise ValueError(f"{path}: no known embedding layout (image_embeddings.npy + text_embeddings.npy, or "
+                         f"{features} of shape (2, n, d))")
+    images, texts, c2i, image_ids, caption_texts, meta = loaded
+    images = np.ascontiguousarray(images, dtype=np.float32)
+    texts = np.ascontiguousarray(texts, dtype=np.float32)
+    if images.shape[1] != texts.shape[1]:
+        raise ValueError(f"{path}: image dim {images.shape[1]} != text dim {texts.shape[1]}")
+    full = EmbeddingSplit(images=images, captions=texts, caption_to_image=c2i, image_ids=image_ids,
+                          caption_texts=caption_texts)
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1); got {test_fraction}")
+    n = full.n_images
+    n_test = int(round(test_fraction * n))
+    if not 0 < n_test < n:
+        raise ValueError(f"test_fraction {test_fraction} leaves an empty split for {n} images")
+    perm = np.random.default_rng(seed).permutation(n)
+    splits = {"test": full.subset_images(np.sort(perm[:n_test])), "train": full.subset_images(np.sort(perm[n_test:]))}
+    meta = {**meta, "folder": str(folder_), "test_fraction": test_fraction, "seed": seed,
+            "n_images": n, "n_captions": full.n_captions}
+    return EmbeddingDataset(name=name or label or folder_.name, source="real", splits=splits, meta=meta)
+
+
+__all__ = ["load_local_embeddings"]

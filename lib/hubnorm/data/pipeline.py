@@ -1,0 +1,220 @@
+"""Captions + images -> cached embeddings -> :class:`~hubnorm.datasets.EmbeddingDataset`.
+
+:func:`encode_split` returns a verified cache entry or encodes (and caches) the split;
+:func:`load_cached_embeddings` only reads the cache and says which command to run when something is missing.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence
+
+
+from ..datasets import EmbeddingDataset, EmbeddingSplit
+from . import cache as _cache
+from .annotations import CaptionSplit, load_captions
+from .paths import PathLike, images_dir
+from .registry import check_split, dataset_info
+
+#: key fields compared when reading the cache without the annotations at hand
+LOAD_KEY_FIELDS = ("dataset", "split", "model", "pretrained", "versions")
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was stale or corrupt and is being re-encoded."""
+
+
+def encode_command(dataset: str, model: str, pretrained: Optional[str], split: str) -> str:
+    return (f"python -m hubnorm.data encode {dataset} --model {model} "
+            f"--pretrained {_cache.normalize_pretrained(pretrained)} --split {split}")
+
+
+def fetch_commands(dataset: str) -> str:
+    info = dataset_info(dataset)
+    lines = [f"python -m hubnorm.data fetch {dataset} --what annotations"]
+    if info["images"] == "manual":
+        lines.append(f"(images: place them by hand; `python -m hubnorm.data fetch {dataset} --what images` "
+                     "prints where)")
+    else:
+        lines.append(f"python -m hubnorm.data fetch {dataset} --what images")
+    return "\n    ".join(lines)
+
+
+def _split_from_entry(arrays, texts) -> EmbeddingSplit:
+    files = texts["image_files"]
+    return EmbeddingSplit(images=arrays["images"], captions=arrays["captions"],
+                          caption_to_image=arrays["caption_to_image"],
+                          image_ids=[f.rsplit("/", 1)[-1] for f in files], caption_texts=texts["captions"])
+
+
+def _check_images(caps: CaptionSplit, root: Path) -> list:
+    paths = caps.image_paths(root)
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        info = dataset_info(caps.dataset) if caps.dataset in ("coco", "flickr30k", "flickr8k") else None
+        how = ""
+        if info is not None:
+            how = (f"\nRun:  python -m hubnorm.data fetch {caps.dataset} --what images --split {caps.split}"
+                   if info["images"] != "manual" else "\n" + info["manual"].format(images_dir=root))
+        raise FileNotFoundError(f"{len(missing)} of {len(paths)} images of {caps.dataset} {caps.split} are missing "
+                                f"under {root} (first: {missing[0]}){how}")
+    return paths
+
+
+def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str], *,
+                 annotations: Optional[PathLike] = None, images_root: Optional[PathLike] = None,
+                 data_dir: Optional[PathLike] = None, cache_dir: Optional[PathLike] = None,
+                 batch_size: int = 64, device: Optional[str] = None, precision: str = "fp32",
+                 num_workers: int = 0, force: bool = False, progress: bool = True, encoder=None,
+                 captions: Optional[CaptionSplit] = None) -> EmbeddingSplit:
+    """Embeddings of one split: from the cache when its key and checksums match, else encoded and cached.
+
+    Args:
+        dataset, split: e.g. ``"coco"``, ``"test"`` (any name works with ``annotations``/``captions`` given).
+        model, pretrained: open_clip model name and pretrained tag (None: random init).
+        annotations: caption file or folder (default: ``<data root>/annotations``); or pass ``captions``.
+        images_root: folder the caption file's image paths are relative to (default
+            ``<data root>/<dataset>/images``).
+        force: re-encode even when a valid cache entry exists.
+        encoder: an :class:`~hubnorm.data.encode.OpenClipEncoder` to reuse across splits.
+    """
+    from .encode import OpenClipEncoder
+
+    if captions is None:
+        captions = load_captions(dataset, split, annotations, data_dir=data_dir)
+    precision = getattr(encoder, "precision", precision)  # a given encoder decides the precision of the key
+    key = _cache.make_key(dataset, split, model, pretrained, precision=precision,
+                          annotations_sha256=captions.fingerprint())
+    folder = _cache.entry_dir(dataset, model, pretrained, split, cache_dir)
+    if not force:
+        try:
+            arrays, texts, _ = _cache.read_entry(folder, key)
+            return _split_from_entry(arrays, texts)
+        except _cache.CacheError as exc:
+            if exc.reason != "missing":
+                warnings.warn(f"re-encoding {dataset} {split}: {exc}", CacheWarning, stacklevel=2)
+    root = Path(images_root) if images_root is not None else images_dir(dataset, data_dir)
+    paths = _check_images(captions, root)
+    if encoder is None:
+        encoder = OpenClipEncoder(model, pretrained, device=device, precision=precision, batch_size=batch_size,
+                                  num_workers=num_workers, progress=progress)
+    img = encoder.encode_images(paths, desc=f"{dataset} {split} images")
+    txt = encoder.encode_texts(captions.captions, desc=f"{dataset} {split} captions")
+    if len(img) != captions.n_images or len(txt) != captions.n_captions:
+        raise RuntimeError(f"encoder returned {len(img)} image / {len(txt)} caption rows for "
+                           f"{captions.n_images} / {captions.n_captions} inputs")
+    _cache.write_entry(folder, key, img, txt, captions.caption_to_image, captions.image_files, captions.captions,
+                       extra={"annotations": captions.source, "images_root": str(root),
+                              "device": getattr(encoder, "device", None), "batch_size": batch_size})
+    return EmbeddingSplit(images=img, captions=txt, caption_to_image=captions.caption_to_image,
+                          image_ids=captions.image_names, caption_texts=list(captions.captions))
+
+
+def verify_split(dataset: str, split: str, model: str, pretrained: Optional[str], *,
+                 cache_dir: Optional[PathLike] = None, strict_versions: bool = True) -> dict:
+    """Check one cache entry (key + checksums); returns its manifest or raises :class:`CacheError`."""
+    key = _cache.make_key(dataset, split, model, pretrained)
+    fields = LOAD_KEY_FIELDS if strict_versions else tuple(f for f in LOAD_KEY_FIELDS if f != "versions")
+    _, _, manifest = _cache.read_entry(_cache.entry_dir(dataset, model, pretrained, split, cache_dir), key, fields)
+    return manifest
+
+
+def parse_cache_spec(spec: str):
+    """``"coco:ViT-B-32-quickgelu:openai"`` -> ``("coco", "ViT-B-32-quickgelu", "openai")``.
+
+    The model may itself contain colons (``"coco:hf-hub:timm/ViT-B-16-SigLIP:none"``): the dataset is the first
+    field and the pretrained tag the last.
+    """
+    dataset, sep, rest = str(spec).partition(":")
+    model, sep2, pretrained = rest.rpartition(":")
+    if not sep or not sep2 or not dataset or not model:
+        raise ValueError(f"cache source must look like '<dataset>:<model>:<pretrained>' (e.g. "
+                         f"'coco:ViT-B-32-quickgelu:openai'; pretrained 'none' for random init); got {spec!r}")
+    return dataset, model, pretrained
+
+
+def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
+                           splits: Sequence[str] = ("test", "val", "train"), *, allow_missing: bool = False,
+                           strict_versions: bool = True) -> EmbeddingDataset:
+    """Real embeddings from the cache filled by ``python -m hubnorm.data encode``.
+
+    Args:
+        spec: ``"<dataset>:<model>:<pretrained>"``, e.g. ``"coco:ViT-B-32-quickgelu:openai"``.
+        cache_dir: cache root (default ``$HUBNORM_CACHE`` or ``<repo>/cache``).
+        splits: splits to load.
+        allow_missing: skip splits that were never encoded (with a warning) instead of raising.
+        strict_versions: entries written under other torch / open_clip / hubnorm versions are errors (True) or
+            are loaded with a warning (False).
+    Raises:
+        FileNotFoundError naming the ``fetch`` / ``encode`` commands to run; :class:`CacheError` for stale or
+        corrupt entries (rerun ``encode``, which replaces them).
+    """
+    dataset, model, pretrained = parse_cache_spec(spec)
+    if isinstance(splits, str):
+        splits = (splits,)
+    for s in splits:
+        check_split(s, dataset)
+    out: Dict[str, EmbeddingSplit] = {}
+    missing = []
+    manifests = {}
+    for s in splits:
+        folder = _cache.entry_dir(dataset, model, pretrained, s, cache_dir)
+        key = _cache.make_key(dataset, s, model, pretrained)
+        try:
+            arrays, texts, manifest = _cache.read_entry(folder, key, LOAD_KEY_FIELDS)
+        except _cache.CacheError as exc:
+            if exc.reason == "missing":
+                missing.append(s)
+                continue
+            only_versions = exc.reason == "stale" and not strict_versions and _only_version_diff(folder, key)
+            if not only_versions:
+                raise _cache.CacheError(f"{exc}\nRe-encode it with:\n    {encode_command(dataset, model, pretrained, s)}"
+                                        " --force", reason=exc.reason) from exc
+            warnings.warn(f"{exc} (loaded anyway: strict_versions=False)", CacheWarning, stacklevel=2)
+            arrays, texts, manifest = _cache.read_entry(folder, key, ("dataset", "split", "model", "pretrained"))
+        out[s] = _split_from_entry(arrays, texts)
+        manifests[s] = manifest
+    if missing and (not allow_missing or not out):
+        root = _cache.entry_dir(dataset, model, pretrained, missing[0], cache_dir).parent
+        cmds = "\n    ".join(encode_command(dataset, model, pretrained, s) for s in missing)
+        known = dataset in ("coco", "flickr30k", "flickr8k")
+        raise FileNotFoundError(
+            f"no cached embeddings for {dataset} split(s) {missing} with {model!r} / "
+            f"{_cache.normalize_pretrained(pretrained)!r} under {root}.\nTo create them run:\n    "
+            + (fetch_commands(dataset) + "\n    " if known else "") + cmds
+            + ("\n(or pass allow_missing=True to load only the splits that exist)" if out or len(missing) > 1 else "")
+        )
+    if missing:
+        warnings.warn(f"{dataset}: split(s) {missing} not cached; loaded {sorted(out)}", CacheWarning, stacklevel=2)
+    first = next(iter(manifests.values()))
+    meta = {"model": model, "pretrained": _cache.normalize_pretrained(pretrained), "encoder": "open_clip",
+            "precision": first["key"].get("precision"), "versions": first["key"].get("versions"),
+            "cache_dir": str(_cache.entry_dir(dataset, model, pretrained, "x", cache_dir).parent)}
+    return EmbeddingDataset(name=dataset, source="real", splits=out, meta=meta)
+
+
+def _only_version_diff(folder, key) -> bool:
+    manifest = _cache.read_manifest(folder)
+    diffs = _cache.key_differences(manifest["key"], key, LOAD_KEY_FIELDS)
+    return bool(diffs) and all(k.startswith("versions.") for k in diffs)
+
+
+def encode_dataset(dataset: str, model: str, pretrained: Optional[str], splits: Iterable[str] = ("test",),
+                   **kwargs) -> EmbeddingDataset:
+    """Encode (or load from the cache) several splits with one model instance; returns an EmbeddingDataset."""
+    from .encode import OpenClipEncoder
+
+    enc_kw = {k: kwargs.pop(k) for k in ("device", "precision", "batch_size", "num_workers", "progress")
+              if k in kwargs}
+    encoder = kwargs.pop("encoder", None) or OpenClipEncoder(model, pretrained, **enc_kw)
+    out = {s: encode_split(dataset, s, model, pretrained, encoder=encoder,
+                           **{**{k: v for k, v in enc_kw.items() if k != "device"}, **kwargs})
+           for s in splits}
+    return EmbeddingDataset(name=dataset, source="real", splits=out,
+                            meta={"model": model, "pretrained": _cache.normalize_pretrained(pretrained),
+                                  "encoder": "open_clip"})
+
+
+__all__ = ["encode_split", "encode_dataset", "verify_split", "load_cached_embeddings", "parse_cache_spec",
+           "encode_command", "CacheWarning"]
