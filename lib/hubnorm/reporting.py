@@ -62,7 +62,7 @@ def load_published(paper: Optional[str] = None, table: Optional[str] = None) -> 
     files = sorted(PUBLISHED_DIR.glob("*.csv"))
     if not files:
         raise FileNotFoundError(f"no published-number files in {PUBLISHED_DIR}")
-    df = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    df = pd.concat([pd.read_csv(f, dtype={"table": str}) for f in files], ignore_index=True)
     missing = set(PUBLISHED_COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"published-number files lack columns {sorted(missing)}")
