@@ -27,3 +27,15 @@ def unit_rows(rng, n, d, dtype=np.float32):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def single_thread_torch():
+    """Run a module's many tiny torch ops on one thread (intra-op threads only add contention on small
+    matrices, ~10x slower on a loaded machine); the previous setting is restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

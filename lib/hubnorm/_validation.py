@@ -62,8 +62,8 @@ def as_embeddings(
     if dtype is None:
         dtype = t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
     t = t.to(device=resolve_device(device), dtype=dtype)
-    if not bool(torch.isfinite(t).all()):
-        bad = int((~torch.isfinite(t)).any(dim=1).sum())
+    if not _all_finite(t):
+        bad = sum(int((~torch.isfinite(t[i:i + step])).any(dim=1).sum()) for i, step in _row_steps(t))
         raise ValueError(f"{name} contains NaN or Inf in {bad} row(s): fix or drop those embeddings")
     if check_normalized:
         norms = torch.linalg.vector_norm(t, dim=1)
@@ -74,6 +74,16 @@ def as_embeddings(
                 f"use hubnorm.l2_normalize({name}) first, or pass check_normalized=False"
             )
     return t
+
+
+def _row_steps(t: torch.Tensor, elements: int = 2**22):
+    """Row blocks of about ``elements`` entries: ``torch.isfinite`` on a whole bank allocates ~1.75x its size."""
+    step = max(1, elements // max(1, t.shape[1]))
+    return [(i, step) for i in range(0, t.shape[0], step)]
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    return all(bool(torch.isfinite(t[i:i + step]).all()) for i, step in _row_steps(t))
 
 
 def l2_normalize(x: ArrayLike, eps: float = 1e-12) -> ArrayLike:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ._ops import block_rows, iter_blocks
-from ._validation import check_positive_int
+from ._validation import check_chunk_size, check_positive_int
 from .retrieval import Positives, RetrievalTask
 
 ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
@@ -25,6 +25,7 @@ ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
 
 def _score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
     """Blocks ``(start, scores)`` from a fitted normalizer (needs ``queries``) or a precomputed m x n matrix."""
+    chunk_size = check_chunk_size(chunk_size)
     if hasattr(scores, "iter_scores"):
         if queries is None:
             raise ValueError("queries are needed to score with a normalizer: pass queries=...")

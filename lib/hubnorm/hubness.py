@@ -45,6 +45,8 @@ def k_occurrence(scores, k: int = 10, queries=None, *, chunk_size: Optional[int]
             counts = torch.zeros(n, dtype=torch.long, device=s.device)
         idx = s.topk(k, dim=1).indices.reshape(-1)
         counts += torch.bincount(idx, minlength=counts.numel())
+    if counts is None:
+        raise ValueError("scores have no rows: k_occurrence needs at least one query")
     return counts.cpu().numpy()
 
 

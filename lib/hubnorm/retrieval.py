@@ -170,6 +170,12 @@ def build_tasks(
     """
     images = _to_numpy(images)
     captions = _to_numpy(captions)
+    # check with the caller's argument names (the tasks below would call them queries / targets / *_bank)
+    as_embeddings(images, "images", device="cpu")
+    as_embeddings(captions, "captions", device="cpu", dim=images.shape[1])
+    for name, bank in (("image_bank", image_bank), ("caption_bank", caption_bank)):
+        if bank is not None:
+            as_embeddings(_to_numpy(bank), name, device="cpu", dim=images.shape[1])
     c2i = _as_index_array(caption_to_image, "caption_to_image")
     if c2i.size != len(captions):
         raise ValueError(

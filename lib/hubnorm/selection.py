@@ -57,6 +57,9 @@ def grid_search(
     """
     if not isinstance(validation, RetrievalTask):
         raise TypeError("validation must be a hubnorm.RetrievalTask (a held-out split of the training data)")
+    if grid is None and method not in PAPER_GRIDS:
+        make_normalizer(method)  # raises "unknown normalizer ..." for a bad name
+        raise ValueError(f"no default grid for method {method!r}: pass grid={{...}}")
     grid = dict(PAPER_GRIDS[method] if grid is None else grid)
     if not grid:
         grid = {}

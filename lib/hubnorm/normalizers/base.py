@@ -168,6 +168,7 @@ class Normalizer:
 
     def augment_targets(self) -> np.ndarray:
         """Targets with the offset appended, ``[t, h]`` (n x (d+1)), for an inner-product vector index."""
+        self._check_fitted()
         t = self.targets_.detach().cpu().numpy()
         return np.concatenate([t, self.offsets[:, None].astype(t.dtype)], axis=1)
 
