@@ -1,0 +1,165 @@
+"""Tests of the synthetic dataset generator (hubnorm.synthetic). Small sizes: the whole file runs in seconds."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import hubnorm as hn
+from hubnorm.synthetic import GeneratorConfig, PRESETS, geometry_stats, make_dataset, topic_relevance
+
+SMALL = dict(n_train_images=300, n_test_images=200)
+
+
+def digest(ds):
+    h = hashlib.sha256()
+    for name in sorted(ds.splits):
+        s = ds.splits[name]
+        for arr in (s.images, s.captions, s.caption_to_image, *(s.extras[k] for k in sorted(s.extras))):
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def small():
+    return make_dataset("flickr30k", seed=0, **SMALL)
+
+
+def test_same_seed_same_bytes_different_seed_different(small):
+    assert digest(small) == digest(make_dataset("flickr30k", seed=0, **SMALL))
+    assert digest(small) != digest(make_dataset("flickr30k", seed=1, **SMALL))
+
+
+def test_splits_shapes_labels_and_provenance(small):
+    assert small.name == "synthetic-flickr30k" and small.source == "synthetic"
+    assert small.meta["synthetic"] is True and small.meta["config"]["n_test_images"] == 200
+    assert set(small.splits) == {"train", "val", "test"}
+    for name, n in (("train", 300), ("val", 200), ("test", 200)):
+        s = small.split(name)
+        assert s.images.shape == (n, 512) and s.captions.shape == (5 * n, 512)
+        assert s.images.dtype == np.float32 and s.captions.dtype == np.float32
+        np.testing.assert_array_equal(s.caption_to_image, np.arange(5 * n) // 5)
+        assert np.all(np.bincount(s.caption_to_image) == 5)
+        assert s.extras["topic"].shape == (n,) and s.extras["caption_topic"].shape == (5 * n,)
+        np.testing.assert_array_equal(s.extras["caption_topic"], s.extras["topic"][s.caption_to_image])
+        assert s.extras["topic"].max() < PRESETS["flickr30k"].n_topics
+
+
+def test_unit_norm_and_finite(small):
+    for s in small.splits.values():
+        for x in (s.images, s.captions):
+            assert np.all(np.isfinite(x))
+            np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def test_modality_gap_and_pair_geometry(small):
+    s = small.split("test")
+    g = geometry_stats(s.images, s.captions, s.caption_to_image)
+    assert g["modality_gap"] > 0.5            # CLIP-like: the clouds sit far apart (real ViT-B/32: 0.84)
+    assert g["matched_cos"] > g["unmatched_cos"] + 0.05
+    # exact formula against the brute force mean
+    sims = s.captions @ s.images.T
+    mask = s.caption_to_image[:, None] == np.arange(s.n_images)[None, :]
+    assert g["unmatched_cos"] == pytest.approx(float(sims[~mask].mean()), abs=1e-5)
+    # image-image and caption-caption similarities are higher than cross-modal ones (the gap)
+    assert (s.images @ s.images.T).mean() > sims.mean() + 0.2
+
+
+def test_sizes_dim_and_overrides():
+    ds = make_dataset("coco", n_train_images=0, n_test_images=50, dim=128, n_val_images=20, captions_per_image=3)
+    assert set(ds.splits) == {"val", "test"} and ds.name == "synthetic-coco"
+    assert ds.split("test").captions.shape == (150, 128) and ds.split("val").n_images == 20
+    assert ds.meta["config"]["dim"] == 128
+    # val defaults to the test size when n_test_images is given
+    assert make_dataset("coco", n_train_images=0, n_test_images=30).split("val").n_images == 30
+
+
+def test_chunked_generation_equals_unchunked():
+    a = make_dataset("flickr30k", n_train_images=700, n_test_images=100, chunk_size=256)
+    b = make_dataset("flickr30k", n_train_images=700, n_test_images=100, chunk_size=100_000)
+    c = make_dataset("flickr30k", n_train_images=700, n_test_images=100)
+    assert digest(a) == digest(b) == digest(c)
+
+
+def test_a_split_does_not_depend_on_the_other_split_sizes():
+    a = make_dataset("flickr30k", n_train_images=100, n_test_images=60)
+    b = make_dataset("flickr30k", n_train_images=400, n_test_images=60)
+    np.testing.assert_array_equal(a.split("test").captions, b.split("test").captions)
+    np.testing.assert_array_equal(a.split("val").images, b.split("val").images)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(preset="imagenet"), r"unknown synthetic preset 'imagenet'; valid presets: \['coco', 'flickr30k'\]"),
+    (dict(n_train_images=-1), "n_train_images must be an integer >= 0"),
+    (dict(n_test_images=0), "n_test_images must be an integer >= 1"),
+    (dict(n_test_images=2.5), "n_test_images must be an integer"),
+    (dict(dim=0), "dim must be an integer >= 1"),
+    (dict(dim=16), "latent_dim \\+ 2 must be <= dim"),
+    (dict(seed=-3), "seed must be a non-negative integer"),
+    (dict(chunk_size=0), "chunk_size must be an integer >= 1"),
+    (dict(topic_weight=1.5), "topic_weight must be in"),
+    (dict(caption_noise=-1.0), "caption_noise must be a finite number >= 0"),
+    (dict(n_val_images=-5), "n_val_images must be a non-negative integer"),
+    (dict(colour="red"), r"unknown generator option\(s\) \['colour'\]"),
+])
+def test_bad_arguments_rejected(kwargs, match):
+    kwargs = {"preset": "flickr30k", "n_train_images": 10, "n_test_images": 10, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        make_dataset(**kwargs)
+
+
+def test_load_embeddings_routes_to_the_generator():
+    ds = hn.load_embeddings("synthetic:flickr30k", **SMALL)
+    assert ds.source == "synthetic" and ds.name == "synthetic-flickr30k"
+    with pytest.raises(ValueError, match="valid presets"):
+        hn.load_embeddings("synthetic:nope")
+
+
+def test_relevance_properties(small):
+    s = small.split("test")
+    rel = topic_relevance(s, "t2i")
+    assert rel.shape == (s.n_captions, s.n_images) and rel.dtype == np.float32
+    assert rel.min() >= 0 and rel.max() <= 1
+    np.testing.assert_array_equal(rel[np.arange(s.n_captions), s.caption_to_image], 1.0)
+    assert np.all(rel.sum(axis=1) > 1)            # graded: more than the ground truth is relevant
+    rel_i2t = topic_relevance(s, "i2t")
+    np.testing.assert_allclose(rel_i2t, rel.T, atol=1e-6)
+    # same-topic pairs are more relevant than cross-topic pairs
+    same = s.extras["caption_topic"][:, None] == s.extras["topic"][None, :]
+    gt = s.caption_to_image[:, None] == np.arange(s.n_images)[None, :]
+    assert rel[same & ~gt].mean() > rel[~same].mean() + 0.1
+    top = topic_relevance(s, "t2i", kind="topic", same_topic=0.4, queries=[0, 7], targets=np.arange(50))
+    assert top.shape == (2, 50) and np.all(np.isin(top, np.float32([0.0, 0.4, 1.0]))) and top[0, 0] == 1 and top[1, 1] == 1
+    with pytest.raises(ValueError, match="direction"):
+        topic_relevance(s, "x2y")
+    with pytest.raises(ValueError, match="kind"):
+        topic_relevance(s, kind="bm25")
+
+
+def test_relevance_survives_subset_images(small):
+    sub = small.split("test").subset_images(np.arange(10, 30))
+    rel = topic_relevance(sub, "t2i")
+    assert rel.shape == (100, 20)
+    np.testing.assert_array_equal(rel[np.arange(100), sub.caption_to_image], 1.0)
+
+
+def test_config_validation():
+    assert PRESETS["coco"].n_test_images == 5000 and PRESETS["flickr30k"].n_test_images == 1000
+    with pytest.raises(ValueError, match="latent_dim must be a positive integer"):
+        GeneratorConfig(latent_dim=0)
+    cfg = PRESETS["coco"].replace(hub_scale=0.0)
+    assert cfg.hub_scale == 0.0 and cfg.to_dict()["name"] == "coco"
+
+
+def test_nnn_and_query_aware_sinkhorn_beat_raw_at_small_scale():
+    """Qualitative calibration: hubs a bank reveals exist, so NNN (train caption bank) and query-aware SN help."""
+    ds = make_dataset("flickr30k", seed=0, n_train_images=1000, n_test_images=500)
+    t2i = ds.tasks("test", "train", directions=("t2i",))["t2i"]
+    raw = hn.evaluate(t2i.fit(hn.Identity()), t2i)["R@1"]
+    nnn = hn.evaluate(t2i.fit(hn.NearestNeighborNormalization(alpha=0.75, k=16)), t2i)["R@1"]
+    sn = hn.evaluate(t2i.fit(hn.SinkhornNormalization(tau=0.01, n_iter=10), query_aware=True), t2i)["R@1"]
+    assert nnn > raw + 1.5
+    assert sn > raw + 1.5
+    skew_raw = hn.hubness(t2i.fit(hn.Identity()), k=10, queries=t2i.queries)["skewness"]
+    skew_nnn = hn.hubness(t2i.fit(hn.NearestNeighborNormalization(alpha=0.75, k=16)), k=10, queries=t2i.queries)["skewness"]
+    assert skew_raw > 1.0 and skew_nnn < skew_raw
