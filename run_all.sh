@@ -50,7 +50,7 @@ case "$profile" in
       exit 1
     fi
     folder=$(cd "$folder" && pwd)
-    params="{source: 'local:$folder', source_kwargs: {test_fraction: 0.34}, cross_source: null, fast: true, n_boot: 200, nnn_fractions: [1.0, 0.5], dbsn_fractions: [1.0, 0.5, 0.25, 0.125], taus: [0.005, 0.01, 0.015, 0.02, 0.025]}"
+    params="{source: 'local:$folder', source_kwargs: {test_fraction: 0.34}, cross_source: null, fast: true, n_boot: 200, nnn_fractions: [1.0, 0.5], dbsn_fractions: [1.0, 0.5, 0.25, 0.125], taus: [0.005, 0.01, 0.015, 0.02, 0.025], batch_size: 16}"
     results="results/shared" ;;
   paper-flickr30k)
     params="{source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:coco:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
@@ -70,9 +70,24 @@ notebooks=(notebooks/[0-9][0-9]_*.ipynb)
 failed=()
 start_all=$(date +%s)
 echo "run_all.sh: profile $profile -> $results/ (${#notebooks[@]} notebooks)"
+# Notebooks that cannot run in a profile, with the reason (printed, not counted as failures).
+skip_reason() {
+  case "$profile:$1" in
+    shared:05_*|paper-*:05_*)
+      echo "the simulated cross-encoder needs synthetic latents and the BLIP one needs the image files;" \
+           "run it by hand with -p cross_encoder blip once images are in place (see data/README.md)" ;;
+  esac
+}
+skipped=0
 for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
   if [ -n "$only" ] && [[ "$name" != *"$only"* ]]; then continue; fi
+  why=$(skip_reason "$name")
+  if [ -n "$why" ]; then
+    printf '%-40s %5s   skipped: %s\n' "$name" "-" "$why"
+    skipped=$((skipped + 1))
+    continue
+  fi
   t0=$(date +%s)
   log="$out/$name.log"
   if [ -n "$params" ]; then
@@ -96,4 +111,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "run_all.sh: FAILED notebook(s): ${failed[*]}" >&2
   exit 1
 fi
-echo "run_all.sh: all notebooks ok; figures in $results/figures, tables in $results/tables"
+echo "run_all.sh: all notebooks ok ($skipped skipped); figures in $results/figures, tables in $results/tables"
