@@ -34,15 +34,16 @@ def iter_blocks(n: int, size: int) -> Iterator[Tuple[int, int]]:
         yield start, min(n, start + size)
 
 
-#: Width (rows of ``b``) of the first block of every ``topk_similarity`` sweep: a cheap block that sets the
-#: running threshold, so that the big blocks after it only need a comparison, not a top-k.
-TOPK_FIRST_BLOCK = 2048
+#: Most columns per max-pooled group in the threshold filter of ``topk_similarity`` (fewer when the expected
+#: share of survivors is high: about one group in ten should pass).
+TOPK_GROUP = 32
 
-#: Above this share of a block's entries beating the running threshold, merge by a plain top-k of the block.
-_TOPK_DENSE_SHARE = 0.125
-
-#: Columns per max-pooled group in the threshold filter of ``topk_similarity``.
-TOPK_GROUP = 16
+#: ``topk_similarity`` filters the bulk of the bank with an estimated threshold: the ``q``-th largest value seen
+#: in the first (warm-up) blocks with ``q = MARGIN * k * seen / n_b`` (about ``MARGIN * k`` survivors per row in
+#: the whole bank) once ``q >= _TOPK_MIN_Q`` (the estimate is then > 5 sigma safe); a row for which fewer than ``k``
+#: values reach it is detected and its block of rows is recomputed exactly.
+_TOPK_MARGIN = 3
+_TOPK_MIN_Q = 64
 
 
 def _topk_partition(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]):
@@ -54,10 +55,32 @@ def _topk_partition(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int
     ra, rb = _block_shape(n_a, n_b, itemsize, block_bytes)
     n_ablk = -(-n_a // ra)
     ra = -(-n_a // n_ablk)  # balanced row blocks (no thin last block: a thin GEMM is slow)
-    a_blocks = list(iter_blocks(n_a, ra))
-    first = min(n_b, rb, TOPK_FIRST_BLOCK)
-    b_blocks = [(0, first)] + [(s, min(n_b, s + rb)) for s in range(first, n_b, rb)]
-    return a_blocks, b_blocks, rb
+    return list(iter_blocks(n_a, ra)), list(iter_blocks(n_b, rb)), rb
+
+
+def _merge_topk(run_v, run_i, v, i, k):
+    if run_v is None:
+        mv, mi = v, i
+    else:
+        mv, mi = torch.cat([run_v, v], dim=1), torch.cat([run_i, i], dim=1)
+    if mv.shape[1] <= k:
+        return mv, mi
+    top, p = mv.topk(k, dim=1, sorted=False)
+    return top, mi.gather(1, p)
+
+
+def _pack_rows(rows, cols, vals, ra, fill):
+    """Candidates ``(row, col, val)`` -> padded ``(ra, max_count)`` value and column matrices."""
+    order = torch.argsort(rows, stable=True)
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    cnt = torch.bincount(rows, minlength=ra)
+    width = int(cnt.max()) if rows.numel() else 0
+    pos = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(cnt, 0) - cnt)[rows]
+    v = torch.full((ra, width), fill, dtype=vals.dtype, device=vals.device)
+    i = torch.zeros((ra, width), dtype=torch.long, device=vals.device)
+    v[rows, pos] = vals
+    i[rows, pos] = cols
+    return v, i
 
 
 def topk_similarity(
@@ -68,14 +91,14 @@ def topk_similarity(
     Returns ``(values, indices)``, both ``(len(a), k)``, values sorted in decreasing order. The full
     ``len(a) x len(b)`` matrix is never formed: ``b`` is streamed in blocks and a running top-k is merged.
 
-    Performance (the GEMM is the physical limit; everything else is kept to one cheap read of each block):
-    each block's GEMM writes into one reused buffer; the block is max-pooled over groups of
-    :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum beats the running threshold
-    (each row's current k-th value, a valid lower bound of the final one) are gathered and merged with the
-    running top-k by one small ``topk`` on ``[running | candidates]``. A full top-k of a block is only taken
-    while the threshold is loose (the first, narrow block, or when many groups beat it). The block partition
-    never depends on ``k``, so the selected values are the same bits for every ``k``. Ties between equal values
-    may pick any of the tied indices (the values never change).
+    Performance (the GEMM is the physical limit; the rest is kept to about one cheap read of each block): each
+    block's GEMM writes into one reused buffer. Warm-up blocks are merged by a plain top-k until enough of the
+    bank is seen to estimate, per row, a threshold that about ``4 k`` values of the whole bank reach. The bulk is
+    then max-pooled over groups of :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum
+    reaches the threshold are gathered; the survivors are merged once at the end. Every row is checked (at least
+    ``k`` values reached its threshold, else its row block is recomputed by plain merging), so the result is
+    exact. The block partition never depends on ``k``, so the selected values are the same bits for every
+    ``k``. Ties between equal values may pick any of the tied indices (the values never change).
     """
     if k > b.shape[0]:
         raise ValueError(f"k={k} is larger than the bank ({b.shape[0]} rows): use k <= {b.shape[0]}")
@@ -84,62 +107,70 @@ def topk_similarity(
     out_i = torch.empty((n_a, k), dtype=torch.long, device=a.device)
     if n_a == 0:
         return out_v, out_i
-    G = TOPK_GROUP
     a_blocks, b_blocks, rb = _topk_partition(n_a, n_b, a.element_size(), block_bytes)
     ra_max = max(a1 - a0 for a0, a1 in a_blocks)
     buf = torch.empty(ra_max * rb, dtype=a.dtype, device=a.device)
     for a0, a1 in a_blocks:
-        ra = a1 - a0
-        a_blk = a[a0:a1]
-        run_v = run_i = thr = None  # thr: running k-th value per row, once k values are seen
-        seen = 0
-        for b0, b1 in b_blocks:
-            w = b1 - b0
-            s = torch.mm(a_blk, b[b0:b1].T, out=buf[: ra * w].view(ra, w))
-            seen += w
-            cand = None
-            if thr is not None and w >= G:
-                wg = w // G
-                gmax = torch.nn.functional.max_pool1d(s[:, None, : wg * G], G, G).view(ra, wg)
-                rows, grp = (gmax > thr[:, None]).nonzero(as_tuple=True)
-                n_grp = rows.numel()
-                tail = w - wg * G
-                if n_grp == 0 and tail == 0:
-                    continue
-                cnt = torch.bincount(rows, minlength=ra)
-                max_c = int(cnt.max()) if n_grp else 0
-                if (max_c * G + tail) <= _TOPK_DENSE_SHARE * w:
-                    cand = (rows, grp, cnt, max_c, wg, tail)
-            if cand is None:  # dense: top-k of the whole block
-                v, i = s.topk(min(k, w), dim=1, sorted=False)
-                i += b0
-            else:
-                rows, grp, cnt, max_c, wg, tail = cand
-                width = max_c * G + tail
-                v = torch.full((ra, width), -torch.inf, dtype=a.dtype, device=a.device)
-                i = torch.zeros((ra, width), dtype=torch.long, device=a.device)
-                if max_c:
-                    pos = torch.arange(rows.numel(), device=a.device) - (torch.cumsum(cnt, 0) - cnt)[rows]
-                    v[:, : max_c * G].view(ra, max_c, G)[rows, pos] = s[:, : wg * G].view(ra, wg, G)[rows, grp]
-                    i[:, : max_c * G].view(ra, max_c, G)[rows, pos] = (
-                        (grp * G + b0)[:, None] + torch.arange(G, device=a.device)[None, :])
-                if tail:
-                    v[:, max_c * G:] = s[:, wg * G:]
-                    i[:, max_c * G:] = torch.arange(b0 + wg * G, b1, device=a.device)
-            if run_v is None:
-                mv, mi = v, i
-            else:
-                mv, mi = torch.cat([run_v, v], dim=1), torch.cat([run_i, i], dim=1)
-            if mv.shape[1] > k:
-                run_v, p = mv.topk(k, dim=1, sorted=False)
-                run_i = mi.gather(1, p)
-            else:
-                run_v, run_i = mv, mi
-            if seen >= k:
-                thr = run_v.amin(dim=1)
-        run_v, p = run_v.sort(dim=1, descending=True)
-        out_v[a0:a1], out_i[a0:a1] = run_v, run_i.gather(1, p)
+        v, i = _topk_rows(a[a0:a1], b, k, b_blocks, buf, filtered=True)
+        if v is None:  # a row's estimated threshold was too high: redo this row block by plain merging
+            v, i = _topk_rows(a[a0:a1], b, k, b_blocks, buf, filtered=False)
+        out_v[a0:a1], out_i[a0:a1] = v, i
     return out_v, out_i
+
+
+def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
+    ra, n_b = a_blk.shape[0], b.shape[0]
+    density = _TOPK_MARGIN * k / n_b  # expected share of values that reach the threshold
+    G = 1
+    while G < TOPK_GROUP and 2 * G * density <= 0.1:
+        G *= 2
+    dev, dt = a_blk.device, a_blk.dtype
+    run_v = run_i = thr = None
+    cand = []  # survivors of the threshold filter: (rows, cols, vals)
+    seen = 0
+    for b0, b1 in b_blocks:
+        w = b1 - b0
+        s = torch.mm(a_blk, b[b0:b1].T, out=buf[: ra * w].view(ra, w))
+        if thr is None:  # warm-up: plain merge
+            top, idx = s.topk(min(k, w), dim=1, sorted=False)
+            run_v, run_i = _merge_topk(run_v, run_i, top, idx + b0, k)
+            seen += w
+            if filtered and seen >= k and seen < n_b:
+                q = min(k, -(-_TOPK_MARGIN * k * seen // n_b))
+                if q >= min(k, _TOPK_MIN_Q):
+                    thr = run_v.topk(q, dim=1).values[:, -1].contiguous() if q < k else run_v.amin(dim=1)
+            continue
+        wg = w // G
+        if wg and G == 1:
+            rows, cols = (s >= thr[:, None]).nonzero(as_tuple=True)
+            if rows.numel():
+                cand.append((rows, cols + b0, s[rows, cols]))
+        elif wg:
+            gmax = torch.nn.functional.max_pool1d(s[:, None, : wg * G], G, G).view(ra, wg)
+            rows, grp = (gmax >= thr[:, None]).nonzero(as_tuple=True)
+            if rows.numel():
+                vals = s[:, : wg * G].view(ra, wg, G)[rows, grp]
+                keep = vals >= thr[rows, None]
+                cols = (grp * G + b0)[:, None] + torch.arange(G, device=dev)[None, :]
+                cand.append((rows[:, None].expand(-1, G)[keep], cols[keep], vals[keep]))
+        if wg * G < w:
+            tail = s[:, wg * G:]
+            r, c = (tail >= thr[:, None]).nonzero(as_tuple=True)
+            if r.numel():
+                cand.append((r, c + b0 + wg * G, tail[r, c]))
+    if thr is not None:
+        # exactness check: at least k values of every row reached its threshold
+        n_ge = (run_v >= thr[:, None]).sum(dim=1)
+        if cand:
+            rows = torch.cat([c[0] for c in cand])
+            n_ge += torch.bincount(rows, minlength=ra)
+            cv, ci = _pack_rows(rows, torch.cat([c[1] for c in cand]), torch.cat([c[2] for c in cand]), ra,
+                                -torch.inf)
+            run_v, run_i = _merge_topk(run_v, run_i, cv, ci, k)
+        if bool((n_ge < k).any()):
+            return None, None
+    run_v, p = run_v.sort(dim=1, descending=True)
+    return run_v, run_i.gather(1, p)
 
 
 def logsumexp_similarity(
@@ -149,11 +180,14 @@ def logsumexp_similarity(
     *,
     b_shift: Optional[torch.Tensor] = None,
     block_bytes: Optional[int] = None,
+    _cache: Optional[dict] = None,
 ) -> torch.Tensor:
     """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
 
     ``b_shift`` (length ``len(b)``) is an optional additive term per column, already in log units.
     Stable for any ``scale`` (it never exponentiates a score without subtracting the running maximum).
+    ``_cache`` (private, used by ``hubnorm.sweeps``): a dict that keeps the raw similarity blocks, so that
+    several scales reuse one GEMM pass with bit-identical results.
     """
     n_a, n_b = a.shape[0], b.shape[0]
     ra, rb = _block_shape(n_a, n_b, a.element_size(), block_bytes)
@@ -161,8 +195,14 @@ def logsumexp_similarity(
     for a0, a1 in iter_blocks(n_a, ra):
         acc = None
         for b0, b1 in iter_blocks(n_b, rb):
-            s = a[a0:a1] @ b[b0:b1].T
-            s.mul_(scale)
+            if _cache is None:
+                s = a[a0:a1] @ b[b0:b1].T
+                s.mul_(scale)
+            else:
+                raw = _cache.get((a0, b0))
+                if raw is None:
+                    raw = _cache[(a0, b0)] = a[a0:a1] @ b[b0:b1].T
+                s = torch.mul(raw, scale)
             if b_shift is not None:
                 s.add_(b_shift[b0:b1])
             part = torch.logsumexp(s, dim=1)
@@ -174,3 +214,12 @@ def logsumexp_similarity(
 def mean_similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``mean_j a_i . b_j`` for every row of ``a`` without any block: it equals ``a @ mean(b)``."""
     return a @ b.mean(dim=0)
+
+
+def nnn_bias(top_values: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The NNN bias ``b(t) = alpha * mean of the top-k bank similarities`` from the ``(n, k)`` top values.
+
+    The one place of the NNN formula (NNN Eq. 1) for the fast paths (``hubnorm.index``, ``hubnorm.sweeps``);
+    bit-identical to :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` (``alpha * top.mean(1)``).
+    """
+    return float(alpha) * top_values.mean(dim=1)

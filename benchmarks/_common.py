@@ -1,0 +1,71 @@
+"""Shared helpers of the performance benchmarks: timing, environment line, Markdown + CSV reports."""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPORTS = HERE / "reports"
+sys.path.insert(0, str(HERE.parent / "lib"))
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover
+        return "n/a"
+
+
+def environment() -> str:
+    import torch
+    try:
+        import faiss
+        fv = faiss.__version__
+        gpus = faiss.get_num_gpus()
+    except ImportError:  # pragma: no cover
+        fv, gpus = "absent", 0
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), faiss {fv} ({gpus} GPUs), load average (1/5/15 min) at start: "
+            f"{load_average()}")
+
+
+class Timer:
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+
+
+def write_report(name: str, title: str, intro: str, rows, notes=()):
+    """``reports/<name>.md`` (intro, table, notes) and ``reports/<name>.csv`` from a list of dicts."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    cols = []
+    for r in rows:
+        for c in r:
+            if c not in cols:
+                cols.append(c)
+    with open(REPORTS / f"{name}.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+        return str(v)
+
+    lines = [f"# {title}", "", intro, "", f"Environment: {environment()}; finished {time.strftime('%Y-%m-%d %H:%M')}, "
+             f"load average at the end {load_average()}.", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    (REPORTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run every performance benchmark; reports land in benchmarks/reports/<name>.md and .csv.
+# Run late on a quiet machine (check `uptime`): ratios are taken within one run, absolute times are noisy.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-../.venv/bin/python}
+$PY bench_topk.py
+# colleagues' benchmarks (memory of NNN, cross-encoder latency) when present
+for f in bench_nnn_memory.py bench_cross_encoder.py; do [ -f "$f" ] && $PY "$f"; done
+$PY bench_sweeps.py
+$PY bench_faiss_nnn.py
+$PY bench_sinkhorn.py

@@ -1,0 +1,299 @@
+"""Vector-index (faiss IVF) fast paths: NNN bias search over large banks, and retrieval with any offset method.
+
+NNN paper, Sec. 3.1 and Table A5: NNN needs only each target's k nearest bank queries, so an inverted-file index
+over the query bank replaces the exhaustive bank x target search; retrieval with any per-target offset ``h``
+is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]> = q . t + h``.
+
+* :class:`BankIndex` -- an IVF-Flat inner-product index over a bank, with the documented size rules below and
+  :meth:`BankIndex.tune_nprobe` (smallest power-of-two ``nprobe`` reaching a recall target on a sample).
+* :class:`FaissNNN` -- :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` whose top-k bank
+  similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm._ops.nnn_bias`.
+  With ``nprobe = nlist`` the search is exhaustive and the offsets equal the exact ones (float rounding aside).
+* :class:`IndexedRetriever` -- serves any fitted offset normalizer (NNN, IS, SN, DBSN, ...) from an IVF index on
+  the augmented targets; ``search`` returns the top-k normalised scores and indices, ``evaluate`` R@K.
+
+Rules (the defaults; every one can be overridden):
+
+* ``nlist = default_nlist(N) = clip(2 ** round(log2(sqrt(N))), 1, N // 39)``: about ``sqrt(N)`` lists. The usual
+  faiss advice of 4-16 sqrt(N) lists optimises the search of *many* queries; here the searches are few (one per
+  target) and adding the bank costs ``N x nlist`` dot products, so ``sqrt(N)`` lists keep the one-off build at
+  a fraction of one exhaustive pass while a search still scans only ``nprobe / nlist`` of the bank.
+* k-means training on ``min(N, 32 * nlist)`` bank rows sampled with ``seed``, 10 iterations (faiss warns below
+  39 points per centroid; 32 is enough for an IVF partition and halves the training time).
+* the coarse quantizer is an HNSW graph over the centroids when ``nlist >= 1024`` (cheap assignment of a large
+  bank), exact otherwise.
+* ``nprobe = tune_nprobe(...)``: the smallest power of two whose recall of the exact top-k on ``sample_size``
+  (default 64) held search vectors is at least ``recall_target`` (default 0.95); the exact top-k of the sample is
+  one brute-force pass over the bank for 64 rows. NNN averages the top-k values, so missing a few of the k
+  neighbours (replaced by the next best) changes the bias very little.
+* GPU faiss is used when present (``faiss.get_num_gpus() > 0``: ``index_cpu_to_gpu``), CPU otherwise;
+  ``use_gpu=False`` forces the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ._ops import nnn_bias
+from ._validation import as_embeddings, check_finite_float, check_positive_int
+from .normalizers.nnn import NearestNeighborNormalization
+
+__all__ = ["BankIndex", "FaissNNN", "IndexedRetriever", "default_nlist", "faiss_uses_gpu"]
+
+
+def _faiss():
+    try:
+        import faiss  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - faiss is a dependency of the fast paths only
+        raise ImportError("hubnorm.index needs faiss: pip install faiss-cpu (or faiss-gpu)") from exc
+    return faiss
+
+
+def faiss_uses_gpu(use_gpu: Optional[bool] = None) -> bool:
+    """Whether the indexes will run on a GPU: ``use_gpu`` if given, else ``faiss.get_num_gpus() > 0``."""
+    faiss = _faiss()
+    has = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if use_gpu and not has:
+        raise RuntimeError("use_gpu=True but faiss sees no GPU (faiss-cpu build, or no CUDA device)")
+    return has if use_gpu is None else bool(use_gpu)
+
+
+def default_nlist(n: int) -> int:
+    """About ``sqrt(n)`` inverted lists (a power of two), at least 1 and at most ``n // 39`` (module docstring)."""
+    n = int(n)
+    if n < 78:
+        return 1
+    nl = 2 ** int(round(math.log2(math.sqrt(n))))
+    return int(max(1, min(nl, n // 39)))
+
+
+def _as_f32(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+class BankIndex:
+    """An IVF-Flat inner-product faiss index over ``vectors`` (n x d), built once and searched many times.
+
+    Parameters:
+        vectors: the rows to index (the query bank for NNN; augmented targets for retrieval).
+        nlist: inverted lists (default :func:`default_nlist`). ``nlist=1`` (or a bank of fewer than 78 rows)
+            gives one list: an exhaustive search.
+        train_size: k-means training rows (default ``min(n, 32 * nlist)``), sampled with ``seed``.
+        use_gpu: None = GPU when faiss sees one; False = CPU.
+
+    Attributes: ``index`` (the faiss index), ``nlist``, ``nprobe``, ``build_seconds``, ``on_gpu``.
+    """
+
+    def __init__(self, vectors, *, nlist: Optional[int] = None, train_size: Optional[int] = None, seed: int = 0,
+                 niter: int = 10, use_gpu: Optional[bool] = None, add_chunk: int = 262144):
+        faiss = _faiss()
+        t0 = time.perf_counter()
+        x = vectors
+        n, d = x.shape
+        self.n, self.d = int(n), int(d)
+        self.nlist = default_nlist(n) if nlist is None else check_positive_int(nlist, "nlist", maximum=max(1, n),
+                                                                              max_name="the number of rows")
+        if self.nlist == 1:
+            cpu = faiss.IndexFlatIP(d)
+        else:
+            quantizer = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT) if self.nlist >= 1024 \
+                else faiss.IndexFlatIP(d)
+            cpu = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_INNER_PRODUCT)
+            cpu.cp.niter = int(niter)
+            cpu.cp.seed = int(seed)
+            cpu.cp.max_points_per_centroid = 1 << 30  # we subsample ourselves
+            cpu.cp.min_points_per_centroid = 1
+            m = min(n, 32 * self.nlist if train_size is None else int(train_size))
+            rng = np.random.default_rng(seed)
+            sample = np.sort(rng.choice(n, size=m, replace=False)) if m < n else np.arange(n)
+            cpu.train(_as_f32(x[sample]))
+            self._quantizer = quantizer  # keep the quantizer alive with the index
+        self.on_gpu = faiss_uses_gpu(use_gpu)
+        if self.on_gpu:  # pragma: no cover - needs a GPU build of faiss
+            self._res = faiss.StandardGpuResources()
+            self.index = faiss.index_cpu_to_gpu(self._res, 0, cpu)
+        else:
+            self.index = cpu
+        for s in range(0, n, add_chunk):  # chunked: the bank may be a memory map or a large tensor
+            self.index.add(_as_f32(x[s:s + add_chunk]))
+        self.nprobe = self.nlist
+        self._set_nprobe(self.nlist)
+        self.build_seconds = time.perf_counter() - t0
+
+    def _set_nprobe(self, nprobe: int) -> None:
+        self.nprobe = int(min(max(1, nprobe), self.nlist))
+        if self.nlist > 1:
+            if self.on_gpu:  # pragma: no cover
+                _faiss().GpuParameterSpace().set_index_parameter(self.index, "nprobe", self.nprobe)
+            else:
+                self.index.nprobe = self.nprobe
+
+    def search(self, queries, k: int, nprobe: Optional[int] = None, chunk: int = 16384) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` inner products and row indices of every query (``nprobe`` lists scanned; default the current)."""
+        k = check_positive_int(k, "k", maximum=self.n, max_name="the number of indexed rows")
+        if nprobe is not None:
+            self._set_nprobe(nprobe)
+        q = queries
+        out_d = np.empty((q.shape[0], k), np.float32)
+        out_i = np.empty((q.shape[0], k), np.int64)
+        for s in range(0, q.shape[0], chunk):
+            out_d[s:s + chunk], out_i[s:s + chunk] = self.index.search(_as_f32(q[s:s + chunk]), k)
+        return out_d, out_i
+
+    def tune_nprobe(self, queries, k: int, *, recall_target: float = 0.95, sample_size: int = 64,
+                    seed: int = 0) -> Dict[str, object]:
+        """Set ``nprobe`` to the smallest power of two reaching ``recall_target`` (recall of the exact top-``k``)
+        on ``sample_size`` rows of ``queries``; returns ``{"nprobe", "recall", "curve": {nprobe: recall}}``."""
+        if not 0 < recall_target <= 1:
+            raise ValueError(f"recall_target must be in (0, 1]; got {recall_target}")
+        if self.nlist == 1:
+            self._set_nprobe(1)
+            return {"nprobe": 1, "recall": 1.0, "curve": {1: 1.0}}
+        rng = np.random.default_rng(seed)
+        m = queries.shape[0]
+        pick = np.sort(rng.choice(m, size=min(m, int(sample_size)), replace=False))
+        sample = _as_f32(queries[pick])
+        _, exact = self.search(sample, k, nprobe=self.nlist)
+        curve = {}
+        p = 1
+        while True:
+            _, approx = self.search(sample, k, nprobe=p)
+            hits = sum(np.intersect1d(a, e).size for a, e in zip(approx, exact))
+            curve[p] = hits / exact.size
+            if curve[p] >= recall_target or p >= self.nlist:
+                break
+            p = min(2 * p, self.nlist)
+        self._set_nprobe(p)
+        return {"nprobe": p, "recall": curve[p], "curve": curve}
+
+
+class FaissNNN(NearestNeighborNormalization):
+    """NNN with the bias computed from a faiss IVF index over the query bank (NNN Sec. 3.1, Table A5).
+
+    Same interface and fitted attributes as :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization`
+    (``bias_``, ``offsets_``) plus ``index_`` (the :class:`BankIndex`, reusable across fits on the same bank:
+    pass it as ``bank_index``), ``nprobe_`` and ``tuning_`` (the recall curve when ``nprobe`` was tuned).
+
+    Parameters (beyond NNN's ``alpha``, ``k``):
+        nlist: inverted lists (default :func:`default_nlist` of the bank size).
+        nprobe: lists scanned per target; default: tuned to ``recall_target`` on ``sample_size`` targets.
+            ``nprobe = nlist`` is an exhaustive (exact) search.
+        recall_target, sample_size: the tuning rule (see :meth:`BankIndex.tune_nprobe`).
+        bank_index: a prebuilt :class:`BankIndex` of this query bank (the build is the one-off cost).
+        use_gpu: None = GPU faiss when present, False = CPU.
+    """
+
+    name = "nnn-faiss"
+
+    def __init__(self, alpha=0.75, k=128, *, nlist=None, nprobe=None, recall_target=0.95, sample_size=64,
+                 bank_index=None, use_gpu=None, seed=0, device=None, chunk_size=None, check_normalized=True,
+                 block_bytes=None):
+        super().__init__(alpha=alpha, k=k, device=device, chunk_size=chunk_size, check_normalized=check_normalized,
+                         block_bytes=block_bytes)
+        self.nlist = nlist
+        self.nprobe = nprobe
+        self.recall_target = recall_target
+        self.sample_size = sample_size
+        self.bank_index = bank_index
+        self.use_gpu = use_gpu
+        self.seed = seed
+
+    def _validate_params(self):
+        super()._validate_params()
+        if self.nlist is not None:
+            check_positive_int(self.nlist, "nlist")
+        if self.nprobe is not None:
+            check_positive_int(self.nprobe, "nprobe")
+        check_finite_float(self.recall_target, "recall_target")
+
+    def _fit(self, targets, query_bank, target_bank):
+        k = check_positive_int(self.k, "k", maximum=query_bank.shape[0], max_name="the query bank size")
+        idx = self.bank_index
+        if idx is None:
+            idx = BankIndex(query_bank, nlist=self.nlist, seed=self.seed, use_gpu=self.use_gpu)
+        elif idx.n != query_bank.shape[0] or idx.d != query_bank.shape[1]:
+            raise ValueError(f"bank_index holds {idx.n} x {idx.d} rows but the query bank is {tuple(query_bank.shape)}")
+        self.tuning_ = None
+        if self.nprobe is None:
+            self.tuning_ = idx.tune_nprobe(targets, k, recall_target=float(self.recall_target),
+                                           sample_size=int(self.sample_size), seed=int(self.seed))
+        else:
+            idx._set_nprobe(int(self.nprobe))
+        top, _ = idx.search(targets, k)
+        self.index_ = idx
+        self.nprobe_ = idx.nprobe
+        top = torch.from_numpy(top).to(device=targets.device, dtype=targets.dtype)
+        self.bias_ = nnn_bias(top, self.alpha)
+        self.offsets_ = -self.bias_
+
+
+class IndexedRetriever:
+    """Retrieval with any fitted *offset* normalizer from a faiss index on the augmented targets ``[t, h]``.
+
+    ``<[q, 1], [t, h]> = q . t + h`` (NNN paper, Sec. 3.1), so the index serves ``S + offsets`` directly.
+
+    Parameters:
+        normalizer: a fitted normalizer with ``is_offset`` (NNN, DN, IS, CSLS, DualIS, SN, DBSN, FaissNNN, ...).
+        nlist: inverted lists (default :func:`default_nlist` of the gallery size); 1 = exhaustive.
+        nprobe: lists scanned per query; default: tuned at the first :meth:`search` to ``recall_target`` of the
+            top-``k`` on ``sample_size`` queries (or call :meth:`tune`).
+    """
+
+    def __init__(self, normalizer, *, nlist: Optional[int] = None, nprobe: Optional[int] = None,
+                 recall_target: float = 0.95, sample_size: int = 256, use_gpu: Optional[bool] = None, seed: int = 0):
+        if not getattr(normalizer, "is_offset", False):
+            raise TypeError(f"{type(normalizer).__name__} is not an offset method: a vector index cannot serve it")
+        self.normalizer = normalizer
+        aug = normalizer.augment_targets()
+        self.recall_target = float(recall_target)
+        self.sample_size = int(sample_size)
+        self.seed = int(seed)
+        self.index = BankIndex(aug, nlist=nlist, seed=seed, use_gpu=use_gpu)
+        self.tuning = None
+        if nprobe is not None:
+            self.index._set_nprobe(nprobe)
+            self.tuning = {"nprobe": self.index.nprobe}
+
+    @property
+    def nprobe(self) -> int:
+        return self.index.nprobe
+
+    def _augment(self, queries) -> np.ndarray:
+        norm = self.normalizer
+        q = as_embeddings(queries, "queries", device="cpu", dim=norm.targets_.shape[1],
+                          check_normalized=getattr(norm, "check_normalized", True))
+        return norm.augment_queries(q).astype(np.float32)
+
+    def tune(self, queries, k: int = 10) -> Dict[str, object]:
+        """Pick ``nprobe`` for these queries (recall of the exact top-``k``; :meth:`BankIndex.tune_nprobe`)."""
+        self.tuning = self.index.tune_nprobe(self._augment(queries), k, recall_target=self.recall_target,
+                                             sample_size=self.sample_size, seed=self.seed)
+        return self.tuning
+
+    def search(self, queries, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` normalised scores ``S + h`` and target indices per query, (m, k) each."""
+        q = self._augment(queries)
+        if self.tuning is None:
+            self.tuning = self.index.tune_nprobe(q, k, recall_target=self.recall_target,
+                                                 sample_size=self.sample_size, seed=self.seed)
+        return self.index.search(q, k)
+
+    def evaluate(self, task, ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
+        """R@K of ``task`` from the index's top-``max(ks)`` (a positive outside it counts as a miss)."""
+        kmax = int(max(ks))
+        _, idx = self.search(task.queries, kmax)
+        pos = task.positives
+        hit_rank = np.full(pos.n_queries, kmax, dtype=np.int64)
+        q_of = pos.query_of_entry
+        # the first position in the returned list that holds one of the query's positives
+        match = idx[q_of] == pos.indices[:, None]
+        first = np.where(match.any(axis=1), match.argmax(axis=1), kmax)
+        np.minimum.at(hit_rank, q_of, first)
+        return {f"R@{k}": float(100.0 * np.mean(hit_rank < k)) for k in ks}

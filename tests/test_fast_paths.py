@@ -1,0 +1,184 @@
+"""The fast paths agree with the exact ones: blocked top-k, faiss IVF (nprobe = nlist), one-pass sweeps, and
+streaming / 16-bit Sinkhorn against a dense float64 reference."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import logsumexp
+
+import hubnorm as hn
+from hubnorm._ops import topk_similarity
+from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
+from hubnorm.sweeps import nnn_sweep, select_best, tau_sweep
+
+
+def _clustered(rng, n, d, centres, spread=0.6):
+    x = centres[rng.integers(0, len(centres), n)] + spread * rng.standard_normal((n, d)) / np.sqrt(d) * 4
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def small_tasks():
+    from hubnorm.synthetic import make_dataset
+    ds = make_dataset("flickr30k", n_train_images=600, n_test_images=120, seed=3, dim=128)
+    tr, va = ds.splits["train"], ds.splits["val"]
+    return hn.build_tasks(va.images, va.captions, va.caption_to_image, image_bank=tr.images, caption_bank=tr.captions)
+
+
+# ------------------------------------------------------------------------------------------ blocked top-k
+@pytest.mark.parametrize("n_b", [17, 300, 20007])
+@pytest.mark.parametrize("block_bytes", [None, 300 * 4 * 500, 300 * 4 * 2048])
+def test_topk_similarity_equals_dense_topk(n_b, block_bytes):
+    rng = np.random.default_rng(n_b)
+    a = torch.from_numpy(_clustered(rng, 300, 32, rng.standard_normal((8, 32))))
+    b = torch.from_numpy(_clustered(rng, n_b, 32, rng.standard_normal((8, 32))))
+    for k in (1, 5, 128):
+        if k > n_b:
+            continue
+        v, i = topk_similarity(a, b, k, block_bytes=block_bytes)
+        ref = (a @ b.T).topk(k, dim=1).values
+        assert torch.allclose(v, ref, atol=1e-6)
+        assert torch.allclose((a[:, None, :] * b[i]).sum(-1), v, atol=1e-5)
+
+
+def test_topk_similarity_exact_on_adversarially_ordered_bank():
+    """A sorted bank defeats the threshold estimate of the first blocks: the exactness check must catch it."""
+    rng = np.random.default_rng(1)
+    a = torch.nn.functional.normalize(torch.from_numpy(rng.standard_normal((64, 16)).astype(np.float32)), dim=1)
+    b = torch.nn.functional.normalize(torch.from_numpy(rng.standard_normal((40000, 16)).astype(np.float32)), dim=1)
+    b = b[torch.argsort(b[:, 0])]
+    v, _ = topk_similarity(a, b, 64, block_bytes=64 * 4 * 1024)
+    assert torch.allclose(v, (a @ b.T).topk(64, dim=1).values, atol=1e-6)
+
+
+def test_topk_values_do_not_depend_on_k():
+    rng = np.random.default_rng(2)
+    a = torch.from_numpy(_clustered(rng, 200, 32, rng.standard_normal((5, 32))))
+    b = torch.from_numpy(_clustered(rng, 9000, 32, rng.standard_normal((5, 32))))
+    big, _ = topk_similarity(a, b, 256, block_bytes=200 * 4 * 1024)
+    for k in (1, 7, 64):
+        small, _ = topk_similarity(a, b, k, block_bytes=200 * 4 * 1024)
+        assert torch.equal(small, big[:, :k])
+
+
+# ------------------------------------------------------------------------------------------ faiss
+def test_faiss_nnn_exhaustive_equals_exact(small_tasks):
+    pytest.importorskip("faiss")
+    from hubnorm.index import FaissNNN
+    task = small_tasks["t2i"]
+    exact = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=16))
+    fast = task.fit(FaissNNN(alpha=0.75, k=16, nlist=32, nprobe=32))
+    assert fast.index_.nlist == 32 and fast.nprobe_ == 32
+    np.testing.assert_allclose(fast.offsets, exact.offsets, atol=1e-6)
+    assert hn.evaluate(fast, task) == hn.evaluate(exact, task)
+
+
+def test_faiss_nnn_tuned_nprobe_reaches_recall(small_tasks):
+    pytest.importorskip("faiss")
+    from hubnorm.index import FaissNNN
+    task = small_tasks["t2i"]
+    fast = task.fit(FaissNNN(alpha=0.75, k=16, nlist=32, recall_target=0.9))
+    assert fast.tuning_["recall"] >= 0.9 and 1 <= fast.nprobe_ <= 32
+
+
+@pytest.mark.parametrize("method", ["nnn", "sn"])
+def test_indexed_retriever_exhaustive_equals_exact_topk(small_tasks, method):
+    pytest.importorskip("faiss")
+    from hubnorm.index import IndexedRetriever
+    task = small_tasks["t2i"]
+    norm = task.fit(hn.make_normalizer(method, **({"k": 16} if method == "nnn" else {})))
+    ret = IndexedRetriever(norm, nlist=8, nprobe=8)
+    d, i = ret.search(task.queries, 10)
+    v, ii = norm.topk(task.queries, 10)
+    np.testing.assert_allclose(d, v.numpy(), atol=1e-5)
+    agree = (i == ii.numpy()).mean()
+    assert agree > 0.99  # only near-ties may swap
+    ev = hn.evaluate(norm, task)
+    got = ret.evaluate(task)
+    for k in (1, 5, 10):
+        assert abs(got[f"R@{k}"] - ev[f"R@{k}"]) <= 100.0 / task.n_queries + 1e-9
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+@pytest.mark.parametrize("direction", ["t2i", "i2t"])
+def test_nnn_sweep_equals_grid_search(small_tasks, direction):
+    task = small_tasks[direction]
+    grid = {"alpha": [0.25, 0.875, 1.5], "k": [1, 2, 16, 128]}
+    ref = hn.grid_search("nnn", task, grid, progress=False)
+    table = nnn_sweep(task, grid["alpha"], grid["k"])
+    cols = ["R@1", "R@5", "R@10", "MdR"]
+    assert np.array_equal(ref.table[cols].to_numpy(), table[cols].to_numpy())
+    best = select_best("nnn", table)
+    assert best.best_params == ref.best_params and best.best_score == ref.best_score
+
+
+def test_nnn_sweep_full_ranks_equal_grid_search(small_tasks):
+    task = small_tasks["t2i"]
+    grid = {"alpha": [0.5, 1.0], "k": [4, 32]}
+    ref = hn.grid_search("nnn", task, grid, progress=False).table
+    table = nnn_sweep(task, grid["alpha"], grid["k"], full=True)
+    cols = ["R@1", "R@5", "R@10", "MdR", "MnR"]
+    assert np.array_equal(ref[cols].to_numpy(), table[cols].to_numpy())
+
+
+@pytest.mark.parametrize("method", ["is", "sn", "dbsn"])
+def test_tau_sweep_equals_grid_search(small_tasks, method):
+    task = small_tasks["t2i"]
+    grid = {"tau": [0.01, 0.02, 0.05]}
+    ref = hn.grid_search(method, task, grid, progress=False).table
+    table = tau_sweep(task, method, grid["tau"])
+    cols = ["R@1", "R@5", "R@10", "MdR"]
+    assert np.array_equal(ref[cols].to_numpy(), table[cols].to_numpy())
+
+
+# ------------------------------------------------------------------------------------------ Sinkhorn
+def _dense_sinkhorn64(bank, targets, tau, n_iter):
+    S = bank.astype(np.float64) @ targets.astype(np.float64).T
+    m, n = S.shape
+    g = np.zeros(n)
+    for _ in range(n_iter):
+        f = tau * np.log(1 / m) - tau * logsumexp((S + g) / tau, axis=1)
+        g = tau * np.log(1 / n) - tau * logsumexp((S + f[:, None]) / tau, axis=0)
+    return f, g
+
+
+@pytest.fixture(scope="module")
+def sinkhorn_problem():
+    rng = np.random.default_rng(7)
+    centres = rng.standard_normal((12, 48))
+    return _clustered(rng, 1500, 48, centres), _clustered(rng, 700, 48, centres)
+
+
+@pytest.mark.parametrize("tau", [0.01, 0.03])
+@pytest.mark.parametrize("kwargs", [
+    {"cache_bytes": 0},                              # streaming: recompute every block every iteration
+    {"cache_bytes": 0, "block_bytes": 700 * 4 * 37},  # streaming, odd small chunks
+    {},                                             # float32 cache
+])
+def test_streaming_sinkhorn_equals_dense_float64(sinkhorn_problem, tau, kwargs):
+    bank, targets = sinkhorn_problem
+    f_ref, g_ref = _dense_sinkhorn64(bank, targets, tau, 10)
+    f, g, it = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), tau, 10, **kwargs)
+    assert it == 10
+    assert np.abs(g.double().numpy() - g_ref).max() < 1e-5
+    assert np.abs(f.double().numpy() - f_ref).max() < 1e-5
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-5), (torch.bfloat16, 2e-4)])
+def test_16bit_cache_sinkhorn_within_tolerance(sinkhorn_problem, dtype, tol):
+    bank, targets = sinkhorn_problem
+    _, g_ref = _dense_sinkhorn64(bank, targets, 0.01, 10)
+    _, g, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.01, 10, cache_dtype=dtype)
+    assert np.abs(g.double().numpy() - g_ref).max() < tol
+
+
+def test_streaming_sinkhorn_handles_underflowing_columns():
+    """A far-away target: its streamed column sum underflows float32 and is recomputed exactly."""
+    rng = np.random.default_rng(0)
+    bank = _clustered(rng, 400, 16, np.eye(16)[:2] * 3, spread=0.1)
+    targets = np.concatenate([_clustered(rng, 50, 16, np.eye(16)[:2] * 3, spread=0.1),
+                              -bank[:1]], axis=0)  # the last target is opposite to the bank
+    _, g_ref = _dense_sinkhorn64(bank, targets, 0.005, 3)
+    _, g, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3, cache_bytes=0)
+    assert np.isfinite(g.numpy()).all()
+    assert np.abs(g.double().numpy() - g_ref).max() < 1e-5
