@@ -30,5 +30,8 @@ __all__ = list(_normalizer_names) + [
 ]
 
 from .datasets import EmbeddingDataset, EmbeddingSplit, load_embeddings  # noqa: E402
+from .sweeps import nnn_sweep, select_best, tau_sweep  # noqa: E402
 
-__all__ += ["EmbeddingDataset", "EmbeddingSplit", "load_embeddings"]
+__all__ += ["EmbeddingDataset", "EmbeddingSplit", "load_embeddings", "nnn_sweep", "select_best", "tau_sweep"]
+# Optional-dependency modules are imported by name: hubnorm.index (faiss), hubnorm.data (open_clip, pooch),
+# hubnorm.rerank (transformers), hubnorm.listwise (sentence-transformers), hubnorm.synthetic.

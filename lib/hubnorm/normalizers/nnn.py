@@ -11,7 +11,7 @@ blocked top-k over the bank (``hubnorm._ops.topk_similarity``), never the full b
 
 from __future__ import annotations
 
-from .._ops import topk_similarity
+from .._ops import nnn_bias, topk_similarity
 from .._validation import check_finite_float, check_positive_int
 from .base import Normalizer
 
@@ -47,5 +47,5 @@ class NearestNeighborNormalization(Normalizer):
     def _fit(self, targets, query_bank, target_bank):
         k = check_positive_int(self.k, "k", maximum=query_bank.shape[0], max_name="the query bank size")
         top, _ = topk_similarity(targets, query_bank, k, block_bytes=self.block_bytes)
-        self.bias_ = float(self.alpha) * top.mean(dim=1)
+        self.bias_ = nnn_bias(top, self.alpha)
         self.offsets_ = -self.bias_
