@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-../.venv/bin/python}
 $PY bench_topk.py
-# colleagues' benchmarks (memory of NNN, cross-encoder latency) when present
+# memory of NNN at 200k x 5k, BLIP cross-encoder latency
 for f in bench_nnn_memory.py bench_cross_encoder.py; do [ -f "$f" ] && $PY "$f"; done
 $PY bench_sweeps.py
 $PY bench_faiss_nnn.py
