@@ -9,8 +9,10 @@
     <data root>/flickr8k/images/<name>.jpg         (placed by hand)
 
 pooch skips a file that is already present with the right checksum, so a file downloaded elsewhere (or with
-``wget -c``, which resumes) and copied to ``<data root>/downloads/<name>`` is used as is. pooch itself restarts
-an interrupted download from the beginning.
+``wget -c``) and copied to ``<data root>/downloads/<name>`` is used as is. HTTP(S) downloads go through
+:class:`.download.ResumableHTTPDownloader`: an interrupted download leaves ``<name>.part`` (+ ``.part.json``) and
+the next call resumes it with a range request; pooch still checks the checksum of the completed file, and the
+partial is deleted afterwards (also when the checksum fails, so the next try starts from scratch).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def retrieve(name: str, data_dir: Optional[PathLike] = None, *, progressbar: boo
     import pooch
     import requests
 
+    from .download import ResumableHTTPDownloader, discard_partial, partial_paths
+
     if name not in RESOURCES:
         raise ValueError(f"unknown resource {name!r}; known: {sorted(RESOURCES)}")
     res = RESOURCES[name]
@@ -58,15 +62,23 @@ def retrieve(name: str, data_dir: Optional[PathLike] = None, *, progressbar: boo
     manual = (f"If this machine has no internet access, download\n    {res['url']}\n({res['size']}) elsewhere, "
               f"place it at\n    {target}\n(checksum {_hash_hint(res)}) and rerun the same command: the file is "
               "then verified and used without downloading.")
+    downloader = None
+    if res["url"].lower().startswith(("http://", "https://")):
+        downloader = ResumableHTTPDownloader(target, progressbar=progressbar)
     try:
         path = Path(pooch.retrieve(res["url"], known_hash=res.get("known_hash"), fname=res["fname"],
-                                   path=folder, progressbar=progressbar))
+                                   path=folder, progressbar=progressbar, downloader=downloader))
     except (requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
-        raise DownloadError(f"could not download {res['url']}: {type(exc).__name__}: {exc}\n{manual}") from exc
+        resume = (f"\nThe bytes received so far are kept in {partial_paths(target)[0]}; rerunning the same "
+                  "command resumes the download." if partial_paths(target)[0].exists() else "")
+        raise DownloadError(f"could not download {res['url']}: {type(exc).__name__}: {exc}{resume}\n{manual}") \
+            from exc
     except ValueError as exc:  # pooch: hash mismatch
         if "hash" in str(exc).lower():
+            discard_partial(target)  # never resume from corrupt bytes
             raise DownloadError(f"checksum mismatch for {res['url']}: {exc}\n{manual}") from exc
         raise
+    discard_partial(target)  # pooch verified (or, without known_hash, accepted) and moved the file into place
     accepted = res.get("accepted_hashes")
     if accepted and not res.get("known_hash"):
         ok = False
