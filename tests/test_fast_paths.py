@@ -182,3 +182,68 @@ def test_streaming_sinkhorn_handles_underflowing_columns():
     _, g, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3, cache_bytes=0)
     assert np.isfinite(g.numpy()).all()
     assert np.abs(g.double().numpy() - g_ref).max() < 1e-5
+
+
+# ------------------------------------------------------------------------------------------ BLAS-scan IVF (probe-grouped GEMM)
+@pytest.fixture(scope="module")
+def blas_problem():
+    pytest.importorskip("faiss")
+    from hubnorm.index import BankIndex
+    rng = np.random.default_rng(11)
+    centres = rng.standard_normal((40, 48))
+    bank, targets = _clustered(rng, 30000, 48, centres), _clustered(rng, 400, 48, centres)
+    exact, _ = topk_similarity(torch.from_numpy(targets), torch.from_numpy(bank), 32)
+    return bank, targets, exact.numpy(), BankIndex(bank, nlist=64, scan="blas")
+
+
+def test_blas_scan_all_lists_equals_exact_topk(blas_problem):
+    bank, targets, exact, idx = blas_problem
+    v, i = idx.search(targets, 32, nprobe=idx.nlist, scan="blas")
+    np.testing.assert_allclose(v, exact, atol=1e-6)
+    np.testing.assert_allclose((targets[:, None, :] * bank[i]).sum(-1), v, atol=1e-5)  # indices of the bank
+    v1, none = idx.search(targets, 32, nprobe=idx.nlist, scan="blas", return_indices=False)
+    assert none is None and np.array_equal(v1, v)
+
+
+@pytest.mark.parametrize("nprobe", [1, 3, 16])
+def test_blas_scan_subset_bounded_by_exact_and_equals_faiss_scan(blas_problem, nprobe):
+    bank, targets, exact, idx = blas_problem
+    vb, ib = idx.search(targets, 32, nprobe=nprobe, scan="blas")
+    vf, jf = idx.search(targets, 32, nprobe=nprobe, scan="faiss")  # same quantizer, same probed lists
+    vf = np.where(jf < 0, -np.inf, vf)  # faiss pads a short result with -FLT_MAX, the blas scan with -inf
+    np.testing.assert_allclose(vb, vf, atol=1e-5)
+    assert (ib == jf).mean() > 0.99  # only near-ties may swap
+    ok = vb > -np.inf
+    assert np.all(vb[ok] <= exact[ok] + 1e-6)  # the j-th best of a subset <= the j-th best of the whole bank
+    full = ok.all(axis=1)
+    assert np.all(vb[full].mean(1) <= exact[full].mean(1) + 1e-6)
+
+
+def test_faiss_nnn_blas_scan_offsets(small_tasks):
+    pytest.importorskip("faiss")
+    from hubnorm.index import FaissNNN
+    task = small_tasks["t2i"]
+    exact = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=16))
+    full = task.fit(FaissNNN(alpha=0.75, k=16, nlist=32, nprobe=32, scan="blas"))
+    assert full.scan_ == "blas"
+    np.testing.assert_allclose(full.offsets, exact.offsets, atol=1e-6)
+    assert hn.evaluate(full, task) == hn.evaluate(exact, task)
+    part_b = task.fit(FaissNNN(alpha=0.75, k=16, nprobe=4, scan="blas", bank_index=full.index_))
+    part_f = task.fit(FaissNNN(alpha=0.75, k=16, nprobe=4, scan="faiss", bank_index=full.index_))
+    # offsets = -alpha * mean(top-k over a subset) >= -alpha * mean(top-k over the bank)
+    assert np.all(part_b.offsets >= exact.offsets - 1e-6)
+    np.testing.assert_allclose(part_b.offsets, part_f.offsets, atol=1e-6)
+
+
+def test_blas_scan_from_a_faiss_scan_index(blas_problem):
+    """An index built for the faiss scan reads its lists back for the blas scan (and vice versa: blas_problem's)."""
+    from hubnorm.index import BankIndex
+    bank, targets, exact, _ = blas_problem
+    idx = BankIndex(bank[:5000], nlist=16, scan="faiss")
+    ref, _ = topk_similarity(torch.from_numpy(targets), torch.from_numpy(bank[:5000]), 32)
+    v, i = idx.search(targets, 32, nprobe=16, scan="blas")
+    np.testing.assert_allclose(v, ref.numpy(), atol=1e-6)
+    np.testing.assert_allclose((targets[:, None, :] * bank[:5000][i]).sum(-1), v, atol=1e-5)
+    vf, _ = idx.search(targets, 32, nprobe=4, scan="faiss")
+    vb, _ = idx.search(targets, 32, nprobe=4, scan="blas")
+    np.testing.assert_allclose(vb, np.where(vf < -1e30, -np.inf, vf), atol=1e-5)

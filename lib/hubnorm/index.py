@@ -5,7 +5,11 @@ over the query bank replaces the exhaustive bank x target search; retrieval with
 is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]> = q . t + h``.
 
 * :class:`BankIndex` -- an IVF-Flat inner-product index over a bank, with the documented size rules below and
-  :meth:`BankIndex.tune_nprobe` (smallest power-of-two ``nprobe`` reaching a recall target on a sample).
+  :meth:`BankIndex.tune_nprobe` (smallest power-of-two ``nprobe`` reaching a recall target on a sample). Two scans
+  of the probed lists: ``scan="blas"`` (default on CPU) -- probe-grouped GEMM: the bank is stored reordered by
+  list, and each list is scanned by one GEMM of [the targets that probe it] x [its rows] with a running-threshold
+  top-k (:meth:`BankIndex._blas_search`); ``scan="faiss"`` (default with GPU faiss) -- faiss's IVF-Flat search,
+  whose CPU scan does not use BLAS. Same quantizer, same probed lists, same results.
 * :class:`FaissNNN` -- :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` whose top-k bank
   similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm._ops.nnn_bias`.
   With ``nprobe = nlist`` the search is exhaustive and the offsets equal the exact ones (float rounding aside).
@@ -26,6 +30,8 @@ Rules (the defaults; every one can be overridden):
   (default 64) held search vectors is at least ``recall_target`` (default 0.95); the exact top-k of the sample is
   one brute-force pass over the bank for 64 rows. NNN averages the top-k values, so missing a few of the k
   neighbours (replaced by the next best) changes the bias very little.
+* the BLAS scan processes the targets in chunks (warm-up candidate buffer <= 256 MB) and stores one float32
+  copy of the bank (reordered by list); the faiss index then holds the quantizer only, until a faiss scan is asked.
 * GPU faiss is used when present (``faiss.get_num_gpus() > 0``: ``index_cpu_to_gpu``), CPU otherwise;
   ``use_gpu=False`` forces the CPU.
 """
@@ -39,7 +45,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._ops import nnn_bias
+from ._ops import _pack_rows, nnn_bias
 from ._validation import as_embeddings, check_finite_float, check_positive_int
 from .normalizers.nnn import NearestNeighborNormalization
 
@@ -79,7 +85,7 @@ def _as_f32(x) -> np.ndarray:
 
 
 class BankIndex:
-    """An IVF-Flat inner-product faiss index over ``vectors`` (n x d), built once and searched many times.
+    """An IVF inner-product index over ``vectors`` (n x d), built once and searched many times.
 
     Parameters:
         vectors: the rows to index (the query bank for NNN; augmented targets for retrieval).
@@ -87,12 +93,22 @@ class BankIndex:
             gives one list: an exhaustive search.
         train_size: k-means training rows (default ``min(n, 32 * nlist)``), sampled with ``seed``.
         use_gpu: None = GPU when faiss sees one; False = CPU.
+        scan: how the probed lists are scanned. ``"blas"`` (the default on CPU): probe-grouped GEMM
+            (:meth:`_blas_search`): the bank is stored reordered by list (each list one contiguous block), every
+            list is scanned by one GEMM of [the targets that probe it] x [its rows], at the BLAS rate.
+            ``"faiss"`` (the default with GPU faiss): faiss's own IVF-Flat search (its CPU scan does not use
+            BLAS). Both assign the rows with the same quantizer. The BLAS scan probes the exact top-``nprobe``
+            centroids (:meth:`probes`); faiss probes the quantizer's top lists: the same for ``nlist < 1024``
+            (flat quantizer), approximate (HNSW) above, so that only the BLAS scan is exact at ``nprobe =
+            nlist`` there. The other scan's storage is built lazily on first use.
 
-    Attributes: ``index`` (the faiss index), ``nlist``, ``nprobe``, ``build_seconds``, ``on_gpu``.
+    Attributes: ``index`` (the faiss index: coarse quantizer + lists; its rows are added only when the faiss scan
+    is used), ``nlist``, ``nprobe``, ``scan``, ``build_seconds``, ``on_gpu``, ``list_sizes``.
     """
 
     def __init__(self, vectors, *, nlist: Optional[int] = None, train_size: Optional[int] = None, seed: int = 0,
-                 niter: int = 10, use_gpu: Optional[bool] = None, add_chunk: int = 262144):
+                 niter: int = 10, use_gpu: Optional[bool] = None, add_chunk: int = 262144,
+                 scan: Optional[str] = None):
         faiss = _faiss()
         t0 = time.perf_counter()
         x = vectors
@@ -100,6 +116,7 @@ class BankIndex:
         self.n, self.d = int(n), int(d)
         self.nlist = default_nlist(n) if nlist is None else check_positive_int(nlist, "nlist", maximum=max(1, n),
                                                                               max_name="the number of rows")
+        self._quantizer = None
         if self.nlist == 1:
             cpu = faiss.IndexFlatIP(d)
         else:
@@ -116,16 +133,97 @@ class BankIndex:
             cpu.train(_as_f32(x[sample]))
             self._quantizer = quantizer  # keep the quantizer alive with the index
         self.on_gpu = faiss_uses_gpu(use_gpu)
+        if scan is None:
+            scan = "faiss" if self.on_gpu else "blas"
+        if scan not in ("blas", "faiss"):
+            raise ValueError(f"scan must be 'blas' or 'faiss'; got {scan!r}")
+        self.scan = scan
+        self._cpu = cpu
+        self._added = False
+        self._rows = None  # blas storage: rows reordered by list (torch, n x d), list offsets, permutation
         if self.on_gpu:  # pragma: no cover - needs a GPU build of faiss
             self._res = faiss.StandardGpuResources()
             self.index = faiss.index_cpu_to_gpu(self._res, 0, cpu)
         else:
             self.index = cpu
-        for s in range(0, n, add_chunk):  # chunked: the bank may be a memory map or a large tensor
-            self.index.add(_as_f32(x[s:s + add_chunk]))
+        if scan == "faiss":
+            for s in range(0, n, add_chunk):  # chunked: the bank may be a memory map or a large tensor
+                self.index.add(_as_f32(x[s:s + add_chunk]))
+            self._added = True
+        else:
+            self._build_blas(x, add_chunk)
         self.nprobe = self.nlist
         self._set_nprobe(self.nlist)
         self.build_seconds = time.perf_counter() - t0
+
+    # ----------------------------------------------------------------------------------- storage of each scan
+    def _build_blas(self, x, add_chunk: int) -> None:
+        """Assign every row to its list with the coarse quantizer (as faiss's ``add`` does) and store the bank
+        reordered by list (stable within a list), so that list ``l`` is rows ``ptr[l]:ptr[l+1]``."""
+        n = self.n
+        if self.nlist == 1:
+            assign = np.zeros(n, np.int64)
+            cent = np.zeros((1, self.d), np.float32)
+        else:
+            assign = np.empty(n, np.int64)
+            for s in range(0, n, add_chunk):
+                _, a = self._quantizer.search(_as_f32(x[s:s + add_chunk]), 1)
+                assign[s:s + add_chunk] = a[:, 0]
+            cent = self._quantizer.reconstruct_n(0, self.nlist)
+        perm = np.argsort(assign, kind="stable")
+        counts = np.bincount(assign, minlength=self.nlist)
+        rows = torch.empty((n, self.d), dtype=torch.float32)
+        for s in range(0, n, add_chunk):
+            p = perm[s:s + add_chunk]
+            rows[s:s + len(p)] = torch.from_numpy(_as_f32(x[torch.from_numpy(p)] if isinstance(x, torch.Tensor)
+                                                          else x[p]))
+        self._set_blas(rows, perm, counts, cent)
+
+    def _set_blas(self, rows, perm, counts, cent) -> None:
+        self._rows = rows
+        self._perm = torch.from_numpy(np.ascontiguousarray(perm, dtype=np.int64))
+        self.list_sizes = np.asarray(counts, dtype=np.int64)
+        self._ptr = np.concatenate([[0], np.cumsum(self.list_sizes)]).astype(np.int64)
+        self._centroids = torch.from_numpy(np.ascontiguousarray(cent, dtype=np.float32))
+
+    def _ensure_blas(self) -> None:
+        """Blas storage from a faiss-scan index (the rows are read back from the inverted lists)."""
+        if self._rows is not None:
+            return
+        faiss = _faiss()
+        cpu = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index  # pragma: no branch
+        if self.nlist == 1:
+            rows = torch.from_numpy(cpu.reconstruct_n(0, self.n))
+            self._set_blas(rows, np.arange(self.n), np.array([self.n]), np.zeros((1, self.d), np.float32))
+            return
+        from faiss.contrib.inspect_tools import get_invlist
+        ivf = faiss.extract_index_ivf(cpu)
+        rows = torch.empty((self.n, self.d), dtype=torch.float32)
+        perm = np.empty(self.n, np.int64)
+        counts = np.zeros(self.nlist, np.int64)
+        s = 0
+        for l in range(self.nlist):
+            ids, codes = get_invlist(ivf.invlists, l)
+            order = np.argsort(ids, kind="stable")
+            c = len(ids)
+            rows[s:s + c] = torch.from_numpy(codes.view(np.float32).reshape(c, self.d)[order])
+            perm[s:s + c] = ids[order]
+            counts[l] = c
+            s += c
+        self._set_blas(rows, perm, counts, self._quantizer.reconstruct_n(0, self.nlist))
+
+    def _ensure_faiss(self) -> None:
+        """Faiss-scan storage from a blas-scan index (rows added with their ids; same quantizer, same lists)."""
+        if self._added:
+            return
+        chunk = 262144
+        for s in range(0, self.n, chunk):
+            xs = self._rows[s:s + chunk].numpy()
+            if self.nlist == 1:  # flat index: the permutation is the identity
+                self.index.add(xs)
+            else:
+                self.index.add_with_ids(xs, self._perm[s:s + chunk].numpy())
+        self._added = True
 
     def _set_nprobe(self, nprobe: int) -> None:
         self.nprobe = int(min(max(1, nprobe), self.nlist))
@@ -135,17 +233,149 @@ class BankIndex:
             else:
                 self.index.nprobe = self.nprobe
 
-    def search(self, queries, k: int, nprobe: Optional[int] = None, chunk: int = 16384) -> Tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` inner products and row indices of every query (``nprobe`` lists scanned; default the current)."""
+    # ----------------------------------------------------------------------------------- search
+    def probes(self, queries, nprobe: Optional[int] = None, chunk: int = 8192) -> np.ndarray:
+        """The lists probed by the BLAS scan for each query, (m, nprobe), best first: the exact top-``nprobe``
+        centroids by inner product (one small GEMM per chunk of queries). For ``nlist < 1024`` (flat quantizer)
+        these are the lists faiss's scan probes; above, faiss probes the HNSW quantizer's approximate top lists
+        (the HNSW graph serves only the one-off assignment of the bank rows here)."""
+        p = self.nprobe if nprobe is None else int(min(max(1, nprobe), self.nlist))
+        m = queries.shape[0]
+        if self.nlist == 1:
+            return np.zeros((m, 1), np.int64)
+        self._ensure_blas()
+        q = queries.detach().cpu().float() if isinstance(queries, torch.Tensor) else torch.from_numpy(
+            _as_f32(queries))
+        out = np.empty((m, p), np.int64)
+        for s in range(0, m, chunk):
+            out[s:s + chunk] = torch.mm(q[s:s + chunk], self._centroids.T).topk(p, dim=1).indices.numpy()
+        return out
+
+    def search(self, queries, k: int, nprobe: Optional[int] = None, chunk: int = 16384,
+               scan: Optional[str] = None, return_indices: bool = True) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` inner products and row indices of every query (``nprobe`` lists scanned; default the current;
+        ``scan``: ``"blas"`` or ``"faiss"``, default :attr:`scan`). Where the probed lists hold fewer than ``k``
+        rows, the missing entries are ``-inf`` (blas) or ``-FLT_MAX`` (faiss) with index -1.
+        ``return_indices=False`` (blas only) skips the indices (returns None): the NNN bias needs the values."""
         k = check_positive_int(k, "k", maximum=self.n, max_name="the number of indexed rows")
         if nprobe is not None:
             self._set_nprobe(nprobe)
+        scan = self.scan if scan is None else scan
+        if scan == "blas":
+            self._ensure_blas()
+            return self._blas_search(queries, k, self.nprobe, return_indices=return_indices)
+        if scan != "faiss":
+            raise ValueError(f"scan must be 'blas' or 'faiss'; got {scan!r}")
+        self._ensure_faiss()
         q = queries
         out_d = np.empty((q.shape[0], k), np.float32)
         out_i = np.empty((q.shape[0], k), np.int64)
         for s in range(0, q.shape[0], chunk):
             out_d[s:s + chunk], out_i[s:s + chunk] = self.index.search(_as_f32(q[s:s + chunk]), k)
         return out_d, out_i
+
+    def _blas_search(self, queries, k: int, nprobe: int, *, return_indices: bool = True,
+                     block_bytes: int = 256 * 2**20):
+        """Probe-grouped GEMM IVF search (exact over the probed lists).
+
+        1. probes: the quantizer's top-``nprobe`` lists of every query (the same lists faiss probes);
+        2. inverted: for each list, the queries that probe it (one stable argsort of the probe table);
+        3. warm-up: each query's first ``r`` probed lists (``r`` lists hold about ``4 k`` rows on average): for
+           each list, one GEMM ``[queries probing it first] x [its rows]`` (contiguous in the reordered bank) and a
+           top-``k``; the ``k``-th best value over them is the query's threshold ``thr`` (a lower bound of its
+           final ``k``-th value: a subset's ``k``-th best never exceeds the whole set's);
+        4. bulk, in bands of probe ranks ``[r, 2r), [2r, 4r), ...``: for each list, one GEMM of the queries that
+           probe it at a rank in the band; only values ``>= thr`` are kept (one compare pass), merged into the
+           running top-``k`` after the band, and ``thr`` tightens to its ``k``-th value. Every discarded value is
+           below a running ``k``-th value, so the result is exact over the probed lists;
+        5. the running top-``k``, sorted.
+
+        Exact (equal to a full top-``k``) when ``nprobe = nlist``. Queries are processed in chunks of at most
+        ``block_bytes`` of warm-up candidates.
+        """
+        qt = queries.detach().cpu().float() if isinstance(queries, torch.Tensor) else torch.from_numpy(
+            _as_f32(queries))
+        qt = qt.contiguous()
+        m = qt.shape[0]
+        P = int(min(max(1, nprobe), self.nlist))
+        avg = max(1.0, self.n / self.nlist)
+        r = int(min(P, max(1, math.ceil(4 * k / avg))))  # warm-up probe ranks
+        kk = int(min(k, self.list_sizes.max()))  # candidates kept per (query, warm-up list)
+        out_v = torch.empty((m, k), dtype=torch.float32)
+        out_i = torch.empty((m, k), dtype=torch.long)
+        if m == 0:
+            return out_v.numpy(), (out_i.numpy() if return_indices else None)
+        probes = torch.from_numpy(np.ascontiguousarray(self.probes(qt.numpy(), P), dtype=np.int64))
+        cm = int(max(1, min(m, block_bytes // max(1, r * kk * 12), 8192)))
+        ptr, rows, sizes, nl = self._ptr, self._rows, self.list_sizes, self.nlist
+        for c0 in range(0, m, cm):
+            c1 = min(m, c0 + cm)
+            n_c = c1 - c0
+            pr = probes[c0:c1]
+            qc = qt[c0:c1]
+            # bands of probe ranks: [0, r), [r, 2r), [2r, 4r), ...; key = band * (nlist + 1) + list
+            ranks = torch.arange(P)
+            band = torch.where(ranks < r, 0, torch.floor(torch.log2(ranks.clamp_min(r).double() / r)).long() + 1)
+            nb = int(band.max()) + 1
+            lst = torch.where(pr >= 0, pr, nl)
+            key = (band[None, :] * (nl + 1) + lst).reshape(-1)
+            order = torch.argsort(key, stable=True)
+            t_of, slot_of = order // P, order % P
+            cnt = torch.bincount(key, minlength=nb * (nl + 1)).numpy()
+            starts = np.concatenate([[0], np.cumsum(cnt)])
+            # warm-up band: a top-k of each (query, list)
+            vals = torch.full((n_c, r, kk), -torch.inf, dtype=torch.float32)
+            idx = torch.full((n_c, r, kk), -1, dtype=torch.long)
+            for l in np.flatnonzero(cnt[:nl]):
+                size = int(sizes[l])
+                if size == 0:
+                    continue
+                s, e = int(starts[l]), int(starts[l + 1])
+                t, sl = t_of[s:e], slot_of[s:e]
+                sc = torch.mm(qc[t], rows[ptr[l]:ptr[l + 1]].T)
+                if size > kk:
+                    v, i = sc.topk(kk, dim=1, sorted=False)
+                    vals[t, sl] = v
+                    idx[t, sl] = i + int(ptr[l])
+                else:
+                    vals[t, sl, :size] = sc
+                    idx[t, sl, :size] = torch.arange(int(ptr[l]), int(ptr[l]) + size)
+            run_v, p = vals.view(n_c, r * kk).topk(min(k, r * kk), dim=1, sorted=False)
+            run_i = idx.view(n_c, r * kk).gather(1, p)
+            del vals, idx
+            # later bands: keep the values that reach the running threshold, then tighten it
+            for bi in range(1, nb):
+                thr = run_v.amin(dim=1) if run_v.shape[1] >= k else torch.full((n_c,), -torch.inf)
+                cand_r, cand_c, cand_v = [], [], []
+                base = bi * (nl + 1)
+                for l in np.flatnonzero(cnt[base:base + nl]):
+                    size = int(sizes[l])
+                    if size == 0:
+                        continue
+                    s, e = int(starts[base + l]), int(starts[base + l + 1])
+                    t = t_of[s:e]
+                    sc = torch.mm(qc[t], rows[ptr[l]:ptr[l + 1]].T)
+                    rr, cc = (sc >= thr[t][:, None]).nonzero(as_tuple=True)
+                    if rr.numel():
+                        cand_r.append(t[rr])
+                        cand_c.append(cc + int(ptr[l]))
+                        cand_v.append(sc[rr, cc])
+                if cand_r:
+                    cv, ci = _pack_rows(torch.cat(cand_r), torch.cat(cand_c), torch.cat(cand_v), n_c, -torch.inf)
+                    run_v, run_i = torch.cat([run_v, cv], 1), torch.cat([run_i, ci], 1)
+                    if run_v.shape[1] > k:
+                        run_v, p = run_v.topk(k, dim=1, sorted=False)
+                        run_i = run_i.gather(1, p)
+            if run_v.shape[1] < k:  # fewer than k rows in all probed lists
+                pad = k - run_v.shape[1]
+                run_v = torch.cat([run_v, torch.full((n_c, pad), -torch.inf)], 1)
+                run_i = torch.cat([run_i, torch.full((n_c, pad), -1, dtype=torch.long)], 1)
+            v, p = run_v.topk(k, dim=1)
+            out_v[c0:c1] = v
+            if return_indices:
+                j = run_i.gather(1, p)
+                out_i[c0:c1] = torch.where(j >= 0, self._perm[j.clamp_min(0)], -1)
+        return out_v.numpy(), (out_i.numpy() if return_indices else None)
 
     def tune_nprobe(self, queries, k: int, *, recall_target: float = 0.95, sample_size: int = 64,
                     seed: int = 0) -> Dict[str, object]:
@@ -188,13 +418,15 @@ class FaissNNN(NearestNeighborNormalization):
         recall_target, sample_size: the tuning rule (see :meth:`BankIndex.tune_nprobe`).
         bank_index: a prebuilt :class:`BankIndex` of this query bank (the build is the one-off cost).
         use_gpu: None = GPU faiss when present, False = CPU.
+        scan: ``"blas"`` (probe-grouped GEMM; the default on CPU) or ``"faiss"`` (faiss's IVF-Flat scan; the
+            default with GPU faiss); None = the index's :attr:`BankIndex.scan`. See :class:`BankIndex`.
     """
 
     name = "nnn-faiss"
 
     def __init__(self, alpha=0.75, k=128, *, nlist=None, nprobe=None, recall_target=0.95, sample_size=64,
-                 bank_index=None, use_gpu=None, seed=0, device=None, chunk_size=None, check_normalized=True,
-                 block_bytes=None):
+                 bank_index=None, use_gpu=None, seed=0, scan=None, device=None, chunk_size=None,
+                 check_normalized=True, block_bytes=None):
         super().__init__(alpha=alpha, k=k, device=device, chunk_size=chunk_size, check_normalized=check_normalized,
                          block_bytes=block_bytes)
         self.nlist = nlist
@@ -204,6 +436,7 @@ class FaissNNN(NearestNeighborNormalization):
         self.bank_index = bank_index
         self.use_gpu = use_gpu
         self.seed = seed
+        self.scan = scan
 
     def _validate_params(self):
         super()._validate_params()
@@ -212,12 +445,14 @@ class FaissNNN(NearestNeighborNormalization):
         if self.nprobe is not None:
             check_positive_int(self.nprobe, "nprobe")
         check_finite_float(self.recall_target, "recall_target")
+        if self.scan not in (None, "blas", "faiss"):
+            raise ValueError(f"scan must be None, 'blas' or 'faiss'; got {self.scan!r}")
 
     def _fit(self, targets, query_bank, target_bank):
         k = check_positive_int(self.k, "k", maximum=query_bank.shape[0], max_name="the query bank size")
         idx = self.bank_index
         if idx is None:
-            idx = BankIndex(query_bank, nlist=self.nlist, seed=self.seed, use_gpu=self.use_gpu)
+            idx = BankIndex(query_bank, nlist=self.nlist, seed=self.seed, use_gpu=self.use_gpu, scan=self.scan)
         elif idx.n != query_bank.shape[0] or idx.d != query_bank.shape[1]:
             raise ValueError(f"bank_index holds {idx.n} x {idx.d} rows but the query bank is {tuple(query_bank.shape)}")
         self.tuning_ = None
@@ -226,8 +461,10 @@ class FaissNNN(NearestNeighborNormalization):
                                            sample_size=int(self.sample_size), seed=int(self.seed))
         else:
             idx._set_nprobe(int(self.nprobe))
-        top, _ = idx.search(targets, k)
+        scan = idx.scan if self.scan is None else self.scan
+        top, _ = idx.search(targets, k, scan=scan, return_indices=False)
         self.index_ = idx
+        self.scan_ = scan
         self.nprobe_ = idx.nprobe
         top = torch.from_numpy(top).to(device=targets.device, dtype=targets.dtype)
         self.bias_ = nnn_bias(top, self.alpha)
