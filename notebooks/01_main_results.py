@@ -45,6 +45,7 @@ synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic gene
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 cross_source: str = "auto"  # reference bank from another dataset (NNN Table 2): "auto" (synthetic run: the other preset; real run: none), a source string, or None
 cross_sizes: dict = {"n_train_images": 5000, "n_test_images": 1}  # sizes of the cross-dataset source when it is synthetic
+cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
 model: str = "CLIP"  # published NNN rows to show beside ours: "CLIP", "SigLIP", "BLIP", ...
 dataset = None  # published dataset "flickr30k" or "coco"; None reads it from source
 directions: list = ["t2i", "i2t"]
@@ -80,7 +81,8 @@ test_tasks = pr.make_tasks(ds.split("test"), bank, directions=directions)
 in_setting = f"bank={dataset} train {bank_fraction:.0%}"
 cross_source = pr.cross_dataset_source(ds, cross_source)  # never a synthetic bank for a real run
 if cross_source:
-    cross = pr.prepare_dataset(cross_source, seed=seed, dtype=run.dtype, synthetic_sizes=cross_sizes)
+    cross = pr.prepare_dataset(cross_source, seed=seed, dtype=run.dtype, synthetic_sizes=cross_sizes,
+                               source_kwargs=cross_kwargs)
     cross_dataset = pr.dataset_key(cross_source, cross)
     cross_bank = pr.reference_split(cross, "train", bank_fraction, seed=seed)
     val_cross = pr.make_tasks(ds.split("val"), cross_bank, directions=directions)

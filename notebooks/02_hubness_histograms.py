@@ -114,13 +114,19 @@ for ax, d in zip(axes[0], directions):
     sns.histplot(data=occ1[d], x="N_k", hue="method", discrete=True, element="step", fill=False, ax=ax,
                  hue_order=["Original", "NNN"])
     ax.set_yscale("log")
-    ax.set_xlabel(f"top-1 k-occurrence: {names[d]}")
+    ax.set_xlabel(f"top-1 k-occurrence N_1\n{names[d]}")
     ax.set_ylabel("number of targets (log scale)")
     ax.set_title(f"{d}: R@1 {r1[d]['Original']:.1f} → {r1[d]['NNN']:.1f} with NNN", fontsize=10)
 fig.suptitle(f"Hubness before/after NNN (cf. NNN Fig. 2 / A2) — {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence histograms, raw vs NNN; {label}.")
 plt.show()
+
+# %% [markdown]
+# **What to notice.** The raw curve has a long right tail: a few targets are the top-1 match of many queries (hubs)
+# while many are nobody's (the bar at 0, anti-hubs). NNN pulls the tail in and empties the zero bar: the same
+# queries are spread over more targets, which is where its R@1 gain comes from (log scale: one step is a factor of
+# ten).
 
 # %% [markdown]
 # ## 2 · Top-10 k-occurrence skewness: IS vs SN (DBSN Fig. 4, Table 5)
@@ -172,6 +178,11 @@ run.save_figure(fig, "dbsn_k_occurrence_top10", caption=f"N_{hub_k} histograms r
 plt.show()
 
 # %% [markdown]
+# **What to notice.** Compare the right ends of the three curves: the inverted softmax shortens the tail of hubs,
+# Sinkhorn (which balances every target's total mass exactly) shortens it further, and both leave fewer targets
+# with N_10 = 0. The skewness in the title summarises the tail in one number.
+
+# %% [markdown]
 # ## 3 · Does the run show the papers' findings?
 
 # %% tags=["nbval-check-output"]
@@ -190,6 +201,12 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
 # (captions / images); hubnorm calls it `mad`. Its "Δ accuracy" row does not match the Table 1 deltas exactly in
 # the paper; we show our own R@1 difference. The similarity-matrix panels of DBSN Fig. 4 are not redrawn.
 # Saved: `results/tables/02_*`, `results/figures/02_*.png`.
+
+# %% [markdown]
+# ## Try this
+# - `-p nnn_params '{"alpha": 1.5, "k": 16}'` (papermill `-y`): a stronger correction. Predict the max of N_1 and
+#   the R@1 before you run it; notebook 03 shows where R@1 turns down.
+# - `-p hub_k 1`: the DBSN skewness at top-1 instead of top-10.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

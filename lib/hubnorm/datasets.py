@@ -5,13 +5,18 @@ Sources (``load_embeddings(source, ...)``):
   (every output made from it is labelled "synthetic").
 - ``"cache:<dataset>:<model>:<pretrained>"``: real embeddings encoded with open_clip and cached by
   :mod:`hubnorm.data` (``python -m hubnorm.data encode ...``).
-- ``"local:<path>"``: a folder of precomputed real embeddings (e.g. ``../shared/data/embeddings/...``).
+- ``"local:<path>"``: a folder of precomputed real embeddings (``.npy`` files, see :mod:`hubnorm.data.local`).
+
+Set ``HUBNORM_FORBID_SYNTHETIC=1`` to make any request for synthetic data an error: a run that must use real
+data only (e.g. a notebook run on your own folder) then cannot silently mix in generated embeddings.
 
 The containers (:class:`~hubnorm.embeddings.EmbeddingDataset`, :class:`~hubnorm.embeddings.EmbeddingSplit`)
 live in the leaf module :mod:`hubnorm.embeddings`; the loaders of each source are imported when first used.
 """
 
 from __future__ import annotations
+
+import os
 
 from .embeddings import EmbeddingDataset, EmbeddingSplit
 
@@ -26,6 +31,9 @@ def load_embeddings(source: str, **kwargs) -> EmbeddingDataset:
             f"or 'local:<folder>'; got {source!r}"
         )
     kind, _, rest = source.partition(":")
+    if kind == "synthetic" and os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
+        raise RuntimeError(f"synthetic data ({source!r}) requested while HUBNORM_FORBID_SYNTHETIC=1: this run must "
+                           "use real embeddings only (check the source parameters, e.g. cross_source)")
     if kind == "synthetic":
         from .synthetic import make_dataset
         return make_dataset(rest, **kwargs)
