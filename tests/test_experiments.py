@@ -149,7 +149,8 @@ def test_dataset_key():
 def test_published_files_have_the_columns():
     from hubnorm.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
     for name in ("nnn_chowdhury2024.csv", "dbsn_pan2025.csv"):
-        df = pd.read_csv(PUBLISHED_DIR / name)
+        with (PUBLISHED_DIR / name).open("r", encoding="utf-8") as fh:   # package data (importlib.resources)
+            df = pd.read_csv(fh)
         assert list(df.columns) == PUBLISHED_COLUMNS
         assert df["value"].notna().all()
         assert not df.duplicated(["paper", "table", "model", "dataset", "direction", "setting", "method", "metric"]).any()
