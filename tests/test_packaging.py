@@ -204,8 +204,15 @@ def make_venv(where: Path, requirement: str) -> Path:
     """A fresh venv (no system site-packages) with ``requirement`` installed, pinned by requirements.txt."""
     venv = where / "venv"
     _run(_uv() + ["venv", "--quiet", "--python", sys.executable, venv])
-    _run(_uv() + ["pip", "install", "--quiet", "--python", venv / "bin" / "python",
-                  "--constraint", REPO / "requirements.txt", requirement], env=_clean_env(venv))
+    cmd = _uv() + ["pip", "install", "--quiet", "--python", venv / "bin" / "python",
+                   "--constraint", REPO / "requirements.txt", requirement]
+    try:
+        _run(cmd, env=_clean_env(venv))
+    except AssertionError as online:  # no index reachable: a warm uv cache still has every pinned wheel
+        try:
+            _run(cmd + ["--offline"], env=_clean_env(venv))
+        except AssertionError as offline:
+            raise AssertionError(f"{online}\n--- and with --offline:\n{offline}") from None
     return venv
 
 
