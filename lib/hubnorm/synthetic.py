@@ -74,7 +74,8 @@ import numpy as np
 from .datasets import EmbeddingDataset, EmbeddingSplit
 
 __all__ = [
-    "GeneratorConfig", "PRESETS", "REAL_CLIP_GEOMETRY", "make_dataset", "generate_split", "topic_relevance",
+    "GeneratorConfig", "PRESETS", "REAL_CLIP_GEOMETRY", "make_dataset", "generate_split", "iter_split_chunks",
+    "topic_relevance",
     "geometry_stats",
 ]
 
@@ -248,6 +249,32 @@ def _rotate_normalize(x: np.ndarray, geo: _Geometry) -> None:
     x /= np.sqrt((x * x).sum(axis=1, keepdims=True))
 
 
+def iter_split_chunks(cfg: GeneratorConfig, split: str, n_images: int, *, seed: int = 0,
+                      chunk_size: Optional[int] = None, _geo: Optional[_Geometry] = None):
+    """Generate a split chunk by chunk: yields ``(i0, i1, images, captions, topics, latent, genericity)`` for the
+    images ``i0:i1`` (captions ``i0 * c : i1 * c``, ``c = captions_per_image``), final (rotated, unit-norm) float32.
+
+    The chunks concatenate to :func:`generate_split`'s arrays, byte for byte, whatever ``chunk_size`` is (images per
+    chunk, rounded up to a multiple of :data:`RNG_BLOCK`; default 4096): use it to stream splits too large for
+    memory (the rehearsal cache of ``python -m hubnorm.data rehearse``).
+    """
+    if split not in _SPLIT_CODES:
+        raise ValueError(f"split must be one of {sorted(_SPLIT_CODES)}; got {split!r}")
+    n_images = _check_size(n_images, f"n_{split}_images", minimum=1)
+    geo = _geometry(cfg, seed) if _geo is None else _geo
+    chunk = 4096 if chunk_size is None else _check_size(chunk_size, "chunk_size", minimum=1)
+    blocks_per_chunk = -(-chunk // RNG_BLOCK)
+    n_blocks = -(-n_images // RNG_BLOCK)
+    for b0 in range(0, n_blocks, blocks_per_chunk):
+        b1 = min(n_blocks, b0 + blocks_per_chunk)
+        parts = [_block(cfg, geo, seed, _SPLIT_CODES[split], b, min(n_images, (b + 1) * RNG_BLOCK) - b * RNG_BLOCK)
+                 for b in range(b0, b1)]
+        img, cap, t, z, g = (np.concatenate(x) for x in zip(*parts))
+        _rotate_normalize(img, geo)
+        _rotate_normalize(cap, geo)
+        yield b0 * RNG_BLOCK, min(n_images, b1 * RNG_BLOCK), img, cap, t, z.astype(np.float32), g.astype(np.float32)
+
+
 def generate_split(cfg: GeneratorConfig, split: str, n_images: int, *, seed: int = 0,
                    chunk_size: Optional[int] = None, _geo: Optional[_Geometry] = None) -> EmbeddingSplit:
     """One split of ``n_images`` images (and ``captions_per_image`` captions each) from ``cfg``.
@@ -258,26 +285,16 @@ def generate_split(cfg: GeneratorConfig, split: str, n_images: int, *, seed: int
     if split not in _SPLIT_CODES:
         raise ValueError(f"split must be one of {sorted(_SPLIT_CODES)}; got {split!r}")
     n_images = _check_size(n_images, f"n_{split}_images", minimum=1)
-    geo = _geometry(cfg, seed) if _geo is None else _geo
-    chunk = 4096 if chunk_size is None else _check_size(chunk_size, "chunk_size", minimum=1)
-    blocks_per_chunk = -(-chunk // RNG_BLOCK)
     c = cfg.captions_per_image
     images = np.empty((n_images, cfg.dim), np.float32)
     captions = np.empty((n_images * c, cfg.dim), np.float32)
     topics = np.empty(n_images, np.int64)
     latent = np.empty((n_images, cfg.latent_dim), np.float32)
     generic = np.empty(n_images, np.float32)
-    n_blocks = -(-n_images // RNG_BLOCK)
-    for b0 in range(0, n_blocks, blocks_per_chunk):
-        b1 = min(n_blocks, b0 + blocks_per_chunk)
-        for b in range(b0, b1):
-            i0, i1 = b * RNG_BLOCK, min(n_images, (b + 1) * RNG_BLOCK)
-            img, cap, t, z, g = _block(cfg, geo, seed, _SPLIT_CODES[split], b, i1 - i0)
-            images[i0:i1], captions[i0 * c:i1 * c] = img, cap
-            topics[i0:i1], latent[i0:i1], generic[i0:i1] = t, z, g
-        i0, i1 = b0 * RNG_BLOCK, min(n_images, b1 * RNG_BLOCK)
-        _rotate_normalize(images[i0:i1], geo)
-        _rotate_normalize(captions[i0 * c:i1 * c], geo)
+    for i0, i1, img, cap, t, z, g in iter_split_chunks(cfg, split, n_images, seed=seed, chunk_size=chunk_size,
+                                                       _geo=_geo):
+        images[i0:i1], captions[i0 * c:i1 * c] = img, cap
+        topics[i0:i1], latent[i0:i1], generic[i0:i1] = t, z, g
     c2i = np.repeat(np.arange(n_images, dtype=np.int64), c)
     extras = {"topic": topics, "latent": latent, "genericity": generic, "caption_topic": topics[c2i]}
     return EmbeddingSplit(images=images, captions=captions, caption_to_image=c2i, extras=extras)

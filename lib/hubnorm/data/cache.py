@@ -9,8 +9,10 @@ Layout (``<cache root>`` = ``$HUBNORM_CACHE`` or ``<repo>/cache``)::
         texts.json            {"image_files": [...], "captions": [...]}
         manifest.json         key + sha256 / rows / shape of every file (written last)
 
-The manifest ``key`` holds dataset, split, model, pretrained tag, precision, the sha256 fingerprint of the
-annotations and the library versions (torch, open_clip, hubnorm). An entry is reused only when the key matches
+The manifest ``key`` holds dataset, split, model, pretrained tag, the encoder family (``"open_clip"`` or
+``"blip"``; entries written before the field existed are open_clip entries and stay valid), precision, the sha256
+fingerprint of the annotations and the library versions (torch, open_clip, hubnorm). Rehearsal entries
+(``python -m hubnorm.data rehearse``) also have ``"source": "synthetic-rehearsal"`` in the key. An entry is reused only when the key matches
 and every file's sha256 and row count match the manifest; anything else raises :class:`CacheError`, which the
 encoder answers by re-encoding.
 """
@@ -44,8 +46,9 @@ class CacheError(RuntimeError):
         self.reason = reason  # "missing" | "stale" | "corrupt"
 
 
-def library_versions() -> Dict[str, str]:
-    """Versions of torch, open_clip and hubnorm (read from package metadata: importing open_clip is slow)."""
+def library_versions(encoder_family: str = "open_clip") -> Dict[str, str]:
+    """Versions of torch, open_clip and hubnorm (read from package metadata: importing open_clip is slow), plus
+    transformers for the ``"blip"`` encoder family."""
     from importlib import metadata
 
     import torch
@@ -59,7 +62,13 @@ def library_versions() -> Dict[str, str]:
             oc = getattr(open_clip, "__version__", "unknown")
         except ImportError:  # pragma: no cover - open_clip is an optional dependency
             oc = "not installed"
-    return {"torch": torch.__version__, "open_clip": oc, "hubnorm": hubnorm_version}
+    out = {"torch": torch.__version__, "open_clip": oc, "hubnorm": hubnorm_version}
+    if encoder_family == "blip":
+        try:
+            out["transformers"] = metadata.version("transformers")
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            out["transformers"] = "not installed"
+    return out
 
 
 def normalize_pretrained(pretrained: Optional[str]) -> str:
@@ -69,12 +78,17 @@ def normalize_pretrained(pretrained: Optional[str]) -> str:
     return str(pretrained)
 
 
+#: Value of ``key["encoder_family"]`` assumed for manifests written before the field existed (all were open_clip).
+LEGACY_ENCODER_FAMILY = "open_clip"
+
+
 def make_key(dataset: str, split: str, model: str, pretrained: Optional[str], *, precision: str = "fp32",
-             annotations_sha256: Optional[str] = None, versions: Optional[Dict[str, str]] = None) -> dict:
+             annotations_sha256: Optional[str] = None, versions: Optional[Dict[str, str]] = None,
+             encoder_family: str = "open_clip") -> dict:
     return {
         "dataset": dataset, "split": split, "model": model, "pretrained": normalize_pretrained(pretrained),
-        "precision": precision, "annotations_sha256": annotations_sha256,
-        "versions": dict(versions if versions is not None else library_versions()),
+        "encoder_family": encoder_family, "precision": precision, "annotations_sha256": annotations_sha256,
+        "versions": dict(versions if versions is not None else library_versions(encoder_family)),
     }
 
 
@@ -145,6 +159,68 @@ def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.nd
     return manifest
 
 
+def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions: int, dim: int, chunks,
+                          caption_to_image: np.ndarray, image_files, caption_texts,
+                          extra: Optional[dict] = None) -> dict:
+    """:func:`write_entry` for splits too large to hold twice in memory.
+
+    ``chunks`` yields ``(image_rows_start, images, caption_rows_start, captions)`` blocks that together fill the
+    ``(n_images, dim)`` and ``(n_captions, dim)`` float32 arrays; they go straight into memory-mapped ``.npy``
+    files (temporary names, renamed when complete), so peak memory is one chunk. The manifest is written last.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        (folder / MANIFEST).unlink()
+    except FileNotFoundError:
+        pass
+    tmp = {name: folder / f".{name}.partial.npy" for name in ("images.npy", "captions.npy")}
+    maps = {"images.npy": np.lib.format.open_memmap(tmp["images.npy"], mode="w+", dtype=np.float32,
+                                                    shape=(int(n_images), int(dim))),
+            "captions.npy": np.lib.format.open_memmap(tmp["captions.npy"], mode="w+", dtype=np.float32,
+                                                      shape=(int(n_captions), int(dim)))}
+    filled = {"images.npy": 0, "captions.npy": 0}
+    try:
+        for i0, img, j0, cap in chunks:
+            maps["images.npy"][i0:i0 + len(img)] = img
+            maps["captions.npy"][j0:j0 + len(cap)] = cap
+            filled["images.npy"] += len(img)
+            filled["captions.npy"] += len(cap)
+        if filled != {"images.npy": n_images, "captions.npy": n_captions}:
+            raise ValueError(f"chunks filled {filled}, expected {n_images} images and {n_captions} captions")
+        files = {}
+        for name, mm in maps.items():
+            mm.flush()
+            shape = list(mm.shape)
+            del mm
+            with open(tmp[name], "rb+") as fh:
+                os.fsync(fh.fileno())
+            nbytes = tmp[name].stat().st_size
+            os.replace(tmp[name], folder / name)
+            files[name] = {"sha256": sha256_file(folder / name), "rows": shape[0], "shape": shape,
+                           "dtype": "float32", "bytes": nbytes}
+        maps.clear()
+    finally:
+        maps.clear()
+        for path in tmp.values():
+            if path.exists():
+                path.unlink()
+    c2i = np.asarray(caption_to_image, dtype=np.int64)
+    data = _npy_bytes(c2i)
+    files["caption_to_image.npy"] = {"sha256": atomic_write_bytes(folder / "caption_to_image.npy", data),
+                                     "rows": int(c2i.shape[0]), "shape": list(c2i.shape), "dtype": "int64",
+                                     "bytes": len(data)}
+    texts = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)}, ensure_ascii=False)
+    data = texts.encode("utf-8")
+    files[TEXT_FILE] = {"sha256": atomic_write_bytes(folder / TEXT_FILE, data), "rows": len(caption_texts),
+                        "bytes": len(data)}
+    manifest = {"format": FORMAT_VERSION, "key": key, "files": files, "n_images": int(n_images),
+                "n_captions": int(n_captions), "dim": int(dim), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                **(extra or {})}
+    atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+    return manifest
+
+
 def read_manifest(folder: PathLike) -> dict:
     path = Path(folder) / MANIFEST
     if not path.exists():
@@ -165,7 +241,7 @@ def key_differences(stored: dict, expected: dict, fields: Optional[Iterable[str]
         want = expected.get(f)
         if want is None:
             continue
-        have = stored.get(f)
+        have = stored.get(f, LEGACY_ENCODER_FAMILY if f == "encoder_family" else None)
         if f == "versions" and isinstance(want, dict):
             for lib, v in want.items():
                 if (have or {}).get(lib) != v:
@@ -218,5 +294,6 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
     return arrays, texts, manifest
 
 
-__all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry", "read_manifest",
+__all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry",
+           "write_entry_streaming", "read_manifest", "LEGACY_ENCODER_FAMILY",
            "library_versions", "normalize_pretrained", "sha256_file", "atomic_write_bytes", "key_differences"]
