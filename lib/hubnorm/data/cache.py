@@ -162,11 +162,12 @@ def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.nd
 def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions: int, dim: int, chunks,
                           caption_to_image: np.ndarray, image_files, caption_texts,
                           extra: Optional[dict] = None) -> dict:
-    """:func:`write_entry` for splits too large to hold twice in memory.
+    """:func:`write_entry` for splits too large to hold in memory.
 
-    ``chunks`` yields ``(image_rows_start, images, caption_rows_start, captions)`` blocks that together fill the
-    ``(n_images, dim)`` and ``(n_captions, dim)`` float32 arrays; they go straight into memory-mapped ``.npy``
-    files (temporary names, renamed when complete), so peak memory is one chunk. The manifest is written last.
+    ``chunks`` yields ``(image_row_start, images, caption_row_start, captions)`` blocks, in row order, that
+    together fill the ``(n_images, dim)`` and ``(n_captions, dim)`` float32 arrays. They are appended to ``.npy``
+    files under temporary names (sha256 computed while writing; renamed when complete), so peak memory is one
+    chunk. The manifest is written last.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -174,37 +175,40 @@ def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions
         (folder / MANIFEST).unlink()
     except FileNotFoundError:
         pass
-    tmp = {name: folder / f".{name}.partial.npy" for name in ("images.npy", "captions.npy")}
-    maps = {"images.npy": np.lib.format.open_memmap(tmp["images.npy"], mode="w+", dtype=np.float32,
-                                                    shape=(int(n_images), int(dim))),
-            "captions.npy": np.lib.format.open_memmap(tmp["captions.npy"], mode="w+", dtype=np.float32,
-                                                      shape=(int(n_captions), int(dim)))}
-    filled = {"images.npy": 0, "captions.npy": 0}
+    shapes = {"images.npy": (int(n_images), int(dim)), "captions.npy": (int(n_captions), int(dim))}
+    tmp = {name: folder / f".{name}.partial" for name in shapes}
+    handles, hashes, filled = {}, {}, {name: 0 for name in shapes}
     try:
+        for name, shape in shapes.items():
+            handles[name] = open(tmp[name], "wb")
+            hashes[name] = hashlib.sha256()
+            head = io.BytesIO()
+            np.lib.format.write_array_header_1_0(head, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                        "fortran_order": False, "shape": shape})
+            _write_hashed(handles[name], hashes[name], head.getvalue())
         for i0, img, j0, cap in chunks:
-            maps["images.npy"][i0:i0 + len(img)] = img
-            maps["captions.npy"][j0:j0 + len(cap)] = cap
-            filled["images.npy"] += len(img)
-            filled["captions.npy"] += len(cap)
+            for name, start, arr in (("images.npy", i0, img), ("captions.npy", j0, cap)):
+                arr = np.ascontiguousarray(arr, dtype=np.float32)
+                if start != filled[name] or arr.ndim != 2 or arr.shape[1] != dim:
+                    raise ValueError(f"{name}: chunk of shape {arr.shape} at row {start}; expected rows from "
+                                     f"{filled[name]} with {dim} columns (chunks must come in row order)")
+                _write_hashed(handles[name], hashes[name], arr.tobytes())
+                filled[name] += len(arr)
         if filled != {"images.npy": n_images, "captions.npy": n_captions}:
             raise ValueError(f"chunks filled {filled}, expected {n_images} images and {n_captions} captions")
         files = {}
-        for name, mm in maps.items():
-            mm.flush()
-            shape = list(mm.shape)
-            del mm
-            with open(tmp[name], "rb+") as fh:
-                os.fsync(fh.fileno())
-            nbytes = tmp[name].stat().st_size
+        for name, fh in handles.items():
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
             os.replace(tmp[name], folder / name)
-            files[name] = {"sha256": sha256_file(folder / name), "rows": shape[0], "shape": shape,
-                           "dtype": "float32", "bytes": nbytes}
-        maps.clear()
+            files[name] = {"sha256": hashes[name].hexdigest(), "rows": shapes[name][0], "shape": list(shapes[name]),
+                           "dtype": "float32", "bytes": (folder / name).stat().st_size}
     finally:
-        maps.clear()
-        for path in tmp.values():
-            if path.exists():
-                path.unlink()
+        for name, fh in handles.items():
+            fh.close()
+            if tmp[name].exists():
+                tmp[name].unlink()
     c2i = np.asarray(caption_to_image, dtype=np.int64)
     data = _npy_bytes(c2i)
     files["caption_to_image.npy"] = {"sha256": atomic_write_bytes(folder / "caption_to_image.npy", data),
@@ -219,6 +223,11 @@ def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions
                 **(extra or {})}
     atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
     return manifest
+
+
+def _write_hashed(fh, h, data: bytes) -> None:
+    fh.write(data)
+    h.update(data)
 
 
 def read_manifest(folder: PathLike) -> dict:

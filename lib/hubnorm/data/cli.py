@@ -116,9 +116,8 @@ def _cmd_list(args) -> int:
             try:
                 m = read_manifest(man.parent)
                 k = m["key"]
-                print(f"  cached: {k['model']} / {k['pretrained']} / {k['split']} "
-                      f"({k.get('encoder_family', 'open_clip')}): {m['n_images']} images, "
-                      f"{m['n_captions']} captions, dim {m.get('dim')}")
+                print(f"  cached: {k['model']} / {k['pretrained']} / {k['split']}: {m['n_images']} images, "
+                      f"{m['n_captions']} captions, dim {m.get('dim')} ({k.get('encoder_family', 'open_clip')})")
             except CacheError as exc:
                 print(f"  cached: {man.parent}: unreadable ({exc})")
         print()
