@@ -3,8 +3,10 @@
 Sources (``load_embeddings(source, ...)``):
 - ``"synthetic:coco"``, ``"synthetic:flickr30k"``: the seeded generator in :mod:`hubnorm.synthetic`
   (every output made from it is labelled "synthetic").
-- ``"cache:<dataset>:<model>:<pretrained>"``: real embeddings encoded with open_clip and cached by
-  :mod:`hubnorm.data` (``python -m hubnorm.data encode ...``).
+- ``"cache:<dataset>:<model>:<pretrained>"``: real embeddings encoded (open_clip: CLIP, SigLIP; transformers:
+  BLIP ITC) and cached by :mod:`hubnorm.data` (``python -m hubnorm.data encode ...``); with model
+  ``synthetic-rehearsal`` (``cache:coco:synthetic-rehearsal:seed0``), the SYNTHETIC rehearsal cache of
+  ``python -m hubnorm.data rehearse`` (``source="synthetic"``).
 - ``"local:<path>"``: a folder of precomputed real embeddings (``.npy`` files, see :mod:`hubnorm.data.local`).
 
 Set ``HUBNORM_FORBID_SYNTHETIC=1`` to make any request for synthetic data an error: a run that must use real

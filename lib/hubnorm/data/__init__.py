@@ -1,4 +1,5 @@
-"""Real-data pipeline: Karpathy-split captions, checksummed downloads, open_clip encoding, verified caches.
+"""Real-data pipeline: Karpathy-split captions, checksummed downloads, encoding (open_clip: CLIP, SigLIP;
+transformers: BLIP ITC), verified caches, and synthetic rehearsal caches with the real split sizes.
 
 Data flow::
 
@@ -6,10 +7,13 @@ Data flow::
     python -m hubnorm.data fetch coco --what images --split test # COCO val2014 images
     python -m hubnorm.data encode coco --model ViT-B-32-quickgelu --pretrained openai --split test
     >>> hubnorm.load_embeddings("cache:coco:ViT-B-32-quickgelu:openai", splits=("test",))
+    python -m hubnorm.data rehearse --profile paper-coco           # SYNTHETIC, exact split sizes
+    >>> hubnorm.load_embeddings("cache:coco:synthetic-rehearsal:seed0")
 
 Modules: :mod:`.annotations` (caption loaders), :mod:`.registry` (datasets, URLs, checksums), :mod:`.fetch`
-(downloads), :mod:`.encode` (open_clip), :mod:`.cache` (npy + manifest), :mod:`.pipeline` (encode-or-load),
-:mod:`.local` (precomputed embedding folders). Heavy dependencies (open_clip, pooch) load only when used.
+(downloads), :mod:`.encode` (open_clip, :func:`get_encoder`), :mod:`.encode_blip` (BLIP ITC), :mod:`.cache`
+(npy + manifest), :mod:`.pipeline` (encode-or-load), :mod:`.rehearse` (synthetic rehearsal caches), :mod:`.models`
+(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders). Heavy dependencies (open_clip, pooch) load only when used.
 """
 
 from .annotations import (
@@ -20,6 +24,7 @@ from .annotations import (
 from .cache import CacheError, entry_dir, library_versions, make_key, read_entry, write_entry
 from .fetch import DownloadError, ManualDownloadRequired, fetch, retrieve
 from .local import load_local_embeddings
+from .models import PUBLISHED_MODELS, published_model_name
 from .paths import annotations_dir, cache_root, data_root, images_dir
 from .pipeline import (
     CacheWarning, encode_command, encode_dataset, encode_split, load_cached_embeddings, parse_cache_spec,
@@ -28,10 +33,16 @@ from .pipeline import (
 from .registry import DATASETS, RESOURCES, SPLITS, check_split, dataset_info, list_datasets
 
 
-def __getattr__(name):  # OpenClipEncoder imports torch-heavy open_clip lazily
-    if name == "OpenClipEncoder":
-        from .encode import OpenClipEncoder
-        return OpenClipEncoder
+def __getattr__(name):  # the encoders import torch-heavy open_clip / transformers lazily
+    if name in ("OpenClipEncoder", "get_encoder", "infer_family", "ENCODER_FAMILIES"):
+        from . import encode
+        return getattr(encode, name)
+    if name == "BlipItcEncoder":
+        from .encode_blip import BlipItcEncoder
+        return BlipItcEncoder
+    if name in ("rehearse", "PROFILES"):
+        from . import rehearse as _rehearse
+        return getattr(_rehearse, name)
     raise AttributeError(name)
 
 
@@ -42,5 +53,7 @@ __all__ = [
     "read_entry", "write_entry", "DownloadError", "ManualDownloadRequired", "fetch", "retrieve",
     "load_local_embeddings", "load_cached_embeddings", "encode_split", "encode_dataset", "verify_split",
     "encode_command", "parse_cache_spec", "annotations_dir", "cache_root", "data_root", "images_dir", "DATASETS",
-    "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets", "OpenClipEncoder",
+    "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets", "OpenClipEncoder", "BlipItcEncoder",
+    "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
+    "PROFILES",
 ]

@@ -9,8 +9,10 @@ Layout (``<cache root>`` = ``$HUBNORM_CACHE`` or ``<repo>/cache``)::
         texts.json            {"image_files": [...], "captions": [...]}
         manifest.json         key + sha256 / rows / shape of every file (written last)
 
-The manifest ``key`` holds dataset, split, model, pretrained tag, precision, the sha256 fingerprint of the
-annotations and the library versions (torch, open_clip, hubnorm). An entry is reused only when the key matches
+The manifest ``key`` holds dataset, split, model, pretrained tag, the encoder family (``"open_clip"`` or
+``"blip"``; entries written before the field existed are open_clip entries and stay valid), precision, the sha256
+fingerprint of the annotations and the library versions (torch, open_clip, hubnorm). Rehearsal entries
+(``python -m hubnorm.data rehearse``) also have ``"source": "synthetic-rehearsal"`` in the key. An entry is reused only when the key matches
 and every file's sha256 and row count match the manifest; anything else raises :class:`CacheError`, which the
 encoder answers by re-encoding.
 """
@@ -44,8 +46,9 @@ class CacheError(RuntimeError):
         self.reason = reason  # "missing" | "stale" | "corrupt"
 
 
-def library_versions() -> Dict[str, str]:
-    """Versions of torch, open_clip and hubnorm (read from package metadata: importing open_clip is slow)."""
+def library_versions(encoder_family: str = "open_clip") -> Dict[str, str]:
+    """Versions of torch, open_clip and hubnorm (read from package metadata: importing open_clip is slow), plus
+    transformers for the ``"blip"`` encoder family."""
     from importlib import metadata
 
     import torch
@@ -59,7 +62,13 @@ def library_versions() -> Dict[str, str]:
             oc = getattr(open_clip, "__version__", "unknown")
         except ImportError:  # pragma: no cover - open_clip is an optional dependency
             oc = "not installed"
-    return {"torch": torch.__version__, "open_clip": oc, "hubnorm": hubnorm_version}
+    out = {"torch": torch.__version__, "open_clip": oc, "hubnorm": hubnorm_version}
+    if encoder_family == "blip":
+        try:
+            out["transformers"] = metadata.version("transformers")
+        except metadata.PackageNotFoundError:  # pragma: no cover
+            out["transformers"] = "not installed"
+    return out
 
 
 def normalize_pretrained(pretrained: Optional[str]) -> str:
@@ -69,12 +78,17 @@ def normalize_pretrained(pretrained: Optional[str]) -> str:
     return str(pretrained)
 
 
+#: Value of ``key["encoder_family"]`` assumed for manifests written before the field existed (all were open_clip).
+LEGACY_ENCODER_FAMILY = "open_clip"
+
+
 def make_key(dataset: str, split: str, model: str, pretrained: Optional[str], *, precision: str = "fp32",
-             annotations_sha256: Optional[str] = None, versions: Optional[Dict[str, str]] = None) -> dict:
+             annotations_sha256: Optional[str] = None, versions: Optional[Dict[str, str]] = None,
+             encoder_family: str = "open_clip") -> dict:
     return {
         "dataset": dataset, "split": split, "model": model, "pretrained": normalize_pretrained(pretrained),
-        "precision": precision, "annotations_sha256": annotations_sha256,
-        "versions": dict(versions if versions is not None else library_versions()),
+        "encoder_family": encoder_family, "precision": precision, "annotations_sha256": annotations_sha256,
+        "versions": dict(versions if versions is not None else library_versions(encoder_family)),
     }
 
 
@@ -145,6 +159,77 @@ def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.nd
     return manifest
 
 
+def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions: int, dim: int, chunks,
+                          caption_to_image: np.ndarray, image_files, caption_texts,
+                          extra: Optional[dict] = None) -> dict:
+    """:func:`write_entry` for splits too large to hold in memory.
+
+    ``chunks`` yields ``(image_row_start, images, caption_row_start, captions)`` blocks, in row order, that
+    together fill the ``(n_images, dim)`` and ``(n_captions, dim)`` float32 arrays. They are appended to ``.npy``
+    files under temporary names (sha256 computed while writing; renamed when complete), so peak memory is one
+    chunk. The manifest is written last.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        (folder / MANIFEST).unlink()
+    except FileNotFoundError:
+        pass
+    shapes = {"images.npy": (int(n_images), int(dim)), "captions.npy": (int(n_captions), int(dim))}
+    tmp = {name: folder / f".{name}.partial" for name in shapes}
+    handles, hashes, filled = {}, {}, {name: 0 for name in shapes}
+    try:
+        for name, shape in shapes.items():
+            handles[name] = open(tmp[name], "wb")
+            hashes[name] = hashlib.sha256()
+            head = io.BytesIO()
+            np.lib.format.write_array_header_1_0(head, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                                                        "fortran_order": False, "shape": shape})
+            _write_hashed(handles[name], hashes[name], head.getvalue())
+        for i0, img, j0, cap in chunks:
+            for name, start, arr in (("images.npy", i0, img), ("captions.npy", j0, cap)):
+                arr = np.ascontiguousarray(arr, dtype=np.float32)
+                if start != filled[name] or arr.ndim != 2 or arr.shape[1] != dim:
+                    raise ValueError(f"{name}: chunk of shape {arr.shape} at row {start}; expected rows from "
+                                     f"{filled[name]} with {dim} columns (chunks must come in row order)")
+                _write_hashed(handles[name], hashes[name], arr.tobytes())
+                filled[name] += len(arr)
+        if filled != {"images.npy": n_images, "captions.npy": n_captions}:
+            raise ValueError(f"chunks filled {filled}, expected {n_images} images and {n_captions} captions")
+        files = {}
+        for name, fh in handles.items():
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+            os.replace(tmp[name], folder / name)
+            files[name] = {"sha256": hashes[name].hexdigest(), "rows": shapes[name][0], "shape": list(shapes[name]),
+                           "dtype": "float32", "bytes": (folder / name).stat().st_size}
+    finally:
+        for name, fh in handles.items():
+            fh.close()
+            if tmp[name].exists():
+                tmp[name].unlink()
+    c2i = np.asarray(caption_to_image, dtype=np.int64)
+    data = _npy_bytes(c2i)
+    files["caption_to_image.npy"] = {"sha256": atomic_write_bytes(folder / "caption_to_image.npy", data),
+                                     "rows": int(c2i.shape[0]), "shape": list(c2i.shape), "dtype": "int64",
+                                     "bytes": len(data)}
+    texts = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)}, ensure_ascii=False)
+    data = texts.encode("utf-8")
+    files[TEXT_FILE] = {"sha256": atomic_write_bytes(folder / TEXT_FILE, data), "rows": len(caption_texts),
+                        "bytes": len(data)}
+    manifest = {"format": FORMAT_VERSION, "key": key, "files": files, "n_images": int(n_images),
+                "n_captions": int(n_captions), "dim": int(dim), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                **(extra or {})}
+    atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+    return manifest
+
+
+def _write_hashed(fh, h, data: bytes) -> None:
+    fh.write(data)
+    h.update(data)
+
+
 def read_manifest(folder: PathLike) -> dict:
     path = Path(folder) / MANIFEST
     if not path.exists():
@@ -165,7 +250,7 @@ def key_differences(stored: dict, expected: dict, fields: Optional[Iterable[str]
         want = expected.get(f)
         if want is None:
             continue
-        have = stored.get(f)
+        have = stored.get(f, LEGACY_ENCODER_FAMILY if f == "encoder_family" else None)
         if f == "versions" and isinstance(want, dict):
             for lib, v in want.items():
                 if (have or {}).get(lib) != v:
@@ -218,5 +303,6 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
     return arrays, texts, manifest
 
 
-__all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry", "read_manifest",
+__all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry",
+           "write_entry_streaming", "read_manifest", "LEGACY_ENCODER_FAMILY",
            "library_versions", "normalize_pretrained", "sha256_file", "atomic_write_bytes", "key_differences"]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m hubnorm.data {list,fetch,encode,verify} ...`` (``-h`` on each for help)."""
+"""Command line: ``python -m hubnorm.data {list,fetch,encode,verify,rehearse} ...`` (``-h`` on each for help)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ examples:
   python -m hubnorm.data fetch coco --what images --split test
   python -m hubnorm.data encode coco --model ViT-B-32-quickgelu --pretrained openai --split test
   python -m hubnorm.data encode flickr30k --model ViT-B-32-quickgelu --pretrained openai --split test --split train
+  python -m hubnorm.data encode coco --model ViT-B-16-SigLIP --pretrained webli --split test
+  python -m hubnorm.data encode coco --model blip-itm-base-coco --pretrained hf --split test
   python -m hubnorm.data verify coco --model ViT-B-32-quickgelu --pretrained openai
+  python -m hubnorm.data rehearse --profile paper-flickr30k     # SYNTHETIC data, real split sizes
 
 folders: data root = $HUBNORM_DATA or <repo>/data/raw; cache root = $HUBNORM_CACHE or <repo>/cache
 (both gitignored). See data/README.md."""
@@ -28,9 +31,10 @@ def _splits(values: Optional[List[str]], default) -> List[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hubnorm.data", description="hubnorm real-data pipeline: fetch "
-                                "Karpathy-split annotations and images, encode them with open_clip, verify caches.",
+                                "Karpathy-split annotations and images, encode them (open_clip: CLIP, SigLIP; transformers: BLIP), verify "
+                                "caches, write synthetic rehearsal caches.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,verify}")
+    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,verify,rehearse}")
     sub.required = True
 
     common = argparse.ArgumentParser(add_help=False)
@@ -51,14 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "comma-separate; default: all). COCO test/val need val2014, train needs train2014 + val2014")
     f.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    for name, helptext in (("encode", "encode a dataset split with open_clip and cache it"),
+    for name, helptext in (("encode", "encode a dataset split (open_clip or BLIP) and cache it"),
                            ("verify", "check cached embeddings (key + sha256 checksums)")):
         e = sub.add_parser(name, parents=[common], help=helptext, description=helptext + ".")
         e.add_argument("dataset", help="coco, flickr30k or flickr8k")
         e.add_argument("--model", required=True, help="open_clip model name, e.g. ViT-B-32-quickgelu (OpenAI "
-                       "weights need the -quickgelu names) or hf-hub:org/name")
-        e.add_argument("--pretrained", required=True, help="pretrained tag, e.g. openai or laion2b_s34b_b79k; "
-                       "'none' for random init (hf-hub models: none)")
+                       "weights need the -quickgelu names), ViT-B-16-SigLIP or hf-hub:org/name; or a BLIP retrieval "
+                       "model: blip-itm-base-coco, blip-itm-base-flickr, Salesforce/<id> or a local folder")
+        e.add_argument("--pretrained", required=True, help="pretrained tag, e.g. openai, laion2b_s34b_b79k, webli; "
+                       "'none' for random init (hf-hub models: none); BLIP: 'hf' (weights) or 'none'")
+        e.add_argument("--family", choices=("open_clip", "blip"), help="encoder family (default: inferred from "
+                       "the model name: names starting with 'blip' and BLIP folders -> blip, else open_clip)")
         e.add_argument("--split", action="append", help="split(s): train, val, test (repeat or comma-separate; "
                        "default: test" + (")" if name == "encode" else " val train, those present)"))
         if name == "encode":
@@ -71,6 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
             e.add_argument("--workers", type=int, default=0, help="image-loading worker processes (default 0)")
             e.add_argument("--force", action="store_true", help="re-encode even if a valid cache entry exists")
             e.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r = sub.add_parser("rehearse", help="write SYNTHETIC embeddings with a paper profile's exact split sizes",
+                       description="Write synthetic embeddings (hubnorm.synthetic) with the exact Karpathy split "
+                       "sizes of a paper profile into a separate, labelled cache root, and print the cache: source "
+                       "to run the profile on. Use it to check a machine before downloading and encoding real data. "
+                       "Everything written is labelled synthetic.")
+    r.add_argument("--profile", required=True, choices=("paper-flickr30k", "paper-coco"))
+    r.add_argument("--cache-dir", help="rehearsal cache root (default: <cache root>/rehearsal)")
+    r.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    r.add_argument("--scale", type=float, default=1.0, help="multiply every split size (tests; default 1)")
+    r.add_argument("--split", action="append", help="split(s) to write (default: train val test)")
+    r.add_argument("--force", action="store_true", help="rewrite entries that are already there")
     return p
 
 
@@ -99,7 +117,7 @@ def _cmd_list(args) -> int:
                 m = read_manifest(man.parent)
                 k = m["key"]
                 print(f"  cached: {k['model']} / {k['pretrained']} / {k['split']}: {m['n_images']} images, "
-                      f"{m['n_captions']} captions, dim {m.get('dim')}")
+                      f"{m['n_captions']} captions, dim {m.get('dim')} ({k.get('encoder_family', 'open_clip')})")
             except CacheError as exc:
                 print(f"  cached: {man.parent}: unreadable ({exc})")
         print()
@@ -124,11 +142,23 @@ def _cmd_encode(args) -> int:
     ds = encode_dataset(args.dataset, args.model, args.pretrained, splits, annotations=args.annotations,
                         images_root=args.images_root, data_dir=args.data_dir, cache_dir=args.cache_dir,
                         batch_size=args.batch_size, device=args.device, precision=args.precision,
-                        num_workers=args.workers, force=args.force, progress=not args.no_progress)
+                        num_workers=args.workers, force=args.force, progress=not args.no_progress,
+                        family=args.family)
     from .cache import entry_dir
     for s, sp in ds.splits.items():
         print(f"{args.dataset} {s}: {sp.n_images} images, {sp.n_captions} captions, dim {sp.images.shape[1]} -> "
               f"{entry_dir(args.dataset, args.model, args.pretrained, s, args.cache_dir)}")
+    print(f"load with: hubnorm.load_embeddings(\"cache:{args.dataset}:{args.model}:{args.pretrained}\""
+          + (f", cache_dir=\"{args.cache_dir}\"" if args.cache_dir else "") + ")")
+    return 0
+
+
+def _cmd_rehearse(args) -> int:
+    from .rehearse import rehearse
+    res = rehearse(args.profile, cache_dir=args.cache_dir, seed=args.seed, scale=args.scale,
+                   splits=_splits(args.split, ("train", "val", "test")), force=args.force)
+    print(f"\nSYNTHETIC rehearsal cache (not real embeddings): {res['cache_dir']}")
+    print(f"source: {res['spec']}" + ("" if args.cache_dir is None else f"   (with cache_dir={res['cache_dir']!r})"))
     return 0
 
 
@@ -139,7 +169,8 @@ def _cmd_verify(args) -> int:
     bad = 0
     for s in _splits(args.split, ("test", "val", "train")):
         try:
-            m = verify_split(args.dataset, s, args.model, args.pretrained, cache_dir=args.cache_dir)
+            m = verify_split(args.dataset, s, args.model, args.pretrained, cache_dir=args.cache_dir,
+                             family=args.family)
             print(f"OK       {args.dataset} {s}: {m['n_images']} images, {m['n_captions']} captions "
                   f"({entry_dir(args.dataset, args.model, args.pretrained, s, args.cache_dir)})")
         except CacheError as exc:
@@ -148,7 +179,7 @@ def _cmd_verify(args) -> int:
                 continue
             bad += 1
             print(f"FAILED   {args.dataset} {s}: {exc}\n         fix: "
-                  f"{encode_command(args.dataset, args.model, args.pretrained, s)} --force")
+                  f"{encode_command(args.dataset, args.model, args.pretrained, s, args.family)} --force")
     return 1 if bad else 0
 
 
@@ -156,7 +187,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .fetch import DownloadError, ManualDownloadRequired
     try:
-        return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify}[args.command](args)
+        return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify,
+                "rehearse": _cmd_rehearse}[args.command](args)
     except (DownloadError, ManualDownloadRequired, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,9 +1,16 @@
-"""open_clip encoders: images and captions -> L2-normalised float32 embeddings.
+"""Encoders: images and captions -> L2-normalised float32 embeddings. Families: ``"open_clip"`` (CLIP, SigLIP,
+... through open_clip: :class:`OpenClipEncoder`) and ``"blip"`` (BLIP ITC through transformers:
+:class:`~hubnorm.data.encode_blip.BlipItcEncoder`); :func:`get_encoder` picks one from the model name.
+
+open_clip:
 
 Model names follow open_clip (``open_clip.list_models()``); use the ``-quickgelu`` variants with OpenAI weights,
 e.g. ``("ViT-B-32-quickgelu", "openai")``. ``hf-hub:org/name`` models load from the Hugging Face hub (network
 needed the first time; pass ``pretrained=None``). ``pretrained=None`` gives a randomly initialised model
-(seeded, so repeated runs agree): useful offline and in tests.
+(seeded, so repeated runs agree): useful offline and in tests. SigLIP: ``("ViT-B-16-SigLIP", "webli")`` (weights and
+tokenizer from the Hugging Face hub on first use). ``"hubnorm-tiny-sigmoid"`` is a tiny random-init test
+architecture shaped like SigLIP (timm ViT with attention-pool head, non-causal text tower, learned logit bias) that
+uses open_clip's bundled CLIP tokenizer, so it builds offline (``lib/hubnorm/data/model_configs``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,52 @@ from .._validation import resolve_device
 from .cache import normalize_pretrained
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16")
+ENCODER_FAMILIES = ("open_clip", "blip")
+#: open_clip model configs shipped with hubnorm (test architectures), registered on first use.
+HUBNORM_OPEN_CLIP_CONFIGS = Path(__file__).resolve().parent / "model_configs"
+
+
+def infer_family(model: str) -> str:
+    """``"blip"`` for BLIP names (``blip-itm-base-coco``, ``Salesforce/blip-itm-base-coco``, ``blip-itm-tiny``) and
+    local folders whose ``config.json`` says ``model_type: blip``; ``"open_clip"`` otherwise."""
+    if not isinstance(model, str) or not model:
+        raise TypeError(f"model must be a non-empty string; got {model!r}")
+    if model.startswith(("hf-hub:", "local-dir:")):
+        return "open_clip"
+    local = Path(model) / "config.json"
+    if local.exists():
+        import json
+        try:
+            return "blip" if json.loads(local.read_text()).get("model_type") == "blip" else "open_clip"
+        except (OSError, ValueError):
+            return "open_clip"
+    return "blip" if model.rsplit("/", 1)[-1].lower().startswith("blip") else "open_clip"
+
+
+def check_family(family: Optional[str], model: str) -> str:
+    """``family`` validated, or inferred from ``model`` when None."""
+    if family is None:
+        return infer_family(model)
+    if family not in ENCODER_FAMILIES:
+        raise ValueError(f"encoder family must be one of {ENCODER_FAMILIES}; got {family!r}")
+    return family
+
+
+def get_encoder(model: str, pretrained: Optional[str] = None, *, family: Optional[str] = None, **kwargs):
+    """An encoder for ``model``: :class:`OpenClipEncoder` or :class:`~hubnorm.data.encode_blip.BlipItcEncoder`.
+
+    ``family`` (``"open_clip"`` / ``"blip"``) defaults to :func:`infer_family`; ``kwargs`` go to the encoder
+    (device, precision, batch_size, num_workers, progress, seed)."""
+    family = check_family(family, model)
+    if family == "blip":
+        from .encode_blip import BlipItcEncoder
+        return BlipItcEncoder(model, pretrained, **kwargs)
+    return OpenClipEncoder(model, pretrained, **kwargs)
+
+
+def _register_hubnorm_configs(open_clip, name: str) -> None:
+    if name.startswith("hubnorm-") and name not in open_clip.list_models():
+        open_clip.add_model_config(HUBNORM_OPEN_CLIP_CONFIGS)
 
 
 def default_device() -> str:
@@ -51,6 +104,8 @@ class OpenClipEncoder:
         seed: torch seed used while building a randomly initialised model.
     """
 
+    family = "open_clip"
+
     def __init__(self, model: str, pretrained: Optional[str] = None, *, device: Optional[str] = None,
                  precision: str = "fp32", batch_size: int = 64, num_workers: int = 0, progress: bool = True,
                  seed: int = 0):
@@ -78,6 +133,7 @@ class OpenClipEncoder:
         except ImportError as exc:  # pragma: no cover
             raise ImportError("encoding needs open_clip: pip install 'hubnorm[data]' (open_clip_torch)") from exc
         name = self.model_name
+        _register_hubnorm_configs(open_clip, name)
         if not name.startswith("hf-hub:") and name not in open_clip.list_models():
             raise ValueError(f"unknown open_clip model {name!r}; see open_clip.list_models() (OpenAI weights: use "
                              "the '-quickgelu' names, e.g. ViT-B-32-quickgelu with pretrained 'openai')")
@@ -163,4 +219,5 @@ def _looks_offline(exc: BaseException) -> bool:
                                    "localentrynotfound", "couldn't connect", "name or service"))
 
 
-__all__ = ["OpenClipEncoder", "default_device", "PRECISIONS"]
+__all__ = ["OpenClipEncoder", "default_device", "PRECISIONS", "ENCODER_FAMILIES", "infer_family", "check_family",
+           "get_encoder"]

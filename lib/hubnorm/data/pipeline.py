@@ -17,17 +17,29 @@ from .annotations import CaptionSplit, load_captions
 from .paths import PathLike, images_dir
 from .registry import check_split, dataset_info
 
+#: model name and key source of rehearsal caches (``python -m hubnorm.data rehearse``)
+REHEARSAL_MODEL = "synthetic-rehearsal"
+REHEARSAL_SOURCE = "synthetic-rehearsal"
+
+
+def rehearse_hint(dataset: str) -> str:
+    return f"python -m hubnorm.data rehearse --profile paper-{dataset}"
+
+
 #: key fields compared when reading the cache without the annotations at hand
-LOAD_KEY_FIELDS = ("dataset", "split", "model", "pretrained", "versions")
+LOAD_KEY_FIELDS = ("dataset", "split", "model", "pretrained", "encoder_family", "versions")
 
 
 class CacheWarning(UserWarning):
     """A cache entry was stale or corrupt and is being re-encoded."""
 
 
-def encode_command(dataset: str, model: str, pretrained: Optional[str], split: str) -> str:
+def encode_command(dataset: str, model: str, pretrained: Optional[str], split: str,
+                   family: Optional[str] = None) -> str:
+    from .encode import infer_family
+    fam = "" if family is None or family == infer_family(model) else f" --family {family}"
     return (f"python -m hubnorm.data encode {dataset} --model {model} "
-            f"--pretrained {_cache.normalize_pretrained(pretrained)} --split {split}")
+            f"--pretrained {_cache.normalize_pretrained(pretrained)}{fam} --split {split}")
 
 
 def fetch_commands(dataset: str) -> str:
@@ -67,25 +79,29 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
                  data_dir: Optional[PathLike] = None, cache_dir: Optional[PathLike] = None,
                  batch_size: int = 64, device: Optional[str] = None, precision: str = "fp32",
                  num_workers: int = 0, force: bool = False, progress: bool = True, encoder=None,
-                 captions: Optional[CaptionSplit] = None) -> EmbeddingSplit:
+                 captions: Optional[CaptionSplit] = None, family: Optional[str] = None) -> EmbeddingSplit:
     """Embeddings of one split: from the cache when its key and checksums match, else encoded and cached.
 
     Args:
         dataset, split: e.g. ``"coco"``, ``"test"`` (any name works with ``annotations``/``captions`` given).
-        model, pretrained: open_clip model name and pretrained tag (None: random init).
+        model, pretrained: model name and pretrained tag (None: random init); open_clip names, or BLIP names
+            (``blip-itm-base-coco``, pretrained ``hf``), see :func:`hubnorm.data.encode.get_encoder`.
+        family: ``"open_clip"`` or ``"blip"`` (default: the given encoder's, else inferred from ``model``);
+            recorded in the cache key.
         annotations: caption file or folder (default: ``<data root>/annotations``); or pass ``captions``.
         images_root: folder the caption file's image paths are relative to (default
             ``<data root>/<dataset>/images``).
         force: re-encode even when a valid cache entry exists.
-        encoder: an :class:`~hubnorm.data.encode.OpenClipEncoder` to reuse across splits.
+        encoder: an encoder (:func:`~hubnorm.data.encode.get_encoder`) to reuse across splits.
     """
-    from .encode import OpenClipEncoder
+    from .encode import check_family, get_encoder
 
     if captions is None:
         captions = load_captions(dataset, split, annotations, data_dir=data_dir)
     precision = getattr(encoder, "precision", precision)  # a given encoder decides the precision of the key
+    family = check_family(family if family is not None else getattr(encoder, "family", None), model)
     key = _cache.make_key(dataset, split, model, pretrained, precision=precision,
-                          annotations_sha256=captions.fingerprint())
+                          annotations_sha256=captions.fingerprint(), encoder_family=family)
     folder = _cache.entry_dir(dataset, model, pretrained, split, cache_dir)
     if not force:
         try:
@@ -97,8 +113,8 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
     root = Path(images_root) if images_root is not None else images_dir(dataset, data_dir)
     paths = _check_images(captions, root)
     if encoder is None:
-        encoder = OpenClipEncoder(model, pretrained, device=device, precision=precision, batch_size=batch_size,
-                                  num_workers=num_workers, progress=progress)
+        encoder = get_encoder(model, pretrained, family=family, device=device, precision=precision,
+                              batch_size=batch_size, num_workers=num_workers, progress=progress)
     img = encoder.encode_images(paths, desc=f"{dataset} {split} images")
     txt = encoder.encode_texts(captions.captions, desc=f"{dataset} {split} captions")
     if len(img) != captions.n_images or len(txt) != captions.n_captions:
@@ -112,12 +128,35 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
 
 
 def verify_split(dataset: str, split: str, model: str, pretrained: Optional[str], *,
-                 cache_dir: Optional[PathLike] = None, strict_versions: bool = True) -> dict:
+                 cache_dir: Optional[PathLike] = None, strict_versions: bool = True,
+                 family: Optional[str] = None) -> dict:
     """Check one cache entry (key + checksums); returns its manifest or raises :class:`CacheError`."""
-    key = _cache.make_key(dataset, split, model, pretrained)
+    key = _load_key(dataset, split, model, pretrained, family)
+    cache_dir = _default_cache_dir(model, cache_dir)
     fields = LOAD_KEY_FIELDS if strict_versions else tuple(f for f in LOAD_KEY_FIELDS if f != "versions")
     _, _, manifest = _cache.read_entry(_cache.entry_dir(dataset, model, pretrained, split, cache_dir), key, fields)
     return manifest
+
+
+def _load_key(dataset, split, model, pretrained, family=None) -> dict:
+    """The key a stored entry must match to be loaded. Rehearsal entries (``python -m hubnorm.data rehearse``)
+    record their own family ("synthetic-rehearsal") and are matched on it."""
+    from .encode import check_family
+    if model == REHEARSAL_MODEL:
+        from .. import __version__
+        return _cache.make_key(dataset, split, model, pretrained, encoder_family=REHEARSAL_MODEL,
+                               versions={"hubnorm": __version__})
+    family = check_family(family, model)
+    return _cache.make_key(dataset, split, model, pretrained, encoder_family=family,
+                           versions=_cache.library_versions(family))
+
+
+def _default_cache_dir(model: str, cache_dir):
+    """Rehearsal caches live under ``<cache root>/rehearsal`` unless a cache dir is given."""
+    if cache_dir is None and model == REHEARSAL_MODEL:
+        from .paths import cache_root
+        return cache_root(None) / "rehearsal"
+    return cache_dir
 
 
 def parse_cache_spec(spec: str):
@@ -136,7 +175,7 @@ def parse_cache_spec(spec: str):
 
 def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
                            splits: Sequence[str] = ("test", "val", "train"), *, allow_missing: bool = False,
-                           strict_versions: bool = True) -> EmbeddingDataset:
+                           strict_versions: bool = True, family: Optional[str] = None) -> EmbeddingDataset:
     """Real embeddings from the cache filled by ``python -m hubnorm.data encode``.
 
     Args:
@@ -144,13 +183,17 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
         cache_dir: cache root (default ``$HUBNORM_CACHE`` or ``<repo>/cache``).
         splits: splits to load.
         allow_missing: skip splits that were never encoded (with a warning) instead of raising.
-        strict_versions: entries written under other torch / open_clip / hubnorm versions are errors (True) or
-            are loaded with a warning (False).
+        strict_versions: entries written under other torch / open_clip / hubnorm (/ transformers) versions are
+            errors (True) or are loaded with a warning (False).
+        family: encoder family (default: inferred from the model name, see
+            :func:`hubnorm.data.encode.infer_family`). Rehearsal caches (model ``synthetic-rehearsal``) load as
+            ``source="synthetic"`` datasets labelled "synthetic rehearsal".
     Raises:
         FileNotFoundError naming the ``fetch`` / ``encode`` commands to run; :class:`CacheError` for stale or
         corrupt entries (rerun ``encode``, which replaces them).
     """
     dataset, model, pretrained = parse_cache_spec(spec)
+    cache_dir = _default_cache_dir(model, cache_dir)
     if isinstance(splits, str):
         splits = (splits,)
     for s in splits:
@@ -160,7 +203,7 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
     manifests = {}
     for s in splits:
         folder = _cache.entry_dir(dataset, model, pretrained, s, cache_dir)
-        key = _cache.make_key(dataset, s, model, pretrained)
+        key = _load_key(dataset, s, model, pretrained, family)
         try:
             arrays, texts, manifest = _cache.read_entry(folder, key, LOAD_KEY_FIELDS)
         except _cache.CacheError as exc:
@@ -169,15 +212,20 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
                 continue
             only_versions = exc.reason == "stale" and not strict_versions and _only_version_diff(folder, key)
             if not only_versions:
-                raise _cache.CacheError(f"{exc}\nRe-encode it with:\n    {encode_command(dataset, model, pretrained, s)}"
-                                        " --force", reason=exc.reason) from exc
+                fix = (rehearse_hint(dataset) if model == REHEARSAL_MODEL
+                       else encode_command(dataset, model, pretrained, s, family) + " --force")
+                raise _cache.CacheError(f"{exc}\nRe-create it with:\n    {fix}", reason=exc.reason) from exc
             warnings.warn(f"{exc} (loaded anyway: strict_versions=False)", CacheWarning, stacklevel=2)
-            arrays, texts, manifest = _cache.read_entry(folder, key, ("dataset", "split", "model", "pretrained"))
+            arrays, texts, manifest = _cache.read_entry(folder, key, ("dataset", "split", "model", "pretrained",
+                                                                      "encoder_family"))
         out[s] = _split_from_entry(arrays, texts)
         manifests[s] = manifest
     if missing and (not allow_missing or not out):
         root = _cache.entry_dir(dataset, model, pretrained, missing[0], cache_dir).parent
-        cmds = "\n    ".join(encode_command(dataset, model, pretrained, s) for s in missing)
+        if model == REHEARSAL_MODEL:
+            raise FileNotFoundError(f"no rehearsal embeddings for {dataset} split(s) {missing} under {root}.\n"
+                                    f"To create them run:\n    {rehearse_hint(dataset)}")
+        cmds = "\n    ".join(encode_command(dataset, model, pretrained, s, family) for s in missing)
         known = dataset in ("coco", "flickr30k", "flickr8k")
         raise FileNotFoundError(
             f"no cached embeddings for {dataset} split(s) {missing} with {model!r} / "
@@ -188,9 +236,14 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
     if missing:
         warnings.warn(f"{dataset}: split(s) {missing} not cached; loaded {sorted(out)}", CacheWarning, stacklevel=2)
     first = next(iter(manifests.values()))
-    meta = {"model": model, "pretrained": _cache.normalize_pretrained(pretrained), "encoder": "open_clip",
+    fam = first["key"].get("encoder_family", _cache.LEGACY_ENCODER_FAMILY)
+    meta = {"model": model, "pretrained": _cache.normalize_pretrained(pretrained), "encoder": fam,
             "precision": first["key"].get("precision"), "versions": first["key"].get("versions"),
             "cache_dir": str(_cache.entry_dir(dataset, model, pretrained, "x", cache_dir).parent)}
+    if first["key"].get("source") == REHEARSAL_SOURCE:
+        from .rehearse import rehearsal_meta
+        meta.update(rehearsal_meta(first))
+        return EmbeddingDataset(name=f"synthetic-rehearsal-{dataset}", source="synthetic", splits=out, meta=meta)
     return EmbeddingDataset(name=dataset, source="real", splits=out, meta=meta)
 
 
@@ -202,18 +255,21 @@ def _only_version_diff(folder, key) -> bool:
 
 def encode_dataset(dataset: str, model: str, pretrained: Optional[str], splits: Iterable[str] = ("test",),
                    **kwargs) -> EmbeddingDataset:
-    """Encode (or load from the cache) several splits with one model instance; returns an EmbeddingDataset."""
-    from .encode import OpenClipEncoder
+    """Encode (or load from the cache) several splits with one model instance; returns an EmbeddingDataset.
 
+    ``family`` (keyword): ``"open_clip"`` or ``"blip"``, default inferred from ``model``."""
+    from .encode import check_family, get_encoder
+
+    family = check_family(kwargs.pop("family", None), model)
     enc_kw = {k: kwargs.pop(k) for k in ("device", "precision", "batch_size", "num_workers", "progress")
               if k in kwargs}
-    encoder = kwargs.pop("encoder", None) or OpenClipEncoder(model, pretrained, **enc_kw)
-    out = {s: encode_split(dataset, s, model, pretrained, encoder=encoder,
+    encoder = kwargs.pop("encoder", None) or get_encoder(model, pretrained, family=family, **enc_kw)
+    out = {s: encode_split(dataset, s, model, pretrained, encoder=encoder, family=family,
                            **{**{k: v for k, v in enc_kw.items() if k != "device"}, **kwargs})
            for s in splits}
     return EmbeddingDataset(name=dataset, source="real", splits=out,
                             meta={"model": model, "pretrained": _cache.normalize_pretrained(pretrained),
-                                  "encoder": "open_clip"})
+                                  "encoder": family})
 
 
 __all__ = ["encode_split", "encode_dataset", "verify_split", "load_cached_embeddings", "parse_cache_spec",

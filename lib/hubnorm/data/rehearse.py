@@ -1,0 +1,163 @@
+"""Rehearsal caches: SYNTHETIC embeddings with the exact Karpathy split sizes of a paper profile.
+
+``python -m hubnorm.data rehearse --profile paper-flickr30k`` writes synthetic embeddings (:mod:`hubnorm.synthetic`,
+the preset of the same dataset) with the image and caption counts of the real splits into a separate cache root
+(default ``<cache root>/rehearsal``), in the format of the real cache, so that the whole paper profile can be run
+on it before any download: it measures the time and memory a real run needs on this machine and exercises the
+``cache:`` loading path. Everything it writes says synthetic: the model is ``synthetic-rehearsal``, every manifest
+key has ``"source": "synthetic-rehearsal"``, and loading it (``cache:<dataset>:synthetic-rehearsal:seed<seed>``)
+gives an :class:`~hubnorm.datasets.EmbeddingDataset` with ``source="synthetic"``, name
+``synthetic-rehearsal-<dataset>`` and ``meta["label"]`` starting with "synthetic rehearsal".
+
+Caption counts: the generator makes ``captions_per_image`` (5) captions per image; where a real split has more
+captions than 5 per image (COCO: 25,010 for 5,000 test images; 566,747 for the 113,287 train+restval images),
+the split is generated with 6 captions per image and the 6th caption is kept for an evenly spread subset of the
+images, so the counts are exact. Every caption has the same distribution either way. Splits are generated and
+written chunk by chunk (:func:`hubnorm.synthetic.iter_split_chunks` + memory-mapped ``.npy``), so the COCO train
+split (0.57M captions, 1.4 GB on disk) needs about 0.3 GB of memory to write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import cache as _cache
+from .paths import PathLike, cache_root
+from .pipeline import REHEARSAL_MODEL, REHEARSAL_SOURCE
+
+#: Karpathy split sizes (images, captions) of the paper profiles (data/registry.py; COCO train = train + restval,
+#: captions = all 616,767 COCO 2014 captions minus the 2 x 25,010 of val and test).
+PROFILES: Dict[str, dict] = {
+    "paper-flickr30k": {"dataset": "flickr30k", "preset": "flickr30k",
+                        "splits": {"train": (29000, 145000), "val": (1014, 5070), "test": (1000, 5000)}},
+    "paper-coco": {"dataset": "coco", "preset": "coco",
+                   "splits": {"train": (113287, 566747), "val": (5000, 25010), "test": (5000, 25010)}},
+}
+
+
+def default_rehearsal_root(cache_dir: Optional[PathLike] = None) -> Path:
+    """``cache_dir`` when given, else ``<cache root>/rehearsal`` (``$HUBNORM_CACHE`` or ``<repo>/cache``)."""
+    return Path(cache_dir) if cache_dir is not None else cache_root(None) / "rehearsal"
+
+
+def pretrained_tag(seed: int, scale: float = 1.0) -> str:
+    return f"seed{int(seed)}" + ("" if scale == 1.0 else f"-scale{scale:g}")
+
+
+def cache_spec(profile: str, seed: int = 0, scale: float = 1.0) -> str:
+    """The ``cache:`` source string of a rehearsal cache (pass ``cache_dir`` when it is not the default root)."""
+    return f"cache:{_profile(profile)['dataset']}:{REHEARSAL_MODEL}:{pretrained_tag(seed, scale)}"
+
+
+def _profile(profile: str) -> dict:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown rehearsal profile {profile!r}; valid: {sorted(PROFILES)}")
+    return PROFILES[profile]
+
+
+def scaled_sizes(profile: str, scale: float = 1.0) -> Dict[str, Tuple[int, int]]:
+    """(images, captions) per split, multiplied by ``scale`` (tests: e.g. 0.001). Each split keeps at least one
+    image, between 5 and 6 captions per image, and the exact sizes at ``scale=1``."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
+        raise ValueError(f"scale must be a number in (0, 1]; got {scale!r}")
+    out = {}
+    for split, (n_img, n_cap) in _profile(profile)["splits"].items():
+        extra = n_cap - 5 * n_img
+        if scale != 1:
+            n_img = max(1, int(round(n_img * scale)))
+            extra = min(n_img, int(round(extra * scale)))
+        out[split] = (n_img, 5 * n_img + extra)
+    return out
+
+
+def _six_caption_images(n_img: int, extra: int) -> np.ndarray:
+    """Boolean mask of the ``extra`` images (evenly spread) that keep a 6th caption."""
+    i = np.arange(n_img, dtype=np.int64)
+    return (i + 1) * extra // n_img != i * extra // n_img
+
+
+def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 0, scale: float = 1.0,
+             splits: Sequence[str] = ("train", "val", "test"), chunk_size: int = 4096, progress: bool = True,
+             force: bool = False) -> dict:
+    """Write the rehearsal cache of ``profile``; returns ``{"spec", "cache_dir", "splits": {split: manifest}}``.
+
+    Entries whose manifest already matches (same profile, seed, scale, hubnorm version, checksums) are kept
+    unless ``force``.
+    """
+    from .. import __version__ as hubnorm_version
+    from ..synthetic import PRESETS, _geometry, iter_split_chunks
+
+    prof = _profile(profile)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    sizes = scaled_sizes(profile, scale)
+    for s in splits:
+        if s not in sizes:
+            raise ValueError(f"unknown split {s!r}; valid: {sorted(sizes)}")
+    root = default_rehearsal_root(cache_dir)
+    dataset, tag = prof["dataset"], pretrained_tag(seed, scale)
+    base = PRESETS[prof["preset"]]
+    out = {}
+    for split in splits:
+        n_img, n_cap = sizes[split]
+        extra = n_cap - 5 * n_img
+        cfg = base.replace(captions_per_image=6 if extra else 5)
+        key = _cache.make_key(dataset, split, REHEARSAL_MODEL, tag, encoder_family=REHEARSAL_MODEL,
+                              versions={"hubnorm": hubnorm_version})
+        key.update({"source": REHEARSAL_SOURCE, "profile": profile, "preset": prof["preset"], "seed": int(seed),
+                    "scale": float(scale), "generator": cfg.to_dict()})
+        folder = _cache.entry_dir(dataset, REHEARSAL_MODEL, tag, split, root)
+        if not force:
+            try:
+                _, _, manifest = _cache.read_entry(folder, key)
+                out[split] = manifest
+                if progress:
+                    print(f"kept     {dataset} {split}: {n_img} images / {n_cap} captions (synthetic) -> {folder}")
+                continue
+            except _cache.CacheError:
+                pass
+        six = _six_caption_images(n_img, extra) if extra else np.zeros(n_img, bool)
+        per_image = np.where(six, 6, 5)
+        c2i = np.repeat(np.arange(n_img, dtype=np.int64), per_image)
+        cap_start = np.concatenate([[0], np.cumsum(per_image)])
+        geo = _geometry(cfg, int(seed))
+        c = cfg.captions_per_image
+
+        def chunks():
+            for i0, i1, img, cap, *_ in iter_split_chunks(cfg, split, n_img, seed=int(seed), chunk_size=chunk_size,
+                                                          _geo=geo):
+                if extra:
+                    keep = np.ones((i1 - i0, c), bool)
+                    keep[:, 5] = six[i0:i1]
+                    cap = cap[keep.ravel()]
+                yield i0, img, int(cap_start[i0]), cap
+
+        manifest = _cache.write_entry_streaming(
+            folder, key, n_img, n_cap, cfg.dim, chunks(), c2i,
+            [f"synthetic-rehearsal/{split}/{i:06d}" for i in range(n_img)],
+            [f"synthetic caption {j} (image {i})" for j, i in enumerate(c2i.tolist())],
+            extra={"description": f"SYNTHETIC rehearsal data (hubnorm.synthetic preset {prof['preset']!r}, seed "
+                                  f"{seed}) with the {dataset} Karpathy {split} split sizes"
+                                  + ("" if scale == 1 else f" x {scale:g}") + "; not real embeddings"})
+        out[split] = manifest
+        if progress:
+            print(f"wrote    {dataset} {split}: {n_img} images / {n_cap} captions (synthetic) -> {folder}")
+    return {"spec": cache_spec(profile, seed, scale), "cache_dir": str(root), "splits": out}
+
+
+def rehearsal_meta(manifest: dict) -> dict:
+    """``EmbeddingDataset.meta`` entries of a loaded rehearsal cache (from one split's manifest)."""
+    key = manifest["key"]
+    scale = key.get("scale", 1.0)
+    label = (f"synthetic rehearsal ({key.get('dataset')} Karpathy sizes" + ("" if scale == 1 else f" x {scale:g}")
+             + f", preset {key.get('preset')}, seed {key.get('seed')})")
+    return {"synthetic": True, "rehearsal": True, "label": label, "profile": key.get("profile"),
+            "preset": key.get("preset"), "seed": key.get("seed"), "scale": scale, "config": key.get("generator"),
+            "description": manifest.get("description", "SYNTHETIC rehearsal data; not real embeddings")}
+
+
+__all__ = ["PROFILES", "rehearse", "cache_spec", "scaled_sizes", "default_rehearsal_root", "rehearsal_meta",
+           "pretrained_tag"]
