@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate every figure and table: execute notebooks/[0-9][0-9]_*.ipynb with papermill.
 #
-#   bash run_all.sh [--profile default|paper-coco|paper-flickr30k] [--source SOURCE] [--keep-going] [--only NAME]
+#   bash run_all.sh [--profile default|paper-coco|paper-flickr30k|rehearse-coco|rehearse-flickr30k]
+#                   [--source SOURCE] [--keep-going] [--only NAME] [--quiet]
 #
 # Profiles (the notebooks' `source` parameter and friends):
 #   default          synthetic embeddings (hubnorm.synthetic, seeded; every number is a "synthetic analog"),
@@ -13,6 +14,11 @@
 #   paper-coco       real embeddings cache:coco:ViT-B-32-quickgelu:openai (the cross-dataset bank is the other
 #                    one). Needs `python -m hubnorm.data fetch/encode ...` first: the loader's error names the
 #                    commands. Outputs: results/<profile>/
+#   rehearse-flickr30k, rehearse-coco
+#                    the paper profile at full scale on SYNTHETIC embeddings with the exact Karpathy split sizes
+#                    (written once by `python -m hubnorm.data rehearse`, into cache/rehearsal/): how long the paper
+#                    run takes on this machine and whether it fits, before any download. Everything it writes
+#                    says "synthetic rehearsal". Outputs: results/<profile>/
 # Executed notebooks go to <outputs>/notebooks/. Each notebook's own output (its prints, NOTE lines and progress
 # bars with the estimated time left) streams to the terminal while it runs, prefixed with its number, and to
 # <outputs>/notebooks/<name>.log; then one summary line: name, seconds, ok/FAILED. Stops at the first failure
@@ -36,7 +42,7 @@ while [ $# -gt 0 ]; do
     --quiet) quiet=1; shift ;;
     --source) own_source="${2:?--source needs a value}"; shift 2 ;;
     --source=*) own_source="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -60,8 +66,17 @@ case "$profile" in
   paper-coco)
     params="{source: 'cache:coco:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
     results="results/paper-coco" ;;
+  rehearse-flickr30k|rehearse-coco)
+    ds=${profile#rehearse-}
+    other=$([ "$ds" = coco ] && echo flickr30k || echo coco)
+    for d in "$ds" "$other"; do
+      echo "run_all.sh: rehearsal cache for $d (written once; --force in the command below rewrites it)"
+      .venv/bin/python -m hubnorm.data rehearse --profile "paper-$d" || { echo "run_all.sh: rehearse failed" >&2; exit 1; }
+    done
+    params="{source: 'cache:$ds:synthetic-rehearsal:seed0', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
+    results="results/$profile" ;;
   *)
-    echo "run_all.sh: unknown profile '$profile' (default, paper-coco, paper-flickr30k)" >&2; exit 2 ;;
+    echo "run_all.sh: unknown profile '$profile' (default, paper-coco, paper-flickr30k, rehearse-coco, rehearse-flickr30k)" >&2; exit 2 ;;
 esac
 export HUBNORM_RESULTS="$PWD/$results"
 out="$results/notebooks"
@@ -75,7 +90,7 @@ echo "run_all.sh: profile $profile -> $results/ (${#notebooks[@]} notebooks)"
 # Notebooks that cannot run in a profile, with the reason (printed, not counted as failures).
 skip_reason() {
   case "$profile:$1" in
-    paper-*:06_*)
+    paper-*:06_*|rehearse-*:06_*)
       echo "the simulated cross-encoder needs synthetic latents and the BLIP one needs the image files;" \
            "run it by hand with -p cross_encoder blip once images are in place (see data/README.md)" ;;
   esac

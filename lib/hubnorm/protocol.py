@@ -101,8 +101,9 @@ def is_synthetic(ds: EmbeddingDataset) -> bool:
 def run_label(ds: EmbeddingDataset) -> str:
     """"synthetic analog (synthetic-flickr30k, seed 0)" or "real data (coco, model)": in every table and caption."""
     if is_synthetic(ds):
-        kind = "synthetic rehearsal" if ds.meta.get("rehearsal") else "synthetic analog"
-        return f"{kind} ({ds.name}, seed {ds.meta.get('seed', '?')})"
+        if ds.meta.get("rehearsal"):
+            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name})")
+        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
     model = ds.meta.get("model")
     return f"real data ({ds.name}" + (f", {model})" if model else ")")
 
