@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
-# Execute the notebooks in place with their default parameters (the "default" profile of run_all.sh), so that
-# the committed .ipynb files carry the outputs nbval checks (run_tests.sh). Volatile papermill metadata
-# (timings, paths, environment) is stripped afterwards so that a refresh with unchanged results only changes
-# what really changed.
+# Re-execute notebooks in place with their default parameters (the "default" profile of run_all.sh), so that the
+# committed .ipynb files carry the outputs nbval checks (run_tests.sh). The editable source of each notebook is
+# its jupytext pair notebooks/NN_name.py: its cells are copied into the .ipynb first, then the notebook runs,
+# then volatile metadata and stderr debris are stripped (scripts/strip_notebook_metadata.py).
 #
-#   bash scripts/refresh_notebooks.sh              # every notebooks/[0-9][0-9]_*.ipynb
-#   bash scripts/refresh_notebooks.sh 00 03        # the notebooks whose names start with these prefixes
+#   bash scripts/refresh_notebooks.sh              # every notebooks/[0-9][0-9]_*.py
+#   bash scripts/refresh_notebooks.sh 01 03        # the notebooks whose names start with these prefixes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} PYTHONHASHSEED=0
-export HUBNORM_RESULTS="${HUBNORM_RESULTS:-$PWD/results}"
+export HUBNORM_RESULTS="${HUBNORM_RESULTS:-$PWD/results}" HUBNORM_PROGRESS=0
 shopt -s nullglob
-nbs=()
+srcs=()
 if [ $# -eq 0 ]; then
-  nbs=(notebooks/[0-9][0-9]_*.ipynb)
+  srcs=(notebooks/[0-9][0-9]_*.py)
 else
-  for p in "$@"; do nbs+=(notebooks/"$p"*.ipynb); done
+  for p in "$@"; do srcs+=(notebooks/"$p"*.py); done
 fi
-for nb in "${nbs[@]}"; do
+for src in "${srcs[@]}"; do
+  nb="${src%.py}.ipynb"
   t0=$(date +%s)
+  .venv/bin/jupytext --quiet --to ipynb --update "$src"   # cells from the .py source, outputs kept
   tmp="$(mktemp --suffix=.ipynb)"
   .venv/bin/python -m papermill -k python3 --cwd notebooks "$nb" "$tmp" --log-level WARNING
   .venv/bin/python scripts/strip_notebook_metadata.py "$tmp" "$nb"
   rm -f "$tmp"
+  .venv/bin/jupytext --quiet --sync "$nb"                # keep the pair's timestamps in step
   echo "refreshed $nb in $(( $(date +%s) - t0 ))s"
 done

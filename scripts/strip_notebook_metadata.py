@@ -1,23 +1,36 @@
 #!/usr/bin/env python
-"""Copy an executed notebook, dropping volatile papermill / execution metadata (timings, paths, versions).
+"""Copy an executed notebook, dropping what must not be committed: volatile papermill / execution metadata
+(timings, paths, versions), progress-bar and warning debris on stderr, and machine-specific paths.
 
-    python scripts/strip_notebook_metadata.py executed.ipynb notebooks/00_main_results.ipynb
+    python scripts/strip_notebook_metadata.py executed.ipynb notebooks/01_main_results.ipynb
 """
 
+import re
 import sys
 
 import nbformat
+
+_PATH = re.compile(r"(/(?:home|Users|root|tmp|work|private|var|opt)/[\w.+-]+)+/?")
 
 
 def strip(nb):
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)
+    nb.metadata.get("kernelspec", {})["display_name"] = "Python 3"
     for cell in nb.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
-        if cell.cell_type == "code":
-            for out in cell.get("outputs", []):
-                out.get("metadata", {}).pop("execution", None)
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for out in cell.get("outputs", []):
+            out.get("metadata", {}).pop("execution", None)
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                continue  # progress bars and library chatter: the reader sees them live, not in the file
+            if out.get("output_type") == "stream":
+                out["text"] = _PATH.sub("<path>/", out["text"])
+            kept.append(out)
+        cell["outputs"] = kept
     return nb
 
 

@@ -27,7 +27,7 @@ def _hubby_task(seed=0, n_img=40, per=3, d=16):
 def test_grid_search_picks_the_best_point(metric):
     task = _hubby_task()
     grid = {"alpha": [0.0, 0.5, 1.0, 1.5], "k": [1, 8, 64]}
-    res = hn.grid_search("nnn", task, grid, metric=metric, progress=False)
+    res = hn.grid_search("nnn", task, grid, metric=metric, engine="reference")
     manual = []
     for alpha, k in itertools.product(grid["alpha"], grid["k"]):
         norm = hn.NearestNeighborNormalization(alpha=alpha, k=k)
@@ -44,11 +44,11 @@ def test_grid_search_picks_the_best_point(metric):
 def test_grid_search_fixed_params_and_ties():
     task = _hubby_task(1)
     # fixed parameters reach every grid point
-    res = hn.grid_search("dn", task, {"lam": [0.5]}, fixed={"n_samples": 10, "seed": 3}, progress=False)
+    res = hn.grid_search("dn", task, {"lam": [0.5]}, fixed={"n_samples": 10, "seed": 3}, )
     ref = hn.evaluate(task.fit(hn.DistributionNormalization(lam=0.5, n_samples=10, seed=3)), task)
     assert res.best_score == pytest.approx(ref["R@1"])
     # ties go to the first grid point: alpha = 0 with any k is the identity
-    res = hn.grid_search("nnn", task, {"alpha": [0.0], "k": [4, 2, 1]}, progress=False)
+    res = hn.grid_search("nnn", task, {"alpha": [0.0], "k": [4, 2, 1]}, )
     assert res.best_params == {"alpha": 0.0, "k": 4}
 
 
@@ -63,3 +63,110 @@ def test_holdout_split_seeded_and_disjoint():
     a3, _ = hn.holdout_split(100, 30, seed=6)
     assert not np.array_equal(a, a3)
     assert np.all(np.diff(a) > 0)
+
+
+# ------------------------------------------------------------------------------------------ the two engines
+@pytest.fixture(scope="module")
+def small_tasks():
+    from hubnorm.synthetic import make_dataset
+    ds = make_dataset("flickr30k", n_train_images=600, n_test_images=120, seed=3, dim=128)
+    tr, va = ds.splits["train"], ds.splits["val"]
+    return hn.build_tasks(va.images, va.captions, va.caption_to_image, image_bank=tr.images, caption_bank=tr.captions)
+
+
+def _same_tables(a, b, cols):
+    assert list(a.columns[: len(cols)]) == list(b.columns[: len(cols)]) or True
+    np.testing.assert_array_equal(a[cols].to_numpy(), b[cols].to_numpy())
+
+
+@pytest.mark.parametrize("direction", ["t2i", "i2t"])
+@pytest.mark.parametrize("metric", ["R@1", "MnR"])
+def test_nnn_sweep_engine_equals_reference(small_tasks, direction, metric):
+    task = small_tasks[direction]
+    grid = {"alpha": [0.25, 0.875, 1.5], "k": [1, 2, 16, 128]}
+    ref = hn.grid_search("nnn", task, grid, metric=metric, engine="reference")
+    fast = hn.grid_search("nnn", task, grid, metric=metric)
+    assert ref.engine == "reference" and fast.engine == "sweep"
+    cols = ["alpha", "k", "R@1", "R@5", "R@10", "MdR"] + (["MnR"] if metric == "MnR" else [])
+    _same_tables(ref.table, fast.table, cols)
+    assert fast.best_params == ref.best_params and fast.best_score == ref.best_score
+
+
+def test_nnn_sweep_with_one_parameter_and_fixed_runtime_options(small_tasks):
+    task = small_tasks["t2i"]
+    ref = hn.grid_search("nnn", task, {"k": [2, 8]}, fixed={"block_bytes": 4096}, engine="reference")
+    fast = hn.grid_search("nnn", task, {"k": [2, 8]}, fixed={"block_bytes": 4096})
+    assert fast.engine == "sweep" and list(fast.table.columns[:1]) == ["k"]
+    _same_tables(ref.table, fast.table, ["k", "R@1", "R@5", "R@10", "MdR"])
+
+
+@pytest.mark.parametrize("method", ["is", "sn", "dbsn"])
+@pytest.mark.parametrize("query_aware", [False, True])
+def test_tau_sweep_engine_equals_reference(small_tasks, method, query_aware):
+    task = small_tasks["t2i"]
+    grid = {"tau": [0.01, 0.02, 0.05]}
+    fixed = {"n_iter": 5} if method != "is" else {}
+    ref = hn.grid_search(method, task, grid, fixed=fixed, query_aware=query_aware, engine="reference")
+    fast = hn.grid_search(method, task, grid, fixed=fixed, query_aware=query_aware)
+    assert fast.engine == "sweep"
+    _same_tables(ref.table, fast.table, ["tau", "R@1", "R@5", "R@10", "MdR"])
+    assert fast.best_params == ref.best_params
+
+
+def test_sn_sweep_without_a_cache_equals_reference(small_tasks):
+    task = small_tasks["i2t"]
+    fixed = {"cache_bytes": 0, "n_iter": 3}
+    ref = hn.grid_search("sn", task, {"tau": [0.01, 0.03]}, fixed=fixed, engine="reference")
+    fast = hn.grid_search("sn", task, {"tau": [0.01, 0.03]}, fixed=fixed)
+    _same_tables(ref.table, fast.table, ["tau", "R@1", "R@5", "R@10", "MdR"])
+
+
+def test_engine_auto_falls_back_and_sweep_is_refused_where_it_does_not_apply(small_tasks):
+    task = small_tasks["t2i"]
+    assert hn.grid_search("dn", task, {"lam": [0.5]}).engine == "reference"
+    assert hn.grid_search("nnn", task, {"alpha": [0.5], "k": [4]}, fixed={"chunk_size": 64}).engine == "sweep"
+    with pytest.raises(ValueError, match="no one-pass sweep"):
+        hn.grid_search("csls", task, {"k": [1, 2]}, engine="sweep")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        hn.grid_search("nnn", task, {"k": [1]}, engine="fastest")
+
+
+# ------------------------------------------------------------------------------------------ bad grids
+@pytest.mark.parametrize("method,grid,match", [
+    ("nnn", {"k": [0]}, "k"),
+    ("nnn", {"k": [-4]}, "k"),
+    ("nnn", {"k": [2.5]}, "k"),
+    ("nnn", {"alpha": [float("nan")]}, "alpha"),
+    ("nnn", {"alpha": [float("inf")]}, "alpha"),
+    ("is", {"tau": [-0.01]}, "tau"),
+    ("is", {"tau": [float("nan")]}, "tau"),
+    ("sn", {"tau": [0.0]}, "tau"),
+    ("dbsn", {"tau": [float("nan")]}, "tau"),
+    ("csls", {"k": [0]}, "k"),
+    ("nnn", {"k": []}, "empty"),
+    ("nnn", {"k": "16"}, "list"),
+    ("nnn", {"beta": [1.0]}, "beta"),
+    ("nnn", {"k": [10**6]}, "query bank size"),
+])
+def test_bad_grid_points_are_refused_before_computing(small_tasks, method, grid, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        hn.grid_search(method, small_tasks["t2i"], grid)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"metric": "R@0"}, "metric"),
+    ({"metric": "precision"}, "metric"),
+    ({"fixed": {"k": 4}}, "both in grid and in fixed"),
+])
+def test_bad_selection_arguments(small_tasks, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        hn.grid_search("nnn", small_tasks["t2i"], {"k": [2, 4]}, **kwargs)
+
+
+def test_bad_method_and_task_types(small_tasks):
+    with pytest.raises(ValueError, match="unknown method"):
+        hn.grid_search("nnnn", small_tasks["t2i"])
+    with pytest.raises(TypeError, match="RetrievalTask"):
+        hn.grid_search("nnn", {"t2i": small_tasks["t2i"]})
+    with pytest.raises(ValueError, match="no default grid"):
+        hn.grid_search("raw", small_tasks["t2i"])

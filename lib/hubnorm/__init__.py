@@ -7,6 +7,7 @@ Data flow: load -> encode/cache -> scores -> normalize -> evaluate -> plot.
 >>> nnn = tasks["t2i"].fit(hn.NearestNeighborNormalization(alpha=0.75, k=16))
 >>> hn.evaluate(nnn, tasks["t2i"])            # {'R@1': ..., 'R@5': ..., 'R@10': ..., 'MdR': ..., 'MnR': ...}
 >>> hn.hubness(nnn, k=10, queries=tasks["t2i"].queries)
+>>> hn.grid_search("nnn", val_task)       # NNN App. B selection: the one public way to choose parameters
 """
 
 from ._validation import as_embeddings, l2_normalize
@@ -29,9 +30,12 @@ __all__ = list(_normalizer_names) + [
     "PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split",
 ]
 
-from .datasets import EmbeddingDataset, EmbeddingSplit, load_embeddings  # noqa: E402
-from .sweeps import nnn_sweep, select_best, tau_sweep  # noqa: E402
+from .datasets import load_embeddings  # noqa: E402
+from .embeddings import EmbeddingDataset, EmbeddingSplit  # noqa: E402
 
-__all__ += ["EmbeddingDataset", "EmbeddingSplit", "load_embeddings", "nnn_sweep", "select_best", "tau_sweep"]
-# Optional-dependency modules are imported by name: hubnorm.index (faiss), hubnorm.data (open_clip, pooch),
-# hubnorm.rerank (transformers), hubnorm.listwise (sentence-transformers), hubnorm.synthetic.
+__all__ += ["EmbeddingDataset", "EmbeddingSplit", "load_embeddings"]
+# Modules imported by name:
+#   hubnorm.protocol, hubnorm.studies, hubnorm.compare, hubnorm.geometry: the loops the notebooks run;
+#   hubnorm.notebook: notebook set-up and display; hubnorm.synthetic: the seeded generator;
+#   optional dependencies: hubnorm.index (faiss), hubnorm.data (open_clip, pooch), hubnorm.rerank
+#   (transformers), hubnorm.listwise (sentence-transformers).

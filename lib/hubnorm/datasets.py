@@ -5,116 +5,22 @@ Sources (``load_embeddings(source, ...)``):
   (every output made from it is labelled "synthetic").
 - ``"cache:<dataset>:<model>:<pretrained>"``: real embeddings encoded with open_clip and cached by
   :mod:`hubnorm.data` (``python -m hubnorm.data encode ...``).
-- ``"local:<path>"``: a folder of precomputed real embeddings (e.g. ``../shared/data/embeddings/...``).
+- ``"local:<path>"``: a folder of precomputed real embeddings (``.npy`` files, see :mod:`hubnorm.data.local`).
 
-A dataset has named splits (``"test"``, ``"val"``, ``"train"``); a split holds image embeddings, caption
-embeddings and the caption-to-image index. :meth:`EmbeddingDataset.tasks` turns a split plus reference banks
-into the t2i and i2t :class:`~hubnorm.retrieval.RetrievalTask` objects.
+Set ``HUBNORM_FORBID_SYNTHETIC=1`` to make any request for synthetic data an error: a run that must use real
+data only (e.g. a notebook run on your own folder) then cannot silently mix in generated embeddings.
+
+The containers (:class:`~hubnorm.embeddings.EmbeddingDataset`, :class:`~hubnorm.embeddings.EmbeddingSplit`)
+live in the leaf module :mod:`hubnorm.embeddings`; the loaders of each source are imported when first used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+import os
 
-import numpy as np
+from .embeddings import EmbeddingDataset, EmbeddingSplit
 
-from .retrieval import RetrievalTask, build_tasks
-
-
-@dataclass
-class EmbeddingSplit:
-    """Paired embeddings of one split. ``caption_to_image[j]`` is the image of caption ``j``."""
-
-    images: np.ndarray
-    captions: np.ndarray
-    caption_to_image: np.ndarray
-    image_ids: Optional[List[str]] = None
-    caption_texts: Optional[List[str]] = None
-    #: optional latent info for synthetic data (e.g. topic of each image / caption)
-    extras: Dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __post_init__(self):
-        self.caption_to_image = np.asarray(self.caption_to_image, dtype=np.int64)
-        if len(self.caption_to_image) != len(self.captions):
-            raise ValueError(
-                f"caption_to_image has {len(self.caption_to_image)} entries but there are {len(self.captions)} "
-                "caption embeddings: the embeddings and the annotation file do not match"
-            )
-        if len(self.caption_to_image) and self.caption_to_image.max() >= len(self.images):
-            raise ValueError(
-                f"caption_to_image refers to image {self.caption_to_image.max()} but there are only "
-                f"{len(self.images)} image embeddings"
-            )
-
-    @property
-    def n_images(self) -> int:
-        return len(self.images)
-
-    @property
-    def n_captions(self) -> int:
-        return len(self.captions)
-
-    def subset_images(self, image_idx) -> "EmbeddingSplit":
-        """The split restricted to some images and all their captions (indices renumbered)."""
-        image_idx = np.asarray(image_idx, dtype=np.int64)
-        remap = -np.ones(self.n_images, dtype=np.int64)
-        remap[image_idx] = np.arange(image_idx.size)
-        keep = np.flatnonzero(remap[self.caption_to_image] >= 0)
-        return EmbeddingSplit(
-            images=self.images[image_idx],
-            captions=self.captions[keep],
-            caption_to_image=remap[self.caption_to_image[keep]],
-            image_ids=None if self.image_ids is None else [self.image_ids[i] for i in image_idx],
-            caption_texts=None if self.caption_texts is None else [self.caption_texts[j] for j in keep],
-            extras={k: (v[image_idx] if len(v) == self.n_images else v[keep]) for k, v in self.extras.items()},
-        )
-
-
-@dataclass
-class EmbeddingDataset:
-    """Named splits of paired embeddings plus provenance (``source`` is "synthetic" or "real")."""
-
-    name: str
-    source: str
-    splits: Dict[str, EmbeddingSplit]
-    meta: Dict[str, object] = field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.source not in ("synthetic", "real"):
-            raise ValueError(f"source must be 'synthetic' or 'real'; got {self.source!r}")
-
-    def split(self, name: str) -> EmbeddingSplit:
-        if name not in self.splits:
-            raise ValueError(f"dataset {self.name!r} has no split {name!r}; available: {sorted(self.splits)}")
-        return self.splits[name]
-
-    def tasks(self, split: str = "test", bank: Optional[str] = "train", *, bank_fraction: float = 1.0,
-              seed: int = 0, directions=("t2i", "i2t")) -> Dict[str, RetrievalTask]:
-        """t2i and i2t tasks on ``split`` with reference banks drawn from split ``bank``.
-
-        ``bank_fraction`` < 1 subsamples the *query* banks (captions for t2i, images for i2t) with ``seed``; the
-        target banks stay whole (DBSN uses all training targets even when the query bank is subsampled).
-        """
-        test = self.split(split)
-        meta = {"dataset": self.name, "source": self.source, "split": split, "bank": bank, **self.meta}
-        if bank is None:
-            return build_tasks(test.images, test.captions, test.caption_to_image, directions=directions, meta=meta)
-        ref = self.split(bank)
-        caption_bank, image_bank = ref.captions, ref.images
-        if not 0 < bank_fraction <= 1:
-            raise ValueError(f"bank_fraction must be in (0, 1]; got {bank_fraction}")
-        tasks = {}
-        rng = np.random.default_rng(seed)
-        for d in directions:
-            qb, tb = (caption_bank, image_bank) if d == "t2i" else (image_bank, caption_bank)
-            if bank_fraction < 1:
-                size = max(1, int(round(bank_fraction * len(qb))))
-                qb = qb[np.sort(rng.choice(len(qb), size, replace=False))]
-            cb, ib = (qb, tb) if d == "t2i" else (tb, qb)
-            tasks.update(build_tasks(test.images, test.captions, test.caption_to_image, image_bank=ib,
-                                     caption_bank=cb, directions=(d,), meta={**meta, "bank_fraction": bank_fraction}))
-        return tasks
+__all__ = ["load_embeddings", "EmbeddingDataset", "EmbeddingSplit"]
 
 
 def load_embeddings(source: str, **kwargs) -> EmbeddingDataset:
@@ -125,6 +31,9 @@ def load_embeddings(source: str, **kwargs) -> EmbeddingDataset:
             f"or 'local:<folder>'; got {source!r}"
         )
     kind, _, rest = source.partition(":")
+    if kind == "synthetic" and os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
+        raise RuntimeError(f"synthetic data ({source!r}) requested while HUBNORM_FORBID_SYNTHETIC=1: this run must "
+                           "use real embeddings only (check the source parameters, e.g. cross_source)")
     if kind == "synthetic":
         from .synthetic import make_dataset
         return make_dataset(rest, **kwargs)

@@ -1,23 +1,35 @@
-"""Hyperparameter selection as in NNN Appendix B.
+"""Hyperparameter selection as in NNN Appendix B: the one public way to choose a method's parameters.
 
 Pick the parameters on a held-out split of the *training* data the size of the test set (Flickr30k: 1,000
 images / 5,000 captions; COCO: 5,000 / 25,000), optimising R@1, then evaluate once on test with the winner.
 The grids of the papers are in :data:`PAPER_GRIDS`.
+
+:func:`grid_search` has two engines behind one call (the ``engine`` argument is the seam):
+
+* ``"reference"`` - the plain loop: build the normalizer of every grid point, fit it, evaluate it;
+* ``"sweep"`` - the one-pass path of :mod:`hubnorm.sweeps`: NNN's top-``max(k)`` bank similarities are
+  computed once for every ``(alpha, k)``, IS/SN/DBSN share one bank x target score pass across ``tau``, and all
+  offset vectors are ranked against one pass over the query scores. Same numbers as the reference loop
+  (``tests/test_selection.py`` proves it), tens of times faster on the paper grids.
+
+``engine="auto"`` (the default) takes the sweep when the method and grid allow it, else the reference loop.
+Every grid point is validated by the normalizer's own constructor checks before anything is computed.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from .evaluation import evaluate
-from .registry import make_normalizer
+from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
+from .sweeps import SWEEP_FIXED_PARAMS, nnn_grid_table, tau_grid_table
+from .progress import progress as _progress_bar
 
 #: NNN App. B1 grid, and tau grids around the DBSN defaults (DBSN Fig. 6 sweeps 0.005 ... 0.025).
 PAPER_GRIDS: Dict[str, Dict[str, Sequence]] = {
@@ -32,14 +44,61 @@ PAPER_GRIDS: Dict[str, Dict[str, Sequence]] = {
     "dbsn": {"tau": [0.005, 0.01, 0.015, 0.02, 0.025]},
 }
 
+ENGINES = ("auto", "sweep", "reference")
+
 
 @dataclass
 class SelectionResult:
+    """What :func:`grid_search` found: the winner, its score, and the whole grid as a table."""
+
     method: str
     best_params: Dict[str, object]
     best_score: float
     metric: str
-    table: pd.DataFrame  # one row per grid point: parameters and metrics
+    table: pd.DataFrame  # one row per grid point, in itertools.product order: parameters, then metrics
+    engine: str = "reference"
+
+
+def _check_grid(method: str, grid: Optional[Mapping[str, Sequence]]) -> Dict[str, list]:
+    if grid is None:
+        if method not in PAPER_GRIDS:
+            raise ValueError(f"no default grid for method {method!r}: pass grid={{'param': [values, ...]}}")
+        grid = PAPER_GRIDS[method]
+    if not isinstance(grid, Mapping):
+        raise TypeError(f"grid must be a dict {{parameter: [values, ...]}}; got {type(grid).__name__}")
+    out = {}
+    for name, values in grid.items():
+        if not isinstance(name, str):
+            raise TypeError(f"grid keys must be parameter names (str); got {name!r}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "__iter__"):
+            raise TypeError(f"grid[{name!r}] must be a list of values; got {values!r}")
+        values = list(values)
+        if not values:
+            raise ValueError(f"grid[{name!r}] is empty: give at least one value")
+        out[name] = values
+    return out
+
+
+def _metric_ks(metric: str, ks: Sequence[int]) -> tuple:
+    ks = tuple(int(k) for k in ks)
+    if metric in ("MdR", "MnR"):
+        return ks
+    if not (isinstance(metric, str) and metric.startswith("R@") and metric[2:].isdigit() and int(metric[2:]) > 0):
+        raise ValueError(f"unknown metric {metric!r}: use 'R@K' (K a positive integer), 'MdR' or 'MnR'")
+    k = int(metric[2:])
+    return ks if k in ks else tuple(sorted(set(ks) | {k}))
+
+
+def _sweep_kind(method: str, grid: Mapping[str, list], fixed: Mapping[str, object]) -> Optional[str]:
+    """Which one-pass sweep computes this grid exactly, or None."""
+    extra = set(fixed) - SWEEP_FIXED_PARAMS.get(method, set())
+    if extra:
+        return None
+    if method == "nnn" and set(grid) <= {"alpha", "k"}:
+        return "nnn"
+    if method in ("is", "sn", "dbsn") and set(grid) == {"tau"}:
+        return "tau"
+    return None
 
 
 def grid_search(
@@ -49,45 +108,103 @@ def grid_search(
     *,
     metric: str = "R@1",
     fixed: Optional[Mapping[str, object]] = None,
-    progress: bool = True,
+    query_aware: bool = False,
+    ks: Sequence[int] = (1, 5, 10),
+    engine: str = "auto",
+    progress: bool = False,
 ) -> SelectionResult:
     """Evaluate every point of ``grid`` on the held-out ``validation`` task and pick the best by ``metric``.
 
-    Ties are broken by the first grid point in iteration order (deterministic).
+    Args:
+        method: registry name (``"nnn"``, ``"is"``, ``"sn"``, ... see :data:`hubnorm.NORMALIZERS`).
+        validation: a :class:`~hubnorm.RetrievalTask` on held-out training data (never the test split).
+        grid: ``{parameter: [values]}``; None takes :data:`PAPER_GRIDS` ``[method]``.
+        metric: ``"R@K"`` (higher is better), ``"MdR"`` or ``"MnR"`` (lower is better).
+        fixed: parameters passed to every grid point (e.g. ``{"n_iter": 10}``).
+        query_aware: fit with the validation queries as the query bank (transductive).
+        ks: the R@K columns of the table.
+        engine: ``"auto"`` (sweep when possible), ``"sweep"`` (require it) or ``"reference"`` (plain loop).
+        progress: show a progress bar over grid points (reference engine).
+
+    Returns:
+        :class:`SelectionResult`; ``table`` has one row per grid point in ``itertools.product`` order with the
+        parameters, ``R@K`` for ``ks``, ``MdR`` and (reference engine, or ``metric="MnR"``) ``MnR``. Ties are
+        broken by the first grid point in that order (deterministic).
     """
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a registry name (str); got {type(method).__name__}")
+    method = method.lower()
+    if method not in NORMALIZERS:
+        raise ValueError(f"unknown method {method!r}; available: {sorted(NORMALIZERS)}")
     if not isinstance(validation, RetrievalTask):
         raise TypeError("validation must be a hubnorm.RetrievalTask (a held-out split of the training data)")
-    if grid is None and method not in PAPER_GRIDS:
-        make_normalizer(method)  # raises "unknown normalizer ..." for a bad name
-        raise ValueError(f"no default grid for method {method!r}: pass grid={{...}}")
-    grid = dict(PAPER_GRIDS[method] if grid is None else grid)
-    if not grid:
-        grid = {}
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
+    grid = _check_grid(method, grid)
+    fixed = dict(fixed or {})
+    clash = set(fixed) & set(grid)
+    if clash:
+        raise ValueError(f"parameters {sorted(clash)} are both in grid and in fixed: keep each in one place")
+    ks = _metric_ks(metric, ks)
     names = list(grid)
-    for name in names:
-        if len(grid[name]) == 0:
-            raise ValueError(f"grid[{name!r}] is empty: give at least one value")
     points = [dict(zip(names, vals)) for vals in itertools.product(*(grid[n] for n in names))] or [{}]
-    rows = []
-    for params in tqdm(points, desc=f"{method} grid", disable=not progress, leave=False):
-        norm = make_normalizer(method, **{**(fixed or {}), **params})
-        validation.fit(norm)
-        res = evaluate(norm, validation)
-        if metric not in res:
-            raise ValueError(f"unknown metric {metric!r}; available: {sorted(res)}")
-        rows.append({**params, **res})
-    table = pd.DataFrame(rows)
-    higher_is_better = not metric.startswith(("MdR", "MnR"))
-    values = table[metric].to_numpy()
+    # validate every point with the normalizer's own checks before computing anything
+    for params in points:
+        make_normalizer(method, **fixed, **params).validate()
+    bank = validation.queries if query_aware else validation.query_bank
+    uses_bank = NORMALIZERS[method].uses_query_bank
+    if uses_bank == "required" and bank is None:
+        raise ValueError(f"{method!r} needs a query bank: build the validation task with one, or query_aware=True")
+    if "k" in names and uses_bank != "unused" and bank is not None:
+        too_big = sorted({int(p["k"]) for p in points if int(p["k"]) > len(bank)})
+        if too_big:
+            raise ValueError(f"grid['k'] has {too_big} > the query bank size {len(bank)}: drop those values "
+                             "(hubnorm.protocol.clamp_grid does it and reports what it dropped)")
+
+    kind = _sweep_kind(method, grid, fixed) if engine != "reference" else None
+    if engine == "sweep" and kind is None:
+        raise ValueError(f"no one-pass sweep for method {method!r} with grid {sorted(grid)} and fixed "
+                         f"{sorted(fixed)}: use engine='auto' or 'reference'")
+    full = metric == "MnR"
+    if kind == "nnn":
+        alphas = grid.get("alpha", [make_normalizer("nnn", **fixed).alpha])
+        kvals = grid.get("k", [make_normalizer("nnn", **fixed).k])
+        table = nnn_grid_table(validation, alphas, kvals, metric_ks=ks, full=full, query_aware=query_aware,
+                               **fixed)
+        # back to the grid's own column order and only its own columns
+        table = table[names + [c for c in table.columns if c not in ("alpha", "k")]]
+        used = "sweep"
+    elif kind == "tau":
+        table = tau_grid_table(validation, method, grid["tau"], fixed=fixed, metric_ks=ks, full=full,
+                               query_aware=query_aware)
+        used = "sweep"
+    else:
+        rows: List[dict] = []
+        for params in _progress_bar(points, desc=f"{method} grid", disable=not progress):
+            norm = make_normalizer(method, **fixed, **params)
+            validation.fit(norm, query_aware=query_aware)
+            rows.append({**params, **evaluate(norm, validation, ks=ks)})
+        table = pd.DataFrame(rows)
+        used = "reference"
+    if metric not in table.columns:
+        raise ValueError(f"metric {metric!r} is not in the table columns {list(table.columns)}")
+    values = table[metric].to_numpy(dtype=float)
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"the {metric} column has non-finite values: a grid point produced invalid scores")
+    higher_is_better = metric.startswith("R@")
     best = int(np.argmax(values) if higher_is_better else np.argmin(values))
     best_params = {n: points[best][n] for n in names}
-    return SelectionResult(method, best_params, float(values[best]), metric, table)
+    return SelectionResult(method, best_params, float(values[best]), metric, table, used)
 
 
 def holdout_split(n_items: int, size: int, *, seed: int = 0):
     """Indices ``(heldout, rest)`` of a seeded random split of ``n_items`` items (e.g. training images)."""
-    rng = np.random.default_rng(seed)
+    for name, v in (("n_items", n_items), ("size", size), ("seed", seed)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer; got {v!r}")
     if not 0 < size < n_items:
-        raise ValueError(f"size must be in (0, {n_items}); got {size}")
+        raise ValueError(f"size must be in (0, n_items={n_items}); got {size}")
+    rng = np.random.default_rng(seed)
     perm = rng.permutation(n_items)
     return np.sort(perm[:size]), np.sort(perm[size:])
+

@@ -1,13 +1,14 @@
-"""One-pass hyperparameter sweeps (NNN App. B selection at the cost of about one evaluation).
+"""The one-pass engine behind :func:`hubnorm.grid_search` (``engine="sweep"``): NNN App. B selection at the cost
+of about one evaluation. Call :func:`hubnorm.grid_search`; this module is its named fast seam.
 
-:func:`hubnorm.selection.grid_search` refits and re-evaluates every grid point; it stays the simple reference.
-The sweeps here give *the same numbers* (bit-identical offsets, identical ranks and metrics) far faster:
+The plain engine refits and re-evaluates every grid point. The sweeps give *the same numbers* (bit-identical
+offsets, identical ranks and metrics; ``tests/test_selection.py``) far faster:
 
-* :func:`nnn_sweep` computes each target's top-``max(ks)`` bank similarities once (sorted); the top-``k`` values
+* :func:`nnn_grid_table` computes each target's top-``max(ks)`` bank similarities once (sorted); the top-``k`` values
   of every smaller ``k`` are its first ``k`` columns (the blocked top-k never depends on ``k``), and every
   ``(alpha, k)`` offset vector is ``-alpha * mean(top[:, :k])`` (:func:`hubnorm._ops.nnn_bias`, a cheap
   ``n x k`` reduction).
-* :func:`tau_sweep` (IS, SN, DBSN) computes the bank x target similarity blocks once and reuses them for every
+* :func:`tau_grid_table` (IS, SN, DBSN) computes the bank x target similarity blocks once and reuses them for every
   ``tau`` (same arithmetic as one fit).
 * :func:`offset_sweep_ranks` evaluates many offset vectors against the same queries: the raw score block of a
   query chunk is computed once; per query, its top-``C`` raw targets are the only candidates that can beat the
@@ -31,11 +32,20 @@ from ._ops import logsumexp_similarity, nnn_bias, topk_similarity
 from ._validation import as_embeddings, check_positive_int, resolve_device
 from .evaluation import positive_ranks, summarize_ranks
 from .normalizers.base import Identity
+from .normalizers.sinkhorn import sinkhorn_potentials
 from .registry import make_normalizer
 from .retrieval import RetrievalTask
-from .selection import PAPER_GRIDS, SelectionResult
 
-__all__ = ["nnn_sweep", "tau_sweep", "offset_sweep_ranks", "select_best"]
+__all__ = ["nnn_grid_table", "tau_grid_table", "offset_sweep_ranks", "SWEEP_FIXED_PARAMS"]
+
+_COMMON = {"device", "chunk_size", "check_normalized", "block_bytes"}
+#: The fixed (non-grid) parameters each sweep honours exactly; any other fixed parameter -> the plain engine.
+SWEEP_FIXED_PARAMS = {
+    "nnn": set(_COMMON),
+    "is": set(_COMMON),
+    "sn": _COMMON | {"n_iter", "tol", "cache_bytes", "cache_dtype"},
+    "dbsn": _COMMON | {"n_iter", "tol", "cache_bytes", "cache_dtype"},
+}
 
 _BIG = torch.iinfo(torch.int64).max
 
@@ -145,8 +155,6 @@ def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check
 
 
 def _fit_inputs(task, query_aware, device, check_normalized):
-    if not isinstance(task, RetrievalTask):
-        raise TypeError("task must be a hubnorm.RetrievalTask (a held-out split of the training data)")
     device = resolve_device(device)
     t = as_embeddings(task.targets, "targets", device=device, check_normalized=check_normalized)
     bank = task.queries if query_aware else task.query_bank
@@ -157,74 +165,63 @@ def _fit_inputs(task, query_aware, device, check_normalized):
     return device, t, qb
 
 
-def nnn_sweep(task: RetrievalTask, alphas: Optional[Sequence[float]] = None, ks: Optional[Sequence[int]] = None, *,
-              metric_ks: Sequence[int] = (1, 5, 10), full: bool = False, query_aware: bool = False, device=None,
-              block_bytes: Optional[int] = None, chunk_size: Optional[int] = None,
-              check_normalized: bool = True) -> pd.DataFrame:
-    """The NNN grid (default NNN App. B: alpha 0.25..1.5 by 0.125 x k 1..512) evaluated on ``task`` in one pass.
+def nnn_grid_table(task: RetrievalTask, alphas: Sequence[float], ks: Sequence[int], *,
+                   metric_ks: Sequence[int] = (1, 5, 10), full: bool = False, query_aware: bool = False,
+                   device=None, block_bytes: Optional[int] = None, chunk_size: Optional[int] = None,
+                   check_normalized: bool = True) -> pd.DataFrame:
+    """Every ``(alpha, k)`` of NNN evaluated on ``task`` in one pass (parameters validated by the caller).
 
-    Returns a DataFrame with one row per ``(alpha, k)`` in ``itertools.product(alphas, ks)`` order (as
-    :func:`~hubnorm.selection.grid_search` with ``grid={"alpha": alphas, "k": ks}``) and the columns ``alpha``,
-    ``k``, ``R@K`` for ``metric_ks``, ``MdR`` (and ``MnR`` with ``full=True``); the values equal grid_search's.
+    One row per point in ``itertools.product(alphas, ks)`` order with ``alpha``, ``k``, ``R@K`` for
+    ``metric_ks``, ``MdR`` (and ``MnR`` with ``full=True``): the values of fitting
+    ``NearestNeighborNormalization(alpha, k)`` at every point and evaluating it.
     """
-    alphas = list(PAPER_GRIDS["nnn"]["alpha"] if alphas is None else alphas)
-    ks = [int(k) for k in (PAPER_GRIDS["nnn"]["k"] if ks is None else ks)]
-    if not alphas or not ks:
-        raise ValueError("alphas and ks must be non-empty")
+    alphas, ks = list(alphas), list(ks)
     device, t, qb = _fit_inputs(task, query_aware, device, check_normalized)
-    kmax = check_positive_int(max(ks), "k", maximum=qb.shape[0], max_name="the query bank size")
+    kmax = check_positive_int(max(int(k) for k in ks), "k", maximum=qb.shape[0], max_name="the query bank size")
     top, _ = topk_similarity(t, qb, kmax, block_bytes=block_bytes)
-    tops = {k: top[:, :k].contiguous() for k in set(ks)}
-    H = torch.stack([-nnn_bias(tops[k], a) for a, k in itertools.product(alphas, ks)])
+    tops = {int(k): top[:, :int(k)].contiguous() for k in set(ks)}
+    H = torch.stack([-nnn_bias(tops[int(k)], float(a)) for a, k in itertools.product(alphas, ks)])
     rows = _evaluate_offsets(task, H, metric_ks, full, chunk_size, device, check_normalized)
     return pd.DataFrame([{"alpha": a, "k": k, **r} for (a, k), r in zip(itertools.product(alphas, ks), rows)])
 
 
-def tau_sweep(task: RetrievalTask, method: str, taus: Optional[Sequence[float]] = None, *,
-              fixed: Optional[Mapping[str, object]] = None, metric_ks: Sequence[int] = (1, 5, 10),
-              full: bool = False, query_aware: bool = False, device=None, chunk_size: Optional[int] = None,
-              check_normalized: bool = True, cache_bytes: int = 2 * 2**30) -> pd.DataFrame:
-    """A temperature sweep of ``method`` in ``{"is", "sn", "dbsn"}`` reusing one bank x target score pass.
+def tau_grid_table(task: RetrievalTask, method: str, taus: Sequence[float], *,
+                   fixed: Optional[Mapping[str, object]] = None, metric_ks: Sequence[int] = (1, 5, 10),
+                   full: bool = False, query_aware: bool = False) -> pd.DataFrame:
+    """A temperature grid of ``method`` in ``{"is", "sn", "dbsn"}`` reusing one bank x target score pass.
 
-    IS: the raw similarity blocks are kept (up to ``cache_bytes``) and every ``tau`` is one log-sum-exp pass over
-    them. SN/DBSN: every ``tau`` runs its own Sinkhorn iterations on the shared score blocks (when the normalizer
-    would cache them itself; else each fit recomputes them, still exact). Values equal grid_search's.
+    IS: the raw similarity blocks are kept (up to 2 GiB) and every ``tau`` is one log-sum-exp pass over them.
+    SN/DBSN: every ``tau`` runs its own Sinkhorn iterations on shared score blocks when the normalizer would
+    cache them itself (``cache_bytes``); else each ``tau`` recomputes them exactly as one fit does.
     """
-    method = method.lower()
-    if method not in ("is", "sn", "dbsn"):
-        raise ValueError(f"tau_sweep supports 'is', 'sn' and 'dbsn'; got {method!r}")
-    taus = list(PAPER_GRIDS[method]["tau"] if taus is None else taus)
     fixed = dict(fixed or {})
+    norms = [make_normalizer(method, tau=tau, **fixed) for tau in taus]
+    ref = norms[0]
+    device, t, qb = _fit_inputs(task, query_aware, ref.device, ref.check_normalized)
     H = []
     if method == "is":
-        device, t, qb = _fit_inputs(task, query_aware, device, check_normalized)
-        bb = fixed.get("block_bytes")
-        cache = {} if t.shape[0] * qb.shape[0] * t.element_size() <= cache_bytes else None
-        for tau in taus:
-            tau = float(tau)
-            H.append(-tau * logsumexp_similarity(t, qb, 1.0 / tau, block_bytes=bb, _cache=cache))
+        cache = {} if t.shape[0] * qb.shape[0] * t.element_size() <= 2 * 2**30 else None
+        for norm in norms:
+            tau = float(norm.tau)
+            H.append(-tau * logsumexp_similarity(t, qb, 1.0 / tau, block_bytes=norm.block_bytes, _cache=cache))
+    elif method in ("sn", "dbsn"):
+        cols = t
+        if method == "dbsn":
+            if task.target_bank is None:
+                raise ValueError("DBSN needs the task's target_bank (reference targets, e.g. training images)")
+            tb = as_embeddings(task.target_bank, "target_bank", device=device, dtype=t.dtype, dim=t.shape[1],
+                               check_normalized=ref.check_normalized)
+            cols = torch.cat([t, tb], dim=0)
+        store = t.dtype if ref.cache_dtype is None else ref.cache_dtype
+        item = torch.empty((), dtype=store).element_size()
+        fits = ref.cache_bytes is not None and qb.shape[0] * cols.shape[0] * item <= ref.cache_bytes
+        shared: Optional[dict] = {} if fits else None
+        for norm in norms:
+            _, g, _ = sinkhorn_potentials(qb, cols, float(norm.tau), int(norm.n_iter), norm.tol,
+                                          block_bytes=norm.block_bytes, cache_bytes=norm.cache_bytes,
+                                          cache_dtype=norm.cache_dtype, _cache=shared)
+            H.append(g[: t.shape[0]].clone())
     else:
-        shared: Dict = {}
-        for tau in taus:
-            norm = make_normalizer(method, tau=tau, **fixed)
-            n_cols = task.n_targets + (len(task.target_bank) if method == "dbsn" and task.target_bank is not None else 0)
-            bank = task.queries if query_aware else task.query_bank
-            item = 2 if norm.cache_dtype in (torch.float16, torch.bfloat16) else 4
-            if bank is not None and norm.cache_bytes is not None and len(bank) * n_cols * item <= norm.cache_bytes:
-                norm._shared_cache = shared
-            task.fit(norm, query_aware=query_aware)
-            device = norm.device_
-            H.append(norm.offsets_)
-    H = torch.stack(H)
-    rows = _evaluate_offsets(task, H, metric_ks, full, chunk_size, device, check_normalized)
+        raise ValueError(f"tau_grid_table supports 'is', 'sn' and 'dbsn'; got {method!r}")
+    rows = _evaluate_offsets(task, torch.stack(H), metric_ks, full, ref.chunk_size, device, ref.check_normalized)
     return pd.DataFrame([{"tau": tau, **r} for tau, r in zip(taus, rows)])
-
-
-def select_best(method: str, table: pd.DataFrame, metric: str = "R@1") -> SelectionResult:
-    """The best row of a sweep table (first one among ties, as grid_search)."""
-    values = table[metric].to_numpy()
-    higher = not metric.startswith(("MdR", "MnR"))
-    best = int(np.argmax(values) if higher else np.argmin(values))
-    params = {c: table.iloc[best][c] for c in table.columns if not c.startswith(("R@", "MdR", "MnR"))}
-    params = {c: (int(v) if c == "k" else float(v)) for c, v in params.items()}
-    return SelectionResult(method, params, float(values[best]), metric, table)

@@ -59,7 +59,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from .datasets import EmbeddingDataset, EmbeddingSplit
+from .embeddings import EmbeddingDataset, EmbeddingSplit
 
 __all__ = [
     "GeneratorConfig", "PRESETS", "REAL_CLIP_GEOMETRY", "make_dataset", "generate_split", "topic_relevance",

@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..datasets import EmbeddingDataset, EmbeddingSplit
+from ..embeddings import EmbeddingDataset, EmbeddingSplit
 from .paths import PathLike
 
 

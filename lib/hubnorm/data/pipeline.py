@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
 
-from ..datasets import EmbeddingDataset, EmbeddingSplit
+from ..embeddings import EmbeddingDataset, EmbeddingSplit
 from . import cache as _cache
 from .annotations import CaptionSplit, load_captions
 from .paths import PathLike, images_dir

@@ -108,6 +108,12 @@ class Normalizer:
         self._fit(t, qb, tb)
         return self
 
+    def validate(self) -> "Normalizer":
+        """Check the constructor arguments now (``fit`` does it too); raises ValueError/TypeError naming the
+        argument. Used by :func:`hubnorm.grid_search` to reject a bad grid point before computing anything."""
+        self._validate_params()
+        return self
+
     def _validate_params(self) -> None:
         """Check constructor arguments; subclasses extend this (called at ``fit``)."""
         check_chunk_size(getattr(self, "chunk_size", None))

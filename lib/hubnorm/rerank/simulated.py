@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 from scipy.special import ndtri
 
-from ..datasets import EmbeddingSplit
+from ..embeddings import EmbeddingSplit
 from .base import CrossEncoder
 
 __all__ = ["SimulatedCrossEncoder", "pair_noise"]

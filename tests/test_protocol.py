@@ -1,12 +1,12 @@
-"""Fast unit tests of hubnorm.experiments (the helpers behind the notebooks)."""
+"""Fast unit tests of the protocol, study, comparison and notebook helpers behind the notebooks."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import hubnorm as hn
-from hubnorm import experiments as ex
-from hubnorm.datasets import EmbeddingDataset, EmbeddingSplit
+from hubnorm import compare, geometry, notebook, protocol as ex, studies
+from hubnorm.embeddings import EmbeddingDataset, EmbeddingSplit
 
 
 def _split(rng, n_img, caps=5, d=16, noise=0.6):
@@ -53,18 +53,21 @@ def test_run_methods_matches_evaluate_and_is_tidy(ds):
     assert (df["R@1 lo"] <= df["R@1"]).all() and (df["R@1"] <= df["R@1 hi"]).all()
 
 
-def test_params_per_direction_and_k_clamped_to_the_bank(ds):
+def test_params_per_direction_and_k_clamped_to_the_bank_with_a_note(ds, capsys):
     tasks = ex.make_tasks(ds.split("test"), ex.reference_split(ds, "train", 0.1))  # 6 bank images
+    assert "NOTE: the reference bank has only 6 images" in capsys.readouterr().out
     df = ex.run_methods(tasks, ["nnn"], {"t2i": {"nnn": {"k": 2}}, "i2t": {"nnn": {"k": 512}}}, show_progress=False)
     assert list(df["params"]) == ["k=2", "k=6"]
+    assert "k=512 is larger than the query bank (6); using k=6" in capsys.readouterr().out
 
 
-def test_nnn_grid_equals_refitting_every_point(ds):
-    task = ex.make_tasks(ds.split("val"), ds.split("train"))["t2i"]
-    grid = ex.nnn_grid(task, [0.25, 1.0], [1, 4], show_progress=False)
-    for _, r in grid.iterrows():
-        ref = hn.evaluate(task.fit(hn.make_normalizer("nnn", alpha=r["alpha"], k=int(r["k"]))), task)
-        assert r["R@1"] == pytest.approx(ref["R@1"]) and r["MnR"] == pytest.approx(ref["MnR"])
+def test_clamp_grid_reports_what_it_drops(ds, capsys):
+    task = ex.make_tasks(ds.split("test"), ex.reference_split(ds, "train", 0.1))["i2t"]
+    capsys.readouterr()
+    assert ex.clamp_grid("nnn", {"alpha": [1.0], "k": [1, 4, 8, 64]}, task) == {"alpha": [1.0], "k": [1, 4]}
+    assert "grid k values [8, 64] exceed the query bank (6)" in capsys.readouterr().out
+    assert ex.clamp_grid("nnn", {"k": [8, 64]}, task) == {"k": [6]}
+    assert ex.clamp_grid("dn", {"lam": [0.5]}, task) == {"lam": [0.5]}
 
 
 def test_select_and_evaluate_agrees_with_grid_search(ds):
@@ -75,11 +78,13 @@ def test_select_and_evaluate_agrees_with_grid_search(ds):
                                       show_progress=False)
     for d in ("t2i", "i2t"):
         for m in ("nnn", "dn"):
-            gs = hn.grid_search(m, val[d], grids[m], progress=False)
+            gs = hn.grid_search(m, val[d], grids[m], engine="reference")
             row = sel[(sel["direction"] == d) & (sel["method"] == m)].iloc[0]
             assert row["val R@1"] == pytest.approx(gs.best_score)
             assert row["chosen"] == ex.fmt_params(gs.best_params)
     assert len(res) == 8 and sel.loc[sel["method"] == "raw", "grid points"].eq(0).all()
+    assert set(sel.loc[sel["method"] == "nnn", "engine"]) == {"sweep"}
+    assert set(sel.loc[sel["method"] == "dn", "engine"]) == {"reference"}
 
 
 def test_select_and_evaluate_reuse_copies_the_choice(ds):
@@ -93,7 +98,7 @@ def test_select_and_evaluate_reuse_copies_the_choice(ds):
 
 def test_query_bank_sweep_and_gaps(ds):
     task = ex.make_tasks(ds.split("test"), ds.split("train"), directions=["t2i"])["t2i"]
-    df = ex.query_bank_sweep(task, [1.0, 0.25], {"IS": "is", "DBSN": "dbsn"}, {"DBSN": {"n_iter": 3}},
+    df = studies.query_bank_sweep(task, [1.0, 0.25], {"IS": "is", "DBSN": "dbsn"}, {"DBSN": {"n_iter": 3}},
                              seeds=[0, 1], hubness_k=3, show_progress=False)
     assert len(df) == 6 and set(df["bank_queries"]) == {300, 75}  # the whole bank is drawn once
     assert ((df["gap bank->targets"] >= 0) & (df["gap test queries->bank"] >= 0)).all()
@@ -101,43 +106,41 @@ def test_query_bank_sweep_and_gaps(ds):
     g = df[df["fraction"] == 1.0].set_index("method")["gap bank->targets"]
     assert g["DBSN"] < g["IS"]
     x = np.eye(3)
-    assert ex.nn_gap(x, x) == pytest.approx(0.0)
-    assert ex.centroid_distance(x, x) == pytest.approx(0.0)
+    assert geometry.nn_gap(x, x) == pytest.approx(0.0)
+    assert geometry.centroid_distance(x, x) == pytest.approx(0.0)
 
 
-def test_bank_fraction_tau_and_iteration_sweeps(ds):
+def test_bank_fraction_and_iteration_sweeps(ds):
     test = ds.split("test")
-    sw = ex.bank_fraction_sweep(ds, test, [1.0, 0.5], ["nnn"], {"nnn": {"k": 2}}, show_progress=False)
+    sw = studies.bank_fraction_sweep(ds, test, [1.0, 0.5], ["nnn"], {"nnn": {"k": 2}}, show_progress=False)
     assert list(sw["bank_fraction"]) == [1.0, 1.0, 0.5, 0.5]
     task = ex.make_tasks(test, ds.split("train"), directions=["t2i"])["t2i"]
-    ts = ex.tau_sweep(task, ["is", "sn"], [0.01, 0.02], query_aware=True, show_progress=False)
-    assert len(ts) == 4 and set(ts["bank"]) == {"test queries (query-aware)"}
-    it = ex.sinkhorn_iterations(task, ["sn"], iterations=[1, 10], converged=200, tol=1e-6, show_progress=False)
+    it = studies.sinkhorn_iterations(task, ["sn"], iterations=[1, 10], converged=200, tol=1e-6, show_progress=False)
     assert list(it["setting"]) == ["T=1", "T=10", "to convergence"]
     assert it["iterations run"].iloc[-1] <= 200
 
 
 def test_occurrence_frame_counts(ds):
     task = ex.make_tasks(ds.split("test"), ds.split("train"))["t2i"]
-    occ = ex.occurrence_frame({"raw": task.fit(hn.make_normalizer("raw"))}, task, k=1)
+    occ = studies.occurrence_frame({"raw": task.fit(hn.make_normalizer("raw"))}, task, k=1)
     assert occ["N_k"].sum() == task.n_queries
-    st = ex.occurrence_stats(occ, 1, task.n_queries)
+    st = studies.occurrence_stats(occ, 1, task.n_queries)
     assert st.loc[0, "expected"] == pytest.approx(5.0)
 
 
 def test_published_side_by_side_and_labels(ds, capsys):
-    pub = ex.published("nnn-chowdhury2024", ["A6"], model="CLIP", dataset="flickr30k", metric="R@1")
+    pub = compare.published("nnn-chowdhury2024", ["A6"], model="CLIP", dataset="flickr30k", metric="R@1")
     assert set(pub["method"]) == {"raw", "dn", "dualis", "dualdis", "nnn"}
     assert pub.set_index("method").loc["nnn", "value"] == pytest.approx(64.60)
     ours = pd.DataFrame({"direction": ["t2i"], "method": ["nnn"], "setting": ["bank=flickr30k train 20%"],
                          "metric": ["R@1"], "value": [50.0]})
-    out = ex.side_by_side(ours, pub, ["direction", "method", "setting", "metric"], label=ex.run_label(ds),
+    out = compare.side_by_side(ours, pub, ["direction", "method", "setting", "metric"], label=ex.run_label(ds),
                           source_note="Table A6")
     row = out[out["method"] == "nnn"].iloc[0]
     assert row["published"] == pytest.approx(64.60) and row["this run"] == 50.0
     assert row["run"].startswith("synthetic analog")
-    ex.check("a claim", True, "1.00 -> 2.00")
-    ex.check("another", False)
+    notebook.check("a claim", True, "1.00 -> 2.00")
+    notebook.check("another", False)
     assert capsys.readouterr().out == "PASS: a claim [1.00 -> 2.00]\nDIFFERS: another\n"
 
 
@@ -146,10 +149,50 @@ def test_dataset_key():
     assert ex.dataset_key("cache:coco:ViT-B-32-quickgelu:openai") == "coco"
 
 
-def test_published_files_have_the_columns():
-    from hubnorm.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
-    for name in ("nnn_chowdhury2024.csv", "dbsn_pan2025.csv"):
-        df = pd.read_csv(PUBLISHED_DIR / name)
-        assert list(df.columns) == PUBLISHED_COLUMNS
-        assert df["value"].notna().all()
-        assert not df.duplicated(["paper", "table", "model", "dataset", "direction", "setting", "method", "metric"]).any()
+def test_published_numbers_have_the_columns_and_no_duplicates():
+    from hubnorm.reporting import PUBLISHED_COLUMNS, load_published
+    df = load_published()
+    assert list(df.columns[: len(PUBLISHED_COLUMNS)]) == PUBLISHED_COLUMNS
+    for paper in ("nnn-chowdhury2024", "dbsn-pan2025"):
+        sub = df[df["paper"] == paper]
+        assert len(sub) > 100 and sub["value"].notna().all()
+        assert not sub.duplicated(["table", "model", "dataset", "direction", "setting", "method", "metric"]).any()
+
+
+def test_own_data_sizes_never_reach_a_real_loader(tmp_path, capsys):
+    """`synthetic_sizes` are for the generator only; a real run is never paired with a synthetic bank."""
+    rng = np.random.default_rng(0)
+    imgs = hn.l2_normalize(rng.standard_normal((30, 8))).astype(np.float32)
+    caps = hn.l2_normalize(np.repeat(imgs, 2, axis=0) + 0.3 * rng.standard_normal((60, 8))).astype(np.float32)
+    np.save(tmp_path / "image_embeddings.npy", np.repeat(imgs, 2, axis=0))  # one image row per caption
+    np.save(tmp_path / "text_embeddings.npy", caps)
+    ds = ex.prepare_dataset(f"local:{tmp_path}", synthetic_sizes={"n_train_images": 5000})
+    assert ds.source == "real" and {"train", "val", "test"} <= set(ds.splits)
+    assert ex.run_label(ds).startswith("real data")
+    assert ex.cross_dataset_source(ds, "auto") is None
+    assert ex.cross_dataset_source(ds, "synthetic:coco") is None
+    out = capsys.readouterr().out
+    assert "no cross-dataset rows" in out and "is synthetic but this run is on real data" in out
+    syn = ex.prepare_dataset("synthetic:flickr30k", synthetic_sizes={"n_train_images": 60, "n_test_images": 20},
+                             seed=0)
+    assert ex.cross_dataset_source(syn, "auto") == "synthetic:coco"
+    assert ex.run_label(syn).startswith("synthetic analog")
+
+
+def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    run = notebook.setup("07", seed=3, threads=None)
+    assert run.prefix == "07" and run.seed == 3
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    assert run.save_figure(fig, "line") is None
+    run.save_table(pd.DataFrame({"a": [1.234]}), "tab")
+    assert (tmp_path / "figures" / "07_line.png").exists() and (tmp_path / "figures" / "07_line.pdf").exists()
+    assert (tmp_path / "tables" / "07_tab.md").read_text().strip().endswith("1.23 |")
+    with pytest.raises(ValueError, match="prefix"):
+        notebook.setup("")
+    with pytest.raises(TypeError, match="seed"):
+        notebook.setup("01", seed="0")

@@ -1,0 +1,45 @@
+"""Published numbers beside ours: filter the published tables, join them with a run, say what the run was.
+
+The published numbers ship with the package (``hubnorm.reporting.load_published``): one row per number with
+``paper, table, model, dataset, direction, setting, method, metric, value, note``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import pandas as pd
+
+from .reporting import beside_published, load_published
+
+__all__ = ["published", "side_by_side", "to_long"]
+
+METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
+
+
+def published(paper: str, tables: Union[str, Sequence[str]], **equals) -> pd.DataFrame:
+    """Published rows of ``paper`` in ``tables`` whose columns equal the given values (a list means "any of")."""
+    df = load_published(paper)
+    tables = [tables] if isinstance(tables, str) else list(tables)
+    df = df[df["table"].astype(str).isin(tables)]
+    for col, val in equals.items():
+        if col not in df.columns:
+            raise ValueError(f"published tables have no column {col!r}; columns: {list(df.columns)}")
+        df = df[df[col].isin(list(val))] if isinstance(val, (list, tuple, set)) else df[df[col] == val]
+    return df.reset_index(drop=True)
+
+
+def to_long(df: pd.DataFrame, id_vars: Sequence[str], metrics: Sequence[str] = METRICS) -> pd.DataFrame:
+    """Wide results (one column per metric) -> long (``metric``, ``value``)."""
+    metrics = [m for m in metrics if m in df.columns]
+    return df.melt(id_vars=list(id_vars), value_vars=metrics, var_name="metric", value_name="value")
+
+
+def side_by_side(ours: pd.DataFrame, pub: pd.DataFrame, on: Sequence[str], *, label: str,
+                 source_note: str) -> pd.DataFrame:
+    """``published`` and ``this run`` columns side by side on the key columns ``on``, plus ``run`` (synthetic
+    analog or real data: a synthetic run is never a reproduction) and ``published source`` (paper and table)."""
+    out = beside_published(ours, pub, on)
+    out["run"] = label
+    out["published source"] = source_note
+    return out

@@ -1,0 +1,326 @@
+"""The evaluation protocol of the papers, as the notebooks run it.
+
+    load (``prepare_dataset``) -> reference bank (``reference_split``) -> tasks (``make_tasks``)
+    -> choose parameters on val (``select_and_evaluate``, NNN App. B, through :func:`hubnorm.grid_search`)
+    -> evaluate once on test (``run_methods``)
+
+Every function returns a tidy :class:`pandas.DataFrame` (one row per direction x method) with the columns
+``R@1, R@5, R@10, MdR, MnR`` (percent / 1-based ranks), so tables and seaborn plots are one call away.
+
+Own data: :func:`prepare_dataset` takes the same ``source`` string for every kind of data. Sizes meant for the
+synthetic generator (``synthetic_sizes``) are used only for ``synthetic:`` sources, so a real loader never sees
+them; :func:`cross_dataset_source` never pairs real embeddings with a synthetic reference bank.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pandas as pd
+
+from .datasets import load_embeddings
+from .embeddings import EmbeddingDataset, EmbeddingSplit
+from .evaluation import evaluate
+from .hubness import hubness_stats, k_occurrence
+from .progress import progress
+from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
+from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
+from .selection import PAPER_GRIDS, grid_search, holdout_split
+
+__all__ = [
+    "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "cross_dataset_source",
+    "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
+    "run_methods", "select_and_evaluate", "note", "method_items", "params_for",
+]
+
+METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
+MethodSpec = Union[Sequence[str], Mapping[str, str]]
+
+#: Reference banks with fewer queries than this give noisy hubness estimates: the notebooks say so.
+SMALL_BANK = 200
+
+
+def note(text: str) -> None:
+    """A visible note in the notebook output (stdout, not a warning box): tiny banks, clamped grids, skipped rows."""
+    print(f"NOTE: {text}")
+
+
+# ---------------------------------------------------------------------------------------------- data
+def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float64",
+                    synthetic_sizes: Optional[Mapping[str, int]] = None,
+                    source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True) -> EmbeddingDataset:
+    """``hubnorm.load_embeddings(source)``, ready for the protocol.
+
+    - ``synthetic_sizes`` (e.g. ``{"n_train_images": 5000}``) and ``seed`` reach the synthetic generator only;
+      ``source_kwargs`` reach any loader (e.g. ``{"test_fraction": 0.34}`` for ``local:``);
+    - ``ensure_val``: a dataset without a ``"val"`` split (e.g. a ``local:`` folder) gets one held out of
+      ``"train"`` with :func:`hubnorm.holdout_split`, the size of the test split when the training split allows
+      (NNN App. B: "a random subset of the training set with the same size as the test set"), else a third of it;
+    - ``dtype`` (float64 by default) casts and re-normalises every embedding: float64 rankings do not depend on
+      the summation order of a given CPU or thread count, so the rounded numbers the notebooks print are the
+      same on every machine.
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a string such as 'synthetic:flickr30k' or 'local:/path'; got {source!r}")
+    kwargs = dict(source_kwargs or {})
+    if source.startswith("synthetic:"):
+        kwargs.update(synthetic_sizes or {})
+        kwargs.setdefault("seed", seed)
+    ds = load_embeddings(source, **kwargs)
+    ds.meta.setdefault("source_string", source)
+    if ensure_val and "val" not in ds.splits and "train" in ds.splits and "test" in ds.splits:
+        train, n_test = ds.splits["train"], ds.split("test").n_images
+        size = n_test if train.n_images >= 2 * n_test else max(1, train.n_images // 3)
+        if 0 < size < train.n_images:
+            held, rest = holdout_split(train.n_images, size, seed=seed)
+            ds.splits["val"] = train.subset_images(held)
+            ds.splits["train"] = train.subset_images(rest)
+            ds.meta["val_split"] = f"held out from train ({size} images, seed {seed})"
+    if dtype is not None:
+        np_dtype = np.dtype(dtype)
+        for split in ds.splits.values():
+            for attr in ("images", "captions"):
+                x = getattr(split, attr).astype(np_dtype)
+                x /= np.linalg.norm(x, axis=1, keepdims=True)
+                setattr(split, attr, x)
+    return ds
+
+
+def describe(ds: EmbeddingDataset) -> pd.DataFrame:
+    """Images and captions per split."""
+    return pd.DataFrame([{"split": k, "images": v.n_images, "captions": v.n_captions, "dim": v.images.shape[1]}
+                         for k, v in ds.splits.items()])
+
+
+def is_synthetic(ds: EmbeddingDataset) -> bool:
+    return ds.source == "synthetic"
+
+
+def run_label(ds: EmbeddingDataset) -> str:
+    """"synthetic analog (synthetic-flickr30k, seed 0)" or "real data (coco, model)": in every table and caption."""
+    if is_synthetic(ds):
+        kind = "synthetic rehearsal" if ds.meta.get("rehearsal") else "synthetic analog"
+        return f"{kind} ({ds.name}, seed {ds.meta.get('seed', '?')})"
+    model = ds.meta.get("model")
+    return f"real data ({ds.name}" + (f", {model})" if model else ")")
+
+
+def dataset_key(source: str, ds: Optional[EmbeddingDataset] = None) -> str:
+    """The published-table dataset ("flickr30k" or "coco") to compare a source with: the dataset named in the
+    source string (any Flickr set is compared with Flickr30k, any COCO set with COCO 5k; the run label says
+    which data it really is), else the dataset's name."""
+    text = source.lower()
+    if "flickr" in text:
+        return "flickr30k"
+    if "coco" in text:
+        return "coco"
+    return ds.name if ds is not None else source
+
+
+def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> Optional[str]:
+    """The reference-bank source of the cross-dataset rows (NNN Table 2), or None to skip them.
+
+    ``"auto"``: the other synthetic preset for a synthetic run; none for real data (a real run is never paired
+    with a synthetic bank; pass a real ``cache:``/``local:`` source to get those rows). An explicit synthetic
+    ``cross_source`` for a real run is refused with a note.
+    """
+    if cross_source in (None, "", "none", "None"):
+        return None
+    if cross_source == "auto":
+        if is_synthetic(ds):
+            return "synthetic:coco" if "flickr" in ds.name else "synthetic:flickr30k"
+        note("no cross-dataset rows: this run is on real data and no real cross_source was given "
+             "(pass e.g. cross_source='cache:coco:ViT-B-32-quickgelu:openai')")
+        return None
+    if not is_synthetic(ds) and str(cross_source).startswith("synthetic:"):
+        note(f"cross_source={cross_source!r} is synthetic but this run is on real data: cross-dataset rows skipped")
+        return None
+    return cross_source
+
+
+def reference_split(ds: EmbeddingDataset, split: str = "train", fraction: float = 1.0, seed: int = 0) -> EmbeddingSplit:
+    """A seeded random ``fraction`` of the images of ``split`` with all their captions (both banks at once:
+    "all methods use 20% of the train set", NNN Tables A6/A7). Notes a bank too small for a stable estimate."""
+    s = ds.split(split)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
+    if fraction < 1:
+        n = max(1, int(round(fraction * s.n_images)))
+        idx = np.sort(np.random.default_rng(seed).choice(s.n_images, n, replace=False))
+        s = s.subset_images(idx)
+    if s.n_images < SMALL_BANK:
+        note(f"the reference bank has only {s.n_images} images / {s.n_captions} captions "
+             f"({fraction:.0%} of '{split}'): hubness estimates from so small a bank are noisy, and k is "
+             "limited by its size")
+    return s
+
+
+def make_tasks(split: EmbeddingSplit, bank: Optional[EmbeddingSplit] = None, *, directions: Sequence[str] = DIRECTIONS,
+               meta: Optional[dict] = None) -> Dict[str, RetrievalTask]:
+    """t2i / i2t tasks on ``split`` whose banks are the images and captions of ``bank`` (None: no banks)."""
+    return build_tasks(split.images, split.captions, split.caption_to_image,
+                       image_bank=None if bank is None else bank.images,
+                       caption_bank=None if bank is None else bank.captions, directions=tuple(directions),
+                       meta=meta)
+
+
+# ---------------------------------------------------------------------------------------------- grids
+def _bank_size(name: str, task: RetrievalTask, query_aware: bool) -> Optional[int]:
+    if NORMALIZERS[name].uses_query_bank == "unused":
+        return None
+    bank = task.queries if query_aware else task.query_bank
+    return None if bank is None else len(bank)
+
+
+def clamp_params(name: str, params: Mapping, task: RetrievalTask, *, query_aware: bool = False) -> dict:
+    """``k`` of NNN / CSLS / DIS limited to the query-bank size (tiny real folders), with a visible note."""
+    p = dict(params)
+    n = _bank_size(name, task, query_aware)
+    if "k" in p and n is not None and int(p["k"]) > n:
+        note(f"{name} {task.direction}: k={p['k']} is larger than the query bank ({n}); using k={n}")
+        p["k"] = int(n)
+    return p
+
+
+def clamp_grid(name: str, grid: Mapping[str, Sequence], task: RetrievalTask, *, query_aware: bool = False) -> Dict[str, list]:
+    """A grid without the ``k`` values larger than the query bank, with a visible note of what was dropped (when
+    every value is too large, the bank size itself is used)."""
+    g = {k: list(v) for k, v in grid.items()}
+    n = _bank_size(name, task, query_aware)
+    if "k" in g and n is not None:
+        keep = [k for k in g["k"] if int(k) <= n]
+        dropped = [k for k in g["k"] if int(k) > n]
+        if dropped:
+            keep = keep or [n]
+            note(f"{name} {task.direction}: grid k values {dropped} exceed the query bank ({n}); searching k in {keep}")
+            g["k"] = keep
+    return g
+
+
+def paper_or_fast_grid(method: str, fast: bool, reduced: Optional[Mapping[str, Mapping[str, Sequence]]] = None) -> Dict[str, list]:
+    """The paper grid of ``method`` (:data:`hubnorm.PAPER_GRIDS`) or, when ``fast``, the reduced one."""
+    if fast and reduced and method in reduced:
+        return {k: list(v) for k, v in reduced[method].items()}
+    return {k: list(v) for k, v in PAPER_GRIDS.get(method, {}).items()}
+
+
+def fmt_params(p: Mapping) -> str:
+    """``{"alpha": 0.75, "k": 16}`` -> ``"alpha=0.75, k=16"`` (stable order as given)."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+
+
+# ---------------------------------------------------------------------------------------------- running methods
+def method_items(methods: MethodSpec) -> List[Tuple[str, str]]:
+    if isinstance(methods, Mapping):
+        return list(methods.items())
+    return [(m, m) for m in methods]
+
+
+def params_for(params, direction: str, label: str) -> dict:
+    """``params`` is {label: {...}} or {direction: {label: {...}}}."""
+    if not params:
+        return {}
+    if direction in params and isinstance(params[direction], Mapping) and label not in params:
+        return dict(params[direction].get(label, {}) or {})
+    return dict(params.get(label, {}) or {})
+
+
+def run_methods(
+    tasks: Mapping[str, RetrievalTask],
+    methods: MethodSpec,
+    params=None,
+    *,
+    query_aware: bool = False,
+    n_boot: int = 0,
+    seed: int = 0,
+    hubness_k: Sequence[int] = (),
+    ks: Sequence[int] = (1, 5, 10),
+    extra: Optional[Mapping[str, object]] = None,
+    show_progress: bool = True,
+) -> pd.DataFrame:
+    """Fit every method on every task and evaluate it on the task's test queries.
+
+    Args:
+        tasks: ``{"t2i": task, "i2t": task}`` (from :func:`make_tasks`).
+        methods: registry names, or ``{label: registry name}`` to run one method under several labels.
+        params: ``{label: {param: value}}`` or ``{direction: {label: {...}}}``.
+        query_aware: use the test queries as the query bank (transductive; DBSN Table 2).
+        n_boot: bootstrap resamples for 95% CIs of every R@K (columns ``"R@K lo"``, ``"R@K hi"``).
+        hubness_k: also report the skewness of N_k for these k (columns ``"skewness@k"``).
+        extra: constant columns added to every row (e.g. ``{"setting": "bank=train 20%"}``).
+    Returns:
+        one row per (direction, method) with ``direction, method, name, params, R@1 ... MnR, fit_s``.
+    """
+    rows = []
+    pairs = [(d, lab, name) for d in tasks for lab, name in method_items(methods)]
+    for direction, label, name in progress(pairs, desc="methods", disable=not show_progress):
+        task = tasks[direction]
+        p = clamp_params(name, params_for(params, direction, label), task, query_aware=query_aware)
+        norm = make_normalizer(name, **p)
+        t0 = time.perf_counter()
+        task.fit(norm, query_aware=query_aware)
+        fit_s = time.perf_counter() - t0
+        res = evaluate(norm, task, ks=ks, n_boot=n_boot, seed=seed)
+        row = {"direction": direction, "method": label, "name": DISPLAY_NAMES.get(name, name),
+               "params": fmt_params(p), **res, "fit_s": fit_s}
+        for k in hubness_k:
+            row[f"skewness@{k}"] = hubness_stats(k_occurrence(norm, k, task.queries), k, task.n_queries)["skewness"]
+        if extra:
+            row.update(extra)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def select_and_evaluate(
+    val_tasks: Mapping[str, RetrievalTask],
+    test_tasks: Mapping[str, RetrievalTask],
+    methods: MethodSpec,
+    grids: Mapping[str, Mapping[str, Sequence]],
+    *,
+    metric: str = "R@1",
+    fixed: Optional[Mapping[str, Mapping[str, object]]] = None,
+    reuse: Optional[Mapping[str, str]] = None,
+    n_boot: int = 0,
+    seed: int = 0,
+    hubness_k: Sequence[int] = (),
+    extra: Optional[Mapping[str, object]] = None,
+    show_progress: bool = True,
+) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """NNN Appendix B: choose each method's parameters on the held-out ``val_tasks`` with
+    :func:`hubnorm.grid_search` (by ``metric``), then evaluate once on ``test_tasks`` with the winners.
+
+    ``grids`` maps a method *label* to its grid (missing or empty: no selection, ``fixed`` / default parameters).
+    ``reuse`` maps a label to an earlier label whose chosen parameters it takes instead of its own search (e.g.
+    ``{"dualdis": "dualis"}``: the NNN paper finds DualDIS and DualIS alike).
+    Returns ``(results, selection)``: the test results (as :func:`run_methods`) and one row per (direction,
+    method) with the chosen parameters, the validation score, the number of grid points and the engine used.
+    """
+    fixed = fixed or {}
+    chosen: Dict[str, Dict[str, dict]] = {d: {} for d in test_tasks}
+    sel_rows = []
+    jobs = [(d, lab, name) for d in test_tasks for lab, name in method_items(methods)]
+    for direction, label, name in progress(jobs, desc="selection on val", disable=not show_progress):
+        base = dict(fixed.get(label, {}) or {})
+        grid = grids.get(label) if grids else None
+        row = {"direction": direction, "method": label}
+        if reuse and label in reuse:
+            params = {**base, **chosen[direction][reuse[label]]}
+            row.update({"chosen": fmt_params(params) + f" (as {reuse[label]})", f"val {metric}": np.nan,
+                        "grid points": 0, "engine": "-"})
+        elif grid:
+            grid = clamp_grid(name, grid, val_tasks[direction])
+            sel = grid_search(name, val_tasks[direction], grid, metric=metric, fixed=base)
+            params = {**base, **sel.best_params}
+            row.update({"chosen": fmt_params(sel.best_params), f"val {metric}": sel.best_score,
+                        "grid points": len(sel.table), "engine": sel.engine})
+        else:
+            params = base
+            row.update({"chosen": fmt_params(params) or "(none)", f"val {metric}": np.nan, "grid points": 0,
+                        "engine": "-"})
+        chosen[direction][label] = params
+        sel_rows.append(row)
+    results = run_methods(test_tasks, methods, chosen, n_boot=n_boot, seed=seed, hubness_k=hubness_k, extra=extra,
+                          show_progress=show_progress)
+    return results, pd.DataFrame(sel_rows)

@@ -1,0 +1,149 @@
+"""The notebooks as first-class sources: jupytext pairs in sync, one common structure, inline figures, clean
+committed outputs, parameters papermill can parse, checked numbers that hold under other CPU-dispatch settings,
+and every notebook runnable on real embeddings with only ``source`` changed.
+
+nbval itself (``run_tests.sh``) re-executes the committed notebooks and compares the cells tagged
+``nbval-check-output``; these tests check everything around it.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import REPO, shared_path
+
+NB_DIR = REPO / "notebooks"
+SOURCES = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
+
+jupytext = pytest.importorskip("jupytext")
+
+
+def _read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_every_notebook_has_a_jupytext_source_and_back():
+    assert NOTEBOOKS, "no notebooks found"
+    assert [p.stem for p in SOURCES] == [p.stem for p in NOTEBOOKS], \
+        "every notebooks/NN_name.ipynb needs its editable source notebooks/NN_name.py and vice versa"
+
+
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
+def test_pair_in_sync(ipynb):
+    """The .py (what authors edit) and the .ipynb (what nbval runs) hold the same cells."""
+    text = jupytext.read(ipynb.with_suffix(".py"))
+    nb = _read(ipynb)
+    assert nb.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", "pair it: jupytext --set-formats ipynb,py:percent"
+    a = [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in text.cells]
+    b = [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
+    assert len(a) == len(b), f"{ipynb.name}: {len(a)} cells in the .py, {len(b)} in the .ipynb: run jupytext --sync"
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x == y, f"{ipynb.name}: cell {i} differs between the .py and the .ipynb: run `jupytext --sync {ipynb.with_suffix('.py').name}`"
+
+
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
+def test_common_structure(ipynb):
+    nb = _read(ipynb)
+    num = ipynb.name[:2]
+    cells = nb.cells
+    assert cells[0].cell_type == "markdown" and cells[0].source.startswith(f"# {num} ·"), "title '# NN · ...' first"
+    params = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1, "exactly one cell tagged 'parameters'"
+    assert "seed" in params[0].source
+    setup = [c for c in cells if c.cell_type == "code" and f'nb.setup("{num}"' in c.source]
+    assert setup, f'the setup cell calls nb.setup("{num}", ...)'
+    assert any("nbval-check-output" in c.metadata.get("tags", []) for c in cells), "some key numbers are checked"
+    md = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    for heading in ("## Try this", "## Exercises"):
+        assert heading in md, f"a '{heading}' section"
+    assert "**What to notice.**" in md
+    for c in cells:
+        assert "NBVAL_CHECK_OUTPUT" not in c.source, "mark checked cells with the tag, not a comment"
+        assert 'matplotlib.use("Agg")' not in c.source and "matplotlib.use('Agg')" not in c.source
+
+
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
+def test_committed_outputs_are_clean_and_have_inline_figures(ipynb):
+    nb = _read(ipynb)
+    pngs = 0
+    for c in nb.cells:
+        if c.cell_type != "code":
+            continue
+        assert c.get("execution_count") is not None, f"{ipynb.name}: not executed (bash scripts/refresh_notebooks.sh)"
+        for out in c.outputs:
+            assert out.get("output_type") != "error", f"{ipynb.name}: an error output is committed"
+            assert not (out.get("output_type") == "stream" and out.get("name") == "stderr"), \
+                f"{ipynb.name}: stderr (progress bars, warnings) in a committed output"
+            text = json.dumps(out)
+            assert not re.search(r"/(home|Users|root|work|tmp)/\w", text), f"{ipynb.name}: a machine path in an output"
+            assert "../shared" not in text
+            pngs += "image/png" in out.get("data", {})
+    assert pngs >= 1, f"{ipynb.name}: no inline figure in the committed outputs"
+
+
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
+def test_parameters_parse_cleanly(ipynb, caplog):
+    papermill = pytest.importorskip("papermill")
+    params = papermill.inspect_notebook(str(ipynb))
+    assert {"source", "seed"} <= set(params)
+    assert not [r for r in caplog.records if "Unable to parse" in r.getMessage()]
+    for name, p in params.items():
+        assert p["default"] not in (None, ""), f"{name}: no parseable default"
+
+
+def test_nothing_refers_to_the_developers_shared_folder():
+    """Users never have ../shared: only tests may read it (and skip when it is absent)."""
+    offenders = []
+    for path in REPO.rglob("*"):
+        if (not path.is_file() or ".git" in path.parts or ".venv" in path.parts or "tests" in path.parts
+                or path.suffix not in {".py", ".md", ".sh", ".ipynb", ".cfg", ".toml", ".yml", ".txt"}
+                or "results" in path.parts or "cache" in path.parts):
+            continue
+        text = path.read_text(errors="ignore")
+        if "../shared" in text or "METHODS.md" in text:
+            offenders.append(str(path.relative_to(REPO)))
+    assert not offenders, f"these files point users at the developers' shared folder: {offenders}"
+
+
+@pytest.mark.slow
+def test_checked_numbers_hold_under_other_cpu_dispatch():
+    """Regression check of the checked outputs' robustness: one notebook re-run by nbval with torch's generic
+    kernels, MKL's reproducible-results mode and one thread (the other variants are in the developers' notes)."""
+    env = {**os.environ, "MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "HUBNORM_PROGRESS": "0"}
+    nb = NB_DIR / "03_k_ablation.ipynb"
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                          "--nbval-sanitize-with", str(NB_DIR / "nbval_sanitize.cfg"), str(nb)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
+def test_notebook_runs_on_real_embeddings_with_only_source_changed(ipynb, tmp_path):
+    """Own data with one parameter: the real CLIP embeddings (a local: folder), nothing else changed; synthetic
+    data is forbidden in the run (HUBNORM_FORBID_SYNTHETIC=1 makes any synthetic load an error)."""
+    papermill = pytest.importorskip("papermill")
+    folder = shared_path("embeddings", "flickr8k-100x5-clip-vitb32")
+    env_before = dict(os.environ)
+    os.environ.update({"HUBNORM_FORBID_SYNTHETIC": "1", "HUBNORM_RESULTS": str(tmp_path / "results"),
+                       "HUBNORM_PROGRESS": "0"})
+    try:
+        out = tmp_path / ipynb.name
+        papermill.execute_notebook(str(ipynb), str(out), parameters={"source": f"local:{folder}"},
+                                   cwd=str(NB_DIR), kernel_name="python3", progress_bar=False)
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    text = "\n".join(o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
+                     for c in _read(out).cells if c.cell_type == "code" for o in c.outputs)
+    assert "synthetic analog" not in text, "a synthetic label appeared in a run on real data"
