@@ -14,7 +14,7 @@
 #     name: python3
 # ---
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # # 00 · Hubness from scratch
 #
 # In high-dimensional spaces a few points become the nearest neighbour of a great many others — **hubs** — while
@@ -45,9 +45,12 @@ dims = [2, 10, 100, 1000]
 n_points = 2000
 # neighbourhood size of the k-occurrence N_k
 k = 10
-# synthetic image-caption data: training images (the reference bank: 5 captions each) and test images
-n_train_images = 1000
-n_test_images = 1000
+# image-caption embeddings: "synthetic:flickr30k" (default), "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+source = "synthetic:flickr30k"
+# sizes for the synthetic generator only: training images (the reference bank, 5 captions each) and test images
+synthetic_sizes = {"n_train_images": 1000, "n_test_images": 1000, "n_val_images": 0}
+# extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+source_kwargs = {}
 # method parameters (the papers' defaults)
 nnn_alpha = 0.75
 nnn_k = 16
@@ -55,7 +58,7 @@ is_tau = 0.02
 sn_tau = 0.01
 sn_iter = 10
 
-# %%
+# %% tags=[]
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -64,10 +67,11 @@ from scipy import special, stats
 
 import hubnorm as hn
 from hubnorm import notebook as nb
+from hubnorm import protocol as pr
 
 run = nb.setup("00", seed=seed)
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 1 · Hubs in random data: the k-occurrence
 #
 # Take $n$ points $x_1, \dots, x_n$ and, for every point, its $k$ nearest neighbours among the others. The
@@ -82,7 +86,7 @@ run = nb.setup("00", seed=seed)
 #
 # The toy: i.i.d. standard Gaussian points in $d$ dimensions, Euclidean distance, nothing else.
 
-# %%
+# %% tags=[]
 def k_occurrence_points(x, k):
     """N_k of every point of x (n x d) among the points themselves (Euclidean, a point is not its own neighbour)."""
     sq = np.einsum("ij,ij->i", x, x)
@@ -113,7 +117,7 @@ toy_table = pd.DataFrame({
 })
 nb.show(toy_table)
 
-# %%
+# %% tags=[]
 fig, axes = plt.subplots(1, len(dims), figsize=(3.4 * len(dims), 3.0), sharey=True)
 for ax, d in zip(np.atleast_1d(axes), dims):
     n_k = toy[d]["n_k"]
@@ -128,13 +132,13 @@ fig.tight_layout()
 run.save_figure(fig, "toy_k_occurrence")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # **What to notice.** In 2 dimensions $N_k$ is narrow and symmetric around $k$: everybody is somebody's
 # neighbour about equally often. As $d$ grows the histogram develops a long right tail (hubs with $N_k$ many
 # times $k$) and a spike at 0 (anti-hubs that appear in no list at all), and the skewness climbs. Nothing about
 # the data changed except the dimension.
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 2 · Why: concentration of distances, and the advantage of being central
 #
 # **Distances concentrate.** For two independent points $x, y \sim \mathcal N(0, I_d)$,
@@ -162,7 +166,7 @@ plt.show()
 # Keep the structure "score = shared per-candidate offset + query-specific part" in mind: every method in §6
 # estimates that offset and removes it.
 
-# %%
+# %% tags=[]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 for d in dims:
     dist = toy[d]["dist"]
@@ -180,13 +184,13 @@ fig.tight_layout()
 run.save_figure(fig, "toy_concentration")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # **What to notice.** (a) In 2-D a neighbour can be ten times closer than an average point; in 1000-D every
 # distance is within a few percent of the mean. (b) The points closest to the data mean (left) have the largest
 # $N_k$; the distant ones (right) have $N_k = 0$. The last column of the table above shows this correlation
 # appear with the dimension (near 0 in 2-D, strongly negative from 10-D on).
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 3 · Image–text embeddings: the modality gap
 #
 # Retrieval with a dual encoder such as CLIP embeds queries and targets separately, L2-normalises them and ranks
@@ -198,19 +202,19 @@ plt.show()
 #
 # $$\frac{1}{m}\sum_{i=1}^m s(q_i, t) = \mu_C^\top t ,$$
 #
-# and becomes a hub. We use the synthetic data of this repository (`hubnorm.synthetic`: seeded embeddings
-# calibrated to zero-shot CLIP ViT-B/32 on Flickr30k; **synthetic, not real data**): test images and their 5
-# captions each, and the training captions as a *reference bank* for §6.
+# and becomes a hub. By default we use the synthetic data of this repository (`hubnorm.synthetic`: seeded
+# embeddings calibrated to zero-shot CLIP ViT-B/32 on Flickr30k; **synthetic, not real data**): test images and
+# their 5 captions each, and the training captions as a *reference bank* for §6. Set `source` to run the same
+# cells on real embeddings (see `notebooks/README.md`).
 
-# %%
-data = hn.load_embeddings("synthetic:flickr30k", seed=seed, n_train_images=n_train_images,
-                          n_test_images=n_test_images, n_val_images=0)
+# %% tags=[]
+data = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
+                          source_kwargs=source_kwargs, ensure_val=False)
 test, train = data.split("test"), data.split("train")
-images = test.images.astype(np.float64)
-captions = test.captions.astype(np.float64)
-caption_to_image = test.caption_to_image
-caption_bank = train.captions.astype(np.float64)
-print(f"synthetic test split: {len(images)} images, {len(captions)} captions (dim {images.shape[1]}); "
+images, captions, caption_to_image = test.images, test.captions, test.caption_to_image
+caption_bank = train.captions
+print(f"this run: {pr.run_label(data)}")
+print(f"test split: {len(images)} images, {len(captions)} captions (dim {images.shape[1]}); "
       f"reference bank: {len(caption_bank)} training captions")
 
 mu_img, mu_cap = images.mean(axis=0), captions.mean(axis=0)
@@ -226,19 +230,20 @@ geometry = pd.DataFrame({
 })
 nb.show(geometry, digits=3)
 
-# %%
-sub = np.random.default_rng(seed).choice(len(images), 300, replace=False)
-sub_caps = sub * 5  # the first caption of each of those images (captions are image-major, 5 per image)
-both = np.concatenate([images[sub], captions[sub_caps]])
+# %% tags=[]
+n_sub = min(300, len(images))
+sub = np.random.default_rng(seed).choice(len(images), n_sub, replace=False)
+first_caption = np.unique(caption_to_image, return_index=True)[1]  # the first caption of every image
+both = np.concatenate([images[sub], captions[first_caption[sub]]])
 centred = both - both.mean(axis=0)
 _, _, vt = np.linalg.svd(centred, full_matrices=False)
 xy = centred @ vt[:2].T
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
 ax = axes[0]
-ax.scatter(*xy[:300].T, s=8, label="images", color=sns.color_palette()[0])
-ax.scatter(*xy[300:].T, s=8, label="captions", color=sns.color_palette()[1])
-for i in range(0, 300, 15):
-    ax.plot([xy[i, 0], xy[300 + i, 0]], [xy[i, 1], xy[300 + i, 1]], color="0.6", lw=0.6)
+ax.scatter(*xy[:n_sub].T, s=8, label="images", color=sns.color_palette()[0])
+ax.scatter(*xy[n_sub:].T, s=8, label="captions", color=sns.color_palette()[1])
+for i in range(0, n_sub, 15):
+    ax.plot([xy[i, 0], xy[n_sub + i, 0]], [xy[i, 1], xy[n_sub + i, 1]], color="0.6", lw=0.6)
 ax.set_xlabel("principal component 1")
 ax.set_ylabel("principal component 2")
 ax.set_title("(a) PCA of images and captions (grey: matched pairs)", fontsize=10)
@@ -253,21 +258,22 @@ fig.tight_layout()
 run.save_figure(fig, "modality_gap")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # **What to notice.** (a) The first principal component separates the modalities almost perfectly: a caption is
 # much closer to other captions than to its own image, and the grey lines joining matched pairs all run the same
 # way across the gap. (b) Matched pairs score only about 0.1 higher than unmatched ones, while unmatched scores
 # themselves spread by several hundredths: a small shared offset per image is enough to reorder rankings.
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 4 · A hub and an anti-hub, concretely
 #
 # Text→image: the captions are the queries, the images the targets. $N_k(t)$ is the number of test captions
-# whose top-$k$ images contain image $t$; its mean is $k \cdot 5000 / 1000 = 5k$. We call an image's similarity
-# to the caption centre, $\mu_C^\top t$, its **centrality**. The **hub** below is the image with the largest
-# $N_k$, the **anti-hub** the one with the smallest (in larger real galleries many images have $N_k = 0$).
+# whose top-$k$ images contain image $t$; its mean is $k m / n$ ($5k$ with 5 captions per image). We call an
+# image's similarity to the caption centre, $\mu_C^\top t$, its **centrality**. The **hub** below is the image
+# with the largest $N_k$, the **anti-hub** the one with the smallest (larger real galleries have many images with
+# $N_k = 0$).
 
-# %%
+# %% tags=[]
 n_1_raw = hn.k_occurrence(scores, 1)
 n_k_raw = hn.k_occurrence(scores, k)
 centrality = images @ mu_cap
@@ -290,7 +296,7 @@ profile = pd.DataFrame({
     f"N_{k}": [int(n_k_raw[hub]), int(n_k_raw[anti])],
     f"expected N_{k}": [k * len(captions) / len(images)] * 2,
     "centrality rank (1 = most central)": [int(centrality_rank[hub]), int(centrality_rank[anti])],
-    "ranks of it by its own 5 captions": [str(own_caption_ranks(hub)), str(own_caption_ranks(anti))],
+    "ranks of it by its own captions": [str(own_caption_ranks(hub)), str(own_caption_ranks(anti))],
 })
 nb.show(profile)
 
@@ -305,7 +311,7 @@ stolen = pd.DataFrame({
 })
 nb.show(stolen, digits=3, caption="Captions of other images that retrieve the hub first")
 
-# %%
+# %% tags=[]
 fig, ax = plt.subplots(figsize=(6.5, 4.2))
 ax.scatter(centrality, n_k_raw, s=7, alpha=0.5)
 ax.scatter(centrality[[hub]], n_k_raw[[hub]], s=80, facecolor="none", edgecolor="red", lw=2, label="hub")
@@ -313,19 +319,20 @@ ax.scatter(centrality[[anti]], n_k_raw[[anti]], s=80, facecolor="none", edgecolo
 ax.axhline(k * len(captions) / len(images), color="0.4", ls="--", lw=1, label=f"expected $N_{{{k}}}$")
 ax.set_xlabel(r"centrality $\mu_C^\top t$ (similarity to the mean caption)")
 ax.set_ylabel(f"$N_{{{k}}}$ (captions retrieving the image in their top {k})")
-ax.set_title(f"Synthetic text→image: Spearman {stats.spearmanr(n_k_raw, centrality)[0]:.2f}", fontsize=10)
+ax.set_title(f"text→image, {pr.run_label(data)}: Spearman {stats.spearmanr(n_k_raw, centrality)[0]:.2f}",
+             fontsize=9)
 ax.legend(fontsize=8)
 fig.tight_layout()
 run.save_figure(fig, "hub_vs_centrality")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # **What to notice.** The hub is among the most central images and sits in the top-$k$ of many times more
 # captions than expected; the captions it "steals" score it only a few hundredths above their own image. The
 # anti-hub lies at the far end of the centrality axis: even its *own* captions rank it low. Centrality explains
 # most, but not all, of $N_k$: the cloud of points around the trend is the query-specific part of the score.
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 5 · What the metrics measure
 #
 # For each query, let $r$ be the 0-based **rank** of its best positive target (0 = retrieved first).
@@ -340,7 +347,7 @@ plt.show()
 #
 # A worked example with five queries and six targets:
 
-# %%
+# %% tags=[]
 ranks = np.array([0, 2, 0, 7, 1])
 print("ranks:", ranks.tolist())
 print(f"R@1 = 100 * 2/5 = {hn.recall_at_k(ranks, 1):.0f};  R@5 = 100 * 4/5 = {hn.recall_at_k(ranks, 5):.0f}")
@@ -352,7 +359,7 @@ print(f"N_2 of six targets for six queries: even {n_k_even.tolist()} -> skewness
       f"{hn.hubness_stats(n_k_even, 2, 6)['skewness']:.2f}; one hub {n_k_hub.tolist()} -> skewness "
       f"{hn.hubness_stats(n_k_hub, 2, 6)['skewness']:.2f}")
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 6 · Three ways to remove the offset
 #
 # All three methods keep the cosine and add **one offset per target**: $\tilde s(q, t_j) = s(q, t_j) + h_j$.
@@ -367,12 +374,13 @@ print(f"N_2 of six targets for six queries: even {n_k_even.tolist()} -> skewness
 #
 # A hub is close to many bank captions, so its $b(t)$ is large.
 
-# %%
+# %% tags=[]
 bank_scores = caption_bank @ images.T                        # (bank queries x targets)
+nnn_k = min(nnn_k, len(caption_bank))                        # k cannot exceed the bank
 top_k = np.partition(bank_scores, -nnn_k, axis=0)[-nnn_k:]   # each target's k largest bank similarities
 h_nnn = -nnn_alpha * top_k.mean(axis=0)
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ### 6.2 Inverted softmax (IS / QBNorm; Bogolin et al. 2022; DBSN Eq. 1–3)
 # Normalise every target's scores by a softmax over the *bank* (a column softmax, hence "inverted"):
 #
@@ -383,10 +391,10 @@ h_nnn = -nnn_alpha * top_k.mean(axis=0)
 # queries count: $\tau \to 0$ gives $h_j \to -\max_b s(b, t_j)$ (only the closest bank query), a large $\tau$ the
 # mean similarity (minus a constant). `scipy.special.logsumexp` keeps $\exp(S/\tau)$ from overflowing.
 
-# %%
+# %% tags=[]
 h_is = -is_tau * special.logsumexp(bank_scores / is_tau, axis=0)
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ### 6.3 Sinkhorn normalisation (SN; Pan et al., DBSN Eq. 7–9, Alg. A1)
 # IS balances the targets only. SN asks for a transport plan $\pi$ between the $m$ bank queries and the $n$
 # targets in which *every* query sends out $1/m$ and *every* target receives $1/n$, maximising score plus
@@ -404,7 +412,7 @@ h_is = -is_tau * special.logsumexp(bank_scores / is_tau, axis=0)
 # The target potential $g_j$ is the offset $h_j$. The $g$-update with all $f_i$ equal is exactly IS (plus a
 # constant): SN is IS with the bank queries reweighted so that each of them is also "used" equally.
 
-# %%
+# %% tags=[]
 m_bank, n_targets = bank_scores.shape
 g = np.zeros(n_targets)
 for _ in range(sn_iter):
@@ -412,12 +420,12 @@ for _ in range(sn_iter):
     g = sn_tau * np.log(1 / n_targets) - sn_tau * special.logsumexp((bank_scores + f[:, None]) / sn_tau, axis=0)
 h_sn = g
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ### 6.4 The same with `hubnorm`
 # The library computes the same offsets without ever holding the bank × target matrix (it streams blocks), on
 # CPU or GPU. `fit(targets, query_bank=...)` estimates them; `.offsets` returns them.
 
-# %%
+# %% tags=[]
 nnn = hn.NearestNeighborNormalization(alpha=nnn_alpha, k=nnn_k).fit(images, query_bank=caption_bank)
 inv = hn.InvertedSoftmax(tau=is_tau).fit(images, query_bank=caption_bank)
 snn = hn.SinkhornNormalization(tau=sn_tau, n_iter=sn_iter).fit(images, query_bank=caption_bank)
@@ -429,18 +437,21 @@ h_is_at_sn_tau = hn.InvertedSoftmax(tau=sn_tau).fit(images, query_bank=caption_b
 np.testing.assert_allclose(g_is - sn_tau * np.log(1 / n_targets), h_is_at_sn_tau, rtol=0, atol=1e-9)
 print("SN's first g-update with equal f is IS at the same tau (plus a constant): checked")
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ### 6.5 What the offsets do to the scores
-# Every method is evaluated on the same test task (text→image, captions as queries).
+# Every method is evaluated on the same test task (text→image, captions as queries). At scale you would call
+# `hn.evaluate(method, task)` and `hn.k_occurrence(method, k, queries=...)`, which stream the scores in blocks;
+# this gallery is small enough to score once and reuse the matrix.
 
-# %%
+# %% tags=[]
 task = hn.build_tasks(images, captions, caption_to_image, caption_bank=caption_bank, directions=("t2i",))["t2i"]
 methods = {"raw cosine": hn.Identity().fit(images), "NNN": nnn, "IS": inv, "SN": snn}
 rows, n_k_of = [], {}
 for name, method in methods.items():
-    metrics = hn.evaluate(method, task)
-    n_1 = hn.k_occurrence(method, 1, queries=captions)
-    n_k_of[name] = hn.k_occurrence(method, k, queries=captions)
+    normalised = method.score(captions)  # the (captions x images) matrix S + h: small enough to hold here
+    metrics = hn.summarize_ranks(hn.positive_ranks(normalised, task.positives))
+    n_1 = hn.k_occurrence(normalised, 1)
+    n_k_of[name] = hn.k_occurrence(normalised, k)
     st = hn.hubness_stats(n_k_of[name], k, len(captions))
     rows.append({"method": name, "R@1": metrics["R@1"], "R@5": metrics["R@5"], "MdR": metrics["MdR"],
                  "MnR": metrics["MnR"], "max N_1": int(n_1.max()), f"skewness N_{k}": st["skewness"],
@@ -448,7 +459,7 @@ for name, method in methods.items():
 effect = pd.DataFrame(rows)
 nb.show(effect)
 
-# %%
+# %% tags=[]
 fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.0))
 ax = axes[0]
 bins = np.arange(0, max(int(v.max()) for v in n_k_of.values()) + 4, 3)
@@ -470,7 +481,7 @@ fig.tight_layout()
 run.save_figure(fig, "methods_effect")
 plt.show()
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # **What to notice.** (a) The raw histogram has a tail of hubs reaching far to the right; after each method the
 # tail is cut and the histogram gathers around the expected count. (b) The offsets fall almost linearly with
 # centrality: the methods learned, from the bank alone, the shared per-image term of §2 — without ever seeing the
@@ -478,7 +489,7 @@ plt.show()
 # image. On this synthetic data the three methods end close together; on real data their differences are the
 # subject of notebooks 02–05.
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## 7 · Key numbers of this run
 
 # %% tags=["nbval-check-output"]
@@ -489,10 +500,10 @@ nb.check("toy: the skewness of N_k grows from the lowest to the highest dimensio
          f"{skews[0]:.2f} -> {skews[-1]:.2f}")
 rho_hi = stats.spearmanr(toy[dims[-1]]["n_k"], toy[dims[-1]]["to_mean"])[0]
 nb.check(f"toy, d={dims[-1]}: points near the data mean are hubs (Spearman < -0.5)", rho_hi < -0.5, f"{rho_hi:.2f}")
-print(f"synthetic t2i: hub N_{k} = {int(n_k_raw[hub])}, anti-hub N_{k} = {int(n_k_raw[anti])}, "
+print(f"t2i: hub N_{k} = {int(n_k_raw[hub])}, anti-hub N_{k} = {int(n_k_raw[anti])}, "
       f"expected {k * len(captions) / len(images):.2f}")
 rho_c = stats.spearmanr(n_k_raw, centrality)[0]
-nb.check("synthetic t2i: central images are hubs (Spearman(N_k, centrality) > 0.5)", rho_c > 0.5, f"{rho_c:.2f}")
+nb.check("t2i: central images are hubs (Spearman(N_k, centrality) > 0.5)", rho_c > 0.5, f"{rho_c:.2f}")
 nb.key_numbers(effect)
 e = effect.set_index("method")
 for name in ("NNN", "IS", "SN"):
@@ -502,7 +513,7 @@ for name in ("NNN", "IS", "SN"):
              f"R@1 {e.loc['raw cosine', 'R@1']:.2f} -> {e.loc[name, 'R@1']:.2f}, skewness "
              f"{e.loc['raw cosine', f'skewness N_{k}']:.2f} -> {e.loc[name, f'skewness N_{k}']:.2f}")
 
-# %% [markdown]
+# %% [markdown] tags=[]
 # ## Try this
 #
 # Change a parameter in the first code cell and run the notebook again (or pass it to papermill with `-p`):
