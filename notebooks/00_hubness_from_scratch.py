@@ -51,6 +51,9 @@ source = "synthetic:flickr30k"
 synthetic_sizes = {"n_train_images": 1000, "n_test_images": 1000, "n_val_images": 0}
 # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 source_kwargs = {}
+# caps for large real data sets (seeded subsets): this notebook holds dense caption x image matrices
+max_test_images = 1000
+max_bank_captions = 10000
 # method parameters (the papers' defaults)
 nnn_alpha = 0.75
 nnn_k = 16
@@ -205,14 +208,20 @@ plt.show()
 # and becomes a hub. By default we use the synthetic data of this repository (`hubnorm.synthetic`: seeded
 # embeddings calibrated to zero-shot CLIP ViT-B/32 on Flickr30k; **synthetic, not real data**): test images and
 # their 5 captions each, and the training captions as a *reference bank* for §6. Set `source` to run the same
-# cells on real embeddings (see `notebooks/README.md`).
+# cells on real embeddings (see `notebooks/README.md`); large real sets are cut to `max_test_images` test images
+# and `max_bank_captions` bank captions (seeded subsets).
 
 # %% tags=[]
 data = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
                           source_kwargs=source_kwargs, ensure_val=False)
 test, train = data.split("test"), data.split("train")
-images, captions, caption_to_image = test.images, test.captions, test.caption_to_image
+subset_rng = np.random.default_rng(seed)
+if test.n_images > max_test_images:
+    test = test.subset_images(np.sort(subset_rng.choice(test.n_images, max_test_images, replace=False)))
 caption_bank = train.captions
+if len(caption_bank) > max_bank_captions:
+    caption_bank = caption_bank[np.sort(subset_rng.choice(len(caption_bank), max_bank_captions, replace=False))]
+images, captions, caption_to_image = test.images, test.captions, test.caption_to_image
 print(f"this run: {pr.run_label(data)}")
 print(f"test split: {len(images)} images, {len(captions)} captions (dim {images.shape[1]}); "
       f"reference bank: {len(caption_bank)} training captions")
@@ -318,7 +327,7 @@ ax.scatter(centrality[[hub]], n_k_raw[[hub]], s=80, facecolor="none", edgecolor=
 ax.scatter(centrality[[anti]], n_k_raw[[anti]], s=80, facecolor="none", edgecolor="black", lw=2, label="anti-hub")
 ax.axhline(k * len(captions) / len(images), color="0.4", ls="--", lw=1, label=f"expected $N_{{{k}}}$")
 ax.set_xlabel(r"centrality $\mu_C^\top t$ (similarity to the mean caption)")
-ax.set_ylabel(f"$N_{{{k}}}$ (captions retrieving the image in their top {k})")
+ax.set_ylabel(f"$N_{{{k}}}$ of the image")
 ax.set_title(f"text→image, {pr.run_label(data)}: Spearman {stats.spearmanr(n_k_raw, centrality)[0]:.2f}",
              fontsize=9)
 ax.legend(fontsize=8)
