@@ -43,15 +43,17 @@ class Timer:
         self.seconds = time.perf_counter() - self.t0
 
 
-def write_report(name: str, title: str, intro: str, rows, notes=()):
-    """``reports/<name>.md`` (intro, table, notes) and ``reports/<name>.csv`` from a list of dicts."""
-    REPORTS.mkdir(parents=True, exist_ok=True)
+def write_report(name: str, title: str, intro: str, rows, notes=(), out_dir=None):
+    """``reports/<name>.md`` (intro, table, notes) and ``reports/<name>.csv`` from a list of dicts
+    (``out_dir`` instead of benchmarks/reports when given)."""
+    out = Path(out_dir) if out_dir is not None else REPORTS
+    out.mkdir(parents=True, exist_ok=True)
     cols = []
     for r in rows:
         for c in r:
             if c not in cols:
                 cols.append(c)
-    with open(REPORTS / f"{name}.csv", "w", newline="") as fh:
+    with open(out / f"{name}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
@@ -67,5 +69,5 @@ def write_report(name: str, title: str, intro: str, rows, notes=()):
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
-    (REPORTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -163,6 +163,8 @@ def main() -> None:
     df = pd.DataFrame(rows, columns=["key", "value", "unit", "note"])
     args.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out / "cross_encoder_latency.csv", index=False)
+    if args.out.resolve() == OUT.resolve():  # the default report: refresh the copy shipped as package data too
+        df.to_csv(REPO / "lib" / "hubnorm" / "rerank" / "cross_encoder_latency.csv", index=False)
 
     t_full, t_vision, t_text, t_query = c_full, c_vision, c_text, c_query
     cm = CostModel(pair_s=t_full, query_embed_s=t_query, topk_per_target_s=float(slope), topk_base_s=base,

@@ -262,13 +262,24 @@ for d in directions:
 # paper. On the default profile the grids are reduced (see §2) and the training split is small (the bank is 20%
 # of it), so gains are expected to be in the paper's direction but not of its size. Saved: `results/tables/01_*`,
 # `results/figures/01_main_results_r1.png`.
-#
+
+# %% [markdown]
 # ## Try this
-# - `papermill 01_main_results.ipynb out.ipynb -p bank_fraction 0.05`: a smaller reference bank. NNN's bias is
-#   then estimated from fewer neighbours; predict whether its gain over the raw scores shrinks (notebook 04 measures it).
-# - `-p fast False`: the paper's full grids (110 NNN points); selection takes longer but uses the same
-#   one-pass engine (`hubnorm.grid_search`, column `engine` above).
-# - `-p source local:/path/to/your/embeddings`: your own model (see the README, "Your own data").
+# * Set `n_boot = 2000`: do the confidence intervals change, or only become smoother?
+# * Set `bank_fraction = 0.05`: the reference bank shrinks four-fold. Which rows of the results table move?
+# * Set `fast = False` to search the paper's full grids (slower): does the chosen `(alpha, k)` change R@1?
+
+# %% [markdown]
+# ## Exercises
+# 1. **Overlapping intervals.** The line "i2t: the gain is outside the raw 95% CI" can say DIFFERS although NNN
+#    wins more image→text queries than it loses. Count the queries won and lost by NNN, compute a *paired*
+#    bootstrap interval of the R@1 difference, and explain why comparing two marginal intervals is the wrong test
+#    here. How does an interval's width depend on the number of queries? Solution:
+#    `solutions/01_main_results.py`, `exercise_1()`.
+# 2. **DN is a special case of NNN.** Expand DN's score $(q - \lambda\mu_Q)\cdot(t - \lambda\mu_T)$ and show that,
+#    for ranking, it equals NNN with $\alpha = \lambda$ and $k$ = the whole bank. Then explain why "NNN beats DN"
+#    can fail on the synthetic data (hint: how does `hubnorm.synthetic` make hubs?). Solution:
+#    `solutions/01_main_results.py`, `exercise_2()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

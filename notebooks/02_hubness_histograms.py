@@ -204,9 +204,22 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
 
 # %% [markdown]
 # ## Try this
-# - `-p nnn_params '{"alpha": 1.5, "k": 16}'` (papermill `-y`): a stronger correction. Predict the max of N_1 and
-#   the R@1 before you run it; notebook 03 shows where R@1 turns down.
-# - `-p hub_k 1`: the DBSN skewness at top-1 instead of top-10.
+# * Set `nnn_params = {"alpha": 1.5, "k": 16}` and then `{"alpha": 3.0, "k": 16}`: watch the histogram of
+#   captions matched per image widen again.
+# * Set `hub_k = 1` or `hub_k = 50`: does the skewness of $N_k$ depend on $k$?
+# * Set `sn_tau = 0.005`: does Sinkhorn's $N_{10}$ tail change?
+
+# %% [markdown]
+# ## Exercises
+# 1. **Where do the hubs go?** Before running, predict the kurtosis and the maximum of captions matched per image
+#    (NNN, $k = 16$) for $\alpha$ = 0, 0.75, 1.5 and 3, and how many captions the ten biggest raw hubs keep.
+#    Which images become the hubs at $\alpha = 3$? Solution: `solutions/02_hubness_histograms.py`,
+#    `exercise_1()`.
+# 2. **Skewness near zero.** On the synthetic data query-aware IS ends with a *lower* skewness of $N_{10}$ than SN
+#    (the DIFFERS line "skewness of N_10 falls raw > IS > SN"), yet SN has the higher R@1. Repeat the comparison
+#    over three seeds and look at the maximum of $N_{10}$ and the Robin Hood index too. What does skewness
+#    measure, and what should you compare before ranking two methods by it? Solution:
+#    `solutions/02_hubness_histograms.py`, `exercise_2()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -179,8 +179,19 @@ for d in directions:
 
 # %% [markdown]
 # ## Try this
-# - `-p alpha 1.5`: the curve over k at a larger alpha; compare its flat part with alpha 0.75.
-# - `-p fast False`: the full alpha grid and both directions in the heat map.
+# * Set `alpha = 0.5` and `alpha = 1.25`: is R@1 still flat in $k$?
+# * Set `ks = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]`: what happens when $k$ reaches the whole bank?
+# * Set `flat_tol = 2.0`: which PASS/DIFFERS lines change, and what does that say about the threshold?
+
+# %% [markdown]
+# ## Exercises
+# 1. **Change k and predict.** Predict text→image R@1 of NNN ($\alpha = 0.75$) for $k = 1$, $k = 16$ and $k$ = the
+#    whole bank, relative to the raw scores. Why does $k = 1$ already help, why does averaging help more, and
+#    which method is NNN with $k$ = the whole bank? Solution: `solutions/03_k_ablation.py`, `exercise_1()`.
+# 2. **Can this data test "flat in k"?** The image→text line "R@1 is flat in k beyond 16" can say DIFFERS with a
+#    range of just over 1 point. Count how many queries one R@1 point is, how many queries change outcome
+#    between two values of $k$, and the paired bootstrap noise of the difference. Is the threshold testing NNN
+#    or the sample size? Solution: `solutions/03_k_ablation.py`, `exercise_2()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -212,8 +212,20 @@ nb.check("the test queries -> bank gap widens as the bank shrinks",
 
 # %% [markdown]
 # ## Try this
-# - `-p nnn_fractions '[1.0, 0.05, 0.01]'` (with `-y` for lists): shrink the bank until NNN stops helping.
-# - `-p dbsn_seeds '[0, 1, 2, 3, 4]'`: more draws per bank size; watch the spread of the small-bank points.
+# * Set `nnn_fractions = [1.0, 0.1, 0.01, 0.001]`: where does NNN stop helping?
+# * Set `dbsn_seeds = [0, 1, 2, 3, 4, 5]`: are the curves' orderings stable across bank draws?
+# * Increase `synthetic_sizes["n_train_images"]` to 10000: does the IS/DBSN crossover move?
+
+# %% [markdown]
+# ## Exercises
+# 1. **Shrink the bank until NNN stops helping.** Subsample the text→image query bank to 5000, 1000, 250, 64, 16,
+#    4 and 1 captions (NNN with $k = \min(16, \text{bank})$) and predict where R@1 falls below the raw scores.
+#    Why does NNN survive such small banks on this data, and what goes wrong with a handful of captions?
+#    Solution: `solutions/04_query_bank_size.py`, `exercise_1()`.
+# 2. **Small banks: IS beats Sinkhorn.** With 64 bank captions for 500 images, IS beats SN and DBSN by several
+#    R@1 points; with the full bank they tie. Explain with the two marginal constraints of the transport
+#    problem what a too-small query bank forces Sinkhorn to do. Solution: `solutions/04_query_bank_size.py`,
+#    `exercise_2()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -231,8 +231,19 @@ nb.check("SN: 10 iterations are as good as convergence (within 0.5 point)", abs(
 
 # %% [markdown]
 # ## Try this
-# - `-y "taus: [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05]"`: push the temperature lower and watch IS fall while SN holds.
-# - `-p sn_tau 0.02`: SN at IS's temperature; is SN's advantage in Table 2 a matter of temperature?
+# * Set `taus = [0.002, 0.005, 0.01, 0.02, 0.05]`: how far down can SN go before it, too, suffers?
+# * Set `iterations = [1, 2, 3, 5, 10]`: after how many iterations does R@1 stop moving?
+# * Set `is_tau = 0.01`: how much of the query-aware IS result was the choice of temperature?
+
+# %% [markdown]
+# ## Exercises
+# 1. **Why IS degrades at a small τ.** Query-aware, IS loses several R@1 points between τ = 0.02 and τ = 0.005
+#    while SN does not. Write the limit of the IS offset as τ → 0 and explain what the row constraint of Sinkhorn
+#    changes. Solution: `solutions/05_sinkhorn_vs_inverted_softmax.py`, `exercise_1()`.
+# 2. **How many Sinkhorn iterations?** From hubnorm's column potentials $g$ recompute the row potentials $f$ and
+#    the plan $\pi_{ij} = \exp((S_{ij} + f_i + g_j)/\tau)$, and measure how far its column sums are from $1/n$
+#    after 1, 3, 10 and 30 iterations. Does R@1 need convergence? Solution:
+#    `solutions/05_sinkhorn_vs_inverted_softmax.py`, `exercise_2()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -196,3 +196,13 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
         notebook.setup("")
     with pytest.raises(TypeError, match="seed"):
         notebook.setup("01", seed="0")
+
+
+def test_published_files_have_the_columns():
+    from hubnorm.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
+    for name in ("nnn_chowdhury2024.csv", "dbsn_pan2025.csv"):
+        with (PUBLISHED_DIR / name).open("r", encoding="utf-8") as fh:   # package data (importlib.resources)
+            df = pd.read_csv(fh)
+        assert list(df.columns) == PUBLISHED_COLUMNS
+        assert df["value"].notna().all()
+        assert not df.duplicated(["paper", "table", "model", "dataset", "direction", "setting", "method", "metric"]).any()

@@ -170,3 +170,16 @@ def test_bad_method_and_task_types(small_tasks):
         hn.grid_search("nnn", {"t2i": small_tasks["t2i"]})
     with pytest.raises(ValueError, match="no default grid"):
         hn.grid_search("raw", small_tasks["t2i"])
+
+
+@pytest.mark.parametrize("method", ["dualis", "dualdis"])
+@pytest.mark.parametrize("metric", ["R@1", "MnR"])
+def test_dual_sweep_engine_equals_reference(small_tasks, method, metric):
+    task = small_tasks["i2t"]
+    grid = {"beta_query": [10.0, 50.0], "beta_target": [0.0, 1.0, 50.0]}
+    ref = hn.grid_search(method, task, grid, metric=metric, engine="reference")
+    fast = hn.grid_search(method, task, grid, metric=metric)
+    assert fast.engine == "sweep"
+    cols = ["beta_query", "beta_target", "R@1", "R@5", "R@10", "MdR"] + (["MnR"] if metric == "MnR" else [])
+    _same_tables(ref.table, fast.table, cols)
+    assert fast.best_params == ref.best_params

@@ -18,13 +18,37 @@ ArrayLike = Union[np.ndarray, torch.Tensor]
 NORM_TOLERANCE = 1e-3
 
 
-def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
-    """``None`` means CUDA when available, else CPU."""
+def resolve_device(device: Union[None, str, torch.device], name: str = "device") -> torch.device:
+    """``None`` means CUDA when available, else CPU; ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a
+    ``torch.device`` of those kinds must name hardware that is there (ValueError naming ``name`` and the fix)."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if isinstance(device, (str, torch.device)):
-        return torch.device(device)
-    raise TypeError(f"device must be None, a string such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"{name} must be None, a string such as 'cpu' or 'cuda', or a torch.device; "
+                        f"got {type(device).__name__}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"{name}={device!r} is not a device torch knows; use 'cpu', 'cuda', 'cuda:0' or 'mps' "
+                         f"(or None: CUDA when available, else CPU)") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}={device!r} but CUDA is not available (torch {torch.__version__}, "
+                             f"torch.version.cuda={torch.version.cuda}): pass {name}='cpu' or None, or install the "
+                             "CUDA build of torch and check the driver (docs/install.md)")
+        n = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"{name}={device!r} but only {n} CUDA device(s) are visible (indices 0..{n - 1}): "
+                             f"pass {name}='cuda' or 'cuda:0', or check CUDA_VISIBLE_DEVICES")
+    elif dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"{name}={device!r} but Apple MPS is not available on this machine: pass "
+                             f"{name}='cpu' or None")
+    elif dev.type != "cpu":
+        raise ValueError(f"{name}={device!r}: hubnorm supports 'cpu', 'cuda[:N]' and 'mps', not device type "
+                         f"{dev.type!r}; pass {name}='cpu', 'cuda' or None")
+    return dev
 
 
 def as_embeddings(

@@ -1,27 +1,46 @@
 """Saving figures and tables under stable names, and putting published numbers beside ours.
 
 Every notebook writes its figures to ``results/figures/<name>.png`` and ``.pdf`` and its tables to
-``results/tables/<name>.csv`` and ``.md``. The results root is ``$HUBNORM_RESULTS`` or ``<repo>/results``.
-Published reference numbers live in ``data/published/*.csv`` (one row per number, with paper and table ids).
+``results/tables/<name>.csv`` and ``.md``. The results root is ``$HUBNORM_RESULTS``, else ``<repo>/results`` in a
+checkout, else ``./results`` (an installed package has no checkout).
+Published reference numbers are package data, ``hubnorm/published/*.csv`` (one row per number, with paper and
+table ids), read with :mod:`importlib.resources` so they load from a wheel, an sdist or an editable install.
 """
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Optional
 
 import pandas as pd
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PUBLISHED_DIR = REPO_ROOT / "data" / "published"
 
-#: Columns of every file in data/published/.
+
+def _repo_root() -> Optional[Path]:
+    """The checkout holding ``lib/hubnorm`` (as :func:`hubnorm.data.paths.repo_root`, without importing
+    hubnorm.data), or None for an installed, non-editable package."""
+    here = Path(__file__).resolve()
+    if here.parents[1].name == "lib" and (here.parents[2] / "pyproject.toml").exists():
+        return here.parents[2]
+    return None
+
+
+#: The checkout holding ``lib/hubnorm`` (None for an installed, non-editable package).
+REPO_ROOT = _repo_root()
+#: Package-data folder of the published numbers (an ``importlib.resources`` Traversable).
+PUBLISHED_DIR = resources.files("hubnorm") / "published"
+
+#: Columns of every file in hubnorm/published/.
 PUBLISHED_COLUMNS = ["paper", "table", "model", "dataset", "direction", "setting", "method", "metric", "value", "note"]
 
 
 def results_dir(sub: str = "") -> Path:
-    root = Path(os.environ.get("HUBNORM_RESULTS", REPO_ROOT / "results"))
+    if os.environ.get("HUBNORM_RESULTS"):
+        root = Path(os.environ["HUBNORM_RESULTS"]).expanduser()
+    else:
+        root = (REPO_ROOT if REPO_ROOT is not None else Path.cwd()) / "results"
     path = root / sub if sub else root
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -58,11 +77,16 @@ def save_table(df: pd.DataFrame, name: str, *, caption: Optional[str] = None, fl
 
 
 def load_published(paper: Optional[str] = None, table: Optional[str] = None) -> pd.DataFrame:
-    """All published numbers (``data/published/*.csv``), optionally filtered by paper and table id."""
-    files = sorted(PUBLISHED_DIR.glob("*.csv"))
+    """All published numbers (package data ``hubnorm/published/*.csv``), optionally filtered by paper and table id."""
+    files = sorted((f for f in PUBLISHED_DIR.iterdir() if f.name.endswith(".csv")), key=lambda f: f.name)
     if not files:
-        raise FileNotFoundError(f"no published-number files in {PUBLISHED_DIR}")
-    df = pd.concat([pd.read_csv(f, dtype={"table": str}) for f in files], ignore_index=True)
+        raise FileNotFoundError(f"no published-number files in {PUBLISHED_DIR}: the package data is missing "
+                                "(reinstall hubnorm; a source checkout has them in lib/hubnorm/published/)")
+    frames = []
+    for f in files:
+        with f.open("r", encoding="utf-8") as fh:
+            frames.append(pd.read_csv(fh, dtype={"table": str}))
+    df = pd.concat(frames, ignore_index=True)
     missing = set(PUBLISHED_COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"published-number files lack columns {sorted(missing)}")

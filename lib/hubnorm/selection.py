@@ -8,8 +8,9 @@ The grids of the papers are in :data:`PAPER_GRIDS`.
 
 * ``"reference"`` - the plain loop: build the normalizer of every grid point, fit it, evaluate it;
 * ``"sweep"`` - the one-pass path of :mod:`hubnorm.sweeps`: NNN's top-``max(k)`` bank similarities are
-  computed once for every ``(alpha, k)``, IS/SN/DBSN share one bank x target score pass across ``tau``, and all
-  offset vectors are ranked against one pass over the query scores. Same numbers as the reference loop
+  computed once for every ``(alpha, k)``, IS/SN/DBSN share one bank x target score pass across ``tau``,
+  DualIS/DualDIS one log-sum-exp per bank and beta, and all settings are ranked against one pass over the query
+  scores. Same numbers as the reference loop
   (``tests/test_selection.py`` proves it), tens of times faster on the paper grids.
 
 ``engine="auto"`` (the default) takes the sweep when the method and grid allow it, else the reference loop.
@@ -28,7 +29,7 @@ import pandas as pd
 from .evaluation import evaluate
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
-from .sweeps import SWEEP_FIXED_PARAMS, nnn_grid_table, tau_grid_table
+from .sweeps import SWEEP_FIXED_PARAMS, dual_grid_table, nnn_grid_table, tau_grid_table
 from .progress import progress as _progress_bar
 
 #: NNN App. B1 grid, and tau grids around the DBSN defaults (DBSN Fig. 6 sweeps 0.005 ... 0.025).
@@ -98,6 +99,8 @@ def _sweep_kind(method: str, grid: Mapping[str, list], fixed: Mapping[str, objec
         return "nnn"
     if method in ("is", "sn", "dbsn") and set(grid) == {"tau"}:
         return "tau"
+    if method in ("dualis", "dualdis") and set(grid) <= {"beta_query", "beta_target"}:
+        return "dual"
     return None
 
 
@@ -173,6 +176,14 @@ def grid_search(
                                **fixed)
         # back to the grid's own column order and only its own columns
         table = table[names + [c for c in table.columns if c not in ("alpha", "k")]]
+        used = "sweep"
+    elif kind == "dual":
+        default = make_normalizer(method, **fixed)
+        bqs = grid.get("beta_query", [default.beta_query])
+        bts = grid.get("beta_target", [default.beta_target])
+        table = dual_grid_table(validation, method, bqs, bts, fixed=fixed, metric_ks=ks, full=full,
+                                query_aware=query_aware)
+        table = table[names + [c for c in table.columns if c not in ("beta_query", "beta_target")]]
         used = "sweep"
     elif kind == "tau":
         table = tau_grid_table(validation, method, grid["tau"], fixed=fixed, metric_ks=ks, full=full,

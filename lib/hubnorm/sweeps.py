@@ -32,11 +32,12 @@ from ._ops import logsumexp_similarity, nnn_bias, topk_similarity
 from ._validation import as_embeddings, check_positive_int, resolve_device
 from .evaluation import positive_ranks, summarize_ranks
 from .normalizers.base import Identity
+from .normalizers.dynamic_inverted_softmax import activation_mask
 from .normalizers.sinkhorn import sinkhorn_potentials
 from .registry import make_normalizer
 from .retrieval import RetrievalTask
 
-__all__ = ["nnn_grid_table", "tau_grid_table", "offset_sweep_ranks", "SWEEP_FIXED_PARAMS"]
+__all__ = ["nnn_grid_table", "tau_grid_table", "dual_grid_table", "offset_sweep_ranks", "SWEEP_FIXED_PARAMS"]
 
 _COMMON = {"device", "chunk_size", "check_normalized", "block_bytes"}
 #: The fixed (non-grid) parameters each sweep honours exactly; any other fixed parameter -> the plain engine.
@@ -45,7 +46,12 @@ SWEEP_FIXED_PARAMS = {
     "is": set(_COMMON),
     "sn": _COMMON | {"n_iter", "tol", "cache_bytes", "cache_dtype"},
     "dbsn": _COMMON | {"n_iter", "tol", "cache_bytes", "cache_dtype"},
+    "dualis": set(_COMMON),
+    "dualdis": _COMMON | {"k"},
 }
+
+#: The sweeps keep score blocks in memory up to this many bytes; beyond it grid_search uses the plain engine.
+SWEEP_CACHE_BYTES = 2 * 2**30
 
 _BIG = torch.iinfo(torch.int64).max
 
@@ -225,3 +231,62 @@ def tau_grid_table(task: RetrievalTask, method: str, taus: Sequence[float], *,
         raise ValueError(f"tau_grid_table supports 'is', 'sn' and 'dbsn'; got {method!r}")
     rows = _evaluate_offsets(task, torch.stack(H), metric_ks, full, ref.chunk_size, device, ref.check_normalized)
     return pd.DataFrame([{"tau": tau, **r} for tau, r in zip(taus, rows)])
+
+
+class _ReplayScores:
+    """Score blocks computed once and transformed per setting (the score source of ``positive_ranks``)."""
+
+    def __init__(self, blocks, transform):
+        self.blocks, self.transform = blocks, transform
+
+    def iter_scores(self, queries, chunk_size=None):
+        for q0, s in self.blocks:
+            yield q0, self.transform(s)
+
+
+def dual_grid_table(task: RetrievalTask, method: str, betas_query: Sequence[float], betas_target: Sequence[float], *,
+                    fixed: Optional[Mapping[str, object]] = None, metric_ks: Sequence[int] = (1, 5, 10),
+                    full: bool = False, query_aware: bool = False) -> pd.DataFrame:
+    """DualIS / DualDIS over ``product(betas_query, betas_target)``: each bank's log-sum-exp is computed once per
+    beta on shared similarity blocks (``2 (|betas_query| + |betas_target|)`` passes instead of ``4 |grid|``),
+    and the offsets of every point are combined exactly as one fit does (``-lse_Q / total + -lse_R / total``).
+    DualDIS (not an offset method) ranks every point on the same raw score blocks with its gates."""
+    fixed = dict(fixed or {})
+    points = list(itertools.product(betas_query, betas_target))
+    norms = [make_normalizer(method, beta_query=bq, beta_target=bt, **fixed) for bq, bt in points]
+    ref = norms[0]
+    device, t, qb = _fit_inputs(task, query_aware, ref.device, ref.check_normalized)
+    if task.target_bank is None:
+        raise ValueError(f"{method} needs the task's target_bank (reference targets, e.g. training images)")
+    tb = as_embeddings(task.target_bank, "target_bank", device=device, dtype=t.dtype, dim=t.shape[1],
+                       check_normalized=ref.check_normalized)
+    item = t.element_size()
+    cq = {} if t.shape[0] * qb.shape[0] * item <= SWEEP_CACHE_BYTES else None
+    ct = {} if t.shape[0] * tb.shape[0] * item <= SWEEP_CACHE_BYTES else None
+    lse_q = {float(b): logsumexp_similarity(t, qb, float(b), block_bytes=ref.block_bytes, _cache=cq)
+             for b in dict.fromkeys(float(n.beta_query) for n in norms)}
+    lse_t = {float(b): logsumexp_similarity(t, tb, float(b), block_bytes=ref.block_bytes, _cache=ct)
+             for b in dict.fromkeys(float(n.beta_target) for n in norms)}
+    hq, hr = [], []
+    for n in norms:
+        bq, bt = float(n.beta_query), float(n.beta_target)
+        total = bq + bt
+        hq.append(-lse_q[bq] / total)
+        hr.append(-lse_t[bt] / total)
+    if method == "dualis":
+        rows = _evaluate_offsets(task, torch.stack([a + b for a, b in zip(hq, hr)]), metric_ks, full, ref.chunk_size,
+                                 device, ref.check_normalized)
+    else:
+        k = int(ref.k)
+        mask_q = activation_mask(qb, t, k, ref.block_bytes)
+        mask_t = activation_mask(tb, t, k, ref.block_bytes)
+        ident = _identity(task, device, ref.check_normalized)
+        blocks = []
+        for q0, s in ident.iter_scores(task.queries, ref.chunk_size):
+            top1 = s.argmax(dim=1)
+            blocks.append((q0, (s, mask_q[top1].to(s.dtype)[:, None], mask_t[top1].to(s.dtype)[:, None])))
+        rows = []
+        for a, b in zip(hq, hr):
+            src = _ReplayScores(blocks, lambda blk, a=a, b=b: blk[0] + blk[1] * a + blk[2] * b)
+            rows.append(summarize_ranks(positive_ranks(src, task.positives, task.queries), tuple(metric_ks)))
+    return pd.DataFrame([{"beta_query": bq, "beta_target": bt, **r} for (bq, bt), r in zip(points, rows)])

@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import torch
 
+from .._validation import resolve_device
 from .cache import normalize_pretrained
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16")
@@ -59,7 +60,8 @@ class OpenClipEncoder:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         self.model_name = model
         self.pretrained = None if normalize_pretrained(pretrained) == "none" else pretrained
-        self.device = device or default_device()
+        # a bad device ("cuda" without CUDA, "cuda:7", "gpu") fails here with a ValueError naming the fix
+        self.device = default_device() if device is None else str(resolve_device(device))
         self.precision = precision
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)

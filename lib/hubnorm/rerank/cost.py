@@ -11,15 +11,18 @@ Evaluation of a whole test set (Table 4, text-to-image, ``n`` images and ``capti
 queries) adds the offline embedding of the ``n`` gallery images (``n * t_image``) to EMB and Co.
 
 The unit costs come from ``benchmarks/bench_cross_encoder.py`` (BLIP ITM base architecture, measured on the
-machine named in the report); :func:`load_cost_model` reads its CSV and falls back to :data:`FALLBACK_COSTS`
-(the numbers of the committed report, copied here) when the file is absent, e.g. in an installed package.
+machine named in the report); :func:`load_cost_model` reads that CSV in a checkout and otherwise (an installed
+package) the copy shipped as package data, ``hubnorm/rerank/cross_encoder_latency.csv`` (read with
+:mod:`importlib.resources`; the benchmark refreshes both, tests/test_packaging.py checks they agree).
 """
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
@@ -28,9 +31,12 @@ import pandas as pd
 import torch
 
 __all__ = ["CostModel", "load_cost_model", "measure_topk_seconds", "format_seconds", "LATENCY_REPORT",
-           "FALLBACK_COSTS"]
+           "PACKAGED_LATENCY", "FALLBACK_COSTS"]
 
+#: The benchmark's report in a source checkout (absent in an installed package).
 LATENCY_REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "reports" / "cross_encoder_latency.csv"
+#: The copy of that report shipped as package data (importlib.resources Traversable).
+PACKAGED_LATENCY = resources.files("hubnorm.rerank") / "cross_encoder_latency.csv"
 
 #: Unit costs (seconds) of the committed benchmark report, used when the CSV cannot be read. Filled in from
 #: benchmarks/reports/cross_encoder_latency.csv (see that report for the machine and the settings).
@@ -110,10 +116,13 @@ def load_cost_model(path: Union[None, str, Path] = None, *, pair: str = "full") 
     """
     if pair not in ("full", "text"):
         raise ValueError(f"pair must be 'full' or 'text'; got {pair!r}")
-    path = LATENCY_REPORT if path is None else Path(path)
+    if path is None:
+        path = LATENCY_REPORT if LATENCY_REPORT.exists() else PACKAGED_LATENCY
+    else:
+        path = Path(path)
     vals: Dict[str, object]
-    if path.exists():
-        df = pd.read_csv(path)
+    if path.is_file():
+        df = pd.read_csv(io.StringIO(path.read_text(encoding="utf-8")))
         if not {"key", "value"} <= set(df.columns):
             raise ValueError(f"{path} lacks the columns key,value")
         vals = dict(zip(df["key"], df["value"]))

@@ -1,0 +1,44 @@
+"""benchmarks/bench_gpu.py: the CPU-side logic runs (``--device cpu --tiny``, a dry run at toy sizes) and, without
+CUDA, the real run refuses with a clear message and exit status 0. The GPU numbers themselves come from
+``bash benchmarks/run_gpu.sh`` on a GPU machine (not from this test)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _run(*args, out_dir=None):
+    cmd = [sys.executable, "bench_gpu.py", *args] + (["--out-dir", str(out_dir)] if out_dir else [])
+    return subprocess.run(cmd, cwd=BENCH, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_tiny_dry_run_writes_every_section(tmp_path):
+    pytest.importorskip("faiss")
+    out = _run("--device", "cpu", "--tiny", "--reps", "1", out_dir=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    md = (tmp_path / "gpu_tiny.md").read_text()
+    csv = (tmp_path / "gpu_tiny.csv").read_text()
+    for section in ("1 exact NNN", "2 faiss IVF", "3 DBSN"):
+        assert section in csv, section
+    assert "bare float32 GEMMs" in md and "TINY DRY RUN" in md and "vs CPU dense float64" in md
+    assert not (BENCH / "reports" / "gpu_tiny.md").exists(), "the dry run must not write into benchmarks/reports"
+
+
+def test_refuses_without_cuda(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: the real benchmark would run (use benchmarks/run_gpu.sh)")
+    out = _run(out_dir=tmp_path)
+    assert out.returncode == 0
+    assert "CUDA is not available" in out.stdout and "nothing measured" in out.stdout
+    assert not list(tmp_path.iterdir())
+
+
+def test_cpu_without_tiny_is_refused(tmp_path):
+    out = _run("--device", "cpu", out_dir=tmp_path)
+    assert out.returncode == 2 and "--tiny" in out.stderr

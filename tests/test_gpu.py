@@ -1,0 +1,220 @@
+"""GPU paths against the CPU result, and clear errors for a device that is not there.
+
+The ``gpu`` tests run unchanged on the first CUDA machine (``pytest -m gpu``; ``bash run_tests.sh`` runs them too)
+and are skipped here with the reason when ``torch.cuda.is_available()`` is False:
+
+* every registered normalizer (``hubnorm.NORMALIZERS``) fitted on ``cuda`` vs ``cpu``: equal top-10 rankings in
+  float64 (rounding cannot reorder), scores/offsets within float32 tolerance;
+* ``hubnorm.index`` with GPU faiss (``faiss_uses_gpu``) against exact search / exact NNN offsets;
+* the open_clip encoder (random-init ``ViT-S-32``) and the BLIP ITM cross-encoder (random-init small config) on
+  ``cuda`` vs ``cpu``.
+
+Tolerances were set before any GPU run (none has run yet): float32 scores 1e-4 (sums of 128 products of unit
+vectors); encoders 1e-3 cosine / 2e-3 absolute, because cuDNN convolutions default to TF32
+(``torch.backends.cudnn.allow_tf32``) and attention kernels differ between devices.
+
+``HUBNORM_GPU_TEST_DEVICE=cpu`` lifts the skip and runs the same comparisons cpu-vs-cpu (use_gpu=False for faiss):
+a dry run of the test logic on a machine without a GPU, not a GPU check.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm._validation import resolve_device
+
+DEV = os.environ.get("HUBNORM_GPU_TEST_DEVICE", "cuda")
+DRY = DEV == "cpu"
+CUDA_REASON = (f"CUDA not available: torch {torch.__version__} (CUDA build {torch.version.cuda}) reports "
+               f"torch.cuda.is_available() = False; run on an NVIDIA GPU with the requirements-gpu.txt environment")
+needs_cuda = pytest.mark.skipif(not DRY and not torch.cuda.is_available(), reason=CUDA_REASON)
+gpu = [pytest.mark.gpu, needs_cuda]
+
+
+# ------------------------------------------------------------------------------------------ device errors (CPU)
+
+def _bank():
+    g = np.random.default_rng(0)
+    x = g.normal(size=(30, 8))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+BAD = [
+    pytest.param("cuda", "CUDA is not available", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="CUDA is available here, so 'cuda' is a valid device"), id="cuda"),
+    pytest.param("mps", "MPS is not available", marks=pytest.mark.skipif(
+        torch.backends.mps.is_available(), reason="MPS is available here"), id="mps"),
+    pytest.param("cuda:7", "CUDA", marks=pytest.mark.skipif(
+        torch.cuda.device_count() > 7, reason="this machine has more than 7 CUDA devices"), id="cuda:7"),
+    pytest.param("gpu", "not a device torch knows", id="gpu"),
+    pytest.param("meta", "supports 'cpu', 'cuda", id="meta"),
+]
+
+
+@pytest.mark.parametrize("device,why", BAD)
+@pytest.mark.parametrize("name", sorted(hn.NORMALIZERS))
+def test_bad_device_is_a_value_error_naming_device_and_fix(name, device, why):
+    x = _bank()
+    with pytest.raises(ValueError, match=rf"device='{device}'.*{why}.*(pass device=|use 'cpu')"):
+        hn.make_normalizer(name, device=device).fit(x, query_bank=x, target_bank=x)
+
+
+@pytest.mark.parametrize("device,why", BAD)
+def test_bad_device_in_encoders(device, why):
+    with pytest.raises(ValueError, match=rf"device='{device}'.*{why}"):
+        resolve_device(device)
+    pytest.importorskip("open_clip")
+    from hubnorm.data.encode import OpenClipEncoder
+    with pytest.raises(ValueError, match=rf"device='{device}'"):
+        OpenClipEncoder("ViT-S-32", None, device=device)
+
+
+def test_non_string_device_is_a_type_error():
+    """3.5 is the wrong type, not a wrong value: TypeError (as tests/test_errors.py requires for 3)."""
+    x = _bank()
+    with pytest.raises(TypeError, match="device must be None, a string such as 'cpu' or 'cuda', or a torch.device"):
+        hn.make_normalizer("nnn", device=3.5).fit(x, query_bank=x)
+
+
+def test_good_devices_resolve():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_gpu_tests_skip_with_the_reason():
+    if torch.cuda.is_available() or DRY:
+        pytest.skip("CUDA is available (or the dry run is on): the gpu tests run here")
+    assert needs_cuda.kwargs["reason"].startswith("CUDA not available: ")
+
+
+# ------------------------------------------------------------------------------------------ normalizers on GPU
+
+@pytest.fixture(scope="module")
+def task():
+    from hubnorm.synthetic import make_dataset
+    ds = make_dataset("flickr30k", n_test_images=150, n_train_images=400, dim=128, seed=0)
+    return ds.tasks()["t2i"]
+
+
+def _fit(task, name, device, dtype):
+    t = task
+    cast = (lambda a: None if a is None else np.asarray(a, dtype=dtype))
+    nrm = hn.make_normalizer(name, device=device)
+    nrm.fit(cast(t.targets), query_bank=cast(t.query_bank), target_bank=cast(t.target_bank))
+    return nrm
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", sorted(hn.NORMALIZERS))
+def test_normalizer_on_gpu_matches_cpu(task, name):
+    q64 = np.asarray(task.queries, dtype=np.float64)
+    cpu64, dev64 = _fit(task, name, "cpu", np.float64), _fit(task, name, DEV, np.float64)
+    assert dev64.device_.type == torch.device(DEV).type
+    _, i_cpu = cpu64.topk(q64, 10)
+    _, i_dev = dev64.topk(q64, 10)
+    assert torch.equal(i_cpu.cpu(), i_dev.cpu()), f"{name}: top-10 rankings differ between cpu and {DEV}"
+    cpu32, dev32 = _fit(task, name, "cpu", np.float32), _fit(task, name, DEV, np.float32)
+    q32 = q64.astype(np.float32)
+    s_cpu, s_dev = cpu32.score(q32).cpu().numpy(), dev32.score(q32).cpu().numpy()
+    np.testing.assert_allclose(s_dev, s_cpu, atol=1e-4, rtol=1e-4, err_msg=f"{name}: scores differ")
+    if cpu32.is_offset:
+        np.testing.assert_allclose(dev32.offsets, cpu32.offsets, atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(dev64.offsets, cpu64.offsets, atol=1e-10, rtol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------ faiss on GPU
+
+@pytest.fixture(scope="module")
+def faiss_gpu():
+    faiss = pytest.importorskip("faiss", reason="faiss not installed: pip install -r requirements-gpu.txt")
+    from hubnorm.index import faiss_uses_gpu
+    if DRY:
+        return False
+    if not faiss_uses_gpu():
+        pytest.skip(f"faiss {faiss.__version__} sees no GPU (faiss-cpu build?): pip install -r requirements-gpu.txt")
+    return True
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_faiss_gpu_index_matches_exact(faiss_gpu, task):
+    from hubnorm.index import BankIndex, FaissNNN
+    bank = np.asarray(task.query_bank, dtype=np.float32)
+    targets = np.asarray(task.targets, dtype=np.float32)
+    idx = BankIndex(bank, nlist=16, seed=0, use_gpu=faiss_gpu)
+    assert idx.on_gpu == faiss_gpu
+    idx._set_nprobe(16)                                     # nprobe = nlist: exhaustive, so exact
+    vals, ids = idx.search(targets, 10, scan="faiss")
+    exact = torch.from_numpy(targets) @ torch.from_numpy(bank).T
+    ev, ei = exact.topk(10, dim=1)
+    np.testing.assert_allclose(vals, ev.numpy(), atol=1e-5)
+    assert (np.asarray(ids) == ei.numpy()).mean() > 0.999   # ties in float32 may swap a pair
+    nnn = FaissNNN(alpha=0.75, k=16, nlist=16, nprobe=16, use_gpu=faiss_gpu, scan="faiss", device="cpu")
+    nnn.fit(targets, query_bank=bank)
+    ref = hn.make_normalizer("nnn", alpha=0.75, k=16, device="cpu").fit(targets, query_bank=bank)
+    np.testing.assert_allclose(nnn.offsets, ref.offsets, atol=1e-5)
+    # approximate (nprobe tuned to 95% recall of the bank top-k) stays close to exact: R@1 within 2 points
+    # (bound set a priori, before any GPU run; the NNN paper reports <= 0.2 at 1M-caption scale)
+    approx = FaissNNN(alpha=0.75, k=16, nlist=16, use_gpu=faiss_gpu, device="cpu").fit(targets, query_bank=bank)
+    r1 = [hn.evaluate(n, task)["R@1"] for n in (approx, ref)]
+    assert abs(r1[0] - r1[1]) <= 2.0, r1
+
+
+# ------------------------------------------------------------------------------------------ encoders on GPU
+
+@pytest.mark.gpu
+@needs_cuda
+def test_open_clip_encoder_on_gpu_matches_cpu(tmp_path):
+    pytest.importorskip("open_clip")
+    from PIL import Image, ImageDraw
+
+    from hubnorm.data.encode import OpenClipEncoder
+    paths = []
+    for i, rgb in enumerate([(220, 30, 30), (30, 180, 60), (40, 60, 220)]):
+        im = Image.new("RGB", (64, 64), (245, 245, 245))
+        ImageDraw.Draw(im).ellipse((8 + 4 * i, 8, 56, 56), fill=rgb)
+        paths.append(tmp_path / f"{i}.png")
+        im.save(paths[-1])
+    texts = ["a red circle", "a green circle", "a blue circle on white"]
+    out = {}
+    for dev in ("cpu", DEV):
+        enc = OpenClipEncoder("ViT-S-32", None, device=dev, batch_size=2, progress=False, seed=0)
+        out[dev] = (enc.encode_images(paths), enc.encode_texts(texts))
+        assert enc.device.startswith(torch.device(DEV).type if dev == DEV else "cpu")
+    for a, b in zip(out["cpu"], out[DEV]):
+        assert a.dtype == b.dtype == np.float32 and a.shape == b.shape
+        assert np.all(np.sum(a * b, axis=1) > 1 - 1e-3)
+        np.testing.assert_allclose(b, a, atol=2e-3)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_blip_itm_on_gpu_matches_cpu():
+    pytest.importorskip("transformers")
+    from PIL import Image, ImageDraw
+
+    from hubnorm.rerank.blip import BlipITMCrossEncoder, offline_processor, small_blip_config
+    images, captions = [], []
+    for i, (name, rgb) in enumerate({"red": (220, 30, 30), "blue": (40, 60, 220)}.items()):
+        im = Image.new("RGB", (48, 40), (250, 250, 250))
+        ImageDraw.Draw(im).ellipse((8 + 4 * i, 6, 36, 32), fill=rgb)
+        images.append(im)
+        captions += [f"a {name} circle", f"one circle that is {name}"]
+    proc = offline_processor(image_size=32)
+    cfg = small_blip_config(vocab_size=len(proc.tokenizer), image_size=32)
+    q, t = np.array([0, 1, 2, 3, 0]), np.array([0, 0, 1, 1, 1])
+    scores = {}
+    for dev in ("cpu", DEV):
+        ce = BlipITMCrossEncoder.from_config(images, captions, cfg, seed=0, processor=proc, direction="t2i",
+                                             batch_size=3, device=dev, progress=False)
+        assert ce.device.type == torch.device(dev).type
+        assert next(ce.model.parameters()).device.type == torch.device(dev).type
+        scores[dev] = ce.score_pairs(q, t)
+    np.testing.assert_allclose(scores[DEV], scores["cpu"], atol=1e-3)
