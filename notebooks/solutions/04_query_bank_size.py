@@ -35,8 +35,9 @@ def exercise_1(sizes=(5000, 1000, 250, 64, 16, 4, 1), alpha: float = 0.75, k: in
 
     Answer. NNN keeps most of its gain down to a few dozen bank captions (k = min(16, bank size)) and stops
     helping only with a handful. The bias it needs is each image's pull towards the caption cloud, and on this
-    synthetic data that pull is one global direction that a few dozen random captions already reveal (that is
-    also why NNN's gain barely changes between 100% and 10% of the bank in the NNN paper's Tables A12-A15).
+    synthetic data that pull is one global direction that a few dozen random captions already reveal (on real
+    CLIP embeddings the NNN paper, too, finds the gain barely changes between 100% and 10% of the bank, Tables
+    A12-A15).
     With very few captions the bias becomes alpha times the similarity to *those* captions: images that happen
     to resemble one of them are pushed down although they are no hubs, and with a single caption R@1 falls far
     below the raw scores. Rule of thumb: the bank must be large enough that every target's top-k bank neighbours
