@@ -1,0 +1,549 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=[]
+# # 00 · Hubness from scratch
+#
+# In high-dimensional spaces a few points become the nearest neighbour of a great many others — **hubs** — while
+# others are nobody's neighbour — **anti-hubs**. In image–text retrieval this means a handful of gallery images
+# are returned for captions that have nothing to do with them. This notebook builds the idea from random points,
+# shows why it happens, finds a hub and an anti-hub in (synthetic) CLIP-like embeddings, and writes the three
+# test-time fixes of this repository — NNN, the inverted softmax and Sinkhorn normalisation — in a few lines of
+# plain numpy each, checked against `hubnorm`.
+#
+# **What you will learn**
+# 1. what the k-occurrence $N_k$ is, and why its distribution becomes skewed as the dimension grows;
+# 2. why: concentration of distances and the advantage of points near the data mean (Radovanović et al. 2010);
+# 3. the modality gap of image and caption embeddings, and what a hub and an anti-hub look like;
+# 4. what R@K, MdR, MnR and the skewness of $N_k$ measure;
+# 5. the equations of NNN, the inverted softmax (IS) and Sinkhorn normalisation (SN), as code.
+#
+# **Prerequisites.** Linear algebra (dot products, norms), basic probability (mean, variance, skewness), nearest
+# neighbours; numpy. No prior knowledge of hubness or retrieval. **Time:** about 45 minutes to read and run
+# (the whole notebook computes in well under a minute on a laptop). Terms are defined in the glossary of
+# `docs/teaching.md`.
+
+# %% tags=["parameters"]
+# random seed for every draw in this notebook
+seed = 0
+# dimensions of the random-point toy
+dims = [2, 10, 100, 1000]
+# points per toy cloud
+n_points = 2000
+# neighbourhood size of the k-occurrence N_k
+k = 10
+# image-caption embeddings: "synthetic:flickr30k" (default), "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+source = "synthetic:flickr30k"
+# sizes for the synthetic generator only: training images (the reference bank, 5 captions each) and test images
+synthetic_sizes = {"n_train_images": 1000, "n_test_images": 1000, "n_val_images": 0}
+# extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+source_kwargs = {}
+# caps for large real data sets (seeded subsets): this notebook holds dense caption x image matrices
+max_test_images = 1000
+max_bank_captions = 10000
+# method parameters (the papers' defaults)
+nnn_alpha = 0.75
+nnn_k = 16
+is_tau = 0.02
+sn_tau = 0.01
+sn_iter = 10
+
+# %% tags=[]
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from scipy import special, stats
+
+import hubnorm as hn
+from hubnorm import notebook as nb
+from hubnorm import protocol as pr
+
+run = nb.setup("00", seed=seed)
+
+# %% [markdown] tags=[]
+# ## 1 · Hubs in random data: the k-occurrence
+#
+# Take $n$ points $x_1, \dots, x_n$ and, for every point, its $k$ nearest neighbours among the others. The
+# **k-occurrence** of a point counts how often it appears in those lists:
+#
+# $$N_k(x) = \#\{\, i : x \in \mathrm{kNN}(x_i) \,\}, \qquad \frac{1}{n}\sum_x N_k(x) = k .$$
+#
+# The mean is always $k$ (every list has $k$ entries). What changes is the *shape*: if every point were equally
+# "popular", $N_k$ would be close to $k$ for everyone. A long right tail — a few points with $N_k \gg k$ —
+# means hubs. We summarise the tail by the **skewness** of $N_k$ (the third standardised moment, 0 for a
+# symmetric distribution).
+#
+# The toy: i.i.d. standard Gaussian points in $d$ dimensions, Euclidean distance, nothing else.
+
+# %% tags=[]
+def k_occurrence_points(x, k):
+    """N_k of every point of x (n x d) among the points themselves (Euclidean, a point is not its own neighbour)."""
+    sq = np.einsum("ij,ij->i", x, x)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * x @ x.T
+    np.fill_diagonal(d2, np.inf)
+    knn = np.argpartition(d2, k, axis=1)[:, :k]
+    return np.bincount(knn.ravel(), minlength=len(x)), d2
+
+
+rng = np.random.default_rng(seed)
+toy = {}
+for d in dims:
+    x = rng.standard_normal((n_points, d))
+    n_k, d2 = k_occurrence_points(x, k)
+    dist = np.sqrt(np.maximum(d2[np.triu_indices(n_points, 1)], 0.0))
+    # keep an evenly spaced sample of 20000 distances: enough for the statistics and the density plot
+    dist = dist[:: max(1, dist.size // 20000)]
+    to_mean = np.linalg.norm(x - x.mean(axis=0), axis=1)
+    toy[d] = {"n_k": n_k, "dist": dist, "to_mean": to_mean}
+
+toy_table = pd.DataFrame({
+    "d": dims,
+    "skewness of N_k": [stats.skew(toy[d]["n_k"].astype(np.float64)) for d in dims],
+    "max N_k": [int(toy[d]["n_k"].max()) for d in dims],
+    "anti-hubs (N_k = 0) %": [100.0 * np.mean(toy[d]["n_k"] == 0) for d in dims],
+    "distance sd / mean": [toy[d]["dist"].std() / toy[d]["dist"].mean() for d in dims],
+    "Spearman(N_k, distance to mean)": [stats.spearmanr(toy[d]["n_k"], toy[d]["to_mean"])[0] for d in dims],
+})
+nb.show(toy_table)
+
+# %% tags=[]
+fig, axes = plt.subplots(1, len(dims), figsize=(3.4 * len(dims), 3.0), sharey=True)
+for ax, d in zip(np.atleast_1d(axes), dims):
+    n_k = toy[d]["n_k"]
+    ax.hist(n_k, bins=np.arange(0, n_k.max() + 2) - 0.5 if n_k.max() < 60 else 40, color=sns.color_palette()[0])
+    ax.set_yscale("log")
+    ax.axvline(k, color="black", lw=1, ls="--")
+    ax.set_title(f"d = {d}: skewness {stats.skew(n_k.astype(np.float64)):.2f}", fontsize=10)
+    ax.set_xlabel(f"$N_{{{k}}}$ (how often a point is a {k}-NN)")
+axes[0].set_ylabel("number of points (log scale)")
+fig.suptitle(f"k-occurrence of {n_points} i.i.d. Gaussian points (dashed: the mean, k = {k})", fontsize=11)
+fig.tight_layout()
+run.save_figure(fig, "toy_k_occurrence")
+plt.show()
+
+# %% [markdown] tags=[]
+# **What to notice.** In 2 dimensions $N_k$ is narrow and symmetric around $k$: everybody is somebody's
+# neighbour about equally often. As $d$ grows the histogram develops a long right tail (hubs with $N_k$ many
+# times $k$) and a spike at 0 (anti-hubs that appear in no list at all), and the skewness climbs. Nothing about
+# the data changed except the dimension.
+
+# %% [markdown] tags=[]
+# ## 2 · Why: concentration of distances, and the advantage of being central
+#
+# **Distances concentrate.** For two independent points $x, y \sim \mathcal N(0, I_d)$,
+# $\|x - y\|^2 = \sum_{l=1}^d (x_l - y_l)^2$ is a sum of $d$ i.i.d. terms with mean 2 and variance 8, so
+#
+# $$\mathbb E\,\|x-y\|^2 = 2d, \qquad \frac{\mathrm{sd}\,\|x-y\|^2}{\mathbb E\,\|x-y\|^2} = \frac{\sqrt{8d}}{2d} = \sqrt{2/d} \;\to\; 0 .$$
+#
+# In high dimension all pairwise distances are nearly equal (the column "distance sd / mean" above): which
+# points count as "nearest" is decided by small differences.
+#
+# **A per-point offset decides those differences.** Expand the distance a query $y$ uses to rank a candidate $x$:
+#
+# $$\|x - y\|^2 = \underbrace{\|x\|^2}_{\text{same for every query}} - \; 2\, x^\top y \;+\; \|y\|^2 .$$
+#
+# For a fixed query $\|y\|^2$ does not change the ranking, so candidates are ranked by $\|x\|^2 - 2x^\top y$.
+# The first term is a **per-candidate offset** shared by *all* queries: a candidate with a small $\|x\|$ — one
+# close to the data mean — starts ahead in every query's race. In 2-D this hardly matters, because only the few
+# candidates in the query's immediate surroundings compete and they all have about the same $\|x\|$. In high
+# dimension there are no "immediate surroundings" (all distances are alike), every candidate competes with every
+# other, and the spread of $\|x\|^2$ across candidates (sd $\sqrt{2d}$) is of the same order as the spread of
+# $2x^\top y$ (sd $2\sqrt d$). The central points win far more races than their share: they become hubs, and
+# the points far from the mean become anti-hubs. This is the explanation of Radovanović, Nanopoulos and
+# Ivanović, *Hubs in Space* (JMLR 2010).
+#
+# Keep the structure "score = shared per-candidate offset + query-specific part" in mind: every method in §6
+# estimates that offset and removes it.
+
+# %% tags=[]
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+for d in dims:
+    dist = toy[d]["dist"]
+    sns.kdeplot(dist / dist.mean(), ax=axes[0], label=f"d = {d}", fill=False, bw_adjust=1.5, cut=0)
+axes[0].set_xlabel("pairwise distance / mean pairwise distance")
+axes[0].set_title("(a) distances concentrate as d grows", fontsize=10)
+axes[0].legend(fontsize=8)
+d_hi = dims[-1]
+axes[1].scatter(toy[d_hi]["to_mean"], toy[d_hi]["n_k"], s=4, alpha=0.4)
+axes[1].set_xlabel("distance of the point to the data mean")
+axes[1].set_ylabel(f"$N_{{{k}}}$")
+rho = stats.spearmanr(toy[d_hi]["n_k"], toy[d_hi]["to_mean"])[0]
+axes[1].set_title(f"(b) d = {d_hi}: central points are hubs (Spearman {rho:.2f})", fontsize=10)
+fig.tight_layout()
+run.save_figure(fig, "toy_concentration")
+plt.show()
+
+# %% [markdown] tags=[]
+# **What to notice.** (a) In 2-D a neighbour can be ten times closer than an average point; in 1000-D every
+# distance is within a few percent of the mean. (b) The points closest to the data mean (left) have the largest
+# $N_k$; the distant ones (right) have $N_k = 0$. The last column of the table above shows this correlation
+# appear with the dimension (near 0 in 2-D, strongly negative from 10-D on).
+
+# %% [markdown] tags=[]
+# ## 3 · Image–text embeddings: the modality gap
+#
+# Retrieval with a dual encoder such as CLIP embeds queries and targets separately, L2-normalises them and ranks
+# by the cosine $s(q, t) = q^\top t$. The normalisation puts every point on the unit sphere, so $\|x\|$ no longer
+# differs — but the data do not fill the sphere: images sit in one narrow cone and captions in another (the
+# **modality gap**, Liang et al. 2022). What plays the role of "close to the data mean" is now "close to the
+# centre of the *query* cloud": for text→image retrieval, an image that leans towards the caption cloud's centre
+# $\mu_C$ scores a little higher against *every* caption,
+#
+# $$\frac{1}{m}\sum_{i=1}^m s(q_i, t) = \mu_C^\top t ,$$
+#
+# and becomes a hub. By default we use the synthetic data of this repository (`hubnorm.synthetic`: seeded
+# embeddings calibrated to zero-shot CLIP ViT-B/32 on Flickr30k; **synthetic, not real data**): test images and
+# their 5 captions each, and the training captions as a *reference bank* for §6. Set `source` to run the same
+# cells on real embeddings (see `notebooks/README.md`); large real sets are cut to `max_test_images` test images
+# and `max_bank_captions` bank captions (seeded subsets).
+
+# %% tags=[]
+data = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
+                          source_kwargs=source_kwargs, ensure_val=False)
+test, train = data.split("test"), data.split("train")
+subset_rng = np.random.default_rng(seed)
+if test.n_images > max_test_images:
+    test = test.subset_images(np.sort(subset_rng.choice(test.n_images, max_test_images, replace=False)))
+caption_bank = train.captions
+if len(caption_bank) > max_bank_captions:
+    caption_bank = caption_bank[np.sort(subset_rng.choice(len(caption_bank), max_bank_captions, replace=False))]
+images, captions, caption_to_image = test.images, test.captions, test.caption_to_image
+print(f"this run: {pr.run_label(data)}")
+print(f"test split: {len(images)} images, {len(captions)} captions (dim {images.shape[1]}); "
+      f"reference bank: {len(caption_bank)} training captions")
+
+mu_img, mu_cap = images.mean(axis=0), captions.mean(axis=0)
+matched = np.einsum("ij,ij->i", captions, images[caption_to_image])
+scores = captions @ images.T
+unmatched = scores[caption_to_image[:, None] != np.arange(len(images))[None, :]]
+geometry = pd.DataFrame({
+    "quantity": ["cos(mean image direction, mean caption direction)", "distance between the two centres",
+                 "mean cosine, matched caption-image pairs", "mean cosine, unmatched pairs",
+                 "sd of cosines, unmatched pairs"],
+    "value": [mu_img @ mu_cap / np.linalg.norm(mu_img) / np.linalg.norm(mu_cap), np.linalg.norm(mu_img - mu_cap),
+              matched.mean(), unmatched.mean(), unmatched.std()],
+})
+nb.show(geometry, digits=3)
+
+# %% tags=[]
+n_sub = min(300, len(images))
+sub = np.random.default_rng(seed).choice(len(images), n_sub, replace=False)
+first_caption = np.unique(caption_to_image, return_index=True)[1]  # the first caption of every image
+both = np.concatenate([images[sub], captions[first_caption[sub]]])
+centred = both - both.mean(axis=0)
+_, _, vt = np.linalg.svd(centred, full_matrices=False)
+xy = centred @ vt[:2].T
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+ax = axes[0]
+ax.scatter(*xy[:n_sub].T, s=8, label="images", color=sns.color_palette()[0])
+ax.scatter(*xy[n_sub:].T, s=8, label="captions", color=sns.color_palette()[1])
+for i in range(0, n_sub, 15):
+    ax.plot([xy[i, 0], xy[n_sub + i, 0]], [xy[i, 1], xy[n_sub + i, 1]], color="0.6", lw=0.6)
+ax.set_xlabel("principal component 1")
+ax.set_ylabel("principal component 2")
+ax.set_title("(a) PCA of images and captions (grey: matched pairs)", fontsize=10)
+ax.legend(fontsize=8)
+ax = axes[1]
+sns.kdeplot(unmatched[:: max(1, unmatched.size // 20000)], ax=ax, label="unmatched caption-image", fill=True)
+sns.kdeplot(matched, ax=ax, label="matched caption-image", fill=True)
+ax.set_xlabel("cosine similarity")
+ax.set_title("(b) a match is only slightly more similar than a non-match", fontsize=10)
+ax.legend(fontsize=8)
+fig.tight_layout()
+run.save_figure(fig, "modality_gap")
+plt.show()
+
+# %% [markdown] tags=[]
+# **What to notice.** (a) The first principal component separates the modalities almost perfectly: a caption is
+# much closer to other captions than to its own image, and the grey lines joining matched pairs all run the same
+# way across the gap. (b) Matched pairs score only about 0.1 higher than unmatched ones, while unmatched scores
+# themselves spread by several hundredths: a small shared offset per image is enough to reorder rankings.
+
+# %% [markdown] tags=[]
+# ## 4 · A hub and an anti-hub, concretely
+#
+# Text→image: the captions are the queries, the images the targets. $N_k(t)$ is the number of test captions
+# whose top-$k$ images contain image $t$; its mean is $k m / n$ ($5k$ with 5 captions per image). We call an
+# image's similarity to the caption centre, $\mu_C^\top t$, its **centrality**. The **hub** below is the image
+# with the largest $N_k$, the **anti-hub** the one with the smallest (larger real galleries have many images with
+# $N_k = 0$).
+
+# %% tags=[]
+n_1_raw = hn.k_occurrence(scores, 1)
+n_k_raw = hn.k_occurrence(scores, k)
+centrality = images @ mu_cap
+hub = int(np.argmax(n_k_raw))
+# the anti-hub: the image with the smallest N_k (ties: the least central one)
+anti = int(np.lexsort((centrality, n_k_raw))[0])
+centrality_rank = stats.rankdata(-centrality, method="ordinal").astype(int)
+
+
+def own_caption_ranks(image):
+    """0-based rank of `image` in the result list of each of its own captions."""
+    own = np.flatnonzero(caption_to_image == image)
+    return [int((scores[c] > scores[c, image]).sum()) for c in own]
+
+
+profile = pd.DataFrame({
+    "image": ["hub", "anti-hub"],
+    "index": [hub, anti],
+    "N_1": [int(n_1_raw[hub]), int(n_1_raw[anti])],
+    f"N_{k}": [int(n_k_raw[hub]), int(n_k_raw[anti])],
+    f"expected N_{k}": [k * len(captions) / len(images)] * 2,
+    "centrality rank (1 = most central)": [int(centrality_rank[hub]), int(centrality_rank[anti])],
+    "ranks of it by its own captions": [str(own_caption_ranks(hub)), str(own_caption_ranks(anti))],
+})
+nb.show(profile)
+
+won = np.flatnonzero(scores.argmax(axis=1) == hub)
+won = won[caption_to_image[won] != hub][:6]
+stolen = pd.DataFrame({
+    "caption": won,
+    "its true image": caption_to_image[won],
+    "score with the hub": scores[won, hub],
+    "score with its true image": scores[won, caption_to_image[won]],
+    "rank of its true image": [int((scores[c] > scores[c, caption_to_image[c]]).sum()) for c in won],
+})
+nb.show(stolen, digits=3, caption="Captions of other images that retrieve the hub first")
+
+# %% tags=[]
+fig, ax = plt.subplots(figsize=(6.5, 4.2))
+ax.scatter(centrality, n_k_raw, s=7, alpha=0.5)
+ax.scatter(centrality[[hub]], n_k_raw[[hub]], s=80, facecolor="none", edgecolor="red", lw=2, label="hub")
+ax.scatter(centrality[[anti]], n_k_raw[[anti]], s=80, facecolor="none", edgecolor="black", lw=2, label="anti-hub")
+ax.axhline(k * len(captions) / len(images), color="0.4", ls="--", lw=1, label=f"expected $N_{{{k}}}$")
+ax.set_xlabel(r"centrality $\mu_C^\top t$ (similarity to the mean caption)")
+ax.set_ylabel(f"$N_{{{k}}}$ of the image")
+ax.set_title(f"text→image, {pr.run_label(data)}: Spearman {stats.spearmanr(n_k_raw, centrality)[0]:.2f}",
+             fontsize=9)
+ax.legend(fontsize=8)
+fig.tight_layout()
+run.save_figure(fig, "hub_vs_centrality")
+plt.show()
+
+# %% [markdown] tags=[]
+# **What to notice.** The hub is among the most central images and sits in the top-$k$ of many times more
+# captions than expected; the captions it "steals" score it only a few hundredths above their own image. The
+# anti-hub lies at the far end of the centrality axis: even its *own* captions rank it low. Centrality explains
+# most, but not all, of $N_k$: the cloud of points around the trend is the query-specific part of the score.
+
+# %% [markdown] tags=[]
+# ## 5 · What the metrics measure
+#
+# For each query, let $r$ be the 0-based **rank** of its best positive target (0 = retrieved first).
+#
+# * **R@K** (recall at K) $= 100 \cdot \frac{1}{m}\#\{\text{queries with } r < K\}$: the percentage of queries
+#   whose positive is in the top K. Higher is better. R@1 is the headline number of the papers.
+# * **MdR** (median rank) $= \lfloor \mathrm{median}(r) \rfloor + 1$ and **MnR** (mean rank) $= \mathrm{mean}(r)
+#   + 1$: 1-based, lower is better. MnR is sensitive to the few queries whose positive is ranked very low.
+# * **Skewness of $N_k$** $= \frac{\frac1n\sum_t (N_k(t) - \bar N)^3}{\left(\frac1n\sum_t (N_k(t) - \bar N)^2\right)^{3/2}}$:
+#   about 0 when targets are retrieved evenly, large and positive when a few hubs take many queries. It
+#   measures the *shape* of the distribution, not accuracy.
+#
+# A worked example with five queries and six targets:
+
+# %% tags=[]
+ranks = np.array([0, 2, 0, 7, 1])
+print("ranks:", ranks.tolist())
+print(f"R@1 = 100 * 2/5 = {hn.recall_at_k(ranks, 1):.0f};  R@5 = 100 * 4/5 = {hn.recall_at_k(ranks, 5):.0f}")
+print(f"MdR = floor(median {np.median(ranks):.0f}) + 1 = {hn.median_rank(ranks):.0f};  "
+      f"MnR = mean {ranks.mean():.0f} + 1 = {hn.mean_rank(ranks):.0f}")
+n_k_even = np.array([2, 2, 2, 2, 2, 2])
+n_k_hub = np.array([7, 1, 1, 1, 1, 1])
+print(f"N_2 of six targets for six queries: even {n_k_even.tolist()} -> skewness "
+      f"{hn.hubness_stats(n_k_even, 2, 6)['skewness']:.2f}; one hub {n_k_hub.tolist()} -> skewness "
+      f"{hn.hubness_stats(n_k_hub, 2, 6)['skewness']:.2f}")
+
+# %% [markdown] tags=[]
+# ## 6 · Three ways to remove the offset
+#
+# All three methods keep the cosine and add **one offset per target**: $\tilde s(q, t_j) = s(q, t_j) + h_j$.
+# They estimate $h_j$ from a **reference bank** $B$ of queries that are not the test queries (here the
+# training captions: a *query bank*); passing the test queries themselves as the bank makes a method
+# *query-aware* (transductive). Ranking is then still one matrix product plus a vector.
+#
+# ### 6.1 Nearest Neighbor Normalization (NNN; Chowdhury et al. 2024, Eq. 1–2)
+# Subtract $\alpha$ times the mean similarity of the target's $k$ most similar bank queries:
+#
+# $$b(t) = \alpha \cdot \frac1k \sum_{q \in \mathrm{top}_k^B(t)} s(q, t), \qquad \tilde s(q, t) = s(q, t) - b(t).$$
+#
+# A hub is close to many bank captions, so its $b(t)$ is large.
+
+# %% tags=[]
+bank_scores = caption_bank @ images.T                        # (bank queries x targets)
+nnn_k = min(nnn_k, len(caption_bank))                        # k cannot exceed the bank
+top_k = np.partition(bank_scores, -nnn_k, axis=0)[-nnn_k:]   # each target's k largest bank similarities
+h_nnn = -nnn_alpha * top_k.mean(axis=0)
+
+# %% [markdown] tags=[]
+# ### 6.2 Inverted softmax (IS / QBNorm; Bogolin et al. 2022; DBSN Eq. 1–3)
+# Normalise every target's scores by a softmax over the *bank* (a column softmax, hence "inverted"):
+#
+# $$\hat S_{ij} = \frac{\exp(S_{ij}/\tau)}{\sum_{b \in B} \exp(s(b, t_j)/\tau)} = \exp\!\big((S_{ij} + h_j)/\tau\big),
+# \qquad h_j = -\tau \log \sum_{b \in B} \exp\!\big(s(b, t_j)/\tau\big).$$
+#
+# $\exp$ is monotone, so ranking by $\hat S$ is ranking by $S + h$. The temperature $\tau$ sets how many bank
+# queries count: $\tau \to 0$ gives $h_j \to -\max_b s(b, t_j)$ (only the closest bank query), a large $\tau$ the
+# mean similarity (minus a constant). `scipy.special.logsumexp` keeps $\exp(S/\tau)$ from overflowing.
+
+# %% tags=[]
+h_is = -is_tau * special.logsumexp(bank_scores / is_tau, axis=0)
+
+# %% [markdown] tags=[]
+# ### 6.3 Sinkhorn normalisation (SN; Pan et al., DBSN Eq. 7–9, Alg. A1)
+# IS balances the targets only. SN asks for a transport plan $\pi$ between the $m$ bank queries and the $n$
+# targets in which *every* query sends out $1/m$ and *every* target receives $1/n$, maximising score plus
+# entropy:
+#
+# $$\pi^\star = \arg\max_{\pi \mathbf 1 = \frac1m\mathbf 1,\ \pi^\top \mathbf 1 = \frac1n\mathbf 1} \langle S, \pi\rangle + \tau H(\pi),
+# \qquad \pi^\star_{ij} = \exp\!\big((S_{ij} + f_i + g_j)/\tau\big).$$
+#
+# The potentials come from alternating the two marginal constraints (Sinkhorn–Knopp, in the log domain), starting
+# from $g = 0$, for $T$ iterations:
+#
+# $$f_i = \tau \log\tfrac1m - \tau \log\sum_j \exp\!\big((S_{ij} + g_j)/\tau\big), \qquad
+#   g_j = \tau \log\tfrac1n - \tau \log\sum_i \exp\!\big((S_{ij} + f_i)/\tau\big).$$
+#
+# The target potential $g_j$ is the offset $h_j$. The $g$-update with all $f_i$ equal is exactly IS (plus a
+# constant): SN is IS with the bank queries reweighted so that each of them is also "used" equally.
+
+# %% tags=[]
+m_bank, n_targets = bank_scores.shape
+g = np.zeros(n_targets)
+for _ in range(sn_iter):
+    f = sn_tau * np.log(1 / m_bank) - sn_tau * special.logsumexp((bank_scores + g[None, :]) / sn_tau, axis=1)
+    g = sn_tau * np.log(1 / n_targets) - sn_tau * special.logsumexp((bank_scores + f[:, None]) / sn_tau, axis=0)
+h_sn = g
+
+# %% [markdown] tags=[]
+# ### 6.4 The same with `hubnorm`
+# The library computes the same offsets without ever holding the bank × target matrix (it streams blocks), on
+# CPU or GPU. `fit(targets, query_bank=...)` estimates them; `.offsets` returns them.
+
+# %% tags=[]
+nnn = hn.NearestNeighborNormalization(alpha=nnn_alpha, k=nnn_k).fit(images, query_bank=caption_bank)
+inv = hn.InvertedSoftmax(tau=is_tau).fit(images, query_bank=caption_bank)
+snn = hn.SinkhornNormalization(tau=sn_tau, n_iter=sn_iter).fit(images, query_bank=caption_bank)
+for name, ours, lib in (("NNN", h_nnn, nnn), ("IS", h_is, inv), ("SN", h_sn, snn)):
+    np.testing.assert_allclose(ours, lib.offsets, rtol=0, atol=1e-9)
+    print(f"{name}: numpy offsets match hubnorm (max |difference| {np.abs(ours - lib.offsets).max():.0e} <= 1e-9)")
+g_is = sn_tau * np.log(1 / n_targets) - sn_tau * special.logsumexp(bank_scores / sn_tau, axis=0)
+h_is_at_sn_tau = hn.InvertedSoftmax(tau=sn_tau).fit(images, query_bank=caption_bank).offsets
+np.testing.assert_allclose(g_is - sn_tau * np.log(1 / n_targets), h_is_at_sn_tau, rtol=0, atol=1e-9)
+print("SN's first g-update with equal f is IS at the same tau (plus a constant): checked")
+
+# %% [markdown] tags=[]
+# ### 6.5 What the offsets do to the scores
+# Every method is evaluated on the same test task (text→image, captions as queries). At scale you would call
+# `hn.evaluate(method, task)` and `hn.k_occurrence(method, k, queries=...)`, which stream the scores in blocks;
+# this gallery is small enough to score once and reuse the matrix.
+
+# %% tags=[]
+task = hn.build_tasks(images, captions, caption_to_image, caption_bank=caption_bank, directions=("t2i",))["t2i"]
+methods = {"raw cosine": hn.Identity().fit(images), "NNN": nnn, "IS": inv, "SN": snn}
+rows, n_k_of = [], {}
+for name, method in methods.items():
+    normalised = method.score(captions)  # the (captions x images) matrix S + h: small enough to hold here
+    metrics = hn.summarize_ranks(hn.positive_ranks(normalised, task.positives))
+    n_1 = hn.k_occurrence(normalised, 1)
+    n_k_of[name] = hn.k_occurrence(normalised, k)
+    st = hn.hubness_stats(n_k_of[name], k, len(captions))
+    rows.append({"method": name, "R@1": metrics["R@1"], "R@5": metrics["R@5"], "MdR": metrics["MdR"],
+                 "MnR": metrics["MnR"], "max N_1": int(n_1.max()), f"skewness N_{k}": st["skewness"],
+                 f"max N_{k}": int(st["max"]), "never retrieved first (N_1 = 0) %": 100.0 * np.mean(n_1 == 0)})
+effect = pd.DataFrame(rows)
+nb.show(effect)
+
+# %% tags=[]
+fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.0))
+ax = axes[0]
+bins = np.arange(0, max(int(v.max()) for v in n_k_of.values()) + 4, 3)
+for name, n_k_m in n_k_of.items():
+    ax.hist(n_k_m, bins=bins, histtype="step", lw=1.6, label=name)
+ax.set_yscale("log")
+ax.set_xlabel(f"$N_{{{k}}}$ per image")
+ax.set_ylabel("images (log scale)")
+ax.set_title(f"(a) k-occurrence before and after (t2i, k = {k})", fontsize=10)
+ax.legend(fontsize=8)
+ax = axes[1]
+for name, h in (("NNN", h_nnn), ("IS", h_is), ("SN", h_sn)):
+    ax.scatter(centrality, h - h.mean(), s=5, alpha=0.5, label=name)
+ax.set_xlabel(r"centrality $\mu_C^\top t$")
+ax.set_ylabel("offset $h_t$ (minus its mean)")
+ax.set_title("(b) all three subtract most from the central images", fontsize=10)
+ax.legend(fontsize=8, markerscale=3)
+fig.tight_layout()
+run.save_figure(fig, "methods_effect")
+plt.show()
+
+# %% [markdown] tags=[]
+# **What to notice.** (a) The raw histogram has a tail of hubs reaching far to the right; after each method the
+# tail is cut and the histogram gathers around the expected count. (b) The offsets fall almost linearly with
+# centrality: the methods learned, from the bank alone, the shared per-image term of §2 — without ever seeing the
+# test queries. R@1 rises by several points because captions that used to be stolen by a hub now find their own
+# image. On this synthetic data the three methods end close together; on real data their differences are the
+# subject of notebooks 02–05.
+
+# %% [markdown] tags=[]
+# ## 7 · Key numbers of this run
+
+# %% tags=["nbval-check-output"]
+print("toy (i.i.d. Gaussian):", ", ".join(f"d={d}: skewness {stats.skew(toy[d]['n_k'].astype(np.float64)):.2f}"
+                                          for d in dims))
+skews = [stats.skew(toy[d]["n_k"].astype(np.float64)) for d in dims]
+nb.check("toy: the skewness of N_k grows from the lowest to the highest dimension", skews[-1] > skews[0],
+         f"{skews[0]:.2f} -> {skews[-1]:.2f}")
+rho_hi = stats.spearmanr(toy[dims[-1]]["n_k"], toy[dims[-1]]["to_mean"])[0]
+nb.check(f"toy, d={dims[-1]}: points near the data mean are hubs (Spearman < -0.5)", rho_hi < -0.5, f"{rho_hi:.2f}")
+print(f"t2i: hub N_{k} = {int(n_k_raw[hub])}, anti-hub N_{k} = {int(n_k_raw[anti])}, "
+      f"expected {k * len(captions) / len(images):.2f}")
+rho_c = stats.spearmanr(n_k_raw, centrality)[0]
+nb.check("t2i: central images are hubs (Spearman(N_k, centrality) > 0.5)", rho_c > 0.5, f"{rho_c:.2f}")
+nb.key_numbers(effect)
+e = effect.set_index("method")
+for name in ("NNN", "IS", "SN"):
+    nb.check(f"{name} raises R@1 and lowers the skewness of N_{k}",
+             e.loc[name, "R@1"] > e.loc["raw cosine", "R@1"]
+             and e.loc[name, f"skewness N_{k}"] < e.loc["raw cosine", f"skewness N_{k}"],
+             f"R@1 {e.loc['raw cosine', 'R@1']:.2f} -> {e.loc[name, 'R@1']:.2f}, skewness "
+             f"{e.loc['raw cosine', f'skewness N_{k}']:.2f} -> {e.loc[name, f'skewness N_{k}']:.2f}")
+
+# %% [markdown] tags=[]
+# ## Try this
+#
+# Change a parameter in the first code cell and run the notebook again (or pass it to papermill with `-p`):
+# * `dims = [2, 5, 20, 50]`: where does the skewness start to grow?
+# * `k = 1` or `k = 50`: is hubness a property of the neighbourhood size?
+# * `nnn_alpha = 2.0`: what happens to the hub — and to the anti-hub?
+# * `is_tau = 0.002`: the inverted softmax now listens to one bank caption per image. Watch R@1.
+#
+# ## Exercises
+#
+# 1. **Is hubness about the sphere or about the mean?** L2-normalise the toy points (so every point has the same
+#    norm) and recompute the skewness of $N_{10}$ at $d = 100$. Then add the same vector $u$ of length 1 to every
+#    point *before* normalising (a cone, like CLIP's embeddings). Predict both results from §2 before you run
+#    them. Solution: `solutions/00_hubness_from_scratch.py`, `exercise_1()`.
+# 2. **Change $\alpha$ and predict.** For NNN with $k = 16$, predict how the largest $N_1$ and R@1 change when
+#    $\alpha$ goes 0 → 0.75 → 3. Why can a too-large $\alpha$ create *new* hubs? Solution:
+#    `solutions/00_hubness_from_scratch.py`, `exercise_2()`.
+# 3. **The two limits of the inverted softmax.** Show numerically that the IS offset tends to
+#    $-\max_b s(b, t)$ as $\tau \to 0$ and to $-\mathrm{mean}_b\, s(b, t) - \tau \log |B|$ as $\tau \to \infty$.
+#    Which other method is IS at large $\tau$? Explain why IS degrades at a very small $\tau$. Solution:
+#    `solutions/00_hubness_from_scratch.py`, `exercise_3()`.
+#
+# Solutions are in `notebooks/solutions/` (one file per notebook; run one with
+# `python notebooks/solutions/00_hubness_from_scratch.py`). Try each exercise before you open it.

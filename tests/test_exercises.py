@@ -1,0 +1,129 @@
+"""The notebooks' exercises: every solution runs (and asserts its claim), and every notebook names only solutions
+that exist.
+
+Solutions live in ``notebooks/solutions/NN_name.py`` (one module per notebook ``notebooks/NN_name``) as functions
+``exercise_1()``, ``exercise_2()``, ... whose docstring holds the written answer. Each function recomputes its
+answer on small seeded synthetic data and asserts the claim it explains, so running it here keeps the answers
+from rotting when the library changes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+SOLUTIONS = NOTEBOOKS / "solutions"
+EXERCISES_MD = SOLUTIONS / "EXERCISES.md"
+
+#: A reference in an Exercises section: "Solution: `solutions/03_k_ablation.py`, `exercise_2()`".
+REFERENCE = re.compile(r"`solutions/(?P<module>\d\d_\w+)\.py`,\s*`(?P<function>exercise_\d+)\(\)`")
+
+#: Exercises slower than a few seconds on the loaded 2-core CI machine.
+SLOW = {("02_hubness_histograms", "exercise_2"), ("04_query_bank_size", "exercise_2")}
+
+
+def _solution_stems():
+    return sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.py"))
+
+
+def _load(stem: str):
+    spec = importlib.util.spec_from_file_location(f"solutions_{stem}", SOLUTIONS / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _exercise_functions(module):
+    return {name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
+            if re.fullmatch(r"exercise_\d+", name) and fn.__module__ == module.__name__}
+
+
+def _cases():
+    for stem in _solution_stems():
+        for name in sorted(_exercise_functions(_load(stem))):
+            marks = [pytest.mark.slow] if (stem, name) in SLOW else []
+            yield pytest.param(stem, name, id=f"{stem}.{name}", marks=marks)
+
+
+def _exercises_section(text: str) -> str:
+    """The text from a '## Exercises' heading to the next heading of level 1 or 2 (or the end)."""
+    m = re.search(r"^#{1,2} Exercises\s*$(?P<body>.*?)(?=^#{1,2} \S|\Z)", text, flags=re.M | re.S)
+    return m.group("body") if m else ""
+
+
+def _notebook_markdown(stem: str):
+    """The notebook's markdown text (from its py:percent source when there is one, else the .ipynb), or None."""
+    py, ipynb = NOTEBOOKS / f"{stem}.py", NOTEBOOKS / f"{stem}.ipynb"
+    if py.exists():
+        lines = []
+        for line in py.read_text().splitlines():
+            lines.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+        return "\n".join(lines)
+    if ipynb.exists():
+        nb = json.loads(ipynb.read_text())
+        return "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    return None
+
+
+@pytest.mark.parametrize("stem, name", list(_cases()))
+def test_exercise_solution_runs(stem, name, single_thread_torch):
+    fn = _exercise_functions(_load(stem))[name]
+    doc = inspect.getdoc(fn) or ""
+    assert "Answer." in doc, f"{stem}.{name} needs the written answer in its docstring ('Answer. ...')"
+    result = fn()
+    assert isinstance(result, dict) and result, f"{stem}.{name} must return a non-empty dict of numbers"
+
+
+def test_every_solution_module_has_exercises():
+    stems = _solution_stems()
+    assert [s[:2] for s in stems] == [f"{i:02d}" for i in range(8)], stems
+    for stem in stems:
+        fns = sorted(_exercise_functions(_load(stem)))
+        assert 2 <= len(fns) <= 3, (stem, fns)
+        assert fns == [f"exercise_{i}" for i in range(1, len(fns) + 1)], (stem, fns)
+
+
+def _check_references(stem: str, section: str, where: str):
+    refs = [(m["module"], m["function"]) for m in REFERENCE.finditer(section)]
+    assert refs, f"{where}: the Exercises section names no solution (`solutions/{stem}.py`, `exercise_N()`)"
+    functions = _exercise_functions(_load(stem))
+    for module, function in refs:
+        assert module == stem, f"{where} names solutions/{module}.py; its solutions are solutions/{stem}.py"
+        assert function in functions, f"{where} names {function}() but solutions/{stem}.py has {sorted(functions)}"
+    missing = sorted(set(functions) - {f for _, f in refs})
+    assert not missing, f"{where} does not name {missing} of solutions/{stem}.py"
+    numbered = re.findall(r"^(\d+)\. ", section, flags=re.M)
+    assert len(numbered) == len(functions), f"{where}: {len(numbered)} numbered exercises, {len(functions)} solutions"
+
+
+@pytest.mark.parametrize("stem", _solution_stems())
+def test_notebook_exercises_name_existing_solutions(stem):
+    text = _notebook_markdown(stem)
+    if text is None:
+        pytest.skip(f"notebooks/{stem} is not in this checkout yet (renumbering of 00-06 -> 01-07)")
+    section = _exercises_section(text)
+    assert section, f"notebooks/{stem} has no '## Exercises' section (paste it from solutions/EXERCISES.md)"
+    _check_references(stem, section, f"notebooks/{stem}")
+
+
+def test_exercises_md_names_existing_solutions():
+    text = EXERCISES_MD.read_text()
+    sections = dict(re.findall(r"^## (\d\d_\w+)\s*$(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
+    expected = [s for s in _solution_stems() if s != "00_hubness_from_scratch"]
+    assert sorted(sections) == expected, sorted(sections)
+    for stem, body in sections.items():
+        _check_references(stem, body, f"EXERCISES.md ## {stem}")
+
+
+def test_no_solution_in_notebooks():
+    """Solutions stay out of the notebooks: no notebook calls or imports an exercise function."""
+    for path in list(NOTEBOOKS.glob("[0-9][0-9]_*.py")) + list(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        text = path.read_text()
+        assert not re.search(r"^\s*(import|from) \S*solutions", text, flags=re.M), path
