@@ -286,7 +286,7 @@ def light_venv(wheel, tmp_path_factory) -> Path:
 
 #: Notebooks that must run in the light install (papermill, inside ``light_venv``, outside the source tree).
 #: Add paths relative to the repository, e.g. "notebooks/01_hubness_histograms.ipynb".
-LIGHT_NOTEBOOKS: list = []
+LIGHT_NOTEBOOKS: list = ["notebooks/00_hubness_from_scratch.ipynb"]
 
 
 @pytest.mark.slow
