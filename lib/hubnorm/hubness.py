@@ -25,7 +25,7 @@ import torch
 from scipy import stats
 
 from ._validation import check_positive_float, check_positive_int
-from .evaluation import _score_blocks
+from .evaluation import iter_score_blocks
 
 
 def k_occurrence(scores, k: int = 10, queries=None, *, chunk_size: Optional[int] = None) -> np.ndarray:
@@ -38,7 +38,7 @@ def k_occurrence(scores, k: int = 10, queries=None, *, chunk_size: Optional[int]
         (n,) int64 array; it sums to ``k * m``.
     """
     counts = None
-    for _, s in _score_blocks(scores, queries, chunk_size):
+    for _, s in iter_score_blocks(scores, queries, chunk_size):
         if counts is None:
             n = s.shape[1]
             k = check_positive_int(k, "k", maximum=n, max_name="the number of targets")

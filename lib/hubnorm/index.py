@@ -11,7 +11,7 @@ is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]>
   top-k (:meth:`BankIndex._blas_search`); ``scan="faiss"`` (default with GPU faiss) -- faiss's IVF-Flat search,
   whose CPU scan does not use BLAS. Same quantizer, same probed lists, same results.
 * :class:`FaissNNN` -- :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` whose top-k bank
-  similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm._ops.nnn_bias`.
+  similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm.kernels.nnn_bias`.
   With ``nprobe = nlist`` the search is exhaustive and the offsets equal the exact ones (float rounding aside).
 * :class:`IndexedRetriever` -- serves any fitted offset normalizer (NNN, IS, SN, DBSN, ...) from an IVF index on
   the augmented targets; ``search`` returns the top-k normalised scores and indices, ``evaluate`` R@K.
@@ -45,7 +45,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._ops import _pack_rows, nnn_bias
+from .kernels import nnn_bias, pack_rows
 from ._validation import as_embeddings, check_finite_float, check_positive_int
 from .normalizers.nnn import NearestNeighborNormalization
 
@@ -361,7 +361,7 @@ class BankIndex:
                         cand_c.append(cc + int(ptr[l]))
                         cand_v.append(sc[rr, cc])
                 if cand_r:
-                    cv, ci = _pack_rows(torch.cat(cand_r), torch.cat(cand_c), torch.cat(cand_v), n_c, -torch.inf)
+                    cv, ci = pack_rows(torch.cat(cand_r), torch.cat(cand_c), torch.cat(cand_v), n_c, -torch.inf)
                     run_v, run_i = torch.cat([run_v, cv], 1), torch.cat([run_i, ci], 1)
                     if run_v.shape[1] > k:
                         run_v, p = run_v.topk(k, dim=1, sorted=False)

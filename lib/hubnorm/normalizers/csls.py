@@ -12,7 +12,7 @@ r_T(q) is constant along a query's row, so CSLS ranks every row like ``s - r_B /
 
 from __future__ import annotations
 
-from .._ops import topk_similarity
+from ..kernels import topk_similarity
 from .._validation import check_positive_int
 from .base import Normalizer
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .._ops import topk_similarity
+from ..kernels import topk_similarity
 from .._validation import check_positive_float, check_positive_int
 from .base import Normalizer
 from .inverted_softmax import inverted_softmax_offsets

@@ -6,12 +6,12 @@ Chowdhury et al., "Nearest Neighbor Normalization Improves Multimodal Retrieval"
     s_D(q, t) = s(q, t) - b(t)
 
 so ``offsets_ = -b``. The bias needs only the k nearest bank queries of each target: it is computed by a
-blocked top-k over the bank (``hubnorm._ops.topk_similarity``), never the full bank x target matrix.
+blocked top-k over the bank (``hubnorm.kernels.topk_similarity``), never the full bank x target matrix.
 """
 
 from __future__ import annotations
 
-from .._ops import nnn_bias, topk_similarity
+from ..kernels import nnn_bias, topk_similarity
 from .._validation import check_finite_float, check_positive_int
 from .base import Normalizer
 

@@ -28,7 +28,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._ops import block_rows, iter_blocks
+from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
 from .._validation import check_positive_float, check_positive_int
 from .base import Normalizer
 
@@ -70,16 +70,16 @@ def sinkhorn_potentials(
     (a second exponential pass is never needed). Columns whose sum underflows are recomputed exactly.
     """
     m, n = bank.shape[0], targets.shape[0]
-    rows = block_rows(n, 4 if bank.element_size() < 4 else bank.element_size(), block_bytes)
+    tau = float(tau)
+    work = _sinkhorn_dtype(bank, targets, tau)
+    rows = block_rows(n, max(4, torch.empty((), dtype=work).element_size()), block_bytes)
     blocks = list(iter_blocks(m, rows))
     store = bank.dtype if cache_dtype is None else cache_dtype
     item = torch.empty((), dtype=store).element_size()
     cache = {} if _cache is None else _cache
     keep = _cache is not None or (cache_bytes is not None and m * n * item <= cache_bytes)
     shifted = store in (torch.float16, torch.bfloat16)
-    tau = float(tau)
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
-    work = bank.dtype if bank.dtype == torch.float64 else torch.float32
     g = torch.zeros(n, dtype=work, device=bank.device)
     f = torch.empty(m, dtype=work, device=bank.device)
     buf = torch.empty(rows * n, dtype=work, device=bank.device)
@@ -135,6 +135,25 @@ def sinkhorn_potentials(
         if tol is not None and delta < tol:
             break
     return f.to(bank.dtype), g.to(bank.dtype), done
+
+
+def _sinkhorn_dtype(bank: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.dtype:
+    """float32 unless the potentials' rounding would exceed :data:`~hubnorm.kernels.PRECISION_TARGET`.
+
+    The row potentials ``f`` are about ``-tau log(m n)`` and the column update subtracts two terms of about
+    ``tau log n``: their float32 rounding (``eps tau log(m n)``) swamps the O(1) offsets at large ``tau``
+    (``tau = 1e6``: errors of order 1). Then the iterations run in float64; a ``tau`` that even float64
+    cannot serve (or so small that ``S / tau`` overflows) is refused with a ``ValueError`` naming ``tau``.
+    """
+    smax = float(torch.linalg.vector_norm(bank, dim=1).max()) * float(torch.linalg.vector_norm(targets, dim=1).max())
+    log_mn = math.log(max(2, bank.shape[0])) + math.log(max(2, targets.shape[0]))
+    dt = working_dtype(bank.dtype, tau * log_mn + smax, 2 * smax / tau)
+    if dt is None:
+        hi = PRECISION_TARGET / (2.0 ** -53 * log_mn)
+        raise ValueError(f"tau={tau!r} is too extreme for Sinkhorn normalization with a {bank.shape[0]} x "
+                         f"{targets.shape[0]} score matrix: use 1e-300 < tau <= {hi:.1e} (the potentials would "
+                         "lose all precision or overflow even in float64)")
+    return dt
 
 
 class SinkhornNormalization(Normalizer):
