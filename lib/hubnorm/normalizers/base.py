@@ -129,7 +129,7 @@ class Normalizer:
 
     def _strength_params(self) -> Dict[str, object]:
         """The method parameters (all constructor arguments except the execution options)."""
-        skip = {"device", "chunk_size", "check_normalized", "block_bytes", "cache_bytes", "cache_dtype"}
+        skip = {"device", "chunk_size", "check_normalized", "block_bytes", "cache_bytes", "cache_dtype", "implementation"}
         return {k: v for k, v in self.get_params().items() if k not in skip}
 
     def _validate_params(self) -> None:

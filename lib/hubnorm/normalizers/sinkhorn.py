@@ -8,7 +8,9 @@ bank-by-target score matrix S (m x n),
 
 whose solution is ``pi*_ij = exp((S_ij + hbar(q_i) + hbar(t_j)) / tau)`` (Eq. 9). The target term
 ``hbar(t_j) = tau log beta_j`` (Alg. A1 returns its negative and subtracts it) is the offset: rank ``S + hbar``.
-The Sinkhorn-Knopp updates run in the log domain (stable in float32 for tau = 0.01, where exp(S/tau) overflows):
+The Sinkhorn-Knopp updates run in the log domain (stable in float32 for tau = 0.01, where exp(S/tau) overflows;
+at a large tau, where float32 rounding of the ``tau log(m n)``-sized potentials would swamp the offsets, they run
+in float64, and a tau even float64 cannot serve is refused, naming tau):
 
     f_i = tau log(1/m) - tau logsumexp_j((S_ij + g_j) / tau)      (alpha = exp(f / tau))
     g_j = tau log(1/n) - tau logsumexp_i((S_ij + f_i) / tau)      (beta  = exp(g / tau))
@@ -29,7 +31,7 @@ from typing import Optional, Tuple
 import torch
 
 from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
-from .._validation import check_positive_float, check_positive_int
+from .._validation import check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int
 from .base import Normalizer
 
 #: Keep the bank x target score blocks in memory across iterations when they take at most this many bytes.
@@ -191,6 +193,8 @@ class SinkhornNormalization(Normalizer):
         check_positive_int(self.n_iter, "n_iter")
         if self.tol is not None:
             check_positive_float(self.tol, "tol")
+        check_optional_bytes(self.cache_bytes, "cache_bytes")
+        check_float_dtype(self.cache_dtype, "cache_dtype")
 
     def _potentials(self, bank, targets):
         return sinkhorn_potentials(bank, targets, float(self.tau), int(self.n_iter), self.tol,
