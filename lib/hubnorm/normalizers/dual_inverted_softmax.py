@@ -82,7 +82,7 @@ class DualInvertedSoftmax(Normalizer):
     def _term(self, targets, bank, beta, total, name):
         """``h_X = -log mean_{x in bank} exp(beta s(x, t)) / (beta_q + beta_t)`` (centred, see module docstring)."""
         lme = log_mean_exp_similarity(targets, bank, beta, block_bytes=self.block_bytes, unit=total,
-                                      name=f"{name}={beta!r}")
+                                      name=f"{name}={beta:g}")
         return (-lme / total).to(targets.dtype)
 
 

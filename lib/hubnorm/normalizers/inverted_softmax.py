@@ -38,7 +38,7 @@ from .base import Normalizer
 def inverted_softmax_offsets(targets: torch.Tensor, bank: torch.Tensor, tau: float, block_bytes=None) -> torch.Tensor:
     """``-tau * log mean_{b in bank} exp(b . t / tau)`` for every target: DBSN Eq. (3) plus ``tau log|B|``."""
     tau = check_positive_float(tau, "tau")
-    lme = log_mean_exp_similarity(targets, bank, 1.0 / tau, block_bytes=block_bytes, name=f"tau={tau!r}")
+    lme = log_mean_exp_similarity(targets, bank, 1.0 / tau, block_bytes=block_bytes, name=f"tau={tau:g}")
     return (-tau * lme).to(targets.dtype)
 
 

@@ -152,7 +152,7 @@ def _sinkhorn_dtype(bank: torch.Tensor, targets: torch.Tensor, tau: float) -> to
     dt = working_dtype(bank.dtype, tau * log_mn + smax, 2 * smax / tau)
     if dt is None:
         hi = PRECISION_TARGET / (2.0 ** -53 * log_mn)
-        raise ValueError(f"tau={tau!r} is too extreme for Sinkhorn normalization with a {bank.shape[0]} x "
+        raise ValueError(f"tau={tau:g} is too extreme for Sinkhorn normalization with a {bank.shape[0]} x "
                          f"{targets.shape[0]} score matrix: use 1e-300 < tau <= {hi:.1e} (the potentials would "
                          "lose all precision or overflow even in float64)")
     return dt
