@@ -218,15 +218,15 @@ def stable_topk(s: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """``torch.topk`` of every row with exact ties broken by the lowest column index first.
 
     The same order as a stable sort by decreasing value (the rank rule of :func:`hubnorm.positive_ranks`).
-    ``torch.topk`` does not specify which of tied columns it returns, so the rows where a tie touches the top
-    ``k`` (a repeated value among them, or the ``k``-th value shared with a column outside) are redone with a
-    stable sort; other rows keep the one-pass ``topk`` result, which is then already in that order.
+    ``torch.topk`` does not specify which of tied columns it returns, so one ``topk`` of ``k + 1`` values finds
+    the rows where a tie touches the top ``k`` (two equal values among them, or the ``k``-th value equal to the
+    ``(k+1)``-th); only those rows are redone with a stable sort. Other rows have distinct top values, whose
+    order is unique.
     """
-    v, i = s.topk(k, dim=1)
-    kth = v[:, -1:]
-    tied = (s >= kth).sum(dim=1) > k
-    if k > 1:
-        tied |= (v[:, 1:] == v[:, :-1]).any(dim=1)
+    n = s.shape[1]
+    v, i = s.topk(min(k + 1, n), dim=1)
+    tied = (v[:, 1:] == v[:, :-1]).any(dim=1)  # includes the k-th == (k+1)-th boundary tie
+    v, i = v[:, :k], i[:, :k]
     if bool(tied.any()):
         rows = tied.nonzero().squeeze(1)
         sv, si = torch.sort(s[rows], dim=1, descending=True, stable=True)
