@@ -79,6 +79,18 @@ def test_inverted_softmax_keeps_float32_rankings_at_extreme_tau(tau):
     assert np.isfinite(hn.evaluate(norm, hn.RetrievalTask(Q, T, hn.Positives.from_labels(np.arange(40) % 30, 30)))["MnR"])
 
 
+def test_inverted_softmax_offsets_with_a_shared_cache_are_bit_identical():
+    """What a tau sweep uses (one GEMM pass for every tau) gives exactly the offsets of ``fit``."""
+    from hubnorm.normalizers.inverted_softmax import inverted_softmax_offsets
+    cache = {}
+    t, b = torch.from_numpy(T), torch.from_numpy(QB)
+    for tau in (0.01, 0.05, 1e5, 0.02):  # 1e5 runs in float64: its blocks are cached separately
+        shared = inverted_softmax_offsets(t, b, tau, 30 * 4 * 64, cache=cache)
+        alone = hn.InvertedSoftmax(tau=tau, device="cpu", block_bytes=30 * 4 * 64).fit(T, query_bank=QB).offsets_
+        assert torch.equal(shared, alone)
+    assert len(cache) > 1
+
+
 @pytest.mark.parametrize("beta", [1e-4, 1e-7])
 def test_dualis_keeps_float32_rankings_at_tiny_beta(beta):
     norm = hn.DualInvertedSoftmax(beta_query=beta, beta_target=0.0, device="cpu").fit(T, query_bank=QB, target_bank=TB)
@@ -188,6 +200,10 @@ def test_bank_index_refuses_non_finite_rows_and_bad_options():
         index.BankIndex(QB, niter=0)
     with pytest.raises(ValueError, match="recall_target must be in \\(0, 1\\]"):
         index.FaissNNN(k=4, recall_target=1.5).fit(T, query_bank=QB)
+    with pytest.raises(TypeError, match="seed must be a non-negative integer"):
+        index.FaissNNN(k=4, seed="1").fit(T, query_bank=QB)
+    with pytest.raises(TypeError, match="sample_size must be an integer"):
+        good.tune_nprobe(T, 3, sample_size="64")
     v, _ = good.search(T, 3)
     assert np.isfinite(v).all()
 
@@ -388,6 +404,9 @@ def test_topk_breaks_exact_ties_by_lowest_index_like_positive_ranks():
     assert torch.equal(idx, ref.indices)
     for k in (1, 2, 4):  # a tie straddling the k-th place keeps the lowest index
         assert torch.equal(norm.topk(queries, k)[1], ref.indices[:, :k])
+    # k_occurrence counts the same top-k sets
+    n_k = hn.k_occurrence(norm, 2, queries)
+    np.testing.assert_array_equal(n_k, np.bincount(ref.indices[:, :2].reshape(-1).numpy(), minlength=18))
     # positive_ranks agrees: the rank of target idx[i, r] is r
     for r in (0, 1, 5):
         pos = hn.Positives.from_labels(idx[:, r].numpy(), 18)

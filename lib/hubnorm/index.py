@@ -402,8 +402,11 @@ class BankIndex:
                     seed: int = 0) -> Dict[str, object]:
         """Set ``nprobe`` to the smallest power of two reaching ``recall_target`` (recall of the exact top-``k``)
         on ``sample_size`` rows of ``queries``; returns ``{"nprobe", "recall", "curve": {nprobe: recall}}``."""
-        if not 0 < recall_target <= 1:
+        if not 0 < check_finite_float(recall_target, "recall_target") <= 1:
             raise ValueError(f"recall_target must be in (0, 1]; got {recall_target}")
+        sample_size = check_positive_int(sample_size, "sample_size")
+        seed = check_seed(seed)
+        queries = _check_matrix(queries, "queries", self.d)
         if self.nlist == 1:
             self._set_nprobe(1)
             return {"nprobe": 1, "recall": 1.0, "curve": {1: 1.0}}
@@ -514,8 +517,8 @@ class IndexedRetriever:
         self.normalizer = normalizer
         aug = normalizer.augment_targets()
         self.recall_target = float(recall_target)
-        self.sample_size = int(sample_size)
-        self.seed = int(seed)
+        self.sample_size = check_positive_int(sample_size, "sample_size")
+        self.seed = check_seed(seed)
         self.index = BankIndex(aug, nlist=nlist, seed=seed, use_gpu=use_gpu)
         self.tuning = None
         if nprobe is not None:

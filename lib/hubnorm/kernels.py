@@ -225,9 +225,10 @@ def logsumexp_similarity(
                 s = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
                 s.mul_(scale)
             else:
-                raw = _cache.get((a0, b0))
+                key = (a0, b0) if dtype is None else (a0, b0, dt)
+                raw = _cache.get(key)
                 if raw is None:
-                    raw = _cache[(a0, b0)] = a[a0:a1] @ b[b0:b1].T
+                    raw = _cache[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
                 s = torch.mul(raw, scale)
             if b_shift is not None:
                 s.add_(b_shift[b0:b1])
@@ -250,6 +251,7 @@ def log_mean_exp_similarity(
     block_bytes: Optional[int] = None,
     unit: Optional[float] = None,
     name: str = "scale",
+    cache: Optional[dict] = None,
 ) -> torch.Tensor:
     """``out_i = log mean_j exp(scale * a_i . b_j)`` for every row of ``a``, streamed over ``b``.
 
@@ -262,14 +264,16 @@ def log_mean_exp_similarity(
     ``eps * (log(len(b)) + scale * max|s|) / unit``. When that exceeds :data:`PRECISION_TARGET` in float32 (or
     ``scale * max|s|`` would overflow float32), the blocks are computed in float64; when even float64 cannot
     reach it, ``ValueError`` names the parameter (``name``) and its usable range. Returns float64 when
-    promoted, else the input dtype. ``scale = 0`` gives exactly 0.
+    promoted, else the input dtype. ``scale = 0`` gives exactly 0. ``cache``: a dict kept across calls on the
+    same ``a`` and ``b`` (and block size) that holds the raw similarity blocks, so that several scales (a
+    temperature sweep) share one GEMM pass with results bit-identical to separate calls.
     """
     n_b = b.shape[0]
     scale = float(scale)
     if scale == 0.0:
         return torch.zeros(a.shape[0], dtype=a.dtype, device=a.device)
     work = _log_mean_exp_dtype(a, b, abs(scale), abs(scale) if unit is None else abs(float(unit)), name)
-    lse = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=work)
+    lse = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=work, _cache=cache)
     return lse - math.log(n_b)
 
 

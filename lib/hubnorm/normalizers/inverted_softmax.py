@@ -35,10 +35,16 @@ from ..kernels import log_mean_exp_similarity
 from .base import Normalizer
 
 
-def inverted_softmax_offsets(targets: torch.Tensor, bank: torch.Tensor, tau: float, block_bytes=None) -> torch.Tensor:
-    """``-tau * log mean_{b in bank} exp(b . t / tau)`` for every target: DBSN Eq. (3) plus ``tau log|B|``."""
+def inverted_softmax_offsets(targets: torch.Tensor, bank: torch.Tensor, tau: float, block_bytes=None, *,
+                             cache=None) -> torch.Tensor:
+    """``-tau * log mean_{b in bank} exp(b . t / tau)`` for every target: DBSN Eq. (3) plus ``tau log|B|``.
+
+    ``cache``: a dict reused across calls on the same targets and bank (a ``tau`` sweep): the similarity blocks
+    are computed once; the offsets are bit-identical to a call without it (what ``InvertedSoftmax.fit`` runs).
+    """
     tau = check_positive_float(tau, "tau")
-    lme = log_mean_exp_similarity(targets, bank, 1.0 / tau, block_bytes=block_bytes, name=f"tau={tau:g}")
+    lme = log_mean_exp_similarity(targets, bank, 1.0 / tau, block_bytes=block_bytes, name=f"tau={tau:g}",
+                                  cache=cache)
     return (-tau * lme).to(targets.dtype)
 
 
