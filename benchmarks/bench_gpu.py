@@ -7,7 +7,7 @@ it; its report goes to ``--out-dir``, never over the GPU report).
 
 1. Exact NNN offsets at a 1M-caption bank (synthetic COCO-like, 200,000 train images x 5 captions, as
    bench_faiss_nnn.py): ``NearestNeighborNormalization(alpha=0.75, k=128, device="cuda").fit`` (blocked GEMM +
-   running top-k, hubnorm._ops.topk_similarity) vs the bare float32 GEMMs of the same shape and blocks, written
+   running top-k, hubnorm.kernels.topk_similarity) vs the bare float32 GEMMs of the same shape and blocks, written
    into one reused buffer (the physical limit), and vs one unblocked GEMM when it fits. Ratio = NNN / bare, both
    measured in this run. With ``--cpu-reference`` also exact NNN on the CPU (the GPU speed-up).
 2. faiss GPU IVF (``FaissNNN(use_gpu=True, scan="faiss")``, faiss-gpu ``index_cpu_to_gpu``) vs exact GPU NNN: an
@@ -35,7 +35,7 @@ import torch
 from _common import REPORTS, Timer, write_report
 
 import hubnorm as hn
-from hubnorm._ops import _topk_partition, topk_similarity
+from hubnorm.kernels import topk_partition as _topk_partition, topk_similarity
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 from hubnorm.synthetic import make_dataset
 

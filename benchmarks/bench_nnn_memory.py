@@ -1,7 +1,7 @@
 """Peak memory of NNN's bias computation on a 200,000 x 5,000 bank-by-target problem (d = 512).
 
 The dense bank x target score matrix would take 200,000 x 5,000 x 4 B = 4.0 GB in float32; NNN only needs each
-target's top-k bank similarities, which ``hubnorm._ops.topk_similarity`` streams block by block. This script
+target's top-k bank similarities, which ``hubnorm.kernels.topk_similarity`` streams block by block. This script
 measures, for a few configurations, the wall time of ``NearestNeighborNormalization.fit`` and the peak *extra*
 resident memory it needs on top of its inputs (the 410 MB bank and the 10 MB targets).
 

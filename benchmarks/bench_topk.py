@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from _common import Timer, write_report
 
-from hubnorm._ops import _topk_partition, topk_similarity
+from hubnorm.kernels import topk_partition, topk_similarity
 
 
 def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
@@ -34,7 +34,7 @@ def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
 
 
 def bare(a, b):
-    a_blocks, b_blocks, rb = _topk_partition(a.shape[0], b.shape[0], 4, None)
+    a_blocks, b_blocks, rb = topk_partition(a.shape[0], b.shape[0], 4, None)
     buf = torch.empty(max(x1 - x0 for x0, x1 in a_blocks) * rb)
     for a0, a1 in a_blocks:
         for b0, b1 in b_blocks:

@@ -7,7 +7,7 @@ import torch
 from scipy.special import logsumexp
 
 import hubnorm as hn
-from hubnorm._ops import topk_similarity
+from hubnorm.kernels import topk_similarity
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 
 

@@ -130,7 +130,7 @@ def test_offsets_and_ranks_do_not_depend_on_block_sizes(name, dtype):
 def test_topk_selection_identical_across_blocks():
     """The streamed top-k selects the same bank items whatever the block shape (values up to float32 rounding of
     the block matmul), including blocks narrower than k."""
-    from hubnorm._ops import topk_similarity
+    from hubnorm.kernels import topk_similarity
 
     _, t, qb, _ = _data(8, n=57, b=131, dtype=np.float32)
     t, qb = torch.from_numpy(t), torch.from_numpy(qb)

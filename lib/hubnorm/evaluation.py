@@ -11,25 +11,33 @@ Ranks are computed block by block from the normaliser's score blocks: the m x n 
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from ._ops import block_rows, iter_blocks
+from .kernels import block_rows, iter_blocks
 from ._validation import check_chunk_size, check_positive_int
 from .retrieval import Positives, RetrievalTask
 
 ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
 
 
-def _score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
-    """Blocks ``(start, scores)`` from a fitted normalizer (needs ``queries``) or a precomputed m x n matrix."""
+def iter_score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
+    """Row blocks ``(start, scores)`` of a fitted normalizer's scores (needs ``queries``) or of an (m, n) matrix.
+
+    The one entry point through which every evaluator (:func:`positive_ranks`, :func:`hubnorm.k_occurrence`,
+    the re-ranking pipeline) reads scores, so the checks are the same everywhere: every block must be finite
+    (a NaN or an infinite score has no rank: ValueError naming the first bad row).
+    """
     chunk_size = check_chunk_size(chunk_size)
     if hasattr(scores, "iter_scores"):
         if queries is None:
             raise ValueError("queries are needed to score with a normalizer: pass queries=...")
-        yield from scores.iter_scores(queries, chunk_size)
+        for q0, s in scores.iter_scores(queries, chunk_size):
+            _check_finite_block(s, q0, f"{type(scores).__name__} scores")
+            yield q0, s
         return
     if isinstance(scores, np.ndarray):
         scores = torch.from_numpy(scores)
@@ -37,13 +45,27 @@ def _score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[int] =
         raise TypeError(f"scores must be a fitted normalizer or an (m, n) array; got {type(scores).__name__}")
     if scores.ndim != 2:
         raise ValueError(f"scores must be 2-D (queries x targets); got shape {tuple(scores.shape)}")
+    scores = scores.detach()
     if not torch.is_floating_point(scores):
         scores = scores.double()
-    if torch.isnan(scores).any():
-        raise ValueError("scores contain NaN: check the normaliser's inputs")
     size = chunk_size or block_rows(scores.shape[1], scores.element_size())
     for q0, q1 in iter_blocks(scores.shape[0], size):
+        _check_finite_block(scores[q0:q1], q0, "scores")
         yield q0, scores[q0:q1]
+
+
+def _check_finite_block(s: torch.Tensor, q0: int, what: str) -> None:
+    # one cheap reduction first: NaN and +-inf propagate into the sum; a finite sum proves every entry finite
+    # (a sum that overflows although every entry is finite falls through to the exact check, which passes)
+    if math.isfinite(float(s.sum())):
+        return
+    finite = torch.isfinite(s)
+    if not bool(finite.all()):
+        row = q0 + int((~finite).any(dim=1).nonzero()[0, 0])
+        kind = "NaN" if bool(torch.isnan(s).any()) else "an infinite value"
+        raise ValueError(f"{what} contain {kind} (first in query row {row}): a non-finite score has no rank. "
+                         "Check the inputs, or the method's parameters (an extreme temperature), or mask with a "
+                         "large finite negative value instead of -inf")
 
 
 def positive_ranks(
@@ -63,7 +85,7 @@ def positive_ranks(
         raise TypeError("positives must be a hubnorm.Positives")
     ranks = np.empty(positives.n_queries, dtype=np.int64)
     seen = 0
-    for q0, s in _score_blocks(scores, queries, chunk_size):
+    for q0, s in iter_score_blocks(scores, queries, chunk_size):
         q1 = q0 + s.shape[0]
         if s.shape[1] != positives.n_targets:
             raise ValueError(f"scores have {s.shape[1]} targets but positives refer to {positives.n_targets}")

@@ -25,11 +25,14 @@ import torch
 from scipy import stats
 
 from ._validation import check_positive_float, check_positive_int
-from .evaluation import _score_blocks
+from .evaluation import iter_score_blocks
+from .normalizers.base import stable_topk
 
 
 def k_occurrence(scores, k: int = 10, queries=None, *, chunk_size: Optional[int] = None) -> np.ndarray:
     """``N_k`` for every target: how many queries rank it in their top ``k``.
+
+    Exact ties at the ``k``-th place go to the lowest target index (the rank rule of ``positive_ranks``).
 
     Args:
         scores: a fitted normalizer (then pass ``queries``) or a precomputed (m, n) score matrix.
@@ -38,12 +41,12 @@ def k_occurrence(scores, k: int = 10, queries=None, *, chunk_size: Optional[int]
         (n,) int64 array; it sums to ``k * m``.
     """
     counts = None
-    for _, s in _score_blocks(scores, queries, chunk_size):
+    for _, s in iter_score_blocks(scores, queries, chunk_size):
         if counts is None:
             n = s.shape[1]
             k = check_positive_int(k, "k", maximum=n, max_name="the number of targets")
             counts = torch.zeros(n, dtype=torch.long, device=s.device)
-        idx = s.topk(k, dim=1).indices.reshape(-1)
+        idx = stable_topk(s, k)[1].reshape(-1)  # exact ties: lowest index first, as positive_ranks
         counts += torch.bincount(idx, minlength=counts.numel())
     if counts is None:
         raise ValueError("scores have no rows: k_occurrence needs at least one query")

@@ -11,7 +11,7 @@ is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]>
   top-k (:meth:`BankIndex._blas_search`); ``scan="faiss"`` (default with GPU faiss) -- faiss's IVF-Flat search,
   whose CPU scan does not use BLAS. Same quantizer, same probed lists, same results.
 * :class:`FaissNNN` -- :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` whose top-k bank
-  similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm._ops.nnn_bias`.
+  similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm.kernels.nnn_bias`.
   With ``nprobe = nlist`` the search is exhaustive and the offsets equal the exact ones (float rounding aside).
 * :class:`IndexedRetriever` -- serves any fitted offset normalizer (NNN, IS, SN, DBSN, ...) from an IVF index on
   the augmented targets; ``search`` returns the top-k normalised scores and indices, ``evaluate`` R@K.
@@ -45,8 +45,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._ops import _pack_rows, nnn_bias
-from ._validation import as_embeddings, check_finite_float, check_positive_int
+from .kernels import nnn_bias, pack_rows
+from ._validation import as_embeddings, check_finite_float, check_finite_rows, check_positive_int, check_seed
 from .normalizers.nnn import NearestNeighborNormalization
 
 __all__ = ["BankIndex", "FaissNNN", "IndexedRetriever", "default_nlist", "faiss_uses_gpu"]
@@ -84,6 +84,21 @@ def _as_f32(x) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def _check_matrix(x, name: str, dim: Optional[int] = None):
+    """A 2-D floating numpy array or tensor with finite rows (checked in row blocks; never copied whole)."""
+    if not isinstance(x, (np.ndarray, torch.Tensor)):
+        raise TypeError(f"{name} must be a numpy array or a torch tensor of shape (n, d); got {type(x).__name__}")
+    floating = torch.is_floating_point(x) if isinstance(x, torch.Tensor) else np.issubdtype(x.dtype, np.floating)
+    if not floating:
+        raise TypeError(f"{name} must hold floating-point values; got dtype {x.dtype}")
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"{name} must be 2-D (n, d) with at least one row; got shape {tuple(x.shape)}")
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f"{name} has dimension {x.shape[1]} but the index holds vectors of dimension {dim}")
+    check_finite_rows(x, name)
+    return x
+
+
 class BankIndex:
     """An IVF inner-product index over ``vectors`` (n x d), built once and searched many times.
 
@@ -111,7 +126,12 @@ class BankIndex:
                  scan: Optional[str] = None):
         faiss = _faiss()
         t0 = time.perf_counter()
-        x = vectors
+        x = _check_matrix(vectors, "vectors")
+        seed = check_seed(seed)
+        niter = check_positive_int(niter, "niter")
+        add_chunk = check_positive_int(add_chunk, "add_chunk")
+        if train_size is not None:
+            train_size = check_positive_int(train_size, "train_size")
         n, d = x.shape
         self.n, self.d = int(n), int(d)
         self.nlist = default_nlist(n) if nlist is None else check_positive_int(nlist, "nlist", maximum=max(1, n),
@@ -258,8 +278,9 @@ class BankIndex:
         rows, the missing entries are ``-inf`` (blas) or ``-FLT_MAX`` (faiss) with index -1.
         ``return_indices=False`` (blas only) skips the indices (returns None): the NNN bias needs the values."""
         k = check_positive_int(k, "k", maximum=self.n, max_name="the number of indexed rows")
+        queries = _check_matrix(queries, "queries", self.d)
         if nprobe is not None:
-            self._set_nprobe(nprobe)
+            self._set_nprobe(check_positive_int(nprobe, "nprobe"))
         scan = self.scan if scan is None else scan
         if scan == "blas":
             self._ensure_blas()
@@ -361,7 +382,7 @@ class BankIndex:
                         cand_c.append(cc + int(ptr[l]))
                         cand_v.append(sc[rr, cc])
                 if cand_r:
-                    cv, ci = _pack_rows(torch.cat(cand_r), torch.cat(cand_c), torch.cat(cand_v), n_c, -torch.inf)
+                    cv, ci = pack_rows(torch.cat(cand_r), torch.cat(cand_c), torch.cat(cand_v), n_c, -torch.inf)
                     run_v, run_i = torch.cat([run_v, cv], 1), torch.cat([run_i, ci], 1)
                     if run_v.shape[1] > k:
                         run_v, p = run_v.topk(k, dim=1, sorted=False)
@@ -381,8 +402,11 @@ class BankIndex:
                     seed: int = 0) -> Dict[str, object]:
         """Set ``nprobe`` to the smallest power of two reaching ``recall_target`` (recall of the exact top-``k``)
         on ``sample_size`` rows of ``queries``; returns ``{"nprobe", "recall", "curve": {nprobe: recall}}``."""
-        if not 0 < recall_target <= 1:
+        if not 0 < check_finite_float(recall_target, "recall_target") <= 1:
             raise ValueError(f"recall_target must be in (0, 1]; got {recall_target}")
+        sample_size = check_positive_int(sample_size, "sample_size")
+        seed = check_seed(seed)
+        queries = _check_matrix(queries, "queries", self.d)
         if self.nlist == 1:
             self._set_nprobe(1)
             return {"nprobe": 1, "recall": 1.0, "curve": {1: 1.0}}
@@ -444,7 +468,10 @@ class FaissNNN(NearestNeighborNormalization):
             check_positive_int(self.nlist, "nlist")
         if self.nprobe is not None:
             check_positive_int(self.nprobe, "nprobe")
-        check_finite_float(self.recall_target, "recall_target")
+        if not 0 < check_finite_float(self.recall_target, "recall_target") <= 1:
+            raise ValueError(f"recall_target must be in (0, 1]; got {self.recall_target}")
+        check_positive_int(self.sample_size, "sample_size")
+        check_seed(self.seed)
         if self.scan not in (None, "blas", "faiss"):
             raise ValueError(f"scan must be None, 'blas' or 'faiss'; got {self.scan!r}")
 
@@ -490,8 +517,8 @@ class IndexedRetriever:
         self.normalizer = normalizer
         aug = normalizer.augment_targets()
         self.recall_target = float(recall_target)
-        self.sample_size = int(sample_size)
-        self.seed = int(seed)
+        self.sample_size = check_positive_int(sample_size, "sample_size")
+        self.seed = check_seed(seed)
         self.index = BankIndex(aug, nlist=nlist, seed=seed, use_gpu=use_gpu)
         self.tuning = None
         if nprobe is not None:

@@ -31,8 +31,11 @@ class Positives:
     n_targets: int
 
     def __post_init__(self):
-        indptr = np.asarray(self.indptr, dtype=np.int64)
-        indices = np.asarray(self.indices, dtype=np.int64)
+        indptr = _as_int64(self.indptr, "Positives.indptr")
+        indices = _as_int64(self.indices, "Positives.indices")
+        if isinstance(self.n_targets, bool) or not isinstance(self.n_targets, (int, np.integer)) or self.n_targets < 1:
+            raise TypeError(f"Positives.n_targets must be a positive integer; got {self.n_targets!r}")
+        object.__setattr__(self, "n_targets", int(self.n_targets))
         if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != indices.size:
             raise ValueError("Positives.indptr must start at 0, never decrease, and end at len(indices)")
         if np.any(np.diff(indptr) == 0):
@@ -78,13 +81,25 @@ class Positives:
     @classmethod
     def from_lists(cls, lists: Sequence[Sequence[int]], n_targets: int) -> "Positives":
         lens = [len(x) for x in lists]
-        indices = np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if lists else np.zeros(0, np.int64)
+        indices = np.concatenate([_as_int64(np.asarray(x).reshape(-1), "lists") for x in lists]) if lists \
+            else np.zeros(0, np.int64)
         return cls(np.concatenate([[0], np.cumsum(lens)]), indices, n_targets)
 
     def subset(self, queries: ArrayLike) -> "Positives":
         """The positives of a subset of queries (same targets)."""
-        q = np.asarray(queries, dtype=np.int64)
+        q = _as_int64(queries, "queries")
+        if q.size and (q.min() < 0 or q.max() >= self.n_queries):
+            raise ValueError(f"queries must lie in [0, {self.n_queries}); got range [{q.min()}, {q.max()}]")
         return Positives.from_lists([self.of(i) for i in q], self.n_targets)
+
+
+def _as_int64(x, name: str) -> np.ndarray:
+    """``x`` as an int64 array; floats are refused (never truncated: 0.9 is not target 0)."""
+    arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers; got dtype {arr.dtype}. Float indices are never truncated: "
+                        f"convert exact integral values with .astype(np.int64) after checking them")
+    return arr.astype(np.int64)
 
 
 def _as_index_array(x: ArrayLike, name: str) -> np.ndarray:

@@ -153,7 +153,7 @@ def grid_search(
     points = [dict(zip(names, vals)) for vals in itertools.product(*(grid[n] for n in names))] or [{}]
     # validate every point with the normalizer's own checks before computing anything
     for params in points:
-        make_normalizer(method, **fixed, **params).validate()
+        make_normalizer(method, **fixed, **params).check_params()
     bank = validation.queries if query_aware else validation.query_bank
     uses_bank = NORMALIZERS[method].uses_query_bank
     if uses_bank == "required" and bank is None:

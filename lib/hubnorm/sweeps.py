@@ -6,7 +6,7 @@ offsets, identical ranks and metrics; ``tests/test_selection.py``) far faster:
 
 * :func:`nnn_grid_table` computes each target's top-``max(ks)`` bank similarities once (sorted); the top-``k`` values
   of every smaller ``k`` are its first ``k`` columns (the blocked top-k never depends on ``k``), and every
-  ``(alpha, k)`` offset vector is ``-alpha * mean(top[:, :k])`` (:func:`hubnorm._ops.nnn_bias`, a cheap
+  ``(alpha, k)`` offset vector is ``-alpha * mean(top[:, :k])`` (:func:`hubnorm.kernels.nnn_bias`, a cheap
   ``n x k`` reduction).
 * :func:`tau_grid_table` (IS, SN, DBSN) computes the bank x target similarity blocks once and reuses them for every
   ``tau`` (same arithmetic as one fit).
@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ._ops import logsumexp_similarity, nnn_bias, topk_similarity
+from .kernels import log_mean_exp_similarity, nnn_bias, topk_similarity
 from ._validation import as_embeddings, check_positive_int, resolve_device
 from .evaluation import positive_ranks, summarize_ranks
 from .normalizers.base import Identity
 from .normalizers.dynamic_inverted_softmax import activation_mask
+from .normalizers.inverted_softmax import inverted_softmax_offsets
 from .normalizers.sinkhorn import sinkhorn_potentials
 from .registry import make_normalizer
 from .retrieval import RetrievalTask
@@ -208,8 +209,7 @@ def tau_grid_table(task: RetrievalTask, method: str, taus: Sequence[float], *,
     if method == "is":
         cache = {} if t.shape[0] * qb.shape[0] * t.element_size() <= 2 * 2**30 else None
         for norm in norms:
-            tau = float(norm.tau)
-            H.append(-tau * logsumexp_similarity(t, qb, 1.0 / tau, block_bytes=norm.block_bytes, _cache=cache))
+            H.append(inverted_softmax_offsets(t, qb, float(norm.tau), norm.block_bytes, cache=cache))
     elif method in ("sn", "dbsn"):
         cols = t
         if method == "dbsn":
@@ -247,9 +247,9 @@ class _ReplayScores:
 def dual_grid_table(task: RetrievalTask, method: str, betas_query: Sequence[float], betas_target: Sequence[float], *,
                     fixed: Optional[Mapping[str, object]] = None, metric_ks: Sequence[int] = (1, 5, 10),
                     full: bool = False, query_aware: bool = False) -> pd.DataFrame:
-    """DualIS / DualDIS over ``product(betas_query, betas_target)``: each bank's log-sum-exp is computed once per
-    beta on shared similarity blocks (``2 (|betas_query| + |betas_target|)`` passes instead of ``4 |grid|``),
-    and the offsets of every point are combined exactly as one fit does (``-lse_Q / total + -lse_R / total``).
+    """DualIS / DualDIS over ``product(betas_query, betas_target)``: the similarity blocks of each bank are
+    computed once (one GEMM pass per bank instead of one per point) and every point's two centred log-mean-exp
+    terms are formed from them exactly as one fit does (``DualInvertedSoftmax._term``).
     DualDIS (not an offset method) ranks every point on the same raw score blocks with its gates."""
     fixed = dict(fixed or {})
     points = list(itertools.product(betas_query, betas_target))
@@ -263,16 +263,14 @@ def dual_grid_table(task: RetrievalTask, method: str, betas_query: Sequence[floa
     item = t.element_size()
     cq = {} if t.shape[0] * qb.shape[0] * item <= SWEEP_CACHE_BYTES else None
     ct = {} if t.shape[0] * tb.shape[0] * item <= SWEEP_CACHE_BYTES else None
-    lse_q = {float(b): logsumexp_similarity(t, qb, float(b), block_bytes=ref.block_bytes, _cache=cq)
-             for b in dict.fromkeys(float(n.beta_query) for n in norms)}
-    lse_t = {float(b): logsumexp_similarity(t, tb, float(b), block_bytes=ref.block_bytes, _cache=ct)
-             for b in dict.fromkeys(float(n.beta_target) for n in norms)}
     hq, hr = [], []
-    for n in norms:
+    for n in norms:  # exactly DualInvertedSoftmax._term, on similarity blocks shared by every point
         bq, bt = float(n.beta_query), float(n.beta_target)
         total = bq + bt
-        hq.append(-lse_q[bq] / total)
-        hr.append(-lse_t[bt] / total)
+        for bank, beta, cache, out, name in ((qb, bq, cq, hq, "beta_query"), (tb, bt, ct, hr, "beta_target")):
+            lme = log_mean_exp_similarity(t, bank, beta, block_bytes=n.block_bytes, unit=total,
+                                          name=f"{name}={beta:g}", cache=cache)
+            out.append((-lme / total).to(t.dtype))
     if method == "dualis":
         rows = _evaluate_offsets(task, torch.stack([a + b for a, b in zip(hq, hr)]), metric_ks, full, ref.chunk_size,
                                  device, ref.check_normalized)

@@ -188,7 +188,8 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=tuple(int(k) for k in key)))
 
 
-def _geometry(cfg: GeneratorConfig, seed: int) -> _Geometry:
+def generator_geometry(cfg: GeneratorConfig, seed: int) -> _Geometry:
+    """The seeded random geometry (topic centres, population, reflection) shared by every split of a seed."""
     rng = _rng(seed, 0)
     centres = rng.standard_normal((cfg.n_topics, cfg.latent_dim))
     pop = (np.arange(cfg.n_topics) + 1.0) ** -cfg.topic_zipf
@@ -261,7 +262,7 @@ def iter_split_chunks(cfg: GeneratorConfig, split: str, n_images: int, *, seed: 
     if split not in _SPLIT_CODES:
         raise ValueError(f"split must be one of {sorted(_SPLIT_CODES)}; got {split!r}")
     n_images = _check_size(n_images, f"n_{split}_images", minimum=1)
-    geo = _geometry(cfg, seed) if _geo is None else _geo
+    geo = generator_geometry(cfg, seed) if _geo is None else _geo
     chunk = 4096 if chunk_size is None else _check_size(chunk_size, "chunk_size", minimum=1)
     blocks_per_chunk = -(-chunk // RNG_BLOCK)
     n_blocks = -(-n_images // RNG_BLOCK)
@@ -348,7 +349,7 @@ def make_dataset(preset: str = "coco", *, seed: int = 0, n_train_images: Optiona
         changes["n_test_images"] = _check_size(n_test_images, "n_test_images", minimum=1)
         changes.setdefault("n_val_images", changes["n_test_images"])
     cfg = base.replace(**changes)
-    geo = _geometry(cfg, int(seed))
+    geo = generator_geometry(cfg, int(seed))
     splits = {}
     for split, n in (("train", cfg.n_train_images), ("val", cfg.n_val_images), ("test", cfg.n_test_images)):
         if n > 0:

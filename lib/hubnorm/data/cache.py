@@ -240,7 +240,39 @@ def read_manifest(folder: PathLike) -> dict:
         raise CacheError(f"{path} is unreadable ({exc})", reason="corrupt") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION or "key" not in manifest:
         raise CacheError(f"{path} is not a hubnorm cache manifest of format {FORMAT_VERSION}", reason="stale")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise CacheError(f"{path} is malformed ({problem}): re-encode this split", reason="corrupt")
     return manifest
+
+
+def manifest_problem(manifest: dict) -> Optional[str]:
+    """What is wrong with a manifest's structure (None when every field the loaders read is well-formed)."""
+    if not isinstance(manifest.get("key"), dict):
+        return "'key' is not a mapping"
+    versions = manifest["key"].get("versions")
+    if versions is not None and not isinstance(versions, dict):
+        return "'key.versions' is not a mapping"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "'files' is missing or not a mapping"
+    for name in ARRAY_FILES + (TEXT_FILE,):
+        info = files.get(name)
+        if not isinstance(info, dict):
+            return f"no entry for {name} in 'files'"
+        if not isinstance(info.get("sha256"), str) or len(info["sha256"]) != 64:
+            return f"{name} has no sha256 checksum"
+        rows = info.get("rows")
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            return f"{name} has no valid row count"
+        shape = info.get("shape")
+        if shape is not None and not (isinstance(shape, list) and all(isinstance(v, int) for v in shape)):
+            return f"{name} has an invalid shape"
+    for field in ("n_images", "n_captions"):
+        v = manifest.get(field)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return f"'{field}' is missing or not a count"
+    return None
 
 
 def key_differences(stored: dict, expected: dict, fields: Optional[Iterable[str]] = None) -> Dict[str, Tuple]:
@@ -285,7 +317,14 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
             raise CacheError(f"{path} is corrupt: sha256 {digest[:12]}... != {info['sha256'][:12]}... in the "
                              "manifest (truncated or modified file)", reason="corrupt")
         if name == TEXT_FILE:
-            texts = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                texts = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise CacheError(f"{path} cannot be read ({exc})", reason="corrupt") from exc
+            if not isinstance(texts, dict) or not isinstance(texts.get("captions", []), list) or \
+                    not isinstance(texts.get("image_files", []), list):
+                raise CacheError(f"{path} is not a texts file (a mapping with 'captions' and 'image_files' lists)",
+                                 reason="corrupt")
             if len(texts.get("captions", [])) != info["rows"]:
                 raise CacheError(f"{path} holds {len(texts.get('captions', []))} captions, manifest says "
                                  f"{info['rows']}", reason="corrupt")
@@ -304,5 +343,5 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
 
 
 __all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry",
-           "write_entry_streaming", "read_manifest", "LEGACY_ENCODER_FAMILY",
+           "write_entry_streaming", "read_manifest", "LEGACY_ENCODER_FAMILY", "manifest_problem",
            "library_versions", "normalize_pretrained", "sha256_file", "atomic_write_bytes", "key_differences"]

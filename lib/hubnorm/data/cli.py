@@ -163,14 +163,20 @@ def _cmd_rehearse(args) -> int:
 
 
 def _cmd_verify(args) -> int:
+    """Exit 0 only when at least one split was verified and none failed; 1 when a split failed or nothing is
+    cached; 2 (via :func:`main`) for an unknown dataset or split."""
     from .cache import CacheError, entry_dir
     from .pipeline import encode_command, verify_split
+    from .registry import check_split, dataset_info
+    dataset_info(args.dataset)  # ValueError naming the known datasets
     explicit = bool(args.split)
-    bad = 0
-    for s in _splits(args.split, ("test", "val", "train")):
+    splits = [check_split(s, args.dataset) for s in _splits(args.split, ("test", "val", "train"))]
+    bad = ok = 0
+    for s in splits:
         try:
             m = verify_split(args.dataset, s, args.model, args.pretrained, cache_dir=args.cache_dir,
                              family=args.family)
+            ok += 1
             print(f"OK       {args.dataset} {s}: {m['n_images']} images, {m['n_captions']} captions "
                   f"({entry_dir(args.dataset, args.model, args.pretrained, s, args.cache_dir)})")
         except CacheError as exc:
@@ -180,6 +186,12 @@ def _cmd_verify(args) -> int:
             bad += 1
             print(f"FAILED   {args.dataset} {s}: {exc}\n         fix: "
                   f"{encode_command(args.dataset, args.model, args.pretrained, s, args.family)} --force")
+    if not ok and not bad:
+        print(f"nothing to verify: no cached embeddings of {args.dataset} for {args.model} / {args.pretrained} "
+              f"under {entry_dir(args.dataset, args.model, args.pretrained, splits[0], args.cache_dir).parent}\n"
+              f"         fix: {encode_command(args.dataset, args.model, args.pretrained, splits[0], args.family)}",
+              file=sys.stderr)
+        return 1
     return 1 if bad else 0
 
 

@@ -28,6 +28,15 @@ from ..embeddings import EmbeddingDataset, EmbeddingSplit
 from .paths import PathLike
 
 
+def _load_npy(path: Path) -> np.ndarray:
+    """``np.load`` that names the file when it is truncated or not an array file (no pickles)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path} cannot be read as a .npy array ({exc}): the file is truncated or corrupt; "
+                         "copy or export it again") from exc
+
+
 def _read_metadata(path: Path) -> Tuple[Optional[List[str]], Optional[List[str]]]:
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -46,8 +55,12 @@ def _runs(arr: np.ndarray) -> np.ndarray:
 
 
 def _per_caption(folder: Path):
-    img = np.load(folder / "image_embeddings.npy")
-    txt = np.load(folder / "text_embeddings.npy")
+    img = _load_npy(folder / "image_embeddings.npy")
+    txt = _load_npy(folder / "text_embeddings.npy")
+    for arr, fname in ((img, "image_embeddings.npy"), (txt, "text_embeddings.npy")):
+        if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
+            raise ValueError(f"{folder / fname}: expected a 2-D float array (rows, d); got shape {arr.shape}, "
+                             f"dtype {arr.dtype}")
     ids = texts = None
     if (folder / "metadata.csv").exists():
         ids, texts = _read_metadata(folder / "metadata.csv")
@@ -89,7 +102,7 @@ def _per_caption(folder: Path):
 
 
 def _stacked(path: Path):
-    arr = np.load(path)
+    arr = _load_npy(path)
     if arr.ndim != 3 or arr.shape[0] != 2:
         raise ValueError(f"{path}: expected shape (2, n, d) (images, texts); got {arr.shape}")
     images, texts = arr[0], arr[1]

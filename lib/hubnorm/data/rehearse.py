@@ -88,7 +88,7 @@ def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 
     unless ``force``.
     """
     from .. import __version__ as hubnorm_version
-    from ..synthetic import PRESETS, _geometry, iter_split_chunks
+    from ..synthetic import PRESETS, generator_geometry, iter_split_chunks
 
     prof = _profile(profile)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -123,7 +123,7 @@ def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 
         per_image = np.where(six, 6, 5)
         c2i = np.repeat(np.arange(n_img, dtype=np.int64), per_image)
         cap_start = np.concatenate([[0], np.cumsum(per_image)])
-        geo = _geometry(cfg, int(seed))
+        geo = generator_geometry(cfg, int(seed))
         c = cfg.captions_per_image
 
         def chunks():

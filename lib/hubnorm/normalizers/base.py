@@ -19,8 +19,10 @@ from typing import Dict, Iterator, Optional, Tuple
 import numpy as np
 import torch
 
-from .._ops import block_rows, iter_blocks
-from .._validation import ArrayLike, as_embeddings, check_chunk_size, check_positive_int, resolve_device
+from ..kernels import block_rows, iter_blocks
+from .._validation import (
+    ArrayLike, as_embeddings, check_block_bytes, check_chunk_size, check_positive_int, resolve_device,
+)
 
 
 class NotFittedError(RuntimeError):
@@ -81,7 +83,7 @@ class Normalizer:
         text-to-image); passing the test queries themselves makes the method query-aware (transductive).
         ``target_bank`` (c x d) holds reference items of the target modality (e.g. training images).
         """
-        self._validate_params()
+        self.check_params()
         device = resolve_device(getattr(self, "device", None))
         check_normalized = getattr(self, "check_normalized", True)
         t = as_embeddings(targets, "targets", device=device, check_normalized=check_normalized)
@@ -106,17 +108,38 @@ class Normalizer:
         self.targets_ = t
         self.device_ = device
         self._fit(t, qb, tb)
+        offsets = getattr(self, "offsets_", None)
+        if offsets is not None and not bool(torch.isfinite(offsets).all()):
+            del self.targets_
+            raise ValueError(
+                f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._strength_params().items())}) "
+                f"gives non-finite offsets in {dtype}: a parameter is too extreme for this precision "
+                "(see the method's docstring for the usable range), or pass float64 embeddings"
+            )
         return self
 
-    def validate(self) -> "Normalizer":
-        """Check the constructor arguments now (``fit`` does it too); raises ValueError/TypeError naming the
-        argument. Used by :func:`hubnorm.grid_search` to reject a bad grid point before computing anything."""
+    def check_params(self) -> "Normalizer":
+        """Check the constructor arguments now (``fit`` does it too); returns ``self``.
+
+        Raises ``TypeError`` / ``ValueError`` naming the argument and the fix. Sweeps and grid searches call it
+        for every setting before computing anything, so no setting is ever scored with an invalid parameter.
+        """
         self._validate_params()
         return self
 
+    def _strength_params(self) -> Dict[str, object]:
+        """The method parameters (all constructor arguments except the execution options)."""
+        skip = {"device", "chunk_size", "check_normalized", "block_bytes", "cache_bytes", "cache_dtype", "implementation"}
+        return {k: v for k, v in self.get_params().items() if k not in skip}
+
     def _validate_params(self) -> None:
-        """Check constructor arguments; subclasses extend this (called at ``fit``)."""
+        """Check constructor arguments; subclasses extend this (called by :meth:`check_params` and ``fit``)."""
         check_chunk_size(getattr(self, "chunk_size", None))
+        check_block_bytes(getattr(self, "block_bytes", None))
+        resolve_device(getattr(self, "device", None))
+        check_normalized = getattr(self, "check_normalized", True)
+        if not isinstance(check_normalized, (bool, np.bool_)):
+            raise TypeError(f"check_normalized must be True or False; got {check_normalized!r}")
 
     def _fit(self, targets: torch.Tensor, query_bank: Optional[torch.Tensor], target_bank: Optional[torch.Tensor]) -> None:
         raise NotImplementedError
@@ -153,12 +176,16 @@ class Normalizer:
         return torch.cat(blocks, dim=0)
 
     def topk(self, queries: ArrayLike, k: int, chunk_size: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Top-``k`` normalised scores and target indices per query, blocked over queries."""
+        """Top-``k`` normalised scores and target indices per query, blocked over queries.
+
+        Exact ties are broken by the lowest target index first, as in :func:`hubnorm.positive_ranks` (a stable
+        sort by decreasing score): ``topk(q, k)[1][i, r]`` is the target of rank ``r`` of query ``i``.
+        """
         self._check_fitted()
         k = check_positive_int(k, "k", maximum=self.targets_.shape[0], max_name="the number of targets")
         vals, idx = [], []
         for _, s in self.iter_scores(queries, chunk_size):
-            v, i = s.topk(k, dim=1)
+            v, i = stable_topk(s, k)
             vals.append(v)
             idx.append(i)
         return torch.cat(vals), torch.cat(idx)
@@ -185,6 +212,26 @@ class Normalizer:
         if q.ndim != 2:
             raise ValueError(f"queries must be 2-D (m, d); got shape {q.shape}")
         return np.concatenate([q, np.ones((q.shape[0], 1), dtype=q.dtype)], axis=1)
+
+
+def stable_topk(s: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk`` of every row with exact ties broken by the lowest column index first.
+
+    The same order as a stable sort by decreasing value (the rank rule of :func:`hubnorm.positive_ranks`).
+    ``torch.topk`` does not specify which of tied columns it returns, so one ``topk`` of ``k + 1`` values finds
+    the rows where a tie touches the top ``k`` (two equal values among them, or the ``k``-th value equal to the
+    ``(k+1)``-th); only those rows are redone with a stable sort. Other rows have distinct top values, whose
+    order is unique.
+    """
+    n = s.shape[1]
+    v, i = s.topk(min(k + 1, n), dim=1)
+    tied = (v[:, 1:] == v[:, :-1]).any(dim=1)  # includes the k-th == (k+1)-th boundary tie
+    v, i = v[:, :k], i[:, :k]
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(1)
+        sv, si = torch.sort(s[rows], dim=1, descending=True, stable=True)
+        v[rows], i[rows] = sv[:, :k], si[:, :k]
+    return v, i
 
 
 class Identity(Normalizer):

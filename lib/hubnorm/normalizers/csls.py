@@ -8,11 +8,16 @@ Conneau et al., "Word Translation Without Parallel Data" (ICLR 2018), Eq. (6), a
 
 r_T(q) is constant along a query's row, so CSLS ranks every row like ``s - r_B / 2``: NNN with alpha = 0.5.
 ``offsets_ = -r_B / 2`` is that ranking offset (for vector indexes); ``score`` returns the full CSLS value.
+
+Plain computation of the bank radius: ``(targets @ bank.T).topk(k, dim=1).values.mean(1)``, i.e. the NNN
+bias with ``alpha = 1`` (:func:`hubnorm.normalizers.nnn.nnn_bias_plain`); it runs through the same kernel,
+:func:`hubnorm.kernels.topk_similarity`. ``r_T(q)`` is computed plainly per query block in ``_score_block``.
+Tests: ``tests/test_oracles.py`` (ranks like NNN with alpha = 1/2), ``tests/test_hardening.py``.
 """
 
 from __future__ import annotations
 
-from .._ops import topk_similarity
+from ..kernels import topk_similarity
 from .._validation import check_positive_int
 from .base import Normalizer
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_finite_float, check_positive_int
+from .._validation import check_finite_float, check_positive_int, check_seed
 from .base import Normalizer
 
 
@@ -54,6 +54,7 @@ class DistributionNormalization(Normalizer):
         if self.n_samples is not None:
             check_positive_int(self.n_samples, "n_samples")
         check_positive_int(self.n_repeats, "n_repeats")
+        check_seed(self.seed)
 
     def _mean(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         if self.n_samples is None:

@@ -12,6 +12,16 @@ Taking logs and dividing by ``beta_q + beta_t`` (monotone, so rankings are uncha
     score(q, t) = s(q, t) + h_Q(t) + h_R(t),   h_X(t) = -logsumexp_{x in B_X}(beta_X s(x, t)) / (beta_q + beta_t)
 
 so DualIS is an offset method with ``offsets_ = h_Q + h_R``. beta_t = 0 gives QBNorm (IS with tau = 1/beta_q).
+
+As for IS (:mod:`hubnorm.normalizers.inverted_softmax`), each term is centred by a constant shared by all
+targets, ``log|B_X| / (beta_q + beta_t)``, so that it stays within the range of the scores at any beta (no
+ranking changes). Plain computation of one term::
+
+    h_X = -(torch.logsumexp(beta_X * (bank_X @ targets.T), dim=0) - log(|B_X|)) / (beta_q + beta_t)
+
+computed by the kernel :func:`hubnorm.kernels.log_mean_exp_similarity` (streamed, float64 when float32 cannot
+hold it, ``ValueError`` naming the beta when even float64 cannot). Tests: ``tests/test_oracles.py``,
+``tests/test_hardening.py``.
 (The official DBNorm function never uses the test-query matrix; we implement the formula.)
 
 DualDIS applies each factor only to queries whose raw top-1 target is in that factor's activation set
@@ -24,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from .._ops import logsumexp_similarity
+from ..kernels import log_mean_exp_similarity
 from .._validation import check_finite_float, check_positive_int
 from .base import Normalizer
 from .dynamic_inverted_softmax import activation_mask
@@ -37,7 +47,8 @@ class DualInvertedSoftmax(Normalizer):
         beta_query: inverse temperature of the query-bank factor (beta_2 in NNN App. A1).
         beta_target: inverse temperature of the target-bank factor (beta_1); 0 turns it off (QBNorm).
 
-    Fitted attributes: ``query_offsets_`` (h_Q), ``target_offsets_`` (h_R), ``offsets_`` (their sum).
+    Fitted attributes: ``query_offsets_`` (h_Q), ``target_offsets_`` (h_R), ``offsets_`` (their sum), each
+    centred by a constant (module docstring).
     """
 
     name = "dualis"
@@ -63,9 +74,16 @@ class DualInvertedSoftmax(Normalizer):
     def _fit(self, targets, query_bank, target_bank):
         bq, bt = float(self.beta_query), float(self.beta_target)
         total = bq + bt
-        self.query_offsets_ = -logsumexp_similarity(targets, query_bank, bq, block_bytes=self.block_bytes) / total
-        self.target_offsets_ = -logsumexp_similarity(targets, target_bank, bt, block_bytes=self.block_bytes) / total
+        self.query_offsets_ = self._term(targets, query_bank, bq, total, "beta_query")
+        self.target_offsets_ = self._term(targets, target_bank, bt, total, "beta_target")
         self.offsets_ = self.query_offsets_ + self.target_offsets_
+
+
+    def _term(self, targets, bank, beta, total, name):
+        """``h_X = -log mean_{x in bank} exp(beta s(x, t)) / (beta_q + beta_t)`` (centred, see module docstring)."""
+        lme = log_mean_exp_similarity(targets, bank, beta, block_bytes=self.block_bytes, unit=total,
+                                      name=f"{name}={beta:g}")
+        return (-lme / total).to(targets.dtype)
 
 
 class DualDynamicInvertedSoftmax(DualInvertedSoftmax):

@@ -8,13 +8,17 @@ A test query whose raw top-1 target is in A is ranked by the inverted softmax ro
 (see :mod:`hubnorm.normalizers.inverted_softmax`); any other query keeps its raw row ``S_ij``. Rows are thus on
 mixed scales: only per-row rankings are meaningful. With the test queries as the bank and k = 1 every
 query's top-1 is in A, so DIS equals IS.
+
+Plain computation of A: ``mask[(bank @ targets.T).topk(k, dim=1).indices] = True``; the top-k runs through the
+kernel :func:`hubnorm.kernels.topk_similarity` (same values; under exact ties at the k-th place it may keep a
+different one of the tied targets). Offsets: :func:`hubnorm.normalizers.inverted_softmax.inverted_softmax_offsets`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._ops import topk_similarity
+from ..kernels import topk_similarity
 from .._validation import check_positive_float, check_positive_int
 from .base import Normalizer
 from .inverted_softmax import inverted_softmax_offsets

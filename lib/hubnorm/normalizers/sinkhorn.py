@@ -8,7 +8,9 @@ bank-by-target score matrix S (m x n),
 
 whose solution is ``pi*_ij = exp((S_ij + hbar(q_i) + hbar(t_j)) / tau)`` (Eq. 9). The target term
 ``hbar(t_j) = tau log beta_j`` (Alg. A1 returns its negative and subtracts it) is the offset: rank ``S + hbar``.
-The Sinkhorn-Knopp updates run in the log domain (stable in float32 for tau = 0.01, where exp(S/tau) overflows):
+The Sinkhorn-Knopp updates run in the log domain (stable in float32 for tau = 0.01, where exp(S/tau) overflows;
+at a large tau, where float32 rounding of the ``tau log(m n)``-sized potentials would swamp the offsets, they run
+in float64, and a tau even float64 cannot serve is refused, naming tau):
 
     f_i = tau log(1/m) - tau logsumexp_j((S_ij + g_j) / tau)      (alpha = exp(f / tau))
     g_j = tau log(1/n) - tau logsumexp_i((S_ij + f_i) / tau)      (beta  = exp(g / tau))
@@ -28,8 +30,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from .._ops import block_rows, iter_blocks
-from .._validation import check_positive_float, check_positive_int
+from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
+from .._validation import check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int
 from .base import Normalizer
 
 #: Keep the bank x target score blocks in memory across iterations when they take at most this many bytes.
@@ -70,16 +72,16 @@ def sinkhorn_potentials(
     (a second exponential pass is never needed). Columns whose sum underflows are recomputed exactly.
     """
     m, n = bank.shape[0], targets.shape[0]
-    rows = block_rows(n, 4 if bank.element_size() < 4 else bank.element_size(), block_bytes)
+    tau = float(tau)
+    work = _sinkhorn_dtype(bank, targets, tau)
+    rows = block_rows(n, max(4, torch.empty((), dtype=work).element_size()), block_bytes)
     blocks = list(iter_blocks(m, rows))
     store = bank.dtype if cache_dtype is None else cache_dtype
     item = torch.empty((), dtype=store).element_size()
     cache = {} if _cache is None else _cache
     keep = _cache is not None or (cache_bytes is not None and m * n * item <= cache_bytes)
     shifted = store in (torch.float16, torch.bfloat16)
-    tau = float(tau)
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
-    work = bank.dtype if bank.dtype == torch.float64 else torch.float32
     g = torch.zeros(n, dtype=work, device=bank.device)
     f = torch.empty(m, dtype=work, device=bank.device)
     buf = torch.empty(rows * n, dtype=work, device=bank.device)
@@ -137,6 +139,25 @@ def sinkhorn_potentials(
     return f.to(bank.dtype), g.to(bank.dtype), done
 
 
+def _sinkhorn_dtype(bank: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.dtype:
+    """float32 unless the potentials' rounding would exceed :data:`~hubnorm.kernels.PRECISION_TARGET`.
+
+    The row potentials ``f`` are about ``-tau log(m n)`` and the column update subtracts two terms of about
+    ``tau log n``: their float32 rounding (``eps tau log(m n)``) swamps the O(1) offsets at large ``tau``
+    (``tau = 1e6``: errors of order 1). Then the iterations run in float64; a ``tau`` that even float64
+    cannot serve (or so small that ``S / tau`` overflows) is refused with a ``ValueError`` naming ``tau``.
+    """
+    smax = float(torch.linalg.vector_norm(bank, dim=1).max()) * float(torch.linalg.vector_norm(targets, dim=1).max())
+    log_mn = math.log(max(2, bank.shape[0])) + math.log(max(2, targets.shape[0]))
+    dt = working_dtype(bank.dtype, tau * log_mn + smax, 2 * smax / tau)
+    if dt is None:
+        hi = PRECISION_TARGET / (2.0 ** -53 * log_mn)
+        raise ValueError(f"tau={tau:g} is too extreme for Sinkhorn normalization with a {bank.shape[0]} x "
+                         f"{targets.shape[0]} score matrix: use 1e-300 < tau <= {hi:.1e} (the potentials would "
+                         "lose all precision or overflow even in float64)")
+    return dt
+
+
 class SinkhornNormalization(Normalizer):
     """SN: offsets from the Sinkhorn column scaling of the bank-by-target matrix.
 
@@ -172,11 +193,13 @@ class SinkhornNormalization(Normalizer):
         check_positive_int(self.n_iter, "n_iter")
         if self.tol is not None:
             check_positive_float(self.tol, "tol")
+        check_optional_bytes(self.cache_bytes, "cache_bytes")
+        check_float_dtype(self.cache_dtype, "cache_dtype")
 
     def _potentials(self, bank, targets):
         return sinkhorn_potentials(bank, targets, float(self.tau), int(self.n_iter), self.tol,
                                    block_bytes=self.block_bytes, cache_bytes=self.cache_bytes,
-                                   cache_dtype=self.cache_dtype, _cache=getattr(self, "_shared_cache", None))
+                                   cache_dtype=self.cache_dtype)
 
     def _fit(self, targets, query_bank, target_bank):
         _, g, self.n_iter_ = self._potentials(query_bank, targets)

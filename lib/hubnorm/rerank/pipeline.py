@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from .._validation import check_positive_int
-from ..evaluation import _score_blocks, positive_ranks, recall_at_k, summarize_ranks
+from ..evaluation import iter_score_blocks, positive_ranks, recall_at_k, summarize_ranks
 from ..retrieval import Positives, RetrievalTask
 from .base import CrossEncoder
 
@@ -66,7 +66,7 @@ def first_stage_topk(first_stage, queries=None, k: int = 20, *, positives: Optio
     """
     ids, vals, ranks = [], [], []
     n = None
-    for q0, s in _score_blocks(first_stage, queries, chunk_size):
+    for q0, s in iter_score_blocks(first_stage, queries, chunk_size):
         n = s.shape[1]
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
             raise TypeError(f"k must be an integer; got {type(k).__name__} {k!r}")

@@ -1,0 +1,315 @@
+"""Fast kernels behind the methods: blocked similarity reductions that never hold a whole score matrix.
+
+Each normalizer module (``hubnorm.normalizers.*``) states its equation and shows its plain computation; the
+functions here are the optimised implementations they call, each proven equal to the plain form by a test:
+
+* :func:`topk_similarity` -- the k largest ``a_i . b_j`` per row of ``a`` (NNN bias, CSLS radius, DIS
+  activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``; this kernel streams ``b`` in blocks and filters
+  the bulk with an estimated threshold (warm-up, filter, exactness check with fallback).
+  Tests: ``tests/test_fast_paths.py`` (dense top-k), ``tests/test_hardening.py`` (plain NNN, ties).
+* :func:`log_mean_exp_similarity` -- ``log mean_j exp(scale * a_i . b_j)`` per row of ``a`` (IS, DIS, DualIS),
+  centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
+  Plain form: ``torch.logsumexp(scale * a @ b.T, dim=1) - log(len(b))``. Tests: ``tests/test_oracles.py``,
+  ``tests/test_hardening.py``.
+* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (kept for the sweeps' shared GEMM cache).
+* :func:`pack_rows`, :func:`block_rows`, :func:`iter_blocks`, :func:`topk_partition`: block bookkeeping shared
+  with ``hubnorm.index`` and the benchmarks.
+
+All functions take torch tensors on one device and return tensors on that device. The block shape is derived
+from a byte budget (``block_bytes``), so memory stays bounded however large the bank grows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, Optional, Tuple
+
+import torch
+
+#: Default size of one similarity block (rows x cols x itemsize), in bytes.
+DEFAULT_BLOCK_BYTES = 128 * 2**20
+
+
+def block_rows(n_cols: int, itemsize: int = 4, block_bytes: Optional[int] = None, minimum: int = 1) -> int:
+    """How many rows of an ``(rows, n_cols)`` block fit in ``block_bytes``."""
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    return max(minimum, budget // max(1, n_cols * itemsize))
+
+
+def _block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]) -> Tuple[int, int]:
+    """Rows of ``a`` and rows of ``b`` per block so that one ``a_blk @ b_blk.T`` fits the budget."""
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    elems = max(1, budget // itemsize)
+    rb = min(n_b, max(1, elems // max(1, min(n_a, 4096))))
+    ra = min(n_a, max(1, elems // rb))
+    return ra, rb
+
+
+def iter_blocks(n: int, size: int) -> Iterator[Tuple[int, int]]:
+    for start in range(0, n, size):
+        yield start, min(n, start + size)
+
+
+#: Most columns per max-pooled group in the threshold filter of ``topk_similarity`` (fewer when the expected
+#: share of survivors is high: about one group in ten should pass).
+TOPK_GROUP = 32
+
+#: ``topk_similarity`` filters the bulk of the bank with an estimated threshold: the ``q``-th largest value seen
+#: in the first (warm-up) blocks with ``q = MARGIN * k * seen / n_b`` (about ``MARGIN * k`` survivors per row in
+#: the whole bank) once ``q >= _TOPK_MIN_Q`` (the estimate is then > 5 sigma safe); a row for which fewer than ``k``
+#: values reach it is detected and its block of rows is recomputed exactly.
+_TOPK_MARGIN = 3
+_TOPK_MIN_Q = 64
+
+
+def topk_partition(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]):
+    """Row blocks of ``a`` (balanced) and column blocks of ``b`` for :func:`topk_similarity`.
+
+    The partition never depends on ``k``: the similarity values (and so the selected values) are the same
+    bits for every ``k``, which the one-pass sweeps (``hubnorm.sweeps``) rely on.
+    """
+    ra, rb = _block_shape(n_a, n_b, itemsize, block_bytes)
+    n_ablk = -(-n_a // ra)
+    ra = -(-n_a // n_ablk)  # balanced row blocks (no thin last block: a thin GEMM is slow)
+    return list(iter_blocks(n_a, ra)), list(iter_blocks(n_b, rb)), rb
+
+
+def _merge_topk(run_v, run_i, v, i, k):
+    if run_v is None:
+        mv, mi = v, i
+    else:
+        mv, mi = torch.cat([run_v, v], dim=1), torch.cat([run_i, i], dim=1)
+    if mv.shape[1] <= k:
+        return mv, mi
+    top, p = mv.topk(k, dim=1, sorted=False)
+    return top, mi.gather(1, p)
+
+
+def pack_rows(rows, cols, vals, ra, fill):
+    """Candidates ``(row, col, val)`` -> padded ``(ra, max_count)`` value and column matrices.
+
+    Row ``r`` of the result holds that row's candidates (in input order), padded with ``fill`` and column 0;
+    used to merge threshold-filter survivors into a running top-k (here and in ``hubnorm.index``).
+    """
+    order = torch.argsort(rows, stable=True)
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    cnt = torch.bincount(rows, minlength=ra)
+    width = int(cnt.max()) if rows.numel() else 0
+    pos = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(cnt, 0) - cnt)[rows]
+    v = torch.full((ra, width), fill, dtype=vals.dtype, device=vals.device)
+    i = torch.zeros((ra, width), dtype=torch.long, device=vals.device)
+    v[rows, pos] = vals
+    i[rows, pos] = cols
+    return v, i
+
+
+def topk_similarity(
+    a: torch.Tensor, b: torch.Tensor, k: int, *, block_bytes: Optional[int] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """For every row of ``a``, the ``k`` largest values of ``a_i . b_j`` over rows ``j`` of ``b``.
+
+    Returns ``(values, indices)``, both ``(len(a), k)``, values sorted in decreasing order. The full
+    ``len(a) x len(b)`` matrix is never formed: ``b`` is streamed in blocks and a running top-k is merged.
+
+    Performance (the GEMM is the physical limit; the rest is kept to about one cheap read of each block): each
+    block's GEMM writes into one reused buffer. Warm-up blocks are merged by a plain top-k until enough of the
+    bank is seen to estimate, per row, a threshold that about ``4 k`` values of the whole bank reach. The bulk is
+    then max-pooled over groups of :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum
+    reaches the threshold are gathered; the survivors are merged once at the end. Every row is checked (at least
+    ``k`` values reached its threshold, else its row block is recomputed by plain merging), so the result is
+    exact. The block partition never depends on ``k``, so the selected values are the same bits for every
+    ``k``. Ties between equal values may pick any of the tied indices (the values never change); callers that
+    need indices under exact ties use the values only (NNN, CSLS) or a union of top-k sets (DIS).
+    """
+    if k > b.shape[0]:
+        raise ValueError(f"k={k} is larger than the bank ({b.shape[0]} rows): use k <= {b.shape[0]}")
+    n_a, n_b = a.shape[0], b.shape[0]
+    out_v = torch.empty((n_a, k), dtype=a.dtype, device=a.device)
+    out_i = torch.empty((n_a, k), dtype=torch.long, device=a.device)
+    if n_a == 0:
+        return out_v, out_i
+    a_blocks, b_blocks, rb = topk_partition(n_a, n_b, a.element_size(), block_bytes)
+    ra_max = max(a1 - a0 for a0, a1 in a_blocks)
+    buf = torch.empty(ra_max * rb, dtype=a.dtype, device=a.device)
+    for a0, a1 in a_blocks:
+        v, i = _topk_rows(a[a0:a1], b, k, b_blocks, buf, filtered=True)
+        if v is None:  # a row's estimated threshold was too high: redo this row block by plain merging
+            v, i = _topk_rows(a[a0:a1], b, k, b_blocks, buf, filtered=False)
+        out_v[a0:a1], out_i[a0:a1] = v, i
+    return out_v, out_i
+
+
+def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
+    ra, n_b = a_blk.shape[0], b.shape[0]
+    density = _TOPK_MARGIN * k / n_b  # expected share of values that reach the threshold
+    G = 1
+    while G < TOPK_GROUP and 2 * G * density <= 0.1:
+        G *= 2
+    dev, dt = a_blk.device, a_blk.dtype
+    run_v = run_i = thr = None
+    cand = []  # survivors of the threshold filter: (rows, cols, vals)
+    seen = 0
+    for b0, b1 in b_blocks:
+        w = b1 - b0
+        s = torch.mm(a_blk, b[b0:b1].T, out=buf[: ra * w].view(ra, w))
+        if thr is None:  # warm-up: plain merge
+            top, idx = s.topk(min(k, w), dim=1, sorted=False)
+            run_v, run_i = _merge_topk(run_v, run_i, top, idx + b0, k)
+            seen += w
+            if filtered and seen >= k and seen < n_b:
+                q = min(k, -(-_TOPK_MARGIN * k * seen // n_b))
+                if q >= min(k, _TOPK_MIN_Q):
+                    thr = run_v.topk(q, dim=1).values[:, -1].contiguous() if q < k else run_v.amin(dim=1)
+            continue
+        wg = w // G
+        if wg and G == 1:
+            rows, cols = (s >= thr[:, None]).nonzero(as_tuple=True)
+            if rows.numel():
+                cand.append((rows, cols + b0, s[rows, cols]))
+        elif wg:
+            gmax = torch.nn.functional.max_pool1d(s[:, None, : wg * G], G, G).view(ra, wg)
+            rows, grp = (gmax >= thr[:, None]).nonzero(as_tuple=True)
+            if rows.numel():
+                vals = s[:, : wg * G].view(ra, wg, G)[rows, grp]
+                keep = vals >= thr[rows, None]
+                cols = (grp * G + b0)[:, None] + torch.arange(G, device=dev)[None, :]
+                cand.append((rows[:, None].expand(-1, G)[keep], cols[keep], vals[keep]))
+        if wg * G < w:
+            tail = s[:, wg * G:]
+            r, c = (tail >= thr[:, None]).nonzero(as_tuple=True)
+            if r.numel():
+                cand.append((r, c + b0 + wg * G, tail[r, c]))
+    if thr is not None:
+        # exactness check: at least k values of every row reached its threshold
+        n_ge = (run_v >= thr[:, None]).sum(dim=1)
+        if cand:
+            rows = torch.cat([c[0] for c in cand])
+            n_ge += torch.bincount(rows, minlength=ra)
+            cv, ci = pack_rows(rows, torch.cat([c[1] for c in cand]), torch.cat([c[2] for c in cand]), ra,
+                                -torch.inf)
+            run_v, run_i = _merge_topk(run_v, run_i, cv, ci, k)
+        if bool((n_ge < k).any()):
+            return None, None
+    run_v, p = run_v.sort(dim=1, descending=True)
+    return run_v, run_i.gather(1, p)
+
+
+def logsumexp_similarity(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale: float,
+    *,
+    b_shift: Optional[torch.Tensor] = None,
+    block_bytes: Optional[int] = None,
+    dtype: Optional[torch.dtype] = None,
+    _cache: Optional[dict] = None,
+) -> torch.Tensor:
+    """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
+
+    ``b_shift`` (length ``len(b)``) is an optional additive term per column, already in log units.
+    Stable for any ``scale`` (it never exponentiates a score without subtracting the running maximum), but its
+    magnitude ``~ log(len(b))`` limits the absolute precision: see :func:`log_mean_exp_similarity`.
+    ``dtype``: compute every block in this dtype (each block of ``a`` and ``b`` is cast; default the input's).
+    ``_cache`` (private, used by ``hubnorm.sweeps``): a dict that keeps the raw similarity blocks, so that
+    several scales reuse one GEMM pass with bit-identical results.
+    """
+    n_a, n_b = a.shape[0], b.shape[0]
+    dt = a.dtype if dtype is None else dtype
+    itemsize = torch.empty((), dtype=dt).element_size()
+    ra, rb = _block_shape(n_a, n_b, itemsize, block_bytes)
+    out = torch.empty(n_a, dtype=dt, device=a.device)
+    for a0, a1 in iter_blocks(n_a, ra):
+        acc = None
+        for b0, b1 in iter_blocks(n_b, rb):
+            if _cache is None:
+                s = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
+                s.mul_(scale)
+            else:
+                key = (a0, b0) if dtype is None else (a0, b0, dt)
+                raw = _cache.get(key)
+                if raw is None:
+                    raw = _cache[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
+                s = torch.mul(raw, scale)
+            if b_shift is not None:
+                s.add_(b_shift[b0:b1])
+            part = torch.logsumexp(s, dim=1)
+            acc = part if acc is None else torch.logaddexp(acc, part)
+        out[a0:a1] = acc
+    return out
+
+
+#: A kernel result is accepted when its rounding error, in score units, is predicted below this.
+PRECISION_TARGET = 2.0 ** -20
+_EPS = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
+
+
+def log_mean_exp_similarity(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale: float,
+    *,
+    block_bytes: Optional[int] = None,
+    unit: Optional[float] = None,
+    name: str = "scale",
+    cache: Optional[dict] = None,
+) -> torch.Tensor:
+    """``out_i = log mean_j exp(scale * a_i . b_j)`` for every row of ``a``, streamed over ``b``.
+
+    Centred: the constant ``log(len(b))`` is removed, so ``out / scale`` stays within the range of the scores
+    whatever ``scale`` is (the uncentred log-sum-exp grows like ``log(len(b)) / scale``, which at a small
+    ``scale`` -- a large temperature -- swamps the O(1) score differences in float32).
+
+    Precision: the result divided by ``unit`` (the divisor the caller applies, default ``scale``: IS uses
+    ``tau = 1 / scale``, DualIS ``beta_q + beta_t``) has a rounding error of about
+    ``eps * (log(len(b)) + scale * max|s|) / unit``. When that exceeds :data:`PRECISION_TARGET` in float32 (or
+    ``scale * max|s|`` would overflow float32), the blocks are computed in float64; when even float64 cannot
+    reach it, ``ValueError`` names the parameter (``name``) and its usable range. Returns float64 when
+    promoted, else the input dtype. ``scale = 0`` gives exactly 0. ``cache``: a dict kept across calls on the
+    same ``a`` and ``b`` (and block size) that holds the raw similarity blocks, so that several scales (a
+    temperature sweep) share one GEMM pass with results bit-identical to separate calls.
+    """
+    n_b = b.shape[0]
+    scale = float(scale)
+    if scale == 0.0:
+        return torch.zeros(a.shape[0], dtype=a.dtype, device=a.device)
+    work = _log_mean_exp_dtype(a, b, abs(scale), abs(scale) if unit is None else abs(float(unit)), name)
+    lse = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=work, _cache=cache)
+    return lse - math.log(n_b)
+
+
+def working_dtype(dtype: torch.dtype, magnitude: float, overflow: float = 0.0) -> Optional[torch.dtype]:
+    """The cheapest of ``dtype`` (float32 for 16-bit inputs) and float64 that keeps a result precise.
+
+    ``magnitude``: the largest intermediate value, in score units, whose rounding ends up in the result (its
+    rounding error ``eps * magnitude`` must stay below :data:`PRECISION_TARGET`); ``overflow``: the largest value
+    the computation exponentiates or scales to (must stay below the dtype's maximum / 16). None when even
+    float64 fails: the caller refuses the parameter.
+    """
+    for dt in ((torch.float64,) if dtype == torch.float64 else (torch.float32, torch.float64)):
+        if _EPS[dt] * magnitude <= PRECISION_TARGET and overflow < torch.finfo(dt).max / 16:
+            return dt
+    return None
+
+
+def _log_mean_exp_dtype(a, b, scale, unit, name) -> torch.dtype:
+    smax = float(torch.linalg.vector_norm(a, dim=1).max()) * float(torch.linalg.vector_norm(b, dim=1).max())
+    log_n = math.log(max(2, b.shape[0]))
+    dt = working_dtype(a.dtype, (log_n + scale * smax) / unit, scale * smax)
+    if dt is not None:
+        return dt
+    err = _EPS[torch.float64] * (log_n + scale * smax) / unit
+    raise ValueError(
+        f"{name} is too extreme to compute precisely: the offsets would carry a rounding error of about "
+        f"{err:.2g} in score units even in float64 (or overflow). For a temperature tau = 1 / beta use "
+        f"{1.0 / (torch.finfo(torch.float64).max / 16):.0e} <= tau <= {PRECISION_TARGET / (_EPS[torch.float64] * log_n):.1e} "
+        f"with this bank of {b.shape[0]} rows (beyond the upper end the method ranks like DN / NNN with k = all)"
+    )
+
+
+def nnn_bias(top_values: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The NNN bias ``b(t) = alpha * mean of the top-k bank similarities`` from the ``(n, k)`` top values.
+
+    The one place of the NNN formula (NNN Eq. 1) for the fast paths (``hubnorm.index``, ``hubnorm.sweeps``);
+    bit-identical to :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` (``alpha * top.mean(1)``).
+    """
+    return float(alpha) * top_values.mean(dim=1)
