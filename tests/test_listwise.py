@@ -55,6 +55,23 @@ def test_ndcg_matches_slow_enumeration_of_tie_permutations(exponential):
             assert got == pytest.approx(_slow_ndcg(scores, rel, k, exponential), abs=1e-12), (trial, k)
 
 
+def test_vectorised_ndcg_matches_ndcg_at_k_with_ties():
+    rng = np.random.default_rng(5)
+    s = np.round(rng.standard_normal((50, 40)), 1)                # heavy ties, also across the cut
+    r = np.round(rng.random((50, 40)) * 2, 1) * (rng.random((50, 40)) < 0.6)
+    r[3] = 0                                                       # a row with ideal DCG 0
+    got = lw.ndcg_at_ks(s, r, [1, 5, 10, 40, 60])
+    for k, v in got.items():
+        np.testing.assert_allclose(v, hn.ndcg_at_k(s, r, k), rtol=0, atol=1e-12)
+    assert got[10][3] == 0
+    with pytest.raises(ValueError, match="same shape"):
+        lw.ndcg_at_ks(s, r[:, :3], [5])
+    with pytest.raises(ValueError, match="non-negative"):
+        lw.ndcg_at_ks(s, -r - 1, [5])
+    with pytest.raises(ValueError, match="ks"):
+        lw.ndcg_at_ks(s, r, [0])
+
+
 def test_top_candidates_keeps_ndcg_exact():
     rng = np.random.default_rng(2)
     s = np.round(rng.standard_normal((40, 300)), 1)               # heavy ties, also at the cut
