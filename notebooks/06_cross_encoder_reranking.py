@@ -96,6 +96,10 @@ label = pr.run_label(ds)
 test, train = ds.split("test"), ds.split("train")
 tasks = ds.tasks("test", "train", bank_fraction=bank_fraction, seed=seed)
 DIRS = ("t2i", "i2t")
+n_gallery = min(t.n_targets for t in tasks.values())
+if max(k_values) > n_gallery:
+    pr.note(f"k values above the smallest gallery ({n_gallery} targets) dropped from k_values={k_values}")
+    k_values = [k for k in k_values if k <= n_gallery] or [n_gallery]
 FIRST = {"Original": ("raw", {}), "NNN": ("nnn", {"alpha": nnn_alpha, "k": nnn_k}),
          "IS": ("is", {"t2i": {"tau": is_tau["t2i"]}, "i2t": {"tau": is_tau["i2t"]}}),
          "SN": ("sn", {"tau": sn_tau, "n_iter": sn_iter})}
