@@ -403,9 +403,9 @@ if has_ce:
 #   Flickr30k) while the cost grows linearly in $k$. Reranking the top-$k$ even beats the cross-encoder over the whole
 #   gallery: the bi-encoder removes unrelated images that the noisy cross-encoder would now and then rank first (the
 #   paper saw the same, more weakly: SEP+Co 76.0 vs CE 75.9).
-# * **Score mixing (Table 11).** Here mixing can *help* for small $\lambda$, unlike in the paper: the simulated
-#   cross-encoder's noise is independent of the bi-encoder's (see the PASS/DIFFERS line). Do not read this row as
-#   evidence about BLIP or OSCAR.
+# * **Score mixing (Table 11).** Here mixing *helps* (ADD with $\lambda$ up to 0.5, NORM_ADD with $\lambda = 0.1$),
+#   unlike in the paper: the simulated cross-encoder's noise is independent of the bi-encoder's (see the DIFFERS
+#   line). Do not read this row as evidence about BLIP or OSCAR.
 # * **Cost (Tables 3-4).** On this CPU a BLIP ITM pair costs over a second: scoring 1M images with the cross-encoder
 #   takes weeks per query, reranking 20 candidates about half a minute. The V100 numbers of the paper are ~1000x
 #   faster per pair, but the ratios are the same.
