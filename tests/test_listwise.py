@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hubnorm as hn
-from hubnorm import listwise as lw
+from hubnorm import listwise as lw, synthetic
 
 from conftest import shared_path, unit_rows
 
@@ -53,6 +53,23 @@ def test_ndcg_matches_slow_enumeration_of_tie_permutations(exponential):
         for k in range(1, n + 2):
             got = hn.ndcg_at_k(scores[None], rel[None], k, exponential_gain=exponential)[0]
             assert got == pytest.approx(_slow_ndcg(scores, rel, k, exponential), abs=1e-12), (trial, k)
+
+
+def test_vectorised_ndcg_matches_ndcg_at_k_with_ties():
+    rng = np.random.default_rng(5)
+    s = np.round(rng.standard_normal((50, 40)), 1)                # heavy ties, also across the cut
+    r = np.round(rng.random((50, 40)) * 2, 1) * (rng.random((50, 40)) < 0.6)
+    r[3] = 0                                                       # a row with ideal DCG 0
+    got = lw.ndcg_at_ks(s, r, [1, 5, 10, 40, 60])
+    for k, v in got.items():
+        np.testing.assert_allclose(v, hn.ndcg_at_k(s, r, k), rtol=0, atol=1e-12)
+    assert got[10][3] == 0
+    with pytest.raises(ValueError, match="same shape"):
+        lw.ndcg_at_ks(s, r[:, :3], [5])
+    with pytest.raises(ValueError, match="non-negative"):
+        lw.ndcg_at_ks(s, -r - 1, [5])
+    with pytest.raises(ValueError, match="ks"):
+        lw.ndcg_at_ks(s, r, [0])
 
 
 def test_top_candidates_keeps_ndcg_exact():
@@ -130,7 +147,7 @@ def test_rsc_max_over_captions_and_ground_truth():
     g = unit_rows(rng, len(c2i), 5)
     i2t = lw.rsc_relevance(g, c2i, "i2t")
     np.testing.assert_allclose(i2t, _explicit_rsc(g.astype(np.float64), c2i), atol=1e-6)
-    assert i2t.shape == (4, 10) and i2t.dtype == np.float32
+    assert i2t.shape == (4, 10) and i2t.dtype == np.float64
     assert np.all(i2t[c2i, np.arange(10)] == 1.0)
     assert i2t.min() >= 0.0 and i2t.max() <= 1.0
     np.testing.assert_array_equal(lw.rsc_relevance(g, c2i, "t2i"), i2t.T)
@@ -173,13 +190,32 @@ def test_relevance_helpers_for_real_and_synthetic_splits():
     fn = lw.batch_relevance_fn(split, encoder=enc)
     np.testing.assert_allclose(fn(np.array([2, 0]), np.array([1, 5])), rel["i2t"][np.ix_([2, 0], [1, 5])])
     syn = hn.load_embeddings("synthetic:flickr30k", n_train_images=0, n_test_images=20, dim=128).split("test")
-    srel, slabel = lw.relevance_for_split(syn)
-    assert slabel == "synthetic latent relevance" and srel["t2i"].shape == (100, 20)
+    with pytest.raises(ValueError, match="content="):   # no texts: the caller must say which relevance to use
+        lw.relevance_for_split(syn)
+    with pytest.raises(ValueError, match="content="):
+        lw.batch_relevance_fn(syn)
+    srel, slabel = lw.relevance_for_split(syn, content=syn.extras["latent"])
+    assert slabel.startswith("content relevance") and srel["t2i"].shape == (100, 20)
+    assert srel["t2i"].dtype == np.float64
     assert np.all(srel["t2i"][np.arange(100), syn.caption_to_image] == 1)
-    np.testing.assert_allclose(lw.batch_relevance_fn(syn)(np.array([3, 1]), np.array([7])), srel["i2t"][[3, 1]][:, [7]],
-                               atol=1e-6)
-    with pytest.raises(ValueError, match="kind"):
-        lw.relevance_for_split(syn, kind="bm25")
+    # oracle: the generator's own (float32) latent relevance
+    for d in ("t2i", "i2t"):
+        np.testing.assert_allclose(srel[d], synthetic.topic_relevance(syn, d, kind="latent"), atol=1e-6)
+    fn = lw.batch_relevance_fn(syn, content=syn.extras["latent"])
+    np.testing.assert_allclose(fn(np.array([3, 1]), np.array([7])), srel["i2t"][[3, 1]][:, [7]], atol=1e-12)
+    with pytest.raises(ValueError, match="directions"):
+        lw.relevance_for_split(syn, ["x2y"], content=syn.extras["latent"])
+
+
+def test_content_relevance_by_hand():
+    z = np.array([[1.0, 0.0], [1.0, 1.0], [-1.0, 0.0]])           # cos(0,1) = 1/sqrt2, cos(0,2) = -1 -> 0
+    c2i = np.array([0, 1, 1, 2])
+    want = np.array([[1, 2 ** -0.5, 2 ** -0.5, 0], [2 ** -0.5, 1, 1, 0], [0, 0, 0, 1]])
+    np.testing.assert_allclose(lw.content_relevance(z, c2i, "i2t"), want, atol=1e-15)
+    np.testing.assert_allclose(lw.content_relevance(z, c2i, "t2i"), want.T, atol=1e-15)
+    np.testing.assert_allclose(lw.content_relevance(z, c2i, images=[2, 0], captions=[3, 1]), want[np.ix_([2, 0], [3, 1])])
+    with pytest.raises(ValueError, match="caption_to_image"):
+        lw.content_relevance(z, np.array([0, 5]))
 
 
 # ---------------------------------------------------------------------------------------------- MiniLM
@@ -313,3 +349,54 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="queries x targets"):
         lw.evaluate_listwise(tasks, {"t2i": np.zeros((3, 3)), "i2t": np.zeros((8, 24))},
                              {"raw": hn.make_normalizer("raw")})
+
+
+def test_adapter_float64_training_and_dtype_errors():
+    imgs, caps, c2i = _toy_pairs(2, n_img=40)
+    kw = dict(loss="triplet", steps=5, batch_size=16, lr=1e-3, seed=0, log_every=5)
+    run64 = lw.train_adapter(imgs, caps, c2i, **kw)
+    run32 = lw.train_adapter(imgs, caps, c2i, dtype="float32", **kw)
+    assert run64.adapter.image_map.dtype == torch.float64 and run64.config["dtype"] == "float64"
+    assert run32.adapter.image_map.dtype == torch.float32
+    x64, _ = run64.adapter.transform(imgs, caps)
+    x32, _ = run32.adapter.transform(imgs, caps)
+    assert x64.dtype == np.float64 and x32.dtype == np.float32
+    np.testing.assert_allclose(x64, x32, atol=1e-4)        # same training, two precisions
+    with pytest.raises(ValueError, match="dtype"):
+        lw.train_adapter(imgs, caps, c2i, dtype="float16", **kw)
+
+
+def test_metric_table_pivots_evaluate_listwise():
+    imgs, caps, c2i = _toy_pairs(1, n_img=30)
+    tasks = hn.build_tasks(imgs, caps, c2i)
+    rel = {d: lw.content_relevance(imgs, c2i, d) for d in ("t2i", "i2t")}
+    df = lw.evaluate_listwise(tasks, rel, {"raw": hn.make_normalizer("raw")}, ndcg_ks=(10, 5), recall_ks=(1, 5))
+    t = lw.metric_table(df)
+    assert list(t.columns) == ["direction", "method", "R@1", "R@5", "NDCG@5", "NDCG@10"]
+    assert list(t["direction"]) == ["t2i", "i2t"]
+    got = t.loc[t.direction == "i2t", "NDCG@10"].item()
+    assert got == df.query("direction == 'i2t' and metric == 'NDCG' and K == 10")["value"].item()
+    assert list(lw.metric_table(df, recall_ks=[5], ndcg_ks=[10]).columns) == ["direction", "method", "R@5", "NDCG@10"]
+    with pytest.raises(ValueError, match="no values"):
+        lw.metric_table(df, recall_ks=[10])
+    with pytest.raises(ValueError, match="evaluate_listwise"):
+        lw.metric_table(df.drop(columns="K"))
+
+
+def test_adapter_study_runs_every_configuration():
+    imgs, caps, c2i = _toy_pairs(3, n_img=48)
+    split = hn.EmbeddingSplit(images=imgs, captions=caps, caption_to_image=c2i)
+    train, test = split.subset_images(np.arange(32)), split.subset_images(np.arange(32, 48))
+    rel = {d: lw.content_relevance(test.images, test.caption_to_image, d) for d in ("t2i", "i2t")}
+    fn = lw.batch_relevance_fn(train, content=train.images)
+    runs, df = lw.adapter_study(train, test, rel, fn, taus=(0.1, 0.01), tau=0.01, ndcg_ks=(5,), recall_ks=(1,),
+                                steps=3, batch_size=8, lr=1e-3, seed=0, log_every=3)
+    assert list(runs) == ["triplet", "sndcg (tau=0.01)", "triplet+sndcg (tau=0.1)", "triplet+sndcg (tau=0.01)"]
+    assert list(df["method"].unique()) == ["zero-shot (no adapter)", *runs]
+    # the zero-shot rows are the raw cosine of the untouched test split
+    zs = df.query("method == 'zero-shot (no adapter)' and direction == 't2i' and metric == 'R'")["value"].item()
+    want = hn.recall_at_k(hn.positive_ranks(test.captions @ test.images.T,
+                                            hn.build_tasks(test.images, test.captions, test.caption_to_image)["t2i"].positives), 1)
+    assert zs == pytest.approx(want)
+    with pytest.raises(TypeError, match="EmbeddingSplit"):
+        lw.adapter_study(imgs, test, rel, fn)

@@ -6,7 +6,8 @@ import pytest
 import hubnorm as hn
 from hubnorm.rerank import (
     CacheCorruptError, CostModel, CrossEncoder, PairScoreCache, SimulatedCrossEncoder, combine_scores,
-    first_stage_topk, nnn_bias_from_pairs, pair_noise, rerank,
+    first_stage_topk, full_gallery_recall, make_cross_encoder, nnn_bias_from_pairs, nnn_on_cross_encoder, pair_noise,
+    rerank,
 )
 
 
@@ -255,3 +256,69 @@ def test_cost_model_formulas():
     assert ev["EMB"] == pytest.approx(1000 * 0.2 + 5000 * (0.01 + 0.001 + 1e-3))
     t3 = cm.table3()
     assert list(t3["model"]) == ["EMB", "Co", "CE"] and "1,000,000" in t3.columns
+
+
+def test_make_cross_encoder_choices_and_clear_errors(tmp_path):
+    from hubnorm.synthetic import make_dataset
+
+    test = make_dataset("flickr30k", n_train_images=1, n_test_images=40, n_val_images=1).split("test")
+    ce = make_cross_encoder("simulated", test, "t2i", seed=3)
+    ref = SimulatedCrossEncoder.from_split(test, "t2i", seed=3)
+    q, t = np.arange(10), np.arange(10) % 4
+    np.testing.assert_array_equal(ce.score_pairs(q, t), ref.score_pairs(q, t))
+    real = hn.EmbeddingSplit(images=test.images, captions=test.captions, caption_to_image=test.caption_to_image)
+    with pytest.raises(ValueError, match="cross_encoder='blip'"):
+        make_cross_encoder("simulated", real, "t2i")
+    with pytest.raises(ValueError, match="images and the caption texts"):
+        make_cross_encoder("blip", real, "t2i")
+    named = hn.EmbeddingSplit(images=test.images, captions=test.captions, caption_to_image=test.caption_to_image,
+                              image_ids=[f"img{i}" for i in range(test.n_images)],
+                              caption_texts=["a caption"] * test.n_captions)
+    with pytest.raises(ValueError, match="image files: 40 of 40 are absent.*image_dir"):
+        make_cross_encoder("blip", named, "t2i", image_dir=tmp_path)
+    with pytest.raises(ValueError, match="cross_encoder must be one of"):
+        make_cross_encoder("oscar", test, "t2i")
+
+
+def test_full_gallery_recall_matches_dense_ranks(rng):
+    task = make_task(rng)["t2i"]
+    S = rng.standard_normal((task.n_queries, task.n_targets))
+    got = full_gallery_recall(task, MatrixCE(S), every=4)
+    sub = np.arange(0, task.n_queries, 4)
+    ranks = hn.positive_ranks(S[sub], task.positives.subset(sub))
+    assert got["R@1"] == hn.recall_at_k(ranks, 1) and got["R@5"] == hn.recall_at_k(ranks, 5)
+    assert got["queries"] == sub.size and got["pairs/query"] == task.n_targets
+    with pytest.raises(ValueError, match="every"):
+        full_gallery_recall(task, MatrixCE(S), every=0)
+
+
+def test_nnn_on_cross_encoder_against_dense_oracle(rng):
+    """A cross-encoder with a per-target popularity bias (hubs): NNN on its scores, computed from the bank's
+    top-k pairs, equals a dense re-implementation and removes most of the bias."""
+    task = make_task(rng, n_img=40, noise=0.5)["t2i"]
+    first = task.fit(hn.make_normalizer("raw"))
+    n = task.n_targets
+    truth = np.zeros((task.n_queries, n))
+    for i in range(task.n_queries):
+        truth[i, task.positives.of(i)] = 1.0
+    pop = np.zeros(n)
+    pop[rng.choice(n, 4, replace=False)] = 2.0                      # four hub images
+    S = 1.5 * truth + 0.3 * rng.standard_normal(truth.shape) + pop
+    bank = task.query_bank
+    B = 0.3 * rng.standard_normal((len(bank), n)) + pop             # bank captions: no positives, same hubs
+    base = rerank(first, task, MatrixCE(S), k=10)
+    out = nnn_on_cross_encoder(base, first, bank, MatrixCE(B), alphas=(0.5, 1.0), k=3)
+    assert list(out["variant"]) == ["CE only", "NNN on CE scores", "NNN on CE scores"]
+    assert out["extra pairs"].iloc[0] == len(bank) * 10
+    # dense oracle of the bias
+    cand, _ = first_stage_topk(first, bank, 10)
+    got_scores = {j: sorted(B[q, j] for q in range(len(bank)) if j in cand[q]) for j in range(n)}
+    bias = np.array([np.mean(v[-3:]) if v else np.nan for v in got_scores.values()])
+    bias[np.isnan(bias)] = np.nanmean(bias)
+    for i, a in enumerate((0.5, 1.0), start=1):
+        r = base.with_scores(base.ce_scores - a * bias[base.candidates])
+        assert out["R@1"].iloc[i] == pytest.approx(hn.recall_at_k(r.ranks, 1))
+        assert out["R@5"].iloc[i] == pytest.approx(hn.recall_at_k(r.ranks, 5))
+    assert out["gain R@1"].iloc[-1] > 0                              # the hubs were the errors
+    with pytest.raises(ValueError, match="bank_query_ids"):
+        nnn_on_cross_encoder(base, first, bank, MatrixCE(B), bank_query_ids=np.arange(3))

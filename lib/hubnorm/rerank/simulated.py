@@ -21,7 +21,7 @@ t2i): ranking the whole gallery it reaches R@1 ~ 75 (CE-OSCAR of Geigle et al. T
 retrieval), reranking the raw bi-encoder's top-20 (R@1 ~ 58) R@1 ~ 87: much better than the bi-encoder but not
 perfect. As in the paper (SEP+Co 76.0 vs CE 75.9), reranking the bi-encoder's top-k beats scoring the whole
 gallery, more clearly here: the bi-encoder filters out unrelated targets whose pair noise happens to be large.
-Notebook 05 prints the measured numbers.
+Notebook 06 prints the measured numbers.
 
 Its cost is not its own (microseconds): :attr:`cost_per_pair_s` is the measured per-pair cost of the real BLIP
 ITM base architecture from ``benchmarks/reports/cross_encoder_latency.csv`` (see :mod:`hubnorm.rerank.cost`).

