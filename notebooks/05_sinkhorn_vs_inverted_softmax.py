@@ -91,7 +91,7 @@ nb.show(pr.describe(ds))
 # %% [markdown]
 # ## 1 · Query-aware: the test queries are the bank (Table 2)
 # Transductive: every test query is used to normalise the scores of every other. DIS with the test queries as
-# bank and k = 1 equals IS (METHODS.md).
+# bank and k = 1 equals IS (docs/methods.md).
 
 # %%
 qa_tasks = pr.make_tasks(test, None, directions=directions)

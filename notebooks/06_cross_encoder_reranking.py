@@ -427,19 +427,13 @@ if has_ce:
 
 # %% [markdown]
 # ## Exercises
-#
-# Solutions: `solutions/06_cross_encoder_reranking.py`.
-#
-# 1. **Choosing k against cost.** (`exercise_1()`) Rerank the raw first stage's top-$k$ for $k$ in {1, 2, 5, 10, 20,
-#    50, 100} (t2i, default data). Before running, predict the shape of R@1 and of the cost per query (pairs, and
-#    seconds from `rr.load_cost_model()`). Then find the smallest $k$ whose R@1 is within 0.5 points of the best.
-# 2. **Why does hubness reduction help less after reranking?** (`exercise_2()`) For NNN vs Original at $k$ = 10 and
-#    50 (t2i), count the queries whose positive enters the top-$k$ only with NNN ("rescued") and those it pushes
-#    out ("lost"). Show that the reranked R@1 gain is close to (rescued - lost) / queries x the share of
-#    in-top-$k$ positives the cross-encoder puts first, and explain with it why the gain shrinks as $k$ grows.
-# 3. **A cross-encoder with hubs.** (`exercise_3()`) Build the simulated cross-encoder with a per-image popularity
-#    bias (`rr.make_cross_encoder("simulated", test, "t2i", target_bias=1.0)`) and redo the NNN-on-cross-encoder
-#    table. Predict first: should NNN now help? Compare the gains for `target_bias` 0 and 1.
+# 1. **The ceiling.** Show that R@1 after reranking the top-$k$ never exceeds the first stage's R@$k$, that $k = 1$
+#    changes nothing, and compare NNN's R@1 gain over the raw first stage before and after reranking for
+#    $k$ = 1, 5, 20. Why does the gain shrink as $k$ grows? Solution: `solutions/06_cross_encoder_reranking.py`,
+#    `exercise_1()`.
+# 2. **Mixing scores.** What do λ = 0 and λ = 1 mean in `combine=λ`? Compare ADD and NORM_ADD at λ = 0.1 and 0.5,
+#    and explain why mixing can beat the cross-encoder alone with the *simulated* cross-encoder but not in the
+#    paper. Solution: `solutions/06_cross_encoder_reranking.py`, `exercise_2()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -286,20 +286,15 @@ nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)"
 
 # %% [markdown]
 # ## Exercises
-#
-# Solutions: `solutions/07_listwise_relevance.py`.
-#
-# 1. **When do NDCG and R@K disagree?** (`exercise_1()`) For the default run and the t2i direction, compare NNN
-#    with Original query by query: in what share of the captions does the rank of the ground-truth image improve
-#    while NDCG@10 falls (and the reverse)? Look at one such caption's top 10 and explain the disagreement.
-# 2. **Does the relevance decide the winner?** (`exercise_2()`) Recompute the table of section 2 with the coarser
-#    topic relevance (`hubnorm.synthetic.topic_relevance(test, d, kind="topic")`: 0.5 for any image of the same
-#    topic) instead of the latent relevance. Which NDCG@K values change, does the order of the methods change, and
-#    why does R@K not change at all?
-# 3. **Temperature against score spread.** (`exercise_3()`) On a random batch of 64 x 64 scores, measure the gap
-#    between `lw.smooth_ndcg` and `hn.ndcg_at_k` for tau in {0.1, 0.01, 0.001} and for the scores multiplied by 1,
-#    5 and 25. Show that the gap depends (almost) only on the ratio of the score spread to tau, and say what that
-#    means for the paper's advice "tau = 0.01".
+# 1. **NDCG by hand.** One query, five candidates scored in the order of relevance [0.3, 1, 0, 0.8, 0]. Compute
+#    DCG@3, IDCG@3 and NDCG@3 by hand, check with `hubnorm.ndcg_at_k`, and explain why NDCG@3 is far below 1
+#    although R@3 is 100. Solution: `solutions/07_listwise_relevance.py`, `exercise_1()`.
+# 2. **Beyond the positive.** Does NNN improve only the rank of the annotated positive, or the whole top 10?
+#    Compare R@1 and NDCG@10 (synthetic latent relevance) of the raw scores and NNN. Solution:
+#    `solutions/07_listwise_relevance.py`, `exercise_2()`.
+# 3. **The smooth rank.** Measure how far the smooth rank of Smooth-NDCG is from the true rank at τ = 0.1, 0.01 and
+#    0.001 for cosine-like scores, and explain the trade-off between accuracy and gradient that τ controls.
+#    Solution: `solutions/07_listwise_relevance.py`, `exercise_3()`.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

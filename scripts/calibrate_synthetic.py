@@ -13,7 +13,8 @@ numbers the generator was tuned to reproduce. Targets (issue spec):
 - query-aware IS (tau 0.02) and SN (tau 0.01, 10 iterations) both improve R@1 with SN > IS, both directions
   (DBSN Table 2);
 - mean matched / unmatched cosine and the modality gap within 20% of real CLIP ViT-B/32 embeddings
-  (../shared/data/embeddings/flickr8k-100x5-clip-vitb32, or the constants in hubnorm.synthetic when absent);
+  (the folder of real CLIP ViT-B/32 embeddings named by $HUBNORM_REAL_CLIP, or the constants recorded in
+  hubnorm.synthetic when it is unset);
 - generating the COCO preset with a 100k-caption bank takes < 30 s.
 """
 
@@ -34,8 +35,7 @@ sys.path.insert(0, str(REPO / "lib"))
 import hubnorm as hn  # noqa: E402
 from hubnorm.synthetic import PRESETS, REAL_CLIP_GEOMETRY, geometry_stats, make_dataset  # noqa: E402
 
-SHARED = Path(os.environ.get("HUBNORM_SHARED_DATA", REPO.parent / "shared" / "data"))
-REAL_DIR = SHARED / "embeddings" / "flickr8k-100x5-clip-vitb32"
+REAL_DIR = Path(os.environ.get("HUBNORM_REAL_CLIP", "/nonexistent"))  # a local: folder of real CLIP embeddings
 
 PUBLISHED = {  # data/published/*.csv: NNN Tables 1 (t2i) and 2 (i2t), DBSN Tables 2 and 5
     "coco": {"t2i": {"raw": 30.43, "nnn_gain": 37.53 - 30.43, "src": "NNN Table 1: 30.43 -> 37.53"},
@@ -58,7 +58,7 @@ def real_geometry():
         caps = np.load(REAL_DIR / "text_embeddings.npy")
         return geometry_stats(imgs, caps, np.arange(len(caps)) // 5), f"measured now on {REAL_DIR.name} (real CLIP ViT-B/32)"
     return dict(REAL_CLIP_GEOMETRY["flickr8k-100x5-clip-vitb32"]), \
-        "constants recorded in hubnorm.synthetic.REAL_CLIP_GEOMETRY (shared folder absent)"
+        "constants recorded in hubnorm.synthetic.REAL_CLIP_GEOMETRY (HUBNORM_REAL_CLIP unset)"
 
 
 class Report:

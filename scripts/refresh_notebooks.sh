@@ -21,11 +21,12 @@ fi
 for src in "${srcs[@]}"; do
   nb="${src%.py}.ipynb"
   t0=$(date +%s)
-  .venv/bin/jupytext --quiet --to ipynb --update "$src"   # cells from the .py source, outputs kept
+  fresh="$(mktemp --suffix=.ipynb)"
   tmp="$(mktemp --suffix=.ipynb)"
-  .venv/bin/python -m papermill -k python3 --cwd notebooks "$nb" "$tmp" --log-level WARNING
+  .venv/bin/jupytext --quiet --to ipynb -o "$fresh" "$src"   # the cells exactly as in the .py source
+  .venv/bin/python -m papermill -k python3 --cwd notebooks "$fresh" "$tmp" --log-level WARNING
   .venv/bin/python scripts/strip_notebook_metadata.py "$tmp" "$nb"
-  rm -f "$tmp"
+  rm -f "$tmp" "$fresh"
   .venv/bin/jupytext --quiet --sync "$nb"                # keep the pair's timestamps in step
   echo "refreshed $nb in $(( $(date +%s) - t0 ))s"
 done

@@ -1,6 +1,6 @@
 """Retrieval metrics: ranks, R@K, MdR, MnR, graded NDCG@K and bootstrap confidence intervals.
 
-Conventions (CLIP / CLIP_benchmark, METHODS.md "Evaluation"):
+Conventions (CLIP / CLIP_benchmark; docs/methods.md, "Evaluation"):
 - the rank of a query is the 0-based rank of its *best* positive (t2i: the caption's image; i2t: the best of
   the image's captions). Ties are broken by target index, as a stable sort by decreasing score would: the
   rank is the number of targets scoring strictly higher than the best positive plus the number of targets

@@ -6,7 +6,7 @@ image-to-text tasks are both built from (image embeddings, caption embeddings, c
 :func:`build_tasks`; the caption-to-image index is explicit because COCO's Karpathy test split has 10 images
 with 6 captions (never assume ``caption // 5``).
 
-Conventions (METHODS.md): t2i queries are captions and targets images; its query bank is training captions and
+Conventions (docs/methods.md): t2i queries are captions and targets images; its query bank is training captions and
 its target bank training images. For i2t the roles swap.
 """
 

@@ -84,7 +84,7 @@ RNG_BLOCK = 256
 
 _SPLIT_CODES = {"train": 1, "val": 2, "test": 3}
 
-#: Geometry of real CLIP embeddings measured with :func:`geometry_stats` on the files in ``../shared/data/embeddings``
+#: Geometry of real CLIP embeddings measured with :func:`geometry_stats` on real CLIP ViT-B/32 embeddings (Flickr8k, 100 images x 5 captions)
 #: (used by the calibration script when that folder is absent). Source: Flickr8k 100 images x 5 captions, OpenAI
 #: CLIP ViT-B/32 (github.com/Chia213/Search-Engine, commit 7a3fb8ba), and COCO val2017 500 pairs, CLIP ViT-B/16
 #: (github.com/Weixin-Liang/Modality-Gap, commit 8e20cb24).

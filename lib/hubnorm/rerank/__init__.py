@@ -1,5 +1,5 @@
 """Two-stage retrieval: retrieve the top-k with a (normalised) bi-encoder, rerank them with a cross-encoder
-(Geigle et al., "Retrieve Fast, Rerank Smart"; METHODS.md "Reranking").
+(Geigle et al., "Retrieve Fast, Rerank Smart"; docs/methods.md, "Reranking").
 
 >>> from hubnorm.rerank import rerank, SimulatedCrossEncoder
 >>> ds = hn.load_embeddings("synthetic:flickr30k"); task = ds.tasks()["t2i"]

@@ -1,7 +1,7 @@
 """Retrieve and rerank: the first stage (any fitted normalizer, or a score matrix) picks the top-k targets of
 each query, a cross-encoder rescores those k pairs, and the k candidates are reordered.
 
-Conventions (Geigle et al., METHODS.md "Reranking"):
+Conventions (Geigle et al., docs/methods.md, "Reranking"):
 
 * The first-stage top-k is the first k entries of a stable sort by decreasing score (ties by target index), the
   tie rule of :func:`hubnorm.positive_ranks`; candidates are kept in that order.
