@@ -12,6 +12,7 @@
 #     language: python
 #     name: python3
 # ---
+
 # %% [markdown]
 # # 01 · Main results: NNN against DN, DualIS and DualDIS
 #

@@ -12,6 +12,7 @@
 #     language: python
 #     name: python3
 # ---
+
 # %% [markdown]
 # # 02 · Hubness before and after normalisation
 #

@@ -12,6 +12,7 @@
 #     language: python
 #     name: python3
 # ---
+
 # %% [markdown]
 # # 03 · How much does NNN depend on k (and α)?
 #

@@ -12,6 +12,7 @@
 #     language: python
 #     name: python3
 # ---
+
 # %% [markdown]
 # # 04 · How large must the reference (query) bank be?
 #

@@ -12,6 +12,7 @@
 #     language: python
 #     name: python3
 # ---
+
 # %% [markdown]
 # # 05 · Sinkhorn normalisation vs the inverted softmax
 #
