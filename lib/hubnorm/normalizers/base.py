@@ -14,6 +14,7 @@ can serve it with the augmented embeddings of the NNN paper, Sec. 3.1 (``augment
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
@@ -23,6 +24,11 @@ from ..kernels import block_rows, iter_blocks
 from .._validation import (
     ArrayLike, as_embeddings, check_block_bytes, check_chunk_size, check_positive_int, resolve_device,
 )
+
+
+def _on_dask(x) -> bool:
+    """A Dask array (duck-typed, Dask is not imported) or a folder of ``.npy`` bank shards."""
+    return type(x).__module__.split(".")[0] == "dask" or (isinstance(x, (str, os.PathLike)) and os.path.isdir(x))
 
 
 class NotFittedError(RuntimeError):
@@ -82,7 +88,14 @@ class Normalizer:
         ``query_bank`` (b x d) holds reference queries of the query modality (e.g. training captions for
         text-to-image); passing the test queries themselves makes the method query-aware (transductive).
         ``target_bank`` (c x d) holds reference items of the target modality (e.g. training images).
+        A bank that is a Dask array or a folder of ``.npy`` shards is reduced on the active Dask scheduler
+        (``hubnorm.distributed``, NNN/CSLS/DN/IS/SN/DBSN) with the same fitted attributes.
         """
+        if (_on_dask(query_bank) and self.uses_query_bank != "unused") or (
+                _on_dask(target_bank) and self.uses_target_bank != "unused"):
+            from ..distributed import fit_offsets  # imports Dask, only for a Dask (or sharded-folder) bank
+
+            return fit_offsets(self, targets, query_bank, target_bank)
         self.check_params()
         device = resolve_device(getattr(self, "device", None))
         check_normalized = getattr(self, "check_normalized", True)
