@@ -198,25 +198,33 @@ def _worker_rss():
 def test_workers_never_hold_the_bank(client, tmp_path):
     """Each worker's peak RSS growth while fitting NNN and SN stays under half the bank's bytes.
 
-    The bank (64 MB on disk, 16 chunks of 4 MB) is read chunk by chunk inside fused tasks; a worker that
-    gathered the bank (or half of it) would exceed the bound.
+    The bank (128 MB on disk, 64 chunks of 2 MB, similarity blocks of 4 MB) is read chunk by chunk inside fused
+    tasks; a worker that gathered the bank (or half of it) would exceed the bound.
     """
     rng = np.random.default_rng(3)
-    d, rows, shards = 32, 1 << 19, 4
+    d, rows, shards = 32, 1 << 20, 4
     for i in range(shards):
         np.save(tmp_path / f"bank-{i:02d}.npy", unit_rows(rng, rows // shards, d, np.float32))
     bank_bytes = rows * d * 4
-    bank = hd.open_bank(tmp_path, chunk_bytes=bank_bytes // 16)
-    assert len(bank.chunks[0]) == 16 and max(bank.chunks[0]) * d * 4 <= bank_bytes // 16
+    bank = hd.open_bank(tmp_path, chunk_bytes=bank_bytes // 64)
+    assert len(bank.chunks[0]) == 64 and max(bank.chunks[0]) * d * 4 <= bank_bytes // 64
     targets = unit_rows(rng, 64, d, np.float32)
-    hn.NearestNeighborNormalization(k=16, device="cpu").fit(targets, query_bank=bank[:4096])  # warm-up imports
+    blk = 4 * 2**20
+    for warm in (hn.NearestNeighborNormalization(k=16, device="cpu"), hn.SinkhornNormalization(n_iter=1, device="cpu")):
+        warm.fit(targets, query_bank=bank[:65536])  # warm-up: imports and first allocations on both workers
     client.run(_worker_peak_reset)
     before = client.run(_worker_rss)
-    nnn = hn.NearestNeighborNormalization(k=16, device="cpu").fit(targets, query_bank=bank)
-    sn = hn.SinkhornNormalization(n_iter=3, device="cpu").fit(targets, query_bank=bank)
+    nnn = hn.NearestNeighborNormalization(k=16, device="cpu", block_bytes=blk).fit(targets, query_bank=bank)
+    sn = hn.SinkhornNormalization(n_iter=3, device="cpu", block_bytes=blk).fit(targets, query_bank=bank)
     after = client.run(_worker_rss)
     growth = {w: after[w]["VmHWM"] - before[w]["VmRSS"] for w in after}
     assert max(growth.values()) < bank_bytes / 2, growth
+    # control: the measurement does see a worker that gathers the bank into one chunk
+    client.run(_worker_peak_reset)
+    before = client.run(_worker_rss)
+    dask.compute(bank.rechunk({0: -1}).sum())
+    after = client.run(_worker_rss)
+    assert max(after[w]["VmHWM"] - before[w]["VmRSS"] for w in after) > bank_bytes / 2
     full = np.concatenate([np.load(tmp_path / f"bank-{i:02d}.npy") for i in range(shards)])
     np.testing.assert_allclose(nnn.offsets, hn.NearestNeighborNormalization(k=16, device="cpu")
                                .fit(targets, query_bank=full).offsets, rtol=1e-6)
