@@ -10,3 +10,5 @@ for f in bench_nnn_memory.py bench_cross_encoder.py; do [ -f "$f" ] && $PY "$f";
 $PY bench_sweeps.py
 $PY bench_faiss_nnn.py
 $PY bench_sinkhorn.py
+# Dask backend (needs the distributed extra): 1 vs 2 workers on a 1.6 GB sharded bank
+$PY -c "import distributed" 2>/dev/null && $PY bench_distributed.py

@@ -19,8 +19,8 @@ or the path of a folder of ``.npy`` shards. It runs on the active Dask scheduler
 ``distributed.Client`` when one is set up (a ``LocalCluster``, a ``dask_jobqueue.SLURMCluster`` or any
 scheduler address), else Dask's local threads. The fitted attributes are those of the in-memory fit.
 
-Memory per worker: a task holds one bank chunk (its rows x d), one target chunk (broadcast once to every
-worker with ``client.scatter(broadcast=True)``), one similarity block of ``block_bytes`` and its partial
+Memory per worker: a task holds one bank chunk (its rows x d), one target chunk (persisted on the cluster
+once per fit; each worker fetches it at most once per pass), one similarity block of ``block_bytes`` and its partial
 result; the bank is never gathered. Bank loading and the per-block kernel are one fused task (Dask's blockwise
 fusion), so a loaded chunk never waits in memory.
 
@@ -64,7 +64,7 @@ __all__ = ["fit_offsets", "open_bank", "save_bank_shards", "NpyShards", "SUPPORT
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 
 #: Targets (or DBSN's ``[targets ; target_bank]``) are cut into row chunks of at most this many bytes;
-#: each chunk is broadcast once to every worker.
+#: each chunk is persisted on the cluster once and fetched by each worker at most once per pass.
 DEFAULT_TARGET_CHUNK_BYTES = 256 * 2**20
 
 #: Normalizers whose offsets this module computes (registry names).
@@ -324,15 +324,31 @@ def _as_bank(x, name, dim, chunk_bytes=DEFAULT_CHUNK_BYTES):
 
 
 def _broadcast(t: np.ndarray, rows: int):
-    """Targets as a Dask array of row chunks, each placed once on every worker (when a Client is active)."""
+    """Targets as a Dask array of row chunks, placed on the cluster once (persisted when a Client is active).
+
+    Persisted rather than scattered: a persisted chunk keeps its lineage, so if every worker holding it dies
+    the scheduler recomputes it (scattered data would be lost and the fit cancelled). Each worker fetches a
+    chunk from a peer at most once per pass over the bank.
+    """
+    arr = da.from_array(np.ascontiguousarray(t), chunks=(rows, t.shape[1]))
     client = _client()
     if client is None:
-        return da.from_array(t, chunks=(rows, t.shape[1]))
-    parts = []
-    for r0, r1 in iter_blocks(t.shape[0], rows):
-        fut = client.scatter(np.ascontiguousarray(t[r0:r1]), broadcast=True, hash=False)
-        parts.append(da.from_delayed(fut, shape=(r1 - r0, t.shape[1]), dtype=t.dtype))
-    return parts[0] if len(parts) == 1 else da.concatenate(parts, axis=0)
+        return arr
+    arr = client.persist(arr)
+    _spread(arr)
+    return arr
+
+
+def _spread(arr):
+    """Copy a persisted array's chunks to every worker (else the scheduler, seeing that every task needs the
+    chunk, would run them all where it happens to live)."""
+    client = _client()
+    if client is not None:
+        from distributed import futures_of, wait
+
+        futs = futures_of(arr)
+        wait(futs)
+        client.replicate(futs)
 
 
 def _target_rows(n_cols, d, itemsize, target_chunk_rows):
@@ -379,6 +395,8 @@ def _sinkhorn(norm, bank, cols_np, tcol_rows, dtype, check, block_bytes, split_e
     done = 0
     for it in range(n_iter):
         chk = check if it == 0 else None
+        if it:
+            _spread(tcols)  # Dask may have dropped the extra copies between passes
         if fused:
             parts = da.blockwise(
                 partial(_k_sn_fused, tau=tau, log_a=log_a, dtype=dtype, check=chk, block_bytes=block_bytes), "ijd",
@@ -482,7 +500,7 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
         cols = t_np
         if kind == "dbsn":
             tb = _as_bank(target_bank, "target_bank", d)
-            tb_np = _compute(tb)  # columns are broadcast: [targets ; target_bank] must fit a client
+            tb_np = _compute(tb)  # the Sinkhorn columns [targets ; target_bank] are gathered: they must fit a client
             tb_t = as_embeddings(tb_np, "target_bank", device="cpu", dtype=dtype, check_normalized=check)
             cols = np.concatenate([t_np, tb_t.numpy()], axis=0)
         crows = _target_rows(cols.shape[0], d, t.element_size(), target_chunk_rows)
