@@ -171,6 +171,8 @@ def test_fit_accepts_a_folder_and_checks_inputs(client, sharded):
     ref = hn.InvertedSoftmax(device="cpu").fit(targets, query_bank=bank)
     got = hn.InvertedSoftmax(device="cpu").fit(targets, query_bank=str(folder))
     np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6)
+    got = hd.fit_offsets(hn.InvertedSoftmax(device="cpu"), targets, bank)  # an in-memory bank is chunked
+    np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6)
     with pytest.raises(TypeError, match="distributed fitting supports"):
         hn.DynamicInvertedSoftmax(device="cpu").fit(targets, query_bank=da.from_array(bank), target_bank=tbank)
     with pytest.raises(ValueError, match="query_bank has dimension 8"):

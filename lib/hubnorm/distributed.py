@@ -148,7 +148,8 @@ def open_bank(path: Union[str, os.PathLike, Sequence], *, chunk_rows: Optional[i
             raise ValueError(f"path {folder} is not a folder: pass a folder of .npy shards (or a list of .npy files)")
         paths = sorted(folder.glob("*.npy"))
         if not paths:
-            raise ValueError(f"folder {folder} holds no .npy shard: write one with hubnorm.distributed.save_bank_shards")
+            raise ValueError(f"folder {folder} holds no .npy shard: "
+                             "write one with hubnorm.distributed.save_bank_shards")
     else:
         paths = list(path)
     store = NpyShards(paths)
@@ -157,8 +158,9 @@ def open_bank(path: Union[str, os.PathLike, Sequence], *, chunk_rows: Optional[i
     chunk_rows = check_positive_int(chunk_rows, "chunk_rows")
     stamp = [(p, os.path.getsize(p), os.path.getmtime(p)) for p in store.paths]
     name = "hubnorm-bank-" + dask.base.tokenize(stamp, chunk_rows)
-    return da.from_array(store, chunks=(chunk_rows, store.shape[1]), name=name, lock=False, asarray=True, inline_array=True,
-                         fancy=False, meta=np.empty((0, 0), dtype=store.dtype))
+    # inline_array: the (small, picklable) store goes into each read task, which Dask fuses with the kernel
+    return da.from_array(store, chunks=(chunk_rows, store.shape[1]), name=name, lock=False, asarray=True,
+                         inline_array=True, fancy=False, meta=np.empty((0, 0), dtype=store.dtype))
 
 
 def save_bank_shards(blocks, folder: Union[str, os.PathLike], *, prefix: str = "bank") -> List[Path]:
@@ -317,7 +319,8 @@ def _as_bank(x, name, dim, chunk_bytes=DEFAULT_CHUNK_BYTES):
     if not np.issubdtype(x.dtype, np.floating):
         raise TypeError(f"{name} must hold floating-point values; got dtype {x.dtype}. Use {name}.astype('float32').")
     if x.shape[1] != dim:
-        raise ValueError(f"{name} has dimension {x.shape[1]} but the other embeddings have {dim}: use the same encoder for both")
+        raise ValueError(f"{name} has dimension {x.shape[1]} but the other embeddings have {dim}: "
+                         "use the same encoder for both")
     if len(x.chunks[1]) > 1:
         x = x.rechunk({1: -1})
     return x
