@@ -265,3 +265,13 @@ def test_exhausted_retries_raise_and_leave_unfitted(client, sharded, tmp_path):
     with pytest.raises(hn.NotFittedError):
         nnn.topk(targets, 3)
     client.wait_for_workers(2, timeout=120)
+
+
+def test_sinkhorn_early_stop_matches_in_process(client, sharded):
+    """``tol``: the distributed loop stops at the same iteration with the same offsets."""
+    queries, targets, bank, tbank, folder = sharded
+    make = lambda: hn.SinkhornNormalization(tau=0.01, n_iter=200, tol=1e-3, device="cpu")  # noqa: E731
+    ref = make().fit(targets, query_bank=bank)
+    got = make().fit(targets, query_bank=hd.open_bank(folder, chunk_rows=500))
+    assert 1 < ref.n_iter_ < 200 and got.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6, atol=1e-15)
