@@ -101,6 +101,33 @@ def test_open_bank_rejects_bad_stores(tmp_path):
     np.save(tmp_path / "b.npy", np.zeros((3, 5), np.float32))
     with pytest.raises(ValueError, match="share dimension"):
         hd.open_bank(tmp_path)
+    np.save(tmp_path / "c.npy", np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="must be 2-D"):
+        hd.NpyShards([tmp_path / "c.npy"])
+    np.save(tmp_path / "d.npy", np.zeros((3, 4), np.int32))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        hd.NpyShards([tmp_path / "d.npy"])
+    with pytest.raises(ValueError, match="nothing to write"):
+        hd.save_bank_shards([], tmp_path / "out")
+    with pytest.raises(ValueError, match="must be 2-D"):
+        hd.save_bank_shards([np.zeros(3)], tmp_path / "out")
+
+
+def test_bad_banks_are_rejected_before_any_work():
+    rng = np.random.default_rng(2)
+    targets = unit_rows(rng, 10, 4)
+    nnn = hn.NearestNeighborNormalization(k=2, device="cpu")
+    with pytest.raises(TypeError, match="query_bank must be a dask.array.Array"):
+        hd.fit_offsets(nnn, targets, 5)
+    with pytest.raises(TypeError, match="floating-point"):
+        hd.fit_offsets(nnn, targets, da.zeros((20, 4), dtype=np.int32, chunks=5))
+    with pytest.raises(ValueError, match="empty"):
+        hd.fit_offsets(nnn, targets, da.zeros((0, 4), chunks=5))
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        x = da.from_array(unit_rows(rng, 20, 4))
+        hd.fit_offsets(nnn, targets, x[x[:, 0] > 0])
+    with pytest.raises(ValueError, match="needs target_bank"):
+        hd.fit_offsets(hn.DualBankSinkhornNormalization(device="cpu"), targets, da.from_array(targets))
 
 
 # ------------------------------------------------------------------------------- on a 2-worker LocalCluster
