@@ -302,3 +302,18 @@ def test_sinkhorn_early_stop_matches_in_process(client, sharded):
     got = make().fit(targets, query_bank=hd.open_bank(folder, chunk_rows=500))
     assert 1 < ref.n_iter_ < 200 and got.n_iter_ == ref.n_iter_
     np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6, atol=1e-15)
+
+
+@pytest.mark.parametrize("make", [lambda: hn.InvertedSoftmax(tau=1e4, device="cpu"),
+                                  lambda: hn.SinkhornNormalization(tau=1e3, n_iter=5, device="cpu")],
+                         ids=["is-tau1e4", "sn-tau1e3"])
+def test_extreme_tau_uses_the_in_process_working_dtype(client, sharded, make):
+    """At a large tau the in-memory kernels switch float32 inputs to float64 arithmetic; so does the cluster."""
+    queries, targets, bank, tbank, _ = sharded
+    t32, b32 = targets.astype(np.float32), bank.astype(np.float32)
+    ref = make().fit(t32, query_bank=b32)
+    got = make().fit(t32, query_bank=da.from_array(b32, chunks=(400, -1)))
+    assert got.offsets.dtype == np.float32
+    np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6, atol=2 * EPS32 * np.abs(ref.offsets).max())
+    np.testing.assert_array_equal(_as_np(got.topk(queries.astype(np.float32), 10)[1]),
+                                  _as_np(ref.topk(queries.astype(np.float32), 10)[1]))

@@ -54,7 +54,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "hubnorm.distributed needs Dask: pip install 'dask[array]' distributed (the 'distributed' extra of hubnorm)"
     ) from exc
 
-from ._ops import DEFAULT_BLOCK_BYTES, iter_blocks, logsumexp_similarity, nnn_bias, topk_similarity
+from .kernels import (
+    DEFAULT_BLOCK_BYTES, PRECISION_TARGET, iter_blocks, logsumexp_similarity, nnn_bias, topk_similarity,
+    working_dtype,
+)
 from ._validation import as_embeddings, check_positive_int, resolve_device
 
 __all__ = ["fit_offsets", "open_bank", "save_bank_shards", "NpyShards", "SUPPORTED", "DEFAULT_CHUNK_BYTES",
@@ -228,11 +231,13 @@ def _lse_merge(x, axis, keepdims):
     return np.logaddexp.reduce(np.asarray(x, dtype=np.float64), axis=axis, keepdims=keepdims)
 
 
-def _k_lse(bank_blk, t_blk, *, scale, dtype, check, block_bytes):
-    """``logsumexp_b(scale * b . t)`` over this bank block per target: ``(1, n_t)`` float64 (IS)."""
+def _k_lse(bank_blk, t_blk, *, scale, dtype, work, check, block_bytes):
+    """``logsumexp_b(scale * b . t)`` over this bank block per target, computed in ``work``: ``(1, n_t, 1)``
+    float64 (IS)."""
     b = _block(bank_blk, dtype, check, "query_bank")
     t = _tensor(t_blk)
-    return logsumexp_similarity(t, b, scale, block_bytes=block_bytes).to(torch.float64).numpy()[None, :, None]
+    lse = logsumexp_similarity(t, b, scale, block_bytes=block_bytes, dtype=work)
+    return lse.to(torch.float64).numpy()[None, :, None]
 
 
 def _sub_rows(n_cols, itemsize, block_bytes):
@@ -248,7 +253,7 @@ def _k_sn_fused(bank_blk, t_blk, g, *, tau, log_a, dtype, check, block_bytes):
     ``g / tau``: ``LSE_i((S_ij + f_i) / tau) = LSE_i(x_ij + f_i / tau) - g_j / tau``.
     """
     b = _block(bank_blk, dtype, check, "query_bank")
-    t = _tensor(t_blk)
+    t = _tensor(t_blk).to(dtype)
     g_tau = _tensor(g).to(dtype) / tau
     acc = None
     for r0, r1 in iter_blocks(b.shape[0], _sub_rows(t.shape[0], t.element_size(), block_bytes)):
@@ -265,7 +270,7 @@ def _k_sn_fused(bank_blk, t_blk, g, *, tau, log_a, dtype, check, block_bytes):
 def _k_sn_rows(bank_blk, t_blk, g, *, tau, dtype, check, block_bytes):
     """Row half-step partial: ``LSE_{j in chunk}((S_ij + g_j) / tau)`` per bank row, ``(rows, 1)`` float64."""
     b = _block(bank_blk, dtype, check, "query_bank")
-    t = _tensor(t_blk)
+    t = _tensor(t_blk).to(dtype)
     g_tau = _tensor(g).to(dtype) / tau
     out = np.empty((b.shape[0], 1, 1), dtype=np.float64)
     for r0, r1 in iter_blocks(b.shape[0], _sub_rows(t.shape[0], t.element_size(), block_bytes)):
@@ -277,7 +282,7 @@ def _k_sn_rows(bank_blk, t_blk, g, *, tau, dtype, check, block_bytes):
 def _k_sn_cols(bank_blk, f, t_blk, *, tau, dtype, block_bytes):
     """Column half-step partial: ``LSE_{i in block}((S_ij + f_i) / tau)`` per target, ``(1, n_t)`` float64."""
     b = _block(bank_blk, dtype, None, "query_bank")
-    t = _tensor(t_blk)
+    t = _tensor(t_blk).to(dtype)
     f_tau = (_tensor(f).to(dtype) / tau)[:, None]
     acc = None
     for r0, r1 in iter_blocks(b.shape[0], _sub_rows(t.shape[0], t.element_size(), block_bytes)):
@@ -490,13 +495,22 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
             fitted["bank_radius_"] = top.mean(dim=1)
             fitted["offsets_"] = -0.5 * fitted["bank_radius_"]
     elif kind == "is":
+        # centred offsets -tau log mean_b exp(b.t / tau) (inverted_softmax_offsets), in the working dtype that
+        # kernels.log_mean_exp_similarity would choose for the whole bank
         tau = float(normalizer.tau)
+        smax = _max_norm(qb) * float(torch.linalg.vector_norm(t, dim=1).max())
+        log_m = math.log(max(2, qb.shape[0]))
+        work = working_dtype(dtype, (log_m + smax / tau) * tau, smax / tau)
+        if work is None:
+            raise ValueError(f"tau={tau:g} is too extreme to compute precisely with a bank of {qb.shape[0]} rows "
+                             f"(rounding or overflow even in float64): use tau <= "
+                             f"{PRECISION_TARGET / (2.0 ** -53 * log_m):.1e} and 1/tau below float64's range")
         parts = da.blockwise(
-            partial(_k_lse, scale=1.0 / tau, dtype=dtype, check=check, block_bytes=block_bytes), "ijd",
+            partial(_k_lse, scale=1.0 / tau, dtype=dtype, work=work, check=check, block_bytes=block_bytes), "ijd",
             qb, "id", _broadcast(t_np, trows), "jd", adjust_chunks={"i": 1, "d": 1}, dtype=np.float64,
             meta=np.empty((0, 0, 0), dtype=np.float64))
-        lse = torch.from_numpy(_compute(_lse_over_bank(parts, split_every)))
-        fitted["offsets_"] = -tau * lse.to(dtype)
+        lse = torch.from_numpy(_compute(_lse_over_bank(parts, split_every))).to(work)
+        fitted["offsets_"] = (-tau * (lse - math.log(qb.shape[0]))).to(dtype)
     elif kind == "dn":
         fitted.update(_dn(normalizer, t, qb, target_bank, d, check))
     else:
@@ -507,13 +521,28 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
             tb_t = as_embeddings(tb_np, "target_bank", device="cpu", dtype=dtype, check_normalized=check)
             cols = np.concatenate([t_np, tb_t.numpy()], axis=0)
         crows = _target_rows(cols.shape[0], d, t.element_size(), target_chunk_rows)
-        g, done = _sinkhorn(normalizer, qb, cols, crows, dtype, check, block_bytes, split_every)
-        g = torch.from_numpy(g)
+        # working dtype as in normalizers.sinkhorn._sinkhorn_dtype (float64 when float32 rounding of the
+        # ~tau log(m n) potentials would swamp the offsets)
+        tau = float(normalizer.tau)
+        smax = _max_norm(qb) * float(np.linalg.norm(cols, axis=1).max())
+        log_mn = math.log(max(2, qb.shape[0])) + math.log(max(2, cols.shape[0]))
+        work = working_dtype(dtype, tau * log_mn + smax, 2 * smax / tau)
+        if work is None:
+            raise ValueError(f"tau={tau:g} is too extreme for Sinkhorn normalization with a {qb.shape[0]} x "
+                             f"{cols.shape[0]} score matrix: use 1e-300 < tau <= "
+                             f"{PRECISION_TARGET / (2.0 ** -53 * log_mn):.1e} (the potentials would lose all "
+                             "precision or overflow even in float64)")
+        g, done = _sinkhorn(normalizer, qb, cols, crows, work, check, block_bytes, split_every)
+        g = torch.from_numpy(g).to(dtype)
         fitted["n_iter_"] = done
         n = t.shape[0]
         fitted["offsets_"] = g[:n].clone()
         if kind == "dbsn":
             fitted["bank_offsets_"] = g[n:].clone()
+    offsets = fitted["offsets_"]
+    if not bool(torch.isfinite(offsets).all()):
+        raise ValueError(f"{type(normalizer).__name__} gives non-finite offsets in {dtype}: a parameter is too "
+                         "extreme for this precision (see the method's docstring), or pass float64 embeddings")
     normalizer.targets_ = t.to(device)
     normalizer.device_ = device
     for key, value in fitted.items():
@@ -551,6 +580,11 @@ def _dn(norm, t, qb, target_bank, d, check):
         target_mean = mean(_as_bank(target_bank, "target_bank", d), "target_bank")
     offsets = -lam * (t @ query_mean) + lam * lam * (query_mean @ target_mean)
     return {"query_mean_": query_mean, "target_mean_": target_mean, "offsets_": offsets}
+
+
+def _max_norm(bank) -> float:
+    """Largest row norm of a Dask bank (one cheap pass; sets the working dtype like the in-memory kernels)."""
+    return float(_compute(da.sqrt((bank.astype(np.float64) ** 2).sum(axis=1)).max()))
 
 
 def _check_block(x, check, name):
