@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--targets", type=int, default=500)
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--chunk-mib", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
     args = ap.parse_args()
     if args.quick:
@@ -86,18 +87,22 @@ def main():
             try:
                 for name, make in methods.items():
                     make().fit(targets, query_bank=bank[: 2 * bank.chunks[0][0]])  # warm-up: imports, first allocations
-                    client.run(_reset_peak)
-                    before = client.run(_rss)
-                    t0 = time.perf_counter()
-                    fitted = make().fit(targets, query_bank=bank)
-                    wall = time.perf_counter() - t0
-                    after = client.run(_rss)
-                    peak = max(a["VmHWM"] for a in after.values())
-                    growth = max(after[w]["VmHWM"] - before[w]["VmRSS"] for w in after)
+                    walls, peak, growth = [], 0, 0
+                    for _ in range(args.repeats):  # the machine is shared: keep the fastest of a few runs
+                        client.run(_reset_peak)
+                        before = client.run(_rss)
+                        t0 = time.perf_counter()
+                        fitted = make().fit(targets, query_bank=bank)
+                        walls.append(time.perf_counter() - t0)
+                        after = client.run(_rss)
+                        peak = max(peak, max(a["VmHWM"] for a in after.values()))
+                        growth = max(growth, max(after[w]["VmHWM"] - before[w]["VmRSS"] for w in after))
+                    wall = min(walls)
                     offsets[(name, workers)] = fitted.offsets
                     flop = 2.0 * m * n * d
                     rows_out.append({
                         "method": name, "workers": workers, "wall_s": round(wall, 2),
+                        "wall_s_all_runs": " / ".join(f"{w:.2f}" for w in walls), "load_1min_after": round(os.getloadavg()[0], 2),
                         "peak_rss_per_worker_gb": round(peak / 1e9, 3),
                         "peak_growth_per_worker_gb": round(growth / 1e9, 3),
                         "bank_gb": round(bank_bytes / 1e9, 3), "chunk_mb": round(max(bank.chunks[0]) * d * 4 / 1e6, 1),
@@ -134,7 +139,7 @@ def main():
         f"({bank_bytes / 1e9:.2f} GB) stored as .npy shards on local disk and opened with "
         f"`hubnorm.distributed.open_bank` ({n_chunks} chunks of {args.chunk_mib} MiB; writing it took "
         f"{write_s:.0f} s). Dask LocalCluster, 1 thread per worker, memory limit {LIMIT} per worker: the bank "
-        f"does not fit one worker. Peak RSS is each worker's VmHWM (reset after a warm-up fit on two chunks); "
+        f"does not fit one worker. Wall time: the fastest of {args.repeats} runs (all runs listed). Peak RSS is each worker's VmHWM (reset after a warm-up fit on two chunks); "
         f"growth is that peak minus the worker's RSS just before the fit (a worker with torch imported starts "
         f"at about 0.75 GB).\n\n"
         f"Machine: {env}; load average at the end: {load_average()} (start {start_load}). The 2 cores were "

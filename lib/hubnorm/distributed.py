@@ -584,7 +584,14 @@ def _dn(norm, t, qb, target_bank, d, check):
 
 def _max_norm(bank) -> float:
     """Largest row norm of a Dask bank (one cheap pass; sets the working dtype like the in-memory kernels)."""
-    return float(_compute(da.sqrt((bank.astype(np.float64) ** 2).sum(axis=1)).max()))
+    norms = bank.map_blocks(_k_norm_max, dtype=np.float64, chunks=((1,) * len(bank.chunks[0]), (1,)),
+                            meta=np.empty((0, 0), dtype=np.float64))
+    return float(_compute(norms.max()))
+
+
+def _k_norm_max(x):
+    """Largest row norm of a chunk, computed like the in-memory kernels (``torch.linalg.vector_norm``)."""
+    return np.full((1, 1), float(torch.linalg.vector_norm(_tensor(x), dim=1).max()))
 
 
 def _check_block(x, check, name):
