@@ -466,7 +466,7 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
         split_every = check_positive_int(split_every, "split_every")
         if split_every < 2:
             raise ValueError(f"split_every must be >= 2 (the fan-in of the tree reduction); got {split_every}")
-    normalizer._validate_params()
+    normalizer.check_params()
     device = resolve_device(getattr(normalizer, "device", None))
     check = bool(getattr(normalizer, "check_normalized", True))
     t = as_embeddings(targets, "targets", device="cpu", check_normalized=check)
