@@ -456,3 +456,21 @@ def test_nnn_implementations_give_the_same_normalizer():
     plain = hn.NearestNeighborNormalization(alpha=0.6, k=8, device="cpu", implementation="plain").fit(T, query_bank=QB)
     np.testing.assert_allclose(fast.offsets, plain.offsets, atol=1e-6)
     np.testing.assert_array_equal(_order(fast.score(Q)), _order(plain.score(Q)))
+
+
+def test_faiss_nnn_with_too_few_probed_neighbours_is_never_silently_wrong():
+    """IVF lists holding fewer than k rows: the bias averages the neighbours found, with a warning (it used to
+    average -FLT_MAX padding into the bias)."""
+    pytest.importorskip("faiss")
+    from hubnorm import index
+    g = np.random.default_rng(3)
+    bank = g.normal(size=(400, 16)).astype(np.float32)
+    bank /= np.linalg.norm(bank, axis=1, keepdims=True)
+    targets = bank[:50] + 0.1 * g.normal(size=(50, 16)).astype(np.float32)
+    targets /= np.linalg.norm(targets, axis=1, keepdims=True)
+    idx = index.BankIndex(bank, nlist=64, seed=0, use_gpu=False, scan="faiss")
+    with pytest.warns(RuntimeWarning, match="fewer than k=32 bank neighbours"):
+        f = index.FaissNNN(alpha=1.0, k=32, bank_index=idx, nprobe=1, scan="faiss", use_gpu=False).fit(
+            targets, query_bank=bank)
+    assert f.incomplete_ > 0 and np.isfinite(f.offsets).all()
+    assert (f.offsets >= -1.0).all() and (f.offsets <= 1.0).all()  # an average of cosines, not of padding

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -494,7 +495,20 @@ class FaissNNN(NearestNeighborNormalization):
         self.scan_ = scan
         self.nprobe_ = idx.nprobe
         top = torch.from_numpy(top).to(device=targets.device, dtype=targets.dtype)
-        self.bias_ = nnn_bias(top, self.alpha)
+        found = top > -1e30  # probed lists with fewer than k rows pad with -inf (blas) or -FLT_MAX (faiss)
+        n_found = found.sum(dim=1)
+        self.incomplete_ = int((n_found < k).sum())
+        if self.incomplete_ == 0:
+            self.bias_ = nnn_bias(top, self.alpha)
+        else:
+            if bool((n_found == 0).any()):
+                raise ValueError(f"nprobe={self.nprobe_} finds no bank neighbour at all for {int((n_found == 0).sum())} "
+                                 f"target(s): raise nprobe (at most nlist={idx.nlist}) or leave it None to tune it")
+            warnings.warn(f"nprobe={self.nprobe_} finds fewer than k={k} bank neighbours for {self.incomplete_} of "
+                          f"{top.shape[0]} targets: their bias averages the neighbours found (raise nprobe for the "
+                          "full top-k)", RuntimeWarning, stacklevel=3)
+            total = torch.where(found, top, torch.zeros_like(top)).sum(dim=1)
+            self.bias_ = float(self.alpha) * total / n_found.to(top.dtype)
         self.offsets_ = -self.bias_
 
 
