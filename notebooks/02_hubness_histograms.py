@@ -198,6 +198,18 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
          f"{sk['Original']:.2f} > {sk['IS']:.2f} > {sk['SN']:.2f}")
 
 # %% [markdown]
+# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
+# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
+# pass.
+#
+# *"t2i, query-aware: skewness of N_10 falls raw > IS > SN".* Both remove nearly all of the raw skewness; the claim
+# then orders two numbers near zero, where a skewness over 1,000 targets has a standard error of roughly
+# $\sqrt{6/1000} \approx 0.08$. If max $N_{10}$ and the Robin Hood index also put IS ahead, IS really balances the
+# columns more tightly here (it normalises each image over exactly the queries that define $N_{10}$, and the hubs
+# are one global offset per image), while SN ranks better. *Discussion:* does the order hold over seeds and all
+# three statistics? (Solution: `solutions/02_hubness_histograms.py`, `exercise_2()`.)
+
+# %% [markdown]
 # **Notes.** NNN Table 3's "MAE" is the mean absolute deviation of the per-image counts from their expected value
 # (captions / images); hubnorm calls it `mad`. Its "Δ accuracy" row does not match the Table 1 deltas exactly in
 # the paper; we show our own R@1 difference. The similarity-matrix panels of DBSN Fig. 4 are not redrawn.

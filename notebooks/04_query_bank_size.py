@@ -207,6 +207,38 @@ nb.check("the test queries -> bank gap widens as the bank shrinks",
          f"{m.loc[(big, 'SN'), 'gap test queries->bank']:.2f} -> {m.loc[(small, 'SN'), 'gap test queries->bank']:.2f}")
 
 # %% [markdown]
+# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
+# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
+# pass. The default split is small: 1,500 caption queries (one t2i R@1 point is 15 queries, a 95% interval about ±2
+# points at 79%) and 300 image queries (one i2t point is 3 queries, about ±3 points at 93%).
+#
+# *"i2t: NNN beats the raw scores with every bank size".* With 300 image queries at an R@1 above 90% only a few
+# dozen queries fail at all, and each bank size is a single seeded draw: the line asks four differences of a few
+# queries each to share a sign. NNN also has less to fix here: caption targets get no pull of their own in the
+# generator (notebook 03). *Discussion:* count the queries NNN wins and loses at each bank size; how many test
+# images would a one-point gain need to be detectable? (Method: `solutions/01_main_results.py`, `exercise_1()`.)
+#
+# *"largest bank: DBSN beats IS (the order reverses)".* In the paper DBSN's target bank bridges a distribution gap
+# between the training-caption bank and the test gallery. The synthetic training and test splits are exchangeable
+# draws of one generator, so there is no gap beyond sampling and any difference is expected to be a few queries,
+# inside the noise (the bank draws reuse the same test queries, so averaging them does not shrink it). The largest
+# bank is also only 2.5× the test queries. *Discussion:* what would have to differ between training and test data
+# for DBSN's target bank to help? (Related: `solutions/04_query_bank_size.py`, `exercise_2()`.)
+#
+# *"largest bank: DBSN beats SN".* DBSN is SN with the training images appended as extra targets: each bank caption
+# must also send mass to them. That helps when they lie closer to the bank than the test gallery does; on
+# exchangeable splits they do not, and the extra columns mostly dilute the mass each test image receives. The PASS
+# line "DBSN narrows the bank → targets gap" cannot fail with this gap: adding targets can only bring each bank
+# caption's nearest target closer. *Discussion:* what gap measure would tell "more targets" from "better matched
+# targets"?
+#
+# *"IS is more skewed than SN and DBSN at the largest bank".* Over 300 test images a sample skewness has a standard
+# error of roughly $\sqrt{6/300} \approx 0.14$, so values a few hundredths apart are not ordered by the data; and
+# on this generator IS balances the columns about as tightly as SN (notebook 02). *Discussion:* with
+# `dbsn_seeds = [0, 1, 2, 3, 4, 5]`, how far do the skewness values move between bank draws (the band in panel b)
+# compared with the gaps between methods? (Related: `solutions/02_hubness_histograms.py`, `exercise_2()`.)
+
+# %% [markdown]
 # **Notes.** The paper's full Flickr30k query bank has 145k captions, so its 1/8 … 1/32 banks are larger than the
 # 5k test queries; here the full bank is `n_train_images × 5` captions — the dotted line in the figure marks
 # where the bank equals the test query count. Saved: `results/tables/04_*`, `results/figures/04_*.png`.

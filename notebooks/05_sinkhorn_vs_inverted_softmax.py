@@ -226,6 +226,43 @@ nb.check("SN: 10 iterations are as good as convergence (within 0.5 point)", abs(
          f"T=10 {i['T=10']:.2f}, converged {i['to convergence']:.2f}")
 
 # %% [markdown]
+# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
+# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
+# pass. With 5,000 caption queries one t2i R@1 point is 50 queries, a tenth of a point 5 queries, and a 95%
+# interval about ±1.3 points at 67%.
+#
+# *"t2i, query-aware: SN has the lowest skewness of N_10".* The same test split and comparison as in notebook 02:
+# both normalisers remove nearly all of the raw skewness, a skewness over 1,000 targets has a standard error of
+# roughly 0.08, and query-aware IS balances the columns as tightly as SN on a generator whose hubs are one global
+# offset per image. SN's advantage shows in R@1; compare the i2t line, whose targets are captions. *Discussion:* is
+# a skewness slightly below zero better than one slightly above? (Solution: `solutions/02_hubness_histograms.py`,
+# `exercise_2()`.)
+#
+# *"training banks: DBSN beats SN".* DBSN gains over SN when its target bank (training images) bridges a gap
+# between the query bank and the test gallery. The synthetic splits are exchangeable draws of one generator: the
+# extra columns have nothing to bridge and spread the bank's mass more thinly; a difference of a few queries either
+# way is what to expect. *Discussion:* design a change of the data, not of the methods, under which you would
+# expect DBSN to win: what would differ between the training and the test images?
+#
+# *"training banks: DBSN beats DualIS".* DualIS also uses both banks, as two inverted softmaxes, with fixed inverse
+# temperatures here (`dualis_params`, see the Notes: indicative). With one global offset per image and exchangeable
+# splits both recover nearly the same per-image offsets, and their order is decided by a handful of queries.
+# *Discussion:* does the paired 95% interval of their R@1 difference include zero? (Method:
+# `solutions/01_main_results.py`, `exercise_1()`.)
+#
+# *"training banks: DBSN beats IS".* In the paper IS suffers from the gap between its query bank and the test
+# gallery, which DBSN's second bank closes. Here IS has 10,000 training captions, twice the test queries, from the
+# same distribution, and its column normalisation estimates exactly the per-image offset that makes the generator's
+# hubs. *Discussion:* in notebook 04, at which bank sizes does IS lead DBSN, and does it ever fall clearly behind
+# on this data?
+#
+# *"DBSN: training banks beat validation banks".* The paper's training bank is about 29 times its validation bank
+# (145k against 5k Flickr30k captions); here the training split is only twice the validation split, and both banks
+# hold at least as many captions as there are test queries, where notebook 04 shows R@1 levelling off. A difference
+# of a few queries either way, or a tie, is then what to expect. *Discussion:* with
+# `synthetic_sizes = {"n_train_images": 10000}`, does the training bank pull ahead by more than the paired noise?
+
+# %% [markdown]
 # **Notes.** DualIS uses fixed inverse temperatures (`dualis_params`) here; the DBSN code weights the target-bank
 # term differently (temperature 0.02, weight 0.01), so DualIS numbers are indicative. Saved:
 # `results/tables/05_*`, `results/figures/05_*.png`.

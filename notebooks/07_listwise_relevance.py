@@ -262,6 +262,18 @@ nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)"
          all(e < 1 for t, e in zip(sorted(taus, reverse=True), errs) if t < 0.01))
 
 # %% [markdown]
+# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
+# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
+# pass.
+#
+# *"adding S-NDCG to the triplet loss raises RSUM".* The run shows the mechanics, not whether listwise training
+# helps a model learn graded relevance. Almost no non-ground-truth pair of the synthetic relevance is highly
+# relevant (§1), so S-NDCG has little beyond the positive to teach and adds a blurrier pull on it (§4); and a
+# linear adapter on frozen embeddings after 150 small steps (triplet alone moves RSUM by a point or two) is far
+# from VSE++ trained end to end. *Discussion:* do the NDCG rows of the delta table move with R@K or against it? Is
+# the sign stable over other `seed` values? (Related: `solutions/07_listwise_relevance.py`, `exercise_3()`.)
+
+# %% [markdown]
 # ## What we learned
 #
 # * **NDCG next to R@K.** NDCG@K stays well below 100 even where R@K is near 100: the rest of the top K is judged by

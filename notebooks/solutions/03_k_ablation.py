@@ -48,12 +48,14 @@ def exercise_2(ks=(16, 32, 64, 128, 256, 512), alpha: float = 0.75, n_boot: int 
     """Is "R@1 is flat in k" a claim this data can test for image->text? (the DIFFERS line of notebook 03)
 
     Answer. Image->text has one query per test image (1000 in notebook 03, 500 here), so one query is 0.1 (0.2)
-    R@1 points and R@1 sits above 90%: only a few dozen queries are ever in play. Between two values of k, a
-    dozen or so queries change outcome in both directions, and the R@1 range over k is a handful of queries —
-    comparable to the paired bootstrap noise of a difference between two k values (computed below). A fixed
-    "range <= 1 point" threshold is then decided by sampling noise: with 1000 queries a range of 1.4 points is 14
-    queries. Text->image, with five times more queries, gives a stable answer. To test flatness properly,
-    compare the range with the paired noise, or use more queries (real COCO: 5000 images).
+    R@1 points. Between two values of k a few dozen queries change outcome, and the R@1 range over k is a few
+    dozen queries: compare it with the paired bootstrap noise of the difference between two k values (computed
+    below). Two things add up: sampling noise (a fixed "range <= 1 point" threshold is 10 queries), and a real
+    drift: the captions' hubness on this data is partly *local* (it follows a caption's nearest images, not the
+    bank as a whole), and with a large k the mean covers much of a small bank, so NNN approaches DN and loses
+    queries it won at k = 16 (the outcome changes mostly in one direction). Text->image, with five times more
+    queries and global image hubness, gives a stable answer. To tell the two apart, compare the range with the
+    paired noise, repeat over seeds, or enlarge the bank (bank_fraction = 1.0).
     """
     task = _tasks()["i2t"]
     won = {k: hn.positive_ranks(task.fit(hn.NearestNeighborNormalization(alpha=alpha, k=k)), task.positives,
@@ -70,8 +72,9 @@ def exercise_2(ks=(16, 32, 64, 128, 256, 512), alpha: float = 0.75, n_boot: int 
            "R@1 range over k": max(r1.values()) - min(r1.values()),
            f"queries whose outcome differs from k={ks[0]}": changed,
            f"paired bootstrap sd of R@1(k={ks[-1]}) - R@1(k={ks[0]})": float(np.std(diffs))}
-    # regression check: on this data the whole k-range stays within 2 points (threshold set after seeing 0.8)
-    assert out["R@1 range over k"] < 2.0, out
+    # regression check: on this data the whole k-range stays within 5 points (threshold set after seeing the
+    # numbers of the i2t-calibrated generator; a range near 0 or above 5 means the generator changed)
+    assert out["R@1 range over k"] < 5.0, out
     return out
 
 
