@@ -24,8 +24,8 @@ import torch
 
 from .._validation import resolve_device
 from .cache import normalize_pretrained
+from .encoder_options import PRECISIONS, default_device  # noqa: F401 (re-exported)
 
-PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16")
 ENCODER_FAMILIES = ("open_clip", "blip")
 #: open_clip model configs shipped with hubnorm (test architectures), registered on first use.
 HUBNORM_OPEN_CLIP_CONFIGS = Path(__file__).resolve().parent / "model_configs"
@@ -72,10 +72,6 @@ def get_encoder(model: str, pretrained: Optional[str] = None, *, family: Optiona
 def _register_hubnorm_configs(open_clip, name: str) -> None:
     if name.startswith("hubnorm-") and name not in open_clip.list_models():
         open_clip.add_model_config(HUBNORM_OPEN_CLIP_CONFIGS)
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class _ImageFiles(torch.utils.data.Dataset):

@@ -65,7 +65,7 @@ class BlipItcEncoder:
     def __init__(self, model: str, pretrained: Optional[str] = "hf", *, device: Optional[str] = None,
                  precision: str = "fp32", batch_size: int = 64, num_workers: int = 0, progress: bool = True,
                  seed: int = 0, max_length: int = BLIP_MAX_LENGTH):
-        from .encode import PRECISIONS, default_device
+        from .encoder_options import PRECISIONS, default_device
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
         if isinstance(batch_size, bool) or int(batch_size) < 1:

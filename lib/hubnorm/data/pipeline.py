@@ -17,9 +17,7 @@ from .annotations import CaptionSplit, load_captions
 from .paths import PathLike, images_dir
 from .registry import check_split, dataset_info
 
-#: model name and key source of rehearsal caches (``python -m hubnorm.data rehearse``)
-REHEARSAL_MODEL = "synthetic-rehearsal"
-REHEARSAL_SOURCE = "synthetic-rehearsal"
+from .rehearse import REHEARSAL_MODEL, REHEARSAL_SOURCE, rehearsal_meta  # noqa: F401 (re-exported)
 
 
 def rehearse_hint(dataset: str) -> str:
@@ -241,7 +239,6 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
             "precision": first["key"].get("precision"), "versions": first["key"].get("versions"),
             "cache_dir": str(_cache.entry_dir(dataset, model, pretrained, "x", cache_dir).parent)}
     if first["key"].get("source") == REHEARSAL_SOURCE:
-        from .rehearse import rehearsal_meta
         meta.update(rehearsal_meta(first))
         return EmbeddingDataset(name=f"synthetic-rehearsal-{dataset}", source="synthetic", splits=out, meta=meta)
     return EmbeddingDataset(name=dataset, source="real", splits=out, meta=meta)

@@ -26,7 +26,10 @@ import numpy as np
 
 from . import cache as _cache
 from .paths import PathLike, cache_root
-from .pipeline import REHEARSAL_MODEL, REHEARSAL_SOURCE
+
+#: model name and key source of rehearsal caches (``python -m hubnorm.data rehearse``)
+REHEARSAL_MODEL = "synthetic-rehearsal"
+REHEARSAL_SOURCE = "synthetic-rehearsal"
 
 #: Karpathy split sizes (images, captions) of the paper profiles (data/registry.py; COCO train = train + restval,
 #: captions = all 616,767 COCO 2014 captions minus the 2 x 25,010 of val and test).
