@@ -184,7 +184,9 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run = notebook.setup("07", seed=3, threads=None)
+    import torch
+    before = torch.get_num_threads()
+    run = notebook.setup("07", seed=3, threads=before)
     assert run.prefix == "07" and run.seed == 3
     fig, ax = plt.subplots()
     ax.plot([0, 1])
@@ -196,6 +198,9 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
         notebook.setup("")
     with pytest.raises(TypeError, match="seed"):
         notebook.setup("01", seed="0")
+    monkeypatch.setenv("HUBNORM_THREADS", "many")
+    with pytest.raises(ValueError, match="HUBNORM_THREADS"):
+        notebook.setup("01")
 
 
 def test_published_files_have_the_columns():

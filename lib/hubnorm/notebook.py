@@ -61,10 +61,11 @@ class Run:
         return time.perf_counter() - self.started
 
 
-def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = 2,
+def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = None,
           style: str = "whitegrid") -> Run:
-    """Seed numpy and torch, pin torch to ``threads`` threads, quiet library warnings, set the seaborn theme and
-    show figures inline. ``prefix`` is the notebook's number (figures and tables are saved under it)."""
+    """Seed numpy and torch, pin torch to ``threads`` threads (default: ``$HUBNORM_THREADS``, else 2), quiet
+    library warnings, set the seaborn theme and show figures inline. ``prefix`` is the notebook's number
+    (figures and tables are saved under it)."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be the notebook's number as a string, e.g. '01'; got {prefix!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -73,6 +74,11 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
         raise ValueError(f"dtype must be 'float32' or 'float64'; got {dtype!r}")
     np.random.seed(int(seed))
     torch.manual_seed(int(seed))
+    if threads is None:
+        env = os.environ.get("HUBNORM_THREADS", "2")
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"HUBNORM_THREADS must be a positive integer; got {env!r}")
+        threads = int(env)
     if threads:
         torch.set_num_threads(int(threads))
     for category in (FutureWarning, DeprecationWarning):
