@@ -183,3 +183,16 @@ def test_dual_sweep_engine_equals_reference(small_tasks, method, metric):
     cols = ["beta_query", "beta_target", "R@1", "R@5", "R@10", "MdR"] + (["MnR"] if metric == "MnR" else [])
     _same_tables(ref.table, fast.table, cols)
     assert fast.best_params == ref.best_params
+
+
+@pytest.mark.parametrize("method", ["dualis", "dualdis"])
+def test_dual_sweep_engine_equals_reference_in_float64(small_tasks, method):
+    """float64 inputs share one log-mean-exp pass per (bank, beta) across points: still the reference's numbers."""
+    t = small_tasks["t2i"]
+    f64 = lambda x: hn.l2_normalize(x.astype(np.float64))  # noqa: E731
+    task = hn.RetrievalTask(f64(t.queries), f64(t.targets), t.positives, query_bank=f64(t.query_bank),
+                            target_bank=f64(t.target_bank), direction="t2i")
+    grid = {"beta_query": [10.0, 50.0], "beta_target": [0.0, 1.0, 50.0]}
+    ref = hn.grid_search(method, task, grid, engine="reference")
+    fast = hn.grid_search(method, task, grid)
+    _same_tables(ref.table, fast.table, ["beta_query", "beta_target", "R@1", "R@5", "R@10", "MdR"])

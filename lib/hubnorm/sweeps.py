@@ -263,14 +263,28 @@ def dual_grid_table(task: RetrievalTask, method: str, betas_query: Sequence[floa
     item = t.element_size()
     cq = {} if t.shape[0] * qb.shape[0] * item <= SWEEP_CACHE_BYTES else None
     ct = {} if t.shape[0] * tb.shape[0] * item <= SWEEP_CACHE_BYTES else None
+    # exactly DualInvertedSoftmax._term for every point, on similarity blocks shared by every point. The centred
+    # log-mean-exp depends on the point's total beta only through the working dtype it picks; for float64 inputs
+    # that is always float64, so one pass per (bank, beta) serves every point (checked with the smallest total,
+    # the strictest precision test); float32 inputs get one pass per (bank, beta, total).
+    exact64 = t.dtype == torch.float64
+    memo = {}
+
+    def lme(bank, beta, total, cache, name):
+        key = (name, beta) if exact64 else (name, beta, total)
+        if key not in memo:
+            unit = min(float(n.beta_query) + float(n.beta_target) for n in norms
+                       if float(getattr(n, name)) == beta) if exact64 else total
+            memo[key] = log_mean_exp_similarity(t, bank, beta, block_bytes=ref.block_bytes, unit=unit,
+                                                name=f"{name}={beta:g}", cache=cache)
+        return memo[key]
+
     hq, hr = [], []
-    for n in norms:  # exactly DualInvertedSoftmax._term, on similarity blocks shared by every point
+    for n in norms:
         bq, bt = float(n.beta_query), float(n.beta_target)
         total = bq + bt
-        for bank, beta, cache, out, name in ((qb, bq, cq, hq, "beta_query"), (tb, bt, ct, hr, "beta_target")):
-            lme = log_mean_exp_similarity(t, bank, beta, block_bytes=n.block_bytes, unit=total,
-                                          name=f"{name}={beta:g}", cache=cache)
-            out.append((-lme / total).to(t.dtype))
+        hq.append((-lme(qb, bq, total, cq, "beta_query") / total).to(t.dtype))
+        hr.append((-lme(tb, bt, total, ct, "beta_target") / total).to(t.dtype))
     if method == "dualis":
         rows = _evaluate_offsets(task, torch.stack([a + b for a, b in zip(hq, hr)]), metric_ks, full, ref.chunk_size,
                                  device, ref.check_normalized)
