@@ -202,7 +202,7 @@ def logsumexp_similarity(
     b_shift: Optional[torch.Tensor] = None,
     block_bytes: Optional[int] = None,
     dtype: Optional[torch.dtype] = None,
-    _cache: Optional[dict] = None,
+    shared_blocks: Optional[dict] = None,
 ) -> torch.Tensor:
     """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
 
@@ -210,7 +210,8 @@ def logsumexp_similarity(
     Stable for any ``scale`` (it never exponentiates a score without subtracting the running maximum), but its
     magnitude ``~ log(len(b))`` limits the absolute precision: see :func:`log_mean_exp_similarity`.
     ``dtype``: compute every block in this dtype (each block of ``a`` and ``b`` is cast; default the input's).
-    ``_cache`` (private, used by ``hubnorm.sweeps``): a dict that keeps the raw similarity blocks, so that
+    ``shared_blocks``: a dict that keeps the raw similarity blocks across calls (the temperature sweeps of
+    :func:`hubnorm.grid_search`), so that
     several scales reuse one GEMM pass with bit-identical results.
     """
     n_a, n_b = a.shape[0], b.shape[0]
@@ -221,14 +222,14 @@ def logsumexp_similarity(
     for a0, a1 in iter_blocks(n_a, ra):
         acc = None
         for b0, b1 in iter_blocks(n_b, rb):
-            if _cache is None:
+            if shared_blocks is None:
                 s = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
                 s.mul_(scale)
             else:
                 key = (a0, b0) if dtype is None else (a0, b0, dt)
-                raw = _cache.get(key)
+                raw = shared_blocks.get(key)
                 if raw is None:
-                    raw = _cache[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
+                    raw = shared_blocks[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
                 s = torch.mul(raw, scale)
             if b_shift is not None:
                 s.add_(b_shift[b0:b1])
@@ -273,7 +274,7 @@ def log_mean_exp_similarity(
     if scale == 0.0:
         return torch.zeros(a.shape[0], dtype=a.dtype, device=a.device)
     work = _log_mean_exp_dtype(a, b, abs(scale), abs(scale) if unit is None else abs(float(unit)), name)
-    lse = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=work, _cache=cache)
+    lse = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=work, shared_blocks=cache)
     return lse - math.log(n_b)
 
 

@@ -225,7 +225,7 @@ def tau_grid_table(task: RetrievalTask, method: str, taus: Sequence[float], *,
         for norm in norms:
             _, g, _ = sinkhorn_potentials(qb, cols, float(norm.tau), int(norm.n_iter), norm.tol,
                                           block_bytes=norm.block_bytes, cache_bytes=norm.cache_bytes,
-                                          cache_dtype=norm.cache_dtype, _cache=shared)
+                                          cache_dtype=norm.cache_dtype, shared_blocks=shared)
             H.append(g[: t.shape[0]].clone())
     else:
         raise ValueError(f"tau_grid_table supports 'is', 'sn' and 'dbsn'; got {method!r}")

@@ -51,7 +51,7 @@ def sinkhorn_potentials(
     block_bytes: Optional[int] = None,
     cache_bytes: Optional[int] = DEFAULT_CACHE_BYTES,
     cache_dtype: Optional[torch.dtype] = None,
-    _cache: Optional[dict] = None,
+    shared_blocks: Optional[dict] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, int]:
     """Log-domain Sinkhorn on ``S = bank @ targets.T`` with uniform marginals.
 
@@ -65,6 +65,9 @@ def sinkhorn_potentials(
     maximum (the entries that dominate a log-sum-exp are the ones near 0, where 16-bit floats are finest) and
     all arithmetic stays in float32, but the offsets then carry the storage rounding (about 1e-5 to 1e-4 for
     float16 at tau = 0.01, 8x more for bfloat16): use it when the float32 GEMM per iteration is too slow.
+    ``shared_blocks``: a dict kept across calls on the same bank and targets (the temperature sweeps of
+    :func:`hubnorm.grid_search`): the blocks are always kept there and reused, with results bit-identical to a
+    call that caches them itself.
 
     Per block and iteration (one pass): ``x = (S + g) / tau`` (fused into the GEMM), ``E = exp(x - rowmax)``;
     the row sums give ``f``, and since ``exp((S_ij + f_i) / tau) = E_ij w_i exp(-g_j / tau)`` with
@@ -78,8 +81,8 @@ def sinkhorn_potentials(
     blocks = list(iter_blocks(m, rows))
     store = bank.dtype if cache_dtype is None else cache_dtype
     item = torch.empty((), dtype=store).element_size()
-    cache = {} if _cache is None else _cache
-    keep = _cache is not None or (cache_bytes is not None and m * n * item <= cache_bytes)
+    cache = {} if shared_blocks is None else shared_blocks
+    keep = shared_blocks is not None or (cache_bytes is not None and m * n * item <= cache_bytes)
     shifted = store in (torch.float16, torch.bfloat16)
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
     g = torch.zeros(n, dtype=work, device=bank.device)
