@@ -40,9 +40,9 @@ def main():
                  f"Synthetic flickr30k embeddings with the Karpathy split sizes (val 1,014 images / 5,070 captions, "
                  f"bank 20% of 29,000 training images), float64 as in the notebooks; data generation {t_data:.0f} s "
                  f"(not counted).", rows,
-                 ["NNN: 11 alphas x 10 ks (App. B1) through the one-pass sweep engine; DN, DualIS and DualDIS have "
-                  "no sweep and use the reference loop (4 and 16 points).",
-                  "The machine was shared with other jobs while this ran: the times are upper bounds."])
+                 ["NNN (11 alphas x 10 ks, App. B1), DualIS and DualDIS (4 x 4 betas) run through the one-pass sweep engine; DN (4 points) "
+                  "has no sweep (its per-query term changes the floating-point sum) and uses the reference loop.",
+                  "Load average at start in the environment line: the 2 cores may have been shared, so the times are upper bounds."])
 
 
 if __name__ == "__main__":
