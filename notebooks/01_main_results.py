@@ -48,7 +48,7 @@ cross_source: str = "auto"  # reference bank from another dataset (NNN Table 2):
 cross_sizes: dict = {"n_train_images": 5000, "n_test_images": 1}  # sizes of the cross-dataset source when it is synthetic
 cross_seed: int = 1  # seed of a synthetic cross-dataset source: another seed draws other topics and images
 cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
-model: str = "CLIP"  # published NNN rows to show beside ours: "CLIP", "SigLIP", "BLIP", ...
+model: str = "auto"  # published NNN rows beside ours: "auto" follows the embeddings (CLIP for synthetic data), or "CLIP", "SigLIP", "BLIP ft. COCO", ...
 dataset = None  # published dataset "flickr30k" or "coco"; None reads it from source
 directions: list = ["t2i", "i2t"]
 seed: int = 0
@@ -77,6 +77,7 @@ run = nb.setup("01", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn t
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 dataset = dataset or pr.dataset_key(source, ds)
 label = pr.run_label(ds)
+model = pr.published_model(ds, model)  # the published rows follow the embeddings' model
 bank = pr.reference_split(ds, "train", bank_fraction, seed=seed)
 val_tasks = pr.make_tasks(ds.split("val"), bank, directions=directions)
 test_tasks = pr.make_tasks(ds.split("test"), bank, directions=directions)

@@ -39,8 +39,8 @@
 source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
 synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-model: str = "CLIP"  # NNN Table 3 rows ("CLIP", "BLIP")
-dbsn_model: str = "zs CLIP"  # DBSN Table 5 row
+model: str = "auto"  # NNN Table 3 rows: "auto" follows the embeddings, or "CLIP", "BLIP"
+dbsn_model: str = "auto"  # DBSN Table 5 row: "auto" follows the embeddings, or "zs CLIP", "ft CLIP"
 dataset = None  # "flickr30k" / "coco"; None: read from `source`
 directions: list = ["t2i", "i2t"]
 seed: int = 0
@@ -65,6 +65,8 @@ run = nb.setup("02", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn t
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 dataset = dataset or pr.dataset_key(source, ds)
 label = pr.run_label(ds)
+model = pr.published_model(ds, model)
+dbsn_model = pr.published_model(ds, dbsn_model, paper="dbsn")
 test = ds.split("test")
 bank = pr.reference_split(ds, "train", bank_fraction, seed=seed)
 tasks = pr.make_tasks(test, bank, directions=directions)

@@ -35,7 +35,7 @@
 source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
 synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-model: str = "CLIP"  # published rows of Tables A3/A4
+model: str = "auto"  # published rows of Tables A3/A4: "auto" follows the embeddings, or a published name
 directions: list = ["t2i", "i2t"]
 seed: int = 0
 bank_fraction: float = 0.2
@@ -60,6 +60,7 @@ run = nb.setup("03", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn t
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 label = pr.run_label(ds)
+model = pr.published_model(ds, model)
 bank = pr.reference_split(ds, "train", bank_fraction, seed=seed)
 test_tasks = pr.make_tasks(ds.split("test"), bank, directions=directions)
 val_tasks = pr.make_tasks(ds.split("val"), bank, directions=directions)

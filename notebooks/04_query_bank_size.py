@@ -47,7 +47,7 @@
 source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
 synthetic_sizes: dict = {"n_train_images": 3000, "n_test_images": 300}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-model: str = "CLIP"  # published rows of Tables A12-A15
+model: str = "auto"  # published rows of Tables A12-A15: "auto" follows the embeddings, or a published name
 dataset = None  # "flickr30k" / "coco"; None: read from `source`
 directions: list = ["t2i", "i2t"]
 seed: int = 0
@@ -74,6 +74,7 @@ run = nb.setup("04", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn t
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 dataset = dataset or pr.dataset_key(source, ds)
 label = pr.run_label(ds)
+model = pr.published_model(ds, model)
 test = ds.split("test")
 
 # %% tags=["nbval-check-output"]

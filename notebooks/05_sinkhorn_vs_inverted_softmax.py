@@ -54,7 +54,7 @@
 source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
 synthetic_sizes: dict = {"n_train_images": 2000}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-model: str = "zs CLIP"  # DBSN rows ("zs CLIP", "ft CLIP", "zs ALBEF")
+model: str = "auto"  # DBSN rows: "auto" follows the embeddings, or "zs CLIP", "ft CLIP", "zs ALBEF"
 dataset = None  # "flickr30k" / "coco"; None: read from `source`
 directions: list = ["t2i", "i2t"]
 seed: int = 0
@@ -82,6 +82,7 @@ run = nb.setup("05", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn t
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 dataset = dataset or pr.dataset_key(source, ds)
 label = pr.run_label(ds)
+model = pr.published_model(ds, model, paper="dbsn")
 test = ds.split("test")
 taus = taus or ([0.005, 0.01, 0.015, 0.02, 0.025] if fast else [0.005 + 0.0025 * i for i in range(9)])
 

@@ -17,7 +17,8 @@ def strip(nb):
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)
     nb.metadata.get("kernelspec", {})["display_name"] = "Python 3"
-    for cell in nb.cells:
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:03d}"  # stable ids: a refresh with unchanged cells changes no id
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.cell_type != "code":

@@ -211,3 +211,17 @@ def test_published_files_have_the_columns():
         assert list(df.columns) == PUBLISHED_COLUMNS
         assert df["value"].notna().all()
         assert not df.duplicated(["paper", "table", "model", "dataset", "direction", "setting", "method", "metric"]).any()
+
+
+def test_published_model_follows_the_embeddings(ds, capsys):
+    assert ex.published_model(ds, "auto") == "CLIP"                 # synthetic: calibrated to CLIP ViT-B/32
+    assert ex.published_model(ds, "auto", paper="dbsn") == "zs CLIP"
+    assert ex.published_model(ds, "SigLIP") == "SigLIP"             # an explicit name is kept
+    real = EmbeddingDataset(name="x", source="real", splits=ds.splits, meta={"model": "ViT-B-16-SigLIP",
+                                                                           "pretrained": "webli"})
+    assert ex.published_model(real, "auto") == "SigLIP"
+    real.meta = {"model": "openai/clip-vit-base-patch32"}
+    assert ex.published_model(real, "auto") == "CLIP"
+    real.meta = {"model": "my-own-model"}
+    assert ex.published_model(real, "auto") is None
+    assert "report no rows for the model 'my-own-model'" in capsys.readouterr().out

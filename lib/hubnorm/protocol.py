@@ -30,7 +30,8 @@ from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
 from .selection import PAPER_GRIDS, grid_search, holdout_split
 
 __all__ = [
-    "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "cross_dataset_source",
+    "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
+    "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_and_evaluate", "note", "method_items", "params_for",
 ]
@@ -118,6 +119,34 @@ def dataset_key(source: str, ds: Optional[EmbeddingDataset] = None) -> str:
     if "coco" in text:
         return "coco"
     return ds.name if ds is not None else source
+
+
+def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
+    """The ``model`` column of the published tables to show beside this run.
+
+    ``"auto"`` follows the embeddings: synthetic data (calibrated to zero-shot CLIP ViT-B/32) and real CLIP
+    ViT-B/32 give "CLIP" ("zs CLIP" in the DBSN tables, ``paper="dbsn"``), SigLIP and BLIP caches their
+    published names (:func:`hubnorm.data.models.published_model_name`); a model the papers did not report gives
+    None (no published rows) and a note. Any other value is returned as given.
+    """
+    if model != "auto":
+        return model
+    if is_synthetic(ds):
+        name = "CLIP"
+    else:
+        from .data.models import published_model_name
+
+        enc = str(ds.meta.get("model") or "")
+        name = published_model_name(enc, ds.meta.get("pretrained")) if enc else None
+        if name is None and ("clip-vit-base-patch32" in enc.lower() or enc.lower().startswith("vit-b-32")):
+            name = "CLIP"
+        if name is None:
+            note(f"the papers report no rows for the model {enc or '(unknown)'!r}: no published numbers are shown "
+                 "(pass model='CLIP' or another published name to compare anyway)")
+            return None
+    if paper == "dbsn":
+        return {"CLIP": "zs CLIP"}.get(name)
+    return name
 
 
 def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> Optional[str]:
