@@ -25,6 +25,7 @@
 # unless --keep-going; exits non-zero naming the failed notebooks. --only NAME runs the notebooks whose file name
 # contains NAME (e.g. --only 03 or --only hubness). --quiet: summary lines only.
 set -uo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")"
 
 profile=default
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --quiet) quiet=1; shift ;;
     --source) own_source="${2:?--source needs a value}"; shift 2 ;;
     --source=*) own_source="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,7 +57,11 @@ case "$profile" in
     params=""
     results="results"
     if [ -n "$own_source" ]; then
-      params="{source: '$own_source', cross_source: null}"
+      case "$own_source" in  # a relative local: folder is relative to where run_all.sh was called from
+        local:/*) ;;
+        local:*) own_source="local:$caller_dir/${own_source#local:}" ;;
+      esac
+      params=$(.venv/bin/python -c 'import json, sys; print(json.dumps({"source": sys.argv[1], "cross_source": None}))' "$own_source")
       results="results/own"
       export HUBNORM_FORBID_SYNTHETIC=1
     fi ;;
@@ -70,7 +75,7 @@ case "$profile" in
     ds=${profile#rehearse-}
     other=$([ "$ds" = coco ] && echo flickr30k || echo coco)
     for d in "$ds" "$other"; do
-      echo "run_all.sh: rehearsal cache for $d (written once; --force in the command below rewrites it)"
+      echo "run_all.sh: rehearsal cache for $d (written once; 'python -m hubnorm.data rehearse --profile paper-$d --force' rewrites it)"
       .venv/bin/python -m hubnorm.data rehearse --profile "paper-$d" || { echo "run_all.sh: rehearse failed" >&2; exit 1; }
     done
     params="{source: 'cache:$ds:synthetic-rehearsal:seed0', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
@@ -78,6 +83,10 @@ case "$profile" in
   *)
     echo "run_all.sh: unknown profile '$profile' (default, paper-coco, paper-flickr30k, rehearse-coco, rehearse-flickr30k)" >&2; exit 2 ;;
 esac
+if [ -n "$own_source" ] && [ "$profile" != default ]; then
+  echo "run_all.sh: --source runs the default profile on your data; it cannot be combined with --profile $profile" >&2
+  exit 2
+fi
 export HUBNORM_RESULTS="$PWD/$results"
 out="$results/notebooks"
 mkdir -p "$out"
@@ -96,6 +105,7 @@ skip_reason() {
   esac
 }
 skipped=0
+ran=0
 for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
   if [ -n "$only" ] && [[ "$name" != *"$only"* ]]; then continue; fi
@@ -106,13 +116,14 @@ for nb in "${notebooks[@]}"; do
     continue
   fi
   t0=$(date +%s)
+  ran=$((ran + 1))
   log="$out/$name.log"
   nb_params="{}"
   if [ -n "$params" ]; then  # only the parameters this notebook declares (no "unknown parameter" warnings)
     nb_params=$(.venv/bin/python scripts/notebook_params.py "$nb" "$params") || { echo "run_all.sh: bad parameters" >&2; exit 2; }
   fi
   printf '%s: running (log: %s)\n' "$name" "$log"
-  if [ $quiet -eq 1 ]; then
+  if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1; then  # no GNU stdbuf (macOS): summary lines only
     .venv/bin/python -m papermill -k python3 --cwd notebooks --no-progress-bar -y "$nb_params" "$nb" \
       "$out/$name.ipynb" >"$log" 2>&1
     rc=$?
@@ -134,6 +145,10 @@ for nb in "${notebooks[@]}"; do
   fi
 done
 echo "run_all.sh: total $(( $(date +%s) - start_all ))s"
+if [ -n "$only" ] && [ $ran -eq 0 ] && [ $skipped -eq 0 ]; then
+  echo "run_all.sh: no notebook matches --only $only" >&2
+  exit 2
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "run_all.sh: FAILED notebook(s): ${failed[*]}" >&2
   exit 1

@@ -19,6 +19,9 @@ def main(nb_path: str, params_yaml: str) -> int:
         return 2
     declared = set(pm.inspect_notebook(nb_path))
     kept = {k: v for k, v in params.items() if k in declared}
+    dropped = sorted(set(params) - declared)
+    if dropped:
+        print(f"note: {nb_path} does not declare {dropped}: not passed to it", file=sys.stderr)
     print(json.dumps(kept))
     return 0
 

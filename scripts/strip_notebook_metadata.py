@@ -10,7 +10,7 @@ import sys
 
 import nbformat
 
-_PATH = re.compile(r"(/(?:home|Users|root|tmp|work|private|var|opt)/[\w.+-]+)+/?")
+_PATH = re.compile(r"(/(?:home|Users|root|tmp|work|private|var|opt|mnt|data|srv|scratch)/[\w.+-]+)+/?")
 
 
 def strip(nb):
@@ -30,6 +30,10 @@ def strip(nb):
                 continue  # progress bars and library chatter: the reader sees them live, not in the file
             if out.get("output_type") == "stream":
                 out["text"] = _PATH.sub("<path>/", out["text"])
+            for mime in ("text/plain", "text/html", "text/markdown"):
+                if mime in out.get("data", {}):
+                    data = out["data"][mime]
+                    out["data"][mime] = _PATH.sub("<path>/", data if isinstance(data, str) else "".join(data))
             kept.append(out)
         cell["outputs"] = kept
     return nb

@@ -58,14 +58,14 @@ def test_params_per_direction_and_k_clamped_to_the_bank_with_a_note(ds, capsys):
     assert "NOTE: the reference bank has only 6 images" in capsys.readouterr().out
     df = ex.run_methods(tasks, ["nnn"], {"t2i": {"nnn": {"k": 2}}, "i2t": {"nnn": {"k": 512}}}, show_progress=False)
     assert list(df["params"]) == ["k=2", "k=6"]
-    assert "k=512 is larger than the query bank (6); using k=6" in capsys.readouterr().out
+    assert "k=512 is larger than this task allows (6); using k=6" in capsys.readouterr().out
 
 
 def test_clamp_grid_reports_what_it_drops(ds, capsys):
     task = ex.make_tasks(ds.split("test"), ex.reference_split(ds, "train", 0.1))["i2t"]
     capsys.readouterr()
     assert ex.clamp_grid("nnn", {"alpha": [1.0], "k": [1, 4, 8, 64]}, task) == {"alpha": [1.0], "k": [1, 4]}
-    assert "grid k values [8, 64] exceed the query bank (6)" in capsys.readouterr().out
+    assert "grid k values [8, 64] exceed what this task allows (6)" in capsys.readouterr().out
     assert ex.clamp_grid("nnn", {"k": [8, 64]}, task) == {"k": [6]}
     assert ex.clamp_grid("dn", {"lam": [0.5]}, task) == {"lam": [0.5]}
 

@@ -75,7 +75,8 @@ def small_tasks():
 
 
 def _same_tables(a, b, cols):
-    assert list(a.columns[: len(cols)]) == list(b.columns[: len(cols)]) or True
+    """Same values in the same rows, and the shared columns in the same order."""
+    assert [c for c in a.columns if c in cols] == [c for c in b.columns if c in cols]
     np.testing.assert_array_equal(a[cols].to_numpy(), b[cols].to_numpy())
 
 
@@ -146,7 +147,7 @@ def test_engine_auto_falls_back_and_sweep_is_refused_where_it_does_not_apply(sma
     ("nnn", {"k": []}, "empty"),
     ("nnn", {"k": "16"}, "list"),
     ("nnn", {"beta": [1.0]}, "beta"),
-    ("nnn", {"k": [10**6]}, "query bank size"),
+    ("nnn", {"k": [10**6]}, "largest k"),
 ])
 def test_bad_grid_points_are_refused_before_computing(small_tasks, method, grid, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -196,3 +197,35 @@ def test_dual_sweep_engine_equals_reference_in_float64(small_tasks, method):
     ref = hn.grid_search(method, task, grid, engine="reference")
     fast = hn.grid_search(method, task, grid)
     _same_tables(ref.table, fast.table, ["beta_query", "beta_target", "R@1", "R@5", "R@10", "MdR"])
+
+
+@pytest.mark.parametrize("method,grid", [
+    ("nnn", {"k": [1, 64, 8], "alpha": [5.0, 1.0, 3.0]}),              # keys not in alpha-first order
+    ("dualis", {"beta_target": [50.0, 0.0, 10.0], "beta_query": [1.0, 100.0]}),
+])
+def test_sweep_rows_and_winner_follow_the_grids_own_order(small_tasks, method, grid):
+    """Regression test of a review finding: the sweeps build rows in their own product order; the table and the
+    winner must be in the grid's itertools.product order, as the reference engine gives them."""
+    task = small_tasks["i2t"]
+    ref = hn.grid_search(method, task, grid, engine="reference")
+    fast = hn.grid_search(method, task, grid)
+    assert fast.engine == "sweep"
+    _same_tables(ref.table, fast.table, list(grid) + ["R@1", "R@5", "R@10", "MdR"])
+    assert fast.best_params == ref.best_params and fast.best_score == ref.best_score
+
+
+def test_k_limits_per_method(small_tasks):
+    task = small_tasks["t2i"]
+    from hubnorm.selection import k_limit
+    assert k_limit("nnn", task) == len(task.query_bank)
+    assert k_limit("csls", task) == min(len(task.query_bank), task.n_targets)
+    assert k_limit("dis", task) == task.n_targets
+    assert k_limit("is", task) is None
+    with pytest.raises(ValueError, match="largest k of 'dis'"):
+        hn.grid_search("dis", task, {"tau": [0.02], "k": [task.n_targets + 1]})
+
+
+@pytest.mark.parametrize("ks", [(), (0,), (1.5,), (True,)])
+def test_bad_metric_ks(small_tasks, ks):
+    with pytest.raises(ValueError, match="ks must be a non-empty list of positive integers"):
+        hn.grid_search("nnn", small_tasks["t2i"], {"k": [2]}, metric="MdR", ks=ks)

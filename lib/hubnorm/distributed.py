@@ -448,15 +448,11 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
     arrays (then cut into 64 MiB chunks). Per-task arithmetic runs on the workers' CPUs; the fitted tensors are
     placed on the normalizer's ``device``. Returns the fitted normalizer.
     """
-    from .normalizers import (
-        CrossDomainSimilarityLocalScaling, DistributionNormalization, DualBankSinkhornNormalization,
-        InvertedSoftmax, NearestNeighborNormalization, SinkhornNormalization,
-    )
-
-    kinds = {NearestNeighborNormalization: "nnn", CrossDomainSimilarityLocalScaling: "csls",
-             DistributionNormalization: "dn", InvertedSoftmax: "is", SinkhornNormalization: "sn",
-             DualBankSinkhornNormalization: "dbsn"}
-    kind = kinds.get(type(normalizer))
+    # dispatch on the registry name of hubnorm's own classes (no import of hubnorm.normalizers here: that
+    # package's base class is what calls this function); subclasses elsewhere may change _fit, so they are refused
+    cls = type(normalizer)
+    own = cls.__module__.startswith("hubnorm.normalizers.")
+    kind = getattr(cls, "name", None) if own and getattr(cls, "name", None) in SUPPORTED else None
     if kind is None:
         raise TypeError(f"distributed fitting supports {', '.join(SUPPORTED)} (NearestNeighborNormalization, "
                         "CrossDomainSimilarityLocalScaling, DistributionNormalization, InvertedSoftmax, "

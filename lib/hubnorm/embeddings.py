@@ -39,6 +39,9 @@ class EmbeddingSplit:
                 f"caption_to_image has {len(self.caption_to_image)} entries but there are {len(self.captions)} "
                 "caption embeddings: the embeddings and the annotation file do not match"
             )
+        if len(self.caption_to_image) and self.caption_to_image.min() < 0:
+            raise ValueError(f"caption_to_image has a negative image index ({self.caption_to_image.min()}): every "
+                             "caption needs the index of its image, 0 .. n_images - 1")
         if len(self.caption_to_image) and self.caption_to_image.max() >= len(self.images):
             raise ValueError(
                 f"caption_to_image refers to image {self.caption_to_image.max()} but there are only "

@@ -8,8 +8,9 @@
 >>> nb.check("NNN raises R@1", ours > raw, f"{raw:.2f} -> {ours:.2f}")   # PASS/DIFFERS line
 
 Reproducibility: :func:`setup` seeds numpy and torch and pins torch to a fixed number of threads; the notebooks
-compute in float64, whose rankings do not depend on a CPU's summation order, and print checked numbers rounded
-to 2 decimals (``tests/test_notebooks.py`` runs them under several CPU-dispatch settings).
+compute in float64 (a ranking flips only when two scores agree to about 1e-16, so a CPU's summation order is
+very unlikely to matter) and print checked numbers rounded to 2 decimals (``tests/test_notebooks.py`` runs one
+under other CPU-dispatch settings).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
           style: str = "whitegrid") -> Run:
     """Seed numpy and torch, pin torch to ``threads`` threads (default: ``$HUBNORM_THREADS``, else 2), quiet
     library warnings, set the seaborn theme and show figures inline. ``prefix`` is the notebook's number
-    (figures and tables are saved under it)."""
+    (figures and tables are saved under it); ``dtype`` is recorded as ``run.dtype`` for the notebook to pass on
+    (``hubnorm.protocol.prepare_dataset(..., dtype=run.dtype)``)."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be the notebook's number as a string, e.g. '01'; got {prefix!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

@@ -27,7 +27,7 @@ from .hubness import hubness_stats, k_occurrence
 from .progress import progress
 from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
-from .selection import PAPER_GRIDS, grid_search, holdout_split
+from .selection import PAPER_GRIDS, grid_search, holdout_split, k_limit
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
@@ -59,9 +59,9 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     - ``ensure_val``: a dataset without a ``"val"`` split (e.g. a ``local:`` folder) gets one held out of
       ``"train"`` with :func:`hubnorm.holdout_split`, the size of the test split when the training split allows
       (NNN App. B: "a random subset of the training set with the same size as the test set"), else a third of it;
-    - ``dtype`` (float64 by default) casts and re-normalises every embedding: float64 rankings do not depend on
-      the summation order of a given CPU or thread count, so the rounded numbers the notebooks print are the
-      same on every machine.
+    - ``dtype`` (float64 by default) casts and re-normalises every embedding: in float64 a ranking flips only
+      when two scores agree to about 1e-16, so the rounded numbers the notebooks print do not change with a
+      CPU's or thread count's summation order (far less likely to flip than in float32, not invariant).
     """
     if not isinstance(source, str):
         raise TypeError(f"source must be a string such as 'synthetic:flickr30k' or 'local:/path'; got {source!r}")
@@ -197,34 +197,29 @@ def make_tasks(split: EmbeddingSplit, bank: Optional[EmbeddingSplit] = None, *, 
 
 
 # ---------------------------------------------------------------------------------------------- grids
-def _bank_size(name: str, task: RetrievalTask, query_aware: bool) -> Optional[int]:
-    if NORMALIZERS[name].uses_query_bank == "unused":
-        return None
-    bank = task.queries if query_aware else task.query_bank
-    return None if bank is None else len(bank)
-
-
 def clamp_params(name: str, params: Mapping, task: RetrievalTask, *, query_aware: bool = False) -> dict:
-    """``k`` of NNN / CSLS / DIS limited to the query-bank size (tiny real folders), with a visible note."""
+    """``k`` of NNN / CSLS / DIS / DualDIS limited to what the task allows (:func:`hubnorm.selection.k_limit`:
+    the query-bank size for NNN, tiny real folders), with a visible note."""
     p = dict(params)
-    n = _bank_size(name, task, query_aware)
+    n = k_limit(name, task, query_aware=query_aware)
     if "k" in p and n is not None and int(p["k"]) > n:
-        note(f"{name} {task.direction}: k={p['k']} is larger than the query bank ({n}); using k={n}")
+        note(f"{name} {task.direction}: k={p['k']} is larger than this task allows ({n}); using k={n}")
         p["k"] = int(n)
     return p
 
 
 def clamp_grid(name: str, grid: Mapping[str, Sequence], task: RetrievalTask, *, query_aware: bool = False) -> Dict[str, list]:
-    """A grid without the ``k`` values larger than the query bank, with a visible note of what was dropped (when
-    every value is too large, the bank size itself is used)."""
+    """A grid without the ``k`` values the task cannot take (:func:`hubnorm.selection.k_limit`), with a visible
+    note of what was dropped (when every value is too large, the limit itself is used)."""
     g = {k: list(v) for k, v in grid.items()}
-    n = _bank_size(name, task, query_aware)
+    n = k_limit(name, task, query_aware=query_aware)
     if "k" in g and n is not None:
         keep = [k for k in g["k"] if int(k) <= n]
         dropped = [k for k in g["k"] if int(k) > n]
         if dropped:
             keep = keep or [n]
-            note(f"{name} {task.direction}: grid k values {dropped} exceed the query bank ({n}); searching k in {keep}")
+            note(f"{name} {task.direction}: grid k values {dropped} exceed what this task allows ({n}); "
+                 f"searching k in {keep}")
             g["k"] = keep
     return g
 

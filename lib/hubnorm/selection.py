@@ -81,13 +81,31 @@ def _check_grid(method: str, grid: Optional[Mapping[str, Sequence]]) -> Dict[str
 
 
 def _metric_ks(metric: str, ks: Sequence[int]) -> tuple:
-    ks = tuple(int(k) for k in ks)
+    ks = tuple(ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in ks):
+        raise ValueError(f"ks must be a non-empty list of positive integers (the R@K columns); got {ks!r}")
+    ks = tuple(sorted(set(int(k) for k in ks)))
     if metric in ("MdR", "MnR"):
         return ks
     if not (isinstance(metric, str) and metric.startswith("R@") and metric[2:].isdigit() and int(metric[2:]) > 0):
         raise ValueError(f"unknown metric {metric!r}: use 'R@K' (K a positive integer), 'MdR' or 'MnR'")
     k = int(metric[2:])
     return ks if k in ks else tuple(sorted(set(ks) | {k}))
+
+
+def k_limit(method: str, task: RetrievalTask, *, query_aware: bool = False) -> Optional[int]:
+    """The largest valid ``k`` of ``method`` on ``task``: NNN's top-k runs over the query bank, CSLS's over the
+    query bank and the targets, DIS/DualDIS's activation sets over the targets; None when ``k`` is not a
+    parameter of the method."""
+    bank = task.queries if query_aware else task.query_bank
+    n_bank = None if bank is None else len(bank)
+    if method == "nnn":
+        return n_bank
+    if method == "csls":
+        return task.n_targets if n_bank is None else min(n_bank, task.n_targets)
+    if method in ("dis", "dualdis"):
+        return task.n_targets
+    return None
 
 
 def _sweep_kind(method: str, grid: Mapping[str, list], fixed: Mapping[str, object]) -> Optional[str]:
@@ -158,11 +176,12 @@ def grid_search(
     uses_bank = NORMALIZERS[method].uses_query_bank
     if uses_bank == "required" and bank is None:
         raise ValueError(f"{method!r} needs a query bank: build the validation task with one, or query_aware=True")
-    if "k" in names and uses_bank != "unused" and bank is not None:
-        too_big = sorted({int(p["k"]) for p in points if int(p["k"]) > len(bank)})
+    limit = k_limit(method, validation, query_aware=query_aware)
+    if "k" in names and limit is not None:
+        too_big = sorted({int(p["k"]) for p in points if int(p["k"]) > limit})
         if too_big:
-            raise ValueError(f"grid['k'] has {too_big} > the query bank size {len(bank)}: drop those values "
-                             "(hubnorm.protocol.clamp_grid does it and reports what it dropped)")
+            raise ValueError(f"grid['k'] has {too_big} > {limit}, the largest k of {method!r} on this task: drop "
+                             "those values (hubnorm.protocol.clamp_grid does it and reports what it dropped)")
 
     kind = _sweep_kind(method, grid, fixed) if engine != "reference" else None
     if engine == "sweep" and kind is None:
@@ -197,6 +216,9 @@ def grid_search(
             rows.append({**params, **evaluate(norm, validation, ks=ks)})
         table = pd.DataFrame(rows)
         used = "reference"
+    if used == "sweep":  # the sweeps build rows in their own product order: put them in the grid's order
+        keys = [tuple(row) for row in table[names].itertuples(index=False, name=None)]
+        table = table.iloc[[keys.index(tuple(p[n] for n in names)) for p in points]].reset_index(drop=True)
     if metric not in table.columns:
         raise ValueError(f"metric {metric!r} is not in the table columns {list(table.columns)}")
     values = table[metric].to_numpy(dtype=float)

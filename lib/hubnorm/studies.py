@@ -18,7 +18,7 @@ from .evaluation import evaluate, positive_ranks, summarize_ranks
 from .geometry import nn_gap
 from .hubness import hubness_stats, k_occurrence
 from .progress import progress
-from .protocol import MethodSpec, method_items, params_for, make_tasks, reference_split, run_methods
+from .protocol import MethodSpec, clamp_params, make_tasks, method_items, params_for, reference_split, run_methods
 from .registry import DISPLAY_NAMES, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask
 
@@ -81,7 +81,7 @@ def query_bank_sweep(task: RetrievalTask, fractions: Sequence[float], methods: M
         gap_ext = (nn_gap(bank, np.concatenate([task.targets, task.target_bank]))
                    if task.target_bank is not None else np.nan)
         for label, name in method_items(methods):
-            norm = make_normalizer(name, **params_for(params, task.direction, label))
+            norm = make_normalizer(name, **clamp_params(name, params_for(params, task.direction, label), t))
             t.fit(norm)
             res = score_and_hubness(norm, t, ks=(1,), hubness_k=hubness_k)
             dual = type(norm).uses_target_bank == "required"
