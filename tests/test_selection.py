@@ -229,3 +229,22 @@ def test_k_limits_per_method(small_tasks):
 def test_bad_metric_ks(small_tasks, ks):
     with pytest.raises(ValueError, match="ks must be a non-empty list of positive integers"):
         hn.grid_search("nnn", small_tasks["t2i"], {"k": [2]}, metric="MdR", ks=ks)
+
+
+@pytest.mark.parametrize("method,grid", [
+    ("nnn", {"alpha": [0.5, 1.0], "k": [2, 16]}),
+    ("is", {"tau": [0.01, 0.05]}),
+    ("sn", {"tau": [0.01, 0.05]}),
+    ("dbsn", {"tau": [0.02]}),
+])
+def test_sweep_engine_equals_reference_in_float64(small_tasks, method, grid):
+    """The notebooks compute in float64: the sweeps must equal the reference there too."""
+    t = small_tasks["i2t"]
+    f64 = lambda x: hn.l2_normalize(x.astype(np.float64))  # noqa: E731
+    task = hn.RetrievalTask(f64(t.queries), f64(t.targets), t.positives, query_bank=f64(t.query_bank),
+                            target_bank=f64(t.target_bank), direction="i2t")
+    fixed = {"n_iter": 4} if method in ("sn", "dbsn") else {}
+    ref = hn.grid_search(method, task, grid, fixed=fixed, engine="reference")
+    fast = hn.grid_search(method, task, grid, fixed=fixed)
+    assert fast.engine == "sweep"
+    _same_tables(ref.table, fast.table, list(grid) + ["R@1", "R@5", "R@10", "MdR"])
