@@ -51,7 +51,13 @@ done
 bash scripts/bootstrap.sh || { echo "run_all.sh: scripts/bootstrap.sh failed" >&2; exit 1; }
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} PYTHONHASHSEED=0
 
-# papermill YAML parameters per profile (each notebook receives only the ones it declares)
+# papermill YAML parameters per profile (each notebook receives only the ones it declares). The paper profiles use
+# the papers' grids and DBSN Fig. 7's query-bank sizes 1/8 ... 1/1024 (the default adds 1/4 for its small split),
+# float32 where the notebook offers it (benchmarks/reports/rehearsal.md compares it with float64), a 10 GB Sinkhorn
+# score cache (each SN/DBSN fit computes the kept scores once instead of once per iteration; peak memory stays
+# under 16 GB at COCO size) and the training-bank iteration study for SN only (DBSN to convergence over the full
+# training banks is one GEMM pass per iteration: add it with -p on a GPU).
+paper="fast: false, n_boot: 1000, dtype: float32, sinkhorn_cache_gb: 10, train_iteration_methods: [sn], dbsn_fractions: [0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625, 0.001953125, 0.0009765625]"
 case "$profile" in
   default)
     params=""
@@ -66,10 +72,10 @@ case "$profile" in
       export HUBNORM_FORBID_SYNTHETIC=1
     fi ;;
   paper-flickr30k)
-    params="{source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:coco:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
+    params="{source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:coco:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
     results="results/paper-flickr30k" ;;
   paper-coco)
-    params="{source: 'cache:coco:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
+    params="{source: 'cache:coco:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
     results="results/paper-coco" ;;
   rehearse-flickr30k|rehearse-coco)
     ds=${profile#rehearse-}
@@ -78,7 +84,7 @@ case "$profile" in
       echo "run_all.sh: rehearsal cache for $d (written once; 'python -m hubnorm.data rehearse --profile paper-$d --force' rewrites it)"
       .venv/bin/python -m hubnorm.data rehearse --profile "paper-$d" || { echo "run_all.sh: rehearse failed" >&2; exit 1; }
     done
-    params="{source: 'cache:$ds:synthetic-rehearsal:seed0', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, fast: false, n_boot: 1000}"
+    params="{source: 'cache:$ds:synthetic-rehearsal:seed0', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, $paper}"
     results="results/$profile" ;;
   *)
     echo "run_all.sh: unknown profile '$profile' (default, paper-coco, paper-flickr30k, rehearse-coco, rehearse-flickr30k)" >&2; exit 2 ;;

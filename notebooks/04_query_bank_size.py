@@ -55,6 +55,8 @@ nnn_params: dict = {"alpha": 0.75, "k": 16}
 nnn_fractions: list = [1.0, 0.5, 0.2, 0.1]
 dbsn_fractions = [1/4, 1/8, 1/16, 1/32, 1/64, 1/128, 1/256, 1/512, 1/1024]  # query-bank sizes as fractions of the training captions (1/4 gives a bank larger than the test queries)
 dbsn_seeds: list = [0, 1, 2]
+dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale)
+sinkhorn_cache_gb: float = 2.0  # SN/DBSN keep the bank x target scores in memory up to this size, else recompute them every iteration
 is_tau: float = 0.02
 sn_tau: float = 0.01
 hub_k: int = 10
@@ -68,7 +70,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("04", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+run = nb.setup("04", seed=seed, dtype=dtype)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
@@ -130,7 +132,8 @@ plt.show()
 # %%
 task = pr.make_tasks(test, ds.split("train"), directions=["t2i"])["t2i"]
 methods = {"IS": "is", "SN": "sn", "DBSN": "dbsn"}
-params = {"IS": {"tau": is_tau}, "SN": {"tau": sn_tau}, "DBSN": {"tau": sn_tau}}
+cache = {"cache_bytes": int(sinkhorn_cache_gb * 2**30)}
+params = {"IS": {"tau": is_tau}, "SN": {"tau": sn_tau, **cache}, "DBSN": {"tau": sn_tau, **cache}}
 qb = studies.query_bank_sweep(task, dbsn_fractions, methods, params, seeds=dbsn_seeds, hubness_k=hub_k)
 skew_col = f"skewness@{hub_k}"
 summary = qb.groupby(["fraction", "bank_queries", "method"], sort=False)[

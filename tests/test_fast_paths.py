@@ -121,6 +121,7 @@ def sinkhorn_problem():
     {"cache_bytes": 0},                              # streaming: recompute every block every iteration
     {"cache_bytes": 0, "block_bytes": 700 * 4 * 37},  # streaming, odd small chunks
     {},                                             # float32 cache
+    {"block_bytes": 700 * 4 * 100, "cache_bytes": 700 * 4 * 650},  # partial cache: 6 of 15 blocks kept
 ])
 def test_streaming_sinkhorn_equals_dense_float64(sinkhorn_problem, tau, kwargs):
     bank, targets = sinkhorn_problem
@@ -129,6 +130,19 @@ def test_streaming_sinkhorn_equals_dense_float64(sinkhorn_problem, tau, kwargs):
     assert it == 10
     assert np.abs(g.double().numpy() - g_ref).max() < 1e-5
     assert np.abs(f.double().numpy() - f_ref).max() < 1e-5
+
+
+def test_partial_cache_keeps_the_leading_blocks_and_recomputes_the_rest(sinkhorn_problem, monkeypatch):
+    """cache_bytes smaller than S: the blocks that fit are computed once, the others every iteration."""
+    bank, targets = sinkhorn_problem
+    calls = {"mm": 0, "addmm": 0}
+    real_mm, real_addmm = torch.mm, torch.addmm
+    monkeypatch.setattr(torch, "mm", lambda *a, **k: calls.__setitem__("mm", calls["mm"] + 1) or real_mm(*a, **k))
+    monkeypatch.setattr(torch, "addmm",
+                        lambda *a, **k: calls.__setitem__("addmm", calls["addmm"] + 1) or real_addmm(*a, **k))
+    sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.01, 4,
+                        block_bytes=700 * 4 * 100, cache_bytes=700 * 4 * 650)
+    assert calls == {"mm": 6, "addmm": 4 * 9}  # 6 blocks of 100 rows cached once; 9 recomputed in 4 iterations
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-5), (torch.bfloat16, 2e-4)])

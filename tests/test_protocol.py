@@ -225,3 +225,9 @@ def test_published_model_follows_the_embeddings(ds, capsys):
     real.meta = {"model": "my-own-model"}
     assert ex.published_model(real, "auto") is None
     assert "report no rows for the model 'my-own-model'" in capsys.readouterr().out
+
+
+def test_fmt_params_leaves_out_execution_options():
+    """The params column of a table names what changes rankings, not memory or device settings."""
+    from hubnorm.protocol import fmt_params
+    assert fmt_params({"tau": 0.01, "cache_bytes": 2**31, "device": "cpu", "n_iter": 10}) == "tau=0.01, n_iter=10"

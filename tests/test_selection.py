@@ -248,3 +248,69 @@ def test_sweep_engine_equals_reference_in_float64(small_tasks, method, grid):
     fast = hn.grid_search(method, task, grid, fixed=fixed)
     assert fast.engine == "sweep"
     _same_tables(ref.table, fast.table, list(grid) + ["R@1", "R@5", "R@10", "MdR"])
+
+
+# ------------------------------------------------------------------------ the Sinkhorn iteration study
+def _fit_offsets(method, task, **params):
+    return task.fit(hn.make_normalizer(method, **params)).offsets_
+
+
+@pytest.mark.parametrize("method", ["sn", "dbsn"])
+@pytest.mark.parametrize("cache_bytes", [None, 0])  # None: the normalizer's default cache; 0: recomputed each iteration
+def test_iteration_table_equals_one_fit_per_setting(small_tasks, method, cache_bytes):
+    """One continued run read at each T == a fresh fit with n_iter=T; the convergence row == a fit with tol."""
+    from hubnorm.sweeps import iteration_table
+    task = small_tasks["i2t"]
+    fixed = {} if cache_bytes is None else {"cache_bytes": cache_bytes}
+    tab = iteration_table(task, method, [1, 3, 10], tau=0.01, converged=400, tol=1e-7, fixed=fixed,
+                          metric_ks=(1, 5))
+    assert list(tab["setting"]) == ["T=1", "T=3", "T=10", "to convergence"]
+    conv = hn.make_normalizer(method, tau=0.01, n_iter=400, tol=1e-7, **fixed)
+    task.fit(conv)
+    assert 10 < conv.n_iter_ < 400  # the convergence point lies beyond the fixed settings (the case that matters)
+    assert tab["iterations run"].tolist() == [1, 3, 10, conv.n_iter_]
+    for T, row in zip([1, 3, 10], tab.itertuples()):
+        norm = task.fit(hn.make_normalizer(method, tau=0.01, n_iter=T, **fixed))
+        ref = hn.evaluate(norm, task, ks=(1, 5))
+        assert (row._4, row._5) == (ref["R@1"], ref["R@5"])  # R@1, R@5 columns
+    ref = hn.evaluate(conv, task, ks=(1, 5))
+    assert (tab["R@1"].iloc[-1], tab["R@5"].iloc[-1]) == (ref["R@1"], ref["R@5"])
+
+
+def test_iteration_table_offsets_are_bit_identical_to_fits(small_tasks):
+    """The seam itself: the potentials handed to the callback at T are those of a fit with n_iter=T."""
+    import torch
+    from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
+    task = small_tasks["i2t"]
+    bank, targets = torch.as_tensor(task.query_bank), torch.as_tensor(task.targets)
+    seen = {}
+    sinkhorn_potentials(bank, targets, 0.01, 12, callback=lambda it, g: seen.__setitem__(it, g.clone()) or it == 7)
+    assert sorted(seen) == list(range(1, 8))  # returning True at 7 stopped the run there
+    for T in (1, 4, 7):
+        np.testing.assert_array_equal(seen[T].numpy(), _fit_offsets("sn", task, tau=0.01, n_iter=T).numpy())
+
+
+def test_iteration_table_when_convergence_comes_before_the_fixed_settings(small_tasks):
+    from hubnorm.sweeps import iteration_table
+    task = small_tasks["i2t"]
+    tab = iteration_table(task, "sn", [1, 50], tau=0.05, converged=40, tol=1e-3)
+    conv = task.fit(hn.make_normalizer("sn", tau=0.05, n_iter=40, tol=1e-3))
+    assert 1 < conv.n_iter_ < 40 and tab["iterations run"].tolist() == [1, 50, conv.n_iter_]
+    assert tab["R@1"].iloc[-1] == hn.evaluate(conv, task, ks=(1,))["R@1"]
+    ref50 = hn.evaluate(task.fit(hn.make_normalizer("sn", tau=0.05, n_iter=50)), task, ks=(1,))["R@1"]
+    assert tab["R@1"].iloc[1] == ref50
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"method": "is"}, "supports 'sn' and 'dbsn'"),
+    ({"iterations": [0]}, "iterations"),
+    ({"iterations": [], "converged": None}, "iterations is empty"),
+    ({"converged": 10}, "converged needs tol"),
+    ({"fixed": {"n_iter": 3}}, "fixed must not set 'n_iter'"),
+    ({"tau": -1.0}, "tau"),
+])
+def test_iteration_table_refuses_bad_arguments(small_tasks, kwargs, match):
+    from hubnorm.sweeps import iteration_table
+    args = {"method": "sn", "iterations": [1]} | kwargs
+    with pytest.raises((ValueError, TypeError), match=match):
+        iteration_table(small_tasks["t2i"], args.pop("method"), args.pop("iterations"), **args)

@@ -24,6 +24,7 @@ from .datasets import load_embeddings
 from .embeddings import EmbeddingDataset, EmbeddingSplit
 from .evaluation import evaluate
 from .hubness import hubness_stats, k_occurrence
+from .normalizers.base import EXECUTION_OPTIONS
 from .progress import progress
 from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
@@ -232,8 +233,10 @@ def paper_or_fast_grid(method: str, fast: bool, reduced: Optional[Mapping[str, M
 
 
 def fmt_params(p: Mapping) -> str:
-    """``{"alpha": 0.75, "k": 16}`` -> ``"alpha=0.75, k=16"`` (stable order as given)."""
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items())
+    """``{"alpha": 0.75, "k": 16}`` -> ``"alpha=0.75, k=16"`` (stable order as given; execution options such as
+    ``cache_bytes`` or ``device``, which change no ranking, are left out)."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in p.items()
+                     if k not in EXECUTION_OPTIONS)
 
 
 # ---------------------------------------------------------------------------------------------- running methods

@@ -14,13 +14,14 @@ import numpy as np
 import pandas as pd
 
 from .embeddings import EmbeddingDataset, EmbeddingSplit
-from .evaluation import evaluate, positive_ranks, summarize_ranks
+from .evaluation import positive_ranks, summarize_ranks
 from .geometry import nn_gap
 from .hubness import hubness_stats, k_occurrence
 from .progress import progress
 from .protocol import MethodSpec, clamp_params, make_tasks, method_items, params_for, reference_split, run_methods
 from .registry import DISPLAY_NAMES, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask
+from .sweeps import iteration_table
 
 __all__ = ["subsample_rows", "score_and_hubness", "bank_fraction_sweep", "query_bank_sweep", "sinkhorn_iterations",
            "occurrence_frame", "occurrence_stats"]
@@ -94,20 +95,21 @@ def query_bank_sweep(task: RetrievalTask, fractions: Sequence[float], methods: M
 
 def sinkhorn_iterations(task: RetrievalTask, methods: Sequence[str] = ("sn", "dbsn"), *, tau: float = 0.01,
                         iterations: Sequence[int] = (1, 3, 10, 30, 100), converged: int = 1000, tol: float = 1e-7,
-                        query_aware: bool = False, show_progress: bool = True) -> pd.DataFrame:
+                        query_aware: bool = False, fixed: Mapping[str, object] = None,
+                        show_progress: bool = True) -> pd.DataFrame:
     """R@1 after T Sinkhorn iterations (Alg. A1 uses T = 10) and "to convergence" (at most ``converged``
-    iterations, stopping when the offsets move less than ``tol``), with the iterations run and the fit time."""
-    rows = []
-    jobs = [(m, T, None) for m in methods for T in iterations] + [(m, converged, tol) for m in methods]
-    for name, T, stop in progress(jobs, desc="sinkhorn iterations", disable=not show_progress):
-        norm = make_normalizer(name, tau=tau, n_iter=int(T), tol=stop)
-        t0 = time.perf_counter()
-        task.fit(norm, query_aware=query_aware)
-        fit_s = time.perf_counter() - t0
-        res = evaluate(norm, task, ks=(1,))
-        rows.append({"method": DISPLAY_NAMES.get(name, name), "setting": "to convergence" if stop else f"T={T}",
-                     "T max": int(T), "iterations run": int(norm.n_iter_), "R@1": res["R@1"], "fit_s": fit_s})
-    return pd.DataFrame(rows)
+    iterations, stopping when the offsets move less than ``tol``), with the iterations run and the fit time.
+
+    Each method is one Sinkhorn run read at every ``T`` (:func:`hubnorm.sweeps.iteration_table`, equal to a fresh
+    fit per ``T``); ``fit_s`` is the time a fresh fit with that ``T`` would take. ``fixed``: other normalizer
+    arguments (e.g. ``cache_bytes``)."""
+    frames = []
+    for name in methods:
+        tab = iteration_table(task, name, iterations, tau=tau, converged=converged, tol=tol, query_aware=query_aware,
+                              fixed=fixed, show_progress=show_progress)
+        frames.append(tab.assign(method=DISPLAY_NAMES.get(name, name)))
+    cols = ["method", "setting", "T max", "iterations run", "R@1", "fit_s"]
+    return pd.concat(frames, ignore_index=True)[cols]
 
 
 def occurrence_frame(fitted: Mapping[str, object], task: RetrievalTask, k: int) -> pd.DataFrame:

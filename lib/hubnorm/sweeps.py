@@ -10,6 +10,10 @@ offsets, identical ranks and metrics; ``tests/test_selection.py``) far faster:
   ``n x k`` reduction).
 * :func:`tau_grid_table` (IS, SN, DBSN) computes the bank x target similarity blocks once and reuses them for every
   ``tau`` (same arithmetic as one fit).
+* :func:`iteration_table` (SN, DBSN) reads R@1 after ``T = 1, 3, 10, ...`` iterations and "to convergence" off one
+  Sinkhorn run continued from checkpoint to checkpoint (an iteration depends on the column potentials alone, so
+  the continued run is the same computation as a fresh fit with ``n_iter = T``): the cost of the largest ``T``
+  instead of their sum.
 * :func:`offset_sweep_ranks` evaluates many offset vectors against the same queries: the raw score block of a
   query chunk is computed once; per query, its top-``C`` raw targets are the only candidates that can beat the
   positive under offsets ``h`` unless ``fl(C-th raw score + max h) >= fl(s_pos + h_pos)`` (rounding is
@@ -38,7 +42,8 @@ from .normalizers.sinkhorn import sinkhorn_potentials
 from .registry import make_normalizer
 from .retrieval import RetrievalTask
 
-__all__ = ["nnn_grid_table", "tau_grid_table", "dual_grid_table", "offset_sweep_ranks", "SWEEP_FIXED_PARAMS"]
+__all__ = ["nnn_grid_table", "tau_grid_table", "dual_grid_table", "iteration_table", "offset_sweep_ranks",
+           "SWEEP_FIXED_PARAMS"]
 
 _COMMON = {"device", "chunk_size", "check_normalized", "block_bytes"}
 #: The fixed (non-grid) parameters each sweep honours exactly; any other fixed parameter -> the plain engine.
@@ -231,6 +236,83 @@ def tau_grid_table(task: RetrievalTask, method: str, taus: Sequence[float], *,
         raise ValueError(f"tau_grid_table supports 'is', 'sn' and 'dbsn'; got {method!r}")
     rows = _evaluate_offsets(task, torch.stack(H), metric_ks, full, ref.chunk_size, device, ref.check_normalized)
     return pd.DataFrame([{"tau": tau, **r} for tau, r in zip(taus, rows)])
+
+
+def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int], *, tau: float = 0.01,
+                    converged: Optional[int] = None, tol: Optional[float] = None, query_aware: bool = False,
+                    fixed: Optional[Mapping[str, object]] = None, metric_ks: Sequence[int] = (1,),
+                    show_progress: bool = False) -> pd.DataFrame:
+    """R@K of SN or DBSN after each number of Sinkhorn iterations ``T`` in ``iterations`` and, when ``converged``
+    is given, "to convergence" (at most ``converged`` iterations, stopping at the first whose largest change of the
+    offsets is below ``tol``), all read off one Sinkhorn run.
+
+    Equal to fitting ``make_normalizer(method, tau=tau, n_iter=T, **fixed)`` once per ``T`` (and once with
+    ``n_iter=converged, tol=tol``): an iteration depends on the previous column potentials alone, so the potentials
+    after ``T`` iterations of the longest run are those of a fit with ``n_iter=T``; the convergence test is the
+    fit's own (largest change of ``g`` below ``tol``, same arithmetic). ``tests/test_selection.py`` proves the
+    offsets identical. Cost: the largest ``T`` (or the convergence point) instead of the sum of all ``T``.
+
+    Returns one row per setting: ``setting`` ("T=10" or "to convergence"), ``T max``, ``iterations run``, the
+    metrics, and ``fit_s`` (seconds from the start of the run to that setting's potentials: a fresh fit's time).
+    """
+    import time
+
+    from .progress import progress
+
+    if method not in ("sn", "dbsn"):
+        raise ValueError(f"iteration_table supports 'sn' and 'dbsn'; got method={method!r}")
+    iterations = [check_positive_int(T, "iterations") for T in iterations]
+    if converged is not None:
+        converged = check_positive_int(converged, "converged")
+        if tol is None:
+            raise ValueError("converged needs tol (the early-stopping threshold on the offsets), e.g. tol=1e-6")
+    if not iterations and converged is None:
+        raise ValueError("iterations is empty and converged is None: give at least one number of iterations")
+    fixed = dict(fixed or {})
+    for name in ("tau", "n_iter", "tol"):
+        if name in fixed:
+            raise ValueError(f"fixed must not set {name!r}: it is an argument of iteration_table")
+    norm = make_normalizer(method, tau=tau, n_iter=max(iterations + [converged or 1]), tol=tol, **fixed)
+    norm.check_params()
+    device, t, qb = _fit_inputs(task, query_aware, norm.device, norm.check_normalized)
+    cols = t
+    if method == "dbsn":
+        if task.target_bank is None:
+            raise ValueError("DBSN needs the task's target_bank (reference targets, e.g. training images)")
+        tb = as_embeddings(task.target_bank, "target_bank", device=device, dtype=t.dtype, dim=t.shape[1],
+                           check_normalized=norm.check_normalized)
+        cols = torch.cat([t, tb], dim=0)
+    n = t.shape[0]
+    wanted = set(iterations)
+    last = max(iterations) if iterations else 0
+    at: Dict[int, tuple] = {}  # T -> (offsets, seconds since the start)
+    conv: list = []  # [(offsets, iterations run, seconds)] of the early-stopping run
+    prev = [None]
+    t0 = time.perf_counter()
+    bar = progress(total=max(last, converged or 0), desc=f"{method.upper()} iterations", unit="it",
+                   disable=not show_progress)
+
+    def record(it, g):
+        bar.update(1)
+        if it in wanted:
+            at[it] = (g[:n].to(t.dtype), time.perf_counter() - t0)
+        if converged is not None and not conv:
+            g_prev = torch.zeros_like(g) if prev[0] is None else prev[0]
+            if float((g - g_prev).abs().max()) < tol or it == converged:  # the fit's own stopping rule
+                conv.append((g[:n].to(t.dtype), it, time.perf_counter() - t0))
+            prev[0] = g
+        return it >= last and (converged is None or bool(conv))  # everything recorded: stop
+
+    sinkhorn_potentials(qb, cols, float(tau), max(last, converged or 0), None, block_bytes=norm.block_bytes,
+                        cache_bytes=norm.cache_bytes, cache_dtype=norm.cache_dtype, callback=record)
+    bar.close()
+    settings = [(f"T={T}", T, T, *at[T]) for T in iterations]
+    if converged is not None:
+        settings.append(("to convergence", converged, conv[0][1], conv[0][0], conv[0][2]))
+    H = torch.stack([s[3] for s in settings])
+    rows = _evaluate_offsets(task, H, metric_ks, False, norm.chunk_size, device, norm.check_normalized)
+    return pd.DataFrame([{"setting": s[0], "T max": int(s[1]), "iterations run": int(s[2]), **r, "fit_s": s[4]}
+                         for s, r in zip(settings, rows)])
 
 
 class _ReplayScores:

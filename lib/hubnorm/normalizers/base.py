@@ -31,6 +31,10 @@ def _on_dask(x) -> bool:
     return type(x).__module__.split(".")[0] == "dask" or (isinstance(x, (str, os.PathLike)) and os.path.isdir(x))
 
 
+#: Constructor arguments that change how a normalizer computes, never what it ranks (memory, device, blocking).
+EXECUTION_OPTIONS = frozenset({"device", "chunk_size", "check_normalized", "block_bytes", "cache_bytes", "cache_dtype",
+                               "implementation"})
+
 class NotFittedError(RuntimeError):
     """Raised when a normalizer is used before ``fit``."""
 
@@ -142,8 +146,7 @@ class Normalizer:
 
     def _strength_params(self) -> Dict[str, object]:
         """The method parameters (all constructor arguments except the execution options)."""
-        skip = {"device", "chunk_size", "check_normalized", "block_bytes", "cache_bytes", "cache_dtype", "implementation"}
-        return {k: v for k, v in self.get_params().items() if k not in skip}
+        return {k: v for k, v in self.get_params().items() if k not in EXECUTION_OPTIONS}
 
     def _validate_params(self) -> None:
         """Check constructor arguments; subclasses extend this (called by :meth:`check_params` and ``fit``)."""

@@ -26,7 +26,7 @@ With the test queries as the bank, SN is query-aware (DBSN Table 2).
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -52,6 +52,7 @@ def sinkhorn_potentials(
     cache_bytes: Optional[int] = DEFAULT_CACHE_BYTES,
     cache_dtype: Optional[torch.dtype] = None,
     shared_blocks: Optional[dict] = None,
+    callback: Optional[Callable[[int, torch.Tensor], Optional[bool]]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, int]:
     """Log-domain Sinkhorn on ``S = bank @ targets.T`` with uniform marginals.
 
@@ -59,9 +60,15 @@ def sinkhorn_potentials(
     (``tau log beta``) and the number of iterations run. Stops early when ``tol`` is given and the largest
     change of ``g`` in one iteration is below it.
 
+    ``callback(t, g)``: called after iteration ``t`` (1-based) with that iteration's column potentials (in the
+    working dtype; do not modify them); returning True stops the run there. The iteration study
+    (:func:`hubnorm.sweeps.iteration_table`) reads every ``T`` and the convergence point off one run with it.
+
     Memory: one row block of S (``block_bytes``) in float32 at a time, recomputed by a GEMM every iteration,
-    unless the whole S fits ``cache_bytes`` in ``cache_dtype`` (default: the input dtype): then its blocks are
-    kept. ``cache_dtype=torch.float16`` (or ``bfloat16``) halves the cache; each row is stored relative to its
+    except the blocks kept in a cache of at most ``cache_bytes`` in ``cache_dtype`` (default: the input dtype):
+    the whole S when it fits, else as many leading row blocks as fit (a partial cache saves that share of the
+    GEMMs; ``cache_bytes=None`` or 0 keeps nothing). ``cache_dtype=torch.float16`` (or ``bfloat16``) halves
+    the cache; each row is stored relative to its
     maximum (the entries that dominate a log-sum-exp are the ones near 0, where 16-bit floats are finest) and
     all arithmetic stays in float32, but the offsets then carry the storage rounding (about 1e-5 to 1e-4 for
     float16 at tau = 0.01, 8x more for bfloat16): use it when the float32 GEMM per iteration is too slow.
@@ -82,7 +89,14 @@ def sinkhorn_potentials(
     store = bank.dtype if cache_dtype is None else cache_dtype
     item = torch.empty((), dtype=store).element_size()
     cache = {} if shared_blocks is None else shared_blocks
-    keep = shared_blocks is not None or (cache_bytes is not None and m * n * item <= cache_bytes)
+    # blocks kept across iterations: all of them with shared_blocks, else as many leading blocks as cache_bytes holds
+    # (a partial cache: the rest are recomputed by a GEMM each iteration)
+    if shared_blocks is not None:
+        n_keep = len(blocks)
+    else:
+        n_keep = 0 if cache_bytes is None else min(len(blocks), int(cache_bytes // max(1, rows * n * item)))
+        if m * n * item <= (cache_bytes or 0):
+            n_keep = len(blocks)
     shifted = store in (torch.float16, torch.bfloat16)
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
     g = torch.zeros(n, dtype=work, device=bank.device)
@@ -93,13 +107,13 @@ def sinkhorn_potentials(
     for _ in range(int(n_iter)):
         g_tau = g / tau
         acc = torch.zeros(n, dtype=torch.float64, device=bank.device)
-        for r0, r1 in blocks:
+        for b, (r0, r1) in enumerate(blocks):
             r = r1 - r0
             x = buf[: r * n].view(r, n)
             hit = cache.get(r0)
             shift = None
             if hit is None:
-                if keep:
+                if b < n_keep:
                     s = torch.mm(bank[r0:r1], targets_t)
                     if shifted:
                         shift = s.amax(dim=1)
@@ -137,6 +151,8 @@ def sinkhorn_potentials(
         done += 1
         delta = float((g_new - g).abs().max())
         g = g_new
+        if callback is not None and callback(done, g):
+            break
         if tol is not None and delta < tol:
             break
     return f.to(bank.dtype), g.to(bank.dtype), done
@@ -166,9 +182,10 @@ class SinkhornNormalization(Normalizer):
 
     Parameters:
         tau: entropic regularisation / temperature (0.01 in the DBSN code).
-        n_iter: Sinkhorn iterations T (10 in Alg. A1; the paper's main tables ran to convergence).
+        n_iter: Sinkhorn iterations T (10 in Alg. A1; the paper does not say whether its tables ran to convergence).
         tol: optional early stop on the largest change of the offsets.
-        cache_bytes: keep the score blocks in memory when the bank x target matrix fits (else recompute).
+        cache_bytes: keep the bank x target score blocks in memory up to this many bytes (the whole matrix when it
+            fits, else a leading share of its row blocks; the rest are recomputed every iteration).
         cache_dtype: dtype of that cache (None: the input dtype; ``torch.float16`` halves it, see
             :func:`sinkhorn_potentials` for its precision).
 
