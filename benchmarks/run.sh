@@ -10,5 +10,7 @@ for f in bench_nnn_memory.py bench_cross_encoder.py; do [ -f "$f" ] && $PY "$f";
 $PY bench_sweeps.py
 $PY bench_faiss_nnn.py
 $PY bench_sinkhorn.py
+# float32 vs float64: every table of notebooks 04 and 05 compared at the printed precision
+$PY bench_float32.py
 # Dask backend (needs the distributed extra): 1 vs 2 workers on a 1.6 GB sharded bank
 $PY -c "import distributed" 2>/dev/null && $PY bench_distributed.py
