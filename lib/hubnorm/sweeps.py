@@ -26,6 +26,7 @@ offsets, identical ranks and metrics; ``tests/test_selection.py``) far faster:
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -39,6 +40,7 @@ from .normalizers.base import Identity
 from .normalizers.dynamic_inverted_softmax import activation_mask
 from .normalizers.inverted_softmax import inverted_softmax_offsets
 from .normalizers.sinkhorn import sinkhorn_potentials
+from .progress import progress
 from .registry import make_normalizer
 from .retrieval import RetrievalTask
 
@@ -177,6 +179,17 @@ def _fit_inputs(task, query_aware, device, check_normalized):
     return device, t, qb
 
 
+def _sinkhorn_columns(task: RetrievalTask, method: str, t: torch.Tensor, device, check_normalized) -> torch.Tensor:
+    """The columns SN balances over: the targets, or ``[targets ; target_bank]`` for DBSN (Alg. A2)."""
+    if method != "dbsn":
+        return t
+    if task.target_bank is None:
+        raise ValueError("DBSN needs the task's target_bank (reference targets, e.g. training images)")
+    tb = as_embeddings(task.target_bank, "target_bank", device=device, dtype=t.dtype, dim=t.shape[1],
+                       check_normalized=check_normalized)
+    return torch.cat([t, tb], dim=0)
+
+
 def nnn_grid_table(task: RetrievalTask, alphas: Sequence[float], ks: Sequence[int], *,
                    metric_ks: Sequence[int] = (1, 5, 10), full: bool = False, query_aware: bool = False,
                    device=None, block_bytes: Optional[int] = None, chunk_size: Optional[int] = None,
@@ -216,13 +229,7 @@ def tau_grid_table(task: RetrievalTask, method: str, taus: Sequence[float], *,
         for norm in norms:
             H.append(inverted_softmax_offsets(t, qb, float(norm.tau), norm.block_bytes, cache=cache))
     elif method in ("sn", "dbsn"):
-        cols = t
-        if method == "dbsn":
-            if task.target_bank is None:
-                raise ValueError("DBSN needs the task's target_bank (reference targets, e.g. training images)")
-            tb = as_embeddings(task.target_bank, "target_bank", device=device, dtype=t.dtype, dim=t.shape[1],
-                               check_normalized=ref.check_normalized)
-            cols = torch.cat([t, tb], dim=0)
+        cols = _sinkhorn_columns(task, method, t, device, ref.check_normalized)
         store = t.dtype if ref.cache_dtype is None else ref.cache_dtype
         item = torch.empty((), dtype=store).element_size()
         fits = ref.cache_bytes is not None and qb.shape[0] * cols.shape[0] * item <= ref.cache_bytes
@@ -255,10 +262,6 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     Returns one row per setting: ``setting`` ("T=10" or "to convergence"), ``T max``, ``iterations run``, the
     metrics, and ``fit_s`` (seconds from the start of the run to that setting's potentials: a fresh fit's time).
     """
-    import time
-
-    from .progress import progress
-
     if method not in ("sn", "dbsn"):
         raise ValueError(f"iteration_table supports 'sn' and 'dbsn'; got method={method!r}")
     iterations = [check_positive_int(T, "iterations") for T in iterations]
@@ -275,13 +278,7 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     norm = make_normalizer(method, tau=tau, n_iter=max(iterations + [converged or 1]), tol=tol, **fixed)
     norm.check_params()
     device, t, qb = _fit_inputs(task, query_aware, norm.device, norm.check_normalized)
-    cols = t
-    if method == "dbsn":
-        if task.target_bank is None:
-            raise ValueError("DBSN needs the task's target_bank (reference targets, e.g. training images)")
-        tb = as_embeddings(task.target_bank, "target_bank", device=device, dtype=t.dtype, dim=t.shape[1],
-                           check_normalized=norm.check_normalized)
-        cols = torch.cat([t, tb], dim=0)
+    cols = _sinkhorn_columns(task, method, t, device, norm.check_normalized)
     n = t.shape[0]
     wanted = set(iterations)
     last = max(iterations) if iterations else 0

@@ -91,12 +91,11 @@ def sinkhorn_potentials(
     cache = {} if shared_blocks is None else shared_blocks
     # blocks kept across iterations: all of them with shared_blocks, else as many leading blocks as cache_bytes holds
     # (a partial cache: the rest are recomputed by a GEMM each iteration)
-    if shared_blocks is not None:
+    budget = cache_bytes or 0
+    if shared_blocks is not None or m * n * item <= budget:
         n_keep = len(blocks)
     else:
-        n_keep = 0 if cache_bytes is None else min(len(blocks), int(cache_bytes // max(1, rows * n * item)))
-        if m * n * item <= (cache_bytes or 0):
-            n_keep = len(blocks)
+        n_keep = int(budget // (rows * n * item))
     shifted = store in (torch.float16, torch.bfloat16)
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
     g = torch.zeros(n, dtype=work, device=bank.device)
