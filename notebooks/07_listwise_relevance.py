@@ -92,7 +92,11 @@ run = nb.setup("07", seed=seed)
 # The synthetic preset mimics zero-shot CLIP on Flickr30k (1,000 test images, 5,000 captions). The reference banks
 # of the normalizers and the adapter's training data are the training split; no parameter is selected here, so no
 # validation split is held out. Synthetic relevance: the generator's latent truth (`content=` the split's latents);
-# real relevance: RSC from the caption texts.
+# real relevance: RSC from the caption texts. Encoding the captions with the sentence encoder is the slow step on a
+# CPU (the 145,000 training captions of Flickr30k take minutes): the embeddings are cached under
+# `cache/text-embeddings` (keyed by the encoder and a checksum of the texts, verified on every read), and
+# `python -m hubnorm.data encode-texts <source>` fills that cache ahead of time (`run_all.sh` does so for the paper
+# profiles).
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs,

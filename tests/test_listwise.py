@@ -14,6 +14,12 @@ from hubnorm import listwise as lw, synthetic
 from conftest import shared_path, unit_rows
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_root(tmp_path, monkeypatch):
+    """Text embeddings are cached: every test here writes to its own cache root, never to the checkout's."""
+    monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "cache"))
+
+
 # ---------------------------------------------------------------------------------------------- NDCG oracle
 def _slow_ndcg(scores, rel, k, exponential=True):
     """Expected NDCG@k over every ordering consistent with the scores (all permutations of each tie group),
@@ -216,6 +222,116 @@ def test_content_relevance_by_hand():
     np.testing.assert_allclose(lw.content_relevance(z, c2i, images=[2, 0], captions=[3, 1]), want[np.ix_([2, 0], [3, 1])])
     with pytest.raises(ValueError, match="caption_to_image"):
         lw.content_relevance(z, np.array([0, 5]))
+
+
+def test_rsc_object_reads_blocks_of_the_dense_oracle():
+    """RSC prepared once, read for many training batches (batch_relevance_fn's path): every block equals the
+    matching block of the explicit float64 oracle, in both orientations."""
+    rng = np.random.default_rng(16)
+    c2i = np.repeat(np.arange(7), [1, 2, 5, 3, 1, 4, 2])
+    g = unit_rows(rng, len(c2i), 6, np.float64)
+    oracle = _explicit_rsc(g, c2i)
+    rsc = lw.RSC(g, c2i)
+    np.testing.assert_allclose(rsc(), oracle, atol=1e-12)
+    for _ in range(5):
+        imgs = rng.choice(7, size=4, replace=False)
+        caps = rng.choice(len(c2i), size=6, replace=False)
+        np.testing.assert_allclose(rsc(imgs, caps), oracle[np.ix_(imgs, caps)], atol=1e-12)
+        np.testing.assert_allclose(rsc(imgs, caps, "t2i"), oracle[np.ix_(imgs, caps)].T, atol=1e-12)
+    np.testing.assert_allclose(rsc(block_images=2), oracle, atol=1e-12)   # block boundaries change nothing
+    with pytest.raises(ValueError, match="no caption"):
+        lw.RSC(g, c2i, n_images=8)
+    with pytest.raises(ValueError, match="direction"):
+        rsc(direction="x2y")
+
+
+# ---------------------------------------------------------------------------------------------- text cache
+class _CountingEncoder:
+    """A deterministic plug-in sentence encoder that counts the texts it encodes (hash of the text -> vector)."""
+
+    def __init__(self, cache_id="counting-encoder|v1", dim=8):
+        self.cache_id, self.dim, self.calls, self.encoded = cache_id, dim, 0, 0
+
+    def __call__(self, texts):
+        self.calls += 1
+        self.encoded += len(texts)
+        rows = [np.random.default_rng(list(t.encode())).standard_normal(self.dim) for t in texts]
+        return np.array(rows, dtype=np.float32)
+
+
+def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
+    from hubnorm.data import text_cache
+    texts = [f"caption {i}" for i in range(10)]
+    enc = _CountingEncoder()
+    first = lw.encode_texts(texts, enc, chunk=3)                  # 4 chunks, then written to the cache
+    assert enc.calls == 4 and enc.encoded == 10
+    np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-6)
+    again = lw.encode_texts(texts, enc)
+    assert enc.encoded == 10                                      # read, not encoded
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(lw.encode_texts(texts, enc, cache=False), first)   # chunking changes nothing
+    assert enc.encoded == 20
+    # another text list (one caption changed) or another encoder identity is another entry
+    lw.encode_texts(texts[:-1] + ["caption X"], enc)
+    assert enc.encoded == 30
+    lw.encode_texts(texts, _CountingEncoder(cache_id="counting-encoder|v2"))
+    entries = sorted((tmp_path / "cache" / "text-embeddings").glob("*/*/manifest.json"))
+    assert len(entries) == 3
+    # the digest is of the texts, with lengths: ["ab", "c"] and ["a", "bc"] differ
+    assert text_cache.texts_sha256(["ab", "c"]) != text_cache.texts_sha256(["a", "bc"])
+    # a corrupt entry is detected, never used: a warning, the texts encoded again, the entry rewritten
+    folder = text_cache.text_entry_dir(enc.cache_id, text_cache.texts_sha256(texts))
+    arr = folder / "embeddings.npy"
+    data = bytearray(arr.read_bytes())
+    data[-5] ^= 0xFF
+    arr.write_bytes(bytes(data))
+    with pytest.raises(hn.data.CacheError, match="sha256"):
+        text_cache.read_text_embeddings(texts, enc.cache_id)
+    with pytest.warns(UserWarning, match="encoding the texts again"):
+        redone = lw.encode_texts(texts, enc)
+    assert enc.encoded == 40
+    np.testing.assert_array_equal(redone, first)
+    np.testing.assert_array_equal(text_cache.read_text_embeddings(texts, enc.cache_id), first)
+    # a manifest whose key disagrees is stale; a truncated array with a matching checksum is corrupt
+    man = folder / "manifest.json"
+    man.write_text(man.read_text().replace('"n_texts": 10', '"n_texts": 11'))
+    with pytest.raises(hn.data.CacheError, match="different key") as err:
+        text_cache.read_text_embeddings(texts, enc.cache_id)
+    assert err.value.reason == "stale"
+    man.write_text("{not json")
+    with pytest.raises(hn.data.CacheError, match="not a text-embedding manifest"):
+        text_cache.read_text_embeddings(texts, enc.cache_id)
+    with pytest.raises(ValueError, match="encoder_id"):
+        text_cache.text_entry_dir("", "0" * 64)
+    with pytest.raises(ValueError, match=r"shape \(n_texts=10, d\)"):
+        text_cache.write_text_embeddings(texts, enc.cache_id, first[:3])
+
+
+def test_encoders_without_identity_are_never_cached(tmp_path):
+    texts = ["a dog", "a cat"]
+    enc = _CountingEncoder(cache_id=None)
+    lw.encode_texts(texts, enc)
+    lw.encode_texts(texts, enc)
+    assert enc.encoded == 4 and not (tmp_path / "cache" / "text-embeddings").exists()
+    plain = lambda t: np.ones((len(t), 3))  # noqa: E731 - no cache_id attribute at all
+    lw.encode_texts(texts, plain)
+    assert not (tmp_path / "cache" / "text-embeddings").exists()
+    with pytest.raises(ValueError, match="chunk must be a positive integer"):
+        lw.encode_texts(texts, enc, chunk=0)
+
+
+def test_batch_relevance_fn_encodes_once_and_reads_blocks():
+    texts = [f"caption {i}" for i in range(12)]
+    c2i = np.repeat(np.arange(4), 3)
+    rng = np.random.default_rng(3)
+    split = hn.EmbeddingSplit(images=unit_rows(rng, 4, 4), captions=unit_rows(rng, 12, 4),
+                              caption_to_image=c2i, caption_texts=texts)
+    enc = _CountingEncoder()
+    fn = lw.batch_relevance_fn(split, encoder=enc)
+    want = lw.rsc_relevance(lw.encode_texts(texts, enc, cache=False), c2i, "i2t")
+    for a, b in (([0, 2], [1, 5, 11]), ([3], [0]), ([1, 0, 3], [4, 2])):
+        np.testing.assert_allclose(fn(np.array(a), np.array(b)), want[np.ix_(a, b)], atol=1e-12)
+    assert enc.calls == 2                     # one for the function, one for the reference; none per batch
 
 
 # ---------------------------------------------------------------------------------------------- MiniLM

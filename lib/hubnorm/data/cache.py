@@ -124,7 +124,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _npy_bytes(arr: np.ndarray) -> bytes:
+def npy_bytes(arr: np.ndarray) -> bytes:
+    """The bytes of ``arr`` as an ``.npy`` file (C order, no pickles)."""
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
     return buf.getvalue()
@@ -144,7 +145,7 @@ def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.nd
               "caption_to_image.npy": np.asarray(caption_to_image, dtype=np.int64)}
     files = {}
     for name, arr in arrays.items():
-        data = _npy_bytes(arr)
+        data = npy_bytes(arr)
         files[name] = {"sha256": atomic_write_bytes(folder / name, data), "rows": int(arr.shape[0]),
                        "shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": len(data)}
     texts = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)}, ensure_ascii=False)
@@ -210,7 +211,7 @@ def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions
             if tmp[name].exists():
                 tmp[name].unlink()
     c2i = np.asarray(caption_to_image, dtype=np.int64)
-    data = _npy_bytes(c2i)
+    data = npy_bytes(c2i)
     files["caption_to_image.npy"] = {"sha256": atomic_write_bytes(folder / "caption_to_image.npy", data),
                                      "rows": int(c2i.shape[0]), "shape": list(c2i.shape), "dtype": "int64",
                                      "bytes": len(data)}

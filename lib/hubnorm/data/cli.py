@@ -1,4 +1,4 @@
-"""Command line: ``python -m hubnorm.data {list,fetch,encode,verify,rehearse} ...`` (``-h`` on each for help)."""
+"""Command line: ``python -m hubnorm.data {list,fetch,encode,encode-texts,verify,rehearse} ...`` (``-h`` on each for help)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ examples:
   python -m hubnorm.data encode coco --model ViT-B-16-SigLIP --pretrained webli --split test
   python -m hubnorm.data encode coco --model blip-itm-base-coco --pretrained hf --split test
   python -m hubnorm.data verify coco --model ViT-B-32-quickgelu --pretrained openai
+  python -m hubnorm.data encode-texts cache:flickr30k:ViT-B-32-quickgelu:openai   # RSC sentence embeddings (07)
   python -m hubnorm.data rehearse --profile paper-flickr30k     # SYNTHETIC data, real split sizes
 
 folders: data root = $HUBNORM_DATA or <repo>/data/raw; cache root = $HUBNORM_CACHE or <repo>/cache
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "Karpathy-split annotations and images, encode them (open_clip: CLIP, SigLIP; transformers: BLIP), verify "
                                 "caches, write synthetic rehearsal caches.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,verify,rehearse}")
+    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,encode-texts,verify,rehearse}")
     sub.required = True
 
     common = argparse.ArgumentParser(add_help=False)
@@ -78,6 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
             e.add_argument("--workers", type=int, default=0, help="image-loading worker processes (default 0)")
             e.add_argument("--force", action="store_true", help="re-encode even if a valid cache entry exists")
             e.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t = sub.add_parser("encode-texts", parents=[common], help="encode caption texts for RSC relevance (notebook 07)",
+                       description="Encode the caption texts of a dataset's splits with the sentence encoder of RSC "
+                       "relevance (all-MiniLM-L6-v2 unless --text-model) into the text-embedding cache "
+                       "(<cache root>/text-embeddings, content-addressed by encoder and texts), so that notebook 07 "
+                       "reads them instead of encoding for minutes. Entries already cached are verified, not "
+                       "re-encoded.")
+    t.add_argument("source", help="an embeddings source with caption texts: cache:<dataset>:<model>:<pretrained> "
+                   "(as for notebooks; the rehearsal's is cache:<dataset>:synthetic-rehearsal:seed0) or "
+                   "local:<folder>")
+    t.add_argument("--split", action="append", help="split(s) (repeat or comma-separate; default: test train)")
+    t.add_argument("--text-model", help="a local sentence-transformers folder (default: the bundled "
+                   "all-MiniLM-L6-v2)")
+    t.add_argument("--device", default="cpu", help="torch device for the sentence encoder (default cpu)")
+    t.add_argument("--batch-size", type=int, default=64, help="sentence-encoder batch size (default 64)")
     r = sub.add_parser("rehearse", help="write SYNTHETIC embeddings with a paper profile's exact split sizes",
                        description="Write synthetic embeddings (hubnorm.synthetic) with the exact Karpathy split "
                        "sizes of a paper profile into a separate, labelled cache root, and print the cache: source "
@@ -162,6 +177,36 @@ def _cmd_rehearse(args) -> int:
     return 0
 
 
+def _cmd_encode_texts(args) -> int:
+    import time
+
+    from ..datasets import load_embeddings
+    from ..listwise.relevance import encode_texts, load_text_encoder
+    from .text_cache import text_entry_dir, texts_sha256
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    splits = _splits(args.split, ("test", "train"))
+    kwargs = {"splits": tuple(splits)}
+    if args.cache_dir and args.source.startswith("cache:"):   # one root for embeddings and text embeddings
+        from pathlib import Path
+
+        from .rehearse import REHEARSAL_MODEL
+        rehearsal = args.source.split(":")[2:3] == [REHEARSAL_MODEL]
+        kwargs["cache_dir"] = Path(args.cache_dir) / "rehearsal" if rehearsal else args.cache_dir
+    ds = load_embeddings(args.source, **kwargs)
+    enc = load_text_encoder(args.text_model, device=args.device, batch_size=args.batch_size)
+    for s in splits:
+        sp = ds.split(s)
+        if sp.caption_texts is None:
+            raise ValueError(f"split {s!r} of {args.source} has no caption texts: nothing to encode")
+        t0 = time.perf_counter()
+        emb = encode_texts(sp.caption_texts, enc, cache_dir=args.cache_dir, desc=f"{s} captions")
+        where = text_entry_dir(enc.cache_id, texts_sha256(sp.caption_texts), args.cache_dir)
+        print(f"{s}: {emb.shape[0]:,} captions, dim {emb.shape[1]} ({enc.name}), {time.perf_counter() - t0:.0f} s "
+              f"-> {where}")
+    return 0
+
+
 def _cmd_verify(args) -> int:
     """Exit 0 only when at least one split was verified and none failed; 1 when a split failed or nothing is
     cached; 2 (via :func:`main`) for an unknown dataset or split."""
@@ -200,6 +245,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .fetch import DownloadError, ManualDownloadRequired
     try:
         return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify,
+                "encode-texts": _cmd_encode_texts,
                 "rehearse": _cmd_rehearse}[args.command](args)
     except (DownloadError, ManualDownloadRequired, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

