@@ -145,3 +145,19 @@ def test_encode_texts_cli_fills_the_text_cache_that_notebook_07_reads(tmp_path, 
     assert "rehearse --profile paper-flickr30k" in capsys.readouterr().err
     assert main(["encode-texts", res["spec"], "--batch-size", "0"]) == 2
     assert "--batch-size must be a positive integer" in capsys.readouterr().err
+    # a local: folder of real embeddings with caption texts (the loader's default test/train split), and one
+    # without texts: an error that says so
+    folder = tmp_path / "local"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((12, 8)).astype(np.float32)
+    np.save(folder / "image_embeddings.npy", np.repeat(x[:4], 3, axis=0))
+    np.save(folder / "text_embeddings.npy", x)
+    (folder / "metadata.csv").write_text("image_id,caption\n" + "".join(f"img{j // 3},caption {j}\n" for j in range(12)))
+    assert main(["encode-texts", f"local:{folder}"]) == 0
+    assert "test: 6 captions" in capsys.readouterr().out
+    (folder / "metadata.csv").unlink()
+    assert main(["encode-texts", f"local:{folder}"]) == 2
+    assert "has no caption texts" in capsys.readouterr().err
+    assert main(["encode-texts", f"local:{folder}", "--split", "val"]) == 2
+    assert "has no split 'val'" in capsys.readouterr().err

@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "re-encoded.")
     t.add_argument("source", help="an embeddings source with caption texts: cache:<dataset>:<model>:<pretrained> "
                    "(as for notebooks; the rehearsal's is cache:<dataset>:synthetic-rehearsal:seed0) or "
-                   "local:<folder>")
+                   "local:<folder> (split with the loader's defaults, test_fraction 0.5 and seed 0)")
     t.add_argument("--split", action="append", help="split(s) (repeat or comma-separate; default: test train)")
     t.add_argument("--text-model", help="a local sentence-transformers folder (default: the bundled "
                    "all-MiniLM-L6-v2)")
@@ -186,16 +186,20 @@ def _cmd_encode_texts(args) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be a positive integer; got {args.batch_size}")
     splits = _splits(args.split, ("test", "train"))
-    kwargs = {"splits": tuple(splits)}
-    if args.cache_dir and args.source.startswith("cache:"):   # one root for embeddings and text embeddings
-        from pathlib import Path
+    kwargs = {}   # local: folders split into test/train with the loader's defaults (as notebook 07's default)
+    if args.source.startswith("cache:"):
+        kwargs["splits"] = tuple(splits)
+        if args.cache_dir:   # one root for embeddings and text embeddings
+            from pathlib import Path
 
-        from .rehearse import REHEARSAL_MODEL
-        rehearsal = args.source.split(":")[2:3] == [REHEARSAL_MODEL]
-        kwargs["cache_dir"] = Path(args.cache_dir) / "rehearsal" if rehearsal else args.cache_dir
+            from .rehearse import REHEARSAL_MODEL
+            rehearsal = args.source.split(":")[2:3] == [REHEARSAL_MODEL]
+            kwargs["cache_dir"] = Path(args.cache_dir) / "rehearsal" if rehearsal else args.cache_dir
     ds = load_embeddings(args.source, **kwargs)
     enc = load_text_encoder(args.text_model, device=args.device, batch_size=args.batch_size)
     for s in splits:
+        if s not in ds.splits:
+            raise ValueError(f"{args.source} has no split {s!r} (it has {sorted(ds.splits)}): pass --split")
         sp = ds.split(s)
         if sp.caption_texts is None:
             raise ValueError(f"split {s!r} of {args.source} has no caption texts: nothing to encode")
