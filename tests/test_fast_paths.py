@@ -228,3 +228,22 @@ def test_blas_scan_from_a_faiss_scan_index(blas_problem):
     vf, _ = idx.search(targets, 32, nprobe=4, scan="faiss")
     vb, _ = idx.search(targets, 32, nprobe=4, scan="blas")
     np.testing.assert_allclose(vb, np.where(vf < -1e30, -np.inf, vf), atol=1e-5)
+
+
+def test_long_sinkhorn_fits_show_progress_and_the_bar_changes_nothing(monkeypatch, capsys):
+    """A fit above PROGRESS_ENTRIES shows a bar with the time left on stderr (the DBSN fit on the full COCO training
+    banks runs for an hour on a CPU); the potentials are bit-identical with and without it."""
+    from hubnorm.normalizers import sinkhorn as sk
+    rng = np.random.default_rng(4)
+    bank = torch.from_numpy(rng.standard_normal((300, 16)).astype(np.float32))
+    targets = torch.from_numpy(rng.standard_normal((40, 16)).astype(np.float32))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "1")
+    quiet = sk.sinkhorn_potentials(bank, targets, 0.05, n_iter=4, block_bytes=40 * 4 * 64)
+    assert "Sinkhorn" not in capsys.readouterr().err           # small: no bar
+    monkeypatch.setattr(sk, "PROGRESS_ENTRIES", 1)
+    shown = sk.sinkhorn_potentials(bank, targets, 0.05, n_iter=4, block_bytes=40 * 4 * 64)
+    err = capsys.readouterr().err
+    assert "Sinkhorn 300 x 40" in err and "block" in err
+    for a, b in zip(quiet[:2], shown[:2]):
+        assert torch.equal(a, b)
+    assert quiet[2] == shown[2] == 4

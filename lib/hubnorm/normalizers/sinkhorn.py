@@ -32,6 +32,7 @@ import torch
 
 from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
 from .._validation import check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int
+from ..progress import progress
 from .base import Normalizer
 
 #: Keep the bank x target score blocks in memory across iterations when they take at most this many bytes.
@@ -39,6 +40,9 @@ DEFAULT_CACHE_BYTES = 2 * 2**30
 
 #: Columns whose streamed column sum falls below this are recomputed exactly (exp underflow guard).
 _TINY_COLUMN = 1e-25
+#: fits with at least this many score entries over all iterations (m * n * n_iter; about 20 s on 2 CPU cores)
+#: show a progress bar with the time left (``HUBNORM_PROGRESS=0`` silences it)
+PROGRESS_ENTRIES = 2 * 10**10
 
 
 def sinkhorn_potentials(
@@ -103,6 +107,9 @@ def sinkhorn_potentials(
     buf = torch.empty(rows * n, dtype=work, device=bank.device)
     targets_t = targets.T
     done = 0
+    # a bar with the time left for fits that take more than seconds (the full COCO training banks: an hour on a CPU)
+    bar = progress(total=int(n_iter) * len(blocks), desc=f"Sinkhorn {m:,} x {n:,}", unit="block",
+                   disable=m * n * int(n_iter) < PROGRESS_ENTRIES)
     for _ in range(int(n_iter)):
         g_tau = g / tau
         acc = torch.zeros(n, dtype=torch.float64, device=bank.device)
@@ -136,6 +143,7 @@ def sinkhorn_potentials(
             # columns: sum_i exp((S_ij + f_i)/tau) = exp(-g_j/tau) * (w @ E)_j, w_i = (1/m) / rs_i
             w = (1.0 / m) / rs
             acc += torch.mv(x.T, w).to(torch.float64)
+            bar.update(1)
         tiny = acc < _TINY_COLUMN
         lse_col = acc.clamp_min(1e-300).log().to(work) - g_tau
         if bool(tiny.any()):  # exact column log-sum-exp for the few columns whose streamed sum underflowed
@@ -154,6 +162,7 @@ def sinkhorn_potentials(
             break
         if tol is not None and delta < tol:
             break
+    bar.close()
     return f.to(bank.dtype), g.to(bank.dtype), done
 
 
