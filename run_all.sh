@@ -100,14 +100,17 @@ export HUBNORM_RESULTS="$PWD/$results"
 # 150,000 captions on a CPU), then read from <cache root>/text-embeddings with a checksum.
 case "$profile" in
   paper-*|rehearse-*)
-    if [ -z "$only" ] || [[ "07_listwise_relevance" == *"$only"* ]]; then
-      src=$(.venv/bin/python -c 'import sys, yaml; print(yaml.safe_load(sys.argv[1])["source"])' "$params")
+    listwise=(notebooks/07_*.ipynb)   # the notebook that needs them (RSC relevance)
+    lw_name=$(basename "${listwise[0]:-none}" .ipynb)
+    if [ -e "${listwise[0]:-}" ] && { [ -z "$only" ] || [[ "$lw_name" == *"$only"* ]]; }; then
+      src=$(.venv/bin/python -c 'import sys, yaml; print(yaml.safe_load(sys.argv[1])["source"])' "$params") \
+        || { echo "run_all.sh: cannot read the source of profile $profile" >&2; exit 2; }
       t0=$(date +%s)
-      echo "run_all.sh: sentence embeddings of the $src captions for notebook 07 (encoded once, then cached)"
+      echo "run_all.sh: sentence embeddings of the $src captions for $lw_name (encoded once, then cached)"
       if .venv/bin/python -m hubnorm.data encode-texts "$src" --split test --split train; then
         echo "run_all.sh: sentence embeddings ready in $(( $(date +%s) - t0 ))s (not part of the notebook times)"
       else
-        echo "run_all.sh: the sentence embeddings could not be prepared (above); notebook 07 will say why" >&2
+        echo "run_all.sh: the sentence embeddings could not be prepared (above); $lw_name will say why" >&2
       fi
     fi ;;
 esac

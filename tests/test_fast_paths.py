@@ -232,7 +232,8 @@ def test_blas_scan_from_a_faiss_scan_index(blas_problem):
 
 def test_long_sinkhorn_fits_show_progress_and_the_bar_changes_nothing(monkeypatch, capsys):
     """A fit above PROGRESS_ENTRIES shows a bar with the time left on stderr (the DBSN fit on the full COCO training
-    banks runs for an hour on a CPU); the potentials are bit-identical with and without it."""
+    banks runs for an hour on a CPU); a regression guard that the bar stays outside the arithmetic: the potentials
+    are bit-identical with and without it."""
     from hubnorm.normalizers import sinkhorn as sk
     rng = np.random.default_rng(4)
     bank = torch.from_numpy(rng.standard_normal((300, 16)).astype(np.float32))

@@ -241,6 +241,11 @@ def test_rsc_object_reads_blocks_of_the_dense_oracle():
     np.testing.assert_allclose(rsc(block_images=2), oracle, atol=1e-12)   # block boundaries change nothing
     with pytest.raises(ValueError, match="no caption"):
         lw.RSC(g, c2i, n_images=8)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="block_images must be a positive integer"):
+            rsc(block_images=bad)
+    with pytest.raises(ValueError, match="n_images must be a positive integer"):
+        lw.RSC(g, c2i, n_images=7.9)
     with pytest.raises(ValueError, match="direction"):
         rsc(direction="x2y")
 
@@ -269,7 +274,7 @@ def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
     again = lw.encode_texts(texts, enc)
     assert enc.encoded == 10                                      # read, not encoded
     np.testing.assert_array_equal(again, first)
-    np.testing.assert_array_equal(lw.encode_texts(texts, enc, cache=False), first)   # chunking changes nothing
+    np.testing.assert_array_equal(lw.encode_texts(texts, enc, cache=False), first)   # chunks come back in order
     assert enc.encoded == 20
     # another text list (one caption changed) or another encoder identity is another entry
     lw.encode_texts(texts[:-1] + ["caption X"], enc)
@@ -292,8 +297,23 @@ def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
     assert enc.encoded == 40
     np.testing.assert_array_equal(redone, first)
     np.testing.assert_array_equal(text_cache.read_text_embeddings(texts, enc.cache_id), first)
-    # a manifest whose key disagrees is stale; a truncated array with a matching checksum is corrupt
+    # an array that matches its manifest checksum but not the manifest's shape, or whose rows are not unit vectors,
+    # is corrupt too (a manifest written for other bytes)
+    import hashlib
+    import json as _json
     man = folder / "manifest.json"
+    good_manifest = man.read_text()
+    for bad in (first[:7], 2 * first):
+        arr.write_bytes(_npy(bad))
+        m = _json.loads(good_manifest)
+        m["files"]["embeddings.npy"]["sha256"] = hashlib.sha256(arr.read_bytes()).hexdigest()
+        man.write_text(_json.dumps(m))
+        with pytest.raises(hn.data.CacheError, match="holds float32|not finite unit vectors") as err:
+            text_cache.read_text_embeddings(texts, enc.cache_id)
+        assert err.value.reason == "corrupt"
+    with pytest.warns(UserWarning, match="encoding the texts again"):
+        np.testing.assert_array_equal(lw.encode_texts(texts, enc), first)
+    # a manifest whose key disagrees is stale
     man.write_text(man.read_text().replace('"n_texts": 10', '"n_texts": 11'))
     with pytest.raises(hn.data.CacheError, match="different key") as err:
         text_cache.read_text_embeddings(texts, enc.cache_id)
@@ -305,6 +325,25 @@ def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
         text_cache.text_entry_dir("", "0" * 64)
     with pytest.raises(ValueError, match=r"shape \(n_texts=10, d\)"):
         text_cache.write_text_embeddings(texts, enc.cache_id, first[:3])
+
+
+def _npy(a):
+    import io
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(a, dtype=np.float32))
+    return buf.getvalue()
+
+
+def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_result(monkeypatch):
+    from hubnorm.listwise import relevance as rel_mod
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", "cache/text-embeddings")
+    monkeypatch.setattr(rel_mod, "write_text_embeddings", read_only)
+    enc = _CountingEncoder()
+    with pytest.warns(UserWarning, match="could not be cached"):
+        out = lw.encode_texts(["a dog", "a cat"], enc)
+    np.testing.assert_array_equal(out, lw.encode_texts(["a dog", "a cat"], enc, cache=False))
 
 
 def test_encoders_without_identity_are_never_cached(tmp_path):

@@ -196,16 +196,17 @@ def _cmd_encode_texts(args) -> int:
             rehearsal = args.source.split(":")[2:3] == [REHEARSAL_MODEL]
             kwargs["cache_dir"] = Path(args.cache_dir) / "rehearsal" if rehearsal else args.cache_dir
     ds = load_embeddings(args.source, **kwargs)
-    enc = load_text_encoder(args.text_model, device=args.device, batch_size=args.batch_size)
-    for s in splits:
+    for s in splits:   # every split checked before minutes of encoding
         if s not in ds.splits:
             raise ValueError(f"{args.source} has no split {s!r} (it has {sorted(ds.splits)}): pass --split")
-        sp = ds.split(s)
-        if sp.caption_texts is None:
+        if ds.split(s).caption_texts is None:
             raise ValueError(f"split {s!r} of {args.source} has no caption texts: nothing to encode")
+    enc = load_text_encoder(args.text_model, device=args.device, batch_size=args.batch_size)
+    for s in splits:
+        texts = ds.split(s).caption_texts
         t0 = time.perf_counter()
-        emb = encode_texts(sp.caption_texts, enc, cache_dir=args.cache_dir, desc=f"{s} captions")
-        where = text_entry_dir(enc.cache_id, texts_sha256(sp.caption_texts), args.cache_dir)
+        emb = encode_texts(texts, enc, cache_dir=args.cache_dir, desc=f"{s} captions")
+        where = text_entry_dir(enc.cache_id, texts_sha256(texts), args.cache_dir)
         print(f"{s}: {emb.shape[0]:,} captions, dim {emb.shape[1]} ({enc.name}), {time.perf_counter() - t0:.0f} s "
               f"-> {where}")
     return 0

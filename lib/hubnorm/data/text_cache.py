@@ -19,6 +19,7 @@ sha256, its shape and that the rows are finite with unit norm; anything else rai
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .cache import CacheError, atomic_write_bytes, npy_bytes, sha256_file
+from .cache import CacheError, atomic_write_bytes, npy_bytes
 from .paths import PathLike, cache_root, slug
 
 __all__ = ["TEXT_CACHE_FORMAT", "texts_sha256", "text_entry_dir", "read_text_embeddings", "write_text_embeddings"]
@@ -48,7 +49,8 @@ def texts_sha256(texts: Sequence[str]) -> str:
 
 def _check_encoder_id(encoder_id) -> str:
     if not isinstance(encoder_id, str) or not encoder_id.strip():
-        raise ValueError(f"encoder_id must be a non-empty string naming the encoder and its version; got {encoder_id!r}")
+        raise ValueError(f"encoder_id must be a non-empty string naming the encoder and its version; "
+                         f"got {encoder_id!r}")
     return encoder_id
 
 
@@ -58,14 +60,15 @@ def text_entry_dir(encoder_id: str, digest: str, cache_dir: Optional[PathLike] =
     return cache_root(cache_dir) / "text-embeddings" / name[:120] / digest
 
 
-def read_text_embeddings(texts: Sequence[str], encoder_id: str, *, cache_dir: Optional[PathLike] = None,
-                         digest: Optional[str] = None) -> np.ndarray:
-    """The cached embeddings of ``texts`` by ``encoder_id``, verified.
+def read_text_embeddings(texts: Sequence[str], encoder_id: str, *, cache_dir: Optional[PathLike] = None
+                         ) -> np.ndarray:
+    """The cached embeddings of ``texts`` by ``encoder_id``, verified (the array is read once: the bytes that are
+    checksummed are the bytes that are loaded).
 
     Raises :class:`CacheError` with ``reason`` "missing" (no entry), "stale" (the manifest's key differs) or
     "corrupt" (checksum, shape, or non-unit rows).
     """
-    digest = texts_sha256(texts) if digest is None else digest
+    digest = texts_sha256(texts)
     folder = text_entry_dir(encoder_id, digest, cache_dir)
     path = folder / _MANIFEST
     if not path.exists():
@@ -86,12 +89,13 @@ def read_text_embeddings(texts: Sequence[str], encoder_id: str, *, cache_dir: Op
     arr_path = folder / _ARRAY
     if not arr_path.exists():
         raise CacheError(f"{arr_path} is missing although the manifest lists it", reason="corrupt")
-    digest_file = sha256_file(arr_path)
+    data = arr_path.read_bytes()
+    digest_file = hashlib.sha256(data).hexdigest()
     if digest_file != want_sha:
         raise CacheError(f"{arr_path} is corrupt: sha256 {digest_file[:12]}... != {want_sha[:12]}... in the manifest",
                          reason="corrupt")
     try:
-        arr = np.load(arr_path, allow_pickle=False)
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:
         raise CacheError(f"{arr_path} cannot be read ({exc})", reason="corrupt") from exc
     if arr.dtype != np.float32 or list(arr.shape) != want_shape or arr.ndim != 2 or arr.shape[0] != len(texts):
@@ -104,7 +108,7 @@ def read_text_embeddings(texts: Sequence[str], encoder_id: str, *, cache_dir: Op
 
 
 def write_text_embeddings(texts: Sequence[str], encoder_id: str, embeddings: np.ndarray, *,
-                          cache_dir: Optional[PathLike] = None, digest: Optional[str] = None) -> Path:
+                          cache_dir: Optional[PathLike] = None) -> Path:
     """Store ``embeddings`` ((n_texts, d) unit rows) of ``texts`` by ``encoder_id``; returns the entry folder.
 
     The old manifest is removed first and the new one written last, so a crash never leaves a verifiable half
@@ -113,7 +117,7 @@ def write_text_embeddings(texts: Sequence[str], encoder_id: str, embeddings: np.
     if emb.ndim != 2 or emb.shape[0] != len(texts):
         raise ValueError(f"embeddings must have shape (n_texts={len(texts)}, d); got {emb.shape}")
     emb = np.ascontiguousarray(emb, dtype=np.float32)
-    digest = texts_sha256(texts) if digest is None else digest
+    digest = texts_sha256(texts)
     folder = text_entry_dir(encoder_id, digest, cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / _MANIFEST).unlink(missing_ok=True)

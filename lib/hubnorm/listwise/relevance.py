@@ -30,7 +30,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..data.text_cache import read_text_embeddings, texts_sha256, write_text_embeddings
+from ..data.text_cache import read_text_embeddings, write_text_embeddings
 from ..data.cache import CacheError
 from ..progress import progress
 from ..retrieval import DIRECTIONS, Positives
@@ -113,10 +113,11 @@ def load_text_encoder(model=None, *, device: str = "cpu", batch_size: int = 64) 
         raise FileNotFoundError(f"sentence-transformers model folder {path} does not exist")
     if weights is None:
         weights = f"sha256:{_folder_sha256(path)[:16]}"
-    cache_id = f"{name}|{weights}|sentence-transformers=={_version('sentence-transformers')}"
     # the weight-loading progress bar of transformers goes to stderr; keep notebooks quiet
     with _quiet_transformers():
         st = SentenceTransformer(str(path), device=device)
+    libs = "|".join(f"{p}=={_version(p)}" for p in ("sentence-transformers", "transformers", "tokenizers", "torch"))
+    cache_id = f"{name}|{weights}|max_seq_length={getattr(st, 'max_seq_length', None)}|{libs}"
     return SentenceEncoder(st, name, batch_size=batch_size, cache_id=cache_id)
 
 
@@ -129,11 +130,15 @@ def _version(package: str) -> str:
 
 
 def _folder_sha256(path) -> str:
-    """sha256 over the relative names and bytes of every file in a model folder (its cache identity)."""
+    """sha256 over the relative names, sizes and bytes of every file in a model folder (its cache identity; hidden
+    files such as lock files are skipped)."""
     h = hashlib.sha256()
     root = Path(path)
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(root)).encode("utf-8") + b"\0")
+    files = [p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".")
+                                                                    for part in p.relative_to(root).parts)]
+    for f in sorted(files):
+        name = str(f.relative_to(root)).encode("utf-8")
+        h.update(len(name).to_bytes(8, "little") + name + f.stat().st_size.to_bytes(8, "little"))
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
@@ -181,9 +186,8 @@ def encode_texts(texts: Sequence[str], encoder: Optional[TextEncoder] = None, *,
     texts = list(texts)
     cache_id = getattr(encoder, "cache_id", None) if cache else None
     if cache_id is not None:
-        digest = texts_sha256(texts)
         try:
-            return read_text_embeddings(texts, cache_id, cache_dir=cache_dir, digest=digest)
+            return read_text_embeddings(texts, cache_id, cache_dir=cache_dir)
         except CacheError as err:
             if err.reason != "missing":
                 warnings.warn(f"{err}; encoding the texts again", stacklevel=2)
@@ -198,7 +202,10 @@ def encode_texts(texts: Sequence[str], encoder: Optional[TextEncoder] = None, *,
         parts.append(emb)
     out = unit_rows(np.concatenate(parts) if len(parts) > 1 else parts[0], "text embeddings")
     if cache_id is not None:
-        write_text_embeddings(texts, cache_id, out, cache_dir=cache_dir, digest=digest)
+        try:
+            write_text_embeddings(texts, cache_id, out, cache_dir=cache_dir)
+        except OSError as err:   # a read-only or full cache root costs the next run the encoding, not this result
+            warnings.warn(f"the text embeddings could not be cached ({err}); they are returned uncached", stacklevel=2)
     return out
 
 
@@ -218,6 +225,9 @@ class RSC:
     def __init__(self, text_embeddings, caption_to_image, n_images: Optional[int] = None):
         self.g = unit_rows(text_embeddings, "text_embeddings", np.float64)
         c2i = index_array(caption_to_image, "caption_to_image")
+        if n_images is not None and (isinstance(n_images, bool) or not isinstance(n_images, (int, np.integer))
+                                     or n_images < 1):
+            raise ValueError(f"n_images must be a positive integer; got {n_images!r}")
         if c2i.size != self.g.shape[0]:
             raise ValueError(f"caption_to_image has {c2i.size} entries but there are {self.g.shape[0]} text embeddings")
         n_images = int(c2i.max()) + 1 if n_images is None else int(n_images)
@@ -235,6 +245,8 @@ class RSC:
         captions) for "i2t", its transpose (captions, images) for "t2i"."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
+        if isinstance(block_images, bool) or not isinstance(block_images, (int, np.integer)) or block_images < 1:
+            raise ValueError(f"block_images must be a positive integer; got {block_images!r}")
         g, c2i, groups = self.g, self.caption_to_image, self.groups
         imgs = np.arange(self.n_images) if images is None else index_array(images, "images", self.n_images)
         caps = np.arange(c2i.size) if captions is None else index_array(captions, "captions", c2i.size)

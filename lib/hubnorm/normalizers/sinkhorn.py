@@ -107,62 +107,65 @@ def sinkhorn_potentials(
     buf = torch.empty(rows * n, dtype=work, device=bank.device)
     targets_t = targets.T
     done = 0
-    # a bar with the time left for fits that take more than seconds (the full COCO training banks: an hour on a CPU)
+    # a bar with the time left for fits that take more than seconds (the full COCO training banks: an hour on a CPU);
+    # with tol or a callback the run may stop early, so its total (and time left) is an upper bound
     bar = progress(total=int(n_iter) * len(blocks), desc=f"Sinkhorn {m:,} x {n:,}", unit="block",
                    disable=m * n * int(n_iter) < PROGRESS_ENTRIES)
-    for _ in range(int(n_iter)):
-        g_tau = g / tau
-        acc = torch.zeros(n, dtype=torch.float64, device=bank.device)
-        for b, (r0, r1) in enumerate(blocks):
-            r = r1 - r0
-            x = buf[: r * n].view(r, n)
-            hit = cache.get(r0)
-            shift = None
-            if hit is None:
-                if b < n_keep:
-                    s = torch.mm(bank[r0:r1], targets_t)
-                    if shifted:
-                        shift = s.amax(dim=1)
-                        cache[r0] = ((s - shift[:, None]).to(store), shift)
+    try:
+        for _ in range(int(n_iter)):
+            g_tau = g / tau
+            acc = torch.zeros(n, dtype=torch.float64, device=bank.device)
+            for b, (r0, r1) in enumerate(blocks):
+                r = r1 - r0
+                x = buf[: r * n].view(r, n)
+                hit = cache.get(r0)
+                shift = None
+                if hit is None:
+                    if b < n_keep:
+                        s = torch.mm(bank[r0:r1], targets_t)
+                        if shifted:
+                            shift = s.amax(dim=1)
+                            cache[r0] = ((s - shift[:, None]).to(store), shift)
+                        else:
+                            cache[r0] = (s, None)
+                        hit = cache[r0]
                     else:
-                        cache[r0] = (s, None)
-                    hit = cache[r0]
-                else:
-                    torch.addmm(g_tau, bank[r0:r1].to(work), targets_t.to(work), beta=1.0, alpha=1.0 / tau, out=x)
-            if hit is not None:
-                s, shift = hit
-                torch.add(g_tau, s, alpha=1.0 / tau, out=x)
-            # rows: f from the previous g
-            mx = x.amax(dim=1)
-            x.sub_(mx[:, None]).exp_()
-            rs = x.sum(dim=1)
-            lse = mx + rs.log()
-            if shift is not None:
-                lse += shift / tau
-            f[r0:r1] = tau * log_a - tau * lse
-            # columns: sum_i exp((S_ij + f_i)/tau) = exp(-g_j/tau) * (w @ E)_j, w_i = (1/m) / rs_i
-            w = (1.0 / m) / rs
-            acc += torch.mv(x.T, w).to(torch.float64)
-            bar.update(1)
-        tiny = acc < _TINY_COLUMN
-        lse_col = acc.clamp_min(1e-300).log().to(work) - g_tau
-        if bool(tiny.any()):  # exact column log-sum-exp for the few columns whose streamed sum underflowed
-            cols = tiny.nonzero().squeeze(1)
-            part = None
-            for r0, r1 in blocks:
-                z = (bank[r0:r1].to(work) @ targets[cols].to(work).T + f[r0:r1, None]) / tau
-                blk = torch.logsumexp(z, dim=0)
-                part = blk if part is None else torch.logaddexp(part, blk)
-            lse_col[cols] = part
-        g_new = tau * log_b - tau * lse_col
-        done += 1
-        delta = float((g_new - g).abs().max())
-        g = g_new
-        if callback is not None and callback(done, g):
-            break
-        if tol is not None and delta < tol:
-            break
-    bar.close()
+                        torch.addmm(g_tau, bank[r0:r1].to(work), targets_t.to(work), beta=1.0, alpha=1.0 / tau, out=x)
+                if hit is not None:
+                    s, shift = hit
+                    torch.add(g_tau, s, alpha=1.0 / tau, out=x)
+                # rows: f from the previous g
+                mx = x.amax(dim=1)
+                x.sub_(mx[:, None]).exp_()
+                rs = x.sum(dim=1)
+                lse = mx + rs.log()
+                if shift is not None:
+                    lse += shift / tau
+                f[r0:r1] = tau * log_a - tau * lse
+                # columns: sum_i exp((S_ij + f_i)/tau) = exp(-g_j/tau) * (w @ E)_j, w_i = (1/m) / rs_i
+                w = (1.0 / m) / rs
+                acc += torch.mv(x.T, w).to(torch.float64)
+                bar.update(1)
+            tiny = acc < _TINY_COLUMN
+            lse_col = acc.clamp_min(1e-300).log().to(work) - g_tau
+            if bool(tiny.any()):  # exact column log-sum-exp for the few columns whose streamed sum underflowed
+                cols = tiny.nonzero().squeeze(1)
+                part = None
+                for r0, r1 in blocks:
+                    z = (bank[r0:r1].to(work) @ targets[cols].to(work).T + f[r0:r1, None]) / tau
+                    blk = torch.logsumexp(z, dim=0)
+                    part = blk if part is None else torch.logaddexp(part, blk)
+                lse_col[cols] = part
+            g_new = tau * log_b - tau * lse_col
+            done += 1
+            delta = float((g_new - g).abs().max())
+            g = g_new
+            if callback is not None and callback(done, g):
+                break
+            if tol is not None and delta < tol:
+                break
+    finally:
+        bar.close()
     return f.to(bank.dtype), g.to(bank.dtype), done
 
 
