@@ -323,6 +323,9 @@ def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
         text_cache.read_text_embeddings(texts, enc.cache_id)
     with pytest.raises(ValueError, match="encoder_id"):
         text_cache.text_entry_dir("", "0" * 64)
+    # ids that differ only after a long common prefix (library versions at the end) get their own folders
+    long_a, long_b = "m" * 200 + "|torch==2.15.0", "m" * 200 + "|torch==2.16.0"
+    assert text_cache.text_entry_dir(long_a, "0" * 64) != text_cache.text_entry_dir(long_b, "0" * 64)
     with pytest.raises(ValueError, match=r"shape \(n_texts=10, d\)"):
         text_cache.write_text_embeddings(texts, enc.cache_id, first[:3])
 

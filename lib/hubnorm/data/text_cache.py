@@ -7,7 +7,7 @@ without knowing where it came from, and a changed caption can never reuse stale 
 
 Layout (``<cache root>`` = ``$HUBNORM_CACHE`` or ``<repo>/cache``, see :mod:`.paths`)::
 
-    <cache root>/text-embeddings/<encoder slug>/<sha256 of the texts>/
+    <cache root>/text-embeddings/<encoder slug>-<sha256 of the encoder id, 12 hex>/<sha256 of the texts>/
         embeddings.npy   float32 (n_texts, d), unit rows
         manifest.json    key (encoder id, texts sha256, n_texts) + sha256 / shape of embeddings.npy (written last)
 
@@ -56,8 +56,9 @@ def _check_encoder_id(encoder_id) -> str:
 
 def text_entry_dir(encoder_id: str, digest: str, cache_dir: Optional[PathLike] = None) -> Path:
     """Folder of the entry for texts with sha256 ``digest`` encoded by ``encoder_id``."""
-    name = slug(_check_encoder_id(encoder_id))
-    return cache_root(cache_dir) / "text-embeddings" / name[:120] / digest
+    name = slug(_check_encoder_id(encoder_id))[:80]   # readable, and a hash so that long ids never share a folder
+    name += "-" + hashlib.sha256(encoder_id.encode("utf-8")).hexdigest()[:12]
+    return cache_root(cache_dir) / "text-embeddings" / name / digest
 
 
 def read_text_embeddings(texts: Sequence[str], encoder_id: str, *, cache_dir: Optional[PathLike] = None
