@@ -72,10 +72,12 @@ case "$profile" in
       export HUBNORM_FORBID_SYNTHETIC=1
     fi ;;
   paper-flickr30k)
-    params="{source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:coco:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
+    src=cache:flickr30k:ViT-B-32-quickgelu:openai
+    params="{source: '$src', source_kwargs: {}, cross_source: 'cache:coco:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
     results="results/paper-flickr30k" ;;
   paper-coco)
-    params="{source: 'cache:coco:ViT-B-32-quickgelu:openai', source_kwargs: {}, cross_source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
+    src=cache:coco:ViT-B-32-quickgelu:openai
+    params="{source: '$src', source_kwargs: {}, cross_source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
     results="results/paper-coco" ;;
   rehearse-flickr30k|rehearse-coco)
     ds=${profile#rehearse-}
@@ -84,7 +86,8 @@ case "$profile" in
       echo "run_all.sh: rehearsal cache for $d (written once; 'python -m hubnorm.data rehearse --profile paper-$d --force' rewrites it)"
       .venv/bin/python -m hubnorm.data rehearse --profile "paper-$d" || { echo "run_all.sh: rehearse failed" >&2; exit 1; }
     done
-    params="{source: 'cache:$ds:synthetic-rehearsal:seed0', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, $paper}"
+    src=cache:$ds:synthetic-rehearsal:seed0
+    params="{source: '$src', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, $paper}"
     results="results/$profile" ;;
   *)
     echo "run_all.sh: unknown profile '$profile' (default, paper-coco, paper-flickr30k, rehearse-coco, rehearse-flickr30k)" >&2; exit 2 ;;
@@ -103,8 +106,6 @@ case "$profile" in
     listwise=(notebooks/07_*.ipynb)   # the notebook that needs them (RSC relevance)
     lw_name=$(basename "${listwise[0]:-none}" .ipynb)
     if [ -e "${listwise[0]:-}" ] && { [ -z "$only" ] || [[ "$lw_name" == *"$only"* ]]; }; then
-      src=$(.venv/bin/python -c 'import sys, yaml; print(yaml.safe_load(sys.argv[1])["source"])' "$params") \
-        || { echo "run_all.sh: cannot read the source of profile $profile" >&2; exit 2; }
       t0=$(date +%s)
       echo "run_all.sh: sentence embeddings of the $src captions for $lw_name (encoded once, then cached)"
       if .venv/bin/python -m hubnorm.data encode-texts "$src" --split test --split train; then

@@ -7,7 +7,6 @@ sweeps are :func:`hubnorm.grid_search` tables (``.table``), not separate functio
 
 from __future__ import annotations
 
-import time
 from typing import Mapping, Sequence
 
 import numpy as np

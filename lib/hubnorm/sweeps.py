@@ -275,7 +275,8 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     for name in ("tau", "n_iter", "tol"):
         if name in fixed:
             raise ValueError(f"fixed must not set {name!r}: it is an argument of iteration_table")
-    norm = make_normalizer(method, tau=tau, n_iter=max(iterations + [converged or 1]), tol=tol, **fixed)
+    total = max(iterations + [converged or 0])   # iterations of the one run (>= 1: one of the two is given)
+    norm = make_normalizer(method, tau=tau, n_iter=total, tol=tol, **fixed)
     norm.check_params()
     device, t, qb = _fit_inputs(task, query_aware, norm.device, norm.check_normalized)
     cols = _sinkhorn_columns(task, method, t, device, norm.check_normalized)
@@ -286,7 +287,7 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     conv: list = []  # [(offsets, iterations run, seconds)] of the early-stopping run
     prev = [None]
     t0 = time.perf_counter()
-    bar = progress(total=max(last, converged or 0), desc=f"{method.upper()} iterations", unit="it",
+    bar = progress(total=total, desc=f"{method.upper()} iterations", unit="it",
                    disable=not show_progress)
 
     def record(it, g):
@@ -300,7 +301,7 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
             prev[0] = g
         return it >= last and (converged is None or bool(conv))  # everything recorded: stop
 
-    sinkhorn_potentials(qb, cols, float(tau), max(last, converged or 0), None, block_bytes=norm.block_bytes,
+    sinkhorn_potentials(qb, cols, float(tau), total, None, block_bytes=norm.block_bytes,
                         cache_bytes=norm.cache_bytes, cache_dtype=norm.cache_dtype, callback=record)
     bar.close()
     settings = [(f"T={T}", T, T, *at[T]) for T in iterations]

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .cache import CacheError, atomic_write_bytes, npy_bytes
+from .cache import CacheError, atomic_write_bytes, key_differences, npy_bytes
 from .paths import PathLike, cache_root, slug
 
 __all__ = ["TEXT_CACHE_FORMAT", "texts_sha256", "text_entry_dir", "read_text_embeddings", "write_text_embeddings"]
@@ -82,8 +82,7 @@ def read_text_embeddings(texts: Sequence[str], encoder_id: str, *, cache_dir: Op
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CacheError(f"{path} is not a text-embedding manifest ({exc!r})", reason="corrupt") from exc
     expected = {"format": TEXT_CACHE_FORMAT, "encoder": encoder_id, "texts_sha256": digest, "n_texts": len(texts)}
-    diffs = {k: (key.get(k) if isinstance(key, dict) else None, v) for k, v in expected.items()
-             if not isinstance(key, dict) or key.get(k) != v}
+    diffs = key_differences(key if isinstance(key, dict) else {}, expected)
     if diffs:
         detail = ", ".join(f"{k}: cached {a!r} != wanted {b!r}" for k, (a, b) in diffs.items())
         raise CacheError(f"text embeddings at {folder} were made with a different key ({detail})", reason="stale")

@@ -286,8 +286,6 @@ def rsc_relevance(
     Returns:
         float64 relevance matrix in the orientation of ``direction``.
     """
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}; got {direction!r}")
     return RSC(text_embeddings, caption_to_image, n_images)(images, captions, direction, block_images=block_images)
 
 
