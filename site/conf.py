@@ -28,7 +28,7 @@ copyright = "the hubnorm contributors, MIT License"
 release = version = _pyproject["project"]["version"]
 html_title = "hubnorm: the companion"
 
-extensions = ["myst_nb", "sphinx.ext.mathjax", "sphinx_copybutton"]
+extensions = ["myst_nb", "sphinx.ext.mathjax", "sphinx.ext.githubpages", "sphinx_copybutton"]  # githubpages: .nojekyll
 exclude_patterns = ["_hubsite.json", "**/.ipynb_checkpoints"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}  # myst_nb reads both
 root_doc = "index"
@@ -62,6 +62,7 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
     "article_footer_items": [],
+    "navbar_persistent": [],  # the search field lives in the sidebar (no second one in a header bar)
     "extra_footer": ("Built offline from the executed notebooks by <code>bash scripts/build_site.sh</code>; "
                      "nothing on these pages is loaded from another site."),
 }

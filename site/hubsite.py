@@ -548,10 +548,11 @@ def gallery_page(figures: list[Figure], stage: Stage) -> str:
         img = f"gallery/{f.notebook}-{f.index}.png"
         stage.write(img, f.png)
         where = f"{{ref}}`{f.notebook[:2]} › {_plain(f.section)} <{f.anchor}>`"
-        saved = _plain(f.caption).replace("\n", " ") if f.caption else ""
+        saved = " ".join(f.caption.split()) if f.caption else ""
         lines += [f":::{{figure}} {img}", f":alt: {saved or _plain(f.section)} ({_plain(f.title)})",
                   f":target: notebooks/{f.notebook}.html#{f.anchor}", "",
-                  where + (f": {saved}" if saved else "") + (f" (`{f.saved_as}.png`)" if f.saved_as else ""),
+                  where + (f": {_md_literal(saved)}" if saved else "")
+                  + (f" (`{f.saved_as}.png`)" if f.saved_as else ""),
                   ":::", ""]
     if current is not None:
         lines += ["::::", ""]
@@ -560,18 +561,22 @@ def gallery_page(figures: list[Figure], stage: Stage) -> str:
     return "\n".join(lines)
 
 
-def comparison_page(tables: list[ComparisonTable], csvs: list[Path], stage: Stage) -> str:
+def comparison_page(tables: list[ComparisonTable], csvs: list[Path], stage: Stage,
+                    labels: dict[str, tuple[str, str]]) -> str:
     lines = ["# Published beside this run", "",
-             "The papers' published numbers next to the numbers of this build's notebooks "
-             f"({stage.origin}), table by table, each linked to the cell that computes it. Whether a number is "
-             "synthetic or real is said in the table's caption and at the top of each notebook page.", ""]
+             "The papers' published numbers next to the numbers of this build's notebooks, table by table, each "
+             "linked to the cell that computes it, under the run label of its notebook (synthetic numbers are "
+             f"analogs, not reproductions). Outputs shown: {stage.origin}.", ""]
     current = None
     for t in tables:
         if t.notebook != current:
             current = t.notebook
-            lines += [f"## {_plain(t.title)}", ""]
+            kind, label = labels.get(t.notebook, ("unknown", "no run label"))
+            lines += [f"## {_plain(t.title)}", "", f"*This run: {label}.*", ""]
         lines += [f"**{_plain(t.section)}** ({{ref}}`in the notebook <{t.anchor}>`)", "",
-                  "```{raw} html", f'<div class="hubsite-table">{t.html}</div>', "```", ""]
+                  "```{raw} html",
+                  f'<div class="cell_output docutils container hubsite-table"><div class="output text_html">{t.html}'
+                  '</div></div>', "```", ""]
     if not tables:
         lines.append("The notebooks of this build show no published-beside-this-run tables.")
     lines += ["", "## The papers' reference numbers", "",
@@ -579,6 +584,11 @@ def comparison_page(tables: list[ComparisonTable], csvs: list[Path], stage: Stag
               "(`lib/hubnorm/published/*.csv`, read by `hubnorm.reporting.load_published`), one row per number:", "",
               "```{toctree}", ":maxdepth: 1", ""] + [f"{p.stem}" for p in csvs] + ["```", ""]
     return "\n".join(lines)
+
+
+def _md_literal(text: str) -> str:
+    """``text`` as literal Markdown (no table separators, math, emphasis, links or HTML)."""
+    return re.sub(r"([\\`*_\[\]|$<])", r"\\\1", str(text))
 
 
 def published_csv_page(path: Path) -> str:
@@ -592,7 +602,8 @@ def published_csv_page(path: Path) -> str:
              f"({{download}}`download the CSV <{path.name}>`), grouped by the paper's table.", ""]
     cols = [c for c in df.columns if c not in ("paper", "table")]
     for table, part in df.groupby("table", sort=False):
-        lines += [f"## Table {table}", "", part[cols].to_markdown(index=False), ""]
+        cells = part[cols].map(_md_literal)
+        lines += [f"## Table {_md_literal(table)}", "", cells.to_markdown(index=False), ""]
     return "\n".join(lines)
 
 
@@ -740,7 +751,7 @@ def stage(notebooks_arg: Optional[str] = None, src: Path = BUILD / "src") -> Sta
         st.write(f"_static/badges/{badge.name}", badge.read_bytes())
     st.write("gallery.md", gallery_page(figures, st))
     csvs = sorted((REPO / "lib" / "hubnorm" / "published").glob("*.csv"))
-    st.write("published/index.md", comparison_page(tables, csvs, st))
+    st.write("published/index.md", comparison_page(tables, csvs, st, labels))
     for c in csvs:
         st.write(f"published/{c.stem}.md", published_csv_page(c))
         st.write(f"published/{c.name}", c.read_bytes())
