@@ -502,7 +502,8 @@ def _header(stage: Stage, stem: str, kind: str, label: str) -> str:
     return run + "\n\n" + launch
 
 
-def stage_notebook(stage: Stage, path: Path, pages: set[str]) -> tuple[str, str, list[Figure], list[ComparisonTable]]:
+def stage_notebook(stage: Stage, path: Path, pages: set[str],
+                   images: Optional[set[str]] = None) -> tuple[str, str, list[Figure], list[ComparisonTable]]:
     nb = json.loads(path.read_text())
     stem = path.stem
     figures, tables = scan_notebook(nb, stem, stage.captions)
@@ -517,7 +518,7 @@ def stage_notebook(stage: Stage, path: Path, pages: set[str]) -> tuple[str, str,
     for i, cell in enumerate(nb["cells"]):
         if cell.get("cell_type") == "markdown":
             cell = dict(cell)
-            src = rewrite_links(_source(cell), doc, pages, stage.repo)
+            src = rewrite_links(_source(cell), doc, pages, stage.repo, images)
             if i == 0:
                 lines = src.split("\n")
                 k = next((n for n, line in enumerate(lines) if line.startswith("# ")), 0)
@@ -734,7 +735,7 @@ def stage(notebooks_arg: Optional[str] = None, src: Path = BUILD / "src") -> Sta
 
     figures, tables, labels = [], [], {}
     for p in notebooks:
-        kind, label, f, t = stage_notebook(st, p, pages)
+        kind, label, f, t = stage_notebook(st, p, pages, images)
         figures += f
         tables += t
         labels[p.stem] = (kind, label)
