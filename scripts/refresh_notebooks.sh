@@ -30,3 +30,5 @@ for src in "${srcs[@]}"; do
   .venv/bin/jupytext --quiet --sync "$nb"                # keep the pair's timestamps in step
   echo "refreshed $nb in $(( $(date +%s) - t0 ))s"
 done
+# the Colab copies (site/colab/) and the README's launch table follow the notebooks' cells (tests/test_site.py)
+.venv/bin/python site/hubsite.py sync
