@@ -333,7 +333,7 @@ for d in directions:
 # 6. The reference bank for text→image NNN holds: (a) training captions; (b) test captions; (c) test images.
 
 # %% [markdown]
-# ## Appendix · Why can a DIFFERS line appear here? (read after the exercises)
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
 # The status of every line, as this run computed it, and the noise yardstick of each direction:
 
 # %%

@@ -132,9 +132,9 @@ run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence hist
 plt.show()
 
 # %% [markdown]
-# **What to notice.** Compare the right-hand ends of the two curves (hubs: targets that are the top-1 match of many
-# queries) and their bars at $N_1 = 0$ (anti-hubs: nobody's top-1 match). The vertical axis is logarithmic: one
-# grid step is a factor of ten.
+# **What to notice.** Compare the right-hand ends of the two curves (hubs: targets that are the top-1 match of a
+# crowd of queries) and their bars at $N_1 = 0$ (anti-hubs: nobody's top-1 match). The vertical axis is
+# logarithmic: one grid step is a factor of ten.
 
 # %%
 s1n = stats1.set_index(["direction", "method"])
@@ -271,7 +271,7 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
 #    with large $N_k$ would be invisible next to the hundreds of ordinary targets; (c) $N_k$ is a probability.
 
 # %% [markdown]
-# ## Appendix · Why can a DIFFERS line appear here? (read after the exercises)
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
 # The status of every line, as this run computed it:
 
 # %%
