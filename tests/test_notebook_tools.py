@@ -49,6 +49,9 @@ def test_grouped_changes_pick_verb_and_number_from_the_values():
     flipped = nb.changes({"NNN": (82.1, 79.7), "DN": (79.5, 79.7)}, "R@1")
     assert flipped == "DN (79.50 to 79.70) raises R@1; NNN (82.10 to 79.70) lowers it"
     assert nb.changes({"A": (1, 1)}, "x") == "A (1.00 to 1.00) leaves x unchanged"
+    assert nb.trends({"IS": (1.6, 0.4), "DBSN": (0.1, 0.2)}, "the skewness") == \
+        "the skewness rises for DBSN (0.10 to 0.20); falls for IS (1.60 to 0.40)"
+    assert nb.trends({"IS": (0.4, 1.6)}, "the skewness") == "the skewness rises for IS (0.40 to 1.60)"
     assert nb.ranking({"DN": 67.26, "NNN": 66.42, "IS": 66.42}) == "DN (67.26) > NNN (66.42) = IS (66.42)"
     assert nb.ranking({"DN": 66.42, "NNN": 67.26}) == "NNN (67.26) > DN (66.42)"
     assert nb.names([]) == "none" and nb.names(["a", "b", "c"]) == "a, b and c"

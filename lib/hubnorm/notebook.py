@@ -36,7 +36,7 @@ from .progress import progress
 from .reporting import results_dir
 
 __all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "notice", "order_word",
-           "change", "changes", "names", "ranking", "recall_noise", "progress"]
+           "change", "changes", "trends", "names", "ranking", "recall_noise", "progress"]
 
 #: The PASS/DIFFERS lines printed since the last :func:`setup`: (claim, passed).
 _CHECKS: List[Tuple[str, bool]] = []
@@ -280,6 +280,17 @@ def recall_noise(n_queries: int, recall: float) -> str:
     half = 100.0 * 1.96 * np.sqrt(p * (1.0 - p) / n_queries)
     return (f"one point is {n_queries / 100:g} of {n_queries} queries, and a 95% interval at {100 * p:.2f}% is about "
             f"±{half:.2f} points")
+
+
+def trends(pairs: Mapping[str, Tuple[float, float]], subject: str, *, up: str = "rises", down: str = "falls",
+           same: str = "stays", digits: Optional[int] = 2, unit: str = "", tol: float = 0.0) -> str:
+    """How one quantity moves for several named ``(before, after)`` pairs, the verbs picked from the numbers:
+    ``"the skewness rises for DBSN (0.10 to 0.20); falls for IS (1.62 to 0.35) and SN (1.62 to 0.37)"``."""
+    groups: Dict[int, List[str]] = {1: [], -1: [], 0: []}
+    for name, (old, new) in pairs.items():
+        groups[_cmp(new, old, digits, tol)].append(f"{name} ({_num(old, digits, unit)} to {_num(new, digits, unit)})")
+    clauses = [f"{verb} for {names(groups[c])}" for c, verb in ((1, up), (-1, down), (0, same)) if groups[c]]
+    return f"{subject} " + "; ".join(clauses)
 
 
 class _Markdown:
