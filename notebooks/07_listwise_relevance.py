@@ -136,9 +136,9 @@ run.save_table(norm_table, "normalizers", caption=caption)
 nb.show(norm_table, caption=caption)
 
 # %% [markdown]
-# Hubness reduction re-ranks the gallery per query. It moves the ground truth up (R@K); does it also bring
-# *related* items into the top K? The figure shows each normalizer's change against the raw cosine, for R@K and
-# NDCG@K side by side.
+# Hubness reduction re-ranks the gallery per query. R@K asks whether it moves the ground truth up; does it also
+# bring *related* items into the top K? The figure shows each normalizer's change against the raw cosine, for R@K
+# and NDCG@K side by side.
 
 # %%
 change = norm_df.merge(norm_df[norm_df.method == "Original"][["direction", "metric", "K", "value"]],

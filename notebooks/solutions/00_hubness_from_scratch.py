@@ -1,8 +1,9 @@
 """Solutions to the exercises of notebook 00 · Hubness from scratch.
 
 Each ``exercise_N()`` recomputes its answer with hubnorm on small seeded data (seconds), asserts the claim of the
-answer where it is robust, and returns the numbers; its docstring is the written answer. ``tests/test_exercises.py``
-runs every function, so the answers cannot silently rot. Run this file to print the answers:
+answer where it is robust, and returns the numbers; its docstring is the written answer.
+``tests/test_exercises.py`` runs every function, so the answers cannot silently rot. ``QUIZ`` holds the answers of
+the notebook's quiz and ``quiz()`` verifies each by a computation. Run this file to print the answers:
 
     python notebooks/solutions/00_hubness_from_scratch.py
 """

@@ -2,7 +2,8 @@
 
 Each ``exercise_N()`` recomputes its answer with hubnorm on small seeded synthetic data (seconds), asserts the
 claim of the answer where it is robust, and returns the numbers; its docstring is the written answer.
-``tests/test_exercises.py`` runs every function. Run this file to print the answers:
+``tests/test_exercises.py`` runs every function. ``QUIZ`` holds the answers of the notebook's quiz and ``quiz()``
+verifies each by a computation. Run this file to print the answers:
 
     python notebooks/solutions/01_main_results.py
 """
