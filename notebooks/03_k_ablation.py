@@ -171,9 +171,9 @@ plt.show()
 
 # %% [markdown]
 # **What to notice.** Find the brightest cells: do they form a band along the $k$ axis (a row: $\alpha$ matters, $k$
-# does not) or along the $\alpha$ axis (a column)? Then read the bottom rows: an $\alpha$ that is too large
-# over-corrects (every target is pushed down by more than its hubness). This is the grid that `hubnorm.grid_search`
-# searches on the held-out split.
+# does not) or along the $\alpha$ axis (a column)? Then read the bottom rows: an over-correcting $\alpha$ subtracts
+# from every target a bias beyond its hubness. This is the grid that `hubnorm.grid_search` searches on the held-out
+# split.
 
 # %%
 sentences = []

@@ -123,9 +123,9 @@ run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-ba
 plt.show()
 
 # %% [markdown]
-# **What to notice.** Follow each NNN curve from the largest bank (right) to the smallest (left) and compare it with
-# its dashed raw line: the bias of a target needs only its $k$ nearest bank queries, so the question is how small a
-# bank still contains good approximations of them.
+# **What to notice.** Follow each NNN curve from the right end (the whole training split as bank) to the left end
+# and compare it with its dashed raw line: the bias of a target needs only its $k$ nearest bank queries, so the
+# question is how small a bank still contains good approximations of them.
 
 # %%
 sentences = []

@@ -254,15 +254,15 @@ run.save_figure(fig, "training_curves", caption=f"Adapter training: batch NDCG, 
                 f"triplet loss; {label}.")
 plt.show()
 
-# %% [markdown]
-# **What to notice.** Left: how close the dashed smooth NDCG follows the true batch NDCG. Middle (log scale): the
-# approximation error for each $\tau$ against the dotted line, the paper's 0.01. Right: the triplet loss of the
-# triplet run and of the run with S-NDCG added. The table below has the numbers.
-
 # %%
 last = 100 * hist[hist["step"] >= steps // 2].groupby("run", sort=False)[["true_ndcg", "smooth_ndcg", "approx_error"]].mean()
 nb.show(last.reset_index(), caption="Batch NDCG and approximation error in NDCG points (x100), mean over the second "
         "half of training")
+
+# %% [markdown]
+# **What to notice.** Left: how close the dashed smooth NDCG follows the true batch NDCG. Middle (log scale): the
+# approximation error for each $\tau$ against the dotted line, the paper's 0.01. Right: the triplet loss of the
+# triplet run and of the run with S-NDCG added. The table above has the numbers.
 
 # %%
 err_by_tau = {t: last.loc[f"triplet+sndcg (tau={t:g})", "approx_error"] for t in sorted(taus, reverse=True)}
