@@ -142,12 +142,16 @@ for d in directions:
     c = curve[curve["direction"] == d].set_index("k")["R@1"]
     tail = c[c.index >= flat_from]
     k_best = int(c.idxmax())
+    head = (f"**{d}:** at $k$ = {int(c.index.min())} NNN {nb.change(raw[d], c.iloc[0], 'R@1')}; the best $k$ is "
+            f"{k_best} (R@1 {c.max():.2f})")
+    if len(tail) < 2:   # a small bank limits k (the grid is clamped): nothing to compare beyond flat_from
+        sentences.append(head + f"; fewer than two values of $k$ reach {flat_from} on this bank.")
+        continue
+    k0, k1 = int(tail.index[0]), int(tail.index[-1])
     sentences.append(
-        f"**{d}:** at $k$ = {int(c.index.min())} NNN {nb.change(raw[d], c.iloc[0], 'R@1')}; the best "
-        f"$k$ is {k_best} (R@1 {c.max():.2f}); from $k$ = {flat_from} to $k$ = {int(c.index.max())} R@1 spans "
-        f"{tail.min():.2f} to {tail.max():.2f} (range {tail.max() - tail.min():.2f} points), and at the largest "
-        f"$k$ it is {c.iloc[-1]:.2f}, {nb.order_word(c.iloc[-1], tail.loc[flat_from], ('above', 'below', 'equal to'))} "
-        f"its value at $k$ = {flat_from}.")
+        head + f"; from $k$ = {k0} to $k$ = {k1} R@1 spans {tail.min():.2f} to {tail.max():.2f} (range "
+        f"{tail.max() - tail.min():.2f} points), and at $k$ = {k1} it is {tail.iloc[-1]:.2f}, "
+        f"{nb.order_word(tail.iloc[-1], tail.iloc[0], ('above', 'below', 'equal to'))} its value at $k$ = {k0}.")
 nb.notice(*sentences)
 
 # %% [markdown]
