@@ -19,9 +19,11 @@
 #                    (written once by `python -m hubnorm.data rehearse`, into cache/rehearsal/): how long the paper
 #                    run takes on this machine and whether it fits, before any download. Everything it writes
 #                    says "synthetic rehearsal". Outputs: results/<profile>/
-# Executed notebooks go to <outputs>/notebooks/. Each notebook's own output (its prints, NOTE lines and progress
-# bars with the estimated time left) streams to the terminal while it runs, prefixed with its number, and to
-# <outputs>/notebooks/<name>.log; then one summary line: name, seconds, ok/FAILED. Stops at the first failure
+# Executed notebooks go to <outputs>/notebooks/. Each notebook's own output (its prints and NOTE lines) streams to
+# the terminal while it runs, prefixed with its number, and to <outputs>/notebooks/<name>.log; its progress bars
+# (with the estimated time left) go to a side file, <outputs>/notebooks/<name>.progress.log
+# (HUBNORM_PROGRESS_FILE), streamed to the terminal too, so the executed copies carry no progress lines in their
+# cell outputs; then one summary line: name, seconds, ok/FAILED. Stops at the first failure
 # unless --keep-going; exits non-zero naming the failed notebooks. --only NAME runs the notebooks whose file name
 # contains NAME (e.g. --only 03 or --only hubness). --quiet: summary lines only. --site: then build the website
 # from this run's executed notebooks (scripts/build_site.sh --notebooks <outputs>; docs/site.md).
@@ -156,17 +158,30 @@ for nb in "${notebooks[@]}"; do
     nb_params=$(.venv/bin/python scripts/notebook_params.py "$nb" "$params") || { echo "run_all.sh: bad parameters" >&2; exit 2; }
   fi
   printf '%s: running (log: %s)\n' "$name" "$log"
-  if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1; then  # no GNU stdbuf (macOS): summary lines only
+  prog="$out/$name.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
+  : >"$prog"
+  export HUBNORM_PROGRESS_FILE="$PWD/$prog"
+  if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1 || ! tail --pid=$$ -n 0 /dev/null 2>/dev/null; then
+    # --quiet, or no GNU stdbuf / tail --pid (macOS): summary lines only
     .venv/bin/python -m papermill -k python3 --cwd notebooks --no-progress-bar -y "$nb_params" "$nb" \
       "$out/$name.ipynb" 2>&1 | quiet_kernel >"$log"
     rc=${PIPESTATUS[0]}
   else
-    .venv/bin/python -m papermill -k python3 --cwd notebooks --log-output --no-progress-bar -y "$nb_params" "$nb" \
-      "$out/$name.ipynb" 2>&1 | quiet_kernel | tee "$log" | stdbuf -oL sed -u -e 's/\r/\n/g' | stdbuf -oL grep -v -E \
-      '^(Input Notebook|Output Notebook|Executing notebook|Working directory|Black is not|Executing Cell|Ending Cell)' \
+    ( .venv/bin/python -m papermill -k python3 --cwd notebooks --log-output --no-progress-bar -y "$nb_params" "$nb" \
+        "$out/$name.ipynb" 2>&1 | quiet_kernel | tee "$log" | stdbuf -oL sed -u -e 's/\r/\n/g' | stdbuf -oL grep -v -E \
+        '^(Input Notebook|Output Notebook|Executing notebook|Working directory|Black is not|Executing Cell|Ending Cell)' \
+        | stdbuf -oL sed -u "s/^/  ${name:0:2}| /"
+      exit "${PIPESTATUS[0]}" ) &
+    job=$!
+    # stream the side file until the notebook ends (tail stops once the job has exited and the file is read)
+    tail -n +1 -s 0.5 --pid="$job" -f "$prog" | stdbuf -oL tr '\r' '\n' | grep --line-buffered -v -E '^[[:space:]]*$' \
       | stdbuf -oL sed -u "s/^/  ${name:0:2}| /"
-    rc=${PIPESTATUS[0]}
+    wait "$job"
+    rc=$?
   fi
+  unset HUBNORM_PROGRESS_FILE
+  # a library's own tqdm bar (not hubnorm's) would still land in a cell's stderr: drop such lines from the copy
+  [ -f "$out/$name.ipynb" ] && .venv/bin/python scripts/strip_notebook_metadata.py --progress-only "$out/$name.ipynb"
   secs=$(( $(date +%s) - t0 ))
   if [ $rc -eq 0 ]; then
     printf '%-40s %5ss  ok\n' "$name" "$secs"
