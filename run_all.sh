@@ -2,7 +2,7 @@
 # Regenerate every figure and table: execute notebooks/[0-9][0-9]_*.ipynb with papermill.
 #
 #   bash run_all.sh [--profile default|paper-coco|paper-flickr30k|rehearse-coco|rehearse-flickr30k]
-#                   [--source SOURCE] [--keep-going] [--only NAME] [--quiet]
+#                   [--source SOURCE] [--keep-going] [--only NAME] [--quiet] [--site]
 #
 # Profiles (the notebooks' `source` parameter and friends):
 #   default          synthetic embeddings (hubnorm.synthetic, seeded; every number is a "synthetic analog"),
@@ -19,11 +19,14 @@
 #                    (written once by `python -m hubnorm.data rehearse`, into cache/rehearsal/): how long the paper
 #                    run takes on this machine and whether it fits, before any download. Everything it writes
 #                    says "synthetic rehearsal". Outputs: results/<profile>/
-# Executed notebooks go to <outputs>/notebooks/. Each notebook's own output (its prints, NOTE lines and progress
-# bars with the estimated time left) streams to the terminal while it runs, prefixed with its number, and to
-# <outputs>/notebooks/<name>.log; then one summary line: name, seconds, ok/FAILED. Stops at the first failure
+# Executed notebooks go to <outputs>/notebooks/. Each notebook's own output (its prints and NOTE lines) streams to
+# the terminal while it runs, prefixed with its number, and to <outputs>/notebooks/<name>.log; its progress bars
+# (with the estimated time left) go to a side file, <outputs>/notebooks/<name>.progress.log
+# (HUBNORM_PROGRESS_FILE), streamed to the terminal too, so the executed copies carry no progress lines in their
+# cell outputs; then one summary line: name, seconds, ok/FAILED. Stops at the first failure
 # unless --keep-going; exits non-zero naming the failed notebooks. --only NAME runs the notebooks whose file name
-# contains NAME (e.g. --only 03 or --only hubness). --quiet: summary lines only.
+# contains NAME (e.g. --only 03 or --only hubness). --quiet: summary lines only. --site: then build the website
+# from this run's executed notebooks (scripts/build_site.sh --notebooks <outputs>; docs/site.md).
 set -uo pipefail
 caller_dir=$PWD
 cd "$(dirname "$0")"
@@ -32,6 +35,7 @@ profile=default
 keep_going=0
 only=""
 quiet=0
+site=0
 own_source=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,15 +45,19 @@ while [ $# -gt 0 ]; do
     --only) only="${2:?--only needs a value}"; shift 2 ;;
     --only=*) only="${1#*=}"; shift ;;
     --quiet) quiet=1; shift ;;
+    --site) site=1; shift ;;
     --source) own_source="${2:?--source needs a value}"; shift 2 ;;
     --source=*) own_source="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
 bash scripts/bootstrap.sh || { echo "run_all.sh: scripts/bootstrap.sh failed" >&2; exit 1; }
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} PYTHONHASHSEED=0
+# The one known line of noise, dropped from the terminal and the logs: ipykernel's "Kernel is running over TCP
+# without encryption" notice (once per notebook; the kernel listens on localhost only). Every other line passes.
+quiet_kernel() { grep -v --line-buffered -F "Kernel is running over TCP without encryption"; }
 
 # papermill YAML parameters per profile (each notebook receives only the ones it declares). The paper profiles use
 # the papers' grids and DBSN Fig. 7's query-bank sizes 1/8 ... 1/1024 (the default adds 1/4 for its small split),
@@ -150,17 +158,30 @@ for nb in "${notebooks[@]}"; do
     nb_params=$(.venv/bin/python scripts/notebook_params.py "$nb" "$params") || { echo "run_all.sh: bad parameters" >&2; exit 2; }
   fi
   printf '%s: running (log: %s)\n' "$name" "$log"
-  if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1; then  # no GNU stdbuf (macOS): summary lines only
+  prog="$out/$name.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
+  : >"$prog"
+  export HUBNORM_PROGRESS_FILE="$PWD/$prog"
+  if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1 || ! tail --pid=$$ -n 0 /dev/null 2>/dev/null; then
+    # --quiet, or no GNU stdbuf / tail --pid (macOS): summary lines only
     .venv/bin/python -m papermill -k python3 --cwd notebooks --no-progress-bar -y "$nb_params" "$nb" \
-      "$out/$name.ipynb" >"$log" 2>&1
-    rc=$?
-  else
-    .venv/bin/python -m papermill -k python3 --cwd notebooks --log-output --no-progress-bar -y "$nb_params" "$nb" \
-      "$out/$name.ipynb" 2>&1 | tee "$log" | stdbuf -oL sed -u -e 's/\r/\n/g' | stdbuf -oL grep -v -E \
-      '^(Input Notebook|Output Notebook|Executing notebook|Working directory|Black is not|Executing Cell|Ending Cell)' \
-      | stdbuf -oL sed -u "s/^/  ${name:0:2}| /"
+      "$out/$name.ipynb" 2>&1 | quiet_kernel >"$log"
     rc=${PIPESTATUS[0]}
+  else
+    ( .venv/bin/python -m papermill -k python3 --cwd notebooks --log-output --no-progress-bar -y "$nb_params" "$nb" \
+        "$out/$name.ipynb" 2>&1 | quiet_kernel | tee "$log" | stdbuf -oL sed -u -e 's/\r/\n/g' | stdbuf -oL grep -v -E \
+        '^(Input Notebook|Output Notebook|Executing notebook|Working directory|Black is not|Executing Cell|Ending Cell)' \
+        | stdbuf -oL sed -u "s/^/  ${name:0:2}| /"
+      exit "${PIPESTATUS[0]}" ) &
+    job=$!
+    # stream the side file until the notebook ends (tail stops once the job has exited and the file is read)
+    tail -n +1 -s 0.5 --pid="$job" -f "$prog" | stdbuf -oL tr '\r' '\n' | grep --line-buffered -v -E '^[[:space:]]*$' \
+      | stdbuf -oL sed -u "s/^/  ${name:0:2}| /"
+    wait "$job"
+    rc=$?
   fi
+  unset HUBNORM_PROGRESS_FILE
+  # a library's own tqdm bar (not hubnorm's) would still land in a cell's stderr: drop such lines from the copy
+  [ -f "$out/$name.ipynb" ] && .venv/bin/python scripts/strip_notebook_metadata.py --progress-only "$out/$name.ipynb"
   secs=$(( $(date +%s) - t0 ))
   if [ $rc -eq 0 ]; then
     printf '%-40s %5ss  ok\n' "$name" "$secs"
@@ -181,3 +202,6 @@ if [ ${#failed[@]} -gt 0 ]; then
   exit 1
 fi
 echo "run_all.sh: all notebooks ok ($skipped skipped); figures in $results/figures, tables in $results/tables"
+if [ $site -eq 1 ]; then
+  bash scripts/build_site.sh --notebooks "$results" || { echo "run_all.sh: the site build failed" >&2; exit 1; }
+fi

@@ -136,10 +136,23 @@ run.save_figure(fig, "toy_k_occurrence")
 plt.show()
 
 # %% [markdown] tags=[]
-# **What to notice.** In 2 dimensions $N_k$ is narrow and symmetric around $k$: everybody is somebody's
-# neighbour about equally often. As $d$ grows the histogram develops a long right tail (hubs with $N_k$ many
-# times $k$) and a spike at 0 (anti-hubs that appear in no list at all), and the skewness climbs. Nothing about
-# the data changed except the dimension.
+# **What to notice.** Read the panels from left to right: how far the histogram reaches to the right of the
+# dashed mean (hubs), how tall the bar at $N_k = 0$ is (anti-hubs: in no list at all), and the skewness in each
+# title. Nothing about the data changes between the panels except the dimension. The cell below states what
+# this run shows.
+
+# %% tags=[]
+sk_toy = [float(stats.skew(toy[d]["n_k"].astype(np.float64))) for d in dims]
+steps = np.diff(sk_toy)
+trend = ("with every step in $d$" if np.all(steps > 0) else "" if np.all(steps < 0)
+         else "though not at every step in $d$")
+nb.notice(
+    f"From $d$ = {dims[0]} to $d$ = {dims[-1]} the skewness of $N_{{{k}}}$ "
+    f"{nb.change(sk_toy[0], sk_toy[-1], up='rises', down='falls', same='stays')}" + (f", {trend}" if trend else "") + ".",
+    f"The largest $N_{{{k}}}$ {nb.change(toy[dims[0]]['n_k'].max(), toy[dims[-1]]['n_k'].max(), up='grows', down='shrinks', same='stays', digits=0)}"
+    f" ({toy[dims[-1]]['n_k'].max() / k:.1f} times the mean $k$ at $d$ = {dims[-1]}), and the share of anti-hubs "
+    f"{nb.change(100 * np.mean(toy[dims[0]]['n_k'] == 0), 100 * np.mean(toy[dims[-1]]['n_k'] == 0), up='grows', down='shrinks', same='stays', digits=1, unit='%')}.",
+)
 
 # %% [markdown] tags=[]
 # ## 2 · Why: concentration of distances, and the advantage of being central
@@ -188,10 +201,25 @@ run.save_figure(fig, "toy_concentration")
 plt.show()
 
 # %% [markdown] tags=[]
-# **What to notice.** (a) In 2-D a neighbour can be ten times closer than an average point; in 1000-D every
-# distance is within a few percent of the mean. (b) The points closest to the data mean (left) have the largest
-# $N_k$; the distant ones (right) have $N_k = 0$. The last column of the table above shows this correlation
-# appear with the dimension (near 0 in 2-D, strongly negative from 10-D on).
+# **What to notice.** (a) Compare the width of the curves: the relative spread of the distances is the column
+# "distance sd / mean" of the table. (b) Each dot is one point of the last dimension in `dims`: read $N_k$ against its
+# distance to the data mean, left (central) to right (outlying). The last column of the table gives the same
+# correlation for every dimension.
+
+# %% tags=[]
+spread = [float(toy[d]["dist"].std() / toy[d]["dist"].mean()) for d in dims]
+rhos = [float(stats.spearmanr(toy[d]["n_k"], toy[d]["to_mean"])[0]) for d in dims]
+central = toy[d_hi]["to_mean"] <= np.quantile(toy[d_hi]["to_mean"], 0.1)
+outlying = toy[d_hi]["to_mean"] >= np.quantile(toy[d_hi]["to_mean"], 0.9)
+nb.notice(
+    f"(a) The relative spread of the pairwise distances "
+    f"{nb.change(spread[0], spread[-1], up='grows', down='shrinks', same='stays', digits=3)} from $d$ = {dims[0]} "
+    f"to $d$ = {dims[-1]}.",
+    f"(b) At $d$ = {d_hi} the tenth of the points closest to the mean have a mean $N_{{{k}}}$ of "
+    f"{toy[d_hi]['n_k'][central].mean():.1f}, the tenth farthest from it {toy[d_hi]['n_k'][outlying].mean():.1f} "
+    f"(the mean over all points is {k}); Spearman($N_{{{k}}}$, distance to the mean) is "
+    + ", ".join(f"{r:.2f} at $d$ = {d}" for d, r in zip(dims, rhos)) + ".",
+)
 
 # %% [markdown] tags=[]
 # ## 3 · Image–text embeddings: the modality gap
@@ -261,17 +289,91 @@ ax = axes[1]
 sns.kdeplot(unmatched[:: max(1, unmatched.size // 20000)], ax=ax, label="unmatched caption-image", fill=True)
 sns.kdeplot(matched, ax=ax, label="matched caption-image", fill=True)
 ax.set_xlabel("cosine similarity")
-ax.set_title("(b) a match is only slightly more similar than a non-match", fontsize=10)
+ax.set_title("(b) cosine of matched and of unmatched caption-image pairs", fontsize=10)
 ax.legend(fontsize=8)
 fig.tight_layout()
 run.save_figure(fig, "modality_gap")
 plt.show()
 
 # %% [markdown] tags=[]
-# **What to notice.** (a) The first principal component separates the modalities almost perfectly: a caption is
-# much closer to other captions than to its own image, and the grey lines joining matched pairs all run the same
-# way across the gap. (b) Matched pairs score only about 0.1 higher than unmatched ones, while unmatched scores
-# themselves spread by several hundredths: a small shared offset per image is enough to reorder rankings.
+# **What to notice.** (a) Look at where the two clouds sit along the first principal component and at the direction of
+# the grey lines that join an image to its caption. (b) Compare the gap between the two densities with the width
+# of the unmatched one. The cell below measures both.
+
+# %% tags=[]
+pc1 = xy[:, 0]
+img_side = np.sign(pc1[:n_sub].mean() - pc1[n_sub:].mean())   # +1 when images sit right of captions
+mid = (pc1[:n_sub].mean() + pc1[n_sub:].mean()) / 2
+own_side = 100 * np.mean(np.concatenate([img_side * (pc1[:n_sub] - mid) > 0, img_side * (pc1[n_sub:] - mid) < 0]))
+same_way = 100 * np.mean(np.sign(pc1[:n_sub] - pc1[n_sub:]) == img_side)
+cap_sub = captions[first_caption[sub]]
+cap_cap = (cap_sub @ cap_sub.T)[~np.eye(n_sub, dtype=bool)].mean()
+separation = (matched.mean() - unmatched.mean()) / unmatched.std()
+nb.notice(
+    f"(a) Along principal component 1, {own_side:.1f}% of the points lie on their own modality's side of the "
+    f"midpoint between the two centres, and {same_way:.1f}% of the matched pairs run the same way across it. "
+    f"A caption's mean cosine with the captions of other images is {cap_cap:.3f}, "
+    f"{nb.order_word(cap_cap, matched.mean(), ('higher than', 'lower than', 'equal to'), digits=3)} its mean "
+    f"cosine with its own image ({matched.mean():.3f}).",
+    f"(b) The mean cosine of matched pairs ({matched.mean():.3f}) is "
+    f"{nb.order_word(matched.mean(), unmatched.mean(), digits=3)} that of unmatched pairs ({unmatched.mean():.3f}); "
+    f"the difference is {abs(separation):.1f} standard deviations of the unmatched scores ({unmatched.std():.3f}). "
+    f"Every caption, "
+    f"however, meets {len(images) - 1} non-matching images: the next figure puts its true image against the best "
+    f"of them.",
+)
+
+# %% [markdown] tags=[]
+# ### 3.1 · The true match against the best non-match
+# Retrieval does not compare a match with a *typical* non-match but with the *best* of all of them: a caption
+# retrieves its image first (rank 0) only if $s(q, t_{\text{true}}) > \max_{t \ne t_{\text{true}}} s(q, t)$. The
+# margin $s(q, t_{\text{true}}) - \max_{t \ne t_{\text{true}}} s(q, t)$ is negative exactly for the captions that
+# miss R@1.
+
+# %% tags=[]
+rows_all = np.arange(len(captions))
+best_other = np.where(np.arange(len(images))[None, :] == caption_to_image[:, None], -np.inf, scores).max(axis=1)
+true_score = scores[rows_all, caption_to_image]
+margin = true_score - best_other
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+ax = axes[0]
+miss = margin < 0
+ax.scatter(best_other[~miss], true_score[~miss], s=4, alpha=0.4, label="true image first (margin > 0)")
+ax.scatter(best_other[miss], true_score[miss], s=4, alpha=0.4, label="a non-match first (margin < 0)",
+           color=sns.color_palette()[3])
+lim = [min(best_other.min(), true_score.min()), max(best_other.max(), true_score.max())]
+ax.plot(lim, lim, color="black", lw=1)
+ax.set_xlabel("cosine with the best non-matching image")
+ax.set_ylabel("cosine with the true image")
+ax.set_title("(a) one dot per caption (line: equal scores)", fontsize=10)
+ax.legend(fontsize=8, markerscale=3)
+ax = axes[1]
+edges = np.histogram_bin_edges(margin, bins=60)
+ax.hist(margin[margin >= 0], bins=edges, color=sns.color_palette()[0], label="true image first")
+ax.hist(margin[margin < 0], bins=edges, color=sns.color_palette()[3], label="a non-match first")
+ax.legend(fontsize=8)
+ax.axvline(0, color="black", lw=1)
+ax.set_xlabel("margin: true-image cosine minus best non-match cosine")
+ax.set_ylabel("captions")
+ax.set_title("(b) the margin per caption (left of the line: R@1 missed)", fontsize=10)
+fig.tight_layout()
+run.save_figure(fig, "match_vs_best_nonmatch")
+plt.show()
+
+# %% [markdown] tags=[]
+# **What to notice.** (a) Dots under the line are captions whose true image loses to some other image. (b) The
+# share of the histogram left of zero is the share of captions that miss R@1; its median tells how narrowly the
+# typical caption wins or loses.
+
+# %% tags=[]
+nb.notice(
+    f"For {100 * miss.mean():.1f}% of the {len(captions)} captions the best non-matching image scores higher than the "
+    f"true one: raw text→image R@1 is {100 * (1 - miss.mean()):.2f}%. The median margin is {np.median(margin):+.3f}, "
+    f"against an average gap of {matched.mean() - unmatched.mean():+.3f} between matched and unmatched pairs (§3). "
+    f"The median best non-match scores higher than {stats.percentileofscore(unmatched, np.median(best_other)):.1f}% "
+    f"of all unmatched pairs: what a caption has to beat is the far right tail of the unmatched density, so a "
+    f"per-image offset the size of the median margin ({abs(np.median(margin)):.3f}) can change who comes first.",
+)
 
 # %% [markdown] tags=[]
 # ## 4 · A hub and an anti-hub, concretely
@@ -336,10 +438,25 @@ run.save_figure(fig, "hub_vs_centrality")
 plt.show()
 
 # %% [markdown] tags=[]
-# **What to notice.** The hub is among the most central images and sits in the top-$k$ of many times more
-# captions than expected; the captions it "steals" score it only a few hundredths above their own image. The
-# anti-hub lies at the far end of the centrality axis: even its *own* captions rank it low. Centrality explains
-# most, but not all, of $N_k$: the cloud of points around the trend is the query-specific part of the score.
+# **What to notice.** Find the two circled images on the centrality axis and compare their $N_k$ with the dashed
+# expected count; in the table of stolen captions, compare the score with the hub against the score with the true
+# image. The spread of the cloud around its trend is the query-specific part of the score, which centrality does
+# not explain.
+
+# %% tags=[]
+expected_k = k * len(captions) / len(images)
+gap_stolen = (stolen["score with the hub"] - stolen["score with its true image"]).to_numpy()
+anti_ranks = own_caption_ranks(anti)
+nb.notice(
+    f"The hub (image {hub}) is in the top {k} of {int(n_k_raw[hub])} captions, "
+    f"{n_k_raw[hub] / expected_k:.1f} times the expected {expected_k:.1f}; its centrality rank is "
+    f"{int(centrality_rank[hub])} of {len(images)}.",
+    (f"The captions it steals in the table score it {gap_stolen.min():.3f} to {gap_stolen.max():.3f} above their "
+     f"own image." if len(gap_stolen) else "No caption of another image retrieves it first."),
+    f"The anti-hub (image {anti}) has $N_{{{k}}}$ = {int(n_k_raw[anti])} and centrality rank "
+    f"{int(centrality_rank[anti])}; its own captions rank it at {anti_ranks} (0 = first).",
+    f"Spearman($N_{{{k}}}$, centrality) over all images is {stats.spearmanr(n_k_raw, centrality)[0]:.2f}.",
+)
 
 # %% [markdown] tags=[]
 # ## 5 · What the metrics measure
@@ -489,19 +606,33 @@ for name, h in (("NNN", h_nnn), ("IS", h_is), ("SN", h_sn)):
     ax.scatter(centrality, h - h.mean(), s=5, alpha=0.5, label=name)
 ax.set_xlabel(r"centrality $\mu_C^\top t$")
 ax.set_ylabel("offset $h_t$ (minus its mean)")
-ax.set_title("(b) all three subtract most from the central images", fontsize=10)
+ax.set_title("(b) each method's offset against the image's centrality", fontsize=10)
 ax.legend(fontsize=8, markerscale=3)
 fig.tight_layout()
 run.save_figure(fig, "methods_effect")
 plt.show()
 
 # %% [markdown] tags=[]
-# **What to notice.** (a) The raw histogram has a tail of hubs reaching far to the right; after each method the
-# tail is cut and the histogram gathers around the expected count. (b) The offsets fall almost linearly with
-# centrality: the methods learned, from the bank alone, the shared per-image term of §2 — without ever seeing the
-# test queries. R@1 rises by several points because captions that used to be stolen by a hub now find their own
-# image. On this synthetic data the three methods end close together; on real data their differences are the
-# subject of notebooks 02–05.
+# **What to notice.** (a) Compare where each histogram ends on the right and how it gathers around the expected
+# count. (b) Read each method's offset against centrality: an offset that goes down as centrality goes up takes
+# the shared per-image term of §2 out of the scores, learned from the bank alone, without the test queries. The
+# table above has R@1 and the tail statistics; the cell below compares them with the raw scores.
+
+# %% tags=[]
+e0 = effect.set_index("method").loc["raw cosine"]
+e_all = effect.set_index("method")
+meth = ["NNN", "IS", "SN"]
+rho_h = {name: stats.spearmanr(h, centrality)[0] for name, h in (("NNN", h_nnn), ("IS", h_is), ("SN", h_sn))}
+nb.notice(
+    nb.changes({m: (e0["R@1"], e_all.loc[m, "R@1"]) for m in meth}, "R@1") + ".",
+    nb.changes({m: (e0[f"max N_{k}"], e_all.loc[m, f"max N_{k}"]) for m in meth}, f"the largest $N_{{{k}}}$",
+               up=("raises", "raise"), down=("lowers", "lower"), digits=0) + ";",
+    nb.changes({m: (e0[f"skewness N_{k}"], e_all.loc[m, f"skewness N_{k}"]) for m in meth},
+               f"the skewness of $N_{{{k}}}$") + ".",
+    "Spearman(offset, centrality): " + ", ".join(f"{m} {r:.2f}" for m, r in rho_h.items()) + ".",
+    f"The three methods' R@1 lie within {e_all.loc[meth, 'R@1'].max() - e_all.loc[meth, 'R@1'].min():.2f} points "
+    f"of each other.",
+)
 
 # %% [markdown] tags=[]
 # ## 7 · Key numbers of this run
@@ -538,17 +669,49 @@ for name in ("NNN", "IS", "SN"):
 #
 # ## Exercises
 #
-# 1. **Is hubness about the sphere or about the mean?** L2-normalise the toy points (so every point has the same
-#    norm) and recompute the skewness of $N_{10}$ at $d = 100$. Then add the same vector $u$ of length 1 to every
-#    point *before* normalising (a cone, like CLIP's embeddings). Predict both results from §2 before you run
-#    them. Solution: `solutions/00_hubness_from_scratch.py`, `exercise_1()`.
-# 2. **Change $\alpha$ and predict.** For NNN with $k = 16$, predict how the largest $N_1$ and R@1 change when
-#    $\alpha$ goes 0 → 0.75 → 3. Why can a too-large $\alpha$ create *new* hubs? Solution:
+# Each exercise says what kind it is: *predict-run-explain* (write your prediction down first), *derive* (pen and
+# paper, then check numerically), *write a function* (code it, then compare with `hubnorm`) or *change the
+# method*.
+#
+# 1. [predict-run-explain] **Is hubness about the sphere or about the mean?** L2-normalise the toy points of §1
+#    (so every point has the same norm) and recompute the skewness of $N_{10}$ at $d = 100$. Then put the points
+#    in a *cone*, like CLIP's embeddings: first scale them to about unit length, $x/\sqrt d$, then add the same
+#    unit vector $u$ to every point, then normalise. Predict both results from §2 before you run them. Finally,
+#    add $u$ to the *unscaled* points ($x + u$, then normalise): what is the typical cosine between a point and
+#    $u$ now, and why does the scale of the points decide whether the hubs come back? Solution:
+#    `solutions/00_hubness_from_scratch.py`, `exercise_1()`.
+# 2. [predict-run-explain] **Change $\alpha$ and predict.** For NNN with $k = 16$, predict how the largest $N_1$
+#    and R@1 change when $\alpha$ goes 0 → 0.75 → 3. Why can a too-large $\alpha$ create *new* hubs? Solution:
 #    `solutions/00_hubness_from_scratch.py`, `exercise_2()`.
-# 3. **The two limits of the inverted softmax.** Show numerically that the IS offset tends to
-#    $-\max_b s(b, t)$ as $\tau \to 0$ and to $-\mathrm{mean}_b\, s(b, t) - \tau \log |B|$ as $\tau \to \infty$.
-#    Which other method is IS at large $\tau$? Explain why IS degrades at a very small $\tau$. Solution:
-#    `solutions/00_hubness_from_scratch.py`, `exercise_3()`.
+# 3. [derive] **The two limits of the inverted softmax.** Starting from
+#    $h(t) = -\tau \log \sum_{b} \exp(s(b, t)/\tau)$, show by hand that $|h(t) + \max_b s(b, t)| \le \tau \log |B|$
+#    (so $h(t) \to -\max_b s(b, t)$ as $\tau \to 0$) and that
+#    $h(t) = -\tau \log |B| - \mathrm{mean}_b\, s(b, t) + O(1/\tau)$ as $\tau \to \infty$. Which other method is
+#    IS at large $\tau$? Check both limits numerically with `hubnorm.InvertedSoftmax`, and explain why IS degrades
+#    at a very small $\tau$. Solution: `solutions/00_hubness_from_scratch.py`, `exercise_3()`.
+# 4. [write a function] **$N_k$ and its skewness, by hand.** Write `k_occurrence(scores, k)` for a
+#    (queries × targets) score matrix with `np.argpartition` and `np.bincount`, and `skewness(n_k)` from the formula
+#    of §5. Check both against `hubnorm.k_occurrence` and `hubnorm.hubness_stats` on this notebook's `scores`.
+#    Solution: `solutions/00_hubness_from_scratch.py`, `exercise_4()`.
 #
 # Solutions are in `notebooks/solutions/` (one file per notebook; run one with
 # `python notebooks/solutions/00_hubness_from_scratch.py`). Try each exercise before you open it.
+
+# %% [markdown] tags=[]
+# ## Quiz
+#
+# Five minutes, no code. The answers, each checked by a computation, are `QUIZ` in
+# `solutions/00_hubness_from_scratch.py` (`quiz()` verifies them).
+#
+# 1. With $m$ queries, $n$ targets and top-$k$ lists, the mean of $N_k$ over the targets is: (a) $k$; (b) $km/n$;
+#    (c) $m/n$; (d) it depends on how many hubs there are.
+# 2. For independent $x, y \sim \mathcal N(0, I_d)$ with $d = 50$, what is $\mathbb E\,\|x - y\|^2$? (a number)
+# 3. In raw text→image retrieval, which images tend to become hubs? (a) those least similar to the mean caption;
+#    (b) those most similar to the mean caption $\mu_C$; (c) none in particular, hubs are random.
+# 4. The 0-based ranks of the positives of four queries are [0, 3, 1, 0]. Give R@1 (in %), MdR and MnR.
+# 5. Which change to one query's scores can never change its ranking? (a) adding a different number to each
+#    target; (b) adding the same number to every target; (c) doubling one target's score.
+# 6. As $\tau \to 0$ the inverted-softmax offset $h(t)$ tends to: (a) minus the mean bank similarity of $t$;
+#    (b) minus the largest bank similarity of $t$; (c) zero.
+# 7. The $N_k$ counts of a gallery have skewness 0. Then: (a) no target is a hub in any sense; (b) the counts are
+#    spread symmetrically around their mean; (c) every target has $N_k = k$.

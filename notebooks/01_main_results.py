@@ -198,40 +198,67 @@ nb.show(ci_table, ["direction", "setting", "metric", "published", "published ±"
 
 # %% [markdown]
 # ## 5 · Figure
-# R@1 with the 95% bootstrap interval per method, next to the paper's value for the same model and dataset
-# (grey). Compare the ordering of the methods, not the heights, when the run is synthetic.
+# R@1 of every method with its 95% bootstrap interval (dots), on an axis zoomed to the range of the values; the
+# dashed line and the grey band are the raw scores' R@1 and its interval; grey diamonds are the paper's values for
+# the same model and dataset (its raw value: the grey ring). Compare the ordering of the methods, not the heights,
+# when the run is synthetic.
 
 # %%
 plot = results.assign(method=results["method"].map(lambda m: "NNN (cross-dataset bank)" if m == "nnn (cross)"
                                                    else hn.DISPLAY_NAMES.get(m, m)))
 pub_map = main.assign(key=main["method"] + "|" + main["setting"]).set_index(["direction", "key"])["published"]
-order = ["Original", "DN", "DualIS", "DualDIS", "NNN", "NNN (cross-dataset bank)"]
+order = ["DN", "DualIS", "DualDIS", "NNN", "NNN (cross-dataset bank)"]
 order = [m for m in order if m in set(plot["method"])]
-fig, axes = plt.subplots(1, len(directions), figsize=(5.2 * len(directions), 4.2), squeeze=False, sharey=False)
+fig, axes = plt.subplots(1, len(directions), figsize=(5.6 * len(directions), 0.55 * len(order) + 2.0),
+                         squeeze=False)
 for ax, d in zip(axes[0], directions):
-    sub = plot[plot["direction"] == d].set_index("method").loc[order].reset_index()
-    x = np.arange(len(sub))
-    ax.bar(x - 0.2, sub["R@1"], width=0.4, color=sns.color_palette()[0], label="this run")
-    ax.errorbar(x - 0.2, sub["R@1"], yerr=[sub["R@1"] - sub["R@1 lo"], sub["R@1 hi"] - sub["R@1"]],
-                fmt="none", ecolor="black", capsize=3, lw=1)
-    pubs = [pub_map.get((d, f"{m}|{s}"), np.nan) for m, s in zip(
-        sub["method"].replace({"NNN (cross-dataset bank)": "NNN"}), sub["setting"])]
-    ax.bar(x + 0.2, pubs, width=0.4, color="0.75", label=f"published ({model}, {dataset})")
-    ax.set_xticks(x, sub["method"], rotation=30, ha="right")
-    ax.set_ylabel("R@1 (%)")
+    sub = plot[plot["direction"] == d].set_index("method")
+    raw_row = sub.loc["Original"]
+    y = np.arange(len(order))[::-1]
+    ax.axvspan(raw_row["R@1 lo"], raw_row["R@1 hi"], color="0.88", zorder=0, label="raw 95% interval")
+    ax.axvline(raw_row["R@1"], color="0.35", ls="--", lw=1, label="raw R@1 (this run)")
+    m = sub.loc[order]
+    ax.errorbar(m["R@1"], y, xerr=[m["R@1"] - m["R@1 lo"], m["R@1 hi"] - m["R@1"]], fmt="o",
+                color=sns.color_palette()[0], ecolor=sns.color_palette()[0], capsize=3, label="this run, 95% CI")
+    pubs = np.array([pub_map.get((d, f"{meth.replace(' (cross-dataset bank)', '')}|{sub.loc[meth, 'setting']}"),
+                                 np.nan) for meth in order], dtype=float)
+    ax.scatter(pubs, y, marker="D", color="0.45", zorder=3, label=f"published ({model}, {dataset})")
+    pub_raw = pub_map.get((d, "Original|none"), np.nan)
+    if np.isfinite(pub_raw):
+        ax.scatter([pub_raw], [-0.8], marker="o", facecolor="none", edgecolor="0.45", s=60, zorder=3,
+                   label="published raw R@1")
+    ax.set_yticks(list(y) + [-0.8], order + ["Original (raw)"])
+    ax.set_ylim(-1.3, len(order) - 0.4)
+    ax.set_xlabel("R@1 (%), zoomed axis")
     ax.set_title({"t2i": "text → image", "i2t": "image → text"}[d])
-    ax.set_ylim(0, 100)  # the full scale: differences of a few points look as small as they are
 handles, names = axes[0][0].get_legend_handles_labels()
-fig.legend(handles, names, loc="upper center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, 1.0), frameon=False)
-fig.suptitle(f"R@1 with 95% bootstrap CI — this run: {label}", fontsize=10, y=1.07)
+fig.legend(handles, names, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.02), frameon=False)
+fig.suptitle(f"R@1 with 95% bootstrap CI — this run: {label}", fontsize=10, y=1.08)
 fig.tight_layout()
-run.save_figure(fig, "main_results_r1", caption=f"R@1 per method and direction; this run = {label}; grey = NNN paper.")
+run.save_figure(fig, "main_results_r1", caption=f"R@1 per method and direction with 95% bootstrap CIs on a zoomed "
+                f"axis; dashed/band: raw R@1 and its CI; grey: NNN paper. this run = {label}.")
 plt.show()
 
 # %% [markdown]
-# **What to notice.** Every normaliser lifts R@1 above the raw scores in both directions, NNN by a margin larger
-# than its confidence interval; the grey bars (the paper) sit at different heights because this run's data are
-# not the paper's: compare the order of the blue bars, not their height.
+# **What to notice.** Compare each dot with the dashed raw line and its band, and the order of the dots with the
+# order of the grey diamonds (the paper's values). The cell below compares them.
+
+# %%
+sentences = []
+for d in directions:
+    sub = plot[plot["direction"] == d].set_index("method")
+    raw_r1 = sub.loc["Original", "R@1"]
+    above = [m for m in order if sub.loc[m, "R@1 lo"] > sub.loc["Original", "R@1 hi"]]
+    pubs = {m: pub_map.get((d, f"{m.replace(' (cross-dataset bank)', '')}|{sub.loc[m, 'setting']}"), np.nan)
+            for m in order}
+    sentences += [
+        f"**{d}:** " + nb.changes({m: (raw_r1, sub.loc[m, "R@1"]) for m in order}, "R@1") + ".",
+        f"Intervals entirely above the raw interval: {nb.names(above)}.",
+        f"This run orders the methods {nb.ranking({m: sub.loc[m, 'R@1'] for m in order})}"
+        + (f"; the paper reports {nb.ranking({m: v for m, v in pubs.items() if np.isfinite(v)})}."
+           if any(np.isfinite(v) for v in pubs.values()) else "; the paper has no rows for this model and dataset."),
+    ]
+nb.notice(*sentences)
 
 # %% [markdown]
 # ## 6 · Does the run show the paper's findings?
@@ -260,39 +287,11 @@ for d in directions:
                  g("nnn") >= g("nnn (cross)"), f"in {g('nnn'):.2f}, cross {g('nnn (cross)'):.2f}")
 
 # %% [markdown]
-# **How to read this.** Lines marked DIFFERS are findings this run does not show; on synthetic data that says
-# something about the generator (how much of a score is a per-item bias that a bank can reveal), not about the
-# paper. On the default profile the grids are reduced (see §2) and the training split is small (the bank is 20%
-# of it), so gains are expected to be in the paper's direction but not of its size. Saved: `results/tables/01_*`,
-# `results/figures/01_main_results_r1.png`.
-
-# %% [markdown]
-# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
-# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
-# pass. Yardsticks for the default sizes: with 5,000 caption queries one t2i R@1 point is 50 queries and a 95%
-# interval is about ±1.3 points at 65%; with 1,000 image queries one i2t point is 10 queries and the interval about
-# ±2.5 points at 80%.
-#
-# *"t2i: NNN beats DN".* For ranking, DN is NNN with $\alpha = \lambda$ and $k$ = the whole bank (a mean over all
-# bank queries instead of the top $k$). The generator makes an image a hub through one global pull towards the
-# caption centre ("genericity" in `hubnorm.synthetic`), the same for every caption, and a mean over the whole bank
-# estimates such a global offset with the least noise, so DN can match or beat NNN here; count the queries each
-# wins before calling a gap real. *Discussion:* what kind of hubness would a top-$k$ mean capture that a global
-# mean averages away? (Solution: `solutions/01_main_results.py`, `exercise_2()`.)
-#
-# *"i2t: the gain is outside the raw 95% CI".* With 1,000 image queries each marginal interval is about ±2.5 points
-# wide, so two intervals separate only for a gain above about 5 points (the two half-widths), usually more than
-# NNN's image→text gain of a few points. Both methods are scored on the *same* queries and agree on most of them:
-# the right test is paired (resample the queries once, recompute the difference; or count the queries NNN wins and
-# loses). *Discussion:* how much narrower is the paired interval of the gain, and how many test images would the
-# marginal test need? (Solution: `solutions/01_main_results.py`, `exercise_1()`.)
-#
-# *"the in-distribution bank helps at least as much as the cross-dataset bank"* (both directions). The synthetic
-# "cross-dataset" bank is the `coco` preset drawn with another seed (`cross_seed`): other topics and other images,
-# but the same generative model of hubness (one global pull per image) and the same embedding geometry. A bank
-# that only has to reveal a global pull can do so from any content, so the two banks can tie within a handful of
-# queries. *Discussion:* what should a second dataset differ in for the in-distribution bank to win clearly? Set
-# `cross_seed = seed` and compare: with the same seed the two presets share their latent images.
+# **How to read this.** A DIFFERS line is a finding this run does not show: on synthetic data it says something
+# about the generator (how much of a score is a per-item bias that a bank can reveal) or about the sample size,
+# not about the paper. On the default profile the grids are reduced (see §2) and the reference bank is a fifth of
+# a small training split: compare the direction of each gain with the paper's, not its size. The discussion of
+# the lines comes after the exercises. Saved: `results/tables/01_*`, `results/figures/01_main_results_r1.png`.
 
 # %% [markdown]
 # ## Try this
@@ -302,15 +301,75 @@ for d in directions:
 
 # %% [markdown]
 # ## Exercises
-# 1. **Overlapping intervals.** The line "i2t: the gain is outside the raw 95% CI" can say DIFFERS although NNN
-#    wins more image→text queries than it loses. Count the queries won and lost by NNN, compute a *paired*
-#    bootstrap interval of the R@1 difference, and explain why comparing two marginal intervals is the wrong test
-#    here. How does an interval's width depend on the number of queries? Solution:
-#    `solutions/01_main_results.py`, `exercise_1()`.
-# 2. **DN is a special case of NNN.** Expand DN's score $(q - \lambda\mu_Q)\cdot(t - \lambda\mu_T)$ and show that,
-#    for ranking, it equals NNN with $\alpha = \lambda$ and $k$ = the whole bank. Then explain why "NNN beats DN"
-#    can fail on the synthetic data (hint: how does `hubnorm.synthetic` make hubs?). Solution:
-#    `solutions/01_main_results.py`, `exercise_2()`.
+# 1. [write a function] **Overlapping intervals.** The line "i2t: the gain is outside the raw 95% CI" asks whether
+#    two *marginal* intervals separate. Write `paired_gain_ci(won_a, won_b, n_boot, seed)`, the percentile bootstrap
+#    interval of R@1(b) − R@1(a) when both methods are scored on the *same* resampled queries (`won_*`: one boolean
+#    per query, positive ranked first), and count the queries NNN wins and loses against the raw scores. Explain
+#    why comparing two marginal intervals is the wrong test for two methods scored on the same queries, and how an
+#    interval's width depends on the number of queries. Solution: `solutions/01_main_results.py`, `exercise_1()`.
+# 2. [derive] **DN is a special case of NNN.** Expand DN's score $(q - \lambda\mu_Q)\cdot(t - \lambda\mu_T)$ and
+#    show that, for ranking, it equals NNN with $\alpha = \lambda$ and $k$ = the whole bank. Then explain when the
+#    global mean (DN) and when the top-$k$ mean (NNN) estimates a target's hubness better, and check the
+#    identity with `hubnorm`. Solution: `solutions/01_main_results.py`, `exercise_2()`.
+# 3. [predict-run-explain] **A smaller bank.** Predict how NNN's text→image R@1 gain over the raw scores changes
+#    when the reference bank shrinks from 20% to 5% and to 1% of the training split (`bank_fraction`), then run it.
+#    Solution: `solutions/01_main_results.py`, `exercise_3()`.
+
+# %% [markdown]
+# ## Quiz
+# Answers, each checked by a computation: `QUIZ` in `solutions/01_main_results.py` (`quiz()` verifies them).
+#
+# 1. Why are NNN's $\alpha$ and $k$ chosen on a held-out `val` split and not on `test`? (a) it is faster; (b) choosing
+#    them on `test` would make the test score an optimistic, selected maximum; (c) the paper had no test split.
+# 2. A method's R@1 over 1,000 queries is 80%. About how wide is the binomial 95% interval (the full width, in
+#    points)? (a) 0.5; (b) 5; (c) 15.
+# 3. With four times as many queries, the width of that interval is multiplied by about: (a) 1/4; (b) 1/2; (c) 1.
+# 4. Two methods are scored on the same queries. Which test of "B beats A" uses that? (a) whether their marginal
+#    intervals overlap; (b) a bootstrap of the per-query difference (resample queries once, score both);
+#    (c) comparing their MnR.
+# 5. DN's score $(q - \lambda\mu_Q)\cdot(t - \lambda\mu_T)$ ranks the targets of one query exactly as NNN with:
+#    (a) $\alpha = \lambda$ and $k = 1$; (b) $\alpha = \lambda$ and $k$ = the whole bank; (c) $\alpha = \lambda^2$ and
+#    $k = 16$.
+# 6. The reference bank for text→image NNN holds: (a) training captions; (b) test captions; (c) test images.
+
+# %% [markdown]
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
+# The status of every line, as this run computed it, and the noise yardstick of each direction:
+
+# %%
+nb.check_summary()
+for d in directions:
+    print(f"{d}: {nb.recall_noise(test_tasks[d].n_queries, r1[(d, 'raw')])}")
+
+# %% [markdown]
+# **Why can a DIFFERS line appear here?** Each paragraph below discusses one claim; read those whose line says
+# DIFFERS in the list above (the status is computed from the run, the discussion is not). A DIFFERS line is a
+# finding about this run (its size, the data, sampling noise), to be read with the question it raises; the
+# synthetic generator is not tuned to make any line pass.
+#
+# *"NNN beats DN".* For ranking, DN is NNN with $\alpha = \lambda$ and $k$ = the whole bank (exercise 2). Which of
+# the two estimates a target's hubness better depends on where the hubness comes from. An offset shared by all
+# queries (a pull of the target towards the centre of the query cloud) is estimated with the least noise by a mean
+# over the whole bank, so DN can match or beat NNN; hubness that is local (a target close to many queries of one
+# topic) is caught by a top-$k$ mean and averaged away by a global one. The docstring of `hubnorm.synthetic` says
+# how the generator makes hubs. Before calling a gap real, compare it with the yardstick above and count the queries
+# each method wins. *Discussion:* what kind of hubness would a top-$k$ mean capture that a global mean averages
+# away?
+#
+# *"the gain is outside the raw 95% CI".* Two marginal intervals separate only when the gain exceeds about the sum
+# of their half-widths (the yardstick above), although both methods are scored on the same queries and agree on
+# most of them: the right test is paired (exercise 1). *Discussion:* how much narrower is the paired interval of
+# the gain, and how many test queries would the marginal test need?
+#
+# *"the in-distribution bank helps at least as much as the cross-dataset bank".* The synthetic "cross-dataset"
+# bank is the generator's other preset drawn with another seed (`cross_seed`): other topics and other images, but
+# the same generative model and embedding geometry. A bank that only has to reveal a per-target offset can do so
+# from any content; how much the in-distribution bank adds depends on how much of the hubness is tied to the
+# content. *Discussion:* what should a second dataset differ in for the in-distribution bank to win clearly? Set
+# `cross_seed = seed` and compare.
+#
+# *"NNN is on par with DualIS" and "DualDIS performs like DualIS".* Both allow one point of difference: compare
+# that tolerance with the yardstick above before reading either line as a finding about the methods.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

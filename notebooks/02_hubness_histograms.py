@@ -30,7 +30,8 @@
 # **What we compute.** $N_k(t)$ = number of test queries whose top-$k$ contains target $t$ (all targets, zeros
 # included). Top-1 for the NNN histograms (t2i: captions matched per image; i2t: images matched per caption),
 # top-10 for the DBSN skewness. NNN uses a 20% training bank and fixed $\alpha, k$ (the paper's choice for
-# in-distribution banks is $\alpha = 0.75$; R@1 hardly depends on $k$ beyond 16, see notebook 02).
+# in-distribution banks is $\alpha = 0.75$; the paper reports that R@1 hardly depends on $k$ beyond 16, which
+# notebook 03 tests).
 #
 # > With the default synthetic source these are **synthetic analogs**, not reproductions: compare the direction
 # > of the changes, not the values.
@@ -113,23 +114,35 @@ nb.show(table3, ["method", "metric", "published", "this run"])
 # %%
 fig, axes = plt.subplots(1, len(directions), figsize=(5.5 * len(directions), 4), squeeze=False)
 names = {"t2i": "captions matched per image (text → image)", "i2t": "images matched per caption (image → text)"}
+styles = {"Original": dict(color=sns.color_palette()[0], ls="-", lw=1.6, marker="o", ms=4),
+          "NNN": dict(color=sns.color_palette()[1], ls="--", lw=1.6, marker="s", ms=4, mfc="none")}
 for ax, d in zip(axes[0], directions):
-    sns.histplot(data=occ1[d], x="N_k", hue="method", discrete=True, element="step", fill=False, ax=ax,
-                 hue_order=["Original", "NNN"])
+    for meth, style in styles.items():   # one step line per method; distinct markers keep overlapping steps visible
+        counts = np.bincount(occ1[d].loc[occ1[d]["method"] == meth, "N_k"]).astype(float)
+        counts[counts == 0] = np.nan   # no bar where no target has that count (a log axis has no 0)
+        ax.plot(np.arange(counts.size), counts, drawstyle="steps-mid", label=meth, **style)
     ax.set_yscale("log")
     ax.set_xlabel(f"top-1 k-occurrence N_1\n{names[d]}")
     ax.set_ylabel("number of targets (log scale)")
     ax.set_title(f"{d}: R@1 {r1[d]['Original']:.1f} → {r1[d]['NNN']:.1f} with NNN", fontsize=10)
+fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper right", fontsize=9, frameon=False)
 fig.suptitle(f"Hubness before/after NNN (cf. NNN Fig. 2 / A2) — {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence histograms, raw vs NNN; {label}.")
 plt.show()
 
 # %% [markdown]
-# **What to notice.** The raw curve has a long right tail: a few targets are the top-1 match of many queries (hubs)
-# while many are nobody's (the bar at 0, anti-hubs). NNN pulls the tail in and empties the zero bar: the same
-# queries are spread over more targets, which is where its R@1 gain comes from (log scale: one step is a factor of
-# ten).
+# **What to notice.** Compare the right-hand ends of the two curves (hubs: targets that are the top-1 match of a
+# crowd of queries) and their bars at $N_1 = 0$ (anti-hubs: nobody's top-1 match). The vertical axis is
+# logarithmic: one grid step is a factor of ten.
+
+# %%
+s1n = stats1.set_index(["direction", "method"])
+nb.notice(*[
+    f"**{d}:** NNN {nb.change(s1n.loc[(d, 'Original'), 'max'], s1n.loc[(d, 'NNN'), 'max'], 'the largest $N_1$', digits=0)}"
+    f" and {nb.change(100 * s1n.loc[(d, 'Original'), 'antihub_share'], 100 * s1n.loc[(d, 'NNN'), 'antihub_share'], 'the share of targets with $N_1 = 0$', digits=1, unit='%')};"
+    f" it {nb.change(r1[d]['Original'], r1[d]['NNN'], 'R@1')}."
+    for d in directions])
 
 # %% [markdown]
 # ## 2 · Top-10 k-occurrence skewness: IS vs SN (DBSN Fig. 4, Table 5)
@@ -181,9 +194,19 @@ run.save_figure(fig, "dbsn_k_occurrence_top10", caption=f"N_{hub_k} histograms r
 plt.show()
 
 # %% [markdown]
-# **What to notice.** Compare the right ends of the three curves: the inverted softmax shortens the tail of hubs,
-# Sinkhorn (which balances every target's total mass exactly) shortens it further, and both leave fewer targets
-# with N_10 = 0. The skewness in the title summarises the tail in one number.
+# **What to notice.** Compare the right ends of the three curves (the tail of hubs) and their heights at
+# $N_{10} = 0$. The skewness in the title summarises the asymmetry of each distribution in one number; the table
+# above also has the maximum and the Robin Hood index.
+
+# %%
+qa10 = stats10[stats10["bank"] != agn_bank].set_index("method")
+nb.notice(
+    f"Query-aware, the tails end at {nb.ranking(qa10['max'], digits=0)} (the largest $N_{{{hub_k}}}$);",
+    f"the skewness orders them {nb.ranking(qa10['skewness'])}, the Robin Hood index "
+    f"{nb.ranking(qa10['robin_hood'])}.",
+    f"Targets with $N_{{{hub_k}}}$ = 0: " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in qa10["antihub_share"].items()) + ".",
+    f"IS {nb.order_word(qa10.loc['IS', 'max'], qa10.loc['SN', 'max'], ('leaves a longer tail than', 'leaves a shorter tail than', 'ends its tail where'), digits=0)} SN.",
+)
 
 # %% [markdown]
 # ## 3 · Does the run show the papers' findings?
@@ -200,18 +223,6 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
          f"{sk['Original']:.2f} > {sk['IS']:.2f} > {sk['SN']:.2f}")
 
 # %% [markdown]
-# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
-# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
-# pass.
-#
-# *"t2i, query-aware: skewness of N_10 falls raw > IS > SN".* Both remove nearly all of the raw skewness; the claim
-# then orders two numbers near zero, where a skewness over 1,000 targets has a standard error of roughly
-# $\sqrt{6/1000} \approx 0.08$. If max $N_{10}$ and the Robin Hood index also put IS ahead, IS really balances the
-# columns more tightly here (it normalises each image over exactly the queries that define $N_{10}$, and the hubs
-# are one global offset per image), while SN ranks better. *Discussion:* does the order hold over seeds and all
-# three statistics? (Solution: `solutions/02_hubness_histograms.py`, `exercise_2()`.)
-
-# %% [markdown]
 # **Notes.** NNN Table 3's "MAE" is the mean absolute deviation of the per-image counts from their expected value
 # (captions / images); hubnorm calls it `mad`. Its "Δ accuracy" row does not match the Table 1 deltas exactly in
 # the paper; we show our own R@1 difference. The similarity-matrix panels of DBSN Fig. 4 are not redrawn.
@@ -226,15 +237,65 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
 
 # %% [markdown]
 # ## Exercises
-# 1. **Where do the hubs go?** Before running, predict the kurtosis and the maximum of captions matched per image
-#    (NNN, $k = 16$) for $\alpha$ = 0, 0.75, 1.5 and 3, and how many captions the ten biggest raw hubs keep.
-#    Which images become the hubs at $\alpha = 3$? Solution: `solutions/02_hubness_histograms.py`,
-#    `exercise_1()`.
-# 2. **Skewness near zero.** On the synthetic data query-aware IS ends with a *lower* skewness of $N_{10}$ than SN
-#    (the DIFFERS line "skewness of N_10 falls raw > IS > SN"), yet SN has the higher R@1. Repeat the comparison
-#    over three seeds and look at the maximum of $N_{10}$ and the Robin Hood index too. What does skewness
-#    measure, and what should you compare before ranking two methods by it? Solution:
-#    `solutions/02_hubness_histograms.py`, `exercise_2()`.
+# 1. [predict-run-explain] **Where do the hubs go?** Before running, predict the kurtosis and the maximum of
+#    captions matched per image (NNN, $k = 16$) for $\alpha$ = 0, 0.75, 1.5 and 3, and how many captions the ten
+#    biggest raw hubs keep. Which images become the hubs at $\alpha = 3$? Solution:
+#    `solutions/02_hubness_histograms.py`, `exercise_1()`.
+# 2. [predict-run-explain] **Skewness near zero.** Predict, for query-aware IS and SN, whether the order of their
+#    skewness of $N_{10}$ is the same over three seeds, and whether it agrees with the order of their maximum
+#    $N_{10}$, their Robin Hood index and their R@1. Then run it. What does skewness measure, and what should you
+#    compare before ranking two methods by it? Solution: `solutions/02_hubness_histograms.py`, `exercise_2()`.
+# 3. [write a function] **NNN Table 3 by hand.** Write `table3_stats(n_1, n_queries)` returning the kurtosis
+#    (excess, population moments), the mean absolute deviation from the expected count $m/n$ ("MAE" in the paper),
+#    the maximum and the Robin Hood index $\frac{1}{2}\sum_t |N_1(t) - m/n| \,/\, \sum_t N_1(t)$ of a top-1
+#    k-occurrence vector, and check them against `hubnorm.hubness_stats` for the raw scores and NNN. What share of
+#    the retrievals would have to move from over- to under-retrieved targets to make $N_1$ uniform? Solution:
+#    `solutions/02_hubness_histograms.py`, `exercise_3()`.
+
+# %% [markdown]
+# ## Quiz
+# Answers, each checked by a computation: `QUIZ` in `solutions/02_hubness_histograms.py` (`quiz()` verifies them).
+#
+# 1. With 5,000 caption queries and 1,000 images, what is the expected number of captions matched (top-1) per
+#    image? (a number)
+# 2. NNN Table 3's "MAE" of captions matched per image is: (a) the mean absolute error of R@1; (b) the mean absolute
+#    deviation of $N_1$ from its expected value; (c) the median of $N_1$.
+# 3. Query-aware normalisation uses as its bank: (a) the training captions; (b) the test queries themselves;
+#    (c) the validation images.
+# 4. The $N_1$ counts [5, 5, 5, 5] and [20, 0, 0, 0] (four targets, 20 queries): their Robin Hood indices are
+#    (a) 0 and 0.75; (b) 0 and 1; (c) 0.25 and 0.75.
+# 5. A skewness of $N_{10}$ of $-0.07$ against $0.08$ over 1,000 targets: (a) the first method clearly has fewer
+#    hubs; (b) the difference is of the order of the sampling noise of a skewness (standard error about
+#    $\sqrt{6/n}$); (c) the second method has no anti-hubs.
+# 6. Why is the $N_k$ histogram drawn with a logarithmic count axis? (a) the counts are negative; (b) a few hubs
+#    with large $N_k$ would be invisible next to the hundreds of ordinary targets; (c) $N_k$ is a probability.
+
+# %% [markdown]
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
+# The status of every line, as this run computed it:
+
+# %%
+nb.check_summary()
+print(f"standard error of a skewness over {task_qa.n_targets} targets: about {np.sqrt(6 / task_qa.n_targets):.3f}")
+
+# %% [markdown]
+# **Why can a DIFFERS line appear here?** Each paragraph below discusses one claim; read those whose line says
+# DIFFERS in the list above (the status is computed from the run, the discussion is not). A DIFFERS line is a
+# finding about this run (its size, the data, sampling noise), to be read with the question it raises; the
+# synthetic generator is not tuned to make any line pass.
+#
+# *"t2i, query-aware: skewness of N_10 falls raw > IS > SN".* The claim orders three numbers. When both normalisers
+# remove most of the raw skewness, the last comparison orders two numbers close to zero, and a sample skewness over
+# $n$ targets has a standard error of roughly $\sqrt{6/n}$ (printed above): compare the gap between IS and SN with
+# it. If the maximum of $N_{10}$ and the Robin Hood index order IS and SN the same way, the order is real for this
+# data; query-aware IS normalises each target over exactly the queries that define $N_{10}$, which balances the
+# columns well when a target's hubness is one offset shared by all queries. *Discussion:* does the order hold over
+# seeds and all three statistics (exercise 2)? What does the paper's SN do that IS does not, and where should that
+# show?
+#
+# *"NNN lowers the kurtosis / mean absolute deviation / max"* and *"NNN raises R@1".* With a tail of hubs these
+# follow from removing a per-target offset; if one says DIFFERS, look at the histogram: is there a tail to cut
+# (raw kurtosis), and is $\alpha$ too large for this data (exercise 1)?
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

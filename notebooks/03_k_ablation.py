@@ -112,7 +112,6 @@ axes[0].set_xscale("log", base=2)
 axes[0].set_xlabel("k (reference queries per target, log scale)")
 axes[0].set_ylabel("R@1 (%)")
 axes[0].set_title(f"this run (α = {alpha}): {label}", fontsize=9)
-axes[0].legend(fontsize=8)
 pl = pub[pub["method"] == "nnn"].assign(k=lambda d: d["setting"].str.extract(r"k=(\d+)")[0].astype(int))
 sns.lineplot(data=pl, x="k", y="value", hue="direction", marker="o", ax=axes[1])
 for i, (d, v) in enumerate(pub[pub["method"] == "raw"].set_index("direction")["value"].items()):
@@ -121,15 +120,39 @@ axes[1].set_xscale("log", base=2)
 axes[1].set_xlabel("k (log scale)")
 axes[1].set_ylabel("R@1 (%)")
 axes[1].set_title(f"published: NNN Tables A3/A4 ({model}, COCO, α = 0.75)", fontsize=9)
-axes[1].legend(fontsize=8)
+for ax, kk in ((axes[0], sorted(curve["k"].unique())), (axes[1], sorted(pl["k"].unique()))):
+    ax.set_xticks(kk, [str(x) for x in kk])
+    ax.minorticks_off()
+    ax.get_legend().remove()
+handles, names = axes[0].get_legend_handles_labels()
+fig.legend(handles, [f"{n} NNN" if n in directions else n for n in names], loc="upper center", ncol=4, fontsize=8,
+           bbox_to_anchor=(0.5, 1.06), frameon=False)
 fig.tight_layout()
 run.save_figure(fig, "nnn_r1_vs_k", caption=f"R@1 over k at alpha={alpha}: this run ({label}) and the NNN paper (COCO).")
 plt.show()
 
 # %% [markdown]
-# **What to notice.** R@1 climbs over the first few k and then stays flat: beyond about 16 neighbours the bias
-# estimate barely changes, so k is a cheap, forgiving choice. The paper's COCO curve (grey) has the same shape at a
-# different height.
+# **What to notice.** Follow each curve from $k = 1$ to the right and compare it with its dashed raw line; then
+# compare the shape of the left panel (this run) with the right one (the paper's COCO numbers: the paper reports
+# R@1 rising up to about $k = 8$ and changing little from $k = 8$ to $k = 128$).
+
+# %%
+sentences = []
+for d in directions:
+    c = curve[curve["direction"] == d].set_index("k")["R@1"]
+    tail = c[c.index >= flat_from]
+    k_best = int(c.idxmax())
+    head = (f"**{d}:** at $k$ = {int(c.index.min())} NNN {nb.change(raw[d], c.iloc[0], 'R@1')}; the best $k$ is "
+            f"{k_best} (R@1 {c.max():.2f})")
+    if len(tail) < 2:   # a small bank limits k (the grid is clamped): nothing to compare beyond flat_from
+        sentences.append(head + f"; fewer than two values of $k$ reach {flat_from} on this bank.")
+        continue
+    k0, k1 = int(tail.index[0]), int(tail.index[-1])
+    sentences.append(
+        head + f"; from $k$ = {k0} to $k$ = {k1} R@1 spans {tail.min():.2f} to {tail.max():.2f} (range "
+        f"{tail.max() - tail.min():.2f} points), and at $k$ = {k1} it is {tail.iloc[-1]:.2f}, "
+        f"{nb.order_word(tail.iloc[-1], tail.iloc[0], ('above', 'below', 'equal to'))} its value at $k$ = {k0}.")
+nb.notice(*sentences)
 
 # %% [markdown]
 # ## 2 · The α × k grid on the held-out split (what App. B searches)
@@ -151,9 +174,28 @@ run.save_figure(fig, "nnn_alpha_k_heatmap", caption=f"R@1 on val over alpha x k;
 plt.show()
 
 # %% [markdown]
-# **What to notice.** The best cells form a ridge along alpha rather than along k: too large an alpha over-corrects
-# (every target's score is pushed down by more than its hubness) and R@1 falls again. This is the grid that
-# `hubnorm.grid_search` searches on the held-out split.
+# **What to notice.** Find the brightest cells: do they form a band along the $k$ axis (a row: $\alpha$ matters, $k$
+# does not) or along the $\alpha$ axis (a column)? Then read the bottom rows: an over-correcting $\alpha$ subtracts
+# from every target a bias beyond its hubness. This is the grid that `hubnorm.grid_search` searches on the held-out
+# split.
+
+# %%
+sentences = []
+for d in heat_directions:
+    grid = heat[heat["direction"] == d].pivot(index="alpha", columns="k", values="R@1")
+    a_best, k_best = grid.stack().idxmax()
+    near = (grid >= grid.values.max() - 0.5).to_numpy()              # the ridge: cells within 0.5 point of the best
+    share_a, share_k = near.any(axis=1).mean(), near.any(axis=0).mean()
+    runs = nb.order_word(share_k, share_a, ("along $k$ (a row)", "along $\\alpha$ (a column)", "along neither axis"))
+    sentences.append(
+        f"**{d}:** the best cell is $\\alpha$ = {a_best:g}, $k$ = {int(k_best)} (R@1 {grid.values.max():.2f} on val). "
+        f"The {int(near.sum())} cells within 0.5 point of it cover {int(near.any(axis=1).sum())} of {near.shape[0]} "
+        f"values of $\\alpha$ and {int(near.any(axis=0).sum())} of {near.shape[1]} values of $k$: this ridge runs "
+        f"{runs}. At the largest $\\alpha$ ({grid.index.max():g}) the best R@1 is "
+        f"{grid.loc[grid.index.max()].max():.2f}, "
+        f"{nb.order_word(grid.loc[grid.index.max()].max(), grid.values.max(), ('above', 'below', 'equal to'))} "
+        f"the best cell.")
+nb.notice(*sentences)
 
 # %% tags=["nbval-check-output"]
 print("best (alpha, k) on the held-out split:")
@@ -176,25 +218,6 @@ for d in directions:
              f"range {c[(c.index >= 8) & (c.index <= 128)].max() - c[(c.index >= 8) & (c.index <= 128)].min():.2f}")
 
 # %% [markdown]
-# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
-# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
-# pass. Here image→text has 1,000 queries: one R@1 point is 10 queries, and a 95% interval is about ±2.5 points at
-# 80%.
-#
-# *"i2t: R@1 is flat in k beyond 16".* Two causes add up. Noise: the 1-point threshold is 10 queries, about as many
-# as change outcome between two values of $k$. Drift: the i2t bank holds 1,000 training images, so $k$ = 256 or 512
-# is a quarter to a half of it and NNN nears a global mean (DN); caption targets get no pull of their own in the
-# generator, so their hubness is local (near many images of one topic), and a mean over half the bank averages it
-# away. *Discussion:* is the fall at large $k$ larger than the paired noise of R@1($k$=512) − R@1($k$=16)? Does it
-# move with `bank_fraction = 1.0`? (Solution: `solutions/03_k_ablation.py`, `exercise_2()`.)
-#
-# *"i2t: k in [8, 128] gives similar R@1".* The same two causes over a narrower range: the 1-point band is 10
-# queries, and $k$ = 128 is already an eighth of the 1,000-image bank, where the drift towards a global mean can
-# begin. Text→image, with 5,000 queries and image targets whose hubness is one global pull, has neither problem.
-# *Discussion:* with `flat_tol = 2.0` (Try this) the line may pass; what should a flatness threshold depend on
-# (number of queries, R@1 level, bank size) to test NNN rather than the sample?
-
-# %% [markdown]
 # **Notes.** The heat map is computed on the held-out split (the selection data of App. B), the k-curve on the
 # test split. Saved: `results/tables/03_*`, `results/figures/03_*.png`.
 
@@ -206,13 +229,63 @@ for d in directions:
 
 # %% [markdown]
 # ## Exercises
-# 1. **Change k and predict.** Predict text→image R@1 of NNN ($\alpha = 0.75$) for $k = 1$, $k = 16$ and $k$ = the
-#    whole bank, relative to the raw scores. Why does $k = 1$ already help, why does averaging help more, and
-#    which method is NNN with $k$ = the whole bank? Solution: `solutions/03_k_ablation.py`, `exercise_1()`.
-# 2. **Can this data test "flat in k"?** The image→text line "R@1 is flat in k beyond 16" can say DIFFERS.
-#    Count how many queries one R@1 point is, how many queries change outcome between two values of $k$ (and in
-#    which direction), and the paired bootstrap noise of the difference. Is the threshold testing NNN, the
-#    sample size, or a real drift towards DN at large $k$? Solution: `solutions/03_k_ablation.py`, `exercise_2()`.
+# 1. [predict-run-explain] **Change k and predict.** Predict text→image R@1 of NNN ($\alpha = 0.75$) for $k = 1$,
+#    $k = 16$ and $k$ = the whole bank, relative to the raw scores. Why does $k = 1$ already help, why does
+#    averaging help more, and which method is NNN with $k$ = the whole bank? Solution: `solutions/03_k_ablation.py`,
+#    `exercise_1()`.
+# 2. [predict-run-explain] **Can this data test "flat in k"?** For image→text, count how many queries one R@1
+#    point is, how many queries change outcome between $k = 16$ and the largest $k$ (and in which direction), and
+#    the paired bootstrap noise of the difference. Is a fixed "range ≤ 1 point" threshold testing NNN, the sample
+#    size, or a real drift towards DN at large $k$? Solution: `solutions/03_k_ablation.py`, `exercise_2()`.
+# 3. [write a function] **One fit per k.** NNN's offset is $-\alpha$ times the mean of a target's $k$ largest bank
+#    similarities. Write `nnn_offsets(bank_scores, alphas, k)` that computes the offsets for *every* $\alpha$ from one
+#    top-$k$ selection (`np.partition`), check it against `hubnorm.NearestNeighborNormalization` for two values of
+#    $\alpha$, and say how many top-$k$ passes the $\alpha \times k$ grid of this notebook needs. Solution:
+#    `solutions/03_k_ablation.py`, `exercise_3()`.
+
+# %% [markdown]
+# ## Quiz
+# Answers, each checked by a computation: `QUIZ` in `solutions/03_k_ablation.py` (`quiz()` verifies them).
+#
+# 1. NNN with $k = 1$ subtracts from a target $\alpha$ times: (a) its mean similarity to the bank; (b) its
+#    similarity to its single most similar bank query; (c) its similarity to the mean query.
+# 2. NNN with $k$ = the whole bank ranks like: (a) DN with $\lambda = \alpha$; (b) the raw scores; (c) IS.
+# 3. Doubling $\alpha$ doubles: (a) every target's NNN offset; (b) R@1; (c) the number of hubs.
+# 4. Image→text with 1,000 test images: how many queries is one R@1 point? (a number)
+# 5. The $\alpha \times k$ heat map is computed on: (a) the test split; (b) the held-out validation split;
+#    (c) the training split.
+# 6. At an $\alpha$ far above its best value, NNN: (a) turns the least central targets into new hubs;
+#    (b) changes nothing; (c) always returns the raw ranking.
+
+# %% [markdown]
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
+# The status of every line, as this run computed it, and the noise yardstick of each direction:
+
+# %%
+nb.check_summary()
+for d in directions:
+    print(f"{d}: {nb.recall_noise(test_tasks[d].n_queries, raw[d])}; the reference bank holds "
+          f"{len(test_tasks[d].query_bank)} queries, so the largest k ({max(ks)}) is "
+          f"{100 * min(max(ks), len(test_tasks[d].query_bank)) / len(test_tasks[d].query_bank):.0f}% of it")
+
+# %% [markdown]
+# **Why can a DIFFERS line appear here?** Each paragraph below discusses one claim; read those whose line says
+# DIFFERS in the list above (the status is computed from the run, the discussion is not). A DIFFERS line is a
+# finding about this run (its size, the data, sampling noise), to be read with the question it raises; the
+# synthetic generator is not tuned to make any line pass.
+#
+# *"R@1 is flat in k beyond 16"* and *"k in [8, 128] gives similar R@1".* Two causes can add up. Noise: the
+# threshold `flat_tol` is a fixed number of points, and the yardstick above says how many queries that is; when
+# it is a handful of queries, the outcome of that many queries can change between two values of $k$ by chance.
+# Drift: when the largest $k$ is a large share of the reference bank (printed above), NNN's top-$k$ mean nears the
+# global mean of DN, and hubness that is local to a topic (a target close to many queries of one topic) is averaged
+# away. *Discussion:* is the change at large $k$ larger than the paired noise of R@1($k$ = largest) − R@1($k$ = 16)
+# (exercise 2)? Does it move with `bank_fraction = 1.0`? What should a flatness threshold depend on (number of
+# queries, R@1 level, bank size) to test NNN rather than the sample?
+#
+# *"a small k already beats the raw scores".* With $k \le 8$ the bias of a target rests on a few bank queries; if
+# this line says DIFFERS, compare the curve with the raw line at every $k$: is there a gain to find at all on this
+# data (the heat map's best cell), or only at larger $k$?
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -32,8 +32,8 @@
 # training captions while DBSN's target bank stays all training images (DBSN Sec. 4.3). The paper's 1/8 … 1/1024
 # are shares of 145k Flickr30k captions, so its largest banks exceed the 5k test queries; to stay within the time
 # budget the default run uses a much smaller synthetic split (15k training captions, 300 test images = 1.5k test
-# queries, so R@1 is higher than on a 1k-image gallery), and the sweep adds 1/4 to include banks larger than the
-# test query set.
+# queries; a gallery of 300 images has fewer distractors per query than one of 1k), and the sweep adds 1/4 to
+# include banks larger than the test query set.
 #
 # **Distribution gap (our definition; the paper uses EMD).** The nearest-neighbour gap
 # $\mathrm{gap}(A \to B) = 1 - \operatorname{mean}_{a \in A} \max_{b \in B} \cos(a, b)$:
@@ -123,8 +123,24 @@ run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-ba
 plt.show()
 
 # %% [markdown]
-# **What to notice.** NNN keeps most of its gain even with a tenth of the training data as its bank: the bias of a
-# target needs only its k nearest bank queries, and a small bank already contains them approximately.
+# **What to notice.** Follow each NNN curve from the right end (the whole training split as bank) to the left end
+# and compare it with its dashed raw line: the bias of a target needs only its $k$ nearest bank queries, so the
+# question is how small a bank still contains good approximations of them.
+
+# %%
+sentences = []
+for d in directions:
+    sd = sweep[sweep["direction"] == d]
+    raw_r1 = sd[sd["method"] == "raw"]["R@1"].iloc[0]
+    nn = sd[sd["method"] == "nnn"].set_index("bank_fraction")["R@1"]
+    big_f, small_f = max(nnn_fractions), min(nnn_fractions)
+    gain_big, gain_small = nn.loc[big_f] - raw_r1, nn.loc[small_f] - raw_r1
+    sentences.append(
+        f"**{d}:** from the {big_f:.0%} bank to the {small_f:.0%} bank NNN's R@1 "
+        f"{nb.change(nn.loc[big_f], nn.loc[small_f], up='rises', down='falls', same='stays')}; its gain over the raw "
+        f"scores ({raw_r1:.2f}) is {gain_big:+.2f} points with the largest bank and {gain_small:+.2f} with the "
+        f"smallest.")
+nb.notice(*sentences)
 
 # %% [markdown]
 # ## Part B · IS vs SN vs DBSN over query-bank sizes (DBSN Fig. 7, t2i)
@@ -152,28 +168,83 @@ print(f"full query bank: {len(task.query_bank)} training captions; target bank: 
 nb.show(summary.drop(columns=["fraction"]), digits=2)
 
 # %%
-fig, axes = plt.subplots(1, 4, figsize=(18, 4))
-cols = [("R@1", "(a) R@1 (%)"), (skew_col, f"(b) skewness of N_{hub_k}"),
-        ("gap bank->targets", "(c) gap: bank → targets"), ("gap test queries->bank", "(d) gap: test queries → bank")]
-for ax, (col, title) in zip(axes, cols):
-    sns.lineplot(data=qb, x="fraction", y=col, hue="method", marker="o", errorbar="sd", ax=ax,
-                 hue_order=list(methods))
+styles = {"IS": dict(marker="o", ls="-"), "SN": dict(marker="s", ls="--", mfc="none"),
+          "DBSN": dict(marker="^", ls=":", mfc="none")}
+colors = dict(zip(methods, sns.color_palette()))
+fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+spread = qb.groupby(["fraction", "method"], sort=False)
+mean, sd = spread.mean(numeric_only=True), spread.std(numeric_only=True).fillna(0.0)
+fr = np.array(sorted(qb["fraction"].unique()))
+
+
+def band(ax, y, e, label, color, style):
+    ax.plot(fr, y, color=color, label=label, lw=2.0, ms=6, **style)
+    ax.fill_between(fr, y - e, y + e, color=color, alpha=0.15, lw=0)
+
+
+for ax, col in ((axes[0], "R@1"), (axes[1], skew_col)):
+    for meth in methods:
+        band(ax, mean[col].xs(meth, level="method").loc[fr].to_numpy(), sd[col].xs(meth, level="method").loc[fr].to_numpy(),
+             meth, colors[meth], styles[meth])
+# (c) the gap depends on the targets a method balances over: IS and SN share the test gallery, DBSN adds its target bank
+gap_c = "gap bank->targets"
+band(axes[2], mean[gap_c].xs("SN", level="method").loc[fr].to_numpy(), sd[gap_c].xs("SN", level="method").loc[fr].to_numpy(),
+     "IS and SN: bank → test gallery", "0.35", dict(marker="D", ls="-."))
+band(axes[2], mean[gap_c].xs("DBSN", level="method").loc[fr].to_numpy(),
+     sd[gap_c].xs("DBSN", level="method").loc[fr].to_numpy(), "DBSN: bank → gallery + target bank", colors["DBSN"],
+     styles["DBSN"])
+# (d) a property of the bank alone: the same for every method
+gap_d = "gap test queries->bank"
+band(axes[3], mean[gap_d].xs("IS", level="method").loc[fr].to_numpy(), sd[gap_d].xs("IS", level="method").loc[fr].to_numpy(),
+     "every method: test queries → bank", "0.2", dict(marker="v", ls="-"))
+titles = ["(a) R@1 (%)", f"(b) skewness of N_{hub_k}", "(c) gap: bank → targets", "(d) gap: test queries → bank"]
+for ax, title in zip(axes, titles):
     ax.set_xscale("log", base=2)
+    ax.set_xticks(fr, [f"1/{round(1 / f)}" if f < 1 else "1" for f in fr], rotation=45, fontsize=8)
+    ax.minorticks_off()
     ax.axvline(task.n_queries / len(task.query_bank), color="0.5", ls=":", lw=1)
     ax.set_xlabel("query bank (share of training captions, log scale)")
     ax.set_ylabel(title.split(") ", 1)[1])
     ax.set_title(title, fontsize=10)
 axes[0].text(task.n_queries / len(task.query_bank), axes[0].get_ylim()[0], " = test query count", fontsize=7,
              color="0.4", va="bottom")
+handles, names = [], []
+for ax in axes:
+    for h, n in zip(*ax.get_legend_handles_labels()):
+        if n not in names:
+            handles.append(h)
+            names.append(n)
 fig.suptitle(f"Query-bank size (cf. DBSN Fig. 7; mean ± sd over {len(dbsn_seeds)} draws) — {label}", fontsize=10)
-fig.tight_layout()
+fig.tight_layout(rect=(0, 0, 1, 0.9))
+fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, bbox_to_anchor=(0.5, 0.95), frameon=False)
 run.save_figure(fig, "dbsn_query_bank_size", caption=f"IS vs SN vs DBSN over query-bank size, t2i; {label}.")
 plt.show()
 
 # %% [markdown]
-# **What to notice.** With tiny query banks every method loses ground, and the one that only uses the query bank
-# (IS, SN) loses most; DBSN's extra target bank narrows the bank-to-targets gap (right panels) — whether that is
-# enough to reverse the order at large banks is the paper's claim, checked below.
+# **What to notice.** In (a) and (b), compare the three methods at the left end (tiny banks) and at the right end
+# (banks larger than the test query set, right of the dotted line): the paper reports IS ahead for small banks and
+# the order reversed for large ones. In (c), compare the gap of DBSN's extended target set with the plain gallery's;
+# (d) depends on the bank alone. The shaded bands are ± one sd over the bank draws.
+
+# %%
+m = summary.set_index(["fraction", "method"])
+big, small = max(dbsn_fractions), min(dbsn_fractions)
+share = lambda f: f"1/{round(1 / f)}" if f < 1 else "1"
+sentences = [
+    f"At the smallest bank ({share(small)}, {int(m.loc[(small, 'IS'), 'bank_queries'])} captions) R@1 orders the "
+    f"methods {nb.ranking(m.xs(small, level='fraction')['R@1'])}; at the largest ({share(big)}, "
+    f"{int(m.loc[(big, 'IS'), 'bank_queries'])} captions) {nb.ranking(m.xs(big, level='fraction')['R@1'])}.",
+    "From the smallest to the largest bank, "
+    + nb.trends({meth: (m.loc[(small, meth), skew_col], m.loc[(big, meth), skew_col]) for meth in methods},
+                "the skewness of $N_{%d}$" % hub_k) + ".",
+    f"The bank → targets gap of DBSN is {nb.order_word(m.loc[(small, 'DBSN'), 'gap bank->targets'], m.loc[(small, 'SN'), 'gap bank->targets'], ('wider than', 'narrower than', 'equal to'))} "
+    f"that of IS and SN at the smallest bank and "
+    f"{nb.order_word(m.loc[(big, 'DBSN'), 'gap bank->targets'], m.loc[(big, 'SN'), 'gap bank->targets'], ('wider than', 'narrower than', 'equal to'))} "
+    f"it at the largest; the test queries → bank gap "
+    f"{nb.change(m.loc[(big, 'SN'), 'gap test queries->bank'], m.loc[(small, 'SN'), 'gap test queries->bank'], up='widens', down='narrows', same='stays', digits=3)}"
+    f" as the bank shrinks.",
+]
+nb.notice(*sentences)
 
 # %% [markdown]
 # ## Does the run show the papers' findings?
@@ -211,38 +282,6 @@ nb.check("the test queries -> bank gap widens as the bank shrinks",
          f"{m.loc[(big, 'SN'), 'gap test queries->bank']:.2f} -> {m.loc[(small, 'SN'), 'gap test queries->bank']:.2f}")
 
 # %% [markdown]
-# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
-# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
-# pass. The default split is small: 1,500 caption queries (one t2i R@1 point is 15 queries, a 95% interval about ±2
-# points at 79%) and 300 image queries (one i2t point is 3 queries, about ±3 points at 93%).
-#
-# *"i2t: NNN beats the raw scores with every bank size".* With 300 image queries at an R@1 above 90% only a few
-# dozen queries fail at all, and each bank size is a single seeded draw: the line asks four differences of a few
-# queries each to share a sign. NNN also has less to fix here: caption targets get no pull of their own in the
-# generator (notebook 03). *Discussion:* count the queries NNN wins and loses at each bank size; how many test
-# images would a one-point gain need to be detectable? (Method: `solutions/01_main_results.py`, `exercise_1()`.)
-#
-# *"largest bank: DBSN beats IS (the order reverses)".* In the paper DBSN's target bank bridges a distribution gap
-# between the training-caption bank and the test gallery. The synthetic training and test splits are exchangeable
-# draws of one generator, so there is no gap beyond sampling and any difference is expected to be a few queries,
-# inside the noise (the bank draws reuse the same test queries, so averaging them does not shrink it). The largest
-# bank is also only 2.5× the test queries. *Discussion:* what would have to differ between training and test data
-# for DBSN's target bank to help? (Related: `solutions/04_query_bank_size.py`, `exercise_2()`.)
-#
-# *"largest bank: DBSN beats SN".* DBSN is SN with the training images appended as extra targets: each bank caption
-# must also send mass to them. That helps when they lie closer to the bank than the test gallery does; on
-# exchangeable splits they do not, and the extra columns mostly dilute the mass each test image receives. The PASS
-# line "DBSN narrows the bank → targets gap" cannot fail with this gap: adding targets can only bring each bank
-# caption's nearest target closer. *Discussion:* what gap measure would tell "more targets" from "better matched
-# targets"?
-#
-# *"IS is more skewed than SN and DBSN at the largest bank".* Over 300 test images a sample skewness has a standard
-# error of roughly $\sqrt{6/300} \approx 0.14$, so values a few hundredths apart are not ordered by the data; and
-# on this generator IS balances the columns about as tightly as SN (notebook 02). *Discussion:* with
-# `dbsn_seeds = [0, 1, 2, 3, 4, 5]`, how far do the skewness values move between bank draws (the band in panel b)
-# compared with the gaps between methods? (Related: `solutions/02_hubness_histograms.py`, `exercise_2()`.)
-
-# %% [markdown]
 # **Notes.** The paper's full Flickr30k query bank has 145k captions, so its 1/8 … 1/32 banks are larger than the
 # 5k test queries; here the full bank is `n_train_images × 5` captions — the dotted line in the figure marks
 # where the bank equals the test query count. Saved: `results/tables/04_*`, `results/figures/04_*.png`.
@@ -255,14 +294,82 @@ nb.check("the test queries -> bank gap widens as the bank shrinks",
 
 # %% [markdown]
 # ## Exercises
-# 1. **Shrink the bank until NNN stops helping.** Subsample the text→image query bank to 5000, 1000, 250, 64, 16,
-#    4 and 1 captions (NNN with $k = \min(16, \text{bank})$) and predict where R@1 falls below the raw scores.
-#    Why does NNN survive such small banks on this data, and what goes wrong with a handful of captions?
-#    Solution: `solutions/04_query_bank_size.py`, `exercise_1()`.
-# 2. **Small banks: IS beats Sinkhorn.** With 64 bank captions for 500 images, IS beats SN and DBSN by several
-#    R@1 points; with the full bank they tie. Explain with the two marginal constraints of the transport
-#    problem what a too-small query bank forces Sinkhorn to do. Solution: `solutions/04_query_bank_size.py`,
-#    `exercise_2()`.
+# 1. [predict-run-explain] **Shrink the bank until NNN stops helping.** Subsample the text→image query bank to
+#    5000, 1000, 250, 64, 16, 4 and 1 captions (NNN with $k = \min(16, \text{bank})$) and predict where R@1 falls
+#    below the raw scores. What goes wrong with a handful of captions? Solution: `solutions/04_query_bank_size.py`,
+#    `exercise_1()`.
+# 2. [predict-run-explain] **Small banks: IS against Sinkhorn.** Predict the order of IS, SN and DBSN with 64 bank
+#    captions for 500 images, and with the full bank; run it. Explain with the two marginal constraints of the
+#    transport problem what a too-small query bank forces Sinkhorn to do. Solution:
+#    `solutions/04_query_bank_size.py`, `exercise_2()`.
+# 3. [derive] **A check that cannot fail.** With
+#    $\mathrm{gap}(A \to B) = 1 - \operatorname{mean}_{a \in A} \max_{b \in B} \cos(a, b)$, prove that
+#    $\mathrm{gap}(A \to B \cup C) \le \mathrm{gap}(A \to B)$ for any sets $A, B, C$. What does that say about
+#    the line "DBSN narrows the bank → targets gap at every bank size"? Propose a gap measure that could tell
+#    "more targets" from "better matched targets", and compute both on this notebook's banks. Solution:
+#    `solutions/04_query_bank_size.py`, `exercise_3()`.
+
+# %% [markdown]
+# ## Quiz
+# Answers, each checked by a computation: `QUIZ` in `solutions/04_query_bank_size.py` (`quiz()` verifies them).
+#
+# 1. The paper's Flickr30k query bank at 1/8 of 145,000 training captions holds about how many captions? (a number)
+# 2. In Sinkhorn normalisation with $m$ bank queries and $n$ targets, every bank query sends out mass: (a) $1/n$;
+#    (b) $1/m$; (c) 1.
+# 3. DBSN differs from SN by: (a) a second temperature; (b) extra target-bank columns (training images) in the
+#    transport problem; (c) a top-$k$ selection.
+# 4. NNN with a bank of 4 captions and $k = 16$: hubnorm's notebooks (a) fail; (b) clamp $k$ to 4 and say so in a
+#    note; (c) silently use $k = 16$.
+# 5. Adding targets to a set $B$ can make $\mathrm{gap}(A \to B)$: (a) only smaller or equal; (b) larger;
+#    (c) either.
+# 6. Why does the sweep draw each bank size several times (`dbsn_seeds`)? (a) to average out which captions a small
+#    bank happens to hold; (b) Sinkhorn is random; (c) to use more memory.
+
+# %% [markdown]
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
+# The status of every line, as this run computed it, and the noise yardsticks of this run's split:
+
+# %%
+nb.check_summary()
+for d in directions:
+    s_raw = sweep[(sweep["direction"] == d) & (sweep["method"] == "raw")]["R@1"].iloc[0]
+    n_q = test.n_captions if d == "t2i" else test.n_images
+    print(f"{d}: {nb.recall_noise(n_q, s_raw)}")
+print(f"standard error of a skewness over {test.n_images} targets: about {np.sqrt(6 / test.n_images):.2f}")
+print(f"the largest query bank holds {int(m.loc[(big, 'IS'), 'bank_queries'])} captions, "
+      f"{m.loc[(big, 'IS'), 'bank_queries'] / task.n_queries:.1f} times the {task.n_queries} test queries")
+
+# %% [markdown]
+# **Why can a DIFFERS line appear here?** Each paragraph below discusses one claim; read those whose line says
+# DIFFERS in the list above (the status is computed from the run, the discussion is not). A DIFFERS line is a
+# finding about this run (its size, the data, sampling noise), to be read with the question it raises; the
+# synthetic generator is not tuned to make any line pass.
+#
+# *"NNN beats the raw scores with every bank size"* and *"NNN loses at most 1 point".* Each bank size is a single
+# seeded draw, scored on the same test queries; with a small split one point is a handful of queries (yardstick
+# above), and the line asks several such differences to share a sign. *Discussion:* count the queries NNN wins
+# and loses at each bank size (method: `solutions/01_main_results.py`, `exercise_1()`); how many test images would
+# a one-point gain need to be detectable?
+#
+# *"largest bank: DBSN beats IS (the order reverses)"* and *"DBSN beats SN".* In the paper DBSN's target bank
+# bridges a distribution gap between the training-caption bank and the test gallery, and its largest banks are many
+# times the test query set. How much a target bank can help therefore depends on how much the training data differ
+# from the test data (on synthetic data: on how the generator draws its splits, see `hubnorm.synthetic`) and on
+# how large the largest bank is against the test queries (printed above). When the training and test splits are
+# alike, the extra columns have little to bridge and mostly dilute the mass each test image receives, and the
+# difference is expected to be a few queries, inside the noise (the bank draws reuse the same test queries, so
+# averaging them does not shrink it). *Discussion:* what would have to differ between training and test data for
+# DBSN's target bank to help?
+#
+# *"DBSN narrows the bank → targets gap at every bank size".* This line cannot fail with this gap measure
+# (exercise 3): adding targets can only bring each bank caption's nearest target closer. Read it as a check of the
+# code, not of the paper's Proposition 2.
+#
+# *"IS is more skewed than SN and DBSN at the largest bank"* and *"SN skewness falls as the bank grows".* A sample
+# skewness over the test images has the standard error printed above; compare the gaps between the methods with it
+# and with the bands of panel (b) (the spread over bank draws). *Discussion:* with
+# `dbsn_seeds = [0, 1, 2, 3, 4, 5]`, how far do the skewness values move between draws, compared with the gaps
+# between methods? (Related: `solutions/02_hubness_histograms.py`, `exercise_2()`.)
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

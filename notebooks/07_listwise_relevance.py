@@ -135,14 +135,10 @@ caption = f"R@K and NDCG@K (%), banks from the training split; {label}; relevanc
 run.save_table(norm_table, "normalizers", caption=caption)
 nb.show(norm_table, caption=caption)
 
-# %%
-print(f"{label} | {rel_label}")
-nb.key_numbers(norm_table)
-
 # %% [markdown]
-# Hubness reduction re-ranks the gallery per query. It moves the ground truth up (R@K); does it also bring
-# *related* items into the top K? The figure shows each normalizer's change against the raw cosine, for R@K and
-# NDCG@K side by side.
+# Hubness reduction re-ranks the gallery per query. R@K asks whether it moves the ground truth up; does it also
+# bring *related* items into the top K? The figure shows each normalizer's change against the raw cosine, for R@K
+# and NDCG@K side by side.
 
 # %%
 change = norm_df.merge(norm_df[norm_df.method == "Original"][["direction", "metric", "K", "value"]],
@@ -164,9 +160,22 @@ run.save_figure(fig, "ndcg_vs_recall_gain", caption=f"Change of R@K and NDCG@K a
 plt.show()
 
 # %% [markdown]
-# **What to notice.** NDCG@K moves in the same direction as R@K but by less: the normalizers lift the one annotated
-# positive, while the rest of the top K (judged by graded relevance) changes little; with many near-ties in a topic,
-# NDCG can even fall where R@1 rises.
+# **What to notice.** For each normalizer compare its R@K bars (the one annotated positive) with its NDCG@K bars (the
+# whole top K, judged by graded relevance): do they point the same way, and which are taller?
+
+# %%
+sentences = []
+for d in ("t2i", "i2t"):
+    ch = change[change.direction == d]
+    for meth in [m for m in methods if m != "Original"]:
+        c = ch[ch.method == meth].set_index("measure")["gain"]
+        r_mean = c[[f"R@{k}" for k in recall_ks]].mean()
+        n_mean = c[[f"NDCG@{k}" for k in ndcg_ks]].mean()
+        sentences.append(
+            f"**{d} {meth}:** mean change {r_mean:+.2f} points over R@K and {n_mean:+.2f} over NDCG@K "
+            f"({'the same sign' if np.sign(r_mean) == np.sign(n_mean) else 'opposite signs'}; NDCG moves "
+            f"{nb.order_word(abs(n_mean), abs(r_mean), ('more', 'less', 'as much'))} than R@K).")
+nb.notice(*sentences)
 
 # %% [markdown]
 # ## 3 · Adapter analog of Tables V-VII: triplet vs triplet + S-NDCG
@@ -188,11 +197,10 @@ adapter_table["RSUM"] = adapter_table["method"].map(rsum)
 caption = (f"Adapter analog (residual linear maps on frozen embeddings; not Li et al.'s models), {steps} steps, "
            f"batch {bs}: R@K and NDCG@K (%) on the test split, RSUM over both directions; {label}; {rel_label}.")
 run.save_table(adapter_table, "adapter", caption=caption)
-nb.show(adapter_table, caption=caption)
 
 # %% tags=["nbval-check-output"]
 print(f"{label}: adapter analog, {steps} steps, batch {bs}")
-nb.key_numbers(adapter_table)
+nb.show(adapter_table, caption=caption)
 
 # %% [markdown]
 # **Published beside ours.** Absolute numbers cannot be compared (different models, data and relevance), so we put
@@ -236,7 +244,8 @@ sns.lineplot(data=sweep, x="step", y="approx_error", hue="tau", hue_order=[f"{t:
 axes[1].axhline(0.01, color="grey", ls=":", lw=1)
 axes[1].set(yscale="log", title="Fig. 7 analog: |smooth - true| NDCG", xlabel="step",
             ylabel="approximation error (log scale)")
-sns.lineplot(data=hist[hist["run"].isin(["triplet", both])], x="step", y="triplet", hue="run", ax=axes[2])
+sns.lineplot(data=hist[hist["run"].isin(["triplet", both])], x="step", y="triplet", hue="run", style="run",
+             markers=True, dashes=True, ax=axes[2])
 axes[2].set(title="Fig. 5a analog: triplet loss", xlabel="step", ylabel="triplet loss (batch)")
 axes[2].legend(fontsize=8)
 fig.suptitle(f"Adapter analog, not Li et al.'s models; {label}", fontsize=10)
@@ -245,15 +254,27 @@ run.save_figure(fig, "training_curves", caption=f"Adapter training: batch NDCG, 
                 f"triplet loss; {label}.")
 plt.show()
 
-# %% [markdown]
-# **What to notice.** The approximation error falls by about an order of magnitude with each tenfold smaller
-# $\tau$ (middle, log scale; the dotted line is the paper's 0.01). At $\tau = 0.1$ the "smooth rank" is mostly
-# noise. Adding S-NDCG leaves the triplet loss curve almost where the triplet run has it (right).
-
 # %%
 last = 100 * hist[hist["step"] >= steps // 2].groupby("run", sort=False)[["true_ndcg", "smooth_ndcg", "approx_error"]].mean()
 nb.show(last.reset_index(), caption="Batch NDCG and approximation error in NDCG points (x100), mean over the second "
         "half of training")
+
+# %% [markdown]
+# **What to notice.** Left: how close the dashed smooth NDCG follows the true batch NDCG. Middle (log scale): the
+# approximation error for each $\tau$ against the dotted line, the paper's 0.01. Right: the triplet loss of the
+# triplet run and of the run with S-NDCG added. The table above has the numbers.
+
+# %%
+err_by_tau = {t: last.loc[f"triplet+sndcg (tau={t:g})", "approx_error"] for t in sorted(taus, reverse=True)}
+ratios = [a / b for a, b in zip(list(err_by_tau.values()), list(err_by_tau.values())[1:]) if b > 0]
+tri_last, both_last = (hist[(hist["run"] == r) & (hist["step"] >= steps // 2)]["triplet"].mean() for r in ("triplet", both))
+nb.notice(
+    "Approximation error of the smooth NDCG (NDCG points, second half of training): "
+    + ", ".join(f"τ = {t:g}: {e:.2f}" for t, e in err_by_tau.items())
+    + (f"; each tenfold step down in τ divides it by {', '.join(f'{r:.1f}' for r in ratios)}." if ratios else "."),
+    f"Over the second half of training the triplet loss averages {tri_last:.4f} in the triplet run and "
+    f"{both_last:.4f} with S-NDCG added ({nb.order_word(both_last, tri_last, ('higher', 'lower', 'the same'), digits=4)}).",
+)
 
 # %% tags=["nbval-check-output"]
 err = last["approx_error"]
@@ -268,30 +289,27 @@ nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)"
          all(e < 1 for t, e in zip(sorted(taus, reverse=True), errs) if t < 0.01))
 
 # %% [markdown]
-# **Why can a DIFFERS line appear here?** A DIFFERS line is a finding about this run (its size, the synthetic
-# generator, sampling noise), to be read with the question it raises; the generator is not tuned to make any line
-# pass.
-#
-# *"adding S-NDCG to the triplet loss raises RSUM".* The run shows the mechanics, not whether listwise training
-# helps a model learn graded relevance. Almost no non-ground-truth pair of the synthetic relevance is highly
-# relevant (§1), so S-NDCG has little beyond the positive to teach and adds a blurrier pull on it (§4); and a
-# linear adapter on frozen embeddings after 150 small steps (triplet alone moves RSUM by a point or two) is far
-# from VSE++ trained end to end. *Discussion:* do the NDCG rows of the delta table move with R@K or against it? Is
-# the sign stable over other `seed` values? (Related: `solutions/07_listwise_relevance.py`, `exercise_3()`.)
+# ## What we learned (computed from this run)
+# Each statement below is generated from this run's tables; compare it with what the paper reports (quoted in the
+# introduction).
 
-# %% [markdown]
-# ## What we learned
-#
-# * **NDCG next to R@K.** NDCG@K stays well below 100 even where R@K is near 100: the rest of the top K is judged by
-#   graded relevance, and ranking those items is what pairwise training and R@K never look at. Hubness reduction
-#   raises R@K more than NDCG@K (section 2).
-# * **Smooth NDCG.** It approaches the true batch NDCG as $\tau$ shrinks. How close it gets at a given $\tau$
-#   depends on the spread of the scores within a batch relative to $\tau$: frozen CLIP-like cosine scores are
-#   packed more tightly than those of a model trained end to end, so the gap at $\tau = 0.01$ can exceed the
-#   paper's 0.01; a very small $\tau$ gives a gradient only to near-ties (the trade-off of their Sec. IV-C4).
-# * **The adapter analog.** Compare the *direction* of the changes with the paper (the PASS/DIFFERS lines), not
-#   their size: a linear adapter on frozen embeddings, other data and another relevance. Where R@K hardly moves,
-#   NDCG shows whether the non-ground-truth part of the ranking improved.
+# %%
+nt = norm_table.set_index(["direction", "method"])
+ndcg_cols = [c for c in nt.columns if str(c).startswith("NDCG@")]
+r_cols = [c for c in nt.columns if str(c).startswith("R@")]
+learned = [
+    f"**NDCG next to R@K:** for the raw scores, R@{recall_ks[-1]} is "
+    + ", ".join(f"{nt.loc[(d, 'Original'), f'R@{recall_ks[-1]}']:.2f} ({d})" for d in ("t2i", "i2t"))
+    + f" and NDCG@{ndcg_ks[-1]} "
+    + ", ".join(f"{nt.loc[(d, 'Original'), f'NDCG@{ndcg_ks[-1]}']:.2f} ({d})" for d in ("t2i", "i2t")) + ".",
+    f"**Adding S-NDCG (τ = {tau:g}) to the triplet loss** changes RSUM by {rsum[both] - rsum['triplet']:+.2f} "
+    f"(the paper reports +5.0 for VSE++ trained end to end); S-NDCG alone changes it by "
+    f"{rsum[f'sndcg (tau={tau:g})'] - rsum['triplet']:+.2f} (the paper: -50.7).",
+    "**Smooth NDCG:** its approximation error is " + ", ".join(f"{e:.2f}" for e in err_by_tau.values())
+    + " NDCG points at τ = " + ", ".join(f"{t:g}" for t in err_by_tau) + " (the paper: below 1 point once "
+    "τ < 0.01).",
+]
+nb.notice(*learned, title="What we learned")
 
 # %% [markdown]
 # ## Try this
@@ -304,15 +322,61 @@ nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)"
 
 # %% [markdown]
 # ## Exercises
-# 1. **NDCG by hand.** One query, five candidates scored in the order of relevance [0.3, 1, 0, 0.8, 0]. Compute
-#    DCG@3, IDCG@3 and NDCG@3 by hand, check with `hubnorm.ndcg_at_k`, and explain why NDCG@3 is far below 1
-#    although R@3 is 100. Solution: `solutions/07_listwise_relevance.py`, `exercise_1()`.
-# 2. **Beyond the positive.** Does NNN improve only the rank of the annotated positive, or the whole top 10?
-#    Compare R@1 and NDCG@10 (synthetic latent relevance) of the raw scores and NNN. Solution:
-#    `solutions/07_listwise_relevance.py`, `exercise_2()`.
-# 3. **The smooth rank.** Measure how far the smooth rank of Smooth-NDCG is from the true rank at τ = 0.1, 0.01 and
-#    0.001 for cosine-like scores, and explain the trade-off between accuracy and gradient that τ controls.
-#    Solution: `solutions/07_listwise_relevance.py`, `exercise_3()`.
+# 1. [derive] **NDCG by hand.** One query, five candidates scored in the order of relevance [0.3, 1, 0, 0.8, 0].
+#    Compute DCG@3, IDCG@3 and NDCG@3 by hand, check with `hubnorm.ndcg_at_k`, and explain why NDCG@3 is far below
+#    1 although R@3 is 100. Solution: `solutions/07_listwise_relevance.py`, `exercise_1()`.
+# 2. [predict-run-explain] **Beyond the positive.** Does NNN improve only the rank of the annotated positive, or the
+#    whole top 10? Predict, then compare R@1 and NDCG@10 (synthetic latent relevance) of the raw scores and NNN.
+#    Solution: `solutions/07_listwise_relevance.py`, `exercise_2()`.
+# 3. [predict-run-explain] **The smooth rank.** Predict how far the smooth rank of Smooth-NDCG is from the true rank
+#    at τ = 0.1, 0.01 and 0.001 for cosine-like scores, measure it, and explain the trade-off between accuracy and
+#    gradient that τ controls. Solution: `solutions/07_listwise_relevance.py`, `exercise_3()`.
+# 4. [write a function] **A smooth rank of your own.** Write `smooth_rank(scores, tau)` in PyTorch from the
+#    definition $1 + \sum_{k \ne j} \sigma\big((s_k - s_j)/\tau\big)$ (mind the sign warning of the introduction),
+#    check it against `hubnorm.listwise.smooth_rank`, and check with `torch.autograd` that its gradient with respect
+#    to a score vanishes as τ → 0 for well-separated scores. Solution: `solutions/07_listwise_relevance.py`,
+#    `exercise_4()`.
+
+# %% [markdown]
+# ## Quiz
+# Answers, each checked by a computation: `QUIZ` in `solutions/07_listwise_relevance.py` (`quiz()` verifies them).
+#
+# 1. A query's positive is ranked 2nd and the top 5 holds no other relevant item. Its R@5 is: (a) 100; (b) 50;
+#    (c) 20.
+# 2. With the gain $2^{rel} - 1$, what is the gain of a candidate of relevance 1? (a number)
+# 3. The discount of position 3 in DCG is $1/\log_2(1 + 3)$ = ? (a number)
+# 4. NDCG@K is 1 when: (a) the positive is first; (b) the top K are in the order of decreasing relevance;
+#    (c) R@K is 100.
+# 5. In the smooth rank, a smaller τ makes the sigmoid: (a) closer to a step (more exact, smaller gradients);
+#    (b) flatter; (c) no different.
+# 6. RSUM is: (a) the sum of R@1, R@5 and R@10 over both directions; (b) the mean NDCG; (c) the sum of ranks.
+
+# %% [markdown]
+# ## Appendix · The DIFFERS lines of this run (read after the exercises)
+# The status of every line, as this run computed it:
+
+# %%
+nb.check_summary()
+print(f"non-ground-truth pairs with a relevance above 0.5 (section 1): {100 * np.mean(off > 0.5):.1f}%; "
+      f"adapter training: {steps} steps of {bs} images")
+
+# %% [markdown]
+# **Why can a DIFFERS line appear here?** Each paragraph below discusses one claim; read those whose line says
+# DIFFERS in the list above (the status is computed from the run, the discussion is not). A DIFFERS line is a
+# finding about this run (its size, the data, sampling noise), to be read with the question it raises; the
+# generator is not tuned to make any line pass.
+#
+# *"adding S-NDCG to the triplet loss raises RSUM".* The run shows the mechanics, not whether listwise training helps
+# a model learn graded relevance. S-NDCG can only teach something beyond the positive if some non-ground-truth pairs
+# are highly relevant (their share is printed above), and a linear adapter on frozen embeddings trained for a few
+# small steps is far from VSE++ trained end to end. *Discussion:* do the NDCG rows of the delta table move with R@K
+# or against it? Is the sign stable over other `seed` values? (Related: `solutions/07_listwise_relevance.py`,
+# `exercise_3()`.)
+#
+# *"S-NDCG alone loses RSUM against triplet"* and the two approximation-error lines (Fig. 7): the first needs the
+# adapter to learn something from the triplet loss in the given steps; the others depend on the spread of the
+# batch scores against τ (exercise 3): frozen CLIP-like cosine scores are packed more tightly than those of a model
+# trained end to end.
 
 # %%
 print(f"notebook compute time: {run.elapsed():.0f} s")

@@ -1,10 +1,13 @@
-"""The notebooks' exercises: every solution runs (and asserts its claim), and every notebook names only solutions
-that exist.
+"""The notebooks' exercises and quizzes: every solution runs (and asserts its claim), every quiz answer is verified
+by a computation, and every notebook names only solutions that exist.
 
 Solutions live in ``notebooks/solutions/NN_name.py`` (one module per notebook ``notebooks/NN_name``) as functions
-``exercise_1()``, ``exercise_2()``, ... whose docstring holds the written answer. Each function recomputes its
-answer on small seeded synthetic data and asserts the claim it explains, so running it here keeps the answers
-from rotting when the library changes.
+``exercise_1()``, ``exercise_2()``, ... whose docstring holds the written answer, and ``QUIZ`` (the answers of the
+notebook's quiz, keyed by question number) with ``quiz()``, which checks each answer by a computation. Each
+function recomputes its answer on small seeded synthetic data and asserts the claim it explains, so running it
+here keeps the answers from rotting when the library changes. Every exercise says its kind
+(``[predict-run-explain]``, ``[derive]``, ``[write a function]``, ``[change the method]``), and every notebook has
+at least one that is not predict-run-explain.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ EXERCISES_MD = SOLUTIONS / "EXERCISES.md"
 
 #: A reference in an Exercises section: "Solution: `solutions/03_k_ablation.py`, `exercise_2()`".
 REFERENCE = re.compile(r"`solutions/(?P<module>\d\d_\w+)\.py`,\s*`(?P<function>exercise_\d+)\(\)`")
+#: The kinds of exercise; every notebook has at least one that is not predict-run-explain.
+KINDS = ("predict-run-explain", "derive", "write a function", "change the method")
+EXERCISE_LINE = re.compile(r"^(\d+)\. \[(?P<kind>[^\]]+)\]", flags=re.M)
 
 #: Exercises slower than a few seconds on the loaded 2-core CI machine.
 SLOW = {("02_hubness_histograms", "exercise_2"), ("04_query_bank_size", "exercise_2")}
@@ -52,10 +58,14 @@ def _cases():
             yield pytest.param(stem, name, id=f"{stem}.{name}", marks=marks)
 
 
-def _exercises_section(text: str) -> str:
-    """The text from a '## Exercises' heading to the next heading of level 1 or 2 (or the end)."""
-    m = re.search(r"^#{1,2} Exercises\s*$(?P<body>.*?)(?=^#{1,2} \S|\Z)", text, flags=re.M | re.S)
+def _section(text: str, heading: str) -> str:
+    """The text from a '## <heading>' line to the next heading of level 1 or 2 (or the end)."""
+    m = re.search(rf"^#{{1,2}} {heading}\s*$(?P<body>.*?)(?=^#{{1,2}} \S|\Z)", text, flags=re.M | re.S)
     return m.group("body") if m else ""
+
+
+def _exercises_section(text: str) -> str:
+    return _section(text, "Exercises")
 
 
 def _notebook_markdown(stem: str):
@@ -86,8 +96,41 @@ def test_every_solution_module_has_exercises():
     assert [s[:2] for s in stems] == [f"{i:02d}" for i in range(8)], stems
     for stem in stems:
         fns = sorted(_exercise_functions(_load(stem)))
-        assert 2 <= len(fns) <= 3, (stem, fns)
+        assert 2 <= len(fns) <= 4, (stem, fns)
         assert fns == [f"exercise_{i}" for i in range(1, len(fns) + 1)], (stem, fns)
+
+
+@pytest.mark.parametrize("stem", _solution_stems())
+def test_quiz_answers_are_verified_by_computation(stem, single_thread_torch):
+    """The notebook's quiz has 5-8 questions; the solution module keys an answer to each, and ``quiz()`` checks every
+    answer by a computation (it raises if one is wrong) and returns them."""
+    module = _load(stem)
+    assert hasattr(module, "QUIZ") and callable(getattr(module, "quiz", None)), f"{stem}: needs QUIZ and quiz()"
+    keys = sorted(module.QUIZ)
+    assert 5 <= len(keys) <= 8 and keys == list(range(1, len(keys) + 1)), (stem, keys)
+    assert module.quiz() == module.QUIZ
+    text = _notebook_markdown(stem)
+    if text is None:
+        pytest.skip(f"notebooks/{stem} is not in this checkout")
+    section = _section(text, "Quiz")
+    assert section, f"notebooks/{stem} has no '## Quiz' section"
+    questions = re.findall(r"^(\d+)\. ", section, flags=re.M)
+    assert [int(q) for q in questions] == keys, f"{stem}: quiz questions {questions}, answers keyed {keys}"
+    assert f"`solutions/{stem}.py`" in section and "QUIZ" in section, f"{stem}: the quiz must say where its answers are"
+
+
+@pytest.mark.parametrize("stem", _solution_stems())
+def test_every_exercise_says_its_kind_and_not_all_are_predict_run_explain(stem):
+    text = _notebook_markdown(stem)
+    if text is None:
+        pytest.skip(f"notebooks/{stem} is not in this checkout")
+    section = _exercises_section(text)
+    numbered = re.findall(r"^(\d+)\. ", section, flags=re.M)
+    kinds = [m["kind"] for m in EXERCISE_LINE.finditer(section)]
+    assert len(kinds) == len(numbered), f"{stem}: every exercise starts with its kind in brackets, one of {KINDS}"
+    assert set(kinds) <= set(KINDS), (stem, kinds)
+    assert any(k != "predict-run-explain" for k in kinds), \
+        f"{stem}: at least one exercise must derive, write a function or change the method"
 
 
 def _check_references(stem: str, section: str, where: str):
@@ -114,12 +157,18 @@ def test_notebook_exercises_name_existing_solutions(stem):
 
 
 def test_exercises_md_names_existing_solutions():
+    """The lecturers' index lists every notebook's exercises (kind, solution) and quiz, matching the notebooks."""
     text = EXERCISES_MD.read_text()
     sections = dict(re.findall(r"^## (\d\d_\w+)\s*$(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
-    expected = [s for s in _solution_stems() if s != "00_hubness_from_scratch"]
-    assert sorted(sections) == expected, sorted(sections)
+    assert sorted(sections) == _solution_stems(), sorted(sections)
     for stem, body in sections.items():
         _check_references(stem, body, f"EXERCISES.md ## {stem}")
+        nb_text = _notebook_markdown(stem)
+        if nb_text is not None:
+            nb_kinds = [m["kind"] for m in EXERCISE_LINE.finditer(_exercises_section(nb_text))]
+            md_kinds = [m["kind"] for m in EXERCISE_LINE.finditer(body)]
+            assert md_kinds == nb_kinds, f"EXERCISES.md ## {stem}: kinds {md_kinds}, the notebook has {nb_kinds}"
+        assert f"quiz: {len(_load(stem).QUIZ)} questions" in body, f"EXERCISES.md ## {stem}: name the quiz size"
 
 
 def test_no_solution_in_notebooks():

@@ -6,6 +6,12 @@
 >>> run.save_figure(fig, "recall_vs_k")   # results/figures/01_recall_vs_k.png + .pdf (and shown inline)
 >>> run.save_table(table, "main")         # results/tables/01_main.csv + .md
 >>> nb.check("NNN raises R@1", ours > raw, f"{raw:.2f} -> {ours:.2f}")   # PASS/DIFFERS line
+>>> nb.notice(f"NNN {nb.change(raw, ours, 'R@1')}.")    # "NNN raises R@1 from 60.04 to 66.42." (words from numbers)
+
+Sentences a notebook states about its own results are generated (:func:`notice` with :func:`change`,
+:func:`order_word`, :func:`changes`): every number and every order word (raises / lowers, beats, longer /
+shorter, ...) is picked from the run's values, so the text stays true on any data. Fixed Markdown says what to
+look at, or what a paper reports (attributed); ``tests/test_notebooks.py`` checks that.
 
 Reproducibility: :func:`setup` seeds numpy and torch and pins torch to a fixed number of threads; the notebooks
 compute in float64 (a ranking flips only when two scores agree to about 1e-16, so a CPU's summation order is
@@ -20,7 +26,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from html import escape
-from typing import Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -29,7 +35,11 @@ import torch
 from .progress import progress
 from .reporting import results_dir
 
-__all__ = ["setup", "Run", "show", "key_numbers", "check", "progress"]
+__all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "notice", "order_word",
+           "change", "changes", "trends", "names", "ranking", "recall_noise", "progress"]
+
+#: The PASS/DIFFERS lines printed since the last :func:`setup`: (claim, passed).
+_CHECKS: List[Tuple[str, bool]] = []
 
 
 @dataclass
@@ -76,6 +86,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
         raise ValueError(f"dtype must be 'float32' or 'float64'; got {dtype!r}")
     np.random.seed(int(seed))
     torch.manual_seed(int(seed))
+    _CHECKS.clear()
     if threads is None:
         env = os.environ.get("HUBNORM_THREADS", "2")
         if not env.isdigit() or int(env) < 1:
@@ -150,5 +161,164 @@ def key_numbers(df: pd.DataFrame, columns: Optional[Sequence[str]] = None, *, di
 
 def check(claim: str, ok: bool, detail: str = "") -> None:
     """Print ``PASS: claim [detail]`` or ``DIFFERS: claim [detail]``: a paper's qualitative claim, tested on
-    this run's numbers (never hard-coded)."""
+    this run's numbers (never hard-coded). The line is also recorded for :func:`checks`."""
+    _CHECKS.append((str(claim), bool(ok)))
     print(f"{'PASS' if bool(ok) else 'DIFFERS'}: {claim}" + (f" [{detail}]" if detail else ""))
+
+
+def checks() -> List[Tuple[str, bool]]:
+    """The PASS/DIFFERS lines of this run so far, as ``(claim, passed)`` (reset by :func:`setup`)."""
+    return list(_CHECKS)
+
+
+def check_summary() -> None:
+    """Print how many lines of this run say PASS and name the ones that say DIFFERS (for the discussion cells,
+    which refer to the lines by this computed status instead of asserting it)."""
+    lines = checks()
+    differs = [claim for claim, ok in lines if not ok]
+    print(f"{len(lines) - len(differs)} of {len(lines)} PASS/DIFFERS lines of this run say PASS.")
+    if differs:
+        print("They say DIFFERS:")
+        for claim in differs:
+            print(f"  - {claim}")
+    else:
+        print("No line says DIFFERS in this run.")
+
+
+# ---------------------------------------------------------------------------------------------- generated text
+def _cmp(a: float, b: float, digits: Optional[int], tol: float) -> int:
+    """+1 when a > b, -1 when a < b, 0 when equal: compared as printed (rounded to ``digits``) and beyond ``tol``,
+    so a sentence never says "raises from 60.04 to 60.04"."""
+    a, b = float(a), float(b)
+    if not (np.isfinite(a) and np.isfinite(b)):
+        raise ValueError(f"cannot order non-finite values {a!r} and {b!r}")
+    if digits is not None:
+        a, b = round(a, digits), round(b, digits)
+    d = a - b
+    return 0 if abs(d) <= tol else (1 if d > 0 else -1)
+
+
+def order_word(a: float, b: float, words: Sequence[str] = ("higher than", "lower than", "equal to"), *,
+               digits: Optional[int] = 2, tol: float = 0.0) -> str:
+    """The word for how ``a`` compares with ``b``: ``words[0]`` if ``a > b``, ``words[1]`` if ``a < b``,
+    ``words[2]`` if they are equal (as printed with ``digits`` decimals, or within ``tol``).
+
+    >>> order_word(67.3, 66.4, ("beats", "trails", "ties with"))
+    'beats'
+    """
+    if len(words) != 3:
+        raise ValueError(f"words must be three words (a > b, a < b, a == b); got {words!r}")
+    return words[{1: 0, -1: 1, 0: 2}[_cmp(a, b, digits, tol)]]
+
+
+def _num(x: float, digits: Optional[int], unit: str) -> str:
+    return (f"{x:.{digits}f}" if digits is not None else f"{x:g}") + unit
+
+
+def change(old: float, new: float, what: str = "", *, up: str = "raises", down: str = "lowers",
+           same: str = "leaves", digits: Optional[int] = 2, unit: str = "", tol: float = 0.0) -> str:
+    """A verb phrase for a change from ``old`` to ``new``, the verb picked from the numbers:
+    ``"raises R@1 from 60.04 to 66.42"``, ``"lowers R@1 from 79.70 to 79.50"`` or ``"leaves R@1 at 79.70"``."""
+    what = f" {what}" if what else ""
+    c = _cmp(new, old, digits, tol)
+    if c == 0:
+        if _num(old, digits, unit) == _num(new, digits, unit):
+            return f"{same}{what} at {_num(new, digits, unit)}"
+        return f"{same}{what} about unchanged ({_num(old, digits, unit)} to {_num(new, digits, unit)})"
+    verb = up if c > 0 else down
+    return f"{verb}{what} from {_num(old, digits, unit)} to {_num(new, digits, unit)}"
+
+
+def names(items: Sequence[str]) -> str:
+    """``["A"]`` -> "A", ``["A", "B"]`` -> "A and B", ``["A", "B", "C"]`` -> "A, B and C"."""
+    items = [str(i) for i in items]
+    if not items:
+        return "none"
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def changes(pairs: Mapping[str, Tuple[float, float]], what: str, *, up: Tuple[str, str] = ("raises", "raise"),
+            down: Tuple[str, str] = ("lowers", "lower"), same: Tuple[str, str] = ("leaves", "leave"),
+            digits: Optional[int] = 2, unit: str = "", tol: float = 0.0) -> str:
+    """One clause per direction of change for several named ``(old, new)`` pairs, the verbs (singular, plural)
+    picked from the numbers: ``"NNN (60.04 to 66.42) and IS (60.04 to 67.14) raise R@1; DN lowers it (79.70 to
+    79.50)"``."""
+    groups: Dict[int, List[str]] = {1: [], -1: [], 0: []}
+    for name, (old, new) in pairs.items():
+        groups[_cmp(new, old, digits, tol)].append(f"{name} ({_num(old, digits, unit)} to {_num(new, digits, unit)})")
+    clauses, first = [], True
+    for c, verbs in ((1, up), (-1, down), (0, same)):
+        members = groups[c]
+        if not members:
+            continue
+        verb = verbs[0] if len(members) == 1 else verbs[1]
+        obj = what if first else "it"
+        clauses.append(f"{names(members)} {verb} {obj}" + (" unchanged" if c == 0 else ""))
+        first = False
+    return "; ".join(clauses)
+
+
+def ranking(values: Mapping[str, float], *, digits: Optional[int] = 2, unit: str = "") -> str:
+    """Names ordered by value, highest first, joined by ">" (or "=" where the printed values tie):
+    ``"DN (67.26) > DualIS (67.06) = NNN (67.06)"``."""
+    items = sorted(values.items(), key=lambda kv: -float(kv[1]))
+    if not items:
+        return "none"
+    out = f"{items[0][0]} ({_num(items[0][1], digits, unit)})"
+    for (_, prev), (name, v) in zip(items, items[1:]):
+        out += (" = " if _cmp(prev, v, digits, 0.0) == 0 else " > ") + f"{name} ({_num(v, digits, unit)})"
+    return out
+
+
+def recall_noise(n_queries: int, recall: float) -> str:
+    """The sampling-noise yardstick of a recall over ``n_queries`` queries (``recall`` in percent): how many queries
+    one point is, and the half-width of a binomial 95% interval, ``1.96 * sqrt(p (1 - p) / m)``."""
+    n_queries = int(n_queries)
+    if n_queries < 1:
+        raise ValueError(f"n_queries must be a positive integer; got {n_queries!r}")
+    p = min(max(float(recall) / 100.0, 0.0), 1.0)
+    half = 100.0 * 1.96 * np.sqrt(p * (1.0 - p) / n_queries)
+    return (f"one point is {n_queries / 100:g} of {n_queries} queries, and a 95% interval at {100 * p:.2f}% is about "
+            f"±{half:.2f} points")
+
+
+def trends(pairs: Mapping[str, Tuple[float, float]], subject: str, *, up: str = "rises", down: str = "falls",
+           same: str = "stays", digits: Optional[int] = 2, unit: str = "", tol: float = 0.0) -> str:
+    """How one quantity moves for several named ``(before, after)`` pairs, the verbs picked from the numbers:
+    ``"the skewness rises for DBSN (0.10 to 0.20); falls for IS (1.62 to 0.35) and SN (1.62 to 0.37)"``."""
+    groups: Dict[int, List[str]] = {1: [], -1: [], 0: []}
+    for name, (old, new) in pairs.items():
+        groups[_cmp(new, old, digits, tol)].append(f"{name} ({_num(old, digits, unit)} to {_num(new, digits, unit)})")
+    clauses = [f"{verb} for {names(groups[c])}" for c, verb in ((1, up), (-1, down), (0, same)) if groups[c]]
+    return f"{subject} " + "; ".join(clauses)
+
+
+class _Markdown:
+    """Markdown that renders in Jupyter and prints as plain text elsewhere (and in a text/plain mime bundle)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return self.text.replace("**", "")
+
+
+def notice(*sentences: str, title: str = "In this run") -> None:
+    """Show generated sentences about this run's results as one Markdown paragraph, headed ``title``.
+
+    Build every sentence from the run's values (:func:`change`, :func:`changes`, :func:`order_word`, f-strings of
+    computed numbers), never from expectations: it then stays true on any data. Empty sentences are dropped."""
+    text = " ".join(s.strip() for s in sentences if s and s.strip())
+    if not text:
+        return None
+    md = _Markdown(f"**{title}:** {text}")
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(repr(md))
+        return None
+    display(md)
+    return None

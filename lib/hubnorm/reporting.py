@@ -1,8 +1,10 @@
 """Saving figures and tables under stable names, and putting published numbers beside ours.
 
 Every notebook writes its figures to ``results/figures/<name>.png`` and ``.pdf`` and its tables to
-``results/tables/<name>.csv`` and ``.md``. The results root is ``$HUBNORM_RESULTS``, else ``<repo>/results`` in a
-checkout, else ``./results`` (an installed package has no checkout).
+``results/tables/<name>.csv`` and ``.md``. The results root (:func:`results_dir`) follows one rule, the same for a
+checkout, an editable and a non-editable install: ``$HUBNORM_RESULTS`` when set; else ``results/`` in the project
+folder, the nearest folder at or above the working directory that holds a ``pyproject.toml`` or a ``.git`` (for
+a notebook run from ``notebooks/`` of this repository: ``<repository>/results``); else ``./results``.
 Published reference numbers are package data, ``hubnorm/published/*.csv`` (one row per number, with paper and
 table ids), read with :mod:`importlib.resources` so they load from a wheel, an sdist or an editable install.
 """
@@ -36,11 +38,36 @@ PUBLISHED_DIR = resources.files("hubnorm") / "published"
 PUBLISHED_COLUMNS = ["paper", "table", "model", "dataset", "direction", "setting", "method", "metric", "value", "note"]
 
 
+#: Files that mark a project folder for :func:`results_dir`.
+PROJECT_MARKERS = ("pyproject.toml", ".git")
+
+
+def project_root(start: Optional[Path] = None) -> Optional[Path]:
+    """The nearest folder at or above ``start`` (default: the working directory) holding one of
+    :data:`PROJECT_MARKERS`, or None."""
+    here = Path.cwd() if start is None else Path(start)
+    here = here.resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return None
+
+
 def results_dir(sub: str = "") -> Path:
+    """The folder results go to (created), with ``sub`` appended. One rule for every kind of install:
+
+    1. ``$HUBNORM_RESULTS`` when set (``run_all.sh`` sets it: ``results/`` or ``results/<profile>/``);
+    2. else ``results/`` in the project folder: the nearest folder at or above the working directory that holds
+       a ``pyproject.toml`` or a ``.git`` (notebooks run from ``notebooks/``, so their results land in
+       ``<repository>/results`` whether hubnorm is imported from the checkout or from an installed wheel);
+    3. else ``./results``.
+
+    Where hubnorm itself is installed plays no part.
+    """
     if os.environ.get("HUBNORM_RESULTS"):
         root = Path(os.environ["HUBNORM_RESULTS"]).expanduser()
     else:
-        root = (REPO_ROOT if REPO_ROOT is not None else Path.cwd()) / "results"
+        root = (project_root() or Path.cwd()) / "results"
     path = root / sub if sub else root
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -2,7 +2,8 @@
 
 Each ``exercise_N()`` recomputes its answer with hubnorm on small seeded synthetic data (seconds), asserts the
 claim of the answer where it is robust, and returns the numbers; its docstring is the written answer.
-``tests/test_exercises.py`` runs every function. Run this file to print the answers:
+``tests/test_exercises.py`` runs every function. ``QUIZ`` holds the answers of the notebook's quiz and ``quiz()``
+verifies each by a computation. Run this file to print the answers:
 
     python notebooks/solutions/02_hubness_histograms.py
 """
@@ -54,18 +55,18 @@ def exercise_1(alphas=(0.0, 0.75, 1.5, 3.0), k: int = 16) -> dict:
 
 
 def exercise_2(seeds=(0, 1, 2), n_test_images: int = 500) -> dict:
-    """Why can query-aware IS end with a lower N_10 skewness than SN? (the DIFFERS line of notebook 02)
+    """Skewness near zero: is the order of query-aware IS and SN stable, and does it agree with other statistics?
 
     Answer. Skewness is the third standardised moment of N_10: it measures *asymmetry*, not spread, and near 0
-    its sign and order are decided by a handful of targets in the tails. Both IS and SN remove almost all of the
-    raw skewness (about 1.7-2 -> below 0.2 in absolute value, on every seed), so the remaining order between them
-    compares two small numbers. Query-aware IS divides every target's scores by a softmax over exactly the test
-    queries whose top-10 lists define N_10; when, as in the synthetic generator, hubness is one global offset
-    per image, that removes the asymmetry almost completely (it can even overshoot slightly to a negative skew).
-    SN also balances the rows, so it trades a little column balance for a better ranking: on every seed SN has
-    the higher R@1. DBSN's paper finds IS leaves a long tail on real CLIP (0.50 vs 0.07), where hubness is not
-    one global offset. Read skewness next to max N_k, the Robin Hood index and R@1, and over several seeds,
-    before ranking methods by it.
+    its sign and order are decided by a handful of targets in the tails (its standard error over n targets is
+    about sqrt(6 / n)). Both IS and SN remove most of the raw skewness on every seed (checked below), so the
+    remaining order between them compares two small numbers, which can change from seed to seed and need not
+    agree with the order of max N_10 or of the Robin Hood index. Query-aware IS divides every target's scores by a
+    softmax over exactly the test queries whose top-10 lists define N_10, which balances the columns well when a
+    target's hubness is one offset shared by all queries; SN also balances the rows, trading a little column
+    balance for a better ranking (its R@1 is checked against IS's below). The DBSN paper reports that IS leaves a
+    long tail on real CLIP embeddings (0.50 against 0.07). Read skewness next to max N_k, the Robin Hood index and
+    R@1, and over several seeds, before ranking methods by it.
     """
     out = {}
     for seed in seeds:
@@ -86,6 +87,73 @@ def exercise_2(seeds=(0, 1, 2), n_test_images: int = 500) -> dict:
     return out
 
 
+def table3_stats(n_1: np.ndarray, n_queries: int) -> dict:
+    """NNN Table 3's statistics of a top-1 k-occurrence vector, written out (the function of exercise 3)."""
+    x = np.asarray(n_1, dtype=np.float64)
+    expected = n_queries / x.size                     # every query matches exactly one target
+    dev = x - x.mean()
+    return {"kurtosis": float(np.mean(dev ** 4) / np.mean(dev ** 2) ** 2 - 3.0),   # excess, population moments
+            "mad": float(np.mean(np.abs(x - expected))),
+            "max": float(x.max()),
+            "robin_hood": float(0.5 * np.abs(x - expected).sum() / x.sum())}
+
+
+def exercise_3(alpha: float = 0.75, k: int = 16) -> dict:
+    """NNN Table 3 by hand: kurtosis, MAE, max and the Robin Hood index of captions matched per image.
+
+    Answer. ``table3_stats`` above computes them from the counts: the expected count is m / n (every query has one
+    top-1 target), "MAE" is the mean absolute deviation from it, the kurtosis is the excess fourth standardised
+    moment, and the Robin Hood index is half the total absolute deviation divided by the number of retrievals.
+    They equal ``hubnorm.hubness_stats`` exactly. The Robin Hood index is the share of all top-1 retrievals that
+    would have to move from over-retrieved targets (hubs) to under-retrieved ones (anti-hubs) to make every
+    target's count equal: each moved retrieval lowers one positive deviation and raises one negative deviation by
+    one, so half the total absolute deviation is the number of moves. NNN lowers it together with the kurtosis
+    and the max (returned below for both).
+    """
+    task = _t2i()
+    out = {}
+    for name, m in (("raw", hn.Identity()), ("NNN", hn.NearestNeighborNormalization(alpha=alpha, k=k))):
+        n1 = hn.k_occurrence(task.fit(m), 1, queries=task.queries)
+        ours, lib = table3_stats(n1, task.n_queries), hn.hubness_stats(n1, 1, task.n_queries)
+        for key, v in ours.items():
+            assert abs(v - lib[key]) < 1e-9, (name, key, v, lib[key])
+        out[name] = ours
+    assert out["NNN"]["robin_hood"] < out["raw"]["robin_hood"], out
+    return out
+
+
+#: Answers of the notebook's quiz, keyed by question number; ``quiz()`` checks each by a computation.
+QUIZ = {1: 5.0, 2: "b", 3: "b", 4: "a", 5: "b", 6: "b"}
+
+
+def quiz() -> dict:
+    """Verify every answer of ``QUIZ`` by a computation; returns the answers."""
+    rng = np.random.default_rng(0)
+    # 1: 5,000 queries x 1,000 targets, top-1: the expected count is 5
+    s = rng.standard_normal((5000, 1000))
+    assert hn.hubness_stats(hn.k_occurrence(s, 1), 1, 5000)["expected"] == QUIZ[1]
+    # 2: hubnorm's "mad" (Table 3's MAE) is the mean absolute deviation from the expected count
+    n1 = hn.k_occurrence(s, 1)
+    assert abs(hn.hubness_stats(n1, 1, 5000)["mad"] - np.mean(np.abs(n1 - 5.0))) < 1e-12 and QUIZ[2] == "b"
+    # 3: query-aware: the bank is the test queries themselves
+    task = _t2i(n_train_images=50, n_test_images=40)
+    aware = task.fit(hn.InvertedSoftmax(tau=0.02), query_aware=True).offsets
+    direct = hn.InvertedSoftmax(tau=0.02).fit(task.targets, query_bank=task.queries).offsets
+    assert np.allclose(aware, direct) and QUIZ[3] == "b"
+    # 4: Robin Hood index of [5, 5, 5, 5] and [20, 0, 0, 0]
+    rh = [hn.hubness_stats(np.array(c), 1, 20)["robin_hood"] for c in ([5, 5, 5, 5], [20, 0, 0, 0])]
+    assert {(0.0, 0.75): "a", (0.0, 1.0): "b", (0.25, 0.75): "c"}[tuple(rh)] == QUIZ[4]
+    # 5: the sampling sd of a skewness over 1,000 roughly symmetric counts is about sqrt(6 / 1000) ~ 0.08
+    skews = [stats.skew(rng.poisson(10, 1000).astype(float)) for _ in range(300)]
+    assert 0.05 < np.std(skews) < 0.12 and abs(0.08 - (-0.07)) < 3 * np.std(skews) and QUIZ[5] == "b"
+    # 6: one hub among hundreds of ordinary targets: a linear axis hides the hub's bar (a count of 1 next to
+    # hundreds), a log axis shows both
+    counts = np.bincount(np.concatenate([rng.poisson(10, 999), [80]]))
+    assert counts.max() > 50 * counts[80] and counts[80] == 1 and QUIZ[6] == "b"
+    return dict(QUIZ)
+
+
 if __name__ == "__main__":
-    for fn in (exercise_1, exercise_2):
+    for fn in (exercise_1, exercise_2, exercise_3):
         print(f"== {fn.__name__}\n{fn.__doc__}\n-> {fn()}\n")
+    print("quiz answers (verified):", quiz())

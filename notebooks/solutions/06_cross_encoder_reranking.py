@@ -1,9 +1,9 @@
 """Solutions to the exercises of notebook 06 · Retrieve fast, rerank smart.
 
 Each ``exercise_N()`` recomputes its answer with hubnorm on small seeded synthetic data and the *simulated*
-cross-encoder (seconds), asserts the claim of the answer where it is robust, and returns the numbers; its
-docstring is the written answer. ``tests/test_exercises.py`` runs every function. Run this file to print the
-answers:
+cross-encoder (seconds), asserts the claim of the answer where it is robust, and returns the numbers; its docstring
+is the written answer. ``tests/test_exercises.py`` runs every function. ``QUIZ`` holds the answers of the
+notebook's quiz and ``quiz()`` verifies each by a computation. Run this file to print the answers:
 
     python notebooks/solutions/06_cross_encoder_reranking.py
 """
@@ -90,6 +90,62 @@ def exercise_2(k: int = 20, lams=(0.0, 0.1, 0.5, 1.0)) -> dict:
     return {"R@1 by lambda": out, "first stage R@1": first, "cross-encoder alone R@1": hn.recall_at_k(base.ranks, 1)}
 
 
+def exercise_3(n_values=(1_000, 50_000, 1_000_000), k: int = 20) -> dict:
+    """What reranking costs: the per-query cost of the cross-encoder alone and of retrieve-and-rerank, derived.
+
+    Answer. The cross-encoder alone scores every target: CE(n) = n c. Retrieve-and-rerank embeds the query (e),
+    searches the top k among n targets (s(n)) and scores k pairs: Co(n, k) = e + s(n) + k c (for k <= n). Their
+    ratio is CE / Co = n c / (e + s(n) + k c), about n / k when pairs dominate, i.e. when k c is much larger than
+    e + s(n). Reranking costs as much as the whole gallery when e + s(n) + k c = n c, at k = n - (e + s(n)) / c,
+    slightly below n: reranking is never dearer than the cross-encoder alone for k < n. These formulas are exactly
+    ``hubnorm.rerank.load_cost_model().per_query`` (checked below with its measured unit costs).
+    """
+    from hubnorm.rerank import load_cost_model
+
+    cm = load_cost_model()
+    out = {}
+    for n in n_values:
+        e, s_n, c = cm.query_embed_s, cm.topk_s(n), cm.pair_s
+        ce, co = n * c, e + s_n + min(k, n) * c
+        lib = cm.per_query(n, k)
+        assert abs(lib["CE"] - ce) <= 1e-9 * ce and abs(lib["Co"] - co) <= 1e-9 * co, (n, lib, ce, co)
+        out[n] = {"CE s/query": ce, "Co s/query": co, "CE / Co": ce / co, "break-even k": n - (e + s_n) / c}
+        assert out[n]["break-even k"] < n
+    return out
+
+
+#: Answers of the notebook's quiz, keyed by question number; ``quiz()`` checks each by a computation.
+QUIZ = {1: "b", 2: "a", 3: "b", 4: 100_000, 5: "a", 6: "b"}
+
+
+def quiz() -> dict:
+    """Verify every answer of ``QUIZ`` by a computation; returns the answers."""
+    task, ce = _setup(n_train_images=200, n_test_images=100)
+    raw = task.fit(hn.Identity())
+    res5 = rerank(raw, task, ce, k=5)
+    # 1: reranked R@1 <= first-stage R@k
+    assert hn.recall_at_k(res5.ranks, 1) <= hn.recall_at_k(res5.first_stage_ranks, 5) and QUIZ[1] == "b"
+    # 2: k = 1 changes nothing
+    res1 = rerank(raw, task, ce, k=1)
+    assert np.array_equal(res1.ranks, res1.first_stage_ranks) and QUIZ[2] == "a"
+    # 3: lambda = 1 gives the first stage's order (R@1 of the first stage)
+    assert hn.recall_at_k(res5.recombine(1.0, score_norm="minmax").ranks, 1) == \
+        hn.recall_at_k(res5.first_stage_ranks, 1) and QUIZ[3] == "b"
+    # 4: 20 pairs for each of 5,000 queries
+    assert res5.pairs_per_query == 5 and 20 * 5000 == QUIZ[4]
+    # 5: two first stages with the same top-k candidate sets give the same reranked ranking inside the top k
+    nnn = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=16))
+    k_all = task.n_targets                     # every target is a candidate: the first stage no longer matters
+    a, b = rerank(raw, task, ce, k=k_all), rerank(nnn, task, ce, k=k_all)
+    assert np.array_equal(a.ranks, b.ranks) and QUIZ[5] == "a"
+    # 6: NNN on cross-encoder scores: the bias comes from reference queries' cross-encoder scores over their top k
+    import inspect
+    from hubnorm import rerank as rr
+    assert "bank_queries" in inspect.signature(rr.nnn_on_cross_encoder).parameters and QUIZ[6] == "b"
+    return dict(QUIZ)
+
+
 if __name__ == "__main__":
-    for fn in (exercise_1, exercise_2):
+    for fn in (exercise_1, exercise_2, exercise_3):
         print(f"== {fn.__name__}\n{fn.__doc__}\n-> {fn()}\n")
+    print("quiz answers (verified):", quiz())

@@ -2,12 +2,15 @@
 
 Each ``exercise_N()`` recomputes its answer with hubnorm on small seeded synthetic data (seconds), asserts the
 claim of the answer where it is robust, and returns the numbers; its docstring is the written answer.
-``tests/test_exercises.py`` runs every function. Run this file to print the answers:
+``tests/test_exercises.py`` runs every function. ``QUIZ`` holds the answers of the notebook's quiz and ``quiz()``
+verifies each by a computation. Run this file to print the answers:
 
     python notebooks/solutions/07_listwise_relevance.py
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -84,6 +87,69 @@ def exercise_3(taus=(0.1, 0.01, 0.001), seed: int = 0) -> dict:
     return {"mean |smooth rank - true rank|": err}
 
 
+def my_smooth_rank(scores: torch.Tensor, tau: float) -> torch.Tensor:
+    """The function of exercise 4: 1-based smooth ranks 1 + sum_{k != j} sigmoid((s_k - s_j) / tau) of every entry
+    of every row (the official code's sign: candidates scored *above* j push its rank up)."""
+    diff = (scores[:, None, :] - scores[:, :, None]) / tau      # [i, j, k] = (s_ik - s_ij) / tau
+    sig = torch.sigmoid(diff)
+    eye = torch.eye(scores.shape[1], dtype=torch.bool)
+    return 1.0 + sig.masked_fill(eye, 0.0).sum(dim=2)
+
+
+def exercise_4(taus=(0.1, 0.01, 0.001), seed: int = 0) -> dict:
+    """Write the smooth rank yourself; check it against hubnorm and look at its gradient as tau shrinks.
+
+    Answer. ``my_smooth_rank`` above is the definition written with broadcasting: entry [i, j, k] of the difference
+    tensor is (s_ik - s_ij) / tau, the diagonal k = j is masked, and the sum over k counts (softly) the candidates
+    scored above j. It equals ``hubnorm.listwise.smooth_rank`` to rounding. Its gradient with respect to a score is
+    a sum of sigmoid'(x) / tau terms, and sigmoid'(x) = sigmoid(x) (1 - sigmoid(x)) decays like exp(-|x|): for
+    well-separated scores (gaps much larger than tau) the gradient vanishes as tau -> 0, although the smooth rank
+    becomes exact. That is the trade-off of exercise 3, now measured on the gradient: the norm of the gradient of
+    the mean smooth rank of the first candidate falls by orders of magnitude from tau = 0.1 to tau = 0.001 on
+    scores spaced 0.03 apart.
+    """
+    rng = np.random.default_rng(seed)
+    base = torch.from_numpy(0.2 + 0.03 * rng.standard_normal((4, 30)))
+    out = {}
+    spaced = torch.arange(10, dtype=torch.float64)[None, :] * 0.03      # well separated: gaps of 0.03
+    for tau in taus:
+        ours = my_smooth_rank(base, tau)
+        lib = smooth_rank(base, tau)
+        assert torch.allclose(ours, lib, atol=1e-12), (tau, (ours - lib).abs().max())
+        x = spaced.clone().requires_grad_(True)
+        my_smooth_rank(x, tau)[0, 0].backward()
+        out[tau] = {"max |ours - hubnorm|": float((ours - lib).abs().max()), "gradient norm": float(x.grad.norm())}
+    grads = [out[t]["gradient norm"] for t in taus]
+    assert all(a > b for a, b in zip(grads, grads[1:])) and grads[-1] < 1e-3 * grads[0], grads
+    return out
+
+
+#: Answers of the notebook's quiz, keyed by question number; ``quiz()`` checks each by a computation.
+QUIZ = {1: "a", 2: 1.0, 3: 0.5, 4: "b", 5: "a", 6: "a"}
+
+
+def quiz() -> dict:
+    """Verify every answer of ``QUIZ`` by a computation; returns the answers."""
+    # 1: positive at rank 2 (0-based 1): in the top 5
+    assert hn.recall_at_k(np.array([1]), 5) == 100.0 and QUIZ[1] == "a"
+    # 2, 3: gain and discount
+    assert 2.0 ** 1 - 1 == QUIZ[2] and 1 / np.log2(1 + 3) == QUIZ[3]
+    # 4: NDCG = 1 exactly when the top K are in the order of decreasing relevance, not merely when the positive leads
+    rel = np.array([[1.0, 0.0, 0.8, 0.3]])
+    ideal = np.array([[4.0, 1.0, 3.0, 2.0]])          # scores that sort by relevance
+    pos_first = np.array([[4.0, 3.0, 2.0, 1.0]])      # positive first, the rest out of order
+    assert hn.ndcg_at_k(ideal, rel, 3)[0] == 1.0 and hn.ndcg_at_k(pos_first, rel, 3)[0] < 1.0 and QUIZ[4] == "b"
+    # 5: a smaller tau brings the smooth rank to the true rank (a step)
+    s = torch.tensor([[0.3, 0.2, 0.1]], dtype=torch.float64)
+    errs = [float((smooth_rank(s, t) - hard_rank(s)).abs().max()) for t in (0.1, 0.001)]
+    assert errs[1] < errs[0] and QUIZ[5] == "a"
+    # 6: RSUM = R@1 + R@5 + R@10 of both directions (as notebook 07 computes it)
+    src = (Path(__file__).resolve().parents[1] / "07_listwise_relevance.py").read_text()
+    assert 'adapter_df[adapter_df.metric == "R"].groupby("method", sort=False)["value"].sum()' in src and QUIZ[6] == "a"
+    return dict(QUIZ)
+
+
 if __name__ == "__main__":
-    for fn in (exercise_1, exercise_2, exercise_3):
+    for fn in (exercise_1, exercise_2, exercise_3, exercise_4):
         print(f"== {fn.__name__}\n{fn.__doc__}\n-> {fn()}\n")
+    print("quiz answers (verified):", quiz())

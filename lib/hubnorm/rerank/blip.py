@@ -28,9 +28,9 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .._validation import resolve_device
+from ..progress import progress
 from .base import CrossEncoder
 
 __all__ = ["BlipITMCrossEncoder", "offline_processor", "small_blip_config", "image_key", "text_key",
@@ -199,7 +199,7 @@ class BlipITMCrossEncoder(CrossEncoder):
         model, dev = self.model, self.device
         dtype = next(model.parameters()).dtype
         starts = range(0, order.size, self.batch_size)
-        for s0 in tqdm(starts, desc=f"BLIP ITM ({order.size} pairs)", disable=not self.progress, leave=False):
+        for s0 in progress(starts, desc=f"BLIP ITM ({order.size} pairs)", disable=not self.progress):
             sel = order[s0:s0 + self.batch_size]
             imgs, inv = np.unique(image_idx[sel], return_inverse=True)
             pix = self.processor.image_processor(images=[self._image(i) for i in imgs.tolist()],
