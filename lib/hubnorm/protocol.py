@@ -160,8 +160,10 @@ def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> O
     if cross_source in (None, "", "none", "None"):
         return None
     if cross_source == "auto":
-        if is_synthetic(ds):
-            return "synthetic:coco" if "flickr" in ds.name else "synthetic:flickr30k"
+        if is_synthetic(ds):  # the other preset of the same generative model ("coco" <-> "flickr30k", "-isotropic" kept)
+            preset = str(ds.meta.get("preset") or ds.name.replace("synthetic-", ""))
+            family = preset[len(preset.split("-")[0]):]
+            return ("synthetic:coco" if preset.startswith("flickr") else "synthetic:flickr30k") + family
         note("no cross-dataset rows: this run is on real data and no real cross_source was given "
              "(pass e.g. cross_source='cache:coco:ViT-B-32-quickgelu:openai')")
         return None
