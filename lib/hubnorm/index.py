@@ -46,9 +46,9 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .kernels import nnn_bias, pack_rows
+from .kernels import pack_rows
 from ._validation import as_embeddings, check_finite_float, check_finite_rows, check_positive_int, check_seed
-from .normalizers.nnn import NearestNeighborNormalization
+from .normalizers.nnn import NearestNeighborNormalization, nnn_bias
 
 __all__ = ["BankIndex", "FaissNNN", "IndexedRetriever", "default_nlist", "faiss_uses_gpu"]
 
