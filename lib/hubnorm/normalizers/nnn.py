@@ -32,8 +32,14 @@ BANK_SCORES = Scores("query_bank", "targets")
 
 def nnn_bias(top_values: torch.Tensor, alpha: float) -> torch.Tensor:
     """The NNN bias ``b(t) = alpha * mean of the top-k bank similarities`` from the ``(n, k)`` top values (Eq. 1):
-    the one place of the formula (the fit, the sweep, the vector index and the Dask engine all finalise here)."""
-    return float(alpha) * top_values.mean(dim=1)
+    the one place of the formula (every engine's fit and the sweep finalise here). An approximate engine (a vector
+    index whose probed lists hold fewer than ``k`` rows) marks missing neighbours ``-inf``; the mean then runs over
+    the neighbours found."""
+    found = torch.isfinite(top_values)
+    if bool(found.all()):
+        return float(alpha) * top_values.mean(dim=1)
+    total = torch.where(found, top_values, torch.zeros_like(top_values)).sum(dim=1)
+    return float(alpha) * total / found.sum(dim=1).to(top_values.dtype)
 
 
 def nnn_bias_plain(targets: torch.Tensor, query_bank: torch.Tensor, alpha: float, k: int, block_bytes=None) -> torch.Tensor:
