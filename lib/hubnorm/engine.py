@@ -21,7 +21,7 @@ from typing import Dict, Hashable, Optional, Tuple
 
 import torch
 
-from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores
+from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, reduce_blocks
 
 #: Inputs an engine may hold, in the order their sizes are reported.
 INPUT_NAMES = ("targets", "query_bank", "target_bank", "queries")
@@ -35,16 +35,20 @@ class LocalEngine:
         block_bytes: memory budget of one score block (None: :data:`hubnorm.kernels.DEFAULT_BLOCK_BYTES`).
         sweep_bytes: when set, :meth:`shared` hands out dicts that keep score blocks across the fits of a sweep,
             for score matrices of at most this many bytes (None: a fit of its own, nothing is shared).
+        plain: run every reduction by its plain block loop (:func:`hubnorm.blocks.reduce_blocks`: ``partial``,
+            ``merge``, ``finalize``) and every iteration step by step, never a fast kernel: the reference the
+            kernels are tested against (``tests/method_checks.py``).
     """
 
     def __init__(self, inputs: Dict[str, Optional[torch.Tensor]], *, block_bytes: Optional[int] = None,
-                 sweep_bytes: Optional[int] = None):
+                 sweep_bytes: Optional[int] = None, plain: bool = False):
         self.inputs = {k: v for k, v in inputs.items() if v is not None}
         first = self.inputs.get("targets", next(iter(self.inputs.values()), None))
         self.dtype = first.dtype if first is not None else torch.float32
         self.device = first.device if first is not None else torch.device("cpu")
         self.block_bytes = block_bytes
         self.sweep_bytes = sweep_bytes
+        self.plain = bool(plain)
         self._shared: Dict[Hashable, dict] = {}
         self._concat: Dict[Tuple[str, ...], torch.Tensor] = {}
 
@@ -110,10 +114,12 @@ class LocalEngine:
     def reduce(self, red: Reduction):
         red.prepare(self)
         chunk, n = self.chunk(red)
+        if self.plain:
+            return red.finalize(reduce_blocks(red, chunk), n)
         return red.reduce_whole(chunk, n)
 
     def iterate(self, it: Iteration):
-        out = it.fused(self)
+        out = NotImplemented if self.plain else it.fused(self)
         if out is not NotImplemented:
             return out
         state = it.start(self)
