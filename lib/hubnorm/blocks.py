@@ -27,7 +27,7 @@ The reductions every method shares live here: :class:`TopK` (NNN, CSLS, DIS acti
 (IS, DIS, DualIS), :class:`LogSumExp` (Sinkhorn half-steps), :class:`Mean` (DN). Each has the plain
 ``partial`` / ``merge`` / ``finalize`` and, optionally, ``reduce_chunk``: the fast kernel of
 :mod:`hubnorm.kernels` that computes the partial of a whole in-memory chunk in one call (tested equal to the
-block loop in ``tests/test_method_checks.py``).
+block loop by ``tests/method_checks.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ can serve it with the augmented embeddings of the NNN paper, Sec. 3.1 (``augment
 * ``normalize_scores(s, queries)``: the normalised scores of a block of raw test scores (default ``s + h``);
 * optionally ``sweep_params`` / ``sweep_fixed`` / ``fit_grid(norms, engine)``: the one-pass path over a grid
   (:func:`hubnorm.grid_search`'s sweep engine), and ``example_params``: small-problem parameters for the
-  generic checks (``tests/test_method_checks.py``).
+  generic checks (``tests/method_checks.py``).
 """
 
 from __future__ import annotations
