@@ -88,6 +88,8 @@ def main():
     ap.add_argument("--before", default="3abcc36", help="git commit of the 'before' library")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--suite", choices=("hardening", "protocol"), default="hardening")
+    ap.add_argument("--only", default=None, help="time only the operations whose name contains this text")
+    ap.add_argument("--report", default=None, help="report name (default: the suite's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="hubnorm-ab-"))
@@ -112,6 +114,8 @@ def main():
             before, after = operations(old, old_ops.topk_similarity, data), operations(new, tk_new, data)
         rows = []
         for name in before:
+            if args.only and args.only not in name:
+                continue
             ob, oa = before[name](), after[name]()
             _same_result(ob, oa, name)
             tb, ta, ratios = [], [], []
@@ -132,7 +136,7 @@ def main():
             print(rows[-1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report = "protocol_ab" if args.suite == "protocol" else "hardening_ab"
+    report = args.report or ("protocol_ab" if args.suite == "protocol" else "hardening_ab")
     notes = ["Both versions compute the same numbers: the warm-up call of each operation is compared (fitted "
              "offsets equal to 1e-6, sweep tables identical) before timing."] if args.suite == "protocol" else ()
     write_report(report, f"A/B: library at {args.before} (before) vs the working tree (after)",

@@ -381,7 +381,7 @@ class LogMeanExp(Reduction):
 
     def prepare(self, engine):
         rows_name, cols = self.source.rows, self.source.col_names
-        smax = engine.max_norm(rows_name) * max(engine.max_norm(c) for c in cols)
+        smax = engine.score_bound(self.source)
         reduced = engine.size(rows_name) if self.axis == 0 else sum(engine.size(c) for c in cols)
         self.work = log_mean_exp_dtype(engine.dtype, smax, reduced, abs(self.scale), self.unit, self.name)
         self.dtype = self.work

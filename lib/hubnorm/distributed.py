@@ -394,6 +394,9 @@ class DaskEngine:
             self._norms[name] = _max_norm(self.banks[name])
         return self._norms[name]
 
+    def score_bound(self, source) -> float:
+        return self.max_norm(source.rows) * max(self.max_norm(c) for c in source.col_names)
+
     def take_rows(self, name, idx):
         if name not in self.banks:
             return self.local.take_rows(name, idx)

@@ -7,7 +7,7 @@ tensors of one dtype on one device) and answers what a method's ``fit_blocks(eng
 * ``reduce(reduction)`` -- ``prepare``, then one call of the reduction's ``reduce_whole`` on the whole inputs (its
   fast kernel from :mod:`hubnorm.kernels`, or the plain block loop :func:`hubnorm.blocks.reduce_blocks`);
 * ``iterate(iteration)`` -- the iteration's fused in-memory kernel when it has one, else step by step;
-* ``size``, ``has``, ``tensor``, ``max_norm``, ``take_rows`` -- what the inputs are;
+* ``size``, ``has``, ``tensor``, ``max_norm``, ``score_bound``, ``take_rows`` -- what the inputs are;
 * ``shared(key, nbytes)`` -- a dict that keeps score blocks across the fits of one sweep (None outside sweeps).
 
 The seams where score blocks and top-k come from are the kernels called by the reductions' ``reduce_chunk``
@@ -77,6 +77,12 @@ class LocalEngine:
     def max_norm(self, name: str) -> float:
         return float(torch.linalg.vector_norm(self.tensor(name), dim=1).max())
 
+    def score_bound(self, source: Scores) -> float:
+        """An upper bound of ``|s|`` over the score matrix ``source`` (the input of the working-dtype rules): the
+        product of the largest row norms. An engine over given score matrices would answer with their largest
+        magnitude."""
+        return self.max_norm(source.rows) * max(self.max_norm(c) for c in source.col_names)
+
     def take_rows(self, name: str, idx: torch.Tensor) -> torch.Tensor:
         x = self.tensor(name)
         return x[idx.to(x.device)]
@@ -127,11 +133,3 @@ class LocalEngine:
         while not done:
             state, done = it.step(self, state)
         return it.result(self, state)
-
-
-def local_engine_for(scores: Scores, rows: torch.Tensor, cols: torch.Tensor, **kw) -> LocalEngine:
-    """A :class:`LocalEngine` over two tensors named as in ``scores`` (tests and small helpers)."""
-    names = scores.col_names
-    if len(names) != 1:
-        raise ValueError("local_engine_for takes a single column input")
-    return LocalEngine({scores.rows: rows, names[0]: cols}, **kw)

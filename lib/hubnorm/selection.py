@@ -34,9 +34,8 @@ from .retrieval import RetrievalTask
 from .sweeps import can_sweep, sweep_table
 from .progress import progress as _progress_bar
 
-#: NNN App. B1 grid, and tau grids around the DBSN defaults (DBSN Fig. 6 sweeps 0.005 ... 0.025): each method's
-#: ``paper_grid`` (the registry's dict, so a registered method's grid is here too).
-PAPER_GRIDS = PAPER_GRIDS
+# PAPER_GRIDS (NNN App. B1 grid, and tau grids around the DBSN defaults: DBSN Fig. 6 sweeps 0.005 ... 0.025) is the
+# registry's dict of each method's ``paper_grid``, so a registered method's grid is there too.
 
 ENGINES = ("auto", "sweep", "reference")
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
 # the sentence encoder and the cached text encoding are the data layer's (encode/cache); re-exported here
 from ..data.text_encode import DEFAULT_TEXT_ENCODER, SentenceEncoder, encode_texts, load_text_encoder

@@ -254,7 +254,7 @@ class SinkhornRun(Iteration):
 
     def _work(self, engine) -> torch.dtype:
         rows, cols = self.source.rows, self.source.col_names
-        smax = engine.max_norm(rows) * max(engine.max_norm(c) for c in cols)
+        smax = engine.score_bound(self.source)
         return sinkhorn_dtype(engine.dtype, smax, engine.size(rows), sum(engine.size(c) for c in cols), self.tau)
 
     def fused(self, engine):

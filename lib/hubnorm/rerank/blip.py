@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
