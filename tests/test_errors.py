@@ -11,14 +11,21 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
 RNG = np.random.default_rng(0)
 Q, T, QB, TB = (unit_rows(RNG, n, 8) for n in (12, 10, 15, 9))
+# method lists from the registry (a newly registered method is checked too): what each class declares
 ALL = sorted(hn.NORMALIZERS)
-BANK_METHODS = [n for n in ALL if n != "raw"]
-K_METHODS = ["nnn", "csls", "dis", "dualdis"]
+BANK_METHODS = [n for n in ALL if hn.NORMALIZERS[n].uses_query_bank != "unused"]
+K_METHODS = [n for n in ALL if "k" in hn.NORMALIZERS[n].parameters]
+TARGET_BANK_METHODS = [n for n in ALL if hn.NORMALIZERS[n].uses_target_bank == "required"]
+QUERY_BANK_K = [n for n in K_METHODS if "query_bank" in hn.NORMALIZERS[n].parameters["k"].limited_by]
+POSITIVE = [(n, p) for n in ALL for p, spec in hn.NORMALIZERS[n].parameters.items() if spec.kind == "positive"]
+NUMERIC = [(n, p) for n in ALL for p, spec in hn.NORMALIZERS[n].parameters.items() if spec.kind in ("real", "positive")]
 
 
 def _make(name, **kw):
-    if name == "nnn":
-        kw.setdefault("k", 4)  # the default k = 128 is larger than the 15-row test bank
+    cls = hn.NORMALIZERS[name]
+    for p, spec in cls.parameters.items():  # limited parameters (NNN's default k = 128) at small-problem values
+        if spec.limited_by and p in cls.example_params:
+            kw.setdefault(p, cls.example_params[p])
     return hn.make_normalizer(name, device="cpu", **kw)
 
 
@@ -69,7 +76,7 @@ def test_fit_rejects_bad_query_bank(name):
         _make(name).fit(T, query_bank=QB * 0.5, target_bank=TB)
 
 
-@pytest.mark.parametrize("name", ["dualis", "dualdis", "dbsn"])
+@pytest.mark.parametrize("name", TARGET_BANK_METHODS)
 def test_fit_rejects_bad_target_bank(name):
     with pytest.raises(ValueError, match="needs target_bank"):
         _make(name).fit(T, query_bank=QB)
@@ -125,15 +132,14 @@ def test_not_fitted_error_is_exported():
 
 
 # ------------------------------------------------------------------------------------ parameters
-@pytest.mark.parametrize("name,param", [("is", "tau"), ("dis", "tau"), ("sn", "tau"), ("dbsn", "tau"), ("sn", "tol")])
+@pytest.mark.parametrize("name,param", POSITIVE)  # is/dis/sn/dbsn tau, sn/dbsn tol, ...
 @pytest.mark.parametrize("value", [0, -0.01, float("nan"), float("inf")])
 def test_temperature_must_be_positive(name, param, value):
     with pytest.raises(ValueError, match=f"{param} must be a finite number > 0"):
         _fit(name, **{param: value})
 
 
-@pytest.mark.parametrize("name,param", [("is", "tau"), ("sn", "tau"), ("nnn", "alpha"), ("dn", "lam"),
-                                        ("dualis", "beta_query"), ("dualdis", "beta_target")])
+@pytest.mark.parametrize("name,param", NUMERIC)  # tau, alpha, lam, beta_query, beta_target, ...
 def test_numeric_params_reject_wrong_types(name, param):
     with pytest.raises(TypeError, match=f"{param} must be a number"):
         _fit(name, **{param: "0.5"})
@@ -149,7 +155,7 @@ def test_k_param_checked(name):
         _fit(name, k=2.5)
 
 
-@pytest.mark.parametrize("name", ["nnn", "csls"])
+@pytest.mark.parametrize("name", QUERY_BANK_K)  # nnn, csls
 def test_k_larger_than_the_bank(name):
     with pytest.raises(ValueError, match="k=16 is larger than the query bank size"):
         _fit(name, k=16)

@@ -26,8 +26,10 @@ ALL = sorted(hn.NORMALIZERS)
 
 
 def _make(name, **kw):
-    if name in ("nnn", "csls"):
-        kw.setdefault("k", 4)
+    cls = hn.NORMALIZERS[name]
+    for p, spec in cls.parameters.items():  # limited parameters (NNN's, CSLS's k) at small-problem values
+        if spec.limited_by and p in cls.example_params:
+            kw.setdefault(p, cls.example_params[p])
     kw.setdefault("device", "cpu")
     return hn.make_normalizer(name, **kw)
 
@@ -260,7 +262,7 @@ def test_requires_grad_inputs_are_detached_in_every_method(name):
 
 
 # ------------------------------------------------------------------ 8. execution options are validated
-@pytest.mark.parametrize("name", ["nnn", "csls", "is", "dis", "dualis", "dualdis", "sn", "dbsn"])
+@pytest.mark.parametrize("name", [n for n in ALL if "block_bytes" in hn.NORMALIZERS[n]._param_names()])
 def test_block_bytes_validated(name):
     with pytest.raises(TypeError, match="block_bytes must be None or an integer number of bytes"):
         _make(name, block_bytes="1MB").check_params()

@@ -1,10 +1,20 @@
-"""No import cycle between hubnorm's modules, deferred (function-level) imports included.
+"""The import graph of hubnorm is layered and acyclic, deferred (function-level) imports and package roots included.
 
 How it is checked: every ``import`` / ``from ... import`` statement anywhere in a module of ``lib/hubnorm``
-(module level or inside a function) that names another hubnorm module becomes an edge of a directed graph;
-the graph must be acyclic. Packages are nodes too (their ``__init__`` re-exports are edges), so a cycle through a
-package facade is caught; an import of one's own *ancestor* package (``from .. import __version__``) is not an
-edge: the ancestor is already being initialised when its submodules load.
+(module level or inside a function) that names another hubnorm module becomes an edge of a directed graph.
+Packages are nodes too (their ``__init__`` re-exports are edges), so a cycle through a package facade is caught.
+
+Two graphs:
+
+* the module graph (:func:`_graph`): an import of one's own *ancestor* package is not an edge;
+* the strict graph (:func:`_strict_graph`): ``from <package> import <name>`` is an edge to the package whenever
+  ``<name>`` is not a submodule -- it reads the package's ``__init__`` namespace, *ancestors included*
+  (``from .. import __version__`` in ``hubnorm.data.cache`` is an edge to the package root ``hubnorm``, which imports
+  everything: the cycle ``hubnorm -> datasets -> data -> data.cache -> hubnorm`` of issue 21);
+  ``from . import cache`` is an edge to the submodule only.
+
+The strict graph must be acyclic and respect :data:`LAYERS`: a module imports only modules of its own layer or
+below (nothing in ``data/`` imports a module above ``data/``); every module must be placed in a layer.
 """
 
 import ast
@@ -81,6 +91,96 @@ def _cycle(graph: dict):
             if found:
                 return found
     return None
+
+
+def _strict_graph() -> dict:
+    graph = {}
+    for name, path in MODULES.items():
+        is_pkg = name in PACKAGES
+        base = name if is_pkg else name.rsplit(".", 1)[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("hubnorm")]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    mod = base
+                    for _ in range(node.level - 1):
+                        mod = mod.rsplit(".", 1)[0]
+                    mod = f"{mod}.{node.module}" if node.module else mod
+                else:
+                    mod = node.module or ""
+                if not mod.startswith("hubnorm"):
+                    continue
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in MODULES else mod for a in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t in MODULES and t != name)
+        graph[name] = edges
+    return graph
+
+
+#: Layers, lowest first: a module may import modules of its own layer or of a lower one (fnmatch patterns).
+LAYERS = [
+    ("leaves", ["hubnorm._version", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels", "hubnorm.reporting",
+                "hubnorm.geometry"]),
+    ("containers, the block protocol and its engines",
+     ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
+      "hubnorm.engine", "hubnorm.distributed"]),
+    ("data", ["hubnorm.data", "hubnorm.data.*"]),
+    ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
+                 "hubnorm.hubness"]),
+    ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
+                      "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.listwise",
+                      "hubnorm.listwise.*", "hubnorm.rerank", "hubnorm.rerank.*"]),
+    ("package root", ["hubnorm"]),
+]
+
+
+def _layer(module: str):
+    from fnmatch import fnmatchcase
+    for rank, (_, patterns) in enumerate(LAYERS):
+        if any(fnmatchcase(module, p) for p in patterns):
+            return rank
+    return None
+
+
+def test_every_module_has_a_layer_and_imports_only_its_layer_or_below():
+    graph = _strict_graph()
+    unplaced = sorted(m for m in graph if _layer(m) is None)
+    assert not unplaced, f"place these modules in a layer of LAYERS: {unplaced}"
+    upward = sorted(f"{a} ({LAYERS[_layer(a)][0]}) -> {b} ({LAYERS[_layer(b)][0]})"
+                    for a, targets in graph.items() for b in targets if _layer(b) > _layer(a))
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def test_no_cycle_counting_package_roots():
+    cycle = _cycle(_strict_graph())
+    assert cycle is None, "import cycle (package roots counted): " + " -> ".join(cycle)
+
+
+def test_the_strict_scan_counts_function_level_imports_and_package_roots(tmp_path, monkeypatch):
+    """A test of the test: the issue-21 edges of the old code are seen, and they do break the checks."""
+    graph = _strict_graph()
+    assert "hubnorm.data.text_encode" in graph["hubnorm.data.cli"]  # a function-level import counts
+    assert "hubnorm.data.registry" in graph["hubnorm.data.cli"] and "hubnorm.data" not in graph["hubnorm.data.cli"]
+    old = dict(graph)
+    old["hubnorm.data.cache"] = graph["hubnorm.data.cache"] | {"hubnorm"}  # `from .. import __version__`
+    assert _cycle(old) is not None
+    old["hubnorm.data.cli"] = graph["hubnorm.data.cli"] | {"hubnorm.datasets"}
+    assert any(_layer(b) > _layer("hubnorm.data.cli") for b in old["hubnorm.data.cli"])
+
+
+def test_version_comes_from_a_leaf_and_shims_are_gone():
+    import tomllib
+    import hubnorm
+    from hubnorm import _version
+
+    assert not (PKG / "_ops.py").exists(), "the _ops shim is gone: import hubnorm.kernels"
+    assert not _strict_graph()["hubnorm._version"]  # a leaf
+    assert hubnorm.__version__ == _version.__version__
+    pyproject = tomllib.loads((LIB.parent / "pyproject.toml").read_text())
+    assert _version.__version__ == pyproject["project"]["version"]
 
 
 def test_the_scan_sees_the_known_edges():

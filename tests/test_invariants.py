@@ -1,6 +1,8 @@
 """Invariants: identities at zero strength, per-row shift invariance, independence from block sizes, and
 float32 / float64 agreement on well-separated data."""
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -14,19 +16,9 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 
-#: every registered method with small-problem parameters
-METHODS = {
-    "raw": {},
-    "nnn": {"alpha": 0.75, "k": 4},
-    "dn": {"lam": 0.5},
-    "is": {"tau": 0.02},
-    "dis": {"tau": 0.02, "k": 1},
-    "csls": {"k": 4},
-    "dualis": {"beta_query": 50.0, "beta_target": 10.0},
-    "dualdis": {"beta_query": 50.0, "beta_target": 10.0, "k": 1},
-    "sn": {"tau": 0.02, "n_iter": 10},
-    "dbsn": {"tau": 0.02, "n_iter": 10},
-}
+#: every registered method with small-problem parameters (each class's ``example_params``: from the registry, so a
+#: newly registered method gets these invariants too)
+METHODS = {name: dict(cls.example_params) for name, cls in hn.NORMALIZERS.items()}
 
 
 def _data(seed, m=40, n=30, b=50, c=35, d=12, dtype=np.float64):
@@ -116,8 +108,9 @@ def test_offsets_and_ranks_do_not_depend_on_block_sizes(name, dtype):
     ref_nk = hn.k_occurrence(ref, 5, q)
     tol = 1e-12 if dtype == np.float64 else 2e-6
     for bb, chunk in SIZES:
-        extra = {"block_bytes": bb} if (bb is not None and name not in ("raw", "dn")) else {}  # no blocked kernel
-        if name in ("sn", "dbsn"):
+        takes = inspect.signature(hn.NORMALIZERS[name].__init__).parameters
+        extra = {"block_bytes": bb} if (bb is not None and "block_bytes" in takes) else {}  # raw, DN: no blocks
+        if "cache_bytes" in takes:  # SN, DBSN
             extra["cache_bytes"] = None if bb == 8 else hn.normalizers.sinkhorn.DEFAULT_CACHE_BYTES
         norm = _fit(name, t, qb, tb, chunk_size=chunk, **extra)
         np.testing.assert_allclose(norm.offsets_.numpy(), ref_off, atol=tol, rtol=0)

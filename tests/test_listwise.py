@@ -338,7 +338,7 @@ def _npy(a):
 
 
 def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_result(monkeypatch):
-    from hubnorm.listwise import relevance as rel_mod
+    from hubnorm.data import text_encode as rel_mod  # the cached text encoding lives in the data layer
 
     def read_only(*args, **kwargs):
         raise PermissionError(13, "Permission denied", "cache/text-embeddings")

@@ -44,8 +44,8 @@ MODULE_TO_DIST = {
 INDIRECT = {"tabulate": "base"}
 #: Modules that `import hubnorm` (and the notebook-facing hubnorm.reporting / .protocol / .studies / .synthetic /
 #: .rerank without BLIP) load: their imports must be base dependencies.
-CORE_MODULES = ("__init__.py", "kernels.py", "_validation.py", "evaluation.py", "hubness.py", "registry.py",
-                "retrieval.py", "selection.py", "datasets.py", "sweeps.py", "reporting.py", "protocol.py",
+CORE_MODULES = ("__init__.py", "_version.py", "kernels.py", "blocks.py", "engine.py", "_validation.py",
+                "evaluation.py", "hubness.py", "registry.py", "retrieval.py", "selection.py", "datasets.py", "sweeps.py", "reporting.py", "protocol.py",
                 "studies.py", "compare.py", "geometry.py", "embeddings.py", "progress.py",
                 "synthetic.py", "normalizers/", "rerank/base.py", "rerank/cost.py", "rerank/pipeline.py",
                 "rerank/simulated.py", "rerank/__init__.py")

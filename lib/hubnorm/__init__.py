@@ -11,6 +11,7 @@ Data flow: load -> encode/cache -> scores -> normalize -> evaluate -> plot.
 """
 
 from ._validation import as_embeddings, l2_normalize
+from ._version import __version__
 from .evaluation import (
     bootstrap_ci, evaluate, mean_rank, median_rank, ndcg_at_k, positive_ranks, recall_at_k, summarize_ranks,
 )
@@ -20,8 +21,6 @@ from .normalizers import __all__ as _normalizer_names
 from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from .retrieval import DIRECTIONS, Positives, RetrievalTask, build_tasks
 from .selection import PAPER_GRIDS, SelectionResult, grid_search, holdout_split
-
-__version__ = "0.1.0"
 
 __all__ = list(_normalizer_names) + [
     "as_embeddings", "l2_normalize", "bootstrap_ci", "evaluate", "mean_rank", "median_rank", "ndcg_at_k",

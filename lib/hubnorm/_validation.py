@@ -221,3 +221,16 @@ def check_finite_rows(x, name: str, elements: int = 2**22) -> None:
             bad += int((~np.isfinite(np.asarray(blk))).reshape(blk.shape[0], -1).any(axis=1).sum())
     if bad:
         raise ValueError(f"{name} contains NaN or Inf in {bad} row(s): fix or drop those rows")
+
+
+def unit_rows(x, name: str, dtype=np.float32) -> np.ndarray:
+    """``x`` as a 2-D array of ``dtype`` with unit L2 rows (normalised in float64); errors name ``name``."""
+    x = np.asarray(x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty 2-D array (n, d); got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} contain NaN or Inf")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise ValueError(f"{name} contain an all-zero row: cannot normalise")
+    return (x / norms).astype(dtype)

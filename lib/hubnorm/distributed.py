@@ -1,16 +1,21 @@
-"""Offsets over banks that do not fit one machine, computed on a Dask cluster.
+"""The Dask engine: any method's offsets over banks that do not fit one machine, computed on a Dask cluster.
 
-Every offset method is a reduction over the reference bank, so it distributes as per-block partial results
-merged by a tree reduction (:func:`dask.array.reduction`, fan-in ``split_every``):
+Every method states its fit as reductions over blocks of score matrices (:mod:`hubnorm.blocks`, in the method's
+own file); this engine runs them over Dask chunks without knowing which method it serves. A reduction over the
+bank axis is one :func:`dask.array.blockwise` pass (one task per bank chunk x target chunk: the reduction's
+``reduce_chunk`` on that chunk pair, fused with the task that loads the bank chunk), merged by a tree of the
+reduction's ``merge`` (fan-in ``split_every``) and finalised on the client; a reduction over the target axis
+(a DIS activation set, Sinkhorn's row half-step) leaves its per-bank-row result on the cluster beside the bank.
 
 ========  =====================================================  ==========================================
-method    partial result of one bank block (x one target chunk)  merge
+method    partial result of one bank chunk (x one target chunk)  merge
 ========  =====================================================  ==========================================
-NNN       top-k similarities per target (NNN Eq. 1)              concatenate, keep the k largest
-CSLS      top-k similarities per target (CSLS Eq. 6, r_B)        concatenate, keep the k largest
-DN        column sums of the bank (mu_Q, DN / NNN App. A3)       sum (dask's own ``sum``)
-IS        logsumexp_b(b . t / tau) per target (DBSN Eq. 3)       logaddexp
-SN, DBSN  column logsumexp of (S + f) / tau (DBSN Eq. 7-9)       logaddexp, one reduction per half-step
+NNN/CSLS  top-k similarities per target (``TopK``)                concatenate, keep the k largest
+DN        column sums of the bank (``Mean``)                     sum
+IS/DIS    logsumexp_b(b . t / tau) per target (``LogMeanExp``)   logaddexp (float64)
+DIS       top-k targets per bank row (activation set)            keep the k largest across target chunks
+DualIS    one ``LogMeanExp`` per bank (query bank, target bank)  logaddexp (float64)
+SN, DBSN  one Sinkhorn iteration (``SinkhornIteration``)         logaddexp, one reduction per iteration
 ========  =====================================================  ==========================================
 
 The public call is the library's own: ``normalizer.fit(targets, query_bank=bank)`` with ``bank`` a
@@ -24,18 +29,18 @@ once per fit; each worker fetches it at most once per pass), one similarity bloc
 result; the bank is never gathered. Bank loading and the per-block kernel are one fused task (Dask's blockwise
 fusion), so a loaded chunk never waits in memory.
 
-Sinkhorn: the row potentials ``f`` (one per bank row) live chunked beside the bank, the column potentials
-``g`` beside the targets. When all targets fit one chunk, an iteration is one pass (each task computes its
-rows' ``f`` from ``g`` and its partial column logsumexp: one reduction per iteration). Otherwise each
-half-step is one reduction: ``f`` by a logaddexp over target chunks (persisted beside the bank), then ``g``
-by a logaddexp over bank chunks. The bank is re-read once per pass; nothing of the bank is persisted.
+Sinkhorn: when all targets fit one chunk, an iteration is one pass (each task computes its rows' ``f`` from ``g``
+and its partial column logsumexp: one reduction per iteration). Otherwise each half-step is one reduction: ``f``
+by a logaddexp over target chunks (persisted beside the bank), then ``g`` by a logaddexp over bank chunks. The
+bank is re-read once per pass; nothing of the bank is persisted.
 
-Exact: the per-block kernels are the in-memory ones (``topk_similarity``, ``logsumexp_similarity``,
-``nnn_bias``); only the order of floating-point merges differs (float64 merges for the logsumexps).
+Exact: the per-chunk kernels are the in-memory ones (``reduce_chunk`` of each reduction); only the order of
+floating-point merges differs (float64 merges for the logsumexps).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import warnings
@@ -54,13 +59,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "hubnorm.distributed needs Dask: pip install 'dask[array]' distributed (the 'distributed' extra of hubnorm)"
     ) from exc
 
-from .kernels import (
-    DEFAULT_BLOCK_BYTES, PRECISION_TARGET, iter_blocks, logsumexp_similarity, nnn_bias, topk_similarity,
-    working_dtype,
-)
+from .blocks import Chunk, Embeddings, concat
+from .engine import LocalEngine
 from ._validation import as_embeddings, check_positive_int, resolve_device
 
-__all__ = ["fit_offsets", "open_bank", "save_bank_shards", "NpyShards", "SUPPORTED", "DEFAULT_CHUNK_BYTES",
+__all__ = ["fit_offsets", "open_bank", "save_bank_shards", "NpyShards", "DaskEngine", "DEFAULT_CHUNK_BYTES",
            "DEFAULT_TARGET_CHUNK_BYTES"]
 
 #: Default bytes of one bank chunk made by :func:`open_bank` (rows x d x itemsize).
@@ -69,9 +72,6 @@ DEFAULT_CHUNK_BYTES = 64 * 2**20
 #: Targets (or DBSN's ``[targets ; target_bank]``) are cut into row chunks of at most this many bytes;
 #: each chunk is persisted on the cluster once and fetched by each worker at most once per pass.
 DEFAULT_TARGET_CHUNK_BYTES = 256 * 2**20
-
-#: Normalizers whose offsets this module computes (registry names).
-SUPPORTED = ("nnn", "csls", "dn", "is", "sn", "dbsn")
 
 
 def is_dask_array(x) -> bool:
@@ -183,8 +183,9 @@ def save_bank_shards(blocks, folder: Union[str, os.PathLike], *, prefix: str = "
     return out
 
 
-# ======================================================================================= per-block kernels
-# They run on the workers: numpy in, numpy out, the in-memory kernels of hubnorm._ops inside.
+# ======================================================================================= the tasks
+# They run on the workers: numpy in, the reduction's own reduce_chunk inside, a partial result out (in a 1 x 1 x 1
+# object array, so that any partial -- a tensor, a TopKResult -- travels through Dask's reductions).
 
 def _tensor(x):
     """A tensor view of a worker-side array (Dask hands out read-only arrays; the kernels never write to them)."""
@@ -200,96 +201,55 @@ def _block(x, dtype, check, name):
     return as_embeddings(t, name, device="cpu", dtype=dtype, check_normalized=check)
 
 
-def _k_topk(bank_blk, t_blk, *, k, dtype, check, block_bytes):
-    """Top-``k`` similarities of the chunk's targets over this bank block: ``(1, n_t, k, 1)``, -inf padded.
-
-    The kernels keep a trailing axis of size 1 for the embedding axis: a blockwise call without a contracted
-    index is fused by Dask with the task that loads the bank chunk (so a chunk never waits in memory).
-    """
-    b = _block(bank_blk, dtype, check, "query_bank")
-    t = _tensor(t_blk)
-    kk = min(k, b.shape[0])
-    v, _ = topk_similarity(t, b, kk, block_bytes=block_bytes)
-    if kk < k:
-        v = torch.cat([v, torch.full((v.shape[0], k - kk), -math.inf, dtype=v.dtype)], dim=1)
-    return v.numpy()[None, :, :, None]
+def _box(p, ndim=3):
+    out = np.empty((1,) * ndim, dtype=object)
+    out[(0,) * ndim] = p
+    return out
 
 
-def _topk_merge(x, axis, keepdims, k, final=False):
-    """Keep the ``k`` largest of the concatenated partials along the bank axis (0), sorted decreasing."""
-    x = np.asarray(x)[..., 0]
-    flat = _tensor(np.moveaxis(x, 0, 1).reshape(x.shape[1], -1))
-    v = flat.topk(k, dim=1, sorted=True).values.numpy()[:, :, None]
-    return v[None] if keepdims else v
+def _k_scores(bank_blk, cols_blk, r0, c0, *terms, red, dtype, check, name, block_bytes, has_rt, has_ct):
+    """The partial of one bank chunk x one column chunk: ``red.reduce_chunk`` on them (the bank chunk is checked
+    on the first pass over it). The trailing embedding axis is kept (size 1) so that Dask fuses this task with the
+    one that loads the bank chunk."""
+    b = _block(bank_blk, dtype, check, name)
+    c = _tensor(cols_blk).to(dtype)
+    it = iter(terms)
+    rt = _tensor(next(it)) if has_rt else None
+    ct = _tensor(next(it)) if has_ct else None
+    chunk = Chunk(b, c, int(r0[0]), int(c0[0]), rt, ct, block_bytes)
+    return _box(red.reduce_chunk(chunk))
+
+
+def _k_rows(bank_blk, r0, *, red, dtype, check, name, block_bytes):
+    """The partial of one chunk of an embedding matrix (a reduction of the embeddings themselves: DN's means)."""
+    b = _block(bank_blk, dtype, check, name)
+    return _box(red.reduce_chunk(Chunk(b, None, int(r0[0]), block_bytes=block_bytes)), 2)
 
 
 def _keep(x, axis, keepdims):
     return x
 
 
-def _lse_merge(x, axis, keepdims):
-    return np.logaddexp.reduce(np.asarray(x, dtype=np.float64), axis=axis, keepdims=keepdims)
-
-
-def _k_lse(bank_blk, t_blk, *, scale, dtype, work, check, block_bytes):
-    """``logsumexp_b(scale * b . t)`` over this bank block per target, computed in ``work``: ``(1, n_t, 1)``
-    float64 (IS)."""
-    b = _block(bank_blk, dtype, check, "query_bank")
-    t = _tensor(t_blk)
-    lse = logsumexp_similarity(t, b, scale, block_bytes=block_bytes, dtype=work)
-    return lse.to(torch.float64).numpy()[None, :, None]
-
-
-def _sub_rows(n_cols, itemsize, block_bytes):
-    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
-    return max(1, budget // max(1, n_cols * max(4, itemsize)))
-
-
-def _k_sn_fused(bank_blk, t_blk, g, *, tau, log_a, dtype, check, block_bytes):
-    """One Sinkhorn pass over a bank block when all columns are in ``t_blk``.
-
-    With ``x = (S + g) / tau``: ``f_i = tau log a - tau LSE_j x_ij`` (row half-step, local to the block) and the
-    partial ``LSE_i (x_ij + f_i / tau)`` of the column half-step, ``(1, n)`` float64; the caller subtracts
-    ``g / tau``: ``LSE_i((S_ij + f_i) / tau) = LSE_i(x_ij + f_i / tau) - g_j / tau``.
-    """
-    b = _block(bank_blk, dtype, check, "query_bank")
-    t = _tensor(t_blk).to(dtype)
-    g_tau = _tensor(g).to(dtype) / tau
+def _merge(x, axis, keepdims, red):
+    """Merge every partial along ``axis`` of an object array into one (the reduction's own ``merge``)."""
+    axis = axis[0] if isinstance(axis, tuple) else axis
+    items = np.moveaxis(np.asarray(x, dtype=object), axis, 0)
     acc = None
-    for r0, r1 in iter_blocks(b.shape[0], _sub_rows(t.shape[0], t.element_size(), block_bytes)):
-        x = torch.addmm(g_tau, b[r0:r1], t.T, beta=1.0, alpha=1.0 / tau)
-        mx = x.amax(dim=1, keepdim=True)
-        x.sub_(mx)
-        log_rs = torch.logsumexp(x, dim=1, keepdim=True)  # x_ij + f_i / tau = x_ij - mx_i - log_rs_i + log a
-        x.add_(log_a - log_rs)
-        part = torch.logsumexp(x, dim=0).to(torch.float64)
-        acc = part if acc is None else torch.logaddexp(acc, part)
-    return acc.numpy()[None, :, None]
+    for p in items.reshape(items.shape[0], -1)[:, 0]:
+        acc = p if acc is None else red.merge(acc, p)
+    out = np.empty(items.shape[1:], dtype=object)
+    out.reshape(-1)[0] = acc
+    return np.expand_dims(out, axis) if keepdims else out
 
 
-def _k_sn_rows(bank_blk, t_blk, g, *, tau, dtype, check, block_bytes):
-    """Row half-step partial: ``LSE_{j in chunk}((S_ij + g_j) / tau)`` per bank row, ``(rows, 1)`` float64."""
-    b = _block(bank_blk, dtype, check, "query_bank")
-    t = _tensor(t_blk).to(dtype)
-    g_tau = _tensor(g).to(dtype) / tau
-    out = np.empty((b.shape[0], 1, 1), dtype=np.float64)
-    for r0, r1 in iter_blocks(b.shape[0], _sub_rows(t.shape[0], t.element_size(), block_bytes)):
-        x = torch.addmm(g_tau, b[r0:r1], t.T, beta=1.0, alpha=1.0 / tau)
-        out[r0:r1, 0, 0] = torch.logsumexp(x, dim=1).to(torch.float64).numpy()
-    return out
+def _k_finalize_rows(x, *, red, n):
+    """Finalise the merged partial of one bank chunk of a per-row reduction (on the worker, beside the bank)."""
+    return _box(red.finalize(x.reshape(-1)[0], n))
 
 
-def _k_sn_cols(bank_blk, f, t_blk, *, tau, dtype, block_bytes):
-    """Column half-step partial: ``LSE_{i in block}((S_ij + f_i) / tau)`` per target, ``(1, n_t)`` float64."""
-    b = _block(bank_blk, dtype, None, "query_bank")
-    t = _tensor(t_blk).to(dtype)
-    f_tau = (_tensor(f).to(dtype) / tau)[:, None]
-    acc = None
-    for r0, r1 in iter_blocks(b.shape[0], _sub_rows(t.shape[0], t.element_size(), block_bytes)):
-        x = torch.addmm(f_tau[r0:r1], b[r0:r1], t.T, beta=1.0, alpha=1.0 / tau)
-        part = torch.logsumexp(x, dim=0).to(torch.float64)
-        acc = part if acc is None else torch.logaddexp(acc, part)
-    return acc.numpy()[None, :, None]
+def _k_terms(x):
+    """A per-row result (a float tensor) of one bank chunk as a float64 numpy vector (side terms of a reduction)."""
+    return x.reshape(-1)[0].to(torch.float64).numpy()
 
 
 # ============================================================================================ the driver
@@ -365,82 +325,186 @@ def _target_rows(n_cols, d, itemsize, target_chunk_rows):
     return max(1, min(n_cols, DEFAULT_TARGET_CHUNK_BYTES // (d * itemsize)))
 
 
-def _np_dtype(dtype: torch.dtype):
-    return np.float64 if dtype == torch.float64 else np.float32
-
-
-def _topk(bank, tcols, k, dtype, check, block_bytes, split_every):
-    parts = da.blockwise(
-        partial(_k_topk, k=k, dtype=dtype, check=check, block_bytes=block_bytes), "ijkd",
-        bank, "id", tcols, "jd", new_axes={"k": k}, adjust_chunks={"i": 1, "d": 1},
-        dtype=_np_dtype(dtype), meta=np.empty((0, 0, 0, 0), dtype=_np_dtype(dtype)))
-    return da.reduction(parts, _keep, partial(_topk_merge, k=k), combine=partial(_topk_merge, k=k), axis=0,
-                        keepdims=False, dtype=parts.dtype, split_every=split_every, concatenate=True,
-                        meta=np.empty((0, 0, 0), dtype=parts.dtype))[:, :, 0]
-
-
-def _lse_over_bank(parts, split_every):
-    """Tree logaddexp of ``(bank blocks, n, 1)`` partials over the bank axis: ``(n,)``."""
-    return da.reduction(parts, _keep, _lse_merge, combine=_lse_merge, axis=0, keepdims=False, dtype=np.float64,
-                        split_every=split_every, concatenate=True, meta=np.empty((0, 0), dtype=np.float64))[:, 0]
-
-
 def _compute(x):
     (out,) = dask.compute(x)
     return np.array(out)  # a writable copy of a small result
 
 
-def _sinkhorn(norm, bank, cols_np, tcol_rows, dtype, check, block_bytes, split_every):
-    """Log-domain Sinkhorn (DBSN Eq. 7-9, Alg. A1) of ``S = bank @ cols.T``; returns ``(g, iterations)``."""
-    tau, n_iter = float(norm.tau), int(norm.n_iter)
-    tol = None if norm.tol is None else float(norm.tol)
-    m, n = bank.shape[0], cols_np.shape[0]
-    log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
-    tcols = _broadcast(cols_np, tcol_rows)
-    fused = len(tcols.chunks[0]) == 1
-    npdt = _np_dtype(dtype)
-    g = dask.persist(da.zeros(n, dtype=np.float64, chunks=(tcols.chunks[0],)))[0]
-    done = 0
-    for it in range(n_iter):
-        chk = check if it == 0 else None
-        if it:
-            _spread(tcols)  # Dask may have dropped the extra copies between passes
-        if fused:
-            parts = da.blockwise(
-                partial(_k_sn_fused, tau=tau, log_a=log_a, dtype=dtype, check=chk, block_bytes=block_bytes), "ijd",
-                bank, "id", tcols, "jd", g, "j", adjust_chunks={"i": 1, "d": 1}, dtype=np.float64,
-                meta=np.empty((0, 0, 0), dtype=np.float64))
-            lse_col = _lse_over_bank(parts, split_every) - g / tau
+class DaskRows:
+    """A per-bank-row result kept on the cluster beside the bank (one object per bank chunk): hand it back to the
+    engine as a reduction's ``row_terms``, or ask ``engine.to_tensor`` for it."""
+
+    def __init__(self, parts, bank):
+        self.parts, self.bank = parts, bank
+
+
+class DaskEngine:
+    """Runs a method's reductions (:mod:`hubnorm.blocks`) over Dask chunks; it never knows which method.
+
+    Inputs: the targets in memory (a CPU tensor: they are broadcast to the workers in row chunks), the banks as
+    Dask arrays (never gathered, except DBSN-like column inputs, which must fit the client). Reductions whose
+    inputs are all in memory run on a :class:`~hubnorm.engine.LocalEngine`.
+    """
+
+    def __init__(self, targets: torch.Tensor, banks, *, check: bool, block_bytes=None, target_chunk_rows=None,
+                 split_every=None):
+        self.targets = targets
+        self.dtype, self.device = targets.dtype, torch.device("cpu")
+        self.d = targets.shape[1]
+        self.banks = {name: _as_bank(x, name, self.d) for name, x in banks.items() if x is not None}
+        self.check = check
+        self.block_bytes = block_bytes
+        self.target_chunk_rows = target_chunk_rows
+        self.split_every = split_every
+        self.sweep_bytes = None
+        self.local = LocalEngine({"targets": targets}, block_bytes=block_bytes)
+        self._checked = set()
+        self._norms = {}
+        self._gathered = {}
+        self._broadcasts = {}
+
+    # ------------------------------------------------------------------ what the inputs are
+    def has(self, name):
+        return name == "targets" or name in self.banks
+
+    def size(self, name):
+        if name == "targets":
+            return int(self.targets.shape[0])
+        x = self.banks.get(name)
+        return None if x is None else int(x.shape[0])
+
+    def _gather(self, name) -> torch.Tensor:
+        """A bank gathered on the client, checked (DBSN's target bank joins the Sinkhorn columns)."""
+        if name == "targets":
+            return self.targets
+        if name not in self._gathered:
+            self._gathered[name] = as_embeddings(_compute(self.banks[name]), name, device="cpu", dtype=self.dtype,
+                                                 check_normalized=self.check)
+        return self._gathered[name]
+
+    def tensor(self, names):
+        names = (names,) if isinstance(names, str) else tuple(names)
+        parts = [self._gather(n) for n in names]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+
+    def max_norm(self, name) -> float:
+        if name not in self.banks:
+            return float(torch.linalg.vector_norm(self._gather(name), dim=1).max())
+        if name not in self._norms:
+            self._norms[name] = _max_norm(self.banks[name])
+        return self._norms[name]
+
+    def score_bound(self, source) -> float:
+        return self.max_norm(source.rows) * max(self.max_norm(c) for c in source.col_names)
+
+    def take_rows(self, name, idx):
+        if name not in self.banks:
+            return self.local.take_rows(name, idx)
+        rows = _compute(self.banks[name][idx.numpy()])
+        return as_embeddings(rows, name, device="cpu", dtype=self.dtype, check_normalized=self.check)
+
+    def _col_rows(self, n_cols) -> int:
+        return _target_rows(n_cols, self.d, self.targets.element_size(), self.target_chunk_rows)
+
+    def spans(self, names) -> bool:
+        names = (names,) if isinstance(names, str) else tuple(names)
+        n = sum(self.size(x) for x in names)
+        return self._col_rows(n) >= n
+
+    def shared(self, key, nbytes, budget=None):
+        return None
+
+    def to_tensor(self, value):
+        if isinstance(value, DaskRows):
+            parts = _compute(value.parts)
+            return concat([p for p in parts.reshape(-1)])
+        return value
+
+    # ------------------------------------------------------------------ running reductions
+    def _first_pass(self, name):
+        """``check_normalized`` for the first pass over a bank (its chunks are checked there), None afterwards."""
+        if name in self._checked:
+            return None
+        self._checked.add(name)
+        return self.check
+
+    def _broadcast_cols(self, names):
+        if names not in self._broadcasts:
+            cols = self.tensor(names).numpy()
+            self._broadcasts[names] = _broadcast(cols, self._col_rows(cols.shape[0]))
         else:
-            rows = da.blockwise(
-                partial(_k_sn_rows, tau=tau, dtype=dtype, check=chk, block_bytes=block_bytes), "ijd",
-                bank, "id", tcols, "jd", g, "j", adjust_chunks={"j": 1, "d": 1}, dtype=np.float64,
-                meta=np.empty((0, 0, 0), dtype=np.float64))
-            lse_row = da.reduction(rows, _keep, _lse_merge, combine=_lse_merge, axis=1, keepdims=False,
-                                   dtype=np.float64, split_every=split_every, concatenate=True,
-                                   meta=np.empty((0, 0), dtype=np.float64))[:, 0]
-            f = dask.persist(tau * log_a - tau * lse_row)[0]  # row potentials, chunked beside the bank
+            _spread(self._broadcasts[names])  # Dask may have dropped the extra copies between passes
+        return self._broadcasts[names]
+
+    def reduce(self, red):
+        src = red.source
+        names = src.names()
+        if not any(n in self.banks for n in names):
+            return self.local.reduce(red)
+        red.prepare(self)
+        shipped = copy.copy(red)  # what the tasks need: not the side vectors (they travel as chunks)
+        shipped.row_terms = shipped.col_terms = None
+        merge = partial(_merge, red=shipped)
+        if isinstance(src, Embeddings):
+            bank = self.banks[src.name]
             parts = da.blockwise(
-                partial(_k_sn_cols, tau=tau, dtype=dtype, block_bytes=block_bytes), "ijd",
-                bank, "id", f, "i", tcols, "jd", adjust_chunks={"i": 1, "d": 1}, dtype=np.float64,
-                meta=np.empty((0, 0, 0), dtype=np.float64))
-            lse_col = _lse_over_bank(parts, split_every)
-        g_new = (tau * log_b - tau * lse_col).astype(npdt).astype(np.float64)
-        g_new = dask.persist(g_new)[0]
-        done += 1
-        if tol is not None:
-            delta = float(_compute(abs(g_new - g).max()))
-            g = g_new
-            if delta < tol:
-                break
-        else:
-            g = g_new
-    return _compute(g).astype(npdt), done
+                partial(_k_rows, red=shipped, dtype=self.dtype, check=self._first_pass(src.name), name=src.name,
+                        block_bytes=self.block_bytes), "id", bank, "id", _starts(bank), "i",
+                adjust_chunks={"i": 1, "d": 1}, dtype=object, meta=np.empty((0, 0), dtype=object))
+            merged = da.reduction(parts, _keep, merge, combine=merge, axis=0, keepdims=True, dtype=object,
+                                  split_every=self.split_every, concatenate=True, meta=np.empty((0, 0), dtype=object))
+            return red.finalize(_compute(merged).reshape(-1)[0], bank.shape[0])
+        if src.rows not in self.banks:
+            raise ValueError(f"the Dask engine reduces score matrices whose rows are a bank; got {src}")
+        bank = self.banks[src.rows]
+        cols = self._broadcast_cols(src.col_names)
+        args = [bank, "id", cols, "jd", _starts(bank), "i", _starts(cols), "j"]
+        has_rt, has_ct = red.row_terms is not None, red.col_terms is not None
+        if has_rt:
+            args += [self._row_terms(red.row_terms, bank), "i"]
+        if has_ct:
+            ct = red.col_terms.detach().cpu().numpy() if isinstance(red.col_terms, torch.Tensor) else red.col_terms
+            args += [da.from_array(np.ascontiguousarray(ct), chunks=(cols.chunks[0],)), "j"]
+        parts = da.blockwise(
+            partial(_k_scores, red=shipped, dtype=self.dtype, check=self._first_pass(src.rows), name=src.rows,
+                    block_bytes=self.block_bytes, has_rt=has_rt, has_ct=has_ct), "ijd", *args,
+            adjust_chunks={"i": 1, "j": 1, "d": 1}, dtype=object, meta=np.empty((0, 0, 0), dtype=object))
+        merged = da.reduction(parts, _keep, merge, combine=merge, axis=red.axis, keepdims=True, dtype=object,
+                              split_every=self.split_every, concatenate=True, meta=np.empty((0, 0, 0), dtype=object))
+        if red.axis == 0:  # one result per column: small, finalised on the client
+            p = concat(list(_compute(merged).reshape(-1)))
+            return red.finalize(p, bank.shape[0])
+        # one result per bank row: finalised on the workers, kept beside the bank
+        n = cols.shape[0]
+        rows = merged.map_blocks(partial(_k_finalize_rows, red=shipped, n=n), dtype=object,
+                                 meta=np.empty((0, 0, 0), dtype=object))
+        return DaskRows(dask.persist(rows)[0], bank)
+
+    def _row_terms(self, terms, bank):
+        if isinstance(terms, DaskRows):
+            return terms.parts.map_blocks(_k_terms, chunks=(bank.chunks[0],), drop_axis=[1, 2], dtype=np.float64,
+                                          meta=np.empty((0,), dtype=np.float64))
+        t = terms.detach().cpu().numpy() if isinstance(terms, torch.Tensor) else np.asarray(terms)
+        return da.from_array(np.ascontiguousarray(t, dtype=np.float64), chunks=(bank.chunks[0],))
+
+    def iterate(self, it):
+        state = it.start(self)
+        done = False
+        while not done:
+            state, done = it.step(self, state)
+        return it.result(self, state)
+
+
+def _starts(arr):
+    """The row indices of ``arr`` as a Dask vector chunked like its rows: a task reads its chunk's first row there
+    (generated inside the task, nothing is stored)."""
+    return da.arange(arr.shape[0], chunks=(arr.chunks[0],), dtype=np.int64)
 
 
 def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, target_chunk_rows: Optional[int] = None,
                 split_every: Optional[int] = None):
-    """Fit ``normalizer`` (NNN, CSLS, DN, IS, SN or DBSN) with its bank reductions run by Dask.
+    """Fit ``normalizer`` (any method that states its fit as block reductions: every registered method) with its
+    bank reductions run by Dask.
 
     ``normalizer.fit(targets, query_bank=<dask array or folder>)`` calls this; call it directly to set
     ``target_chunk_rows`` (targets per broadcast chunk; default: 256 MiB worth) or ``split_every`` (fan-in of the
@@ -448,16 +512,12 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
     arrays (then cut into 64 MiB chunks). Per-task arithmetic runs on the workers' CPUs; the fitted tensors are
     placed on the normalizer's ``device``. Returns the fitted normalizer.
     """
-    # dispatch on the registry name of hubnorm's own classes (no import of hubnorm.normalizers here: that
-    # package's base class is what calls this function); subclasses elsewhere may change _fit, so they are refused
     cls = type(normalizer)
-    own = cls.__module__.startswith("hubnorm.normalizers.")
-    kind = getattr(cls, "name", None) if own and getattr(cls, "name", None) in SUPPORTED else None
-    if kind is None:
-        raise TypeError(f"distributed fitting supports {', '.join(SUPPORTED)} (NearestNeighborNormalization, "
-                        "CrossDomainSimilarityLocalScaling, DistributionNormalization, InvertedSoftmax, "
-                        f"SinkhornNormalization, DualBankSinkhornNormalization); got {type(normalizer).__name__}: "
-                        "load the bank into memory (bank.compute()) and fit as usual")
+    legacy = getattr(cls, "_fit", None)
+    if legacy is None or legacy.__qualname__.split(".")[0] != "Normalizer" or not hasattr(cls, "fit_blocks"):
+        raise TypeError(f"distributed fitting supports normalizers that state their fit as block reductions "
+                        f"(fit_blocks: every registered method); got {cls.__name__}, which overrides the in-memory "
+                        "_fit: load the bank into memory (bank.compute()) and fit as usual")
     if split_every is not None:
         split_every = check_positive_int(split_every, "split_every")
         if split_every < 2:
@@ -466,116 +526,21 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
     device = resolve_device(getattr(normalizer, "device", None))
     check = bool(getattr(normalizer, "check_normalized", True))
     t = as_embeddings(targets, "targets", device="cpu", check_normalized=check)
-    dtype, d = t.dtype, t.shape[1]
-    if query_bank is None:
-        raise ValueError(f"{type(normalizer).__name__} needs query_bank (reference queries, e.g. training captions "
-                         "for t2i); pass fit(targets, query_bank=...)")
-    if kind == "dbsn" and target_bank is None:
-        raise ValueError(f"{type(normalizer).__name__} needs target_bank (reference targets, e.g. training images "
-                         "for t2i); pass fit(targets, query_bank=..., target_bank=...)")
-    qb = _as_bank(query_bank, "query_bank", d)
-    block_bytes = getattr(normalizer, "block_bytes", None)
-    t_np = t.numpy()
-    trows = _target_rows(t.shape[0], d, t.element_size(), target_chunk_rows)
-    fitted = {}
-    if kind in ("nnn", "csls"):
-        k = check_positive_int(normalizer.k, "k", maximum=qb.shape[0], max_name="the query bank size")
-        if kind == "csls":
-            check_positive_int(normalizer.k, "k", maximum=t.shape[0], max_name="the number of targets")
-        top = torch.from_numpy(_compute(_topk(qb, _broadcast(t_np, trows), k, dtype, check, block_bytes,
-                                              split_every)))
-        if kind == "nnn":
-            fitted["bias_"] = nnn_bias(top, normalizer.alpha)
-            fitted["offsets_"] = -fitted["bias_"]
-        else:
-            fitted["bank_radius_"] = top.mean(dim=1)
-            fitted["offsets_"] = -0.5 * fitted["bank_radius_"]
-    elif kind == "is":
-        # centred offsets -tau log mean_b exp(b.t / tau) (inverted_softmax_offsets), in the working dtype that
-        # kernels.log_mean_exp_similarity would choose for the whole bank
-        tau = float(normalizer.tau)
-        smax = _max_norm(qb) * float(torch.linalg.vector_norm(t, dim=1).max())
-        log_m = math.log(max(2, qb.shape[0]))
-        work = working_dtype(dtype, (log_m + smax / tau) * tau, smax / tau)
-        if work is None:
-            raise ValueError(f"tau={tau:g} is too extreme to compute precisely with a bank of {qb.shape[0]} rows "
-                             f"(rounding or overflow even in float64): use tau <= "
-                             f"{PRECISION_TARGET / (2.0 ** -53 * log_m):.1e} and 1/tau below float64's range")
-        parts = da.blockwise(
-            partial(_k_lse, scale=1.0 / tau, dtype=dtype, work=work, check=check, block_bytes=block_bytes), "ijd",
-            qb, "id", _broadcast(t_np, trows), "jd", adjust_chunks={"i": 1, "d": 1}, dtype=np.float64,
-            meta=np.empty((0, 0, 0), dtype=np.float64))
-        lse = torch.from_numpy(_compute(_lse_over_bank(parts, split_every))).to(work)
-        fitted["offsets_"] = (-tau * (lse - math.log(qb.shape[0]))).to(dtype)
-    elif kind == "dn":
-        fitted.update(_dn(normalizer, t, qb, target_bank, d, check))
-    else:
-        cols = t_np
-        if kind == "dbsn":
-            tb = _as_bank(target_bank, "target_bank", d)
-            tb_np = _compute(tb)  # the Sinkhorn columns [targets ; target_bank] are gathered: they must fit a client
-            tb_t = as_embeddings(tb_np, "target_bank", device="cpu", dtype=dtype, check_normalized=check)
-            cols = np.concatenate([t_np, tb_t.numpy()], axis=0)
-        crows = _target_rows(cols.shape[0], d, t.element_size(), target_chunk_rows)
-        # working dtype as in normalizers.sinkhorn._sinkhorn_dtype (float64 when float32 rounding of the
-        # ~tau log(m n) potentials would swamp the offsets)
-        tau = float(normalizer.tau)
-        smax = _max_norm(qb) * float(np.linalg.norm(cols, axis=1).max())
-        log_mn = math.log(max(2, qb.shape[0])) + math.log(max(2, cols.shape[0]))
-        work = working_dtype(dtype, tau * log_mn + smax, 2 * smax / tau)
-        if work is None:
-            raise ValueError(f"tau={tau:g} is too extreme for Sinkhorn normalization with a {qb.shape[0]} x "
-                             f"{cols.shape[0]} score matrix: use 1e-300 < tau <= "
-                             f"{PRECISION_TARGET / (2.0 ** -53 * log_mn):.1e} (the potentials would lose all "
-                             "precision or overflow even in float64)")
-        g, done = _sinkhorn(normalizer, qb, cols, crows, work, check, block_bytes, split_every)
-        g = torch.from_numpy(g).to(dtype)
-        fitted["n_iter_"] = done
-        n = t.shape[0]
-        fitted["offsets_"] = g[:n].clone()
-        if kind == "dbsn":
-            fitted["bank_offsets_"] = g[n:].clone()
-    offsets = fitted["offsets_"]
-    if not bool(torch.isfinite(offsets).all()):
-        raise ValueError(f"{type(normalizer).__name__} gives non-finite offsets in {dtype}: a parameter is too "
-                         "extreme for this precision (see the method's docstring), or pass float64 embeddings")
+    normalizer.check_required(query_bank, target_bank)
+    banks = {"query_bank": query_bank if normalizer.uses_query_bank != "unused" else None,
+             "target_bank": target_bank if normalizer.uses_target_bank != "unused" else None}
+    engine = DaskEngine(t, banks, check=check, block_bytes=getattr(normalizer, "block_bytes", None),
+                        target_chunk_rows=target_chunk_rows, split_every=split_every)
+    normalizer.check_limits(engine)
+    fitted = normalizer.fit_blocks(engine)
+    offsets = fitted.get("offsets_")
+    if offsets is not None and not bool(torch.isfinite(offsets).all()):
+        raise normalizer.non_finite_error(t.dtype)
     normalizer.targets_ = t.to(device)
     normalizer.device_ = device
     for key, value in fitted.items():
         setattr(normalizer, key, value.to(device) if isinstance(value, torch.Tensor) else value)
     return normalizer
-
-
-def _dn(norm, t, qb, target_bank, d, check):
-    """DN means (DN / NNN App. A3): full-bank means by Dask's tree ``sum``, or the seeded draws of the in-memory fit."""
-    dtype = t.dtype
-    gen = torch.Generator().manual_seed(int(norm.seed))
-    lam = float(norm.lam)
-
-    def mean(x, name):
-        if not is_dask_array(x):  # in memory (the targets): the in-memory code, same draws
-            return norm._mean(x, gen)
-        if norm.n_samples is None:
-            if check:
-                _compute(x.map_blocks(partial(_check_block, check=check, name=name), dtype=np.int8,
-                                      meta=np.empty((0, 0), dtype=np.int8), chunks=((1,) * len(x.chunks[0]), (1,))))
-            s = _compute(x.astype(np.float64).sum(axis=0))
-            return torch.from_numpy(s / x.shape[0]).to(dtype)
-        n = min(int(norm.n_samples), x.shape[0])
-        draws = []
-        for _ in range(int(norm.n_repeats)):
-            idx = torch.randperm(x.shape[0], generator=gen)[:n].numpy()
-            rows = as_embeddings(_compute(x[idx]), name, device="cpu", dtype=dtype, check_normalized=check)
-            draws.append(rows.mean(dim=0))
-        return torch.stack(draws).mean(dim=0)
-
-    query_mean = mean(qb, "query_bank")
-    if target_bank is None:
-        target_mean = mean(t, "targets")
-    else:
-        target_mean = mean(_as_bank(target_bank, "target_bank", d), "target_bank")
-    offsets = -lam * (t @ query_mean) + lam * lam * (query_mean @ target_mean)
-    return {"query_mean_": query_mean, "target_mean_": target_mean, "offsets_": offsets}
 
 
 def _max_norm(bank) -> float:
@@ -588,8 +553,3 @@ def _max_norm(bank) -> float:
 def _k_norm_max(x):
     """Largest row norm of a chunk, computed like the in-memory kernels (``torch.linalg.vector_norm``)."""
     return np.full((1, 1), float(torch.linalg.vector_norm(_tensor(x), dim=1).max()))
-
-
-def _check_block(x, check, name):
-    as_embeddings(_tensor(x), name, device="cpu", check_normalized=check)
-    return np.zeros((1, 1), dtype=np.int8)

@@ -10,9 +10,11 @@ is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]>
   list, and each list is scanned by one GEMM of [the targets that probe it] x [its rows] with a running-threshold
   top-k (:meth:`BankIndex._blas_search`); ``scan="faiss"`` (default with GPU faiss) -- faiss's IVF-Flat search,
   whose CPU scan does not use BLAS. Same quantizer, same probed lists, same results.
-* :class:`FaissNNN` -- :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` whose top-k bank
-  similarities come from a :class:`BankIndex`; the bias formula is the shared :func:`hubnorm.kernels.nnn_bias`.
-  With ``nprobe = nlist`` the search is exhaustive and the offsets equal the exact ones (float rounding aside).
+* :class:`IndexEngine` -- the in-process engine of :mod:`hubnorm.engine` whose top-``k`` reductions over a bank
+  are searched in a :class:`BankIndex`: one more engine over the block protocol (:mod:`hubnorm.blocks`), so a
+  method's own file is all it runs. :class:`FaissNNN` is :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization`
+  fitted on it (same bias formula, :func:`hubnorm.normalizers.nnn.nnn_bias`). With ``nprobe = nlist`` the search
+  is exhaustive and the offsets equal the exact ones (float rounding aside).
 * :class:`IndexedRetriever` -- serves any fitted offset normalizer (NNN, IS, SN, DBSN, ...) from an IVF index on
   the augmented targets; ``search`` returns the top-k normalised scores and indices, ``evaluate`` R@K.
 
@@ -46,11 +48,13 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .kernels import nnn_bias, pack_rows
+from .blocks import TopK, TopKResult
+from .engine import LocalEngine
+from .kernels import pack_rows
 from ._validation import as_embeddings, check_finite_float, check_finite_rows, check_positive_int, check_seed
 from .normalizers.nnn import NearestNeighborNormalization
 
-__all__ = ["BankIndex", "FaissNNN", "IndexedRetriever", "default_nlist", "faiss_uses_gpu"]
+__all__ = ["BankIndex", "IndexEngine", "FaissNNN", "IndexedRetriever", "default_nlist", "faiss_uses_gpu"]
 
 
 def _faiss():
@@ -429,12 +433,72 @@ class BankIndex:
         return {"nprobe": p, "recall": curve[p], "curve": curve}
 
 
+class IndexEngine(LocalEngine):
+    """The in-process engine with one difference: a top-``k`` over the rows of a bank (a :class:`~hubnorm.blocks.TopK`
+    over axis 0 of ``bank x targets`` scores, values only) is searched in a :class:`BankIndex` of that bank
+    (approximate unless ``nprobe = nlist``) instead of scanned exhaustively. Every other reduction runs as in
+    :class:`~hubnorm.engine.LocalEngine`. It knows reductions, not methods: any method whose fit reads such a top-k
+    (NNN; CSLS's radius) runs on it unchanged.
+
+    Where the probed lists hold fewer than ``k`` rows, the missing entries are ``-inf`` and a ``RuntimeWarning``
+    says how many targets are short (NNN's bias then averages the neighbours found); a target with no neighbour at
+    all is an error. After a search: ``index`` (the :class:`BankIndex`), ``tuning`` (the recall curve when
+    ``nprobe`` was tuned), ``nprobe``, ``scan``, ``incomplete`` (targets with fewer than ``k`` neighbours).
+    """
+
+    def __init__(self, inputs, *, bank_index: Optional[BankIndex] = None, nlist=None, nprobe=None,
+                 recall_target: float = 0.95, sample_size: int = 64, use_gpu=None, seed: int = 0, scan=None,
+                 block_bytes=None):
+        super().__init__(inputs, block_bytes=block_bytes)
+        self.index, self.options = bank_index, dict(nlist=nlist, seed=seed, use_gpu=use_gpu, scan=scan)
+        self.nprobe_option, self.recall_target, self.sample_size, self.seed = nprobe, recall_target, sample_size, seed
+        self.scan_option = scan
+        self.tuning = self.nprobe = self.scan = None
+        self.incomplete = 0
+
+    def reduce(self, red):
+        searchable = isinstance(red, TopK) and red.axis == 0 and not red.indices and red.source.cols == "targets"
+        if not searchable:
+            return super().reduce(red)
+        bank, targets = self.tensor(red.source.rows), self.tensor("targets")
+        k = int(red.k)
+        idx = self.index
+        if idx is None:
+            idx = BankIndex(bank, **self.options)
+        elif idx.n != bank.shape[0] or idx.d != bank.shape[1]:
+            raise ValueError(f"bank_index holds {idx.n} x {idx.d} rows but the query bank is {tuple(bank.shape)}")
+        self.tuning = None
+        if self.nprobe_option is None:
+            self.tuning = idx.tune_nprobe(targets, k, recall_target=float(self.recall_target),
+                                          sample_size=int(self.sample_size), seed=int(self.seed))
+        else:
+            idx._set_nprobe(int(self.nprobe_option))
+        self.scan = idx.scan if self.scan_option is None else self.scan_option
+        top, _ = idx.search(targets, k, scan=self.scan, return_indices=False)
+        self.index, self.nprobe = idx, idx.nprobe
+        top = torch.from_numpy(top).to(device=targets.device, dtype=targets.dtype)
+        found = top > -1e30  # probed lists with fewer than k rows pad with -inf (blas) or -FLT_MAX (faiss)
+        n_found = found.sum(dim=1)
+        self.incomplete = int((n_found < k).sum())
+        if self.incomplete:
+            if bool((n_found == 0).any()):
+                raise ValueError(f"nprobe={self.nprobe} finds no bank neighbour at all for {int((n_found == 0).sum())} "
+                                 f"target(s): raise nprobe (at most nlist={idx.nlist}) or leave it None to tune it")
+            warnings.warn(f"nprobe={self.nprobe} finds fewer than k={k} bank neighbours for {self.incomplete} of "
+                          f"{top.shape[0]} targets: their bias averages the neighbours found (raise nprobe for the "
+                          "full top-k)", RuntimeWarning, stacklevel=4)
+            top = torch.where(found, top, torch.full_like(top, -torch.inf))
+        return TopKResult(top, None)
+
+
 class FaissNNN(NearestNeighborNormalization):
-    """NNN with the bias computed from a faiss IVF index over the query bank (NNN Sec. 3.1, Table A5).
+    """NNN fitted on an :class:`IndexEngine`: the bias's top-``k`` bank similarities come from a faiss IVF index over
+    the query bank (NNN Sec. 3.1, Table A5). The method is NNN's own file; this class only carries the index options.
 
     Same interface and fitted attributes as :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization`
     (``bias_``, ``offsets_``) plus ``index_`` (the :class:`BankIndex`, reusable across fits on the same bank:
-    pass it as ``bank_index``), ``nprobe_`` and ``tuning_`` (the recall curve when ``nprobe`` was tuned).
+    pass it as ``bank_index``), ``nprobe_``, ``scan_``, ``incomplete_`` and ``tuning_`` (the recall curve when
+    ``nprobe`` was tuned).
 
     Parameters (beyond NNN's ``alpha``, ``k``):
         nlist: inverted lists (default :func:`default_nlist` of the bank size).
@@ -476,40 +540,17 @@ class FaissNNN(NearestNeighborNormalization):
         if self.scan not in (None, "blas", "faiss"):
             raise ValueError(f"scan must be None, 'blas' or 'faiss'; got {self.scan!r}")
 
-    def _fit(self, targets, query_bank, target_bank):
-        k = check_positive_int(self.k, "k", maximum=query_bank.shape[0], max_name="the query bank size")
-        idx = self.bank_index
-        if idx is None:
-            idx = BankIndex(query_bank, nlist=self.nlist, seed=self.seed, use_gpu=self.use_gpu, scan=self.scan)
-        elif idx.n != query_bank.shape[0] or idx.d != query_bank.shape[1]:
-            raise ValueError(f"bank_index holds {idx.n} x {idx.d} rows but the query bank is {tuple(query_bank.shape)}")
-        self.tuning_ = None
-        if self.nprobe is None:
-            self.tuning_ = idx.tune_nprobe(targets, k, recall_target=float(self.recall_target),
-                                           sample_size=int(self.sample_size), seed=int(self.seed))
-        else:
-            idx._set_nprobe(int(self.nprobe))
-        scan = idx.scan if self.scan is None else self.scan
-        top, _ = idx.search(targets, k, scan=scan, return_indices=False)
-        self.index_ = idx
-        self.scan_ = scan
-        self.nprobe_ = idx.nprobe
-        top = torch.from_numpy(top).to(device=targets.device, dtype=targets.dtype)
-        found = top > -1e30  # probed lists with fewer than k rows pad with -inf (blas) or -FLT_MAX (faiss)
-        n_found = found.sum(dim=1)
-        self.incomplete_ = int((n_found < k).sum())
-        if self.incomplete_ == 0:
-            self.bias_ = nnn_bias(top, self.alpha)
-        else:
-            if bool((n_found == 0).any()):
-                raise ValueError(f"nprobe={self.nprobe_} finds no bank neighbour at all for {int((n_found == 0).sum())} "
-                                 f"target(s): raise nprobe (at most nlist={idx.nlist}) or leave it None to tune it")
-            warnings.warn(f"nprobe={self.nprobe_} finds fewer than k={k} bank neighbours for {self.incomplete_} of "
-                          f"{top.shape[0]} targets: their bias averages the neighbours found (raise nprobe for the "
-                          "full top-k)", RuntimeWarning, stacklevel=3)
-            total = torch.where(found, top, torch.zeros_like(top)).sum(dim=1)
-            self.bias_ = float(self.alpha) * total / n_found.to(top.dtype)
-        self.offsets_ = -self.bias_
+    def fit_blocks(self, engine):
+        if not isinstance(engine, LocalEngine):
+            raise TypeError("FaissNNN indexes an in-memory query bank: load the bank (bank.compute()) or fit "
+                            "NearestNeighborNormalization on Dask")
+        index_engine = IndexEngine(engine.inputs, bank_index=self.bank_index, nlist=self.nlist, nprobe=self.nprobe,
+                                   recall_target=self.recall_target, sample_size=self.sample_size,
+                                   use_gpu=self.use_gpu, seed=self.seed, scan=self.scan, block_bytes=engine.block_bytes)
+        fitted = super().fit_blocks(index_engine)
+        fitted.update(index_=index_engine.index, scan_=index_engine.scan, nprobe_=index_engine.nprobe,
+                      tuning_=index_engine.tuning, incomplete_=index_engine.incomplete)
+        return fitted
 
 
 class IndexedRetriever:

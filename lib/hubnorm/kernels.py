@@ -11,9 +11,13 @@ functions here are the optimised implementations they call, each proven equal to
   centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
   Plain form: ``torch.logsumexp(scale * a @ b.T, dim=1) - log(len(b))``. Tests: ``tests/test_oracles.py``,
   ``tests/test_hardening.py``.
-* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (kept for the sweeps' shared GEMM cache).
-* :func:`pack_rows`, :func:`block_rows`, :func:`iter_blocks`, :func:`topk_partition`: block bookkeeping shared
-  with ``hubnorm.index`` and the benchmarks.
+* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps).
+* :func:`working_dtype`, :func:`log_mean_exp_dtype` -- the precision rules (float32 or float64 working dtype).
+* :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`iter_blocks`, :func:`topk_partition`: block
+  bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the benchmarks.
+
+The reductions of :mod:`hubnorm.blocks` call these kernels (``reduce_chunk``); the engines never call them by a
+method's name.
 
 All functions take torch tensors on one device and return tensors on that device. The block shape is derived
 from a byte budget (``block_bytes``), so memory stays bounded however large the bank grows.
@@ -36,7 +40,7 @@ def block_rows(n_cols: int, itemsize: int = 4, block_bytes: Optional[int] = None
     return max(minimum, budget // max(1, n_cols * itemsize))
 
 
-def _block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]) -> Tuple[int, int]:
+def block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]) -> Tuple[int, int]:
     """Rows of ``a`` and rows of ``b`` per block so that one ``a_blk @ b_blk.T`` fits the budget."""
     budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
     elems = max(1, budget // itemsize)
@@ -68,7 +72,7 @@ def topk_partition(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]
     The partition never depends on ``k``: the similarity values (and so the selected values) are the same
     bits for every ``k``, which the one-pass sweeps (``hubnorm.sweeps``) rely on.
     """
-    ra, rb = _block_shape(n_a, n_b, itemsize, block_bytes)
+    ra, rb = block_shape(n_a, n_b, itemsize, block_bytes)
     n_ablk = -(-n_a // ra)
     ra = -(-n_a // n_ablk)  # balanced row blocks (no thin last block: a thin GEMM is slow)
     return list(iter_blocks(n_a, ra)), list(iter_blocks(n_b, rb)), rb
@@ -217,7 +221,7 @@ def logsumexp_similarity(
     n_a, n_b = a.shape[0], b.shape[0]
     dt = a.dtype if dtype is None else dtype
     itemsize = torch.empty((), dtype=dt).element_size()
-    ra, rb = _block_shape(n_a, n_b, itemsize, block_bytes)
+    ra, rb = block_shape(n_a, n_b, itemsize, block_bytes)
     out = torch.empty(n_a, dtype=dt, device=a.device)
     for a0, a1 in iter_blocks(n_a, ra):
         acc = None
@@ -273,7 +277,8 @@ def log_mean_exp_similarity(
     scale = float(scale)
     if scale == 0.0:
         return torch.zeros(a.shape[0], dtype=a.dtype, device=a.device)
-    work = _log_mean_exp_dtype(a, b, abs(scale), abs(scale) if unit is None else abs(float(unit)), name)
+    smax = float(torch.linalg.vector_norm(a, dim=1).max()) * float(torch.linalg.vector_norm(b, dim=1).max())
+    work = log_mean_exp_dtype(a.dtype, smax, n_b, abs(scale), abs(scale) if unit is None else abs(float(unit)), name)
     lse = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=work, shared_blocks=cache)
     return lse - math.log(n_b)
 
@@ -292,10 +297,13 @@ def working_dtype(dtype: torch.dtype, magnitude: float, overflow: float = 0.0) -
     return None
 
 
-def _log_mean_exp_dtype(a, b, scale, unit, name) -> torch.dtype:
-    smax = float(torch.linalg.vector_norm(a, dim=1).max()) * float(torch.linalg.vector_norm(b, dim=1).max())
-    log_n = math.log(max(2, b.shape[0]))
-    dt = working_dtype(a.dtype, (log_n + scale * smax) / unit, scale * smax)
+def log_mean_exp_dtype(dtype: torch.dtype, smax: float, n_b: int, scale: float, unit: float, name: str) -> torch.dtype:
+    """The working dtype of a centred log-mean-exp over ``n_b`` items whose scores are at most ``smax`` in magnitude
+    (the product of the largest row norms): float32 (for 16/32-bit inputs) when its rounding of the result divided
+    by ``unit`` stays below :data:`PRECISION_TARGET`, else float64; ``ValueError`` naming ``name`` (e.g.
+    ``"tau=1e+13"``) with the usable range when even float64 cannot."""
+    log_n = math.log(max(2, n_b))
+    dt = working_dtype(dtype, (log_n + scale * smax) / unit, scale * smax)
     if dt is not None:
         return dt
     err = _EPS[torch.float64] * (log_n + scale * smax) / unit
@@ -303,14 +311,5 @@ def _log_mean_exp_dtype(a, b, scale, unit, name) -> torch.dtype:
         f"{name} is too extreme to compute precisely: the offsets would carry a rounding error of about "
         f"{err:.2g} in score units even in float64 (or overflow). For a temperature tau = 1 / beta use "
         f"{1.0 / (torch.finfo(torch.float64).max / 16):.0e} <= tau <= {PRECISION_TARGET / (_EPS[torch.float64] * log_n):.1e} "
-        f"with this bank of {b.shape[0]} rows (beyond the upper end the method ranks like DN / NNN with k = all)"
+        f"with this bank of {n_b} rows (beyond the upper end the method ranks like DN / NNN with k = all)"
     )
-
-
-def nnn_bias(top_values: torch.Tensor, alpha: float) -> torch.Tensor:
-    """The NNN bias ``b(t) = alpha * mean of the top-k bank similarities`` from the ``(n, k)`` top values.
-
-    The one place of the NNN formula (NNN Eq. 1) for the fast paths (``hubnorm.index``, ``hubnorm.sweeps``);
-    bit-identical to :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization` (``alpha * top.mean(1)``).
-    """
-    return float(alpha) * top_values.mean(dim=1)

@@ -145,9 +145,13 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
             note(f"the papers report no rows for the model {enc or '(unknown)'!r}: no published numbers are shown "
                  "(pass model='CLIP' or another published name to compare anyway)")
             return None
-    if paper == "dbsn":
-        return {"CLIP": "zs CLIP"}.get(name)
-    return name
+    renames = next((v for pid, v in _MODEL_NAMES_IN_PAPER.items() if pid.split("-")[0] == paper), None)
+    return name if renames is None else renames.get(name)
+
+
+#: How a paper's tables name the models we report, keyed by paper id (the DBSN tables write zero-shot CLIP as
+#: "zs CLIP" and report no other model of ours); papers not listed use our names.
+_MODEL_NAMES_IN_PAPER = {"dbsn-pan2025": {"CLIP": "zs CLIP"}}
 
 
 def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> Optional[str]:

@@ -3,11 +3,16 @@
 >>> from hubnorm import make_normalizer
 >>> make_normalizer("nnn", alpha=0.75, k=16)
 NearestNeighborNormalization(alpha=0.75, k=16, ...)
+
+A method is one file in ``hubnorm/normalizers/`` and one line below. Everything else about it (its display name,
+the papers' grid, its inputs, parameter limits, block reductions, one-pass sweep) is read off its class, so
+:data:`NORMALIZERS`, :data:`DISPLAY_NAMES` and :data:`PAPER_GRIDS` follow the registry; :func:`register` adds a
+method from outside the package (a test, a notebook, a third-party module) to all three.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Type
+from typing import Dict, Sequence, Type
 
 from .normalizers import (
     CrossDomainSimilarityLocalScaling, DistributionNormalization, DualBankSinkhornNormalization,
@@ -15,25 +20,58 @@ from .normalizers import (
     NearestNeighborNormalization, Normalizer, SinkhornNormalization,
 )
 
-NORMALIZERS: Dict[str, Type[Normalizer]] = {
-    cls.name: cls
-    for cls in (
-        Identity, NearestNeighborNormalization, DistributionNormalization, InvertedSoftmax, DynamicInvertedSoftmax,
-        CrossDomainSimilarityLocalScaling, DualInvertedSoftmax, DualDynamicInvertedSoftmax, SinkhornNormalization,
-        DualBankSinkhornNormalization,
-    )
-}
+#: registry name -> class
+NORMALIZERS: Dict[str, Type[Normalizer]] = {}
 
 #: Display names used in tables and figures.
-DISPLAY_NAMES = {
-    "raw": "Original", "nnn": "NNN", "dn": "DN", "is": "IS", "dis": "DIS", "csls": "CSLS", "dualis": "DualIS",
-    "dualdis": "DualDIS", "sn": "SN", "dbsn": "DBSN",
-}
+DISPLAY_NAMES: Dict[str, str] = {}
+
+#: The papers' grids (NNN App. B1; DBSN Fig. 6 ranges; ours where the papers give none): ``{method: {param: [...]}}``.
+PAPER_GRIDS: Dict[str, Dict[str, Sequence]] = {}
+
+
+def register(cls: Type[Normalizer], *, replace: bool = False) -> Type[Normalizer]:
+    """Add a normalizer class under ``cls.name`` (its ``display_name`` and ``paper_grid`` too); returns ``cls``."""
+    if not (isinstance(cls, type) and issubclass(cls, Normalizer)):
+        raise TypeError(f"register takes a Normalizer subclass; got {cls!r}")
+    key = cls.name
+    if not isinstance(key, str) or not key or key != key.lower() or key == Normalizer.name:
+        raise ValueError(f"{cls.__name__}.name must be a lower-case registry name; got {key!r}")
+    if key in NORMALIZERS and NORMALIZERS[key] is not cls and not replace:
+        raise ValueError(f"the name {key!r} is taken by {NORMALIZERS[key].__name__}: choose another name "
+                         "(or pass replace=True)")
+    NORMALIZERS[key] = cls
+    DISPLAY_NAMES[key] = cls.display_name or key
+    if cls.paper_grid:
+        PAPER_GRIDS[key] = {p: list(v) for p, v in cls.paper_grid.items()}
+    else:
+        PAPER_GRIDS.pop(key, None)
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a method added by :func:`register` (tests)."""
+    NORMALIZERS.pop(name, None)
+    DISPLAY_NAMES.pop(name, None)
+    PAPER_GRIDS.pop(name, None)
+
+
+# one line per method
+register(Identity)
+register(NearestNeighborNormalization)
+register(DistributionNormalization)
+register(InvertedSoftmax)
+register(DynamicInvertedSoftmax)
+register(CrossDomainSimilarityLocalScaling)
+register(DualInvertedSoftmax)
+register(DualDynamicInvertedSoftmax)
+register(SinkhornNormalization)
+register(DualBankSinkhornNormalization)
 
 
 def make_normalizer(name: str, **params) -> Normalizer:
     """A new normalizer by registry name (``"raw"``, ``"nnn"``, ``"dn"``, ``"is"``, ``"dis"``, ``"csls"``,
-    ``"dualis"``, ``"dualdis"``, ``"sn"``, ``"dbsn"``)."""
+    ``"dualis"``, ``"dualdis"``, ``"sn"``, ``"dbsn"``, and any name added with :func:`register`)."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a string; got {type(name).__name__}")
     key = name.lower()

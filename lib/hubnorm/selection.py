@@ -7,14 +7,16 @@ The grids of the papers are in :data:`PAPER_GRIDS`.
 :func:`grid_search` has two engines behind one call (the ``engine`` argument is the seam):
 
 * ``"reference"`` - the plain loop: build the normalizer of every grid point, fit it, evaluate it;
-* ``"sweep"`` - the one-pass path of :mod:`hubnorm.sweeps`: NNN's top-``max(k)`` bank similarities are
-  computed once for every ``(alpha, k)``, IS/SN/DBSN share one bank x target score pass across ``tau``,
-  DualIS/DualDIS one log-sum-exp per bank and beta, and all settings are ranked against one pass over the query
-  scores. Same numbers as the reference loop
-  (``tests/test_selection.py`` proves it), tens of times faster on the paper grids.
+* ``"sweep"`` - the one-pass engine of :mod:`hubnorm.sweeps`: the method's own ``fit_grid`` fits every point on
+  one shared engine (NNN: every ``(alpha, k)`` from one top-``max(k)``; IS/SN/DBSN: one bank x target score pass
+  across ``tau``; DualIS/DualDIS: one log-sum-exp per bank and beta), and all settings are ranked against one pass
+  over the query scores. Same numbers as the reference loop (``tests/test_selection.py`` proves it), tens of
+  times faster on the paper grids.
 
-``engine="auto"`` (the default) takes the sweep when the method and grid allow it, else the reference loop.
-Every grid point is validated by the normalizer's own constructor checks before anything is computed.
+``engine="auto"`` (the default) takes the sweep when the method's class states one for the grid's parameters
+(``sweep_params``) and the fixed ones (``sweep_fixed``), else the reference loop. Nothing here knows a method's
+name: grids, limits and sweeps are read off the registered class. Every grid point is validated by the
+normalizer's own constructor checks before anything is computed.
 """
 
 from __future__ import annotations
@@ -27,23 +29,13 @@ import numpy as np
 import pandas as pd
 
 from .evaluation import evaluate
-from .registry import NORMALIZERS, make_normalizer
+from .registry import NORMALIZERS, PAPER_GRIDS, make_normalizer
 from .retrieval import RetrievalTask
-from .sweeps import SWEEP_FIXED_PARAMS, dual_grid_table, nnn_grid_table, tau_grid_table
+from .sweeps import can_sweep, sweep_table
 from .progress import progress as _progress_bar
 
-#: NNN App. B1 grid, and tau grids around the DBSN defaults (DBSN Fig. 6 sweeps 0.005 ... 0.025).
-PAPER_GRIDS: Dict[str, Dict[str, Sequence]] = {
-    "nnn": {"alpha": [0.25 + 0.125 * i for i in range(11)], "k": [2**i for i in range(10)]},
-    "dn": {"lam": [0.25, 0.5, 0.75, 1.0]},
-    "is": {"tau": [0.005, 0.01, 0.015, 0.02, 0.025, 0.05]},
-    "dis": {"tau": [0.005, 0.01, 0.015, 0.02, 0.025, 0.05]},
-    "csls": {"k": [1, 2, 4, 8, 16, 32, 64, 128]},
-    "dualis": {"beta_query": [10.0, 25.0, 50.0, 100.0], "beta_target": [0.0, 1.0, 10.0, 50.0]},
-    "dualdis": {"beta_query": [10.0, 25.0, 50.0, 100.0], "beta_target": [0.0, 1.0, 10.0, 50.0]},
-    "sn": {"tau": [0.005, 0.01, 0.015, 0.02, 0.025]},
-    "dbsn": {"tau": [0.005, 0.01, 0.015, 0.02, 0.025]},
-}
+# PAPER_GRIDS (NNN App. B1 grid, and tau grids around the DBSN defaults: DBSN Fig. 6 sweeps 0.005 ... 0.025) is the
+# registry's dict of each method's ``paper_grid``, so a registered method's grid is there too.
 
 ENGINES = ("auto", "sweep", "reference")
 
@@ -93,33 +85,26 @@ def _metric_ks(metric: str, ks: Sequence[int]) -> tuple:
     return ks if k in ks else tuple(sorted(set(ks) | {k}))
 
 
+def _sizes(task: RetrievalTask, query_aware: bool):
+    bank = task.queries if query_aware else task.query_bank
+    sizes = {"query_bank": None if bank is None else len(bank), "targets": task.n_targets,
+             "target_bank": None if task.target_bank is None else len(task.target_bank),
+             "queries": task.n_queries}
+    return sizes.get
+
+
+def param_limit(method: str, param: str, task: RetrievalTask, *, query_aware: bool = False) -> Optional[int]:
+    """The largest valid value of ``param`` of ``method`` on ``task`` (the inputs its class says limit it, e.g. NNN's
+    ``k`` and the query bank), or None when nothing limits it."""
+    cls = NORMALIZERS.get(method)
+    return None if cls is None else cls.limit(param, _sizes(task, query_aware))
+
+
 def k_limit(method: str, task: RetrievalTask, *, query_aware: bool = False) -> Optional[int]:
     """The largest valid ``k`` of ``method`` on ``task``: NNN's top-k runs over the query bank, CSLS's over the
     query bank and the targets, DIS/DualDIS's activation sets over the targets; None when ``k`` is not a
-    parameter of the method."""
-    bank = task.queries if query_aware else task.query_bank
-    n_bank = None if bank is None else len(bank)
-    if method == "nnn":
-        return n_bank
-    if method == "csls":
-        return task.n_targets if n_bank is None else min(n_bank, task.n_targets)
-    if method in ("dis", "dualdis"):
-        return task.n_targets
-    return None
-
-
-def _sweep_kind(method: str, grid: Mapping[str, list], fixed: Mapping[str, object]) -> Optional[str]:
-    """Which one-pass sweep computes this grid exactly, or None."""
-    extra = set(fixed) - SWEEP_FIXED_PARAMS.get(method, set())
-    if extra:
-        return None
-    if method == "nnn" and set(grid) <= {"alpha", "k"}:
-        return "nnn"
-    if method in ("is", "sn", "dbsn") and set(grid) == {"tau"}:
-        return "tau"
-    if method in ("dualis", "dualdis") and set(grid) <= {"beta_query", "beta_target"}:
-        return "dual"
-    return None
+    parameter of the method (each class states it: ``parameters["k"].limited_by``)."""
+    return param_limit(method, "k", task, query_aware=query_aware)
 
 
 def grid_search(
@@ -176,37 +161,21 @@ def grid_search(
     uses_bank = NORMALIZERS[method].uses_query_bank
     if uses_bank == "required" and bank is None:
         raise ValueError(f"{method!r} needs a query bank: build the validation task with one, or query_aware=True")
-    limit = k_limit(method, validation, query_aware=query_aware)
-    if "k" in names and limit is not None:
-        too_big = sorted({int(p["k"]) for p in points if int(p["k"]) > limit})
+    for param in names:
+        limit = param_limit(method, param, validation, query_aware=query_aware)
+        too_big = sorted({int(p[param]) for p in points if limit is not None and int(p[param]) > limit})
         if too_big:
-            raise ValueError(f"grid['k'] has {too_big} > {limit}, the largest k of {method!r} on this task: drop "
-                             "those values (hubnorm.protocol.clamp_grid does it and reports what it dropped)")
+            raise ValueError(f"grid[{param!r}] has {too_big} > {limit}, the largest {param} of {method!r} on this "
+                             "task: drop those values (hubnorm.protocol.clamp_grid does it and reports what it "
+                             "dropped)")
 
-    kind = _sweep_kind(method, grid, fixed) if engine != "reference" else None
-    if engine == "sweep" and kind is None:
+    sweep = engine != "reference" and can_sweep(method, grid, fixed)
+    if engine == "sweep" and not sweep:
         raise ValueError(f"no one-pass sweep for method {method!r} with grid {sorted(grid)} and fixed "
                          f"{sorted(fixed)}: use engine='auto' or 'reference'")
     full = metric == "MnR"
-    if kind == "nnn":
-        alphas = grid.get("alpha", [make_normalizer("nnn", **fixed).alpha])
-        kvals = grid.get("k", [make_normalizer("nnn", **fixed).k])
-        table = nnn_grid_table(validation, alphas, kvals, metric_ks=ks, full=full, query_aware=query_aware,
-                               **fixed)
-        # back to the grid's own column order and only its own columns
-        table = table[names + [c for c in table.columns if c not in ("alpha", "k")]]
-        used = "sweep"
-    elif kind == "dual":
-        default = make_normalizer(method, **fixed)
-        bqs = grid.get("beta_query", [default.beta_query])
-        bts = grid.get("beta_target", [default.beta_target])
-        table = dual_grid_table(validation, method, bqs, bts, fixed=fixed, metric_ks=ks, full=full,
-                                query_aware=query_aware)
-        table = table[names + [c for c in table.columns if c not in ("beta_query", "beta_target")]]
-        used = "sweep"
-    elif kind == "tau":
-        table = tau_grid_table(validation, method, grid["tau"], fixed=fixed, metric_ks=ks, full=full,
-                               query_aware=query_aware)
+    if sweep:
+        table = sweep_table(validation, method, points, fixed=fixed, metric_ks=ks, full=full, query_aware=query_aware)
         used = "sweep"
     else:
         rows: List[dict] = []
@@ -216,9 +185,6 @@ def grid_search(
             rows.append({**params, **evaluate(norm, validation, ks=ks)})
         table = pd.DataFrame(rows)
         used = "reference"
-    if used == "sweep":  # the sweeps build rows in their own product order: put them in the grid's order
-        keys = [tuple(row) for row in table[names].itertuples(index=False, name=None)]
-        table = table.iloc[[keys.index(tuple(p[n] for n in names)) for p in points]].reset_index(drop=True)
     if metric not in table.columns:
         raise ValueError(f"metric {metric!r} is not in the table columns {list(table.columns)}")
     values = table[metric].to_numpy(dtype=float)

@@ -13,7 +13,11 @@ Data flow::
 Modules: :mod:`.annotations` (caption loaders), :mod:`.registry` (datasets, URLs, checksums), :mod:`.fetch`
 (downloads), :mod:`.encode` (open_clip, :func:`get_encoder`), :mod:`.encode_blip` (BLIP ITC), :mod:`.cache`
 (npy + manifest), :mod:`.pipeline` (encode-or-load), :mod:`.rehearse` (synthetic rehearsal caches), :mod:`.models`
-(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders). Heavy dependencies (open_clip, pooch) load only when used.
+(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders), :mod:`.text_cache` and
+:mod:`.text_encode` (sentence embeddings of caption texts), :mod:`.blip_offline` (BLIP processor and config built
+without downloads). Heavy dependencies (open_clip, pooch) load only when used. Layering: this package imports only
+leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the containers (``embeddings``,
+``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """
 
 from .annotations import (

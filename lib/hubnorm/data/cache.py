@@ -53,7 +53,7 @@ def library_versions(encoder_family: str = "open_clip") -> Dict[str, str]:
 
     import torch
 
-    from .. import __version__ as hubnorm_version
+    from .._version import __version__ as hubnorm_version
     try:
         oc = metadata.version("open_clip_torch")
     except metadata.PackageNotFoundError:

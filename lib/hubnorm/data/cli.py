@@ -177,12 +177,25 @@ def _cmd_rehearse(args) -> int:
     return 0
 
 
+def _load_source(source: str, **kwargs):
+    """The embeddings of a ``cache:`` or ``local:`` source (the ones with caption texts), read by the data layer's
+    own loaders (``hubnorm.load_embeddings`` sits above this package and also reads synthetic sources)."""
+    kind, _, rest = source.partition(":")
+    if kind == "cache":
+        from .pipeline import load_cached_embeddings
+        return load_cached_embeddings(rest, **kwargs)
+    if kind == "local":
+        from .local import load_local_embeddings
+        return load_local_embeddings(rest, **kwargs)
+    raise ValueError(f"encode-texts reads the caption texts of a 'cache:<dataset>:<model>:<pretrained>' or "
+                     f"'local:<folder>' source; got {source!r} (synthetic embeddings have no caption texts)")
+
+
 def _cmd_encode_texts(args) -> int:
     import time
 
-    from ..datasets import load_embeddings
-    from ..listwise.relevance import encode_texts, load_text_encoder
     from .text_cache import text_entry_dir, texts_sha256
+    from .text_encode import encode_texts, load_text_encoder
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be a positive integer; got {args.batch_size}")
     splits = _splits(args.split, ("test", "train"))
@@ -195,7 +208,7 @@ def _cmd_encode_texts(args) -> int:
             from .rehearse import REHEARSAL_MODEL
             rehearsal = args.source.split(":")[2:3] == [REHEARSAL_MODEL]
             kwargs["cache_dir"] = Path(args.cache_dir) / "rehearsal" if rehearsal else args.cache_dir
-    ds = load_embeddings(args.source, **kwargs)
+    ds = _load_source(args.source, **kwargs)
     for s in splits:   # every split checked before minutes of encoding
         if s not in ds.splits:
             raise ValueError(f"{args.source} has no split {s!r} (it has {sorted(ds.splits)}): pass --split")

@@ -14,10 +14,10 @@ so ``image_embedding @ caption_embedding`` equals ``BlipForImageTextRetrieval(..
 
 Model names (``model`` argument): a Hugging Face id (``"Salesforce/blip-itm-base-coco"``), its short form
 (``"blip-itm-base-coco"``, see :data:`BLIP_MODELS`), a local folder saved with ``save_pretrained`` (model +
-processor), or ``"blip-itm-tiny"``: a tiny random-init test architecture (:func:`hubnorm.rerank.blip.small_blip_config`).
+processor), or ``"blip-itm-tiny"``: a tiny random-init test architecture (:func:`hubnorm.data.blip_offline.small_blip_config`).
 ``pretrained``: ``"hf"`` loads the weights (Hugging Face hub cache or the local folder; network needed the first
 time), ``"none"`` builds the architecture with random weights (seeded) and an offline tokenizer
-(:func:`hubnorm.rerank.blip.offline_processor`): meaningless embeddings, for tests and timing only.
+(:func:`hubnorm.data.blip_offline.offline_processor`): meaningless embeddings, for tests and timing only.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class BlipItcEncoder:
     def _random_init_config(self):
         from transformers import BlipConfig
 
-        from ..rerank.blip import small_blip_config
+        from .blip_offline import small_blip_config
         if self.model_name == BLIP_TINY:
             return small_blip_config(vocab_size=192)
         local = Path(self.model_name)
@@ -121,7 +121,7 @@ class BlipItcEncoder:
                     "Hugging Face hub (cache: HF_HOME); offline, copy the cache or a save_pretrained folder here and "
                     "pass its path as the model.") from exc
         else:
-            from ..rerank.blip import offline_processor
+            from .blip_offline import offline_processor
             config = self._random_init_config()
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)

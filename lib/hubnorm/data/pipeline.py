@@ -141,7 +141,7 @@ def _load_key(dataset, split, model, pretrained, family=None) -> dict:
     record their own family ("synthetic-rehearsal") and are matched on it."""
     from .encode import check_family
     if model == REHEARSAL_MODEL:
-        from .. import __version__
+        from .._version import __version__
         return _cache.make_key(dataset, split, model, pretrained, encoder_family=REHEARSAL_MODEL,
                                versions={"hubnorm": __version__})
     family = check_family(family, model)

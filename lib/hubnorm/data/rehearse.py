@@ -90,7 +90,7 @@ def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 
     Entries whose manifest already matches (same profile, seed, scale, hubnorm version, checksums) are kept
     unless ``force``.
     """
-    from .. import __version__ as hubnorm_version
+    from .._version import __version__ as hubnorm_version
     from ..synthetic import PRESETS, generator_geometry, iter_split_chunks
 
     prof = _profile(profile)

@@ -8,20 +8,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .._validation import unit_rows  # noqa: F401 (public here too: shared with the data layer's text encoder)
+
 __all__ = ["unit_rows", "index_array", "check_tau", "check_scores", "check_relevance"]
-
-
-def unit_rows(x, name: str, dtype=np.float32) -> np.ndarray:
-    """``x`` as a 2-D array of ``dtype`` with unit L2 rows (normalised in float64); errors name ``name``."""
-    x = np.asarray(x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"{name} must be a non-empty 2-D array (n, d); got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} contain NaN or Inf")
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    if np.any(norms == 0):
-        raise ValueError(f"{name} contain an all-zero row: cannot normalise")
-    return (x / norms).astype(dtype)
 
 
 def index_array(x, name: str, upper: Optional[int] = None) -> np.ndarray:

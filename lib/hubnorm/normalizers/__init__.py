@@ -1,4 +1,6 @@
-"""Test-time normalizers, one module per method, sharing :class:`~hubnorm.normalizers.base.Normalizer`."""
+"""Test-time normalizers: a method is one module (its equation, parameters and limits, plain form, offsets as
+reductions over score blocks, optional one-pass grid), sharing :class:`~hubnorm.normalizers.base.Normalizer` and
+registered by one line in :mod:`hubnorm.registry` (docs/methods.md, "Where a new method goes")."""
 
 from .base import Identity, Normalizer, NotFittedError
 from .csls import CrossDomainSimilarityLocalScaling

@@ -1,4 +1,4 @@
-"""The interface shared by every normalizer.
+"""The interface shared by every normalizer, and the protocol each method implements in its own file.
 
 A normalizer follows scikit-learn's estimator conventions: the constructor only stores its arguments (as
 given), ``fit`` looks at the gallery and the banks and sets attributes ending in ``_``, and scoring is then a
@@ -9,17 +9,33 @@ Most methods are *offset* methods: the normalised score is ``S_ij + h_j`` with o
 computed once per gallery (``offsets_``). Retrieval is then one matmul plus a vector, and a plain vector index
 can serve it with the augmented embeddings of the NNN paper, Sec. 3.1 (``augment_targets`` /
 ``augment_queries``: ``<[q, 1], [t, h]> = q . t + h``).
+
+**The method protocol** (docs/methods.md, "Where a new method goes"). A method's file states, on its class:
+
+* ``name``, ``display_name``, ``paper_grid``: registry key, table label, the papers' grid (``PAPER_GRIDS``);
+* ``inputs``: a :class:`hubnorm.blocks.Inputs` (the score matrices / embeddings it reads at fit and score time);
+* ``parameters``: ``{name: hubnorm.blocks.Param}`` (checks, and the inputs whose sizes limit a value);
+* ``fit_blocks(engine)``: the fitted attributes from reductions run by ``engine`` (:mod:`hubnorm.blocks`); the
+  same code runs in process (:class:`hubnorm.engine.LocalEngine`), on Dask (``hubnorm.distributed``) and on a
+  vector index (``hubnorm.index``);
+* ``plain(targets, query_bank, target_bank)``: the formula as written, dense (the tests' reference);
+* ``normalize_scores(s, queries)``: the normalised scores of a block of raw test scores (default ``s + h``);
+* optionally ``sweep_params`` / ``sweep_fixed`` / ``fit_grid(norms, engine)``: the one-pass path over a grid
+  (:func:`hubnorm.grid_search`'s sweep engine), and ``example_params``: small-problem parameters for the
+  generic checks (``tests/method_checks.py``).
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from typing import Dict, Iterator, Optional, Tuple
+from typing import ClassVar, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 
+from ..blocks import Inputs, Param, check_limits, limit_of
+from ..engine import LocalEngine
 from ..kernels import block_rows, iter_blocks
 from .._validation import (
     ArrayLike, as_embeddings, check_block_bytes, check_chunk_size, check_positive_int, resolve_device,
@@ -35,23 +51,49 @@ def _on_dask(x) -> bool:
 EXECUTION_OPTIONS = frozenset({"device", "chunk_size", "check_normalized", "block_bytes", "cache_bytes", "cache_dtype",
                                "implementation"})
 
+#: The execution options every one-pass sweep honours exactly (a method adds its own in ``sweep_fixed``).
+SWEEP_COMMON = frozenset({"device", "chunk_size", "check_normalized", "block_bytes"})
+
+_REQUIRED_MESSAGES = {
+    "query_bank": "needs query_bank (reference queries, e.g. training captions for t2i); pass fit(targets, query_bank=...)",
+    "target_bank": "needs target_bank (reference targets, e.g. training images for t2i); "
+                   "pass fit(targets, query_bank=..., target_bank=...)",
+}
+
+
 class NotFittedError(RuntimeError):
     """Raised when a normalizer is used before ``fit``."""
 
 
 class Normalizer:
-    """Base class. Subclasses implement ``_fit`` and, when not offset-based, ``_score_block``.
+    """Base class of every method (see the module docstring for the protocol a subclass implements).
 
     Class attributes:
-        name: registry key (e.g. ``"nnn"``).
-        uses_query_bank / uses_target_bank: which banks ``fit`` needs (``"required"``, ``"optional"`` or ``"unused"``).
+        name: registry key (e.g. ``"nnn"``); display_name: its label in tables (``"NNN"``).
+        inputs: what ``fit`` and scoring read (:class:`hubnorm.blocks.Inputs`).
+        uses_query_bank / uses_target_bank: which banks ``fit`` needs (``"required"``, ``"optional"`` or
+            ``"unused"``), derived from ``inputs``.
+        parameters: the method's hyperparameters (:class:`hubnorm.blocks.Param`).
         is_offset: ``True`` when scores are ``S + offsets_`` (one offset per target).
     """
 
-    name = "base"
-    uses_query_bank = "unused"
-    uses_target_bank = "unused"
-    is_offset = True
+    name: ClassVar[str] = "base"
+    display_name: ClassVar[Optional[str]] = None
+    paper_grid: ClassVar[Optional[Dict[str, list]]] = None
+    inputs: ClassVar[Inputs] = Inputs()
+    uses_query_bank: ClassVar[str] = "unused"
+    uses_target_bank: ClassVar[str] = "unused"
+    parameters: ClassVar[Dict[str, Param]] = {}
+    is_offset: ClassVar[bool] = True
+    sweep_params: ClassVar[FrozenSet[str]] = frozenset()
+    sweep_fixed: ClassVar[FrozenSet[str]] = SWEEP_COMMON
+    example_params: ClassVar[Dict[str, object]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "inputs" in cls.__dict__:  # one source of truth: the declared inputs
+            cls.uses_query_bank = cls.inputs.usage("query_bank")
+            cls.uses_target_bank = cls.inputs.usage("target_bank")
 
     # ------------------------------------------------------------------ scikit-learn style parameters
     @classmethod
@@ -80,6 +122,13 @@ class Normalizer:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
+    @classmethod
+    def limit(cls, param: str, sizes) -> Optional[int]:
+        """The largest value of ``param`` that inputs of these sizes allow (``sizes(name) -> int or None``), or
+        None when ``param`` is not limited by an input (or none of its limiting inputs is there)."""
+        spec = cls.parameters.get(param)
+        return None if spec is None else limit_of(spec, sizes)
+
     # ------------------------------------------------------------------ fitting
     def fit(
         self,
@@ -93,47 +142,88 @@ class Normalizer:
         text-to-image); passing the test queries themselves makes the method query-aware (transductive).
         ``target_bank`` (c x d) holds reference items of the target modality (e.g. training images).
         A bank that is a Dask array or a folder of ``.npy`` shards is reduced on the active Dask scheduler
-        (``hubnorm.distributed``, NNN/CSLS/DN/IS/SN/DBSN) with the same fitted attributes.
+        (``hubnorm.distributed``, every method written as block reductions) with the same fitted attributes.
         """
         if (_on_dask(query_bank) and self.uses_query_bank != "unused") or (
                 _on_dask(target_bank) and self.uses_target_bank != "unused"):
             from ..distributed import fit_offsets  # imports Dask, only for a Dask (or sharded-folder) bank
 
             return fit_offsets(self, targets, query_bank, target_bank)
+        engine = self.local_engine(targets, query_bank, target_bank)
+        t = engine.tensor("targets")
+        self.targets_ = t
+        self.device_ = engine.device
+        if type(self)._fit is Normalizer._fit:
+            self._set_fitted(self.fit_blocks(engine))
+        else:  # a subclass that still overrides the in-memory hook
+            self._fit(t, engine.inputs.get("query_bank"), engine.inputs.get("target_bank"))
+        offsets = getattr(self, "offsets_", None)
+        if offsets is not None and not bool(torch.isfinite(offsets).all()):
+            del self.targets_
+            raise self.non_finite_error(t.dtype)
+        return self
+
+    def local_engine(self, targets, query_bank=None, target_bank=None, *, sweep_bytes: Optional[int] = None
+                     ) -> LocalEngine:
+        """Check the parameters and the inputs (as ``fit`` does) and return the in-process engine over them.
+
+        The sweeps of :func:`hubnorm.grid_search` call it with ``sweep_bytes`` so that every grid point sees the
+        same tensors as a fit of its own."""
         self.check_params()
         device = resolve_device(getattr(self, "device", None))
         check_normalized = getattr(self, "check_normalized", True)
         t = as_embeddings(targets, "targets", device=device, check_normalized=check_normalized)
         dtype = t.dtype
         qb = tb = None
-        if self.uses_query_bank == "required" and query_bank is None:
-            raise ValueError(
-                f"{type(self).__name__} needs query_bank (reference queries, e.g. training captions for t2i); "
-                "pass fit(targets, query_bank=...)"
-            )
-        if self.uses_target_bank == "required" and target_bank is None:
-            raise ValueError(
-                f"{type(self).__name__} needs target_bank (reference targets, e.g. training images for t2i); "
-                "pass fit(targets, query_bank=..., target_bank=...)"
-            )
+        self.check_required(query_bank, target_bank)
         if query_bank is not None and self.uses_query_bank != "unused":
             qb = as_embeddings(query_bank, "query_bank", device=device, dtype=dtype, dim=t.shape[1],
                                check_normalized=check_normalized)
         if target_bank is not None and self.uses_target_bank != "unused":
             tb = as_embeddings(target_bank, "target_bank", device=device, dtype=dtype, dim=t.shape[1],
                                check_normalized=check_normalized)
-        self.targets_ = t
-        self.device_ = device
-        self._fit(t, qb, tb)
-        offsets = getattr(self, "offsets_", None)
-        if offsets is not None and not bool(torch.isfinite(offsets).all()):
-            del self.targets_
-            raise ValueError(
-                f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._strength_params().items())}) "
+        engine = LocalEngine({"targets": t, "query_bank": qb, "target_bank": tb},
+                             block_bytes=getattr(self, "block_bytes", None), sweep_bytes=sweep_bytes)
+        self.check_limits(engine)
+        return engine
+
+    def check_required(self, query_bank, target_bank) -> None:
+        """ValueError naming the bank a method needs when it is None (every engine asks this first)."""
+        for name, bank, usage in (("query_bank", query_bank, self.uses_query_bank),
+                                  ("target_bank", target_bank, self.uses_target_bank)):
+            if usage == "required" and bank is None:
+                raise ValueError(f"{type(self).__name__} {_REQUIRED_MESSAGES[name]}")
+
+    def check_limits(self, engine) -> None:
+        """Parameters limited by input sizes (NNN's ``k`` <= the query-bank size) against ``engine``'s inputs."""
+        check_limits(self.parameters, {p: getattr(self, p, None) for p in self.parameters}, engine.size)
+
+    def non_finite_error(self, dtype) -> ValueError:
+        """The error of a fit whose offsets are not finite (a parameter too extreme for the precision)."""
+        return ValueError(f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._strength_params().items())}) "
                 f"gives non-finite offsets in {dtype}: a parameter is too extreme for this precision "
-                "(see the method's docstring for the usable range), or pass float64 embeddings"
-            )
-        return self
+                "(see the method's docstring for the usable range), or pass float64 embeddings")
+
+    def _set_fitted(self, fitted: Mapping[str, object]) -> None:
+        for key, value in fitted.items():
+            setattr(self, key, value)
+
+    def fit_blocks(self, engine) -> Dict[str, object]:
+        """The fitted attributes (``offsets_`` and the method's own), computed from reductions run by ``engine``."""
+        raise NotImplementedError(f"{type(self).__name__} does not state its fit as block reductions (fit_blocks)")
+
+    def plain(self, targets: torch.Tensor, query_bank: Optional[torch.Tensor] = None,
+              target_bank: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+        """The method's formula as written, on dense tensors (the reference of the tests; small problems only)."""
+        raise NotImplementedError(f"{type(self).__name__} has no plain form")
+
+    @classmethod
+    def fit_grid(cls, norms: List["Normalizer"], engine) -> List[Dict[str, object]]:
+        """Fitted attributes of every normalizer of a grid on the same inputs (the sweep engine calls it when the
+        grid and the fixed parameters are within ``sweep_params`` / ``sweep_fixed``). Default: one
+        ``fit_blocks`` per point; the engine's :meth:`~hubnorm.engine.LocalEngine.shared` caches let them share
+        score blocks. A method overrides it when its points share more (NNN: one top-``max(k)``)."""
+        return [n.fit_blocks(engine) for n in norms]
 
     def check_params(self) -> "Normalizer":
         """Check the constructor arguments now (``fit`` does it too); returns ``self``.
@@ -149,16 +239,23 @@ class Normalizer:
         return {k: v for k, v in self.get_params().items() if k not in EXECUTION_OPTIONS}
 
     def _validate_params(self) -> None:
-        """Check constructor arguments; subclasses extend this (called by :meth:`check_params` and ``fit``)."""
+        """Check constructor arguments: the execution options, then every declared :attr:`parameters` entry.
+        A subclass extends it for checks across parameters (called by :meth:`check_params` and ``fit``)."""
         check_chunk_size(getattr(self, "chunk_size", None))
         check_block_bytes(getattr(self, "block_bytes", None))
         resolve_device(getattr(self, "device", None))
         check_normalized = getattr(self, "check_normalized", True)
         if not isinstance(check_normalized, (bool, np.bool_)):
             raise TypeError(f"check_normalized must be True or False; got {check_normalized!r}")
+        for name, spec in self.parameters.items():
+            spec.check(getattr(self, name), name)
 
     def _fit(self, targets: torch.Tensor, query_bank: Optional[torch.Tensor], target_bank: Optional[torch.Tensor]) -> None:
-        raise NotImplementedError
+        """Set the fitted attributes from validated tensors. The protocol's default runs :meth:`fit_blocks` on the
+        in-process engine; a subclass may still override ``_fit`` (it then fits in memory only, not on Dask)."""
+        engine = LocalEngine({"targets": targets, "query_bank": query_bank, "target_bank": target_bank},
+                             block_bytes=getattr(self, "block_bytes", None))
+        self._set_fitted(self.fit_blocks(engine))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "targets_"):
@@ -171,8 +268,13 @@ class Normalizer:
                              dim=self.targets_.shape[1], check_normalized=getattr(self, "check_normalized", True))
 
     def _score_block(self, q: torch.Tensor) -> torch.Tensor:
-        """Normalised scores of a block of (validated) queries against all targets."""
-        s = q @ self.targets_.T
+        """Normalised scores of a block of (validated) queries against all targets: the raw scores, then
+        :meth:`normalize_scores`."""
+        return self.normalize_scores(q @ self.targets_.T, q)
+
+    def normalize_scores(self, s: torch.Tensor, queries: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The normalised scores of a block of raw test scores ``s`` (queries x all targets), in place when it can.
+        ``queries``: the block's query embeddings (only methods whose ``inputs.score`` lists them read them)."""
         s.add_(self.offsets_)
         return s
 
@@ -254,11 +356,16 @@ class Identity(Normalizer):
     """No normalisation: the raw cosine score ``S = Q T^T`` (the "Original" column of every table)."""
 
     name = "raw"
+    display_name = "Original"
+    inputs = Inputs()
 
     def __init__(self, *, device=None, chunk_size=None, check_normalized=True):
         self.device = device
         self.chunk_size = chunk_size
         self.check_normalized = check_normalized
 
-    def _fit(self, targets, query_bank, target_bank):
-        self.offsets_ = torch.zeros(targets.shape[0], dtype=targets.dtype, device=targets.device)
+    def fit_blocks(self, engine):
+        return {"offsets_": torch.zeros(engine.size("targets"), dtype=engine.dtype, device=engine.device)}
+
+    def plain(self, targets, query_bank=None, target_bank=None):
+        return {"offsets_": torch.zeros(targets.shape[0], dtype=targets.dtype, device=targets.device)}

@@ -10,26 +10,36 @@ r_T(q) is constant along a query's row, so CSLS ranks every row like ``s - r_B /
 ``offsets_ = -r_B / 2`` is that ranking offset (for vector indexes); ``score`` returns the full CSLS value.
 
 Plain computation of the bank radius: ``(targets @ bank.T).topk(k, dim=1).values.mean(1)``, i.e. the NNN
-bias with ``alpha = 1`` (:func:`hubnorm.normalizers.nnn.nnn_bias_plain`); it runs through the same kernel,
-:func:`hubnorm.kernels.topk_similarity`. ``r_T(q)`` is computed plainly per query block in ``_score_block``.
+bias with ``alpha = 1`` (:func:`hubnorm.normalizers.nnn.nnn_bias_plain`); as blocks it is the same
+:class:`~hubnorm.blocks.TopK` reduction. ``r_T(q)`` is computed plainly per block of test scores in
+``normalize_scores``.
 Tests: ``tests/test_oracles.py`` (ranks like NNN with alpha = 1/2), ``tests/test_hardening.py``.
 """
 
 from __future__ import annotations
 
-from ..kernels import topk_similarity
-from .._validation import check_positive_int
+from ..blocks import Inputs, Param, Scores, TopK
 from .base import Normalizer
+
+BANK_SCORES = Scores("query_bank", "targets")
 
 
 class CrossDomainSimilarityLocalScaling(Normalizer):
-    """CSLS with ``k`` neighbours on both sides (10 in the original paper).
+    """CSLS with ``k`` neighbours on both sides (10 in the original paper); ``k`` at most the query-bank size and
+    the number of targets.
+
+    Blocks: ``r_B`` is the mean of a :class:`~hubnorm.blocks.TopK` reduction over the bank axis of the bank x
+    target scores (as NNN's bias with alpha = 1); ``r_T(q)`` is read off each block of test scores at scoring time.
 
     Fitted attributes: ``bank_radius_`` (``r_B(t)``), ``offsets_ = -bank_radius_ / 2``.
     """
 
     name = "csls"
-    uses_query_bank = "required"
+    display_name = "CSLS"
+    paper_grid = {"k": [1, 2, 4, 8, 16, 32, 64, 128]}
+    inputs = Inputs(fit=(BANK_SCORES,), score=(Scores("queries", "targets"),))
+    parameters = {"k": Param("int", limited_by=("query_bank", "targets"), doc="neighbours on both sides")}
+    example_params = {"k": 4}
 
     def __init__(self, k=10, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
         self.k = k
@@ -38,19 +48,15 @@ class CrossDomainSimilarityLocalScaling(Normalizer):
         self.check_normalized = check_normalized
         self.block_bytes = block_bytes
 
-    def _validate_params(self):
-        super()._validate_params()
-        check_positive_int(self.k, "k")
+    def fit_blocks(self, engine):
+        radius = engine.reduce(TopK(BANK_SCORES, int(self.k), axis=0)).values.mean(dim=1)
+        return {"bank_radius_": radius, "offsets_": -0.5 * radius}
 
-    def _fit(self, targets, query_bank, target_bank):
-        k = check_positive_int(self.k, "k", maximum=query_bank.shape[0], max_name="the query bank size")
-        check_positive_int(self.k, "k", maximum=targets.shape[0], max_name="the number of targets")
-        top, _ = topk_similarity(targets, query_bank, k, block_bytes=self.block_bytes)
-        self.bank_radius_ = top.mean(dim=1)
-        self.offsets_ = -0.5 * self.bank_radius_
+    def plain(self, targets, query_bank=None, target_bank=None):
+        radius = (query_bank @ targets.T).topk(int(self.k), dim=0).values.mean(dim=0)
+        return {"bank_radius_": radius, "offsets_": -0.5 * radius}
 
-    def _score_block(self, q):
-        s = q @ self.targets_.T
+    def normalize_scores(self, s, queries=None):
         r_q = s.topk(int(self.k), dim=1).values.mean(dim=1, keepdim=True)
         s.mul_(2).sub_(self.bank_radius_).sub_(r_q)
         return s

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_finite_float, check_positive_int, check_seed
+from ..blocks import Embeddings, Inputs, Mean, Param
 from .base import Normalizer
 
 
@@ -31,12 +31,22 @@ class DistributionNormalization(Normalizer):
         n_repeats: ... averaged over this many draws (the DN code: 100 and 5).
         seed: seed of those draws.
 
+    Blocks: each full-bank mean is a :class:`~hubnorm.blocks.Mean` reduction over the bank's rows (DN reads
+    embeddings, not scores); the seeded draws are the same ``torch.randperm`` rows on every engine.
+
     Fitted attributes: ``query_mean_``, ``target_mean_``, ``offsets_``.
     """
 
     name = "dn"
-    uses_query_bank = "required"
-    uses_target_bank = "optional"
+    display_name = "DN"
+    paper_grid = {"lam": [0.25, 0.5, 0.75, 1.0]}
+    inputs = Inputs(fit=(Embeddings("query_bank"), Embeddings("target_bank", required=False), Embeddings("targets")),
+                    score=(Embeddings("queries"),))
+    parameters = {"lam": Param("real", doc="centring weight"),
+                  "n_samples": Param("int", optional=True, doc="rows per draw (None: the whole bank)"),
+                  "n_repeats": Param("int", doc="draws averaged"),
+                  "seed": Param("seed")}
+    example_params = {"lam": 0.5}
 
     def __init__(self, lam=0.25, *, n_samples=None, n_repeats=5, seed=0, device=None, chunk_size=None,
                  check_normalized=True):
@@ -48,29 +58,34 @@ class DistributionNormalization(Normalizer):
         self.chunk_size = chunk_size
         self.check_normalized = check_normalized
 
-    def _validate_params(self):
-        super()._validate_params()
-        check_finite_float(self.lam, "lam")
-        if self.n_samples is not None:
-            check_positive_int(self.n_samples, "n_samples")
-        check_positive_int(self.n_repeats, "n_repeats")
-        check_seed(self.seed)
-
-    def _mean(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    def _mean(self, engine, name: str, gen: torch.Generator) -> torch.Tensor:
         if self.n_samples is None:
-            return x.mean(dim=0)
-        n = min(int(self.n_samples), x.shape[0])
-        draws = [x[torch.randperm(x.shape[0], generator=gen)[:n].to(x.device)].mean(dim=0) for _ in range(int(self.n_repeats))]
+            return engine.reduce(Mean(name))
+        size = engine.size(name)
+        n = min(int(self.n_samples), size)
+        draws = [engine.take_rows(name, torch.randperm(size, generator=gen)[:n]).mean(dim=0)
+                 for _ in range(int(self.n_repeats))]
         return torch.stack(draws).mean(dim=0)
 
-    def _fit(self, targets, query_bank, target_bank):
+    def fit_blocks(self, engine):
         gen = torch.Generator().manual_seed(int(self.seed))
         lam = float(self.lam)
-        self.query_mean_ = self._mean(query_bank, gen)
-        self.target_mean_ = self._mean(targets if target_bank is None else target_bank, gen)
-        self.offsets_ = -lam * (targets @ self.query_mean_) + lam * lam * (self.query_mean_ @ self.target_mean_)
+        query_mean = self._mean(engine, "query_bank", gen)
+        target_mean = self._mean(engine, "target_bank" if engine.has("target_bank") else "targets", gen)
+        targets = engine.tensor("targets")
+        offsets = -lam * (targets @ query_mean) + lam * lam * (query_mean @ target_mean)
+        return {"query_mean_": query_mean, "target_mean_": target_mean, "offsets_": offsets}
 
-    def _score_block(self, q):
-        s = super()._score_block(q)
-        s.sub_(float(self.lam) * (q @ self.target_mean_)[:, None])
+    def plain(self, targets, query_bank=None, target_bank=None):
+        if self.n_samples is not None:
+            raise NotImplementedError("the plain form of DN uses the full-bank means (n_samples=None)")
+        lam = float(self.lam)
+        mu_q = query_bank.mean(dim=0)
+        mu_t = (targets if target_bank is None else target_bank).mean(dim=0)
+        return {"query_mean_": mu_q, "target_mean_": mu_t,
+                "offsets_": -lam * (targets @ mu_q) + lam * lam * (mu_q @ mu_t)}
+
+    def normalize_scores(self, s, queries=None):
+        s.add_(self.offsets_)
+        s.sub_(float(self.lam) * (queries @ self.target_mean_)[:, None])
         return s

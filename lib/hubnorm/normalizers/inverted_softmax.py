@@ -20,19 +20,27 @@ Plain computation (what :func:`inverted_softmax_offsets` returns, up to rounding
     scores = bank @ targets.T                                         # (|B|, n)
     offsets = -tau * (torch.logsumexp(scores / tau, dim=0) - log(|B|))
 
-Implementation: the kernel :func:`hubnorm.kernels.log_mean_exp_similarity` streams the bank in blocks (the
-``|B| x n`` matrix is never held) and switches to float64 when float32 cannot hold the result (very large or
-very small ``tau``); it refuses a ``tau`` that even float64 cannot serve, naming ``tau``. Tests:
+As block reductions (:mod:`hubnorm.blocks`): one :class:`~hubnorm.blocks.LogMeanExp` of the bank x target
+scores over the bank axis (partial: the log-sum-exp of a block of bank rows; merge: ``logaddexp``), in a working
+dtype that switches to float64 when float32 cannot hold the result (very large or very small ``tau``); a ``tau``
+that even float64 cannot serve is refused, naming ``tau``. In process it runs through the kernel
+:func:`hubnorm.kernels.logsumexp_similarity` (the ``|B| x n`` matrix is never held); a ``tau`` sweep shares its
+similarity blocks across temperatures (bit-identical offsets). Tests:
 ``tests/test_oracles.py`` (dense float64 oracle), ``tests/test_hardening.py`` (extreme temperatures).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._validation import check_positive_float
+from ..blocks import Inputs, Param, Scores, log_mean_exp
 from ..kernels import log_mean_exp_similarity
 from .base import Normalizer
+
+BANK_SCORES = Scores("query_bank", "targets")
 
 
 def inverted_softmax_offsets(targets: torch.Tensor, bank: torch.Tensor, tau: float, block_bytes=None, *,
@@ -48,6 +56,21 @@ def inverted_softmax_offsets(targets: torch.Tensor, bank: torch.Tensor, tau: flo
     return (-tau * lme).to(targets.dtype)
 
 
+def inverted_softmax_blocks(engine, tau: float, source: Scores = BANK_SCORES) -> torch.Tensor:
+    """The same offsets as a :class:`~hubnorm.blocks.LogMeanExp` reduction over the bank axis of ``source``, run by
+    ``engine`` (in process: the kernel of :func:`inverted_softmax_offsets`, bit-identical; on Dask: one
+    log-sum-exp partial per bank chunk, merged by ``logaddexp``)."""
+    tau = float(tau)
+    lme = log_mean_exp(engine, source, 1.0 / tau, name=f"tau={tau:g}")
+    return (-tau * lme).to(engine.dtype)
+
+
+def inverted_softmax_plain(targets: torch.Tensor, bank: torch.Tensor, tau: float) -> torch.Tensor:
+    """The module docstring's plain computation, dense (the tests' reference)."""
+    scores = bank @ targets.T
+    return -tau * (torch.logsumexp(scores / tau, dim=0) - math.log(bank.shape[0]))
+
+
 class InvertedSoftmax(Normalizer):
     """IS / QBNorm with temperature ``tau`` (0.02 for t2i and 0.01 for i2t in the DBSN code; QBNorm beta=20 is tau=0.05).
 
@@ -55,7 +78,12 @@ class InvertedSoftmax(Normalizer):
     """
 
     name = "is"
-    uses_query_bank = "required"
+    display_name = "IS"
+    paper_grid = {"tau": [0.005, 0.01, 0.015, 0.02, 0.025, 0.05]}  # around DBSN Fig. 6, plus QBNorm's 0.05
+    inputs = Inputs(fit=(BANK_SCORES,))
+    parameters = {"tau": Param("positive", doc="temperature")}
+    sweep_params = frozenset({"tau"})
+    example_params = {"tau": 0.02}
 
     def __init__(self, tau=0.02, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
         self.tau = tau
@@ -64,9 +92,8 @@ class InvertedSoftmax(Normalizer):
         self.check_normalized = check_normalized
         self.block_bytes = block_bytes
 
-    def _validate_params(self):
-        super()._validate_params()
-        check_positive_float(self.tau, "tau")
+    def fit_blocks(self, engine):
+        return {"offsets_": inverted_softmax_blocks(engine, self.tau)}
 
-    def _fit(self, targets, query_bank, target_bank):
-        self.offsets_ = inverted_softmax_offsets(targets, query_bank, float(self.tau), self.block_bytes)
+    def plain(self, targets, query_bank=None, target_bank=None):
+        return {"offsets_": inverted_softmax_plain(targets, query_bank, float(self.tau))}

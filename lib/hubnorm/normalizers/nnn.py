@@ -5,20 +5,41 @@ Chowdhury et al., "Nearest Neighbor Normalization Improves Multimodal Retrieval"
     b(t)      = alpha * (1/k) * sum_{q in D_topk(t)} s(q, t)       D_topk(t): the k bank queries most similar to t
     s_D(q, t) = s(q, t) - b(t)
 
-so ``offsets_ = -b``. The method is :func:`nnn_bias_plain` below, in a few lines. What runs by default
-(``implementation="fast"``) is :func:`nnn_bias_fast`: the same values from the kernel
-:func:`hubnorm.kernels.topk_similarity` (a thresholded, blocked top-k with warm-up and an exactness check that
-falls back to plain merging), an optimisation only: ``tests/test_hardening.py`` proves both equal (values to
-float tolerance, exact ties included) and ``tests/test_fast_paths.py`` proves the kernel equal to a dense top-k.
+so ``offsets_ = -b``. The plain computation is :func:`nnn_bias_plain` below, in a few lines.
+
+As block reductions (:mod:`hubnorm.blocks`): the bias needs, per target, the top-``k`` of its column of the
+bank-query x target score matrix, a :class:`~hubnorm.blocks.TopK` reduction over the bank axis (partial: the
+top-``k`` of a block of bank rows; merge: the top-``k`` of two partials), finalised by :func:`nnn_bias`. In
+process it runs through the kernel :func:`hubnorm.kernels.topk_similarity` (``implementation="fast"``: a
+thresholded, blocked top-k with an exactness check; ``"plain"``: the block loop); on Dask every bank chunk is a
+partial and the merges are a tree; on a faiss index (``hubnorm.index.FaissNNN``) the top-``k`` is searched.
+Sweep: every ``(alpha, k)`` of a grid is read off one top-``max(k)`` (:meth:`NearestNeighborNormalization.fit_grid`;
+the kernel's values never depend on ``k``). Tests: ``tests/test_hardening.py`` (plain = fast, exact ties),
+``tests/test_fast_paths.py`` (kernel = dense top-k), ``tests/test_oracles.py`` (``nnn-retrieval``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._validation import check_finite_float, check_positive_int
-from ..kernels import block_rows, iter_blocks, nnn_bias, topk_similarity
+from ..blocks import Inputs, Param, Scores, TopK
+from ..kernels import block_rows, iter_blocks, topk_similarity
 from .base import Normalizer
+
+#: The score matrix NNN reduces: bank queries x targets.
+BANK_SCORES = Scores("query_bank", "targets")
+
+
+def nnn_bias(top_values: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The NNN bias ``b(t) = alpha * mean of the top-k bank similarities`` from the ``(n, k)`` top values (Eq. 1):
+    the one place of the formula (every engine's fit and the sweep finalise here). An approximate engine (a vector
+    index whose probed lists hold fewer than ``k`` rows) marks missing neighbours ``-inf``; the mean then runs over
+    the neighbours found."""
+    found = torch.isfinite(top_values)
+    if bool(found.all()):
+        return float(alpha) * top_values.mean(dim=1)
+    total = torch.where(found, top_values, torch.zeros_like(top_values)).sum(dim=1)
+    return float(alpha) * total / found.sum(dim=1).to(top_values.dtype)
 
 
 def nnn_bias_plain(targets: torch.Tensor, query_bank: torch.Tensor, alpha: float, k: int, block_bytes=None) -> torch.Tensor:
@@ -48,17 +69,26 @@ class NearestNeighborNormalization(Normalizer):
 
     Parameters:
         alpha: weight of the bias (NNN sweeps 0.25 ... 1.5; ``alpha=0`` is the identity).
-        k: number of nearest bank queries per target (NNN sweeps 1 ... 512).
+        k: number of nearest bank queries per target (NNN sweeps 1 ... 512); at most the query-bank size.
         device, chunk_size, check_normalized: see :class:`~hubnorm.normalizers.base.Normalizer`.
         block_bytes: memory budget of one similarity block while computing the bias.
-        implementation: ``"fast"`` (default, :func:`nnn_bias_fast`) or ``"plain"`` (:func:`nnn_bias_plain`,
-            the formula as written; slower at scale). Both give the same bias.
+        implementation: ``"fast"`` (default, the top-k kernel) or ``"plain"`` (the block loop of
+            :class:`~hubnorm.blocks.TopK`: the formula one block at a time; slower at scale). Same bias.
 
     Fitted attributes: ``bias_`` (``b(t)``, length n), ``offsets_ = -bias_``.
     """
 
     name = "nnn"
-    uses_query_bank = "required"
+    display_name = "NNN"
+    paper_grid = {"alpha": [0.25 + 0.125 * i for i in range(11)], "k": [2**i for i in range(10)]}  # NNN App. B1
+    inputs = Inputs(fit=(BANK_SCORES,))
+    parameters = {
+        "alpha": Param("real", doc="weight of the bias"),
+        "k": Param("int", limited_by=("query_bank",), doc="bank neighbours per target"),
+        "implementation": Param("choice", choices=tuple(IMPLEMENTATIONS)),
+    }
+    sweep_params = frozenset({"alpha", "k"})
+    example_params = {"alpha": 0.75, "k": 4}
 
     def __init__(self, alpha=0.75, k=128, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None,
                  implementation="fast"):
@@ -70,15 +100,33 @@ class NearestNeighborNormalization(Normalizer):
         self.block_bytes = block_bytes
         self.implementation = implementation
 
-    def _validate_params(self):
-        super()._validate_params()
-        check_finite_float(self.alpha, "alpha")
-        check_positive_int(self.k, "k")
-        if getattr(self, "implementation", "fast") not in IMPLEMENTATIONS:
-            raise ValueError(f"implementation must be one of {sorted(IMPLEMENTATIONS)}; got {self.implementation!r}")
+    def _top(self, k: int) -> TopK:
+        return TopK(BANK_SCORES, k, axis=0, fast=getattr(self, "implementation", "fast") == "fast")
 
-    def _fit(self, targets, query_bank, target_bank):
-        k = check_positive_int(self.k, "k", maximum=query_bank.shape[0], max_name="the query bank size")
-        bias = IMPLEMENTATIONS[getattr(self, "implementation", "fast")]
-        self.bias_ = bias(targets, query_bank, float(self.alpha), k, self.block_bytes)
-        self.offsets_ = -self.bias_
+    def fit_blocks(self, engine):
+        top = engine.reduce(self._top(int(self.k))).values
+        return self.finalize(top)
+
+    def finalize(self, top: torch.Tensor):
+        """Fitted attributes from the ``(n, k)`` top bank similarities of the targets."""
+        bias = nnn_bias(top, self.alpha)
+        return {"bias_": bias, "offsets_": -bias}
+
+    def plain(self, targets, query_bank=None, target_bank=None):
+        bias = float(self.alpha) * (query_bank @ targets.T).topk(int(self.k), dim=0).values.mean(dim=0)
+        return {"bias_": bias, "offsets_": -bias}
+
+    @classmethod
+    def fit_grid(cls, norms, engine):
+        """Every ``(alpha, k)`` from one top-``max(k)``: the top-``k`` of a smaller ``k`` is its first ``k`` columns
+        (the kernel's block partition never depends on ``k``, so the values are the bits a fit would select)."""
+        kmax = max(int(n.k) for n in norms)
+        top = engine.reduce(norms[0]._top(kmax)).values
+        tops = {}
+        out = []
+        for n in norms:
+            k = int(n.k)
+            if k not in tops:
+                tops[k] = top[:, :k].contiguous()
+            out.append(n.finalize(tops[k]))
+        return out

@@ -21,6 +21,14 @@ whole unless it fits ``cache_bytes`` (then its blocks are kept and reused across
 
 DBSN (Alg. A2) runs SN on the query bank against the extended targets [T ; B_t] and keeps the first n entries.
 With the test queries as the bank, SN is query-aware (DBSN Table 2).
+
+As block reductions (:mod:`hubnorm.blocks`): one iteration is one reduction over blocks of bank rows that span
+every column (:class:`SinkhornIteration`: each block's ``f`` is local to its rows, its partial of the column
+log-sum-exp is merged by ``logaddexp``); when the columns are cut into chunks (Dask) the two half-steps are two
+:class:`~hubnorm.blocks.LogSumExp` reductions. :class:`SinkhornRun` states the loop; an in-process engine runs it
+as the fused kernel :func:`sinkhorn_potentials` below. The plain dense form is
+``SinkhornNormalization.plain``. Tests: ``tests/test_oracles.py`` (POT, Alg. A1), ``tests/test_fast_paths.py``
+(streaming and 16-bit caches), ``tests/test_distributed.py`` and ``tests/method_checks.py`` (blocks).
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
+from ..blocks import Inputs, Iteration, LogSumExp, Param, Reduction, Scores
 from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
-from .._validation import check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int
 from ..progress import progress
-from .base import Normalizer
+from .base import SWEEP_COMMON, Normalizer
 
 #: Keep the bank x target score blocks in memory across iterations when they take at most this many bytes.
 DEFAULT_CACHE_BYTES = 2 * 2**30
@@ -170,22 +178,125 @@ def sinkhorn_potentials(
 
 
 def _sinkhorn_dtype(bank: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.dtype:
+    """:func:`sinkhorn_dtype` of two in-memory matrices."""
+    smax = float(torch.linalg.vector_norm(bank, dim=1).max()) * float(torch.linalg.vector_norm(targets, dim=1).max())
+    return sinkhorn_dtype(bank.dtype, smax, bank.shape[0], targets.shape[0], tau)
+
+
+def sinkhorn_dtype(dtype: torch.dtype, smax: float, m: int, n: int, tau: float) -> torch.dtype:
     """float32 unless the potentials' rounding would exceed :data:`~hubnorm.kernels.PRECISION_TARGET`.
 
     The row potentials ``f`` are about ``-tau log(m n)`` and the column update subtracts two terms of about
     ``tau log n``: their float32 rounding (``eps tau log(m n)``) swamps the O(1) offsets at large ``tau``
     (``tau = 1e6``: errors of order 1). Then the iterations run in float64; a ``tau`` that even float64
     cannot serve (or so small that ``S / tau`` overflows) is refused with a ``ValueError`` naming ``tau``.
+    ``smax``: the largest score magnitude (product of the largest row norms) of the ``m x n`` matrix.
     """
-    smax = float(torch.linalg.vector_norm(bank, dim=1).max()) * float(torch.linalg.vector_norm(targets, dim=1).max())
-    log_mn = math.log(max(2, bank.shape[0])) + math.log(max(2, targets.shape[0]))
-    dt = working_dtype(bank.dtype, tau * log_mn + smax, 2 * smax / tau)
+    log_mn = math.log(max(2, m)) + math.log(max(2, n))
+    dt = working_dtype(dtype, tau * log_mn + smax, 2 * smax / tau)
     if dt is None:
         hi = PRECISION_TARGET / (2.0 ** -53 * log_mn)
-        raise ValueError(f"tau={tau:g} is too extreme for Sinkhorn normalization with a {bank.shape[0]} x "
-                         f"{targets.shape[0]} score matrix: use 1e-300 < tau <= {hi:.1e} (the potentials would "
+        raise ValueError(f"tau={tau:g} is too extreme for Sinkhorn normalization with a {m} x "
+                         f"{n} score matrix: use 1e-300 < tau <= {hi:.1e} (the potentials would "
                          "lose all precision or overflow even in float64)")
     return dt
+
+
+# ============================================================================== Sinkhorn as block reductions
+class SinkhornIteration(Reduction):
+    """One Sinkhorn iteration as one reduction over blocks of bank rows that span every column (DBSN Eq. 7-9).
+
+    With ``x = (S + g) / tau`` (``g``: the previous column potentials, ``col_terms``): a block's row potentials
+    ``f_i = tau log a - tau LSE_j x_ij`` are local to its rows (the row half-step), and its partial of the column
+    half-step is ``LSE_{i in block}(x_ij + f_i / tau)`` (float64); merge: ``logaddexp``; finalize: the new
+    ``g_j = tau log b - tau (LSE_i(x_ij + f_i / tau) - g_j / tau)``.
+    """
+
+    whole_rows = True
+
+    def __init__(self, source: Scores, tau: float, work: torch.dtype, g: torch.Tensor):
+        self.source, self.axis, self.tau = source, 0, float(tau)
+        self.dtype = work
+        self.col_terms = g
+
+    def partial(self, s, chunk):
+        m_total, n = self.m, s.shape[1]
+        x = s.mul_(1.0 / self.tau).add_(chunk.col_terms.to(s.dtype) / self.tau)
+        mx = x.amax(dim=1, keepdim=True)
+        x.sub_(mx)
+        log_rs = torch.logsumexp(x, dim=1, keepdim=True)   # x_ij + f_i / tau = x_ij - mx_i - log_rs_i + log a
+        x.add_(math.log(1.0 / m_total) - log_rs)
+        return torch.logsumexp(x, dim=0).to(torch.float64)
+
+    def prepare(self, engine):
+        self.m = engine.size(self.source.rows)
+
+    def merge(self, a, b):
+        return torch.logaddexp(a, b)
+
+    def finalize(self, p, n):
+        g = self.col_terms.to(torch.float64)
+        lse_col = p - g / self.tau
+        return self.tau * math.log(1.0 / g.shape[0]) - self.tau * lse_col
+
+
+class SinkhornRun(Iteration):
+    """Log-domain Sinkhorn on ``source`` (bank rows x columns) for ``n_iter`` iterations (or until the largest change
+    of ``g`` is below ``tol``), from ``g = 0``. In process: :func:`sinkhorn_potentials` (one fused pass per
+    iteration with a score-block cache). Elsewhere: per iteration one :class:`SinkhornIteration` when a block
+    can span every column, else the two half-steps as :class:`~hubnorm.blocks.LogSumExp` reductions (``f`` over
+    the columns, kept beside the bank rows; then ``g`` over the rows). Result: ``(g, iterations run)``."""
+
+    def __init__(self, source: Scores, tau: float, n_iter: int, tol, cache_bytes, cache_dtype):
+        self.source, self.tau, self.n_iter = source, float(tau), int(n_iter)
+        self.tol = None if tol is None else float(tol)
+        self.cache_bytes, self.cache_dtype = cache_bytes, cache_dtype
+
+    def _work(self, engine) -> torch.dtype:
+        rows, cols = self.source.rows, self.source.col_names
+        smax = engine.score_bound(self.source)
+        return sinkhorn_dtype(engine.dtype, smax, engine.size(rows), sum(engine.size(c) for c in cols), self.tau)
+
+    def fused(self, engine):
+        bank, cols = engine.tensor(self.source.rows), engine.tensor(self.source.cols)
+        shared = None
+        if engine.sweep_bytes is not None and self.cache_bytes is not None:
+            store = bank.dtype if self.cache_dtype is None else self.cache_dtype
+            nbytes = bank.shape[0] * cols.shape[0] * torch.empty((), dtype=store).element_size()
+            key = ("sinkhorn blocks", self.source, store, engine.block_bytes, self._work(engine))
+            shared = engine.shared(key, nbytes, budget=self.cache_bytes)
+        _, g, done = sinkhorn_potentials(bank, cols, self.tau, self.n_iter, self.tol, block_bytes=engine.block_bytes,
+                                         cache_bytes=self.cache_bytes, cache_dtype=self.cache_dtype,
+                                         shared_blocks=shared)
+        return g, done
+
+    def start(self, engine):
+        self.work = self._work(engine)
+        n = sum(engine.size(c) for c in self.source.col_names)
+        return torch.zeros(n, dtype=torch.float64), 0, False
+
+    def step(self, engine, state):
+        g, done, _ = state
+        tau = self.tau
+        if engine.spans(self.source.col_names):
+            g_new = engine.reduce(SinkhornIteration(self.source, tau, self.work, g))
+        else:
+            m = engine.size(self.source.rows)
+            log_a, log_b = math.log(1.0 / m), math.log(1.0 / g.shape[0])
+            f_tau = engine.reduce(LogSumExp(self.source, 1.0 / tau, self.work, axis=1, col_terms=g / tau,
+                                            post=lambda lse: log_a - lse))          # f / tau, beside the bank rows
+            lse_col = engine.reduce(LogSumExp(self.source, 1.0 / tau, self.work, axis=0, row_terms=f_tau))
+            g_new = tau * log_b - tau * lse_col
+        g_new = g_new.to(self.work).to(torch.float64)   # the potentials live in the working dtype, as in process
+        done += 1
+        stop = done >= self.n_iter
+        if self.tol is not None and float((g_new - g).abs().max()) < self.tol:
+            stop = True
+        return (g_new, done, stop), stop
+
+    def result(self, engine, state):
+        g, done, _ = state
+        return g.to(engine.dtype), done
 
 
 class SinkhornNormalization(Normalizer):
@@ -204,7 +315,19 @@ class SinkhornNormalization(Normalizer):
     """
 
     name = "sn"
-    uses_query_bank = "required"
+    display_name = "SN"
+    paper_grid = {"tau": [0.005, 0.01, 0.015, 0.02, 0.025]}  # DBSN Fig. 6 range
+    #: the Sinkhorn columns (DBSN: the targets and the target bank)
+    columns = ("targets",)
+    inputs = Inputs(fit=(Scores("query_bank", "targets"),))
+    parameters = {"tau": Param("positive", doc="temperature"),
+                  "n_iter": Param("int", doc="Sinkhorn iterations"),
+                  "tol": Param("positive", optional=True, doc="early stop on the change of the offsets"),
+                  "cache_bytes": Param("bytes"),
+                  "cache_dtype": Param("dtype")}
+    sweep_params = frozenset({"tau"})
+    sweep_fixed = SWEEP_COMMON | {"n_iter", "tol", "cache_bytes", "cache_dtype"}
+    example_params = {"tau": 0.02, "n_iter": 10}
 
     def __init__(self, tau=0.01, n_iter=10, tol=None, *, device=None, chunk_size=None, check_normalized=True,
                  block_bytes=None, cache_bytes=DEFAULT_CACHE_BYTES, cache_dtype=None):
@@ -218,23 +341,52 @@ class SinkhornNormalization(Normalizer):
         self.cache_bytes = cache_bytes
         self.cache_dtype = cache_dtype
 
-    def _validate_params(self):
-        super()._validate_params()
-        check_positive_float(self.tau, "tau")
-        check_positive_int(self.n_iter, "n_iter")
-        if self.tol is not None:
-            check_positive_float(self.tol, "tol")
-        check_optional_bytes(self.cache_bytes, "cache_bytes")
-        check_float_dtype(self.cache_dtype, "cache_dtype")
+    @property
+    def _source(self) -> Scores:
+        return Scores("query_bank", self.columns if len(self.columns) > 1 else self.columns[0])
 
-    def _potentials(self, bank, targets):
-        return sinkhorn_potentials(bank, targets, float(self.tau), int(self.n_iter), self.tol,
-                                   block_bytes=self.block_bytes, cache_bytes=self.cache_bytes,
-                                   cache_dtype=self.cache_dtype)
+    def fit_blocks(self, engine):
+        run = SinkhornRun(self._source, self.tau, self.n_iter, self.tol, self.cache_bytes, self.cache_dtype)
+        g, done = engine.iterate(run)
+        return self._fitted(g, done, engine.size("targets"))
 
-    def _fit(self, targets, query_bank, target_bank):
-        _, g, self.n_iter_ = self._potentials(query_bank, targets)
-        self.offsets_ = g
+    def _fitted(self, g, done, n):
+        return {"offsets_": g[:n].clone(), "n_iter_": done}
+
+    def plain(self, targets, query_bank=None, target_bank=None):
+        """DBSN Alg. A1 in the log domain, dense: ``T`` alternating row and column log-sum-exp updates."""
+        cols = targets if len(self.columns) == 1 else torch.cat([targets, target_bank])
+        S, tau = query_bank @ cols.T, float(self.tau)
+        m, n = S.shape
+        g = torch.zeros(n, dtype=S.dtype, device=S.device)
+        done = 0
+        for _ in range(int(self.n_iter)):
+            f = tau * math.log(1 / m) - tau * torch.logsumexp((S + g) / tau, dim=1)
+            g_new = tau * math.log(1 / n) - tau * torch.logsumexp((S + f[:, None]) / tau, dim=0)
+            done += 1
+            delta, g = float((g_new - g).abs().max()), g_new
+            if self.tol is not None and delta < float(self.tol):
+                break
+        return self._fitted(g, done, targets.shape[0])
+
+    def iterate_offsets(self, engine, callback) -> None:
+        """The iteration study's seam (:func:`hubnorm.sweeps.iteration_table`): run ``n_iter`` iterations (``tol``
+        is ignored) and call ``callback(t, offsets, change)`` after iteration ``t`` with that iteration's target
+        offsets (input dtype) and the largest change of all column potentials (the fit's own stopping test);
+        the callback returns True to stop. The potentials after ``t`` iterations are those of a fit with
+        ``n_iter = t``."""
+        n = engine.size("targets")
+        prev = [None]
+
+        def record(it, g):
+            g_prev = torch.zeros_like(g) if prev[0] is None else prev[0]
+            change = float((g - g_prev).abs().max())
+            prev[0] = g
+            return callback(it, g[:n].to(engine.dtype), change)
+
+        sinkhorn_potentials(engine.tensor("query_bank"), engine.tensor(self._source.cols), float(self.tau),
+                            int(self.n_iter), None, block_bytes=engine.block_bytes, cache_bytes=self.cache_bytes,
+                            cache_dtype=self.cache_dtype, callback=record)
 
 
 class DualBankSinkhornNormalization(SinkhornNormalization):
@@ -245,11 +397,9 @@ class DualBankSinkhornNormalization(SinkhornNormalization):
     """
 
     name = "dbsn"
-    uses_target_bank = "required"
+    display_name = "DBSN"
+    columns = ("targets", "target_bank")
+    inputs = Inputs(fit=(Scores("query_bank", ("targets", "target_bank")),))
 
-    def _fit(self, targets, query_bank, target_bank):
-        extended = torch.cat([targets, target_bank], dim=0)
-        _, g, self.n_iter_ = self._potentials(query_bank, extended)
-        n = targets.shape[0]
-        self.offsets_ = g[:n].clone()
-        self.bank_offsets_ = g[n:].clone()
+    def _fitted(self, g, done, n):
+        return {"offsets_": g[:n].clone(), "bank_offsets_": g[n:].clone(), "n_iter_": done}
