@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, shared_path
 from hubnorm import calibration as cal
-from hubnorm.geometry import embedding_statistics
+from hubnorm.geometry import bank_statistics, embedding_statistics
 
 REPORT_CSV = REPO / "data" / "calibration_synthetic.csv"
 
@@ -34,7 +34,8 @@ def _real(name):
 @pytest.mark.shared_data
 @pytest.mark.parametrize("name", sorted(cal.REAL_STATISTICS))
 def test_recorded_real_statistics_are_what_the_real_embeddings_give(name):
-    got = embedding_statistics(*_real(name))
+    real = _real(name)
+    got = {**embedding_statistics(*real), **bank_statistics(*real)}
     rec = cal.REAL_STATISTICS[name]["statistics"]
     assert set(rec) == {k for k, v in got.items() if np.isfinite(v)}
     for key, value in rec.items():
