@@ -138,6 +138,18 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ report
+def _split_check(text: str):
+    """``"claim [detail]"`` -> ``(claim, detail)``; the detail is the last bracketed group (a claim may hold brackets)."""
+    if not text.endswith("]"):
+        return text, ""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {"]": 1, "[": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[:i].rstrip(), text[i + 1:-1]
+    return text, ""
+
+
 def claims(presets) -> pd.DataFrame:
     """Run every notebook on each ``synthetic:<preset>`` with its default parameters; one row per PASS/DIFFERS line."""
     import nbformat
@@ -161,9 +173,9 @@ def claims(presets) -> pd.DataFrame:
                             for line in o.get("text", "").splitlines():
                                 for status in ("PASS", "DIFFERS"):
                                     if line.startswith(status + ": "):
-                                        claim = line[len(status) + 2:].split(" [")[0]
+                                        claim, detail = _split_check(line[len(status) + 2:])
                                         rows.append({"notebook": nb.stem[:2], "claim": claim, "preset": preset,
-                                                     "status": status, "detail": line.split(" [", 1)[1][:-1] if " [" in line else ""})
+                                                     "status": status, "detail": detail})
         finally:
             os.environ.clear()
             os.environ.update(env_before)

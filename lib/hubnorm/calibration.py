@@ -99,6 +99,7 @@ REAL_STATISTICS: Dict[str, dict] = {
             "joint_pc1_share": 0.1757, "joint_pc2_share": 0.0626, "same_image_cap_cos": 0.7714,
             "skew_N1_t2i": 1.1782, "skew_N10_t2i": 1.2504, "rho_N10_t2i": 0.8508, "skew_N1_i2t": 1.6730,
             "skew_N10_i2t": 1.9810, "rho_N10_i2t": 0.3547, "R1_t2i": 83.2000, "R1_i2t": 93.0000,
+            "bank_gallery_gap": 0.7260, "query_bank_gap": 0.2580,
         },
     },
     "coco-val2017-500-clip-vitb16": {
