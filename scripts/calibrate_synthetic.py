@@ -182,6 +182,28 @@ def claims(presets) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gain_diagnostic(seed: int = 0) -> pd.DataFrame:
+    """The size of two normalizers' gains on the Flickr30k preset as fitted and with its per-image noise
+    heterogeneity switched off (``image_noise_sigma = 0``), beside the published gains: a diagnostic of where the
+    presets differ from real data, computed after the fit (never part of it)."""
+    import hubnorm as hn
+    from hubnorm.synthetic import make_dataset
+
+    rows = []
+    for label, changes in (("as fitted", {}), ("image_noise_sigma = 0", {"image_noise_sigma": 0.0})):
+        ds = make_dataset("flickr30k", seed=seed, n_train_images=1000, **changes)
+        t = ds.tasks("test", "train", directions=("t2i",))["t2i"]
+        raw = hn.evaluate(t.fit(hn.Identity()), t)["R@1"]
+        nnn = max(hn.evaluate(t.fit(hn.NearestNeighborNormalization(alpha=a, k=k)), t)["R@1"]
+                  for a in (0.75, 1.0) for k in (16, 128))
+        is_qa = hn.evaluate(t.fit(hn.InvertedSoftmax(tau=0.02), query_aware=True), t)["R@1"]
+        rows.append({"flickr30k preset": label, "raw t2i R@1": raw, "NNN gain (best of 4 settings)": nnn - raw,
+                     "query-aware IS gain": is_qa - raw})
+    rows.append({"flickr30k preset": "published (NNN Table 1; DBSN Table 2)", "raw t2i R@1": 58.82,
+                 "NNN gain (best of 4 settings)": 64.60 - 58.82, "query-aware IS gain": 66.8 - 58.8})
+    return pd.DataFrame(rows)
+
+
 def _fmt(x, stat):
     if isinstance(x, (float, np.floating)) and np.isfinite(x):
         return f"{x:.1f}" if abs(x) >= 20 else f"{x:.3f}" if abs(x) < 1 else f"{x:.2f}"
@@ -236,6 +258,22 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
                        f"tolerance alone (`{others[0]}`: {n_old} of {len(tab)} within the band).")
         lines.append("")
     lines = lines[:4] + ["## Summary", ""] + summary + [""] + lines[4:]
+    diag = gain_diagnostic()
+    fitted, off = diag.iloc[0], diag.iloc[1]
+    lines += ["## Where the presets still differ from real data", "",
+              "Out of band: the spread of matched-pair cosines (about 0.05 against 0.03 in both real sets) and, for "
+              "COCO, the density variation (5-NN cosine spread) of images and captions and image -> text R@1 at "
+              "500 x 1. A consequence seen after the fit (not part of it): the normalizers' gains are larger than "
+              "the published ones, because a larger share of the synthetic ranking errors is a per-image offset. "
+              "The fitted heterogeneity of the images' modality-specific noise (`image_noise_sigma`, needed for "
+              "the density variation and R@1) scales every similarity of an image, which acts like an offset that "
+              "NNN and IS remove; switched off, the gains come close to the published ones but raw R@1 and the "
+              "density statistics leave their bands (t2i, seed 0, 1,000 test images, a bank of 1,000 training "
+              "images' captions):", "",
+              diag.to_markdown(index=False, floatfmt=".2f"), "",
+              "Read the synthetic notebooks for the *pattern* (which method beats which, and why), not for the size "
+              f"of a gain: the default preset's NNN gain is {fitted['NNN gain (best of 4 settings)']:.1f} points "
+              f"where the paper reports {diag.iloc[2]['NNN gain (best of 4 settings)']:.1f}.", ""]
     cfg_lines = ["## Presets", ""]
     for name, cfg in PRESETS.items():
         cfg_lines.append(f"- `{name}`: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
