@@ -98,6 +98,7 @@ def plant_hubs(gallery, attacker_queries, n_hubs: int = 5, *, budget: float = 0.
     rng = np.random.default_rng(seed)
     origins = np.sort(rng.choice(t.shape[0], n_hubs, replace=False))
     x0 = t[torch.from_numpy(origins)]
+    x0 = x0 / x0.norm(dim=1, keepdim=True)   # exactly unit in float64 (float32 inputs are unit to ~1e-8 only)
     mu = a.mean(dim=0)
     mu = mu / mu.norm()
     x = _slerp_towards(x0, mu.expand_as(x0), budget)
