@@ -310,8 +310,8 @@ for m in methods:
 #    items whose IS offset has a robust z-score below $-3.5$, and compare its precision and recall on planted hubs
 #    with the bias detector of `hubnorm.adversarial`. Solution: `solutions/09_hub_forensics.py`, `exercise_2()`.
 # 3. [predict-run-explain] **Neighbours that are hubs themselves.** Predict whether NNN with $k = 1$ or with
-#    $k = 16$ leaves planted hubs (three, close to each other) the bigger share of the queries, then run it.
-#    Why does the answer depend on how similar the planted items are to each other and not only to the queries?
+#    $k = 16$ leaves planted hubs (three, made at budget 0.5) the bigger share of the queries, then run it.
+#    What does the mean over $k$ bank neighbours see of a planted hub that the single nearest neighbour does not?
 #    Solution: `solutions/09_hub_forensics.py`, `exercise_3()`.
 
 # %% [markdown]
