@@ -12,9 +12,10 @@ k-occurrence over the bank queries). Every number is synthetic.
     flock /tmp/hubnorm-bench.lock .venv/bin/python benchmarks/bench_planted_hubs.py
 """
 
+import sys
 import time
 
-from _common import write_report
+from _common import REPORTS, write_report
 
 import numpy as np
 
@@ -81,7 +82,27 @@ def main():
                   "The detector sees only the attacked gallery and the defender's query bank (no test query, no label); "
                   "its precision counts the natural hubs it also flags as false positives.",
                   "The detector columns do not depend on the method (they repeat on each method's row)."])
+    summarize()
+
+
+def summarize():
+    """Append the means over presets and seeds to the report (also: ``--summarize-only`` re-does it from the CSV)."""
+    import pandas as pd
+
+    d = pd.read_csv(REPORTS / "planted_hubs.csv")
+    cols = ["R@1 clean", "R@1 attacked", "damage", "captured@1 %", "captured@10 %"]
+    g = d.groupby(["construction", "budget", "method"], sort=False)[cols].mean().round(2).reset_index()
+    det = (d[d["method"] == "raw"].groupby(["construction", "budget"], sort=False)
+           [["detector bias P", "detector bias R", "detector n_k P", "detector n_k R"]].mean().round(3).reset_index())
+    md = (REPORTS / "planted_hubs.md").read_text().split("\n## Summary")[0].rstrip("\n")
+    md += ("\n\n## Summary: means over presets and seeds\n\n" + g.to_markdown(index=False) +
+           "\n\nDetector (same for every method), means over presets and seeds:\n\n" + det.to_markdown(index=False) + "\n")
+    (REPORTS / "planted_hubs.md").write_text(md)
+    print(md[-3000:])
 
 
 if __name__ == "__main__":
-    main()
+    if "--summarize-only" in sys.argv:
+        summarize()
+    else:
+        main()
