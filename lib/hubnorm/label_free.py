@@ -22,8 +22,10 @@ parameters) against the same pseudo-queries and keeps the lowest.
 
 **Benefit predictor** (:func:`predict_benefit`): the relative reduction of the criterion that the chosen setting
 achieves over the raw scores, ``gain = (c_raw - c_chosen) / c_raw``; predict that the method raises R@1 when
-``gain > BENEFIT_THRESHOLD``. The threshold and the criterion were fixed on the design sets named in
-:data:`DESIGN_SETS` (synthetic seeds 100-102) and never on the sets the report shows.
+``gain > BENEFIT_THRESHOLD``. The criterion (Robin Hood index against ``|skewness|``), ``k`` and the holdout share
+were checked on the design sets named in :data:`DESIGN_SETS` and never on the sets the report shows. The threshold
+0.10 was set before any run: on the design sets every method raised R@1 and every gain was between 0.67 and 0.74,
+so they held no case to place it against (the report says how it fares on the other sets).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ CRITERIA = ("robin_hood", "skewness")
 #: predict a benefit when the chosen setting lowers the criterion by more than this share of its raw value
 BENEFIT_THRESHOLD = 0.10
 #: the sets on which the criterion, k, holdout and the threshold were chosen (never reported as results)
-DESIGN_SETS = "synthetic presets flickr30k and coco and their hub_scale=0 variants, seeds 100-102"
+DESIGN_SETS = "synthetic presets flickr30k and coco, seeds 100-102"
 
 
 @dataclass
