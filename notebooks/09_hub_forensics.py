@@ -294,7 +294,7 @@ for m in methods:
 # CLIP embedding sets the developers had; their tables are read here when this notebook runs inside the
 # repository (they are fixed files: they do not change with `source`).
 
-# %% tags=["nbval-check-output"]
+# %%
 from hubnorm.reporting import project_root
 
 reports = (project_root() or Path(".")) / "benchmarks" / "reports"
