@@ -45,6 +45,8 @@ from .retrieval import Positives, RetrievalTask
 __all__ = ["PlantedHubs", "plant_hubs", "attacked_task", "planted_hub_report", "detect_hubs", "detection_scores",
            "robust_z", "Z_THRESHOLD"]
 
+#: The row label of the unnormalised scores in :func:`planted_hub_report` (a label, not a method dispatch).
+RAW = "raw"
 #: Iglewicz & Hoaglin's outlier threshold on the modified z-score (fixed a priori).
 Z_THRESHOLD = 3.5
 METHODS = ("mean", "gradient")
@@ -205,7 +207,7 @@ def planted_hub_report(task: RetrievalTask, planted: PlantedHubs, methods: Mappi
     n = task.n_targets
     planted_idx = np.arange(n, n + len(planted.items))
     rows = []
-    items = [("raw", Identity())] + [(name, m) for name, m in methods.items() if name != "raw"]
+    items = [(RAW, Identity())] + [(name, m) for name, m in methods.items() if name != RAW]
     for name, norm in items:
         if clean_r1 is not None and name in clean_r1:
             r_clean = float(clean_r1[name])

@@ -56,6 +56,10 @@ from .retrieval import Positives
 
 __all__ = ["TargetExplanation", "explain_target", "explain_targets", "bank_scores", "plot_explanation", "EXPLAINABLE"]
 
+#: The label of the unnormalised scores in an explanation's ``n_k`` / ``wins`` / ``rank_change`` (a label, not a method
+#: dispatch).
+RAW = "raw"
+
 #: The normalizer classes :func:`explain_target` decomposes (subclasses included).
 EXPLAINABLE = (NearestNeighborNormalization, InvertedSoftmax, SinkhornNormalization)
 
@@ -207,13 +211,13 @@ def explain_targets(
     shared = {}
     if queries is not None:
         raw = Identity(device=normalizer.device_, check_normalized=chk).fit(t)
-        shared["n_k"] = {"raw": k_occurrence(raw, k, queries), method: k_occurrence(normalizer, k, queries)}
+        shared["n_k"] = {RAW: k_occurrence(raw, k, queries), method: k_occurrence(normalizer, k, queries)}
         shared["top1"] = {name: model.topk(queries, 1)[1][:, 0].cpu().numpy()
-                          for name, model in (("raw", raw), (method, normalizer))}
+                          for name, model in ((RAW, raw), (method, normalizer))}
         if positives is not None:
             if not isinstance(positives, Positives):
                 raise TypeError("positives must be a hubnorm.Positives")
-            shared["ranks"] = {"raw": positive_ranks(raw, positives, queries),
+            shared["ranks"] = {RAW: positive_ranks(raw, positives, queries),
                                method: positive_ranks(normalizer, positives, queries)}
     out = []
     for j in (int(x) for x in idx):
