@@ -70,11 +70,11 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("04", seed=seed, dtype=dtype)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+run = nb.setup("04", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
-dataset = dataset or pr.dataset_key(source, ds)
+dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed
 label = pr.run_label(ds)
 model = pr.published_model(ds, model)
 test = ds.split("test")

@@ -32,6 +32,7 @@ from .selection import PAPER_GRIDS, grid_search, holdout_split, k_limit
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
+    "published_dataset", "published_names", "published_label", "PAPERS", "UNKNOWN_DATASET",
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_and_evaluate", "note", "method_items", "params_for",
@@ -110,16 +111,73 @@ def run_label(ds: EmbeddingDataset) -> str:
     return f"real data ({ds.name}" + (f", {model})" if model else ")")
 
 
+#: The paper ids of the published tables the notebooks compare with (``paper=`` of :func:`published_model`).
+PAPERS = {"nnn": "nnn-chowdhury2024", "dbsn": "dbsn-pan2025", "rerank": "rerank-geigle2021",
+          "listwise": "listwise-li2023"}
+
+#: The value of ``dataset`` when the data set of a run is not declared: no published table is compared with it.
+UNKNOWN_DATASET = "unknown"
+
+
+def _paper_id(paper: str) -> str:
+    if paper in PAPERS.values():
+        return paper
+    if paper not in PAPERS:
+        raise ValueError(f"paper must be one of {sorted(PAPERS)} (or a paper id {sorted(PAPERS.values())}); "
+                         f"got {paper!r}")
+    return PAPERS[paper]
+
+
+def published_names(column: str, paper: str = "nnn") -> List[str]:
+    """The distinct values of ``column`` ("model" or "dataset") in ``paper``'s published tables (sorted)."""
+    from .reporting import load_published
+
+    if column not in ("model", "dataset"):
+        raise ValueError(f"column must be 'model' or 'dataset'; got {column!r}")
+    df = load_published(_paper_id(paper))
+    return sorted(str(v) for v in df[column].dropna().unique())
+
+
 def dataset_key(source: str, ds: Optional[EmbeddingDataset] = None) -> str:
-    """The published-table dataset ("flickr30k" or "coco") to compare a source with: the dataset named in the
-    source string (any Flickr set is compared with Flickr30k, any COCO set with COCO 5k; the run label says
-    which data it really is), else the dataset's name."""
-    text = source.lower()
-    if "flickr" in text:
-        return "flickr30k"
-    if "coco" in text:
-        return "coco"
-    return ds.name if ds is not None else source
+    """The data set of a run, as the published tables name it, from what the source *declares*, never from a
+    folder's name:
+
+    - ``synthetic:<preset>``: the preset's data set (``"flickr30k"``, ``"coco"``; the run is a synthetic analog);
+    - ``cache:<dataset>:<model>:<pretrained>``: ``<dataset>``;
+    - ``local:<folder>``: ``dataset`` of the folder's ``model_info.json`` (``ds.meta["dataset"]``), else
+      :data:`UNKNOWN_DATASET` (``"unknown"``: no published rows are shown; pass the notebook's ``dataset``
+      parameter to compare with a published data set).
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a string; got {source!r}")
+    kind, _, rest = source.partition(":")
+    if kind == "synthetic":
+        return rest.split("-")[0] or UNKNOWN_DATASET
+    if kind == "cache":
+        return rest.split(":")[0] or UNKNOWN_DATASET
+    declared = ds.meta.get("dataset") if ds is not None else None
+    return str(declared) if declared else UNKNOWN_DATASET
+
+
+def published_dataset(source: str, ds: Optional[EmbeddingDataset] = None, dataset: Optional[str] = None, *,
+                      paper: str = "nnn") -> str:
+    """The published data set to compare a run with: ``dataset`` when given (an error listing the data sets of
+    ``paper``'s tables when it names none of them), else :func:`dataset_key`. ``"unknown"`` (or a data set the
+    paper does not report) gives no published rows, with a NOTE."""
+    known = published_names("dataset", paper)
+    if dataset is not None:
+        if not isinstance(dataset, str) or (dataset not in known and dataset != UNKNOWN_DATASET):
+            raise ValueError(f"dataset={dataset!r} is not a data set of the published tables ({_paper_id(paper)}); "
+                             f"known: {known}, or None to read it from the source, or {UNKNOWN_DATASET!r}")
+        key = dataset
+    else:
+        key = dataset_key(source, ds)
+    if key not in known:
+        how = ("the source declares no data set" if key == UNKNOWN_DATASET
+               else f"the papers report no rows for the data set {key!r}")
+        note(f"no published rows are compared with this run: {how} (pass dataset= one of {known} to compare "
+             "anyway; a local: folder may declare it in model_info.json as \"dataset\")")
+    return key
 
 
 def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
@@ -128,9 +186,16 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
     ``"auto"`` follows the embeddings: synthetic data (calibrated to zero-shot CLIP ViT-B/32) and real CLIP
     ViT-B/32 give "CLIP" ("zs CLIP" in the DBSN tables, ``paper="dbsn"``), SigLIP and BLIP caches their
     published names (:func:`hubnorm.data.models.published_model_name`); a model the papers did not report gives
-    None (no published rows) and a note. Any other value is returned as given.
+    None (no published rows) and a note. Any other value must be a model of ``paper``'s published tables (an
+    error lists them otherwise) and is returned as given.
     """
     if model != "auto":
+        known = published_names("model", paper)
+        if model is None:
+            return None
+        if not isinstance(model, str) or model not in known:
+            raise ValueError(f"model={model!r} is not a model of the published tables ({_paper_id(paper)}); known: "
+                             f"{known}, or 'auto' to follow the embeddings")
         return model
     if is_synthetic(ds):
         name = "CLIP"
@@ -147,6 +212,17 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
             return None
     renames = next((v for pid, v in _MODEL_NAMES_IN_PAPER.items() if pid.split("-")[0] == paper), None)
     return name if renames is None else renames.get(name)
+
+
+def published_label(paper: str, model: Optional[str], dataset: str, rows: Optional[pd.DataFrame] = None) -> str:
+    """What a notebook says it compares with: ``"NNN paper, CLIP on flickr30k"``, or, when there are no such rows
+    (an unreported model or data set, or ``rows`` empty), ``"none (...)"`` with the reason, and a NOTE."""
+    if model is None or (rows is not None and len(rows) == 0) or dataset not in published_names("dataset", paper):
+        why = ("no published model for these embeddings" if model is None
+               else f"the paper reports no rows for {model} on {dataset}")
+        note(f"no published column: {why}; the tables show this run only")
+        return f"none ({why})"
+    return f"{paper.upper()} paper, {model} on {dataset}"
 
 
 #: How a paper's tables name the models we report, keyed by paper id (the DBSN tables write zero-shot CLIP as
