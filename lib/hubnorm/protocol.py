@@ -21,14 +21,14 @@ import numpy as np
 import pandas as pd
 
 from .datasets import load_embeddings
-from .embeddings import EmbeddingDataset, EmbeddingSplit
+from .embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from .evaluation import evaluate
 from .hubness import hubness_stats, k_occurrence
 from .normalizers.base import EXECUTION_OPTIONS
 from .progress import progress
 from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
-from .selection import PAPER_GRIDS, grid_search, holdout_split, k_limit
+from .selection import PAPER_GRIDS, grid_search, k_limit
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
@@ -43,6 +43,8 @@ MethodSpec = Union[Sequence[str], Mapping[str, str]]
 
 #: Reference banks with fewer queries than this give noisy hubness estimates: the notebooks say so.
 SMALL_BANK = 200
+#: Test or validation splits with fewer images than this get a NOTE (recall moves in steps of 1/n).
+SMALL_SPLIT = 100
 
 
 def note(text: str) -> None:
@@ -59,8 +61,10 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     - ``synthetic_sizes`` (e.g. ``{"n_train_images": 5000}``) and ``seed`` reach the synthetic generator only;
       ``source_kwargs`` reach any loader (e.g. ``{"test_fraction": 0.34}`` for ``local:``);
     - ``ensure_val``: a dataset without a ``"val"`` split (e.g. a ``local:`` folder) gets one held out of
-      ``"train"`` with :func:`hubnorm.holdout_split`, the size of the test split when the training split allows
-      (NNN App. B: "a random subset of the training set with the same size as the test set"), else a third of it;
+      ``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (the size of the test split when
+      the training split has at least twice as many images, NNN App. B; else a third of the training split);
+      ``ensure_val=False`` keeps the whole training split (a ``local:`` folder is then split into test/train only);
+    - small splits (fewer than :data:`SMALL_SPLIT` images in test or val) print a NOTE with the size;
     - ``dtype`` (float64 by default) casts and re-normalises every embedding: in float64 a ranking flips only
       when two scores agree to about 1e-16, so the rounded numbers the notebooks print do not change with a
       CPU's or thread count's summation order (far less likely to flip than in float32, not invariant).
@@ -68,19 +72,22 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     if not isinstance(source, str):
         raise TypeError(f"source must be a string such as 'synthetic:flickr30k' or 'local:/path'; got {source!r}")
     kwargs = dict(source_kwargs or {})
+    if source.startswith("local:"):
+        kwargs.setdefault("val", bool(ensure_val))
     if source.startswith("synthetic:"):
         kwargs.update(synthetic_sizes or {})
         kwargs.setdefault("seed", seed)
     ds = load_embeddings(source, **kwargs)
     ds.meta.setdefault("source_string", source)
-    if ensure_val and "val" not in ds.splits and "train" in ds.splits and "test" in ds.splits:
-        train, n_test = ds.splits["train"], ds.split("test").n_images
-        size = n_test if train.n_images >= 2 * n_test else max(1, train.n_images // 3)
-        if 0 < size < train.n_images:
-            held, rest = holdout_split(train.n_images, size, seed=seed)
-            ds.splits["val"] = train.subset_images(held)
-            ds.splits["train"] = train.subset_images(rest)
-            ds.meta["val_split"] = f"held out from train ({size} images, seed {seed})"
+    if ensure_val:
+        hold_out_val(ds, seed)
+    for name in ("test", "val"):
+        if name in ds.splits and ds.splits[name].n_images < SMALL_SPLIT:
+            n = ds.splits[name].n_images
+            note(f"the {name} split has only {n} images: one query moves R@1 by {100 / max(n, 1):.1f} points or "
+                 f"more, so differences of a few points are noise" + (
+                     "; hyperparameters chosen on so small a split often tie or saturate" if name == "val" else "")
+                 + (f" ({ds.meta['val_split']})" if name == "val" and ds.meta.get("val_split") else ""))
     if dtype is not None:
         np_dtype = np.dtype(dtype)
         for split in ds.splits.values():
@@ -208,7 +215,7 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
             name = "CLIP"
         if name is None:
             note(f"the papers report no rows for the model {enc or '(unknown)'!r}: no published numbers are shown "
-                 "(pass model='CLIP' or another published name to compare anyway)")
+                 "(pass model='CLIP' or another published name to compare anyway; run_all.sh --param model=CLIP)")
             return None
     renames = next((v for pid, v in _MODEL_NAMES_IN_PAPER.items() if pid.split("-")[0] == paper), None)
     return name if renames is None else renames.get(name)

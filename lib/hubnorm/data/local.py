@@ -17,7 +17,8 @@ Layouts understood:
 published table).
 
 The pairs (images, with all their captions) are split by a seeded permutation into ``"test"`` and ``"train"``
-(``test_fraction`` of the images go to test), so a bank never contains test items.
+(``test_fraction`` of the images go to test), so a bank never contains test items; then ``"val"`` is held out of
+``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (``val=False``: test/train only).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..embeddings import EmbeddingDataset, EmbeddingSplit
+from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from .paths import PathLike
 
 
@@ -140,7 +141,8 @@ def _stacked(path: Path):
 
 
 def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed: int = 0,
-                          features: str = "features_clip.npy", name: Optional[str] = None) -> EmbeddingDataset:
+                          features: str = "features_clip.npy", name: Optional[str] = None,
+                          val: bool = True) -> EmbeddingDataset:
     """Real embeddings from a folder (see module docstring) split into ``"test"`` and ``"train"`` by images.
 
     Args:
@@ -148,6 +150,8 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
         test_fraction: share of images (each with all its captions) in ``"test"``; the rest is ``"train"``.
         seed: seed of the permutation.
         features: which ``features_*.npy`` to read in the stacked layout.
+        val: also hold a ``"val"`` split out of ``"train"`` (hyperparameter selection), sized by the one rule of
+            :func:`hubnorm.embeddings.validation_size`; False keeps test/train only.
     """
     path = Path(folder).expanduser()
     if not path.exists():
@@ -186,7 +190,8 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
     splits = {"test": full.subset_images(np.sort(perm[:n_test])), "train": full.subset_images(np.sort(perm[n_test:]))}
     meta = {**meta, "folder": str(folder_), "test_fraction": test_fraction, "seed": seed,
             "n_images": n, "n_captions": full.n_captions}
-    return EmbeddingDataset(name=name or label or folder_.name, source="real", splits=splits, meta=meta)
+    ds = EmbeddingDataset(name=name or label or folder_.name, source="real", splits=splits, meta=meta)
+    return hold_out_val(ds, seed) if val else ds
 
 
 __all__ = ["load_local_embeddings"]
