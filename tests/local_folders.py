@@ -83,9 +83,9 @@ FAST_PARAMS: Dict[str, dict] = {
     "01": {"n_boot": 20},
     "03": {"ks": [1, 4, 16, 64]},
     "04": {"dbsn_seeds": [0], "dbsn_fractions": [0.25, 0.0625, 0.00390625, 0.0009765625]},
-    "05": {"iterations": [1, 3, 10], "converged_max": 50},
+    "05": {"iterations": [1, 10], "converged_max": 20, "taus": [0.005, 0.025], "plan_size": [8, 6]},
     "06": {"k_values": [10, 20]},
-    "07": {"steps": 6, "log_every": 3},
+    "07": {"steps": 4, "log_every": 2, "taus": [0.01]},
 }
 
 

@@ -174,3 +174,121 @@ def test_run_all_source_writes_under_hubnorm_results_into_a_cleared_folder_named
                  env={"HUBNORM_RESULTS": str(root)})
     assert r.returncode != 0
     assert "parameter flat_tol must be >= 0" in (out / "notebooks" / "03_k_ablation.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- CLI and cache
+def test_cli_bad_device_is_an_error_line_not_a_traceback(capsys):
+    from hubnorm.data import cli
+
+    rc = cli.main(["encode-texts", "local:/nonexistent", "--device", "bogus"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--device 'bogus' is not a torch device" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("errno_name,words", [("ENOSPC", "the disk is full"), ("EROFS", "read-only"),
+                                             ("EACCES", "permission denied")])
+def test_cli_full_or_read_only_disk_is_an_error_line(monkeypatch, capsys, tmp_path, errno_name, words):
+    import errno
+
+    import importlib
+
+    from hubnorm.data import cli
+    rehearse = importlib.import_module("hubnorm.data.rehearse")
+
+    def full(*args, **kwargs):
+        code = getattr(errno, errno_name)
+        raise OSError(code, os.strerror(code), str(tmp_path / ".images.npy.partial"))
+
+    monkeypatch.setattr(rehearse, "rehearse", full)
+    rc = cli.main(["rehearse", "--profile", "paper-coco", "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and ".images.npy.partial" in err and "Traceback" not in err
+
+
+def test_concurrent_streaming_writers_use_their_own_temporary_files(tmp_path):
+    """Two writers of one cache entry at once (concurrent `rehearse --force`): both finish, the entry is whole."""
+    import threading
+
+    from hubnorm.data.cache import MANIFEST, write_entry_streaming
+
+    rng = np.random.default_rng(0)
+    imgs, caps = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((12, 4)).astype(np.float32)
+    started, errors = threading.Barrier(2), []
+
+    def chunks():
+        started.wait(timeout=30)          # both writers have opened their temporary files
+        for i in range(3):
+            time.sleep(0.05)
+            yield 2 * i, imgs[2 * i:2 * i + 2], 4 * i, caps[4 * i:4 * i + 4]
+
+    def write():
+        try:
+            write_entry_streaming(tmp_path, {"dataset": "x"}, 6, 12, 4, chunks(), np.repeat(np.arange(6), 2),
+                                  [f"{i}.jpg" for i in range(6)], [f"c{j}" for j in range(12)])
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    np.testing.assert_array_equal(np.load(tmp_path / "images.npy"), imgs)
+    assert not list(tmp_path.glob("*.partial"))
+    assert json.loads((tmp_path / MANIFEST).read_text())["files"]["captions.npy"]["rows"] == 12
+
+
+def test_cache_and_data_roots_are_checked_where_read(monkeypatch, tmp_path):
+    from hubnorm.data.paths import cache_root, data_root
+
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    monkeypatch.setenv("HUBNORM_CACHE", str(afile))
+    with pytest.raises(ValueError, match="HUBNORM_CACHE=.* is a file"):
+        cache_root()
+    monkeypatch.setenv("HUBNORM_DATA", "   ")
+    with pytest.raises(ValueError, match="HUBNORM_DATA is set but blank"):
+        data_root()
+    monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "new"))
+    assert cache_root() == tmp_path / "new"
+
+
+# ---------------------------------------------------------------------------------------------- small sets
+def test_clamped_bank_shares_are_reported_and_never_run_as_distinct(capsys):
+    from hubnorm import studies
+
+    kept = studies.distinct_fractions([1 / 4, 1 / 256, 1 / 512, 1 / 1024], 250, what="query-bank share",
+                                      unit="caption")
+    assert kept == [1 / 4, 1 / 256]                      # 1/512 and 1/1024 give the same 1-caption bank as 1/256
+    out = capsys.readouterr().out
+    assert out.count("NOTE: query-bank share") == 2 and "same 1-caption bank as 1/256" in out
+    assert studies.fraction_size(1 / 1024, 250) == 1 and studies.fraction_size(1.0, 250) == 250
+
+
+def test_grid_search_ties_are_reported_with_the_rule_that_broke_them(capsys):
+    """A saturated validation split: every grid point scores 100% R@1; the first point wins and the run says so."""
+    rng = np.random.default_rng(0)
+    imgs = hn.l2_normalize(rng.standard_normal((8, 32)))
+    caps = hn.l2_normalize(np.repeat(imgs, 2, axis=0) + 0.01 * rng.standard_normal((16, 32)))
+    bank = hn.l2_normalize(rng.standard_normal((40, 32)))
+    task = hn.build_tasks(imgs, caps, np.repeat(np.arange(8), 2), image_bank=bank, caption_bank=bank,
+                          directions=("t2i",))["t2i"]
+    sel = hn.grid_search("nnn", task, {"alpha": [0.25, 0.5], "k": [1, 2]})
+    assert sel.best_score == 100.0 and sel.n_tied == 4 and sel.best_params == {"alpha": 0.25, "k": 1}
+    assert "4 of 4 grid points tie at R@1 100.00" in sel.tie_note and "first tied grid point" in sel.tie_note
+    res, table = pr.select_and_evaluate({"t2i": task}, {"t2i": task}, ["nnn"], {"nnn": {"alpha": [0.25, 0.5],
+                                                                                       "k": [1, 2]}},
+                                        show_progress=False)
+    assert table["tied"].tolist() == [4]
+    assert "NOTE: nnn t2i: 4 of 4 grid points tie" in capsys.readouterr().out
+    unique = hn.grid_search("nnn", task, {"alpha": [0.5], "k": [1]})
+    assert unique.n_tied == 1 and unique.tie_note == ""
+
+
+def test_validation_split_follows_one_rule():
+    from hubnorm.embeddings import validation_size
+
+    assert validation_size(100, 50) == 50      # train >= 2 x test: the size of test (NNN App. B)
+    assert validation_size(50, 50) == 16       # else a third of train
+    assert validation_size(2, 50) == 1 and validation_size(1, 50) == 0

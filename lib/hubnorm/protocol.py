@@ -84,8 +84,8 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     for name in ("test", "val"):
         if name in ds.splits and ds.splits[name].n_images < SMALL_SPLIT:
             n = ds.splits[name].n_images
-            note(f"the {name} split has only {n} images: one query moves R@1 by {100 / max(n, 1):.1f} points or "
-                 f"more, so differences of a few points are noise" + (
+            note(f"the {name} split has only {n} images (fewer than {SMALL_SPLIT}): recalls over so small a gallery "
+                 "are coarse and noisy, so differences of a few points may be sampling noise" + (
                      "; hyperparameters chosen on so small a split often tie or saturate" if name == "val" else "")
                  + (f" ({ds.meta['val_split']})" if name == "val" and ds.meta.get("val_split") else ""))
     if dtype is not None:
@@ -425,17 +425,19 @@ def select_and_evaluate(
         if reuse and label in reuse:
             params = {**base, **chosen[direction][reuse[label]]}
             row.update({"chosen": fmt_params(params) + f" (as {reuse[label]})", f"val {metric}": np.nan,
-                        "grid points": 0, "engine": "-"})
+                        "grid points": 0, "engine": "-", "tied": 0})
         elif grid:
             grid = clamp_grid(name, grid, val_tasks[direction])
             sel = grid_search(name, val_tasks[direction], grid, metric=metric, fixed=base)
             params = {**base, **sel.best_params}
             row.update({"chosen": fmt_params(sel.best_params), f"val {metric}": sel.best_score,
-                        "grid points": len(sel.table), "engine": sel.engine})
+                        "grid points": len(sel.table), "engine": sel.engine, "tied": sel.n_tied})
+            if sel.tie_note:
+                note(f"{label} {direction}: {sel.tie_note} ({fmt_params(sel.best_params)})")
         else:
             params = base
             row.update({"chosen": fmt_params(params) or "(none)", f"val {metric}": np.nan, "grid points": 0,
-                        "engine": "-"})
+                        "engine": "-", "tied": 0})
         chosen[direction][label] = params
         sel_rows.append(row)
     results = run_methods(test_tasks, methods, chosen, n_boot=n_boot, seed=seed, hubness_k=hubness_k, extra=extra,
