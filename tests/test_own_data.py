@@ -292,3 +292,17 @@ def test_validation_split_follows_one_rule():
     assert validation_size(100, 50) == 50      # train >= 2 x test: the size of test (NNN App. B)
     assert validation_size(50, 50) == 16       # else a third of train
     assert validation_size(2, 50) == 1 and validation_size(1, 50) == 0
+
+
+@pytest.mark.parametrize("kind", ["pairs1-unknown", "stacked1", "tiny60"])
+def test_readme_api_tour_runs_on_own_folders(kind, tmp_path):
+    """The README's API tour, with its source replaced by a local: folder, runs as written."""
+    import re
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "hn.load_embeddings(" in b)
+    folder = make_folder(tmp_path, kind)
+    code = block.replace('hn.load_embeddings("synthetic:flickr30k", seed=0)', f'hn.load_embeddings("local:{folder}")')
+    code = code.replace("n_boot=1000", "n_boot=20")
+    assert f"local:{folder}" in code
+    exec(compile(code, "README.md", "exec"), {})
