@@ -306,3 +306,19 @@ def test_readme_api_tour_runs_on_own_folders(kind, tmp_path):
     code = code.replace("n_boot=1000", "n_boot=20")
     assert f"local:{folder}" in code
     exec(compile(code, "README.md", "exec"), {})
+
+
+@pytest.mark.parametrize("name", ["is", "sn", "nnn"])
+def test_a_nan_row_in_a_dask_shard_is_named_as_such(name, tmp_path):
+    """Distributed IS/SN with a NaN row used to say "tau is too extreme"; every method now names the NaN."""
+    pytest.importorskip("dask.array")
+    from hubnorm import distributed as hd
+
+    rng = np.random.default_rng(0)
+    bank = hn.l2_normalize(rng.standard_normal((60, 8)))
+    bank[17] = np.nan
+    hd.save_bank_shards([bank[:30], bank[30:]], tmp_path)
+    targets = hn.l2_normalize(rng.standard_normal((20, 8)))
+    norm = hn.make_normalizer(name, **({"k": 4} if name == "nnn" else {}))
+    with pytest.raises(ValueError, match=r"(?i)nan"):
+        norm.fit(targets, query_bank=hd.open_bank(tmp_path, chunk_rows=25))

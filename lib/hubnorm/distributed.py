@@ -424,7 +424,11 @@ class DaskEngine:
         if name not in self.banks:
             return float(torch.linalg.vector_norm(self._gather(name), dim=1).max())
         if name not in self._norms:
-            self._norms[name] = _max_norm(self.banks[name])
+            norm = _max_norm(self.banks[name])
+            if not math.isfinite(norm):   # a NaN/inf row: say so, instead of a misleading precision error later
+                raise ValueError(f"{name} has a non-finite row (NaN or inf) in its shards: clean or re-export the "
+                                 "embeddings (every row must be a finite, L2-normalised vector)")
+            self._norms[name] = norm
         return self._norms[name]
 
     def score_bound(self, source) -> float:
