@@ -61,8 +61,8 @@ while [ $# -gt 0 ]; do
     --source=*) own_source="${1#*=}"; shift ;;
     --param) user_params+=(--param "${2:?--param needs NAME=VALUE}"); shift 2 ;;
     --param=*) user_params+=(--param "${1#*=}"); shift ;;
-    --params) user_params+=(--params "$(cd "$caller_dir" && realpath -m -- "${2:?--params needs a file}")"); shift 2 ;;
-    --params=*) user_params+=(--params "$(cd "$caller_dir" && realpath -m -- "${1#*=}")"); shift ;;
+    --params) f="${2:?--params needs a file}"; [[ "$f" == /* ]] || f="$caller_dir/$f"; user_params+=(--params "$f"); shift 2 ;;
+    --params=*) f="${1#*=}"; [[ "$f" == /* ]] || f="$caller_dir/$f"; user_params+=(--params "$f"); shift ;;
     --results) results_root="${2:?--results needs a folder}"; shift 2 ;;
     --results=*) results_root="${1#*=}"; shift ;;
     -h|--help) sed -n '2,38p' "$0"; exit 0 ;;

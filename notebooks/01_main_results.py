@@ -52,7 +52,7 @@ model: str = "auto"  # published NNN rows beside ours: "auto" follows the embedd
 dataset = None  # published dataset "flickr30k" or "coco"; None: the one the source declares (a local: folder's model_info.json), else none
 directions: list = ["t2i", "i2t"]
 seed: int = 0
-bank_fraction: float = 0.2  # share of the training split used as the reference bank (NNN: 0.2)
+bank_fraction: float = 0.2  # share of the training split used as the reference bank (NNN: 0.2); 1.0 takes the whole training part
 fast: bool = True  # True: the reduced grids listed below; False: the paper grids (hubnorm.PAPER_GRIDS)
 n_boot: int = 200  # bootstrap resamples for the 95% confidence intervals
 
@@ -69,8 +69,10 @@ run = nb.setup("01", seed=seed, params=globals())  # seeds numpy/torch, 2 torch 
 
 # %% [markdown]
 # ## 1 · Data and reference banks
-# The test split is the gallery and the queries; `val` (held out, same size as test) selects hyperparameters; the
-# reference bank is a seeded 20% of the training images with all their captions (for t2i the *query* bank is the
+# The test split is the gallery and the queries; `val` selects hyperparameters (a data set without one holds it out
+# of the training split by one rule, `hubnorm.embeddings.validation_size`: the size of the test split when the
+# training split has at least twice as many images, else a third of it); the reference bank is a seeded 20% of the
+# training images with all their captions (`bank_fraction = 1.0`: the whole training part, e.g. for a small folder) (for t2i the *query* bank is the
 # captions and DualIS's *target* bank the images; for i2t the roles swap).
 
 # %%
@@ -85,7 +87,7 @@ in_setting = f"bank={dataset} train {bank_fraction:.0%}"
 cross_source = pr.cross_dataset_source(ds, cross_source)  # never a synthetic bank for a real run
 if cross_source:
     cross = pr.prepare_dataset(cross_source, seed=cross_seed, dtype=run.dtype, synthetic_sizes=cross_sizes,
-                               source_kwargs=cross_kwargs)
+                               source_kwargs=cross_kwargs, note_small=False)  # only its training bank is used
     cross_dataset = pr.dataset_key(cross_source, cross)
     cross_bank = pr.reference_split(cross, "train", bank_fraction, seed=seed)
     val_cross = pr.make_tasks(ds.split("val"), cross_bank, directions=directions)

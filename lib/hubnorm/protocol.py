@@ -55,7 +55,8 @@ def note(text: str) -> None:
 # ---------------------------------------------------------------------------------------------- data
 def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float64",
                     synthetic_sizes: Optional[Mapping[str, int]] = None,
-                    source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True) -> EmbeddingDataset:
+                    source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True,
+                    note_small: bool = True) -> EmbeddingDataset:
     """``hubnorm.load_embeddings(source)``, ready for the protocol.
 
     - ``synthetic_sizes`` (e.g. ``{"n_train_images": 5000}``) and ``seed`` reach the synthetic generator only;
@@ -64,7 +65,8 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
       ``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (the size of the test split when
       the training split has at least twice as many images, NNN App. B; else a third of the training split);
       ``ensure_val=False`` keeps the whole training split (a ``local:`` folder is then split into test/train only);
-    - small splits (fewer than :data:`SMALL_SPLIT` images in test or val) print a NOTE with the size;
+    - small splits (fewer than :data:`SMALL_SPLIT` images in test or val) print a NOTE with the size
+      (``note_small=False`` for a data set used only for its training bank, e.g. a cross-dataset bank);
     - ``dtype`` (float64 by default) casts and re-normalises every embedding: in float64 a ranking flips only
       when two scores agree to about 1e-16, so the rounded numbers the notebooks print do not change with a
       CPU's or thread count's summation order (far less likely to flip than in float32, not invariant).
@@ -81,7 +83,7 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     ds.meta.setdefault("source_string", source)
     if ensure_val:
         hold_out_val(ds, seed)
-    for name in ("test", "val"):
+    for name in ("test", "val") if note_small else ():
         if name in ds.splits and ds.splits[name].n_images < SMALL_SPLIT:
             n = ds.splits[name].n_images
             note(f"the {name} split has only {n} images (fewer than {SMALL_SPLIT}): recalls over so small a gallery "
