@@ -192,7 +192,7 @@ for nb in "${notebooks[@]}"; do
   printf '%s: running (log: %s)\n' "$name" "$log"
   prog="$out/$name.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
   : >"$prog"
-  export HUBNORM_PROGRESS_FILE="$prog"   # absolute: $results is
+  export HUBNORM_PROGRESS_FILE="$prog"   # an absolute path: $results is absolute
   if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1 || ! tail --pid=$$ -n 0 /dev/null 2>/dev/null; then
     # --quiet, or no GNU stdbuf / tail --pid (macOS): summary lines only
     .venv/bin/python -m papermill -k python3 --cwd notebooks --no-progress-bar -y "$nb_params" "$nb" \
