@@ -166,8 +166,8 @@ def test_run_all_source_writes_under_hubnorm_results_into_a_cleared_folder_named
     assert r.returncode == 0, r.stdout + r.stderr
     out = root / "own-local-tiny60"
     assert not stale.exists() and (out / "tables" / "03_nnn_tables_A3_A4_k.csv").exists()
-    log = (out / "notebooks" / "03_k_ablation.log").read_text()
-    assert "reference bank: 20 images / 100 captions" in log     # bank_fraction=1.0: the whole 20-image train part
+    executed = (out / "notebooks" / "03_k_ablation.ipynb").read_text()
+    assert "reference bank: 20 images / 100 captions" in executed   # bank_fraction=1.0: the whole 20-image train
     r = _run_all("--source", f"local:{folder}", "--only", "03", "--quiet", "--param", "flat_tol=-1",
                  env={"HUBNORM_RESULTS": str(root)})
     assert r.returncode != 0
