@@ -192,7 +192,7 @@ def published_dataset(source: str, ds: Optional[EmbeddingDataset] = None, datase
 def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
     """The ``model`` column of the published tables to show beside this run.
 
-    ``"auto"`` follows the embeddings: synthetic data (calibrated to zero-shot CLIP ViT-B/32) and real CLIP
+    ``"auto"`` follows the embeddings: synthetic data (calibrated to real zero-shot CLIP statistics) and real CLIP
     ViT-B/32 give "CLIP" ("zs CLIP" in the DBSN tables, ``paper="dbsn"``), SigLIP and BLIP caches their
     published names (:func:`hubnorm.data.models.published_model_name`); a model the papers did not report gives
     None (no published rows) and a note. Any other value must be a model of ``paper``'s published tables (an
