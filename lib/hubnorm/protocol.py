@@ -32,7 +32,7 @@ from .selection import PAPER_GRIDS, grid_search, k_limit
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
-    "published_dataset", "published_names", "published_label", "PAPERS", "UNKNOWN_DATASET",
+    "published_dataset", "published_names", "published_label", "paper_ids", "UNKNOWN_DATASET",
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_and_evaluate", "note", "method_items", "params_for",
@@ -120,21 +120,27 @@ def run_label(ds: EmbeddingDataset) -> str:
     return f"real data ({ds.name}" + (f", {model})" if model else ")")
 
 
-#: The paper ids of the published tables the notebooks compare with (``paper=`` of :func:`published_model`).
-PAPERS = {"nnn": "nnn-chowdhury2024", "dbsn": "dbsn-pan2025", "rerank": "rerank-geigle2021",
-          "listwise": "listwise-li2023"}
-
 #: The value of ``dataset`` when the data set of a run is not declared: no published table is compared with it.
 UNKNOWN_DATASET = "unknown"
 
 
+def paper_ids() -> List[str]:
+    """The ids of the papers whose published tables ship with the package (e.g. ``"nnn-chowdhury2024"``)."""
+    from .reporting import load_published
+
+    return sorted(str(p) for p in load_published()["paper"].unique())
+
+
 def _paper_id(paper: str) -> str:
-    if paper in PAPERS.values():
+    """A paper id from its id or its short name (the part before the first "-": ``"nnn"``, ``"dbsn"``, ...)."""
+    ids = paper_ids()
+    if paper in ids:
         return paper
-    if paper not in PAPERS:
-        raise ValueError(f"paper must be one of {sorted(PAPERS)} (or a paper id {sorted(PAPERS.values())}); "
+    match = [pid for pid in ids if pid.split("-")[0] == paper]
+    if len(match) != 1:
+        raise ValueError(f"paper must be one of {sorted(p.split('-')[0] for p in ids)} (or a paper id {ids}); "
                          f"got {paper!r}")
-    return PAPERS[paper]
+    return match[0]
 
 
 def published_names(column: str, paper: str = "nnn") -> List[str]:
