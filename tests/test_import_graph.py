@@ -128,7 +128,7 @@ LAYERS = [
       "hubnorm.engine", "hubnorm.distributed"]),
     ("data", ["hubnorm.data", "hubnorm.data.*"]),
     ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
-                 "hubnorm.hubness", "hubnorm.geometry"]),
+                 "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
                       "hubnorm.calibration",
                       "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.listwise",
