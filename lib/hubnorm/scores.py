@@ -418,5 +418,63 @@ def matrices_from_embeddings(queries, targets, query_bank=None, target_bank=None
     return out
 
 
-__all__ = ["ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
+def positives_from_pairs(query_idx, target_idx, n_queries: int, n_targets: int) -> Positives:
+    """:class:`hubnorm.Positives` from the ``(query, target)`` index pairs of every positive."""
+    q, t = np.asarray(query_idx, dtype=np.int64), np.asarray(target_idx, dtype=np.int64)
+    order = np.lexsort((t, q))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(q, minlength=n_queries))])
+    return Positives(indptr, t[order], n_targets)
+
+
+#: how a missing matrix of a sims task would be given: the manifest role, per direction side
+_SIMS_ROLES = {
+    "forward": {("queries", "targets"): "test", ("query_bank", "targets"): "bank_rows",
+                ("query_bank", "target_bank"): "bank_rows_x_bank_cols", ("target_bank", "targets"): "bank_cols_x_test_cols"},
+    "backward": {("queries", "targets"): "test", ("query_bank", "targets"): "bank_cols",
+                 ("query_bank", "target_bank"): "bank_rows_x_bank_cols", ("target_bank", "targets"): "bank_rows_x_test_rows"},
+}
+
+
+def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
+               dtype: torch.dtype = torch.float64) -> Dict[str, "ScoreTask"]:
+    """Both retrieval directions of a sims folder (``hubnorm.data.sims``: a path, ``"sims:<folder>"`` or a loaded
+    :class:`~hubnorm.data.sims.SimsFolder`) as :class:`ScoreTask` objects keyed by direction (e.g. ``t2v``, ``v2t``).
+
+    The test matrix's rows are the queries of the first direction and its columns those of the second; the banks
+    follow (``bank_rows`` is the first direction's query bank, ``bank_cols`` the second's; the bank x bank matrix
+    serves DBSN in both, read transposed for the second)."""
+    from .data.sims import SimsFolder, load_sims
+
+    if isinstance(source, str) and source.startswith("sims:"):
+        source = source[len("sims:"):]
+    sims = source if isinstance(source, SimsFolder) else load_sims(source)
+    fwd, bwd = sims.directions
+    wanted = tuple(directions or (fwd, bwd))
+    unknown = [d for d in wanted if d not in (fwd, bwd)]
+    if unknown:
+        raise ValueError(f"{sims.folder} holds the directions {fwd} and {bwd} (modalities {list(sims.modalities)}); "
+                         f"got {unknown}")
+    mats = {role: ScoreMatrix(arr, str(sims.files[role])) for role, arr in sims.matrices.items()}
+    rows, cols = sims.positive_pairs
+    n_r, n_c = mats["test"].shape
+    meta = {"dataset": sims.name, "model": sims.manifest.get("model"), "modalities": sims.modalities,
+            "source": "synthetic" if sims.synthetic else "real", "folder": str(sims.folder)}
+    out = {}
+    for d in wanted:
+        side = "forward" if d == fwd else "backward"
+        roles = _SIMS_ROLES[side]
+        given = {}
+        for key, role in roles.items():
+            if role in mats:
+                m = mats[role]
+                transposed = side == "backward" and role in ("test", "bank_rows_x_bank_cols")
+                given[key] = m.T if transposed else m
+        hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
+        pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
+        out[d] = ScoreTask(given, pos, direction=d, meta=dict(meta, direction=d), hints=hints,
+                           block_bytes=block_bytes, dtype=dtype)
+    return out
+
+
+__all__ = ["sims_tasks", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
            "matrices_from_embeddings", "INPUT_LABELS"]
