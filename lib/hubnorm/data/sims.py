@@ -2,7 +2,7 @@
 
 Video-text and text-audio retrieval work releases score matrices rather than embeddings. A sims folder holds them as
 plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix is never read whole) and a manifest,
-``manifest.json`` (or ``manifest.yaml``), that says what each file is::
+``manifest.json``, that says what each file is::
 
     {
       "format": "hubnorm-sims", "version": 1,
