@@ -130,7 +130,7 @@ LAYERS = [
     ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
-                      "hubnorm.calibration",
+                      "hubnorm.calibration", "hubnorm.media",
                       "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.listwise",
                       "hubnorm.listwise.*", "hubnorm.rerank", "hubnorm.rerank.*"]),
     ("package root", ["hubnorm"]),
