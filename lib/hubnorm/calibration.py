@@ -273,9 +273,9 @@ def media_published(preset: str) -> Dict[str, Tuple[float, str, bool]]:
     pub = load_published("dbsn-pan2025")
     fwd, bwd = p.directions
 
-    def one(table, model, metric, direction):
+    def one(table, model, metric, direction, method="raw", setting="none"):
         row = pub[(pub["table"].astype(str) == table) & (pub["model"] == model) & (pub["dataset"] == p.dataset)
-                  & (pub["direction"] == direction) & (pub["method"] == "raw") & (pub["setting"] == "none")
+                  & (pub["direction"] == direction) & (pub["method"] == method) & (pub["setting"] == setting)
                   & (pub["metric"] == metric)]
         return float(row["value"].iloc[0]) if len(row) else None
 
