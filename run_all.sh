@@ -8,7 +8,8 @@
 #   default          synthetic embeddings (hubnorm.synthetic, seeded; every number is a "synthetic analog"),
 #                    small sizes: all notebooks in a few minutes on 2 CPU cores. Outputs: results/
 #   --source SOURCE  your own embeddings with the default sizes and grids, e.g. --source local:/path/to/folder or
-#                    --source cache:coco:ViT-B-32-quickgelu:openai; synthetic data is then forbidden in the run
+#                    --source cache:coco:ViT-B-32-quickgelu:openai; synthetic data is then forbidden in the run;
+#                    --source sims:/path/to/folder (released score matrices) runs the notebooks that accept them
 #                    (HUBNORM_FORBID_SYNTHETIC=1). Outputs: results/own/
 #   paper-flickr30k  real embeddings cache:flickr30k:ViT-B-32-quickgelu:openai, paper grids and sizes.
 #   paper-coco       real embeddings cache:coco:ViT-B-32-quickgelu:openai (the cross-dataset bank is the other
@@ -74,6 +75,8 @@ case "$profile" in
       case "$own_source" in  # a relative local: folder is relative to where run_all.sh was called from
         local:/*) ;;
         local:*) own_source="local:$caller_dir/${own_source#local:}" ;;
+        sims:/*) ;;
+        sims:*) own_source="sims:$caller_dir/${own_source#sims:}" ;;
       esac
       params=$(.venv/bin/python -c 'import json, sys; print(json.dumps({"source": sys.argv[1], "cross_source": None}))' "$own_source")
       results="results/own"
@@ -133,6 +136,11 @@ start_all=$(date +%s)
 echo "run_all.sh: profile $profile -> $results/ (${#notebooks[@]} notebooks)"
 # Notebooks that cannot run in a profile, with the reason (printed, not counted as failures).
 skip_reason() {
+  # a sims: folder holds score matrices only: notebooks whose source parameter does not offer sims: need embeddings
+  if [[ "$own_source" == sims:* ]] && ! grep -q 'sims:<folder>' "notebooks/$1.py" 2>/dev/null; then
+    echo "needs embeddings; a sims: folder holds score matrices only (notebook 08 runs on it)"
+    return
+  fi
   case "$profile:$1" in
     paper-*:06_*|rehearse-*:06_*)
       echo "the simulated cross-encoder needs synthetic latents and the BLIP one needs the image files;" \
