@@ -10,7 +10,8 @@
 #                    small sizes: all notebooks in a few minutes on 2 CPU cores. Outputs: results/
 #   --source SOURCE  your own embeddings with the default sizes and grids, e.g. --source local:/path/to/folder or
 #                    --source cache:coco:ViT-B-32-quickgelu:openai; synthetic data is then forbidden in the run
-#                    (HUBNORM_FORBID_SYNTHETIC=1). Outputs: <results root>/own-<source name>/ (e.g.
+#                    (HUBNORM_FORBID_SYNTHETIC=1); --source sims:/path/to/folder (released score matrices) runs
+#                    the notebooks that accept them. Outputs: <results root>/own-<source name>/ (e.g.
 #                    own-local-my-folder), CLEARED at the start of every run, so only this run's files are there.
 #   paper-flickr30k  real embeddings cache:flickr30k:ViT-B-32-quickgelu:openai, paper grids and sizes.
 #   paper-coco       real embeddings cache:coco:ViT-B-32-quickgelu:openai (the cross-dataset bank is the other
@@ -65,7 +66,7 @@ while [ $# -gt 0 ]; do
     --params=*) f="${1#*=}"; [[ "$f" == /* ]] || f="$caller_dir/$f"; user_params+=(--params "$f"); shift ;;
     --results) results_root="${2:?--results needs a folder}"; shift 2 ;;
     --results=*) results_root="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -96,9 +97,11 @@ case "$profile" in
       case "$own_source" in  # a relative local: folder is relative to where run_all.sh was called from
         local:/*) ;;
         local:*) own_source="local:$caller_dir/${own_source#local:}" ;;
+        sims:/*) ;;
+        sims:*) own_source="sims:$caller_dir/${own_source#sims:}" ;;
       esac
       params=$(.venv/bin/python -c 'import json, sys; print(json.dumps({"source": sys.argv[1], "cross_source": None}))' "$own_source")
-      slug=$(printf '%s' "$own_source" | sed -E 's#^local:.*/([^/]+)/*$#local:\1#; s#[^A-Za-z0-9._-]+#-#g; s#-+$##')
+      slug=$(printf '%s' "$own_source" | sed -E 's#^(local|sims):.*/([^/]+)/*$#\1:\2#; s#[^A-Za-z0-9._-]+#-#g; s#-+$##')
       results="$results_root/own-$slug"
       export HUBNORM_FORBID_SYNTHETIC=1
     fi ;;
@@ -165,6 +168,11 @@ start_all=$(date +%s)
 echo "run_all.sh: profile $profile -> $results/ (${#notebooks[@]} notebooks)"
 # Notebooks that cannot run in a profile, with the reason (printed, not counted as failures).
 skip_reason() {
+  # a sims: folder holds score matrices only: notebooks whose source parameter does not offer sims: need embeddings
+  if [[ "$own_source" == sims:* ]] && ! grep -q 'sims:<folder>' "notebooks/$1.py" 2>/dev/null; then
+    echo "needs embeddings; a sims: folder holds score matrices only (notebook 08 runs on it)"
+    return
+  fi
   case "$profile:$1" in
     paper-*:06_*|rehearse-*:06_*)
       echo "the simulated cross-encoder needs synthetic latents and the BLIP one needs the image files;" \
