@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 __all__ = ["Rule", "SCHEMA", "rule_for", "validate", "markdown"]
 
 DIRECTIONS = ("t2i", "i2t")
-SOURCE_KINDS = ("synthetic:", "cache:", "local:")
+SOURCE_KINDS = ("synthetic:", "cache:", "local:", "sims:")
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,8 @@ def _dict(fields: Optional[Mapping[str, Callable]] = None, *, required: Sequence
 
 def _source(v):
     if not isinstance(v, str) or not v.startswith(SOURCE_KINDS) or v in SOURCE_KINDS:
-        return ("must be a source string 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>' or "
-                f"'local:<folder>'; got {v!r}")
+        return ("must be a source string 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', "
+                f"'local:<folder>' or 'sims:<folder>'; got {v!r}")
     return None
 
 
@@ -247,6 +247,16 @@ SCHEMA: Dict[str, Rule] = {
     "lambdas": R("list", "a non-empty list of distinct numbers in [0, 1]", _list(_num(0, 1))),
     "ce_nnn_alphas": R("list", "a non-empty list of distinct numbers >= 0", _list(_num(0))),
     "ce_full_every": R("int", "an integer >= 1", _int(1)),
+    # 08
+    "audio_sources": R("list", "['auto'], [] or a list of source strings", _list(_either(_choice(("auto",)), _source),
+                                                                              min_len=0)),
+    "n_train": R("int", "an integer >= 1 (training items of a synthetic preset)", _int(1)),
+    "bank_queries": R("int", "None or an integer >= 1", _optional(_int(1))),
+    "target_bank": R("int", "None or an integer >= 1", _optional(_int(1))),
+    "item_modality": R("str", "'auto', 'video', 'audio' or 'image'", _choice(("auto", "video", "audio", "image"))),
+    "08:model": R("str", "'auto' or a model of the DBSN paper's tables", _published("model", "dbsn", ("auto",))),
+    "dual_betas": R("dict", "{'beta_query': number >= 0, 'beta_target': number >= 0}",
+                    _dict({"beta_query": _num(0), "beta_target": _num(0)}, required=("beta_query", "beta_target"))),
     # 07
     "ndcg_ks": R("list", "a non-empty list of distinct integers >= 1", _list(_int(1)), "[5, 10]"),
     "recall_ks": R("list", "a non-empty list of distinct integers >= 1", _list(_int(1))),
