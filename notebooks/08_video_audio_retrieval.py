@@ -65,7 +65,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import compare, media, notebook as nb
 
-run = nb.setup("08", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+run = nb.setup("08", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 QA = "query-aware (bank = test queries)"
 METRICS = ["R@1", "R@5", "R@10", "MdR", "MnR"]

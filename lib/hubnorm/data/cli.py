@@ -218,7 +218,7 @@ def _load_source(source: str, **kwargs):
         return load_cached_embeddings(rest, **kwargs)
     if kind == "local":
         from .local import load_local_embeddings
-        return load_local_embeddings(rest, **kwargs)
+        return load_local_embeddings(rest, **{"val": False, **kwargs})   # test/train as notebook 07 reads them
     raise ValueError(f"encode-texts reads the caption texts of a 'cache:<dataset>:<model>:<pretrained>' or "
                      f"'local:<folder>' source; got {source!r} (synthetic embeddings have no caption texts)")
 
@@ -290,15 +290,48 @@ def _cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
+def _check_device(device: Optional[str]) -> None:
+    """``--device`` checked before any work: a torch device string this machine has."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"--device {device!r} is not a torch device ({exc}); use cpu, cuda, cuda:0 or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: CUDA is not available on this machine; use --device cpu")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"--device {device!r}: MPS is not available on this machine; use --device cpu")
+
+
+def _os_error(exc: OSError) -> str:
+    """A one-line explanation of a failed write or read (full disk, read-only or missing folder)."""
+    import errno
+
+    where = f"{exc.filename}: " if exc.filename else ""
+    hint = {errno.ENOSPC: "the disk is full: free space, or write elsewhere with --cache-dir / HUBNORM_CACHE",
+            errno.EDQUOT: "the disk quota is exceeded: free space, or write elsewhere with --cache-dir",
+            errno.EROFS: "the file system is read-only: write elsewhere with --cache-dir / HUBNORM_CACHE",
+            errno.EACCES: "permission denied: write elsewhere with --cache-dir / HUBNORM_CACHE",
+            errno.EPERM: "permission denied: write elsewhere with --cache-dir / HUBNORM_CACHE"}.get(exc.errno, "")
+    return f"{where}{exc.strerror or exc}" + (f" ({hint})" if hint else "")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .fetch import DownloadError, ManualDownloadRequired
     try:
+        _check_device(getattr(args, "device", None))
         return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify,
                 "encode-texts": _cmd_encode_texts,
                 "rehearse": _cmd_rehearse, "import-qbnorm": _cmd_import_qbnorm}[args.command](args)
     except (DownloadError, ManualDownloadRequired, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:   # a full, read-only or vanished disk: a sentence, not a traceback
+        print(f"error: {_os_error(exc)}", file=sys.stderr)
         return 2
 
 
