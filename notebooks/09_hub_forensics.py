@@ -71,7 +71,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import adversarial as adv, forensics as fx, label_free as lf, notebook as nb, protocol as pr
 
-run = nb.setup("09", seed=seed)
+run = nb.setup("09", seed=seed, params=globals())
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
