@@ -93,7 +93,8 @@ def test_exercise_solution_runs(stem, name, single_thread_torch):
 
 def test_every_solution_module_has_exercises():
     stems = _solution_stems()
-    assert [s[:2] for s in stems] == [f"{i:02d}" for i in range(9)], stems
+    # one solution module per notebook (the numbers need not be consecutive: notebooks land from parallel issues)
+    assert stems == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py")), stems
     for stem in stems:
         fns = sorted(_exercise_functions(_load(stem)))
         assert 2 <= len(fns) <= 4, (stem, fns)

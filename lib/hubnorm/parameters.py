@@ -257,6 +257,15 @@ SCHEMA: Dict[str, Rule] = {
     "08:model": R("str", "'auto' or a model of the DBSN paper's tables", _published("model", "dbsn", ("auto",))),
     "dual_betas": R("dict", "{'beta_query': number >= 0, 'beta_target': number >= 0}",
                     _dict({"beta_query": _num(0), "beta_target": _num(0)}, required=("beta_query", "beta_target"))),
+    # 09
+    "09:methods": R("dict", "{label: [registry name, {parameter: value}]} of offset methods (NNN, IS, SN, DBSN)",
+                    lambda v: None if isinstance(v, Mapping) and v and all(
+                        isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], Mapping)
+                        for x in v.values()) else f"must be a non-empty {{label: [name, {{params}}]}}; got {v!r}"),
+    "n_planted": R("int", "an integer >= 1 (planted items)", _int(1)),
+    "budgets": R("list", "a non-empty list of distinct chord distances in (0, 2]", _list(_num(0, 2, lo_open=True))),
+    "construction": R("str", "'gradient' or 'mean'", _choice(("gradient", "mean"))),
+    "label_free_grids": R("dict", "{registry name: {parameter: [values]}} for every method of `methods`", _dict()),
     # 07
     "ndcg_ks": R("list", "a non-empty list of distinct integers >= 1", _list(_int(1)), "[5, 10]"),
     "recall_ks": R("list", "a non-empty list of distinct integers >= 1", _list(_int(1))),

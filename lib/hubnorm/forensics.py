@@ -1,0 +1,280 @@
+"""Hub forensics: why is one gallery item a hub, and what does each method do to it?
+
+:func:`explain_target` answers, for a *fitted* offset normalizer and one target ``j``:
+
+1. **which bank queries make its offset**, with their weights. Every offset method here writes the offset of a
+   target as a weighted sum over the bank queries plus a target-level remainder (docs/methods.md, "Explaining a
+   target"), exactly, in float64 within rounding:
+
+   ``offset_j = sum_i weight_ij * value_ij + remainder_j``
+
+   * NNN (Eq. 1): the ``k`` bank queries nearest to ``t_j``, ``weight = alpha / k``, ``value = -s(q_i, t_j)``,
+     remainder 0.
+   * IS (DBSN Eq. 3, hubnorm's centred offsets ``-tau log mean_i exp(s_ij / tau)``): ``weight = softmax_i(s_ij /
+     tau)`` over the whole bank, ``value = -s_ij``, remainder ``tau KL(w_j || uniform)``. This is the Gibbs
+     identity ``tau LSE_i(s_i / tau) = sum_i w_i s_i + tau H(w)``; the centring constant ``tau log |B|`` is what
+     turns ``-tau H`` into ``+tau KL`` (``KL = log |B| - H``).
+   * SN / DBSN (DBSN Eq. 7-9): ``weight`` = the column ``j`` of the transport plan, normalised to sum 1
+     (``w_ij = n pi_ij = n exp((s_ij + f_i + g_j) / tau)``, ``n`` the number of Sinkhorn columns),
+     ``value = -(s_ij + f_i + tau log m)`` (the score plus the bank query's row potential, relative to its
+     uniform value ``-tau log m``), remainder ``tau KL(w_j || uniform_m) - tau log n``. The same Gibbs identity
+     applied to the last column half-step ``g_j = -tau log n - tau LSE_i((s_ij + f_i) / tau)``; ``f`` must be the
+     row potentials of that last iteration (the ones ``g`` was computed from). The fit does not keep them, so
+     this module re-runs :func:`hubnorm.normalizers.sinkhorn.sinkhorn_potentials` with the fitted parameters on
+     the bank you pass, checks that its column potentials are the fitted offsets (a different bank is refused),
+     and uses its ``f``.
+
+   The bank is read in blocks of rows against one target column (``O(m d)`` work, an ``m``-vector held); no
+   ``m x n`` matrix is ever formed (SN's re-run is the fit's own blocked kernel).
+
+2. **its k-occurrence and the test queries it wins** (top-1) before and after normalisation, and the rank change
+   of those queries' true matches (blocked over the queries through the normalizers' ``topk`` and
+   :func:`hubnorm.positive_ranks`).
+
+:func:`plot_explanation` draws both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ._validation import as_embeddings, check_positive_int
+from .evaluation import positive_ranks
+from .hubness import k_occurrence
+from .kernels import block_rows, iter_blocks
+from .normalizers.base import Identity, Normalizer, stable_topk
+from .normalizers.inverted_softmax import InvertedSoftmax
+from .normalizers.nnn import NearestNeighborNormalization
+from .normalizers.sinkhorn import DualBankSinkhornNormalization, SinkhornNormalization, sinkhorn_potentials
+from .retrieval import Positives
+
+__all__ = ["TargetExplanation", "explain_target", "explain_targets", "bank_scores", "plot_explanation", "EXPLAINABLE"]
+
+#: The label of the unnormalised scores in an explanation's ``n_k`` / ``wins`` / ``rank_change`` (a label, not a method
+#: dispatch).
+RAW = "raw"
+
+#: The normalizer classes :func:`explain_target` decomposes (subclasses included).
+EXPLAINABLE = (NearestNeighborNormalization, InvertedSoftmax, SinkhornNormalization)
+
+
+@dataclass
+class TargetExplanation:
+    """What :func:`explain_target` found for one target (arrays over the bank are float64, length ``m``).
+
+    ``offset = sum(weights * values) + remainder`` (``identity_error`` is the absolute difference to the fitted
+    offset). ``contributions``: the bank queries with the largest ``|weight * value|`` first.
+    """
+
+    method: str
+    target: int
+    offset: float
+    fitted_offset: float
+    weights: np.ndarray
+    values: np.ndarray
+    remainder: float
+    remainder_terms: Dict[str, float]
+    contributions: pd.DataFrame
+    n_k: Dict[str, int] = field(default_factory=dict)
+    k: Optional[int] = None
+    wins: Dict[str, np.ndarray] = field(default_factory=dict)
+    rank_change: Optional[pd.DataFrame] = None
+
+    @property
+    def identity_error(self) -> float:
+        return abs(float(np.sum(self.weights * self.values)) + self.remainder - self.fitted_offset)
+
+
+def bank_scores(bank: torch.Tensor, target: torch.Tensor, *, block_bytes: Optional[int] = None) -> torch.Tensor:
+    """``s(q_i, t) = q_i . t`` for every bank row (an ``m``-vector), in blocks of bank rows."""
+    out = torch.empty(bank.shape[0], dtype=bank.dtype, device=bank.device)
+    rows = block_rows(bank.shape[1], bank.element_size(), block_bytes)
+    for r0, r1 in iter_blocks(bank.shape[0], rows):
+        out[r0:r1] = bank[r0:r1] @ target
+    return out
+
+
+def _gibbs(x: torch.Tensor):
+    """``(w, log w)`` of ``softmax(x)`` in float64."""
+    logw = x - torch.logsumexp(x, dim=0)
+    return logw.exp(), logw
+
+
+class _Decomposer:
+    """The per-method decomposition of :func:`explain_target`, with what is shared by all targets computed once
+    (SN / DBSN: the Sinkhorn re-run that gives the row potentials)."""
+
+    def __init__(self, norm: Normalizer, qb: torch.Tensor, tb: Optional[torch.Tensor], block_bytes):
+        self.norm, self.qb, self.block_bytes = norm, qb, block_bytes
+        t = norm.targets_
+        if not isinstance(norm, EXPLAINABLE):
+            raise TypeError(f"explain_target decomposes NNN, IS, SN and DBSN offsets; got {type(norm).__name__}")
+        self.cols = t
+        if isinstance(norm, SinkhornNormalization):
+            dual = isinstance(norm, DualBankSinkhornNormalization)
+            if dual and tb is None:
+                raise ValueError("DBSN's explanation needs the target_bank it was fitted with: pass target_bank=...")
+            self.cols = torch.cat([t, tb]) if dual else t
+            f, g, _ = sinkhorn_potentials(qb, self.cols, float(norm.tau), int(norm.n_iter), norm.tol,
+                                          block_bytes=norm.block_bytes, cache_bytes=norm.cache_bytes,
+                                          cache_dtype=norm.cache_dtype)
+            n_fit = t.shape[0]
+            scale = float(norm.offsets_.abs().max()) + 1.0
+            gap = float((g[:n_fit].to(torch.float64) - norm.offsets_.to(torch.float64)).abs().max())
+            if gap > 1e-6 * scale:
+                raise ValueError(f"the Sinkhorn potentials recomputed on this query_bank differ from the fitted "
+                                 f"offsets by {gap:.2e}: pass the same query_bank (and target_bank) the normalizer "
+                                 "was fitted on")
+            self.f = f.to(torch.float64)
+            self.method = "DBSN" if dual else "SN"
+        else:
+            self.method = "NNN" if isinstance(norm, NearestNeighborNormalization) else "IS"
+
+    def __call__(self, j: int):
+        norm = self.norm
+        s = bank_scores(self.qb, self.cols[j], block_bytes=self.block_bytes).to(torch.float64)
+        if self.method == "NNN":
+            k = int(norm.k)
+            _, top = stable_topk(s[None, :], k)
+            w = torch.zeros_like(s)
+            w[top[0]] = float(norm.alpha) / k
+            return w, -s, {}
+        tau = float(norm.tau)
+        m = s.shape[0]
+        if self.method == "IS":
+            w, logw = _gibbs(s / tau)
+            kl = float((w * logw).sum()) + math.log(m)   # KL(w || uniform) = log m - H(w)
+            return w, -s, {"tau KL(w || uniform)": tau * kl}
+        w, logw = _gibbs((s + self.f) / tau)
+        kl = float((w * logw).sum()) + math.log(m)
+        n = self.cols.shape[0]
+        return w, -(s + self.f + tau * math.log(m)), {"tau KL(w || uniform)": tau * kl, "-tau log n": -tau * math.log(n)}
+
+
+def explain_target(normalizer: Normalizer, target: int, **kwargs) -> TargetExplanation:
+    """Why target ``target`` has its offset, and which test queries it wins before and after normalisation
+    (:func:`explain_targets` for one target; see it for the arguments)."""
+    return explain_targets(normalizer, [target], **kwargs)[0]
+
+
+def explain_targets(
+    normalizer: Normalizer,
+    targets,
+    *,
+    query_bank,
+    target_bank=None,
+    queries=None,
+    positives: Optional[Positives] = None,
+    k: int = 10,
+    top: int = 20,
+    block_bytes: Optional[int] = None,
+) -> List[TargetExplanation]:
+    """Why each of ``targets`` has its offset, and which test queries it wins before and after normalisation.
+
+    Args:
+        normalizer: a fitted :class:`~hubnorm.NearestNeighborNormalization`, :class:`~hubnorm.InvertedSoftmax`,
+            :class:`~hubnorm.SinkhornNormalization` or :class:`~hubnorm.DualBankSinkhornNormalization`.
+        targets: the gallery indices to explain (what all of them share is computed once).
+        query_bank: the query bank the normalizer was fitted on (``target_bank`` too for DBSN).
+        queries: optional test queries: then ``n_k`` (``N_k`` of the target, raw and normalised) and ``wins``
+            (the queries whose top-1 is the target, raw and normalised) are filled.
+        positives: optional true matches of ``queries``: then ``rank_change`` lists, for every query won before
+            or after, the 0-based rank of its true match raw and normalised.
+        k: neighbourhood of ``N_k``; top: rows of ``contributions``.
+    Returns:
+        one :class:`TargetExplanation` per target (see the module docstring for each method's decomposition).
+    """
+    if not isinstance(normalizer, Normalizer):
+        raise TypeError(f"normalizer must be a fitted hubnorm normalizer; got {type(normalizer).__name__}")
+    normalizer._check_fitted()
+    n = normalizer.targets_.shape[0]
+    idx = np.atleast_1d(np.asarray(targets))
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= n:
+        raise ValueError(f"target must be a gallery index in [0, {n}) (or a list of them); got {targets!r}")
+    k = check_positive_int(k, "k", maximum=n, max_name="the number of targets")
+    top = check_positive_int(top, "top")
+    t = normalizer.targets_
+    chk = getattr(normalizer, "check_normalized", True)
+    if query_bank is None:
+        raise ValueError("explain_target needs the query_bank the normalizer was fitted on: pass query_bank=...")
+    qb = as_embeddings(query_bank, "query_bank", device=t.device, dtype=t.dtype, dim=t.shape[1], check_normalized=chk)
+    tb = None if target_bank is None else as_embeddings(target_bank, "target_bank", device=t.device, dtype=t.dtype,
+                                                         dim=t.shape[1], check_normalized=chk)
+    decompose = _Decomposer(normalizer, qb, tb, block_bytes)
+    method = decompose.method
+    shared = {}
+    if queries is not None:
+        raw = Identity(device=normalizer.device_, check_normalized=chk).fit(t)
+        shared["n_k"] = {RAW: k_occurrence(raw, k, queries), method: k_occurrence(normalizer, k, queries)}
+        shared["top1"] = {name: model.topk(queries, 1)[1][:, 0].cpu().numpy()
+                          for name, model in ((RAW, raw), (method, normalizer))}
+        if positives is not None:
+            if not isinstance(positives, Positives):
+                raise TypeError("positives must be a hubnorm.Positives")
+            shared["ranks"] = {RAW: positive_ranks(raw, positives, queries),
+                               method: positive_ranks(normalizer, positives, queries)}
+    out = []
+    for j in (int(x) for x in idx):
+        w, values, terms = decompose(j)
+        remainder = float(sum(terms.values()))
+        offset = float((w * values).sum()) + remainder
+        contrib = (w * values).cpu().numpy()
+        order = np.argsort(-np.abs(contrib), kind="stable")[:top]
+        table = pd.DataFrame({"bank query": order, "weight": w.cpu().numpy()[order],
+                              "value": values.cpu().numpy()[order], "contribution": contrib[order]})
+        e = TargetExplanation(method, j, offset, float(normalizer.offsets_[j]), w.cpu().numpy(), values.cpu().numpy(),
+                              remainder, terms, table, k=k)
+        if queries is not None:
+            e.n_k = {name: int(v[j]) for name, v in shared["n_k"].items()}
+            e.wins = {name: np.flatnonzero(v == j) for name, v in shared["top1"].items()}
+            if positives is not None:
+                qs = np.union1d(e.wins["raw"], e.wins[method])
+                e.rank_change = pd.DataFrame({
+                    "query": qs, "won raw": np.isin(qs, e.wins["raw"]), f"won {method}": np.isin(qs, e.wins[method]),
+                    "true-match rank raw": shared["ranks"]["raw"][qs],
+                    f"true-match rank {method}": shared["ranks"][method][qs]})
+        out.append(e)
+    return out
+
+
+def plot_explanation(expl: TargetExplanation, axes=None, *, top: int = 15):
+    """Two panels: the largest contributions of bank queries to the offset (bars, with the remainder), and the
+    true-match ranks of the queries the target wins, raw against normalised (when ``rank_change`` is there)."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax = axes[0]
+    c = expl.contributions.head(top)
+    labels = [f"q{int(i)}" for i in c["bank query"]] + ["remainder"]
+    vals = list(c["contribution"]) + [expl.remainder]
+    colors = ["tab:blue"] * len(c) + ["tab:gray"]
+    ax.barh(range(len(vals))[::-1], vals, color=colors)
+    ax.set_yticks(range(len(vals))[::-1], labels, fontsize=7)
+    ax.axvline(0, color="k", lw=0.6)
+    ax.set_xlabel("contribution to the offset (weight x value)")
+    ax.set_title(f"{expl.method}: target {expl.target}, offset {expl.offset:.4f}", fontsize=10)
+    ax = axes[1]
+    rc = expl.rank_change
+    if rc is not None and len(rc):
+        cols = [col for col in rc.columns if col.startswith("true-match rank")]
+        x, y = rc[cols[0]].to_numpy() + 1, rc[cols[1]].to_numpy() + 1
+        ax.scatter(x, y, s=14, c=np.where(rc["won raw"], "tab:red", "tab:green"))
+        hi = max(x.max(), y.max()) * 1.5
+        ax.plot([1, hi], [1, hi], color="k", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("rank of the true match, raw (1 = top)")
+        ax.set_ylabel(f"rank of the true match, {expl.method}")
+        ax.set_title(f"queries won: raw {len(expl.wins.get('raw', []))} (red), "
+                     f"{expl.method} {len(expl.wins.get(expl.method, []))}", fontsize=10)
+    else:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no queries won (or no positives given)", ha="center", va="center")
+    return axes
