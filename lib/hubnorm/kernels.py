@@ -4,20 +4,29 @@ Each normalizer module (``hubnorm.normalizers.*``) states its equation and shows
 functions here are the optimised implementations they call, each proven equal to the plain form by a test:
 
 * :func:`topk_similarity` -- the k largest ``a_i . b_j`` per row of ``a`` (NNN bias, CSLS radius, DIS
-  activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``; this kernel streams ``b`` in blocks and filters
-  the bulk with an estimated threshold (warm-up, filter, exactness check with fallback).
-  Tests: ``tests/test_fast_paths.py`` (dense top-k), ``tests/test_hardening.py`` (plain NNN, ties).
+  activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``. Two exact kernels behind one seam,
+  :func:`topk_backend` (chosen by dtype and device): ``"faiss"`` -- faiss's exhaustive flat search
+  (``knn_inner_product``: BLAS blocks and a heap / reservoir per row), the default for float32 on the CPU when
+  faiss is installed (measured faster there: ``benchmarks/reports/topk.md``); ``"torch"`` -- the blocked,
+  threshold-filtered torch kernel (float64, 16-bit inputs, any torch device); ``"faiss-gpu"`` -- faiss's GPU
+  brute-force search on CUDA tensors (asked for explicitly until a GPU run measures it). Same values (the GEMM's
+  rounding aside), indices up to ties. Tests: ``tests/test_fast_paths.py`` (every backend = dense top-k, exact on
+  integer-valued inputs), ``tests/test_hardening.py`` (plain NNN, ties), ``tests/test_gpu.py`` (CUDA).
 * :func:`log_mean_exp_similarity` -- ``log mean_j exp(scale * a_i . b_j)`` per row of ``a`` (IS, DIS, DualIS),
   centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
   Plain form: ``torch.logsumexp(scale * a @ b.T, dim=1) - log(len(b))``. Tests: ``tests/test_oracles.py``,
   ``tests/test_hardening.py``.
-* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps).
+* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps):
+  cache-sized blocks on the CPU (:func:`work_block_shape`), each shifted by the running result so that one
+  ``exp`` pass and one sum per block suffice. Tests: ``tests/test_fast_paths.py`` (dense float64 reference).
 * :func:`working_dtype`, :func:`log_mean_exp_dtype` -- the precision rules (float32 or float64 working dtype).
-* :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`iter_blocks`, :func:`topk_partition`: block
-  bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the benchmarks.
+* :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`work_block_shape`, :func:`iter_blocks`,
+  :func:`topk_partition`: block bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the
+  benchmarks.
 
 The reductions of :mod:`hubnorm.blocks` call these kernels (``reduce_chunk``); the engines never call them by a
-method's name.
+method's name. The in-process engine (:class:`hubnorm.engine.LocalEngine`) picks the top-k backend once per fit
+with :func:`topk_backend`; its ``plain=True`` mode runs none of these kernels (the tests' reference).
 
 All functions take torch tensors on one device and return tensors on that device. The block shape is derived
 from a byte budget (``block_bytes``), so memory stays bounded however large the bank grows.
@@ -33,6 +42,12 @@ import torch
 #: Default size of one similarity block (rows x cols x itemsize), in bytes.
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 
+#: On the CPU the streamed kernels (log-sum-exp, Sinkhorn) compute score blocks of at most this many bytes however
+#: large ``block_bytes`` is: a block that stays in the processor's caches makes the passes after its GEMM (scale,
+#: exp, sum) run at cache speed instead of memory speed (``benchmarks/reports/topk.md``). Other devices use the
+#: whole budget (large blocks keep a GPU busy).
+CPU_WORK_BLOCK_BYTES = 8 * 2**20
+
 
 def block_rows(n_cols: int, itemsize: int = 4, block_bytes: Optional[int] = None, minimum: int = 1) -> int:
     """How many rows of an ``(rows, n_cols)`` block fit in ``block_bytes``."""
@@ -46,6 +61,19 @@ def block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]) -
     elems = max(1, budget // itemsize)
     rb = min(n_b, max(1, elems // max(1, min(n_a, 4096))))
     ra = min(n_a, max(1, elems // rb))
+    return ra, rb
+
+
+def work_block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int], device) -> Tuple[int, int]:
+    """Rows of ``a`` and of ``b`` per block of a streamed reduction over ``b`` (log-sum-exp): within the memory
+    budget ``block_bytes`` and, on the CPU, within :data:`CPU_WORK_BLOCK_BYTES`, with at most 1024 rows of ``a``
+    (long rows: the per-row reductions read contiguous memory)."""
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    if torch.device(device).type == "cpu":
+        budget = min(budget, CPU_WORK_BLOCK_BYTES)
+    elems = max(1, budget // itemsize)
+    ra = min(n_a, 1024, max(1, elems // max(1, min(n_b, 2048))))
+    rb = min(n_b, max(1, elems // ra))
     return ra, rb
 
 
@@ -107,26 +135,75 @@ def pack_rows(rows, cols, vals, ra, fill):
     return v, i
 
 
+#: The exact top-k kernels of :func:`topk_similarity` (see :func:`topk_backend`).
+TOPK_BACKENDS = ("torch", "faiss", "faiss-gpu")
+
+_FAISS = None
+
+
+def _faiss():
+    """The faiss module, or None when it is not installed (it is an optional dependency)."""
+    global _FAISS
+    if _FAISS is None:
+        try:
+            import faiss
+            _FAISS = faiss
+        except ImportError:
+            _FAISS = False
+    return _FAISS or None
+
+
+def topk_backend(dtype: torch.dtype, device) -> str:
+    """The top-k kernel for inputs of ``dtype`` on ``device``: the one place where it is chosen.
+
+    ``"faiss"`` for float32 on the CPU when faiss is installed (its flat search, measured faster than the torch
+    kernel there: ``benchmarks/reports/topk.md``), else ``"torch"``: float64 (faiss computes in float32 only),
+    16-bit inputs and torch devices. ``"faiss-gpu"`` is never chosen by default: no GPU run has measured it
+    against the torch kernel yet (``benchmarks/bench_gpu.py`` does); ask for it with ``backend="faiss-gpu"``.
+    """
+    if torch.device(device).type == "cpu" and dtype == torch.float32 and _faiss() is not None:
+        return "faiss"
+    return "torch"
+
+
 def topk_similarity(
-    a: torch.Tensor, b: torch.Tensor, k: int, *, block_bytes: Optional[int] = None
+    a: torch.Tensor, b: torch.Tensor, k: int, *, block_bytes: Optional[int] = None, backend: Optional[str] = None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """For every row of ``a``, the ``k`` largest values of ``a_i . b_j`` over rows ``j`` of ``b``.
 
     Returns ``(values, indices)``, both ``(len(a), k)``, values sorted in decreasing order. The full
-    ``len(a) x len(b)`` matrix is never formed: ``b`` is streamed in blocks and a running top-k is merged.
+    ``len(a) x len(b)`` matrix is never formed. ``backend``: ``"torch"``, ``"faiss"`` or ``"faiss-gpu"`` (None:
+    :func:`topk_backend` of the inputs' dtype and device); every backend is exact: the values are those of the
+    plain ``(a @ b.T).topk(k)`` up to the GEMM's own rounding (equal on inputs whose products are exact), and
+    ties between equal values may keep any of the tied indices (callers that need indices under exact ties use
+    the values only (NNN, CSLS) or a union of top-k sets (DIS)). Within one backend the block partition never
+    depends on ``k``, so the values are the same bits for every ``k`` (the one-pass sweeps rely on it).
 
-    Performance (the GEMM is the physical limit; the rest is kept to about one cheap read of each block): each
-    block's GEMM writes into one reused buffer. Warm-up blocks are merged by a plain top-k until enough of the
-    bank is seen to estimate, per row, a threshold that about ``4 k`` values of the whole bank reach. The bulk is
-    then max-pooled over groups of :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum
-    reaches the threshold are gathered; the survivors are merged once at the end. Every row is checked (at least
-    ``k`` values reached its threshold, else its row block is recomputed by plain merging), so the result is
-    exact. The block partition never depends on ``k``, so the selected values are the same bits for every
-    ``k``. Ties between equal values may pick any of the tied indices (the values never change); callers that
-    need indices under exact ties use the values only (NNN, CSLS) or a union of top-k sets (DIS).
+    ``"faiss"`` (float32, CPU): faiss's exhaustive inner-product search (BLAS blocks of 4096 x 1024 scores, a
+    heap or a reservoir per row); ``a`` is passed in chunks of rows when ``block_bytes`` is smaller than faiss's
+    block, so memory stays within the budget; faiss runs on ``torch.get_num_threads()`` threads.
+
+    ``"torch"``: ``b`` is streamed in blocks and a running top-k is merged. Performance (the GEMM is the physical
+    limit; the rest is kept to about one cheap read of each block): each block's GEMM writes into one reused
+    buffer. Warm-up blocks are merged by a plain top-k until enough of the bank is seen to estimate, per row, a
+    threshold that about ``4 k`` values of the whole bank reach. The bulk is then max-pooled over groups of
+    :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum reaches the threshold are
+    gathered; the survivors are merged once at the end. Every row is checked (at least ``k`` values reached its
+    threshold, else its row block is recomputed by plain merging), so the result is exact.
+
+    ``"faiss-gpu"`` (CUDA tensors, float32 or float16; ``k <= 2048``): faiss's GPU brute-force search
+    (``faiss.knn_gpu``), needs a GPU build of faiss.
     """
     if k > b.shape[0]:
         raise ValueError(f"k={k} is larger than the bank ({b.shape[0]} rows): use k <= {b.shape[0]}")
+    if backend is None:
+        backend = topk_backend(a.dtype, a.device)
+    elif backend not in TOPK_BACKENDS:
+        raise ValueError(f"backend must be one of {list(TOPK_BACKENDS)} or None; got {backend!r}")
+    if backend == "faiss":
+        return _topk_faiss(a, b, k, block_bytes)
+    if backend == "faiss-gpu":  # pragma: no cover - needs a GPU build of faiss
+        return _topk_faiss_gpu(a, b, k)
     n_a, n_b = a.shape[0], b.shape[0]
     out_v = torch.empty((n_a, k), dtype=a.dtype, device=a.device)
     out_i = torch.empty((n_a, k), dtype=torch.long, device=a.device)
@@ -141,6 +218,61 @@ def topk_similarity(
             v, i = _topk_rows(a[a0:a1], b, k, b_blocks, buf, filtered=False)
         out_v[a0:a1], out_i[a0:a1] = v, i
     return out_v, out_i
+
+
+#: faiss's exhaustive search scores one block of (up to 4096 rows of ``a``) x (1024 rows of ``b``) at a time
+#: (``faiss.cvar.distance_compute_blas_database_bs``).
+_FAISS_DB_BLOCK = 1024
+
+
+def _topk_faiss(a: torch.Tensor, b: torch.Tensor, k: int, block_bytes: Optional[int]):
+    """:func:`topk_similarity` by faiss's flat search (float32 CPU tensors; no copy of ``a`` or ``b`` when they are
+    contiguous). ``a`` goes in chunks of rows so that faiss's score block stays within ``block_bytes``."""
+    faiss = _faiss()
+    if faiss is None:
+        raise ValueError("backend='faiss' needs faiss: pip install faiss-cpu (or use backend='torch')")
+    if a.device.type != "cpu" or b.device.type != "cpu" or a.dtype != torch.float32 or b.dtype != torch.float32:
+        raise ValueError(f"backend='faiss' takes float32 tensors on the CPU; got {a.dtype} on {a.device} and "
+                         f"{b.dtype} on {b.device} (use backend='torch')")
+    n_a, n_b, d = a.shape[0], b.shape[0], a.shape[1]
+    out_v = torch.empty((n_a, k), dtype=torch.float32)
+    out_i = torch.empty((n_a, k), dtype=torch.long)
+    if n_a == 0:
+        return out_v, out_i
+    an, bn = a.detach().contiguous().numpy(), b.detach().contiguous().numpy()
+    vn, inn = out_v.numpy(), out_i.numpy()
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    rows = max(1, budget // (4 * min(n_b, _FAISS_DB_BLOCK)))
+    threads = torch.get_num_threads()
+    if faiss.omp_get_max_threads() != threads:  # follow torch's thread setting
+        faiss.omp_set_num_threads(threads)
+    ptr = faiss.swig_ptr
+    for a0 in range(0, n_a, rows):
+        a1 = min(n_a, a0 + rows)
+        faiss.knn_inner_product(ptr(an[a0:a1]), ptr(bn), d, a1 - a0, n_b, k, ptr(vn[a0:a1]), ptr(inn[a0:a1]))
+    return out_v, out_i
+
+
+_GPU_RESOURCES = {}
+
+
+def _topk_faiss_gpu(a: torch.Tensor, b: torch.Tensor, k: int):  # pragma: no cover - needs a GPU build of faiss
+    """:func:`topk_similarity` by ``faiss.knn_gpu`` on CUDA tensors (float32 or float16), ``k <= 2048``."""
+    faiss = _faiss()
+    if faiss is None or not hasattr(faiss, "knn_gpu") or faiss.get_num_gpus() == 0:
+        raise ValueError("backend='faiss-gpu' needs a GPU build of faiss that sees a GPU (pip install faiss-gpu); "
+                         "use backend='torch'")
+    if a.device.type != "cuda" or b.device != a.device:
+        raise ValueError(f"backend='faiss-gpu' takes CUDA tensors on one device; got {a.device} and {b.device}")
+    if k > 2048:
+        raise ValueError(f"backend='faiss-gpu' searches at most k=2048 neighbours; got k={k} (use backend='torch')")
+    import faiss.contrib.torch_utils  # noqa: F401  (lets faiss.knn_gpu take torch tensors)
+    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    res = _GPU_RESOURCES.get(dev)
+    if res is None:
+        res = _GPU_RESOURCES[dev] = faiss.StandardGpuResources()
+    v, i = faiss.knn_gpu(res, a.contiguous(), b.contiguous(), k, metric=faiss.METRIC_INNER_PRODUCT, device=dev)
+    return v.to(a.dtype), i.long()
 
 
 def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
@@ -210,34 +342,62 @@ def logsumexp_similarity(
 ) -> torch.Tensor:
     """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
 
+    Plain form: ``torch.logsumexp(scale * a @ b.T + b_shift, dim=1)``.
     ``b_shift`` (length ``len(b)``) is an optional additive term per column, already in log units.
-    Stable for any ``scale`` (it never exponentiates a score without subtracting the running maximum), but its
+    Stable for any ``scale``: every block is exponentiated relative to a shift ``c_i`` at least its row's running
+    maximum (the first block's row maximum, then the running result itself, which is never below it), so no term
+    exceeds 1 unless a later block holds a value far above everything seen before; such a row's sum overflows to
+    ``inf``, is detected and recomputed by ``torch.logsumexp``. Terms that underflow are smaller than ``e^-87``
+    times the running sum and cannot change it. Per block: the GEMM into a reused buffer, then in place a scale,
+    a shift and an ``exp`` pass and one sum (blocks of :func:`work_block_shape`, cache-sized on the CPU); only the
+    first block of a row needs its maximum. Its
     magnitude ``~ log(len(b))`` limits the absolute precision: see :func:`log_mean_exp_similarity`.
     ``dtype``: compute every block in this dtype (each block of ``a`` and ``b`` is cast; default the input's).
     ``shared_blocks``: a dict that keeps the raw similarity blocks across calls (the temperature sweeps of
-    :func:`hubnorm.grid_search`), so that
-    several scales reuse one GEMM pass with bit-identical results.
+    :func:`hubnorm.grid_search`), so that several scales reuse one GEMM pass with bit-identical results (the
+    arithmetic after the GEMM is the same with and without it).
     """
     n_a, n_b = a.shape[0], b.shape[0]
     dt = a.dtype if dtype is None else dtype
     itemsize = torch.empty((), dtype=dt).element_size()
-    ra, rb = block_shape(n_a, n_b, itemsize, block_bytes)
+    ra, rb = work_block_shape(n_a, n_b, itemsize, block_bytes, a.device)
     out = torch.empty(n_a, dtype=dt, device=a.device)
+    if n_a == 0:
+        return out
+    buf = torch.empty(min(n_a, ra) * min(n_b, rb), dtype=dt, device=a.device)
+    scale = float(scale)
+    shift = None if b_shift is None else b_shift.to(device=a.device, dtype=dt)
     for a0, a1 in iter_blocks(n_a, ra):
+        r = a1 - a0
+        a_blk = a[a0:a1].to(dt)
         acc = None
         for b0, b1 in iter_blocks(n_b, rb):
+            w = b1 - b0
+            x = buf[: r * w].view(r, w)
+            b_blk = b[b0:b1].to(dt)
             if shared_blocks is None:
-                s = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
-                s.mul_(scale)
+                torch.mm(a_blk, b_blk.T, out=x)
+                raw = x
             else:
                 key = (a0, b0) if dtype is None else (a0, b0, dt)
                 raw = shared_blocks.get(key)
                 if raw is None:
-                    raw = shared_blocks[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
-                s = torch.mul(raw, scale)
-            if b_shift is not None:
-                s.add_(b_shift[b0:b1])
-            part = torch.logsumexp(s, dim=1)
+                    raw = shared_blocks[key] = torch.mm(a_blk, b_blk.T)
+            torch.mul(raw, scale, out=x)
+            if shift is not None:
+                x.add_(shift[b0:b1])
+            # the first block is shifted by its row maxima; later blocks by the running log-sum-exp (>= the
+            # running maximum), which saves a pass
+            c = x.amax(dim=1) if acc is None else acc
+            c = torch.where(torch.isfinite(c), c, torch.zeros((), dtype=dt, device=c.device))  # rows of -inf so far
+            part = x.sub_(c[:, None]).exp_().sum(dim=1).log_().add_(c)
+            over = torch.isinf(part) & (part > 0)
+            if bool(over.any()):  # a value far above the running maximum: this block's sum overflowed
+                rows = over.nonzero().squeeze(1)
+                z = (torch.mm(a_blk[rows], b_blk.T) if shared_blocks is None else raw[rows]).mul_(scale)
+                if shift is not None:
+                    z.add_(shift[b0:b1])
+                part[rows] = torch.logsumexp(z, dim=1)
             acc = part if acc is None else torch.logaddexp(acc, part)
         out[a0:a1] = acc
     return out
