@@ -129,9 +129,11 @@ def test_on_a_dask_local_cluster():
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test file
     task = _task(3, np.float64)
     ref = TrimmedNNN(alpha=0.75, k=6, trim=1, device="cpu").fit(task.targets, query_bank=task.query_bank)
-    # one worker process (the test's cost is its start-up): the toy's classes travel to another process
+    # one worker process (the test's cost is its start-up): the toy's classes travel to another process. No memory
+    # limit: a worker that imports torch holds ~0.85 GB, and a worker above 80% of its limit is paused, which
+    # left a 1 GiB worker waiting forever (CI timed out here).
     cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None,
-                                       host="127.0.0.1", memory_limit="1GiB")
+                                       host="127.0.0.1", memory_limit=0)
     try:
         with distributed.Client(cluster):
             got = TrimmedNNN(alpha=0.75, k=6, trim=1, device="cpu").fit(
