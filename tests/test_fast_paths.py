@@ -230,26 +230,6 @@ def test_partial_cache_keeps_the_leading_blocks_and_recomputes_the_rest(sinkhorn
     assert calls == {"mm": 6, "addmm": 4 * 9}  # 6 blocks of 100 rows cached once; 9 recomputed in 4 iterations
 
 
-@pytest.mark.parametrize("kwargs", [{"cache_bytes": 0}, {}, {"cache_dtype": torch.float16}])
-def test_sinkhorn_cpu_block_cap_keeps_the_result(sinkhorn_problem, monkeypatch, kwargs):
-    """On the CPU the row blocks are capped at SINKHORN_CPU_BLOCK_BYTES whatever block_bytes says: capped blocks
-    (here 37 rows) give the dense float64 result, and so does the default block (one block here)."""
-    from hubnorm.normalizers import sinkhorn as sk
-    bank, targets = sinkhorn_problem
-    f_ref, g_ref = _dense_sinkhorn64(bank, targets, 0.01, 10)
-    uncapped = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.01, 10, **kwargs)
-    monkeypatch.setattr(sk, "SINKHORN_CPU_BLOCK_BYTES", 700 * 4 * 37)
-    calls = {"rows": []}
-    real = sk.block_rows
-    monkeypatch.setattr(sk, "block_rows", lambda *a: calls["rows"].append(real(*a)) or calls["rows"][-1])
-    capped = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.01, 10, **kwargs)
-    assert calls["rows"] == [37]
-    tol = 2e-5 if kwargs.get("cache_dtype") == torch.float16 else 1e-5
-    for f, g, _ in (uncapped, capped):
-        assert np.abs(g.double().numpy() - g_ref).max() < tol
-        assert np.abs(f.double().numpy() - f_ref).max() < tol
-
-
 @pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-5), (torch.bfloat16, 2e-4)])
 def test_16bit_cache_sinkhorn_within_tolerance(sinkhorn_problem, dtype, tol):
     bank, targets = sinkhorn_problem

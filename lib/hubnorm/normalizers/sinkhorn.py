@@ -39,16 +39,12 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from ..blocks import Inputs, Iteration, LogSumExp, Param, Reduction, Scores
-from ..kernels import DEFAULT_BLOCK_BYTES, PRECISION_TARGET, block_rows, iter_blocks, working_dtype
+from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
 from ..progress import progress
 from .base import SWEEP_COMMON, Normalizer
 
 #: Keep the bank x target score blocks in memory across iterations when they take at most this many bytes.
 DEFAULT_CACHE_BYTES = 2 * 2**30
-
-#: On the CPU a row block of the fused Sinkhorn pass holds at most this many bytes however large ``block_bytes`` is
-#: (``benchmarks/reports/sinkhorn.md``: cache-sized blocks make the passes after the GEMM run at cache speed).
-SINKHORN_CPU_BLOCK_BYTES = 16 * 2**20
 
 #: Columns whose streamed column sum falls below this are recomputed exactly (exp underflow guard).
 _TINY_COLUMN = 1e-25
@@ -80,8 +76,7 @@ def sinkhorn_potentials(
     working dtype; do not modify them); returning True stops the run there. The iteration study
     (:func:`hubnorm.sweeps.iteration_table`) reads every ``T`` and the convergence point off one run with it.
 
-    Memory: one row block of S (``block_bytes``; on the CPU at most :data:`SINKHORN_CPU_BLOCK_BYTES`) in float32 at a
-    time, recomputed by a GEMM every iteration,
+    Memory: one row block of S (``block_bytes``) in float32 at a time, recomputed by a GEMM every iteration,
     except the blocks kept in a cache of at most ``cache_bytes`` in ``cache_dtype`` (default: the input dtype):
     the whole S when it fits, else as many leading row blocks as fit (a partial cache saves that share of the
     GEMMs; ``cache_bytes=None`` or 0 keeps nothing). ``cache_dtype=torch.float16`` (or ``bfloat16``) halves
@@ -101,7 +96,7 @@ def sinkhorn_potentials(
     m, n = bank.shape[0], targets.shape[0]
     tau = float(tau)
     work = _sinkhorn_dtype(bank, targets, tau)
-    rows = block_rows(n, max(4, torch.empty((), dtype=work).element_size()), _work_budget(block_bytes, bank.device))
+    rows = block_rows(n, max(4, torch.empty((), dtype=work).element_size()), block_bytes)
     blocks = list(iter_blocks(m, rows))
     store = bank.dtype if cache_dtype is None else cache_dtype
     item = torch.empty((), dtype=store).element_size()
@@ -180,16 +175,6 @@ def sinkhorn_potentials(
     finally:
         bar.close()
     return f.to(bank.dtype), g.to(bank.dtype), done
-
-
-def _work_budget(block_bytes: Optional[int], device) -> int:
-    """Bytes of one row block of ``x``: ``block_bytes`` (default :data:`~hubnorm.kernels.DEFAULT_BLOCK_BYTES`), and
-    on the CPU at most :data:`SINKHORN_CPU_BLOCK_BYTES`, so that the passes after each block's GEMM (max, exp,
-    sums, the column matrix-vector product) read the processor's cache instead of memory."""
-    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
-    if torch.device(device).type == "cpu":
-        budget = min(budget, SINKHORN_CPU_BLOCK_BYTES)
-    return budget
 
 
 def _sinkhorn_dtype(bank: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.dtype:
