@@ -122,9 +122,9 @@ def test_topk_backend_choice_and_errors():
 @pytest.mark.parametrize("block_bytes", [None, 8 * 37 * 53])
 @pytest.mark.parametrize("scale", [1.0, 100.0])
 def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale):
-    """The streamed log-sum-exp (shifted by the running result, one exp pass per block) equals the dense float64
-    one, with a per-column shift (some -inf), on a bank sorted so that later blocks hold far larger values (the
-    overflow check), and bit-identically through a shared GEMM cache."""
+    """The streamed log-sum-exp equals the dense float64 one, with a per-column shift (some -inf, and all -inf),
+    on a bank sorted so that later blocks hold far larger values than the first, and bit-identically through a
+    shared GEMM cache."""
     rng = np.random.default_rng(5)
     a = torch.from_numpy(_clustered(rng, 90, 16, rng.standard_normal((4, 16)))).to(dtype)
     b = torch.from_numpy(_clustered(rng, 3001, 16, rng.standard_normal((4, 16)))).to(dtype)

@@ -16,13 +16,11 @@ functions here are the optimised implementations they call, each proven equal to
   centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
   Plain form: ``torch.logsumexp(scale * a @ b.T, dim=1) - log(len(b))``. Tests: ``tests/test_oracles.py``,
   ``tests/test_hardening.py``.
-* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps):
-  cache-sized blocks on the CPU (:func:`work_block_shape`), each shifted by the running result so that one
-  ``exp`` pass and one sum per block suffice. Tests: ``tests/test_fast_paths.py`` (dense float64 reference).
+* :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps).
+  Tests: ``tests/test_fast_paths.py`` (dense float64 reference, -inf shifts, cache bit-identity).
 * :func:`working_dtype`, :func:`log_mean_exp_dtype` -- the precision rules (float32 or float64 working dtype).
-* :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`work_block_shape`, :func:`iter_blocks`,
-  :func:`topk_partition`: block bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the
-  benchmarks.
+* :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`iter_blocks`, :func:`topk_partition`: block
+  bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the benchmarks.
 
 The reductions of :mod:`hubnorm.blocks` call these kernels (``reduce_chunk``); the engines never call them by a
 method's name. The in-process engine (:class:`hubnorm.engine.LocalEngine`) picks the top-k backend once per fit
@@ -42,11 +40,6 @@ import torch
 #: Default size of one similarity block (rows x cols x itemsize), in bytes.
 DEFAULT_BLOCK_BYTES = 128 * 2**20
 
-#: On the CPU the streamed kernels (log-sum-exp, Sinkhorn) compute score blocks of at most this many bytes however
-#: large ``block_bytes`` is: a block that stays in the processor's caches makes the passes after its GEMM (scale,
-#: exp, sum) run at cache speed instead of memory speed (``benchmarks/reports/topk.md``). Other devices use the
-#: whole budget (large blocks keep a GPU busy).
-CPU_WORK_BLOCK_BYTES = 8 * 2**20
 
 
 def block_rows(n_cols: int, itemsize: int = 4, block_bytes: Optional[int] = None, minimum: int = 1) -> int:
@@ -61,19 +54,6 @@ def block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]) -
     elems = max(1, budget // itemsize)
     rb = min(n_b, max(1, elems // max(1, min(n_a, 4096))))
     ra = min(n_a, max(1, elems // rb))
-    return ra, rb
-
-
-def work_block_shape(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int], device) -> Tuple[int, int]:
-    """Rows of ``a`` and of ``b`` per block of a streamed reduction over ``b`` (log-sum-exp): within the memory
-    budget ``block_bytes`` and, on the CPU, within :data:`CPU_WORK_BLOCK_BYTES`, with at most 1024 rows of ``a``
-    (long rows: the per-row reductions read contiguous memory)."""
-    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
-    if torch.device(device).type == "cpu":
-        budget = min(budget, CPU_WORK_BLOCK_BYTES)
-    elems = max(1, budget // itemsize)
-    ra = min(n_a, 1024, max(1, elems // max(1, min(n_b, 2048))))
-    rb = min(n_b, max(1, elems // ra))
     return ra, rb
 
 
@@ -342,62 +322,34 @@ def logsumexp_similarity(
 ) -> torch.Tensor:
     """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
 
-    Plain form: ``torch.logsumexp(scale * a @ b.T + b_shift, dim=1)``.
     ``b_shift`` (length ``len(b)``) is an optional additive term per column, already in log units.
-    Stable for any ``scale``: every block is exponentiated relative to a shift ``c_i`` at least its row's running
-    maximum (the first block's row maximum, then the running result itself, which is never below it), so no term
-    exceeds 1 unless a later block holds a value far above everything seen before; such a row's sum overflows to
-    ``inf``, is detected and recomputed by ``torch.logsumexp``. Terms that underflow are smaller than ``e^-87``
-    times the running sum and cannot change it. Per block: the GEMM into a reused buffer, then in place a scale,
-    a shift and an ``exp`` pass and one sum (blocks of :func:`work_block_shape`, cache-sized on the CPU); only the
-    first block of a row needs its maximum. Its
+    Stable for any ``scale`` (it never exponentiates a score without subtracting the running maximum), but its
     magnitude ``~ log(len(b))`` limits the absolute precision: see :func:`log_mean_exp_similarity`.
     ``dtype``: compute every block in this dtype (each block of ``a`` and ``b`` is cast; default the input's).
     ``shared_blocks``: a dict that keeps the raw similarity blocks across calls (the temperature sweeps of
-    :func:`hubnorm.grid_search`), so that several scales reuse one GEMM pass with bit-identical results (the
-    arithmetic after the GEMM is the same with and without it).
+    :func:`hubnorm.grid_search`), so that
+    several scales reuse one GEMM pass with bit-identical results.
     """
     n_a, n_b = a.shape[0], b.shape[0]
     dt = a.dtype if dtype is None else dtype
     itemsize = torch.empty((), dtype=dt).element_size()
-    ra, rb = work_block_shape(n_a, n_b, itemsize, block_bytes, a.device)
+    ra, rb = block_shape(n_a, n_b, itemsize, block_bytes)
     out = torch.empty(n_a, dtype=dt, device=a.device)
-    if n_a == 0:
-        return out
-    buf = torch.empty(min(n_a, ra) * min(n_b, rb), dtype=dt, device=a.device)
-    scale = float(scale)
-    shift = None if b_shift is None else b_shift.to(device=a.device, dtype=dt)
     for a0, a1 in iter_blocks(n_a, ra):
-        r = a1 - a0
-        a_blk = a[a0:a1].to(dt)
         acc = None
         for b0, b1 in iter_blocks(n_b, rb):
-            w = b1 - b0
-            x = buf[: r * w].view(r, w)
-            b_blk = b[b0:b1].to(dt)
             if shared_blocks is None:
-                torch.mm(a_blk, b_blk.T, out=x)
-                raw = x
+                s = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
+                s.mul_(scale)
             else:
                 key = (a0, b0) if dtype is None else (a0, b0, dt)
                 raw = shared_blocks.get(key)
                 if raw is None:
-                    raw = shared_blocks[key] = torch.mm(a_blk, b_blk.T)
-            torch.mul(raw, scale, out=x)
-            if shift is not None:
-                x.add_(shift[b0:b1])
-            # the first block is shifted by its row maxima; later blocks by the running log-sum-exp (>= the
-            # running maximum), which saves a pass
-            c = x.amax(dim=1) if acc is None else acc
-            c = torch.where(torch.isfinite(c), c, torch.zeros((), dtype=dt, device=c.device))  # rows of -inf so far
-            part = x.sub_(c[:, None]).exp_().sum(dim=1).log_().add_(c)
-            over = torch.isinf(part) & (part > 0)
-            if bool(over.any()):  # a value far above the running maximum: this block's sum overflowed
-                rows = over.nonzero().squeeze(1)
-                z = (torch.mm(a_blk[rows], b_blk.T) if shared_blocks is None else raw[rows]).mul_(scale)
-                if shift is not None:
-                    z.add_(shift[b0:b1])
-                part[rows] = torch.logsumexp(z, dim=1)
+                    raw = shared_blocks[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
+                s = torch.mul(raw, scale)
+            if b_shift is not None:
+                s.add_(b_shift[b0:b1])
+            part = torch.logsumexp(s, dim=1)
             acc = part if acc is None else torch.logaddexp(acc, part)
         out[a0:a1] = acc
     return out
