@@ -353,12 +353,15 @@ print(f"the largest query bank holds {int(m.loc[(big, 'IS'), 'bank_queries'])} c
 #
 # *"largest bank: DBSN beats IS (the order reverses)"* and *"DBSN beats SN".* In the paper DBSN's target bank
 # bridges a distribution gap between the training-caption bank and the test gallery, and its largest banks are many
-# times the test query set. How much a target bank can help therefore depends on how much the training data differ
-# from the test data (on synthetic data: on how the generator draws its splits, see `hubnorm.synthetic`) and on
-# how large the largest bank is against the test queries (printed above). When the training and test splits are
-# alike, the extra columns have little to bridge and mostly dilute the mass each test image receives, and the
-# difference is expected to be a few queries, inside the noise (the bank draws reuse the same test queries, so
-# averaging them does not shrink it). *Discussion:* what would have to differ between training and test data for
+# times the test query set. Training and test data can be drawn from one distribution and still leave such a gap:
+# each bank caption describes an image that is not in the gallery, and when a theme is common in the bank but rare
+# in the gallery, Sinkhorn's equal-mass constraint pushes that theme's bank mass onto the few gallery images of it.
+# How much a target bank helps therefore depends on how the data are structured (on synthetic data: the generator's
+# model; the earlier `synthetic:flickr30k-isotropic` preset makes every hub a global offset that any bank reveals
+# alike) and on how large the largest bank is against the test queries (printed above); a difference of a few
+# queries is inside the noise (the bank draws reuse the same test queries, so averaging them does not shrink it).
+# *Discussion:* run this notebook with `source = "synthetic:flickr30k-isotropic"`: which lines change, and what
+# about how that model makes hubs explains it? What would have to differ between training and test data for
 # DBSN's target bank to help?
 #
 # *"DBSN narrows the bank → targets gap at every bank size".* This line cannot fail with this gap measure

@@ -1,196 +1,323 @@
-"""Calibration of the synthetic presets against zero-shot CLIP ViT-B/32 (prints and writes data/calibration_synthetic.md).
+"""Calibration of the synthetic presets against real CLIP embeddings and published statistics.
 
-    .venv/bin/python scripts/calibrate_synthetic.py [--seed 0] [--out data/calibration_synthetic.md] [--skip-coco]
-    .venv/bin/python scripts/calibrate_synthetic.py --only flickr30k --set caption_shared=0.3   # explore; writes nothing
+    .venv/bin/python scripts/calibrate_synthetic.py                  # measure every preset, write data/calibration_synthetic.md
+    .venv/bin/python scripts/calibrate_synthetic.py --claims         # ... and run the notebooks on each preset (which claims hold)
+    .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k  # refit a preset's free parameters (prints them; writes nothing)
 
-Every number computed here is on SYNTHETIC data (hubnorm.synthetic); the published values are the real CLIP
-numbers the generator was tuned to reproduce. Targets (issue spec):
-- raw t2i R@1 within 3 points of 30.43 (COCO 5k) and 58.82 (Flickr30k 1k) (NNN Table 1);
-- raw i2t R@1 within 3 points of 50.02 (COCO 5k) and 79.3 (Flickr30k 1k) (NNN Table 2);
-- NNN gain in R@1 (bank = train split: captions for t2i, images for i2t; alpha/k chosen on the val split with
-  hubnorm.grid_search) within 2 points of t2i +7.10 / +5.78 (NNN Table 1) and i2t +3.64 / +1.90 (NNN Table 2);
-- top-10 k-occurrence skewness of raw t2i test scores within 0.5 of 2.24 (Flickr30k, DBSN Table 5);
-- query-aware IS (tau 0.02) and SN (tau 0.01, 10 iterations) both improve R@1 with SN > IS, both directions
-  (DBSN Table 2);
-- mean matched / unmatched cosine and the modality gap within 20% of real CLIP ViT-B/32 embeddings
-  (the folder of real CLIP ViT-B/32 embeddings named by $HUBNORM_REAL_CLIP, or the constants recorded in
-  hubnorm.synthetic when it is unset);
-- generating the COCO preset with a 100k-caption bank takes < 30 s.
+What is fitted, and what is not. ``--fit`` minimises, over the free parameters of the "clustered" model
+(:data:`FREE`), the squared distance between statistics of the RAW synthetic embeddings and their references,
+each divided by its tolerance (:data:`hubnorm.calibration.STATISTICS`): the statistics of a real CLIP set at the
+same size (the references recorded in :data:`hubnorm.calibration.REAL_STATISTICS`) and the published full-size
+statistics (R@1 both directions, k-occurrence skewness, kurtosis and maximum). No normalizer is run inside the
+objective and no claim of a paper (which method beats which) is part of it: ``--claims`` looks at the claims only
+afterwards, on the presets as fitted. Random draws are fixed during a fit (common random numbers), so the objective
+is a deterministic function of the parameters; Nelder-Mead from the documented start point.
+
+Every number computed here is on SYNTHETIC data; the references are real embeddings and published values.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-import hubnorm as hn  # noqa: E402
-from hubnorm.synthetic import PRESETS, REAL_CLIP_GEOMETRY, geometry_stats, make_dataset  # noqa: E402
+from hubnorm import calibration as cal  # noqa: E402
+from hubnorm.geometry import embedding_statistics  # noqa: E402
+from hubnorm.synthetic import PRESETS, GeneratorConfig, generate_split  # noqa: E402
 
-REAL_DIR = Path(os.environ.get("HUBNORM_REAL_CLIP", "/nonexistent"))  # a local: folder of real CLIP embeddings
-
-PUBLISHED = {  # data/published/*.csv: NNN Tables 1 (t2i) and 2 (i2t), DBSN Tables 2 and 5
-    "coco": {"t2i": {"raw": 30.43, "nnn_gain": 37.53 - 30.43, "src": "NNN Table 1: 30.43 -> 37.53"},
-             "i2t": {"raw": 50.02, "nnn_gain": 53.66 - 50.02, "src": "NNN Table 2: 50.02 -> 53.66"}},
-    "flickr30k": {"t2i": {"raw": 58.82, "nnn_gain": 64.60 - 58.82, "skew": 2.24, "is": 66.8, "sn": 69.3,
-                          "src": "NNN Table 1: 58.82 -> 64.60"},
-                  "i2t": {"raw": 79.3, "nnn_gain": 81.2 - 79.3, "is": 85.3, "sn": 87.9,
-                          "src": "NNN Table 2: 79.3 -> 81.2"}},
-}
-#: NNN grid searched on the val split with hubnorm.grid_search (a subset of the paper grid, for time).
-NNN_GRID = {"alpha": [0.5, 0.75, 1.0], "k": [16, 64]}
-#: Bands. Paper bands (targets of the issue): raw R@1 within 3 points, NNN gain within 2 points, skewness within
-#: 0.5, geometry within 20%, IS/SN ordering. The i2t NNN gain is reported against the same 2-point band.
-RAW_BAND, GAIN_BAND, SKEW_BAND, GEO_BAND = 3.0, 2.0, 0.5, 0.2
+OUT = REPO / "data" / "calibration_synthetic.md"
+#: the presets of the report: the calibrated "clustered" presets and the earlier "isotropic" ones beside them
+REPORTED = {"flickr30k": ["flickr30k-isotropic"], "coco": ["coco-isotropic"]}
+#: free parameters of the fit: name, lower, upper, log scale
+FREE = [("spectrum_decay", 0, 3, 0), ("detail_decay", 0, 2, 0), ("noise_decay", 0, 2, 0), ("topic_zipf", 0, 1.5, 0),
+        ("topic_spread", 0.05, 5, 1), ("topic_spread_sigma", 0, 1.5, 0), ("image_noise_sigma", 0, 1.2, 0),
+        ("caption_noise_sigma", 0, 1.2, 0), ("image_semantic", 0.03, 1, 1), ("image_noise", 0.03, 1, 1),
+        ("text_semantic", 0.05, 1.5, 1), ("text_noise", 0.01, 1, 1), ("caption_noise", 0.1, 8, 1),
+        ("caption_shared", 0, 0.95, 0), ("modality_cos", 0, 0.7, 0), ("bias_std", 0, 0.06, 0),
+        ("caption_bias_std", 0, 0.06, 0), ("image_style_share", 0, 0.95, 0), ("text_style_share", 0, 0.95, 0)]
+#: statistics whose residual is a log ratio (scale-free quantities)
+LOG_STATS = {"img_participation_ratio", "cap_participation_ratio", "kurt_N1_t2i", "max_N1_t2i"}
 
 
-def real_geometry():
-    if (REAL_DIR / "image_embeddings.npy").exists():
-        imgs = np.load(REAL_DIR / "image_embeddings.npy")[::5]
-        caps = np.load(REAL_DIR / "text_embeddings.npy")
-        return geometry_stats(imgs, caps, np.arange(len(caps)) // 5), f"measured now on {REAL_DIR.name} (real CLIP ViT-B/32)"
-    return dict(REAL_CLIP_GEOMETRY["flickr8k-100x5-clip-vitb32"]), \
-        "constants recorded in hubnorm.synthetic.REAL_CLIP_GEOMETRY (HUBNORM_REAL_CLIP unset)"
+# ------------------------------------------------------------------------------------------------ fit
+def _to_params(x):
+    p = {}
+    for v, (name, lo, hi, log) in zip(x, FREE):
+        u = 1.0 / (1.0 + np.exp(-v))
+        p[name] = float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))) if log else float(lo + u * (hi - lo))
+    return p
 
 
-class Report:
-    def __init__(self):
-        self.rows, self.lines = [], []
-
-    def say(self, text=""):
-        print(text, flush=True)
-        self.lines.append(text)
-
-    def check(self, preset, target, published, ours, ok, rule):
-        self.rows.append((preset, target, published, ours, rule, "PASS" if ok else "FAIL"))
-        self.say(f"  [{'PASS' if ok else 'FAIL'}] {preset:9s} {target:38s} published {published:>10s}   synthetic {ours:>10s}   ({rule})")
+def _from_params(p):
+    x = []
+    for name, lo, hi, log in FREE:
+        v = p[name]
+        u = (np.log(v) - np.log(lo)) / (np.log(hi) - np.log(lo)) if log else (v - lo) / (hi - lo)
+        u = min(max(u, 1e-3), 1 - 1e-3)
+        x.append(np.log(u / (1 - u)))
+    return np.array(x)
 
 
-def r1(norm, task):
-    return hn.evaluate(norm, task)["R@1"]
-
-
-def calibrate(preset, seed, rep, real, overrides=None):
-    rep.say(f"\n== preset {preset!r} (synthetic-{preset}, seed {seed}{', overrides ' + str(overrides) if overrides else ''}) ==")
-    t0 = time.perf_counter()
-    ds = make_dataset(preset, seed=seed, **(overrides or {}))
-    gen_s = time.perf_counter() - t0
-    sizes = {k: f"{s.n_images} img / {s.n_captions} cap" for k, s in ds.splits.items()}
-    rep.say(f"  generated in {gen_s:.1f} s: {sizes}")
-    test = ds.split("test")
-    tasks = ds.tasks("test", "train")
-    vals = ds.tasks("val", "train")
-    for direction in ("t2i", "i2t"):
-        pub = PUBLISHED[preset][direction]
-        task, val = tasks[direction], vals[direction]
-        bank = "train captions" if direction == "t2i" else "train images"
-        raw = r1(task.fit(hn.Identity()), task)
-        rep.check(preset, f"raw {direction} R@1", f"{pub['raw']:.2f}", f"{raw:.2f}", abs(raw - pub["raw"]) <= RAW_BAND,
-                  f"within {RAW_BAND:g} points")
-        # NNN: reference bank = train split, alpha and k chosen on val (NNN App. B) by the public selection function
-        best = hn.grid_search("nnn", val, NNN_GRID, progress=False).best_params
-        nnn = r1(task.fit(hn.NearestNeighborNormalization(**best)), task)
-        gain = nnn - raw
-        rep.check(preset, f"NNN gain {direction} R@1 (val-picked alpha {best['alpha']}, k {best['k']})",
-                  f"{pub['nnn_gain']:+.2f}", f"{gain:+.2f}", abs(gain - pub["nnn_gain"]) <= GAIN_BAND,
-                  f"within {GAIN_BAND:g} points")
-        rep.say(f"         NNN {direction} R@1 {raw:.2f} -> {nnn:.2f} (bank: {len(task.query_bank)} {bank}; "
-                f"published {pub['src']})")
-        h = hn.hubness(task.fit(hn.Identity()), k=10, queries=task.queries)
-        if "skew" in pub:
-            rep.check(preset, f"top-10 k-occurrence skewness (raw {direction})", f"{pub['skew']:.2f}",
-                      f"{h['skewness']:.2f}", abs(h["skewness"] - pub["skew"]) <= SKEW_BAND, f"within {SKEW_BAND:g}")
-        else:
-            rep.say(f"         top-10 k-occurrence skewness (raw {direction}) {h['skewness']:.2f} (no published target)")
-        if "is" in pub:
-            is_ = r1(task.fit(hn.InvertedSoftmax(tau=0.02), query_aware=True), task)
-            sn = r1(task.fit(hn.SinkhornNormalization(tau=0.01, n_iter=10), query_aware=True), task)
-            rep.check(preset, f"query-aware IS {direction} R@1 (tau 0.02)", f"{pub['is']:.1f}", f"{is_:.2f}",
-                      is_ > raw, "improves on raw")
-            rep.check(preset, f"query-aware SN {direction} R@1 (tau 0.01, T=10)", f"{pub['sn']:.1f}", f"{sn:.2f}",
-                      sn > is_, "SN > IS")
-            rep.say(f"         DBSN Table 2 {direction} chain {pub['raw']} -> IS {pub['is']} -> SN {pub['sn']};  "
-                    f"synthetic {raw:.2f} -> IS {is_:.2f} -> SN {sn:.2f}")
-    g = geometry_stats(test.images, test.captions, test.caption_to_image)
-    for key, label in (("matched_cos", "mean cosine, matched pairs"), ("unmatched_cos", "mean cosine, unmatched pairs"),
-                       ("modality_gap", "modality gap, norm(mean img - mean cap)")):
-        rel = abs(g[key] - real[key]) / abs(real[key])
-        rep.check(preset, label, f"{real[key]:.3f}", f"{g[key]:.3f}", rel <= GEO_BAND,
-                  f"within {100 * GEO_BAND:g}% ({100 * rel:.0f}% off)")
-    return gen_s
-
-
-def _parse_overrides(items):
+def residuals(preset: str, cfg: GeneratorConfig, seeds=(100, 101, 102)) -> dict:
+    """Residual / tolerance of every fitted statistic for ``cfg`` (the objective's terms)."""
     out = {}
-    for item in items or []:
-        key, _, value = item.partition("=")
-        if not _ or not key:
-            raise SystemExit(f"--set expects KEY=VALUE (a hubnorm.synthetic.GeneratorConfig field); got {item!r}")
-        out[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+    for name, ref in cal.REAL_STATISTICS.items():
+        if ref["preset"] != preset:
+            continue
+        c = cfg.replace(captions_per_image=ref["captions_per_image"])
+        rows = [embedding_statistics(*(lambda s: (s.images, s.captions, s.caption_to_image))(
+            generate_split(c, "test", ref["n_images"], seed=s))) for s in seeds]
+        mean = pd.DataFrame(rows).mean()
+        for stat, value in ref["statistics"].items():
+            if stat in cal.NOT_FITTED:
+                continue
+            tol, kind = cal.STATISTICS[stat][1:]
+            if stat in LOG_STATS:
+                out[f"{name}:{stat}"] = np.log(mean[stat] / value) / tol
+            else:
+                out[f"{name}:{stat}"] = (mean[stat] - value) / (tol * (abs(value) if kind == "rel" else 1.0))
+    full = _full_stats(preset, cfg)
+    for stat, (value, src) in cal._published(preset).items():
+        tol, kind = cal.PUBLISHED_TOLERANCE[stat]
+        if stat in LOG_STATS:
+            out[f"published:{stat}"] = np.log(max(full[stat], 1e-3) / value) / tol
+        else:
+            out[f"published:{stat}"] = (full[stat] - value) / tol
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(REPO / "data" / "calibration_synthetic.md"))
-    ap.add_argument("--skip-coco", action="store_true", help="only the (cheaper) flickr30k preset")
-    ap.add_argument("--only", choices=sorted(PUBLISHED), help="calibrate one preset only (implies no file is written)")
-    ap.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="override a generator field for exploration (implies no file is written); repeatable")
-    args = ap.parse_args(argv)
-    overrides = _parse_overrides(args.set)
-    explore = bool(overrides or args.only)
-    rep = Report()
-    real, real_src = real_geometry()
-    rep.say("Calibration of hubnorm.synthetic (SYNTHETIC data) against zero-shot CLIP ViT-B/32")
-    rep.say(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads {hn.__dict__.get('torch', __import__('torch')).get_num_threads()}")
-    rep.say(f"real geometry reference: {real_src}: " + ", ".join(f"{k} {v:.3f}" for k, v in real.items() if k in ("matched_cos", "unmatched_cos", "modality_gap")))
-    t_all = time.perf_counter()
-    presets = [args.only] if args.only else ["flickr30k"] + ([] if args.skip_coco else ["coco"])
-    for p in presets:
-        calibrate(p, args.seed, rep, real, overrides)
-    if not args.skip_coco and not explore:
-        rep.say("\n== generation time: COCO preset with a 100k-caption bank ==")
-        t0 = time.perf_counter()
-        ds = make_dataset("coco", seed=args.seed, n_train_images=20000)
-        dt = time.perf_counter() - t0
-        rep.check("coco", "generate (20k train img = 100k bank captions)", "< 30 s", f"{dt:.1f} s", dt < 30,
-                  f"{sum(s.n_captions for s in ds.splits.values())} captions + {sum(s.n_images for s in ds.splits.values())} images in total")
-        del ds
-    n_fail = sum(r[-1] == "FAIL" for r in rep.rows)
-    rep.say(f"\n{len(rep.rows) - n_fail}/{len(rep.rows)} targets met; total {time.perf_counter() - t_all:.0f} s")
-    if explore:
-        print("(exploration run with --only/--set: nothing written)")
-    else:
-        write_markdown(Path(args.out), rep, real_src, args.seed)
-    return 1 if n_fail else 0
+def _full_stats(preset: str, cfg: GeneratorConfig, seed: int = 0) -> dict:
+    import torch
+    from scipy import stats as sps
+
+    n, c = cal.FULL_SIZES[preset]
+    s = generate_split(cfg.replace(captions_per_image=c), "test", n, seed=seed)
+    S = torch.from_numpy(s.captions) @ torch.from_numpy(s.images).T
+    c2i = torch.from_numpy(s.caption_to_image)
+    n1 = np.bincount(S.argmax(1).numpy(), minlength=n).astype(np.float64)
+    n10 = np.bincount(S.topk(10, dim=1).indices.reshape(-1).numpy(), minlength=n).astype(np.float64)
+    return {"R1_t2i": 100.0 * float((S.argmax(1) == c2i).double().mean()),
+            "R1_i2t": 100.0 * float((c2i[S.argmax(0)] == torch.arange(n)).double().mean()),
+            "skew_N10_t2i": float(sps.skew(n10)), "kurt_N1_t2i": float(sps.kurtosis(n1)), "max_N1_t2i": float(n1.max())}
 
 
-def write_markdown(path, rep, real_src, seed):
-    path.parent.mkdir(parents=True, exist_ok=True)
+def fit(preset: str, start: dict, fixed: dict, maxfev: int) -> dict:
+    from scipy import optimize
+
+    best = [np.inf, None]
+
+    def objective(x):
+        try:
+            r = residuals(preset, GeneratorConfig(**fixed, **_to_params(x)))
+        except ValueError:
+            return 1e6
+        value = float(sum(min(t * t, 25.0) for t in r.values()))  # a capped square: one wild statistic cannot dominate
+        if value < best[0]:
+            best[0], best[1] = value, x.copy()
+            print(f"objective {value:8.2f}  {json.dumps({k: round(v, 4) for k, v in _to_params(x).items()})}", flush=True)
+        return value
+
+    x0 = _from_params(start)
+    simplex = np.vstack([x0] + [x0 + 0.8 * np.eye(len(x0))[i] for i in range(len(x0))])
+    optimize.minimize(objective, x0, method="Nelder-Mead",
+                      options=dict(initial_simplex=simplex, maxfev=maxfev, adaptive=True, xatol=1e-3, fatol=1e-3))
+    return _to_params(best[1])
+
+
+# ------------------------------------------------------------------------------------------------ report
+def _split_check(text: str):
+    """``"claim [detail]"`` -> ``(claim, detail)``; the detail is the last bracketed group (a claim may hold brackets)."""
+    if not text.endswith("]"):
+        return text, ""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {"]": 1, "[": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[:i].rstrip(), text[i + 1:-1]
+    return text, ""
+
+
+def claims(presets) -> pd.DataFrame:
+    """Run every notebook on each ``synthetic:<preset>`` with its default parameters; one row per PASS/DIFFERS line."""
+    import nbformat
+    import papermill as pm
+
+    rows = []
+    nbs = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    env_before = dict(os.environ)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ.update({"HUBNORM_RESULTS": str(Path(tmp) / "results"), "HUBNORM_PROGRESS": "0"})
+        try:
+            for preset in presets:
+                for nb in nbs:
+                    out = Path(tmp) / f"{preset}_{nb.name}"
+                    print(f"  claims: {nb.stem} on synthetic:{preset}", flush=True)
+                    pm.execute_notebook(str(nb), str(out), parameters={"source": f"synthetic:{preset}"},
+                                        cwd=str(REPO / "notebooks"), kernel_name="python3", progress_bar=False,
+                                        log_output=False)
+                    for cell in nbformat.read(out, as_version=4).cells:
+                        for o in cell.get("outputs", []):
+                            for line in o.get("text", "").splitlines():
+                                for status in ("PASS", "DIFFERS"):
+                                    if line.startswith(status + ": "):
+                                        claim, detail = _split_check(line[len(status) + 2:])
+                                        rows.append({"notebook": nb.stem[:2], "claim": claim, "preset": preset,
+                                                     "status": status, "detail": detail})
+        finally:
+            os.environ.clear()
+            os.environ.update(env_before)
+    return pd.DataFrame(rows)
+
+
+def gain_diagnostic(seed: int = 0) -> pd.DataFrame:
+    """The size of two normalizers' gains on the Flickr30k preset as fitted and with its per-image noise
+    heterogeneity switched off (``image_noise_sigma = 0``), beside the published gains: a diagnostic of where the
+    presets differ from real data, computed after the fit (never part of it)."""
+    import hubnorm as hn
+    from hubnorm.synthetic import make_dataset
+
+    rows = []
+    for label, changes in (("as fitted", {}), ("image_noise_sigma = 0", {"image_noise_sigma": 0.0})):
+        ds = make_dataset("flickr30k", seed=seed, n_train_images=1000, **changes)
+        t = ds.tasks("test", "train", directions=("t2i",))["t2i"]
+        raw = hn.evaluate(t.fit(hn.Identity()), t)["R@1"]
+        nnn = max(hn.evaluate(t.fit(hn.NearestNeighborNormalization(alpha=a, k=k)), t)["R@1"]
+                  for a in (0.75, 1.0) for k in (16, 128))
+        is_qa = hn.evaluate(t.fit(hn.InvertedSoftmax(tau=0.02), query_aware=True), t)["R@1"]
+        rows.append({"flickr30k preset": label, "raw t2i R@1": raw, "NNN gain (best of 4 settings)": nnn - raw,
+                     "query-aware IS gain": is_qa - raw})
+    rows.append({"flickr30k preset": "published (NNN Table 1; DBSN Table 2)", "raw t2i R@1": 58.82,
+                 "NNN gain (best of 4 settings)": 64.60 - 58.82, "query-aware IS gain": 66.8 - 58.8})
+    return pd.DataFrame(rows)
+
+
+def _fmt(x, stat):
+    if isinstance(x, (float, np.floating)) and np.isfinite(x):
+        return f"{x:.1f}" if abs(x) >= 20 else f"{x:.3f}" if abs(x) < 1 else f"{x:.2f}"
+    return "-"
+
+
+def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
+    t0 = time.time()
     lines = ["# Calibration of the synthetic presets (hubnorm.synthetic)", "",
-             "Written by `scripts/calibrate_synthetic.py`. **All 'synthetic' values are computed on synthetic data**; the",
-             "published values are real zero-shot CLIP ViT-B/32 numbers (NNN Tables 1 and 2, DBSN Tables 2 and 5) or",
-             f"real-embedding geometry ({real_src}). Seed {seed}; t2i = text-to-image, i2t = image-to-text. NNN: bank =",
-             "synthetic train split (captions for t2i, images for i2t), alpha and k picked on the synthetic val split with",
-             f"`hubnorm.grid_search` over {NNN_GRID}. IS / SN: query-aware (bank = the test queries). The bands are the",
-             "issue's calibration targets (R@1 within 3 points, NNN gain within 2, skewness within 0.5, geometry within 20%).", "",
-             "| preset | target | published / real | synthetic | rule | result |", "|---|---|---|---|---|---|"]
-    lines += [f"| {' | '.join(r)} |" for r in rep.rows]
-    lines += ["", "Presets (hubnorm.synthetic.PRESETS):", ""]
+             "Written by `scripts/calibrate_synthetic.py`. **Every 'synthetic' number here is computed on synthetic "
+             "data**; the references are real CLIP embeddings (measured with `hubnorm.geometry.embedding_statistics`, "
+             "recorded in `hubnorm.calibration.REAL_STATISTICS`) and published full-size statistics.", ""]
+    lines += ["## What was fitted, and how", "",
+              "The default presets `flickr30k` and `coco` use the **clustered** model (`hubnorm.synthetic`): an "
+              "anisotropic semantic space (power-law spectrum), topics of Zipf popularity whose density varies "
+              "(log-normal within-topic spread), items whose share of modality-specific noise varies, and captions "
+              "with a description error partly shared by the captions of one image. Their free parameters "
+              f"({', '.join(f'`{f[0]}`' for f in FREE)}) were fitted with `--fit` to **statistics of the raw "
+              "embeddings only**: every statistic in the first table (at the size of the real set it is compared "
+              "with) and the published full-size statistics in the second (R@1, skewness, kurtosis and maximum of "
+              "N_k). No normalizer runs inside the fit and no claim of a paper is part of it. The claims (which "
+              "method beats which) were looked at only after the fit, in the last section; the generator was not "
+              "changed after that.", "",
+              "The earlier presets (`flickr30k-isotropic`, `coco-isotropic`: an isotropic semantic space and one "
+              "global pull of every image towards the caption centre, tuned to raw R@1, skewness and the NNN gain) "
+              "are kept under those names and shown beside the new ones.", "",
+              "Band: a synthetic mean over seeds is *within* when it is within the statistic's tolerance of the "
+              "reference, or within twice its own standard deviation over seeds (a single real set of that size "
+              "cannot be matched more closely than its sampling noise). Tolerances are set per statistic in "
+              "`hubnorm.calibration.STATISTICS` and `PUBLISHED_TOLERANCE`, before any claim was looked at.", ""]
+    summary, tables = [], []
+    for preset, others in REPORTED.items():
+        tab = cal.calibration_table(preset, seeds=seeds, full_seeds=full_seeds, compare_with=others)
+        tables.append(tab.assign(preset=preset, seeds=len(list(seeds)), **{"full seeds": len(list(full_seeds))}))
+        lines += [f"## Preset `{preset}`", ""]
+        head = ["statistic", "reference", "size", "real / published", f"`{preset}` mean (sd over seeds)", "band ±",
+                "within band (tolerance)", f"`{others[0]}`", "within band"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for _, r in tab.iterrows():
+            o = others[0]
+            lines.append("| " + " | ".join([
+                r["what"] + ("" if r["fitted"] else " *(not fitted)*"), r["reference"], r["size"],
+                _fmt(r["real"], r["statistic"]),
+                f"{_fmt(r[f'{preset} mean'], r['statistic'])} ({_fmt(r[f'{preset} sd'], r['statistic'])})",
+                _fmt(r[f"{preset} band"], r["statistic"]),
+                ("yes" if r[f"{preset} within"] else "**no**")
+                + (" (yes)" if r[f"{preset} within tolerance"] else " (no)"),
+                _fmt(r[f"{o} mean"], r["statistic"]), "yes" if r[f"{o} within"] else "no"]) + " |")
+        n_new, n_old = int(tab[f"{preset} within"].sum()), int(tab[f"{others[0]} within"].sum())
+        n_tol = int(tab[f"{preset} within tolerance"].sum())
+        summary.append(f"- `{preset}`: {n_new} of {len(tab)} statistics within their band, {n_tol} within the "
+                       f"tolerance alone (`{others[0]}`: {n_old} of {len(tab)} within the band).")
+        lines.append("")
+    lines = lines[:4] + ["## Summary", ""] + summary + [""] + lines[4:]
+    diag = gain_diagnostic()
+    fitted, off = diag.iloc[0], diag.iloc[1]
+    lines += ["## Where the presets still differ from real data", "",
+              "Out of band: the spread of matched-pair cosines (about 0.05 against 0.03 in both real sets) and, for "
+              "COCO, the density variation (5-NN cosine spread) of images and captions and image -> text R@1 at "
+              "500 x 1. A consequence seen after the fit (not part of it): the normalizers' gains are larger than "
+              "the published ones, because a larger share of the synthetic ranking errors is a per-image offset. "
+              "The fitted heterogeneity of the images' modality-specific noise (`image_noise_sigma`, needed for "
+              "the density variation and R@1) scales every similarity of an image, which acts like an offset that "
+              "NNN and IS remove; switched off, the gains come close to the published ones but raw R@1 and the "
+              "density statistics leave their bands (t2i, seed 0, 1,000 test images, a bank of 1,000 training "
+              "images' captions):", "",
+              diag.to_markdown(index=False, floatfmt=".2f"), "",
+              "Read the synthetic notebooks for the *pattern* (which method beats which, and why), not for the size "
+              f"of a gain: the default preset's NNN gain is {fitted['NNN gain (best of 4 settings)']:.1f} points "
+              f"where the paper reports {diag.iloc[2]['NNN gain (best of 4 settings)']:.1f}.", ""]
+    cfg_lines = ["## Presets", ""]
     for name, cfg in PRESETS.items():
-        lines.append(f"- `{name}`: " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict().items() if k != "name"))
-    lines += ["", "Full log:", "", "```", *rep.lines, "```", ""]
-    path.write_text("\n".join(lines))
+        cfg_lines.append(f"- `{name}`: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                                    for k, v in cfg.to_dict().items() if k != "name"))
+    lines += cfg_lines + [""]
+    if with_claims:
+        presets = [p for p in REPORTED] + [o for others in REPORTED.values() for o in others]
+        cl = claims(["flickr30k", "flickr30k-isotropic"])
+        wide = cl.pivot_table(index=["notebook", "claim"], columns="preset", values="status", aggfunc="first")
+        lines += ["## Which claims hold (looked at after the fit)", "",
+                  "The notebooks' PASS/DIFFERS lines with their default parameters, on the new default preset and on the "
+                  "earlier one (`run_all.sh`'s default profile runs on `synthetic:flickr30k`).", "",
+                  "| notebook | claim | `flickr30k` | `flickr30k-isotropic` |", "|---|---|---|---|"]
+        for (nb, claim), r in wide.iterrows():
+            lines.append(f"| {nb} | {claim} | {r.get('flickr30k', '-')} | {r.get('flickr30k-isotropic', '-')} |")
+        counts = cl.groupby(["preset", "status"]).size().unstack(fill_value=0)
+        lines += ["", "Counts: " + "; ".join(f"`{p}` {int(r.get('PASS', 0))} PASS / {int(r.get('DIFFERS', 0))} DIFFERS"
+                                              for p, r in counts.iterrows()), ""]
+    pd.concat(tables, ignore_index=True).to_csv(csv_out, index=False)
+    lines += [f"The numbers of the tables: `{csv_out.name}` (`tests/test_calibration.py` recomputes them).", ""]
+    lines += [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; seeds {list(seeds)} (full size {list(full_seeds)}); "
+              f"{time.time() - t0:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fit", choices=sorted(cal.FULL_SIZES), help="refit this preset's free parameters (prints them)")
+    ap.add_argument("--maxfev", type=int, default=1500, help="objective evaluations of the fit")
+    ap.add_argument("--claims", action="store_true", help="also run the notebooks on the presets (minutes)")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds per preset at the real sets' sizes")
+    ap.add_argument("--full-seeds", type=int, default=5, help="seeds of the full-size test sets")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    if args.fit:
+        cfg = PRESETS[args.fit]
+        fixed = {k: v for k, v in cfg.to_dict().items() if k not in {f[0] for f in FREE}}
+        params = fit(args.fit, {f[0]: getattr(cfg, f[0]) for f in FREE}, fixed, args.maxfev)
+        print(json.dumps(params, indent=1))
+        return 0
+    text = report(range(args.seeds), range(args.full_seeds), args.claims, args.out.with_suffix(".csv"))
+    args.out.write_text(text)
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ myst_dmath_double_inline = True
 # MyST-NB: show the saved outputs, never execute; no widget JavaScript from a CDN
 nb_execution_mode = "off"
 nb_merge_streams = True
+# Markdown outputs of code cells (the notebooks' computed "In this run" statements, hubnorm.notebook.notice) are
+# parsed as MyST like the narrative cells, so their $...$ math is typeset (CommonMark, the default, leaves it raw).
+nb_render_markdown_format = "myst"
 nb_ipywidgets_js = {}
 nb_output_stderr = "show"
 

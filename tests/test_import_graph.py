@@ -122,15 +122,15 @@ def _strict_graph() -> dict:
 
 #: Layers, lowest first: a module may import modules of its own layer or of a lower one (fnmatch patterns).
 LAYERS = [
-    ("leaves", ["hubnorm._version", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels", "hubnorm.reporting",
-                "hubnorm.geometry"]),
+    ("leaves", ["hubnorm._version", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels", "hubnorm.reporting"]),
     ("containers, the block protocol and its engines",
      ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
       "hubnorm.engine", "hubnorm.distributed"]),
     ("data", ["hubnorm.data", "hubnorm.data.*"]),
     ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
-                 "hubnorm.hubness"]),
+                 "hubnorm.hubness", "hubnorm.geometry"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
+                      "hubnorm.calibration",
                       "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.listwise",
                       "hubnorm.listwise.*", "hubnorm.rerank", "hubnorm.rerank.*"]),
     ("package root", ["hubnorm"]),

@@ -89,7 +89,7 @@ def test_a_split_does_not_depend_on_the_other_split_sizes():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(preset="imagenet"), r"unknown synthetic preset 'imagenet'; valid presets: \['coco', 'flickr30k'\]"),
+    (dict(preset="imagenet"), r"unknown synthetic preset 'imagenet'; valid presets: \['coco', 'coco-isotropic', 'flickr30k', 'flickr30k-isotropic'\]"),
     (dict(n_train_images=-1), "n_train_images must be an integer >= 0"),
     (dict(n_test_images=0), "n_test_images must be an integer >= 1"),
     (dict(n_test_images=2.5), "n_test_images must be an integer"),
@@ -188,6 +188,38 @@ def test_caption_shared_zero_is_the_independent_model():
     b = make_dataset("flickr30k", n_train_images=0, n_test_images=40, caption_shared=1e-6).split("test")
     np.testing.assert_array_equal(a.images, b.images)
     assert 0 < np.abs(a.captions - b.captions).max() < 1e-2
+
+
+#: sha256 of the train/val/test images and captions of make_dataset(preset, seed=0, n_train_images=300,
+#: n_test_images=40), written by the generator before the clustered model existed (commit 3a6176e)
+ISOTROPIC_BYTES = {
+    "flickr30k-isotropic": "c85d984c0dd2c361dbf5d3b0d4dfd27876507121dedc1404bf21141e09fe0508",
+    "coco-isotropic": "4b952dd8617c2aeb4bfce91d5e098e8b19c861b5315f802f249354eaf63458f5",
+}
+
+
+@pytest.mark.parametrize("preset", sorted(ISOTROPIC_BYTES))
+def test_the_earlier_presets_are_kept_byte_for_byte(preset):
+    import hashlib
+
+    ds = make_dataset(preset, seed=0, n_train_images=300, n_test_images=40)
+    h = hashlib.sha256()
+    for split in ("train", "val", "test"):
+        s = ds.split(split)
+        h.update(s.images.tobytes())
+        h.update(s.captions.tobytes())
+    assert h.hexdigest() == ISOTROPIC_BYTES[preset]
+
+
+def test_clustered_model_validation():
+    with pytest.raises(ValueError, match="model must be one of"):
+        GeneratorConfig(model="gaussian")
+    with pytest.raises(ValueError, match="image_style_share must be in"):
+        GeneratorConfig(image_style_share=1.5)
+    with pytest.raises(ValueError, match="topic_spread must be a finite number >= 0"):
+        GeneratorConfig(topic_spread=-1.0)
+    with pytest.raises(ValueError, match="n_styles must be a positive integer"):
+        GeneratorConfig(n_styles=0)
 
 
 def test_presets_match_published_raw_r1_in_both_directions():

@@ -125,7 +125,7 @@ def dataset_key(source: str, ds: Optional[EmbeddingDataset] = None) -> str:
 def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
     """The ``model`` column of the published tables to show beside this run.
 
-    ``"auto"`` follows the embeddings: synthetic data (calibrated to zero-shot CLIP ViT-B/32) and real CLIP
+    ``"auto"`` follows the embeddings: synthetic data (calibrated to real zero-shot CLIP statistics) and real CLIP
     ViT-B/32 give "CLIP" ("zs CLIP" in the DBSN tables, ``paper="dbsn"``), SigLIP and BLIP caches their
     published names (:func:`hubnorm.data.models.published_model_name`); a model the papers did not report gives
     None (no published rows) and a note. Any other value is returned as given.
@@ -164,8 +164,10 @@ def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> O
     if cross_source in (None, "", "none", "None"):
         return None
     if cross_source == "auto":
-        if is_synthetic(ds):
-            return "synthetic:coco" if "flickr" in ds.name else "synthetic:flickr30k"
+        if is_synthetic(ds):  # the other preset of the same generative model ("coco" <-> "flickr30k", "-isotropic" kept)
+            preset = str(ds.meta.get("preset") or ds.name.replace("synthetic-", ""))
+            family = preset[len(preset.split("-")[0]):]
+            return ("synthetic:coco" if preset.startswith("flickr") else "synthetic:flickr30k") + family
         note("no cross-dataset rows: this run is on real data and no real cross_source was given "
              "(pass e.g. cross_source='cache:coco:ViT-B-32-quickgelu:openai')")
         return None

@@ -1,56 +1,61 @@
 """Synthetic paired image-caption embeddings: the embedded default dataset (every output says "synthetic").
 
-The generator mimics the geometry of zero-shot CLIP ViT-B/32 embeddings closely enough that the hubness
-reduction methods behave as in the papers (calibration: ``scripts/calibrate_synthetic.py``, results in
-``data/calibration_synthetic.md``). It is *not* real data: numbers computed on it illustrate the methods and
-must be labelled "synthetic".
+The generator imitates the statistics of zero-shot CLIP embeddings that matter for hubness (calibration:
+``scripts/calibrate_synthetic.py``, :mod:`hubnorm.calibration`, results in ``data/calibration_synthetic.md``).
+It is *not* real data: numbers computed on it illustrate the methods and must be labelled "synthetic".
 
-Generative model
-----------------
-Fixed geometry (drawn once per ``seed``): two unit "modality" directions ``u_I`` and ``u_T`` with
-``u_I . u_T = modality_cos`` (the centres of the image and caption clouds: the modality gap of CLIP, Liang et
-al. 2022), an ``r``-dimensional semantic subspace ``P`` (``r = latent_dim``) orthogonal to both, and the
-modality-noise subspace (the remaining ``d - r - 2`` dimensions). The model is built in these canonical
-coordinates and then turned by a fixed random rotation (a product of :data:`N_REFLECTIONS` Householder
-reflections, so no coordinate is special). ``n_topics`` unit topic centres ``c_k`` (centred) have Zipf
-popularity ``p_k ∝ (k + 1) ** -topic_zipf``.
+Two generative models
+---------------------
+Both build embeddings in canonical coordinates and then turn them by a fixed random rotation (a product of
+:data:`N_REFLECTIONS` Householder reflections, so no coordinate is special), then L2-normalise: coordinate 0 is
+the image-cloud centre ``u_I``, coordinate 1 the part of the caption-cloud centre ``u_T`` orthogonal to it
+(``u_I . u_T = modality_cos``: the modality gap of CLIP, Liang et al. 2022), the next ``r = latent_dim``
+coordinates the semantic subspace ``P`` shared by both modalities, the remaining ``d - r - 2`` the
+modality-specific ("noise") subspace. ``n_topics`` topic centres ``c_k`` have Zipf popularity
+``p_k ∝ (k + 1) ** -topic_zipf``. Per image ``i``: a topic ``t_i ~ Categorical(p)`` and a latent content
+``z_i``; per caption ``j`` of image ``i`` (``captions_per_image`` each, image-major: caption ``j`` belongs to image
+``j // captions_per_image``) the latent ``z_i + sqrt(caption_noise) e_j`` with a description error
+``e_j = sqrt(caption_shared) s_i + sqrt(1 - caption_shared) n_j``: part of the error (``s_i``) is *common to the
+captions of an image* (annotators mention the same salient things and miss the same details), so the captions of
+an image are not independent views of it; this is what makes image-to-text retrieval as hard as real CLIP's.
 
-Per image ``i`` (independently per split):
+**"clustered"** (the presets ``flickr30k`` and ``coco``; ``data/calibration_synthetic.md`` compares them with
+real CLIP embeddings statistic by statistic). Real contrastive embeddings are anisotropic (an effective
+dimension of 30-45 out of 512), their density varies strongly from region to region (crowded themes and
+isolated images), and their hubs are local as much as global (the k-occurrence of an image follows its
+centrality only loosely). The model draws:
 
-* topic ``t_i ~ Categorical(p)``; unit latent content ``z_i ∝ sqrt(w) c_{t_i} + sqrt(1 - w) v_i``, ``v_i``
-  uniform on the unit sphere of R^r, ``w = topic_weight`` (images of one topic look alike; popular topics crowd
-  the gallery);
-* genericity ``g_i = hub_scale * exp(hub_sigma * N(0, 1) - hub_sigma**2 / 2) + bias_std * N(0, 1)``: the image's
-  pull towards the caption-cloud centre ``u_T``. It adds about ``sqrt(text_mean) * g_i`` to the image's score with
-  *every* caption: the log-normal tail makes a few hubs, the Gaussian part hubs and anti-hubs that a bank of
-  captions reveals (what NNN, IS and SN correct);
-* embedding ``x_i = normalize(sqrt(image_mean) u_I + g_i u_T + sqrt(image_semantic) P z_i + sqrt(image_noise / d) xi_i)``,
-  ``xi_i`` standard normal in the noise subspace (image-only "modality" noise).
+* a semantic space with a power-law spectrum: topic centres ``c_k = lambda^(1/2) * N(0, I_r)`` with
+  ``lambda_l ∝ l ** -spectrum_decay``; the content of an image ``z_i = (c_t + s_t * mu^(1/2) * N(0, I_r)) /
+  sqrt(1 + s_t**2)``, with the within-topic ("detail") spectrum ``mu_l ∝ l ** -detail_decay`` and a spread
+  ``s_t`` that varies by topic (``topic_spread`` times a log-normal of log-sd ``topic_spread_sigma``): some
+  topics are tight (near-duplicates, local hubs), others diffuse;
+* modality-specific parts in the noise subspace with a power-law spectrum (``noise_decay``; images and captions
+  use different leading directions), themselves clustered: a share ``image_style_share`` of an image's noise is
+  one of ``n_styles`` "style" centres (photography, setting), ``text_style_share`` of a caption's one of as many
+  "phrasing" centres; the weight of an image's noise varies from image to image (log-sd ``image_noise_sigma``:
+  prototypical and atypical images), the description error of an image's captions from image to image
+  (log-sd ``caption_noise_sigma``: unambiguous and ambiguous images);
+* small per-item pulls across the gap (``bias_std`` for images towards ``u_T``, ``caption_bias_std`` for
+  captions towards ``u_I``);
+* ``x_i = normalize(sqrt(image_mean) u_I + g_i u_T + sqrt(image_semantic) P z_i + sqrt(image_noise * nu_i) xi_i)``,
+  ``y_j = normalize(sqrt(text_mean) u_T + b_j u_I + sqrt(text_semantic / (1 + caption_noise)) P (z_i + sqrt(cn_i) e_j)
+  + sqrt(text_noise) zeta_j)``, the errors ``e_j`` drawn with the detail spectrum.
 
-Per caption ``j`` of image ``i`` (``captions_per_image`` each, image-major: caption ``j`` belongs to image
-``j // captions_per_image``):
+Hubs and anti-hubs are not planted: they emerge from this geometry, as in real data. The free parameters were
+fitted to statistics of the raw embeddings only (``scripts/calibrate_synthetic.py --fit``); no normalizer and no
+claim of a paper is part of the fit.
 
-* latent ``z_i + sqrt(caption_noise) e_j`` with description error
-  ``e_j = sqrt(caption_shared) s_i + sqrt(1 - caption_shared) n_j``, ``s_i, n_j ~ N(0, I_r / r)``: a caption
-  describes its image imperfectly, and part of the error (``s_i``) is *common to the image's captions*: the
-  annotators of one image mention the same salient things and miss the same details, so the captions of an image
-  are not independent views of it;
-* embedding ``y_j = normalize(sqrt(text_mean) u_T + sqrt(text_semantic / (1 + caption_noise)) P (z_i + sqrt(caption_noise) e_j)
-  + sqrt(text_noise / d) zeta_j)``, ``zeta_j`` standard normal in the noise subspace.
-
-Why ``caption_shared``: every single caption has the same marginal distribution whatever its value, so the expected
-t2i R@1 (one caption against all images), the pair cosines and the image hubs do not depend on it. Image-to-text
-retrieval does: an image query succeeds when *any one* of its ``captions_per_image`` captions ranks first, so
-independent caption errors (``caption_shared = 0``) make i2t far easier than real CLIP's (synthetic Flickr30k i2t
-R@1 about 89 against the published 79.3, while t2i matches); errors shared by the captions of an image fail
-together, as real captions do. One value (0.45) brings i2t R@1 of both presets to the published zero-shot CLIP
-values (calibration report).
-
-The weights ``image_* / text_*`` set the squared norms of the modality mean, the semantic content and the
-modality noise, hence the matched / unmatched cosines and the modality gap (calibrated on real CLIP ViT-B/32
-embeddings). Text-to-image accuracy is set by ``caption_noise`` against the spread of the images (``topic_weight``,
-``latent_dim``), image-to-text accuracy in addition by ``caption_shared``; hubness (k-occurrence skewness) by ``hub_scale`` / ``hub_sigma``; the NNN and IS/SN gains by
-``bias_std`` (how much of the ranking error is a per-image offset).
+**"isotropic"** (the earlier presets, kept as ``flickr30k-isotropic`` and ``coco-isotropic``, byte for byte):
+unit latent contents ``z_i ∝ sqrt(w) c_{t_i} + sqrt(1 - w) v_i`` (``v_i`` uniform on the sphere,
+``w = topic_weight``), isotropic modality noise, and one global *genericity* per image,
+``g_i = hub_scale * exp(hub_sigma * N(0, 1) - hub_sigma**2 / 2) + bias_std * N(0, 1)``, its pull towards the
+caption centre ``u_T`` that adds about ``sqrt(text_mean) * g_i`` to its score with *every* caption: its hubs are
+global by construction (k-occurrence follows centrality almost deterministically), and its training and test
+splits are exchangeable draws of one distribution. ``x_i = normalize(sqrt(image_mean) u_I + g_i u_T +
+sqrt(image_semantic) P z_i + sqrt(image_noise / d) xi_i)``, ``y_j = normalize(sqrt(text_mean) u_T +
+sqrt(text_semantic / (1 + caption_noise)) P (z_i + sqrt(caption_noise) e_j) + sqrt(text_noise / d) zeta_j)``
+with ``s_i, n_j ~ N(0, I_r / r)``.
 
 Graded relevance (for listwise metrics): :func:`topic_relevance` gives ``rel(caption j, image i) = 1`` when
 ``i`` is the caption's image and otherwise the latent similarity ``clip(cos(z_{image(j)}, z_i), 0, 1)`` (high
@@ -74,7 +79,7 @@ import numpy as np
 from .embeddings import EmbeddingDataset, EmbeddingSplit
 
 __all__ = [
-    "GeneratorConfig", "PRESETS", "REAL_CLIP_GEOMETRY", "make_dataset", "generate_split", "iter_split_chunks",
+    "GeneratorConfig", "PRESETS", "MODELS", "make_dataset", "generate_split", "iter_split_chunks",
     "topic_relevance",
     "geometry_stats",
 ]
@@ -84,22 +89,15 @@ RNG_BLOCK = 256
 
 _SPLIT_CODES = {"train": 1, "val": 2, "test": 3}
 
-#: Geometry of real CLIP embeddings measured with :func:`geometry_stats` on real CLIP ViT-B/32 embeddings (Flickr8k, 100 images x 5 captions)
-#: (used by the calibration script when that folder is absent). Source: Flickr8k 100 images x 5 captions, OpenAI
-#: CLIP ViT-B/32 (github.com/Chia213/Search-Engine, commit 7a3fb8ba), and COCO val2017 500 pairs, CLIP ViT-B/16
-#: (github.com/Weixin-Liang/Modality-Gap, commit 8e20cb24).
-REAL_CLIP_GEOMETRY = {
-    "flickr8k-100x5-clip-vitb32": {"matched_cos": 0.3253, "unmatched_cos": 0.1751, "modality_gap": 0.8430,
-                                   "image_image_cos": 0.5558, "caption_caption_cos": 0.5027},
-    "coco-val2017-500-clip-vitb16": {"matched_cos": 0.3099, "unmatched_cos": 0.1616, "modality_gap": 0.8514},
-}
-
+#: The generative models (module docstring).
+MODELS = ("clustered", "isotropic")
 
 @dataclass(frozen=True)
 class GeneratorConfig:
     """Every knob of the generator (see the module docstring for the model)."""
 
     name: str = "custom"
+    model: str = "isotropic"
     dim: int = 512
     latent_dim: int = 64
     captions_per_image: int = 5
@@ -124,9 +122,24 @@ class GeneratorConfig:
     hub_scale: float = 0.10
     hub_sigma: float = 0.6
     bias_std: float = 0.0
+    # clustered model only (model="clustered"): anisotropy, density that varies by topic, heterogeneous items
+    spectrum_decay: float = 1.0
+    detail_decay: float = 1.0
+    topic_spread: float = 1.0
+    topic_spread_sigma: float = 0.0
+    noise_decay: float = 0.0
+    image_noise_sigma: float = 0.0
+    caption_noise_sigma: float = 0.0
+    caption_bias_std: float = 0.0
+    n_styles: int = 32
+    style_zipf: float = 1.0
+    image_style_share: float = 0.0
+    text_style_share: float = 0.0
 
     def __post_init__(self):
-        for f in ("dim", "latent_dim", "captions_per_image", "n_topics"):
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {list(MODELS)}; got {self.model!r}")
+        for f in ("dim", "latent_dim", "captions_per_image", "n_topics", "n_styles"):
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{f} must be a positive integer; got {v!r}")
@@ -139,11 +152,13 @@ class GeneratorConfig:
         if self.latent_dim + 2 > self.dim:
             raise ValueError(f"latent_dim + 2 must be <= dim; got latent_dim={self.latent_dim}, dim={self.dim}")
         for f in ("topic_zipf", "image_mean", "image_semantic", "image_noise", "text_mean", "text_semantic",
-                  "text_noise", "caption_noise", "hub_scale", "hub_sigma", "bias_std"):
+                  "text_noise", "caption_noise", "hub_scale", "hub_sigma", "bias_std", "spectrum_decay", "detail_decay",
+                  "topic_spread", "topic_spread_sigma", "noise_decay", "image_noise_sigma", "caption_noise_sigma",
+                  "caption_bias_std", "style_zipf"):
             v = getattr(self, f)
             if not np.isfinite(v) or v < 0:
                 raise ValueError(f"{f} must be a finite number >= 0; got {v!r}")
-        for f in ("topic_weight", "caption_shared"):
+        for f in ("topic_weight", "caption_shared", "image_style_share", "text_style_share"):
             v = getattr(self, f)
             if not 0 <= v <= 1:
                 raise ValueError(f"{f} must be in [0, 1]; got {v!r}")
@@ -161,14 +176,40 @@ class GeneratorConfig:
         return dataclasses.asdict(self)
 
 
-#: Presets calibrated to zero-shot CLIP ViT-B/32 in both directions (see ``data/calibration_synthetic.md``).
+#: The "clustered" model's parameters fitted to statistics of real CLIP embeddings and published full-size
+#: statistics (``scripts/calibrate_synthetic.py --fit <preset>``; ``data/calibration_synthetic.md``), one set per
+#: preset: Flickr30k against Flickr8k / ViT-B/32 (100 x 5) and Flickr30k's published numbers, COCO against COCO
+#: val2017 / ViT-B/16 (500 x 1) and COCO's published numbers.
+_CLUSTERED = dict(model="clustered", latent_dim=64, n_topics=300, n_styles=32, image_mean=0.56, text_mean=0.5,
+                  hub_scale=0.0)
+_FITTED = {
+    "flickr30k": dict(spectrum_decay=0.754, detail_decay=0.523, noise_decay=0.698, topic_zipf=0.507,
+                      topic_spread=1.818, topic_spread_sigma=0.811, image_noise_sigma=0.545,
+                      caption_noise_sigma=0.810, image_semantic=0.2145, image_noise=0.3396, text_semantic=0.3762,
+                      text_noise=0.1405, caption_noise=2.064, caption_shared=0.548, modality_cos=0.3372,
+                      bias_std=0.0151, caption_bias_std=0.0113, image_style_share=0.657, text_style_share=0.713),
+    "coco": dict(spectrum_decay=0.701, detail_decay=0.637, noise_decay=0.705, topic_zipf=0.466, topic_spread=2.237,
+                 topic_spread_sigma=0.923, image_noise_sigma=0.505, caption_noise_sigma=0.796, image_semantic=0.2241,
+                 image_noise=0.3171, text_semantic=0.3001, text_noise=0.1735, caption_noise=2.900,
+                 caption_shared=0.550, modality_cos=0.3330, bias_std=0.0136, caption_bias_std=0.0118,
+                 image_style_share=0.684, text_style_share=0.720),
+}
+
+#: The generator's presets. ``flickr30k`` and ``coco`` (the defaults): the "clustered" model, calibrated to
+#: statistics of real CLIP embeddings at matched sizes and to the published full-size statistics of zero-shot CLIP
+#: ViT-B/32 (``data/calibration_synthetic.md``). ``flickr30k-isotropic`` and ``coco-isotropic``: the earlier
+#: "isotropic" model (one global pull of every image towards the caption centre), kept unchanged (same bytes).
 PRESETS: Dict[str, GeneratorConfig] = {
-    "coco": GeneratorConfig(name="coco", n_train_images=20000, n_val_images=5000, n_test_images=5000,
-                            hub_scale=0.004, bias_std=0.012, caption_noise=4.3, topic_weight=0.3,
-                            caption_shared=0.45),
     "flickr30k": GeneratorConfig(name="flickr30k", n_train_images=10000, n_val_images=1000, n_test_images=1000,
-                                 hub_scale=0.0065, bias_std=0.011, caption_noise=3.5, topic_weight=0.3,
-                                 caption_shared=0.45),
+                                 **_CLUSTERED, **_FITTED["flickr30k"]),
+    "coco": GeneratorConfig(name="coco", n_train_images=20000, n_val_images=5000, n_test_images=5000,
+                            **_CLUSTERED, **_FITTED["coco"]),
+    "flickr30k-isotropic": GeneratorConfig(name="flickr30k-isotropic", n_train_images=10000, n_val_images=1000,
+                                           n_test_images=1000, hub_scale=0.0065, bias_std=0.011, caption_noise=3.5,
+                                           topic_weight=0.3, caption_shared=0.45),
+    "coco-isotropic": GeneratorConfig(name="coco-isotropic", n_train_images=20000, n_val_images=5000,
+                                      n_test_images=5000, hub_scale=0.004, bias_std=0.012, caption_noise=4.3,
+                                      topic_weight=0.3, caption_shared=0.45),
 }
 
 
@@ -179,21 +220,50 @@ N_REFLECTIONS = 4
 
 @dataclass
 class _Geometry:
-    centres: np.ndarray      # (K, r) unit topic centres
+    centres: np.ndarray      # (K, r) topic centres (unit for "isotropic"; scaled by the spectrum for "clustered")
     popularity: np.ndarray   # (K,)
     reflections: np.ndarray  # (N_REFLECTIONS, d) unit vectors: rotation = product of Householder reflections
+    spread: Optional[np.ndarray] = None        # (K,) within-topic spread ("clustered")
+    semantic_sd: Optional[np.ndarray] = None   # (r,) sqrt of the semantic spectrum, sum of squares 1 ("clustered")
+    noise_sd: Optional[np.ndarray] = None      # (d - r - 2,) sqrt of the modality-noise spectrum, sum of squares 1
+    detail_sd: Optional[np.ndarray] = None     # (r,) sqrt of the within-topic ("detail") spectrum, sum of squares 1
+    image_styles: Optional[np.ndarray] = None  # (S, d - r - 2) image "style" centres in the noise subspace
+    text_styles: Optional[np.ndarray] = None   # (S, d - r - 2) caption "phrasing" centres in the noise subspace
+    style_popularity: Optional[np.ndarray] = None  # (S,)
 
 
 def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=tuple(int(k) for k in key)))
 
 
+def _power_spectrum_sd(n: int, decay: float) -> np.ndarray:
+    """sqrt of a power-law spectrum ``l ** -decay`` (l = 1..n) whose squares sum to 1."""
+    lam = np.arange(1, n + 1, dtype=np.float64) ** -float(decay)
+    return np.sqrt(lam / lam.sum())
+
+
 def generator_geometry(cfg: GeneratorConfig, seed: int) -> _Geometry:
     """The seeded random geometry (topic centres, population, reflection) shared by every split of a seed."""
     rng = _rng(seed, 0)
-    centres = rng.standard_normal((cfg.n_topics, cfg.latent_dim))
     pop = (np.arange(cfg.n_topics) + 1.0) ** -cfg.topic_zipf
     pop /= pop.sum()
+    if cfg.model == "clustered":
+        sem = _power_spectrum_sd(cfg.latent_dim, cfg.spectrum_decay)
+        centres = rng.standard_normal((cfg.n_topics, cfg.latent_dim)) * sem
+        centres -= pop @ centres  # popularity-weighted mean 0: no semantic offset of the clouds
+        spread = cfg.topic_spread * np.exp(cfg.topic_spread_sigma * rng.standard_normal(cfg.n_topics)
+                                           - cfg.topic_spread_sigma ** 2 / 2)
+        refl = rng.standard_normal((N_REFLECTIONS, cfg.dim))
+        refl /= np.linalg.norm(refl, axis=1, keepdims=True)
+        noise = _power_spectrum_sd(cfg.dim - cfg.latent_dim - 2, cfg.noise_decay)
+        detail = _power_spectrum_sd(cfg.latent_dim, cfg.detail_decay)
+        dn = cfg.dim - cfg.latent_dim - 2
+        img_styles = rng.standard_normal((cfg.n_styles, dn)) * noise
+        txt_styles = rng.standard_normal((cfg.n_styles, dn)) * noise[::-1]
+        spop = (np.arange(cfg.n_styles) + 1.0) ** -cfg.style_zipf
+        return _Geometry(centres, pop, refl.astype(np.float32), spread, sem, noise, detail, img_styles, txt_styles,
+                         spop / spop.sum())
+    centres = rng.standard_normal((cfg.n_topics, cfg.latent_dim))
     centres -= pop @ centres  # popularity-weighted mean 0: no semantic offset of the clouds
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     refl = rng.standard_normal((N_REFLECTIONS, cfg.dim))
@@ -202,6 +272,60 @@ def generator_geometry(cfg: GeneratorConfig, seed: int) -> _Geometry:
 
 
 def _block(cfg: GeneratorConfig, geo: _Geometry, seed: int, split_code: int, block: int, n_img: int):
+    """One RNG block of ``n_img`` images of ``cfg.model`` in canonical coordinates (see the module docstring)."""
+    if cfg.model == "clustered":
+        return _block_clustered(cfg, geo, seed, split_code, block, n_img)
+    return _block_isotropic(cfg, geo, seed, split_code, block, n_img)
+
+
+def _block_clustered(cfg: GeneratorConfig, geo: _Geometry, seed: int, split_code: int, block: int, n_img: int):
+    """One RNG block of the "clustered" model (canonical coordinates, unrotated, unnormalised, float32)."""
+    rng = _rng(seed, split_code, block)
+    r, d, c = cfg.latent_dim, cfg.dim, cfg.captions_per_image
+    rho = cfg.modality_cos
+    u_txt = (rho, np.sqrt(max(0.0, 1 - rho ** 2)))
+    topics = rng.choice(cfg.n_topics, size=n_img, p=geo.popularity)
+    s_t = geo.spread[topics]
+    z = geo.centres[topics] + s_t[:, None] * (rng.standard_normal((n_img, r)) * geo.detail_sd)
+    z /= np.sqrt(1.0 + s_t ** 2)[:, None]
+    g = np.exp(cfg.hub_sigma * rng.standard_normal(n_img) - cfg.hub_sigma ** 2 / 2)
+    g = cfg.hub_scale * g + cfg.bias_std * rng.standard_normal(n_img)
+    nu = np.exp(cfg.image_noise_sigma * rng.standard_normal(n_img) - cfg.image_noise_sigma ** 2 / 2)
+    dn = d - r - 2
+    img = np.empty((n_img, d), np.float32)
+    img[:, 0] = np.sqrt(cfg.image_mean) + g * u_txt[0]
+    img[:, 1] = g * u_txt[1]
+    img[:, 2:r + 2] = np.sqrt(cfg.image_semantic) * z
+    img[:, r + 2:] = rng.standard_normal((n_img, dn), dtype=np.float32)
+    img[:, r + 2:] *= geo.noise_sd[None, :].astype(np.float32)
+    a = cfg.image_style_share  # the image's "style" (photography, setting): a cluster of the modality noise
+    img[:, r + 2:] = np.sqrt(a) * geo.image_styles[rng.choice(cfg.n_styles, size=n_img, p=geo.style_popularity)] \
+        + np.sqrt(1 - a) * img[:, r + 2:]
+    img[:, r + 2:] *= np.sqrt(cfg.image_noise * nu)[:, None].astype(np.float32)
+    m = n_img * c
+    shared = rng.standard_normal((n_img, r)) * geo.detail_sd
+    indep = rng.standard_normal((m, r)) * geo.detail_sd
+    sh = cfg.caption_shared
+    e = np.sqrt(sh) * np.repeat(shared, c, axis=0) + np.sqrt(1 - sh) * indep
+    # how ambiguous an image is: its captions' description error varies from image to image
+    cn = cfg.caption_noise * np.exp(cfg.caption_noise_sigma * np.repeat(rng.standard_normal(n_img), c)
+                                    - cfg.caption_noise_sigma ** 2 / 2)
+    zc = np.repeat(z, c, axis=0) + np.sqrt(cn)[:, None] * e
+    cap = np.empty((m, d), np.float32)
+    b = cfg.caption_bias_std * rng.standard_normal(m)  # a caption's pull towards the image-cloud centre u_I
+    cap[:, 0] = np.sqrt(cfg.text_mean) * u_txt[0] + b
+    cap[:, 1] = np.sqrt(cfg.text_mean) * u_txt[1]
+    cap[:, 2:r + 2] = np.sqrt(cfg.text_semantic / (1 + cfg.caption_noise)) * zc
+    cap[:, r + 2:] = rng.standard_normal((m, dn), dtype=np.float32)
+    cap[:, r + 2:] *= geo.noise_sd[::-1].astype(np.float32)  # text noise: other leading directions than image noise
+    a = cfg.text_style_share  # the caption's phrasing (length, template): a cluster of the modality noise
+    cap[:, r + 2:] = np.sqrt(a) * geo.text_styles[rng.choice(cfg.n_styles, size=m, p=geo.style_popularity)] \
+        + np.sqrt(1 - a) * cap[:, r + 2:]
+    cap[:, r + 2:] *= np.float32(np.sqrt(cfg.text_noise))
+    return img, cap, topics, z, g
+
+
+def _block_isotropic(cfg: GeneratorConfig, geo: _Geometry, seed: int, split_code: int, block: int, n_img: int):
     """One RNG block of ``n_img`` images in canonical coordinates (unrotated, unnormalised, float32).
 
     Canonical coordinates: 0 = u_I, 1 = the part of u_T orthogonal to u_I, 2 .. r+1 = the semantic subspace P,

@@ -55,18 +55,20 @@ def exercise_1(alphas=(0.0, 0.75, 1.5, 3.0), k: int = 16) -> dict:
 
 
 def exercise_2(seeds=(0, 1, 2), n_test_images: int = 500) -> dict:
-    """Skewness near zero: is the order of query-aware IS and SN stable, and does it agree with other statistics?
+    """Is the order of query-aware IS and SN stable, and does it agree with other statistics and other k?
 
-    Answer. Skewness is the third standardised moment of N_10: it measures *asymmetry*, not spread, and near 0
-    its sign and order are decided by a handful of targets in the tails (its standard error over n targets is
-    about sqrt(6 / n)). Both IS and SN remove most of the raw skewness on every seed (checked below), so the
-    remaining order between them compares two small numbers, which can change from seed to seed and need not
-    agree with the order of max N_10 or of the Robin Hood index. Query-aware IS divides every target's scores by a
-    softmax over exactly the test queries whose top-10 lists define N_10, which balances the columns well when a
-    target's hubness is one offset shared by all queries; SN also balances the rows, trading a little column
-    balance for a better ranking (its R@1 is checked against IS's below). The DBSN paper reports that IS leaves a
-    long tail on real CLIP embeddings (0.50 against 0.07). Read skewness next to max N_k, the Robin Hood index and
-    R@1, and over several seeds, before ranking methods by it.
+    Answer. Skewness is the third standardised moment of N_k: it measures *asymmetry*, not spread, and near 0 its
+    sign and order are decided by a handful of targets in the tails (standard error about sqrt(6 / n) over n
+    targets). On this synthetic data the order is stable over seeds, but it depends on the k of the measure:
+    query-aware IS at tau = 0.02 leaves the lower skewness of N_10 on every seed, while SN at tau = 0.01 balances
+    the *first* places best (the lower Robin Hood index of N_1) and has the higher R@1. Sinkhorn equalises the mass
+    each target receives in a soft assignment of the queries; at tau = 0.01 that assignment is nearly hard, so it
+    balances who is ranked first and leaves places 2-10 of the top-10 lists unconstrained, whereas IS at the softer
+    tau = 0.02 spreads its correction over a broader neighbourhood. The DBSN paper reports 0.50 (IS) against 0.07
+    (SN) without printing its k. Read skewness next to max N_k, the Robin Hood index, R@1 and the k it is measured
+    at, and over several seeds, before ranking methods by it.
+
+    The asserts are regression checks of this data (set after looking at seeds 0-2), not properties of the methods.
     """
     out = {}
     for seed in seeds:
@@ -75,14 +77,18 @@ def exercise_2(seeds=(0, 1, 2), n_test_images: int = 500) -> dict:
         for name, m in (("raw", hn.Identity()), ("IS", hn.InvertedSoftmax(tau=0.02)),
                         ("SN", hn.SinkhornNormalization(tau=0.01))):
             m = task.fit(m, query_aware=True)
-            n10 = hn.k_occurrence(m, 10, queries=task.queries)
-            st = hn.hubness_stats(n10, 10, task.n_queries)
-            row[name] = {"skewness": st["skewness"], "max": int(st["max"]), "robin_hood": st["robin_hood"],
-                         "R@1": hn.evaluate(m, task)["R@1"]}
+            st10 = hn.hubness_stats(hn.k_occurrence(m, 10, queries=task.queries), 10, task.n_queries)
+            st1 = hn.hubness_stats(hn.k_occurrence(m, 1, queries=task.queries), 1, task.n_queries)
+            row[name] = {"skewness N_10": st10["skewness"], "max N_10": int(st10["max"]),
+                         "robin_hood N_10": st10["robin_hood"], "skewness N_1": st1["skewness"],
+                         "robin_hood N_1": st1["robin_hood"], "R@1": hn.evaluate(m, task)["R@1"]}
         out[seed] = row
     for row in out.values():
-        assert abs(row["IS"]["skewness"]) < row["raw"]["skewness"] / 4, row
-        assert abs(row["SN"]["skewness"]) < row["raw"]["skewness"] / 4, row
+        for name in ("IS", "SN"):
+            assert row[name]["skewness N_10"] < row["raw"]["skewness N_10"], row
+            assert row[name]["robin_hood N_1"] < row["raw"]["robin_hood N_1"] / 3, row
+        assert row["IS"]["skewness N_10"] < row["SN"]["skewness N_10"], row      # N_10: IS is the more balanced
+        assert row["SN"]["robin_hood N_1"] < row["IS"]["robin_hood N_1"], row    # N_1: SN is the more balanced
         assert row["SN"]["R@1"] > row["IS"]["R@1"], row
     return out
 

@@ -65,9 +65,9 @@ def exercise_2(sizes=(5000, 64), seeds=(0, 1, 2)) -> dict:
     drawn, not by the images' hubness, and R@1 falls (below the raw scores here). IS has only the column
     normalisation — each target is normalised by its own softmax over the bank — so a small bank makes its
     estimate noisier but never forces mass onto targets. With a bank much larger than the gallery both
-    constraints can be met without distortion and SN catches up with IS (DBSN Fig. 7: the order reverses only
-    for banks larger than the test query set). DBSN adds a target bank to the columns, which does not help when
-    the *query* side is too small.
+    constraints can be met without distortion and SN overtakes IS (checked below on this data; DBSN Fig. 7: the
+    order reverses only for banks larger than the test query set). DBSN adds a target bank to the columns, which
+    does not help when the *query* side is too small.
     """
     task = _t2i()
     out = {}
@@ -83,7 +83,7 @@ def exercise_2(sizes=(5000, 64), seeds=(0, 1, 2)) -> dict:
         out[size] = {m: float(np.mean(v)) for m, v in rows.items()}
     big, small = sizes
     assert out[small]["IS"] > out[small]["SN"] + 1 and out[small]["IS"] > out[small]["DBSN"] + 1, out
-    assert abs(out[big]["SN"] - out[big]["IS"]) < 1.0, out
+    assert out[big]["SN"] > out[big]["IS"], out   # regression check (seen: SN 82.6, IS 81.0 with the full bank)
     return {"R@1 (mean over bank draws)": out, "raw": hn.evaluate(task.fit(hn.Identity()), task)["R@1"]}
 
 

@@ -39,13 +39,16 @@ def exercise_1(taus=(0.005, 0.01, 0.02)) -> dict:
     out exactly 1/m of the mass. A query cannot give all its mass to one target, so each column potential g_j
     still reflects many queries even at a small tau; as tau -> 0 SN tends to an optimal assignment (each query
     matched to distinct targets), which is a sensible ranking signal. So SN is robust to small tau and even
-    improves (DBSN Fig. 6), while IS needs its tau tuned (about 0.02 in the DBSN code).
+    improves (DBSN Fig. 6), while IS needs its tau tuned (about 0.02 in the DBSN code). The limit is about the
+    *converged* Sinkhorn: it needs more iterations the smaller tau is, so SN is run to convergence below (with
+    Alg. A1's 10 iterations it lags at the smallest tau on this data: notebook 05's appendix compares the two).
     """
     task = _t2i(n_train_images=200)
     r1 = {"IS": {}, "SN": {}}
     for tau in taus:
         r1["IS"][tau] = hn.evaluate(task.fit(hn.InvertedSoftmax(tau=tau), query_aware=True), task)["R@1"]
-        r1["SN"][tau] = hn.evaluate(task.fit(hn.SinkhornNormalization(tau=tau), query_aware=True), task)["R@1"]
+        sn = hn.SinkhornNormalization(tau=tau, n_iter=3000, tol=1e-7)   # to convergence
+        r1["SN"][tau] = hn.evaluate(task.fit(sn, query_aware=True), task)["R@1"]
     small = min(taus)
     assert r1["IS"][small] < max(r1["IS"].values()) - 1.0, r1          # IS falls off at the smallest tau
     assert r1["SN"][small] >= max(r1["SN"].values()) - 1.0, r1         # SN stays within 1 point of its best
@@ -70,9 +73,11 @@ def exercise_2(iterations=(1, 3, 10, 30), tau: float = 0.01, bank_size: int = 10
     f_i = tau log(1/m) - tau logsumexp_j((S_ij + g_j) / tau); then every row of the plan
     pi_ij = exp((S_ij + f_i + g_j) / tau) sums to exactly 1/m, and how far the column sums are from 1/n measures
     how far Sinkhorn is from convergence. The error falls with every iteration (Sinkhorn-Knopp converges
-    linearly, here by more than an order of magnitude per few iterations): one iteration leaves columns off by
-    tens of percent, three by a few percent, ten — Alg. A1's T — by less than 0.1%, and the rankings hardly
-    change any more (notebook 05: T = 10 is as good as convergence to within 0.5 R@1 points).
+    linearly): on this synthetic data one iteration leaves the worst column off by a factor of about 3.6 (an error
+    of about 260%), three by about 150%, ten (Alg. A1's T) still by about 25%, thirty by well under 1%. Yet R@1
+    hardly moves after the first iteration (within about one point here, and notebook 05 finds T = 10 within 0.5
+    points of convergence): the worst column is a rarely retrieved target whose potential is still climbing, and
+    a ranking only needs the offsets' differences between the competing targets of each query.
     Only the offsets' *differences* between targets matter for ranking, so full convergence is rarely needed.
     """
     task = _t2i()
@@ -85,7 +90,8 @@ def exercise_2(iterations=(1, 3, 10, 30), tau: float = 0.01, bank_size: int = 10
         r1[t] = hn.evaluate(sn, task)["R@1"]
     errs = [err[t] for t in iterations]
     assert all(a > b for a, b in zip(errs, errs[1:])), err   # the column error falls with every iteration count
-    assert err[10] < 1e-2, err                                  # regression check (seen: 1.4e-4 at T = 10)
+    assert err[iterations[-1]] < 1e-2 < err[10], err         # regression check (seen: 0.26 at T = 10, 0.004 at T = 30)
+    assert max(r1.values()) - min(r1.values()) < 2.0, r1      # regression check (seen: 80.8 .. 81.5)
     return {"max relative column-sum error": err, "R@1": r1}
 
 

@@ -1,0 +1,82 @@
+"""hubnorm.geometry.embedding_statistics against a slow dense reference written independently here."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from hubnorm.geometry import embedding_statistics
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _dense_reference(img, cap, c2i, knn=5):
+    """Every statistic from full matrices and plain loops (float64)."""
+    img, cap = _unit(np.asarray(img, np.float64)), _unit(np.asarray(cap, np.float64))
+    n, m = len(img), len(cap)
+    S = cap @ img.T
+    pos = S[np.arange(m), c2i]
+    neg = np.array([S[i, j] for i in range(m) for j in range(n) if j != c2i[i]])
+    best = np.array([max(S[i, j] for j in range(n) if j != c2i[i]) for i in range(m)])
+    out = {"matched_mean": pos.mean(), "matched_sd": pos.std(), "random_mean": neg.mean(), "random_sd": neg.std(),
+           "best_nonmatch_mean": best.mean(), "gap": np.linalg.norm(img.mean(0) - cap.mean(0)),
+           "centroid_cos": img.mean(0) @ cap.mean(0) / np.linalg.norm(img.mean(0)) / np.linalg.norm(cap.mean(0))}
+    for tag, x in (("img", img), ("cap", cap)):
+        ev = np.linalg.eigvalsh(np.cov(x.T, bias=True))[::-1]
+        ev = np.clip(ev, 0, None) / ev.sum()
+        out[f"{tag}_participation_ratio"] = 1 / np.sum(ev ** 2)
+        out[f"{tag}_pc1_share"], out[f"{tag}_top10_share"] = ev[0], ev[:10].sum()
+        g = x @ x.T
+        iu = np.triu_indices(len(x), 1)
+        out[f"{tag}_{tag}_cos"] = g[iu].mean()
+        ck = np.array([np.sort(np.delete(g[i], i))[-knn] for i in range(len(x))])
+        out[f"{tag}_knn_cv"] = ck.std() / (1 - ck).mean()
+    both = np.concatenate([img, cap])
+    ev = np.linalg.eigvalsh(np.cov(both.T, bias=True))[::-1]
+    ev = ev / ev.sum()
+    out["joint_pc1_share"], out["joint_pc2_share"] = ev[0], ev[1]
+    for d, (q, t) in {"t2i": (cap, img), "i2t": (img, cap)}.items():
+        sc = q @ t.T
+        for k in (1, 10):
+            nk = np.zeros(len(t))
+            for row in sc:
+                nk[np.argsort(-row, kind="stable")[:k]] += 1
+            out[f"skew_N{k}_{d}"] = stats.skew(nk)
+            if k == 10:
+                out[f"rho_N10_{d}"] = stats.spearmanr(nk, t @ q.mean(0))[0]
+    out["R1_t2i"] = 100 * np.mean(S.argmax(1) == c2i)
+    out["R1_i2t"] = 100 * np.mean([c2i[np.argmax(S[:, j])] == j for j in range(n)])
+    return out
+
+
+@pytest.mark.parametrize("captions_per_image", [1, 3])
+def test_embedding_statistics_equal_a_dense_reference(captions_per_image):
+    rng = np.random.default_rng(3)
+    n, d = 40, 16
+    img = rng.standard_normal((n, d)) + 1.5 * np.eye(d)[0]
+    c2i = np.repeat(np.arange(n), captions_per_image)
+    cap = img[c2i] + 0.8 * rng.standard_normal((len(c2i), d)) + 1.0 * np.eye(d)[1]
+    got = embedding_statistics(img, cap, c2i, block=7)  # blocks that do not divide the sizes
+    ref = _dense_reference(img, cap, c2i)
+    for key, value in ref.items():
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
+    if captions_per_image == 1:
+        assert np.isnan(got["same_image_cap_cos"])
+    else:
+        groups = [_unit(cap)[c2i == j] for j in range(n)]
+        same = np.mean([(g @ g.T)[np.triu_indices(len(g), 1)].mean() for g in groups])
+        assert got["same_image_cap_cos"] == pytest.approx(same, rel=1e-12)
+
+
+def test_embedding_statistics_invariants():
+    rng = np.random.default_rng(0)
+    x = _unit(rng.standard_normal((300, 50)))
+    s = embedding_statistics(x, x, np.arange(300))  # identical modalities: no gap, every caption finds its image
+    assert s["gap"] == pytest.approx(0.0, abs=1e-12) and s["centroid_cos"] == pytest.approx(1.0)
+    assert s["matched_mean"] == pytest.approx(1.0) and s["R1_t2i"] == 100.0 and s["R1_i2t"] == 100.0
+    assert 30 < s["img_participation_ratio"] <= 50  # isotropic in 50 dimensions (300 samples)
+    with pytest.raises(ValueError, match="do not fit together"):
+        embedding_statistics(x, x, np.arange(300) + 1)
+    with pytest.raises(ValueError, match="finite 2-D"):
+        embedding_statistics(x[:, :, None], x, np.arange(300))
