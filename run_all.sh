@@ -2,14 +2,17 @@
 # Regenerate every figure and table: execute notebooks/[0-9][0-9]_*.ipynb with papermill.
 #
 #   bash run_all.sh [--profile default|paper-coco|paper-flickr30k|rehearse-coco|rehearse-flickr30k]
-#                   [--source SOURCE] [--keep-going] [--only NAME] [--quiet] [--site]
+#                   [--source SOURCE] [--param NAME=VALUE ...] [--params FILE] [--results DIR]
+#                   [--keep-going] [--only NAME] [--quiet] [--site]
 #
 # Profiles (the notebooks' `source` parameter and friends):
 #   default          synthetic embeddings (hubnorm.synthetic, seeded; every number is a "synthetic analog"),
 #                    small sizes: all notebooks in a few minutes on 2 CPU cores. Outputs: results/
 #   --source SOURCE  your own embeddings with the default sizes and grids, e.g. --source local:/path/to/folder or
 #                    --source cache:coco:ViT-B-32-quickgelu:openai; synthetic data is then forbidden in the run
-#                    (HUBNORM_FORBID_SYNTHETIC=1). Outputs: results/own/
+#                    (HUBNORM_FORBID_SYNTHETIC=1); --source sims:/path/to/folder (released score matrices) runs
+#                    the notebooks that accept them. Outputs: <results root>/own-<source name>/ (e.g.
+#                    own-local-my-folder), CLEARED at the start of every run, so only this run's files are there.
 #   paper-flickr30k  real embeddings cache:flickr30k:ViT-B-32-quickgelu:openai, paper grids and sizes.
 #   paper-coco       real embeddings cache:coco:ViT-B-32-quickgelu:openai (the cross-dataset bank is the other
 #                    one). Needs `python -m hubnorm.data fetch/encode ...` first: the loader's error names the
@@ -19,6 +22,13 @@
 #                    (written once by `python -m hubnorm.data rehearse`, into cache/rehearsal/): how long the paper
 #                    run takes on this machine and whether it fits, before any download. Everything it writes
 #                    says "synthetic rehearsal". Outputs: results/<profile>/
+# Parameters: --param NAME=VALUE (repeatable; VALUE read as YAML: 1.0, [t2i], CLIP, null) and --params FILE (a YAML
+#   or JSON mapping) set any notebook parameter (docs/parameters.md), e.g. --param bank_fraction=1.0 (the whole
+#   training part as reference bank), --param model=CLIP, --param source_kwargs='{test_fraction: 0.3}'. They
+#   override the profile's; each notebook receives the ones it declares and checks them at its top; a name no
+#   notebook declares is an error.
+# Results root: --results DIR, else $HUBNORM_RESULTS, else results/ of this checkout; the default profile writes to
+#   the root itself, the others (and --source) to a folder under it named after the profile (or source).
 # Executed notebooks go to <outputs>/notebooks/. Each notebook's own output (its prints and NOTE lines) streams to
 # the terminal while it runs, prefixed with its number, and to <outputs>/notebooks/<name>.log; its progress bars
 # (with the estimated time left) go to a side file, <outputs>/notebooks/<name>.progress.log
@@ -37,6 +47,8 @@ only=""
 quiet=0
 site=0
 own_source=""
+user_params=()
+results_root="${HUBNORM_RESULTS:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="${2:?--profile needs a value}"; shift 2 ;;
@@ -48,12 +60,23 @@ while [ $# -gt 0 ]; do
     --site) site=1; shift ;;
     --source) own_source="${2:?--source needs a value}"; shift 2 ;;
     --source=*) own_source="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --param) user_params+=(--param "${2:?--param needs NAME=VALUE}"); shift 2 ;;
+    --param=*) user_params+=(--param "${1#*=}"); shift ;;
+    --params) f="${2:?--params needs a file}"; [[ "$f" == /* ]] || f="$caller_dir/$f"; user_params+=(--params "$f"); shift 2 ;;
+    --params=*) f="${1#*=}"; [[ "$f" == /* ]] || f="$caller_dir/$f"; user_params+=(--params "$f"); shift ;;
+    --results) results_root="${2:?--results needs a folder}"; shift 2 ;;
+    --results=*) results_root="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
 bash scripts/bootstrap.sh || { echo "run_all.sh: scripts/bootstrap.sh failed" >&2; exit 1; }
+case "$results_root" in
+  "") results_root="$PWD/results" ;;
+  /*) ;;
+  *) results_root="$caller_dir/$results_root" ;;   # relative to where run_all.sh was called from
+esac
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} PYTHONHASHSEED=0
 # The one known line of noise, dropped from the terminal and the logs: ipykernel's "Kernel is running over TCP
 # without encryption" notice (once per notebook; the kernel listens on localhost only). Every other line passes.
@@ -69,24 +92,27 @@ paper="fast: false, n_boot: 1000, dtype: float32, sinkhorn_cache_gb: 10, train_i
 case "$profile" in
   default)
     params=""
-    results="results"
+    results="$results_root"
     if [ -n "$own_source" ]; then
       case "$own_source" in  # a relative local: folder is relative to where run_all.sh was called from
         local:/*) ;;
         local:*) own_source="local:$caller_dir/${own_source#local:}" ;;
+        sims:/*) ;;
+        sims:*) own_source="sims:$caller_dir/${own_source#sims:}" ;;
       esac
       params=$(.venv/bin/python -c 'import json, sys; print(json.dumps({"source": sys.argv[1], "cross_source": None}))' "$own_source")
-      results="results/own"
+      slug=$(printf '%s' "$own_source" | sed -E 's#^(local|sims):.*/([^/]+)/*$#\1:\2#; s#[^A-Za-z0-9._-]+#-#g; s#-+$##')
+      results="$results_root/own-$slug"
       export HUBNORM_FORBID_SYNTHETIC=1
     fi ;;
   paper-flickr30k)
     src=cache:flickr30k:ViT-B-32-quickgelu:openai
     params="{source: '$src', source_kwargs: {}, cross_source: 'cache:coco:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
-    results="results/paper-flickr30k" ;;
+    results="$results_root/paper-flickr30k" ;;
   paper-coco)
     src=cache:coco:ViT-B-32-quickgelu:openai
     params="{source: '$src', source_kwargs: {}, cross_source: 'cache:flickr30k:ViT-B-32-quickgelu:openai', cross_kwargs: {splits: [train]}, $paper}"
-    results="results/paper-coco" ;;
+    results="$results_root/paper-coco" ;;
   rehearse-flickr30k|rehearse-coco)
     ds=${profile#rehearse-}
     other=$([ "$ds" = coco ] && echo flickr30k || echo coco)
@@ -96,7 +122,7 @@ case "$profile" in
     done
     src=cache:$ds:synthetic-rehearsal:seed0
     params="{source: '$src', source_kwargs: {}, cross_source: 'cache:$other:synthetic-rehearsal:seed0', cross_kwargs: {splits: [train]}, $paper}"
-    results="results/$profile" ;;
+    results="$results_root/$profile" ;;
   *)
     echo "run_all.sh: unknown profile '$profile' (default, paper-coco, paper-flickr30k, rehearse-coco, rehearse-flickr30k)" >&2; exit 2 ;;
 esac
@@ -104,7 +130,16 @@ if [ -n "$own_source" ] && [ "$profile" != default ]; then
   echo "run_all.sh: --source runs the default profile on your data; it cannot be combined with --profile $profile" >&2
   exit 2
 fi
-export HUBNORM_RESULTS="$PWD/$results"
+if [ ${#user_params[@]} -gt 0 ]; then   # --param / --params override the profile's parameters
+  [ -n "$params" ] || params="{}"
+  params=$(.venv/bin/python scripts/notebook_params.py --merge "$params" "${user_params[@]}") || exit 2
+fi
+if [ -n "$own_source" ] && [ -d "$results" ]; then   # a --source run's folder holds this run's files only
+  echo "run_all.sh: clearing $results (the outputs of an earlier run on this source)"
+  rm -rf -- "$results"
+fi
+mkdir -p "$results"
+export HUBNORM_RESULTS="$results"
 
 # Data preparation of the paper and rehearsal profiles, before the notebooks (and outside their timings, like the
 # CLIP encoding): the sentence embeddings of the captions for notebook 07's RSC relevance. Encoded once (minutes for
@@ -133,6 +168,11 @@ start_all=$(date +%s)
 echo "run_all.sh: profile $profile -> $results/ (${#notebooks[@]} notebooks)"
 # Notebooks that cannot run in a profile, with the reason (printed, not counted as failures).
 skip_reason() {
+  # a sims: folder holds score matrices only: notebooks whose source parameter does not offer sims: need embeddings
+  if [[ "$own_source" == sims:* ]] && ! grep -q 'sims:<folder>' "notebooks/$1.py" 2>/dev/null; then
+    echo "needs embeddings; a sims: folder holds score matrices only (notebook 08 runs on it)"
+    return
+  fi
   case "$profile:$1" in
     paper-*:06_*|rehearse-*:06_*)
       echo "the simulated cross-encoder needs synthetic latents and the BLIP one needs the image files;" \
@@ -160,7 +200,7 @@ for nb in "${notebooks[@]}"; do
   printf '%s: running (log: %s)\n' "$name" "$log"
   prog="$out/$name.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
   : >"$prog"
-  export HUBNORM_PROGRESS_FILE="$PWD/$prog"
+  export HUBNORM_PROGRESS_FILE="$prog"   # an absolute path: $results is absolute
   if [ $quiet -eq 1 ] || ! command -v stdbuf >/dev/null 2>&1 || ! tail --pid=$$ -n 0 /dev/null 2>/dev/null; then
     # --quiet, or no GNU stdbuf / tail --pid (macOS): summary lines only
     .venv/bin/python -m papermill -k python3 --cwd notebooks --no-progress-bar -y "$nb_params" "$nb" \

@@ -72,7 +72,7 @@ import hubnorm as hn
 from hubnorm import notebook as nb
 from hubnorm import protocol as pr
 
-run = nb.setup("00", seed=seed)
+run = nb.setup("00", seed=seed, params=globals())
 
 # %% [markdown] tags=[]
 # ## 1 · Hubs in random data: the k-occurrence

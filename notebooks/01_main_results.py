@@ -49,10 +49,10 @@ cross_sizes: dict = {"n_train_images": 5000, "n_test_images": 1}  # sizes of the
 cross_seed: int = 1  # seed of a synthetic cross-dataset source: another seed draws other topics and images
 cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
 model: str = "auto"  # published NNN rows beside ours: "auto" follows the embeddings (CLIP for synthetic data), or "CLIP", "SigLIP", "BLIP ft. COCO", ...
-dataset = None  # published dataset "flickr30k" or "coco"; None reads it from source
+dataset = None  # published dataset "flickr30k" or "coco"; None: the one the source declares (a local: folder's model_info.json), else none
 directions: list = ["t2i", "i2t"]
 seed: int = 0
-bank_fraction: float = 0.2  # share of the training split used as the reference bank (NNN: 0.2)
+bank_fraction: float = 0.2  # share of the training split used as the reference bank (NNN: 0.2); 1.0 takes the whole training part
 fast: bool = True  # True: the reduced grids listed below; False: the paper grids (hubnorm.PAPER_GRIDS)
 n_boot: int = 200  # bootstrap resamples for the 95% confidence intervals
 
@@ -65,17 +65,19 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("01", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+run = nb.setup("01", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %% [markdown]
 # ## 1 · Data and reference banks
-# The test split is the gallery and the queries; `val` (held out, same size as test) selects hyperparameters; the
-# reference bank is a seeded 20% of the training images with all their captions (for t2i the *query* bank is the
+# The test split is the gallery and the queries; `val` selects hyperparameters (a data set without one holds it out
+# of the training split by one rule, `hubnorm.embeddings.validation_size`: the size of the test split when the
+# training split has at least twice as many images, else a third of it); the reference bank is a seeded 20% of the
+# training images with all their captions (`bank_fraction = 1.0`: the whole training part, e.g. for a small folder) (for t2i the *query* bank is the
 # captions and DualIS's *target* bank the images; for i2t the roles swap).
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
-dataset = dataset or pr.dataset_key(source, ds)
+dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed
 label = pr.run_label(ds)
 model = pr.published_model(ds, model)  # the published rows follow the embeddings' model
 bank = pr.reference_split(ds, "train", bank_fraction, seed=seed)
@@ -85,7 +87,7 @@ in_setting = f"bank={dataset} train {bank_fraction:.0%}"
 cross_source = pr.cross_dataset_source(ds, cross_source)  # never a synthetic bank for a real run
 if cross_source:
     cross = pr.prepare_dataset(cross_source, seed=cross_seed, dtype=run.dtype, synthetic_sizes=cross_sizes,
-                               source_kwargs=cross_kwargs)
+                               source_kwargs=cross_kwargs, note_small=False)  # only its training bank is used
     cross_dataset = pr.dataset_key(cross_source, cross)
     cross_bank = pr.reference_split(cross, "train", bank_fraction, seed=seed)
     val_cross = pr.make_tasks(ds.split("val"), cross_bank, directions=directions)
@@ -94,7 +96,7 @@ if cross_source:
 
 # %% tags=["nbval-check-output"]
 print("this run:", label)
-print("published rows shown beside it: NNN paper,", model, "on", dataset)
+print("published rows shown beside it:", pr.published_label("nnn", model, dataset))
 nb.show(pr.describe(ds), caption="images and captions per split")
 print(f"reference bank: {bank.n_images} images / {bank.n_captions} captions ({bank_fraction:.0%} of train)")
 if cross_source:
@@ -222,7 +224,8 @@ for ax, d in zip(axes[0], directions):
                 color=sns.color_palette()[0], ecolor=sns.color_palette()[0], capsize=3, label="this run, 95% CI")
     pubs = np.array([pub_map.get((d, f"{meth.replace(' (cross-dataset bank)', '')}|{sub.loc[meth, 'setting']}"),
                                  np.nan) for meth in order], dtype=float)
-    ax.scatter(pubs, y, marker="D", color="0.45", zorder=3, label=f"published ({model}, {dataset})")
+    if np.isfinite(pubs).any():
+        ax.scatter(pubs, y, marker="D", color="0.45", zorder=3, label=f"published ({model}, {dataset})")
     pub_raw = pub_map.get((d, "Original|none"), np.nan)
     if np.isfinite(pub_raw):
         ax.scatter([pub_raw], [-0.8], marker="o", facecolor="none", edgecolor="0.45", s=60, zorder=3,

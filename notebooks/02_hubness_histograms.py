@@ -60,11 +60,11 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("02", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+run = nb.setup("02", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
-dataset = dataset or pr.dataset_key(source, ds)
+dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed
 label = pr.run_label(ds)
 model = pr.published_model(ds, model)
 dbsn_model = pr.published_model(ds, dbsn_model, paper="dbsn")

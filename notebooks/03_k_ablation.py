@@ -55,7 +55,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("03", seed=seed)  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+run = nb.setup("03", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
@@ -89,12 +89,17 @@ wide.insert(0, "Original", [raw[d] for d in directions])
 wide = wide.reset_index()
 wide.columns = [str(c) for c in wide.columns]
 pub = compare.published("nnn-chowdhury2024", ["A3", "A4"], model=model, dataset="coco")
-pub_wide = pub.assign(k=pub["setting"].str.extract(r"k=(\d+)")[0].fillna("Original")).pivot(
-    index="direction", columns="k", values="value")
-pub_wide = pub_wide[["Original"] + sorted([c for c in pub_wide.columns if c != "Original"], key=int)].reset_index()
-pub_wide.insert(1, "run", f"published (NNN Tables A3/A4, {model}, COCO)")
+pub = pub[pub["direction"].isin(directions)]
+published_as = pr.published_label("nnn", model, "coco", pub)   # a NOTE when the paper has no such rows
 wide.insert(1, "run", f"this run: {label}")
-tableA3 = pd.concat([pub_wide, wide], ignore_index=True)
+if len(pub):
+    pub_wide = pub.assign(k=pub["setting"].str.extract(r"k=(\d+)")[0].fillna("Original")).pivot(
+        index="direction", columns="k", values="value")
+    pub_wide = pub_wide[["Original"] + sorted([c for c in pub_wide.columns if c != "Original"], key=int)].reset_index()
+    pub_wide.insert(1, "run", f"published (NNN Tables A3/A4, {model}, COCO)")
+    tableA3 = pd.concat([pub_wide, wide], ignore_index=True)
+else:
+    tableA3 = wide
 k_cols = sorted([c for c in tableA3.columns if str(c).isdigit()], key=int)
 tableA3 = tableA3[["direction", "run", "Original"] + k_cols]
 run.save_table(tableA3, "nnn_tables_A3_A4_k", caption=f"R@1 (%) of NNN over k at alpha = {alpha}; published rows are "
@@ -113,17 +118,24 @@ axes[0].set_xlabel("k (reference queries per target, log scale)")
 axes[0].set_ylabel("R@1 (%)")
 axes[0].set_title(f"this run (α = {alpha}): {label}", fontsize=9)
 pl = pub[pub["method"] == "nnn"].assign(k=lambda d: d["setting"].str.extract(r"k=(\d+)")[0].astype(int))
-sns.lineplot(data=pl, x="k", y="value", hue="direction", marker="o", ax=axes[1])
-for i, (d, v) in enumerate(pub[pub["method"] == "raw"].set_index("direction")["value"].items()):
-    axes[1].axhline(v, ls="--", lw=1, color=sns.color_palette()[i], label=f"{d} raw")
-axes[1].set_xscale("log", base=2)
+if len(pl):
+    sns.lineplot(data=pl, x="k", y="value", hue="direction", marker="o", ax=axes[1])
+    for i, (d, v) in enumerate(pub[pub["method"] == "raw"].set_index("direction")["value"].items()):
+        axes[1].axhline(v, ls="--", lw=1, color=sns.color_palette()[i], label=f"{d} raw")
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_title(f"published: NNN Tables A3/A4 ({model}, COCO, α = 0.75)", fontsize=9)
+else:
+    axes[1].text(0.5, 0.5, f"no published rows:\n{published_as}", ha="center", va="center", wrap=True,
+                 transform=axes[1].transAxes, fontsize=9)
+    axes[1].set_title("published: NNN Tables A3/A4 (COCO)", fontsize=9)
 axes[1].set_xlabel("k (log scale)")
 axes[1].set_ylabel("R@1 (%)")
-axes[1].set_title(f"published: NNN Tables A3/A4 ({model}, COCO, α = 0.75)", fontsize=9)
 for ax, kk in ((axes[0], sorted(curve["k"].unique())), (axes[1], sorted(pl["k"].unique()))):
-    ax.set_xticks(kk, [str(x) for x in kk])
-    ax.minorticks_off()
-    ax.get_legend().remove()
+    if len(kk):
+        ax.set_xticks(kk, [str(x) for x in kk])
+        ax.minorticks_off()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
 handles, names = axes[0].get_legend_handles_labels()
 fig.legend(handles, [f"{n} NNN" if n in directions else n for n in names], loc="upper center", ncol=4, fontsize=8,
            bbox_to_anchor=(0.5, 1.06), frameon=False)

@@ -80,7 +80,7 @@ import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 from hubnorm import rerank as rr
 
-run = nb.setup("06", seed=seed)
+run = nb.setup("06", seed=seed, params=globals())
 
 # %% [markdown]
 # ## Data, first stages and the cross-encoder

@@ -85,7 +85,7 @@ import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 from hubnorm import listwise as lw
 
-run = nb.setup("07", seed=seed)
+run = nb.setup("07", seed=seed, params=globals())
 
 # %% [markdown]
 # ## 1 · Data and graded relevance
@@ -108,6 +108,18 @@ if pr.is_synthetic(ds) and "latent" in test.extras:
     relevance, _ = lw.relevance_for_split(test, content=test.extras["latent"])
     train_relevance = lw.batch_relevance_fn(train, content=train.extras["latent"])
     rel_label = "synthetic latent relevance (the generator's truth, not RSC)"
+elif test.caption_texts is None or train.caption_texts is None:  # no caption texts: no graded relevance
+    pr.note("these embeddings come without caption texts, so RSC's graded relevance cannot be computed: NDCG and "
+            "S-NDCG below use binary relevance (1 for an image and its own captions, 0 otherwise), where NDCG@K "
+            "measures the rank of the ground truth like R@K does; add metadata.csv with a caption column for RSC")
+
+    def _binary(split):
+        return (split.caption_to_image[None, :] == np.arange(split.n_images)[:, None]).astype(np.float64)
+
+    relevance = {"i2t": _binary(test), "t2i": np.ascontiguousarray(_binary(test).T)}
+    train_relevance = lambda a, b: (train.caption_to_image[np.asarray(b)][None, :]  # noqa: E731
+                                    == np.asarray(a)[:, None]).astype(np.float64)
+    rel_label = "binary relevance (ground-truth pairs only: no caption texts)"
 else:  # real captions; a rehearsal cache has placeholder captions and no latents: RSC runs on them for the timing
     encoder = lw.load_text_encoder()
     relevance, rel_label = lw.relevance_for_split(test, encoder=encoder)

@@ -1,22 +1,39 @@
 #!/usr/bin/env python
-"""Print the YAML parameters of a run_all.sh profile that one notebook declares (papermill warns about, and
-ignores, any other): ``python scripts/notebook_params.py NOTEBOOK.ipynb '{source: ..., fast: false}'``.
+"""Parameters for run_all.sh.
 
-Unknown names are listed on stderr as a note, so a profile can set a parameter that only some notebooks have.
+``python scripts/notebook_params.py NOTEBOOK.ipynb PARAMS``: print (JSON) the parameters of ``PARAMS`` (a YAML
+mapping) that this notebook declares (papermill warns about, and ignores, any other); the others are listed on
+stderr as a note, so a profile can set a parameter that only some notebooks have.
+
+``python scripts/notebook_params.py --merge BASE [--params FILE] [--param NAME=VALUE ...]``: print (JSON) the
+YAML mapping ``BASE`` updated with the mapping in ``FILE`` (YAML or JSON) and then each ``NAME=VALUE`` (``VALUE``
+read as YAML: ``1.0``, ``[t2i]``, ``CLIP``, ``null``). A name that no notebook (``notebooks/[0-9][0-9]_*.ipynb``)
+declares is an error naming the declared ones; values are checked by each notebook itself (hubnorm.parameters).
 """
 
+import glob
 import json
+import os
 import sys
 
 import papermill as pm
 import yaml
 
 
+def _mapping(text: str, what: str) -> dict:
+    try:
+        value = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise SystemExit(f"notebook_params.py: {what} is not valid YAML/JSON ({exc})")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SystemExit(f"notebook_params.py: {what} must be a mapping of parameter names to values; got {text!r}")
+    return value
+
+
 def main(nb_path: str, params_yaml: str) -> int:
-    params = yaml.safe_load(params_yaml) or {}
-    if not isinstance(params, dict):
-        print(f"notebook_params.py: the parameters must be a YAML mapping; got {params_yaml!r}", file=sys.stderr)
-        return 2
+    params = _mapping(params_yaml, "the parameters")
     declared = set(pm.inspect_notebook(nb_path))
     kept = {k: v for k, v in params.items() if k in declared}
     dropped = sorted(set(params) - declared)
@@ -26,7 +43,45 @@ def main(nb_path: str, params_yaml: str) -> int:
     return 0
 
 
+def merge(argv) -> int:
+    base, rest = argv[0], argv[1:]
+    params = _mapping(base, "the profile's parameters")
+    user = {}
+    i = 0
+    while i < len(rest):
+        flag = rest[i]
+        if flag == "--params" and i + 1 < len(rest):
+            path = rest[i + 1]
+            if not os.path.isfile(path):
+                raise SystemExit(f"run_all.sh: --params {path}: no such file")
+            with open(path, encoding="utf-8") as fh:
+                user.update(_mapping(fh.read(), f"--params {path}"))
+            i += 2
+        elif flag == "--param" and i + 1 < len(rest):
+            name, sep, value = rest[i + 1].partition("=")
+            if not sep or not name.strip():
+                raise SystemExit(f"run_all.sh: --param expects NAME=VALUE (e.g. --param bank_fraction=1.0); "
+                                 f"got {rest[i + 1]!r}")
+            user[name.strip()] = _mapping(f"v: {value}" if value.strip() else "v: ''", f"--param {name}")["v"]
+            i += 2
+        else:
+            raise SystemExit(f"notebook_params.py --merge: unexpected argument {flag!r}")
+    if user:
+        declared = set()
+        for nb in sorted(glob.glob("notebooks/[0-9][0-9]_*.ipynb")):
+            declared |= set(pm.inspect_notebook(nb))
+        unknown = sorted(set(user) - declared)
+        if unknown:
+            raise SystemExit(f"run_all.sh: no notebook has the parameter(s) {unknown}; the notebooks' parameters: "
+                             f"{sorted(declared)} (see docs/parameters.md)")
+    params.update(user)
+    print(json.dumps(params))
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--merge":
+        sys.exit(merge(sys.argv[2:]))
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

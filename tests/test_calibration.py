@@ -90,3 +90,30 @@ def test_band_rule():
     assert cal.band("matched_mean", 0.30, 0.34, 0.03) == (pytest.approx(0.06), True)
     assert cal.band("img_participation_ratio", 40.0, 49.0, 0.0) == (pytest.approx(10.0), True)
     assert cal.band("max_N1_t2i", 100.0, 160.0, float("nan"), published=True)[1] is False
+
+
+MEDIA = ["msrvtt", "didemo", "audiocaps", "clotho"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", MEDIA)
+def test_the_video_and_audio_rows_are_recomputed(preset, report):
+    """The video / audio presets' rows of the report, recomputed (same seeds): a regression check (~5 s each)."""
+    rows = report[report["preset"] == preset]
+    assert len(rows), f"no rows for {preset} in {REPORT_CSV.name}: run scripts/calibrate_synthetic.py --media-only"
+    tab = cal.media_calibration_table(preset, seeds=range(int(rows["seeds"].iloc[0])))
+    assert list(tab["statistic"]) == list(rows["statistic"])
+    np.testing.assert_allclose(tab[f"{preset} mean"].to_numpy(), rows[f"{preset} mean"].to_numpy(), rtol=1e-6,
+                               atol=1e-6, err_msg=f"{preset}: rerun scripts/calibrate_synthetic.py --media-only")
+    assert list(tab[f"{preset} within"]) == list(rows[f"{preset} within"])
+
+
+def test_video_and_audio_presets_are_within_the_band_of_every_fitted_baseline(report):
+    """Acceptance: the synthetic zero-shot R@1 of each video / audio preset is within the band used for the image
+    presets (3 points, or two seed sds) of each published baseline it was fitted to."""
+    rows = report[report["preset"].isin(MEDIA)]
+    assert set(rows["preset"]) == set(MEDIA)
+    fitted = rows[rows["fitted"].astype(bool)]
+    assert set(fitted[fitted["statistic"].str.startswith("R1_")]["statistic"]) == {"R1_t2v", "R1_v2t", "R1_t2a"}
+    for _, r in fitted.iterrows():
+        assert bool(r[f"{r['preset']} within"]), (r["preset"], r["statistic"], r["real"], r[f"{r['preset']} mean"])

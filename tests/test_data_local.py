@@ -17,10 +17,12 @@ COCO500 = ("embeddings", "coco-val2017-500-clip-vitb16")
 def test_flickr8k_folder_split_by_images_with_texts():
     folder = shared_path(*F8K)
     ds = hn.load_embeddings(f"local:{folder}")
-    assert ds.source == "real" and set(ds.splits) == {"test", "train"}
-    test, train = ds.split("test"), ds.split("train")
-    assert (test.n_images, test.n_captions, train.n_images, train.n_captions) == (50, 250, 50, 250)
-    assert not set(test.image_ids) & set(train.image_ids)
+    assert ds.source == "real" and set(ds.splits) == {"test", "val", "train"}
+    test, train, val = ds.split("test"), ds.split("train"), ds.split("val")
+    # val by the one rule (hubnorm.embeddings.validation_size): train 50 < 2 x test 50, so a third of train
+    assert (test.n_images, test.n_captions, val.n_images, train.n_images, train.n_captions) == (50, 250, 16, 34, 170)
+    assert not set(test.image_ids) & set(train.image_ids) and not set(val.image_ids) & set(train.image_ids)
+    assert set(load_local_embeddings(folder, val=False).splits) == {"test", "train"}
     assert len(test.caption_texts) == 250 and isinstance(test.caption_texts[0], str)
     # distinct image embeddings = image_embeddings[::5]
     img = np.load(folder / "image_embeddings.npy")
@@ -41,7 +43,8 @@ def test_flickr8k_folder_split_by_images_with_texts():
 def test_coco500_folder_and_random_control():
     folder = shared_path(*COCO500)
     ds = load_local_embeddings(folder)
-    assert (ds.split("test").n_images, ds.split("test").n_captions, ds.split("train").n_images) == (250, 250, 250)
+    assert (ds.split("test").n_images, ds.split("test").n_captions, ds.split("val").n_images,
+            ds.split("train").n_images) == (250, 250, 83, 167)
     assert ds.split("test").caption_texts is None
     task = ds.tasks("test", bank=None)["t2i"]
     real = hn.evaluate(task.fit(hn.make_normalizer("raw")), task)
@@ -88,7 +91,7 @@ def test_per_caption_layout_and_per_image_rows(tmp_path):
     assert all(t.startswith("caption") for t in sp.caption_texts)
     # one image row per image is also accepted
     np.save(tmp_path / "image_embeddings.npy", imgs)
-    assert load_local_embeddings(tmp_path).split("train").n_images == 2
+    assert load_local_embeddings(tmp_path, val=False).split("train").n_images == 2
     # no metadata: runs of equal image rows define the images
     (tmp_path / "metadata.csv").unlink()
     np.save(tmp_path / "image_embeddings.npy", np.repeat(imgs, 3, axis=0))

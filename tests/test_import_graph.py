@@ -128,10 +128,10 @@ LAYERS = [
       "hubnorm.engine", "hubnorm.distributed"]),
     ("data", ["hubnorm.data", "hubnorm.data.*"]),
     ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
-                 "hubnorm.hubness", "hubnorm.geometry"]),
+                 "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
-                      "hubnorm.calibration",
-                      "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.listwise",
+                      "hubnorm.calibration", "hubnorm.media",
+                      "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.parameters", "hubnorm.listwise",
                       "hubnorm.listwise.*", "hubnorm.rerank", "hubnorm.rerank.*"]),
     ("package root", ["hubnorm"]),
 ]

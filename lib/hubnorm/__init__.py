@@ -20,13 +20,14 @@ from .normalizers import *  # noqa: F401,F403
 from .normalizers import __all__ as _normalizer_names
 from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from .retrieval import DIRECTIONS, Positives, RetrievalTask, build_tasks
+from .scores import ScoreTask, matrices_from_embeddings
 from .selection import PAPER_GRIDS, SelectionResult, grid_search, holdout_split
 
 __all__ = list(_normalizer_names) + [
     "as_embeddings", "l2_normalize", "bootstrap_ci", "evaluate", "mean_rank", "median_rank", "ndcg_at_k",
     "positive_ranks", "recall_at_k", "summarize_ranks", "hubness", "hubness_stats", "k_occurrence",
     "DISPLAY_NAMES", "NORMALIZERS", "make_normalizer", "DIRECTIONS", "Positives", "RetrievalTask", "build_tasks",
-    "PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split",
+    "PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split", "ScoreTask", "matrices_from_embeddings",
 ]
 
 from .datasets import load_embeddings  # noqa: E402

@@ -41,5 +41,9 @@ def side_by_side(ours: pd.DataFrame, pub: pd.DataFrame, on: Sequence[str], *, la
     analog or real data: a synthetic run is never a reproduction) and ``published source`` (paper and table)."""
     out = beside_published(ours, pub, on)
     out["run"] = label
+    matched = int(out["published"].notna().sum()) if "published" in out.columns else 0
+    if matched == 0:   # never an empty column that reads as if the paper had been compared
+        print(f"NOTE: no published rows match this table ({source_note}): its 'published' column is empty")
+        source_note = f"none ({source_note} has no matching rows)"
     out["published source"] = source_note
     return out

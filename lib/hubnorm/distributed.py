@@ -80,11 +80,29 @@ def is_dask_array(x) -> bool:
 
 
 # ================================================================================================ bank stores
+def _file_stamp(path: str, sample: int = 1 << 16) -> tuple:
+    """(size, mtime_ns, inode, blake2b of the first and last ``sample`` bytes) of a file."""
+    import hashlib
+
+    st = os.stat(path)
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        h.update(fh.read(sample))
+        if st.st_size > sample:
+            fh.seek(max(sample, st.st_size - sample))
+            h.update(fh.read(sample))
+    return (st.st_size, st.st_mtime_ns, st.st_ino, h.hexdigest())
+
+
 class NpyShards:
     """Rows of several ``.npy`` files of shape ``(rows_i, d)`` seen as one read-only ``(sum rows_i, d)`` array.
 
     Picklable (it holds paths only); ``__getitem__`` memory-maps the shards it touches and copies out the rows
     asked for, so a Dask task that reads a chunk holds that chunk only.
+
+    Integrity: each shard's size, modification time (ns), inode and a checksum of its first and last 64 KiB are
+    recorded when it is opened and checked before every read; a shard changed (rewritten, truncated, replaced)
+    after it was opened is refused with an error naming it, never read as a mix of the old and new bank.
     """
 
     def __init__(self, paths: Sequence[Union[str, os.PathLike]]):
@@ -107,6 +125,7 @@ class NpyShards:
                 raise ValueError(f"bank shard {p} is {mm.dtype} (.., {mm.shape[1]}) but the first shard is "
                                  f"{dtype} (.., {dim}): all shards must share dimension and dtype")
             rows.append(mm.shape[0])
+        self.stamps = [_file_stamp(p) for p in self.paths]
         self.starts = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self.shape = (int(self.starts[-1]), int(dim))
         self.dtype = np.dtype(dtype)
@@ -114,6 +133,19 @@ class NpyShards:
 
     def __len__(self):
         return self.shape[0]
+
+    def _verify(self, s: int) -> None:
+        try:
+            now = _file_stamp(self.paths[s])
+        except OSError as exc:
+            raise RuntimeError(f"bank shard {self.paths[s]} can no longer be read ({exc}): it was removed or moved "
+                               "after open_bank(); open the bank again") from exc
+        if now != self.stamps[s]:
+            what = [name for name, a, b in zip(("size", "modification time", "inode", "checksum"), self.stamps[s], now)
+                    if a != b]
+            raise RuntimeError(f"bank shard {self.paths[s]} changed after it was opened ({', '.join(what)} differ): "
+                               "the bank would mix old and new rows. Do not rewrite shards during a fit; open the bank "
+                               "again (hubnorm.distributed.open_bank) once they are written")
 
     def __getitem__(self, key):
         if not isinstance(key, tuple):
@@ -131,7 +163,9 @@ class NpyShards:
                 break
             a, b = max(r0, s0) - s0, min(r1, s1) - s0
             if b > a:
+                self._verify(s)
                 parts.append(np.array(np.load(self.paths[s], mmap_mode="r")[a:b, cols]))
+                self._verify(s)   # and unchanged while it was read
         if not parts:
             return np.empty((0, self.shape[1]), dtype=self.dtype)[:, cols]
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
@@ -159,8 +193,7 @@ def open_bank(path: Union[str, os.PathLike, Sequence], *, chunk_rows: Optional[i
     if chunk_rows is None:
         chunk_rows = max(1, int(chunk_bytes) // (store.shape[1] * store.dtype.itemsize))
     chunk_rows = check_positive_int(chunk_rows, "chunk_rows")
-    stamp = [(p, os.path.getsize(p), os.path.getmtime(p)) for p in store.paths]
-    name = "hubnorm-bank-" + dask.base.tokenize(stamp, chunk_rows)
+    name = "hubnorm-bank-" + dask.base.tokenize(store.paths, store.stamps, chunk_rows)
     # inline_array: the (small, picklable) store goes into each read task, which Dask fuses with the kernel
     return da.from_array(store, chunks=(chunk_rows, store.shape[1]), name=name, lock=False, asarray=True,
                          inline_array=True, fancy=False, meta=np.empty((0, 0), dtype=store.dtype))
@@ -391,7 +424,11 @@ class DaskEngine:
         if name not in self.banks:
             return float(torch.linalg.vector_norm(self._gather(name), dim=1).max())
         if name not in self._norms:
-            self._norms[name] = _max_norm(self.banks[name])
+            norm = _max_norm(self.banks[name])
+            if not math.isfinite(norm):   # a NaN/inf row: say so, instead of a misleading precision error later
+                raise ValueError(f"{name} has a non-finite row (NaN or inf) in its shards: clean or re-export the "
+                                 "embeddings (every row must be a finite, L2-normalised vector)")
+            self._norms[name] = norm
         return self._norms[name]
 
     def score_bound(self, source) -> float:

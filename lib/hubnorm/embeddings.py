@@ -116,3 +116,31 @@ class EmbeddingDataset:
             tasks.update(build_tasks(test.images, test.captions, test.caption_to_image, image_bank=ib,
                                      caption_bank=cb, directions=(d,), meta={**meta, "bank_fraction": bank_fraction}))
         return tasks
+
+
+def validation_size(n_train: int, n_test: int) -> int:
+    """THE rule for a validation split held out of the training split (a ``local:`` folder, a cache without
+    "val"), stated once and followed everywhere: the size of the test split when the training split has at least
+    twice as many images (NNN App. B: "a random subset of the training set with the same size as the test set"),
+    else a third of the training split (at least 1 image), so that a reference bank remains. 0 when the training
+    split has fewer than 2 images."""
+    n_train, n_test = int(n_train), int(n_test)
+    if n_train < 2:
+        return 0
+    return n_test if n_train >= 2 * n_test else max(1, n_train // 3)
+
+
+def hold_out_val(ds: "EmbeddingDataset", seed: int = 0) -> "EmbeddingDataset":
+    """Give ``ds`` a ``"val"`` split of :func:`validation_size` images held out of ``"train"`` (seeded; in place,
+    also returned). A dataset that has a "val" split, or lacks "train" or "test", is returned unchanged."""
+    if "val" in ds.splits or "train" not in ds.splits or "test" not in ds.splits:
+        return ds
+    train = ds.splits["train"]
+    size = validation_size(train.n_images, ds.splits["test"].n_images)
+    if 0 < size < train.n_images:
+        perm = np.random.default_rng(seed).permutation(train.n_images)
+        ds.splits["val"] = train.subset_images(np.sort(perm[:size]))
+        ds.splits["train"] = train.subset_images(np.sort(perm[size:]))
+        rule = "the size of test" if size == ds.splits["test"].n_images else "a third of train (train < 2 x test)"
+        ds.meta["val_split"] = f"held out from train ({size} images: {rule}; seed {seed})"
+    return ds

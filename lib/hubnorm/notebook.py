@@ -73,13 +73,19 @@ class Run:
 
 
 def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = None,
-          style: str = "whitegrid") -> Run:
+          style: str = "whitegrid", params: Optional[Mapping[str, object]] = None) -> Run:
     """Seed numpy and torch, pin torch to ``threads`` threads (default: ``$HUBNORM_THREADS``, else 2), quiet
     library warnings, set the seaborn theme and show figures inline. ``prefix`` is the notebook's number
     (figures and tables are saved under it); ``dtype`` is recorded as ``run.dtype`` for the notebook to pass on
-    (``hubnorm.protocol.prepare_dataset(..., dtype=run.dtype)``)."""
+    (``hubnorm.protocol.prepare_dataset(..., dtype=run.dtype)``). ``params`` (the notebook's ``globals()``):
+    every notebook parameter in it is checked first against its declared rule (:mod:`hubnorm.parameters`), so
+    a bad value stops the notebook at its top with an error naming the parameter and the fix."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be the notebook's number as a string, e.g. '01'; got {prefix!r}")
+    if params is not None:
+        from .parameters import validate
+
+        validate(prefix, params)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer; got {seed!r}")
     if dtype not in ("float32", "float64"):
@@ -88,10 +94,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     torch.manual_seed(int(seed))
     _CHECKS.clear()
     if threads is None:
-        env = os.environ.get("HUBNORM_THREADS", "2")
-        if not env.isdigit() or int(env) < 1:
-            raise ValueError(f"HUBNORM_THREADS must be a positive integer; got {env!r}")
-        threads = int(env)
+        threads = env_threads()
     if threads:
         torch.set_num_threads(int(threads))
     for category in (FutureWarning, DeprecationWarning):
@@ -106,6 +109,17 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
 
     mpl.rcParams.update({"figure.dpi": 90, "savefig.dpi": 150, "figure.autolayout": False})
     return Run(prefix=prefix, seed=int(seed), dtype=dtype)
+
+
+def env_threads(default: int = 2) -> int:
+    """``$HUBNORM_THREADS`` (default ``default``), checked where it is read: an integer from 1 to 4 x the CPUs of
+    this machine (more threads than that only oversubscribe the cores)."""
+    env = os.environ.get("HUBNORM_THREADS", str(default)).strip()
+    limit = 4 * (os.cpu_count() or 1)
+    if not env.isdigit() or not 1 <= int(env) <= limit:
+        raise ValueError(f"HUBNORM_THREADS must be an integer from 1 to {limit} (4 x the {os.cpu_count()} CPUs of "
+                         f"this machine); got {env!r}: unset it or set e.g. HUBNORM_THREADS=2")
+    return int(env)
 
 
 def _inline_figures() -> None:

@@ -21,17 +21,18 @@ import numpy as np
 import pandas as pd
 
 from .datasets import load_embeddings
-from .embeddings import EmbeddingDataset, EmbeddingSplit
+from .embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from .evaluation import evaluate
 from .hubness import hubness_stats, k_occurrence
 from .normalizers.base import EXECUTION_OPTIONS
 from .progress import progress
 from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
-from .selection import PAPER_GRIDS, grid_search, holdout_split, k_limit
+from .selection import PAPER_GRIDS, grid_search, k_limit
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
+    "published_dataset", "published_names", "published_label", "paper_ids", "UNKNOWN_DATASET",
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_and_evaluate", "note", "method_items", "params_for",
@@ -42,6 +43,8 @@ MethodSpec = Union[Sequence[str], Mapping[str, str]]
 
 #: Reference banks with fewer queries than this give noisy hubness estimates: the notebooks say so.
 SMALL_BANK = 200
+#: Test or validation splits with fewer images than this get a NOTE (recall moves in steps of 1/n).
+SMALL_SPLIT = 100
 
 
 def note(text: str) -> None:
@@ -52,14 +55,18 @@ def note(text: str) -> None:
 # ---------------------------------------------------------------------------------------------- data
 def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float64",
                     synthetic_sizes: Optional[Mapping[str, int]] = None,
-                    source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True) -> EmbeddingDataset:
+                    source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True,
+                    note_small: bool = True) -> EmbeddingDataset:
     """``hubnorm.load_embeddings(source)``, ready for the protocol.
 
     - ``synthetic_sizes`` (e.g. ``{"n_train_images": 5000}``) and ``seed`` reach the synthetic generator only;
       ``source_kwargs`` reach any loader (e.g. ``{"test_fraction": 0.34}`` for ``local:``);
     - ``ensure_val``: a dataset without a ``"val"`` split (e.g. a ``local:`` folder) gets one held out of
-      ``"train"`` with :func:`hubnorm.holdout_split`, the size of the test split when the training split allows
-      (NNN App. B: "a random subset of the training set with the same size as the test set"), else a third of it;
+      ``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (the size of the test split when
+      the training split has at least twice as many images, NNN App. B; else a third of the training split);
+      ``ensure_val=False`` keeps the whole training split (a ``local:`` folder is then split into test/train only);
+    - small splits (fewer than :data:`SMALL_SPLIT` images in test or val) print a NOTE with the size
+      (``note_small=False`` for a data set used only for its training bank, e.g. a cross-dataset bank);
     - ``dtype`` (float64 by default) casts and re-normalises every embedding: in float64 a ranking flips only
       when two scores agree to about 1e-16, so the rounded numbers the notebooks print do not change with a
       CPU's or thread count's summation order (far less likely to flip than in float32, not invariant).
@@ -67,19 +74,22 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     if not isinstance(source, str):
         raise TypeError(f"source must be a string such as 'synthetic:flickr30k' or 'local:/path'; got {source!r}")
     kwargs = dict(source_kwargs or {})
+    if source.startswith("local:"):
+        kwargs.setdefault("val", bool(ensure_val))
     if source.startswith("synthetic:"):
         kwargs.update(synthetic_sizes or {})
         kwargs.setdefault("seed", seed)
     ds = load_embeddings(source, **kwargs)
     ds.meta.setdefault("source_string", source)
-    if ensure_val and "val" not in ds.splits and "train" in ds.splits and "test" in ds.splits:
-        train, n_test = ds.splits["train"], ds.split("test").n_images
-        size = n_test if train.n_images >= 2 * n_test else max(1, train.n_images // 3)
-        if 0 < size < train.n_images:
-            held, rest = holdout_split(train.n_images, size, seed=seed)
-            ds.splits["val"] = train.subset_images(held)
-            ds.splits["train"] = train.subset_images(rest)
-            ds.meta["val_split"] = f"held out from train ({size} images, seed {seed})"
+    if ensure_val:
+        hold_out_val(ds, seed)
+    for name in ("test", "val") if note_small else ():
+        if name in ds.splits and ds.splits[name].n_images < SMALL_SPLIT:
+            n = ds.splits[name].n_images
+            note(f"the {name} split has only {n} images (fewer than {SMALL_SPLIT}): recalls over so small a gallery "
+                 "are coarse and noisy, so differences of a few points may be sampling noise" + (
+                     "; hyperparameters chosen on so small a split often tie or saturate" if name == "val" else "")
+                 + (f" ({ds.meta['val_split']})" if name == "val" and ds.meta.get("val_split") else ""))
     if dtype is not None:
         np_dtype = np.dtype(dtype)
         for split in ds.splits.values():
@@ -110,16 +120,79 @@ def run_label(ds: EmbeddingDataset) -> str:
     return f"real data ({ds.name}" + (f", {model})" if model else ")")
 
 
+#: The value of ``dataset`` when the data set of a run is not declared: no published table is compared with it.
+UNKNOWN_DATASET = "unknown"
+
+
+def paper_ids() -> List[str]:
+    """The ids of the papers whose published tables ship with the package (e.g. ``"nnn-chowdhury2024"``)."""
+    from .reporting import load_published
+
+    return sorted(str(p) for p in load_published()["paper"].unique())
+
+
+def _paper_id(paper: str) -> str:
+    """A paper id from its id or its short name (the part before the first "-": ``"nnn"``, ``"dbsn"``, ...)."""
+    ids = paper_ids()
+    if paper in ids:
+        return paper
+    match = [pid for pid in ids if pid.split("-")[0] == paper]
+    if len(match) != 1:
+        raise ValueError(f"paper must be one of {sorted(p.split('-')[0] for p in ids)} (or a paper id {ids}); "
+                         f"got {paper!r}")
+    return match[0]
+
+
+def published_names(column: str, paper: str = "nnn") -> List[str]:
+    """The distinct values of ``column`` ("model" or "dataset") in ``paper``'s published tables (sorted)."""
+    from .reporting import load_published
+
+    if column not in ("model", "dataset"):
+        raise ValueError(f"column must be 'model' or 'dataset'; got {column!r}")
+    df = load_published(_paper_id(paper))
+    return sorted(str(v) for v in df[column].dropna().unique())
+
+
 def dataset_key(source: str, ds: Optional[EmbeddingDataset] = None) -> str:
-    """The published-table dataset ("flickr30k" or "coco") to compare a source with: the dataset named in the
-    source string (any Flickr set is compared with Flickr30k, any COCO set with COCO 5k; the run label says
-    which data it really is), else the dataset's name."""
-    text = source.lower()
-    if "flickr" in text:
-        return "flickr30k"
-    if "coco" in text:
-        return "coco"
-    return ds.name if ds is not None else source
+    """The data set of a run, as the published tables name it, from what the source *declares*, never from a
+    folder's name:
+
+    - ``synthetic:<preset>``: the preset's data set (``"flickr30k"``, ``"coco"``; the run is a synthetic analog);
+    - ``cache:<dataset>:<model>:<pretrained>``: ``<dataset>``;
+    - ``local:<folder>``: ``dataset`` of the folder's ``model_info.json`` (``ds.meta["dataset"]``), else
+      :data:`UNKNOWN_DATASET` (``"unknown"``: no published rows are shown; pass the notebook's ``dataset``
+      parameter to compare with a published data set).
+    """
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a string; got {source!r}")
+    kind, _, rest = source.partition(":")
+    if kind == "synthetic":
+        return rest.split("-")[0] or UNKNOWN_DATASET
+    if kind == "cache":
+        return rest.split(":")[0] or UNKNOWN_DATASET
+    declared = ds.meta.get("dataset") if ds is not None else None
+    return str(declared) if declared else UNKNOWN_DATASET
+
+
+def published_dataset(source: str, ds: Optional[EmbeddingDataset] = None, dataset: Optional[str] = None, *,
+                      paper: str = "nnn") -> str:
+    """The published data set to compare a run with: ``dataset`` when given (an error listing the data sets of
+    ``paper``'s tables when it names none of them), else :func:`dataset_key`. ``"unknown"`` (or a data set the
+    paper does not report) gives no published rows, with a NOTE."""
+    known = published_names("dataset", paper)
+    if dataset is not None:
+        if not isinstance(dataset, str) or (dataset not in known and dataset != UNKNOWN_DATASET):
+            raise ValueError(f"dataset={dataset!r} is not a data set of the published tables ({_paper_id(paper)}); "
+                             f"known: {known}, or None to read it from the source, or {UNKNOWN_DATASET!r}")
+        key = dataset
+    else:
+        key = dataset_key(source, ds)
+    if key not in known:
+        how = ("the source declares no data set" if key == UNKNOWN_DATASET
+               else f"the papers report no rows for the data set {key!r}")
+        note(f"no published rows are compared with this run: {how} (pass dataset= one of {known} to compare "
+             "anyway; a local: folder may declare it in model_info.json as \"dataset\")")
+    return key
 
 
 def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
@@ -128,9 +201,16 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
     ``"auto"`` follows the embeddings: synthetic data (calibrated to real zero-shot CLIP statistics) and real CLIP
     ViT-B/32 give "CLIP" ("zs CLIP" in the DBSN tables, ``paper="dbsn"``), SigLIP and BLIP caches their
     published names (:func:`hubnorm.data.models.published_model_name`); a model the papers did not report gives
-    None (no published rows) and a note. Any other value is returned as given.
+    None (no published rows) and a note. Any other value must be a model of ``paper``'s published tables (an
+    error lists them otherwise) and is returned as given.
     """
     if model != "auto":
+        known = published_names("model", paper)
+        if model is None:
+            return None
+        if not isinstance(model, str) or model not in known:
+            raise ValueError(f"model={model!r} is not a model of the published tables ({_paper_id(paper)}); known: "
+                             f"{known}, or 'auto' to follow the embeddings")
         return model
     if is_synthetic(ds):
         name = "CLIP"
@@ -143,10 +223,21 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
             name = "CLIP"
         if name is None:
             note(f"the papers report no rows for the model {enc or '(unknown)'!r}: no published numbers are shown "
-                 "(pass model='CLIP' or another published name to compare anyway)")
+                 "(pass model='CLIP' or another published name to compare anyway; run_all.sh --param model=CLIP)")
             return None
     renames = next((v for pid, v in _MODEL_NAMES_IN_PAPER.items() if pid.split("-")[0] == paper), None)
     return name if renames is None else renames.get(name)
+
+
+def published_label(paper: str, model: Optional[str], dataset: str, rows: Optional[pd.DataFrame] = None) -> str:
+    """What a notebook says it compares with: ``"NNN paper, CLIP on flickr30k"``, or, when there are no such rows
+    (an unreported model or data set, or ``rows`` empty), ``"none (...)"`` with the reason, and a NOTE."""
+    if model is None or (rows is not None and len(rows) == 0) or dataset not in published_names("dataset", paper):
+        why = ("no published model for these embeddings" if model is None
+               else f"the paper reports no rows for {model} on {dataset}")
+        note(f"no published column: {why}; the tables show this run only")
+        return f"none ({why})"
+    return f"{paper.upper()} paper, {model} on {dataset}"
 
 
 #: How a paper's tables name the models we report, keyed by paper id (the DBSN tables write zero-shot CLIP as
@@ -342,17 +433,19 @@ def select_and_evaluate(
         if reuse and label in reuse:
             params = {**base, **chosen[direction][reuse[label]]}
             row.update({"chosen": fmt_params(params) + f" (as {reuse[label]})", f"val {metric}": np.nan,
-                        "grid points": 0, "engine": "-"})
+                        "grid points": 0, "engine": "-", "tied": 0})
         elif grid:
             grid = clamp_grid(name, grid, val_tasks[direction])
             sel = grid_search(name, val_tasks[direction], grid, metric=metric, fixed=base)
             params = {**base, **sel.best_params}
             row.update({"chosen": fmt_params(sel.best_params), f"val {metric}": sel.best_score,
-                        "grid points": len(sel.table), "engine": sel.engine})
+                        "grid points": len(sel.table), "engine": sel.engine, "tied": sel.n_tied})
+            if sel.tie_note:
+                note(f"{label} {direction}: {sel.tie_note} ({fmt_params(sel.best_params)})")
         else:
             params = base
             row.update({"chosen": fmt_params(params) or "(none)", f"val {metric}": np.nan, "grid points": 0,
-                        "engine": "-"})
+                        "engine": "-", "tied": 0})
         chosen[direction][label] = params
         sel_rows.append(row)
     results = run_methods(test_tasks, methods, chosen, n_boot=n_boot, seed=seed, hubness_k=hubness_k, extra=extra,

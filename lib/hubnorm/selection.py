@@ -50,6 +50,21 @@ class SelectionResult:
     metric: str
     table: pd.DataFrame  # one row per grid point, in itertools.product order: parameters, then metrics
     engine: str = "reference"
+    #: grid points whose score equals the best one (1: a unique winner); ties go to the first in grid order
+    n_tied: int = 1
+
+    #: the rule that breaks ties, as the notebooks report it
+    TIE_RULE = "the first tied grid point in grid order (itertools.product of the grid as given)"
+
+    @property
+    def tie_note(self) -> str:
+        """"" when the winner is unique; else which points tied and the rule that chose among them."""
+        if self.n_tied <= 1:
+            return ""
+        share = self.n_tied / max(len(self.table), 1)
+        return (f"{self.n_tied} of {len(self.table)} grid points tie at {self.metric} {self.best_score:.2f} on the "
+                f"validation split{' (saturated)' if share == 1 or self.best_score >= 100 else ''}; chosen by the "
+                f"tie rule: {self.TIE_RULE}")
 
 
 def _check_grid(method: str, grid: Optional[Mapping[str, Sequence]]) -> Dict[str, list]:
@@ -135,7 +150,7 @@ def grid_search(
     Returns:
         :class:`SelectionResult`; ``table`` has one row per grid point in ``itertools.product`` order with the
         parameters, ``R@K`` for ``ks``, ``MdR`` and (reference engine, or ``metric="MnR"``) ``MnR``. Ties are
-        broken by the first grid point in that order (deterministic).
+        broken by the first grid point in that order (deterministic); ``n_tied`` and ``tie_note`` report them.
     """
     if not isinstance(method, str):
         raise TypeError(f"method must be a registry name (str); got {type(method).__name__}")
@@ -193,7 +208,8 @@ def grid_search(
     higher_is_better = metric.startswith("R@")
     best = int(np.argmax(values) if higher_is_better else np.argmin(values))
     best_params = {n: points[best][n] for n in names}
-    return SelectionResult(method, best_params, float(values[best]), metric, table, used)
+    n_tied = int(np.sum(np.abs(values - values[best]) <= 1e-9))
+    return SelectionResult(method, best_params, float(values[best]), metric, table, used, n_tied)
 
 
 def holdout_split(n_items: int, size: int, *, seed: int = 0):

@@ -7,7 +7,7 @@ sweeps are :func:`hubnorm.grid_search` tables (``.table``), not separate functio
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import List, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,8 +22,33 @@ from .registry import DISPLAY_NAMES, make_normalizer
 from .retrieval import DIRECTIONS, RetrievalTask
 from .sweeps import iteration_table
 
-__all__ = ["subsample_rows", "score_and_hubness", "bank_fraction_sweep", "query_bank_sweep", "sinkhorn_iterations",
+__all__ = ["distinct_fractions", "subsample_rows", "score_and_hubness", "bank_fraction_sweep", "query_bank_sweep", "sinkhorn_iterations",
            "occurrence_frame", "occurrence_stats"]
+
+
+def fraction_size(fraction: float, n_rows: int) -> int:
+    """Rows kept by :func:`subsample_rows` (and :func:`hubnorm.protocol.reference_split`): all of them for a
+    fraction of 1, else ``round(fraction * n_rows)`` clamped to at least one row."""
+    return int(n_rows) if fraction >= 1 else max(1, int(round(fraction * n_rows)))
+
+
+def distinct_fractions(fractions: Sequence[float], n_rows: int, *, what: str = "fraction",
+                       unit: str = "rows") -> List[float]:
+    """The ``fractions`` that give distinct subsample sizes of ``n_rows`` rows, in the given order: a fraction whose
+    size (:func:`fraction_size`, clamped to at least one row) equals that of an earlier one is dropped with a
+    NOTE naming both, so two clamped values are never run, plotted or compared as if they were different."""
+    kept, size_of = [], {}
+    for f in fractions:
+        size = fraction_size(f, n_rows)
+        if size in size_of:
+            share = lambda x: f"1/{round(1 / x)}" if x < 1 else "1"  # noqa: E731
+            print(f"NOTE: {what} {share(f)} ({f:g}) gives the same {size}-{unit} bank as {share(size_of[size])} "
+                  f"({size_of[size]:g}) of {n_rows} {unit}s" + (" (clamped to at least one)" if size == 1 else "")
+                  + ": it is not run and not compared as a separate size")
+            continue
+        size_of[size] = f
+        kept.append(f)
+    return kept
 
 
 def subsample_rows(x: np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
@@ -32,7 +57,7 @@ def subsample_rows(x: np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
         raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
     if fraction == 1:
         return x
-    n = max(1, int(round(fraction * len(x))))
+    n = fraction_size(fraction, len(x))
     return x[np.sort(np.random.default_rng(seed).choice(len(x), n, replace=False))]
 
 

@@ -25,6 +25,7 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Tuple
 
@@ -177,7 +178,8 @@ def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions
     except FileNotFoundError:
         pass
     shapes = {"images.npy": (int(n_images), int(dim)), "captions.npy": (int(n_captions), int(dim))}
-    tmp = {name: folder / f".{name}.partial" for name in shapes}
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"   # unique per writer: concurrent writers never share a file
+    tmp = {name: folder / f".{name}.{token}.partial" for name in shapes}
     handles, hashes, filled = {}, {}, {name: 0 for name in shapes}
     try:
         for name, shape in shapes.items():

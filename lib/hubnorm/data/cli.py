@@ -1,4 +1,4 @@
-"""Command line: ``python -m hubnorm.data {list,fetch,encode,encode-texts,verify,rehearse} ...`` (``-h`` on each for help)."""
+"""Command line: ``python -m hubnorm.data {list,fetch,encode,encode-texts,verify,rehearse,import-qbnorm} ...`` (``-h`` on each for help)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ examples:
   python -m hubnorm.data verify coco --model ViT-B-32-quickgelu --pretrained openai
   python -m hubnorm.data encode-texts cache:flickr30k:ViT-B-32-quickgelu:openai   # RSC sentence embeddings (07)
   python -m hubnorm.data rehearse --profile paper-flickr30k     # SYNTHETIC data, real split sizes
+  python -m hubnorm.data import-qbnorm --sims-test test.pkl --sims-train-test train_test.pkl \
+      --out sims/msrvtt --allow-pickle                           # QB-Norm pickles -> sims:sims/msrvtt (once)
 
 folders: data root = $HUBNORM_DATA or <repo>/data/raw; cache root = $HUBNORM_CACHE or <repo>/cache
 (both gitignored). See data/README.md."""
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "Karpathy-split annotations and images, encode them (open_clip: CLIP, SigLIP; transformers: BLIP), verify "
                                 "caches, write synthetic rehearsal caches.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,encode-texts,verify,rehearse}")
+    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,encode-texts,verify,rehearse,import-qbnorm}")
     sub.required = True
 
     common = argparse.ArgumentParser(add_help=False)
@@ -104,7 +106,37 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--scale", type=float, default=1.0, help="multiply every split size (tests; default 1)")
     r.add_argument("--split", action="append", help="split(s) to write (default: train val test)")
     r.add_argument("--force", action="store_true", help="rewrite entries that are already there")
+    q = sub.add_parser("import-qbnorm", help="convert QB-Norm's pickled similarity matrices to a sims: folder (once)",
+                       description="Convert QB-Norm's released pickles (test captions x test videos, training "
+                       "captions x test videos, optional query masks) into a sims: folder of plain .npy matrices with "
+                       "a manifest and sha256 checksums. Unpickling runs code: this command refuses to run without "
+                       "--allow-pickle; import only files you trust. Nothing else in hubnorm ever unpickles.")
+    q.add_argument("--sims-test", required=True, help="pickle: test captions x test videos (the evaluated scores)")
+    q.add_argument("--sims-train-test", required=True, help="pickle: training captions x test videos (the query bank)")
+    q.add_argument("--query-masks", help="pickle: one 0/1 entry per test caption row (rows with 0 are dropped)")
+    q.add_argument("--out", required=True, help="the sims folder to write (new or empty)")
+    q.add_argument("--modalities", default="text,video", help="rows,columns of the test matrix (default text,video; "
+                   "text,audio for audio retrieval)")
+    q.add_argument("--dataset", help="dataset name recorded in the manifest (e.g. msrvtt-1k)")
+    q.add_argument("--model", help="model name recorded in the manifest (e.g. CLIP4Clip)")
+    q.add_argument("--allow-pickle", action="store_true", help="required: confirm that you trust these pickles")
+    q.add_argument("--overwrite", action="store_true", help="replace the files of an existing folder")
     return p
+
+
+def _cmd_import_qbnorm(args) -> int:
+    from .qbnorm import WARNING, import_qbnorm
+
+    print(f"warning: {WARNING}", file=sys.stderr)
+    if not args.allow_pickle:
+        print("error: refusing to unpickle without --allow-pickle (a pickle runs code when loaded); rerun with "
+              "--allow-pickle only for files you trust", file=sys.stderr)
+        return 2
+    path = import_qbnorm(args.sims_test, args.sims_train_test, args.out, query_masks=args.query_masks,
+                         allow_pickle=True, modalities=tuple(m.strip() for m in args.modalities.split(",")),
+                         dataset=args.dataset, model=args.model, overwrite=args.overwrite)
+    print(f"wrote {path} (sha256 of inputs and outputs recorded); use the source sims:{path.parent}")
+    return 0
 
 
 def _cmd_list(args) -> int:
@@ -186,7 +218,7 @@ def _load_source(source: str, **kwargs):
         return load_cached_embeddings(rest, **kwargs)
     if kind == "local":
         from .local import load_local_embeddings
-        return load_local_embeddings(rest, **kwargs)
+        return load_local_embeddings(rest, **{"val": False, **kwargs})   # test/train as notebook 07 reads them
     raise ValueError(f"encode-texts reads the caption texts of a 'cache:<dataset>:<model>:<pretrained>' or "
                      f"'local:<folder>' source; got {source!r} (synthetic embeddings have no caption texts)")
 
@@ -258,15 +290,48 @@ def _cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
+def _check_device(device: Optional[str]) -> None:
+    """``--device`` checked before any work: a torch device string this machine has."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"--device {device!r} is not a torch device ({exc}); use cpu, cuda, cuda:0 or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: CUDA is not available on this machine; use --device cpu")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"--device {device!r}: MPS is not available on this machine; use --device cpu")
+
+
+def _os_error(exc: OSError) -> str:
+    """A one-line explanation of a failed write or read (full disk, read-only or missing folder)."""
+    import errno
+
+    where = f"{exc.filename}: " if exc.filename else ""
+    hint = {errno.ENOSPC: "the disk is full: free space, or write elsewhere with --cache-dir / HUBNORM_CACHE",
+            errno.EDQUOT: "the disk quota is exceeded: free space, or write elsewhere with --cache-dir",
+            errno.EROFS: "the file system is read-only: write elsewhere with --cache-dir / HUBNORM_CACHE",
+            errno.EACCES: "permission denied: write elsewhere with --cache-dir / HUBNORM_CACHE",
+            errno.EPERM: "permission denied: write elsewhere with --cache-dir / HUBNORM_CACHE"}.get(exc.errno, "")
+    return f"{where}{exc.strerror or exc}" + (f" ({hint})" if hint else "")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .fetch import DownloadError, ManualDownloadRequired
     try:
+        _check_device(getattr(args, "device", None))
         return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify,
                 "encode-texts": _cmd_encode_texts,
-                "rehearse": _cmd_rehearse}[args.command](args)
+                "rehearse": _cmd_rehearse, "import-qbnorm": _cmd_import_qbnorm}[args.command](args)
     except (DownloadError, ManualDownloadRequired, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:   # a full, read-only or vanished disk: a sentence, not a traceback
+        print(f"error: {_os_error(exc)}", file=sys.stderr)
         return 2
 
 

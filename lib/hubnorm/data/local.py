@@ -6,13 +6,19 @@ Layouts understood:
   with one row per caption (image rows repeat for each of the image's captions) and optionally ``metadata.csv``
   (``image_id``, ``caption`` columns; row j = caption j). ``image_embeddings.npy`` may also hold one row per
   distinct image. Distinct images follow ``image_id`` (first appearance) or, without metadata, runs of equal
-  rows.
+  consecutive rows; rows of one image that are not consecutive (shuffled rows) make the grouping ambiguous and
+  are an error (add ``metadata.csv`` with an ``image_id`` column), never a guess.
 - **stacked pairs** (e.g. ``coco-val2017-500-clip-vitb16``): ``features_*.npy`` of shape (2, n, d), ``[0]`` image
   and ``[1]`` text embeddings, row i of each forming a pair. ``features="features_clip_random.npy"`` (or a path
   to that file) picks another file of the folder.
 
+``model_info.json`` (optional) declares the encoder (``model_name``) and the data set (``dataset``, e.g.
+``"flickr30k"``); the data set is never guessed from the folder's name (without it the run compares with no
+published table).
+
 The pairs (images, with all their captions) are split by a seeded permutation into ``"test"`` and ``"train"``
-(``test_fraction`` of the images go to test), so a bank never contains test items.
+(``test_fraction`` of the images go to test), so a bank never contains test items; then ``"val"`` is held out of
+``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (``val=False``: test/train only).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..embeddings import EmbeddingDataset, EmbeddingSplit
+from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from .paths import PathLike
 
 
@@ -78,6 +84,13 @@ def _per_caption(folder: Path):
         if c2i is None:
             raise ValueError(f"{folder}: {len(img)} image rows for {len(txt)} caption rows and no metadata.csv to "
                              "say which caption belongs to which image")
+        n_distinct = len(np.unique(img, axis=0))
+        if n_distinct != int(c2i.max()) + 1:
+            raise ValueError(
+                f"{folder}: the rows of image_embeddings.npy are not grouped by image ({n_distinct} distinct image "
+                f"rows in {int(c2i.max()) + 1} runs of equal consecutive rows, e.g. shuffled rows), and there is no "
+                "metadata.csv: which captions belong to one image is ambiguous. Add metadata.csv with an image_id "
+                "column (row j = caption j), or sort the rows so that each image's captions are consecutive")
         n_img = int(c2i.max()) + 1
         image_ids = None
     if len(img) == len(txt) and len(img) != n_img:  # one row per caption: keep the first row of each image
@@ -93,12 +106,28 @@ def _per_caption(folder: Path):
         raise ValueError(f"{folder}: image_embeddings.npy has {len(img)} rows; expected {len(txt)} (one per caption) "
                          f"or {n_img} (one per image)")
     meta = {}
-    if (folder / "model_info.json").exists():
-        try:
-            meta["model"] = json.loads((folder / "model_info.json").read_text()).get("model_name")
-        except ValueError:
-            pass
     return images, txt, c2i, image_ids, texts, meta
+
+
+def _model_info(folder: Path) -> dict:
+    """``model`` and ``dataset`` declared in ``model_info.json`` (``model_name``, ``dataset``), when present."""
+    path = folder / "model_info.json"
+    if not path.exists():
+        return {}
+    try:
+        info = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}): fix or remove it") from exc
+    if not isinstance(info, dict):
+        raise ValueError(f"{path} must hold a JSON object such as {{\"model_name\": ..., \"dataset\": ...}}")
+    out = {}
+    for key, field in (("model", "model_name"), ("dataset", "dataset")):
+        value = info.get(field)
+        if value is not None:
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{path}: {field!r} must be a non-empty string; got {value!r}")
+            out[key] = value.strip()
+    return out
 
 
 def _stacked(path: Path):
@@ -112,7 +141,8 @@ def _stacked(path: Path):
 
 
 def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed: int = 0,
-                          features: str = "features_clip.npy", name: Optional[str] = None) -> EmbeddingDataset:
+                          features: str = "features_clip.npy", name: Optional[str] = None,
+                          val: bool = True) -> EmbeddingDataset:
     """Real embeddings from a folder (see module docstring) split into ``"test"`` and ``"train"`` by images.
 
     Args:
@@ -120,6 +150,8 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
         test_fraction: share of images (each with all its captions) in ``"test"``; the rest is ``"train"``.
         seed: seed of the permutation.
         features: which ``features_*.npy`` to read in the stacked layout.
+        val: also hold a ``"val"`` split out of ``"train"`` (hyperparameter selection), sized by the one rule of
+            :func:`hubnorm.embeddings.validation_size`; False keeps test/train only.
     """
     path = Path(folder).expanduser()
     if not path.exists():
@@ -140,14 +172,16 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
         raise ValueError(f"{path}: no known embedding layout (image_embeddings.npy + text_embeddings.npy, or "
                          f"{features} of shape (2, n, d))")
     images, texts, c2i, image_ids, caption_texts, meta = loaded
+    meta = {**meta, **_model_info(folder_)}
     images = np.ascontiguousarray(images, dtype=np.float32)
     texts = np.ascontiguousarray(texts, dtype=np.float32)
     if images.shape[1] != texts.shape[1]:
         raise ValueError(f"{path}: image dim {images.shape[1]} != text dim {texts.shape[1]}")
     full = EmbeddingSplit(images=images, captions=texts, caption_to_image=c2i, image_ids=image_ids,
                           caption_texts=caption_texts)
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1); got {test_fraction}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be a number in (0, 1) (the share of images in the test split); "
+                         f"got {test_fraction!r}")
     n = full.n_images
     n_test = int(round(test_fraction * n))
     if not 0 < n_test < n:
@@ -156,7 +190,8 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
     splits = {"test": full.subset_images(np.sort(perm[:n_test])), "train": full.subset_images(np.sort(perm[n_test:]))}
     meta = {**meta, "folder": str(folder_), "test_fraction": test_fraction, "seed": seed,
             "n_images": n, "n_captions": full.n_captions}
-    return EmbeddingDataset(name=name or label or folder_.name, source="real", splits=splits, meta=meta)
+    ds = EmbeddingDataset(name=name or label or folder_.name, source="real", splits=splits, meta=meta)
+    return hold_out_val(ds, seed) if val else ds
 
 
 __all__ = ["load_local_embeddings"]

@@ -26,12 +26,23 @@ def repo_root() -> Optional[Path]:
     return None
 
 
+def _env_folder(var: str) -> Path:
+    """The folder named by environment variable ``var``, checked where it is read: not blank, not a file."""
+    value = os.environ[var]
+    if not value.strip():
+        raise ValueError(f"{var} is set but blank: unset it or set it to a folder")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{var}={value!r} is a file, not a folder: point it at a folder (created when missing)")
+    return path
+
+
 def data_root(data_dir: Optional[PathLike] = None) -> Path:
     """Root of downloaded annotations and images (argument > ``$HUBNORM_DATA`` > ``<repo>/data/raw``)."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
     if os.environ.get("HUBNORM_DATA"):
-        return Path(os.environ["HUBNORM_DATA"]).expanduser()
+        return _env_folder("HUBNORM_DATA")
     repo = repo_root()
     return repo / "data" / "raw" if repo else Path.home() / ".cache" / "hubnorm" / "data"
 
@@ -41,7 +52,7 @@ def cache_root(cache_dir: Optional[PathLike] = None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
     if os.environ.get("HUBNORM_CACHE"):
-        return Path(os.environ["HUBNORM_CACHE"]).expanduser()
+        return _env_folder("HUBNORM_CACHE")
     repo = repo_root()
     return repo / "cache" if repo else Path.home() / ".cache" / "hubnorm" / "embeddings"
 

@@ -1,0 +1,260 @@
+"""``sims:<folder>``: released similarity matrices as a data source (plain ``.npy`` files and a small manifest).
+
+Video-text and text-audio retrieval work releases score matrices rather than embeddings. A sims folder holds them as
+plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix is never read whole) and a manifest,
+``manifest.json``, that says what each file is::
+
+    {
+      "format": "hubnorm-sims", "version": 1,
+      "dataset": "msrvtt-1k", "model": "CLIP4Clip",
+      "modalities": ["text", "video"],              # what the rows and the columns of "test" are
+      "synthetic": false,                           # true: every number is labelled synthetic
+      "matrices": {
+        "test": "test.npy",                         # test texts x test videos (the evaluated scores)  REQUIRED
+        "bank_rows": "bank_text.npy",               # bank texts x test videos      (t2v query bank: IS, DIS, NNN, SN ...)
+        "bank_cols": "bank_video.npy",              # bank videos x test texts      (v2t query bank)
+        "bank_rows_x_bank_cols": "bank_bank.npy",   # bank texts x bank videos      (DBSN, both directions)
+        "bank_cols_x_test_cols": "bvideo_video.npy",# bank videos x test videos     (DualIS/DualDIS, t2v)
+        "bank_rows_x_test_rows": "btext_text.npy"   # bank texts x test texts       (DualIS/DualDIS, v2t)
+      },
+      "positives": {"labels": "caption_to_item.npy"},   # one column index per test row, or
+                                                         # {"mask": "positives.npy"}: a boolean rows x columns mask
+      "checksums": {"test.npy": "<sha256>", ...}          # optional; verified when present
+    }
+
+Only ``test`` and ``positives`` are required; a method that needs a matrix the folder lacks is refused naming it
+(:mod:`hubnorm.scores`). Directions are named from the modalities' first letters: text/video gives ``t2v``
+(rows are queries) and ``v2t`` (columns are queries). Every problem (a missing or truncated file, a pickled
+array, a bad shape, NaN, a mask that does not match) is a ``ValueError`` naming the file and the fix.
+
+This module reads arrays only; :func:`hubnorm.scores.sims_tasks` turns a folder into retrieval tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+
+PathLike = Union[str, os.PathLike]
+
+FORMAT = "hubnorm-sims"
+VERSION = 1
+MANIFESTS = ("manifest.json",)
+
+#: role -> (rows, columns) in terms of the test matrix's row side "R" and column side "C" ("bank" / "test")
+ROLES: Dict[str, Tuple[str, str]] = {
+    "test": ("test R", "test C"),
+    "bank_rows": ("bank R", "test C"),
+    "bank_cols": ("bank C", "test R"),
+    "bank_rows_x_bank_cols": ("bank R", "bank C"),
+    "bank_cols_x_test_cols": ("bank C", "test C"),
+    "bank_rows_x_test_rows": ("bank R", "test R"),
+}
+
+#: modality -> the letter of direction names (t2v, a2t, ...)
+LETTERS = {"text": "t", "video": "v", "audio": "a", "image": "i"}
+
+#: rows this many at a time when a whole file is scanned (NaN check): never the whole matrix in memory
+_SCAN_ROWS = 4096
+
+
+class SimsError(ValueError):
+    """A problem with a sims folder (the message names the file and the fix)."""
+
+
+def sha256(path: PathLike, chunk: int = 2**20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(folder: Path) -> Tuple[dict, Path]:
+    for name in MANIFESTS:
+        path = folder / name
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise SimsError(f"{path}: not valid JSON ({exc}); fix the manifest (see hubnorm.data.sims for its "
+                                "fields)") from None
+            if not isinstance(data, dict):
+                raise SimsError(f"{path}: the manifest must be a mapping (see hubnorm.data.sims); got {type(data).__name__}")
+            return data, path
+    if not folder.is_dir():
+        raise SimsError(f"sims folder {folder} does not exist: pass sims:<folder> with a folder of .npy score "
+                        "matrices and a manifest.json")
+    raise SimsError(f"{folder} has no manifest ({MANIFESTS[0]}): write one that says what each .npy file is "
+                    "(see hubnorm.data.sims), or convert QB-Norm pickles with `python -m hubnorm.data import-qbnorm`")
+
+
+def open_npy(path: Path, what: str) -> np.ndarray:
+    """A memory map of ``path`` (never unpickled); SimsError naming the file when it is missing or truncated."""
+    if not path.is_file():
+        raise SimsError(f"{path} ({what}) is missing: put the file there or fix its name in the manifest")
+    try:
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        if "pickle" in str(exc).lower() or "python objects" in str(exc).lower():
+            raise SimsError(f"{path} ({what}) holds pickled objects, which a sims folder never loads: save a plain "
+                            "numeric array with np.save") from None
+        raise SimsError(f"{path} ({what}) is not a readable .npy file ({exc}): it may be truncated; copy it again "
+                        "or re-save it with np.save") from None
+    except (OSError, EOFError) as exc:
+        raise SimsError(f"{path} ({what}) is not a readable .npy file ({exc}): it may be truncated; copy it again "
+                        "or re-save it with np.save") from None
+    return arr
+
+
+def check_finite(arr: np.ndarray, path: Path, what: str) -> None:
+    """Scan ``arr`` by row blocks: SimsError naming the first NaN / inf."""
+    for r0 in range(0, arr.shape[0], _SCAN_ROWS):
+        block = np.asarray(arr[r0:r0 + _SCAN_ROWS])
+        bad = ~np.isfinite(block)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise SimsError(f"{path} ({what}) holds a non-finite score at row {r0 + r}, column {c}: a score matrix must "
+                            "be finite; recompute it (or drop that row and its positives)")
+
+
+@dataclass
+class SimsFolder:
+    """A validated sims folder: its manifest, the matrices by role (memory maps) and the positives."""
+
+    folder: Path
+    manifest: dict
+    matrices: Dict[str, np.ndarray] = field(default_factory=dict)
+    files: Dict[str, Path] = field(default_factory=dict)
+    positive_pairs: Tuple[np.ndarray, np.ndarray] = None  # (row index, column index) of every positive
+
+    @property
+    def modalities(self) -> Tuple[str, str]:
+        return tuple(self.manifest["modalities"])
+
+    @property
+    def directions(self) -> Tuple[str, str]:
+        a, b = (LETTERS[m] for m in self.modalities)
+        return f"{a}2{b}", f"{b}2{a}"
+
+    @property
+    def synthetic(self) -> bool:
+        return bool(self.manifest.get("synthetic", False))
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("dataset") or self.folder.name)
+
+
+def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True) -> SimsFolder:
+    """Read and check a sims folder (module docstring). ``verify``: check the manifest's sha256 checksums;
+    ``scan``: scan every matrix for NaN / inf (block by block)."""
+    folder = Path(os.path.expanduser(str(folder)))
+    man, man_path = read_manifest(folder)
+    if man.get("format") != FORMAT:
+        raise SimsError(f"{man_path}: 'format' must be {FORMAT!r}; got {man.get('format')!r}")
+    if man.get("version") != VERSION:
+        raise SimsError(f"{man_path}: 'version' must be {VERSION}; got {man.get('version')!r}")
+    mods = man.get("modalities")
+    if not (isinstance(mods, (list, tuple)) and len(mods) == 2 and all(m in LETTERS for m in mods) and mods[0] != mods[1]):
+        raise SimsError(f"{man_path}: 'modalities' must name the test matrix's rows and columns, two of "
+                        f"{sorted(LETTERS)} (e.g. [\"text\", \"video\"]); got {mods!r}")
+    mats = man.get("matrices")
+    if not isinstance(mats, dict) or "test" not in mats:
+        raise SimsError(f"{man_path}: 'matrices' must map roles to .npy files and include 'test' (test rows x test "
+                        "columns)")
+    unknown = sorted(set(mats) - set(ROLES))
+    if unknown:
+        raise SimsError(f"{man_path}: unknown matrix role(s) {unknown}; the roles are {sorted(ROLES)}")
+    checksums = man.get("checksums") or {}
+    out = SimsFolder(folder, man)
+    sizes: Dict[str, Tuple[int, str]] = {}
+    for role, fname in mats.items():
+        path = folder / str(fname)
+        what = f"matrix {role!r}"
+        if verify and str(fname) in checksums and path.is_file() and sha256(path) != checksums[str(fname)]:
+            raise SimsError(f"{path} ({what}) does not match the sha256 checksum in {man_path.name}: the file changed "
+                            "or is truncated; copy it again (or remove its checksum if you changed it on purpose)")
+        arr = open_npy(path, what)
+        if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
+            raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array; got shape {arr.shape}, dtype "
+                            f"{arr.dtype}")
+        for side, n in zip(ROLES[role], arr.shape):
+            seen = sizes.get(side)
+            if seen is not None and seen[0] != n:
+                raise SimsError(f"{path} ({what}) has {n} {side} items but {seen[1]} has {seen[0]}: the matrices must "
+                                "share their rows and columns (same items, same order); fix the file or the manifest")
+            sizes.setdefault(side, (n, path.name))
+        if scan:
+            check_finite(arr, path, what)
+        out.matrices[role], out.files[role] = arr, path
+    n_rows, n_cols = out.matrices["test"].shape
+    out.positive_pairs = _positives(folder, man, man_path, n_rows, n_cols, checksums if verify else {})
+    return out
+
+
+def _positives(folder, man, man_path, n_rows, n_cols, checksums):
+    pos = man.get("positives")
+    if not isinstance(pos, dict) or len(pos) != 1 or next(iter(pos)) not in ("labels", "mask"):
+        raise SimsError(f"{man_path}: 'positives' must be {{\"labels\": file}} (one column index per test row) or "
+                        f"{{\"mask\": file}} (a boolean test rows x test columns mask); got {pos!r}")
+    kind, fname = next(iter(pos.items()))
+    path = folder / str(fname)
+    if str(fname) in checksums and path.is_file() and sha256(path) != checksums[str(fname)]:
+        raise SimsError(f"{path} (positives) does not match the sha256 checksum in {man_path.name}: copy it again")
+    arr = np.asarray(open_npy(path, "positives"))
+    if kind == "labels":
+        if arr.ndim != 1 or arr.shape[0] != n_rows or arr.dtype.kind not in "iu":
+            raise SimsError(f"{path} (positive labels) must be {n_rows} integers, one column index per row of the test "
+                            f"matrix; got shape {arr.shape}, dtype {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() >= n_cols):
+            raise SimsError(f"{path} (positive labels) must lie in [0, {n_cols}) (the test matrix's columns); got "
+                            f"[{arr.min()}, {arr.max()}]")
+        rows, cols = np.arange(n_rows, dtype=np.int64), arr.astype(np.int64)
+    else:
+        if arr.shape != (n_rows, n_cols) or arr.dtype != np.bool_:
+            raise SimsError(f"{path} (positives mask) must be a boolean {n_rows} x {n_cols} array (the test matrix's "
+                            f"shape); got shape {arr.shape}, dtype {arr.dtype}")
+        rows, cols = np.nonzero(arr)
+        rows, cols = rows.astype(np.int64), cols.astype(np.int64)
+    for side, idx, n in (("row", rows, n_rows), ("column", cols, n_cols)):
+        missing = np.setdiff1d(np.arange(n), idx)
+        if missing.size:
+            raise SimsError(f"{path}: test {side} {missing[0]} (and {missing.size - 1} more) has no positive; every test "
+                            f"item needs one: drop it from the matrices or fix the positives")
+    return rows, cols
+
+
+def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=("text", "video"),
+               labels: Optional[np.ndarray] = None, mask: Optional[np.ndarray] = None, dataset: Optional[str] = None,
+               model: Optional[str] = None, synthetic: bool = False, extra: Optional[dict] = None) -> Path:
+    """Write a sims folder (``.npy`` per role + ``manifest.json`` with sha256 checksums); returns its manifest path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if (labels is None) == (mask is None):
+        raise ValueError("pass exactly one of labels= (one column index per test row) or mask= (boolean rows x columns)")
+    names = {}
+    for role, arr in matrices.items():
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; the roles are {sorted(ROLES)}")
+        names[role] = f"{role}.npy"
+        np.save(folder / names[role], np.ascontiguousarray(arr))
+    pos_file = "positives_labels.npy" if labels is not None else "positives_mask.npy"
+    np.save(folder / pos_file, np.asarray(labels if labels is not None else mask))
+    man = {"format": FORMAT, "version": VERSION, "dataset": dataset, "model": model, "modalities": list(modalities),
+           "synthetic": bool(synthetic), "matrices": names,
+           "positives": {"labels" if labels is not None else "mask": pos_file}}
+    man.update(extra or {})
+    man["checksums"] = {f: sha256(folder / f) for f in list(names.values()) + [pos_file]}
+    path = folder / "manifest.json"
+    path.write_text(json.dumps(man, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+__all__ = ["SimsError", "SimsFolder", "load_sims", "write_sims", "ROLES", "LETTERS", "sha256"]

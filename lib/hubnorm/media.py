@@ -1,0 +1,272 @@
+"""Synthetic video-text and text-audio presets, and retrieval tasks of any direction built on score matrices.
+
+There are no real video or audio embeddings in this project, so these presets are **synthetic analogs**: the
+"clustered" generator of :mod:`hubnorm.synthetic` with the geometry of the image preset ``flickr30k`` (fitted to
+real CLIP embeddings) and the sizes of each dataset, of which only the few parameters that the published raw
+statistics constrain were refitted: zero-shot R@1 in both directions and, for MSR-VTT, the raw skewness of
+``N_10`` (DBSN Tables 1, 3 and 5; ``data/calibration_synthetic.md``, section "Video and audio presets"). No
+normalizer and no claim is part of the fit. A "video" or "clip" is an image of the generator; its captions are
+captions.
+
+=============  =========================================  ===============================  ==========================
+preset         sizes (test; bank)                         published baseline fitted        directions
+=============  =========================================  ===============================  ==========================
+``msrvtt``     1,000 test videos x 1 caption (1k-A);      CLIP4Clip t2v 43.9, v2t 44.7,    ``t2v``, ``v2t``
+               9,000 training videos x 20 captions        raw skewness 1.87
+``didemo``     1,004 test videos x 1 paragraph;           CLIP4Clip t2v 40.8, v2t 41.4     ``t2v``, ``v2t``
+               8,395 training videos x 1
+``audiocaps``  975 test clips x 5 captions;               CLAP t2a 40.1                    ``t2a``, ``a2t``
+               49,838 training clips x 1
+``clotho``     1,045 test clips x 5 captions;             CLAP t2a 15.6                    ``t2a``, ``a2t``
+               3,839 development clips x 5
+=============  =========================================  ===============================  ==========================
+
+:func:`make_media` draws one preset (every array float32, labelled synthetic); :func:`media_tasks` turns test
+items, captions and banks (synthetic, ``local:`` embeddings, or anything else) into :class:`hubnorm.scores.ScoreTask`
+objects of both directions, the same objects a ``sims:`` folder gives (:func:`hubnorm.scores.sims_tasks`), so one
+notebook runs on embeddings and on released matrices alike.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from .scores import ScoreTask, matrices_from_embeddings, positives_from_pairs
+from .synthetic import make_dataset
+
+#: modality -> the letter of direction names
+LETTERS = {"text": "t", "video": "v", "audio": "a", "image": "i"}
+
+
+@dataclass(frozen=True)
+class MediaPreset:
+    """One synthetic video or audio preset (module docstring)."""
+
+    name: str
+    modality: str
+    dataset: str            # the dataset key of the published rows (dbsn_pan2025.csv)
+    model: str              # the published model whose zero-shot numbers it is calibrated to
+    n_train: int
+    train_captions: int
+    n_test: int
+    test_captions: int
+    base: str = "flickr30k"
+    overrides: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def directions(self) -> Tuple[str, str]:
+        m = LETTERS[self.modality]
+        return f"t2{m}", f"{m}2t"
+
+
+#: Parameters refitted per preset (``scripts/calibrate_synthetic.py --fit-media <preset>``), on top of the
+#: ``flickr30k`` geometry; everything else is the image preset's.
+_MEDIA_FITTED = {
+    "msrvtt": dict(caption_noise=3.743, caption_bias_std=0.02405, bias_std=0.00434),
+    "didemo": dict(caption_noise=4.027, caption_bias_std=0.02586, bias_std=0.00434),
+    "audiocaps": dict(caption_noise=3.901, caption_bias_std=0.0113),
+    "clotho": dict(caption_noise=9.720, caption_bias_std=0.0113),
+}
+
+MEDIA_PRESETS: Dict[str, MediaPreset] = {
+    "msrvtt": MediaPreset("msrvtt", "video", "msr-vtt", "CLIP4Clip", 9000, 20, 1000, 1,
+                          overrides=_MEDIA_FITTED["msrvtt"]),
+    "didemo": MediaPreset("didemo", "video", "didemo", "CLIP4Clip", 8395, 1, 1004, 1,
+                          overrides=_MEDIA_FITTED["didemo"]),
+    "audiocaps": MediaPreset("audiocaps", "audio", "audiocaps", "zs CLAP", 49838, 1, 975, 5,
+                             overrides=_MEDIA_FITTED["audiocaps"]),
+    "clotho": MediaPreset("clotho", "audio", "clotho", "zs CLAP", 3839, 5, 1045, 5,
+                          overrides=_MEDIA_FITTED["clotho"]),
+}
+
+
+@dataclass
+class MediaData:
+    """Test items and captions (with the caption -> item index), and the banks, of one preset or folder."""
+
+    name: str
+    modalities: Tuple[str, str]   # ("text", "video"): the captions' modality, the items'
+    items: np.ndarray
+    captions: np.ndarray
+    caption_to_item: np.ndarray
+    bank_items: Optional[np.ndarray] = None
+    bank_captions: Optional[np.ndarray] = None
+    synthetic: bool = True
+    meta: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def directions(self) -> Tuple[str, str]:
+        a, b = (LETTERS[m] for m in self.modalities)
+        return f"{a}2{b}", f"{b}2{a}"
+
+
+def _first(n_items: int, per_item: int, keep: int) -> np.ndarray:
+    return (np.arange(n_items)[:, None] * per_item + np.arange(keep)[None, :]).ravel()
+
+
+def make_media(preset: str = "msrvtt", *, seed: int = 0, n_train: Optional[int] = None,
+               n_test: Optional[int] = None) -> MediaData:
+    """The synthetic preset ``preset`` (module docstring): test items x ``test_captions`` captions, and banks of
+    ``n_train`` training items (default: the dataset's) with ``train_captions`` captions each (0: no banks)."""
+    if preset not in MEDIA_PRESETS:
+        raise ValueError(f"unknown video/audio preset {preset!r}; valid: {sorted(MEDIA_PRESETS)}")
+    if os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
+        raise RuntimeError(f"synthetic data (preset {preset!r}) requested while HUBNORM_FORBID_SYNTHETIC=1: this run "
+                           "must use real data")
+    p = MEDIA_PRESETS[preset]
+    n_train = p.n_train if n_train is None else int(n_train)
+    n_test = p.n_test if n_test is None else int(n_test)
+    per = max(p.train_captions, p.test_captions)
+    ds = make_dataset(p.base, seed=seed, n_train_images=n_train, n_test_images=n_test, n_val_images=0,
+                      captions_per_image=per, **p.overrides)
+    test = ds.splits["test"]
+    keep = _first(n_test, per, p.test_captions)
+    out = MediaData(name=f"synthetic-{preset}", modalities=("text", p.modality), items=test.images,
+                    captions=test.captions[keep], caption_to_item=np.arange(n_test).repeat(p.test_captions),
+                    synthetic=True, meta={"preset": preset, "seed": int(seed), "dataset": p.dataset,
+                                          "model": p.model, "base": p.base, "overrides": dict(p.overrides)})
+    if n_train:
+        train = ds.splits["train"]
+        out.bank_items = train.images
+        out.bank_captions = train.captions[_first(n_train, per, p.train_captions)]
+    return out
+
+
+def _sample(x: Optional[np.ndarray], n: Optional[int], seed: int) -> Optional[np.ndarray]:
+    if x is None or n is None or n >= len(x):
+        return x
+    rng = np.random.default_rng(seed)
+    return x[np.sort(rng.choice(len(x), size=int(n), replace=False))]
+
+
+def media_tasks(data: MediaData, *, bank_captions: Optional[int] = None, bank_items: Optional[int] = None,
+                target_bank: bool = True, seed: int = 0, block_bytes: Optional[int] = None) -> Dict[str, ScoreTask]:
+    """Both directions of ``data`` as :class:`~hubnorm.scores.ScoreTask` objects (float64 score matrices).
+
+    ``bank_captions`` / ``bank_items``: use a seeded random subset of at most this many bank captions / items (the
+    query banks of t2x and x2t); ``target_bank``: also give each direction the other bank as its target bank
+    (DBSN, DualIS)."""
+    caps_bank, items_bank = _sample(data.bank_captions, bank_captions, seed), _sample(data.bank_items, bank_items,
+                                                                                       seed + 1)
+    fwd, bwd = data.directions
+    c2i = np.asarray(data.caption_to_item, dtype=np.int64)
+    meta = {"dataset": data.name, "modalities": data.modalities, "source": "synthetic" if data.synthetic else "real",
+            **data.meta}
+    out = {}
+    for d, q, t, qb, tb in ((fwd, data.captions, data.items, caps_bank, items_bank),
+                            (bwd, data.items, data.captions, items_bank, caps_bank)):
+        mats = matrices_from_embeddings(q, t, qb, tb if target_bank else None)
+        if d == fwd:
+            pos = positives_from_pairs(np.arange(len(c2i)), c2i, len(c2i), len(data.items))
+        else:
+            pos = positives_from_pairs(c2i, np.arange(len(c2i)), len(data.items), len(c2i))
+        out[d] = ScoreTask(mats, pos, direction=d, meta=dict(meta, direction=d), block_bytes=block_bytes)
+    return out
+
+
+#: dataset keys of the published rows, from words in a name ("MSR-VTT 1k" -> "msr-vtt")
+_DATASET_WORDS = (("msr", "msr-vtt"), ("didemo", "didemo"), ("audiocaps", "audiocaps"), ("clotho", "clotho"),
+                  ("flickr", "flickr30k"), ("coco", "coco"))
+
+
+def published_dataset(name: Optional[str]) -> Optional[str]:
+    """The ``dataset`` key of the published rows a dataset name refers to (None: not a dataset of the papers)."""
+    text = (name or "").lower().replace("_", "-")
+    return next((key for word, key in _DATASET_WORDS if word in text), None)
+
+
+@dataclass
+class MediaSource:
+    """What :func:`load_media` read: the tasks of both directions and how to label them."""
+
+    tasks: Dict[str, ScoreTask]
+    label: str
+    synthetic: bool
+    dataset: Optional[str]      # the published rows' dataset key (None: none)
+    model: Optional[str]        # the published rows' model (None: none)
+    modalities: Tuple[str, str]
+
+    @property
+    def directions(self) -> Tuple[str, str]:
+        return tuple(self.tasks)
+
+
+def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, bank_queries: Optional[int] = None,
+               target_bank: Optional[int] = None, item_modality: str = "auto", dataset: Optional[str] = None,
+               model: Optional[str] = None, source_kwargs: Optional[dict] = None) -> MediaSource:
+    """Both retrieval directions of ``source`` as score tasks, with their label.
+
+    ``source``: ``"synthetic:<preset>"`` (a preset of :data:`MEDIA_PRESETS`), ``"sims:<folder>"`` (released score
+    matrices, :mod:`hubnorm.data.sims`), or any embeddings source of :func:`hubnorm.load_embeddings`
+    (``local:<folder>``, ``cache:...``): its test split's images are the items (``item_modality``: "auto" = image;
+    say "video" or "audio" for video or audio embeddings) and its training split the banks. ``n_train``: training
+    items of a synthetic preset; ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank
+    items (a seeded subset). ``dataset`` / ``model``: the published rows to compare with (None: from the source)."""
+    if not isinstance(source, str) or ":" not in source:
+        raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>' or 'cache:...'; "
+                         f"got {source!r}")
+    kind, rest = source.split(":", 1)
+    if kind == "synthetic" and rest in MEDIA_PRESETS:
+        data = make_media(rest, seed=seed, n_train=n_train)
+        p = MEDIA_PRESETS[rest]
+        tasks = _with_target_banks(data, bank_queries, target_bank, seed)
+        return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed})", True,
+                           dataset or p.dataset, model or p.model, data.modalities)
+    if kind == "sims":
+        from .scores import sims_tasks
+        from .data.sims import load_sims
+
+        sims = load_sims(rest)
+        tasks = sims_tasks(sims)
+        synthetic = sims.synthetic
+        name = sims.name
+        label = f"synthetic analog (sims folder {name})" if synthetic else f"real data ({name}, released score matrices)"
+        return MediaSource(tasks, label, synthetic, dataset or published_dataset(name),
+                           model or sims.manifest.get("model"), sims.modalities)
+    from .datasets import load_embeddings
+
+    kwargs = dict(source_kwargs or {})
+    if kind == "synthetic":
+        kwargs.setdefault("seed", seed)
+    ds = load_embeddings(source, **kwargs)
+    test = ds.split("test")
+    train = ds.splits.get("train")
+    modality = "image" if item_modality == "auto" else item_modality
+    if modality not in LETTERS or modality == "text":
+        raise ValueError(f"item_modality must be 'auto', 'image', 'video' or 'audio'; got {item_modality!r}")
+    data = MediaData(name=ds.name, modalities=("text", modality), items=np.asarray(test.images, dtype=np.float64),
+                     captions=np.asarray(test.captions, dtype=np.float64), caption_to_item=test.caption_to_image,
+                     bank_items=None if train is None else np.asarray(train.images, dtype=np.float64),
+                     bank_captions=None if train is None else np.asarray(train.captions, dtype=np.float64),
+                     synthetic=ds.source == "synthetic", meta={"dataset": ds.name})
+    tasks = _with_target_banks(data, bank_queries, target_bank, seed)
+    if ds.source == "synthetic":
+        label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
+    else:
+        label = f"real data ({ds.name}" + (f", {ds.meta['model']})" if ds.meta.get("model") else ")")
+    return MediaSource(tasks, label, ds.source == "synthetic", dataset or published_dataset(ds.name), model,
+                       data.modalities)
+
+
+def _with_target_banks(data: MediaData, bank_queries, target_bank, seed) -> Dict[str, ScoreTask]:
+    """Tasks whose query banks hold at most ``bank_queries`` items and target banks at most ``target_bank``."""
+    caps_q, items_q = _sample(data.bank_captions, bank_queries, seed), _sample(data.bank_items, bank_queries, seed + 1)
+    caps_t, items_t = _sample(data.bank_captions, target_bank, seed + 2), _sample(data.bank_items, target_bank, seed + 3)
+    fwd, bwd = data.directions
+    c2i = np.asarray(data.caption_to_item, dtype=np.int64)
+    meta = {"dataset": data.name, "modalities": data.modalities, **data.meta}
+    out = {}
+    for d, q, t, qb, tb in ((fwd, data.captions, data.items, caps_q, items_t),
+                            (bwd, data.items, data.captions, items_q, caps_t)):
+        mats = matrices_from_embeddings(q, t, qb, tb)
+        pos = (positives_from_pairs(np.arange(len(c2i)), c2i, len(c2i), len(data.items)) if d == fwd
+               else positives_from_pairs(c2i, np.arange(len(c2i)), len(data.items), len(c2i)))
+        out[d] = ScoreTask(mats, pos, direction=d, meta=dict(meta, direction=d))
+    return out
+
+
+__all__ = ["load_media", "MediaSource", "published_dataset", "MediaPreset", "MEDIA_PRESETS", "MediaData", "make_media", "media_tasks", "LETTERS"]

@@ -1,0 +1,481 @@
+"""Scores as input: fit and evaluate a method from precomputed score matrices instead of embeddings.
+
+Video-text and text-audio retrieval work usually releases similarity matrices, not embeddings (QB-Norm publishes
+pickled "training captions x test videos" and "test captions x test videos" matrices; CLIP4Clip-style code writes
+a ``sim_matrix``). Every method whose fit is a function of score matrices (:mod:`hubnorm.blocks`: its
+``inputs`` lists only :class:`~hubnorm.blocks.Scores`) runs here unchanged: :class:`ScoreEngine` answers the same
+engine protocol as :class:`hubnorm.engine.LocalEngine`, but its score blocks are read from the given matrices
+(numpy arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors) instead of being computed as
+``rows @ cols.T``. It runs every reduction by its plain block loop (``partial`` / ``merge`` / ``finalize``) and
+every iteration step by step, so a matrix is read one block of at most ``block_bytes`` at a time, never whole.
+
+The matrices are named by the engine's inputs (``docs/methods.md``: ``queries``, ``targets``, ``query_bank``,
+``target_bank``): ``("queries", "targets")`` is the test score matrix (test queries x gallery),
+``("query_bank", "targets")`` the bank-query x gallery scores (QB-Norm's "training captions x test videos"),
+``("query_bank", "target_bank")`` the bank-query x target-bank scores (DBSN's extra columns),
+``("target_bank", "targets")`` the target-bank x gallery scores (DualIS's intra-modal factor). A matrix given
+for ``(a, b)`` also serves ``(b, a)`` (read transposed, block by block).
+
+What each method needs follows from its declared inputs; a method that reads embeddings (DN: bank means) or a
+matrix this task lacks (DBSN: the bank-query x target-bank scores) is refused with a ``ValueError`` naming it.
+With the matrices computed from embeddings, every score-only method gives the same fitted attributes and the
+same normalised scores as from the embeddings (``tests/test_scores.py``: float64, 1e-12, both directions).
+
+Use::
+
+    task = ScoreTask({("queries", "targets"): S_test, ("query_bank", "targets"): S_bank}, positives,
+                     direction="t2v")
+    task.evaluate(hubnorm.InvertedSoftmax(tau=0.05))      # {"R@1": ..., "R@5": ..., ..., "MnR": ...}
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, concat
+from .evaluation import positive_ranks, summarize_ranks
+from .hubness import hubness_stats, k_occurrence
+from .kernels import block_rows, block_shape, iter_blocks
+from .retrieval import Positives
+
+#: The inputs a score matrix may connect, and how errors name them.
+INPUT_LABELS = {"queries": "test queries", "targets": "gallery (targets)", "query_bank": "query bank",
+                "target_bank": "target bank"}
+
+Pair = Tuple[str, str]
+
+
+class ScoreMatrix:
+    """One 2-D score matrix read block by block (a numpy array or memory map, or a torch tensor), possibly read
+    transposed. ``label``: how errors name it (a file name)."""
+
+    def __init__(self, data, label: str = "score matrix", *, transposed: bool = False):
+        if isinstance(data, ScoreMatrix):
+            data, label, transposed = data.data, data.label, data.transposed ^ transposed
+        if isinstance(data, torch.Tensor):
+            data = data.detach().cpu().numpy()
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"{label} must be a numpy array, a memory map or a torch tensor; got {type(data).__name__}")
+        if data.ndim != 2:
+            raise ValueError(f"{label} must be 2-D (rows x columns); got shape {data.shape}")
+        if data.dtype.kind != "f":
+            raise TypeError(f"{label} must hold floating-point scores; got dtype {data.dtype}")
+        if 0 in data.shape:
+            raise ValueError(f"{label} is empty (shape {data.shape})")
+        self.data, self.label, self.transposed = data, label, bool(transposed)
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        r, c = self.data.shape
+        return (c, r) if self.transposed else (r, c)
+
+    @property
+    def T(self) -> "ScoreMatrix":
+        return ScoreMatrix(self, transposed=True)
+
+    def block(self, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
+        """A fresh tensor copy of rows ``r0:r1`` and columns ``c0:c1`` (reductions may modify it in place)."""
+        part = self.data[c0:c1, r0:r1].T if self.transposed else self.data[r0:r1, c0:c1]
+        out = torch.from_numpy(np.array(part, dtype=_numpy_dtype(dtype), order="C", copy=True))
+        if not math.isfinite(float(out.sum())) and not bool(torch.isfinite(out).all()):  # a finite sum: all finite
+            bad = (~torch.isfinite(out)).nonzero()[0]
+            raise ValueError(f"{self.label} holds a non-finite score (NaN or inf) at row {r0 + int(bad[0])}, column "
+                             f"{c0 + int(bad[1])}: a score matrix must be finite; recompute it, or drop that row")
+        return out
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    return {torch.float64: np.float64, torch.float32: np.float32}[dtype]
+
+
+class ScoreEngine:
+    """The engine protocol (:class:`hubnorm.engine.LocalEngine`) over given score matrices.
+
+    Parameters:
+        matrices: ``{(rows, cols): matrix}`` with ``rows`` / ``cols`` among :data:`INPUT_LABELS`.
+        dtype: the dtype score blocks are read in (float64 by default; float32 halves the memory).
+        block_bytes: memory budget of one score block (None: :data:`hubnorm.kernels.DEFAULT_BLOCK_BYTES`).
+        hints: ``{(rows, cols): text}`` appended to the error of a missing matrix (where to add it).
+
+    ``blocks_read`` / ``largest_block``: how many blocks were read and the most cells one held (a test reads them to
+    show that a matrix larger than the budget is never read whole).
+    """
+
+    sweep_bytes = None
+    plain = True
+
+    def __init__(self, matrices: Mapping[Pair, object], *, dtype: torch.dtype = torch.float64,
+                 block_bytes: Optional[int] = None, hints: Optional[Mapping[Pair, str]] = None):
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
+        self.dtype, self.device, self.block_bytes = dtype, torch.device("cpu"), block_bytes
+        self.hints = dict(hints or {})
+        self.matrices: Dict[Pair, ScoreMatrix] = {}
+        self.sizes: Dict[str, Tuple[int, str]] = {}
+        for key, m in matrices.items():
+            if m is None:
+                continue
+            if not (isinstance(key, tuple) and len(key) == 2 and all(k in INPUT_LABELS for k in key)) or key[0] == key[1]:
+                raise ValueError(f"score matrix key {key!r} must be a pair of two different inputs among {sorted(INPUT_LABELS)}")
+            sm = m if isinstance(m, ScoreMatrix) else ScoreMatrix(m, f"the {key[0]} x {key[1]} score matrix")
+            for name, n in zip(key, sm.shape):
+                seen = self.sizes.get(name)
+                if seen is not None and seen[0] != n:
+                    raise ValueError(f"{sm.label} has {n} {INPUT_LABELS[name]} items but {seen[1]} has {seen[0]}: "
+                                     "the matrices of one task must share their rows and columns (same order)")
+                self.sizes.setdefault(name, (n, sm.label))
+            self.matrices[key] = sm
+        self._bound: Dict[Pair, float] = {}
+        self.blocks_read = 0
+        self.largest_block = 0
+
+    # ------------------------------------------------------------------ what the inputs are
+    def has(self, name: str) -> bool:
+        return name in self.sizes
+
+    def size(self, name: str) -> Optional[int]:
+        got = self.sizes.get(name)
+        return None if got is None else got[0]
+
+    def has_matrix(self, rows: str, cols: str) -> bool:
+        return (rows, cols) in self.matrices or (cols, rows) in self.matrices
+
+    def matrix(self, rows: str, cols: str) -> ScoreMatrix:
+        """The ``rows x cols`` score matrix (a given ``cols x rows`` one is read transposed)."""
+        if (rows, cols) in self.matrices:
+            return self.matrices[(rows, cols)]
+        if (cols, rows) in self.matrices:
+            return self.matrices[(cols, rows)].T
+        hint = self.hints.get((rows, cols)) or self.hints.get((cols, rows)) or ""
+        raise ValueError(f"this score task has no {INPUT_LABELS[rows]} x {INPUT_LABELS[cols]} score matrix "
+                         f"({rows} x {cols}){': ' + hint if hint else ''}")
+
+    def tensor(self, names):
+        names = (names,) if isinstance(names, str) else tuple(names)
+        raise ValueError(f"this step needs the embeddings of {' ; '.join(names)}, but a score task holds only score "
+                         "matrices: run it from embeddings (local:, cache: or synthetic: sources)")
+
+    max_norm = tensor
+    take_rows = tensor
+
+    def to_tensor(self, value):
+        return value
+
+    def spans(self, name) -> bool:
+        return True
+
+    def shared(self, key, nbytes, budget=None):
+        return None
+
+    def score_bound(self, source: Scores) -> float:
+        """The largest ``|s|`` of the score matrix ``source`` (read once, block by block)."""
+        out = 0.0
+        for col in source.col_names:
+            key = (source.rows, col)
+            if key not in self._bound:
+                m = self.matrix(*key)
+                big = 0.0
+                for (r0, r1), (c0, c1) in self._tiles(m.shape[0], m.shape[1], False):
+                    big = max(big, float(self._read(m, r0, r1, c0, c1, self.dtype).abs().max()))
+                self._bound[key] = big
+            out = max(out, self._bound[key])
+        return out
+
+    # ------------------------------------------------------------------ reading blocks
+    def _read(self, m: ScoreMatrix, r0, r1, c0, c1, dtype) -> torch.Tensor:
+        s = m.block(r0, r1, c0, c1, dtype)
+        self.blocks_read += 1
+        self.largest_block = max(self.largest_block, s.numel())
+        return s
+
+    def _tiles(self, n_r: int, n_c: int, whole_rows: bool, dtype: Optional[torch.dtype] = None):
+        item = torch.empty((), dtype=dtype or self.dtype).element_size()
+        if whole_rows:
+            r_size, c_size = block_rows(n_c, item, self.block_bytes), n_c
+        else:
+            r_size, c_size = block_shape(n_r, n_c, item, self.block_bytes)
+        return [(r, c) for r in iter_blocks(n_r, r_size) for c in iter_blocks(n_c, c_size)]
+
+    def _columns(self, source: Scores):
+        """The matrices of ``source``'s column inputs, with their column offsets."""
+        parts, start = [], 0
+        for col in source.col_names:
+            m = self.matrix(source.rows, col)
+            parts.append((start, start + m.shape[1], m))
+            start += m.shape[1]
+        return parts, start
+
+    def read(self, source: Scores, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``r0:r1`` and columns ``c0:c1`` of ``source`` (its column inputs concatenated)."""
+        parts, _ = self._columns(source)
+        pieces = []
+        for a, b, m in parts:
+            lo, hi = max(a, c0), min(b, c1)
+            if lo < hi:
+                pieces.append(self._read(m, r0, r1, lo - a, hi - a, dtype))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+
+    # ------------------------------------------------------------------ running reductions
+    def reduce(self, red: Reduction):
+        src = red.source
+        if isinstance(src, Embeddings):
+            self.tensor(src.name)
+        red.prepare(self)
+        n_r = self.matrix(src.rows, src.col_names[0]).shape[0]
+        _, n_c = self._columns(src)
+        dt = red.dtype or self.dtype
+        rt = None if red.row_terms is None else torch.as_tensor(red.row_terms)
+        ct = None if red.col_terms is None else torch.as_tensor(red.col_terms)
+        item = max(4, torch.empty((), dtype=dt).element_size())
+        if red.whole_rows:
+            r_size, c_size = block_rows(n_c, item, self.block_bytes), n_c
+        else:
+            r_size, c_size = block_shape(n_r, n_c, item, self.block_bytes)
+        rows_b, cols_b = list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size))
+        kept, reduced = (cols_b, rows_b) if red.axis == 0 else (rows_b, cols_b)
+        out = []
+        for k0, k1 in kept:
+            acc = None
+            for j0, j1 in reduced:
+                (r0, r1), (c0, c1) = ((j0, j1), (k0, k1)) if red.axis == 0 else ((k0, k1), (j0, j1))
+                s = self.read(src, r0, r1, c0, c1, dt)
+                sub = Chunk(s, None, r0, c0, None if rt is None else rt[r0:r1], None if ct is None else ct[c0:c1],
+                            self.block_bytes)
+                p = red.partial(s, sub)
+                acc = p if acc is None else red.merge(acc, p)
+            out.append(acc)
+        return red.finalize(concat(out), n_r if red.axis == 0 else n_c)
+
+    def iterate(self, it: Iteration):
+        state = it.start(self)
+        done = False
+        while not done:
+            state, done = it.step(self, state)
+        return it.result(self, state)
+
+
+# ====================================================================================================== methods
+def needed_matrices(normalizer) -> Tuple[Tuple[Pair, bool], ...]:
+    """The score matrices ``normalizer``'s fit reads, as ``((rows, col), required)``; ValueError naming the
+    embeddings when it reads embeddings (DN)."""
+    out = []
+    for inp in tuple(normalizer.inputs.fit) + tuple(normalizer.inputs.score):
+        if isinstance(inp, Embeddings):
+            raise ValueError(f"{type(normalizer).__name__} reads the embeddings of {inp.name} ({INPUT_LABELS[inp.name]}), "
+                             "not only scores: a score task (sims: source) cannot run it; run it from embeddings "
+                             "(local:, cache: or synthetic: sources)")
+        for col in inp.col_names:
+            out.append(((inp.rows, col), inp.required))
+    return tuple(out)
+
+
+def fit_scores(normalizer, engine: ScoreEngine, *, query_aware: bool = False):
+    """Fit ``normalizer`` on the score matrices of ``engine``; returns it (scored by :func:`normalized_blocks`).
+
+    ``query_aware``: use the test queries as the query bank (the test score matrix serves as the bank's; label
+    the result transductive)."""
+    needed = needed_matrices(normalizer)
+    if query_aware:  # the test score matrix serves as the bank's (a transductive fit)
+        mats = {k: m for k, m in engine.matrices.items() if "query_bank" not in k}
+        mats[("query_bank", "targets")] = engine.matrix("queries", "targets")
+        engine = ScoreEngine(mats, dtype=engine.dtype, block_bytes=engine.block_bytes, hints=engine.hints)
+    normalizer.check_params()
+    for (rows, col), required in needed:
+        if required and rows != "queries" and not engine.has_matrix(rows, col):
+            try:
+                engine.matrix(rows, col)
+            except ValueError as e:
+                raise ValueError(f"{type(normalizer).__name__} needs the {INPUT_LABELS[rows]} x {INPUT_LABELS[col]} "
+                                 f"score matrix ({rows} x {col}), which is missing. {e}") from None
+    normalizer.check_limits(engine)
+    fitted = normalizer.fit_blocks(engine)
+    offsets = fitted.get("offsets_")
+    if offsets is not None and not bool(torch.isfinite(offsets).all()):
+        raise normalizer.non_finite_error(engine.dtype)
+    normalizer._set_fitted(fitted)
+    normalizer.device_ = engine.device
+    normalizer.score_engine_ = engine
+    return normalizer
+
+
+def normalized_blocks(normalizer, test: ScoreMatrix, *, dtype: torch.dtype = torch.float64,
+                      chunk_size: Optional[int] = None, block_bytes: Optional[int] = None
+                      ) -> Iterator[Tuple[int, torch.Tensor]]:
+    """``(start_row, block)`` of the normalised test scores of a :func:`fit_scores`-fitted ``normalizer`` (or of the
+    raw scores when ``normalizer`` is None), read from ``test`` (test queries x gallery) block by block."""
+    m, n = test.shape
+    item = torch.empty((), dtype=dtype).element_size()
+    size = chunk_size or block_rows(n, item, block_bytes)
+    for q0, q1 in iter_blocks(m, size):
+        s = test.block(q0, q1, 0, n, dtype)
+        yield q0, (s if normalizer is None else normalizer.normalize_scores(s, None))
+
+
+# ====================================================================================================== tasks
+@dataclass
+class ScoreTask:
+    """One retrieval direction given as score matrices.
+
+    ``matrices``: ``{(rows, cols): matrix}`` (see the module docstring); ``("queries", "targets")`` is required.
+    ``positives``: the positive targets of each test query (:class:`hubnorm.Positives`: several captions per video
+    and several videos per caption allowed). ``direction``: a label such as ``"t2v"``, ``"v2t"``, ``"t2a"``,
+    ``"a2t"`` (or ``"t2i"``). ``meta``: free-form labels (dataset, source). ``hints``: where a missing matrix would
+    come from (the sims loader names the manifest role).
+    """
+
+    matrices: Dict[Pair, object]
+    positives: Positives
+    direction: str = "t2v"
+    meta: Dict[str, object] = field(default_factory=dict)
+    hints: Dict[Pair, str] = field(default_factory=dict)
+    block_bytes: Optional[int] = None
+    dtype: torch.dtype = torch.float64
+
+    def __post_init__(self):
+        if ("queries", "targets") not in self.matrices:
+            raise ValueError("a score task needs the test score matrix (queries x targets): pass "
+                             "matrices={('queries', 'targets'): S_test, ...}")
+        if not isinstance(self.positives, Positives):
+            raise TypeError("positives must be a hubnorm.Positives (Positives.from_labels / from_groups)")
+        self.engine = ScoreEngine(self.matrices, dtype=self.dtype, block_bytes=self.block_bytes, hints=self.hints)
+        m, n = self.test.shape
+        if self.positives.n_queries != m or self.positives.n_targets != n:
+            raise ValueError(f"positives are {self.positives.n_queries} queries x {self.positives.n_targets} targets but "
+                             f"{self.test.label} is {m} x {n}: pass the positives of this matrix's rows and columns")
+
+    @property
+    def test(self) -> ScoreMatrix:
+        return self.engine.matrix("queries", "targets")
+
+    @property
+    def n_queries(self) -> int:
+        return self.test.shape[0]
+
+    @property
+    def n_targets(self) -> int:
+        return self.test.shape[1]
+
+    def size(self, name: str) -> Optional[int]:
+        return self.engine.size(name)
+
+    def fit(self, normalizer, *, query_aware: bool = False):
+        """Fit ``normalizer`` from this task's matrices (``query_aware``: the test queries as the bank)."""
+        return fit_scores(normalizer, self.engine, query_aware=query_aware)
+
+    def blocks(self, normalizer=None, chunk_size: Optional[int] = None):
+        return normalized_blocks(normalizer, self.test, dtype=self.dtype, chunk_size=chunk_size,
+                                 block_bytes=self.block_bytes)
+
+    def score(self, normalizer=None) -> torch.Tensor:
+        """The whole normalised test score matrix (small problems; ``blocks`` otherwise)."""
+        return torch.cat([s for _, s in self.blocks(normalizer)], dim=0)
+
+    def ranks(self, normalizer=None) -> np.ndarray:
+        """0-based rank of every query's best positive (the rule of :func:`hubnorm.positive_ranks`)."""
+        out = np.empty(self.n_queries, dtype=np.int64)
+        for q0, s in self.blocks(normalizer):
+            q1 = q0 + s.shape[0]
+            out[q0:q1] = positive_ranks(s, self.positives.subset(np.arange(q0, q1)))
+        return out
+
+    def evaluate(self, normalizer=None, *, fit: bool = True, query_aware: bool = False,
+                 ks=(1, 5, 10)) -> Dict[str, float]:
+        """R@K, MdR, MnR of ``normalizer`` (fitted here unless ``fit=False``; None: the raw scores)."""
+        if normalizer is not None and fit:
+            self.fit(normalizer, query_aware=query_aware)
+        return summarize_ranks(self.ranks(normalizer), ks)
+
+    def k_occurrence(self, normalizer=None, k: int = 10) -> np.ndarray:
+        counts = None
+        for _, s in self.blocks(normalizer):
+            c = k_occurrence(s, k)
+            counts = c if counts is None else counts + c
+        return counts
+
+    def hubness(self, normalizer=None, k: int = 10) -> Dict[str, float]:
+        """Hubness of the (normalised) test scores: skewness of ``N_k`` and the rest of :func:`hubnorm.hubness`."""
+        return hubness_stats(self.k_occurrence(normalizer, k), k, self.n_queries)
+
+
+def matrices_from_embeddings(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, np.ndarray]:
+    """The score matrices of a task given as embeddings (float64 dot products): what a released similarity
+    matrix holds. ``(query_bank, target_bank)`` and ``(target_bank, targets)`` only when both are given."""
+    def arr(x):
+        return None if x is None else np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+
+    q, t, qb, tb = arr(queries), arr(targets), arr(query_bank), arr(target_bank)
+    out = {("queries", "targets"): q @ t.T}
+    if qb is not None:
+        out[("query_bank", "targets")] = qb @ t.T
+        if tb is not None:
+            out[("query_bank", "target_bank")] = qb @ tb.T
+    if tb is not None:
+        out[("target_bank", "targets")] = tb @ t.T
+    return out
+
+
+def positives_from_pairs(query_idx, target_idx, n_queries: int, n_targets: int) -> Positives:
+    """:class:`hubnorm.Positives` from the ``(query, target)`` index pairs of every positive."""
+    q, t = np.asarray(query_idx, dtype=np.int64), np.asarray(target_idx, dtype=np.int64)
+    order = np.lexsort((t, q))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(q, minlength=n_queries))])
+    return Positives(indptr, t[order], n_targets)
+
+
+#: how a missing matrix of a sims task would be given: the manifest role, per direction side
+_SIMS_ROLES = {
+    "forward": {("queries", "targets"): "test", ("query_bank", "targets"): "bank_rows",
+                ("query_bank", "target_bank"): "bank_rows_x_bank_cols", ("target_bank", "targets"): "bank_cols_x_test_cols"},
+    "backward": {("queries", "targets"): "test", ("query_bank", "targets"): "bank_cols",
+                 ("query_bank", "target_bank"): "bank_rows_x_bank_cols", ("target_bank", "targets"): "bank_rows_x_test_rows"},
+}
+
+
+def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
+               dtype: torch.dtype = torch.float64) -> Dict[str, "ScoreTask"]:
+    """Both retrieval directions of a sims folder (``hubnorm.data.sims``: a path, ``"sims:<folder>"`` or a loaded
+    :class:`~hubnorm.data.sims.SimsFolder`) as :class:`ScoreTask` objects keyed by direction (e.g. ``t2v``, ``v2t``).
+
+    The test matrix's rows are the queries of the first direction and its columns those of the second; the banks
+    follow (``bank_rows`` is the first direction's query bank, ``bank_cols`` the second's; the bank x bank matrix
+    serves DBSN in both, read transposed for the second)."""
+    from .data.sims import SimsFolder, load_sims
+
+    if isinstance(source, str) and source.startswith("sims:"):
+        source = source[len("sims:"):]
+    sims = source if isinstance(source, SimsFolder) else load_sims(source)
+    fwd, bwd = sims.directions
+    wanted = tuple(directions or (fwd, bwd))
+    unknown = [d for d in wanted if d not in (fwd, bwd)]
+    if unknown:
+        raise ValueError(f"{sims.folder} holds the directions {fwd} and {bwd} (modalities {list(sims.modalities)}); "
+                         f"got {unknown}")
+    mats = {role: ScoreMatrix(arr, str(sims.files[role])) for role, arr in sims.matrices.items()}
+    rows, cols = sims.positive_pairs
+    n_r, n_c = mats["test"].shape
+    meta = {"dataset": sims.name, "model": sims.manifest.get("model"), "modalities": sims.modalities,
+            "source": "synthetic" if sims.synthetic else "real", "folder": str(sims.folder)}
+    out = {}
+    for d in wanted:
+        side = "forward" if d == fwd else "backward"
+        roles = _SIMS_ROLES[side]
+        given = {}
+        for key, role in roles.items():
+            if role in mats:
+                m = mats[role]
+                transposed = side == "backward" and role in ("test", "bank_rows_x_bank_cols")
+                given[key] = m.T if transposed else m
+        hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
+        pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
+        out[d] = ScoreTask(given, pos, direction=d, meta=dict(meta, direction=d), hints=hints,
+                           block_bytes=block_bytes, dtype=dtype)
+    return out
+
+
+__all__ = ["sims_tasks", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
+           "matrices_from_embeddings", "INPUT_LABELS"]

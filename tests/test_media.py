@@ -1,0 +1,43 @@
+"""The synthetic video / audio presets (hubnorm.media): sizes, labels, and the sources notebook 08 reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hubnorm import media
+
+
+def test_presets_have_the_datasets_sizes():
+    p = media.MEDIA_PRESETS
+    assert (p["msrvtt"].n_train, p["msrvtt"].train_captions, p["msrvtt"].n_test, p["msrvtt"].test_captions) == (9000, 20, 1000, 1)
+    assert (p["audiocaps"].test_captions, p["clotho"].test_captions, p["clotho"].train_captions) == (5, 5, 5)
+    assert p["msrvtt"].directions == ("t2v", "v2t") and p["clotho"].directions == ("t2a", "a2t")
+
+
+def test_make_media_and_tasks():
+    d = media.make_media("msrvtt", n_train=12, n_test=30)
+    assert d.items.shape[0] == 30 and d.captions.shape[0] == 30 and d.bank_captions.shape[0] == 12 * 20
+    assert d.bank_items.shape[0] == 12 and list(d.caption_to_item) == list(range(30))
+    a = media.make_media("clotho", n_train=0, n_test=20)
+    assert a.captions.shape[0] == 100 and a.bank_items is None and np.all(a.caption_to_item == np.arange(20).repeat(5))
+    src = media.load_media("synthetic:msrvtt", n_train=12, bank_queries=50, target_bank=10)
+    assert src.directions == ("t2v", "v2t") and src.label.startswith("synthetic analog (synthetic-msrvtt")
+    t = src.tasks["t2v"]
+    assert (t.size("query_bank"), t.size("target_bank")) == (50, 10)
+    assert src.tasks["v2t"].size("query_bank") == 12 and src.tasks["v2t"].size("target_bank") == 10
+    assert (src.dataset, src.model) == ("msr-vtt", "CLIP4Clip")
+
+
+def test_synthetic_is_refused_when_forbidden(monkeypatch):
+    monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")
+    with pytest.raises(RuntimeError, match="HUBNORM_FORBID_SYNTHETIC"):
+        media.make_media("msrvtt", n_train=0, n_test=10)
+
+
+def test_bad_sources_are_named():
+    with pytest.raises(ValueError, match="source must be"):
+        media.load_media("msrvtt")
+    with pytest.raises(ValueError, match="unknown video/audio preset"):
+        media.make_media("youtube")
+    assert media.published_dataset("MSR-VTT 1k-A") == "msr-vtt" and media.published_dataset("mine") is None

@@ -1,0 +1,214 @@
+"""sims: folders (hubnorm.data.sims), their tasks (hubnorm.scores.sims_tasks) and the QB-Norm importer
+(hubnorm.data.qbnorm): equal to the embeddings path, errors naming the file and the fix, and QB-Norm's DIS equal
+to an independent float64 reference written from its paper's equation."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import hubnorm as hn
+from hubnorm.data.cli import main as data_cli
+from hubnorm.data.qbnorm import import_qbnorm
+from hubnorm.data.sims import SimsError, load_sims, write_sims
+from hubnorm.scores import sims_tasks
+
+from method_checks import unit_rows
+
+
+def _embeddings(seed=0, n_items=24, per_item=2, d=16):
+    rng = np.random.default_rng(seed)
+    items = unit_rows(rng, n_items, d)
+    caps = items.repeat(per_item, axis=0) + 0.7 * unit_rows(rng, n_items * per_item, d)
+    caps /= np.linalg.norm(caps, axis=1, keepdims=True)
+    return caps, items, np.arange(n_items).repeat(per_item), unit_rows(rng, 60, d), unit_rows(rng, 40, d)
+
+
+def write_example(folder, seed=0, modalities=("text", "video")):
+    """A small sims folder with every role, from embeddings (also used by the notebook tests)."""
+    caps, items, c2i, bank_caps, bank_items = _embeddings(seed)
+    mats = {"test": caps @ items.T, "bank_rows": bank_caps @ items.T, "bank_cols": bank_items @ caps.T,
+            "bank_rows_x_bank_cols": bank_caps @ bank_items.T, "bank_cols_x_test_cols": bank_items @ items.T,
+            "bank_rows_x_test_rows": bank_caps @ caps.T}
+    write_sims(folder, mats, modalities=modalities, labels=c2i, dataset="example", synthetic=True)
+    return caps, items, c2i, bank_caps, bank_items
+
+
+@pytest.mark.parametrize("name,params", [("raw", {}), ("is", {"tau": 0.05}), ("dis", {"tau": 0.05}),
+                                         ("nnn", {"k": 4}), ("dbsn", {"tau": 0.05}), ("dualdis", {"beta_query": 20.0,
+                                                                                                  "beta_target": 5.0})])
+def test_sims_folder_equals_embeddings(tmp_path, name, params):
+    caps, items, c2i, bank_caps, bank_items = write_example(tmp_path)
+    tasks = sims_tasks(f"sims:{tmp_path}")
+    assert set(tasks) == {"t2v", "v2t"}
+    emb = hn.build_tasks(items, caps, c2i, image_bank=bank_items, caption_bank=bank_caps)
+    for d, e in (("t2v", "t2i"), ("v2t", "i2t")):
+        got = tasks[d].evaluate(hn.make_normalizer(name, **params))
+        want = hn.evaluate(emb[e].fit(hn.make_normalizer(name, **params)), emb[e])
+        assert got == pytest.approx(want, abs=1e-12), (d, got, want)
+        assert tasks[d].meta["source"] == "synthetic"
+
+
+def _expect(tmp_path, match, fix):
+    with pytest.raises(SimsError, match=match):
+        load_sims(tmp_path)
+    fix()
+
+
+def test_sims_errors_name_the_file(tmp_path):
+    with pytest.raises(SimsError, match="has no manifest"):
+        load_sims(tmp_path)
+    write_example(tmp_path)
+    man_path = tmp_path / "manifest.json"
+    good = json.loads(man_path.read_text())
+    load_sims(tmp_path)
+
+    def manifest(**changes):
+        man_path.write_text(json.dumps({**good, **changes}))
+
+    manifest(checksums={})
+    # a truncated file
+    data = (tmp_path / "bank_rows.npy").read_bytes()
+    (tmp_path / "bank_rows.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(SimsError, match=r"bank_rows.npy \(matrix 'bank_rows'\) is not a readable .npy file.*truncated"):
+        load_sims(tmp_path)
+    caps, items, c2i, bank_caps, _ = _embeddings()
+    # NaN
+    bad = bank_caps @ items.T
+    bad[5, 2] = np.nan
+    np.save(tmp_path / "bank_rows.npy", bad)
+    with pytest.raises(SimsError, match=r"bank_rows.npy \(matrix 'bank_rows'\) holds a non-finite score at row 5, column 2"):
+        load_sims(tmp_path)
+    # a bad shape (columns that are not the test items)
+    np.save(tmp_path / "bank_rows.npy", (bank_caps @ items.T)[:, :-1])
+    with pytest.raises(SimsError, match=r"bank_rows.npy \(matrix 'bank_rows'\) has 23 test C items but test.npy has 24"):
+        load_sims(tmp_path)
+    np.save(tmp_path / "bank_rows.npy", bank_caps @ items.T)
+    # a pickled array
+    np.save(tmp_path / "bank_rows.npy", np.array([object()], dtype=object), allow_pickle=True)
+    with pytest.raises(SimsError, match="holds pickled objects"):
+        load_sims(tmp_path)
+    np.save(tmp_path / "bank_rows.npy", bank_caps @ items.T)
+    # mismatched positives
+    np.save(tmp_path / "positives_labels.npy", c2i[:-1])
+    with pytest.raises(SimsError, match=r"positives_labels.npy \(positive labels\) must be 48 integers"):
+        load_sims(tmp_path)
+    np.save(tmp_path / "positives_labels.npy", np.minimum(c2i, 22))
+    with pytest.raises(SimsError, match="test column 23 .* has no positive"):
+        load_sims(tmp_path)
+    np.save(tmp_path / "positives_labels.npy", c2i)
+    np.save(tmp_path / "mask.npy", np.ones((48, 23), dtype=bool))
+    manifest(checksums={}, positives={"mask": "mask.npy"})
+    with pytest.raises(SimsError, match=r"mask.npy \(positives mask\) must be a boolean 48 x 24 array"):
+        load_sims(tmp_path)
+    # a checksum that no longer matches
+    manifest(checksums={"test.npy": "0" * 64})
+    with pytest.raises(SimsError, match="does not match the sha256 checksum"):
+        load_sims(tmp_path)
+    manifest(modalities=["text", "smell"])
+    with pytest.raises(SimsError, match="'modalities' must name"):
+        load_sims(tmp_path)
+    manifest(checksums={})
+    load_sims(tmp_path)
+
+
+def test_positives_mask_with_several_items_per_caption(tmp_path):
+    caps, items, c2i, bank_caps, _ = _embeddings()
+    mask = np.zeros((len(caps), len(items)), dtype=bool)
+    mask[np.arange(len(caps)), c2i] = True
+    mask[0, 5] = True  # caption 0 also describes item 5
+    write_sims(tmp_path, {"test": caps @ items.T, "bank_rows": bank_caps @ items.T}, mask=mask)
+    tasks = sims_tasks(tmp_path)
+    assert list(tasks["t2v"].positives.of(0)) == [0, 5]
+    assert 0 in tasks["v2t"].positives.of(5)
+    with pytest.raises(ValueError, match="role 'bank_cols'"):
+        tasks["v2t"].fit(hn.make_normalizer("is"))
+
+
+# ---------------------------------------------------------------------------------------------- QB-Norm importer
+def _qbnorm_pickles(tmp_path, seed=1, n_videos=20, per_video=3, n_train=8, d=12):
+    """QB-Norm's layout: caption rows grouped per video, a training-captions x test-videos bank, query masks."""
+    caps, videos, _, bank_caps, _ = _embeddings(seed, n_videos, per_video, d)
+    bank_caps = unit_rows(np.random.default_rng(seed + 1), n_train, d)
+    masks = np.ones(n_videos * per_video, dtype=np.float32)
+    masks[[2, 7]] = 0  # two padded caption rows (as MSR-VTT's 19-caption videos)
+    files = {}
+    for name, obj in (("test.pkl", caps @ videos.T), ("train_test.pkl", bank_caps @ videos.T), ("masks.pkl", masks)):
+        files[name] = tmp_path / name
+        with open(files[name], "wb") as f:
+            pickle.dump(obj, f)
+    return files, caps @ videos.T, bank_caps @ videos.T, masks.astype(bool), per_video
+
+
+def qbnorm_reference(train_test, test, beta, k=1):
+    """QB-Norm's dynamic inverted softmax from the paper's equation (Bogolin et al. 2022, Sec. 3), float64, dense:
+    the activation set A holds the top-k gallery items of every bank query; a test query whose raw top-1 item is in A
+    gets exp(beta s_ij) / sum_{b in bank} exp(beta s_bj), any other keeps its raw row."""
+    activation = set(np.argsort(-train_test, axis=1, kind="stable")[:, :k].reshape(-1).tolist())
+    out = test.astype(np.float64).copy()
+    denom = np.exp(beta * train_test.astype(np.float64)).sum(axis=0)
+    active = np.array([int(np.argmax(row)) in activation for row in test])
+    out[active] = np.exp(beta * test[active]) / denom
+    return out, active
+
+
+def test_qbnorm_import_refuses_without_explicit_request(tmp_path, capsys):
+    files, *_ = _qbnorm_pickles(tmp_path)
+    out = tmp_path / "sims"
+    with pytest.raises(PermissionError, match="pickle runs code"):
+        import_qbnorm(files["test.pkl"], files["train_test.pkl"], out)
+    rc = data_cli(["import-qbnorm", "--sims-test", str(files["test.pkl"]), "--sims-train-test",
+                   str(files["train_test.pkl"]), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "pickle runs code" in err and "--allow-pickle" in err
+    assert not out.exists()
+
+
+def test_qbnorm_import_and_dis_equal_the_paper_equation(tmp_path, capsys):
+    files, test, bank, keep, per_video = _qbnorm_pickles(tmp_path)
+    out = tmp_path / "sims"
+    rc = data_cli(["import-qbnorm", "--sims-test", str(files["test.pkl"]), "--sims-train-test",
+                   str(files["train_test.pkl"]), "--query-masks", str(files["masks.pkl"]), "--out", str(out),
+                   "--allow-pickle", "--dataset", "toy"])
+    assert rc == 0, capsys.readouterr()
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["source"]["rows_masked"] == 2 and man["source"]["captions_per_item"] == per_video
+    for key in ("sims_test", "sims_train_test", "query_masks"):
+        assert len(man["source"]["inputs"][key]["sha256"]) == 64
+    assert set(man["checksums"]) == {"test.npy", "bank_rows.npy", "positives_labels.npy"}
+    # no file of the folder is a pickle: every .npy loads with allow_pickle=False
+    for f in out.glob("*.npy"):
+        np.load(f, allow_pickle=False)
+    task = sims_tasks(out)["t2v"]
+    assert task.n_queries == keep.sum() and task.n_targets == test.shape[1]
+    beta = 20.0
+    dis = task.fit(hn.make_normalizer("dis", tau=1.0 / beta, k=1))
+    got = task.score(dis).numpy()
+    ref, active = qbnorm_reference(bank, test[keep], beta)
+    assert 0 < active.sum() < len(active)  # the gate matters in this example
+    # rows normalised by the inverted softmax: beta * (s + offset) = log(ref) + log|B| (the centring constant)
+    np.testing.assert_allclose(got[active], (np.log(ref[active]) + np.log(bank.shape[0])) / beta, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(got[~active], test[keep][~active])
+    # the same ranks as the reference (positives: caption row // per_video, masked rows dropped)
+    labels = (np.arange(test.shape[0]) // per_video)[keep]
+    ref_ranks = hn.positive_ranks(ref, hn.Positives.from_labels(labels, test.shape[1]))
+    np.testing.assert_array_equal(task.ranks(dis), ref_ranks)
+
+
+def test_qbnorm_import_errors(tmp_path):
+    files, test, bank, keep, _ = _qbnorm_pickles(tmp_path)
+    with open(tmp_path / "short_masks.pkl", "wb") as f:
+        pickle.dump(np.ones(5), f)
+    with pytest.raises(SimsError, match="short_masks.pkl has 5 entries"):
+        import_qbnorm(files["test.pkl"], files["train_test.pkl"], tmp_path / "a", query_masks=tmp_path / "short_masks.pkl",
+                      allow_pickle=True)
+    with open(tmp_path / "bank_bad.pkl", "wb") as f:
+        pickle.dump(bank[:, :-1], f)
+    with pytest.raises(SimsError, match="bank_bad.pkl has 19 columns"):
+        import_qbnorm(files["test.pkl"], tmp_path / "bank_bad.pkl", tmp_path / "b", allow_pickle=True)
+    (tmp_path / "trunc.pkl").write_bytes(files["test.pkl"].read_bytes()[:50])
+    with pytest.raises(SimsError, match="trunc.pkl .* not a readable pickle"):
+        import_qbnorm(tmp_path / "trunc.pkl", files["train_test.pkl"], tmp_path / "c", allow_pickle=True)
