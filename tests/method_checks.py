@@ -13,7 +13,7 @@ Each check reads what it needs off the class (its declared ``inputs``, ``paramet
 * inputs: bad embeddings and missing banks are refused naming the argument; unfitted use is an error;
 * plain equals blocked: the fit equals the method's dense ``plain`` form (float64), and equals the fit on a plain
   engine (every reduction by its ``partial`` / ``merge`` / ``finalize`` block loop, never a fast kernel) at tiny
-  ``block_bytes``;
+  ``block_bytes``; in float32, the fit through every top-k kernel of the seam (torch, faiss) equals the plain engine;
 * invariants: rankings do not depend on block sizes, a per-row shift changes no rank, scores / top-k / offsets agree;
 * dtype and device: float32 stays float32, float64 stays float64, results on the requested device;
 * sweep equals reference: a small grid over the method's ``sweep_params`` gives the reference engine's table;
@@ -183,6 +183,30 @@ def check_plain_equals_blocked(cls):
         _close(ref, norm.fit_blocks(blocked), 1e-10, f"{cls.name}: fit vs plain engine (block_bytes={block_bytes})")
 
 
+def check_fast_kernels_equal_plain(cls):
+    """float32 inputs on the CPU: the fit through every exact top-k kernel of the seam
+    (:data:`hubnorm.kernels.TOPK_BACKENDS` available here: ``torch``, ``faiss`` when installed; the engine's default is
+    :func:`hubnorm.kernels.topk_backend`) equals the fit on the plain engine (block loops, no fast kernel) to float32
+    rounding. (Exact equality of the top-k values themselves, on inputs whose products are exact, is
+    ``tests/test_fast_paths.py::test_topk_backends_exact_values``.)"""
+    from hubnorm.kernels import _faiss, topk_backend
+
+    q, t, qb, tb = problem(9, d=24, dtype=np.float32)
+    norm = make(cls)
+    engine = norm.local_engine(t, qb, tb)
+    assert engine.backend == topk_backend(torch.float32, "cpu")
+    def tensors(fitted):
+        return {k: v for k, v in fitted.items() if isinstance(v, torch.Tensor)}
+
+    plain = tensors(norm.fit_blocks(LocalEngine(engine.inputs, plain=True)))
+    assert plain, f"{cls.name}: fit_blocks returned no tensor"
+    for backend in ("torch", "faiss") if _faiss() is not None else ("torch",):
+        for block_bytes in (None, 4 * 30 * 7):
+            fast = tensors(norm.fit_blocks(LocalEngine(engine.inputs, block_bytes=block_bytes, backend=backend)))
+            _close(plain, fast, 2e-5, f"{cls.name}: fit with backend={backend!r} vs plain engine "
+                                      f"(block_bytes={block_bytes})")
+
+
 # ---------------------------------------------------------------------------------------------------- invariants
 def check_block_sizes_and_row_shifts(cls):
     """Offsets and ranks do not depend on block or chunk sizes; a per-row shift of the scores changes no rank."""
@@ -282,6 +306,7 @@ def check_dask_equals_in_process(cls):
 
 
 CHECKS = (check_declarations, check_invalid_parameters, check_limits, check_bad_inputs, check_plain_equals_blocked,
+          check_fast_kernels_equal_plain,
           check_block_sizes_and_row_shifts, check_scores_topk_offsets_agree, check_dtypes_and_device,
           check_sweep_equals_reference, check_dask_equals_in_process)
 

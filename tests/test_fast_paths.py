@@ -1,13 +1,15 @@
 """The fast paths agree with the exact ones: blocked top-k, faiss IVF (nprobe = nlist), and
 streaming / 16-bit Sinkhorn against a dense float64 reference."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from scipy.special import logsumexp
 
 import hubnorm as hn
-from hubnorm.kernels import topk_similarity
+from hubnorm.kernels import TOPK_BACKENDS, _faiss, logsumexp_similarity, topk_backend, topk_similarity
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 
 
@@ -25,39 +27,122 @@ def small_tasks():
 
 
 # ------------------------------------------------------------------------------------------ blocked top-k
+#: the exact top-k kernels of the seam that run here (faiss-gpu: tests/test_gpu.py)
+CPU_BACKENDS = ["torch"] + (["faiss"] if _faiss() is not None else [])
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("n_b", [17, 300, 20007])
 @pytest.mark.parametrize("block_bytes", [None, 300 * 4 * 500, 300 * 4 * 2048])
-def test_topk_similarity_equals_dense_topk(n_b, block_bytes):
+def test_topk_similarity_equals_dense_topk(n_b, block_bytes, backend):
     rng = np.random.default_rng(n_b)
     a = torch.from_numpy(_clustered(rng, 300, 32, rng.standard_normal((8, 32))))
     b = torch.from_numpy(_clustered(rng, n_b, 32, rng.standard_normal((8, 32))))
     for k in (1, 5, 128):
         if k > n_b:
             continue
-        v, i = topk_similarity(a, b, k, block_bytes=block_bytes)
+        v, i = topk_similarity(a, b, k, block_bytes=block_bytes, backend=backend)
         ref = (a @ b.T).topk(k, dim=1).values
         assert torch.allclose(v, ref, atol=1e-6)
         assert torch.allclose((a[:, None, :] * b[i]).sum(-1), v, atol=1e-5)
 
 
-def test_topk_similarity_exact_on_adversarially_ordered_bank():
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_topk_similarity_exact_on_adversarially_ordered_bank(backend):
     """A sorted bank defeats the threshold estimate of the first blocks: the exactness check must catch it."""
     rng = np.random.default_rng(1)
     a = torch.nn.functional.normalize(torch.from_numpy(rng.standard_normal((64, 16)).astype(np.float32)), dim=1)
     b = torch.nn.functional.normalize(torch.from_numpy(rng.standard_normal((40000, 16)).astype(np.float32)), dim=1)
     b = b[torch.argsort(b[:, 0])]
-    v, _ = topk_similarity(a, b, 64, block_bytes=64 * 4 * 1024)
+    v, _ = topk_similarity(a, b, 64, block_bytes=64 * 4 * 1024, backend=backend)
     assert torch.allclose(v, (a @ b.T).topk(64, dim=1).values, atol=1e-6)
 
 
-def test_topk_values_do_not_depend_on_k():
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_topk_values_do_not_depend_on_k(backend):
     rng = np.random.default_rng(2)
     a = torch.from_numpy(_clustered(rng, 200, 32, rng.standard_normal((5, 32))))
     b = torch.from_numpy(_clustered(rng, 9000, 32, rng.standard_normal((5, 32))))
-    big, _ = topk_similarity(a, b, 256, block_bytes=200 * 4 * 1024)
+    big, _ = topk_similarity(a, b, 256, block_bytes=200 * 4 * 1024, backend=backend)
     for k in (1, 7, 64):
-        small, _ = topk_similarity(a, b, k, block_bytes=200 * 4 * 1024)
+        small, _ = topk_similarity(a, b, k, block_bytes=200 * 4 * 1024, backend=backend)
         assert torch.equal(small, big[:, :k])
+
+
+def _dyadic_units(rng, n, d, dtype):
+    """Unit vectors with four entries +-1/2 and the rest 0: every product is a multiple of 1/4, exact in any float
+    dtype and any summation order (many ties: indices are checked up to ties)."""
+    x = np.zeros((n, d))
+    for r in range(n):
+        x[r, rng.choice(d, 4, replace=False)] = rng.choice([-0.5, 0.5], 4)
+    return torch.from_numpy(x).to(dtype)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_topk_backends_exact_values(backend, dtype):
+    """Every kernel gives exactly the values of the plain ``(a @ b.T).topk(k)`` when the products are exact, and
+    indices whose scores are those values (any of tied indices), each index once per row."""
+    if backend == "faiss" and dtype == torch.float64:
+        pytest.skip("faiss computes in float32 only (refused: test_topk_backend_choice_and_errors)")
+    rng = np.random.default_rng(11)
+    a, b = _dyadic_units(rng, 130, 16, dtype), _dyadic_units(rng, 5003, 16, dtype)
+    dense = a @ b.T
+    for k in (1, 9, 128, 512):
+        for block_bytes in (None, 130 * 8 * 700):
+            v, i = topk_similarity(a, b, k, block_bytes=block_bytes, backend=backend)
+            assert v.dtype == dtype and i.dtype == torch.long
+            assert torch.equal(v, dense.topk(k, dim=1).values)
+            assert torch.equal(dense.gather(1, i), v)
+            assert all(len(set(row)) == k for row in i.tolist())
+
+
+def test_topk_backend_choice_and_errors():
+    expected = "faiss" if _faiss() is not None else "torch"
+    assert topk_backend(torch.float32, "cpu") == expected
+    assert topk_backend(torch.float64, "cpu") == "torch"
+    assert topk_backend(torch.float16, "cpu") == "torch"
+    assert topk_backend(torch.float32, "meta") == "torch"  # a torch device: never faiss
+    assert set(CPU_BACKENDS) <= set(TOPK_BACKENDS)
+    a = torch.eye(4)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        topk_similarity(a, a, 2, backend="blas")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        hn.engine.LocalEngine({"targets": a}, backend="faiss_cpu")
+    if _faiss() is not None:
+        with pytest.raises(ValueError, match="float32 tensors on the CPU"):
+            topk_similarity(a.double(), a.double(), 2, backend="faiss")
+    with pytest.raises(ValueError, match="faiss-gpu"):
+        topk_similarity(a, a, 2, backend="faiss-gpu")  # CPU tensors (or no GPU build of faiss)
+    assert hn.engine.LocalEngine({"targets": a.double()}).backend == "torch"
+    assert hn.engine.LocalEngine({"targets": a}).backend == expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("block_bytes", [None, 8 * 37 * 53])
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale):
+    """The streamed log-sum-exp equals the dense float64 one, with a per-column shift (some -inf, and all -inf),
+    on a bank sorted so that later blocks hold far larger values than the first, and bit-identically through a
+    shared GEMM cache."""
+    rng = np.random.default_rng(5)
+    a = torch.from_numpy(_clustered(rng, 90, 16, rng.standard_normal((4, 16)))).to(dtype)
+    b = torch.from_numpy(_clustered(rng, 3001, 16, rng.standard_normal((4, 16)))).to(dtype)
+    b = b[torch.argsort(b @ a[0])]  # ascending scores for row 0: every block above the running result
+    shift = torch.from_numpy(rng.standard_normal(3001)).to(dtype)
+    shift[::7] = -math.inf
+    ref = torch.logsumexp(scale * (a.double() @ b.double().T) + shift.double(), dim=1)
+    tol = 1e-10 if dtype == torch.float64 else 2e-4 * max(1.0, scale / 10)
+    got = logsumexp_similarity(a, b, scale, b_shift=shift, block_bytes=block_bytes)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), ref, rtol=0, atol=tol)
+    cache = {}
+    for _ in range(2):  # the second call reads every block from the cache
+        assert torch.equal(logsumexp_similarity(a, b, scale, b_shift=shift, block_bytes=block_bytes,
+                                                shared_blocks=cache), got)
+    rows_of_minus_inf = logsumexp_similarity(a, b, scale, b_shift=torch.full((3001,), -math.inf, dtype=dtype),
+                                             block_bytes=block_bytes)
+    assert torch.equal(rows_of_minus_inf, torch.full((90,), -math.inf, dtype=dtype))
 
 
 # ------------------------------------------------------------------------------------------ faiss

@@ -197,7 +197,9 @@ class Chunk:
     ``rows`` / ``cols``: the embeddings of the chunk's rows and columns (for an :class:`Embeddings` reduction,
     ``rows`` only); ``row_start`` / ``col_start``: their offsets in the whole matrix (for indices);
     ``row_terms`` / ``col_terms``: the slices of the reduction's side vectors; ``block_bytes``: the memory budget
-    of one score block; ``cache``: a dict that keeps score blocks across calls (the sweeps), or None.
+    of one score block; ``cache``: a dict that keeps score blocks across calls (the sweeps), or None;
+    ``backend``: the top-k kernel (:data:`hubnorm.kernels.TOPK_BACKENDS`; None: chosen by the inputs' dtype and
+    device, :func:`hubnorm.kernels.topk_backend`).
     """
 
     rows: torch.Tensor
@@ -208,6 +210,7 @@ class Chunk:
     col_terms: Optional[torch.Tensor] = None
     block_bytes: Optional[int] = None
     cache: Optional[dict] = None
+    backend: Optional[str] = None
 
 
 class Reduction:
@@ -321,7 +324,8 @@ class TopK(Reduction):
 
     Plain form: ``S.topk(k, dim=axis)``. Partial: the top-``k`` of one block (padded with -inf when the block
     holds fewer than ``k``); merge: the top-``k`` of two partials. ``reduce_chunk``:
-    :func:`hubnorm.kernels.topk_similarity` (streamed, threshold-filtered, exact), unless ``fast=False``.
+    :func:`hubnorm.kernels.topk_similarity` (exact; its kernel is the chunk's ``backend``: faiss's flat search for
+    float32 on the CPU, the streamed torch kernel otherwise), unless ``fast=False``.
     Ties between equal scores may keep any of the tied indices (the values never change).
     """
 
@@ -354,7 +358,7 @@ class TopK(Reduction):
         a, b = (chunk.cols, chunk.rows) if self.axis == 0 else (chunk.rows, chunk.cols)
         start = chunk.row_start if self.axis == 0 else chunk.col_start
         kk = min(self.k, b.shape[0])
-        v, i = topk_similarity(a, b, kk, block_bytes=chunk.block_bytes)
+        v, i = topk_similarity(a, b, kk, block_bytes=chunk.block_bytes, backend=chunk.backend)
         if kk < self.k:  # a chunk of fewer than k reduced items (a small bank chunk on Dask)
             v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype, device=v.device)], 1)
             i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype, device=i.device)], 1)

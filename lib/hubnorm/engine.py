@@ -10,9 +10,13 @@ tensors of one dtype on one device) and answers what a method's ``fit_blocks(eng
 * ``size``, ``has``, ``tensor``, ``max_norm``, ``score_bound``, ``take_rows`` -- what the inputs are;
 * ``shared(key, nbytes)`` -- a dict that keeps score blocks across the fits of one sweep (None outside sweeps).
 
-The seams where score blocks and top-k come from are the kernels called by the reductions' ``reduce_chunk``
-(:func:`hubnorm.kernels.topk_similarity`, :func:`hubnorm.kernels.logsumexp_similarity`); faster or approximate
-sources are engines of their own (``hubnorm.index.IndexEngine``) or drop-in kernels there.
+The seam where score blocks and top-k come from is the kernels called by the reductions' ``reduce_chunk``
+(:func:`hubnorm.kernels.topk_similarity`, :func:`hubnorm.kernels.logsumexp_similarity`, the fused Sinkhorn of
+``hubnorm.normalizers.sinkhorn``). The engine picks the top-k kernel once, by the inputs' dtype and device
+(``backend``, :func:`hubnorm.kernels.topk_backend`: faiss's flat search for float32 on the CPU, the torch kernel
+for float64 and torch devices), and hands it to every chunk; ``plain=True`` runs none of them. Every fast path is
+tested equal to the plain engine (values; indices up to ties: ``tests/method_checks.py``,
+``tests/test_fast_paths.py``). Approximate sources are engines of their own (``hubnorm.index.IndexEngine``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Dict, Hashable, Optional, Tuple
 import torch
 
 from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, reduce_blocks
+from .kernels import TOPK_BACKENDS, topk_backend
 
 #: Inputs an engine may hold, in the order their sizes are reported.
 INPUT_NAMES = ("targets", "query_bank", "target_bank", "queries")
@@ -38,10 +43,12 @@ class LocalEngine:
         plain: run every reduction by its plain block loop (:func:`hubnorm.blocks.reduce_blocks`: ``partial``,
             ``merge``, ``finalize``) and every iteration step by step, never a fast kernel: the reference the
             kernels are tested against (``tests/method_checks.py``).
+        backend: the top-k kernel (:data:`hubnorm.kernels.TOPK_BACKENDS`); None: :func:`hubnorm.kernels.topk_backend`
+            of the inputs' dtype and device (the attribute ``backend`` holds the choice).
     """
 
     def __init__(self, inputs: Dict[str, Optional[torch.Tensor]], *, block_bytes: Optional[int] = None,
-                 sweep_bytes: Optional[int] = None, plain: bool = False):
+                 sweep_bytes: Optional[int] = None, plain: bool = False, backend: Optional[str] = None):
         self.inputs = {k: v for k, v in inputs.items() if v is not None}
         first = self.inputs.get("targets", next(iter(self.inputs.values()), None))
         self.dtype = first.dtype if first is not None else torch.float32
@@ -49,6 +56,9 @@ class LocalEngine:
         self.block_bytes = block_bytes
         self.sweep_bytes = sweep_bytes
         self.plain = bool(plain)
+        if backend is not None and backend not in TOPK_BACKENDS:
+            raise ValueError(f"backend must be one of {list(TOPK_BACKENDS)} or None; got {backend!r}")
+        self.backend = topk_backend(self.dtype, self.device) if backend is None else backend
         self._shared: Dict[Hashable, dict] = {}
         self._concat: Dict[Tuple[str, ...], torch.Tensor] = {}
 
@@ -109,13 +119,13 @@ class LocalEngine:
         src = red.source
         if isinstance(src, Embeddings):
             x = self.tensor(src.name)
-            return Chunk(x, block_bytes=self.block_bytes), x.shape[0]
+            return Chunk(x, block_bytes=self.block_bytes, backend=self.backend), x.shape[0]
         rows, cols = self.tensor(src.rows), self.tensor(src.cols)
         rt = None if red.row_terms is None else self.to_tensor(red.row_terms)
         ct = None if red.col_terms is None else self.to_tensor(red.col_terms)
         cache = getattr(red, "cache", None)
         n = rows.shape[0] if red.axis == 0 else cols.shape[0]
-        return Chunk(rows, cols, 0, 0, rt, ct, self.block_bytes, cache), n
+        return Chunk(rows, cols, 0, 0, rt, ct, self.block_bytes, cache, self.backend), n
 
     def reduce(self, red: Reduction):
         red.prepare(self)

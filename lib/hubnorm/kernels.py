@@ -4,20 +4,27 @@ Each normalizer module (``hubnorm.normalizers.*``) states its equation and shows
 functions here are the optimised implementations they call, each proven equal to the plain form by a test:
 
 * :func:`topk_similarity` -- the k largest ``a_i . b_j`` per row of ``a`` (NNN bias, CSLS radius, DIS
-  activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``; this kernel streams ``b`` in blocks and filters
-  the bulk with an estimated threshold (warm-up, filter, exactness check with fallback).
-  Tests: ``tests/test_fast_paths.py`` (dense top-k), ``tests/test_hardening.py`` (plain NNN, ties).
+  activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``. Two exact kernels behind one seam,
+  :func:`topk_backend` (chosen by dtype and device): ``"faiss"`` -- faiss's exhaustive flat search
+  (``knn_inner_product``: BLAS blocks and a heap / reservoir per row), the default for float32 on the CPU when
+  faiss is installed (measured faster there: ``benchmarks/reports/topk.md``); ``"torch"`` -- the blocked,
+  threshold-filtered torch kernel (float64, 16-bit inputs, any torch device); ``"faiss-gpu"`` -- faiss's GPU
+  brute-force search on CUDA tensors (asked for explicitly until a GPU run measures it). Same values (the GEMM's
+  rounding aside), indices up to ties. Tests: ``tests/test_fast_paths.py`` (every backend = dense top-k, exact on
+  integer-valued inputs), ``tests/test_hardening.py`` (plain NNN, ties), ``tests/test_gpu.py`` (CUDA).
 * :func:`log_mean_exp_similarity` -- ``log mean_j exp(scale * a_i . b_j)`` per row of ``a`` (IS, DIS, DualIS),
   centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
   Plain form: ``torch.logsumexp(scale * a @ b.T, dim=1) - log(len(b))``. Tests: ``tests/test_oracles.py``,
   ``tests/test_hardening.py``.
 * :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps).
+  Tests: ``tests/test_fast_paths.py`` (dense float64 reference, -inf shifts, cache bit-identity).
 * :func:`working_dtype`, :func:`log_mean_exp_dtype` -- the precision rules (float32 or float64 working dtype).
 * :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`iter_blocks`, :func:`topk_partition`: block
   bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the benchmarks.
 
 The reductions of :mod:`hubnorm.blocks` call these kernels (``reduce_chunk``); the engines never call them by a
-method's name.
+method's name. The in-process engine (:class:`hubnorm.engine.LocalEngine`) picks the top-k backend once per fit
+with :func:`topk_backend`; its ``plain=True`` mode runs none of these kernels (the tests' reference).
 
 All functions take torch tensors on one device and return tensors on that device. The block shape is derived
 from a byte budget (``block_bytes``), so memory stays bounded however large the bank grows.
@@ -25,6 +32,7 @@ from a byte budget (``block_bytes``), so memory stays bounded however large the 
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Iterator, Optional, Tuple
 
@@ -32,6 +40,7 @@ import torch
 
 #: Default size of one similarity block (rows x cols x itemsize), in bytes.
 DEFAULT_BLOCK_BYTES = 128 * 2**20
+
 
 
 def block_rows(n_cols: int, itemsize: int = 4, block_bytes: Optional[int] = None, minimum: int = 1) -> int:
@@ -107,26 +116,78 @@ def pack_rows(rows, cols, vals, ra, fill):
     return v, i
 
 
+#: The exact top-k kernels of :func:`topk_similarity` (see :func:`topk_backend`).
+TOPK_BACKENDS = ("torch", "faiss", "faiss-gpu")
+
+_FAISS = None
+
+
+def _faiss():
+    """The faiss module, or None when it is not installed.
+
+    faiss is an optional extra (``pip install "hubnorm[faiss]"``), so this core module never imports it statically:
+    it is loaded here on the first float32 CPU top-k (never by ``import hubnorm``), and without it the torch kernel
+    runs (``tests/test_packaging.py`` checks that core modules import base packages only)."""
+    global _FAISS
+    if _FAISS is None:
+        try:
+            _FAISS = importlib.import_module("faiss")
+        except ImportError:
+            _FAISS = False
+    return _FAISS or None
+
+
+def topk_backend(dtype: torch.dtype, device) -> str:
+    """The top-k kernel for inputs of ``dtype`` on ``device``: the one place where it is chosen.
+
+    ``"faiss"`` for float32 on the CPU when faiss is installed (its flat search, measured faster than the torch
+    kernel there: ``benchmarks/reports/topk.md``), else ``"torch"``: float64 (faiss computes in float32 only),
+    16-bit inputs and torch devices. ``"faiss-gpu"`` is never chosen by default: no GPU run has measured it
+    against the torch kernel yet (``benchmarks/bench_gpu.py`` does); ask for it with ``backend="faiss-gpu"``.
+    """
+    if torch.device(device).type == "cpu" and dtype == torch.float32 and _faiss() is not None:
+        return "faiss"
+    return "torch"
+
+
 def topk_similarity(
-    a: torch.Tensor, b: torch.Tensor, k: int, *, block_bytes: Optional[int] = None
+    a: torch.Tensor, b: torch.Tensor, k: int, *, block_bytes: Optional[int] = None, backend: Optional[str] = None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """For every row of ``a``, the ``k`` largest values of ``a_i . b_j`` over rows ``j`` of ``b``.
 
     Returns ``(values, indices)``, both ``(len(a), k)``, values sorted in decreasing order. The full
-    ``len(a) x len(b)`` matrix is never formed: ``b`` is streamed in blocks and a running top-k is merged.
+    ``len(a) x len(b)`` matrix is never formed. ``backend``: ``"torch"``, ``"faiss"`` or ``"faiss-gpu"`` (None:
+    :func:`topk_backend` of the inputs' dtype and device); every backend is exact: the values are those of the
+    plain ``(a @ b.T).topk(k)`` up to the GEMM's own rounding (equal on inputs whose products are exact), and
+    ties between equal values may keep any of the tied indices (callers that need indices under exact ties use
+    the values only (NNN, CSLS) or a union of top-k sets (DIS)). Within one backend the block partition never
+    depends on ``k``, so the values are the same bits for every ``k`` (the one-pass sweeps rely on it).
 
-    Performance (the GEMM is the physical limit; the rest is kept to about one cheap read of each block): each
-    block's GEMM writes into one reused buffer. Warm-up blocks are merged by a plain top-k until enough of the
-    bank is seen to estimate, per row, a threshold that about ``4 k`` values of the whole bank reach. The bulk is
-    then max-pooled over groups of :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum
-    reaches the threshold are gathered; the survivors are merged once at the end. Every row is checked (at least
-    ``k`` values reached its threshold, else its row block is recomputed by plain merging), so the result is
-    exact. The block partition never depends on ``k``, so the selected values are the same bits for every
-    ``k``. Ties between equal values may pick any of the tied indices (the values never change); callers that
-    need indices under exact ties use the values only (NNN, CSLS) or a union of top-k sets (DIS).
+    ``"faiss"`` (float32, CPU): faiss's exhaustive inner-product search (BLAS blocks of 4096 x 1024 scores, a
+    heap or a reservoir per row); ``a`` is passed in chunks of rows when ``block_bytes`` is smaller than faiss's
+    block, so memory stays within the budget; faiss runs on ``torch.get_num_threads()`` threads.
+
+    ``"torch"``: ``b`` is streamed in blocks and a running top-k is merged. Performance (the GEMM is the physical
+    limit; the rest is kept to about one cheap read of each block): each block's GEMM writes into one reused
+    buffer. Warm-up blocks are merged by a plain top-k until enough of the bank is seen to estimate, per row, a
+    threshold that about ``4 k`` values of the whole bank reach. The bulk is then max-pooled over groups of
+    :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum reaches the threshold are
+    gathered; the survivors are merged once at the end. Every row is checked (at least ``k`` values reached its
+    threshold, else its row block is recomputed by plain merging), so the result is exact.
+
+    ``"faiss-gpu"`` (CUDA tensors, float32 or float16; ``k <= 2048``): faiss's GPU brute-force search
+    (``faiss.knn_gpu``), needs a GPU build of faiss.
     """
     if k > b.shape[0]:
         raise ValueError(f"k={k} is larger than the bank ({b.shape[0]} rows): use k <= {b.shape[0]}")
+    if backend is None:
+        backend = topk_backend(a.dtype, a.device)
+    elif backend not in TOPK_BACKENDS:
+        raise ValueError(f"backend must be one of {list(TOPK_BACKENDS)} or None; got {backend!r}")
+    if backend == "faiss":
+        return _topk_faiss(a, b, k, block_bytes)
+    if backend == "faiss-gpu":  # pragma: no cover - needs a GPU build of faiss
+        return _topk_faiss_gpu(a, b, k)
     n_a, n_b = a.shape[0], b.shape[0]
     out_v = torch.empty((n_a, k), dtype=a.dtype, device=a.device)
     out_i = torch.empty((n_a, k), dtype=torch.long, device=a.device)
@@ -141,6 +202,61 @@ def topk_similarity(
             v, i = _topk_rows(a[a0:a1], b, k, b_blocks, buf, filtered=False)
         out_v[a0:a1], out_i[a0:a1] = v, i
     return out_v, out_i
+
+
+#: faiss's exhaustive search scores one block of (up to 4096 rows of ``a``) x (1024 rows of ``b``) at a time
+#: (``faiss.cvar.distance_compute_blas_database_bs``).
+_FAISS_DB_BLOCK = 1024
+
+
+def _topk_faiss(a: torch.Tensor, b: torch.Tensor, k: int, block_bytes: Optional[int]):
+    """:func:`topk_similarity` by faiss's flat search (float32 CPU tensors; no copy of ``a`` or ``b`` when they are
+    contiguous). ``a`` goes in chunks of rows so that faiss's score block stays within ``block_bytes``."""
+    faiss = _faiss()
+    if faiss is None:
+        raise ValueError("backend='faiss' needs faiss: pip install faiss-cpu (or use backend='torch')")
+    if a.device.type != "cpu" or b.device.type != "cpu" or a.dtype != torch.float32 or b.dtype != torch.float32:
+        raise ValueError(f"backend='faiss' takes float32 tensors on the CPU; got {a.dtype} on {a.device} and "
+                         f"{b.dtype} on {b.device} (use backend='torch')")
+    n_a, n_b, d = a.shape[0], b.shape[0], a.shape[1]
+    out_v = torch.empty((n_a, k), dtype=torch.float32)
+    out_i = torch.empty((n_a, k), dtype=torch.long)
+    if n_a == 0:
+        return out_v, out_i
+    an, bn = a.detach().contiguous().numpy(), b.detach().contiguous().numpy()
+    vn, inn = out_v.numpy(), out_i.numpy()
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    rows = max(1, budget // (4 * min(n_b, _FAISS_DB_BLOCK)))
+    threads = torch.get_num_threads()
+    if faiss.omp_get_max_threads() != threads:  # follow torch's thread setting
+        faiss.omp_set_num_threads(threads)
+    ptr = faiss.swig_ptr
+    for a0 in range(0, n_a, rows):
+        a1 = min(n_a, a0 + rows)
+        faiss.knn_inner_product(ptr(an[a0:a1]), ptr(bn), d, a1 - a0, n_b, k, ptr(vn[a0:a1]), ptr(inn[a0:a1]))
+    return out_v, out_i
+
+
+_GPU_RESOURCES = {}
+
+
+def _topk_faiss_gpu(a: torch.Tensor, b: torch.Tensor, k: int):  # pragma: no cover - needs a GPU build of faiss
+    """:func:`topk_similarity` by ``faiss.knn_gpu`` on CUDA tensors (float32 or float16), ``k <= 2048``."""
+    faiss = _faiss()
+    if faiss is None or not hasattr(faiss, "knn_gpu") or faiss.get_num_gpus() == 0:
+        raise ValueError("backend='faiss-gpu' needs a GPU build of faiss that sees a GPU (pip install faiss-gpu); "
+                         "use backend='torch'")
+    if a.device.type != "cuda" or b.device != a.device:
+        raise ValueError(f"backend='faiss-gpu' takes CUDA tensors on one device; got {a.device} and {b.device}")
+    if k > 2048:
+        raise ValueError(f"backend='faiss-gpu' searches at most k=2048 neighbours; got k={k} (use backend='torch')")
+    importlib.import_module("faiss.contrib.torch_utils")  # lets faiss.knn_gpu take torch tensors
+    dev = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    res = _GPU_RESOURCES.get(dev)
+    if res is None:
+        res = _GPU_RESOURCES[dev] = faiss.StandardGpuResources()
+    v, i = faiss.knn_gpu(res, a.contiguous(), b.contiguous(), k, metric=faiss.METRIC_INNER_PRODUCT, device=dev)
+    return v.to(a.dtype), i.long()
 
 
 def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
