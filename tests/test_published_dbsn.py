@@ -92,11 +92,8 @@ def expected_rows(lines):
     bank = None
     for line in _after(lines, "Table 4.", 26)[1:]:
         line = line.strip()
-        if line.startswith("zero-shot CLIP"):
-            name, dataset, direction = "zs CLIP", "flickr30k", "t2i"
-            continue
-        if line.startswith("CLIP4Clip on MSR-VTT"):
-            name, dataset, direction = "CLIP4Clip", "msr-vtt", "t2v"
+        if _model_header(line):
+            name, dataset, direction = _model_header(line)
             continue
         for prefix, setting in BANKS.items():
             if line.startswith(prefix):
@@ -116,16 +113,22 @@ def expected_rows(lines):
     # ---------------------------------------------------------------- Table 6 (normalisation variants)
     for line in _after(lines, "Table 6.", 11)[1:]:
         line = line.strip()
-        if line.startswith("zero-shot CLIP"):
-            name, dataset, direction = "zs CLIP", "flickr30k", "t2i"
-            continue
-        if line.startswith("CLIP4Clip on MSR-VTT"):
-            name, dataset, direction = "CLIP4Clip", "msr-vtt", "t2v"
+        if _model_header(line):
+            name, dataset, direction = _model_header(line)
             continue
         method = line.split()[0].lower()
         for m, v in zip(("R@1", "R@5", "R@10", "MdR", "MnR", "sparsity"), _numbers(line, 6)):
             out.append(_row("6", name, dataset, direction, QA, method, m, v, UNITS[m]))
     return out
+
+
+def _model_header(line):
+    """(model, dataset, direction) of a section header line of Tables 4 and 6, else None."""
+    if line.startswith("zero-shot CLIP"):
+        return "zs CLIP", "flickr30k", "t2i"
+    if line.startswith("CLIP4Clip on MSR-VTT"):
+        return "CLIP4Clip", "msr-vtt", "t2v"
+    return None
 
 
 def _published():
