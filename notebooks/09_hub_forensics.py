@@ -115,7 +115,10 @@ run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub (imag
 print(f"hub: image {hub}, N_{hub_k} = {n_k_raw[hub]} (expected {hub_k * task.n_queries / task.n_targets:.1f})")
 nb.show(explain_table, ["method", "offset", "bank queries with weight", "weight of the top 10", f"N_{hub_k} raw",
                         f"N_{hub_k} after", "won raw", "won after", "true match first, of those won raw"], digits=3)
-print("largest identity error |sum w v + r - h|:", f"{explain_table['identity error'].max():.1e}")
+# The error is float64 rounding (around 1e-16); its exact digits depend on the CPU's summation order, so the
+# checked output states the bound it is under.
+identity_error = explain_table["identity error"].max()
+print("largest identity error |sum w v + r - h|:", "below 1e-12" if identity_error < 1e-12 else f"{identity_error:.1e}")
 
 # %%
 fig, axes = plt.subplots(len(expl), 2, figsize=(11, 3.4 * len(expl)), squeeze=False)
@@ -146,7 +149,7 @@ nb.notice(
 
 # %% tags=["nbval-check-output"]
 nb.check("issue 27: the contributions sum to the offset within 1e-10 (float64) for every method",
-         bool(explain_table["identity error"].max() < 1e-10), f"largest error {explain_table['identity error'].max():.1e}")
+         bool(identity_error < 1e-10), "largest error below 1e-12" if identity_error < 1e-12 else f"largest error {identity_error:.1e}")
 
 # %% [markdown]
 # ## 2 · Planted hubs: capture, damage, detection
