@@ -62,6 +62,9 @@ def test_clean_gallery_detector_and_scores():
     assert adv.detection_scores([1, 2], [2, 3])["precision"] == 0.5
     z = adv.robust_z(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
     assert z[-1] > adv.Z_THRESHOLD and np.all(adv.robust_z(np.ones(4)) == 0)
+    # MAD = 0 (most values equal, as N_k over a small bank): the MeanAD fallback still flags the outlier
+    z = adv.robust_z(np.array([0.0] * 20 + [1.0, 40.0]))
+    assert z[-1] > adv.Z_THRESHOLD and np.all(z[:20] < 0.1)
 
 
 def test_bad_inputs(data):

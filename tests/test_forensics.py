@@ -103,3 +103,7 @@ def test_bad_inputs_are_refused(task):
         fx.explain_target(dbsn, 0, query_bank=task.query_bank)
     with pytest.raises(TypeError, match="NNN, IS, SN"):
         fx.explain_target(task.fit(hn.Identity()), 0, query_bank=task.query_bank)
+    # a bank other than the fitted one would explain an offset the fit did not produce: refused for every method
+    for fitted in (nnn, task.fit(hn.InvertedSoftmax(tau=0.05))):
+        with pytest.raises(ValueError, match="same query_bank"):
+            fx.explain_target(fitted, 0, query_bank=task.queries)

@@ -146,13 +146,21 @@ def attacked_task(task: RetrievalTask, planted: PlantedHubs) -> RetrievalTask:
 
 
 def robust_z(x: np.ndarray) -> np.ndarray:
-    """The modified z-score ``0.6745 (x - median) / MAD`` (MAD: median absolute deviation; 0 where MAD = 0)."""
+    """The modified z-score ``0.6745 (x - median) / MAD`` (MAD: median absolute deviation).
+
+    When more than half of ``x`` is one value (MAD = 0: e.g. N_k over a small bank, mostly 0), Iglewicz and
+    Hoaglin's fallback ``(x - median) / (1.253314 MeanAD)`` (mean absolute deviation), so that outliers are still
+    flagged; all zeros only when every value is the same."""
     x = np.asarray(x, dtype=np.float64)
     med = np.median(x)
-    mad = np.median(np.abs(x - med))
-    if mad == 0:
+    dev = np.abs(x - med)
+    mad = np.median(dev)
+    if mad > 0:
+        return 0.6745 * (x - med) / mad
+    mean_ad = dev.mean()
+    if mean_ad == 0:
         return np.zeros_like(x)
-    return 0.6745 * (x - med) / mad
+    return (x - med) / (1.253314 * mean_ad)
 
 
 def detect_hubs(gallery, query_bank, *, statistic: str = "bias", k: int = 16,

@@ -220,15 +220,20 @@ def explain_targets(
             shared["ranks"] = {RAW: positive_ranks(raw, positives, queries),
                                method: positive_ranks(normalizer, positives, queries)}
     out = []
+    tol = 1e-6 if normalizer.offsets_.dtype == torch.float64 else 1e-3  # float32 fits round their offsets
     for j in (int(x) for x in idx):
         w, values, terms = decompose(j)
         remainder = float(sum(terms.values()))
         offset = float((w * values).sum()) + remainder
+        fitted = float(normalizer.offsets_[j])
+        if abs(offset - fitted) > tol * (abs(fitted) + 1.0):  # never explain an offset the fit did not produce
+            raise ValueError(f"the explanation of target {j} gives offset {offset:.6g}, the fitted one is "
+                             f"{fitted:.6g}: pass the same query_bank (and target_bank) the normalizer was fitted on")
         contrib = (w * values).cpu().numpy()
         order = np.argsort(-np.abs(contrib), kind="stable")[:top]
         table = pd.DataFrame({"bank query": order, "weight": w.cpu().numpy()[order],
                               "value": values.cpu().numpy()[order], "contribution": contrib[order]})
-        e = TargetExplanation(method, j, offset, float(normalizer.offsets_[j]), w.cpu().numpy(), values.cpu().numpy(),
+        e = TargetExplanation(method, j, offset, fitted, w.cpu().numpy(), values.cpu().numpy(),
                               remainder, terms, table, k=k)
         if queries is not None:
             e.n_k = {name: int(v[j]) for name, v in shared["n_k"].items()}
