@@ -38,6 +38,7 @@ import torch
 
 from ._validation import as_embeddings, check_positive_float, check_positive_int
 from .evaluation import evaluate
+from .hubness import k_occurrence
 from .kernels import topk_similarity
 from .normalizers.base import Identity, Normalizer
 from .retrieval import Positives, RetrievalTask
@@ -179,8 +180,7 @@ def detect_hubs(gallery, query_bank, *, statistic: str = "bias", k: int = 16,
         stat = topk_similarity(t, b, k)[0].mean(dim=1).double().numpy()
     elif statistic == "n_k":
         k = check_positive_int(k, "k", maximum=t.shape[0], max_name="the gallery size")
-        idx = topk_similarity(b, t, k)[1].reshape(-1)
-        stat = np.bincount(idx.numpy(), minlength=t.shape[0]).astype(np.float64)
+        stat = k_occurrence(Identity(device="cpu").fit(t), k, b).astype(np.float64)  # ties: lowest index
     else:
         raise ValueError(f"statistic must be 'bias' or 'n_k'; got {statistic!r}")
     z = robust_z(stat)
