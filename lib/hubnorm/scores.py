@@ -40,7 +40,7 @@ import torch
 from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, concat
 from .evaluation import positive_ranks, summarize_ranks
 from .hubness import hubness_stats, k_occurrence
-from .kernels import block_rows, block_shape, iter_blocks
+from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
 from .retrieval import Positives
 
 #: The inputs a score matrix may connect, and how errors name them.
@@ -52,11 +52,20 @@ Pair = Tuple[str, str]
 
 class ScoreMatrix:
     """One 2-D score matrix read block by block (a numpy array or memory map, or a torch tensor), possibly read
-    transposed. ``label``: how errors name it (a file name)."""
+    transposed. ``label``: how errors name it (a file name).
 
-    def __init__(self, data, label: str = "score matrix", *, transposed: bool = False):
+    ``checked``: its scores were already verified finite (a sims folder scans each file once when it loads it),
+    so blocks are not checked again; ``bound``: its largest ``|s|`` when known (from that scan), so no pass is
+    spent on it. ``index``: optional sorted index arrays that select rows / columns of ``data`` (in ``data``'s own
+    orientation: a seeded subset of a bank, :meth:`take`)."""
+
+    def __init__(self, data, label: str = "score matrix", *, transposed: bool = False, checked: bool = False,
+                 bound: Optional[float] = None, index=(None, None)):
         if isinstance(data, ScoreMatrix):
-            data, label, transposed = data.data, data.label, data.transposed ^ transposed
+            if any(i is not None for i in index):
+                raise ValueError("pass index= to ScoreMatrix.take, not to a copy of a ScoreMatrix")
+            data, label, transposed, checked, bound, index = (data.data, data.label, data.transposed ^ transposed,
+                                                              data.checked, data.bound, data.index)
         if isinstance(data, torch.Tensor):
             data = data.detach().cpu().numpy()
         if not isinstance(data, np.ndarray):
@@ -68,25 +77,115 @@ class ScoreMatrix:
         if 0 in data.shape:
             raise ValueError(f"{label} is empty (shape {data.shape})")
         self.data, self.label, self.transposed = data, label, bool(transposed)
+        self.checked, self.bound, self.index = bool(checked), bound, tuple(index)
+
+    @property
+    def data_shape(self) -> Tuple[int, int]:
+        """The shape of the stored rows x columns (after ``index``), before any transposition."""
+        return tuple(len(i) if i is not None else n for i, n in zip(self.index, self.data.shape))
 
     @property
     def shape(self) -> Tuple[int, int]:
-        r, c = self.data.shape
+        r, c = self.data_shape
         return (c, r) if self.transposed else (r, c)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the stored scores (float64 for anything wider than float32)."""
+        return torch.float32 if self.data.dtype.itemsize <= 4 else torch.float64
 
     @property
     def T(self) -> "ScoreMatrix":
         return ScoreMatrix(self, transposed=True)
 
+    @property
+    def rows_contiguous(self) -> bool:
+        """Whether a block of whole rows (of this matrix as read, transposed or not) is contiguous in memory or
+        on disk: blocks are read along this axis (a C-order file read transposed is read by column strips)."""
+        c_order = self.data.flags.c_contiguous or not self.data.flags.f_contiguous
+        return c_order != self.transposed
+
+    def take(self, rows=None, cols=None) -> "ScoreMatrix":
+        """The sub-matrix of the sorted row / column indices ``rows`` / ``cols`` (of this matrix as read), read
+        lazily (a memory map stays on disk)."""
+        idx = list(self.index)
+        for axis, sel in ((1 if self.transposed else 0, rows), (0 if self.transposed else 1, cols)):
+            if sel is None:
+                continue
+            sel = np.asarray(sel, dtype=np.int64)
+            idx[axis] = sel if idx[axis] is None else idx[axis][sel]
+        return ScoreMatrix(self.data, self.label, transposed=self.transposed, checked=self.checked, bound=self.bound,
+                           index=tuple(idx))
+
+    def _stored(self, a0: int, a1: int, b0: int, b1: int) -> np.ndarray:
+        """Stored rows ``a0:a1`` and columns ``b0:b1`` (after ``index``), as a numpy view or copy."""
+        ia, ib = self.index
+        part = self.data[a0:a1] if ia is None else self.data[ia[a0:a1]]
+        return part[:, b0:b1] if ib is None else part[:, ib[b0:b1]]
+
     def block(self, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
         """A fresh tensor copy of rows ``r0:r1`` and columns ``c0:c1`` (reductions may modify it in place)."""
-        part = self.data[c0:c1, r0:r1].T if self.transposed else self.data[r0:r1, c0:c1]
+        part = self._stored(c0, c1, r0, r1).T if self.transposed else self._stored(r0, r1, c0, c1)
         out = torch.from_numpy(np.array(part, dtype=_numpy_dtype(dtype), order="C", copy=True))
-        if not math.isfinite(float(out.sum())) and not bool(torch.isfinite(out).all()):  # a finite sum: all finite
-            bad = (~torch.isfinite(out)).nonzero()[0]
-            raise ValueError(f"{self.label} holds a non-finite score (NaN or inf) at row {r0 + int(bad[0])}, column "
-                             f"{c0 + int(bad[1])}: a score matrix must be finite; recompute it, or drop that row")
+        if not self.checked:
+            check_finite_block(out, self.label, r0, c0)
         return out
+
+
+def check_finite_block(s: torch.Tensor, label: str, r0: int = 0, c0: int = 0) -> None:
+    """ValueError naming ``label`` and the cell of the first NaN / inf of the block ``s`` (whose first cell is
+    ``(r0, c0)`` of the matrix)."""
+    if not math.isfinite(float(s.sum())) and not bool(torch.isfinite(s).all()):  # a finite sum: all finite
+        bad = (~torch.isfinite(s)).nonzero()[0]
+        raise ValueError(f"{label} holds a non-finite score (NaN or inf) at row {r0 + int(bad[0])}, column "
+                         f"{c0 + int(bad[1])}: a score matrix must be finite; recompute it, or drop that row")
+
+
+class ProductScores(ScoreMatrix):
+    """The score matrix ``rows @ cols.T`` of two embedding matrices, computed block by block in float64 when read
+    (never whole): what :func:`score_matrices` gives for embeddings sources. ``.T`` swaps the factors (no
+    recomputation of a transpose); ``take`` selects embedding rows."""
+
+    def __init__(self, rows, cols, label: str = "score matrix"):
+        def arr(x):
+            x = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+            if x.ndim != 2:
+                raise ValueError(f"{label}: embeddings must be 2-D (items x dimensions); got shape {x.shape}")
+            return np.ascontiguousarray(x, dtype=np.float64)
+
+        a, b = (rows, cols) if isinstance(rows, np.ndarray) and rows.dtype == np.float64 and rows.flags.c_contiguous \
+            and isinstance(cols, np.ndarray) and cols.dtype == np.float64 and cols.flags.c_contiguous \
+            else (arr(rows), arr(cols))
+        if a.shape[1] != b.shape[1]:
+            raise ValueError(f"{label}: rows and columns have different dimensions ({a.shape[1]} vs {b.shape[1]})")
+        if 0 in (a.shape[0], b.shape[0]):
+            raise ValueError(f"{label} is empty (shape {(a.shape[0], b.shape[0])})")
+        self.a, self.b, self.label = a, b, label
+        self.data, self.transposed, self.checked, self.bound, self.index = None, False, False, None, (None, None)
+
+    @property
+    def data_shape(self) -> Tuple[int, int]:
+        return (self.a.shape[0], self.b.shape[0])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64
+
+    @property
+    def rows_contiguous(self) -> bool:
+        return True
+
+    @property
+    def T(self) -> "ProductScores":
+        return ProductScores(self.b, self.a, self.label)
+
+    def take(self, rows=None, cols=None) -> "ProductScores":
+        return ProductScores(self.a if rows is None else self.a[np.asarray(rows)],
+                             self.b if cols is None else self.b[np.asarray(cols)], self.label)
+
+    def block(self, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
+        s = torch.from_numpy(self.a[r0:r1] @ self.b[c0:c1].T)
+        return s if dtype == torch.float64 else s.to(dtype)
 
 
 def _numpy_dtype(dtype: torch.dtype):
@@ -179,10 +278,12 @@ class ScoreEngine:
             key = (source.rows, col)
             if key not in self._bound:
                 m = self.matrix(*key)
-                big = 0.0
-                for (r0, r1), (c0, c1) in self._tiles(m.shape[0], m.shape[1], False):
-                    big = max(big, float(self._read(m, r0, r1, c0, c1, self.dtype).abs().max()))
-                self._bound[key] = big
+                if m.bound is None:
+                    big = 0.0
+                    for (r0, r1), (c0, c1) in self._tiles(m.shape[0], m.shape[1], False, m.dtype, m.rows_contiguous):
+                        big = max(big, float(self._read(m, r0, r1, c0, c1, m.dtype).abs().max()))
+                    m.bound = big
+                self._bound[key] = m.bound
             out = max(out, self._bound[key])
         return out
 
@@ -193,13 +294,24 @@ class ScoreEngine:
         self.largest_block = max(self.largest_block, s.numel())
         return s
 
-    def _tiles(self, n_r: int, n_c: int, whole_rows: bool, dtype: Optional[torch.dtype] = None):
-        item = torch.empty((), dtype=dtype or self.dtype).element_size()
-        if whole_rows:
-            r_size, c_size = block_rows(n_c, item, self.block_bytes), n_c
-        else:
-            r_size, c_size = block_shape(n_r, n_c, item, self.block_bytes)
+    def _tiles(self, n_r: int, n_c: int, whole_rows: bool, dtype: Optional[torch.dtype] = None,
+               rows_contiguous: bool = True):
+        item = max(4, torch.empty((), dtype=dtype or self.dtype).element_size())
+        r_size, c_size = self._block_shape(n_r, n_c, item, whole_rows, rows_contiguous)
         return [(r, c) for r in iter_blocks(n_r, r_size) for c in iter_blocks(n_c, c_size)]
+
+    def _block_shape(self, n_r: int, n_c: int, item: int, whole_rows: bool, rows_contiguous: bool):
+        """Rows x columns of one block: strips of whole rows when rows are contiguous in storage (or a reduction
+        needs whole rows), strips of whole columns when columns are (a C-order file read transposed), 2-D tiles
+        when one line exceeds the budget."""
+        budget = DEFAULT_BLOCK_BYTES if self.block_bytes is None else int(self.block_bytes)
+        if whole_rows:
+            return block_rows(n_c, item, self.block_bytes), n_c
+        if rows_contiguous and n_c * item <= budget:
+            return block_rows(n_c, item, self.block_bytes), n_c
+        if not rows_contiguous and n_r * item <= budget:
+            return n_r, block_rows(n_r, item, self.block_bytes)
+        return block_shape(n_r, n_c, item, self.block_bytes)
 
     def _columns(self, source: Scores):
         """The matrices of ``source``'s column inputs, with their column offsets."""
@@ -209,6 +321,11 @@ class ScoreEngine:
             parts.append((start, start + m.shape[1], m))
             start += m.shape[1]
         return parts, start
+
+    def _rows_contiguous(self, source: Scores) -> bool:
+        """Whether ``source``'s matrices are read fastest by strips of whole rows (else by strips of columns)."""
+        parts, _ = self._columns(source)
+        return not all(not m.rows_contiguous for _, _, m in parts)
 
     def read(self, source: Scores, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``r0:r1`` and columns ``c0:c1`` of ``source`` (its column inputs concatenated)."""
@@ -232,10 +349,7 @@ class ScoreEngine:
         rt = None if red.row_terms is None else torch.as_tensor(red.row_terms)
         ct = None if red.col_terms is None else torch.as_tensor(red.col_terms)
         item = max(4, torch.empty((), dtype=dt).element_size())
-        if red.whole_rows:
-            r_size, c_size = block_rows(n_c, item, self.block_bytes), n_c
-        else:
-            r_size, c_size = block_shape(n_r, n_c, item, self.block_bytes)
+        r_size, c_size = self._block_shape(n_r, n_c, item, red.whole_rows, self._rows_contiguous(src))
         rows_b, cols_b = list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size))
         kept, reduced = (cols_b, rows_b) if red.axis == 0 else (rows_b, cols_b)
         out = []
@@ -403,19 +517,26 @@ class ScoreTask:
 
 
 def matrices_from_embeddings(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, np.ndarray]:
-    """The score matrices of a task given as embeddings (float64 dot products): what a released similarity
-    matrix holds. ``(query_bank, target_bank)`` and ``(target_bank, targets)`` only when both are given."""
-    def arr(x):
-        return None if x is None else np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+    """The score matrices of a task given as embeddings (float64 dot products, dense): what a released similarity
+    matrix holds. ``(query_bank, target_bank)`` and ``(target_bank, targets)`` only when both are given. For large
+    banks use :func:`score_matrices` (computed block by block when read, never whole)."""
+    return {key: m.a @ m.b.T for key, m in score_matrices(queries, targets, query_bank, target_bank).items()}
 
-    q, t, qb, tb = arr(queries), arr(targets), arr(query_bank), arr(target_bank)
-    out = {("queries", "targets"): q @ t.T}
-    if qb is not None:
-        out[("query_bank", "targets")] = qb @ t.T
-        if tb is not None:
-            out[("query_bank", "target_bank")] = qb @ tb.T
-    if tb is not None:
-        out[("target_bank", "targets")] = tb @ t.T
+
+def score_matrices(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, "ProductScores"]:
+    """The score matrices of a task given as embeddings, as :class:`ProductScores` (float64 dot products computed
+    block by block when a reduction reads them: no bank x gallery matrix is ever held whole). The same keys as
+    :func:`matrices_from_embeddings`."""
+    out = {("queries", "targets"): ProductScores(queries, targets, "the test score matrix (queries x targets)")}
+    t = out[("queries", "targets")].b
+    if query_bank is not None:
+        qb = ProductScores(query_bank, t, "the query bank x targets score matrix")
+        out[("query_bank", "targets")] = qb
+        if target_bank is not None:
+            out[("query_bank", "target_bank")] = ProductScores(qb.a, target_bank,
+                                                               "the query bank x target bank score matrix")
+    if target_bank is not None:
+        out[("target_bank", "targets")] = ProductScores(target_bank, t, "the target bank x targets score matrix")
     return out
 
 
@@ -436,15 +557,40 @@ _SIMS_ROLES = {
 }
 
 
-def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
-               dtype: torch.dtype = torch.float64) -> Dict[str, "ScoreTask"]:
+def sample_index(n: int, size: Optional[int], seed: int) -> Optional[np.ndarray]:
+    """A seeded random subset of ``range(n)`` of at most ``size`` items, sorted (None: all of them). The rule of
+    every bank subset (``bank_queries`` / ``target_bank``), from embeddings and from score matrices alike."""
+    if size is None or int(size) >= n:
+        return None
+    if int(size) < 1:
+        raise ValueError(f"a bank subset needs at least one item; got {size}")
+    return np.sort(np.random.default_rng(seed).choice(n, size=int(size), replace=False))
+
+
+def bank_subsets(n_rows_bank: Optional[int], n_cols_bank: Optional[int], bank_queries: Optional[int],
+                 target_bank: Optional[int], seed: int):
+    """The seeded bank subsets of both directions: ``{"forward": (rows bank, cols bank), "backward": (...)}`` as
+    index arrays (None: all). The first direction's query bank is the row-side bank (seed), its target bank the
+    column-side bank (seed + 3); the second's query bank the column-side bank (seed + 1), its target bank the
+    row-side bank (seed + 2)."""
+    def pick(n, size, s):
+        return None if n is None else sample_index(n, size, s)
+
+    return {"forward": (pick(n_rows_bank, bank_queries, seed), pick(n_cols_bank, target_bank, seed + 3)),
+            "backward": (pick(n_rows_bank, target_bank, seed + 2), pick(n_cols_bank, bank_queries, seed + 1))}
+
+
+def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dtype: torch.dtype = torch.float64,
+               bank_queries: Optional[int] = None, target_bank: Optional[int] = None,
+               seed: int = 0) -> Dict[str, "ScoreTask"]:
     """Both retrieval directions of a sims folder (``hubnorm.data.sims``: a path, ``"sims:<folder>"`` or a loaded
     :class:`~hubnorm.data.sims.SimsFolder`) as :class:`ScoreTask` objects keyed by direction (e.g. ``t2v``, ``v2t``).
 
     The test matrix's rows are the queries of the first direction and its columns those of the second; the banks
     follow (``bank_rows`` is the first direction's query bank, ``bank_cols`` the second's; the bank x bank matrix
-    serves DBSN in both, read transposed for the second)."""
-    from .data.sims import SimsFolder, load_sims
+    serves DBSN in both, read transposed for the second). ``bank_queries`` / ``target_bank``: at most this many
+    query-bank / target-bank items per direction, a seeded subset (:func:`bank_subsets`; the files stay on disk)."""
+    from .data.sims import ROLES, SimsFolder, load_sims
 
     if isinstance(source, str) and source.startswith("sims:"):
         source = source[len("sims:"):]
@@ -455,7 +601,13 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
     if unknown:
         raise ValueError(f"{sims.folder} holds the directions {fwd} and {bwd} (modalities {list(sims.modalities)}); "
                          f"got {unknown}")
-    mats = {role: ScoreMatrix(arr, str(sims.files[role])) for role, arr in sims.matrices.items()}
+    mats = {role: ScoreMatrix(arr, str(sims.files[role]), checked=role in sims.bounds, bound=sims.bounds.get(role))
+            for role, arr in sims.matrices.items()}
+    bank_n = {}
+    for role, m in mats.items():
+        for side, n in zip(ROLES[role], m.shape):
+            bank_n.setdefault(side, n)
+    subsets = bank_subsets(bank_n.get("bank R"), bank_n.get("bank C"), bank_queries, target_bank, seed)
     rows, cols = sims.positive_pairs
     n_r, n_c = mats["test"].shape
     meta = {"dataset": sims.name, "model": sims.manifest.get("model"), "modalities": sims.modalities,
@@ -463,11 +615,15 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
     out = {}
     for d in wanted:
         side = "forward" if d == fwd else "backward"
+        sel = dict(zip(("bank R", "bank C"), subsets[side]))
         roles = _SIMS_ROLES[side]
         given = {}
         for key, role in roles.items():
             if role in mats:
+                r_side, c_side = ROLES[role]
                 m = mats[role]
+                if sel.get(r_side) is not None or sel.get(c_side) is not None:
+                    m = m.take(sel.get(r_side), sel.get(c_side))
                 transposed = side == "backward" and role in ("test", "bank_rows_x_bank_cols")
                 given[key] = m.T if transposed else m
         hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
@@ -477,5 +633,5 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
     return out
 
 
-__all__ = ["sims_tasks", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
-           "matrices_from_embeddings", "INPUT_LABELS"]
+__all__ = ["sims_tasks", "sample_index", "bank_subsets", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
+           "matrices_from_embeddings", "score_matrices", "ProductScores", "INPUT_LABELS"]
