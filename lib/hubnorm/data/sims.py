@@ -2,7 +2,7 @@
 
 Video-text and text-audio retrieval work releases score matrices rather than embeddings. A sims folder holds them as
 plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix is never read whole) and a manifest,
-``manifest.json``, that says what each file is::
+``manifest.json`` (or ``manifest.yaml``), that says what each file is::
 
     {
       "format": "hubnorm-sims", "version": 1,
@@ -21,6 +21,16 @@ plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix 
                                                          # {"mask": "positives.npy"}: a boolean rows x columns mask
       "checksums": {"test.npy": "<sha256>", ...}          # optional; verified when present
     }
+
+The same manifest may be written in YAML as ``manifest.yaml`` (or ``manifest.yml``), read with ``yaml.safe_load``
+(plain data, never Python objects); a folder holds exactly one manifest::
+
+    format: hubnorm-sims
+    version: 1
+    dataset: msrvtt-1k
+    modalities: [text, video]
+    matrices: {test: test.npy, bank_rows: bank_text.npy}
+    positives: {labels: caption_to_item.npy}
 
 Only ``test`` and ``positives`` are required; a method that needs a matrix the folder lacks is refused naming it
 (:mod:`hubnorm.scores`). Directions are named from the modalities' first letters: text/video gives ``t2v``
@@ -47,7 +57,7 @@ PathLike = Union[str, os.PathLike]
 
 FORMAT = "hubnorm-sims"
 VERSION = 1
-MANIFESTS = ("manifest.json",)
+MANIFESTS = ("manifest.json", "manifest.yaml", "manifest.yml")
 
 #: role -> (rows, columns) in terms of the test matrix's row side "R" and column side "C" ("bank" / "test")
 ROLES: Dict[str, Tuple[str, str]] = {
@@ -67,21 +77,40 @@ class SimsError(ValueError):
 
 
 def read_manifest(folder: Path) -> Tuple[dict, Path]:
-    for name in MANIFESTS:
-        path = folder / name
-        if path.is_file():
+    """The manifest of ``folder`` (``manifest.json``, or ``manifest.yaml`` / ``.yml`` read with ``yaml.safe_load``:
+    plain data only, never Python objects) and its path; SimsError naming the file when it is not a mapping, and
+    naming both when a folder holds two manifests."""
+    found = [folder / name for name in MANIFESTS if (folder / name).is_file()]
+    if len(found) > 1:
+        raise SimsError(f"{folder} holds {len(found)} manifests ({', '.join(p.name for p in found)}): keep one, "
+                        "so that no reader has to guess which one says what the files are")
+    if found:
+        path = found[0]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise SimsError(f"{path}: not UTF-8 text ({exc}); save the manifest as UTF-8") from None
+        if path.suffix == ".json":
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
+                data = json.loads(text)
+            except ValueError as exc:
                 raise SimsError(f"{path}: not valid JSON ({exc}); fix the manifest (see hubnorm.data.sims for its "
                                 "fields)") from None
-            if not isinstance(data, dict):
-                raise SimsError(f"{path}: the manifest must be a mapping (see hubnorm.data.sims); got {type(data).__name__}")
-            return data, path
+        else:
+            import yaml
+
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise SimsError(f"{path}: not valid YAML ({' '.join(str(exc).split())}); fix the manifest (see "
+                                "hubnorm.data.sims for its fields)") from None
+        if not isinstance(data, dict):
+            raise SimsError(f"{path}: the manifest must be a mapping (see hubnorm.data.sims); got {type(data).__name__}")
+        return data, path
     if not folder.is_dir():
         raise SimsError(f"sims folder {folder} does not exist: pass sims:<folder> with a folder of .npy score "
-                        "matrices and a manifest.json")
-    raise SimsError(f"{folder} has no manifest ({MANIFESTS[0]}): write one that says what each .npy file is "
+                        "matrices and a manifest.json (or manifest.yaml)")
+    raise SimsError(f"{folder} has no manifest ({' / '.join(MANIFESTS)}): write one that says what each .npy file is "
                     "(see hubnorm.data.sims), or convert QB-Norm pickles with `python -m hubnorm.data import-qbnorm`")
 
 
