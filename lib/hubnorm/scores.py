@@ -6,8 +6,14 @@ a ``sim_matrix``). Every method whose fit is a function of score matrices (:mod:
 ``inputs`` lists only :class:`~hubnorm.blocks.Scores`) runs here unchanged: :class:`ScoreEngine` answers the same
 engine protocol as :class:`hubnorm.engine.LocalEngine`, but its score blocks are read from the given matrices
 (numpy arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors) instead of being computed as
-``rows @ cols.T``. It runs every reduction by its plain block loop (``partial`` / ``merge`` / ``finalize``) and
-every iteration step by step, so a matrix is read one block of at most ``block_bytes`` at a time, never whole.
+``rows @ cols.T``. Blocks are read along a matrix's contiguous axis, at most ``block_bytes`` at a time. The fast
+path (the default) reads a stored matrix once per fit into memory when it fits ``resident_bytes`` (one pass that
+also checks it finite and takes its largest ``|s|``) and runs the reductions on it through the kernels of
+:mod:`hubnorm.kernels` (top-k, log-sum-exp over given scores; float32 for float32 matrices where the precision
+rules allow); a larger matrix is streamed by every reduction. ``plain=True`` runs every reduction by its plain
+block loop (``partial`` / ``merge`` / ``finalize``), reading every block from the matrix: the reference the fast
+path is tested against. Score matrices computed from embeddings (:class:`ProductScores`) are computed block by
+block when read, never whole.
 
 The matrices are named by the engine's inputs (``docs/methods.md``: ``queries``, ``targets``, ``query_bank``,
 ``target_bank``): ``("queries", "targets")`` is the test score matrix (test queries x gallery),
@@ -37,7 +43,7 @@ from typing import Dict, Iterator, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, concat
+from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat
 from .evaluation import positive_ranks, summarize_ranks
 from .hubness import hubness_stats, k_occurrence
 from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
@@ -48,6 +54,9 @@ INPUT_LABELS = {"queries": "test queries", "targets": "gallery (targets)", "quer
                 "target_bank": "target bank"}
 
 Pair = Tuple[str, str]
+
+#: Default memory budget of one stored matrix that the fast path keeps in memory during a fit (read once).
+DEFAULT_RESIDENT_BYTES = 2 * 2**30
 
 
 class ScoreMatrix:
@@ -200,19 +209,32 @@ class ScoreEngine:
         dtype: the dtype score blocks are read in (float64 by default; float32 halves the memory).
         block_bytes: memory budget of one score block (None: :data:`hubnorm.kernels.DEFAULT_BLOCK_BYTES`).
         hints: ``{(rows, cols): text}`` appended to the error of a missing matrix (where to add it).
+        plain: run every reduction by its plain block loop, reading each block from the matrix every time (the
+            reference the fast path is tested against, ``tests/test_scores_fast.py``).
+        resident_bytes: the fast path (``plain=False``, the default) reads a stored matrix (array or memory map)
+            of at most this many bytes once per fit, in one pass of blocks along its contiguous axis (checking it
+            finite and taking its largest ``|s|`` on the way), keeps it in memory in its own dtype until the fit
+            ends, and runs the reductions on it through the kernels of :mod:`hubnorm.kernels`
+            (:func:`~hubnorm.kernels.topk_scores`, :func:`~hubnorm.kernels.logsumexp_scores`; float32 blocks for a
+            float32 matrix where the working-dtype rules keep the result to
+            :data:`~hubnorm.kernels.PRECISION_TARGET`). A larger matrix is streamed block by block by every
+            reduction. None: :data:`DEFAULT_RESIDENT_BYTES`; 0: never resident.
 
     ``blocks_read`` / ``largest_block``: how many blocks were read and the most cells one held (a test reads them to
-    show that a matrix larger than the budget is never read whole).
+    show that a matrix larger than the budget is never read in a larger block).
     """
 
     sweep_bytes = None
-    plain = True
 
     def __init__(self, matrices: Mapping[Pair, object], *, dtype: torch.dtype = torch.float64,
-                 block_bytes: Optional[int] = None, hints: Optional[Mapping[Pair, str]] = None):
+                 block_bytes: Optional[int] = None, hints: Optional[Mapping[Pair, str]] = None,
+                 plain: bool = False, resident_bytes: Optional[int] = None):
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
         self.dtype, self.device, self.block_bytes = dtype, torch.device("cpu"), block_bytes
+        self.plain = bool(plain)
+        self.resident_bytes = DEFAULT_RESIDENT_BYTES if resident_bytes is None else int(resident_bytes)
+        self._res: Dict[Pair, Optional[torch.Tensor]] = {}
         self.hints = dict(hints or {})
         self.matrices: Dict[Pair, ScoreMatrix] = {}
         self.sizes: Dict[str, Tuple[int, str]] = {}
@@ -272,20 +294,102 @@ class ScoreEngine:
         return None
 
     def score_bound(self, source: Scores) -> float:
-        """The largest ``|s|`` of the score matrix ``source`` (read once, block by block)."""
+        """The largest ``|s|`` of the score matrix ``source`` (known from a sims folder's scan, or taken while the
+        matrix is read into memory, or else read once, block by block)."""
         out = 0.0
         for col in source.col_names:
             key = (source.rows, col)
             if key not in self._bound:
-                m = self.matrix(*key)
-                if m.bound is None:
+                stored, _ = self._stored(*key)
+                if stored.bound is None:
+                    self.resident(*key)                      # the fast path takes the bound in its one pass
+                if stored.bound is None:
+                    m = self.matrix(*key)
                     big = 0.0
                     for (r0, r1), (c0, c1) in self._tiles(m.shape[0], m.shape[1], False, m.dtype, m.rows_contiguous):
                         big = max(big, float(self._read(m, r0, r1, c0, c1, m.dtype).abs().max()))
-                    m.bound = big
-                self._bound[key] = m.bound
+                    stored.bound = big
+                self._bound[key] = stored.bound
             out = max(out, self._bound[key])
         return out
+
+    def base_dtype(self, source: Scores) -> torch.dtype:
+        """The dtype the working-dtype rules start from (:func:`hubnorm.kernels.working_dtype`): float32 when the
+        engine's dtype is, or (fast path) when every matrix of ``source`` is stored in float32, else float64."""
+        if self.dtype == torch.float32:
+            return torch.float32
+        if self.plain:
+            return self.dtype
+        stored = [self._stored(source.rows, c)[0] for c in source.col_names]
+        return torch.float32 if all(m.dtype == torch.float32 for m in stored) else self.dtype
+
+    # ------------------------------------------------------------------ the fast path: one read per fit
+    def _stored(self, rows: str, cols: str) -> Tuple[ScoreMatrix, bool]:
+        """The given matrix behind ``rows x cols`` and whether it is read transposed."""
+        if (rows, cols) in self.matrices:
+            return self.matrices[(rows, cols)], False
+        if (cols, rows) in self.matrices:
+            return self.matrices[(cols, rows)], True
+        return self.matrix(rows, cols), False  # raises, naming the matrix
+
+    def resident(self, rows: str, cols: str) -> Optional[torch.Tensor]:
+        """The ``rows x cols`` matrix in memory (read once per fit; a view when read transposed), or None when the
+        fast path does not keep it (``plain``, larger than ``resident_bytes``, or computed from embeddings)."""
+        if self.plain:
+            return None
+        key = (rows, cols) if (rows, cols) in self.matrices else (cols, rows)
+        if key not in self._res:
+            self._res[key] = self._load(self._stored(rows, cols)[0])
+        x = self._res[key]
+        if x is None:
+            return None
+        return x if key == (rows, cols) else x.T
+
+    def _load(self, m: ScoreMatrix) -> Optional[torch.Tensor]:
+        """``m`` read into memory in its stored dtype by strips of whole stored rows (contiguous on disk), checked
+        finite and its largest ``|s|`` taken in the same pass; None when it is not kept."""
+        if m.data is None:
+            return None
+        item = m.data.dtype.itemsize if m.data.dtype.itemsize <= 4 else 8
+        dt = m.dtype
+        n_a, n_b = m.data_shape
+        if n_a * n_b * torch.empty((), dtype=dt).element_size() > self.resident_bytes:
+            return None
+        # stored orientation, made C-ordered: a Fortran-order file is its transpose in C order
+        flip = m.data.flags.f_contiguous and not m.data.flags.c_contiguous
+        src = ScoreMatrix(m.data.T if flip else m.data, m.label, checked=True,
+                          index=tuple(reversed(m.index)) if flip else m.index)
+        if flip:
+            n_a, n_b = n_b, n_a
+        buf = torch.empty((n_a, n_b), dtype=dt)
+        big = 0.0
+        for a0, a1 in iter_blocks(n_a, block_rows(n_b, max(4, item), self.block_bytes)):
+            blk = src.block(a0, a1, 0, n_b, dt)
+            self.blocks_read += 1
+            self.largest_block = max(self.largest_block, blk.numel())
+            if not m.checked:
+                if flip != m.transposed:
+                    check_finite_block(blk.T, m.label, 0, a0)
+                else:
+                    check_finite_block(blk, m.label, a0, 0)
+            if m.bound is None:
+                big = max(big, float(blk.abs().max()))
+            buf[a0:a1] = blk
+        if m.bound is None:
+            m.bound = big
+        return buf.T if flip != m.transposed else buf
+
+    def release(self) -> None:
+        """Drop the matrices kept in memory (the end of a fit)."""
+        self._res.clear()
+
+    def _resident_block(self, parts, r0, r1, c0, c1, dtype) -> torch.Tensor:
+        pieces = []
+        for a, b, x in parts:
+            lo, hi = max(a, c0), min(b, c1)
+            if lo < hi:
+                pieces.append(x[r0:r1, lo - a:hi - a].to(dtype, copy=True))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
     # ------------------------------------------------------------------ reading blocks
     def _read(self, m: ScoreMatrix, r0, r1, c0, c1, dtype) -> torch.Tensor:
@@ -343,13 +447,36 @@ class ScoreEngine:
         if isinstance(src, Embeddings):
             self.tensor(src.name)
         red.prepare(self)
-        n_r = self.matrix(src.rows, src.col_names[0]).shape[0]
-        _, n_c = self._columns(src)
+        parts, n_c = self._columns(src)
+        n_r = parts[0][2].shape[0]
+        n = n_r if red.axis == 0 else n_c
+        if not self.plain:
+            res = [self.resident(src.rows, col) for col in src.col_names]
+            if all(x is not None for x in res):
+                if len(res) == 1 and red.row_terms is None and red.col_terms is None and not red.whole_rows:
+                    out = red.reduce_scores(res[0], n, self.block_bytes)
+                    if out is not NotImplemented:
+                        return self._engine_dtype(out)
+                in_mem = [(a, b, x) for (a, b, _), x in zip(parts, res)]
+                rows_contig = all(x.is_contiguous() for x in res)
+                return self._loop(red, lambda r0, r1, c0, c1, dt: self._resident_block(in_mem, r0, r1, c0, c1, dt),
+                                  n_r, n_c, n, rows_contig)
+        return self._loop(red, lambda r0, r1, c0, c1, dt: self.read(src, r0, r1, c0, c1, dt), n_r, n_c, n,
+                          self._rows_contiguous(src))
+
+    def _engine_dtype(self, out):
+        """Top-k values found in a float32 matrix, in the engine's dtype (the same numbers)."""
+        if isinstance(out, TopKResult) and out.values.dtype != self.dtype:
+            return TopKResult(out.values.to(self.dtype), out.indices)
+        return out
+
+    def _loop(self, red: Reduction, read, n_r: int, n_c: int, n: int, rows_contiguous: bool):
+        """The plain block loop: ``partial`` per block, ``merge`` along the reduced axis, ``finalize``."""
         dt = red.dtype or self.dtype
         rt = None if red.row_terms is None else torch.as_tensor(red.row_terms)
         ct = None if red.col_terms is None else torch.as_tensor(red.col_terms)
         item = max(4, torch.empty((), dtype=dt).element_size())
-        r_size, c_size = self._block_shape(n_r, n_c, item, red.whole_rows, self._rows_contiguous(src))
+        r_size, c_size = self._block_shape(n_r, n_c, item, red.whole_rows, rows_contiguous)
         rows_b, cols_b = list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size))
         kept, reduced = (cols_b, rows_b) if red.axis == 0 else (rows_b, cols_b)
         out = []
@@ -357,13 +484,13 @@ class ScoreEngine:
             acc = None
             for j0, j1 in reduced:
                 (r0, r1), (c0, c1) = ((j0, j1), (k0, k1)) if red.axis == 0 else ((k0, k1), (j0, j1))
-                s = self.read(src, r0, r1, c0, c1, dt)
+                s = read(r0, r1, c0, c1, dt)
                 sub = Chunk(s, None, r0, c0, None if rt is None else rt[r0:r1], None if ct is None else ct[c0:c1],
                             self.block_bytes)
                 p = red.partial(s, sub)
                 acc = p if acc is None else red.merge(acc, p)
             out.append(acc)
-        return red.finalize(concat(out), n_r if red.axis == 0 else n_c)
+        return self._engine_dtype(red.finalize(concat(out), n))
 
     def iterate(self, it: Iteration):
         state = it.start(self)
@@ -397,7 +524,8 @@ def fit_scores(normalizer, engine: ScoreEngine, *, query_aware: bool = False):
     if query_aware:  # the test score matrix serves as the bank's (a transductive fit)
         mats = {k: m for k, m in engine.matrices.items() if "query_bank" not in k}
         mats[("query_bank", "targets")] = engine.matrix("queries", "targets")
-        engine = ScoreEngine(mats, dtype=engine.dtype, block_bytes=engine.block_bytes, hints=engine.hints)
+        engine = ScoreEngine(mats, dtype=engine.dtype, block_bytes=engine.block_bytes, hints=engine.hints,
+                             plain=engine.plain, resident_bytes=engine.resident_bytes)
     normalizer.check_params()
     for (rows, col), required in needed:
         if required and rows != "queries" and not engine.has_matrix(rows, col):
@@ -407,7 +535,10 @@ def fit_scores(normalizer, engine: ScoreEngine, *, query_aware: bool = False):
                 raise ValueError(f"{type(normalizer).__name__} needs the {INPUT_LABELS[rows]} x {INPUT_LABELS[col]} "
                                  f"score matrix ({rows} x {col}), which is missing. {e}") from None
     normalizer.check_limits(engine)
-    fitted = normalizer.fit_blocks(engine)
+    try:
+        fitted = normalizer.fit_blocks(engine)
+    finally:
+        engine.release()   # the matrices read into memory for this fit
     offsets = fitted.get("offsets_")
     if offsets is not None and not bool(torch.isfinite(offsets).all()):
         raise normalizer.non_finite_error(engine.dtype)
@@ -449,6 +580,8 @@ class ScoreTask:
     hints: Dict[Pair, str] = field(default_factory=dict)
     block_bytes: Optional[int] = None
     dtype: torch.dtype = torch.float64
+    plain: bool = False
+    resident_bytes: Optional[int] = None
 
     def __post_init__(self):
         if ("queries", "targets") not in self.matrices:
@@ -456,7 +589,8 @@ class ScoreTask:
                              "matrices={('queries', 'targets'): S_test, ...}")
         if not isinstance(self.positives, Positives):
             raise TypeError("positives must be a hubnorm.Positives (Positives.from_labels / from_groups)")
-        self.engine = ScoreEngine(self.matrices, dtype=self.dtype, block_bytes=self.block_bytes, hints=self.hints)
+        self.engine = ScoreEngine(self.matrices, dtype=self.dtype, block_bytes=self.block_bytes, hints=self.hints,
+                                  plain=self.plain, resident_bytes=self.resident_bytes)
         m, n = self.test.shape
         if self.positives.n_queries != m or self.positives.n_targets != n:
             raise ValueError(f"positives are {self.positives.n_queries} queries x {self.positives.n_targets} targets but "
@@ -634,4 +768,4 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
 
 
 __all__ = ["sims_tasks", "sample_index", "bank_subsets", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
-           "matrices_from_embeddings", "score_matrices", "ProductScores", "INPUT_LABELS"]
+           "matrices_from_embeddings", "score_matrices", "ProductScores", "INPUT_LABELS", "DEFAULT_RESIDENT_BYTES"]

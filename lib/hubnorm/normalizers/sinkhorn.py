@@ -202,6 +202,11 @@ def sinkhorn_dtype(dtype: torch.dtype, smax: float, m: int, n: int, tau: float) 
     return dt
 
 
+#: below this, exp() of a column's largest entry risks losing the column's sum (float32: exp(-60) = 9e-27, far above
+#: the smallest normal number even after summing; float64: exp(-600))
+_UNDERFLOW = {torch.float32: -60.0, torch.float64: -600.0}
+
+
 # ============================================================================== Sinkhorn as block reductions
 class SinkhornIteration(Reduction):
     """One Sinkhorn iteration as one reduction over blocks of bank rows that span every column (DBSN Eq. 7-9).
@@ -220,13 +225,20 @@ class SinkhornIteration(Reduction):
         self.col_terms = g
 
     def partial(self, s, chunk):
-        m_total, n = self.m, s.shape[1]
+        # one exponential pass (as the fused kernel, :func:`sinkhorn_potentials`): with E = exp(x - rowmax) and
+        # rs its row sums, x_ij + f_i / tau = log(E_ij) + log(w_i), w_i = a / rs_i, so the column log-sum-exp is
+        # log (w @ E)_j; a column whose every entry in this block underflows is computed exactly instead
+        m_total = self.m
         x = s.mul_(1.0 / self.tau).add_(chunk.col_terms.to(s.dtype) / self.tau)
-        mx = x.amax(dim=1, keepdim=True)
-        x.sub_(mx)
-        log_rs = torch.logsumexp(x, dim=1, keepdim=True)   # x_ij + f_i / tau = x_ij - mx_i - log_rs_i + log a
-        x.add_(math.log(1.0 / m_total) - log_rs)
-        return torch.logsumexp(x, dim=0).to(torch.float64)
+        x.sub_(x.amax(dim=1, keepdim=True))
+        low = x.amax(dim=0) < _UNDERFLOW[x.dtype]            # columns whose sum could underflow in this block
+        x_low = x[:, low].clone() if bool(low.any()) else None
+        rs = x.exp_().sum(dim=1)
+        w = (1.0 / m_total) / rs
+        out = torch.mv(x.T, w).to(torch.float64).log_()
+        if x_low is not None:
+            out[low] = torch.logsumexp(x_low + w.log()[:, None], dim=0).to(torch.float64)
+        return out
 
     def prepare(self, engine):
         self.m = engine.size(self.source.rows)
@@ -255,7 +267,8 @@ class SinkhornRun(Iteration):
     def _work(self, engine) -> torch.dtype:
         rows, cols = self.source.rows, self.source.col_names
         smax = engine.score_bound(self.source)
-        return sinkhorn_dtype(engine.dtype, smax, engine.size(rows), sum(engine.size(c) for c in cols), self.tau)
+        base = engine.base_dtype(self.source) if hasattr(engine, "base_dtype") else engine.dtype
+        return sinkhorn_dtype(base, smax, engine.size(rows), sum(engine.size(c) for c in cols), self.tau)
 
     def fused(self, engine):
         bank, cols = engine.tensor(self.source.rows), engine.tensor(self.source.cols)
