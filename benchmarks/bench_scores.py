@@ -57,7 +57,7 @@ def main():
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((2000, args.dim)).astype(np.float32)
     targets = clustered(args.n_test, args.dim, rng, centres)
-    queries = targets + 2.0 * rng.standard_normal(targets.shape).astype(np.float32) / np.sqrt(args.dim)
+    queries = targets + 8.0 * rng.standard_normal(targets.shape).astype(np.float32) / np.sqrt(args.dim)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     bank = clustered(args.n_bank, args.dim, rng, centres)
     work = Path(args.workdir)

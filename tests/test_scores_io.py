@@ -114,27 +114,29 @@ def test_one_pass_scan_names_the_cell(tmp_path, order):
     assert digest != hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_transposed_matrix_is_read_along_its_contiguous_axis(tmp_path, monkeypatch):
-    """A C-order file read transposed (the second direction) is read by strips of whole stored rows."""
+@pytest.mark.parametrize("plain", [True, False])
+def test_transposed_matrix_is_read_along_its_contiguous_axis(tmp_path, monkeypatch, plain):
+    """A C-order file read transposed (the second direction) is read by strips of whole stored rows (by the plain
+    block loop, and by the fast path's one read into memory)."""
     rng = np.random.default_rng(0)
     path = tmp_path / "bank.npy"
     np.save(path, rng.standard_normal((6, 400)))                  # stored: targets x bank; read: bank x targets
     m = ScoreMatrix(np.load(path, mmap_mode="r"), "bank.npy").T
     assert not m.rows_contiguous
     calls = []
-    orig = ScoreMatrix.block
+    orig = ScoreMatrix._stored
 
-    def spy(self, r0, r1, c0, c1, dtype):
+    def spy(self, a0, a1, b0, b1):     # stored coordinates: rows a0:a1, columns b0:b1 of the file
         if self.label == "bank.npy":
-            calls.append((r0, r1, c0, c1))
-        return orig(self, r0, r1, c0, c1, dtype)
+            calls.append((a0, a1, b0, b1))
+        return orig(self, a0, a1, b0, b1)
 
-    monkeypatch.setattr(ScoreMatrix, "block", spy)
+    monkeypatch.setattr(ScoreMatrix, "_stored", spy)
     test = np.asarray(rng.standard_normal((5, 6)))
     task = ScoreTask({("queries", "targets"): test, ("query_bank", "targets"): m},
-                     hn.Positives.from_labels(np.arange(5) % 6, 6), block_bytes=400 * 8 * 2)
+                     hn.Positives.from_labels(np.arange(5) % 6, 6), block_bytes=400 * 8 * 2, plain=plain)
     plain = task.fit(hn.make_normalizer("is", tau=0.1)).offsets_
-    assert len(calls) >= 3 and all(c[:2] == (0, 400) and c[3] - c[2] <= 2 for c in calls)  # whole stored rows
+    assert len(calls) >= 3 and all(c[2:] == (0, 400) and c[1] - c[0] <= 2 for c in calls)  # whole stored rows
     ref = torch_lme(np.load(path).T, 10.0)
     assert np.allclose(plain.numpy(), -0.1 * ref, atol=1e-12)
 

@@ -231,7 +231,9 @@ class Reduction:
     Partials of different kept items are concatenated (:func:`concat`) by the engines.
 
     ``row_terms`` / ``col_terms``: optional side vectors aligned with the rows / columns (Sinkhorn's
-    potentials); ``whole_rows``: the partial needs each block to span every column (a fused Sinkhorn iteration).
+    potentials); ``whole_rows``: the partial needs each block to span every column (a fused Sinkhorn iteration);
+    ``read_only``: the partial never modifies its score block in place (an engine may then hand it a view of
+    scores it keeps, instead of a copy).
     """
 
     source: Input
@@ -239,6 +241,7 @@ class Reduction:
     row_terms: Any = None
     col_terms: Any = None
     whole_rows: bool = False
+    read_only: bool = False
     dtype: Optional[torch.dtype] = None  # the dtype score blocks are computed in (None: the inputs')
 
     def prepare(self, engine) -> None:

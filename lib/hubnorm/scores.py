@@ -362,19 +362,20 @@ class ScoreEngine:
         if flip:
             n_a, n_b = n_b, n_a
         buf = torch.empty((n_a, n_b), dtype=dt)
+        out = buf.numpy()
         big = 0.0
         for a0, a1 in iter_blocks(n_a, block_rows(n_b, max(4, item), self.block_bytes)):
-            blk = src.block(a0, a1, 0, n_b, dt)
+            np.copyto(out[a0:a1], src._stored(a0, a1, 0, n_b), casting="same_kind")   # the one read of these rows
+            blk = buf[a0:a1]
             self.blocks_read += 1
             self.largest_block = max(self.largest_block, blk.numel())
-            if not m.checked:
+            lo, hi = (float(v) for v in torch.aminmax(blk))       # one pass: finite (NaN / inf propagate) and |s|
+            if not (math.isfinite(lo) and math.isfinite(hi)) and not m.checked:
                 if flip != m.transposed:
                     check_finite_block(blk.T, m.label, 0, a0)
                 else:
                     check_finite_block(blk, m.label, a0, 0)
-            if m.bound is None:
-                big = max(big, float(blk.abs().max()))
-            buf[a0:a1] = blk
+            big = max(big, abs(lo), abs(hi))
         if m.bound is None:
             m.bound = big
         return buf.T if flip != m.transposed else buf
@@ -383,12 +384,12 @@ class ScoreEngine:
         """Drop the matrices kept in memory (the end of a fit)."""
         self._res.clear()
 
-    def _resident_block(self, parts, r0, r1, c0, c1, dtype) -> torch.Tensor:
+    def _resident_block(self, parts, r0, r1, c0, c1, dtype, copy=True) -> torch.Tensor:
         pieces = []
         for a, b, x in parts:
             lo, hi = max(a, c0), min(b, c1)
             if lo < hi:
-                pieces.append(x[r0:r1, lo - a:hi - a].to(dtype, copy=True))
+                pieces.append(x[r0:r1, lo - a:hi - a].to(dtype, copy=copy))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
     # ------------------------------------------------------------------ reading blocks
@@ -459,7 +460,8 @@ class ScoreEngine:
                         return self._engine_dtype(out)
                 in_mem = [(a, b, x) for (a, b, _), x in zip(parts, res)]
                 rows_contig = all(x.is_contiguous() for x in res)
-                return self._loop(red, lambda r0, r1, c0, c1, dt: self._resident_block(in_mem, r0, r1, c0, c1, dt),
+                copy = not getattr(red, "read_only", False)   # a partial that modifies its block gets a copy
+                return self._loop(red, lambda r0, r1, c0, c1, dt: self._resident_block(in_mem, r0, r1, c0, c1, dt, copy),
                                   n_r, n_c, n, rows_contig)
         return self._loop(red, lambda r0, r1, c0, c1, dt: self.read(src, r0, r1, c0, c1, dt), n_r, n_c, n,
                           self._rows_contiguous(src))

@@ -218,6 +218,7 @@ class SinkhornIteration(Reduction):
     """
 
     whole_rows = True
+    read_only = True   # partial never modifies its score block (an engine may hand it a view of stored scores)
 
     def __init__(self, source: Scores, tau: float, work: torch.dtype, g: torch.Tensor):
         self.source, self.axis, self.tau = source, 0, float(tau)
@@ -227,17 +228,19 @@ class SinkhornIteration(Reduction):
     def partial(self, s, chunk):
         # one exponential pass (as the fused kernel, :func:`sinkhorn_potentials`): with E = exp(x - rowmax) and
         # rs its row sums, x_ij + f_i / tau = log(E_ij) + log(w_i), w_i = a / rs_i, so the column log-sum-exp is
-        # log (w @ E)_j; a column whose every entry in this block underflows is computed exactly instead
-        m_total = self.m
-        x = s.mul_(1.0 / self.tau).add_(chunk.col_terms.to(s.dtype) / self.tau)
-        x.sub_(x.amax(dim=1, keepdim=True))
-        low = x.amax(dim=0) < _UNDERFLOW[x.dtype]            # columns whose sum could underflow in this block
-        x_low = x[:, low].clone() if bool(low.any()) else None
-        rs = x.exp_().sum(dim=1)
-        w = (1.0 / m_total) / rs
-        out = torch.mv(x.T, w).to(torch.float64).log_()
-        if x_low is not None:
-            out[low] = torch.logsumexp(x_low + w.log()[:, None], dim=0).to(torch.float64)
+        # log (w @ E)_j. A column whose sum falls below w_min exp(-60) (float32; exp(-600) in float64) may have
+        # lost entries to underflow: it is computed exactly from ``s``, which is never modified (read_only).
+        g_tau = chunk.col_terms.to(s.dtype) / self.tau
+        x = torch.add(g_tau, s, alpha=1.0 / self.tau)
+        mx = x.amax(dim=1, keepdim=True)
+        rs = x.sub_(mx).exp_().sum(dim=1)
+        w = (1.0 / self.m) / rs
+        col = torch.mv(x.T, w)
+        low = col < float(w.min()) * math.exp(_UNDERFLOW[x.dtype])
+        out = col.to(torch.float64).log_()
+        if bool(low.any()):
+            x_low = torch.add(g_tau[low], s[:, low], alpha=1.0 / self.tau).sub_(mx).add_(w.log()[:, None])
+            out[low] = torch.logsumexp(x_low, dim=0).to(torch.float64)
         return out
 
     def prepare(self, engine):
