@@ -239,6 +239,17 @@ nb.notice(
 # cells on real embeddings (see `notebooks/README.md`); large real sets are cut to `max_test_images` test images
 # and `max_bank_captions` bank captions (seeded subsets).
 
+# %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("00", source, run, globals())
+
 # %% tags=[]
 data = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
                           source_kwargs=source_kwargs, ensure_val=False)

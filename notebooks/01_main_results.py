@@ -68,6 +68,17 @@ from hubnorm import compare, notebook as nb, protocol as pr, studies
 run = nb.setup("01", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("01", source, run, globals())
+
+# %% [markdown]
 # ## 1 · Data and reference banks
 # The test split is the gallery and the queries; `val` selects hyperparameters (a data set without one holds it out
 # of the training split by one rule, `hubnorm.embeddings.validation_size`: the size of the test split when the

@@ -72,6 +72,17 @@ from hubnorm import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("04", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
+# %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("04", source, run, globals())
+
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed

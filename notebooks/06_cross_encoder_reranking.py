@@ -83,6 +83,17 @@ from hubnorm import rerank as rr
 run = nb.setup("06", seed=seed, params=globals())
 
 # %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("06", source, run, globals())
+
+# %% [markdown]
 # ## Data, first stages and the cross-encoder
 #
 # Four first stages from the registry, fitted once per direction: the raw cosine (**Original**, the "EMB" of the

@@ -88,6 +88,17 @@ from hubnorm import listwise as lw
 run = nb.setup("07", seed=seed, params=globals())
 
 # %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("07", source, run, globals())
+
+# %% [markdown]
 # ## 1 · Data and graded relevance
 # The synthetic preset mimics zero-shot CLIP on Flickr30k (1,000 test images, 5,000 captions). The reference banks
 # of the normalizers and the adapter's training data are the training split; no parameter is selected here, so no
