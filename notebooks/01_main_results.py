@@ -41,7 +41,7 @@
 # > embedding model, different content statistics.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 cross_source: str = "auto"  # reference bank from another dataset (NNN Table 2): "auto" (synthetic run: the other preset; real run: none), a source string, or None

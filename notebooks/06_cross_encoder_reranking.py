@@ -44,7 +44,7 @@
 # > image files, `image_dir`, and the caption texts).
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"
+source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
 synthetic_sizes = {"n_train_images": 4000}
 source_kwargs = {}
 seed = 0

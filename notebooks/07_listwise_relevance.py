@@ -48,7 +48,7 @@
 # > the relevance is RSC from the captions, and nothing synthetic enters the run.
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"
+source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
 synthetic_sizes = {"n_train_images": 2000}
 source_kwargs = {}
 seed = 0

@@ -47,7 +47,7 @@
 # > With the default synthetic source every number is a **synthetic analog**: read the directions, not the values.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 synthetic_sizes: dict = {"n_train_images": 1000, "n_val_images": 500, "n_test_images": 500}  # synthetic generator only
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 seed: int = 0
