@@ -131,7 +131,7 @@ LAYERS = [
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
                       "hubnorm.calibration", "hubnorm.media", "hubnorm.forensics", "hubnorm.adversarial",
-                      "hubnorm.label_free",
+                      "hubnorm.label_free", "hubnorm.score_studies",
                       "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.parameters", "hubnorm.listwise",
                       "hubnorm.listwise.*", "hubnorm.rerank", "hubnorm.rerank.*"]),
     ("package root", ["hubnorm"]),

@@ -36,12 +36,13 @@ The study functions are plain (a task in, a DataFrame out) and equal the embeddi
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
-from .registry import DISPLAY_NAMES, make_normalizer
+from .blocks import limit_of
+from .registry import make_normalizer
 from .scores import ScoreMatrix, ScoreTask
 
 __all__ = ["NEEDS", "is_sims", "SimsRun", "load_sims_run", "score_methods", "methods_table", "hubness_table",
@@ -141,10 +142,20 @@ def _param(params: Mapping, names: Sequence[str], default, direction_key: Option
     return default
 
 
-def score_methods(params: Mapping = (), direction_key: str = "t2i", *, extra: bool = True) -> Dict[str, object]:
+#: the methods of a sims run's tables (registry names; the dual-bank ones run when the folder has their matrices)
+SHOWN = ("raw", "nnn", "is", "dis", "csls", "sn", "dbsn", "dualis", "dualdis")
+#: the methods of the hubness, recall and hub tables
+HUBNESS_SHOWN = ("raw", "nnn", "is", "csls", "sn")
+#: the methods of notebook 05's query-aware vs bank table
+SINKHORN_SHOWN = ("raw", "is", "sn", "dbsn", "dualis")
+
+
+def score_methods(params: Mapping = (), direction_key: str = "t2i", *, extra: bool = True,
+                  names: Optional[Sequence[str]] = None) -> Dict[str, object]:
     """The score-only methods at a notebook's fixed parameters (``params``: its globals; the papers' defaults
     otherwise): raw, NNN, IS, DIS, CSLS, SN, and with ``extra`` DBSN, DualIS, DualDIS (run only when the folder
-    has their matrices). ``direction_key``: ``"t2i"`` or ``"i2t"`` for a per-direction parameter (``is_tau``)."""
+    has their matrices). ``direction_key``: ``"t2i"`` or ``"i2t"`` for a per-direction parameter (``is_tau``);
+    ``names``: only these methods (in this order). The raw scores are ``None``."""
     params = dict(params or {})
     alpha = _param(params, ("nnn_alpha", "nnn_params.alpha", "alpha"), 0.75)
     k = _param(params, ("nnn_k", "nnn_params.k"), 16)
@@ -152,13 +163,12 @@ def score_methods(params: Mapping = (), direction_key: str = "t2i", *, extra: bo
     sn_tau = _param(params, ("sn_tau",), 0.01, direction_key)
     sn_iter = _param(params, ("sn_iter",), 10)
     dual = params.get("dualis_params") or params.get("dual_betas") or {"beta_query": 50.0, "beta_target": 50.0}
-    out = {"raw": None, "nnn": make_normalizer("nnn", alpha=alpha, k=k), "is": make_normalizer("is", tau=is_tau),
-           "dis": make_normalizer("dis", tau=is_tau, k=1), "csls": make_normalizer("csls", k=10),
-           "sn": make_normalizer("sn", tau=sn_tau, n_iter=sn_iter)}
+    spec = [("raw", None), ("nnn", {"alpha": alpha, "k": k}), ("is", {"tau": is_tau}), ("dis", {"tau": is_tau, "k": 1}),
+            ("csls", {"k": 10}), ("sn", {"tau": sn_tau, "n_iter": sn_iter})]
     if extra:
-        out.update({"dbsn": make_normalizer("dbsn", tau=sn_tau, n_iter=sn_iter),
-                    "dualis": make_normalizer("dualis", **dual), "dualdis": make_normalizer("dualdis", **dual)})
-    return out
+        spec += [("dbsn", {"tau": sn_tau, "n_iter": sn_iter}), ("dualis", dict(dual)), ("dualdis", dict(dual))]
+    made = {name: None if p is None else make_normalizer(name, **p) for name, p in spec}
+    return {name: made[name] for name in (names or made) if name in made}
 
 
 def _bank_size(task: ScoreTask, query_aware: bool) -> int:
@@ -166,12 +176,20 @@ def _bank_size(task: ScoreTask, query_aware: bool) -> int:
 
 
 def _clamped(norm, task: ScoreTask, query_aware: bool, notes: List[str]):
-    """NNN / CSLS with k at most the bank size (a NOTE when clamped)."""
-    k = getattr(norm, "k", None)
-    n = _bank_size(task, query_aware)
-    if norm is not None and type(norm).name in ("nnn", "csls") and k is not None and n and k > n:
-        notes.append(f"{type(norm).name} k={k} is larger than the bank ({n} queries): k={n} is used")
-        norm.set_params(k=n) if hasattr(norm, "set_params") else setattr(norm, "k", n)
+    """``norm`` with every parameter limited by an input size (NNN's and CSLS's ``k``: the bank) at most that size
+    (a NOTE when one is cut)."""
+    if norm is None:
+        return norm
+
+    def size(inp):
+        return _bank_size(task, query_aware) if inp == "query_bank" else task.size(inp)
+
+    for pname, spec in type(norm).parameters.items():
+        n, v = limit_of(spec, size), getattr(norm, pname, None)
+        if n and isinstance(v, int) and v > n:
+            notes.append(f"{type(norm).name} {pname}={v} is larger than its limit here ({n}: "
+                         f"{', '.join(spec.limited_by)}): {pname}={n} is used")
+            setattr(norm, pname, n)
     return norm
 
 
@@ -264,11 +282,14 @@ def bank_subset(task: ScoreTask, rows) -> ScoreTask:
                      block_bytes=task.block_bytes, dtype=task.dtype)
 
 
-def bank_size_table(task: ScoreTask, methods: Mapping[str, Callable[[], object]], fractions: Sequence[float],
-                    seeds: Sequence[int] = (0,), *, skipped: Optional[Dict[str, str]] = None) -> pd.DataFrame:
+def bank_size_table(task: ScoreTask, methods: Sequence[Tuple[str, Mapping]], fractions: Sequence[float],
+                    seeds: Sequence[int] = (0,), *, skipped: Optional[Dict[str, str]] = None,
+                    notes: Optional[List[str]] = None) -> pd.DataFrame:
     """R@1 of each method with a seeded subset of ``fraction`` of the bank rows (at least 1 row), per seed.
-    ``methods``: ``{name: factory}`` (a fresh normalizer per fit). A fraction of 1.0 is the whole bank."""
+    ``methods``: ``[(registry name, parameters), ...]`` (a fresh normalizer per fit). A fraction of 1.0 is the
+    whole bank; a parameter limited by the bank (NNN's ``k``) is cut to the subset's size (a NOTE in ``notes``)."""
     skipped = {} if skipped is None else skipped
+    notes = [] if notes is None else notes
     n_bank = task.size("query_bank")
     if not n_bank:
         raise ValueError(f"the {task.direction} task has no query bank (bank x gallery scores): the query-bank study "
@@ -279,11 +300,8 @@ def bank_size_table(task: ScoreTask, methods: Mapping[str, Callable[[], object]]
         for seed in (seeds if size < n_bank else seeds[:1]):
             sub = task if size >= n_bank else bank_subset(
                 task, np.random.default_rng(seed).choice(n_bank, size, replace=False))
-            for name, make in methods.items():
-                norm = make()
-                k = getattr(norm, "k", None)
-                if type(norm).name in ("nnn", "csls") and k is not None and k > size:
-                    norm.k = size
+            for name, p in methods:
+                norm = _clamped(make_normalizer(name, **p), sub, False, notes)
                 if not _fit_or_skip(sub, name, norm, False, skipped):
                     continue
                 res = sub.evaluate(norm, fit=False)
@@ -298,7 +316,9 @@ def tau_sweep(task: ScoreTask, taus: Sequence[float], names: Sequence[str] = ("i
     rows = []
     for name in names:
         for tau in taus:
-            norm = make_normalizer(name, tau=float(tau), **({"n_iter": sn_iter} if name in ("sn", "dbsn") else {}))
+            norm = make_normalizer(name, tau=float(tau))
+            if "n_iter" in type(norm).parameters:
+                norm.n_iter = int(sn_iter)
             res = task.evaluate(norm, query_aware=query_aware)
             rows.append({"direction": task.direction, "method": name, "tau": float(tau), "R@1": res["R@1"],
                          "R@5": res["R@5"]})
@@ -324,7 +344,7 @@ def hub_table(task: ScoreTask, methods: Mapping[str, object], *, k: int = 10, to
     """The ``top`` targets with the largest ``N_k`` of the raw test scores, and their ``N_k`` after each method."""
     counts = {name: task.k_occurrence(None if norm is None else task.fit(norm, query_aware=query_aware), k)
               for name, norm in methods.items()}
-    raw = counts.get("raw", task.k_occurrence(None, k))
+    raw = task.k_occurrence(None, k)
     order = np.lexsort((np.arange(raw.size), -raw))[:top]     # largest N_k first, ties by index
     out = pd.DataFrame({"target": order, **{f"N_{k} {name}": counts[name][order] for name in counts}})
     out.insert(0, "direction", task.direction)
@@ -406,7 +426,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
     skipped: Dict[str, str] = {}
     tables: Dict[str, pd.DataFrame] = {}
     by_dir = {d: next((k for k, v in sims.alias.items() if v == d), "t2i") for d in sims.tasks}
-    methods = lambda d: score_methods(params, by_dir[d], extra=prefix in ("01", "05"))  # noqa: E731
+    methods = lambda d: score_methods(params, by_dir[d], names=SHOWN)  # noqa: E731
     first = sims.directions[0]
     task0 = sims.tasks[first]
 
@@ -428,8 +448,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             run.save_figure(fig, "sims_r1_by_method", caption=f"R@1 per method; {label}.")
             plt.show()
         elif section in ("hubness", "histograms") and "hubness" not in tables:
-            keep = lambda d: {m: n for m, n in score_methods(params, by_dir[d], extra=False).items()  # noqa: E731
-                              if m in ("raw", "nnn", "is", "csls", "sn")}
+            keep = lambda d: score_methods(params, by_dir[d], names=HUBNESS_SHOWN)  # noqa: E731
             df = hubness_table(sims, keep, k=hub_k, notes=notes, skipped=skipped)
             save(df, "hubness", f"Hubness of the test scores (N_{hub_k}) per method")
             show(df, ["run", "direction", "method", f"skew N_{hub_k}", f"max N_{hub_k}", "anti-hubs %", "hubs %", "R@1"])
@@ -437,8 +456,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             fig, axes = plt.subplots(1, len(sims.tasks), figsize=(5.5 * len(sims.tasks), 3.6), squeeze=False)
             for ax, (d, task) in zip(axes[0], sims.tasks.items()):
                 qa = not sims.has_bank(d)
-                for name in ("raw", "nnn", "is", "sn"):
-                    norm = _clamped(score_methods(params, by_dir[d], extra=False)[name], task, qa, notes)
+                for name, norm in score_methods(params, by_dir[d], names=HUBNESS_SHOWN).items():
+                    norm = _clamped(norm, task, qa, notes)
                     counts = task.k_occurrence(None if norm is None else task.fit(norm, query_aware=qa), hub_k)
                     sns.ecdfplot(counts, ax=ax, label=name)
                 ax.set_xlabel(f"N_{hub_k} (queries that rank the target in their top {hub_k})")
@@ -478,13 +497,12 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 k = _param(params, ("nnn_params.k",), 16)
                 is_tau = _param(params, ("is_tau",), 0.02)
                 sn_tau = _param(params, ("sn_tau",), 0.01)
-                nnn = bank_size_table(task0, {"nnn": lambda: make_normalizer("nnn", alpha=alpha, k=k)},
+                nnn = bank_size_table(task0, [("nnn", {"alpha": alpha, "k": k})],
                                       params.get("nnn_fractions") or [1.0, 0.5, 0.2, 0.1], [int(params.get("seed", 0))],
-                                      skipped=skipped)
-                fams = {"is": lambda: make_normalizer("is", tau=is_tau), "sn": lambda: make_normalizer("sn", tau=sn_tau),
-                        "dbsn": lambda: make_normalizer("dbsn", tau=sn_tau)}
+                                      skipped=skipped, notes=notes)
+                fams = [("is", {"tau": is_tau}), ("sn", {"tau": sn_tau}), ("dbsn", {"tau": sn_tau})]
                 fig7 = bank_size_table(task0, fams, params.get("dbsn_fractions") or [1 / 4, 1 / 16, 1 / 64],
-                                       params.get("dbsn_seeds") or [0], skipped=skipped)
+                                       params.get("dbsn_seeds") or [0], skipped=skipped, notes=notes)
                 df = pd.concat([nnn.assign(part="A: NNN"), fig7.assign(part="B: IS / SN / DBSN")], ignore_index=True)
                 df.insert(0, "run", label)
                 df["raw R@1"] = task0.evaluate(None)["R@1"]
@@ -506,9 +524,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             rows = []
             for d, task in sims.tasks.items():
                 for qa in ([True, False] if sims.has_bank(d) else [True]):
-                    for name, norm in score_methods(params, by_dir[d], extra=not qa).items():
-                        if name not in ("raw", "is", "sn", "dbsn", "dualis"):
-                            continue
+                    for name, norm in score_methods(params, by_dir[d], extra=not qa, names=SINKHORN_SHOWN).items():
                         if not _fit_or_skip(task, name, norm, qa, skipped):
                             continue
                         res = task.evaluate(norm, fit=False)
@@ -535,16 +551,15 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             parts = []
             for d, task in sims.tasks.items():
                 qa = not sims.has_bank(d)
-                ms = {m: _clamped(n, task, qa, notes) for m, n in score_methods(params, by_dir[d], extra=False).items()
-                      if m in ("raw", "nnn", "is", "sn")}
+                ms = {m: _clamped(n, task, qa, notes) for m, n in
+                      score_methods(params, by_dir[d], names=HUBNESS_SHOWN).items()}
                 parts.append(recall_at_k(task, ms, ks, query_aware=qa).assign(run=label, bank=_setting(task, qa)))
             df = pd.concat(parts, ignore_index=True)
             save(df, "first_stage_recall", "R@k of the first stages (the reranking ceiling), test scores")
             show(df, ["run", "direction", "bank", "method"] + [f"R@{k}" for k in ks])
         if section == "hubs":
             qa = not sims.has_bank(first)
-            ms = {m: _clamped(n, task0, qa, notes) for m, n in score_methods(params, "t2i", extra=False).items()
-                  if m in ("raw", "nnn", "is", "sn")}
+            ms = {m: _clamped(n, task0, qa, notes) for m, n in score_methods(params, "t2i", names=HUBNESS_SHOWN).items()}
             df = hub_table(task0, ms, k=hub_k, query_aware=qa)
             df.insert(0, "run", label)
             save(df, "raw_hubs", f"The largest N_{hub_k} of the raw scores and after each method, {first}")
