@@ -66,8 +66,8 @@ NEEDS: Dict[str, str] = {
     "05": "skipped: the transport-plan picture, the Sinkhorn iteration study and the validation-bank rows of Table 4 "
           "/ A7 (a sims folder has no validation split); shown: IS, SN and the dual-bank methods with the test "
           "queries or the folder's bank, and R@1 over the temperature",
-    "06": "skipped: the cross-encoder (Tables 8, 11, 3-4, the reranking grid, NNN on its scores) needs the images or "
-          "the synthetic latents; shown: R@k of the first stages (the reranking ceiling) from scores",
+    "06": "skipped: the cross-encoder (Tables 8, 11, 3-4, the reranking grid, NNN on its scores) needs the images "
+          "(BLIP) or the embeddings' latents (the simulated one); shown: R@k of the first stages (the reranking ceiling) from scores",
     "07": "skipped: graded relevance, NDCG and the Smooth-NDCG adapter need the caption texts and the embeddings; "
           "shown: R@K of the first stages from scores",
     "09": "skipped: offset forensics, planted hubs and the bank-only detector need embeddings; shown: the largest "
