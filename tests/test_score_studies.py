@@ -133,8 +133,11 @@ def test_directions_labels_and_a_folder_without_banks(tmp_path):
     skipped = {}
     table = ss.methods_table(run, lambda d: ss.score_methods(PARAMS, "t2i"), skipped=skipped)
     assert set(table["bank"]) == {"-", "test queries (query-aware)"}
-    assert {"dbsn", "dualis", "dualdis"} <= set(skipped) and "dbsn" not in set(table["method"])
-    assert "bank_rows_x_bank_cols" in skipped["dbsn"] or "query bank x target bank" in skipped["dbsn"]
+    assert {"dbsn (t2v)", "dualis (t2v)", "dualdis (v2t)"} <= set(skipped) and "dbsn" not in set(table["method"])
+    assert "add the role 'bank_rows_x_bank_cols'" in skipped["dbsn (t2v)"]        # the missing matrix, by its role
+    # this folder's rows are the videos: t2v reads its columns' side (bank_rows_x_test_rows), v2t its rows' side
+    assert "add the role 'bank_rows_x_test_rows'" in skipped["dualis (t2v)"]
+    assert "add the role 'bank_cols_x_test_cols'" in skipped["dualis (v2t)"]
     with pytest.raises(ValueError, match="no query bank"):
         ss.bank_size_table(run.tasks["t2v"], [("is", {})], [0.5])
     with pytest.raises(ValueError, match="pass 't2i'"):

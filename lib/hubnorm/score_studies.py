@@ -36,6 +36,7 @@ The study functions are plain (a task in, a DataFrame out) and equal the embeddi
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -200,7 +201,7 @@ def _fit_or_skip(task: ScoreTask, name: str, norm, query_aware: bool, skipped: D
         task.fit(norm, query_aware=query_aware)
         return True
     except ValueError as exc:   # a matrix the folder lacks (named in the message)
-        skipped[name] = str(exc).split(". ")[0]
+        skipped[f"{name} ({task.direction})"] = str(exc)
         return False
 
 
@@ -354,7 +355,7 @@ def hub_table(task: ScoreTask, methods: Mapping[str, object], *, k: int = 10, to
 # ---------------------------------------------------------------------------------------------- the notebook cell
 def _skip_cell(lines):
     text = "".join(lines)
-    if "score_studies.run_notebook(" in text or "nb.setup(" in text or text.lstrip().startswith("source"):
+    if "score_studies.run_notebook(" in text or "nb.setup(" in text or re.search(r"^source\b", text, flags=re.M):
         _uninstall()         # the parameters, setup or sims cell run again: the notebook runs normally
         return lines
     return ["pass  # skipped: this run reads a sims: folder (score matrices only); see the NOTE above\n"]
@@ -419,9 +420,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
           "notebook's fixed parameters (the papers' defaults); no published rows are compared with a sims run.")
     for d, t in sims.tasks.items():
         if not sims.has_bank(d):
-            print(f"NOTE: {d}: the folder has no bank x gallery scores for this direction (manifest role "
-                  f"{'bank_rows' if t.direction == sims.directions[0] and sims.modalities[0] == 'text' else 'bank_cols'}"
-                  "?): the test queries serve as the bank (query-aware).")
+            print(f"NOTE: {d}: the folder has no bank x gallery scores for this direction, so the test queries serve "
+                  f"as the bank (query-aware, labelled so); for a query bank, {t.hints[('query_bank', 'targets')]}.")
     notes: List[str] = []
     skipped: Dict[str, str] = {}
     tables: Dict[str, pd.DataFrame] = {}
