@@ -234,7 +234,7 @@ def methods_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
 def hubness_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], *, k: int = 10,
                   notes: Optional[List[str]] = None, skipped: Optional[Dict[str, str]] = None) -> pd.DataFrame:
     """Hubness of the (normalised) test scores per direction and method: skewness of ``N_k``, its largest value,
-    the share of anti-hubs (``N_k = 0``) and of hubs (``N_k >= 2k``), R@1 beside them."""
+    the share of anti-hubs (``N_k = 0``) and of hubs (``N_k`` at least twice its mean, :func:`hubnorm.hubness.hubness_stats`), R@1 beside them."""
     notes = [] if notes is None else notes
     skipped = {} if skipped is None else skipped
     rows = []
