@@ -68,7 +68,8 @@ NEEDS: Dict[str, str] = {
           "/ A7 (a sims folder has no validation split); shown: IS, SN and the dual-bank methods with the test "
           "queries or the folder's bank, and R@1 over the temperature",
     "06": "skipped: the cross-encoder (Tables 8, 11, 3-4, the reranking grid, NNN on its scores) needs the images "
-          "(BLIP) or the embeddings' latents (the simulated one); shown: R@k of the first stages (the reranking ceiling) from scores",
+          "(BLIP) or the embeddings' latents (the simulated one); shown: R@k of the first stages (the reranking "
+          "ceiling) from scores",
     "07": "skipped: graded relevance, NDCG and the Smooth-NDCG adapter need the caption texts and the embeddings; "
           "shown: R@K of the first stages from scores",
     "09": "skipped: offset forensics, planted hubs and the bank-only detector need embeddings; shown: the largest "
@@ -226,7 +227,8 @@ def methods_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
             if not _fit_or_skip(task, name, norm, qa, skipped):
                 continue
             res = task.evaluate(norm, fit=False)
-            rows.append({"run": run.label, "direction": d, "method": name, "bank": "-" if norm is None else _setting(task, qa),
+            bank = "-" if norm is None else _setting(task, qa)
+            rows.append({"run": run.label, "direction": d, "method": name, "bank": bank,
                          **res, f"skew N_{hub_k}": task.hubness(norm, k=hub_k)["skewness"]})
     return pd.DataFrame(rows)
 
@@ -234,7 +236,8 @@ def methods_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
 def hubness_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], *, k: int = 10,
                   notes: Optional[List[str]] = None, skipped: Optional[Dict[str, str]] = None) -> pd.DataFrame:
     """Hubness of the (normalised) test scores per direction and method: skewness of ``N_k``, its largest value,
-    the share of anti-hubs (``N_k = 0``) and of hubs (``N_k`` at least twice its mean, :func:`hubnorm.hubness.hubness_stats`), R@1 beside them."""
+    the share of anti-hubs (``N_k = 0``) and of hubs (``N_k`` at least twice its mean,
+    :func:`hubnorm.hubness.hubness_stats`), R@1 beside them."""
     notes = [] if notes is None else notes
     skipped = {} if skipped is None else skipped
     rows = []
@@ -246,7 +249,8 @@ def hubness_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
                 continue
             h = task.hubness(norm, k=k)
             rows.append({"run": run.label, "direction": d, "method": name, f"skew N_{k}": h["skewness"],
-                         f"max N_{k}": h["max"], "anti-hubs %": 100 * h["antihub_share"], "hubs %": 100 * h["hub_share"],
+                         f"max N_{k}": h["max"], "anti-hubs %": 100 * h["antihub_share"],
+                         "hubs %": 100 * h["hub_share"],
                          "R@1": task.evaluate(norm, fit=False)["R@1"]})
     return pd.DataFrame(rows)
 
@@ -451,7 +455,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             keep = lambda d: score_methods(params, by_dir[d], names=HUBNESS_SHOWN)  # noqa: E731
             df = hubness_table(sims, keep, k=hub_k, notes=notes, skipped=skipped)
             save(df, "hubness", f"Hubness of the test scores (N_{hub_k}) per method")
-            show(df, ["run", "direction", "method", f"skew N_{hub_k}", f"max N_{hub_k}", "anti-hubs %", "hubs %", "R@1"])
+            show(df, ["run", "direction", "method", f"skew N_{hub_k}", f"max N_{hub_k}", "anti-hubs %", "hubs %",
+                      "R@1"])
         if section == "histograms":
             fig, axes = plt.subplots(1, len(sims.tasks), figsize=(5.5 * len(sims.tasks), 3.6), squeeze=False)
             for ax, (d, task) in zip(axes[0], sims.tasks.items()):
@@ -507,7 +512,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 df.insert(0, "run", label)
                 df["raw R@1"] = task0.evaluate(None)["R@1"]
                 save(df, "bank_sizes", f"R@1 with seeded subsets of the bank rows, {first}")
-                mean = df.groupby(["part", "method", "fraction", "bank queries"], as_index=False)[["R@1", "R@5", "MdR"]].mean()
+                keys = ["part", "method", "fraction", "bank queries"]
+                mean = df.groupby(keys, as_index=False)[["R@1", "R@5", "MdR"]].mean()   # over the seeds
                 show(mean.assign(run=label), ["run", "part", "method", "fraction", "bank queries", "R@1", "R@5", "MdR"])
                 fig, ax = plt.subplots(figsize=(6.5, 3.8))
                 sns.lineplot(data=df, x="bank queries", y="R@1", hue="method", marker="o", errorbar=None, ax=ax)
@@ -559,7 +565,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             show(df, ["run", "direction", "bank", "method"] + [f"R@{k}" for k in ks])
         if section == "hubs":
             qa = not sims.has_bank(first)
-            ms = {m: _clamped(n, task0, qa, notes) for m, n in score_methods(params, "t2i", names=HUBNESS_SHOWN).items()}
+            ms = {m: _clamped(n, task0, qa, notes)
+                  for m, n in score_methods(params, "t2i", names=HUBNESS_SHOWN).items()}
             df = hub_table(task0, ms, k=hub_k, query_aware=qa)
             df.insert(0, "run", label)
             save(df, "raw_hubs", f"The largest N_{hub_k} of the raw scores and after each method, {first}")
