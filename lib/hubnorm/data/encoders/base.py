@@ -253,7 +253,8 @@ class Encoder:
         if identity is None:
             return (self.encode_images(items, desc) if modality == "image"
                     else self.encode_texts(items, desc, batch_size=batch_size))
-        key, doc = self.cache_key(items, modality, identity)
+        digests = self._digests(items, modality)
+        key, doc = _cache.content_key(identity, modality, digests)
         label = self.spec
         try:
             return _cache.read_content_entry(key, doc, label=label, cache_dir=cache_dir)
@@ -283,11 +284,13 @@ class Encoder:
         identity = self.identity() if identity is None else identity
         if identity is None:
             raise ValueError(f"{self!r} has no identity: its encodings are not cached")
+        return _cache.content_key(identity, modality, self._digests(items, modality))
+
+    @staticmethod
+    def _digests(items: Sequence, modality: str) -> List[str]:
         if modality == "image":
-            digests = [_cache.sha256_file(p) for p in items]
-        else:
-            digests = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in items]
-        return _cache.content_key(identity, modality, digests)
+            return [_cache.sha256_file(p) for p in items]
+        return [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in items]
 
     def cache_entry_dir(self, items: Sequence, modality: str, cache_dir=None) -> Path:
         """The folder the cached encodings of ``items`` live in (whether or not they are cached yet)."""
