@@ -4,9 +4,6 @@ the content-addressed cache (hit, miss, what changes the key, corrupt and trunca
 run, two processes writing one entry, no pickles)."""
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -81,8 +78,9 @@ def test_image_text_families_behind_the_interface(tmp_path, spec, dim):
     txt = enc.encode(TEXTS, "text")
     assert img.shape == (3, dim) and txt.shape == (4, dim) and img.dtype == txt.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(np.vstack([img, txt]), axis=1), 1, atol=1e-5)
-    # the batching loop does not change the numbers: one batch of everything gives the same rows
-    whole = get_encoder(spec, device="cpu", batch_size=8, progress=False)
+    # the batching loop does not change the numbers: one batch of everything, decoded in a worker process, gives
+    # the same rows
+    whole = get_encoder(spec, device="cpu", batch_size=8, num_workers=1, progress=False)
     np.testing.assert_allclose(whole.encode(paths, "image"), img, atol=1e-5)
     ident = enc.identity()
     assert ident["family"] == spec.split(":")[0] and json.loads(json.dumps(ident)) == ident
@@ -223,60 +221,61 @@ def test_a_file_changed_under_a_run_is_detected(tmp_path, monkeypatch):
         "manifest.json"))
 
 
-_WRITER = textwrap.dedent("""
-    import sys
-    import numpy as np
-    from hubnorm.data import cache
-    root, seed = sys.argv[1], int(sys.argv[2])
-    key, doc = cache.content_key({"family": "test", "model": "m"}, "text", ["%064x" % i for i in range(50)])
-    rng = np.random.default_rng(seed)          # each writer its own numbers: as two GPUs' last bits could differ
-    x = rng.standard_normal((50, 64)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    np.save(f"{root}/writer{seed}.npy", x)
+_KEY = ({"family": "test", "model": "m"}, "text", ["%064x" % i for i in range(50)])
+
+
+def _unit(seed, n, d):
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _content_writer(root, seed):
+    key, doc = cache.content_key(*_KEY)
+    x = _unit(seed, 50, 64)        # each writer its own numbers: as two GPUs' last bits could differ
+    mine, theirs = x, _unit(3 - seed, 50, 64)
     for _ in range(25):
         cache.write_content_entry(key, doc, x, label="test:m", cache_dir=root)
         got = cache.read_content_entry(key, doc, label="test:m", cache_dir=root)   # never a mixed or half entry
-        assert any(np.array_equal(got, np.load(f"{root}/writer{s}.npy")) for s in (1, 2) if
-                   __import__("os").path.exists(f"{root}/writer{s}.npy"))
-""")
+        assert np.array_equal(got, mine) or np.array_equal(got, theirs)
+
+
+def _split_writer(folder, seed):
+    key = {"dataset": "d", "split": "test", "model": "m"}
+    for i in range(15):
+        x = _unit(10 * seed + i, 30, 8)
+        cache.write_entry(folder, key, x[:6], x[6:], np.repeat(np.arange(6), 4), [f"i{i}" for i in range(6)],
+                          [f"c{j}" for j in range(24)])
+        try:   # the other writer may be between moving the old entry aside and renaming its own into place ...
+            cache.read_entry(folder, key)
+        except cache.CacheError as err:   # ... but an entry is never mixed from two writers or half written
+            assert err.reason == "missing", err
+
+
+def _run_two(target, *args):
+    """Run ``target(*args, seed)`` in two forked processes at once; both must succeed."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=target, args=(*args, s)) for s in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0, f"a writer failed (exit code {p.exitcode}; see its traceback above)"
 
 
 def test_two_processes_writing_one_entry_leave_a_valid_entry(tmp_path):
     root = tmp_path / "c"
-    root.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(root), str(s)], stderr=subprocess.PIPE,
-                              cwd=REPO) for s in (1, 2)]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err.decode()[-2000:]
-    key, doc = cache.content_key({"family": "test", "model": "m"}, "text", ["%064x" % i for i in range(50)])
+    _run_two(_content_writer, root)
+    key, doc = cache.content_key(*_KEY)
     got = cache.read_content_entry(key, doc, label="test:m", cache_dir=root)
-    assert any(np.array_equal(got, np.load(root / f"writer{s}.npy")) for s in (1, 2))
+    assert np.array_equal(got, _unit(1, 50, 64)) or np.array_equal(got, _unit(2, 50, 64))
     leftovers = [p for p in (root / "encodings").rglob("*") if p.name.startswith(".")]
     assert not leftovers, leftovers
 
 
-_SPLIT_WRITER = textwrap.dedent("""
-    import sys
-    import numpy as np
-    from hubnorm.data import cache
-    folder, seed = sys.argv[1], int(sys.argv[2])
-    rng = np.random.default_rng(seed)
-    key = {"dataset": "d", "split": "test", "model": "m"}
-    for _ in range(15):
-        x = rng.standard_normal((30, 8)).astype(np.float32)
-        cache.write_entry(folder, key, x[:6], x[6:], np.repeat(np.arange(6), 4), [f"i{i}" for i in range(6)],
-                          [f"c{j}" for j in range(24)])
-""")
-
-
 def test_two_processes_writing_one_split_entry_leave_a_valid_entry(tmp_path):
     folder = tmp_path / "c" / "d" / "m" / "none" / "test"
-    procs = [subprocess.Popen([sys.executable, "-c", _SPLIT_WRITER, str(folder), str(s)], stderr=subprocess.PIPE,
-                              cwd=REPO) for s in (1, 2)]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err.decode()[-2000:]
+    _run_two(_split_writer, folder)
     arrays, texts, manifest = cache.read_entry(folder, {"dataset": "d", "split": "test", "model": "m"})
     assert arrays["images"].shape == (6, 8) and len(texts["captions"]) == 24
     assert sorted(p.name for p in folder.parent.iterdir()) == ["test"]     # no temporary folders left

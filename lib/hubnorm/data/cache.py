@@ -339,8 +339,32 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
     """Load and verify one entry: key, then sha256 and row count of every file.
 
     Returns ``(arrays, texts, manifest)``; raises :class:`CacheError` (``reason`` "missing", "stale" or "corrupt").
+    A folder replaced by a writer while it is being read (its inode changed) is read again.
     """
     folder = Path(folder)
+    for _ in range(3):
+        before = _inode(folder)
+        try:
+            return _read_entry_once(folder, expected_key, fields)
+        except CacheError:
+            after = _inode(folder)
+            if after == before:
+                raise
+            if after is None:
+                raise CacheError(f"no cached embeddings at {folder} (it was replaced while being read)",
+                                 reason="missing") from None
+    return _read_entry_once(folder, expected_key, fields)
+
+
+def _inode(folder: Path):
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_entry_once(folder: Path, expected_key: Optional[dict], fields) -> Tuple[Dict[str, np.ndarray], dict, dict]:
     manifest = read_manifest(folder)
     if expected_key is not None:
         diffs = key_differences(manifest["key"], expected_key, fields)

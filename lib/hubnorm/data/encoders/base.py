@@ -1,7 +1,7 @@
 """The encoder interface: one class every family implements, one encoding loop, one cached path.
 
 A family (:mod:`.openclip`, :mod:`.blip`, :mod:`.sentence`) supplies only what is its own: how the model is built
-(:meth:`Encoder.build`), how one image becomes a tensor (:meth:`Encoder.preprocess_image`), how a batch of pixels or
+(:meth:`Encoder.build`), how one image becomes a tensor (:meth:`Encoder.image_transform`), how a batch of pixels or
 texts becomes features (:meth:`Encoder.image_features`, :meth:`Encoder.text_features`), and what identifies its
 numbers (:meth:`Encoder.identity`). Batching, device and precision, progress bars, output checks and the cache
 (:meth:`Encoder.encode` with ``cache=True``: :func:`hubnorm.data.cache.content_key`) are written once, here.
@@ -107,8 +107,8 @@ class Encoder:
         """Build the model (once); returns ``self``."""
         raise NotImplementedError
 
-    def preprocess_image(self, image) -> torch.Tensor:
-        """One RGB PIL image -> a (C, H, W) tensor."""
+    def image_transform(self):
+        """A picklable callable: one RGB PIL image -> a (C, H, W) tensor (run in the DataLoader's workers)."""
         raise TypeError(f"{type(self).__name__} does not encode images")
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -205,7 +205,7 @@ class Encoder:
         if expected_sha256 is not None and len(expected_sha256) != len(paths):
             raise ValueError(f"expected_sha256 has {len(expected_sha256)} digests for {len(paths)} paths")
         self.build()
-        loader = torch.utils.data.DataLoader(_ImageFiles(paths, self.preprocess_image), batch_size=self.batch_size,
+        loader = torch.utils.data.DataLoader(_ImageFiles(paths, self.image_transform()), batch_size=self.batch_size,
                                              shuffle=False, num_workers=self.num_workers,
                                              pin_memory=self.device.startswith("cuda"))
         out: List[np.ndarray] = []

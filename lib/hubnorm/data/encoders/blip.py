@@ -23,6 +23,7 @@ time), ``"none"`` builds the architecture with random weights (seeded) and an of
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -124,8 +125,8 @@ class BlipItcEncoder(Encoder):
     def processor(self):
         return self.build()._processor
 
-    def preprocess_image(self, image) -> torch.Tensor:
-        return self._processor.image_processor(images=image, return_tensors="pt")["pixel_values"][0]
+    def image_transform(self):
+        return functools.partial(_pixels, self.processor.image_processor)
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """ITC image embeddings (L2-normalised, model dtype) of preprocessed pixels."""
@@ -151,6 +152,10 @@ class BlipItcEncoder(Encoder):
 
     def versions(self) -> dict:
         return library_versions("blip")
+
+
+def _pixels(image_processor, image) -> torch.Tensor:
+    return image_processor(images=image, return_tensors="pt")["pixel_values"][0]
 
 
 __all__ = ["BlipItcEncoder", "BLIP_MODELS", "BLIP_TINY", "BLIP_MAX_LENGTH", "resolve_blip_model"]

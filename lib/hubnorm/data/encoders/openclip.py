@@ -79,8 +79,8 @@ class OpenClipEncoder(Encoder):
         self._tokenizer = open_clip.get_tokenizer(name)
         return self
 
-    def preprocess_image(self, image) -> torch.Tensor:
-        return self._preprocess(image)
+    def image_transform(self):
+        return self._preprocess
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         pixels = pixels.to(self.device, non_blocking=True)
