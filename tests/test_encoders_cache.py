@@ -304,3 +304,30 @@ def test_split_entries_key_on_the_image_bytes(tmp_path):
     img.write_bytes(img.read_bytes() + b"\0")
     encode_split("coco", "test", "ViT-B-32-quickgelu", "openai", **kw)
     assert stub.calls == 2
+
+
+def test_split_entries_key_on_the_encoder_options(tmp_path):
+    """encode_split: an encoder with other options (BLIP's caption length, the seed of a random init) is another
+    entry; an entry written before the field existed is matched with the family's default options."""
+    from hubnorm.data import encode_split
+    from test_data_pipeline import make_tiny_coco
+    data = make_tiny_coco(tmp_path / "data")
+
+    def run(**enc_kw):
+        enc = get_encoder(BLIP, device="cpu", batch_size=8, progress=False, **enc_kw)
+        n = _Counter(enc)
+        encode_split("coco", "test", "blip-itm-tiny", "none", data_dir=data, cache_dir=tmp_path / "cache",
+                     encoder=enc, progress=False)
+        return n.texts
+    assert run() == 4            # 31 captions in batches of 8
+    assert run() == 0
+    with pytest.warns(cache.CacheWarning, match="the encoder's options differ"):
+        assert run(max_length=20) == 4
+    with pytest.warns(cache.CacheWarning, match="the encoder's options differ"):
+        assert run(seed=3) == 4
+    man_path = cache.entry_dir("coco", "blip-itm-tiny", "none", "test", tmp_path / "cache") / "manifest.json"
+    man = json.loads(man_path.read_text())
+    assert man["key"]["encoder_options"] == {"max_length": 35, "seed": 3}
+    del man["key"]["encoder_options"]      # as written before the field existed: read as the defaults (seed 0)
+    man_path.write_text(json.dumps(man))
+    assert run() == 0

@@ -101,20 +101,29 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
                           annotations_sha256=captions.fingerprint(), encoder_family=family)
     folder = _cache.entry_dir(dataset, model, pretrained, split, cache_dir)
     root = Path(images_root) if images_root is not None else images_dir(dataset, data_dir)
-    # the image files' bytes are part of the key (sha256 over each file's sha256) whenever the images are here;
-    # entries written before the field existed are matched without it
+    # Keyed too, when known: the encoder's options that change its numbers (BLIP's caption length, the seed of a
+    # random init) and the image files' bytes (sha256 over each file's sha256, when the images are here). Entries
+    # written before these fields existed are matched with the family's default options and without the images.
+    late = {}
+    options = encoder.options() if isinstance(encoder, Encoder) else None
+    if encoder is None:
+        options = _default_options(family, model, pretrained)
+    if options is not None:
+        late["encoder_options"] = (options, _default_options(family, model, pretrained))
     image_sha256 = _image_digests(captions, root)
     if image_sha256 is not None:
-        key["images_sha256"] = _cache.texts_sha256(image_sha256)
+        late["images_sha256"] = (_cache.texts_sha256(image_sha256), None)
+    key.update({k: v for k, (v, _) in late.items()})
     if not force:
         try:
-            arrays, texts, manifest = _cache.read_entry(folder, {k: v for k, v in key.items()
-                                                                 if k != "images_sha256"})
-            stored = manifest["key"].get("images_sha256")
-            if stored is None or image_sha256 is None or stored == key["images_sha256"]:
+            arrays, texts, manifest = _cache.read_entry(folder, {k: v for k, v in key.items() if k not in late})
+            differ = [k for k, (want, legacy) in late.items()
+                      if manifest["key"].get(k, legacy) not in (None, want)]
+            if not differ:
                 return _split_from_entry(arrays, texts)
-            warnings.warn(f"re-encoding {dataset} {split}: the image files differ from those cached at {folder}",
-                          CacheWarning, stacklevel=2)
+            what = {"encoder_options": "the encoder's options", "images_sha256": "the image files"}
+            warnings.warn(f"re-encoding {dataset} {split}: {' and '.join(what[k] for k in differ)} differ from those "
+                          f"cached at {folder}", CacheWarning, stacklevel=2)
         except _cache.CacheError as exc:
             if exc.reason != "missing":
                 warnings.warn(f"re-encoding {dataset} {split}: {exc}", CacheWarning, stacklevel=2)
@@ -140,6 +149,15 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
                               "device": getattr(encoder, "device", None), "batch_size": batch_size})
     return EmbeddingSplit(images=img, captions=txt, caption_to_image=captions.caption_to_image,
                           image_ids=captions.image_names, caption_texts=list(captions.captions))
+
+
+def _default_options(family: str, model: str, pretrained) -> Optional[dict]:
+    """The options an encoder of ``family`` built with its defaults records (None when it cannot be built)."""
+    from .encoders import encoder_class
+    try:
+        return encoder_class(family)(model, pretrained, device="cpu").options()
+    except (ValueError, TypeError):
+        return None
 
 
 def _image_digests(captions: CaptionSplit, root: Path) -> Optional[list]:
