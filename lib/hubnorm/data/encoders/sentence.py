@@ -131,7 +131,7 @@ class SentenceEncoder(Encoder):
         return self.encode_texts(texts)
 
     def __repr__(self) -> str:
-        return f"SentenceEncoder({self.name!r}, dim={self.dim})"
+        return f"SentenceEncoder({self.name!r}, dim={self.dim if self._model is not None else 'not built'})"
 
 
 def load_text_encoder(model=None, *, device: str = "cpu", batch_size: int = 64) -> SentenceEncoder:
