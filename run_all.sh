@@ -144,7 +144,7 @@ export HUBNORM_RESULTS="$results"
 
 # Data preparation of the paper and rehearsal profiles, before the notebooks (and outside their timings, like the
 # CLIP encoding): the sentence embeddings of the captions for notebook 07's RSC relevance. Encoded once (minutes for
-# 150,000 captions on a CPU), then read from <cache root>/text-embeddings with a checksum.
+# 150,000 captions on a CPU), then read from <cache root>/encodings with a checksum.
 case "$profile" in
   paper-*|rehearse-*)
     listwise=(notebooks/07_*.ipynb)   # the notebook that needs them (RSC relevance)

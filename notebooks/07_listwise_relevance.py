@@ -105,7 +105,7 @@ if score_studies.is_sims(source):
 # validation split is held out. Synthetic relevance: the generator's latent truth (`content=` the split's latents);
 # real relevance: RSC from the caption texts. Encoding the captions with the sentence encoder is the slow step on a
 # CPU (the 145,000 training captions of Flickr30k take minutes): the embeddings are cached under
-# `cache/text-embeddings` (keyed by the encoder and a checksum of the texts, verified on every read), and
+# `cache/encodings` (keyed by the encoder and a checksum of the texts, verified on every read), and
 # `python -m hubnorm.data encode-texts <source>` fills that cache ahead of time (`run_all.sh` does so for the paper
 # profiles).
 
