@@ -266,9 +266,9 @@ def k_curve(task: ScoreTask, alpha: float, ks: Sequence[int], *, query_aware: bo
 
 
 def _take_rows(m: ScoreMatrix, rows: np.ndarray) -> ScoreMatrix:
-    """The rows ``rows`` (sorted) of ``m`` as an in-memory matrix (only those rows are read)."""
-    data = np.asarray(m.data[:, rows]).T if m.transposed else np.asarray(m.data[rows])
-    return ScoreMatrix(np.ascontiguousarray(data), f"{m.label} (rows of a bank subset)")
+    """The rows ``rows`` (sorted) of ``m`` (:meth:`ScoreMatrix.take`: read lazily, only those rows; a matrix that is
+    already a subset, or computed from embeddings, is cut correctly)."""
+    return m.take(rows=rows)
 
 
 def bank_subset(task: ScoreTask, rows) -> ScoreTask:
