@@ -69,8 +69,8 @@ import seaborn as sns
 from scipy import special, stats
 
 import hubnorm as hn
-from hubnorm import notebook as nb
-from hubnorm import protocol as pr
+from hubnorm.experiments import notebook as nb
+from hubnorm.experiments import protocol as pr
 
 run = nb.setup("00", seed=seed, params=globals())
 

@@ -58,7 +58,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("02", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 

@@ -79,7 +79,7 @@ import seaborn as sns
 from scipy import stats
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("05", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 

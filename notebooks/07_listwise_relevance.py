@@ -82,7 +82,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 from hubnorm import listwise as lw
 
 run = nb.setup("07", seed=seed, params=globals())

@@ -69,7 +69,8 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import adversarial as adv, forensics as fx, label_free as lf, notebook as nb, protocol as pr
+from hubnorm import adversarial as adv, forensics as fx, label_free as lf
+from hubnorm.experiments import notebook as nb, protocol as pr
 
 run = nb.setup("09", seed=seed, params=globals())
 
@@ -298,7 +299,7 @@ for m in methods:
 # repository (they are fixed files: they do not change with `source`).
 
 # %%
-from hubnorm.reporting import project_root
+from hubnorm.experiments.reporting import project_root
 
 reports = (project_root() or Path(".")) / "benchmarks" / "reports"
 if (reports / "label_free.csv").exists() and (reports / "planted_hubs.csv").exists():
