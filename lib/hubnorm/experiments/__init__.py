@@ -16,8 +16,10 @@ Modules (imported by name, e.g. ``from hubnorm.experiments import notebook as nb
   paper-table maps, and where results go;
 - :mod:`.calibration`: how close the synthetic presets come to real and published statistics;
 - :mod:`.rerank_study` and :mod:`.rerank_cost`: notebook 06's cross-encoder study and the rerank cost model
-  (Geigle et al. Tables 3-4).
+  (Geigle et al. Tables 3-4);
+- :mod:`.profiles` and :mod:`.runner`: ``run_all.sh``'s run profiles as data (``hubnorm/data/profiles.yaml``: the
+  profiles, what each notebook needs, the rehearsal sizes) and the runner that executes the notebooks.
 """
 
-__all__ = ["calibration", "compare", "notebook", "parameters", "protocol", "reporting", "rerank_cost", "rerank_study",
-           "studies"]
+__all__ = ["calibration", "compare", "notebook", "parameters", "profiles", "protocol", "reporting", "rerank_cost",
+           "rerank_study", "runner", "studies"]
