@@ -19,8 +19,8 @@ from .pipeline import RerankResult, combine_scores, first_stage_topk, nnn_bias_f
 from .simulated import SimulatedCrossEncoder, pair_noise
 
 __all__ = [
-    "CacheCorruptError", "CrossEncoder", "PairScoreCache", "check_pair_ids", "RerankResult", "combine_scores", "first_stage_topk",
-    "nnn_bias_from_pairs", "rerank", "SimulatedCrossEncoder", "pair_noise", "BlipITMCrossEncoder",
+    "CacheCorruptError", "CrossEncoder", "PairScoreCache", "check_pair_ids", "RerankResult", "combine_scores",
+    "first_stage_topk", "nnn_bias_from_pairs", "rerank", "SimulatedCrossEncoder", "pair_noise", "BlipITMCrossEncoder",
     "offline_processor", "small_blip_config",
 ]
 
