@@ -178,3 +178,20 @@ def test_every_profile_starts_its_first_notebook(profile, tmp_path):
             ds = profile.split("-", 1)[1]
             assert f"cache:{ds}:synthetic-rehearsal:seed0-scale0.02" in text   # the profile's source reached it
             assert "synthetic rehearsal" in text
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--source", "sims:/nonexistent/folder", "--only", "07"],
+     "07_listwise_relevance                        -   skipped: needs embeddings; a sims: folder holds score "
+     "matrices only (notebook 08 runs on it)"),
+    (["--profile", "paper-coco", "--only", "06"],
+     "06_cross_encoder_reranking                   -   skipped: the simulated cross-encoder needs synthetic latents "
+     "and the BLIP one needs the image files; run it by hand with -p cross_encoder blip once images are in place "
+     "(see data/README.md)"),
+], ids=["sims-folder", "paper-06"])
+def test_skips_come_from_the_notebooks_needs_with_the_old_lines(args, line, tmp_path):
+    """The lines run_all.sh printed when its bash branches skipped a notebook, now from profiles.yaml."""
+    r = _run_all(*args, "--quiet", env={"HUBNORM_RESULTS": str(tmp_path / "res")}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert line in r.stdout.splitlines(), r.stdout
+    assert "run_all.sh: all notebooks ok (1 skipped)" in r.stdout and ": running" not in r.stdout
