@@ -28,7 +28,7 @@ import numpy as np
 
 import hubnorm as hn
 from hubnorm import label_free as lf
-from hubnorm import protocol as pr
+from hubnorm.experiments import protocol as pr
 
 METHODS = {"nnn": None, "is": None, "sn": {"tau": [0.005, 0.01, 0.015, 0.02, 0.025, 0.05]}}
 SHARED = Path(os.environ.get("HUBNORM_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))

@@ -69,8 +69,8 @@ import seaborn as sns
 from scipy import special, stats
 
 import hubnorm as hn
-from hubnorm import notebook as nb
-from hubnorm import protocol as pr
+from hubnorm.experiments import notebook as nb
+from hubnorm.experiments import protocol as pr
 
 run = nb.setup("00", seed=seed, params=globals())
 
@@ -242,10 +242,10 @@ nb.notice(
 # %% [markdown] tags=[]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %% tags=[]
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("00", source, run, globals())

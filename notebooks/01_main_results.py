@@ -63,17 +63,17 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("01", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %%
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("01", source, run, globals())
@@ -190,8 +190,8 @@ for _, r in results[results["method"].isin(["raw", "nnn", "nnn (cross)"])].iterr
                         "95% CI": f"[{r[f'R@{K} lo']:.2f}, {r[f'R@{K} hi']:.2f}]",
                         "half-width": (r[f"R@{K} hi"] - r[f"R@{K} lo"]) / 2})
 ci = pd.DataFrame(ci_rows)
-table_of = {("flickr30k", "t2i"): "A8", ("flickr30k", "i2t"): "A9", ("coco", "t2i"): "A10", ("coco", "i2t"): "A11"}
-pub_ci = compare.published("nnn-chowdhury2024", [table_of.get((dataset, d), "-") for d in directions], model=model)
+pub_ci = compare.published("nnn-chowdhury2024", compare.paper_tables("nnn-chowdhury2024", "bootstrap_ci", dataset, directions),
+                           model=model)
 pub_hw = pub_ci[pub_ci["metric"].str.endswith("ci95")].assign(metric=lambda d: d["metric"].str.replace(" ci95", ""))
 pub_v = pub_ci[~pub_ci["metric"].str.endswith("ci95")].merge(
     pub_hw[["direction", "setting", "metric", "value"]].rename(columns={"value": "published ±"}),

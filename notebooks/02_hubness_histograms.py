@@ -58,17 +58,17 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("02", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %%
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("02", source, run, globals())

@@ -25,7 +25,7 @@
 #
 # **What we compute.** R@1 of NNN on the test split for every $k$ at $\alpha$ = `alpha` (both directions), and
 # R@1 on the held-out `val` split over the ($\alpha$, $k$) grid. NNN's bias is linear in $\alpha$, so
-# `hubnorm.protocol.nnn_grid` fits the library's normalizer once per $k$ and rescales the offsets per $\alpha$
+# `hubnorm.experiments.protocol.nnn_grid` fits the library's normalizer once per $k$ and rescales the offsets per $\alpha$
 # (identical to refitting; unit-tested).
 #
 # > Default source: synthetic embeddings — a **synthetic analog**. The published rows are CLIP on **COCO** whatever
@@ -53,17 +53,17 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("03", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %%
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("03", source, run, globals())

@@ -68,17 +68,17 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("04", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %%
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("04", source, run, globals())
@@ -106,8 +106,8 @@ sweep["setting"] = [f"bank={dataset} train {f:.0%}" if m == "nnn" else "none"
                     for f, m in zip(sweep["bank_fraction"], sweep["method"])]
 ours = compare.to_long(sweep[(sweep["method"] == "nnn") | (sweep["bank_fraction"] == nnn_fractions[0])],
                   ["direction", "method", "setting"], ["R@1"])
-tab = {("flickr30k", "t2i"): "A12", ("flickr30k", "i2t"): "A13", ("coco", "t2i"): "A14", ("coco", "i2t"): "A15"}
-pub = compare.published("nnn-chowdhury2024", [tab.get((dataset, d), "-") for d in directions], model=model, dataset=dataset)
+pub = compare.published("nnn-chowdhury2024", compare.paper_tables("nnn-chowdhury2024", "bank_fraction", dataset, directions),
+                        model=model, dataset=dataset)
 tableA12 = compare.side_by_side(ours, pub, ["direction", "method", "setting", "metric"], label=label,
                            source_note=f"NNN paper Tables A12-A15 ({model}, {dataset})")
 run.save_table(tableA12, "nnn_tables_A12_A15_bank_fraction",

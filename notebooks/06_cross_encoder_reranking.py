@@ -77,7 +77,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, notebook as nb, protocol as pr, rerank_cost as rc, rerank_study as rs, studies
 from hubnorm import rerank as rr
 
 run = nb.setup("06", seed=seed, params=globals())
@@ -85,10 +85,10 @@ run = nb.setup("06", seed=seed, params=globals())
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %%
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("06", source, run, globals())
@@ -120,14 +120,14 @@ for m, (name, params) in FIRST.items():
         p = params.get(d, params) if name == "is" else params
         fitted[(m, d)] = tasks[d].fit(hn.make_normalizer(name, **pr.clamp_params(name, p, tasks[d])))
 
-has_ce = cross_encoder == "blip" or rr.can_simulate(test)
+has_ce = cross_encoder == "blip" or rs.can_simulate(test)
 if not has_ce:
     pr.note("this run is on real data and the simulated cross-encoder needs the latent truth of synthetic data: "
             "skipped are Table 8 (reranked recall), Table 11 (score mixing), the first stage x k grid after "
             "reranking and NNN on cross-encoder scores; shown are the first stages, their ceilings R@k and the "
             "costs. For reranked numbers on real data pass cross_encoder='blip' (needs the image files, image_dir, "
             "and the caption texts).")
-ces = {d: rr.make_cross_encoder(cross_encoder, test, d, seed=seed, image_dir=image_dir) for d in DIRS} if has_ce else {}
+ces = {d: rs.make_cross_encoder(cross_encoder, test, d, seed=seed, image_dir=image_dir) for d in DIRS} if has_ce else {}
 CE_LABEL = {"simulated": "simulated cross-encoder", "blip": "BLIP ITM"}[cross_encoder]
 print(label, "|", CE_LABEL if has_ce else "no cross-encoder",
       "|", {d: f"{t.n_queries} queries x {t.n_targets} targets" for d, t in tasks.items()})
@@ -164,7 +164,7 @@ if has_ce:
             res = results[("Original", d, k)] = rr.rerank(fitted[("Original", d)], tasks[d], ces[d], k=k)
             rows.append({"direction": d, "k": str(k), **{f"R@{K}": hn.recall_at_k(res.ranks, K) for K in (1, 5, 10)},
                          "ceiling R@k": res.ceiling, "pairs/query": res.pairs_per_query})
-        full = rr.full_gallery_recall(tasks[d], ces[d], every=ce_full_every)
+        full = rs.full_gallery_recall(tasks[d], ces[d], every=ce_full_every)
         rows.append({"direction": d, "k": "all", **{f"R@{K}": full[f"R@{K}"] for K in (1, 5, 10)},
                      "ceiling R@k": 100.0, "pairs/query": full["pairs/query"]})
     t8 = pd.DataFrame(rows)
@@ -320,7 +320,7 @@ if has_ce:
 # data.
 
 # %%
-cm = rr.load_cost_model()
+cm = rc.load_cost_model()
 print(f"unit costs measured on: {cm.machine} (GPU: none)")
 print(f"per pair {cm.pair_s * 1e3:.0f} ms, per query embedding {cm.query_embed_s * 1e3:.0f} ms, "
       f"top-20 over 1M targets {cm.topk_s(1e6) * 1e3:.0f} ms (CPU seconds, 1 thread)")
@@ -330,7 +330,7 @@ t3 = cm.table3(k=20)[["model", "50,000", "1,000,000"]].rename(columns={"50,000":
 for hw in ("V100", "CPU"):
     for n in ("50k", "1M"):
         p = pub3[pub3.setting.str.startswith(hw) & (pub3.dataset == f"{n} targets")].set_index("method")["value"]
-        t3[f"published {hw} {n}"] = [rr.format_seconds(p[m]) for m in t3["model"]]
+        t3[f"published {hw} {n}"] = [rc.format_seconds(p[m]) for m in t3["model"]]
 caption = (f"Table 3: latency of one query, k = 20. This run: cost model from BLIP ITM base unit costs measured on "
            f"{cm.machine}. Published: OSCAR, 1 V100 / CPU.")
 run.save_table(t3, "table3_latency", caption=caption)
@@ -342,7 +342,7 @@ t4 = cm.table4(k=20)[["model", "1,000", "5,000", "100,000"]].rename(
     columns={"1,000": "this CPU 1k", "5,000": "this CPU 5k", "100,000": "this CPU 100k"})
 for n in ("1k", "5k", "100k"):
     p = pub4[pub4.dataset == f"coco {n}"].set_index("method")["value"]
-    t4[f"published V100 {n}"] = [rr.format_seconds(p[m]) for m in t4["model"]]
+    t4[f"published V100 {n}"] = [rc.format_seconds(p[m]) for m in t4["model"]]
 caption = (f"Table 4: evaluating t2i on n images x 5 captions, k = 20 (this CPU: {cm.machine}, extrapolated from "
            "measured unit costs; published: 1 V100, batch 512).")
 run.save_table(t4, "table4_evaluation_time", caption=caption)
@@ -430,7 +430,7 @@ if has_ce:
 # ## NNN on the cross-encoder's own scores (NNN App. F)
 #
 # With a cross-encoder the bank x gallery score matrix is unaffordable, so the bias is computed **over the top-k
-# only** (`rr.nnn_on_cross_encoder`): reference captions (`bank_fraction` of the training captions, another split,
+# only** (`rs.nnn_on_cross_encoder`): reference captions (`bank_fraction` of the training captions, another split,
 # so none describes a test image) go through the same pipeline (raw bi-encoder top-20, then the cross-encoder), and
 # each test image's bias is the mean of the top-16 cross-encoder scores it received (images never retrieved get the
 # mean bias). The test queries' top-20 are then reordered by $c - \alpha\, b(t)$. Cost: bank size x 20 extra pairs,
@@ -439,9 +439,9 @@ if has_ce:
 # %%
 if has_ce:
     bank_rows = studies.subsample_rows(np.arange(train.n_captions), bank_fraction, seed=seed)
-    bank_ce = rr.make_cross_encoder(cross_encoder, test, "t2i", query_split=train, seed=seed, image_dir=image_dir)
+    bank_ce = rs.make_cross_encoder(cross_encoder, test, "t2i", query_split=train, seed=seed, image_dir=image_dir)
     base = results.get(("Original", "t2i", 20)) or rr.rerank(fitted[("Original", "t2i")], tasks["t2i"], ces["t2i"], k=20)
-    nnn_ce = rr.nnn_on_cross_encoder(base, fitted[("Original", "t2i")], train.captions[bank_rows], bank_ce,
+    nnn_ce = rs.nnn_on_cross_encoder(base, fitted[("Original", "t2i")], train.captions[bank_rows], bank_ce,
                                      alphas=ce_nnn_alphas, k=16, bank_query_ids=bank_rows)
     caption = (f"NNN on {CE_LABEL} scores over the top-20 (t2i); bias from {bank_rows.size} reference captions x 20 "
                f"candidates; {label}.")
@@ -496,8 +496,8 @@ if has_ce:
 cost = cm.per_query(1_000_000, 20)
 learned.append(
     f"**Cost (Tables 3-4):** on this CPU one BLIP ITM pair costs {cm.pair_s:.2f} s; for 1,000,000 targets the "
-    f"cross-encoder alone takes {rr.format_seconds(cost['CE'])} per query and retrieve-and-rerank (k = 20) "
-    f"{rr.format_seconds(cost['Co'])}: {cost['CE'] / cost['Co']:,.0f} times less.")
+    f"cross-encoder alone takes {rc.format_seconds(cost['CE'])} per query and retrieve-and-rerank (k = 20) "
+    f"{rc.format_seconds(cost['Co'])}: {cost['CE'] / cost['Co']:,.0f} times less.")
 nb.notice(*learned, title="What we learned")
 
 # %% [markdown]
@@ -520,7 +520,7 @@ nb.notice(*learned, title="What we learned")
 # 3. [derive] **What reranking costs.** With $n$ targets, a query embedding cost $e$, a top-$k$ search cost
 #    $s(n)$ and a cross-encoder pair cost $c$, write the per-query cost of the cross-encoder alone and of
 #    retrieve-and-rerank, and their ratio. For which $k$ does reranking cost as much as the cross-encoder over the
-#    whole gallery? Check your formulas against `hubnorm.rerank.load_cost_model().per_query`. Solution:
+#    whole gallery? Check your formulas against `hubnorm.experiments.rerank_cost.load_cost_model().per_query`. Solution:
 #    `solutions/06_cross_encoder_reranking.py`, `exercise_3()`.
 
 # %% [markdown]

@@ -63,7 +63,8 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import compare, media, notebook as nb
+from hubnorm import media
+from hubnorm.experiments import compare, notebook as nb
 
 run = nb.setup("08", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 

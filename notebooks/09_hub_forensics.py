@@ -69,17 +69,18 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm import adversarial as adv, forensics as fx, label_free as lf, notebook as nb, protocol as pr
+from hubnorm import adversarial as adv, forensics as fx, label_free as lf
+from hubnorm.experiments import notebook as nb, protocol as pr
 
 run = nb.setup("09", seed=seed, params=globals())
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
 # cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.score_studies`).
+# remaining cells (`hubnorm.experiments.score_studies`).
 
 # %%
-from hubnorm import score_studies
+from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
     sims_tables = score_studies.run_notebook("09", source, run, globals())
@@ -309,7 +310,7 @@ for m in methods:
 # repository (they are fixed files: they do not change with `source`).
 
 # %%
-from hubnorm.reporting import project_root
+from hubnorm.experiments.reporting import project_root
 
 reports = (project_root() or Path(".")) / "benchmarks" / "reports"
 if (reports / "label_free.csv").exists() and (reports / "planted_hubs.csv").exists():

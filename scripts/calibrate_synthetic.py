@@ -10,8 +10,8 @@
 
 What is fitted, and what is not. ``--fit`` minimises, over the free parameters of the "clustered" model
 (:data:`FREE`), the squared distance between statistics of the RAW synthetic embeddings and their references,
-each divided by its tolerance (:data:`hubnorm.calibration.STATISTICS`): the statistics of a real CLIP set at the
-same size (the references recorded in :data:`hubnorm.calibration.REAL_STATISTICS`) and the published full-size
+each divided by its tolerance (:data:`hubnorm.experiments.calibration.STATISTICS`): the statistics of a real CLIP set at the
+same size (the references recorded in :data:`hubnorm.experiments.calibration.REAL_STATISTICS`) and the published full-size
 statistics (R@1 both directions, k-occurrence skewness, kurtosis and maximum). No normalizer is run inside the
 objective and no claim of a paper (which method beats which) is part of it: ``--claims`` looks at the claims only
 afterwards, on the presets as fitted. Random draws are fixed during a fit (common random numbers), so the objective
@@ -39,7 +39,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from hubnorm import calibration as cal  # noqa: E402
+from hubnorm.experiments import calibration as cal  # noqa: E402
 from hubnorm.geometry import embedding_statistics  # noqa: E402
 from hubnorm.synthetic import PRESETS, GeneratorConfig, generate_split  # noqa: E402
 
@@ -229,7 +229,7 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
     lines = ["# Calibration of the synthetic presets (hubnorm.synthetic)", "",
              "Written by `scripts/calibrate_synthetic.py`. **Every 'synthetic' number here is computed on synthetic "
              "data**; the references are real CLIP embeddings (measured with `hubnorm.geometry.embedding_statistics`, "
-             "recorded in `hubnorm.calibration.REAL_STATISTICS`) and published full-size statistics.", ""]
+             "recorded in `hubnorm.experiments.calibration.REAL_STATISTICS`) and published full-size statistics.", ""]
     lines += ["## What was fitted, and how", "",
               "The default presets `flickr30k` and `coco` use the **clustered** model (`hubnorm.synthetic`): an "
               "anisotropic semantic space (power-law spectrum), topics of Zipf popularity whose density varies "
@@ -247,7 +247,7 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
               "Band: a synthetic mean over seeds is *within* when it is within the statistic's tolerance of the "
               "reference, or within twice its own standard deviation over seeds (a single real set of that size "
               "cannot be matched more closely than its sampling noise). Tolerances are set per statistic in "
-              "`hubnorm.calibration.STATISTICS` and `PUBLISHED_TOLERANCE`, before any claim was looked at.", ""]
+              "`hubnorm.experiments.calibration.STATISTICS` and `PUBLISHED_TOLERANCE`, before any claim was looked at.", ""]
     summary, tables = [], []
     for preset, others in REPORTED.items():
         tab = cal.calibration_table(preset, seeds=seeds, full_seeds=full_seeds, compare_with=others)

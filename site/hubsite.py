@@ -147,7 +147,7 @@ _LABEL = re.compile(r"(synthetic rehearsal[^\n<|]*|synthetic analog \([^)\n<]*\)
 
 def run_label(nb: dict) -> tuple[str, str]:
     """(kind, label) of the data behind a notebook's numbers: kind is "synthetic", "real" or "unknown". The label
-    is what the notebook printed (``this run: <hubnorm.protocol.run_label>``), else the first run label in any
+    is what the notebook printed (``this run: <hubnorm.experiments.protocol.run_label>``), else the first run label in any
     output, else the ``source`` parameter the notebook ran with."""
     label = None
     texts = list(_output_texts(nb))
@@ -582,7 +582,7 @@ def comparison_page(tables: list[ComparisonTable], csvs: list[Path], stage: Stag
         lines.append("The notebooks of this build show no published-beside-this-run tables.")
     lines += ["", "## The papers' reference numbers", "",
               "Every published number the notebooks compare with ships with the library as package data "
-              "(`lib/hubnorm/published/*.csv`, read by `hubnorm.reporting.load_published`), one row per number:", "",
+              "(`lib/hubnorm/published/*.csv`, read by `hubnorm.experiments.reporting.load_published`), one row per number:", "",
               "```{toctree}", ":maxdepth: 1", ""] + [f"{p.stem}" for p in csvs] + ["```", ""]
     return "\n".join(lines)
 

@@ -122,19 +122,19 @@ def _strict_graph() -> dict:
 
 #: Layers, lowest first: a module may import modules of its own layer or of a lower one (fnmatch patterns).
 LAYERS = [
-    ("leaves", ["hubnorm._version", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels", "hubnorm.reporting"]),
+    ("leaves", ["hubnorm._version", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels"]),
     ("containers, the block protocol and its engines",
      ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
       "hubnorm.engine", "hubnorm.distributed"]),
     ("data", ["hubnorm.data", "hubnorm.data.*"]),
     ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
-    ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.protocol",
-                      "hubnorm.calibration", "hubnorm.media", "hubnorm.forensics", "hubnorm.adversarial",
-                      "hubnorm.label_free", "hubnorm.score_studies",
-                      "hubnorm.studies", "hubnorm.compare", "hubnorm.notebook", "hubnorm.parameters", "hubnorm.listwise",
-                      "hubnorm.listwise.*", "hubnorm.rerank", "hubnorm.rerank.*"]),
+    ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.media", "hubnorm.forensics",
+                      "hubnorm.adversarial", "hubnorm.label_free", "hubnorm.listwise", "hubnorm.listwise.*",
+                      "hubnorm.rerank", "hubnorm.rerank.*"]),
     ("package root", ["hubnorm"]),
+    # the papers' protocols, studies, published comparisons, notebook set-up (tests/test_layering.py)
+    ("experiments", ["hubnorm.experiments", "hubnorm.experiments.*"]),
 ]
 
 

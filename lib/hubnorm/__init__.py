@@ -35,7 +35,8 @@ from .embeddings import EmbeddingDataset, EmbeddingSplit  # noqa: E402
 
 __all__ += ["EmbeddingDataset", "EmbeddingSplit", "load_embeddings"]
 # Modules imported by name:
-#   hubnorm.protocol, hubnorm.studies, hubnorm.compare, hubnorm.geometry: the loops the notebooks run;
-#   hubnorm.notebook: notebook set-up and display; hubnorm.synthetic: the seeded generator;
-#   optional dependencies: hubnorm.index (faiss), hubnorm.data (open_clip, pooch), hubnorm.rerank
-#   (transformers), hubnorm.listwise (sentence-transformers).
+#   hubnorm.geometry, hubnorm.sweeps, hubnorm.label_free, hubnorm.forensics, hubnorm.adversarial, hubnorm.media;
+#   hubnorm.synthetic: the seeded generator; optional dependencies: hubnorm.index (faiss), hubnorm.data (open_clip,
+#   pooch), hubnorm.rerank (transformers), hubnorm.listwise (sentence-transformers).
+# The experiments layer, hubnorm.experiments (the papers' protocols, studies, published comparisons, notebook
+# set-up), imports this core; nothing here imports it (tests/test_layering.py).

@@ -181,7 +181,7 @@ def grid_search(
         too_big = sorted({int(p[param]) for p in points if limit is not None and int(p[param]) > limit})
         if too_big:
             raise ValueError(f"grid[{param!r}] has {too_big} > {limit}, the largest {param} of {method!r} on this "
-                             "task: drop those values (hubnorm.protocol.clamp_grid does it and reports what it "
+                             "task: drop those values (hubnorm.experiments.protocol.clamp_grid does it and reports what it "
                              "dropped)")
 
     sweep = engine != "reference" and can_sweep(method, grid, fixed)

@@ -126,7 +126,7 @@ QUIZ = {1: 18125, 2: "b", 3: "b", 4: "b", 5: "a", 6: "a"}
 
 def quiz() -> dict:
     """Verify every answer of ``QUIZ`` by a computation; returns the answers."""
-    from hubnorm import protocol as pr
+    from hubnorm.experiments import protocol as pr
     from hubnorm.geometry import nn_gap
     from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
     import torch

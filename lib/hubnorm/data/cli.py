@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "sizes of a paper profile into a separate, labelled cache root, and print the cache: source "
                        "to run the profile on. Use it to check a machine before downloading and encoding real data. "
                        "Everything written is labelled synthetic.")
-    r.add_argument("--profile", required=True, choices=("paper-flickr30k", "paper-coco"))
+    from .rehearse import rehearsal_profiles   # the sizes: section `rehearsal` of hubnorm/data/profiles.yaml
+    r.add_argument("--profile", required=True, choices=tuple(rehearsal_profiles()))
     r.add_argument("--cache-dir", help="rehearsal cache root (default: <cache root>/rehearsal)")
     r.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     r.add_argument("--scale", type=float, default=1.0, help="multiply every split size (tests; default 1)")

@@ -19,6 +19,8 @@ split (0.57M captions, 1.4 GB on disk) needs about 0.3 GB of memory to write.
 
 from __future__ import annotations
 
+import functools
+from importlib import resources
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -31,14 +33,82 @@ from .paths import PathLike, cache_root
 REHEARSAL_MODEL = "synthetic-rehearsal"
 REHEARSAL_SOURCE = "synthetic-rehearsal"
 
-#: Karpathy split sizes (images, captions) of the paper profiles (data/registry.py; COCO train = train + restval,
-#: captions = all 616,767 COCO 2014 captions minus the 2 x 25,010 of val and test).
-PROFILES: Dict[str, dict] = {
-    "paper-flickr30k": {"dataset": "flickr30k", "preset": "flickr30k",
-                        "splits": {"train": (29000, 145000), "val": (1014, 5070), "test": (1000, 5000)}},
-    "paper-coco": {"dataset": "coco", "preset": "coco",
-                   "splits": {"train": (113287, 566747), "val": (5000, 25010), "test": (5000, 25010)}},
-}
+#: The run-profiles file (package data): its ``rehearsal`` section holds the Karpathy split sizes (images,
+#: captions) of the paper profiles; ``run_all.sh``'s runner reads the same file (hubnorm.experiments.profiles).
+PROFILES_FILE = resources.files("hubnorm.data") / "profiles.yaml"
+
+
+def read_profiles_file(path=None) -> dict:
+    """The parsed run-profiles file (``path``, default :data:`PROFILES_FILE`), a mapping; a clear error otherwise."""
+    try:
+        import yaml
+    except ImportError as exc:   # pragma: no cover - pyyaml is in the data and notebooks extras
+        raise ImportError("reading the run profiles needs PyYAML: pip install 'hubnorm[data]'") from exc
+    where = PROFILES_FILE if path is None else Path(path)
+    with where.open("r", encoding="utf-8") as fh:
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{where}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be a mapping of sections (profiles, notebooks, rehearsal, ...)")
+    return data
+
+
+def _count(v, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{key} must be a positive integer; got {v!r}")
+    return int(v)
+
+
+def rehearsal_profiles(data: Optional[dict] = None) -> Dict[str, dict]:
+    """The ``rehearsal`` section of the run-profiles file, checked: ``{profile: {"dataset", "preset", "splits":
+    {split: (images, captions)}}}`` with between 5 and 6 captions per image. An error names the key."""
+    if data is None:
+        return _file_profiles()
+    from ..synthetic import PRESETS
+
+    section = data.get("rehearsal")
+    if not isinstance(section, dict) or not section:
+        raise ValueError("profiles file: rehearsal must be a non-empty mapping of paper profiles to split sizes")
+    out = {}
+    for name, prof in section.items():
+        key = f"rehearsal.{name}"
+        if not isinstance(prof, dict) or set(prof) != {"dataset", "preset", "splits"}:
+            raise ValueError(f"profiles file: {key} must have exactly the keys dataset, preset, splits; got "
+                             f"{sorted(prof) if isinstance(prof, dict) else prof!r}")
+        if not isinstance(prof["dataset"], str) or not prof["dataset"]:
+            raise ValueError(f"profiles file: {key}.dataset must be a dataset name; got {prof['dataset']!r}")
+        if prof["preset"] not in PRESETS:
+            raise ValueError(f"profiles file: {key}.preset must be a preset of hubnorm.synthetic "
+                             f"({sorted(PRESETS)}); got {prof['preset']!r}")
+        splits = prof["splits"]
+        if not isinstance(splits, dict) or not splits:
+            raise ValueError(f"profiles file: {key}.splits must map split names to [images, captions]")
+        sizes = {}
+        for split, pair in splits.items():
+            sk = f"{key}.splits.{split}"
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ValueError(f"profiles file: {sk} must be [images, captions]; got {pair!r}")
+            n_img, n_cap = _count(pair[0], f"profiles file: {sk}[0] (images)"), \
+                _count(pair[1], f"profiles file: {sk}[1] (captions)")
+            if not 5 * n_img <= n_cap <= 6 * n_img:
+                raise ValueError(f"profiles file: {sk} has {n_cap} captions for {n_img} images; the generator "
+                                 "makes between 5 and 6 captions per image")
+            sizes[split] = (n_img, n_cap)
+        out[name] = {"dataset": prof["dataset"], "preset": prof["preset"], "splits": sizes}
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _file_profiles() -> Dict[str, dict]:
+    return rehearsal_profiles(read_profiles_file())
+
+
+def __getattr__(name):   # PROFILES: read from the run-profiles file when first asked for
+    if name == "PROFILES":
+        return rehearsal_profiles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_rehearsal_root(cache_dir: Optional[PathLike] = None) -> Path:
@@ -56,9 +126,10 @@ def cache_spec(profile: str, seed: int = 0, scale: float = 1.0) -> str:
 
 
 def _profile(profile: str) -> dict:
-    if profile not in PROFILES:
-        raise ValueError(f"unknown rehearsal profile {profile!r}; valid: {sorted(PROFILES)}")
-    return PROFILES[profile]
+    profiles = rehearsal_profiles()
+    if profile not in profiles:
+        raise ValueError(f"unknown rehearsal profile {profile!r}; valid: {sorted(profiles)}")
+    return profiles[profile]
 
 
 def scaled_sizes(profile: str, scale: float = 1.0) -> Dict[str, Tuple[int, int]]:
@@ -162,5 +233,5 @@ def rehearsal_meta(manifest: dict) -> dict:
             "description": manifest.get("description", "SYNTHETIC rehearsal data; not real embeddings")}
 
 
-__all__ = ["PROFILES", "rehearse", "cache_spec", "scaled_sizes", "default_rehearsal_root", "rehearsal_meta",
-           "pretrained_tag"]
+__all__ = ["PROFILES", "PROFILES_FILE", "read_profiles_file", "rehearsal_profiles", "rehearse", "cache_spec",
+           "scaled_sizes", "default_rehearsal_root", "rehearsal_meta", "pretrained_tag"]

@@ -9,22 +9,19 @@
 
 Modules: :mod:`.base` (``CrossEncoder``, on-disk ``PairScoreCache``), :mod:`.blip` (``BlipITMCrossEncoder``:
 BLIP image-text matching via transformers, imported lazily), :mod:`.simulated` (``SimulatedCrossEncoder``),
-:mod:`.pipeline` (``rerank``, ``RerankResult``), :mod:`.cost` (``CostModel``: Tables 3-4 of the paper),
-:mod:`.study` (``make_cross_encoder``, ``full_gallery_recall``, ``nnn_on_cross_encoder``: notebook 06).
+:mod:`.pipeline` (``rerank``, ``RerankResult``). The paper's study and cost model (notebook 06) are in the
+experiments layer: :mod:`hubnorm.experiments.rerank_cost` (``CostModel``: Tables 3-4 of the paper) and
+:mod:`hubnorm.experiments.rerank_study` (``make_cross_encoder``, ``full_gallery_recall``, ``nnn_on_cross_encoder``).
 """
 
 from .base import CacheCorruptError, CrossEncoder, PairScoreCache, check_pair_ids
-from .cost import CostModel, format_seconds, load_cost_model, measure_topk_seconds
 from .pipeline import RerankResult, combine_scores, first_stage_topk, nnn_bias_from_pairs, rerank
 from .simulated import SimulatedCrossEncoder, pair_noise
-from .study import CROSS_ENCODERS, can_simulate, full_gallery_recall, make_cross_encoder, nnn_on_cross_encoder
 
 __all__ = [
-    "CacheCorruptError", "CrossEncoder", "PairScoreCache", "check_pair_ids", "CostModel", "format_seconds",
-    "load_cost_model", "measure_topk_seconds", "RerankResult", "combine_scores", "first_stage_topk",
-    "nnn_bias_from_pairs", "rerank", "SimulatedCrossEncoder", "pair_noise", "BlipITMCrossEncoder",
-    "offline_processor", "small_blip_config", "CROSS_ENCODERS", "can_simulate", "make_cross_encoder",
-    "full_gallery_recall", "nnn_on_cross_encoder",
+    "CacheCorruptError", "CrossEncoder", "PairScoreCache", "check_pair_ids", "RerankResult", "combine_scores",
+    "first_stage_topk", "nnn_bias_from_pairs", "rerank", "SimulatedCrossEncoder", "pair_noise", "BlipITMCrossEncoder",
+    "offline_processor", "small_blip_config",
 ]
 
 

@@ -23,8 +23,10 @@ perfect. As in the paper (SEP+Co 76.0 vs CE 75.9), reranking the bi-encoder's to
 gallery, more clearly here: the bi-encoder filters out unrelated targets whose pair noise happens to be large.
 Notebook 06 prints the measured numbers.
 
-Its cost is not its own (microseconds): :attr:`cost_per_pair_s` is the measured per-pair cost of the real BLIP
-ITM base architecture from ``benchmarks/reports/cross_encoder_latency.csv`` (see :mod:`hubnorm.rerank.cost`).
+Its cost is not its own (microseconds): :attr:`cost_per_pair_s` is the per-pair cost it stands for, passed by the
+caller (None when not given); notebook 06 passes the measured per-pair cost of the real BLIP ITM base architecture
+(``benchmarks/reports/cross_encoder_latency.csv``, read by :mod:`hubnorm.experiments.rerank_cost`) through
+:func:`hubnorm.experiments.rerank_study.make_cross_encoder`.
 """
 
 from __future__ import annotations
@@ -60,14 +62,6 @@ def pair_noise(seed: int, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.n
             h = _mix(h ^ (np.asarray(b, dtype=np.uint64) * _M2))
     u = ((h >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0 ** 53
     return ndtri(u)
-
-
-def _default_cost() -> Optional[float]:
-    try:
-        from .cost import load_cost_model
-        return load_cost_model().pair_s
-    except (ValueError, OSError):
-        return None
 
 
 class SimulatedCrossEncoder(CrossEncoder):
@@ -113,7 +107,7 @@ class SimulatedCrossEncoder(CrossEncoder):
             int(seed), float(pos_logit), float(rel_weight), float(noise), float(target_bias))
         self.model_id = (f"simulated-ce{(':' + name) if name else ''}:seed={self.seed}:pos={self.pos_logit:g}:"
                          f"rel={self.rel_weight:g}:noise={self.noise:g}:bias={self.target_bias:g}")
-        self.cost_per_pair_s = _default_cost() if cost_per_pair_s is None else float(cost_per_pair_s)
+        self.cost_per_pair_s = None if cost_per_pair_s is None else float(cost_per_pair_s)
         qk = [f"q{u}" for u in self.query_uid.tolist()] if query_keys is None else query_keys
         tk = [f"t{u}" for u in self.target_uid.tolist()] if target_keys is None else target_keys
         super().__init__(qk, tk, cache_dir=cache_dir)

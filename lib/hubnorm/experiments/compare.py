@@ -1,6 +1,6 @@
 """Published numbers beside ours: filter the published tables, join them with a run, say what the run was.
 
-The published numbers ship with the package (``hubnorm.reporting.load_published``): one row per number with
+The published numbers ship with the package (``hubnorm.experiments.reporting.load_published``): one row per number with
 ``paper, table, model, dataset, direction, setting, method, metric, value, note``.
 """
 
@@ -12,9 +12,28 @@ import pandas as pd
 
 from .reporting import beside_published, load_published
 
-__all__ = ["published", "side_by_side", "to_long"]
+__all__ = ["published", "side_by_side", "to_long", "PAPER_TABLES", "paper_tables"]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
+
+#: Which table of a paper reports a study, per (dataset, direction): the one place the notebooks look it up.
+PAPER_TABLES = {
+    # NNN paper: R@K with bootstrap 95% CIs (notebook 01)
+    ("nnn-chowdhury2024", "bootstrap_ci"): {("flickr30k", "t2i"): "A8", ("flickr30k", "i2t"): "A9",
+                                            ("coco", "t2i"): "A10", ("coco", "i2t"): "A11"},
+    # NNN paper: a fraction of the training data as reference bank (notebook 04)
+    ("nnn-chowdhury2024", "bank_fraction"): {("flickr30k", "t2i"): "A12", ("flickr30k", "i2t"): "A13",
+                                             ("coco", "t2i"): "A14", ("coco", "i2t"): "A15"},
+}
+
+
+def paper_tables(paper: str, study: str, dataset: str, directions: Sequence[str]) -> list:
+    """The table ids of ``paper`` that report ``study`` on ``dataset``, one per direction (``"-"`` where the paper
+    has none: :func:`published` then matches no row, and :func:`side_by_side` says so)."""
+    if (paper, study) not in PAPER_TABLES:
+        raise ValueError(f"no table map for paper {paper!r}, study {study!r}; known: {sorted(PAPER_TABLES)}")
+    tables = PAPER_TABLES[(paper, study)]
+    return [tables.get((dataset, d), "-") for d in directions]
 
 
 def published(paper: str, tables: Union[str, Sequence[str]], **equals) -> pd.DataFrame:

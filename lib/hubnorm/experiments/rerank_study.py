@@ -23,13 +23,21 @@ import pandas as pd
 from ..embeddings import EmbeddingSplit
 from ..evaluation import positive_ranks, recall_at_k
 from ..retrieval import RetrievalTask
-from .base import CrossEncoder
-from .pipeline import RerankResult, first_stage_topk, nnn_bias_from_pairs
-from .simulated import SimulatedCrossEncoder
+from ..rerank.base import CrossEncoder
+from ..rerank.pipeline import RerankResult, first_stage_topk, nnn_bias_from_pairs
+from ..rerank.simulated import SimulatedCrossEncoder
 
 __all__ = ["CROSS_ENCODERS", "can_simulate", "make_cross_encoder", "full_gallery_recall", "nnn_on_cross_encoder"]
 
 CROSS_ENCODERS = ("simulated", "blip")
+
+
+def _measured_pair_cost() -> Optional[float]:
+    try:
+        from .rerank_cost import load_cost_model
+        return load_cost_model().pair_s
+    except (ValueError, OSError):
+        return None
 
 
 def can_simulate(split: EmbeddingSplit) -> bool:
@@ -83,6 +91,8 @@ def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, quer
                 raise ValueError("the simulated cross-encoder reads the latent truth of synthetic data, which this "
                                  "split does not have (real data): use cross_encoder='blip' with the image files and "
                                  "caption texts, or a synthetic source")
+        if "cost_per_pair_s" not in kwargs:   # the measured per-pair cost of the real BLIP ITM architecture
+            kwargs["cost_per_pair_s"] = _measured_pair_cost()
         if query_split is None:
             return SimulatedCrossEncoder.from_split(split, direction, seed=seed, cache_dir=cache_dir, **kwargs)
         return SimulatedCrossEncoder.from_splits(query_split, split, direction, seed=seed, cache_dir=cache_dir,
@@ -94,7 +104,7 @@ def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, quer
         captions = split.caption_texts
     if captions is None:
         raise ValueError("cross_encoder='blip' needs caption texts (split.caption_texts is None)")
-    from .blip import BlipITMCrossEncoder   # transformers: imported only when used
+    from ..rerank.blip import BlipITMCrossEncoder   # transformers: imported only when used
 
     return BlipITMCrossEncoder.from_pretrained(images, captions, direction=direction, cache_dir=cache_dir, **kwargs)
 

@@ -42,9 +42,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from .blocks import limit_of
-from .registry import make_normalizer
-from .scores import ScoreMatrix, ScoreTask
+from ..blocks import limit_of
+from ..registry import make_normalizer
+from ..scores import ScoreMatrix, ScoreTask
 
 __all__ = ["NEEDS", "is_sims", "SimsRun", "load_sims_run", "score_methods", "methods_table", "hubness_table",
            "k_curve", "bank_subset", "bank_size_table", "tau_sweep", "recall_at_k", "hub_table", "run_notebook",
@@ -121,7 +121,7 @@ class SimsRun:
 
 def load_sims_run(source: str, directions: Sequence[str] = ("t2i", "i2t")) -> SimsRun:
     """Read ``"sims:<folder>"`` (checked, memory-mapped) as a :class:`SimsRun`."""
-    from .media import load_media
+    from ..media import load_media
 
     if not is_sims(source):
         raise ValueError(f"source must be 'sims:<folder>'; got {source!r}")

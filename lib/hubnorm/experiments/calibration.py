@@ -26,7 +26,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from .geometry import bank_statistics, embedding_statistics
+from ..geometry import bank_statistics, embedding_statistics
 
 __all__ = ["REAL_STATISTICS", "STATISTICS", "PUBLISHED_TOLERANCE", "NOT_FITTED", "band", "preset_statistics",
            "full_size_statistics", "calibration_table"]
@@ -160,7 +160,7 @@ def preset_statistics(preset: str, n_images: int, captions_per_image: int, seeds
                       **overrides) -> pd.DataFrame:
     """:func:`~hubnorm.geometry.embedding_statistics` and :func:`~hubnorm.geometry.bank_statistics` of the test split
     of ``preset`` at the given size, one row per seed."""
-    from .synthetic import PRESETS, generate_split
+    from ..synthetic import PRESETS, generate_split
 
     cfg = PRESETS[preset].replace(captions_per_image=int(captions_per_image), **overrides)
     rows = []
@@ -176,11 +176,11 @@ def full_size_statistics(preset: str, seeds: Iterable[int] = (0,), **overrides) 
     ``preset`` (the sizes of the published tables), one row per seed; scores streamed in blocks."""
     from scipy import stats as sps
 
-    from .evaluation import evaluate
-    from .hubness import hubness_stats, k_occurrence
-    from .normalizers.base import Identity
-    from .retrieval import build_tasks
-    from .synthetic import PRESETS, generate_split
+    from ..evaluation import evaluate
+    from ..hubness import hubness_stats, k_occurrence
+    from ..normalizers.base import Identity
+    from ..retrieval import build_tasks
+    from ..synthetic import PRESETS, generate_split
 
     n, c = FULL_SIZES[_kind(preset)]
     cfg = PRESETS[preset].replace(captions_per_image=c, **overrides)
@@ -266,7 +266,7 @@ def media_published(preset: str) -> Dict[str, Tuple[float, str, bool]]:
     Fitted: zero-shot R@1 of the preset's model (DBSN Table 1: CLIP4Clip, reproduced; Table 3: CLAP) and the raw
     skewness of Table 5 when it is of that model (MSR-VTT: CLIP4Clip). DiDeMo's Table 5 skewness is of X-Pool, another
     model: reported beside, not fitted."""
-    from .media import MEDIA_PRESETS
+    from ..media import MEDIA_PRESETS
     from .reporting import load_published
 
     p = MEDIA_PRESETS[preset]
@@ -296,7 +296,7 @@ def media_published(preset: str) -> Dict[str, Tuple[float, str, bool]]:
 def media_statistics(preset: str, seeds: Iterable[int] = range(3)) -> pd.DataFrame:
     """Raw R@1 both directions and the skewness of N_10 (queries = captions) of the full-size test split of a video /
     audio preset, one row per seed (no banks are drawn)."""
-    from .media import make_media, media_tasks
+    from ..media import make_media, media_tasks
 
     rows = []
     for seed in seeds:
@@ -312,7 +312,7 @@ def media_calibration_table(preset: str, *, seeds: Iterable[int] = range(3)) -> 
     """One row per published raw statistic of a video / audio preset: the published value, the synthetic mean and sd
     over ``seeds``, the band and whether the mean is within it (:func:`band`, the image presets' rule); the same
     columns as :func:`calibration_table`."""
-    from .media import MEDIA_PRESETS
+    from ..media import MEDIA_PRESETS
 
     seeds = list(seeds)
     syn = media_statistics(preset, seeds)

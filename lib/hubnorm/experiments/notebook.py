@@ -1,6 +1,6 @@
 """One-call set-up and the few display helpers every notebook shares.
 
->>> from hubnorm import notebook as nb
+>>> from hubnorm.experiments import notebook as nb
 >>> run = nb.setup("01", seed=0)          # seeds, torch threads, float64, seaborn theme, inline figures
 >>> nb.show(table)                        # a rendered table (HTML in Jupyter, aligned text elsewhere)
 >>> run.save_figure(fig, "recall_vs_k")   # results/figures/01_recall_vs_k.png + .pdf (and shown inline)
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .progress import progress
+from ..progress import progress
 from .reporting import results_dir
 
 __all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "notice", "order_word",
@@ -77,8 +77,8 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     """Seed numpy and torch, pin torch to ``threads`` threads (default: ``$HUBNORM_THREADS``, else 2), quiet
     library warnings, set the seaborn theme and show figures inline. ``prefix`` is the notebook's number
     (figures and tables are saved under it); ``dtype`` is recorded as ``run.dtype`` for the notebook to pass on
-    (``hubnorm.protocol.prepare_dataset(..., dtype=run.dtype)``). ``params`` (the notebook's ``globals()``):
-    every notebook parameter in it is checked first against its declared rule (:mod:`hubnorm.parameters`), so
+    (``hubnorm.experiments.protocol.prepare_dataset(..., dtype=run.dtype)``). ``params`` (the notebook's ``globals()``):
+    every notebook parameter in it is checked first against its declared rule (:mod:`hubnorm.experiments.parameters`), so
     a bad value stops the notebook at its top with an error naming the parameter and the fix."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be the notebook's number as a string, e.g. '01'; got {prefix!r}")

@@ -20,15 +20,15 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from .datasets import load_embeddings
-from .embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
-from .evaluation import evaluate
-from .hubness import hubness_stats, k_occurrence
-from .normalizers.base import EXECUTION_OPTIONS
-from .progress import progress
-from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
-from .retrieval import DIRECTIONS, RetrievalTask, build_tasks
-from .selection import PAPER_GRIDS, grid_search, k_limit
+from ..datasets import load_embeddings
+from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
+from ..evaluation import evaluate
+from ..hubness import hubness_stats, k_occurrence
+from ..normalizers.base import EXECUTION_OPTIONS
+from ..progress import progress
+from ..registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
+from ..retrieval import DIRECTIONS, RetrievalTask, build_tasks
+from ..selection import PAPER_GRIDS, grid_search, k_limit
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
@@ -215,7 +215,7 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
     if is_synthetic(ds):
         name = "CLIP"
     else:
-        from .data.models import published_model_name
+        from ..data.models import published_model_name
 
         enc = str(ds.meta.get("model") or "")
         name = published_model_name(enc, ds.meta.get("pretrained")) if enc else None

@@ -1,7 +1,8 @@
-"""Saving figures and tables under stable names, and putting published numbers beside ours.
+"""Where results go, and the published numbers (experiments layer).
 
 Every notebook writes its figures to ``results/figures/<name>.png`` and ``.pdf`` and its tables to
-``results/tables/<name>.csv`` and ``.md``. The results root (:func:`results_dir`) follows one rule, the same for a
+``results/tables/<name>.csv`` and ``.md`` (:meth:`hubnorm.experiments.notebook.Run.save_figure` and
+``Run.save_table``, under :func:`results_dir`). The results root (:func:`results_dir`) follows one rule, the same for a
 checkout, an editable and a non-editable install: ``$HUBNORM_RESULTS`` when set; else ``results/`` in the project
 folder, the nearest folder at or above the working directory that holds a ``pyproject.toml`` or a ``.git`` (for
 a notebook run from ``notebooks/`` of this repository: ``<repository>/results``); else ``./results``.
@@ -24,8 +25,8 @@ def _repo_root() -> Optional[Path]:
     """The checkout holding ``lib/hubnorm`` (as :func:`hubnorm.data.paths.repo_root`, without importing
     hubnorm.data), or None for an installed, non-editable package."""
     here = Path(__file__).resolve()
-    if here.parents[1].name == "lib" and (here.parents[2] / "pyproject.toml").exists():
-        return here.parents[2]
+    if here.parents[2].name == "lib" and (here.parents[3] / "pyproject.toml").exists():
+        return here.parents[3]
     return None
 
 
@@ -71,36 +72,6 @@ def results_dir(sub: str = "") -> Path:
     path = root / sub if sub else root
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def source_label(meta_or_dataset) -> str:
-    """A short provenance label: ``"synthetic (coco preset)"`` or ``"real (coco, ViT-B-32-quickgelu/openai)"``."""
-    meta = getattr(meta_or_dataset, "meta", meta_or_dataset) or {}
-    source = getattr(meta_or_dataset, "source", None) or meta.get("source", "unknown")
-    name = getattr(meta_or_dataset, "name", None) or meta.get("dataset", "")
-    return f"{source} ({name})" if name else str(source)
-
-
-def save_figure(fig, name: str, *, caption: Optional[str] = None) -> Path:
-    """Save a matplotlib figure as PNG (150 dpi) and PDF under results/figures; returns the PNG path."""
-    out = results_dir("figures")
-    png = out / f"{name}.png"
-    fig.savefig(png, dpi=150, bbox_inches="tight")
-    fig.savefig(out / f"{name}.pdf", bbox_inches="tight")
-    if caption:
-        (out / f"{name}.txt").write_text(caption.strip() + "\n")
-    return png
-
-
-def save_table(df: pd.DataFrame, name: str, *, caption: Optional[str] = None, floatfmt: str = ".2f") -> Path:
-    """Save a table as CSV and Markdown under results/tables; returns the CSV path."""
-    out = results_dir("tables")
-    csv = out / f"{name}.csv"
-    df.to_csv(csv, index=False)
-    md = df.to_markdown(index=False, floatfmt=floatfmt)
-    text = (f"{caption.strip()}\n\n" if caption else "") + md + "\n"
-    (out / f"{name}.md").write_text(text)
-    return csv
 
 
 def load_published(paper: Optional[str] = None, table: Optional[str] = None) -> pd.DataFrame:

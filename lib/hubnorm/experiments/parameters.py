@@ -7,7 +7,7 @@ be and how to pass it, before any computation. The parameters cell keeps the def
 that ``papermill --help-notebook`` shows; ``tests/test_parameters.py`` checks that every parameter of every
 notebook (``notebooks/[0-9][0-9]_*``, so later notebooks are covered) has a rule here, that its default passes
 and that the type papermill infers agrees, and ``docs/parameters.md`` is generated from this table
-(``python -m hubnorm.parameters > docs/parameters.md``; a test checks it is current).
+(``python -m hubnorm.experiments.parameters > docs/parameters.md``; a test checks it is current).
 
 A rule is looked up as ``"NN:name"`` first (a notebook whose parameter of that name means something else), then
 ``name``.
@@ -335,7 +335,7 @@ def _example(rule: Rule) -> str:
 def markdown(names_by_notebook: Optional[Mapping[str, Sequence[str]]] = None) -> str:
     """The parameter reference (``docs/parameters.md``): one row per rule."""
     lines = ["# Notebook parameters", "",
-             "Generated from `hubnorm.parameters.SCHEMA` (`python -m hubnorm.parameters > docs/parameters.md`): the",
+             "Generated from `hubnorm.experiments.parameters.SCHEMA` (`python -m hubnorm.experiments.parameters > docs/parameters.md`): the",
              "rules every notebook checks at its top (`nb.setup(..., params=globals())`). `NN:name` is a rule of",
              "notebook NN only. Defaults and one-line help: `papermill --help-notebook notebooks/NN_name.ipynb`.", "",
              "| parameter | type | valid values |", "|---|---|---|"]

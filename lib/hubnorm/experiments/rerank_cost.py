@@ -12,7 +12,7 @@ queries) adds the offline embedding of the ``n`` gallery images (``n * t_image``
 
 The unit costs come from ``benchmarks/bench_cross_encoder.py`` (BLIP ITM base architecture, measured on the
 machine named in the report); :func:`load_cost_model` reads that CSV in a checkout and otherwise (an installed
-package) the copy shipped as package data, ``hubnorm/rerank/cross_encoder_latency.csv`` (read with
+package) the copy shipped as package data, ``hubnorm/experiments/cross_encoder_latency.csv`` (read with
 :mod:`importlib.resources`; the benchmark refreshes both, tests/test_packaging.py checks they agree).
 """
 
@@ -36,7 +36,7 @@ __all__ = ["CostModel", "load_cost_model", "measure_topk_seconds", "format_secon
 #: The benchmark's report in a source checkout (absent in an installed package).
 LATENCY_REPORT = Path(__file__).resolve().parents[3] / "benchmarks" / "reports" / "cross_encoder_latency.csv"
 #: The copy of that report shipped as package data (importlib.resources Traversable).
-PACKAGED_LATENCY = resources.files("hubnorm.rerank") / "cross_encoder_latency.csv"
+PACKAGED_LATENCY = resources.files("hubnorm.experiments") / "cross_encoder_latency.csv"
 
 #: Unit costs (seconds) of the committed benchmark report, used when the CSV cannot be read. Filled in from
 #: benchmarks/reports/cross_encoder_latency.csv (see that report for the machine and the settings).

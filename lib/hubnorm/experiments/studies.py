@@ -12,22 +12,22 @@ from typing import List, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .embeddings import EmbeddingDataset, EmbeddingSplit
-from .evaluation import positive_ranks, summarize_ranks
-from .geometry import nn_gap
-from .hubness import hubness_stats, k_occurrence
-from .progress import progress
+from ..embeddings import EmbeddingDataset, EmbeddingSplit
+from ..evaluation import positive_ranks, summarize_ranks
+from ..geometry import nn_gap
+from ..hubness import hubness_stats, k_occurrence
+from ..progress import progress
 from .protocol import MethodSpec, clamp_params, make_tasks, method_items, params_for, reference_split, run_methods
-from .registry import DISPLAY_NAMES, make_normalizer
-from .retrieval import DIRECTIONS, RetrievalTask
-from .sweeps import iteration_table
+from ..registry import DISPLAY_NAMES, make_normalizer
+from ..retrieval import DIRECTIONS, RetrievalTask
+from ..sweeps import iteration_table
 
 __all__ = ["distinct_fractions", "subsample_rows", "score_and_hubness", "bank_fraction_sweep", "query_bank_sweep", "sinkhorn_iterations",
            "occurrence_frame", "occurrence_stats"]
 
 
 def fraction_size(fraction: float, n_rows: int) -> int:
-    """Rows kept by :func:`subsample_rows` (and :func:`hubnorm.protocol.reference_split`): all of them for a
+    """Rows kept by :func:`subsample_rows` (and :func:`hubnorm.experiments.protocol.reference_split`): all of them for a
     fraction of 1, else ``round(fraction * n_rows)`` clamped to at least one row."""
     return int(n_rows) if fraction >= 1 else max(1, int(round(fraction * n_rows)))
 

@@ -1,0 +1,384 @@
+"""The runner behind ``bash run_all.sh``: execute ``notebooks/[0-9][0-9]_*.ipynb`` with papermill for a run profile.
+
+``run_all.sh`` prints its help, runs ``scripts/bootstrap.sh`` and then ``exec``\\ s
+``python -m hubnorm.experiments.runner --root <checkout> --caller-dir <where it was called> <its arguments>``; the
+flags, the help text and the terminal output are run_all.sh's (see its header). The profiles, their parameters,
+results folders and preparations, and what each notebook needs, are data (``hubnorm/data/profiles.yaml``, checked by
+:mod:`hubnorm.experiments.profiles`): this module knows no profile and no notebook by name.
+
+Two options for tests, not in run_all.sh's help: ``--max-notebooks N`` runs at most the first ``N`` selected
+notebooks (the ones ``--only`` keeps, skipped ones not counted), and ``$HUBNORM_REHEARSAL_SCALE`` (a number in
+(0, 1]) writes and reads the rehearsal caches at that fraction of the Karpathy sizes (``python -m hubnorm.data
+rehearse --scale``).
+
+A single notebook still runs without the runner: ``papermill notebooks/03_k_ablation.ipynb out.ipynb -p ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from .profiles import Profiles, load_profiles, offered_by_text
+
+#: The one known line of noise, dropped from the terminal and the logs: ipykernel's "Kernel is running over TCP
+#: without encryption" notice (once per notebook; the kernel listens on localhost only). Every other line passes.
+TCP_NOTICE = b"Kernel is running over TCP without encryption"
+#: papermill's own lines, not shown on the terminal (they stay in the log)
+_PAPERMILL_LINES = re.compile(rb"^(Input Notebook|Output Notebook|Executing notebook|Working directory|Black is not|"
+                              rb"Executing Cell|Ending Cell)")
+_ERROR_LINES = re.compile(r"^[A-Za-z]*(Error|Exception)|PapermillExecutionError")
+
+
+def _say(msg: str, *, err: bool = False) -> None:
+    stream = sys.stderr if err else sys.stdout
+    stream.write(msg + "\n")
+    stream.flush()
+
+
+class Usage(Exception):
+    """A command-line error: printed as ``run_all.sh: <message>``, exit status 2."""
+
+
+def parse_args(argv: Sequence[str], caller_dir: str) -> dict:
+    """run_all.sh's flags (same spellings, same errors)."""
+    opts = {"profile": "default", "keep_going": False, "only": "", "quiet": False, "site": False, "source": "",
+            "user_params": [], "results": os.environ.get("HUBNORM_RESULTS", ""), "max_notebooks": None}
+    argv = list(argv)
+    i = 0
+
+    def value(flag: str, what: str) -> str:
+        nonlocal i
+        if i + 1 >= len(argv) or argv[i + 1] == "":
+            raise Usage(f"{flag} needs {what}")
+        i += 2
+        return argv[i - 1]
+
+    while i < len(argv):
+        a = argv[i]
+        name, eq, inline = a.partition("=")
+        if a == "--keep-going":
+            opts["keep_going"] = True; i += 1
+        elif a == "--quiet":
+            opts["quiet"] = True; i += 1
+        elif a == "--site":
+            opts["site"] = True; i += 1
+        elif name in ("--profile", "--only", "--source", "--results", "--max-notebooks") and eq:
+            key = name[2:].replace("-", "_")
+            opts[key] = inline; i += 1
+        elif a in ("--profile", "--only", "--source", "--results", "--max-notebooks"):
+            what = {"--profile": "a value", "--only": "a value", "--source": "a value", "--results": "a folder",
+                    "--max-notebooks": "a number"}[a]
+            opts[a[2:].replace("-", "_")] = value(a, what)
+        elif name == "--param" and eq:
+            opts["user_params"] += ["--param", inline]; i += 1
+        elif a == "--param":
+            opts["user_params"] += ["--param", value(a, "NAME=VALUE")]
+        elif name == "--params":
+            f = inline if eq else value(a, "a file")
+            if eq:
+                i += 1
+            opts["user_params"] += ["--params", f if f.startswith("/") else os.path.join(caller_dir, f)]
+        else:
+            raise Usage(f"unknown argument {a} (see --help)")
+    if opts["max_notebooks"] is not None:
+        try:
+            opts["max_notebooks"] = int(opts["max_notebooks"])
+            assert opts["max_notebooks"] >= 1
+        except (ValueError, AssertionError):
+            raise Usage(f"--max-notebooks needs a positive number; got {opts['max_notebooks']!r}") from None
+    return opts
+
+
+def own_source_slug(source: str) -> str:
+    """The results folder name of a ``--source`` run: ``own-<slug>`` (``local:/a/my folder`` -> ``local-my-folder``)."""
+    slug = re.sub(r"^(local|sims):.*/([^/]+)/*$", r"\1:\2", source)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
+    return re.sub(r"-+$", "", slug)
+
+
+def _rehearsal_tag() -> tuple:
+    from ..data.rehearse import pretrained_tag
+
+    raw = os.environ.get("HUBNORM_REHEARSAL_SCALE", "")
+    if not raw:
+        return 1.0, pretrained_tag(0)
+    try:
+        scale = float(raw)
+        assert 0 < scale <= 1
+    except (ValueError, AssertionError):
+        raise Usage(f"HUBNORM_REHEARSAL_SCALE must be a number in (0, 1]; got {raw!r}") from None
+    return scale, pretrained_tag(0, scale)
+
+
+def _fill(value, **fields):
+    if isinstance(value, str):
+        for k, v in fields.items():
+            value = value.replace("{" + k + "}", str(v))
+        return value
+    if isinstance(value, list):
+        return [_fill(v, **fields) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, **fields) for k, v in value.items()}
+    return value
+
+
+class _Streamer:
+    """Copy a child's output to its log and (unless quiet) to the terminal, prefixed ``  NN| ``."""
+
+    def __init__(self, proc, log_path: Path, prefix: str, show: bool):
+        self.proc, self.log_path, self.prefix, self.show = proc, log_path, prefix, show
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        with open(self.log_path, "wb") as log:
+            for line in iter(self.proc.stdout.readline, b""):
+                if TCP_NOTICE in line:
+                    continue
+                log.write(line)
+                log.flush()
+                if self.show:
+                    for part in line.rstrip(b"\n").split(b"\r"):
+                        if _PAPERMILL_LINES.match(part):
+                            continue
+                        sys.stdout.write(self.prefix + part.decode("utf-8", "replace") + "\n")
+                    sys.stdout.flush()
+
+    def join(self):
+        self.thread.join()
+
+
+def _tail_progress(path: Path, prefix: str, done: threading.Event):
+    """Stream the notebook's progress side file until the notebook has ended and the file is read."""
+    pos, buf = 0, b""
+    while True:
+        finished = done.is_set()
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+        except OSError:
+            chunk = b""
+        pos += len(chunk)
+        buf += chunk
+        *lines, buf = buf.replace(b"\r", b"\n").split(b"\n")
+        for line in lines:
+            if line.strip():
+                sys.stdout.write(prefix + line.decode("utf-8", "replace") + "\n")
+        if lines:
+            sys.stdout.flush()
+        if finished:
+            if buf.strip():
+                sys.stdout.write(prefix + buf.decode("utf-8", "replace") + "\n")
+                sys.stdout.flush()
+            return
+        done.wait(0.5)
+
+
+class Runner:
+    def __init__(self, root: Path, caller_dir: Path, opts: dict, profiles: Profiles):
+        self.root, self.caller_dir, self.opts, self.p = root, caller_dir, opts, profiles
+        self.python = sys.executable
+
+    # ------------------------------------------------------------------------------------------ set-up
+    def _results_root(self) -> Path:
+        r = self.opts["results"]
+        if not r:
+            return self.root / "results"
+        return Path(r) if r.startswith("/") else self.caller_dir / r
+
+    def _notebook_params_merge(self, params: dict) -> dict:
+        res = subprocess.run([self.python, "scripts/notebook_params.py", "--merge", json.dumps(params),
+                              *self.opts["user_params"]], cwd=self.root, stdout=subprocess.PIPE)
+        if res.returncode != 0:
+            raise SystemExit(2)
+        return json.loads(res.stdout)
+
+    def run(self) -> int:
+        o, p = self.opts, self.p
+        profile_name, own = o["profile"], o["source"]
+        results_root = self._results_root()
+        os.environ["HF_HUB_OFFLINE"] = os.environ.get("HF_HUB_OFFLINE", "1")
+        os.environ["TRANSFORMERS_OFFLINE"] = os.environ.get("TRANSFORMERS_OFFLINE", "1")
+        os.environ["PYTHONHASHSEED"] = "0"
+        if profile_name not in p.profiles:
+            _say(f"run_all.sh: unknown profile '{profile_name}' ({', '.join(sorted(p.profiles))})", err=True)
+            return 2
+        profile = p.profiles[profile_name]
+        if own and profile_name != "default":
+            _say(f"run_all.sh: --source runs the default profile on your data; it cannot be combined with "
+                 f"--profile {profile_name}", err=True)
+            return 2
+        scale, tag = _rehearsal_tag()
+        for reh in profile.rehearse:   # the rehearsal caches, written once
+            ds = p.rehearsal[reh]["dataset"]
+            _say(f"run_all.sh: rehearsal cache for {ds} (written once; 'python -m hubnorm.data rehearse --profile "
+                 f"{reh} --force' rewrites it)")
+            extra = [] if scale == 1.0 else ["--scale", repr(scale)]
+            if subprocess.run([self.python, "-m", "hubnorm.data", "rehearse", "--profile", reh, *extra],
+                              cwd=self.root).returncode != 0:
+                _say("run_all.sh: rehearse failed", err=True)
+                return 1
+        params = _fill(profile.parameters, rehearsal_tag=tag)
+        results = results_root / profile.results if profile.results else results_root
+        if own:
+            for kind in ("local:", "sims:"):   # a relative folder is relative to where run_all.sh was called from
+                if own.startswith(kind) and not own[len(kind):].startswith("/"):
+                    own = f"{kind}{self.caller_dir}/{own[len(kind):]}"
+            params = {"source": own, "cross_source": None}
+            results = results_root / f"own-{own_source_slug(own)}"
+            os.environ["HUBNORM_FORBID_SYNTHETIC"] = "1"
+        if o["user_params"]:   # --param / --params override the profile's parameters
+            params = self._notebook_params_merge(params)
+        if own and results.is_dir():   # a --source run's folder holds this run's files only
+            _say(f"run_all.sh: clearing {results} (the outputs of an earlier run on this source)")
+            shutil.rmtree(results)
+        results.mkdir(parents=True, exist_ok=True)
+        os.environ["HUBNORM_RESULTS"] = str(results)
+
+        notebooks = sorted((self.root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        selected = [nb for nb in notebooks if not o["only"] or o["only"] in nb.stem]
+        offers = set(p.offers(profile_name, own or None))
+        runnable = [nb for nb in selected if set(p.notebook(nb.stem).needs) <= offers]
+        if o["max_notebooks"] is not None:   # tests: the first N notebooks that run
+            runnable = runnable[:o["max_notebooks"]]
+
+        source = params.get("source", "") if isinstance(params, dict) else ""
+        for prep_name in profile.prepares:   # data preparation, outside the notebook timings
+            users = [nb for nb in runnable if prep_name in p.notebook(nb.stem).uses]
+            if not users:
+                continue
+            prep = p.preparations[prep_name]
+            fields = {"source": source, "notebook": users[0].stem, "python": self.python}
+            t0 = time.time()
+            _say(f"run_all.sh: {_fill(prep.start, **fields)}")
+            if subprocess.run(_fill(list(prep.command), **fields), cwd=self.root).returncode == 0:
+                _say(f"run_all.sh: {prep.what} ready in {int(time.time() - t0)}s (not part of the notebook times)")
+            else:
+                _say(f"run_all.sh: the {prep.what} could not be prepared (above); {users[0].stem} will say why",
+                     err=True)
+
+        out = results / "notebooks"
+        out.mkdir(parents=True, exist_ok=True)
+        start_all = time.time()
+        _say(f"run_all.sh: profile {profile_name} -> {results}/ ({len(notebooks)} notebooks)")
+        offered_by = [nb.stem[:2] for nb in notebooks if set(p.notebook(nb.stem).needs) <= offers]
+        failed, skipped, ran = [], 0, 0
+        for nb in selected:
+            name = nb.stem
+            missing = [n for n in p.notebook(name).needs if n not in offers]
+            if missing:
+                why = p.needs[missing[0]].replace("{offered_by}", offered_by_text(offered_by))
+                _say(f"{name:<40} {'-':>5}   skipped: {why}")
+                skipped += 1
+                continue
+            if nb not in runnable:   # past --max-notebooks
+                break
+            ran += 1
+            rc, secs, log = self._run_notebook(nb, params, out)
+            if rc == 0:
+                _say(f"{name:<40} {secs:>5}s  ok")
+            else:
+                _say(f"{name:<40} {secs:>5}s  FAILED (log: {log})")
+                try:
+                    lines = [ln for ln in log.read_text(errors="replace").splitlines() if _ERROR_LINES.search(ln)]
+                except OSError:
+                    lines = []
+                for ln in lines[-3:]:
+                    _say("    " + ln)
+                failed.append(name)
+                if not o["keep_going"]:
+                    break
+        _say(f"run_all.sh: total {int(time.time() - start_all)}s")
+        if o["only"] and ran == 0 and skipped == 0:
+            _say(f"run_all.sh: no notebook matches --only {o['only']}", err=True)
+            return 2
+        if failed:
+            _say(f"run_all.sh: FAILED notebook(s): {' '.join(failed)}", err=True)
+            return 1
+        _say(f"run_all.sh: all notebooks ok ({skipped} skipped); figures in {results}/figures, tables in "
+             f"{results}/tables")
+        if o["site"]:
+            if subprocess.run(["bash", "scripts/build_site.sh", "--notebooks", str(results)],
+                              cwd=self.root).returncode != 0:
+                _say("run_all.sh: the site build failed", err=True)
+                return 1
+        return 0
+
+    # ------------------------------------------------------------------------------------------ one notebook
+    def _run_notebook(self, nb: Path, params: dict, out: Path):
+        name = nb.stem
+        t0 = time.time()
+        log = out / f"{name}.log"
+        nb_params = "{}"
+        if params:   # only the parameters this notebook declares (no "unknown parameter" warnings)
+            res = subprocess.run([self.python, "scripts/notebook_params.py", str(nb.relative_to(self.root)),
+                                  json.dumps(params)], cwd=self.root, stdout=subprocess.PIPE, text=True)
+            if res.returncode != 0:
+                _say("run_all.sh: bad parameters", err=True)
+                raise SystemExit(2)
+            nb_params = res.stdout.strip()
+        _say(f"{name}: running (log: {log})")
+        prog = out / f"{name}.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
+        prog.write_bytes(b"")
+        env = {**os.environ, "HUBNORM_PROGRESS_FILE": str(prog)}
+        quiet = self.opts["quiet"]
+        cmd = [self.python, "-m", "papermill", "-k", "python3", "--cwd", "notebooks"]
+        cmd += ([] if quiet else ["--log-output"]) + ["--no-progress-bar", "-y", nb_params,
+                                                       str(nb.relative_to(self.root)), str(out / f"{name}.ipynb")]
+        proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        prefix = f"  {name[:2]}| "
+        streamer = _Streamer(proc, log, prefix, show=not quiet)
+        done = threading.Event()
+        tail = None
+        if not quiet:
+            tail = threading.Thread(target=_tail_progress, args=(prog, prefix, done), daemon=True)
+            tail.start()
+        rc = proc.wait()
+        streamer.join()
+        done.set()
+        if tail is not None:
+            tail.join()
+        # a library's own tqdm bar (not hubnorm's) would still land in a cell's stderr: drop such lines from the copy
+        executed = out / f"{name}.ipynb"
+        if executed.exists():
+            subprocess.run([self.python, "scripts/strip_notebook_metadata.py", "--progress-only", str(executed)],
+                           cwd=self.root)
+        return rc, int(time.time() - t0), log
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    root, caller_dir = Path.cwd(), Path.cwd()
+    while argv[:1] and argv[0] in ("--root", "--caller-dir"):
+        if len(argv) < 2:
+            _say(f"runner: {argv[0]} needs a folder", err=True)
+            return 2
+        if argv[0] == "--root":
+            root = Path(argv[1]).resolve()
+        else:
+            caller_dir = Path(argv[1])
+        argv = argv[2:]
+    try:
+        opts = parse_args(argv, str(caller_dir))
+        profiles = load_profiles()
+        return Runner(root, caller_dir, opts, profiles).run()
+    except Usage as exc:
+        _say(f"run_all.sh: {exc}", err=True)
+        return 2
+    except ValueError as exc:   # the profiles file
+        _say(f"run_all.sh: {exc}", err=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Two layers, one-way: the core of hubnorm never imports the experiments layer (``hubnorm.experiments``).
+
+The core is every module under ``lib/hubnorm`` outside ``lib/hubnorm/experiments/`` (embeddings and tasks,
+normalizers and engines, evaluation and hubness measures, encoders and caches, data loading). The experiments layer
+(the papers' protocols, studies, published comparisons, notebook set-up) imports the core, never the reverse.
+
+Two checks:
+
+* static (:func:`experiments_references`): every ``import`` / ``from ... import`` anywhere in a core module (module
+  level or inside a function, relative imports resolved) and every string passed to ``importlib.import_module``,
+  ``__import__`` or ``importlib.util.find_spec`` (a relative name resolved against its ``package=`` argument or the
+  module's own package) must not name ``hubnorm.experiments`` or a module under it;
+* dynamic: in a fresh interpreter, ``import hubnorm`` and then every importable core module loads no
+  ``hubnorm.experiments*`` module (``sys.modules``).
+"""
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[1] / "lib"
+PKG = LIB / "hubnorm"
+EXPERIMENTS = "hubnorm.experiments"
+_IMPORTLIB_CALLS = {"import_module", "__import__", "find_spec"}
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_experiments(name: str) -> bool:
+    return name == EXPERIMENTS or name.startswith(EXPERIMENTS + ".")
+
+
+def _absolute(relative: str, package: str) -> str:
+    """``importlib.util.resolve_name`` without importing anything: ``..x`` in package ``a.b`` is ``a.x``."""
+    level = len(relative) - len(relative.lstrip("."))
+    base = package.split(".")
+    if level > len(base):
+        return relative
+    base = base[:len(base) - level + 1]
+    rest = relative[level:]
+    return ".".join(base + ([rest] if rest else []))
+
+
+def experiments_references(source: str, module: str, is_package: bool = False) -> list:
+    """``(line, what)`` for every reference of ``source`` (the text of module ``module``) to the experiments layer."""
+    package = module if is_package else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mod = _absolute("." * node.level + (node.module or ""), package) if node.level else (node.module or "")
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in _IMPORTLIB_CALLS and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                text = node.args[0].value
+                pkg = package
+                for kw in node.keywords:
+                    if kw.arg == "package" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                        pkg = kw.value.value
+                if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and name != "__import__":
+                    pkg = node.args[1].value if isinstance(node.args[1].value, str) else pkg
+                targets = [_absolute(text, pkg) if text.startswith(".") else text]
+        found += [(node.lineno, t) for t in targets if _is_experiments(t)]
+    return found
+
+
+def _core_modules():
+    for path in sorted(PKG.rglob("*.py")):
+        name = _module(path)
+        if not _is_experiments(name):
+            yield name, path
+
+
+def test_the_layers_exist_and_split_the_package():
+    core = dict(_core_modules())
+    assert (PKG / "experiments" / "__init__.py").is_file()
+    assert {"hubnorm", "hubnorm.normalizers.nnn", "hubnorm.evaluation", "hubnorm.data.cache"} <= set(core)
+    moved = ("protocol", "studies", "compare", "notebook", "reporting", "parameters", "calibration")
+    for name in moved:   # the notebook and paper machinery lives in the experiments layer only
+        assert not (PKG / f"{name}.py").exists() and (PKG / "experiments" / f"{name}.py").is_file(), name
+    assert not (PKG / "rerank" / "study.py").exists() and not (PKG / "rerank" / "cost.py").exists()
+
+
+def test_no_core_module_imports_the_experiments_layer():
+    bad = []
+    for name, path in _core_modules():
+        for line, target in experiments_references(path.read_text(encoding="utf-8"), name,
+                                                   path.name == "__init__.py"):
+            bad.append(f"{path.relative_to(LIB)}:{line} imports {target}")
+    assert not bad, "the core must not import hubnorm.experiments:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("module, is_pkg, source", [
+    ("hubnorm.rerank.simulated", False, "def f():\n    from ..experiments.rerank_cost import load_cost_model\n"),
+    ("hubnorm", True, "from . import experiments\n"),
+    ("hubnorm.selection", False, "import hubnorm.experiments.protocol as pr\n"),
+    ("hubnorm.selection", False, "from hubnorm.experiments import protocol\n"),
+    ("hubnorm.selection", False, "import importlib\nm = importlib.import_module('hubnorm.experiments.studies')\n"),
+    ("hubnorm.data.cli", False, "from importlib import import_module\nm = import_module('..experiments', 'hubnorm.data')\n"),
+    ("hubnorm.data.cli", False, "import importlib\nm = importlib.import_module('..experiments.notebook', package='hubnorm.data')\n"),
+    ("hubnorm.media", False, "m = __import__('hubnorm.experiments.compare')\n"),
+], ids=["function-level relative", "package root", "absolute", "from-absolute", "importlib string",
+        "import_module relative", "package keyword", "__import__"])
+def test_the_scan_sees_every_kind_of_import(module, is_pkg, source):
+    """A test of the test: each way of importing the experiments layer is caught."""
+    assert experiments_references(source, module, is_pkg), source
+
+
+def test_the_scan_does_not_flag_core_imports():
+    src = "from ..rerank import cost_free\nimport importlib\nimportlib.import_module('hubnorm.data.encode')\n" \
+          "from . import experiments_note\n"
+    assert experiments_references(src, "hubnorm.rerank.simulated") == []
+
+
+_PROBE = r"""
+import importlib, json, sys
+import hubnorm
+after_root = sorted(m for m in sys.modules if m == "hubnorm.experiments" or m.startswith("hubnorm.experiments."))
+skipped = {}
+for name in json.loads(sys.argv[1]):   # every core module (found on disk: pkgutil would import the packages)
+    try:
+        importlib.import_module(name)
+    except ImportError as e:   # an optional dependency (faiss, open_clip, transformers, ...) that is not installed
+        if (e.name or "").startswith("hubnorm"):
+            raise
+        skipped[info.name] = e.name
+loaded = sorted(m for m in sys.modules if m == "hubnorm.experiments" or m.startswith("hubnorm.experiments."))
+print(json.dumps({"after_root": after_root, "loaded": loaded, "skipped": skipped,
+                  "core": sorted(m for m in sys.modules if m.startswith("hubnorm"))}))
+"""
+
+
+def test_importing_the_core_loads_no_experiments_module():
+    env_path = str(LIB)
+    core = [name for name, _ in _core_modules() if not name.endswith("__main__")]
+    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(core)], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": env_path, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["after_root"] == [], f"`import hubnorm` loaded {res['after_root']}"
+    assert res["loaded"] == [], f"importing the core modules loaded {res['loaded']}"
+    assert len(res["core"]) > 40, res["core"]   # the probe really imported the core

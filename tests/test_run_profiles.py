@@ -1,0 +1,194 @@
+"""Run profiles as data: the profiles file (lib/hubnorm/data/profiles.yaml) is checked with errors naming the key,
+rehearse.py reads its sizes from it, the runner behind run_all.sh knows no notebook and no profile by name, and every
+profile of ``run_all.sh --help`` starts its first notebook.
+
+Time (2-core machine, quiet): the file checks ~2 s; ``test_every_profile_starts_its_first_notebook`` ~2-3 min in all
+(default: notebook 00 in full, ~40 s; each paper profile: notebook 00 starts and stops at the missing real
+embeddings, ~15 s; each rehearsal profile: tiny rehearsal caches (HUBNORM_REHEARSAL_SCALE=0.02) written, then
+notebook 00 in full on them with the paper parameters, ~40 s).
+"""
+
+import ast
+import copy
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hubnorm.data import rehearse as rh
+from hubnorm.experiments import profiles as pf
+from hubnorm.experiments.runner import own_source_slug, parse_args, Usage
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))
+
+
+def _raw() -> dict:
+    return yaml.safe_load((REPO / "lib" / "hubnorm" / "data" / "profiles.yaml").read_text())
+
+
+def _help_profiles() -> list:
+    text = subprocess.run(["bash", str(REPO / "run_all.sh"), "--help"], capture_output=True, text=True,
+                          timeout=60).stdout
+    first = re.search(r"--profile ([a-z0-9|-]+)\]", text)
+    assert first, text
+    return first.group(1).split("|")
+
+
+def test_the_file_holds_every_profile_of_the_help_and_nothing_else():
+    profiles = pf.load_profiles()
+    assert sorted(_help_profiles()) == sorted(profiles.profiles)
+    for name, prof in profiles.profiles.items():   # every results folder is the profile's own name (or the root)
+        assert prof.results == ("" if name == "default" else name)
+
+
+def test_rehearsal_sizes_come_from_the_profiles_file():
+    raw = _raw()["rehearsal"]
+    assert rh.PROFILES == {k: {"dataset": v["dataset"], "preset": v["preset"],
+                               "splits": {s: tuple(n) for s, n in v["splits"].items()}} for k, v in raw.items()}
+    assert rh.scaled_sizes("paper-coco")["train"] == tuple(raw["paper-coco"]["splits"]["train"])
+    src = (REPO / "lib" / "hubnorm" / "data" / "rehearse.py").read_text()
+    assert "113287" not in src and "29000" not in src, "the sizes live in profiles.yaml only"
+    run_all = (REPO / "run_all.sh").read_text()
+    assert "paper-coco" not in run_all.split("set -uo pipefail", 1)[1], "run_all.sh is a thin wrapper"
+
+
+def test_every_notebook_declaration_names_a_notebook_and_the_sims_declaration_agrees_with_it():
+    profiles = pf.load_profiles()
+    numbers = {n[:2] for n in NOTEBOOKS}
+    assert set(profiles.notebooks) <= numbers, f"entries for absent notebooks: {set(profiles.notebooks) - numbers}"
+    sims = set(profiles.offers("default", "sims:/x"))
+    for name in NOTEBOOKS:   # a notebook runs on a sims: folder iff its `source` help offers sims:<folder>
+        offers_sims = "sims:<folder>" in (REPO / "notebooks" / f"{name}.py").read_text()
+        runs = set(profiles.notebook(name).needs) <= sims
+        assert runs == offers_sims, (f"{name}: its source parameter {'offers' if offers_sims else 'lacks'} "
+                                     f"sims:<folder> but profiles.yaml says it {'runs' if runs else 'is skipped'} "
+                                     "on a sims: folder: update notebooks.\"" + name[:2] + "\".needs")
+
+
+def _mutate(path, value):
+    data = copy.deepcopy(_raw())
+    node = data
+    for k in path[:-1]:
+        node = node[k]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("path, value, match", [
+    (("profiles", "paper-coco", "offers"), ["embeddings", "pixels"], r"profiles\.paper-coco\.offers\[1\] must be one of"),
+    (("profiles", "paper-coco", "results"), "a/b", r"profiles\.paper-coco\.results must be a folder name"),
+    (("profiles", "paper-coco", "prepares"), ["coffee"], r"profiles\.paper-coco\.prepares\[0\]"),
+    (("profiles", "rehearse-coco", "rehearse"), ["paper-imagenet"], r"profiles\.rehearse-coco\.rehearse\[0\]"),
+    (("profiles", "paper-coco", "parameterz"), {}, r"profiles\.paper-coco has unknown key\(s\) \['parameterz'\]"),
+    (("profiles", "paper-coco", "offers"), KeyError, r"profiles\.paper-coco lacks the key\(s\) \['offers'\]"),
+    (("profiles", "default"), KeyError, r"profiles must be a mapping of profile names that includes 'default'"),
+    (("profiles", "paper-coco", "parameters"), {"source": "cache:coco:synthetic-rehearsal:{rehearsal_tag}"},
+     r"profiles\.paper-coco\.parameters\.source uses \{rehearsal_tag\}"),
+    (("notebooks", "6"), {"needs": []}, r"notebooks\.6 must be a notebook's two-digit number"),
+    (("notebooks", "06", "needs"), ["latent"], r"notebooks\.06\.needs\[1\]|notebooks\.06\.needs\[0\]"),
+    (("notebooks", "07", "usez"), [], r"notebooks\.07 has unknown key"),
+    (("needs", "latents"), "", r"needs\.latents must be the line printed"),
+    (("preparations", "caption-embeddings", "command"), "encode", r"preparations\.caption-embeddings\.command"),
+    (("own_source", "offers", "ftp"), [], r"own_source\.offers\.ftp must be a source kind"),
+    (("rehearsal", "paper-coco", "splits", "test"), [5000, 100], r"rehearsal\.paper-coco\.splits\.test has 100 captions"),
+    (("rehearsal", "paper-coco", "preset"), "cocoa", r"rehearsal\.paper-coco\.preset must be a preset"),
+    (("rehearsal", "paper-coco", "splits", "val"), [0, 0], r"rehearsal\.paper-coco\.splits\.val\[0\] \(images\)"),
+])
+def test_a_bad_profiles_file_is_an_error_naming_the_key(path, value, match):
+    with pytest.raises(ValueError, match=match):
+        pf.check_profiles(_mutate(path, value))
+
+
+def test_a_bad_profiles_file_stops_the_runner_with_the_key(tmp_path, monkeypatch):
+    bad = tmp_path / "profiles.yaml"
+    bad.write_text(yaml.safe_dump(_mutate(("profiles", "paper-coco", "offers"), ["pixels"])))
+    with pytest.raises(ValueError, match=r"profiles\.paper-coco\.offers\[0\]"):
+        pf.load_profiles(bad)
+    bad.write_text("profiles: [unclosed")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        pf.load_profiles(bad)
+
+
+def test_the_runner_has_no_notebook_or_profile_specific_branch():
+    """The runner's code names no notebook number, no profile and no dataset: those are data."""
+    src = (REPO / "lib" / "hubnorm" / "experiments" / "runner.py").read_text()
+    tree = ast.parse(src)
+    doc = ast.get_docstring(tree)
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and n.value != doc]
+    profiles = pf.load_profiles()
+    names = set(profiles.profiles) - {"default"} | {n[:2] for n in NOTEBOOKS} | {"coco", "flickr30k"} | \
+        set(profiles.needs) | set(profiles.preparations)
+    hits = sorted({(s, n) for s in strings for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", s)})
+    assert not hits, f"the runner names notebooks/profiles/needs in its code: {hits}"
+
+
+def test_flags_parse_as_run_all_did():
+    o = parse_args(["--profile=paper-coco", "--only", "03", "--quiet", "--param", "a=1", "--params", "p.yaml",
+                    "--keep-going", "--results", "r", "--site"], "/caller")
+    assert o["profile"] == "paper-coco" and o["only"] == "03" and o["quiet"] and o["keep_going"] and o["site"]
+    assert o["user_params"] == ["--param", "a=1", "--params", "/caller/p.yaml"] and o["results"] == "r"
+    for bad, msg in ((["--bogus"], "unknown argument --bogus (see --help)"), (["--profile"], "--profile needs"),
+                     (["--max-notebooks", "0"], "--max-notebooks needs a positive number")):
+        with pytest.raises(Usage, match=re.escape(msg)):
+            parse_args(bad, "/caller")
+    assert own_source_slug("local:/a/b/my folder/") == "local-my-folder"
+    assert own_source_slug("cache:coco:ViT-B-32-quickgelu:openai") == "cache-coco-ViT-B-32-quickgelu-openai"
+
+
+def _run_all(*args, env, timeout=600):
+    return subprocess.run(["bash", str(REPO / "run_all.sh"), *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "HUBNORM_PROGRESS": "0", **env}, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", _help_profiles())
+def test_every_profile_starts_its_first_notebook(profile, tmp_path):
+    """run_all.sh --profile P --max-notebooks 1: the first notebook really starts with the profile's parameters. The
+    paper profiles have no real embeddings here (an empty cache root): notebook 00 starts and stops at the loader's
+    error, which names the commands that make them. The rehearsal profiles write tiny rehearsal caches first."""
+    first = NOTEBOOKS[0]
+    env = {"HUBNORM_RESULTS": str(tmp_path / "results"), "HUBNORM_CACHE": str(tmp_path / "cache"),
+           "HUBNORM_REHEARSAL_SCALE": "0.02"}
+    r = _run_all("--profile", profile, "--max-notebooks", "1", "--quiet", env=env)
+    out = r.stdout + r.stderr
+    results = tmp_path / "results" / ("" if profile == "default" else profile)
+    assert f"run_all.sh: profile {profile} -> {results}/" in out, out
+    assert f"{first}: running" in out, out
+    executed = results / "notebooks" / f"{first}.ipynb"
+    assert executed.exists(), out
+    log = (results / "notebooks" / f"{first}.log").read_text()
+    assert "Kernel is running over TCP" not in log
+    ran = [ln for ln in r.stdout.splitlines() if re.match(r"^\d\d_\w+ +(\d+s|-) ", ln)]
+    assert len(ran) == 1 and ran[0].startswith(first), out   # --max-notebooks 1: one notebook, nothing after it
+    if profile.startswith("paper-"):
+        assert r.returncode == 1 and "FAILED" in out, out
+        assert "python -m hubnorm.data" in log, log[-3000:]   # the loader's error names the commands
+    else:
+        assert r.returncode == 0 and f"{first}" in out and " ok" in out, out
+        text = executed.read_text()
+        if profile.startswith("rehearse-"):
+            ds = profile.split("-", 1)[1]
+            assert f"cache:{ds}:synthetic-rehearsal:seed0-scale0.02" in text   # the profile's source reached it
+            assert "synthetic rehearsal" in text
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--profile", "paper-coco", "--only", "06"],
+     "06_cross_encoder_reranking                   -   skipped: the simulated cross-encoder needs synthetic latents "
+     "and the BLIP one needs the image files; run it by hand with -p cross_encoder blip once images are in place "
+     "(see data/README.md)"),
+], ids=["paper-06"])
+def test_skips_come_from_the_notebooks_needs_with_the_old_lines(args, line, tmp_path):
+    """The lines run_all.sh printed when its bash branches skipped a notebook, now from profiles.yaml."""
+    r = _run_all(*args, "--quiet", env={"HUBNORM_RESULTS": str(tmp_path / "res")}, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert line in r.stdout.splitlines(), r.stdout
+    assert "run_all.sh: all notebooks ok (1 skipped)" in r.stdout and ": running" not in r.stdout
