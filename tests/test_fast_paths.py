@@ -355,7 +355,11 @@ def test_faiss_nnn_bf16_scan_offsets(small_tasks):
     part = task.fit(FaissNNN(alpha=0.75, k=16, nprobe=8, scan="blas-bf16", refine=2, bank_index=full.index_))
     # exact float32 values of a subset of the bank: the mean of its top-k never exceeds the bank's
     assert np.all(part.offsets >= exact.offsets - 1e-6)
-    # regression check (tolerance chosen after seeing the numbers: 8 of 32 lists, R@1 moved 0.0-0.3 points)
+    # regression checks (chosen after seeing the numbers): here every target's pool of 2k bfloat16 candidates holds
+    # the float32 top-k of its 8 probed lists (same offsets as the float32 scan), and R@1 is 84.0 vs 84.5 exact
+    # (600 queries); the tolerance is 1 point
+    f32 = task.fit(FaissNNN(alpha=0.75, k=16, nprobe=8, scan="blas", bank_index=full.index_))
+    np.testing.assert_allclose(part.offsets, f32.offsets, atol=1e-6)
     assert abs(hn.evaluate(part, task)["R@1"] - hn.evaluate(exact, task)["R@1"]) <= 1.0
 
 
