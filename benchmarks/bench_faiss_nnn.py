@@ -166,6 +166,18 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
 
     from hubnorm.normalizers.nnn import nnn_bias
 
+    title = ("Approximate NNN offsets at a large caption bank: the speed / R@1 curve of each candidate stage "
+             "(issue 25, scope 2)")
+    intro = (f"t2i, synthetic COCO-like data ({bank.shape[0]:,} bank captions, {gallery.shape[0]:,} test images, "
+             f"{task.n_queries:,} test captions), alpha = 0.75, k = 128, {torch.get_num_threads()} torch thread(s). "
+             "'speed-up' = exact offsets seconds / this row's offsets seconds (both measured in this process; an "
+             "index is built once and reused, its build is a row of its own and not in the speed-up). R@K from exact "
+             "full-rank evaluation of the offsets.")
+
+    def flush(final=False):  # the report after every row: a stopped run keeps the rows it measured
+        extra = [] if final else ["PARTIAL: written while the run was in progress (the rows above are all it measured)"]
+        write_report("faiss_nnn", title, intro, rows, list(notes) + extra)
+
     def row(run, seconds, offsets, extra=None):
         fitted = copy.copy(exact)
         fitted.offsets_ = torch.as_tensor(offsets, dtype=exact.offsets_.dtype)
@@ -176,13 +188,14 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
         r.update(extra or {})
         rows.append(r)
         print(r, flush=True)
+        flush()
 
     nl = args.approx_nlist
     with Timer() as tb:
         idx = BankIndex(bank, nlist=nl)
     with Timer() as tb16:
         idx._bf16_rows()
-    rows.append({"run": f"BankIndex build, nlist={nl} (k-means on {min(idx.n, 32 * nl)} rows, HNSW assignment, bank "
+    rows.append({"run": f"BankIndex build, nlist={nl} (k-means on {min(idx.n, 32 * nl)} rows, assignment, bank "
                         "reordered by list)", "build seconds": tb.seconds,
                  "note": f"+ bfloat16 copy of the reordered bank for scan=blas-bf16: {tb16.seconds:.2f} s"})
     print(rows[-1], flush=True)
@@ -246,13 +259,7 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
                 D, I = h.search(g, k)
                 off = -nnn_bias(torch.from_numpy(np.where(I >= 0, D, -np.inf)), alpha).numpy()
             row(f"faiss IndexHNSWFlat efSearch={ef} (search + bias)", ts.seconds, off)
-    write_report("faiss_nnn", "Approximate NNN offsets at a large caption bank: the speed / R@1 curve of each "
-                 "candidate stage (issue 25, scope 2)",
-                 f"t2i, synthetic COCO-like data ({bank.shape[0]:,} bank captions, {gallery.shape[0]:,} test images, "
-                 f"{task.n_queries:,} test captions), alpha = 0.75, k = 128. 'speed-up' = exact offsets seconds / this "
-                 "row's offsets seconds (both measured in this process; an index is built once and reused, its build "
-                 "is a row of its own and not in the speed-up). R@K from exact full-rank evaluation of the offsets.",
-                 rows, notes)
+    flush(final=True)
 
 
 if __name__ == "__main__":
