@@ -333,7 +333,9 @@ class BankIndex:
         """The bfloat16 copy of the reordered rows, the candidate stage of ``scan="blas-bf16"`` (made once)."""
         if self._rows_bf16 is None:
             self._ensure_blas()
-            self._rows_bf16 = self._rows.to(torch.bfloat16)
+            padded = torch.zeros((self.n + 64, self.d), dtype=torch.bfloat16)  # 64 zero rows: see _blas_search
+            padded[:self.n] = self._rows
+            self._rows_bf16 = padded
         return self._rows_bf16
 
     def _refined_search(self, queries, k: int, nprobe: int, refine: float, *, return_indices: bool = True,
@@ -410,6 +412,19 @@ class BankIndex:
         low = rows.dtype != torch.float32
         qt = qt.to(rows.dtype)
         ptr, sizes, nl = self._ptr, self.list_sizes, self.nlist
+
+        def scores(qc, t, l):
+            """float32 scores of the queries ``qc[t]`` with list ``l``. In bfloat16 the GEMM's shape is rounded up
+            (queries to a multiple of 32 by repeating one, rows to a multiple of 64 by reading on into the next list
+            or the zero rows padding the bfloat16 copy) and the result cut back: oneDNN builds one kernel per shape,
+            which for lists of varying sizes costs more than the product itself."""
+            a, size = int(ptr[l]), int(sizes[l])
+            if not low:
+                return torch.mm(qc[t], rows[a:a + size].T)
+            nt = t.numel()
+            tp, sp = -(-nt // 32) * 32, -(-size // 64) * 64
+            tt = t if tp == nt else torch.cat([t, t[:1].expand(tp - nt)])
+            return torch.mm(qc[tt], rows[a:a + sp].T)[:nt, :size].float()
         for c0 in range(0, m, cm):
             c1 = min(m, c0 + cm)
             n_c = c1 - c0
@@ -434,8 +449,7 @@ class BankIndex:
                     continue
                 s, e = int(starts[l]), int(starts[l + 1])
                 t, sl = t_of[s:e], slot_of[s:e]
-                sc = torch.mm(qc[t], rows[ptr[l]:ptr[l + 1]].T)
-                sc = sc.float() if low else sc
+                sc = scores(qc, t, l)
                 if size > kk:
                     v, i = sc.topk(kk, dim=1, sorted=False)
                     vals[t, sl] = v
@@ -457,8 +471,7 @@ class BankIndex:
                         continue
                     s, e = int(starts[base + l]), int(starts[base + l + 1])
                     t = t_of[s:e]
-                    sc = torch.mm(qc[t], rows[ptr[l]:ptr[l + 1]].T)
-                    sc = sc.float() if low else sc
+                    sc = scores(qc, t, l)
                     rr, cc = (sc >= thr[t][:, None]).nonzero(as_tuple=True)
                     if rr.numel():
                         cand_r.append(t[rr])
