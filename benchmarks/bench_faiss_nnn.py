@@ -36,6 +36,8 @@ def main():
     ap.add_argument("--refines", type=float, nargs="+", default=[1.0, 2.0])
     ap.add_argument("--pq", nargs="+", default=["PQ64x4fs"], help="faiss fast-scan PQ codes of the IVF-PQ rows")
     ap.add_argument("--hnsw", action="store_true", help="also faiss IndexHNSWFlat (M=32) over the whole bank")
+    ap.add_argument("--skip-blas", action="store_true", help="--approx-only without the BankIndex (BLAS scan) rows")
+    ap.add_argument("--report-name", default="faiss_nnn")
     ap.add_argument("--kernel-timing", action="store_true", help="also time the index search alone (each row twice)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch and faiss threads (default: theirs); on a shared machine 1 avoids oversubscription")
@@ -176,7 +178,7 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
 
     def flush(final=False):  # the report after every row: a stopped run keeps the rows it measured
         extra = [] if final else ["PARTIAL: written while the run was in progress (the rows above are all it measured)"]
-        write_report("faiss_nnn", title, intro, rows, list(notes) + extra)
+        write_report(args.report_name, title, intro, rows, list(notes) + extra)
 
     def row(run, seconds, offsets, extra=None):
         fitted = copy.copy(exact)
@@ -191,27 +193,28 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
         flush()
 
     nl = args.approx_nlist
-    with Timer() as tb:
-        idx = BankIndex(bank, nlist=nl)
-    with Timer() as tb16:
-        idx._bf16_rows()
-    rows.append({"run": f"BankIndex build, nlist={nl} (k-means on {min(idx.n, 32 * nl)} rows, assignment, bank "
-                        "reordered by list)", "build seconds": tb.seconds,
-                 "note": f"+ bfloat16 copy of the reordered bank for scan=blas-bf16: {tb16.seconds:.2f} s"})
-    print(rows[-1], flush=True)
-    for p in args.approx_nprobes:
-        for scan, refine in [("blas", None)] + [("blas-bf16", r) for r in args.refines]:
-            with Timer() as ts:
-                f = task.fit(FaissNNN(alpha=alpha, k=k, bank_index=idx, nprobe=p, scan=scan, refine=refine))
-            note = {}
-            if args.kernel_timing:
-                with Timer() as tk:
-                    idx.search(gallery, k, nprobe=p, scan=scan, refine=refine, return_indices=False)
-                note = {"note": f"search alone {tk.seconds:.2f} s"}
-            name = "float32 BLAS scan" if scan == "blas" else f"bfloat16 BLAS scan + exact re-rank of {refine:g} k"
-            row(f"FaissNNN scan={scan}{'' if refine is None else f', refine={refine:g}'}: IVF nlist={nl}, "
-                f"nprobe={p}, {name}", ts.seconds, f.offsets, note)
-            del f
+    if not args.skip_blas:  # the BankIndex rows: float32 BLAS scan, bfloat16 scan + exact re-rank
+        with Timer() as tb:
+            idx = BankIndex(bank, nlist=nl)
+        with Timer() as tb16:
+            idx._bf16_rows()
+        rows.append({"run": f"BankIndex build, nlist={nl} (k-means on {min(idx.n, 32 * nl)} rows, assignment, bank "
+                            "reordered by list)", "build seconds": tb.seconds,
+                     "note": f"+ bfloat16 copy of the reordered bank for scan=blas-bf16: {tb16.seconds:.2f} s"})
+        print(rows[-1], flush=True)
+        for p in args.approx_nprobes:
+            for scan, refine in [("blas", None)] + [("blas-bf16", r) for r in args.refines]:
+                with Timer() as ts:
+                    f = task.fit(FaissNNN(alpha=alpha, k=k, bank_index=idx, nprobe=p, scan=scan, refine=refine))
+                note = {}
+                if args.kernel_timing:
+                    with Timer() as tk:
+                        idx.search(gallery, k, nprobe=p, scan=scan, refine=refine, return_indices=False)
+                    note = {"note": f"search alone {tk.seconds:.2f} s"}
+                name = "float32 BLAS scan" if scan == "blas" else f"bfloat16 BLAS scan + exact re-rank of {refine:g} k"
+                row(f"FaissNNN scan={scan}{'' if refine is None else f', refine={refine:g}'}: IVF nlist={nl}, "
+                    f"nprobe={p}, {name}", ts.seconds, f.offsets, note)
+                del f
     # faiss IVF-PQ fast-scan candidates + faiss's exact re-rank (IndexRefineFlat holds a float32 copy of the bank)
     x = np.ascontiguousarray(bank, dtype=np.float32)
     g = np.ascontiguousarray(gallery, dtype=np.float32)
