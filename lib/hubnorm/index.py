@@ -142,7 +142,7 @@ class BankIndex:
         refine: the re-ranked candidate pool of ``scan="blas-bf16"`` in multiples of ``k`` (>= 1; default 2).
 
     Attributes: ``index`` (the faiss index: coarse quantizer + lists; its rows are added only when the faiss scan
-    is used), ``nlist``, ``nprobe``, ``scan``, ``build_seconds``, ``on_gpu``, ``list_sizes``.
+    is used), ``nlist``, ``nprobe``, ``scan``, ``refine``, ``build_seconds``, ``on_gpu``, ``list_sizes``.
     """
 
     def __init__(self, vectors, *, nlist: Optional[int] = None, train_size: Optional[int] = None, seed: int = 0,
