@@ -11,7 +11,8 @@
 #   --source SOURCE  your own embeddings with the default sizes and grids, e.g. --source local:/path/to/folder or
 #                    --source cache:coco:ViT-B-32-quickgelu:openai; synthetic data is then forbidden in the run
 #                    (HUBNORM_FORBID_SYNTHETIC=1); --source sims:/path/to/folder (released score matrices) runs
-#                    the notebooks that accept them. Outputs: <results root>/own-<source name>/ (e.g.
+#                    every notebook: each shows what the scores give and names in a NOTE what needs embeddings
+#                    (README.md, "Your own data"). Outputs: <results root>/own-<source name>/ (e.g.
 #                    own-local-my-folder), CLEARED at the start of every run, so only this run's files are there.
 #   paper-flickr30k  real embeddings cache:flickr30k:ViT-B-32-quickgelu:openai, paper grids and sizes.
 #   paper-coco       real embeddings cache:coco:ViT-B-32-quickgelu:openai (the cross-dataset bank is the other
@@ -66,7 +67,7 @@ while [ $# -gt 0 ]; do
     --params=*) f="${1#*=}"; [[ "$f" == /* ]] || f="$caller_dir/$f"; user_params+=(--params "$f"); shift ;;
     --results) results_root="${2:?--results needs a folder}"; shift 2 ;;
     --results=*) results_root="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -143,7 +144,7 @@ export HUBNORM_RESULTS="$results"
 
 # Data preparation of the paper and rehearsal profiles, before the notebooks (and outside their timings, like the
 # CLIP encoding): the sentence embeddings of the captions for notebook 07's RSC relevance. Encoded once (minutes for
-# 150,000 captions on a CPU), then read from <cache root>/text-embeddings with a checksum.
+# 150,000 captions on a CPU), then read from <cache root>/encodings with a checksum.
 case "$profile" in
   paper-*|rehearse-*)
     listwise=(notebooks/07_*.ipynb)   # the notebook that needs them (RSC relevance)
@@ -168,11 +169,6 @@ start_all=$(date +%s)
 echo "run_all.sh: profile $profile -> $results/ (${#notebooks[@]} notebooks)"
 # Notebooks that cannot run in a profile, with the reason (printed, not counted as failures).
 skip_reason() {
-  # a sims: folder holds score matrices only: notebooks whose source parameter does not offer sims: need embeddings
-  if [[ "$own_source" == sims:* ]] && ! grep -q 'sims:<folder>' "notebooks/$1.py" 2>/dev/null; then
-    echo "needs embeddings; a sims: folder holds score matrices only (notebook 08 runs on it)"
-    return
-  fi
   case "$profile:$1" in
     paper-*:06_*|rehearse-*:06_*)
       echo "the simulated cross-encoder needs synthetic latents and the BLIP one needs the image files;" \

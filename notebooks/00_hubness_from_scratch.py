@@ -45,7 +45,7 @@ dims = [2, 10, 100, 1000]
 n_points = 2000
 # neighbourhood size of the k-occurrence N_k
 k = 10
-# image-caption embeddings: "synthetic:flickr30k" (default), "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+# image-caption embeddings: "synthetic:flickr30k" (default), "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 source = "synthetic:flickr30k"
 # sizes for the synthetic generator only: training images (the reference bank, 5 captions each) and test images
 synthetic_sizes = {"n_train_images": 1000, "n_test_images": 1000, "n_val_images": 0}
@@ -238,6 +238,17 @@ nb.notice(
 # their 5 captions each, and the training captions as a *reference bank* for §6. Set `source` to run the same
 # cells on real embeddings (see `notebooks/README.md`); large real sets are cut to `max_test_images` test images
 # and `max_bank_captions` bank captions (seeded subsets).
+
+# %% [markdown] tags=[]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %% tags=[]
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("00", source, run, globals())
 
 # %% tags=[]
 data = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,

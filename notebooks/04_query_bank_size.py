@@ -44,7 +44,7 @@
 # > Default source: synthetic — **synthetic analogs**, not reproductions.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 synthetic_sizes: dict = {"n_train_images": 3000, "n_test_images": 300}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 model: str = "auto"  # published rows of Tables A12-A15: "auto" follows the embeddings, or a published name
@@ -71,6 +71,17 @@ import hubnorm as hn
 from hubnorm import compare, notebook as nb, protocol as pr, studies
 
 run = nb.setup("04", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+
+# %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("04", source, run, globals())
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)

@@ -44,7 +44,7 @@
 # > image files, `image_dir`, and the caption texts).
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"
+source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
 synthetic_sizes = {"n_train_images": 4000}
 source_kwargs = {}
 seed = 0
@@ -81,6 +81,17 @@ from hubnorm import compare, notebook as nb, protocol as pr, studies
 from hubnorm import rerank as rr
 
 run = nb.setup("06", seed=seed, params=globals())
+
+# %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("06", source, run, globals())
 
 # %% [markdown]
 # ## Data, first stages and the cross-encoder

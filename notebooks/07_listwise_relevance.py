@@ -48,7 +48,7 @@
 # > the relevance is RSC from the captions, and nothing synthetic enters the run.
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"
+source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
 synthetic_sizes = {"n_train_images": 2000}
 source_kwargs = {}
 seed = 0
@@ -88,13 +88,24 @@ from hubnorm import listwise as lw
 run = nb.setup("07", seed=seed, params=globals())
 
 # %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("07", source, run, globals())
+
+# %% [markdown]
 # ## 1 · Data and graded relevance
 # The synthetic preset mimics zero-shot CLIP on Flickr30k (1,000 test images, 5,000 captions). The reference banks
 # of the normalizers and the adapter's training data are the training split; no parameter is selected here, so no
 # validation split is held out. Synthetic relevance: the generator's latent truth (`content=` the split's latents);
 # real relevance: RSC from the caption texts. Encoding the captions with the sentence encoder is the slow step on a
 # CPU (the 145,000 training captions of Flickr30k take minutes): the embeddings are cached under
-# `cache/text-embeddings` (keyed by the encoder and a checksum of the texts, verified on every read), and
+# `cache/encodings` (keyed by the encoder and a checksum of the texts, verified on every read), and
 # `python -m hubnorm.data encode-texts <source>` fills that cache ahead of time (`run_all.sh` does so for the paper
 # profiles).
 

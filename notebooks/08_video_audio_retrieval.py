@@ -87,14 +87,15 @@ def evaluate_all(task, methods, *, query_aware, setting):
 
 
 # %%
-main = media.load_media(source, seed=seed, n_train=n_train, bank_queries=bank_queries, target_bank=target_bank,
-                        item_modality=item_modality)
+main = media.load_media(source, seed=seed, n_train=n_train if media.is_preset(source) else None,
+                        bank_queries=bank_queries, target_bank=target_bank, item_modality=item_modality)
 label = main.label
 pub_model = main.model if model == "auto" else model
 fwd, bwd = main.directions
 if audio_sources == ["auto"]:
     audio_sources = ["synthetic:audiocaps", "synthetic:clotho"] if source.startswith("synthetic:") else []
-audio = [media.load_media(s, seed=seed, n_train=0, item_modality="audio") for s in audio_sources]
+audio = [media.load_media(s, seed=seed, n_train=0 if media.is_preset(s) else None, item_modality="audio")
+         for s in audio_sources]
 
 # %% tags=["nbval-check-output"]
 print("this run:", label)

@@ -47,7 +47,7 @@
 # > With the default synthetic source every number is a **synthetic analog**: read the directions, not the values.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>" or "local:<folder>"
+source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 synthetic_sizes: dict = {"n_train_images": 1000, "n_val_images": 500, "n_test_images": 500}  # synthetic generator only
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 seed: int = 0
@@ -72,6 +72,17 @@ import hubnorm as hn
 from hubnorm import adversarial as adv, forensics as fx, label_free as lf, notebook as nb, protocol as pr
 
 run = nb.setup("09", seed=seed, params=globals())
+
+# %% [markdown]
+# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
+# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
+# remaining cells (`hubnorm.score_studies`).
+
+# %%
+from hubnorm import score_studies
+
+if score_studies.is_sims(source):
+    sims_tables = score_studies.run_notebook("09", source, run, globals())
 
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)

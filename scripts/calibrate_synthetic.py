@@ -4,7 +4,9 @@
     .venv/bin/python scripts/calibrate_synthetic.py --claims         # ... and run the notebooks on each preset (which claims hold)
     .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k  # refit a preset's free parameters (prints them; writes nothing)
     .venv/bin/python scripts/calibrate_synthetic.py --media-only     # rewrite only the video/audio section and its csv rows
-    .venv/bin/python scripts/calibrate_synthetic.py --fit-media msrvtt  # refit a video/audio preset's few parameters
+    .venv/bin/python scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60
+        # refit the video/audio presets' few parameters, write them (and the statistics they give) into the report's
+        # video/audio section and csv rows; hubnorm.media's preset values must equal them (tests/test_media_presets.py)
 
 What is fitted, and what is not. ``--fit`` minimises, over the free parameters of the "clustered" model
 (:data:`FREE`), the squared distance between statistics of the RAW synthetic embeddings and their references,
@@ -58,6 +60,8 @@ MEDIA_FREE = {"msrvtt": ["caption_noise", "caption_bias_std", "bias_std"], "dide
               "audiocaps": ["caption_noise"], "clotho": ["caption_noise"]}
 MEDIA_SEEDS = 2
 MEDIA_START, MEDIA_END = "<!-- video-audio:start -->", "<!-- video-audio:end -->"
+#: the command whose fit the video/audio section records (set by main)
+MEDIA_COMMAND = ["`scripts/calibrate_synthetic.py --fit-media`"]
 #: statistics whose residual is a log ratio (scale-free quantities)
 LOG_STATS = {"img_participation_ratio", "cap_participation_ratio", "kurt_N1_t2i", "max_N1_t2i"}
 
@@ -325,16 +329,19 @@ def media_section(seeds):
              "MSR-VTT (Table 5, CLIP4Clip). DiDeMo's Table 5 skewness is of another model (X-Pool): reported, not "
              "fitted. No normalizer and no claim is part of the fit; every other statistic of the image presets "
              "(geometry, density, spectra) is inherited, not measured against video or audio data. Same band rule "
-             "as above (3 points of R@1, 0.5 of skewness, or two seed sds).", ""]
+             "as above (3 points of R@1, 0.5 of skewness, or two seed sds). The fitted values below are what "
+             f"{MEDIA_COMMAND[0]} wrote; `hubnorm.media` holds exactly these (`tests/test_media_presets.py` reads "
+             "this report's csv).", ""]
     head = ["preset", "statistic", "reference", "size", "published", "synthetic mean (sd over seeds)", "band ±",
             "within band (tolerance)", "fitted parameters"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tables = []
     for preset in MEDIA_REPORTED:
         tab = cal.media_calibration_table(preset, seeds=seeds)
-        tables.append(tab.assign(preset=preset, seeds=len(list(seeds)), **{"full seeds": len(list(seeds))}))
         p = MEDIA_PRESETS[preset]
-        fitted = ", ".join(f"{k}={p.overrides[k]:g}" for k in MEDIA_FREE[preset])
+        tables.append(tab.assign(preset=preset, seeds=len(list(seeds)), **{"full seeds": len(list(seeds))},
+                                 **{"fitted parameters": format_params({k: p.overrides[k] for k in MEDIA_FREE[preset]})}))
+        fitted = ", ".join(f"{k}={p.overrides[k]!r}" for k in MEDIA_FREE[preset])
         for _, r in tab.iterrows():
             lines.append("| " + " | ".join([
                 f"`{preset}`", r["what"] + ("" if r["fitted"] else " *(not fitted: another model)*"), r["reference"],
@@ -345,6 +352,20 @@ def media_section(seeds):
                 fitted]) + " |")
     lines += ["", MEDIA_END]
     return lines, pd.concat(tables, ignore_index=True)
+
+
+def format_params(params: dict) -> str:
+    """``name=value; ...`` with each value as Python writes it (read back exactly by :func:`parse_params`)."""
+    return "; ".join(f"{k}={float(v)!r}" for k, v in params.items())
+
+
+def parse_params(text: str) -> dict:
+    return {k.strip(): float(v) for k, v in (item.split("=") for item in str(text).split(";") if item.strip())}
+
+
+def round_params(params: dict, digits: int = 4) -> dict:
+    """The fitted values to ``digits`` significant digits (what the report records and hubnorm.media holds)."""
+    return {k: float(f"{float(v):.{digits}g}") for k, v in params.items()}
 
 
 def media_only(out: Path, csv_out: Path, seeds) -> str:
@@ -387,7 +408,10 @@ def fit_media(preset: str, maxfev: int) -> dict:
 
     res = minimize(objective, [p.overrides[n] for n in names], method="Nelder-Mead",
                    options={"maxfev": maxfev, "xatol": 1e-3, "fatol": 1e-3})
-    return dict(zip(names, map(float, res.x)))
+    fitted = round_params(dict(zip(names, map(float, res.x))))
+    # keep the start point unless the rounded fit is at least as good (a stopped search never makes a preset worse)
+    return fitted if objective(list(fitted.values())) <= objective([p.overrides[n] for n in names]) else \
+        {n: p.overrides[n] for n in names}
 
 
 def main(argv=None) -> int:
@@ -399,10 +423,22 @@ def main(argv=None) -> int:
     ap.add_argument("--full-seeds", type=int, default=5, help="seeds of the full-size test sets")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--media-only", action="store_true", help="rewrite only the video/audio presets' section and rows")
-    ap.add_argument("--fit-media", choices=MEDIA_REPORTED, help="refit a video/audio preset (prints its parameters)")
+    ap.add_argument("--fit-media", nargs="+", choices=MEDIA_REPORTED,
+                    help="refit video/audio presets and write their parameters and statistics into the report's "
+                         "video/audio section and csv rows")
     args = ap.parse_args(argv)
     if args.fit_media:
-        print(json.dumps(fit_media(args.fit_media, args.maxfev), indent=1))
+        from hubnorm import media
+
+        MEDIA_COMMAND[0] = (f"`python scripts/calibrate_synthetic.py --fit-media {' '.join(args.fit_media)} "
+                            f"--maxfev {args.maxfev}`")
+
+        for preset in args.fit_media:
+            fitted = fit_media(preset, args.maxfev)
+            p = media.MEDIA_PRESETS[preset]
+            media.MEDIA_PRESETS[preset] = dataclasses.replace(p, overrides={**p.overrides, **fitted})
+            print(preset, json.dumps(fitted), flush=True)
+        print(media_only(args.out, args.out.with_suffix(".csv"), range(MEDIA_SEEDS)))
         return 0
     if args.media_only:
         print(media_only(args.out, args.out.with_suffix(".csv"), range(MEDIA_SEEDS)))

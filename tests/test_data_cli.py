@@ -25,8 +25,8 @@ def test_list_encode_verify(tmp_path, capsys, monkeypatch):
     for s in ("test", "train"):
         encode_split("coco", s, "ViT-B-32-quickgelu", "openai", data_dir=data, cache_dir=cache,
                      encoder=StubEncoder(), progress=False)
-    from hubnorm.data import encode as enc
-    monkeypatch.setattr(enc.OpenClipEncoder, "build", lambda self: pytest.fail("cache should have been used"))
+    from hubnorm.data.encoders import OpenClipEncoder
+    monkeypatch.setattr(OpenClipEncoder, "build", lambda self: pytest.fail("cache should have been used"))
     common = ["--data-dir", str(data), "--cache-dir", str(cache)]
     assert main(["encode", "coco", "--model", "ViT-B-32-quickgelu", "--pretrained", "openai", "--split",
                  "test,train", "--no-progress"] + common) == 0

@@ -14,8 +14,8 @@ import hubnorm as hn
 from hubnorm.data import cache as cache_mod
 from hubnorm.data import load_cached_embeddings, published_model_name
 from hubnorm.data.cli import main
-from hubnorm.data.encode import OpenClipEncoder, check_family, get_encoder, infer_family
-from hubnorm.data.encode_blip import BLIP_TINY, BlipItcEncoder, resolve_blip_model
+from hubnorm.data.encoders import OpenClipEncoder, check_family, get_encoder, infer_family
+from hubnorm.data.encoders.blip import BLIP_TINY, BlipItcEncoder, resolve_blip_model
 from test_data_pipeline import StubEncoder, make_tiny_coco
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 import hubnorm as hn
 from hubnorm.data import CacheError, CacheWarning, encode_split, load_cached_embeddings, verify_split
 from hubnorm.data import cache as cache_mod
-from hubnorm.data.encode import OpenClipEncoder
+from hubnorm.data.encoders import OpenClipEncoder
 
 MODEL = "ViT-S-32"  # smallest standard open_clip architecture: ~0.3 s to build on CPU, ~1 s to encode this set
 COLOURS = {"red": (220, 30, 30), "green": (30, 180, 60), "blue": (40, 60, 220), "yellow": (230, 210, 20)}

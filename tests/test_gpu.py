@@ -69,7 +69,7 @@ def test_bad_device_in_encoders(device, why):
     with pytest.raises(ValueError, match=rf"device='{device}'.*{why}"):
         resolve_device(device)
     pytest.importorskip("open_clip")
-    from hubnorm.data.encode import OpenClipEncoder
+    from hubnorm.data.encoders import OpenClipEncoder
     with pytest.raises(ValueError, match=rf"device='{device}'"):
         OpenClipEncoder("ViT-S-32", None, device=device)
 
@@ -175,7 +175,7 @@ def test_open_clip_encoder_on_gpu_matches_cpu(tmp_path):
     pytest.importorskip("open_clip")
     from PIL import Image, ImageDraw
 
-    from hubnorm.data.encode import OpenClipEncoder
+    from hubnorm.data.encoders import OpenClipEncoder
     paths = []
     for i, rgb in enumerate([(220, 30, 30), (30, 180, 60), (40, 60, 220)]):
         im = Image.new("RGB", (64, 64), (245, 245, 245))

@@ -264,8 +264,16 @@ class _CountingEncoder:
         return np.array(rows, dtype=np.float32)
 
 
+def _entry(texts, enc):
+    """(key, document, label) of the cache entry of ``texts`` by the plug-in encoder ``enc``."""
+    from hubnorm.data.encoders import CallableTextEncoder
+    wrapped = CallableTextEncoder(enc, cache_id=enc.cache_id)
+    key, doc = wrapped.cache_key(texts, "text")
+    return key, doc, wrapped.spec
+
+
 def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
-    from hubnorm.data import text_cache
+    from hubnorm.data import cache
     texts = [f"caption {i}" for i in range(10)]
     enc = _CountingEncoder()
     first = lw.encode_texts(texts, enc, chunk=3)                  # 4 chunks, then written to the cache
@@ -280,23 +288,31 @@ def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
     lw.encode_texts(texts[:-1] + ["caption X"], enc)
     assert enc.encoded == 30
     lw.encode_texts(texts, _CountingEncoder(cache_id="counting-encoder|v2"))
-    entries = sorted((tmp_path / "cache" / "text-embeddings").glob("*/*/manifest.json"))
+    entries = sorted((tmp_path / "cache" / "encodings").glob("*/*/manifest.json"))
     assert len(entries) == 3
-    # the digest is of the texts, with lengths: ["ab", "c"] and ["a", "bc"] differ
-    assert text_cache.texts_sha256(["ab", "c"]) != text_cache.texts_sha256(["a", "bc"])
+    # the texts' order is part of the key; ["ab", "c"] and ["a", "bc"] differ
+    assert _entry(["ab", "c"], enc)[0] != _entry(["a", "bc"], enc)[0] != _entry(["c", "ab"], enc)[0]
     # a corrupt entry is detected, never used: a warning, the texts encoded again, the entry rewritten
-    folder = text_cache.text_entry_dir(enc.cache_id, text_cache.texts_sha256(texts))
+    key, doc, label = _entry(texts, enc)
+    folder = cache.content_entry_dir(key, label)
     arr = folder / "embeddings.npy"
     data = bytearray(arr.read_bytes())
     data[-5] ^= 0xFF
     arr.write_bytes(bytes(data))
-    with pytest.raises(hn.data.CacheError, match="sha256"):
-        text_cache.read_text_embeddings(texts, enc.cache_id)
-    with pytest.warns(UserWarning, match="encoding the texts again"):
+    with pytest.raises(hn.data.CacheError, match="sha256.*delete .* and rerun"):
+        cache.read_content_entry(key, doc, label=label)
+    with pytest.warns(UserWarning, match="encoding again"):
         redone = lw.encode_texts(texts, enc)
     assert enc.encoded == 40
     np.testing.assert_array_equal(redone, first)
-    np.testing.assert_array_equal(text_cache.read_text_embeddings(texts, enc.cache_id), first)
+    np.testing.assert_array_equal(cache.read_content_entry(key, doc, label=label), first)
+    # truncated: corrupt too
+    arr.write_bytes(arr.read_bytes()[:-16])
+    with pytest.raises(hn.data.CacheError, match="embeddings.npy is corrupt") as err:
+        cache.read_content_entry(key, doc, label=label)
+    assert err.value.reason == "corrupt" and str(folder) in str(err.value)
+    with pytest.warns(UserWarning, match="encoding again"):
+        lw.encode_texts(texts, enc)
     # an array that matches its manifest checksum but not the manifest's shape, or whose rows are not unit vectors,
     # is corrupt too (a manifest written for other bytes)
     import hashlib
@@ -309,25 +325,35 @@ def test_text_embeddings_are_cached_verified_and_keyed_by_texts(tmp_path):
         m["files"]["embeddings.npy"]["sha256"] = hashlib.sha256(arr.read_bytes()).hexdigest()
         man.write_text(_json.dumps(m))
         with pytest.raises(hn.data.CacheError, match="holds float32|not finite unit vectors") as err:
-            text_cache.read_text_embeddings(texts, enc.cache_id)
+            cache.read_content_entry(key, doc, label=label)
         assert err.value.reason == "corrupt"
-    with pytest.warns(UserWarning, match="encoding the texts again"):
+    with pytest.warns(UserWarning, match="encoding again"):
         np.testing.assert_array_equal(lw.encode_texts(texts, enc), first)
-    # a manifest whose key disagrees is stale
-    man.write_text(man.read_text().replace('"n_texts": 10', '"n_texts": 11'))
-    with pytest.raises(hn.data.CacheError, match="different key") as err:
-        text_cache.read_text_embeddings(texts, enc.cache_id)
+    # a manifest whose key document disagrees is stale
+    man.write_text(man.read_text().replace('"n_items": 10', '"n_items": 11'))
+    with pytest.raises(hn.data.CacheError, match="another key") as err:
+        cache.read_content_entry(key, doc, label=label)
     assert err.value.reason == "stale"
     man.write_text("{not json")
-    with pytest.raises(hn.data.CacheError, match="not a text-embedding manifest"):
-        text_cache.read_text_embeddings(texts, enc.cache_id)
-    with pytest.raises(ValueError, match="encoder_id"):
-        text_cache.text_entry_dir("", "0" * 64)
-    # ids that differ only after a long common prefix (library versions at the end) get their own folders
+    with pytest.raises(hn.data.CacheError, match="not a hubnorm encodings manifest"):
+        cache.read_content_entry(key, doc, label=label)
+    with pytest.raises(ValueError, match="cache_id"):
+        lw.encode_texts(texts, _CountingEncoder(cache_id=""))
+    # ids that differ only after a long common prefix (library versions at the end) get their own entries
     long_a, long_b = "m" * 200 + "|torch==2.15.0", "m" * 200 + "|torch==2.16.0"
-    assert text_cache.text_entry_dir(long_a, "0" * 64) != text_cache.text_entry_dir(long_b, "0" * 64)
-    with pytest.raises(ValueError, match=r"shape \(n_texts=10, d\)"):
-        text_cache.write_text_embeddings(texts, enc.cache_id, first[:3])
+    assert _entry(texts, _CountingEncoder(long_a))[0] != _entry(texts, _CountingEncoder(long_b))[0]
+    with pytest.raises(ValueError, match=r"shape \(n_items=10, d\)"):
+        cache.write_content_entry(key, doc, first[:3], label=label)
+
+
+def test_legacy_text_cache_layout_is_named_not_read(tmp_path):
+    """Sentence embeddings of the old layout (<cache>/text-embeddings) are not read: a warning names the folder and
+    the command that refills the new cache, and the texts are encoded."""
+    (tmp_path / "cache" / "text-embeddings" / "x").mkdir(parents=True)
+    enc = _CountingEncoder()
+    with pytest.warns(UserWarning, match="text-embeddings.*encode-texts"):
+        lw.encode_texts(["a dog", "a cat"], enc)
+    assert enc.encoded == 2
 
 
 def _npy(a):
@@ -338,11 +364,11 @@ def _npy(a):
 
 
 def test_a_cache_that_cannot_be_written_costs_a_warning_not_the_result(monkeypatch):
-    from hubnorm.data import text_encode as rel_mod  # the cached text encoding lives in the data layer
+    from hubnorm.data import cache  # the encoders' cache lives in the data layer
 
     def read_only(*args, **kwargs):
-        raise PermissionError(13, "Permission denied", "cache/text-embeddings")
-    monkeypatch.setattr(rel_mod, "write_text_embeddings", read_only)
+        raise PermissionError(13, "Permission denied", "cache/encodings")
+    monkeypatch.setattr(cache, "write_content_entry", read_only)
     enc = _CountingEncoder()
     with pytest.warns(UserWarning, match="could not be cached"):
         out = lw.encode_texts(["a dog", "a cat"], enc)
@@ -354,10 +380,10 @@ def test_encoders_without_identity_are_never_cached(tmp_path):
     enc = _CountingEncoder(cache_id=None)
     lw.encode_texts(texts, enc)
     lw.encode_texts(texts, enc)
-    assert enc.encoded == 4 and not (tmp_path / "cache" / "text-embeddings").exists()
+    assert enc.encoded == 4 and not (tmp_path / "cache" / "encodings").exists()
     plain = lambda t: np.ones((len(t), 3))  # noqa: E731 - no cache_id attribute at all
     lw.encode_texts(texts, plain)
-    assert not (tmp_path / "cache" / "text-embeddings").exists()
+    assert not (tmp_path / "cache" / "encodings").exists()
     with pytest.raises(ValueError, match="chunk must be a positive integer"):
         lw.encode_texts(texts, enc, chunk=0)
 

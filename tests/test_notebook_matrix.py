@@ -77,3 +77,59 @@ def test_notebook_completes_on_every_kind_of_own_data(py, kind, folders, tmp_pat
         assert "published rows shown beside it: NNN paper, None" not in line
     if py.name[:2] in ("01", "02", "04") and KINDS.get(kind, {}).get("dataset") is None:
         assert "NOTE: no published rows are compared with this run" in out, "a run with no data set says so"
+
+
+# ---------------------------------------------------------------------------------------------- sims: folders
+#: a sims folder whose manifest says synthetic, and one that says real (its rows are videos: t2i names the
+#: text-query direction, here the folder's second one)
+SIMS_LABELS = {"synthetic": "synthetic analog (sims folder example)",
+               "real": "real data (my-videos, released score matrices)"}
+
+
+@pytest.fixture(scope="module")
+def sims_folders(tmp_path_factory):
+    import json
+
+    from test_sims import write_example
+
+    root = tmp_path_factory.mktemp("sims")
+    write_example(root / "synthetic")
+    write_example(root / "real", seed=1, modalities=("video", "text"))
+    man = json.loads((root / "real" / "manifest.json").read_text())
+    man.update(synthetic=False, dataset="my-videos", model="my-model")
+    (root / "real" / "manifest.json").write_text(json.dumps(man))
+    return {k: root / k for k in SIMS_LABELS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("manifest", ["real"])   # the synthetic manifest: test_own_data's run_all.sh --source sims:
+@pytest.mark.parametrize("py", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_path, monkeypatch):
+    """Every notebook runs on released score matrices (issue 22): it shows what the scores give, each number under
+    the folder's label (synthetic only when the manifest says so), and NOTEs what needs embeddings. 1-8 s each;
+    ``-k sims`` with ``manifest`` set to ``list(SIMS_LABELS)`` runs the synthetic manifest here too."""
+    from hubnorm.score_studies import NEEDS
+
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")   # as run_all.sh --source
+    nn = py.name[:2]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_notebook_source(py, {"source": f"sims:{sims_folders[manifest]}", **FAST_PARAMS.get(nn, {})})
+    out = buf.getvalue()
+    label = SIMS_LABELS[manifest]
+    assert "Traceback" not in out and f"this run: {label}" in out
+    other = SIMS_LABELS["real" if manifest == "synthetic" else "synthetic"].split(" (")[0]
+    assert other not in out, f"a {manifest} folder's run says {other!r}"
+    if manifest == "real":   # no line calls anything synthetic (advice naming a synthetic: source string aside)
+        claims = [ln for ln in out.splitlines() if "synthetic" in ln.lower() and "synthetic:" not in ln]
+        assert not claims, f"a synthetic claim on real data: {claims[:3]}"
+    tables = sorted((tmp_path / "tables").glob(f"{nn}_*.csv"))
+    assert tables and all(label in t.read_text() for t in tables if "_sims_" in t.name)
+    if nn == "08":    # runs in full on score matrices
+        return
+    assert f"NOTE: a sims: folder holds score matrices only; {NEEDS[nn]}." in out
+    assert "NOTE: no validation split in a sims folder" in out
+    assert "NOTE: the remaining cells of this notebook read embeddings, so they are skipped" in out
+    assert all("_sims_" in t.name for t in tables), "nothing of the embeddings sections ran"

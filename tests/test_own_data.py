@@ -174,6 +174,33 @@ def test_run_all_source_writes_under_hubnorm_results_into_a_cleared_folder_named
     assert "parameter flat_tol must be >= 0" in (out / "notebooks" / "03_k_ablation.log").read_text()
 
 
+@pytest.mark.slow
+def test_run_all_source_sims_runs_every_notebook(tmp_path):
+    """run_all.sh --source sims:<folder> runs every notebook, none skipped and none failing (issue 22): each that
+    needs embeddings says so in a NOTE after what the scores give, under the folder's label. About 1-2 minutes
+    (ten kernel starts)."""
+    from test_sims import write_example
+
+    folder = tmp_path / "my-sims"
+    write_example(folder)
+    root = tmp_path / "res"
+    r = _run_all("--source", f"sims:{folder}", "--quiet", "--param", "n_points=300", "--param", "dims=[2, 50]",
+                 env={"HUBNORM_RESULTS": str(root)}, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "skipped:" not in r.stdout and "all notebooks ok (0 skipped)" in r.stdout
+    out = root / "own-sims-my-sims"
+    executed = sorted((out / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert [p.name[:2] for p in executed] == [p.name[:2] for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+    for nb in executed:
+        cells = json.loads(nb.read_text())["cells"]
+        text = "\n".join(json.dumps(c.get("outputs", [])) for c in cells if c["cell_type"] == "code")
+        assert "synthetic analog (sims folder example)" in text, nb.name
+        assert "real data" not in text, f"{nb.name}: a synthetic folder's run says 'real data'"
+        if nb.name[:2] != "08":
+            assert "NOTE: a sims: folder holds score matrices only; skipped:" in text, nb.name
+    assert "synthetic analog (sims folder example)" in (out / "tables" / "03_sims_nnn_k_curve.csv").read_text()
+
+
 # ---------------------------------------------------------------------------------------------- CLI and cache
 def test_cli_bad_device_is_an_error_line_not_a_traceback(capsys):
     from hubnorm.data import cli

@@ -38,7 +38,7 @@ MODULE_TO_DIST = {
     "sentence_transformers": "sentence-transformers", "torch": "torch", "tqdm": "tqdm",
     "transformers": "transformers", "urllib3": "urllib3", "dask": "dask", "distributed": "distributed",
     "zarr": "zarr", "IPython": "ipython", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
-    "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT",
+    "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT", "yaml": "pyyaml",
 }
 #: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm.reporting.save_table) needs tabulate.
 INDIRECT = {"tabulate": "base"}

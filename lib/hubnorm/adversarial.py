@@ -109,12 +109,12 @@ def plant_hubs(gallery, attacker_queries, n_hubs: int = 5, *, budget: float = 0.
         r_k = topk_similarity(a, t, k)[0][:, -1]           # k-th best clean score of every attacker query
         step = budget / 10.0
 
-        def surrogate(z):
-            return torch.sigmoid((z @ a.T - r_k) / temperature).sum(dim=1)
+        def activations(z):   # sigmoid((z . a - r_k(a)) / T) for every attacker query a: one z @ a.T per step
+            return torch.sigmoid((z @ a.T - r_k) / temperature)
 
-        best, best_val = x.clone(), surrogate(x)
+        sig = activations(x)
+        best, best_val = x.clone(), sig.sum(dim=1)                  # the surrogate L(x)
         for _ in range(steps):
-            sig = torch.sigmoid((x @ a.T - r_k) / temperature)
             grad = (sig * (1 - sig)) @ a / temperature
             grad = grad - (grad * x).sum(dim=1, keepdim=True) * x   # tangent to the sphere
             gn = grad.norm(dim=1, keepdim=True)
@@ -123,7 +123,8 @@ def plant_hubs(gallery, attacker_queries, n_hubs: int = 5, *, budget: float = 0.
             far = (x - x0).norm(dim=1) > budget
             if bool(far.any()):
                 x[far] = _slerp_towards(x0[far], x[far], budget)
-            val = surrogate(x)
+            sig = activations(x)                                    # L(x) now, and the next step's gradient
+            val = sig.sum(dim=1)
             better = val > best_val
             best[better], best_val[better] = x[better], val[better]
         x = best
@@ -199,9 +200,15 @@ def detection_scores(flagged: Sequence[int], planted: Sequence[int]) -> Dict[str
     return {"flagged": len(f), "true positives": hit, "precision": precision, "recall": recall}
 
 
-def _captured(norm: Normalizer, task: RetrievalTask, planted_idx: np.ndarray, k: int) -> float:
-    idx = norm.topk(task.queries, k)[1].cpu().numpy()
-    return float(np.isin(idx, planted_idx).any(axis=1).mean())
+def _captured(norm: Normalizer, task: RetrievalTask, planted_idx: np.ndarray, ks: Sequence[int]) -> Dict[int, float]:
+    """Share of queries with a planted item among their top ``k``, for every ``k`` of ``ks``, from one
+    top-``max(ks)``: ``Normalizer.topk`` is a stable sort (exact ties to the lowest index), so its first ``k``
+    columns are exactly the top ``k``."""
+    ks = [int(k) for k in ks]
+    if not ks:
+        return {}
+    hit = np.isin(norm.topk(task.queries, max(ks))[1].cpu().numpy(), planted_idx)
+    return {k: float(hit[:, :k].any(axis=1).mean()) for k in ks}
 
 
 def planted_hub_report(task: RetrievalTask, planted: PlantedHubs, methods: Mapping[str, Normalizer], *,
@@ -224,7 +231,7 @@ def planted_hub_report(task: RetrievalTask, planted: PlantedHubs, methods: Mappi
         attacked = att.fit(norm.clone())
         r_att = evaluate(attacked, att)["R@1"]
         row = {"method": name, "R@1 clean": r_clean, "R@1 attacked": r_att, "damage": r_clean - r_att}
-        for k in capture_k:
-            row[f"captured@{k} %"] = 100.0 * _captured(attacked, att, planted_idx, int(k))
+        for k, share in _captured(attacked, att, planted_idx, capture_k).items():
+            row[f"captured@{k} %"] = 100.0 * share
         rows.append(row)
     return pd.DataFrame(rows)

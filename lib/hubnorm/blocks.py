@@ -41,7 +41,8 @@ import torch
 from ._validation import (
     check_finite_float, check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int, check_seed,
 )
-from .kernels import block_rows, block_shape, iter_blocks, log_mean_exp_dtype, logsumexp_similarity, topk_similarity
+from .kernels import (block_rows, block_shape, iter_blocks, log_mean_exp_dtype, logsumexp_scores, logsumexp_similarity,
+                      topk_scores, topk_similarity)
 
 #: How the limit of a parameter names each input in its error ("k=16 is larger than the query bank size").
 SIZE_NAMES = {"query_bank": "the query bank size", "targets": "the number of targets",
@@ -230,7 +231,9 @@ class Reduction:
     Partials of different kept items are concatenated (:func:`concat`) by the engines.
 
     ``row_terms`` / ``col_terms``: optional side vectors aligned with the rows / columns (Sinkhorn's
-    potentials); ``whole_rows``: the partial needs each block to span every column (a fused Sinkhorn iteration).
+    potentials); ``whole_rows``: the partial needs each block to span every column (a fused Sinkhorn iteration);
+    ``read_only``: the partial never modifies its score block in place (an engine may then hand it a view of
+    scores it keeps, instead of a copy).
     """
 
     source: Input
@@ -238,6 +241,7 @@ class Reduction:
     row_terms: Any = None
     col_terms: Any = None
     whole_rows: bool = False
+    read_only: bool = False
     dtype: Optional[torch.dtype] = None  # the dtype score blocks are computed in (None: the inputs')
 
     def prepare(self, engine) -> None:
@@ -260,6 +264,12 @@ class Reduction:
         """The result when one in-memory chunk holds the whole matrix (an in-process engine): by default
         ``finalize(reduce_chunk(chunk))``."""
         return self.finalize(self.reduce_chunk(chunk), n)
+
+    def reduce_scores(self, s: torch.Tensor, n: int, block_bytes: Optional[int] = None):
+        """The result from the whole score matrix ``s`` given in memory (an engine over released score matrices,
+        :class:`hubnorm.scores.ScoreEngine`): a kernel of :mod:`hubnorm.kernels`, or ``NotImplemented`` (the
+        engine then runs the plain block loop over ``s``)."""
+        return NotImplemented
 
 
 def concat(parts: Sequence):
@@ -364,6 +374,16 @@ class TopK(Reduction):
             i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype, device=i.device)], 1)
         return TopKResult(v, (i + start) if self.indices else None)
 
+    def reduce_scores(self, s, n, block_bytes=None):
+        if not self.fast:
+            return NotImplemented
+        kk = min(self.k, s.shape[self.axis])
+        v, i = topk_scores(s, kk, self.axis, block_bytes=block_bytes)
+        if kk < self.k:
+            v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype)], 1)
+            i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype)], 1)
+        return TopKResult(v, i if self.indices else None)
+
 
 class LogMeanExp(Reduction):
     """``log mean exp(scale * s)`` along ``axis`` (IS, DIS, DualIS), centred by ``log n`` so that it stays O(1).
@@ -387,7 +407,8 @@ class LogMeanExp(Reduction):
         rows_name, cols = self.source.rows, self.source.col_names
         smax = engine.score_bound(self.source)
         reduced = engine.size(rows_name) if self.axis == 0 else sum(engine.size(c) for c in cols)
-        self.work = log_mean_exp_dtype(engine.dtype, smax, reduced, abs(self.scale), self.unit, self.name)
+        base = engine.base_dtype(self.source) if hasattr(engine, "base_dtype") else engine.dtype
+        self.work = log_mean_exp_dtype(base, smax, reduced, abs(self.scale), self.unit, self.name)
         self.dtype = self.work
         n_cells = engine.size(rows_name) * sum(engine.size(c) for c in cols)
         itemsize = torch.empty((), dtype=engine.dtype).element_size()
@@ -407,6 +428,9 @@ class LogMeanExp(Reduction):
         a, b = (chunk.cols, chunk.rows) if self.axis == 0 else (chunk.rows, chunk.cols)
         return logsumexp_similarity(a, b, self.scale, block_bytes=chunk.block_bytes, dtype=self.work,
                                     shared_blocks=chunk.cache)
+
+    def reduce_scores(self, s, n, block_bytes=None):
+        return self.finalize(logsumexp_scores(s, self.scale, self.axis, dtype=self.work, block_bytes=block_bytes), n)
 
 
 def log_mean_exp(engine, source: Scores, scale: float, *, unit: Optional[float] = None, name: str = "scale",

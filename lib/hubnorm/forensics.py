@@ -45,8 +45,7 @@ import pandas as pd
 import torch
 
 from ._validation import as_embeddings, check_positive_int
-from .evaluation import positive_ranks
-from .hubness import k_occurrence
+from .evaluation import iter_score_blocks, positive_ranks
 from .kernels import block_rows, iter_blocks
 from .normalizers.base import Identity, Normalizer, stable_topk
 from .normalizers.inverted_softmax import InvertedSoftmax
@@ -157,6 +156,29 @@ class _Decomposer:
         return w, -(s + self.f + tau * math.log(m)), {"tau KL(w || uniform)": tau * kl, "-tau log n": -tau * math.log(n)}
 
 
+def _query_pass(model: Normalizer, queries, k: int, positives: Optional[Positives]):
+    """``N_k`` of every target, the top-1 target and the true-match rank of every query, from one scoring of the
+    queries by ``model`` (the rules of :func:`hubnorm.k_occurrence`, ``model.topk`` and
+    :func:`hubnorm.positive_ranks`: exact ties go to the lowest target index, so the top-1 is the first of the
+    top-``k``)."""
+    counts, top1, ranks, n_q = None, [], [], 0
+    for q0, s in iter_score_blocks(model, queries):
+        if counts is None:
+            k = check_positive_int(k, "k", maximum=s.shape[1], max_name="the number of targets")
+            counts = torch.zeros(s.shape[1], dtype=torch.long, device=s.device)
+        idx = stable_topk(s, k)[1]
+        counts += torch.bincount(idx.reshape(-1), minlength=counts.numel())
+        top1.append(idx[:, 0].cpu().numpy())
+        n_q = q0 + s.shape[0]
+        if positives is not None:
+            if n_q > positives.n_queries:
+                raise ValueError(f"scores have more rows than positives has queries ({positives.n_queries})")
+            ranks.append(positive_ranks(s, positives.subset(np.arange(q0, n_q))))
+    if positives is not None and n_q != positives.n_queries:
+        raise ValueError(f"positives has {positives.n_queries} queries but {n_q} queries were scored")
+    return counts.cpu().numpy(), np.concatenate(top1), (np.concatenate(ranks) if positives is not None else None)
+
+
 def explain_target(normalizer: Normalizer, target: int, **kwargs) -> TargetExplanation:
     """Why target ``target`` has its offset, and which test queries it wins before and after normalisation
     (:func:`explain_targets` for one target; see it for the arguments)."""
@@ -210,15 +232,14 @@ def explain_targets(
     method = decompose.method
     shared = {}
     if queries is not None:
+        if positives is not None and not isinstance(positives, Positives):
+            raise TypeError("positives must be a hubnorm.Positives")
         raw = Identity(device=normalizer.device_, check_normalized=chk).fit(t)
-        shared["n_k"] = {RAW: k_occurrence(raw, k, queries), method: k_occurrence(normalizer, k, queries)}
-        shared["top1"] = {name: model.topk(queries, 1)[1][:, 0].cpu().numpy()
-                          for name, model in ((RAW, raw), (method, normalizer))}
+        passes = {name: _query_pass(model, queries, k, positives) for name, model in ((RAW, raw), (method, normalizer))}
+        shared["n_k"] = {name: v[0] for name, v in passes.items()}
+        shared["top1"] = {name: v[1] for name, v in passes.items()}
         if positives is not None:
-            if not isinstance(positives, Positives):
-                raise TypeError("positives must be a hubnorm.Positives")
-            shared["ranks"] = {RAW: positive_ranks(raw, positives, queries),
-                               method: positive_ranks(normalizer, positives, queries)}
+            shared["ranks"] = {name: v[2] for name, v in passes.items()}
     out = []
     tol = 1e-6 if normalizer.offsets_.dtype == torch.float64 else 1e-3  # float32 fits round their offsets
     for j in (int(x) for x in idx):

@@ -18,6 +18,10 @@ functions here are the optimised implementations they call, each proven equal to
   ``tests/test_hardening.py``.
 * :func:`logsumexp_similarity` -- the uncentred streamed log-sum-exp (with a shared GEMM cache for the sweeps).
   Tests: ``tests/test_fast_paths.py`` (dense float64 reference, -inf shifts, cache bit-identity).
+* :func:`topk_scores`, :func:`logsumexp_scores` -- the same reductions over a *given* score matrix (released
+  similarity matrices, :mod:`hubnorm.scores`): streamed blocks of the matrix in memory, float32 where the
+  precision rules allow. Plain forms: ``s.topk(k, dim)``, ``torch.logsumexp(scale * s, dim)``. Tests:
+  ``tests/test_scores_fast.py`` (equal to the plain block loop of :class:`hubnorm.scores.ScoreEngine`).
 * :func:`working_dtype`, :func:`log_mean_exp_dtype` -- the precision rules (float32 or float64 working dtype).
 * :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`iter_blocks`, :func:`topk_partition`: block
   bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the benchmarks.
@@ -357,6 +361,63 @@ def logsumexp_similarity(
             acc = part if acc is None else torch.logaddexp(acc, part)
         out[a0:a1] = acc
     return out
+
+
+def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` largest entries of a *given* score matrix ``s`` along ``dim`` (0: per column, over the rows; 1: per
+    row), as ``(values, indices)`` of shape ``(kept items, k)``, sorted in decreasing order. The reduced axis is
+    streamed in blocks of ``block_bytes`` (slices of ``s``: rows for ``dim=0``), each block's top-``k`` merged
+    into a running top-``k``; the values are the entries themselves (exact in the input dtype).
+    Plain form: ``s.topk(k, dim=dim)`` (transposed for ``dim=0``). Ties may keep any of the tied indices."""
+    x = s if dim == 1 else s.T
+    n_keep, n_red = x.shape
+    k = int(k)
+    if dim == 1:   # whole rows are in memory: blocks of kept rows, each a full top-k
+        rows = block_rows(n_red, s.element_size(), block_bytes)
+        vals, idx = [], []
+        for a0, a1 in iter_blocks(n_keep, rows):
+            v, i = x[a0:a1].topk(k, dim=1)
+            vals.append(v)
+            idx.append(i)
+        return torch.cat(vals), torch.cat(idx)
+    # dim == 0: blocks of reduced rows of s (contiguous), top-k over each block's rows, merged per column
+    size = max(k, block_rows(n_keep, s.element_size(), block_bytes))
+    run_v = run_i = None
+    for r0, r1 in iter_blocks(n_red, size):
+        kk = min(k, r1 - r0)
+        v, i = s[r0:r1].topk(kk, dim=0)            # kk x columns
+        v, i = v.T, i.T + r0
+        if run_v is None:
+            run_v, run_i = v, i
+        else:
+            run_v, run_i = _merge_topk(run_v, run_i, v, i, k)
+    run_v, p = run_v.sort(dim=1, descending=True)   # fewer than k rows in all: the caller pads
+    return run_v, run_i.gather(1, p)
+
+
+def logsumexp_scores(s: torch.Tensor, scale: float, dim: int, *, dtype: Optional[torch.dtype] = None,
+                     block_bytes: Optional[int] = None) -> torch.Tensor:
+    """``logsumexp(scale * s, dim)`` of a *given* score matrix ``s``, in float64, its blocks computed in ``dtype``
+    (default: ``s``'s; the caller picks it with :func:`log_mean_exp_dtype`). The reduced axis is streamed in
+    blocks of ``block_bytes`` (rows of ``s`` for ``dim=0``, whole rows for ``dim=1``); partials are merged with
+    ``logaddexp`` in float64. Plain form: ``torch.logsumexp(scale * s.double(), dim=dim)``."""
+    dt = s.dtype if dtype is None else dtype
+    item = max(4, torch.empty((), dtype=dt).element_size())
+    n_r, n_c = s.shape
+    size = block_rows(n_c, item, block_bytes)
+    if dim == 1:
+        out = torch.empty(n_r, dtype=torch.float64)
+        for r0, r1 in iter_blocks(n_r, size):
+            blk = s[r0:r1].to(dt, copy=True).mul_(scale)
+            out[r0:r1] = torch.logsumexp(blk, dim=1).to(torch.float64)
+        return out
+    acc = None
+    for r0, r1 in iter_blocks(n_r, size):
+        blk = s[r0:r1].to(dt, copy=True).mul_(scale)
+        part = torch.logsumexp(blk, dim=0).to(torch.float64)
+        acc = part if acc is None else torch.logaddexp(acc, part)
+    return acc
 
 
 #: A kernel result is accepted when its rounding error, in score units, is predicted below this.

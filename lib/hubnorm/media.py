@@ -35,11 +35,9 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from .scores import ScoreTask, matrices_from_embeddings, positives_from_pairs
+from .data.sims import LETTERS
+from .scores import ProductScores, ScoreTask, bank_subsets, positives_from_pairs
 from .synthetic import make_dataset
-
-#: modality -> the letter of direction names
-LETTERS = {"text": "t", "video": "v", "audio": "a", "image": "i"}
 
 
 @dataclass(frozen=True)
@@ -63,13 +61,14 @@ class MediaPreset:
         return f"t2{m}", f"{m}2t"
 
 
-#: Parameters refitted per preset (``scripts/calibrate_synthetic.py --fit-media <preset>``), on top of the
-#: ``flickr30k`` geometry; everything else is the image preset's.
+#: Parameters refitted per preset, on top of the ``flickr30k`` geometry (everything else is the image preset's):
+#: exactly what ``scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60`` wrote into
+#: ``data/calibration_synthetic.csv`` (column "fitted parameters"; ``tests/test_media_presets.py`` compares them).
 _MEDIA_FITTED = {
-    "msrvtt": dict(caption_noise=3.743, caption_bias_std=0.02405, bias_std=0.00434),
-    "didemo": dict(caption_noise=4.027, caption_bias_std=0.02586, bias_std=0.00434),
-    "audiocaps": dict(caption_noise=3.901, caption_bias_std=0.0113),
-    "clotho": dict(caption_noise=9.720, caption_bias_std=0.0113),
+    "msrvtt": dict(caption_noise=3.725, caption_bias_std=0.02443, bias_std=0.004325),
+    "didemo": dict(caption_noise=4.03, caption_bias_std=0.02587, bias_std=0.00434),
+    "audiocaps": dict(caption_noise=3.897, caption_bias_std=0.0113),
+    "clotho": dict(caption_noise=9.72, caption_bias_std=0.0113),
 }
 
 MEDIA_PRESETS: Dict[str, MediaPreset] = {
@@ -136,41 +135,64 @@ def make_media(preset: str = "msrvtt", *, seed: int = 0, n_train: Optional[int] 
     return out
 
 
-def _sample(x: Optional[np.ndarray], n: Optional[int], seed: int) -> Optional[np.ndarray]:
-    if x is None or n is None or n >= len(x):
-        return x
-    rng = np.random.default_rng(seed)
-    return x[np.sort(rng.choice(len(x), size=int(n), replace=False))]
+def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_bank: Optional[int] = None,
+                seed: int = 0, block_bytes: Optional[int] = None) -> Dict[str, ScoreTask]:
+    """Both directions of ``data`` as :class:`~hubnorm.scores.ScoreTask` objects.
 
-
-def media_tasks(data: MediaData, *, bank_captions: Optional[int] = None, bank_items: Optional[int] = None,
-                target_bank: bool = True, seed: int = 0, block_bytes: Optional[int] = None) -> Dict[str, ScoreTask]:
-    """Both directions of ``data`` as :class:`~hubnorm.scores.ScoreTask` objects (float64 score matrices).
-
-    ``bank_captions`` / ``bank_items``: use a seeded random subset of at most this many bank captions / items (the
-    query banks of t2x and x2t); ``target_bank``: also give each direction the other bank as its target bank
-    (DBSN, DualIS)."""
-    caps_bank, items_bank = _sample(data.bank_captions, bank_captions, seed), _sample(data.bank_items, bank_items,
-                                                                                       seed + 1)
+    The score matrices are :class:`~hubnorm.scores.ProductScores` (float64 dot products computed block by block
+    when a reduction reads them, never a whole bank x gallery matrix); the second direction reads the first's test
+    matrix and bank x bank matrix transposed (``.T``, nothing recomputed). ``bank_queries`` / ``target_bank``: at
+    most this many query-bank / target-bank items per direction, a seeded subset (the rule of
+    :func:`hubnorm.scores.bank_subsets`, the same as for a ``sims:`` folder); ``target_bank=0``: no target banks
+    (DBSN and DualIS then name the missing matrix)."""
     fwd, bwd = data.directions
     c2i = np.asarray(data.caption_to_item, dtype=np.int64)
     meta = {"dataset": data.name, "modalities": data.modalities, "source": "synthetic" if data.synthetic else "real",
             **data.meta}
+    test = ProductScores(data.captions, data.items, f"the test score matrix ({data.modalities[0]} x {data.modalities[1]})")
+    caps, items = data.bank_captions, data.bank_items
+    use_tb = target_bank is None or int(target_bank) > 0
+    sub = bank_subsets(None if caps is None else len(caps), None if items is None else len(items), bank_queries,
+                       target_bank if use_tb else None, seed)
+    (caps_q, items_t), (caps_t, items_q) = sub["forward"], sub["backward"]
+
+    def pick(x, idx):
+        return x if idx is None else x[idx]
+
+    bank_bank = None
+    if caps is not None and items is not None and use_tb:
+        bank_bank = ProductScores(caps, items, "the bank x bank score matrix")
+    mats = {fwd: {("queries", "targets"): test}, bwd: {("queries", "targets"): test.T}}
+    if caps is not None:
+        mats[fwd][("query_bank", "targets")] = ProductScores(pick(caps, caps_q), test.b, "the query bank x targets scores")
+        if use_tb:
+            mats[bwd][("target_bank", "targets")] = ProductScores(pick(caps, caps_t), test.a, "the target bank x targets scores")
+    if items is not None:
+        mats[bwd][("query_bank", "targets")] = ProductScores(pick(items, items_q), test.a, "the query bank x targets scores")
+        if use_tb:
+            mats[fwd][("target_bank", "targets")] = ProductScores(pick(items, items_t), test.b, "the target bank x targets scores")
+    if bank_bank is not None:
+        mats[fwd][("query_bank", "target_bank")] = bank_bank.take(caps_q, items_t)
+        mats[bwd][("query_bank", "target_bank")] = bank_bank.take(caps_t, items_q).T
     out = {}
-    for d, q, t, qb, tb in ((fwd, data.captions, data.items, caps_bank, items_bank),
-                            (bwd, data.items, data.captions, items_bank, caps_bank)):
-        mats = matrices_from_embeddings(q, t, qb, tb if target_bank else None)
+    for d in (fwd, bwd):
         if d == fwd:
             pos = positives_from_pairs(np.arange(len(c2i)), c2i, len(c2i), len(data.items))
         else:
             pos = positives_from_pairs(c2i, np.arange(len(c2i)), len(data.items), len(c2i))
-        out[d] = ScoreTask(mats, pos, direction=d, meta=dict(meta, direction=d), block_bytes=block_bytes)
+        out[d] = ScoreTask(mats[d], pos, direction=d, meta=dict(meta, direction=d), block_bytes=block_bytes)
     return out
 
 
 #: dataset keys of the published rows, from words in a name ("MSR-VTT 1k" -> "msr-vtt")
 _DATASET_WORDS = (("msr", "msr-vtt"), ("didemo", "didemo"), ("audiocaps", "audiocaps"), ("clotho", "clotho"),
                   ("flickr", "flickr30k"), ("coco", "coco"))
+
+
+def is_preset(source: str) -> bool:
+    """Whether ``source`` names a synthetic video/audio preset (``"synthetic:msrvtt"``, ...): the sources that take
+    ``n_train``."""
+    return isinstance(source, str) and source.startswith("synthetic:") and source[len("synthetic:"):] in MEDIA_PRESETS
 
 
 def published_dataset(name: Optional[str]) -> Optional[str]:
@@ -197,31 +219,45 @@ class MediaSource:
 
 def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, bank_queries: Optional[int] = None,
                target_bank: Optional[int] = None, item_modality: str = "auto", dataset: Optional[str] = None,
-               model: Optional[str] = None, source_kwargs: Optional[dict] = None) -> MediaSource:
+               model: Optional[str] = None, source_kwargs: Optional[dict] = None,
+               block_bytes: Optional[int] = None) -> MediaSource:
     """Both retrieval directions of ``source`` as score tasks, with their label.
 
     ``source``: ``"synthetic:<preset>"`` (a preset of :data:`MEDIA_PRESETS`), ``"sims:<folder>"`` (released score
     matrices, :mod:`hubnorm.data.sims`), or any embeddings source of :func:`hubnorm.load_embeddings`
     (``local:<folder>``, ``cache:...``): its test split's images are the items (``item_modality``: "auto" = image;
     say "video" or "audio" for video or audio embeddings) and its training split the banks. ``n_train``: training
-    items of a synthetic preset; ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank
-    items (a seeded subset). ``dataset`` / ``model``: the published rows to compare with (None: from the source)."""
+    items of a synthetic preset (any other source has its own banks: a ValueError names ``n_train``);
+    ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank items per direction, a seeded
+    subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` / ``model``: the published
+    rows to compare with (None: from the source)."""
     if not isinstance(source, str) or ":" not in source:
         raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>' or 'cache:...'; "
                          f"got {source!r}")
     kind, rest = source.split(":", 1)
-    if kind == "synthetic" and rest in MEDIA_PRESETS:
+    preset = is_preset(source)
+    if n_train is not None and not preset:
+        raise ValueError(f"n_train sets the training items of a synthetic video/audio preset; {source!r} has its own "
+                         "banks: pass n_train=None (bank_queries / target_bank subsample them)")
+    if preset:
         data = make_media(rest, seed=seed, n_train=n_train)
         p = MEDIA_PRESETS[rest]
-        tasks = _with_target_banks(data, bank_queries, target_bank, seed)
+        tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed,
+                            block_bytes=block_bytes)
         return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed})", True,
                            dataset or p.dataset, model or p.model, data.modalities)
     if kind == "sims":
         from .scores import sims_tasks
         from .data.sims import load_sims
 
+        if source_kwargs:
+            raise ValueError(f"source_kwargs apply to embeddings sources, not to a sims: folder; got {source_kwargs!r}")
         sims = load_sims(rest)
-        tasks = sims_tasks(sims)
+        if item_modality not in ("auto", sims.modalities[1]):
+            raise ValueError(f"item_modality={item_modality!r} contradicts {sims.folder}, whose manifest says its columns "
+                             f"are {sims.modalities[1]}: pass item_modality='auto' (or fix the manifest)")
+        tasks = sims_tasks(sims, bank_queries=bank_queries, target_bank=target_bank, seed=seed,
+                           block_bytes=block_bytes)
         synthetic = sims.synthetic
         name = sims.name
         label = f"synthetic analog (sims folder {name})" if synthetic else f"real data ({name}, released score matrices)"
@@ -243,7 +279,7 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
                      bank_items=None if train is None else np.asarray(train.images, dtype=np.float64),
                      bank_captions=None if train is None else np.asarray(train.captions, dtype=np.float64),
                      synthetic=ds.source == "synthetic", meta={"dataset": ds.name})
-    tasks = _with_target_banks(data, bank_queries, target_bank, seed)
+    tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed, block_bytes=block_bytes)
     if ds.source == "synthetic":
         label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
     else:
@@ -252,21 +288,4 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
                        data.modalities)
 
 
-def _with_target_banks(data: MediaData, bank_queries, target_bank, seed) -> Dict[str, ScoreTask]:
-    """Tasks whose query banks hold at most ``bank_queries`` items and target banks at most ``target_bank``."""
-    caps_q, items_q = _sample(data.bank_captions, bank_queries, seed), _sample(data.bank_items, bank_queries, seed + 1)
-    caps_t, items_t = _sample(data.bank_captions, target_bank, seed + 2), _sample(data.bank_items, target_bank, seed + 3)
-    fwd, bwd = data.directions
-    c2i = np.asarray(data.caption_to_item, dtype=np.int64)
-    meta = {"dataset": data.name, "modalities": data.modalities, **data.meta}
-    out = {}
-    for d, q, t, qb, tb in ((fwd, data.captions, data.items, caps_q, items_t),
-                            (bwd, data.items, data.captions, items_q, caps_t)):
-        mats = matrices_from_embeddings(q, t, qb, tb)
-        pos = (positives_from_pairs(np.arange(len(c2i)), c2i, len(c2i), len(data.items)) if d == fwd
-               else positives_from_pairs(c2i, np.arange(len(c2i)), len(data.items), len(c2i)))
-        out[d] = ScoreTask(mats, pos, direction=d, meta=dict(meta, direction=d))
-    return out
-
-
-__all__ = ["load_media", "MediaSource", "published_dataset", "MediaPreset", "MEDIA_PRESETS", "MediaData", "make_media", "media_tasks", "LETTERS"]
+__all__ = ["load_media", "MediaSource", "published_dataset", "MediaPreset", "MEDIA_PRESETS", "MediaData", "make_media", "media_tasks", "is_preset", "LETTERS"]

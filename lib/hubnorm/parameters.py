@@ -173,7 +173,9 @@ def R(kind: str, text: str, check: Callable, example: str = "") -> Rule:
 #: The rule of every notebook parameter (``"NN:name"`` overrides ``name`` for notebook NN).
 SCHEMA: Dict[str, Rule] = {
     # data
-    "source": R("str", "'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>' or 'local:<folder>'", _source,
+    "source": R("str", "'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', 'local:<folder>' or "
+                "'sims:<folder>' (score matrices: what they give, the rest named in a NOTE; README 'Your own data')",
+                _source,
                 "local:/data/my-embeddings"),
     "synthetic_sizes": R("dict", "{'n_train_images': int >= 0, 'n_test_images': int >= 1, 'n_val_images': int >= 0}",
                          _SIZES, "{n_train_images: 2000}"),

@@ -6,8 +6,14 @@ a ``sim_matrix``). Every method whose fit is a function of score matrices (:mod:
 ``inputs`` lists only :class:`~hubnorm.blocks.Scores`) runs here unchanged: :class:`ScoreEngine` answers the same
 engine protocol as :class:`hubnorm.engine.LocalEngine`, but its score blocks are read from the given matrices
 (numpy arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors) instead of being computed as
-``rows @ cols.T``. It runs every reduction by its plain block loop (``partial`` / ``merge`` / ``finalize``) and
-every iteration step by step, so a matrix is read one block of at most ``block_bytes`` at a time, never whole.
+``rows @ cols.T``. Blocks are read along a matrix's contiguous axis, at most ``block_bytes`` at a time. The fast
+path (the default) reads a stored matrix once per fit into memory when it fits ``resident_bytes`` (one pass that
+also checks it finite and takes its largest ``|s|``) and runs the reductions on it through the kernels of
+:mod:`hubnorm.kernels` (top-k, log-sum-exp over given scores; float32 for float32 matrices where the precision
+rules allow); a larger matrix is streamed by every reduction. ``plain=True`` runs every reduction by its plain
+block loop (``partial`` / ``merge`` / ``finalize``), reading every block from the matrix: the reference the fast
+path is tested against. Score matrices computed from embeddings (:class:`ProductScores`) are computed block by
+block when read, never whole.
 
 The matrices are named by the engine's inputs (``docs/methods.md``: ``queries``, ``targets``, ``query_bank``,
 ``target_bank``): ``("queries", "targets")`` is the test score matrix (test queries x gallery),
@@ -37,10 +43,10 @@ from typing import Dict, Iterator, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, concat
+from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat
 from .evaluation import positive_ranks, summarize_ranks
 from .hubness import hubness_stats, k_occurrence
-from .kernels import block_rows, block_shape, iter_blocks
+from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
 from .retrieval import Positives
 
 #: The inputs a score matrix may connect, and how errors name them.
@@ -49,14 +55,26 @@ INPUT_LABELS = {"queries": "test queries", "targets": "gallery (targets)", "quer
 
 Pair = Tuple[str, str]
 
+#: Default memory budget of one stored matrix that the fast path keeps in memory during a fit (read once).
+DEFAULT_RESIDENT_BYTES = 2 * 2**30
+
 
 class ScoreMatrix:
     """One 2-D score matrix read block by block (a numpy array or memory map, or a torch tensor), possibly read
-    transposed. ``label``: how errors name it (a file name)."""
+    transposed. ``label``: how errors name it (a file name).
 
-    def __init__(self, data, label: str = "score matrix", *, transposed: bool = False):
+    ``checked``: its scores were already verified finite (a sims folder scans each file once when it loads it),
+    so blocks are not checked again; ``bound``: its largest ``|s|`` when known (from that scan), so no pass is
+    spent on it. ``index``: optional sorted index arrays that select rows / columns of ``data`` (in ``data``'s own
+    orientation: a seeded subset of a bank, :meth:`take`)."""
+
+    def __init__(self, data, label: str = "score matrix", *, transposed: bool = False, checked: bool = False,
+                 bound: Optional[float] = None, index=(None, None)):
         if isinstance(data, ScoreMatrix):
-            data, label, transposed = data.data, data.label, data.transposed ^ transposed
+            if any(i is not None for i in index):
+                raise ValueError("pass index= to ScoreMatrix.take, not to a copy of a ScoreMatrix")
+            data, label, transposed, checked, bound, index = (data.data, data.label, data.transposed ^ transposed,
+                                                              data.checked, data.bound, data.index)
         if isinstance(data, torch.Tensor):
             data = data.detach().cpu().numpy()
         if not isinstance(data, np.ndarray):
@@ -68,25 +86,115 @@ class ScoreMatrix:
         if 0 in data.shape:
             raise ValueError(f"{label} is empty (shape {data.shape})")
         self.data, self.label, self.transposed = data, label, bool(transposed)
+        self.checked, self.bound, self.index = bool(checked), bound, tuple(index)
+
+    @property
+    def data_shape(self) -> Tuple[int, int]:
+        """The shape of the stored rows x columns (after ``index``), before any transposition."""
+        return tuple(len(i) if i is not None else n for i, n in zip(self.index, self.data.shape))
 
     @property
     def shape(self) -> Tuple[int, int]:
-        r, c = self.data.shape
+        r, c = self.data_shape
         return (c, r) if self.transposed else (r, c)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the stored scores (float64 for anything wider than float32)."""
+        return torch.float32 if self.data.dtype.itemsize <= 4 else torch.float64
 
     @property
     def T(self) -> "ScoreMatrix":
         return ScoreMatrix(self, transposed=True)
 
+    @property
+    def rows_contiguous(self) -> bool:
+        """Whether a block of whole rows (of this matrix as read, transposed or not) is contiguous in memory or
+        on disk: blocks are read along this axis (a C-order file read transposed is read by column strips)."""
+        c_order = self.data.flags.c_contiguous or not self.data.flags.f_contiguous
+        return c_order != self.transposed
+
+    def take(self, rows=None, cols=None) -> "ScoreMatrix":
+        """The sub-matrix of the sorted row / column indices ``rows`` / ``cols`` (of this matrix as read), read
+        lazily (a memory map stays on disk)."""
+        idx = list(self.index)
+        for axis, sel in ((1 if self.transposed else 0, rows), (0 if self.transposed else 1, cols)):
+            if sel is None:
+                continue
+            sel = np.asarray(sel, dtype=np.int64)
+            idx[axis] = sel if idx[axis] is None else idx[axis][sel]
+        return ScoreMatrix(self.data, self.label, transposed=self.transposed, checked=self.checked, bound=self.bound,
+                           index=tuple(idx))
+
+    def _stored(self, a0: int, a1: int, b0: int, b1: int) -> np.ndarray:
+        """Stored rows ``a0:a1`` and columns ``b0:b1`` (after ``index``), as a numpy view or copy."""
+        ia, ib = self.index
+        part = self.data[a0:a1] if ia is None else self.data[ia[a0:a1]]
+        return part[:, b0:b1] if ib is None else part[:, ib[b0:b1]]
+
     def block(self, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
         """A fresh tensor copy of rows ``r0:r1`` and columns ``c0:c1`` (reductions may modify it in place)."""
-        part = self.data[c0:c1, r0:r1].T if self.transposed else self.data[r0:r1, c0:c1]
+        part = self._stored(c0, c1, r0, r1).T if self.transposed else self._stored(r0, r1, c0, c1)
         out = torch.from_numpy(np.array(part, dtype=_numpy_dtype(dtype), order="C", copy=True))
-        if not math.isfinite(float(out.sum())) and not bool(torch.isfinite(out).all()):  # a finite sum: all finite
-            bad = (~torch.isfinite(out)).nonzero()[0]
-            raise ValueError(f"{self.label} holds a non-finite score (NaN or inf) at row {r0 + int(bad[0])}, column "
-                             f"{c0 + int(bad[1])}: a score matrix must be finite; recompute it, or drop that row")
+        if not self.checked:
+            check_finite_block(out, self.label, r0, c0)
         return out
+
+
+def check_finite_block(s: torch.Tensor, label: str, r0: int = 0, c0: int = 0) -> None:
+    """ValueError naming ``label`` and the cell of the first NaN / inf of the block ``s`` (whose first cell is
+    ``(r0, c0)`` of the matrix)."""
+    if not math.isfinite(float(s.sum())) and not bool(torch.isfinite(s).all()):  # a finite sum: all finite
+        bad = (~torch.isfinite(s)).nonzero()[0]
+        raise ValueError(f"{label} holds a non-finite score (NaN or inf) at row {r0 + int(bad[0])}, column "
+                         f"{c0 + int(bad[1])}: a score matrix must be finite; recompute it, or drop that row")
+
+
+class ProductScores(ScoreMatrix):
+    """The score matrix ``rows @ cols.T`` of two embedding matrices, computed block by block in float64 when read
+    (never whole): what :func:`score_matrices` gives for embeddings sources. ``.T`` swaps the factors (no
+    recomputation of a transpose); ``take`` selects embedding rows."""
+
+    def __init__(self, rows, cols, label: str = "score matrix"):
+        def arr(x):
+            x = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+            if x.ndim != 2:
+                raise ValueError(f"{label}: embeddings must be 2-D (items x dimensions); got shape {x.shape}")
+            return np.ascontiguousarray(x, dtype=np.float64)
+
+        a, b = (rows, cols) if isinstance(rows, np.ndarray) and rows.dtype == np.float64 and rows.flags.c_contiguous \
+            and isinstance(cols, np.ndarray) and cols.dtype == np.float64 and cols.flags.c_contiguous \
+            else (arr(rows), arr(cols))
+        if a.shape[1] != b.shape[1]:
+            raise ValueError(f"{label}: rows and columns have different dimensions ({a.shape[1]} vs {b.shape[1]})")
+        if 0 in (a.shape[0], b.shape[0]):
+            raise ValueError(f"{label} is empty (shape {(a.shape[0], b.shape[0])})")
+        self.a, self.b, self.label = a, b, label
+        self.data, self.transposed, self.checked, self.bound, self.index = None, False, False, None, (None, None)
+
+    @property
+    def data_shape(self) -> Tuple[int, int]:
+        return (self.a.shape[0], self.b.shape[0])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float64
+
+    @property
+    def rows_contiguous(self) -> bool:
+        return True
+
+    @property
+    def T(self) -> "ProductScores":
+        return ProductScores(self.b, self.a, self.label)
+
+    def take(self, rows=None, cols=None) -> "ProductScores":
+        return ProductScores(self.a if rows is None else self.a[np.asarray(rows)],
+                             self.b if cols is None else self.b[np.asarray(cols)], self.label)
+
+    def block(self, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
+        s = torch.from_numpy(self.a[r0:r1] @ self.b[c0:c1].T)
+        return s if dtype == torch.float64 else s.to(dtype)
 
 
 def _numpy_dtype(dtype: torch.dtype):
@@ -101,19 +209,32 @@ class ScoreEngine:
         dtype: the dtype score blocks are read in (float64 by default; float32 halves the memory).
         block_bytes: memory budget of one score block (None: :data:`hubnorm.kernels.DEFAULT_BLOCK_BYTES`).
         hints: ``{(rows, cols): text}`` appended to the error of a missing matrix (where to add it).
+        plain: run every reduction by its plain block loop, reading each block from the matrix every time (the
+            reference the fast path is tested against, ``tests/test_scores_fast.py``).
+        resident_bytes: the fast path (``plain=False``, the default) reads a stored matrix (array or memory map)
+            of at most this many bytes once per fit, in one pass of blocks along its contiguous axis (checking it
+            finite and taking its largest ``|s|`` on the way), keeps it in memory in its own dtype until the fit
+            ends, and runs the reductions on it through the kernels of :mod:`hubnorm.kernels`
+            (:func:`~hubnorm.kernels.topk_scores`, :func:`~hubnorm.kernels.logsumexp_scores`; float32 blocks for a
+            float32 matrix where the working-dtype rules keep the result to
+            :data:`~hubnorm.kernels.PRECISION_TARGET`). A larger matrix is streamed block by block by every
+            reduction. None: :data:`DEFAULT_RESIDENT_BYTES`; 0: never resident.
 
     ``blocks_read`` / ``largest_block``: how many blocks were read and the most cells one held (a test reads them to
-    show that a matrix larger than the budget is never read whole).
+    show that a matrix larger than the budget is never read in a larger block).
     """
 
     sweep_bytes = None
-    plain = True
 
     def __init__(self, matrices: Mapping[Pair, object], *, dtype: torch.dtype = torch.float64,
-                 block_bytes: Optional[int] = None, hints: Optional[Mapping[Pair, str]] = None):
+                 block_bytes: Optional[int] = None, hints: Optional[Mapping[Pair, str]] = None,
+                 plain: bool = False, resident_bytes: Optional[int] = None):
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
         self.dtype, self.device, self.block_bytes = dtype, torch.device("cpu"), block_bytes
+        self.plain = bool(plain)
+        self.resident_bytes = DEFAULT_RESIDENT_BYTES if resident_bytes is None else int(resident_bytes)
+        self._res: Dict[Pair, Optional[torch.Tensor]] = {}
         self.hints = dict(hints or {})
         self.matrices: Dict[Pair, ScoreMatrix] = {}
         self.sizes: Dict[str, Tuple[int, str]] = {}
@@ -173,18 +294,103 @@ class ScoreEngine:
         return None
 
     def score_bound(self, source: Scores) -> float:
-        """The largest ``|s|`` of the score matrix ``source`` (read once, block by block)."""
+        """The largest ``|s|`` of the score matrix ``source`` (known from a sims folder's scan, or taken while the
+        matrix is read into memory, or else read once, block by block)."""
         out = 0.0
         for col in source.col_names:
             key = (source.rows, col)
             if key not in self._bound:
-                m = self.matrix(*key)
-                big = 0.0
-                for (r0, r1), (c0, c1) in self._tiles(m.shape[0], m.shape[1], False):
-                    big = max(big, float(self._read(m, r0, r1, c0, c1, self.dtype).abs().max()))
-                self._bound[key] = big
+                stored, _ = self._stored(*key)
+                if stored.bound is None:
+                    self.resident(*key)                      # the fast path takes the bound in its one pass
+                if stored.bound is None:
+                    m = self.matrix(*key)
+                    big = 0.0
+                    for (r0, r1), (c0, c1) in self._tiles(m.shape[0], m.shape[1], False, m.dtype, m.rows_contiguous):
+                        big = max(big, float(self._read(m, r0, r1, c0, c1, m.dtype).abs().max()))
+                    stored.bound = big
+                self._bound[key] = stored.bound
             out = max(out, self._bound[key])
         return out
+
+    def base_dtype(self, source: Scores) -> torch.dtype:
+        """The dtype the working-dtype rules start from (:func:`hubnorm.kernels.working_dtype`): float32 when the
+        engine's dtype is, or (fast path) when every matrix of ``source`` is stored in float32, else float64."""
+        if self.dtype == torch.float32:
+            return torch.float32
+        if self.plain:
+            return self.dtype
+        stored = [self._stored(source.rows, c)[0] for c in source.col_names]
+        return torch.float32 if all(m.dtype == torch.float32 for m in stored) else self.dtype
+
+    # ------------------------------------------------------------------ the fast path: one read per fit
+    def _stored(self, rows: str, cols: str) -> Tuple[ScoreMatrix, bool]:
+        """The given matrix behind ``rows x cols`` and whether it is read transposed."""
+        if (rows, cols) in self.matrices:
+            return self.matrices[(rows, cols)], False
+        if (cols, rows) in self.matrices:
+            return self.matrices[(cols, rows)], True
+        return self.matrix(rows, cols), False  # raises, naming the matrix
+
+    def resident(self, rows: str, cols: str) -> Optional[torch.Tensor]:
+        """The ``rows x cols`` matrix in memory (read once per fit; a view when read transposed), or None when the
+        fast path does not keep it (``plain``, larger than ``resident_bytes``, or computed from embeddings)."""
+        if self.plain:
+            return None
+        key = (rows, cols) if (rows, cols) in self.matrices else (cols, rows)
+        if key not in self._res:
+            self._res[key] = self._load(self._stored(rows, cols)[0])
+        x = self._res[key]
+        if x is None:
+            return None
+        return x if key == (rows, cols) else x.T
+
+    def _load(self, m: ScoreMatrix) -> Optional[torch.Tensor]:
+        """``m`` read into memory in its stored dtype by strips of whole stored rows (contiguous on disk), checked
+        finite and its largest ``|s|`` taken in the same pass; None when it is not kept."""
+        if m.data is None:
+            return None
+        item = m.data.dtype.itemsize if m.data.dtype.itemsize <= 4 else 8
+        dt = m.dtype
+        n_a, n_b = m.data_shape
+        if n_a * n_b * torch.empty((), dtype=dt).element_size() > self.resident_bytes:
+            return None
+        # stored orientation, made C-ordered: a Fortran-order file is its transpose in C order
+        flip = m.data.flags.f_contiguous and not m.data.flags.c_contiguous
+        src = ScoreMatrix(m.data.T if flip else m.data, m.label, checked=True,
+                          index=tuple(reversed(m.index)) if flip else m.index)
+        if flip:
+            n_a, n_b = n_b, n_a
+        buf = torch.empty((n_a, n_b), dtype=dt)
+        out = buf.numpy()
+        big = 0.0
+        for a0, a1 in iter_blocks(n_a, block_rows(n_b, max(4, item), self.block_bytes)):
+            np.copyto(out[a0:a1], src._stored(a0, a1, 0, n_b), casting="same_kind")   # the one read of these rows
+            blk = buf[a0:a1]
+            self.blocks_read += 1
+            self.largest_block = max(self.largest_block, blk.numel())
+            lo, hi = (float(v) for v in torch.aminmax(blk))       # one pass: finite (NaN / inf propagate) and |s|
+            if not (math.isfinite(lo) and math.isfinite(hi)) and not m.checked:
+                if flip != m.transposed:
+                    check_finite_block(blk.T, m.label, 0, a0)
+                else:
+                    check_finite_block(blk, m.label, a0, 0)
+            big = max(big, abs(lo), abs(hi))
+        if m.bound is None:
+            m.bound = big
+        return buf.T if flip != m.transposed else buf
+
+    def release(self) -> None:
+        """Drop the matrices kept in memory (the end of a fit)."""
+        self._res.clear()
+
+    def _resident_block(self, parts, r0, r1, c0, c1, dtype, copy=True) -> torch.Tensor:
+        pieces = []
+        for a, b, x in parts:
+            lo, hi = max(a, c0), min(b, c1)
+            if lo < hi:
+                pieces.append(x[r0:r1, lo - a:hi - a].to(dtype, copy=copy))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
     # ------------------------------------------------------------------ reading blocks
     def _read(self, m: ScoreMatrix, r0, r1, c0, c1, dtype) -> torch.Tensor:
@@ -193,13 +399,24 @@ class ScoreEngine:
         self.largest_block = max(self.largest_block, s.numel())
         return s
 
-    def _tiles(self, n_r: int, n_c: int, whole_rows: bool, dtype: Optional[torch.dtype] = None):
-        item = torch.empty((), dtype=dtype or self.dtype).element_size()
-        if whole_rows:
-            r_size, c_size = block_rows(n_c, item, self.block_bytes), n_c
-        else:
-            r_size, c_size = block_shape(n_r, n_c, item, self.block_bytes)
+    def _tiles(self, n_r: int, n_c: int, whole_rows: bool, dtype: Optional[torch.dtype] = None,
+               rows_contiguous: bool = True):
+        item = max(4, torch.empty((), dtype=dtype or self.dtype).element_size())
+        r_size, c_size = self._block_shape(n_r, n_c, item, whole_rows, rows_contiguous)
         return [(r, c) for r in iter_blocks(n_r, r_size) for c in iter_blocks(n_c, c_size)]
+
+    def _block_shape(self, n_r: int, n_c: int, item: int, whole_rows: bool, rows_contiguous: bool):
+        """Rows x columns of one block: strips of whole rows when rows are contiguous in storage (or a reduction
+        needs whole rows), strips of whole columns when columns are (a C-order file read transposed), 2-D tiles
+        when one line exceeds the budget."""
+        budget = DEFAULT_BLOCK_BYTES if self.block_bytes is None else int(self.block_bytes)
+        if whole_rows:
+            return block_rows(n_c, item, self.block_bytes), n_c
+        if rows_contiguous and n_c * item <= budget:
+            return block_rows(n_c, item, self.block_bytes), n_c
+        if not rows_contiguous and n_r * item <= budget:
+            return n_r, block_rows(n_r, item, self.block_bytes)
+        return block_shape(n_r, n_c, item, self.block_bytes)
 
     def _columns(self, source: Scores):
         """The matrices of ``source``'s column inputs, with their column offsets."""
@@ -209,6 +426,11 @@ class ScoreEngine:
             parts.append((start, start + m.shape[1], m))
             start += m.shape[1]
         return parts, start
+
+    def _rows_contiguous(self, source: Scores) -> bool:
+        """Whether ``source``'s matrices are read fastest by strips of whole rows (else by strips of columns)."""
+        parts, _ = self._columns(source)
+        return not all(not m.rows_contiguous for _, _, m in parts)
 
     def read(self, source: Scores, r0: int, r1: int, c0: int, c1: int, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``r0:r1`` and columns ``c0:c1`` of ``source`` (its column inputs concatenated)."""
@@ -226,16 +448,37 @@ class ScoreEngine:
         if isinstance(src, Embeddings):
             self.tensor(src.name)
         red.prepare(self)
-        n_r = self.matrix(src.rows, src.col_names[0]).shape[0]
-        _, n_c = self._columns(src)
+        parts, n_c = self._columns(src)
+        n_r = parts[0][2].shape[0]
+        n = n_r if red.axis == 0 else n_c
+        if not self.plain:
+            res = [self.resident(src.rows, col) for col in src.col_names]
+            if all(x is not None for x in res):
+                if len(res) == 1 and red.row_terms is None and red.col_terms is None and not red.whole_rows:
+                    out = red.reduce_scores(res[0], n, self.block_bytes)
+                    if out is not NotImplemented:
+                        return self._engine_dtype(out)
+                in_mem = [(a, b, x) for (a, b, _), x in zip(parts, res)]
+                rows_contig = all(x.is_contiguous() for x in res)
+                copy = not getattr(red, "read_only", False)   # a partial that modifies its block gets a copy
+                return self._loop(red, lambda r0, r1, c0, c1, dt: self._resident_block(in_mem, r0, r1, c0, c1, dt, copy),
+                                  n_r, n_c, n, rows_contig)
+        return self._loop(red, lambda r0, r1, c0, c1, dt: self.read(src, r0, r1, c0, c1, dt), n_r, n_c, n,
+                          self._rows_contiguous(src))
+
+    def _engine_dtype(self, out):
+        """Top-k values found in a float32 matrix, in the engine's dtype (the same numbers)."""
+        if isinstance(out, TopKResult) and out.values.dtype != self.dtype:
+            return TopKResult(out.values.to(self.dtype), out.indices)
+        return out
+
+    def _loop(self, red: Reduction, read, n_r: int, n_c: int, n: int, rows_contiguous: bool):
+        """The plain block loop: ``partial`` per block, ``merge`` along the reduced axis, ``finalize``."""
         dt = red.dtype or self.dtype
         rt = None if red.row_terms is None else torch.as_tensor(red.row_terms)
         ct = None if red.col_terms is None else torch.as_tensor(red.col_terms)
         item = max(4, torch.empty((), dtype=dt).element_size())
-        if red.whole_rows:
-            r_size, c_size = block_rows(n_c, item, self.block_bytes), n_c
-        else:
-            r_size, c_size = block_shape(n_r, n_c, item, self.block_bytes)
+        r_size, c_size = self._block_shape(n_r, n_c, item, red.whole_rows, rows_contiguous)
         rows_b, cols_b = list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size))
         kept, reduced = (cols_b, rows_b) if red.axis == 0 else (rows_b, cols_b)
         out = []
@@ -243,13 +486,13 @@ class ScoreEngine:
             acc = None
             for j0, j1 in reduced:
                 (r0, r1), (c0, c1) = ((j0, j1), (k0, k1)) if red.axis == 0 else ((k0, k1), (j0, j1))
-                s = self.read(src, r0, r1, c0, c1, dt)
+                s = read(r0, r1, c0, c1, dt)
                 sub = Chunk(s, None, r0, c0, None if rt is None else rt[r0:r1], None if ct is None else ct[c0:c1],
                             self.block_bytes)
                 p = red.partial(s, sub)
                 acc = p if acc is None else red.merge(acc, p)
             out.append(acc)
-        return red.finalize(concat(out), n_r if red.axis == 0 else n_c)
+        return self._engine_dtype(red.finalize(concat(out), n))
 
     def iterate(self, it: Iteration):
         state = it.start(self)
@@ -283,7 +526,8 @@ def fit_scores(normalizer, engine: ScoreEngine, *, query_aware: bool = False):
     if query_aware:  # the test score matrix serves as the bank's (a transductive fit)
         mats = {k: m for k, m in engine.matrices.items() if "query_bank" not in k}
         mats[("query_bank", "targets")] = engine.matrix("queries", "targets")
-        engine = ScoreEngine(mats, dtype=engine.dtype, block_bytes=engine.block_bytes, hints=engine.hints)
+        engine = ScoreEngine(mats, dtype=engine.dtype, block_bytes=engine.block_bytes, hints=engine.hints,
+                             plain=engine.plain, resident_bytes=engine.resident_bytes)
     normalizer.check_params()
     for (rows, col), required in needed:
         if required and rows != "queries" and not engine.has_matrix(rows, col):
@@ -293,7 +537,10 @@ def fit_scores(normalizer, engine: ScoreEngine, *, query_aware: bool = False):
                 raise ValueError(f"{type(normalizer).__name__} needs the {INPUT_LABELS[rows]} x {INPUT_LABELS[col]} "
                                  f"score matrix ({rows} x {col}), which is missing. {e}") from None
     normalizer.check_limits(engine)
-    fitted = normalizer.fit_blocks(engine)
+    try:
+        fitted = normalizer.fit_blocks(engine)
+    finally:
+        engine.release()   # the matrices read into memory for this fit
     offsets = fitted.get("offsets_")
     if offsets is not None and not bool(torch.isfinite(offsets).all()):
         raise normalizer.non_finite_error(engine.dtype)
@@ -335,6 +582,8 @@ class ScoreTask:
     hints: Dict[Pair, str] = field(default_factory=dict)
     block_bytes: Optional[int] = None
     dtype: torch.dtype = torch.float64
+    plain: bool = False
+    resident_bytes: Optional[int] = None
 
     def __post_init__(self):
         if ("queries", "targets") not in self.matrices:
@@ -342,7 +591,8 @@ class ScoreTask:
                              "matrices={('queries', 'targets'): S_test, ...}")
         if not isinstance(self.positives, Positives):
             raise TypeError("positives must be a hubnorm.Positives (Positives.from_labels / from_groups)")
-        self.engine = ScoreEngine(self.matrices, dtype=self.dtype, block_bytes=self.block_bytes, hints=self.hints)
+        self.engine = ScoreEngine(self.matrices, dtype=self.dtype, block_bytes=self.block_bytes, hints=self.hints,
+                                  plain=self.plain, resident_bytes=self.resident_bytes)
         m, n = self.test.shape
         if self.positives.n_queries != m or self.positives.n_targets != n:
             raise ValueError(f"positives are {self.positives.n_queries} queries x {self.positives.n_targets} targets but "
@@ -403,19 +653,26 @@ class ScoreTask:
 
 
 def matrices_from_embeddings(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, np.ndarray]:
-    """The score matrices of a task given as embeddings (float64 dot products): what a released similarity
-    matrix holds. ``(query_bank, target_bank)`` and ``(target_bank, targets)`` only when both are given."""
-    def arr(x):
-        return None if x is None else np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+    """The score matrices of a task given as embeddings (float64 dot products, dense): what a released similarity
+    matrix holds. ``(query_bank, target_bank)`` and ``(target_bank, targets)`` only when both are given. For large
+    banks use :func:`score_matrices` (computed block by block when read, never whole)."""
+    return {key: m.a @ m.b.T for key, m in score_matrices(queries, targets, query_bank, target_bank).items()}
 
-    q, t, qb, tb = arr(queries), arr(targets), arr(query_bank), arr(target_bank)
-    out = {("queries", "targets"): q @ t.T}
-    if qb is not None:
-        out[("query_bank", "targets")] = qb @ t.T
-        if tb is not None:
-            out[("query_bank", "target_bank")] = qb @ tb.T
-    if tb is not None:
-        out[("target_bank", "targets")] = tb @ t.T
+
+def score_matrices(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, "ProductScores"]:
+    """The score matrices of a task given as embeddings, as :class:`ProductScores` (float64 dot products computed
+    block by block when a reduction reads them: no bank x gallery matrix is ever held whole). The same keys as
+    :func:`matrices_from_embeddings`."""
+    out = {("queries", "targets"): ProductScores(queries, targets, "the test score matrix (queries x targets)")}
+    t = out[("queries", "targets")].b
+    if query_bank is not None:
+        qb = ProductScores(query_bank, t, "the query bank x targets score matrix")
+        out[("query_bank", "targets")] = qb
+        if target_bank is not None:
+            out[("query_bank", "target_bank")] = ProductScores(qb.a, target_bank,
+                                                               "the query bank x target bank score matrix")
+    if target_bank is not None:
+        out[("target_bank", "targets")] = ProductScores(target_bank, t, "the target bank x targets score matrix")
     return out
 
 
@@ -436,15 +693,40 @@ _SIMS_ROLES = {
 }
 
 
-def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
-               dtype: torch.dtype = torch.float64) -> Dict[str, "ScoreTask"]:
+def sample_index(n: int, size: Optional[int], seed: int) -> Optional[np.ndarray]:
+    """A seeded random subset of ``range(n)`` of at most ``size`` items, sorted (None: all of them). The rule of
+    every bank subset (``bank_queries`` / ``target_bank``), from embeddings and from score matrices alike."""
+    if size is None or int(size) >= n:
+        return None
+    if int(size) < 1:
+        raise ValueError(f"a bank subset needs at least one item; got {size}")
+    return np.sort(np.random.default_rng(seed).choice(n, size=int(size), replace=False))
+
+
+def bank_subsets(n_rows_bank: Optional[int], n_cols_bank: Optional[int], bank_queries: Optional[int],
+                 target_bank: Optional[int], seed: int):
+    """The seeded bank subsets of both directions: ``{"forward": (rows bank, cols bank), "backward": (...)}`` as
+    index arrays (None: all). The first direction's query bank is the row-side bank (seed), its target bank the
+    column-side bank (seed + 3); the second's query bank the column-side bank (seed + 1), its target bank the
+    row-side bank (seed + 2)."""
+    def pick(n, size, s):
+        return None if n is None else sample_index(n, size, s)
+
+    return {"forward": (pick(n_rows_bank, bank_queries, seed), pick(n_cols_bank, target_bank, seed + 3)),
+            "backward": (pick(n_rows_bank, target_bank, seed + 2), pick(n_cols_bank, bank_queries, seed + 1))}
+
+
+def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dtype: torch.dtype = torch.float64,
+               bank_queries: Optional[int] = None, target_bank: Optional[int] = None,
+               seed: int = 0) -> Dict[str, "ScoreTask"]:
     """Both retrieval directions of a sims folder (``hubnorm.data.sims``: a path, ``"sims:<folder>"`` or a loaded
     :class:`~hubnorm.data.sims.SimsFolder`) as :class:`ScoreTask` objects keyed by direction (e.g. ``t2v``, ``v2t``).
 
     The test matrix's rows are the queries of the first direction and its columns those of the second; the banks
     follow (``bank_rows`` is the first direction's query bank, ``bank_cols`` the second's; the bank x bank matrix
-    serves DBSN in both, read transposed for the second)."""
-    from .data.sims import SimsFolder, load_sims
+    serves DBSN in both, read transposed for the second). ``bank_queries`` / ``target_bank``: at most this many
+    query-bank / target-bank items per direction, a seeded subset (:func:`bank_subsets`; the files stay on disk)."""
+    from .data.sims import ROLES, SimsFolder, load_sims
 
     if isinstance(source, str) and source.startswith("sims:"):
         source = source[len("sims:"):]
@@ -455,7 +737,13 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
     if unknown:
         raise ValueError(f"{sims.folder} holds the directions {fwd} and {bwd} (modalities {list(sims.modalities)}); "
                          f"got {unknown}")
-    mats = {role: ScoreMatrix(arr, str(sims.files[role])) for role, arr in sims.matrices.items()}
+    mats = {role: ScoreMatrix(arr, str(sims.files[role]), checked=role in sims.bounds, bound=sims.bounds.get(role))
+            for role, arr in sims.matrices.items()}
+    bank_n = {}
+    for role, m in mats.items():
+        for side, n in zip(ROLES[role], m.shape):
+            bank_n.setdefault(side, n)
+    subsets = bank_subsets(bank_n.get("bank R"), bank_n.get("bank C"), bank_queries, target_bank, seed)
     rows, cols = sims.positive_pairs
     n_r, n_c = mats["test"].shape
     meta = {"dataset": sims.name, "model": sims.manifest.get("model"), "modalities": sims.modalities,
@@ -463,11 +751,15 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
     out = {}
     for d in wanted:
         side = "forward" if d == fwd else "backward"
+        sel = dict(zip(("bank R", "bank C"), subsets[side]))
         roles = _SIMS_ROLES[side]
         given = {}
         for key, role in roles.items():
             if role in mats:
+                r_side, c_side = ROLES[role]
                 m = mats[role]
+                if sel.get(r_side) is not None or sel.get(c_side) is not None:
+                    m = m.take(sel.get(r_side), sel.get(c_side))
                 transposed = side == "backward" and role in ("test", "bank_rows_x_bank_cols")
                 given[key] = m.T if transposed else m
         hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
@@ -477,5 +769,5 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None,
     return out
 
 
-__all__ = ["sims_tasks", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
-           "matrices_from_embeddings", "INPUT_LABELS"]
+__all__ = ["sims_tasks", "sample_index", "bank_subsets", "positives_from_pairs", "ScoreMatrix", "ScoreEngine", "ScoreTask", "fit_scores", "normalized_blocks", "needed_matrices",
+           "matrices_from_embeddings", "score_matrices", "ProductScores", "INPUT_LABELS", "DEFAULT_RESIDENT_BYTES"]

@@ -11,11 +11,11 @@ Data flow::
     >>> hubnorm.load_embeddings("cache:coco:synthetic-rehearsal:seed0")
 
 Modules: :mod:`.annotations` (caption loaders), :mod:`.registry` (datasets, URLs, checksums), :mod:`.fetch`
-(downloads), :mod:`.encode` (open_clip, :func:`get_encoder`), :mod:`.encode_blip` (BLIP ITC), :mod:`.cache`
-(npy + manifest), :mod:`.pipeline` (encode-or-load), :mod:`.rehearse` (synthetic rehearsal caches), :mod:`.models`
-(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders), :mod:`.text_cache` and
-:mod:`.text_encode` (sentence embeddings of caption texts), :mod:`.blip_offline` (BLIP processor and config built
-without downloads). Heavy dependencies (open_clip, pooch) load only when used. Layering: this package imports only
+(downloads), :mod:`.encoders` (one interface, :func:`get_encoder`; families open_clip, BLIP ITC and the sentence
+encoder of RSC relevance), :mod:`.cache` (npy + JSON manifests: named split entries and content-addressed
+encodings), :mod:`.pipeline` (encode-or-load), :mod:`.rehearse` (synthetic rehearsal caches), :mod:`.models`
+(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders), :mod:`.blip_offline` (BLIP processor
+and config built without downloads). Heavy dependencies (open_clip, pooch) load only when used. Layering: this package imports only
 leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the containers (``embeddings``,
 ``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """
@@ -38,12 +38,10 @@ from .registry import DATASETS, RESOURCES, SPLITS, check_split, dataset_info, li
 
 
 def __getattr__(name):  # the encoders import torch-heavy open_clip / transformers lazily
-    if name in ("OpenClipEncoder", "get_encoder", "infer_family", "ENCODER_FAMILIES"):
-        from . import encode
-        return getattr(encode, name)
-    if name == "BlipItcEncoder":
-        from .encode_blip import BlipItcEncoder
-        return BlipItcEncoder
+    if name in ("Encoder", "OpenClipEncoder", "BlipItcEncoder", "SentenceEncoder", "get_encoder", "infer_family",
+                "ENCODER_FAMILIES"):
+        from . import encoders
+        return getattr(encoders, name)
     if name in ("rehearse", "PROFILES"):
         from . import rehearse as _rehearse
         return getattr(_rehearse, name)
@@ -57,7 +55,8 @@ __all__ = [
     "read_entry", "write_entry", "DownloadError", "ManualDownloadRequired", "fetch", "retrieve",
     "load_local_embeddings", "load_cached_embeddings", "encode_split", "encode_dataset", "verify_split",
     "encode_command", "parse_cache_spec", "annotations_dir", "cache_root", "data_root", "images_dir", "DATASETS",
-    "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets", "OpenClipEncoder", "BlipItcEncoder",
+    "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets", "Encoder", "OpenClipEncoder",
+    "BlipItcEncoder", "SentenceEncoder",
     "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
     "PROFILES",
 ]

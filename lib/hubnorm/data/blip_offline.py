@@ -1,5 +1,5 @@
 """A BLIP processor and a tiny BLIP config built without downloads (tests, latency measurements, the BLIP encoder's
-offline mode). They live in the data layer because the BLIP ITC encoder (:mod:`hubnorm.data.encode_blip`) needs
+offline mode). They live in the data layer because the BLIP ITC encoder (:mod:`hubnorm.data.encoders.blip`) needs
 them; :mod:`hubnorm.rerank.blip` re-exports them for the ITM cross-encoder."""
 
 from __future__ import annotations

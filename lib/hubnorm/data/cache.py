@@ -15,10 +15,27 @@ fingerprint of the annotations and the library versions (torch, open_clip, hubno
 (``python -m hubnorm.data rehearse``) also have ``"source": "synthetic-rehearsal"`` in the key. An entry is reused only when the key matches
 and every file's sha256 and row count match the manifest; anything else raises :class:`CacheError`, which the
 encoder answers by re-encoding.
+
+Content-addressed encodings (every encoder of :mod:`hubnorm.data.encoders`: open_clip, BLIP, the sentence encoder
+of RSC relevance)::
+
+    <cache root>/encodings/<encoder slug>/<key>/
+        embeddings.npy   float32 (n_items, d), unit rows
+        manifest.json    the key document + sha256 / shape of embeddings.npy
+
+``key`` = sha256 of the canonical JSON of (encoder identity: family, model, weights, preprocessing options, the
+library versions that change numbers; modality; the sha256 of every input: file bytes for images, UTF-8 text for
+captions; options), so any list of inputs finds its entry without knowing where it came from and a changed input,
+model or option is another entry. An entry is written in a temporary folder (files fsynced) that is renamed into
+place in one step, so readers and concurrent writers see a whole entry or none; every read verifies the key, the
+checksum of the bytes it loads (``allow_pickle=False``), the shape and the unit rows. Sentence embeddings cached
+before this layout (``<cache root>/text-embeddings``) are not read: the texts are encoded again (see
+:func:`legacy_text_entries`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -27,7 +44,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,6 +62,10 @@ class CacheError(RuntimeError):
     def __init__(self, message: str, reason: str = "corrupt"):
         super().__init__(message)
         self.reason = reason  # "missing" | "stale" | "corrupt"
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was stale or corrupt and is being encoded again."""
 
 
 def library_versions(encoder_family: str = "open_clip") -> Dict[str, str]:
@@ -134,13 +155,14 @@ def npy_bytes(arr: np.ndarray) -> bytes:
 
 def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.ndarray,
                 caption_to_image: np.ndarray, image_files, caption_texts, extra: Optional[dict] = None) -> dict:
-    """Write one split's embeddings; the manifest goes last, so a crash never leaves a verifiable half entry."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    try:  # an old manifest must not vouch for files that are about to change
-        (folder / MANIFEST).unlink()
-    except FileNotFoundError:
-        pass
+    """Write one split's embeddings into a temporary folder (manifest last) that then replaces ``folder`` in one
+    rename: a crash or a concurrent writer never leaves a mixed or half entry."""
+    with _staged(folder) as folder:
+        return _write_entry_files(folder, key, images, captions, caption_to_image, image_files, caption_texts, extra)
+
+
+def _write_entry_files(folder: Path, key: dict, images, captions, caption_to_image, image_files, caption_texts,
+                       extra: Optional[dict]) -> dict:
     arrays = {"images.npy": np.asarray(images, dtype=np.float32),
               "captions.npy": np.asarray(captions, dtype=np.float32),
               "caption_to_image.npy": np.asarray(caption_to_image, dtype=np.int64)}
@@ -169,14 +191,15 @@ def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions
     ``chunks`` yields ``(image_row_start, images, caption_row_start, captions)`` blocks, in row order, that
     together fill the ``(n_images, dim)`` and ``(n_captions, dim)`` float32 arrays. They are appended to ``.npy``
     files under temporary names (sha256 computed while writing; renamed when complete), so peak memory is one
-    chunk. The manifest is written last.
+    chunk. The manifest is written last, in a temporary folder that replaces ``folder`` in one rename.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        (folder / MANIFEST).unlink()
-    except FileNotFoundError:
-        pass
+    with _staged(folder) as folder:
+        return _write_streaming_files(folder, key, n_images, n_captions, dim, chunks, caption_to_image, image_files,
+                                      caption_texts, extra)
+
+
+def _write_streaming_files(folder: Path, key: dict, n_images: int, n_captions: int, dim: int, chunks,
+                           caption_to_image, image_files, caption_texts, extra: Optional[dict]) -> dict:
     shapes = {"images.npy": (int(n_images), int(dim)), "captions.npy": (int(n_captions), int(dim))}
     token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"   # unique per writer: concurrent writers never share a file
     tmp = {name: folder / f".{name}.{token}.partial" for name in shapes}
@@ -226,6 +249,22 @@ def write_entry_streaming(folder: PathLike, key: dict, n_images: int, n_captions
                 **(extra or {})}
     atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
     return manifest
+
+
+@contextlib.contextmanager
+def _staged(folder: PathLike):
+    """Yield a fresh temporary folder beside ``folder``; on success it replaces ``folder`` (an existing entry is moved
+    aside first: the newest write wins), on failure it is removed."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _mkdtemp(folder)
+    try:
+        yield tmp
+        _fsync_dir(tmp)   # every file in it was written with fsync
+        _publish(tmp, folder, None)
+    finally:
+        if tmp.exists():
+            _remove_tree(tmp)
 
 
 def _write_hashed(fh, h, data: bytes) -> None:
@@ -300,8 +339,32 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
     """Load and verify one entry: key, then sha256 and row count of every file.
 
     Returns ``(arrays, texts, manifest)``; raises :class:`CacheError` (``reason`` "missing", "stale" or "corrupt").
+    A folder replaced by a writer while it is being read (its inode changed) is read again.
     """
     folder = Path(folder)
+    for _ in range(3):
+        before = _inode(folder)
+        try:
+            return _read_entry_once(folder, expected_key, fields)
+        except CacheError:
+            after = _inode(folder)
+            if after == before:
+                raise
+            if after is None:
+                raise CacheError(f"no cached embeddings at {folder} (it was replaced while being read)",
+                                 reason="missing") from None
+    return _read_entry_once(folder, expected_key, fields)
+
+
+def _inode(folder: Path):
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_entry_once(folder: Path, expected_key: Optional[dict], fields) -> Tuple[Dict[str, np.ndarray], dict, dict]:
     manifest = read_manifest(folder)
     if expected_key is not None:
         diffs = key_differences(manifest["key"], expected_key, fields)
@@ -345,6 +408,196 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
     return arrays, texts, manifest
 
 
-__all__ = ["CacheError", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry",
+# ------------------------------------------------------------------------------ content-addressed encodings
+#: Format of the content-addressed entries (part of every key: a new format is a new entry).
+CONTENT_FORMAT = 1
+ENCODINGS_DIR = "encodings"
+_CONTENT_ARRAY = "embeddings.npy"
+
+
+def texts_sha256(texts: Sequence[str]) -> str:
+    """sha256 of a list of texts (each UTF-8 encoded, length-prefixed, so no two lists share a digest)."""
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def _canonical(doc) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def content_key(identity: dict, modality: str, content_sha256: Sequence[str],
+                options: Optional[dict] = None) -> Tuple[str, dict]:
+    """``(key, document)``: the document names the encoder ``identity`` (a JSON mapping), the ``modality``, the
+    number of inputs and the sha256 over their digests ``content_sha256`` (one per input, in order), and the
+    ``options``; ``key`` is the sha256 of its canonical JSON."""
+    if not isinstance(identity, dict) or not identity:
+        raise ValueError(f"identity must be a non-empty mapping naming the encoder; got {identity!r}")
+    digests = list(content_sha256)
+    h = hashlib.sha256()
+    for d in digests:
+        if not isinstance(d, str) or len(d) != 64:
+            raise ValueError(f"content_sha256 must hold 64-hex sha256 digests; got {d!r}")
+        h.update(d.encode("ascii"))
+    doc = {"format": CONTENT_FORMAT, "encoder": identity, "modality": str(modality), "n_items": len(digests),
+           "content_sha256": h.hexdigest(), "options": dict(options or {})}
+    try:
+        key = hashlib.sha256(_canonical(doc)).hexdigest()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the encoder identity and options must be JSON values ({exc})") from exc
+    return key, doc
+
+
+def content_entry_dir(key: str, label: str, cache_dir: Optional[PathLike] = None) -> Path:
+    """Folder of the content-addressed entry ``key``; ``label`` (the encoder's name) keeps the tree readable."""
+    return cache_root(cache_dir) / ENCODINGS_DIR / slug(label)[:80] / key
+
+
+def _mkdtemp(folder: Path) -> Path:
+    """A new empty folder beside ``folder`` with the permissions of ``mkdir`` (mkdtemp's are owner-only)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name[:16]}.", suffix=".tmp", dir=folder.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory handles
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_file_synced(path: Path, data: bytes) -> str:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_content_entry(key: str, document: dict, embeddings: np.ndarray, *, label: str,
+                        cache_dir: Optional[PathLike] = None) -> Path:
+    """Store ``embeddings`` ((n_items, d) float32 unit rows) under ``key``; returns the entry folder.
+
+    Both files are written (and fsynced) in a temporary folder beside the entry, which is then renamed into place:
+    a reader sees the whole entry or none. When another writer got there first, its entry is kept if it verifies
+    (the same key means the same inputs and encoder) and replaced otherwise."""
+    emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+    if emb.ndim != 2 or emb.shape[0] != document.get("n_items"):
+        raise ValueError(f"embeddings must have shape (n_items={document.get('n_items')}, d); got {emb.shape}")
+    folder = content_entry_dir(key, label, cache_dir)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _mkdtemp(folder)
+    try:
+        data = npy_bytes(emb)
+        files = {_CONTENT_ARRAY: {"sha256": _write_file_synced(tmp / _CONTENT_ARRAY, data), "shape": list(emb.shape),
+                                  "dtype": "float32", "bytes": len(data)}}
+        manifest = {"format": CONTENT_FORMAT, "key": key, "document": document, "files": files,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        _write_file_synced(tmp / MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
+        _fsync_dir(tmp)
+        _publish(tmp, folder, lambda: read_content_entry(key, document, label=label, cache_dir=cache_dir))
+    finally:
+        if tmp.exists():
+            _remove_tree(tmp)
+    return folder
+
+
+def _publish(tmp: Path, folder: Path, verify) -> None:
+    """Rename the complete folder ``tmp`` to ``folder`` in one step. An existing ``folder`` that ``verify()`` accepts
+    wins (a concurrent writer of the same key); one that fails verification is moved aside and replaced."""
+    for _ in range(5):
+        try:
+            os.rename(tmp, folder)
+            _fsync_dir(folder.parent)
+            return
+        except OSError:
+            if not folder.exists():
+                raise
+        try:
+            if verify is None:
+                raise CacheError("replace", reason="stale")
+            verify()
+            return          # a valid entry is there already: ours is dropped by the caller
+        except CacheError:
+            trash = folder.parent / f".{folder.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.old"
+            try:
+                os.rename(folder, trash)
+            except FileNotFoundError:
+                continue    # another writer moved it: try to rename ours again
+            _remove_tree(trash)
+    raise CacheError(f"could not publish the cache entry {folder}: other processes keep replacing it; rerun",
+                     reason="corrupt")
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def read_content_entry(key: str, document: dict, *, label: str, cache_dir: Optional[PathLike] = None
+                       ) -> np.ndarray:
+    """The verified embeddings of entry ``key`` (the bytes that are checksummed are the bytes that are loaded).
+
+    Raises :class:`CacheError`: ``reason`` "missing" (no entry), "stale" (the stored document differs from
+    ``document``) or "corrupt" (checksum, shape, dtype or non-unit rows); the message names the file and the fix."""
+    folder = content_entry_dir(key, label, cache_dir)
+    path = folder / MANIFEST
+    fix = f"delete {folder} and rerun: the inputs are encoded again"
+    if not path.exists():
+        raise CacheError(f"no cached encodings at {folder}", reason="missing")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        info = manifest["files"][_CONTENT_ARRAY]
+        want_shape, want_sha = [int(v) for v in info["shape"]], str(info["sha256"])
+        stored_key, stored_doc = manifest["key"], manifest["document"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CacheError(f"{path} is not a hubnorm encodings manifest ({exc!r}): {fix}", reason="corrupt") from exc
+    if stored_key != key or stored_doc != document:
+        raise CacheError(f"{path} was written for another key (format, encoder, inputs or options differ): {fix}",
+                         reason="stale")
+    arr_path = folder / _CONTENT_ARRAY
+    try:
+        data = arr_path.read_bytes()
+    except OSError as exc:
+        raise CacheError(f"{arr_path} cannot be read ({exc}): {fix}", reason="corrupt") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != want_sha:
+        raise CacheError(f"{arr_path} is corrupt: sha256 {digest[:12]}... != {want_sha[:12]}... in the manifest "
+                         f"(truncated or modified file): {fix}", reason="corrupt")
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:
+        raise CacheError(f"{arr_path} cannot be read ({exc}): {fix}", reason="corrupt") from exc
+    n = document.get("n_items")
+    if arr.dtype != np.float32 or arr.ndim != 2 or list(arr.shape) != want_shape or arr.shape[0] != n:
+        raise CacheError(f"{arr_path} holds {arr.dtype} {arr.shape}; the manifest says float32 {want_shape} for {n} "
+                         f"inputs: {fix}", reason="corrupt")
+    if not np.all(np.abs(np.linalg.norm(arr, axis=1) - 1.0) < 1e-3):
+        raise CacheError(f"{arr_path} has rows that are not finite unit vectors: {fix}", reason="corrupt")
+    return arr
+
+
+def legacy_text_entries(cache_dir: Optional[PathLike] = None) -> Optional[Path]:
+    """The folder of sentence embeddings cached before the content-addressed layout (``<cache root>/text-embeddings``),
+    when it exists: it is no longer read (texts are encoded again, once, into ``<cache root>/encodings``)."""
+    old = cache_root(cache_dir) / "text-embeddings"
+    return old if old.is_dir() else None
+
+
+__all__ = ["CacheError", "CacheWarning", "FORMAT_VERSION", "entry_dir", "make_key", "read_entry", "write_entry",
            "write_entry_streaming", "read_manifest", "LEGACY_ENCODER_FAMILY", "manifest_problem",
-           "library_versions", "normalize_pretrained", "sha256_file", "atomic_write_bytes", "key_differences"]
+           "library_versions", "normalize_pretrained", "sha256_file", "atomic_write_bytes", "npy_bytes",
+           "key_differences", "texts_sha256", "content_key", "content_entry_dir", "write_content_entry",
+           "read_content_entry", "legacy_text_entries", "CONTENT_FORMAT"]

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("encode-texts", parents=[common], help="encode caption texts for RSC relevance (notebook 07)",
                        description="Encode the caption texts of a dataset's splits with the sentence encoder of RSC "
                        "relevance (all-MiniLM-L6-v2 unless --text-model) into the text-embedding cache "
-                       "(<cache root>/text-embeddings, content-addressed by encoder and texts), so that notebook 07 "
+                       "(<cache root>/encodings, content-addressed by encoder and texts), so that notebook 07 "
                        "reads them instead of encoding for minutes. Entries already cached are verified, not "
                        "re-encoded.")
     t.add_argument("source", help="an embeddings source with caption texts: cache:<dataset>:<model>:<pretrained> "
@@ -226,8 +226,7 @@ def _load_source(source: str, **kwargs):
 def _cmd_encode_texts(args) -> int:
     import time
 
-    from .text_cache import text_entry_dir, texts_sha256
-    from .text_encode import encode_texts, load_text_encoder
+    from .encoders.sentence import encode_texts, load_text_encoder
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be a positive integer; got {args.batch_size}")
     splits = _splits(args.split, ("test", "train"))
@@ -251,7 +250,7 @@ def _cmd_encode_texts(args) -> int:
         texts = ds.split(s).caption_texts
         t0 = time.perf_counter()
         emb = encode_texts(texts, enc, cache_dir=args.cache_dir, desc=f"{s} captions")
-        where = text_entry_dir(enc.cache_id, texts_sha256(texts), args.cache_dir)
+        where = enc.cache_entry_dir(texts, "text", args.cache_dir)
         print(f"{s}: {emb.shape[0]:,} captions, dim {emb.shape[1]} ({enc.name}), {time.perf_counter() - t0:.0f} s "
               f"-> {where}")
     return 0

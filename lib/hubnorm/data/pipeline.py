@@ -28,13 +28,12 @@ def rehearse_hint(dataset: str) -> str:
 LOAD_KEY_FIELDS = ("dataset", "split", "model", "pretrained", "encoder_family", "versions")
 
 
-class CacheWarning(UserWarning):
-    """A cache entry was stale or corrupt and is being re-encoded."""
+CacheWarning = _cache.CacheWarning   # a stale or corrupt entry is being re-encoded
 
 
 def encode_command(dataset: str, model: str, pretrained: Optional[str], split: str,
                    family: Optional[str] = None) -> str:
-    from .encode import infer_family
+    from .encoders import infer_family
     fam = "" if family is None or family == infer_family(model) else f" --family {family}"
     return (f"python -m hubnorm.data encode {dataset} --model {model} "
             f"--pretrained {_cache.normalize_pretrained(pretrained)}{fam} --split {split}")
@@ -83,16 +82,16 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
     Args:
         dataset, split: e.g. ``"coco"``, ``"test"`` (any name works with ``annotations``/``captions`` given).
         model, pretrained: model name and pretrained tag (None: random init); open_clip names, or BLIP names
-            (``blip-itm-base-coco``, pretrained ``hf``), see :func:`hubnorm.data.encode.get_encoder`.
+            (``blip-itm-base-coco``, pretrained ``hf``), see :func:`hubnorm.data.encoders.get_encoder`.
         family: ``"open_clip"`` or ``"blip"`` (default: the given encoder's, else inferred from ``model``);
             recorded in the cache key.
         annotations: caption file or folder (default: ``<data root>/annotations``); or pass ``captions``.
         images_root: folder the caption file's image paths are relative to (default
             ``<data root>/<dataset>/images``).
         force: re-encode even when a valid cache entry exists.
-        encoder: an encoder (:func:`~hubnorm.data.encode.get_encoder`) to reuse across splits.
+        encoder: an encoder (:func:`~hubnorm.data.encoders.get_encoder`) to reuse across splits.
     """
-    from .encode import check_family, get_encoder
+    from .encoders import Encoder, FileChangedError, check_family, get_encoder
 
     if captions is None:
         captions = load_captions(dataset, split, annotations, data_dir=data_dir)
@@ -101,19 +100,46 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
     key = _cache.make_key(dataset, split, model, pretrained, precision=precision,
                           annotations_sha256=captions.fingerprint(), encoder_family=family)
     folder = _cache.entry_dir(dataset, model, pretrained, split, cache_dir)
+    root = Path(images_root) if images_root is not None else images_dir(dataset, data_dir)
+    # Keyed too, when known: the encoder's options that change its numbers (BLIP's caption length, the seed of a
+    # random init) and the image files' bytes (sha256 over each file's sha256, when the images are here). Entries
+    # written before these fields existed are matched with the family's default options and without the images.
+    late = {}
+    options = encoder.options() if isinstance(encoder, Encoder) else None
+    if encoder is None:
+        options = _default_options(family, model, pretrained)
+    if options is not None:
+        late["encoder_options"] = (options, _default_options(family, model, pretrained))
+    image_sha256 = _image_digests(captions, root)
+    if image_sha256 is not None:
+        late["images_sha256"] = (_cache.texts_sha256(image_sha256), None)
+    key.update({k: v for k, (v, _) in late.items()})
     if not force:
         try:
-            arrays, texts, _ = _cache.read_entry(folder, key)
-            return _split_from_entry(arrays, texts)
+            arrays, texts, manifest = _cache.read_entry(folder, {k: v for k, v in key.items() if k not in late})
+            differ = [k for k, (want, legacy) in late.items()
+                      if manifest["key"].get(k, legacy) not in (None, want)]
+            if not differ:
+                return _split_from_entry(arrays, texts)
+            what = {"encoder_options": "the encoder's options", "images_sha256": "the image files"}
+            warnings.warn(f"re-encoding {dataset} {split}: {' and '.join(what[k] for k in differ)} differ from those "
+                          f"cached at {folder}", CacheWarning, stacklevel=2)
         except _cache.CacheError as exc:
             if exc.reason != "missing":
                 warnings.warn(f"re-encoding {dataset} {split}: {exc}", CacheWarning, stacklevel=2)
-    root = Path(images_root) if images_root is not None else images_dir(dataset, data_dir)
     paths = _check_images(captions, root)
     if encoder is None:
         encoder = get_encoder(model, pretrained, family=family, device=device, precision=precision,
                               batch_size=batch_size, num_workers=num_workers, progress=progress)
-    img = encoder.encode_images(paths, desc=f"{dataset} {split} images")
+    # the files are hashed again as they are read for encoding: one that changed since it was hashed is an error
+    if isinstance(encoder, Encoder):
+        img = encoder.encode_images(paths, desc=f"{dataset} {split} images", expected_sha256=image_sha256)
+    else:   # a duck-typed encoder (e.g. a test's stub): the files are hashed again after encoding
+        img = encoder.encode_images(paths, desc=f"{dataset} {split} images")
+        changed = [p for p, d in zip(paths, image_sha256) if _cache.sha256_file(p) != d]
+        if changed:
+            raise FileChangedError(f"{changed[0]} changed while the split was being encoded: rerun once the files "
+                                   "are stable")
     txt = encoder.encode_texts(captions.captions, desc=f"{dataset} {split} captions")
     if len(img) != captions.n_images or len(txt) != captions.n_captions:
         raise RuntimeError(f"encoder returned {len(img)} image / {len(txt)} caption rows for "
@@ -123,6 +149,23 @@ def encode_split(dataset: str, split: str, model: str, pretrained: Optional[str]
                               "device": getattr(encoder, "device", None), "batch_size": batch_size})
     return EmbeddingSplit(images=img, captions=txt, caption_to_image=captions.caption_to_image,
                           image_ids=captions.image_names, caption_texts=list(captions.captions))
+
+
+def _default_options(family: str, model: str, pretrained) -> Optional[dict]:
+    """The options an encoder of ``family`` built with its defaults records (None when it cannot be built)."""
+    from .encoders import encoder_class
+    try:
+        return encoder_class(family)(model, pretrained, device="cpu").options()
+    except (ValueError, TypeError):
+        return None
+
+
+def _image_digests(captions: CaptionSplit, root: Path) -> Optional[list]:
+    """sha256 of each image file of the split, or None when some are missing (then only the cache can serve it)."""
+    paths = captions.image_paths(root)
+    if not all(p.is_file() for p in paths):
+        return None
+    return [_cache.sha256_file(p) for p in paths]
 
 
 def verify_split(dataset: str, split: str, model: str, pretrained: Optional[str], *,
@@ -139,7 +182,7 @@ def verify_split(dataset: str, split: str, model: str, pretrained: Optional[str]
 def _load_key(dataset, split, model, pretrained, family=None) -> dict:
     """The key a stored entry must match to be loaded. Rehearsal entries (``python -m hubnorm.data rehearse``)
     record their own family ("synthetic-rehearsal") and are matched on it."""
-    from .encode import check_family
+    from .encoders import check_family
     if model == REHEARSAL_MODEL:
         from .._version import __version__
         return _cache.make_key(dataset, split, model, pretrained, encoder_family=REHEARSAL_MODEL,
@@ -184,7 +227,7 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
         strict_versions: entries written under other torch / open_clip / hubnorm (/ transformers) versions are
             errors (True) or are loaded with a warning (False).
         family: encoder family (default: inferred from the model name, see
-            :func:`hubnorm.data.encode.infer_family`). Rehearsal caches (model ``synthetic-rehearsal``) load as
+            :func:`hubnorm.data.encoders.infer_family`). Rehearsal caches (model ``synthetic-rehearsal``) load as
             ``source="synthetic"`` datasets labelled "synthetic rehearsal".
     Raises:
         FileNotFoundError naming the ``fetch`` / ``encode`` commands to run; :class:`CacheError` for stale or
@@ -255,7 +298,7 @@ def encode_dataset(dataset: str, model: str, pretrained: Optional[str], splits: 
     """Encode (or load from the cache) several splits with one model instance; returns an EmbeddingDataset.
 
     ``family`` (keyword): ``"open_clip"`` or ``"blip"``, default inferred from ``model``."""
-    from .encode import check_family, get_encoder
+    from .encoders import check_family, get_encoder
 
     family = check_family(kwargs.pop("family", None), model)
     enc_kw = {k: kwargs.pop(k) for k in ("device", "precision", "batch_size", "num_workers", "progress")

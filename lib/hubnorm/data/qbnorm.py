@@ -27,7 +27,8 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .sims import SimsError, sha256, write_sims
+from .cache import sha256_file as sha256
+from .sims import SimsError, write_sims
 
 PathLike = Union[str, os.PathLike]
 

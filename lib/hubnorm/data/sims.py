@@ -2,7 +2,7 @@
 
 Video-text and text-audio retrieval work releases score matrices rather than embeddings. A sims folder holds them as
 plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix is never read whole) and a manifest,
-``manifest.json``, that says what each file is::
+``manifest.json`` (or ``manifest.yaml``), that says what each file is::
 
     {
       "format": "hubnorm-sims", "version": 1,
@@ -21,6 +21,16 @@ plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix 
                                                          # {"mask": "positives.npy"}: a boolean rows x columns mask
       "checksums": {"test.npy": "<sha256>", ...}          # optional; verified when present
     }
+
+The same manifest may be written in YAML as ``manifest.yaml`` (or ``manifest.yml``), read with ``yaml.safe_load``
+(plain data, never Python objects); a folder holds exactly one manifest::
+
+    format: hubnorm-sims
+    version: 1
+    dataset: msrvtt-1k
+    modalities: [text, video]
+    matrices: {test: test.npy, bank_rows: bank_text.npy}
+    positives: {labels: caption_to_item.npy}
 
 Only ``test`` and ``positives`` are required; a method that needs a matrix the folder lacks is refused naming it
 (:mod:`hubnorm.scores`). Directions are named from the modalities' first letters: text/video gives ``t2v``
@@ -41,11 +51,13 @@ from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 
+from .cache import atomic_write_bytes, npy_bytes, sha256_file
+
 PathLike = Union[str, os.PathLike]
 
 FORMAT = "hubnorm-sims"
 VERSION = 1
-MANIFESTS = ("manifest.json",)
+MANIFESTS = ("manifest.json", "manifest.yaml", "manifest.yml")
 
 #: role -> (rows, columns) in terms of the test matrix's row side "R" and column side "C" ("bank" / "test")
 ROLES: Dict[str, Tuple[str, str]] = {
@@ -57,41 +69,48 @@ ROLES: Dict[str, Tuple[str, str]] = {
     "bank_rows_x_test_rows": ("bank R", "test R"),
 }
 
-#: modality -> the letter of direction names (t2v, a2t, ...)
+#: modality -> the letter of direction names (t2v, a2t, ...); the one definition (hubnorm.media uses it too)
 LETTERS = {"text": "t", "video": "v", "audio": "a", "image": "i"}
-
-#: rows this many at a time when a whole file is scanned (NaN check): never the whole matrix in memory
-_SCAN_ROWS = 4096
-
 
 class SimsError(ValueError):
     """A problem with a sims folder (the message names the file and the fix)."""
 
 
-def sha256(path: PathLike, chunk: int = 2**20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read_manifest(folder: Path) -> Tuple[dict, Path]:
-    for name in MANIFESTS:
-        path = folder / name
-        if path.is_file():
+    """The manifest of ``folder`` (``manifest.json``, or ``manifest.yaml`` / ``.yml`` read with ``yaml.safe_load``:
+    plain data only, never Python objects) and its path; SimsError naming the file when it is not a mapping, and
+    naming both when a folder holds two manifests."""
+    found = [folder / name for name in MANIFESTS if (folder / name).is_file()]
+    if len(found) > 1:
+        raise SimsError(f"{folder} holds {len(found)} manifests ({', '.join(p.name for p in found)}): keep one, "
+                        "so that no reader has to guess which one says what the files are")
+    if found:
+        path = found[0]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise SimsError(f"{path}: not UTF-8 text ({exc}); save the manifest as UTF-8") from None
+        if path.suffix == ".json":
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
+                data = json.loads(text)
+            except ValueError as exc:
                 raise SimsError(f"{path}: not valid JSON ({exc}); fix the manifest (see hubnorm.data.sims for its "
                                 "fields)") from None
-            if not isinstance(data, dict):
-                raise SimsError(f"{path}: the manifest must be a mapping (see hubnorm.data.sims); got {type(data).__name__}")
-            return data, path
+        else:
+            import yaml
+
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise SimsError(f"{path}: not valid YAML ({' '.join(str(exc).split())}); fix the manifest (see "
+                                "hubnorm.data.sims for its fields)") from None
+        if not isinstance(data, dict):
+            raise SimsError(f"{path}: the manifest must be a mapping (see hubnorm.data.sims); got {type(data).__name__}")
+        return data, path
     if not folder.is_dir():
         raise SimsError(f"sims folder {folder} does not exist: pass sims:<folder> with a folder of .npy score "
-                        "matrices and a manifest.json")
-    raise SimsError(f"{folder} has no manifest ({MANIFESTS[0]}): write one that says what each .npy file is "
+                        "matrices and a manifest.json (or manifest.yaml)")
+    raise SimsError(f"{folder} has no manifest ({' / '.join(MANIFESTS)}): write one that says what each .npy file is "
                     "(see hubnorm.data.sims), or convert QB-Norm pickles with `python -m hubnorm.data import-qbnorm`")
 
 
@@ -113,15 +132,51 @@ def open_npy(path: Path, what: str) -> np.ndarray:
     return arr
 
 
-def check_finite(arr: np.ndarray, path: Path, what: str) -> None:
-    """Scan ``arr`` by row blocks: SimsError naming the first NaN / inf."""
-    for r0 in range(0, arr.shape[0], _SCAN_ROWS):
-        block = np.asarray(arr[r0:r0 + _SCAN_ROWS])
-        bad = ~np.isfinite(block)
-        if bad.any():
-            r, c = np.argwhere(bad)[0]
-            raise SimsError(f"{path} ({what}) holds a non-finite score at row {r0 + r}, column {c}: a score matrix must "
-                            "be finite; recompute it (or drop that row and its positives)")
+#: bytes read at a time by the verifying pass (checksum and NaN scan in one read of the file)
+_SCAN_BYTES = 16 * 2**20
+
+
+def scan_npy(path: Path, arr: np.ndarray, what: str, *, checksum: Optional[str] = None, scan: bool = True,
+             manifest: str = "the manifest") -> Optional[float]:
+    """One streaming pass over the file of the memory map ``arr``: its sha256 against ``checksum`` (when given)
+    and, with ``scan``, every score finite; returns the largest ``|s|`` (None without ``scan``). SimsError naming
+    the file: a checksum mismatch first (a changed file explains a NaN), then the first NaN / inf."""
+    if checksum is None and not scan:
+        return None
+    rows, cols = arr.shape
+    fortran = arr.flags.f_contiguous and not arr.flags.c_contiguous
+    item = arr.dtype.itemsize
+    h = hashlib.sha256() if checksum is not None else None
+    big, first_bad, done = 0.0, None, 0      # done: elements scanned
+    with open(path, "rb") as fh:
+        header = fh.read(int(arr.offset))
+        if h is not None:
+            h.update(header)
+        step = max(item, _SCAN_BYTES // item * item)
+        while True:
+            buf = fh.read(step)
+            if not buf:
+                break
+            if h is not None:
+                h.update(buf)
+            if scan:
+                n = min(len(buf) // item, rows * cols - done)
+                if n > 0:
+                    x = np.frombuffer(buf, dtype=arr.dtype, count=n)
+                    fin = np.isfinite(x)
+                    if first_bad is None and not fin.all():
+                        first_bad = done + int(np.argmin(fin))
+                    if fin.any():
+                        big = max(big, float(np.abs(x[fin]).max()) if first_bad is not None else float(np.abs(x).max()))
+                    done += n
+    if h is not None and h.hexdigest() != checksum:
+        raise SimsError(f"{path} ({what}) does not match the sha256 checksum in {manifest}: the file changed or is "
+                        "truncated; copy it again (or remove its checksum if you changed it on purpose)")
+    if first_bad is not None:
+        r, c = (first_bad % rows, first_bad // rows) if fortran else divmod(first_bad, cols)
+        raise SimsError(f"{path} ({what}) holds a non-finite score at row {r}, column {c}: a score matrix must "
+                        "be finite; recompute it (or drop that row and its positives)")
+    return big if scan else None
 
 
 @dataclass
@@ -132,6 +187,7 @@ class SimsFolder:
     manifest: dict
     matrices: Dict[str, np.ndarray] = field(default_factory=dict)
     files: Dict[str, Path] = field(default_factory=dict)
+    bounds: Dict[str, float] = field(default_factory=dict)   # role -> largest |s| (from the scan), when scanned
     positive_pairs: Tuple[np.ndarray, np.ndarray] = None  # (row index, column index) of every positive
 
     @property
@@ -178,9 +234,6 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True) -> Si
     for role, fname in mats.items():
         path = folder / str(fname)
         what = f"matrix {role!r}"
-        if verify and str(fname) in checksums and path.is_file() and sha256(path) != checksums[str(fname)]:
-            raise SimsError(f"{path} ({what}) does not match the sha256 checksum in {man_path.name}: the file changed "
-                            "or is truncated; copy it again (or remove its checksum if you changed it on purpose)")
         arr = open_npy(path, what)
         if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
             raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array; got shape {arr.shape}, dtype "
@@ -191,8 +244,10 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True) -> Si
                 raise SimsError(f"{path} ({what}) has {n} {side} items but {seen[1]} has {seen[0]}: the matrices must "
                                 "share their rows and columns (same items, same order); fix the file or the manifest")
             sizes.setdefault(side, (n, path.name))
-        if scan:
-            check_finite(arr, path, what)
+        expected = checksums.get(str(fname)) if verify else None
+        bound = scan_npy(path, arr, what, checksum=expected, scan=scan, manifest=man_path.name)
+        if bound is not None:
+            out.bounds[role] = bound
         out.matrices[role], out.files[role] = arr, path
     n_rows, n_cols = out.matrices["test"].shape
     out.positive_pairs = _positives(folder, man, man_path, n_rows, n_cols, checksums if verify else {})
@@ -206,7 +261,7 @@ def _positives(folder, man, man_path, n_rows, n_cols, checksums):
                         f"{{\"mask\": file}} (a boolean test rows x test columns mask); got {pos!r}")
     kind, fname = next(iter(pos.items()))
     path = folder / str(fname)
-    if str(fname) in checksums and path.is_file() and sha256(path) != checksums[str(fname)]:
+    if str(fname) in checksums and path.is_file() and sha256_file(path) != checksums[str(fname)]:
         raise SimsError(f"{path} (positives) does not match the sha256 checksum in {man_path.name}: copy it again")
     arr = np.asarray(open_npy(path, "positives"))
     if kind == "labels":
@@ -239,22 +294,23 @@ def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=
     folder.mkdir(parents=True, exist_ok=True)
     if (labels is None) == (mask is None):
         raise ValueError("pass exactly one of labels= (one column index per test row) or mask= (boolean rows x columns)")
-    names = {}
+    names, checksums = {}, {}
     for role, arr in matrices.items():
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; the roles are {sorted(ROLES)}")
         names[role] = f"{role}.npy"
-        np.save(folder / names[role], np.ascontiguousarray(arr))
+        checksums[names[role]] = atomic_write_bytes(folder / names[role], npy_bytes(np.asarray(arr)))
     pos_file = "positives_labels.npy" if labels is not None else "positives_mask.npy"
-    np.save(folder / pos_file, np.asarray(labels if labels is not None else mask))
+    checksums[pos_file] = atomic_write_bytes(folder / pos_file, npy_bytes(np.asarray(labels if labels is not None
+                                                                                     else mask)))
     man = {"format": FORMAT, "version": VERSION, "dataset": dataset, "model": model, "modalities": list(modalities),
            "synthetic": bool(synthetic), "matrices": names,
            "positives": {"labels" if labels is not None else "mask": pos_file}}
     man.update(extra or {})
-    man["checksums"] = {f: sha256(folder / f) for f in list(names.values()) + [pos_file]}
+    man["checksums"] = checksums
     path = folder / "manifest.json"
-    path.write_text(json.dumps(man, indent=2) + "\n", encoding="utf-8")
+    atomic_write_bytes(path, (json.dumps(man, indent=2) + "\n").encode("utf-8"))  # last: a folder is whole or absent
     return path
 
 
-__all__ = ["SimsError", "SimsFolder", "load_sims", "write_sims", "ROLES", "LETTERS", "sha256"]
+__all__ = ["SimsError", "SimsFolder", "load_sims", "write_sims", "ROLES", "LETTERS", "scan_npy"]

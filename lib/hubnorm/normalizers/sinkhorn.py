@@ -202,6 +202,11 @@ def sinkhorn_dtype(dtype: torch.dtype, smax: float, m: int, n: int, tau: float) 
     return dt
 
 
+#: below this, exp() of a column's largest entry risks losing the column's sum (float32: exp(-60) = 9e-27, far above
+#: the smallest normal number even after summing; float64: exp(-600))
+_UNDERFLOW = {torch.float32: -60.0, torch.float64: -600.0}
+
+
 # ============================================================================== Sinkhorn as block reductions
 class SinkhornIteration(Reduction):
     """One Sinkhorn iteration as one reduction over blocks of bank rows that span every column (DBSN Eq. 7-9).
@@ -213,6 +218,7 @@ class SinkhornIteration(Reduction):
     """
 
     whole_rows = True
+    read_only = True   # partial never modifies its score block (an engine may hand it a view of stored scores)
 
     def __init__(self, source: Scores, tau: float, work: torch.dtype, g: torch.Tensor):
         self.source, self.axis, self.tau = source, 0, float(tau)
@@ -220,13 +226,22 @@ class SinkhornIteration(Reduction):
         self.col_terms = g
 
     def partial(self, s, chunk):
-        m_total, n = self.m, s.shape[1]
-        x = s.mul_(1.0 / self.tau).add_(chunk.col_terms.to(s.dtype) / self.tau)
+        # one exponential pass (as the fused kernel, :func:`sinkhorn_potentials`): with E = exp(x - rowmax) and
+        # rs its row sums, x_ij + f_i / tau = log(E_ij) + log(w_i), w_i = a / rs_i, so the column log-sum-exp is
+        # log (w @ E)_j. A column whose sum falls below w_min exp(-60) (float32; exp(-600) in float64) may have
+        # lost entries to underflow: it is computed exactly from ``s``, which is never modified (read_only).
+        g_tau = chunk.col_terms.to(s.dtype) / self.tau
+        x = torch.add(g_tau, s, alpha=1.0 / self.tau)
         mx = x.amax(dim=1, keepdim=True)
-        x.sub_(mx)
-        log_rs = torch.logsumexp(x, dim=1, keepdim=True)   # x_ij + f_i / tau = x_ij - mx_i - log_rs_i + log a
-        x.add_(math.log(1.0 / m_total) - log_rs)
-        return torch.logsumexp(x, dim=0).to(torch.float64)
+        rs = x.sub_(mx).exp_().sum(dim=1)
+        w = (1.0 / self.m) / rs
+        col = torch.mv(x.T, w)
+        low = col < float(w.min()) * math.exp(_UNDERFLOW[x.dtype])
+        out = col.to(torch.float64).log_()
+        if bool(low.any()):
+            x_low = torch.add(g_tau[low], s[:, low], alpha=1.0 / self.tau).sub_(mx).add_(w.log()[:, None])
+            out[low] = torch.logsumexp(x_low, dim=0).to(torch.float64)
+        return out
 
     def prepare(self, engine):
         self.m = engine.size(self.source.rows)
@@ -255,7 +270,8 @@ class SinkhornRun(Iteration):
     def _work(self, engine) -> torch.dtype:
         rows, cols = self.source.rows, self.source.col_names
         smax = engine.score_bound(self.source)
-        return sinkhorn_dtype(engine.dtype, smax, engine.size(rows), sum(engine.size(c) for c in cols), self.tau)
+        base = engine.base_dtype(self.source) if hasattr(engine, "base_dtype") else engine.dtype
+        return sinkhorn_dtype(base, smax, engine.size(rows), sum(engine.size(c) for c in cols), self.tau)
 
     def fused(self, engine):
         bank, cols = engine.tensor(self.source.rows), engine.tensor(self.source.cols)

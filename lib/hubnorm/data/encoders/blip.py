@@ -1,4 +1,5 @@
-"""BLIP image-text contrastive (ITC) embeddings through Hugging Face ``transformers``.
+"""BLIP family: image-text contrastive (ITC) embeddings through Hugging Face ``transformers``
+(``get_encoder("blip:<model>:<hf|none>")``).
 
 BLIP's retrieval checkpoints (``Salesforce/blip-itm-{base,large}-{coco,flickr}``, class
 ``BlipForImageTextRetrieval``) score a pair two ways: the ITM cross-encoder head (``use_itm_head=True``, used by
@@ -22,14 +23,14 @@ time), ``"none"`` builds the architecture with random weights (seeded) and an of
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
-from .cache import normalize_pretrained
+from ..cache import library_versions, normalize_pretrained
+from .base import Encoder
 
 #: Short names of the BLIP retrieval checkpoints on the Hugging Face hub.
 BLIP_MODELS = {
@@ -50,48 +51,34 @@ def resolve_blip_model(model: str) -> str:
     return BLIP_MODELS.get(model, model)
 
 
-class BlipItcEncoder:
-    """BLIP ITC dual encoder with the interface of :class:`~hubnorm.data.encode.OpenClipEncoder`.
+class BlipItcEncoder(Encoder):
+    """BLIP ITC dual encoder.
 
     Args:
         model: see the module docstring.
         pretrained: ``"hf"`` (weights) or ``"none"`` / None (random init).
-        device, precision, batch_size, num_workers, progress, seed: as for ``OpenClipEncoder``.
+        device, precision, batch_size, num_workers, progress, seed: see :class:`~hubnorm.data.encoders.Encoder`.
         max_length: caption tokens (default 35, as BLIP's retrieval evaluation).
     """
 
     family = "blip"
 
-    def __init__(self, model: str, pretrained: Optional[str] = "hf", *, device: Optional[str] = None,
-                 precision: str = "fp32", batch_size: int = 64, num_workers: int = 0, progress: bool = True,
-                 seed: int = 0, max_length: int = BLIP_MAX_LENGTH):
-        from .encoder_options import PRECISIONS, default_device
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
-        if isinstance(batch_size, bool) or int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+    def __init__(self, model: str, pretrained: Optional[str] = "hf", *, max_length: int = BLIP_MAX_LENGTH,
+                 **kwargs):
         tag = normalize_pretrained(pretrained)
         if tag not in PRETRAINED_TAGS:
             raise ValueError(f"BLIP pretrained must be 'hf' (load the checkpoint's weights) or 'none' (random "
                              f"init); got {pretrained!r}")
         if model == BLIP_TINY and tag != "none":
             raise ValueError(f"{BLIP_TINY!r} is a random-init test architecture: use pretrained 'none'")
-        self.model_name = model
-        self.pretrained = tag
-        self.device = device or default_device()
-        self.precision = precision
-        self.batch_size = int(batch_size)
-        self.num_workers = int(num_workers)
-        self.progress = progress
-        self.seed = seed
+        super().__init__(model, tag, **kwargs)
         self.max_length = int(max_length)
-        self._model = self._processor = None
+        self._processor = None
 
-    # ------------------------------------------------------------------------------------------ build
     def _random_init_config(self):
         from transformers import BlipConfig
 
-        from .blip_offline import small_blip_config
+        from ..blip_offline import small_blip_config
         if self.model_name == BLIP_TINY:
             return small_blip_config(vocab_size=192)
         local = Path(self.model_name)
@@ -121,7 +108,7 @@ class BlipItcEncoder:
                     "Hugging Face hub (cache: HF_HOME); offline, copy the cache or a save_pretrained folder here and "
                     "pass its path as the model.") from exc
         else:
-            from .blip_offline import offline_processor
+            from ..blip_offline import offline_processor
             config = self._random_init_config()
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.seed)
@@ -130,83 +117,45 @@ class BlipItcEncoder:
             if len(processor.tokenizer) > config.text_config.vocab_size:
                 raise ValueError(f"the offline tokenizer has {len(processor.tokenizer)} tokens but the config only "
                                  f"{config.text_config.vocab_size}")
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
-        self._model = model.to(device=self.device, dtype=dtype).eval()
+        self._model = model.to(device=self.device, dtype=self.model_dtype).eval()
         self._processor = processor
         return self
-
-    @property
-    def model(self):
-        return self.build()._model
 
     @property
     def processor(self):
         return self.build()._processor
 
-    def _autocast(self):
-        if self.precision in ("amp", "amp_bf16"):
-            dtype = torch.bfloat16 if self.precision == "amp_bf16" else torch.float16
-            return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)
-        return contextlib.nullcontext()
+    def image_transform(self):
+        return functools.partial(_pixels, self.processor.image_processor)
 
-    # ----------------------------------------------------------------------------------------- encode
-    def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """ITC image embeddings (L2-normalised, model dtype) of preprocessed pixels."""
         m = self.model
-        pixel_values = pixel_values.to(self.device, dtype=next(m.parameters()).dtype)
-        hidden = m.vision_model(pixel_values=pixel_values).last_hidden_state
+        pixels = pixels.to(self.device, dtype=next(m.parameters()).dtype)
+        hidden = m.vision_model(pixel_values=pixels).last_hidden_state
         return torch.nn.functional.normalize(m.vision_proj(hidden[:, 0, :]), dim=-1)
 
-    def text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """ITC caption embeddings (L2-normalised) of tokenised captions: unimodal text encoder, [CLS] token."""
+    def text_features(self, texts: Sequence[str]) -> torch.Tensor:
+        """ITC caption embeddings (L2-normalised) of captions: unimodal text encoder, [CLS] token."""
         m = self.model
-        hidden = m.text_encoder(input_ids=input_ids.to(self.device),
-                                attention_mask=attention_mask.to(self.device)).last_hidden_state
+        tok = self.processor.tokenizer(list(texts), padding="longest", truncation=True, max_length=self.max_length,
+                                       return_tensors="pt")
+        hidden = m.text_encoder(input_ids=tok["input_ids"].to(self.device),
+                                attention_mask=tok["attention_mask"].to(self.device)).last_hidden_state
         return torch.nn.functional.normalize(m.text_proj(hidden[:, 0, :]), dim=-1)
 
-    def tokenize(self, texts: Sequence[str]):
-        return self.processor.tokenizer(list(texts), padding="longest", truncation=True,
-                                        max_length=self.max_length, return_tensors="pt")
+    def options(self) -> dict:
+        out = {"max_length": self.max_length}
+        if self.pretrained == "none":
+            out["seed"] = self.seed
+        return out
 
-    def pixels(self, images) -> torch.Tensor:
-        return self.processor.image_processor(images=list(images), return_tensors="pt")["pixel_values"]
-
-    def encode_images(self, paths: Sequence[Path], desc: str = "images") -> np.ndarray:
-        """(n, d) float32, L2-normalised ITC image embeddings, in the order of ``paths``."""
-        from tqdm.auto import tqdm
-        from PIL import Image
-        self.build()
-        out: List[np.ndarray] = []
-        paths = list(paths)
-        with torch.inference_mode(), self._autocast(), tqdm(total=len(paths), desc=desc, unit="img",
-                                                             disable=not self.progress) as bar:
-            for i in range(0, len(paths), self.batch_size):
-                batch = []
-                for p in paths[i:i + self.batch_size]:
-                    with Image.open(p) as im:
-                        batch.append(im.convert("RGB"))
-                out.append(_finish(self.image_features(self.pixels(batch))))
-                bar.update(len(batch))
-        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
-
-    def encode_texts(self, texts: Sequence[str], desc: str = "captions") -> np.ndarray:
-        """(n, d) float32, L2-normalised ITC caption embeddings."""
-        from tqdm.auto import tqdm
-        self.build()
-        out: List[np.ndarray] = []
-        texts = list(texts)
-        with torch.inference_mode(), self._autocast(), tqdm(total=len(texts), desc=desc, unit="cap",
-                                                             disable=not self.progress) as bar:
-            for i in range(0, len(texts), self.batch_size):
-                tok = self.tokenize(texts[i:i + self.batch_size])
-                out.append(_finish(self.text_features(tok["input_ids"], tok["attention_mask"])))
-                bar.update(len(tok["input_ids"]))
-        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+    def versions(self) -> dict:
+        return library_versions("blip")
 
 
-def _finish(x: torch.Tensor) -> np.ndarray:
-    x = torch.nn.functional.normalize(x.float(), dim=-1)
-    return x.cpu().numpy().astype(np.float32, copy=False)
+def _pixels(image_processor, image) -> torch.Tensor:
+    return image_processor(images=image, return_tensors="pt")["pixel_values"][0]
 
 
-__all__ = ["BlipItcEncoder", "BLIP_MODELS", "BLIP_TINY", "resolve_blip_model"]
+__all__ = ["BlipItcEncoder", "BLIP_MODELS", "BLIP_TINY", "BLIP_MAX_LENGTH", "resolve_blip_model"]
