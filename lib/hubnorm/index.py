@@ -9,7 +9,11 @@ is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]>
   of the probed lists: ``scan="blas"`` (default on CPU) -- probe-grouped GEMM: the bank is stored reordered by
   list, and each list is scanned by one GEMM of [the targets that probe it] x [its rows] with a running-threshold
   top-k (:meth:`BankIndex._blas_search`); ``scan="faiss"`` (default with GPU faiss) -- faiss's IVF-Flat search,
-  whose CPU scan does not use BLAS. Same quantizer, same probed lists, same results.
+  whose CPU scan does not use BLAS. Same quantizer, same probed lists, same results. A third,
+  ``scan="blas-bf16"``: the same probe-grouped scan over a bfloat16 copy of the bank as a candidate stage, keeping
+  each query's ``refine * k`` best rows, then an exact float32 re-rank of that pool (faiss's IndexRefine pattern;
+  :meth:`BankIndex._refined_search`): the values are exact inner products, and the result is the exact top-k of the
+  probed lists wherever the pool holds it.
 * :class:`IndexEngine` -- the in-process engine of :mod:`hubnorm.engine` whose top-``k`` reductions over a bank
   are searched in a :class:`BankIndex`: one more engine over the block protocol (:mod:`hubnorm.blocks`), so a
   method's own file is all it runs. :class:`FaissNNN` is :class:`~hubnorm.normalizers.nnn.NearestNeighborNormalization`
@@ -74,6 +78,17 @@ def faiss_uses_gpu(use_gpu: Optional[bool] = None) -> bool:
     return has if use_gpu is None else bool(use_gpu)
 
 
+#: How :class:`BankIndex` scans the probed lists (see its docstring).
+SCANS = ("blas", "blas-bf16", "faiss")
+
+
+def _check_refine(refine) -> float:
+    refine = check_finite_float(refine, "refine")
+    if refine < 1:
+        raise ValueError(f"refine (the re-ranked candidate pool, in multiples of k) must be >= 1; got {refine}")
+    return float(refine)
+
+
 def default_nlist(n: int) -> int:
     """About ``sqrt(n)`` inverted lists (a power of two), at least 1 and at most ``n // 39`` (module docstring)."""
     n = int(n)
@@ -121,14 +136,18 @@ class BankIndex:
             centroids (:meth:`probes`); faiss probes the quantizer's top lists: the same for ``nlist < 1024``
             (flat quantizer), approximate (HNSW) above, so that only the BLAS scan is exact at ``nprobe =
             nlist`` there. The other scan's storage is built lazily on first use.
+            ``"blas-bf16"``: the BLAS scan in bfloat16 as a candidate stage + an exact float32 re-rank of each
+            query's ``ceil(refine * k)`` best candidates (:meth:`_refined_search`; one more bfloat16 copy of the
+            bank, half the size of the float32 one).
+        refine: the re-ranked candidate pool of ``scan="blas-bf16"`` in multiples of ``k`` (>= 1; default 2).
 
     Attributes: ``index`` (the faiss index: coarse quantizer + lists; its rows are added only when the faiss scan
-    is used), ``nlist``, ``nprobe``, ``scan``, ``build_seconds``, ``on_gpu``, ``list_sizes``.
+    is used), ``nlist``, ``nprobe``, ``scan``, ``refine``, ``build_seconds``, ``on_gpu``, ``list_sizes``.
     """
 
     def __init__(self, vectors, *, nlist: Optional[int] = None, train_size: Optional[int] = None, seed: int = 0,
                  niter: int = 10, use_gpu: Optional[bool] = None, add_chunk: int = 262144,
-                 scan: Optional[str] = None):
+                 scan: Optional[str] = None, refine: float = 2.0):
         faiss = _faiss()
         t0 = time.perf_counter()
         x = _check_matrix(vectors, "vectors")
@@ -160,9 +179,11 @@ class BankIndex:
         self.on_gpu = faiss_uses_gpu(use_gpu)
         if scan is None:
             scan = "faiss" if self.on_gpu else "blas"
-        if scan not in ("blas", "faiss"):
-            raise ValueError(f"scan must be 'blas' or 'faiss'; got {scan!r}")
+        if scan not in SCANS:
+            raise ValueError(f"scan must be one of {list(SCANS)}; got {scan!r}")
         self.scan = scan
+        self.refine = _check_refine(refine)
+        self._rows_bf16 = None  # the bfloat16 copy of the reordered rows (scan="blas-bf16"), made on first use
         self._cpu = cpu
         self._added = False
         self._rows = None  # blas storage: rows reordered by list (torch, n x d), list offsets, permutation
@@ -177,6 +198,8 @@ class BankIndex:
             self._added = True
         else:
             self._build_blas(x, add_chunk)
+        if scan == "blas-bf16":
+            self._bf16_rows()
         self.nprobe = self.nlist
         self._set_nprobe(self.nlist)
         self.build_seconds = time.perf_counter() - t0
@@ -277,10 +300,12 @@ class BankIndex:
         return out
 
     def search(self, queries, k: int, nprobe: Optional[int] = None, chunk: int = 16384,
-               scan: Optional[str] = None, return_indices: bool = True) -> Tuple[np.ndarray, np.ndarray]:
+               scan: Optional[str] = None, return_indices: bool = True,
+               refine: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top-``k`` inner products and row indices of every query (``nprobe`` lists scanned; default the current;
-        ``scan``: ``"blas"`` or ``"faiss"``, default :attr:`scan`). Where the probed lists hold fewer than ``k``
-        rows, the missing entries are ``-inf`` (blas) or ``-FLT_MAX`` (faiss) with index -1.
+        ``scan``: one of :data:`SCANS`, default :attr:`scan`; ``refine``: the candidate pool of ``"blas-bf16"``
+        in multiples of ``k``, default :attr:`refine`). Where the probed lists hold fewer than ``k`` rows, the
+        missing entries are ``-inf`` (blas) or ``-FLT_MAX`` (faiss) with index -1.
         ``return_indices=False`` (blas only) skips the indices (returns None): the NNN bias needs the values."""
         k = check_positive_int(k, "k", maximum=self.n, max_name="the number of indexed rows")
         queries = _check_matrix(queries, "queries", self.d)
@@ -290,8 +315,12 @@ class BankIndex:
         if scan == "blas":
             self._ensure_blas()
             return self._blas_search(queries, k, self.nprobe, return_indices=return_indices)
+        if scan == "blas-bf16":
+            self._ensure_blas()
+            refine = self.refine if refine is None else _check_refine(refine)
+            return self._refined_search(queries, k, self.nprobe, refine, return_indices=return_indices)
         if scan != "faiss":
-            raise ValueError(f"scan must be 'blas' or 'faiss'; got {scan!r}")
+            raise ValueError(f"scan must be one of {list(SCANS)}; got {scan!r}")
         self._ensure_faiss()
         q = queries
         out_d = np.empty((q.shape[0], k), np.float32)
@@ -300,8 +329,54 @@ class BankIndex:
             out_d[s:s + chunk], out_i[s:s + chunk] = self.index.search(_as_f32(q[s:s + chunk]), k)
         return out_d, out_i
 
+    def _bf16_rows(self) -> torch.Tensor:
+        """The bfloat16 copy of the reordered rows, the candidate stage of ``scan="blas-bf16"`` (made once)."""
+        if self._rows_bf16 is None:
+            self._ensure_blas()
+            padded = torch.zeros((self.n + 64, self.d), dtype=torch.bfloat16)  # 64 zero rows: see _blas_search
+            padded[:self.n] = self._rows
+            self._rows_bf16 = padded
+        return self._rows_bf16
+
+    def _refined_search(self, queries, k: int, nprobe: int, refine: float, *, return_indices: bool = True,
+                        block_bytes: int = 64 * 2**20):
+        """``scan="blas-bf16"``: a bfloat16 candidate stage and an exact float32 re-rank (faiss's IndexRefine
+        pattern, with the BLAS scan as the coarse stage).
+
+        1. candidates: the probe-grouped GEMM scan (:meth:`_blas_search`) of the probed lists in bfloat16 (a
+           bfloat16 copy of the reordered bank, queries rounded to bfloat16; products accumulated in float32,
+           the scores rounded to bfloat16) keeps each query's ``pool = ceil(refine * k)`` best rows;
+        2. re-rank: the float32 inner products of each query with its ``pool`` candidate rows (gathered from the
+           float32 reordered bank, one batched matrix-vector product per chunk of queries), and their top-``k``.
+
+        The values returned are exact float32 inner products of the rows returned. The result equals the exact
+        top-``k`` over the probed lists whenever the pool holds that top-``k`` (always when ``pool`` is at least
+        the number of rows probed); otherwise a row whose bfloat16 score fell outside the pool is replaced by the
+        next best candidate.
+        """
+        qt = queries.detach().cpu().float() if isinstance(queries, torch.Tensor) else torch.from_numpy(
+            _as_f32(queries))
+        qt = qt.contiguous()
+        m, d = qt.shape
+        pool = int(min(self.n, max(k, math.ceil(refine * k))))
+        _, cand = self._blas_search(qt, pool, nprobe, rows=self._bf16_rows(), bank_ids=False)
+        cand = torch.from_numpy(cand)
+        out_v = torch.empty((m, k), dtype=torch.float32)
+        out_i = torch.empty((m, k), dtype=torch.long)
+        c = int(max(1, min(m, block_bytes // max(1, pool * d * 4))))
+        for s in range(0, m, c):
+            j = cand[s:s + c]
+            rows = self._rows.index_select(0, j.clamp_min(0).reshape(-1)).view(j.shape[0], pool, d)
+            sc = torch.bmm(rows, qt[s:s + c, :, None])[:, :, 0].masked_fill_(j < 0, -torch.inf)
+            v, p = sc.topk(k, dim=1)
+            out_v[s:s + c] = v
+            if return_indices:
+                jj = j.gather(1, p)
+                out_i[s:s + c] = torch.where(jj >= 0, self._perm[jj.clamp_min(0)], -1)
+        return out_v.numpy(), (out_i.numpy() if return_indices else None)
+
     def _blas_search(self, queries, k: int, nprobe: int, *, return_indices: bool = True,
-                     block_bytes: int = 256 * 2**20):
+                     block_bytes: int = 256 * 2**20, rows: Optional[torch.Tensor] = None, bank_ids: bool = True):
         """Probe-grouped GEMM IVF search (exact over the probed lists).
 
         1. probes: the quantizer's top-``nprobe`` lists of every query (the same lists faiss probes);
@@ -333,7 +408,23 @@ class BankIndex:
             return out_v.numpy(), (out_i.numpy() if return_indices else None)
         probes = torch.from_numpy(np.ascontiguousarray(self.probes(qt.numpy(), P), dtype=np.int64))
         cm = int(max(1, min(m, block_bytes // max(1, r * kk * 12), 8192)))
-        ptr, rows, sizes, nl = self._ptr, self._rows, self.list_sizes, self.nlist
+        rows = self._rows if rows is None else rows  # the stored rows (float32), or a bfloat16 copy of them
+        low = rows.dtype != torch.float32
+        qt = qt.to(rows.dtype)
+        ptr, sizes, nl = self._ptr, self.list_sizes, self.nlist
+
+        def scores(qc, t, l):
+            """float32 scores of the queries ``qc[t]`` with list ``l``. In bfloat16 the GEMM's shape is rounded up
+            (queries to a multiple of 32 by repeating one, rows to a multiple of 64 by reading on into the next list
+            or the zero rows padding the bfloat16 copy) and the result cut back: oneDNN builds one kernel per shape,
+            which for lists of varying sizes costs more than the product itself."""
+            a, size = int(ptr[l]), int(sizes[l])
+            if not low:
+                return torch.mm(qc[t], rows[a:a + size].T)
+            nt = t.numel()
+            tp, sp = -(-nt // 32) * 32, -(-size // 64) * 64
+            tt = t if tp == nt else torch.cat([t, t[:1].expand(tp - nt)])
+            return torch.mm(qc[tt], rows[a:a + sp].T)[:nt, :size].float()
         for c0 in range(0, m, cm):
             c1 = min(m, c0 + cm)
             n_c = c1 - c0
@@ -358,7 +449,7 @@ class BankIndex:
                     continue
                 s, e = int(starts[l]), int(starts[l + 1])
                 t, sl = t_of[s:e], slot_of[s:e]
-                sc = torch.mm(qc[t], rows[ptr[l]:ptr[l + 1]].T)
+                sc = scores(qc, t, l)
                 if size > kk:
                     v, i = sc.topk(kk, dim=1, sorted=False)
                     vals[t, sl] = v
@@ -380,7 +471,7 @@ class BankIndex:
                         continue
                     s, e = int(starts[base + l]), int(starts[base + l + 1])
                     t = t_of[s:e]
-                    sc = torch.mm(qc[t], rows[ptr[l]:ptr[l + 1]].T)
+                    sc = scores(qc, t, l)
                     rr, cc = (sc >= thr[t][:, None]).nonzero(as_tuple=True)
                     if rr.numel():
                         cand_r.append(t[rr])
@@ -400,7 +491,7 @@ class BankIndex:
             out_v[c0:c1] = v
             if return_indices:
                 j = run_i.gather(1, p)
-                out_i[c0:c1] = torch.where(j >= 0, self._perm[j.clamp_min(0)], -1)
+                out_i[c0:c1] = torch.where(j >= 0, self._perm[j.clamp_min(0)], -1) if bank_ids else j
         return out_v.numpy(), (out_i.numpy() if return_indices else None)
 
     def tune_nprobe(self, queries, k: int, *, recall_target: float = 0.95, sample_size: int = 64,
@@ -419,7 +510,8 @@ class BankIndex:
         m = queries.shape[0]
         pick = np.sort(rng.choice(m, size=min(m, int(sample_size)), replace=False))
         sample = _as_f32(queries[pick])
-        _, exact = self.search(sample, k, nprobe=self.nlist)
+        exact_scan = "faiss" if self.scan == "faiss" else "blas"  # the bfloat16 scan is approximate at nprobe=nlist
+        _, exact = self.search(sample, k, nprobe=self.nlist, scan=exact_scan)
         curve = {}
         p = 1
         while True:
@@ -448,8 +540,9 @@ class IndexEngine(LocalEngine):
 
     def __init__(self, inputs, *, bank_index: Optional[BankIndex] = None, nlist=None, nprobe=None,
                  recall_target: float = 0.95, sample_size: int = 64, use_gpu=None, seed: int = 0, scan=None,
-                 block_bytes=None):
+                 block_bytes=None, refine=None):
         super().__init__(inputs, block_bytes=block_bytes)
+        self.refine_option = refine
         self.index, self.options = bank_index, dict(nlist=nlist, seed=seed, use_gpu=use_gpu, scan=scan)
         self.nprobe_option, self.recall_target, self.sample_size, self.seed = nprobe, recall_target, sample_size, seed
         self.scan_option = scan
@@ -474,7 +567,7 @@ class IndexEngine(LocalEngine):
         else:
             idx._set_nprobe(int(self.nprobe_option))
         self.scan = idx.scan if self.scan_option is None else self.scan_option
-        top, _ = idx.search(targets, k, scan=self.scan, return_indices=False)
+        top, _ = idx.search(targets, k, scan=self.scan, return_indices=False, refine=self.refine_option)
         self.index, self.nprobe = idx, idx.nprobe
         top = torch.from_numpy(top).to(device=targets.device, dtype=targets.dtype)
         found = top > -1e30  # probed lists with fewer than k rows pad with -inf (blas) or -FLT_MAX (faiss)
@@ -507,15 +600,18 @@ class FaissNNN(NearestNeighborNormalization):
         recall_target, sample_size: the tuning rule (see :meth:`BankIndex.tune_nprobe`).
         bank_index: a prebuilt :class:`BankIndex` of this query bank (the build is the one-off cost).
         use_gpu: None = GPU faiss when present, False = CPU.
-        scan: ``"blas"`` (probe-grouped GEMM; the default on CPU) or ``"faiss"`` (faiss's IVF-Flat scan; the
-            default with GPU faiss); None = the index's :attr:`BankIndex.scan`. See :class:`BankIndex`.
+        scan: ``"blas"`` (probe-grouped GEMM; the default on CPU), ``"blas-bf16"`` (that scan in bfloat16 as a
+            candidate stage + exact float32 re-rank of ``refine * k`` candidates) or ``"faiss"`` (faiss's IVF-Flat
+            scan; the default with GPU faiss); None = the index's :attr:`BankIndex.scan`. See :class:`BankIndex`.
+        refine: the candidate pool of ``scan="blas-bf16"`` in multiples of ``k`` (None = the index's, default 2).
+            With ``nprobe = nlist`` and ``refine * k`` >= the bank size the offsets are the exact ones.
     """
 
     name = "nnn-faiss"
 
     def __init__(self, alpha=0.75, k=128, *, nlist=None, nprobe=None, recall_target=0.95, sample_size=64,
                  bank_index=None, use_gpu=None, seed=0, scan=None, device=None, chunk_size=None,
-                 check_normalized=True, block_bytes=None):
+                 check_normalized=True, block_bytes=None, refine=None):
         super().__init__(alpha=alpha, k=k, device=device, chunk_size=chunk_size, check_normalized=check_normalized,
                          block_bytes=block_bytes)
         self.nlist = nlist
@@ -526,6 +622,7 @@ class FaissNNN(NearestNeighborNormalization):
         self.use_gpu = use_gpu
         self.seed = seed
         self.scan = scan
+        self.refine = refine
 
     def _validate_params(self):
         super()._validate_params()
@@ -537,8 +634,10 @@ class FaissNNN(NearestNeighborNormalization):
             raise ValueError(f"recall_target must be in (0, 1]; got {self.recall_target}")
         check_positive_int(self.sample_size, "sample_size")
         check_seed(self.seed)
-        if self.scan not in (None, "blas", "faiss"):
-            raise ValueError(f"scan must be None, 'blas' or 'faiss'; got {self.scan!r}")
+        if self.scan is not None and self.scan not in SCANS:
+            raise ValueError(f"scan must be None or one of {list(SCANS)}; got {self.scan!r}")
+        if self.refine is not None:
+            _check_refine(self.refine)
 
     def fit_blocks(self, engine):
         if not isinstance(engine, LocalEngine):
@@ -546,7 +645,8 @@ class FaissNNN(NearestNeighborNormalization):
                             "NearestNeighborNormalization on Dask")
         index_engine = IndexEngine(engine.inputs, bank_index=self.bank_index, nlist=self.nlist, nprobe=self.nprobe,
                                    recall_target=self.recall_target, sample_size=self.sample_size,
-                                   use_gpu=self.use_gpu, seed=self.seed, scan=self.scan, block_bytes=engine.block_bytes)
+                                   use_gpu=self.use_gpu, seed=self.seed, scan=self.scan, block_bytes=engine.block_bytes,
+                                   refine=self.refine)
         fitted = super().fit_blocks(index_engine)
         fitted.update(index_=index_engine.index, scan_=index_engine.scan, nprobe_=index_engine.nprobe,
                       tuning_=index_engine.tuning, incomplete_=index_engine.incomplete)
