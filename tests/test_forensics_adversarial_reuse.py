@@ -11,14 +11,7 @@ from hubnorm import adversarial as adv
 from hubnorm import forensics as fx
 from hubnorm.kernels import topk_similarity
 
-
-@pytest.fixture(scope="module")
-def task():
-    ds = hn.load_embeddings("synthetic:flickr30k", seed=7, n_train_images=80, n_test_images=40, n_val_images=0)
-    te, tr = ds.split("test"), ds.split("train")
-    f = np.float64
-    return hn.build_tasks(te.images.astype(f), te.captions.astype(f), te.caption_to_image,
-                          image_bank=tr.images.astype(f), caption_bank=tr.captions.astype(f), directions=("t2i",))["t2i"]
+from test_forensics import task  # noqa: F401  (the same small float64 t2i task, a module fixture)
 
 
 @pytest.mark.parametrize("k", [1, 5])
