@@ -130,23 +130,31 @@ grids = {m: pr.paper_or_fast_grid(m, fast, FAST_GRIDS) for m in ("nnn", "dn", "d
 reuse = {"dualdis": "dualis"} if fast else {}
 print({m: g for m, g in grids.items() if m not in reuse})
 
-results, selection = pr.select_and_evaluate(
-    val_tasks, test_tasks, ["raw", "dn", "dualis", "dualdis", "nnn"], grids, reuse=reuse,
-    n_boot=n_boot, seed=seed, extra={"setting": in_setting})
-results.loc[results["method"] == "raw", "setting"] = "none"
-if cross_source:
-    res_x, sel_x = pr.select_and_evaluate(
-        val_cross, test_cross, {"nnn (cross)": "nnn"}, {"nnn (cross)": grids["nnn"]},
-        n_boot=n_boot, seed=seed, extra={"setting": cross_setting})
-    results = pd.concat([results, res_x], ignore_index=True)
-    selection = pd.concat([selection, sel_x], ignore_index=True)
+methods = ["raw", "dn", "dualis", "dualdis", "nnn"]
+selection = pr.select_parameters(val_tasks, methods, grids, reuse=reuse,  # hn.grid_search on val, by R@1
+                                 extra={"setting": in_setting})
+if cross_source:   # NNN alone with the other dataset's bank, its (alpha, k) chosen again (NNN Table 2)
+    selection = pd.concat([selection, pr.select_parameters(val_cross, {"nnn (cross)": "nnn"}, {"nnn (cross)": grids["nnn"]},
+                                                           extra={"setting": cross_setting})], ignore_index=True)
 
 # %% tags=["nbval-check-output"]
 nb.show(selection, ["direction", "method", "chosen", "val R@1", "grid points", "engine"])
 
 # %% [markdown]
 # ## 3 · Test results (Tables 1/2 and A6/A7)
-# One row per direction and method: R@K in percent, MdR/MnR are 1-based ranks.
+# Each chosen normalizer is fitted once on its reference bank (`task.fit`: the bank offsets) and evaluated once on
+# the test queries (`hn.evaluate`). One row per direction and method: R@K in percent, MdR/MnR are 1-based ranks.
+
+# %%
+test_sets = {in_setting: test_tasks, **({cross_setting: test_cross} if cross_source else {})}
+rows = []
+for choice in selection.itertuples():  # one chosen method per direction and bank
+    task = test_sets[choice.setting][choice.direction]
+    normalizer = task.fit(hn.make_normalizer(choice.normalizer, **choice.params))
+    scores = hn.evaluate(normalizer, task, n_boot=n_boot, seed=seed)  # R@1/5/10 with 95% CIs, MdR, MnR
+    rows.append({"direction": choice.direction, "method": choice.method, "params": pr.fmt_params(choice.params),
+                 "setting": "none" if choice.method == "raw" else choice.setting, **scores})
+results = pd.DataFrame(rows)
 
 # %% tags=["nbval-check-output"]
 nb.show(results, ["direction", "method", "setting", "params", "R@1", "R@5", "R@10", "MdR", "MnR"])
@@ -157,18 +165,11 @@ nb.show(results, ["direction", "method", "setting", "params", "R@1", "R@5", "R@1
 # ours, labelled in the `run` column.
 
 # %%
-ours = results.assign(method=results["method"].replace({"nnn (cross)": "nnn"}))
-ours = compare.to_long(ours, ["direction", "method", "setting"], ["R@1"])
-pub = pd.concat([
-    compare.published("nnn-chowdhury2024", ["A6", "A7"], model=model, dataset=dataset, metric="R@1"),
-    compare.published("nnn-chowdhury2024", ["1", "2"], model=model, dataset=dataset, metric="R@1", method="nnn",
-                 setting=cross_setting if cross_source else "-"),
-], ignore_index=True)
-pub = pub[pub["direction"].isin(directions)]
-main = compare.side_by_side(ours, pub, ["direction", "method", "setting", "metric"], label=label,
-                       source_note=f"NNN paper Tables 1/2, A6/A7 ({model}, {dataset})")
-main["method"] = main["method"].map(lambda m: hn.DISPLAY_NAMES.get(m, m))
-main = main.sort_values(["direction", "setting", "method"], kind="stable").reset_index(drop=True)
+main = compare.beside_published(
+    results.assign(method=results["method"].replace({"nnn (cross)": "nnn"})), "nnn-chowdhury2024",
+    ["A6", "A7", "1", "2"] if cross_source else ["A6", "A7"], model=model, dataset=dataset, label=label,
+    source_note=f"NNN paper Tables 1/2, A6/A7 ({model}, {dataset})", names=hn.DISPLAY_NAMES,
+    sort_by=["direction", "setting", "method"])
 kind = "a SYNTHETIC ANALOG, not a reproduction" if pr.is_synthetic(ds) else "real embeddings"
 run.save_table(main, "main_r1_vs_published",
            caption=f"R@1 (%) per method; hyperparameters chosen on val. this run = {label} ({kind}).")
@@ -181,28 +182,13 @@ nb.show(main, ["direction", "method", "setting", "published", "this run"])
 # Percentile bootstrap over test queries (`n_boot` resamples, seeded). The paper prints "value ± half-width".
 
 # %%
-ci_rows = []
-for _, r in results[results["method"].isin(["raw", "nnn", "nnn (cross)"])].iterrows():
-    for K in (1, 5, 10):
-        ci_rows.append({"direction": r["direction"], "method": "nnn" if r["method"] != "raw" else "raw",
-                        "setting": "none" if r["method"] == "raw" else r["setting"].split(" train")[0],
-                        "metric": f"R@{K}", "value": r[f"R@{K}"],
-                        "95% CI": f"[{r[f'R@{K} lo']:.2f}, {r[f'R@{K} hi']:.2f}]",
-                        "half-width": (r[f"R@{K} hi"] - r[f"R@{K} lo"]) / 2})
-ci = pd.DataFrame(ci_rows)
-pub_ci = compare.published("nnn-chowdhury2024", compare.paper_tables("nnn-chowdhury2024", "bootstrap_ci", dataset, directions),
-                           model=model)
-pub_hw = pub_ci[pub_ci["metric"].str.endswith("ci95")].assign(metric=lambda d: d["metric"].str.replace(" ci95", ""))
-pub_v = pub_ci[~pub_ci["metric"].str.endswith("ci95")].merge(
-    pub_hw[["direction", "setting", "metric", "value"]].rename(columns={"value": "published ±"}),
-    on=["direction", "setting", "metric"], how="left")
-ci_table = compare.side_by_side(ci, pub_v, ["direction", "method", "setting", "metric"], label=label,
-                           source_note=f"NNN paper Tables A8-A11 ({model}, {dataset})")
-ci_table = ci_table.merge(pub_v[["direction", "setting", "metric", "published ±"]],
-                          on=["direction", "setting", "metric"], how="left")
-ci_table = ci_table.merge(ci[["direction", "setting", "metric", "95% CI", "half-width"]],
-                          on=["direction", "setting", "metric"], how="left")
-ci_table = ci_table.sort_values(["direction", "metric", "setting"], kind="stable").reset_index(drop=True)
+nnn_rows = results[results["method"].isin(["raw", "nnn", "nnn (cross)"])]
+ci_table = compare.beside_published(
+    nnn_rows.assign(method=nnn_rows["method"].replace({"nnn (cross)": "nnn"}),
+                    setting=nnn_rows["setting"].str.split(" train").str[0]), "nnn-chowdhury2024",
+    compare.paper_tables("nnn-chowdhury2024", "bootstrap_ci", dataset, directions), model=model, label=label,
+    metrics=["R@1", "R@5", "R@10"], ci=True, source_note=f"NNN paper Tables A8-A11 ({model}, {dataset})",
+    sort_by=["direction", "metric", "setting"])
 run.save_table(ci_table, "bootstrap_ci", caption=f"R@K (%) with bootstrap 95% CIs ({n_boot} resamples); "
            f"published = NNN paper Tables A8-A11 (value ± half-width; their bank size is not stated). this run = {label}.")
 

@@ -6,13 +6,13 @@ The published numbers ship with the package (``hubnorm.experiments.reporting.loa
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
-from .reporting import beside_published, load_published
+from .reporting import beside_published as _merge_published, load_published
 
-__all__ = ["published", "side_by_side", "to_long", "PAPER_TABLES", "paper_tables"]
+__all__ = ["beside_published", "published", "side_by_side", "to_long", "PAPER_TABLES", "paper_tables"]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
 
@@ -58,7 +58,7 @@ def side_by_side(ours: pd.DataFrame, pub: pd.DataFrame, on: Sequence[str], *, la
                  source_note: str) -> pd.DataFrame:
     """``published`` and ``this run`` columns side by side on the key columns ``on``, plus ``run`` (synthetic
     analog or real data: a synthetic run is never a reproduction) and ``published source`` (paper and table)."""
-    out = beside_published(ours, pub, on)
+    out = _merge_published(ours, pub, on)
     out["run"] = label
     matched = int(out["published"].notna().sum()) if "published" in out.columns else 0
     if matched == 0:   # never an empty column that reads as if the paper had been compared
@@ -66,3 +66,82 @@ def side_by_side(ours: pd.DataFrame, pub: pd.DataFrame, on: Sequence[str], *, la
         source_note = f"none ({source_note} has no matching rows)"
     out["published source"] = source_note
     return out
+
+
+#: Suffix of the published rows that hold a confidence interval's half-width ("R@1 ci95": the paper's "± x").
+CI_SUFFIX = " ci95"
+
+
+def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Sequence[str]], *, label: str,
+                     on: Sequence[str] = ("direction", "method", "setting"), metrics: Sequence[str] = ("R@1",),
+                     source_note: Optional[str] = None, ci: bool = False, names: Optional[Mapping[str, str]] = None,
+                     sort_by: Optional[Sequence[str]] = None, **equals) -> pd.DataFrame:
+    """Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
+
+    Args:
+        results: ours, wide (one column per metric, e.g. from ``hubnorm.evaluate`` rows) or long (``metric`` and
+            ``value`` columns); the key columns ``on`` must be there.
+        paper, tables: the paper id (``"nnn-chowdhury2024"``) and its table ids (``"-"`` matches none, see
+            :func:`paper_tables`). A key reported by two tables is taken from the first one listed.
+        label: what the run is (``protocol.run_label``), in the ``run`` column.
+        on: the key columns besides ``metric``; published rows are matched on them and on ``metric``.
+        metrics: the metrics compared; only published rows of these metrics (and of the directions ``results``
+            has, when ``direction`` is a key) are shown.
+        ci: ``results`` has ``"<metric> lo"`` / ``"<metric> hi"`` bootstrap bounds: add ``95% CI`` (printed) and
+            ``half-width``, and the published ``"<metric> ci95"`` rows as ``published ±`` (the paper's "± x").
+        names: renames of the ``method`` column after the join (e.g. ``hubnorm.DISPLAY_NAMES``).
+        sort_by: stable sort of the joined rows (after ``names``).
+        equals: further filters of the published rows (``model=``, ``dataset=``, ``method=``: :func:`published`).
+
+    Returns the key columns, ``metric``, ``published`` (the paper's value; NaN, shown as missing, where the paper
+    has no such row: never 0), [``published ±``], ``this run`` (NaN where this run has no such row), [``95% CI``,
+    ``half-width``], ``run`` and ``published source`` (``source_note``; a NOTE when no published row matches).
+    """
+    on, metrics = list(on), list(metrics)
+    tables = [tables] if isinstance(tables, str) else list(tables)
+    if not isinstance(results, pd.DataFrame):
+        raise TypeError(f"results must be a pandas DataFrame; got {type(results).__name__}")
+    missing = [c for c in on if c not in results.columns]
+    if missing:
+        raise ValueError(f"results lack the key columns {missing} (on={on}); columns: {list(results.columns)}")
+    long = "metric" in results.columns and "value" in results.columns
+    if ci and long:
+        raise ValueError("ci=True needs wide results (columns '<metric>', '<metric> lo', '<metric> hi')")
+    if long:
+        ours = results[results["metric"].isin(metrics)][on + ["metric", "value"]]
+    else:
+        absent = [m for m in metrics if m not in results.columns]
+        if absent:
+            raise ValueError(f"results have no column for the metrics {absent}; columns: {list(results.columns)}")
+        ours = to_long(results, on, metrics)
+    if ci:
+        bounds = [f"{m} {b}" for m in metrics for b in ("lo", "hi")]
+        absent = [c for c in bounds if c not in results.columns]
+        if absent:
+            raise ValueError(f"ci=True needs the bootstrap bounds {absent} in results (hubnorm.evaluate(..., n_boot=...))")
+        lo = results.melt(id_vars=on, value_vars=[f"{m} lo" for m in metrics], var_name="metric", value_name="lo")
+        hi = results.melt(id_vars=on, value_vars=[f"{m} hi" for m in metrics], var_name="metric", value_name="hi")
+        ours = ours.assign(lo=lo["lo"].to_numpy(), hi=hi["hi"].to_numpy())
+        ours["95% CI"] = [f"[{a:.2f}, {b:.2f}]" for a, b in zip(ours["lo"], ours["hi"])]
+        ours["half-width"] = (ours["hi"] - ours["lo"]) / 2
+        ours = ours.drop(columns=["lo", "hi"])
+    pub = published(paper, tables, **equals)
+    if "direction" in on:
+        pub = pub[pub["direction"].isin(set(ours["direction"]))]
+    pub = pub.assign(_order=pub["table"].map({t: i for i, t in enumerate(tables)}))
+    pub = pub.sort_values("_order", kind="stable")
+    half = pub[pub["metric"].isin([m + CI_SUFFIX for m in metrics])]
+    pub = pub[pub["metric"].isin(metrics)].drop_duplicates(on + ["metric"], keep="first")
+    note = source_note or f"{paper} Table{'s' if len(tables) > 1 else ''} {', '.join(tables)}"
+    out = side_by_side(ours, pub, on + ["metric"], label=label, source_note=note)
+    if ci:
+        half = (half.assign(metric=half["metric"].str[: -len(CI_SUFFIX)])
+                .drop_duplicates(on + ["metric"], keep="first")[on + ["metric", "value"]]
+                .rename(columns={"value": "published ±"}))
+        out = out.merge(half, on=on + ["metric"], how="left")
+        out = out.merge(ours[on + ["metric", "95% CI", "half-width"]], on=on + ["metric"], how="left")
+    if names is not None and "method" in out.columns:
+        out["method"] = out["method"].map(lambda m: names.get(m, m))
+    if sort_by:
+        out = out.sort_values(list(sort_by), kind="stable")
+    return out.reset_index(drop=True)

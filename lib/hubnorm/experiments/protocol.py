@@ -35,7 +35,7 @@ __all__ = [
     "published_dataset", "published_names", "published_label", "paper_ids", "UNKNOWN_DATASET",
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
-    "run_methods", "select_and_evaluate", "note", "method_items", "params_for",
+    "run_methods", "select_parameters", "select_and_evaluate", "note", "method_items", "params_for",
 ]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
@@ -398,38 +398,39 @@ def run_methods(
     return pd.DataFrame(rows)
 
 
-def select_and_evaluate(
+def select_parameters(
     val_tasks: Mapping[str, RetrievalTask],
-    test_tasks: Mapping[str, RetrievalTask],
     methods: MethodSpec,
     grids: Mapping[str, Mapping[str, Sequence]],
     *,
     metric: str = "R@1",
     fixed: Optional[Mapping[str, Mapping[str, object]]] = None,
     reuse: Optional[Mapping[str, str]] = None,
-    n_boot: int = 0,
-    seed: int = 0,
-    hubness_k: Sequence[int] = (),
     extra: Optional[Mapping[str, object]] = None,
     show_progress: bool = True,
-) -> Tuple[pd.DataFrame, pd.DataFrame]:
+) -> pd.DataFrame:
     """NNN Appendix B: choose each method's parameters on the held-out ``val_tasks`` with
-    :func:`hubnorm.grid_search` (by ``metric``), then evaluate once on ``test_tasks`` with the winners.
+    :func:`hubnorm.grid_search` (by ``metric``); nothing is evaluated on a test split here.
 
-    ``grids`` maps a method *label* to its grid (missing or empty: no selection, ``fixed`` / default parameters).
-    ``reuse`` maps a label to an earlier label whose chosen parameters it takes instead of its own search (e.g.
-    ``{"dualdis": "dualis"}``: the NNN paper finds DualDIS and DualIS alike).
-    Returns ``(results, selection)``: the test results (as :func:`run_methods`) and one row per (direction,
-    method) with the chosen parameters, the validation score, the number of grid points and the engine used.
+    ``methods``: registry names, or ``{label: registry name}`` (one method under several labels). ``grids`` maps a
+    label to its grid (missing or empty: no selection, ``fixed`` / default parameters), its ``k`` values limited to
+    what the task allows (:func:`clamp_grid`, with a NOTE). ``reuse`` maps a label to an earlier label whose chosen
+    parameters it takes instead of its own search (e.g. ``{"dualdis": "dualis"}``: the NNN paper finds DualDIS and
+    DualIS alike). A tie at the best score prints a NOTE (``hubnorm.SelectionResult.tie_note``).
+
+    Returns one row per (direction, method) with ``direction, method`` (the label), ``normalizer`` (the registry
+    name), ``params`` (the chosen parameters, a dict for ``hubnorm.make_normalizer(normalizer, **params)``),
+    ``chosen`` (the same, printed), ``val <metric>``, ``grid points``, ``engine``, ``tied`` and the ``extra``
+    columns.
     """
     fixed = fixed or {}
-    chosen: Dict[str, Dict[str, dict]] = {d: {} for d in test_tasks}
-    sel_rows = []
-    jobs = [(d, lab, name) for d in test_tasks for lab, name in method_items(methods)]
+    chosen: Dict[str, Dict[str, dict]] = {d: {} for d in val_tasks}
+    rows = []
+    jobs = [(d, lab, name) for d in val_tasks for lab, name in method_items(methods)]
     for direction, label, name in progress(jobs, desc="selection on val", disable=not show_progress):
         base = dict(fixed.get(label, {}) or {})
         grid = grids.get(label) if grids else None
-        row = {"direction": direction, "method": label}
+        row = {"direction": direction, "method": label, "normalizer": name}
         if reuse and label in reuse:
             params = {**base, **chosen[direction][reuse[label]]}
             row.update({"chosen": fmt_params(params) + f" (as {reuse[label]})", f"val {metric}": np.nan,
@@ -447,7 +448,37 @@ def select_and_evaluate(
             row.update({"chosen": fmt_params(params) or "(none)", f"val {metric}": np.nan, "grid points": 0,
                         "engine": "-", "tied": 0})
         chosen[direction][label] = params
-        sel_rows.append(row)
+        row["params"] = params
+        rows.append({**row, **dict(extra or {})})
+    return pd.DataFrame(rows)
+
+
+def select_and_evaluate(
+    val_tasks: Mapping[str, RetrievalTask],
+    test_tasks: Mapping[str, RetrievalTask],
+    methods: MethodSpec,
+    grids: Mapping[str, Mapping[str, Sequence]],
+    *,
+    metric: str = "R@1",
+    fixed: Optional[Mapping[str, Mapping[str, object]]] = None,
+    reuse: Optional[Mapping[str, str]] = None,
+    n_boot: int = 0,
+    seed: int = 0,
+    hubness_k: Sequence[int] = (),
+    extra: Optional[Mapping[str, object]] = None,
+    show_progress: bool = True,
+) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`select_parameters` on ``val_tasks``, then :func:`run_methods` once on ``test_tasks`` with the
+    winners (NNN Appendix B in one call; the notebooks write the two steps out).
+
+    Returns ``(results, selection)``: the test results (as :func:`run_methods`) and the selection table (as
+    :func:`select_parameters`, without ``extra``).
+    """
+    selection = select_parameters({d: val_tasks[d] for d in test_tasks}, methods, grids, metric=metric, fixed=fixed,
+                                  reuse=reuse, show_progress=show_progress)
+    chosen: Dict[str, Dict[str, dict]] = {d: {} for d in test_tasks}
+    for d, label, params in zip(selection["direction"], selection["method"], selection["params"]):
+        chosen[d][label] = params
     results = run_methods(test_tasks, methods, chosen, n_boot=n_boot, seed=seed, hubness_k=hubness_k, extra=extra,
                           show_progress=show_progress)
-    return results, pd.DataFrame(sel_rows)
+    return results, selection
