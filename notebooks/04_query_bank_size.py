@@ -69,6 +69,7 @@ import seaborn as sns
 
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm.progress import progress
 
 run = nb.setup("04", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
 
@@ -100,16 +101,21 @@ nb.show(pr.describe(ds))
 # %%
 nnn_fractions = studies.distinct_fractions(nnn_fractions, ds.split("train").n_images, what="bank fraction",
                                            unit="image")   # clamped sizes: reported, never compared as distinct
-sweep = studies.bank_fraction_sweep(ds, test, nnn_fractions, ["raw", "nnn"], {"nnn": nnn_params}, directions=directions,
-                               seed=seed)
-sweep["setting"] = [f"bank={dataset} train {f:.0%}" if m == "nnn" else "none"
-                    for f, m in zip(sweep["bank_fraction"], sweep["method"])]
-ours = compare.to_long(sweep[(sweep["method"] == "nnn") | (sweep["bank_fraction"] == nnn_fractions[0])],
-                  ["direction", "method", "setting"], ["R@1"])
-pub = compare.published("nnn-chowdhury2024", compare.paper_tables("nnn-chowdhury2024", "bank_fraction", dataset, directions),
-                        model=model, dataset=dataset)
-tableA12 = compare.side_by_side(ours, pub, ["direction", "method", "setting", "metric"], label=label,
-                           source_note=f"NNN paper Tables A12-A15 ({model}, {dataset})")
+rows = []
+for fraction in progress(nnn_fractions, desc="bank fractions"):
+    bank = pr.reference_split(ds, "train", fraction, seed=seed)   # a seeded share of the training images + captions
+    for d, task in pr.make_tasks(test, bank, directions=directions).items():
+        nnn = hn.NearestNeighborNormalization(**pr.clamp_params("nnn", nnn_params, task))  # k at most the bank size
+        for method, normalizer in (("raw", hn.Identity()), ("nnn", nnn)):
+            scores = hn.evaluate(task.fit(normalizer), task)           # fit on this bank, evaluate on test
+            rows.append({"direction": d, "method": method, "bank_fraction": fraction,
+                         "bank_queries": len(task.query_bank), **scores,
+                         "setting": f"bank={dataset} train {fraction:.0%}" if method == "nnn" else "none"})
+sweep = pd.DataFrame(rows)
+tableA12 = compare.beside_published(
+    sweep[(sweep["method"] == "nnn") | (sweep["bank_fraction"] == nnn_fractions[0])], "nnn-chowdhury2024",
+    compare.paper_tables("nnn-chowdhury2024", "bank_fraction", dataset, directions), model=model, dataset=dataset,
+    label=label, source_note=f"NNN paper Tables A12-A15 ({model}, {dataset})")
 run.save_table(tableA12, "nnn_tables_A12_A15_bank_fraction",
            caption=f"R@1 (%) of NNN ({pr.fmt_params(nnn_params)}) with a fraction of the training data as reference "
                    f"bank; published: NNN paper (their alpha, k chosen per setting). this run = {label}.")
