@@ -150,6 +150,39 @@ def test_common_structure(ipynb):
         assert 'matplotlib.use("Agg")' not in c.source and "matplotlib.use('Agg')" not in c.source
 
 
+#: Notebooks whose main cells read select -> fit -> score/evaluate with the core's public calls (issue 24, scope 2):
+#: the calls their main section (the code cells before "## Try this") must make. Published rows are joined to
+#: ours by one ``compare.beside_published`` call per table, never by join code in the notebook.
+METHOD_CALLS = {
+    "01": ("pr.select_parameters(", ".fit(", "hn.evaluate(", "compare.beside_published("),
+    "04": (".fit(", "hn.evaluate(", "compare.beside_published("),
+}
+JOIN_PLUMBING = ("compare.side_by_side(", "compare.published(", "compare.to_long(", ".merge(")
+
+
+def _main_code(ipynb) -> str:
+    """The code of the main section: the code cells before '## Try this', without the sims: cell."""
+    code = []
+    for c in _read(ipynb).cells:
+        if c.cell_type == "markdown" and "## Try this" in c.source:
+            break
+        if c.cell_type == "code" and "score_studies.is_sims(" not in c.source:
+            code.append(c.source)
+    return "\n".join(code)
+
+
+@pytest.mark.parametrize("num", sorted(METHOD_CALLS))
+def test_main_section_shows_the_method_calls_and_one_published_join(num):
+    [ipynb] = [p for p in NOTEBOOKS if p.name.startswith(num)]
+    code = _main_code(ipynb)
+    missing = [call for call in METHOD_CALLS[num] if call not in code]
+    assert not missing, f"{ipynb.name}: the main section must show {missing} (select -> fit -> evaluate, one join)"
+    plumbing = [call for call in JOIN_PLUMBING if call in code]
+    assert not plumbing, (f"{ipynb.name}: join published rows with compare.beside_published, not with {plumbing} "
+                          "in the notebook")
+    assert "select_and_evaluate(" not in code, f"{ipynb.name}: write selection, fit and evaluation out"
+
+
 @pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
 def test_committed_outputs_are_clean_and_have_inline_figures(ipynb):
     nb = _read(ipynb)

@@ -88,6 +88,25 @@ def test_select_and_evaluate_agrees_with_grid_search(ds):
     assert set(sel.loc[sel["method"] == "dn", "engine"]) == {"reference"}
 
 
+def test_select_parameters_returns_what_the_notebooks_fit(ds):
+    """The notebooks' select -> fit -> evaluate, written out, gives select_and_evaluate's numbers."""
+    val = ex.make_tasks(ds.split("val"), ds.split("train"))
+    test = ex.make_tasks(ds.split("test"), ds.split("train"))
+    grids = {"nnn": {"alpha": [0.25, 1.0], "k": [1, 8]}, "x": {"alpha": [0.5, 1.0], "k": [2]}}
+    sel = ex.select_parameters(val, {"raw": "raw", "nnn": "nnn", "x": "nnn"}, grids, extra={"setting": "s"},
+                               show_progress=False)
+    assert list(sel["normalizer"]) == ["raw", "nnn", "nnn"] * 2 and set(sel["setting"]) == {"s"}
+    for d in ("t2i", "i2t"):
+        row = sel[(sel["direction"] == d) & (sel["method"] == "nnn")].iloc[0]
+        assert row["params"] == hn.grid_search("nnn", val[d], grids["nnn"]).best_params
+    res, _ = ex.select_and_evaluate(val, test, {"raw": "raw", "nnn": "nnn", "x": "nnn"}, grids, show_progress=False)
+    for r in sel.itertuples():
+        task = test[r.direction]
+        mine = hn.evaluate(task.fit(hn.make_normalizer(r.normalizer, **r.params)), task)
+        theirs = res[(res["direction"] == r.direction) & (res["method"] == r.method)].iloc[0]
+        assert mine["R@1"] == theirs["R@1"] and ex.fmt_params(r.params) == theirs["params"]
+
+
 def test_select_and_evaluate_reuse_copies_the_choice(ds):
     val = ex.make_tasks(ds.split("val"), ds.split("train"))
     res, sel = ex.select_and_evaluate(val, val, ["dualis", "dualdis"],
