@@ -112,9 +112,9 @@ ours = pd.DataFrame([
     for m, name in (("raw", "Original"), ("nnn", "NNN"))
     for metric, col in (("kurtosis", "kurtosis"), ("mae", "mad"), ("max", "max"))
 ] + [{"method": "nnn", "metric": "delta R@1", "value": r1["t2i"]["NNN"] - r1["t2i"]["Original"]}]) if "t2i" in directions else pd.DataFrame(columns=["method", "metric", "value"])
-pub3 = compare.published("nnn-chowdhury2024", "3", model=model, dataset=dataset)
-table3 = compare.side_by_side(ours, pub3, ["method", "metric"], label=label,
-                         source_note=f"NNN paper Table 3 ({model}, {dataset}, t2i)")
+table3 = compare.beside_published(ours, "nnn-chowdhury2024", "3", on=["method"], model=model, dataset=dataset,
+                                  metrics=["kurtosis", "mae", "max", "delta R@1"], label=label,
+                                  source_note=f"NNN paper Table 3 ({model}, {dataset}, t2i)")
 run.save_table(table3, "nnn_table3_hubness",
            caption=f"Top-1 k-occurrence of the images (captions matched per image), t2i; MAE = mean absolute deviation "
                    f"from the expected count. this run = {label}.")
@@ -181,9 +181,9 @@ stats10["R@1"] = [hn.evaluate(agn[m] if b == agn_bank else fitted10[m], task_qa)
 ours5 = pd.DataFrame({"method": stats10["method"].str.lower().replace({"original": "raw"}),
                       "setting": stats10["bank"].replace({"test queries (query-aware)": "query-aware (bank = test queries)"}),
                       "metric": "skewness", "value": stats10["skewness"]})
-pub5 = compare.published("dbsn-pan2025", "5", model=dbsn_model, dataset=dataset)
-table5 = compare.side_by_side(ours5, pub5, ["method", "setting", "metric"], label=label,
-                         source_note=f"DBSN paper Table 5 ({dbsn_model}, {dataset})")
+table5 = compare.beside_published(ours5, "dbsn-pan2025", "5", on=["method", "setting"], model=dbsn_model,
+                                  dataset=dataset, metrics=["skewness"], label=label,
+                                  source_note=f"DBSN paper Table 5 ({dbsn_model}, {dataset})")
 run.save_table(table5, "dbsn_table5_skewness", caption=f"Skewness of N_{hub_k} (t2i); this run = {label}.")
 
 # %% tags=["nbval-check-output"]

@@ -213,10 +213,9 @@ qa_tasks = pr.make_tasks(test, None, directions=directions)
 qa_params = {d: {"raw": {}, "is": {"tau": is_tau}, "dis": {"tau": is_tau}, "sn": {"tau": sn_tau}} for d in directions}
 qa = pr.run_methods(qa_tasks, ["raw", "is", "dis", "sn"], qa_params, query_aware=True, hubness_k=(10,))
 qa["setting"] = np.where(qa["method"] == "raw", "none", "query-aware (bank = test queries)")
-ours = compare.to_long(qa, ["direction", "method", "setting"], ["R@1", "R@5", "R@10", "MnR"])
-pub2 = compare.published("dbsn-pan2025", "2", model=model, dataset=dataset)
-table2 = compare.side_by_side(ours, pub2[pub2["direction"].isin(directions)], ["direction", "method", "setting", "metric"],
-                         label=label, source_note=f"DBSN paper Table 2 ({model}, {dataset})")
+table2 = compare.beside_published(qa, "dbsn-pan2025", "2", model=model, dataset=dataset,
+                                  metrics=["R@1", "R@5", "R@10", "MnR"], label=label,
+                                  source_note=f"DBSN paper Table 2 ({model}, {dataset})")
 run.save_table(table2, "dbsn_table2_query_aware", caption=f"Query-aware normalisation (transductive). this run = {label}.")
 
 # %% tags=["nbval-check-output"]
@@ -268,10 +267,9 @@ for bank_split in ("val", "train"):
 agn = pd.concat(frames, ignore_index=True)
 base = qa[qa["direction"] == "t2i"]
 tab4 = pd.concat([base, agn], ignore_index=True)
-ours = compare.to_long(tab4, ["direction", "method", "setting"])
-pubA7 = compare.published("dbsn-pan2025", "A7", model=model, dataset=dataset)
-tableA7 = compare.side_by_side(ours, pubA7, ["direction", "method", "setting", "metric"], label=label,
-                          source_note=f"DBSN paper Table 4 / A7 ({model}, {dataset})")
+tableA7 = compare.beside_published(tab4, "dbsn-pan2025", "A7", model=model, dataset=dataset,
+                                   metrics=["R@1", "R@5", "R@10", "MdR", "MnR"], label=label,
+                                   source_note=f"DBSN paper Table 4 / A7 ({model}, {dataset})")
 run.save_table(tableA7, "dbsn_table4_A7_banks", caption=f"t2i with query-aware, validation and training banks. "
            f"this run = {label}.")
 
