@@ -113,10 +113,9 @@ for a in audio:
 table1 = pd.concat([evaluate_all(t, methods_qa(), query_aware=True, setting=QA) for t in main.tasks.values()],
                    ignore_index=True)
 table_id = "3" if main.modalities[1] == "audio" else "1"
-pub1 = compare.published("dbsn-pan2025", table_id, model=pub_model, dataset=main.dataset)
-tab1 = compare.side_by_side(compare.to_long(table1, ["direction", "method", "setting"]), pub1,
-                            ["direction", "method", "setting", "metric"], label=label,
-                            source_note=f"DBSN Table {table_id} ({pub_model}, {main.dataset})")
+tab1 = compare.beside_published(table1, "dbsn-pan2025", table_id, model=pub_model, dataset=main.dataset,
+                                metrics=compare.METRICS, label=label,
+                                source_note=f"DBSN Table {table_id} ({pub_model}, {main.dataset})")
 run.save_table(tab1, "dbsn_table1_video", caption=f"Query-aware normalisation from score matrices; {label}.")
 
 # %% tags=["nbval-check-output"]
@@ -155,10 +154,9 @@ for a in audio:
     rows3.append(evaluate_all(t, methods_qa(), query_aware=True, setting=QA).assign(dataset=a.dataset, source=a.label))
 table3 = pd.concat(rows3, ignore_index=True) if rows3 else pd.DataFrame()
 if len(table3):
-    pub3 = compare.published("dbsn-pan2025", "3", model="zs CLAP")
-    tab3 = compare.side_by_side(compare.to_long(table3, ["dataset", "direction", "method", "setting"]), pub3,
-                                ["dataset", "direction", "method", "setting", "metric"],
-                                label="; ".join(a.label for a in audio), source_note="DBSN Table 3 (zs CLAP)")
+    tab3 = compare.beside_published(table3, "dbsn-pan2025", "3", on=["dataset", "direction", "method", "setting"],
+                                    model="zs CLAP", metrics=compare.METRICS, label="; ".join(a.label for a in audio),
+                                    source_note="DBSN Table 3 (zs CLAP)")
     run.save_table(tab3, "dbsn_table3_audio", caption="Text-audio retrieval, query-aware normalisation.")
 else:
     print("NOTE: no audio source (audio_sources = []): Table 3 needs text-audio embeddings or score matrices, e.g. "
@@ -197,10 +195,9 @@ if has_banks:
         dual = {"dualis": hn.DualInvertedSoftmax(**dual_betas), "dbsn": hn.DualBankSinkhornNormalization(tau=sn_tau)}
     dual_rows = evaluate_all(t4, dual, query_aware=False, setting="Bq=train, Bt=train") if dual else pd.DataFrame()
     table4 = pd.concat([qa_rows.replace({"setting": {"QA": QA}}), bank_rows, dual_rows], ignore_index=True)
-    pub4 = compare.published("dbsn-pan2025", "4", model=pub_model, dataset=main.dataset)
-    tab4 = compare.side_by_side(compare.to_long(table4, ["direction", "method", "setting"]), pub4,
-                                ["direction", "method", "setting", "metric"], label=label,
-                                source_note=f"DBSN Table 4 ({pub_model}, {main.dataset})")
+    tab4 = compare.beside_published(table4, "dbsn-pan2025", "4", model=pub_model, dataset=main.dataset,
+                                    metrics=compare.METRICS, label=label,
+                                    source_note=f"DBSN Table 4 ({pub_model}, {main.dataset})")
     run.save_table(tab4, "dbsn_table4_query_banks", caption=f"Query banks on {fwd}; {label}.")
 else:
     table4 = pd.DataFrame()
