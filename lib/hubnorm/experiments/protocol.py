@@ -1,8 +1,9 @@
 """The evaluation protocol of the papers, as the notebooks run it.
 
     load (``prepare_dataset``) -> reference bank (``reference_split``) -> tasks (``make_tasks``)
-    -> choose parameters on val (``select_and_evaluate``, NNN App. B, through :func:`hubnorm.grid_search`)
-    -> evaluate once on test (``run_methods``)
+    -> choose parameters on val (``select_parameters``, NNN App. B, through :func:`hubnorm.grid_search`)
+    -> fit and evaluate once on test (the notebooks write ``task.fit`` / ``hubnorm.evaluate`` out; ``run_methods``
+    and ``select_and_evaluate`` do both steps in one call)
 
 Every function returns a tidy :class:`pandas.DataFrame` (one row per direction x method) with the columns
 ``R@1, R@5, R@10, MdR, MnR`` (percent / 1-based ranks), so tables and seaborn plots are one call away.
