@@ -134,8 +134,9 @@ methods = ["raw", "dn", "dualis", "dualdis", "nnn"]
 selection = pr.select_parameters(val_tasks, methods, grids, reuse=reuse,  # hn.grid_search on val, by R@1
                                  extra={"setting": in_setting})
 if cross_source:   # NNN alone with the other dataset's bank, its (alpha, k) chosen again (NNN Table 2)
-    selection = pd.concat([selection, pr.select_parameters(val_cross, {"nnn (cross)": "nnn"}, {"nnn (cross)": grids["nnn"]},
-                                                           extra={"setting": cross_setting})], ignore_index=True)
+    cross_selection = pr.select_parameters(val_cross, {"nnn (cross)": "nnn"}, {"nnn (cross)": grids["nnn"]},
+                                           extra={"setting": cross_setting})
+    selection = pd.concat([selection, cross_selection], ignore_index=True)
 
 # %% tags=["nbval-check-output"]
 nb.show(selection, ["direction", "method", "chosen", "val R@1", "grid points", "engine"])

@@ -268,9 +268,9 @@ for bank_split in ("val", "train"):
     task = pr.make_tasks(test, ds.split(bank_split), directions=["t2i"])["t2i"]
     for method in bank_methods:
         normalizer = task.fit(hn.make_normalizer(method, **bank_params[method]))   # query-agnostic: a held-out bank
+        setting = f"Bq={bank_split}, Bt={bank_split}" if method in ("dualis", "dbsn") else f"Bq={bank_split}"
         rows.append({"direction": "t2i", "method": method, "params": pr.fmt_params(bank_params[method]),
-                     **hn.evaluate(normalizer, task),
-                     "setting": f"Bq={bank_split}, Bt={bank_split}" if method in ("dualis", "dbsn") else f"Bq={bank_split}"})
+                     **hn.evaluate(normalizer, task), "setting": setting})
 agn = pd.DataFrame(rows)
 base = qa[qa["direction"] == "t2i"]
 tab4 = pd.concat([base, agn], ignore_index=True)

@@ -85,6 +85,8 @@ def test_long_results_and_bad_input():
                          "value": [70.0]})
     out = compare.beside_published(long, PAPER, "A6", model="CLIP", dataset="flickr30k", label="x")
     assert _cell(out, "published", method="nnn") == pytest.approx(64.60)
+    with pytest.raises(ValueError, match="leaves out"):   # long results: no metric of ours is dropped silently
+        compare.beside_published(long.assign(metric="R@5"), PAPER, "A6", label="x")
     with pytest.raises(ValueError, match="key columns"):
         compare.beside_published(long.drop(columns=["setting"]), PAPER, "A6", label="x")
     with pytest.raises(ValueError, match="no column for the metrics"):

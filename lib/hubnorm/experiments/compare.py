@@ -85,8 +85,8 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
             :func:`paper_tables`). A key reported by two tables is taken from the first one listed.
         label: what the run is (``protocol.run_label``), in the ``run`` column.
         on: the key columns besides ``metric``; published rows are matched on them and on ``metric``.
-        metrics: the metrics compared; only published rows of these metrics (and of the directions ``results``
-            has, when ``direction`` is a key) are shown.
+        metrics: the metrics compared (long ``results`` must hold no other metric); only published rows of these
+            metrics (and of the directions ``results`` has, when ``direction`` is a key) are shown.
         ci: ``results`` has ``"<metric> lo"`` / ``"<metric> hi"`` bootstrap bounds: add ``95% CI`` (printed) and
             ``half-width``, and the published ``"<metric> ci95"`` rows as ``published ±`` (the paper's "± x").
         names: renames of the ``method`` column after the join (e.g. ``hubnorm.DISPLAY_NAMES``).
@@ -108,7 +108,11 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     if ci and long:
         raise ValueError("ci=True needs wide results (columns '<metric>', '<metric> lo', '<metric> hi')")
     if long:
-        ours = results[results["metric"].isin(metrics)][on + ["metric", "value"]]
+        other = sorted(set(results["metric"]) - set(metrics))
+        if other:   # never drop our numbers silently
+            raise ValueError(f"results hold the metrics {other} that metrics={metrics} leaves out: pass them in "
+                             "metrics= or drop those rows first")
+        ours = results[on + ["metric", "value"]]
     else:
         absent = [m for m in metrics if m not in results.columns]
         if absent:
@@ -118,7 +122,8 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
         bounds = [f"{m} {b}" for m in metrics for b in ("lo", "hi")]
         absent = [c for c in bounds if c not in results.columns]
         if absent:
-            raise ValueError(f"ci=True needs the bootstrap bounds {absent} in results (hubnorm.evaluate(..., n_boot=...))")
+            raise ValueError(f"ci=True needs the bootstrap bounds {absent} in results "
+                             "(hubnorm.evaluate(..., n_boot=...))")
         lo = results.melt(id_vars=on, value_vars=[f"{m} lo" for m in metrics], var_name="metric", value_name="lo")
         hi = results.melt(id_vars=on, value_vars=[f"{m} hi" for m in metrics], var_name="metric", value_name="hi")
         ours = ours.assign(lo=lo["lo"].to_numpy(), hi=hi["hi"].to_numpy())
