@@ -331,3 +331,31 @@ def test_split_entries_key_on_the_encoder_options(tmp_path):
     del man["key"]["encoder_options"]      # as written before the field existed: read as the defaults (seed 0)
     man_path.write_text(json.dumps(man))
     assert run() == 0
+
+
+def test_a_file_vanishing_under_a_read_is_read_again_or_named(tmp_path, monkeypatch):
+    """A writer replacing the entry between the reader's listing and its open (FileNotFoundError) makes the reader
+    read the new entry; a file vanishing from an entry nobody replaced is a CacheError naming it."""
+    folder = tmp_path / "c" / "d" / "m" / "none" / "test"
+    x = _unit(1, 30, 8)
+    args = (np.repeat(np.arange(6), 4), [f"i{i}" for i in range(6)], [f"c{j}" for j in range(24)])
+    key = {"dataset": "d", "split": "test", "model": "m"}
+    cache.write_entry(folder, key, x[:6], x[6:], *args)
+    real, calls = cache._read_entry_once, []
+
+    def replaced_then_read(*a):
+        calls.append(1)
+        if len(calls) == 1:   # another writer renames its entry into place while this read is under way
+            cache.write_entry(folder, key, x[:6] * 1.0, x[6:], *args)
+            raise FileNotFoundError(2, "No such file or directory", str(folder / "texts.json"))
+        return real(*a)
+    monkeypatch.setattr(cache, "_read_entry_once", replaced_then_read)
+    arrays, texts, _ = cache.read_entry(folder, key)
+    assert len(calls) == 2 and arrays["images"].shape == (6, 8)
+
+    def vanished(*a):
+        raise FileNotFoundError(2, "No such file or directory", str(folder / "texts.json"))
+    monkeypatch.setattr(cache, "_read_entry_once", vanished)
+    with pytest.raises(cache.CacheError, match="texts.json is missing") as err:
+        cache.read_entry(folder, key)
+    assert err.value.reason == "corrupt"

@@ -342,18 +342,22 @@ def read_entry(folder: PathLike, expected_key: Optional[dict] = None,
     A folder replaced by a writer while it is being read (its inode changed) is read again.
     """
     folder = Path(folder)
-    for _ in range(3):
+    for _ in range(10):
         before = _inode(folder)
         try:
             return _read_entry_once(folder, expected_key, fields)
-        except CacheError:
+        except (CacheError, FileNotFoundError) as err:   # a file can vanish between the listing and its read
             after = _inode(folder)
             if after == before:
+                if isinstance(err, FileNotFoundError):
+                    raise CacheError(f"{err.filename} is missing although the manifest lists it (delete {folder} "
+                                     "and encode again)", reason="corrupt") from err
                 raise
             if after is None:
                 raise CacheError(f"no cached embeddings at {folder} (it was replaced while being read)",
                                  reason="missing") from None
-    return _read_entry_once(folder, expected_key, fields)
+    raise CacheError(f"the cached embeddings at {folder} were replaced by other writers during 10 reads in a row; "
+                     "read again once they are done", reason="missing")
 
 
 def _inode(folder: Path):
