@@ -3,8 +3,9 @@
 Kinds (tests/local_folders.py, generated, small): per-caption rows with caption texts and a published model;
 one caption per image without metadata and an unknown model; a stacked (2, n, d) array; one image row per image
 with captions grouped by ``metadata.csv``; shuffled per-caption rows grouped by ``metadata.csv`` with a declared
-data set; a tiny 60-image set. Plus the real folders of ../shared/data when present (Flickr8k 100x5 ViT-B/32 with
-texts; COCO-500 ViT-B/16, stacked, no texts; Flickr8k with its rows shuffled and the grouping in metadata).
+data set; a tiny 60-image set. Plus the real folders of ../shared/data when present (COCO-500 ViT-B/16, stacked,
+no texts; Flickr8k 100x5 ViT-B/32 with its rows shuffled and the grouping in metadata; Flickr8k as it is runs in
+tests/test_notebooks.py, through papermill with the notebooks' defaults).
 
 Each notebook runs from its jupytext source in this process (tests/local_folders.py: parameters injected after
 the parameters cell, as papermill does, without a kernel start) with the size parameters of ``FAST_PARAMS``.
@@ -31,7 +32,11 @@ SHARED = {
     "real-coco500-vitb16": ("embeddings", "coco-val2017-500-clip-vitb16"),
     "real-flickr8k-shuffled-meta": None,   # built from the Flickr8k folder below
 }
-ALL_KINDS = list(KINDS) + list(SHARED)
+#: The Flickr8k folder as it is is not a case here: tests/test_notebooks.py runs every notebook on exactly that folder
+#: through papermill with the notebook's own (larger) defaults and makes this test's checks on its outputs (no
+#: traceback, no comparison with a missing model, the no-data-set NOTE), so a second run of each notebook on the same
+#: input added time and no coverage. Its shuffled copy (grouping from metadata.csv) stays.
+ALL_KINDS = list(KINDS) + [k for k in SHARED if k != "real-flickr8k-100x5"]
 
 
 @pytest.fixture(scope="module")

@@ -263,3 +263,9 @@ def test_notebook_runs_on_real_embeddings_with_only_source_changed(ipynb, tmp_pa
     text = "\n".join(o.get("text", "") + json.dumps(o.get("data", {}).get("text/plain", ""))
                      for c in _read(out).cells if c.cell_type == "code" for o in c.outputs)
     assert "synthetic analog" not in text, "a synthetic label appeared in a run on real data"
+    # the own-data matrix's checks (tests/test_notebook_matrix.py runs its other folders; this one runs here only):
+    # nothing claims a comparison that is not there, and the folder declares no data set, so the run says so
+    assert "Traceback" not in text
+    assert "published rows shown beside it: NNN paper, None" not in text
+    if ipynb.name[:2] in ("01", "02", "04"):
+        assert "NOTE: no published rows are compared with this run" in text, "a run with no data set says so"
