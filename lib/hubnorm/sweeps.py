@@ -41,7 +41,7 @@ from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
 
-__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "can_sweep", "SWEEP_CACHE_BYTES"]
+__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SWEEP_CACHE_BYTES"]
 
 #: The sweeps keep score blocks in memory up to this many bytes per score matrix; beyond it they are recomputed.
 SWEEP_CACHE_BYTES = 2 * 2**30
@@ -49,36 +49,108 @@ SWEEP_CACHE_BYTES = 2 * 2**30
 _BIG = torch.iinfo(torch.int64).max
 
 
-class _OffsetScores:
-    """Scores ``S + h`` block by block, with exactly the arithmetic of ``Normalizer._score_block``."""
-
-    def __init__(self, ident: Identity, h: torch.Tensor):
-        self.ident, self.h = ident, h
-
-    def iter_scores(self, queries, chunk_size=None):
-        for q0, s in self.ident.iter_scores(queries, chunk_size):
-            yield q0, s.add_(self.h)
-
-
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
     return Identity(device=device, check_normalized=check_normalized).fit(task.targets)
 
 
-def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, cap: int, *, chunk_size: Optional[int] = None,
-                       device=None, check_normalized: bool = True, candidates: Optional[int] = None,
-                       settings_per_pass: int = 16) -> np.ndarray:
-    """Ranks (0-based, tie rule of :func:`hubnorm.evaluation.positive_ranks`) of every query of ``task`` under
-    every offset vector (rows of ``offsets``, ``G x n``), capped at ``cap``: a ``(G, m)`` int array whose entries
-    equal the true rank when it is below ``cap`` and ``cap`` otherwise. See the module docstring."""
-    cap = check_positive_int(cap, "cap")
+#: Lines of a grid (see :func:`offset_lines`) are bundled this many at a time for the dense candidate pass.
+LINE_BUNDLE = 1
+
+
+def _segment_residual(H: torch.Tensor, a: int, b: int, members: Sequence[int]) -> float:
+    """Largest distance (max norm, float64) of the offsets ``H[g]`` of ``members`` from the segment between
+    ``H[a]`` and ``H[b]``: ``max_g min_{lam in [0, 1]}``-projection residual (projection clamped to the segment)."""
+    A, B = H[a].double(), H[b].double()
+    D = B - A
+    dd = float(D @ D)
+    worst = 0.0
+    for g in members:
+        x = H[g].double() - A
+        lam = 0.0 if dd == 0.0 else min(1.0, max(0.0, float(x @ D) / dd))
+        worst = max(worst, float((x - lam * D).abs().max()))
+    return worst
+
+
+def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> List[tuple]:
+    """Group the settings of a grid into *lines*: settings that differ in one numeric parameter only and whose
+    offsets lie on the segment between the two extreme values of that parameter (NNN at a fixed ``k``: ``-alpha
+    b_k`` is linear in ``alpha``). Returns ``(a, b, members)`` tuples (the ends and every setting of the line);
+    settings that form no line are ``(g, g, [g])``. Only a speed choice: :func:`offset_sweep_ranks` is exact for
+    any grouping (it measures each line's distance from its segment and widens its bounds by it)."""
+    G = H.shape[0]
+    alone = [(g, g, [g]) for g in range(G)]
+    if G < 3 or not points:
+        return alone
+    scale = float(H.abs().max()) + 1.0
+    tol = 64 * torch.finfo(H.dtype).eps * scale
+    best = None
+    for name in points[0]:
+        vals = [p.get(name) for p in points]
+        if len(set(map(repr, vals))) < 3 or not all(isinstance(v, (int, float, np.integer, np.floating))
+                                                    and not isinstance(v, bool) for v in vals):
+            continue
+        groups: Dict[str, List[int]] = {}
+        for g, p in enumerate(points):
+            groups.setdefault(repr(sorted((k, repr(v)) for k, v in p.items() if k != name)), []).append(g)
+        lines = []
+        for members in groups.values():
+            a = min(members, key=lambda g: float(vals[g]))
+            b = max(members, key=lambda g: float(vals[g]))
+            if _segment_residual(H, a, b, members) > tol:
+                break
+            lines.append((a, b, members))
+        else:
+            if best is None or len(lines) < len(best):
+                best = lines
+    return best or alone
+
+
+def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Optional[Sequence[tuple]] = None,
+                       chunk_size: Optional[int] = None, device=None, check_normalized: bool = True,
+                       bundle: int = LINE_BUNDLE) -> np.ndarray:
+    """Exact ranks (0-based, tie rule of :func:`hubnorm.evaluation.positive_ranks`) of every query of ``task`` under
+    every offset vector (rows of ``offsets``, ``G x n``): a ``(G, m)`` int array equal to ``positive_ranks`` of
+    ``S + offsets[g]`` for every ``g``, computed from the raw score blocks once.
+
+    ``lines``: ``(a, b, members)`` groups of settings (:func:`offset_lines`; None: every setting alone). Along a
+    line, ``h = (1 - lam) h_a + lam h_b + rho`` with ``|rho| <= r`` (measured here), so for query ``i``, positive
+    ``p`` and target ``j`` the margin ``(S_ij + h_j) - (S_ip + h_p)`` is within ``2 r`` of a linear function of
+    ``lam``: a target that trails the positive by more than the slack at both ends trails it at every setting of
+    the line. One dense pass over the score block per bundle of lines (their ends' offsets bounded by an
+    envelope: ``max_e h_e`` for the targets, ``min_e h_e`` at the positive) finds the few candidates; each line
+    keeps those within the slack at one of its ends; each setting is then counted exactly on them, with the very
+    arithmetic of the evaluator (``fl(S + h)``, ties by target index). A target beating the best positive beats
+    every positive, so the candidates are taken against one positive per query (its best raw score). The slack
+    covers float rounding: ``8 u X + 2 r`` with ``u`` the unit roundoff and ``X`` a bound of ``|S| + |h|``.
+    """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
     H = offsets.to(device=t.device, dtype=t.dtype)
     if H.ndim != 2 or H.shape[1] != t.shape[0]:
         raise ValueError(f"offsets must be (settings, {t.shape[0]}); got {tuple(H.shape)}")
     G, n = H.shape
-    hmax = H.amax(dim=1)
-    C = min(n, candidates or max(4 * cap, cap + 32))
+    lines = [(g, g, [g]) for g in range(G)] if lines is None else [(int(a), int(b), [int(g) for g in m])
+                                                                 for a, b, m in lines]
+    if sorted(g for _, _, m in lines for g in m) != list(range(G)):
+        raise ValueError("lines must hold every setting exactly once")
+    u = torch.finfo(t.dtype).eps  # 2 x the unit roundoff: a margin of its own
+    q = as_embeddings(task.queries, "queries", device=t.device, dtype=t.dtype, dim=t.shape[1],
+                      check_normalized=False)
+    smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
+    X = 1.001 * smax + float(H.abs().max()) + 1e-30
+    slack = [8 * u * X + 2 * _segment_residual(H, a, b, m) for a, b, m in lines]
+    # bundles: consecutive lines of several settings share one dense pass; lone settings get a pass each
+    bundles, run = [], []
+    for li, (a, b, m) in enumerate(lines):
+        if len(m) == 1:
+            bundles.append([li])
+            continue
+        run.append(li)
+        if len(run) == bundle:
+            bundles.append(run)
+            run = []
+    if run:
+        bundles.append(run)
     pos = task.positives
     q_of_all = pos.query_of_entry
     out = np.empty((G, pos.n_queries), dtype=np.int64)
@@ -89,66 +161,66 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, cap: int, *, 
         rows = torch.from_numpy(q_of_all[lo:hi] - q0).to(S.device)
         cols = torch.from_numpy(pos.indices[lo:hi]).to(S.device)
         s_pos = S[rows, cols]
-        topv, topi = S.topk(C, dim=1)
-        lowest = topv[:, -1]
-        for g0 in range(0, G, settings_per_pass):
-            Hg = H[g0:g0 + settings_per_pass]
-            g = Hg.shape[0]
-            pv = s_pos[None, :] + Hg[:, cols]                       # fl(S + h) at the positives
-            r2 = rows[None, :].expand(g, -1)
-            best = torch.full((g, bq), -torch.inf, dtype=S.dtype, device=S.device).scatter_reduce(1, r2, pv, "amax")
-            is_best = pv == best.gather(1, r2)
-            cand_cols = torch.where(is_best, cols[None, :].expand(g, -1), torch.full_like(r2, _BIG))
-            best_col = torch.full((g, bq), _BIG, dtype=torch.long, device=S.device).scatter_reduce(
-                1, r2, cand_cols, "amin")
-            xc = topv[None] + Hg[:, topi]                           # (g, bq, C)
-            b3 = best[..., None]
-            cnt = ((xc > b3) | ((xc == b3) & (topi[None] < best_col[..., None]))).sum(dim=2)
-            resolved = ((lowest[None, :] + hmax[g0:g0 + g, None]) < best) | (cnt >= cap)
-            rank = cnt
-            todo = (~resolved).nonzero()
-            if todo.numel():
-                gi, qi = todo[:, 0], todo[:, 1]
-                for u0 in range(0, gi.numel(), 256):
-                    gs, qs = gi[u0:u0 + 256], qi[u0:u0 + 256]
-                    x = S[qs] + Hg[gs]
-                    bv, bc = best[gs, qs], best_col[gs, qs]
-                    col_idx = torch.arange(n, device=S.device)
-                    full = (x > bv[:, None]).sum(1) + ((x == bv[:, None]) & (col_idx[None] < bc[:, None])).sum(1)
-                    rank[gs, qs] = full
-            out[g0:g0 + g, q0:q1] = rank.clamp_max(cap).cpu().numpy()
+        # the best positive of every setting, as positive_ranks finds it: fl(S + h), first column among ties
+        pv = s_pos[None, :] + H[:, cols]
+        r2 = rows[None, :].expand(G, -1)
+        best = torch.full((G, bq), -torch.inf, dtype=S.dtype, device=S.device).scatter_reduce(1, r2, pv, "amax")
+        is_best = pv == best.gather(1, r2)
+        best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=S.device).scatter_reduce(
+            1, r2, torch.where(is_best, cols[None, :].expand(G, -1), torch.full_like(r2, _BIG)), "amin")
+        # one positive per query for the candidate bounds: the best raw score
+        raw_best = torch.full((bq,), -torch.inf, dtype=S.dtype, device=S.device).scatter_reduce(0, rows, s_pos, "amax")
+        p0 = torch.full((bq,), _BIG, dtype=torch.long, device=S.device).scatter_reduce(
+            0, rows, torch.where(s_pos == raw_best[rows], cols, torch.full_like(cols, _BIG)), "amin")
+        sp0 = S.gather(1, p0[:, None])[:, 0]
+        ranks = torch.zeros((G, bq), dtype=torch.long, device=S.device)
+        buf = torch.empty_like(S)                 # reused: a fresh block per pass would cost its page faults
+        mask, hit = (torch.empty(S.shape, dtype=torch.bool, device=S.device) for _ in range(2))
+        for bundle_lines in bundles:
+            d_b = 2 * max(slack[li] for li in bundle_lines)
+            for end in (0, 1):
+                E = H[[lines[li][end] for li in bundle_lines]]
+                if end == 1 and all(lines[li][0] == lines[li][1] for li in bundle_lines):
+                    break
+                U, V = E.amax(dim=0), E[:, p0].amin(dim=0)
+                torch.add(S, U, out=buf)
+                torch.gt(buf, (sp0 + V).sub_(d_b)[:, None], out=mask if end == 0 else hit)
+                if end == 1:
+                    mask.logical_or_(hit)
+            r, c = mask.nonzero(as_tuple=True)
+            v = S[r, c]
+            for li in bundle_lines:
+                a, b, members = lines[li]
+                if len(bundle_lines) > 1:  # the bundle's pass used an envelope: this line's own test
+                    keep = None
+                    for e in {a, b}:
+                        d = (v + H[e, c]).sub_((sp0 + H[e, p0])[r]).gt(-slack[li])
+                        keep = d if keep is None else keep.logical_or_(d)
+                    rl, cl, vl = r[keep], c[keep], v[keep]
+                else:
+                    rl, cl, vl = r, c, v
+                if rl.numel() == 0:
+                    continue
+                idx = torch.tensor(members, device=S.device)
+                x = vl[None, :] + H[idx][:, cl]                           # fl(S + h): the evaluator's arithmetic
+                bv, bc = best[idx][:, rl], best_col[idx][:, rl]
+                beat = (x > bv) | ((x == bv) & (cl[None, :] < bc))
+                ranks[idx] = torch.zeros((len(members), bq), dtype=torch.long, device=S.device).scatter_add_(
+                    1, rl[None, :].expand(len(members), -1), beat.long())
+        out[:, q0:q1] = ranks.cpu().numpy()
     return out
 
 
-def _metrics_from_capped(ranks: np.ndarray, cap: int, ks: Sequence[int]) -> Optional[Dict[str, float]]:
-    """R@K and MdR from capped ranks, or None when the median is not below the cap."""
-    out = {f"R@{k}": float(100.0 * np.mean(ranks < k)) for k in ks}
-    srt = np.sort(ranks)
-    m = srt.size
-    mid = srt[[(m - 1) // 2, m // 2]]
-    if mid.max() >= cap:
-        return None
-    out["MdR"] = float(np.floor(np.median(ranks)) + 1)
-    return out
-
-
-def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized) -> List[Dict[str, float]]:
+def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
+                      ) -> List[Dict[str, float]]:
     ks = tuple(int(k) for k in ks)
-    if full:
-        ident = _identity(task, device, check_normalized)
-        return [summarize_ranks(positive_ranks(_OffsetScores(ident, h.to(ident.targets_.dtype)), task.positives,
-                                               task.queries, chunk_size=chunk_size), ks) for h in H]
-    cap = max(ks)
-    capped = offset_sweep_ranks(task, H, cap, chunk_size=chunk_size, device=device, check_normalized=check_normalized)
+    ranks = offset_sweep_ranks(task, H, lines=lines, chunk_size=chunk_size, device=device,
+                               check_normalized=check_normalized)
     rows = []
-    ident = None
     for g in range(H.shape[0]):
-        res = _metrics_from_capped(capped[g], cap, ks)
-        if res is None:  # median rank beyond the cap: this setting's ranks in full
-            ident = ident or _identity(task, device, check_normalized)
-            ranks = positive_ranks(_OffsetScores(ident, H[g].to(ident.targets_.dtype)), task.positives, task.queries,
-                                   chunk_size=chunk_size)
-            res = {k: v for k, v in summarize_ranks(ranks, ks).items() if k != "MnR"}
+        res = summarize_ranks(ranks[g], ks)
+        if not full:
+            res.pop("MnR")
         rows.append(res)
     return rows
 
@@ -179,7 +251,8 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
     fitted = cls.fit_grid(norms, engine)
     if cls.is_offset:
         H = torch.stack([f["offsets_"] for f in fitted])
-        rows = _evaluate_offsets(task, H, metric_ks, full, ref.chunk_size, engine.device, ref.check_normalized)
+        rows = _evaluate_offsets(task, H, metric_ks, full, ref.chunk_size, engine.device, ref.check_normalized,
+                                 lines=offset_lines(points, H))
     else:
         rows = _evaluate_fitted(task, norms, fitted, engine, metric_ks)
     return pd.DataFrame([{**p, **r} for p, r in zip(points, rows)])
