@@ -191,21 +191,32 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             v = S[r, c]
             for li in bundle_lines:
                 a, b, members = lines[li]
+                sl = slack[li]
+                x_end = [v + H[e, c] for e in ((a,) if a == b else (a, b))]
                 if len(bundle_lines) > 1:  # the bundle's pass used an envelope: this line's own test
                     keep = None
-                    for e in {a, b}:
-                        d = (v + H[e, c]).sub_((sp0 + H[e, p0])[r]).gt(-slack[li])
+                    for e, xe in zip((a, b), x_end):
+                        d = (xe - (sp0 + H[e, p0])[r]).gt(-sl)
                         keep = d if keep is None else keep.logical_or_(d)
-                    rl, cl, vl = r[keep], c[keep], v[keep]
+                    r_l, c_l, v_l, x_end = r[keep], c[keep], v[keep], [xe[keep] for xe in x_end]
                 else:
-                    rl, cl, vl = r, c, v
+                    r_l, c_l, v_l = r, c, v
+                # ahead of the best positive by more than the slack at both ends: ahead at every setting of the
+                # line (of every positive, by the same linear argument), counted once for all of them
+                sure = None
+                for e, xe in zip((a, b), x_end):
+                    d = (xe - best[e][r_l]).gt(sl)
+                    sure = d if sure is None else sure.logical_and_(d)
+                idx = torch.tensor(members, device=S.device)
+                ranks[idx] = torch.bincount(r_l[sure], minlength=bq)[None, :]
+                amb = ~sure
+                rl, cl, vl = r_l[amb], c_l[amb], v_l[amb]
                 if rl.numel() == 0:
                     continue
-                idx = torch.tensor(members, device=S.device)
-                x = vl[None, :] + H[idx][:, cl]                           # fl(S + h): the evaluator's arithmetic
-                bv, bc = best[idx][:, rl], best_col[idx][:, rl]
+                x = vl[None, :] + H[idx[:, None], cl[None, :]]             # fl(S + h): the evaluator's arithmetic
+                bv, bc = best[idx[:, None], rl[None, :]], best_col[idx[:, None], rl[None, :]]
                 beat = (x > bv) | ((x == bv) & (cl[None, :] < bc))
-                ranks[idx] = torch.zeros((len(members), bq), dtype=torch.long, device=S.device).scatter_add_(
+                ranks[idx] += torch.zeros((len(members), bq), dtype=torch.long, device=S.device).scatter_add_(
                     1, rl[None, :].expand(len(members), -1), beat.long())
         out[:, q0:q1] = ranks.cpu().numpy()
     return out
