@@ -53,22 +53,24 @@ def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
     return Identity(device=device, check_normalized=check_normalized).fit(task.targets)
 
 
-#: Lines of a grid (see :func:`offset_lines`) are bundled this many at a time for the dense candidate pass.
-LINE_BUNDLE = 1
-
-
-def _segment_residual(H: torch.Tensor, a: int, b: int, members: Sequence[int]) -> float:
-    """Largest distance (max norm, float64) of the offsets ``H[g]`` of ``members`` from the segment between
-    ``H[a]`` and ``H[b]``: ``max_g min_{lam in [0, 1]}``-projection residual (projection clamped to the segment)."""
+def _segment(H: torch.Tensor, a: int, b: int, members: Sequence[int]):
+    """Where the offsets ``H[g]`` of ``members`` lie on the segment from ``H[a]`` to ``H[b]``: their positions
+    ``lam`` (float64, the projection clamped to [0, 1]) and the largest distance (max norm) of a member from its
+    point ``H[a] + lam (H[b] - H[a])`` on the segment."""
     A, B = H[a].double(), H[b].double()
     D = B - A
     dd = float(D @ D)
-    worst = 0.0
+    lams, worst = [], 0.0
     for g in members:
         x = H[g].double() - A
         lam = 0.0 if dd == 0.0 else min(1.0, max(0.0, float(x @ D) / dd))
+        lams.append(lam)
         worst = max(worst, float((x - lam * D).abs().max()))
-    return worst
+    return lams, worst
+
+
+def _segment_residual(H: torch.Tensor, a: int, b: int, members: Sequence[int]) -> float:
+    return _segment(H, a, b, members)[1]
 
 
 def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> List[tuple]:
@@ -106,22 +108,26 @@ def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> Lis
 
 
 def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Optional[Sequence[tuple]] = None,
-                       chunk_size: Optional[int] = None, device=None, check_normalized: bool = True,
-                       bundle: int = LINE_BUNDLE) -> np.ndarray:
+                       chunk_size: Optional[int] = None, device=None, check_normalized: bool = True) -> np.ndarray:
     """Exact ranks (0-based, tie rule of :func:`hubnorm.evaluation.positive_ranks`) of every query of ``task`` under
     every offset vector (rows of ``offsets``, ``G x n``): a ``(G, m)`` int array equal to ``positive_ranks`` of
     ``S + offsets[g]`` for every ``g``, computed from the raw score blocks once.
 
     ``lines``: ``(a, b, members)`` groups of settings (:func:`offset_lines`; None: every setting alone). Along a
-    line, ``h = (1 - lam) h_a + lam h_b + rho`` with ``|rho| <= r`` (measured here), so for query ``i``, positive
-    ``p`` and target ``j`` the margin ``(S_ij + h_j) - (S_ip + h_p)`` is within ``2 r`` of a linear function of
-    ``lam``: a target that trails the positive by more than the slack at both ends trails it at every setting of
-    the line. One dense pass over the score block per bundle of lines (their ends' offsets bounded by an
-    envelope: ``max_e h_e`` for the targets, ``min_e h_e`` at the positive) finds the few candidates; each line
-    keeps those within the slack at one of its ends; each setting is then counted exactly on them, with the very
-    arithmetic of the evaluator (``fl(S + h)``, ties by target index). A target beating the best positive beats
-    every positive, so the candidates are taken against one positive per query (its best raw score). The slack
-    covers float rounding: ``8 u X + 2 r`` with ``u`` the unit roundoff and ``X`` a bound of ``|S| + |h|``.
+    line, ``h = (1 - lam) h_a + lam h_b + rho`` with ``|rho| <= r`` (measured here), so the margin
+    ``(S_ij + h_j) - (S_ip + h_p)`` of target ``j`` over positive ``p`` is within ``2 r`` of a linear function of
+    ``lam``; over the best of several positives it is concave. Per line:
+
+    1. candidates: one dense pass over the score block finds the targets within the slack of one positive ``p0``
+       (the best raw one) at either end; a target that trails ``p0`` at both ends trails it, and so the best
+       positive, at every setting of the line;
+    2. per candidate, the margins at the two ends (over ``p0``: an upper bound; over the best positive: a lower
+       bound) give the settings where it surely beats the best positive (counted by a difference array, no
+       per-setting work), those where it surely does not, and the few in between, which are counted exactly with
+       the evaluator's arithmetic (``fl(S + h)``, ties by target index).
+
+    The slack ``s = 8 u X + 2 r`` (``u``: the unit roundoff, ``X``: a bound of ``|S| + |h|``) covers float rounding
+    and the residual; "surely" means beyond ``2 s``.
     """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
@@ -133,93 +139,110 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
                                                                  for a, b, m in lines]
     if sorted(g for _, _, m in lines for g in m) != list(range(G)):
         raise ValueError("lines must hold every setting exactly once")
+    dev = t.device
     u = torch.finfo(t.dtype).eps  # 2 x the unit roundoff: a margin of its own
-    q = as_embeddings(task.queries, "queries", device=t.device, dtype=t.dtype, dim=t.shape[1],
-                      check_normalized=False)
+    q = as_embeddings(task.queries, "queries", device=dev, dtype=t.dtype, dim=t.shape[1], check_normalized=False)
     smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
     X = 1.001 * smax + float(H.abs().max()) + 1e-30
-    slack = [8 * u * X + 2 * _segment_residual(H, a, b, m) for a, b, m in lines]
-    # bundles: consecutive lines of several settings share one dense pass; lone settings get a pass each
-    bundles, run = [], []
-    for li, (a, b, m) in enumerate(lines):
-        if len(m) == 1:
-            bundles.append([li])
-            continue
-        run.append(li)
-        if len(run) == bundle:
-            bundles.append(run)
-            run = []
-    if run:
-        bundles.append(run)
+    geo = []  # per line: ends, members sorted by position on the segment, positions, slack
+    for a, b, members in lines:
+        lams, resid = _segment(H, a, b, members)
+        order = sorted(range(len(members)), key=lambda i: lams[i])
+        geo.append((a, b, torch.tensor([members[i] for i in order], device=dev),
+                    torch.tensor([lams[i] for i in order], dtype=torch.float64, device=dev), 8 * u * X + 2 * resid))
     pos = task.positives
     q_of_all = pos.query_of_entry
     out = np.empty((G, pos.n_queries), dtype=np.int64)
+    Hf = H.reshape(-1)
     for q0, S in ident.iter_scores(task.queries, chunk_size):
         bq = S.shape[0]
         q1 = q0 + bq
         lo, hi = pos.indptr[q0], pos.indptr[q1]
-        rows = torch.from_numpy(q_of_all[lo:hi] - q0).to(S.device)
-        cols = torch.from_numpy(pos.indices[lo:hi]).to(S.device)
+        rows = torch.from_numpy(q_of_all[lo:hi] - q0).to(dev)
+        cols = torch.from_numpy(pos.indices[lo:hi]).to(dev)
         s_pos = S[rows, cols]
         # the best positive of every setting, as positive_ranks finds it: fl(S + h), first column among ties
         pv = s_pos[None, :] + H[:, cols]
         r2 = rows[None, :].expand(G, -1)
-        best = torch.full((G, bq), -torch.inf, dtype=S.dtype, device=S.device).scatter_reduce(1, r2, pv, "amax")
+        best = torch.full((G, bq), -torch.inf, dtype=S.dtype, device=dev).scatter_reduce(1, r2, pv, "amax")
         is_best = pv == best.gather(1, r2)
-        best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=S.device).scatter_reduce(
+        best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=dev).scatter_reduce(
             1, r2, torch.where(is_best, cols[None, :].expand(G, -1), torch.full_like(r2, _BIG)), "amin")
+        bestf, best_colf = best.reshape(-1), best_col.reshape(-1)
         # one positive per query for the candidate bounds: the best raw score
-        raw_best = torch.full((bq,), -torch.inf, dtype=S.dtype, device=S.device).scatter_reduce(0, rows, s_pos, "amax")
-        p0 = torch.full((bq,), _BIG, dtype=torch.long, device=S.device).scatter_reduce(
+        raw_best = torch.full((bq,), -torch.inf, dtype=S.dtype, device=dev).scatter_reduce(0, rows, s_pos, "amax")
+        p0 = torch.full((bq,), _BIG, dtype=torch.long, device=dev).scatter_reduce(
             0, rows, torch.where(s_pos == raw_best[rows], cols, torch.full_like(cols, _BIG)), "amin")
         sp0 = S.gather(1, p0[:, None])[:, 0]
-        ranks = torch.zeros((G, bq), dtype=torch.long, device=S.device)
+        Sf = S.reshape(-1)
         buf = torch.empty_like(S)                 # reused: a fresh block per pass would cost its page faults
-        mask, hit = (torch.empty(S.shape, dtype=torch.bool, device=S.device) for _ in range(2))
-        for bundle_lines in bundles:
-            d_b = 2 * max(slack[li] for li in bundle_lines)
-            for end in (0, 1):
-                E = H[[lines[li][end] for li in bundle_lines]]
-                if end == 1 and all(lines[li][0] == lines[li][1] for li in bundle_lines):
-                    break
-                U, V = E.amax(dim=0), E[:, p0].amin(dim=0)
-                torch.add(S, U, out=buf)
-                torch.gt(buf, (sp0 + V).sub_(d_b)[:, None], out=mask if end == 0 else hit)
-                if end == 1:
-                    mask.logical_or_(hit)
-            r, c = mask.nonzero(as_tuple=True)
-            v = S[r, c]
-            for li in bundle_lines:
-                a, b, members = lines[li]
-                sl = slack[li]
-                x_end = [v + H[e, c] for e in ((a,) if a == b else (a, b))]
-                if len(bundle_lines) > 1:  # the bundle's pass used an envelope: this line's own test
-                    keep = None
-                    for e, xe in zip((a, b), x_end):
-                        d = (xe - (sp0 + H[e, p0])[r]).gt(-sl)
-                        keep = d if keep is None else keep.logical_or_(d)
-                    r_l, c_l, v_l, x_end = r[keep], c[keep], v[keep], [xe[keep] for xe in x_end]
-                else:
-                    r_l, c_l, v_l = r, c, v
-                # ahead of the best positive by more than the slack at both ends: ahead at every setting of the
-                # line (of every positive, by the same linear argument), counted once for all of them
-                sure = None
-                for e, xe in zip((a, b), x_end):
-                    d = (xe - best[e][r_l]).gt(sl)
-                    sure = d if sure is None else sure.logical_and_(d)
-                idx = torch.tensor(members, device=S.device)
-                ranks[idx] = torch.bincount(r_l[sure], minlength=bq)[None, :]
-                amb = ~sure
-                rl, cl, vl = r_l[amb], c_l[amb], v_l[amb]
-                if rl.numel() == 0:
-                    continue
-                x = vl[None, :] + H[idx[:, None], cl[None, :]]             # fl(S + h): the evaluator's arithmetic
-                bv, bc = best[idx[:, None], rl[None, :]], best_col[idx[:, None], rl[None, :]]
-                beat = (x > bv) | ((x == bv) & (cl[None, :] < bc))
-                ranks[idx] += torch.zeros((len(members), bq), dtype=torch.long, device=S.device).scatter_add_(
-                    1, rl[None, :].expand(len(members), -1), beat.long())
-        out[:, q0:q1] = ranks.cpu().numpy()
+        mask, hit = (torch.empty(S.shape, dtype=torch.bool, device=dev) for _ in range(2))
+        for a, b, srt, lam, sl in geo:
+            L = srt.numel()
+            ends = (a,) if a == b else (a, b)
+            for i, e in enumerate(ends):          # 1. candidates
+                torch.add(S, H[e], out=buf)
+                torch.gt(buf, (sp0 + H[e, p0]).sub_(2 * sl)[:, None], out=mask if i == 0 else hit)
+            if len(ends) == 2:
+                mask.logical_or_(hit)
+            flat = mask.view(-1).nonzero().squeeze(1)
+            r = torch.div(flat, n, rounding_mode="floor")
+            c = flat - r * n
+            v = Sf.index_select(0, flat)
+            # 2. margins at the ends: over the best positive (gA, gB) and over p0 (fA, fB), in float64
+            xa, xb = v + H[a].index_select(0, c), v + H[b].index_select(0, c)
+            gA = (xa - bestf.index_select(0, a * bq + r)).double()
+            gB = (xb - bestf.index_select(0, b * bq + r)).double()
+            fA = (xa - (sp0 + H[a, p0]).index_select(0, r)).double()
+            fB = (xb - (sp0 + H[b, p0]).index_select(0, r)).double()
+            b0, b1 = _interval(gA, gB, lam, 2 * sl, above=True)      # surely ahead of the best positive
+            n0, n1 = _interval(fA, fB, lam, -2 * sl, above=False)    # surely behind p0
+            counts = torch.zeros(bq * (L + 1), dtype=torch.long, device=dev)
+            base = r * (L + 1)
+            some = b1 > b0
+            counts.index_add_(0, (base + b0)[some], torch.ones_like(r[some]))
+            counts.index_add_(0, (base + b1)[some], torch.full_like(r[some], -1))
+            counts = counts.view(bq, L + 1).cumsum_(1)[:, :L]
+            # the settings in between: positions [pre, suf) of the line
+            pre = torch.maximum(torch.where((b0 == 0) & some, b1, 0), torch.where((n0 == 0) & (n1 > 0), n1, 0))
+            suf = torch.minimum(torch.where((b1 == L) & some, b0, L), torch.where((n1 == L) & (n1 > n0), n0, L))
+            width = (suf - pre).clamp_min_(0)
+            total = int(width.sum())
+            if total:
+                pid = torch.repeat_interleave(torch.arange(width.numel(), device=dev), width)
+                start = torch.cumsum(width, 0) - width
+                k = pre[pid] + (torch.arange(total, device=dev) - start[pid])   # position on the line
+                g = srt[k]
+                rr, cc = r[pid], c[pid]
+                x = v[pid] + Hf.index_select(0, g * n + cc)                     # fl(S + h): the evaluator's arithmetic
+                bv, bc = bestf.index_select(0, g * bq + rr), best_colf.index_select(0, g * bq + rr)
+                beat = (x > bv) | ((x == bv) & (cc < bc))
+                add = torch.zeros(bq * L, dtype=torch.long, device=dev).index_add_(0, rr * L + k, beat.long())
+                counts = counts + add.view(bq, L)
+            out[srt.cpu().numpy(), q0:q1] = counts.T.cpu().numpy()
     return out
+
+
+def _interval(mA: torch.Tensor, mB: torch.Tensor, lam: torch.Tensor, level: float, *, above: bool):
+    """For every pair, the positions ``[i0, i1)`` of the sorted ``lam`` where the linear margin
+    ``mA + lam (mB - mA)`` is above ``level`` (``above=True``) or below it: a prefix or a suffix (or none, all)."""
+    L = lam.numel()
+    d = mB - mA
+    sign = 1.0 if above else -1.0
+    thr = (level - mA) / torch.where(d == 0, torch.ones_like(d), d)
+    inc = sign * d > 0    # the condition holds for large lam
+    dec = sign * d < 0    # ... for small lam
+    const = sign * (mA - level) > 0
+    i0 = torch.zeros_like(mA, dtype=torch.long)
+    i1 = torch.zeros_like(mA, dtype=torch.long)
+    s_right = torch.searchsorted(lam, thr, right=True)
+    s_left = torch.searchsorted(lam, thr, right=False)
+    i0 = torch.where(inc, s_right, i0)
+    i1 = torch.where(inc, torch.full_like(i1, L), i1)
+    i1 = torch.where(dec, s_left, i1)
+    flat = (d == 0) & const
+    i1 = torch.where(flat, torch.full_like(i1, L), i1)
+    return i0, i1
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
