@@ -149,7 +149,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         lams, resid = _segment(H, a, b, members)
         order = sorted(range(len(members)), key=lambda i: lams[i])
         geo.append((a, b, torch.tensor([members[i] for i in order], device=dev),
-                    torch.tensor([lams[i] for i in order], dtype=torch.float64, device=dev), 8 * u * X + 2 * resid))
+                    torch.tensor([lams[i] for i in order], dtype=t.dtype, device=dev), 8 * u * X + 2 * resid))
     pos = task.positives
     q_of_all = pos.query_of_entry
     out = np.empty((G, pos.n_queries), dtype=np.int64)
@@ -185,27 +185,31 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
                 torch.gt(buf, (sp0 + H[e, p0]).sub_(2 * sl)[:, None], out=mask if i == 0 else hit)
             if len(ends) == 2:
                 mask.logical_or_(hit)
+            mask[rows, cols] = False              # a positive is never counted (the best one is the reference)
             flat = mask.view(-1).nonzero().squeeze(1)
             r = torch.div(flat, n, rounding_mode="floor")
             c = flat - r * n
             v = Sf.index_select(0, flat)
-            # 2. margins at the ends: over the best positive (gA, gB) and over p0 (fA, fB), in float64
+            # 2. margins at the ends: over the best positive (gA, gB) and over p0 (fA, fB)
             xa, xb = v + H[a].index_select(0, c), v + H[b].index_select(0, c)
-            gA = (xa - bestf.index_select(0, a * bq + r)).double()
-            gB = (xb - bestf.index_select(0, b * bq + r)).double()
-            fA = (xa - (sp0 + H[a, p0]).index_select(0, r)).double()
-            fB = (xb - (sp0 + H[b, p0]).index_select(0, r)).double()
-            b0, b1 = _interval(gA, gB, lam, 2 * sl, above=True)      # surely ahead of the best positive
-            n0, n1 = _interval(fA, fB, lam, -2 * sl, above=False)    # surely behind p0
+            gA = xa - bestf.index_select(0, a * bq + r)
+            gB = xb - bestf.index_select(0, b * bq + r)
+            fA = xa - (sp0 + H[a, p0]).index_select(0, r)
+            fB = xb - (sp0 + H[b, p0]).index_select(0, r)
+            # settings (positions on the line) where the candidate is surely ahead of the best positive (a prefix
+            # or a suffix: the margin is linear in lam, its rounding monotone) and where it is surely behind p0
+            bcnt, bfirst = _holds(gA, gB, lam, 2 * sl, above=True)
+            ncnt, nfirst = _holds(fA, fB, lam, -2 * sl, above=False)
+            b0 = torch.where(bfirst, 0, L - bcnt)
+            b1 = torch.where(bfirst, bcnt, L)
             counts = torch.zeros(bq * (L + 1), dtype=torch.long, device=dev)
             base = r * (L + 1)
-            some = b1 > b0
-            counts.index_add_(0, (base + b0)[some], torch.ones_like(r[some]))
-            counts.index_add_(0, (base + b1)[some], torch.full_like(r[some], -1))
+            counts.index_add_(0, base + b0, torch.ones_like(r))
+            counts.index_add_(0, base + b1, torch.full_like(r, -1))
             counts = counts.view(bq, L + 1).cumsum_(1)[:, :L]
             # the settings in between: positions [pre, suf) of the line
-            pre = torch.maximum(torch.where((b0 == 0) & some, b1, 0), torch.where((n0 == 0) & (n1 > 0), n1, 0))
-            suf = torch.minimum(torch.where((b1 == L) & some, b0, L), torch.where((n1 == L) & (n1 > n0), n0, L))
+            pre = torch.maximum(torch.where(bfirst, bcnt, 0), torch.where(nfirst, ncnt, 0))
+            suf = torch.minimum(torch.where(bfirst, L, L - bcnt), torch.where(nfirst, L, L - ncnt))
             width = (suf - pre).clamp_min_(0)
             total = int(width.sum())
             if total:
@@ -223,26 +227,13 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     return out
 
 
-def _interval(mA: torch.Tensor, mB: torch.Tensor, lam: torch.Tensor, level: float, *, above: bool):
-    """For every pair, the positions ``[i0, i1)`` of the sorted ``lam`` where the linear margin
-    ``mA + lam (mB - mA)`` is above ``level`` (``above=True``) or below it: a prefix or a suffix (or none, all)."""
-    L = lam.numel()
-    d = mB - mA
-    sign = 1.0 if above else -1.0
-    thr = (level - mA) / torch.where(d == 0, torch.ones_like(d), d)
-    inc = sign * d > 0    # the condition holds for large lam
-    dec = sign * d < 0    # ... for small lam
-    const = sign * (mA - level) > 0
-    i0 = torch.zeros_like(mA, dtype=torch.long)
-    i1 = torch.zeros_like(mA, dtype=torch.long)
-    s_right = torch.searchsorted(lam, thr, right=True)
-    s_left = torch.searchsorted(lam, thr, right=False)
-    i0 = torch.where(inc, s_right, i0)
-    i1 = torch.where(inc, torch.full_like(i1, L), i1)
-    i1 = torch.where(dec, s_left, i1)
-    flat = (d == 0) & const
-    i1 = torch.where(flat, torch.full_like(i1, L), i1)
-    return i0, i1
+def _holds(mA: torch.Tensor, mB: torch.Tensor, lam: torch.Tensor, level: float, *, above: bool):
+    """For every pair, on how many positions of the sorted ``lam`` the margin ``mA + lam (mB - mA)`` is above
+    ``level`` (``above=True``) or below it, and whether it is at the first position (then they are a prefix, else
+    a suffix: the margin is monotone in ``lam``, and so is its rounding)."""
+    x = torch.addcmul(mA[:, None], (mB - mA)[:, None], lam[None, :])
+    ok = x > level if above else x < level
+    return ok.sum(dim=1), ok[:, 0]
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
