@@ -10,13 +10,15 @@ offsets, identical ranks and metrics; ``tests/test_selection.py`` and the generi
   every grid point (``engine.shared``: the similarity blocks of a temperature sweep, Sinkhorn's score blocks);
   a method whose points share more says so in its own ``fit_grid`` (NNN: every ``(alpha, k)`` from one
   top-``max(k)``; DualIS: one log-mean-exp per bank and beta).
-* ranking offset methods: :func:`offset_sweep_ranks` evaluates many offset vectors against the same queries: the
-  raw score block of a query chunk is computed once; per query, its top-``C`` raw targets are the only candidates
-  that can beat the positive under offsets ``h`` unless ``fl(C-th raw score + max h) >= fl(s_pos + h_pos)``
-  (rounding is monotone, so this test is exact); the rare unresolved (query, setting) pairs are counted on the
-  full row. Ranks are exact up to ``cap = max(ks)`` (larger ranks are reported as ``cap``), which gives R@K
-  exactly and MdR whenever the median rank is below the cap (else that setting's ranks are computed in full).
-  ``MnR`` needs every rank: ask for it with ``full=True`` (exact, slower: one pass per setting).
+* ranking offset methods: :func:`offset_sweep_ranks` gives the exact rank of every query under every setting
+  from one computation of the raw score blocks. :func:`offset_lines` groups the settings into *lines* (settings
+  that differ in one numeric parameter and whose offsets lie on a segment, measured: NNN's ``-alpha b_k`` at a
+  fixed ``k``). Along a line a target's margin over a positive is linear in the position, so one pass per line
+  finds the targets that can beat the positive at either end; the ends' margins decide the settings in between,
+  and the few undecided (setting, target) pairs are counted with the evaluator's arithmetic (``fl(S + h)``, ties
+  by target index). A float slack (unit roundoff and the measured distance from the segment) keeps every bound
+  exact; ``tests/test_sweep_ranks.py`` proves the ranks equal to the dense ones (ties, unsorted grids, 0, i2t).
+  ``MnR`` is in the table when ``full=True`` (the ranks are exact either way).
 * ranking other methods (DIS-like gates): the raw score blocks are computed once and every point's
   ``normalize_scores`` is applied to a copy.
 * :func:`iteration_table`: any method with an ``iterate_offsets`` seam (SN, DBSN) reads R@1 after ``T = 1, 3, 10,
@@ -126,8 +128,11 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
        per-setting work), those where it surely does not, and the few in between, which are counted exactly with
        the evaluator's arithmetic (``fl(S + h)``, ties by target index).
 
-    The slack ``s = 8 u X + 2 r`` (``u``: the unit roundoff, ``X``: a bound of ``|S| + |h|``) covers float rounding
-    and the residual; "surely" means beyond ``2 s``.
+    Positives are never candidates (none is ever counted: the best one is the reference, the others trail it or
+    tie with a larger index). The slack ``s = 8 eps X + 2 r`` (``eps``: the dtype's machine epsilon, twice its
+    unit roundoff; ``X``: a bound of ``|S| + |h|``; ``r``: the line's measured distance from its segment) covers
+    the rounding of the scores, of the margins and of their interpolation in the working dtype; "surely" means
+    beyond ``2 s``, so a setting decided from the ends is decided as the evaluator would decide it.
     """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
