@@ -95,24 +95,13 @@ def nnn_table(task, alphas, ks):
 
 curve = pd.concat([nnn_table(test_tasks[d], [alpha], ks) for d in directions], ignore_index=True)
 raw = {d: hn.evaluate(test_tasks[d].fit(hn.make_normalizer("raw")), test_tasks[d])["R@1"] for d in directions}
-wide = curve.pivot(index="direction", columns="k", values="R@1").loc[directions]
-wide.insert(0, "Original", [raw[d] for d in directions])
-wide = wide.reset_index()
-wide.columns = [str(c) for c in wide.columns]
-pub = compare.published("nnn-chowdhury2024", ["A3", "A4"], model=model, dataset="coco")
-pub = pub[pub["direction"].isin(directions)]
-published_as = pr.published_label("nnn", model, "coco", pub)   # a NOTE when the paper has no such rows
-wide.insert(1, "run", f"this run: {label}")
-if len(pub):
-    pub_wide = pub.assign(k=pub["setting"].str.extract(r"k=(\d+)")[0].fillna("Original")).pivot(
-        index="direction", columns="k", values="value")
-    pub_wide = pub_wide[["Original"] + sorted([c for c in pub_wide.columns if c != "Original"], key=int)].reset_index()
-    pub_wide.insert(1, "run", f"published (NNN Tables A3/A4, {model}, COCO)")
-    tableA3 = pd.concat([pub_wide, wide], ignore_index=True)
-else:
-    tableA3 = wide
-k_cols = sorted([c for c in tableA3.columns if str(c).isdigit()], key=int)
-tableA3 = tableA3[["direction", "run", "Original"] + k_cols]
+ours = pd.concat([pd.DataFrame({"direction": directions, "R@1": [raw[d] for d in directions]}),   # raw: no k
+                  curve[["direction", "k", "R@1"]]], ignore_index=True)
+joined = compare.beside_published(ours, "nnn-chowdhury2024", ["A3", "A4"], on=["direction", "k"],
+                                  setting_keys={"k": r"\bk=(\d+)"}, method=["raw", "nnn"], model=model,
+                                  dataset="coco", label=label, source_note=f"NNN Tables A3/A4, {model}, COCO")
+tableA3 = compare.wide_by(joined, "k", missing="Original")   # one column per k, the raw scores first
+published_as = pr.published_label("nnn", model, "coco", joined[joined["published"].notna()])  # a NOTE when none
 run.save_table(tableA3, "nnn_tables_A3_A4_k", caption=f"R@1 (%) of NNN over k at alpha = {alpha}; published rows are "
            f"CLIP on COCO (Tables A3 t2i / A4 i2t); this run = {label}.")
 
@@ -128,11 +117,13 @@ axes[0].set_xscale("log", base=2)
 axes[0].set_xlabel("k (reference queries per target, log scale)")
 axes[0].set_ylabel("R@1 (%)")
 axes[0].set_title(f"this run (α = {alpha}): {label}", fontsize=9)
-pl = pub[pub["method"] == "nnn"].assign(k=lambda d: d["setting"].str.extract(r"k=(\d+)")[0].astype(int))
+pub = joined[joined["published"].notna()]   # the paper's numbers, k read from their setting (raw: no k)
+pl = pub[pub["k"].notna()].astype({"k": int})
 if len(pl):
-    sns.lineplot(data=pl, x="k", y="value", hue="direction", marker="o", ax=axes[1])
-    for i, (d, v) in enumerate(pub[pub["method"] == "raw"].set_index("direction")["value"].items()):
-        axes[1].axhline(v, ls="--", lw=1, color=sns.color_palette()[i], label=f"{d} raw")
+    sns.lineplot(data=pl, x="k", y="published", hue="direction", marker="o", ax=axes[1],
+                 hue_order=[d for d in directions if d in set(pl["direction"])])
+    for d, v in pub[pub["k"].isna()].set_index("direction")["published"].items():
+        axes[1].axhline(v, ls="--", lw=1, color=sns.color_palette()[directions.index(d)], label=f"{d} raw")
     axes[1].set_xscale("log", base=2)
     axes[1].set_title(f"published: NNN Tables A3/A4 ({model}, COCO, α = 0.75)", fontsize=9)
 else:
