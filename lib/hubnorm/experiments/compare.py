@@ -6,13 +6,15 @@ The published numbers ship with the package (``hubnorm.experiments.reporting.loa
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence, Union
+import re
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
 from .reporting import beside_published as _merge_published, load_published
 
-__all__ = ["beside_published", "published", "side_by_side", "to_long", "PAPER_TABLES", "paper_tables"]
+__all__ = ["beside_published", "published", "side_by_side", "to_long", "PAPER_TABLES", "paper_tables",
+           "DATASET_NAMES", "paper_dataset"]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
 
@@ -34,6 +36,23 @@ def paper_tables(paper: str, study: str, dataset: str, directions: Sequence[str]
         raise ValueError(f"no table map for paper {paper!r}, study {study!r}; known: {sorted(PAPER_TABLES)}")
     tables = PAPER_TABLES[(paper, study)]
     return [tables.get((dataset, d), "-") for d in directions]
+
+
+#: How a paper's tables name a data set where its name differs from ours (``protocol.dataset_key``: the synthetic
+#: preset, the cache's or the folder's declared data set): the one place such aliases live. Geigle et al. report
+#: COCO on its 1k and 5k test splits as "coco-1k" and "coco-5k"; our "coco" (preset and caches) is the 5k split.
+DATASET_NAMES = {
+    "rerank-geigle2021": {"coco": "coco-5k"},
+}
+
+
+def paper_dataset(paper: str, dataset: str) -> str:
+    """The name ``paper``'s published tables give our data set ``dataset`` (:data:`DATASET_NAMES`; unchanged where
+    the paper uses our name). Pass it as ``dataset=`` to :func:`beside_published`."""
+    for name, value in (("paper", paper), ("dataset", dataset)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string; got {value!r}")
+    return DATASET_NAMES.get(paper, {}).get(dataset, dataset)
 
 
 def published(paper: str, tables: Union[str, Sequence[str]], **equals) -> pd.DataFrame:
@@ -75,7 +94,9 @@ CI_SUFFIX = " ci95"
 def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Sequence[str]], *, label: str,
                      on: Sequence[str] = ("direction", "method", "setting"), metrics: Sequence[str] = ("R@1",),
                      source_note: Optional[str] = None, ci: bool = False, names: Optional[Mapping[str, str]] = None,
-                     sort_by: Optional[Sequence[str]] = None, **equals) -> pd.DataFrame:
+                     sort_by: Optional[Sequence[str]] = None,
+                     rows: str = "all", setting_key: Optional[str] = None, delta: Optional[Tuple[str, str]] = None,
+                     **equals) -> pd.DataFrame:
     """Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
 
     Args:
@@ -91,6 +112,17 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
             ``half-width``, and the published ``"<metric> ci95"`` rows as ``published ±`` (the paper's "± x").
         names: renames of the ``method`` column after the join (e.g. ``hubnorm.DISPLAY_NAMES``).
         sort_by: stable sort of the joined rows (after ``names``).
+        rows: ``"all"`` (default): every published row of the selection and every row of ours; ``"ours"``: only
+            the rows this run has a number for (a NaN in wide ``results`` is no number), in the order of
+            ``results`` (wide results: metric by metric), published rows this run lacks left out.
+        setting_key: a key column of ``results`` (in ``on``, with ``"setting"`` not in ``on``) that the published
+            tables state inside ``setting`` as ``"<setting_key>=<value>"`` (Geigle et al. Table 8: ``"k=20"``):
+            the published rows take that column from their setting, read as the type of ``results``' column;
+            rows whose setting states no such value (or one not of that type) match nothing and are left out.
+        delta: ``(treatment, baseline)``, two values of the ``method`` column (in ``on``), named as the published
+            tables name them (rename ours first): both sides become treatment minus baseline per remaining key
+            and metric (a side lacking either method has a missing difference, never 0); ``method`` is then no
+            longer a column of the result.
         equals: further filters of the published rows (``model=``, ``dataset=``, ``method=``: :func:`published`).
 
     Returns the key columns, ``metric``, ``published`` (the paper's value; NaN, shown as missing, where the paper
@@ -101,6 +133,7 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     tables = [tables] if isinstance(tables, str) else list(tables)
     if not isinstance(results, pd.DataFrame):
         raise TypeError(f"results must be a pandas DataFrame; got {type(results).__name__}")
+    _check_join_options(on, ci, rows, setting_key, delta)
     missing = [c for c in on if c not in results.columns]
     if missing:
         raise ValueError(f"results lack the key columns {missing} (on={on}); columns: {list(results.columns)}")
@@ -130,7 +163,11 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
         ours["95% CI"] = [f"[{a:.2f}, {b:.2f}]" for a, b in zip(ours["lo"], ours["hi"])]
         ours["half-width"] = (ours["hi"] - ours["lo"]) / 2
         ours = ours.drop(columns=["lo", "hi"])
+    if rows == "ours":
+        ours = ours[ours["value"].notna()]
     pub = published(paper, tables, **equals)
+    if setting_key is not None:
+        pub = _key_from_setting(pub, setting_key, results[setting_key])
     if "direction" in on:
         pub = pub[pub["direction"].isin(set(ours["direction"]))]
     pub = pub.assign(_order=pub["table"].map({t: i for i, t in enumerate(tables)}))
@@ -138,7 +175,12 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     half = pub[pub["metric"].isin([m + CI_SUFFIX for m in metrics])]
     pub = pub[pub["metric"].isin(metrics)].drop_duplicates(on + ["metric"], keep="first")
     note = source_note or f"{paper} Table{'s' if len(tables) > 1 else ''} {', '.join(tables)}"
+    if delta is not None:
+        ours, pub = _difference(ours, on, *delta), _difference(pub[on + ["metric", "value"]], on, *delta)
+        on = [c for c in on if c != "method"]
     out = side_by_side(ours, pub, on + ["metric"], label=label, source_note=note)
+    if rows == "ours":   # this run's rows, in its order
+        out = ours[on + ["metric"]].merge(out, on=on + ["metric"], how="left")
     if ci:
         half = (half.assign(metric=half["metric"].str[: -len(CI_SUFFIX)])
                 .drop_duplicates(on + ["metric"], keep="first")[on + ["metric", "value"]]
@@ -150,3 +192,46 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     if sort_by:
         out = out.sort_values(list(sort_by), kind="stable")
     return out.reset_index(drop=True)
+
+
+def _check_join_options(on: list, ci: bool, rows, setting_key, delta) -> None:
+    """The arguments of :func:`beside_published`'s ``rows``, ``setting_key`` and ``delta`` options, checked."""
+    if rows not in ("all", "ours"):
+        raise ValueError(f"rows must be 'all' (every published and every own row) or 'ours' (this run's rows, in "
+                         f"its order); got {rows!r}")
+    if setting_key is not None:
+        if not isinstance(setting_key, str) or setting_key not in on:
+            raise ValueError(f"setting_key must name a key column in on={on}; got {setting_key!r}")
+        if "setting" in on or setting_key in ("metric", "value", "table", "paper", "note"):
+            raise ValueError(f"setting_key={setting_key!r} is read from the published 'setting': leave 'setting' "
+                             f"out of on={on} and name a column the published tables do not have")
+    if delta is not None:
+        if (not isinstance(delta, (tuple, list)) or len(delta) != 2
+                or not all(isinstance(m, str) and m for m in delta) or delta[0] == delta[1]):
+            raise ValueError(f"delta must be (treatment, baseline), two different method names; got {delta!r}")
+        if "method" not in on:
+            raise ValueError(f"delta={tuple(delta)} compares two methods: 'method' must be in on={on}")
+        if ci:
+            raise ValueError("delta= and ci=True cannot be combined: a difference has no bootstrap interval here")
+
+
+def _key_from_setting(pub: pd.DataFrame, name: str, ours: pd.Series) -> pd.DataFrame:
+    """The published rows with the column ``name`` read from ``"<name>=<value>"`` in their ``setting`` (as the type
+    of our column ``ours``); rows stating no such value are left out."""
+    found = pub["setting"].astype(str).str.extract(rf"(?:^|[\s,;]){re.escape(name)}=([^\s,;]+)")[0]
+    if pd.api.types.is_numeric_dtype(ours):
+        found = pd.to_numeric(found, errors="coerce")
+        if pd.api.types.is_integer_dtype(ours):
+            found = found.where(found % 1 == 0)   # "k=2.5" is no value of an integer column
+    keep = found.notna().to_numpy()
+    return pub[keep].assign(**{name: found[keep].astype(ours.dtype if pd.api.types.is_numeric_dtype(ours) else str)})
+
+
+def _difference(long: pd.DataFrame, on: list, treatment: str, baseline: str) -> pd.DataFrame:
+    """Long rows (``on`` keys with ``method``, ``metric``, ``value``) -> treatment minus baseline per remaining key
+    and metric, in the order of the treatment's rows (NaN where the baseline has no such row)."""
+    keys = [c for c in on if c != "method"] + ["metric"]
+    treat = long[long["method"] == treatment].drop(columns="method")
+    base = long.loc[long["method"] == baseline, keys + ["value"]].drop_duplicates(keys)
+    out = treat.merge(base.rename(columns={"value": "_baseline"}), on=keys, how="left")
+    return out.assign(value=out["value"] - out["_baseline"]).drop(columns="_baseline")
