@@ -10,6 +10,7 @@ import re
 from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
+from pandas.api import types as pdt
 
 from .reporting import beside_published as _merge_published, load_published
 
@@ -94,9 +95,8 @@ CI_SUFFIX = " ci95"
 def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Sequence[str]], *, label: str,
                      on: Sequence[str] = ("direction", "method", "setting"), metrics: Sequence[str] = ("R@1",),
                      source_note: Optional[str] = None, ci: bool = False, names: Optional[Mapping[str, str]] = None,
-                     sort_by: Optional[Sequence[str]] = None,
-                     rows: str = "all", setting_key: Optional[str] = None, delta: Optional[Tuple[str, str]] = None,
-                     **equals) -> pd.DataFrame:
+                     sort_by: Optional[Sequence[str]] = None, setting_keys: Optional[Mapping[str, str]] = None,
+                     rows: str = "all", delta: Optional[Tuple[str, str]] = None, **equals) -> pd.DataFrame:
     """Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
 
     Args:
@@ -112,13 +112,13 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
             ``half-width``, and the published ``"<metric> ci95"`` rows as ``published ±`` (the paper's "± x").
         names: renames of the ``method`` column after the join (e.g. ``hubnorm.DISPLAY_NAMES``).
         sort_by: stable sort of the joined rows (after ``names``).
+        setting_keys: key columns of ``on`` that the published tables write inside ``setting``, each with a regular
+            expression whose one group is the value (``{"k": r"\bk=(\d+)"}`` reads ``k`` from ``"alpha=0.75 k=16"``);
+            the value takes the type of ours (numbers for numbers). A published row whose setting does not match
+            has a missing key, matched only by our rows whose key is missing too (the raw scores have no ``k``).
         rows: ``"all"`` (default): every published row of the selection and every row of ours; ``"ours"``: only
             the rows this run has a number for (a NaN in wide ``results`` is no number), in the order of
             ``results`` (wide results: metric by metric), published rows this run lacks left out.
-        setting_key: a key column of ``results`` (in ``on``, with ``"setting"`` not in ``on``) that the published
-            tables state inside ``setting`` as ``"<setting_key>=<value>"`` (Geigle et al. Table 8: ``"k=20"``):
-            the published rows take that column from their setting, read as the type of ``results``' column;
-            rows whose setting states no such value (or one not of that type) match nothing and are left out.
         delta: ``(treatment, baseline)``, two values of the ``method`` column (in ``on``), named as the published
             tables name them (rename ours first): both sides become treatment minus baseline per remaining key
             and metric (a side lacking either method has a missing difference, never 0); ``method`` is then no
@@ -131,9 +131,10 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     """
     on, metrics = list(on), list(metrics)
     tables = [tables] if isinstance(tables, str) else list(tables)
+    _check_setting_keys(setting_keys, on)
     if not isinstance(results, pd.DataFrame):
         raise TypeError(f"results must be a pandas DataFrame; got {type(results).__name__}")
-    _check_join_options(on, ci, rows, setting_key, delta)
+    _check_join_options(on, ci, rows, delta)
     missing = [c for c in on if c not in results.columns]
     if missing:
         raise ValueError(f"results lack the key columns {missing} (on={on}); columns: {list(results.columns)}")
@@ -166,8 +167,8 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     if rows == "ours":
         ours = ours[ours["value"].notna()]
     pub = published(paper, tables, **equals)
-    if setting_key is not None:
-        pub = _key_from_setting(pub, setting_key, results[setting_key])
+    if setting_keys:
+        pub = _keys_from_setting(pub, setting_keys, ours, on)
     if "direction" in on:
         pub = pub[pub["direction"].isin(set(ours["direction"]))]
     pub = pub.assign(_order=pub["table"].map({t: i for i, t in enumerate(tables)}))
@@ -178,6 +179,8 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     if delta is not None:
         ours, pub = _difference(ours, on, *delta), _difference(pub[on + ["metric", "value"]], on, *delta)
         on = [c for c in on if c != "method"]
+    if rows == "ours":   # only the published rows this run has (the NOTE below then says when none matches)
+        pub = pub.merge(ours[on + ["metric"]].drop_duplicates(), on=on + ["metric"])
     out = side_by_side(ours, pub, on + ["metric"], label=label, source_note=note)
     if rows == "ours":   # this run's rows, in its order
         out = ours[on + ["metric"]].merge(out, on=on + ["metric"], how="left")
@@ -194,17 +197,11 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     return out.reset_index(drop=True)
 
 
-def _check_join_options(on: list, ci: bool, rows, setting_key, delta) -> None:
-    """The arguments of :func:`beside_published`'s ``rows``, ``setting_key`` and ``delta`` options, checked."""
+def _check_join_options(on: list, ci: bool, rows, delta) -> None:
+    """The arguments of :func:`beside_published`'s ``rows`` and ``delta`` options, checked."""
     if rows not in ("all", "ours"):
         raise ValueError(f"rows must be 'all' (every published and every own row) or 'ours' (this run's rows, in "
                          f"its order); got {rows!r}")
-    if setting_key is not None:
-        if not isinstance(setting_key, str) or setting_key not in on:
-            raise ValueError(f"setting_key must name a key column in on={on}; got {setting_key!r}")
-        if "setting" in on or setting_key in ("metric", "value", "table", "paper", "note"):
-            raise ValueError(f"setting_key={setting_key!r} is read from the published 'setting': leave 'setting' "
-                             f"out of on={on} and name a column the published tables do not have")
     if delta is not None:
         if (not isinstance(delta, (tuple, list)) or len(delta) != 2
                 or not all(isinstance(m, str) and m for m in delta) or delta[0] == delta[1]):
@@ -215,16 +212,40 @@ def _check_join_options(on: list, ci: bool, rows, setting_key, delta) -> None:
             raise ValueError("delta= and ci=True cannot be combined: a difference has no bootstrap interval here")
 
 
-def _key_from_setting(pub: pd.DataFrame, name: str, ours: pd.Series) -> pd.DataFrame:
-    """The published rows with the column ``name`` read from ``"<name>=<value>"`` in their ``setting`` (as the type
-    of our column ``ours``); rows stating no such value are left out."""
-    found = pub["setting"].astype(str).str.extract(rf"(?:^|[\s,;]){re.escape(name)}=([^\s,;]+)")[0]
-    if pd.api.types.is_numeric_dtype(ours):
-        found = pd.to_numeric(found, errors="coerce")
-        if pd.api.types.is_integer_dtype(ours):
-            found = found.where(found % 1 == 0)   # "k=2.5" is no value of an integer column
-    keep = found.notna().to_numpy()
-    return pub[keep].assign(**{name: found[keep].astype(ours.dtype if pd.api.types.is_numeric_dtype(ours) else str)})
+def _check_setting_keys(setting_keys, on) -> None:
+    """``setting_keys`` of :func:`beside_published`: key columns of ``on`` (not ``setting``) -> a regex with one group."""
+    if setting_keys is None:
+        return
+    if not isinstance(setting_keys, Mapping) or not setting_keys:
+        raise ValueError(f"setting_keys must be a non-empty mapping {{key column: regex with one group}}; "
+                         f"got {setting_keys!r}")
+    for col, pattern in setting_keys.items():
+        if col not in on or col == "setting":
+            raise ValueError(f"setting_keys names {col!r}, which is not a key column of on={list(on)} other than "
+                             "'setting': add it to on=")
+        try:
+            groups = re.compile(pattern).groups
+        except (TypeError, re.error) as err:
+            raise ValueError(f"setting_keys[{col!r}] must be a regular expression; got {pattern!r} ({err})") from None
+        if groups != 1:
+            raise ValueError(f"setting_keys[{col!r}] = {pattern!r} has {groups} groups; it needs exactly one "
+                             "(the value), e.g. r'\\bk=(\\d+)'")
+
+
+def _keys_from_setting(pub: pd.DataFrame, setting_keys: Mapping[str, str], ours: pd.DataFrame,
+                       on: Sequence[str]) -> pd.DataFrame:
+    """The published rows with the key columns of ``setting_keys`` read from ``setting``, typed as ours."""
+    pub = pub.copy()
+    for col, pattern in setting_keys.items():
+        if col in pub.columns:
+            raise ValueError(f"setting_keys names {col!r}, a column the published tables already have")
+        value = pub["setting"].astype(str).str.extract(pattern, expand=False)
+        if pdt.is_numeric_dtype(ours[col]) and not pdt.is_bool_dtype(ours[col]):
+            value = pd.to_numeric(value)
+            if pdt.is_integer_dtype(ours[col]):
+                value = value.astype("Int64")
+        pub[col] = value
+    return pub
 
 
 def _difference(long: pd.DataFrame, on: list, treatment: str, baseline: str) -> pd.DataFrame:
