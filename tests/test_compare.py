@@ -175,6 +175,8 @@ def test_paper_dataset_names_our_data_set_as_the_paper_does():
 
 @pytest.mark.parametrize("kwargs, word", [
     ({"rows": "mine"}, "rows"),
+    ({"setting_keys": {"k": r"^k=(\d+)$"}}, "setting_keys"),                   # k is no key column of on
+    ({"setting_keys": {"k": r"^k=\d+$"}, "on": ["direction", "k"]}, "setting_keys"),   # no group for the value
     ({"delta": ("nnn",)}, "delta"),
     ({"delta": ("nnn", "nnn")}, "delta"),
     ({"delta": ("nnn", "raw"), "on": ["direction", "setting"]}, "delta"),      # method is no key
