@@ -7,7 +7,7 @@ The published numbers ship with the package (``hubnorm.experiments.reporting.loa
 from __future__ import annotations
 
 import re
-from typing import Mapping, Optional, Sequence, Tuple, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import pandas as pd
 from pandas.api import types as pdt
@@ -96,7 +96,7 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
                      on: Sequence[str] = ("direction", "method", "setting"), metrics: Sequence[str] = ("R@1",),
                      source_note: Optional[str] = None, ci: bool = False, names: Optional[Mapping[str, str]] = None,
                      sort_by: Optional[Sequence[str]] = None, setting_keys: Optional[Mapping[str, str]] = None,
-                     rows: str = "all", delta: Optional[Tuple[str, str]] = None, **equals) -> pd.DataFrame:
+                     rows: str = "all", delta: Optional[Sequence[str]] = None, **equals) -> pd.DataFrame:
     """Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
 
     Args:
@@ -197,21 +197,6 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     return out.reset_index(drop=True)
 
 
-def _check_join_options(on: list, ci: bool, rows, delta) -> None:
-    """The arguments of :func:`beside_published`'s ``rows`` and ``delta`` options, checked."""
-    if rows not in ("all", "ours"):
-        raise ValueError(f"rows must be 'all' (every published and every own row) or 'ours' (this run's rows, in "
-                         f"its order); got {rows!r}")
-    if delta is not None:
-        if (not isinstance(delta, (tuple, list)) or len(delta) != 2
-                or not all(isinstance(m, str) and m for m in delta) or delta[0] == delta[1]):
-            raise ValueError(f"delta must be (treatment, baseline), two different method names; got {delta!r}")
-        if "method" not in on:
-            raise ValueError(f"delta={tuple(delta)} compares two methods: 'method' must be in on={on}")
-        if ci:
-            raise ValueError("delta= and ci=True cannot be combined: a difference has no bootstrap interval here")
-
-
 def _check_setting_keys(setting_keys, on) -> None:
     """``setting_keys`` of :func:`beside_published`: key columns of ``on`` (not ``setting``) -> a regex with one group."""
     if setting_keys is None:
@@ -246,6 +231,21 @@ def _keys_from_setting(pub: pd.DataFrame, setting_keys: Mapping[str, str], ours:
                 value = value.astype("Int64")
         pub[col] = value
     return pub
+
+
+def _check_join_options(on: list, ci: bool, rows, delta) -> None:
+    """The arguments of :func:`beside_published`'s ``rows`` and ``delta`` options, checked."""
+    if rows not in ("all", "ours"):
+        raise ValueError(f"rows must be 'all' (every published and every own row) or 'ours' (this run's rows, in "
+                         f"its order); got {rows!r}")
+    if delta is not None:
+        if (not isinstance(delta, (tuple, list)) or len(delta) != 2
+                or not all(isinstance(m, str) and m for m in delta) or delta[0] == delta[1]):
+            raise ValueError(f"delta must be (treatment, baseline), two different method names; got {delta!r}")
+        if "method" not in on:
+            raise ValueError(f"delta={tuple(delta)} compares two methods: 'method' must be in on={on}")
+        if ci:
+            raise ValueError("delta= and ci=True cannot be combined: a difference has no bootstrap interval here")
 
 
 def _difference(long: pd.DataFrame, on: list, treatment: str, baseline: str) -> pd.DataFrame:
