@@ -198,7 +198,7 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
 
 
 def _check_setting_keys(setting_keys, on) -> None:
-    """``setting_keys`` of :func:`beside_published`: key columns of ``on`` (not ``setting``) -> a regex with one group."""
+    """``setting_keys`` of :func:`beside_published`: key columns of ``on`` (not ``setting``) -> one-group regex."""
     if setting_keys is None:
         return
     if not isinstance(setting_keys, Mapping) or not setting_keys:
