@@ -14,7 +14,8 @@ from pandas.api import types as pdt
 
 from .reporting import beside_published as _merge_published, load_published
 
-__all__ = ["beside_published", "published", "side_by_side", "to_long", "wide_by", "PAPER_TABLES", "paper_tables"]
+__all__ = ["beside_published", "published", "side_by_side", "to_long", "wide_by", "PAPER_TABLES", "paper_tables",
+           "DATASET_NAMES", "paper_dataset"]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
 
@@ -36,6 +37,23 @@ def paper_tables(paper: str, study: str, dataset: str, directions: Sequence[str]
         raise ValueError(f"no table map for paper {paper!r}, study {study!r}; known: {sorted(PAPER_TABLES)}")
     tables = PAPER_TABLES[(paper, study)]
     return [tables.get((dataset, d), "-") for d in directions]
+
+
+#: How a paper's tables name a data set where its name differs from ours (``protocol.dataset_key``: the synthetic
+#: preset, the cache's or the folder's declared data set): the one place such aliases live. Geigle et al. report
+#: COCO on its 1k and 5k test splits as "coco-1k" and "coco-5k"; our "coco" (preset and caches) is the 5k split.
+DATASET_NAMES = {
+    "rerank-geigle2021": {"coco": "coco-5k"},
+}
+
+
+def paper_dataset(paper: str, dataset: str) -> str:
+    """The name ``paper``'s published tables give our data set ``dataset`` (:data:`DATASET_NAMES`; unchanged where
+    the paper uses our name). Pass it as ``dataset=`` to :func:`beside_published`."""
+    for name, value in (("paper", paper), ("dataset", dataset)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string; got {value!r}")
+    return DATASET_NAMES.get(paper, {}).get(dataset, dataset)
 
 
 def published(paper: str, tables: Union[str, Sequence[str]], **equals) -> pd.DataFrame:
@@ -78,7 +96,7 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
                      on: Sequence[str] = ("direction", "method", "setting"), metrics: Sequence[str] = ("R@1",),
                      source_note: Optional[str] = None, ci: bool = False, names: Optional[Mapping[str, str]] = None,
                      sort_by: Optional[Sequence[str]] = None, setting_keys: Optional[Mapping[str, str]] = None,
-                     **equals) -> pd.DataFrame:
+                     rows: str = "all", delta: Optional[Sequence[str]] = None, **equals) -> pd.DataFrame:
     """Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
 
     Args:
@@ -98,6 +116,13 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
             expression whose one group is the value (``{"k": r"\bk=(\d+)"}`` reads ``k`` from ``"alpha=0.75 k=16"``);
             the value takes the type of ours (numbers for numbers). A published row whose setting does not match
             has a missing key, matched only by our rows whose key is missing too (the raw scores have no ``k``).
+        rows: ``"all"`` (default): every published row of the selection and every row of ours; ``"ours"``: only
+            the rows this run has a number for (a NaN in wide ``results`` is no number), in the order of
+            ``results`` (wide results: metric by metric), published rows this run lacks left out.
+        delta: ``(treatment, baseline)``, two values of the ``method`` column (in ``on``), named as the published
+            tables name them (rename ours first): both sides become treatment minus baseline per remaining key
+            and metric (a side lacking either method has a missing difference, never 0); ``method`` is then no
+            longer a column of the result.
         equals: further filters of the published rows (``model=``, ``dataset=``, ``method=``: :func:`published`).
 
     Returns the key columns, ``metric``, ``published`` (the paper's value; NaN, shown as missing, where the paper
@@ -109,6 +134,7 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     _check_setting_keys(setting_keys, on)
     if not isinstance(results, pd.DataFrame):
         raise TypeError(f"results must be a pandas DataFrame; got {type(results).__name__}")
+    _check_join_options(on, ci, rows, delta)
     missing = [c for c in on if c not in results.columns]
     if missing:
         raise ValueError(f"results lack the key columns {missing} (on={on}); columns: {list(results.columns)}")
@@ -138,6 +164,8 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
         ours["95% CI"] = [f"[{a:.2f}, {b:.2f}]" for a, b in zip(ours["lo"], ours["hi"])]
         ours["half-width"] = (ours["hi"] - ours["lo"]) / 2
         ours = ours.drop(columns=["lo", "hi"])
+    if rows == "ours":
+        ours = ours[ours["value"].notna()]
     pub = published(paper, tables, **equals)
     if setting_keys:
         pub = _keys_from_setting(pub, setting_keys, ours, on)
@@ -148,7 +176,14 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
     half = pub[pub["metric"].isin([m + CI_SUFFIX for m in metrics])]
     pub = pub[pub["metric"].isin(metrics)].drop_duplicates(on + ["metric"], keep="first")
     note = source_note or f"{paper} Table{'s' if len(tables) > 1 else ''} {', '.join(tables)}"
+    if delta is not None:
+        ours, pub = _difference(ours, on, *delta), _difference(pub[on + ["metric", "value"]], on, *delta)
+        on = [c for c in on if c != "method"]
+    if rows == "ours":   # only the published rows this run has (the NOTE below then says when none matches)
+        pub = pub.merge(ours[on + ["metric"]].drop_duplicates(), on=on + ["metric"])
     out = side_by_side(ours, pub, on + ["metric"], label=label, source_note=note)
+    if rows == "ours":   # this run's rows, in its order
+        out = ours[on + ["metric"]].merge(out, on=on + ["metric"], how="left")
     if ci:
         half = (half.assign(metric=half["metric"].str[: -len(CI_SUFFIX)])
                 .drop_duplicates(on + ["metric"], keep="first")[on + ["metric", "value"]]
@@ -196,6 +231,31 @@ def _keys_from_setting(pub: pd.DataFrame, setting_keys: Mapping[str, str], ours:
                 value = value.astype("Int64")
         pub[col] = value
     return pub
+
+
+def _check_join_options(on: list, ci: bool, rows, delta) -> None:
+    """The arguments of :func:`beside_published`'s ``rows`` and ``delta`` options, checked."""
+    if rows not in ("all", "ours"):
+        raise ValueError(f"rows must be 'all' (every published and every own row) or 'ours' (this run's rows, in "
+                         f"its order); got {rows!r}")
+    if delta is not None:
+        if (not isinstance(delta, (tuple, list)) or len(delta) != 2
+                or not all(isinstance(m, str) and m for m in delta) or delta[0] == delta[1]):
+            raise ValueError(f"delta must be (treatment, baseline), two different method names; got {delta!r}")
+        if "method" not in on:
+            raise ValueError(f"delta={tuple(delta)} compares two methods: 'method' must be in on={on}")
+        if ci:
+            raise ValueError("delta= and ci=True cannot be combined: a difference has no bootstrap interval here")
+
+
+def _difference(long: pd.DataFrame, on: list, treatment: str, baseline: str) -> pd.DataFrame:
+    """Long rows (``on`` keys with ``method``, ``metric``, ``value``) -> treatment minus baseline per remaining key
+    and metric, in the order of the treatment's rows (NaN where the baseline has no such row)."""
+    keys = [c for c in on if c != "method"] + ["metric"]
+    treat = long[long["method"] == treatment].drop(columns="method")
+    base = long.loc[long["method"] == baseline, keys + ["value"]].drop_duplicates(keys)
+    out = treat.merge(base.rename(columns={"value": "_baseline"}), on=keys, how="left")
+    return out.assign(value=out["value"] - out["_baseline"]).drop(columns="_baseline")
 
 
 def _label(value) -> str:
