@@ -257,8 +257,7 @@ def test_streaming_sinkhorn_handles_underflowing_columns():
     (0.01, {"cache_dtype": torch.float16}),                              # the same float16 blocks for both passes
     (0.03, {"cache_dtype": torch.float16}),
     (0.01, {"cache_dtype": torch.bfloat16}),
-    (0.01, {"block_bytes": 700 * 4 * 100, "cache_bytes": 700 * 4 * 650}),  # partial cache: kept + recomputed blocks
-])
+])   # a partial cache (both passes in one run) against float64: test_streaming_sinkhorn_equals_dense_float64
 def test_shared_shift_pass_equals_the_rowmax_pass(sinkhorn_problem, tau, kwargs, tol=1e-6):
     """The fast block pass (one shift for every row) against the reference pass (each row's own maximum): the
     potentials within float32 rounding, and the same target ranking for every query of a held-out set."""
@@ -267,9 +266,10 @@ def test_shared_shift_pass_equals_the_rowmax_pass(sinkhorn_problem, tau, kwargs,
     f, g, it = sinkhorn_potentials(bank, targets, tau, 10, block_pass="shared-shift", **kwargs)
     assert it == 10
     assert (g - g_ref).abs().max() < tol and (f - f_ref).abs().max() < tol
-    queries = torch.from_numpy(_clustered(np.random.default_rng(8), 200, 48, np.random.default_rng(7).standard_normal((12, 48))))
-    s = queries @ targets.T
-    assert torch.equal((s + g_ref).argsort(dim=1, descending=True)[:, :10], (s + g).argsort(dim=1, descending=True)[:, :10])
+    centres = np.random.default_rng(7).standard_normal((12, 48))        # the fixture's clusters
+    s = torch.from_numpy(_clustered(np.random.default_rng(8), 200, 48, centres)) @ targets.T
+    top_ref = (s + g_ref).argsort(dim=1, descending=True)[:, :10]
+    assert torch.equal(top_ref, (s + g).argsort(dim=1, descending=True)[:, :10])
     _, g64 = _dense_sinkhorn64(*sinkhorn_problem, tau, 10)
     assert np.abs(g.double().numpy() - g64).max() < (1e-5 if kwargs.get("cache_dtype") is None else 2e-4)
 
@@ -278,7 +278,6 @@ def test_shared_shift_pass_redoes_rows_far_below_the_shared_shift(monkeypatch):
     """A target opposite to the bank pulls its potential far above the others, so rows of the bank fall more than
     23 (in units of tau) below the shared shift: they are redone with their own maximum (a spy counts them) and the
     potentials still equal dense float64 and the rowmax pass."""
-    from hubnorm.normalizers import sinkhorn as sk
     rng = np.random.default_rng(0)
     bank = _clustered(rng, 400, 16, np.eye(16)[:2] * 3, spread=0.1)
     targets = np.concatenate([_clustered(rng, 50, 16, np.eye(16)[:2] * 3, spread=0.1), -bank[:1]], axis=0)
@@ -291,7 +290,8 @@ def test_shared_shift_pass_redoes_rows_far_below_the_shared_shift(monkeypatch):
             redone.append(int(out.numel()))
         return out
 
-    f_ref, g_ref, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3, block_pass="rowmax")
+    f_ref, g_ref, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3,
+                                          block_pass="rowmax")
     monkeypatch.setattr(torch.Tensor, "nonzero", spy)
     f, g, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3)
     monkeypatch.undo()

@@ -28,7 +28,8 @@ log-sum-exp is merged by ``logaddexp``); when the columns are cut into chunks (D
 :class:`~hubnorm.blocks.LogSumExp` reductions. :class:`SinkhornRun` states the loop; an in-process engine runs it
 as the fused kernel :func:`sinkhorn_potentials` below. The plain dense form is
 ``SinkhornNormalization.plain``. Tests: ``tests/test_oracles.py`` (POT, Alg. A1), ``tests/test_fast_paths.py``
-(streaming and 16-bit caches), ``tests/test_distributed.py`` and ``tests/method_checks.py`` (blocks).
+(streaming, 16-bit caches, the two block passes of the kernel), ``tests/test_distributed.py`` and
+``tests/method_checks.py`` (blocks).
 """
 
 from __future__ import annotations
