@@ -251,3 +251,23 @@ def test_fmt_params_leaves_out_execution_options():
     """The params column of a table names what changes rankings, not memory or device settings."""
     from hubnorm.experiments.protocol import fmt_params
     assert fmt_params({"tau": 0.01, "cache_bytes": 2**31, "device": "cpu", "n_iter": 10}) == "tau=0.01, n_iter=10"
+
+
+def test_cross_dataset_partner_comes_from_the_registry(monkeypatch, capsys):
+    """"auto" pairs a synthetic run with the synthetic preset of the registry's ``cross_dataset`` partner, keeping
+    the generator family; no partner (or no preset for it) means no cross-dataset rows, said in a NOTE."""
+    from hubnorm.data import registry
+
+    for name, info in registry.DATASETS.items():   # every declared partner is a data set the loaders know
+        partner = info.get("cross_dataset")
+        assert partner is None or (partner in registry.DATASETS and partner != name)
+    assert registry.cross_dataset("flickr30k") == "coco" and registry.cross_dataset("coco") == "flickr30k"
+    assert registry.cross_dataset("flickr8k") is None and registry.cross_dataset("no-such-set") is None
+    syn = ex.prepare_dataset("synthetic:coco-isotropic", seed=0,
+                             synthetic_sizes={"n_train_images": 40, "n_val_images": 10, "n_test_images": 10})
+    assert ex.cross_dataset_source(syn, "auto") == "synthetic:flickr30k-isotropic"
+    monkeypatch.setitem(registry.DATASETS, "coco", {**registry.DATASETS["coco"], "cross_dataset": "flickr8k"})
+    capsys.readouterr()
+    assert ex.cross_dataset_source(syn, "auto") is None   # no synthetic flickr8k preset
+    assert "names no partner of 'coco' with a synthetic preset" in capsys.readouterr().out
+    assert ex.cross_dataset_source(syn, "synthetic:flickr30k") == "synthetic:flickr30k"   # explicit is kept
