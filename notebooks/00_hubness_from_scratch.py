@@ -248,7 +248,7 @@ nb.notice(
 from hubnorm.experiments import score_studies
 
 if score_studies.is_sims(source):
-    sims_tables = score_studies.run_notebook("00", source, run, globals())
+    sims_tables = score_studies.run_notebook("00", source, run, globals(), hub_k=k)
 
 # %% tags=[]
 data = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,

@@ -24,9 +24,9 @@
 # (CLIP COCO t2i: 30.45 raw, 35.47 at $k=1$, 37.36 at $k=16$, 37.77 at $k=128$).
 #
 # **What we compute.** R@1 of NNN on the test split for every $k$ at $\alpha$ = `alpha` (both directions), and
-# R@1 on the held-out `val` split over the ($\alpha$, $k$) grid. NNN's bias is linear in $\alpha$, so
-# `hubnorm.experiments.protocol.nnn_grid` fits the library's normalizer once per $k$ and rescales the offsets per $\alpha$
-# (identical to refitting; unit-tested).
+# R@1 on the held-out `val` split over the ($\alpha$, $k$) grid, both with `hubnorm.grid_search`. NNN's bias is
+# linear in $\alpha$, so the search takes every ($\alpha$, $k$) from one top-$k$ selection of the bank scores
+# (identical to refitting each point; unit-tested).
 #
 # > Default source: synthetic embeddings — a **synthetic analog**. The published rows are CLIP on **COCO** whatever
 # > `source` is (the paper has no k-ablation for Flickr30k).
@@ -87,32 +87,18 @@ print(f"reference bank: {bank.n_images} images / {bank.n_captions} captions; alp
 # ## 1 · R@1 over k at α = 0.75 (Tables A3/A4)
 
 # %%
-def nnn_table(task, alphas, ks):
-    """R@K and MdR of NNN at every (alpha, k): the table of hubnorm.grid_search (one pass for the whole grid)."""
-    grid = pr.clamp_grid("nnn", {"alpha": list(alphas), "k": list(ks)}, task)
-    return hn.grid_search("nnn", task, grid).table.assign(direction=task.direction)
-
-
-curve = pd.concat([nnn_table(test_tasks[d], [alpha], ks) for d in directions], ignore_index=True)
+# R@K and MdR of NNN at every k (alpha fixed): hubnorm.grid_search's table (one top-k pass for the whole grid)
+curve = pd.concat([hn.grid_search("nnn", test_tasks[d], pr.clamp_grid("nnn", {"alpha": [alpha], "k": ks},
+                                                                      test_tasks[d])).table.assign(direction=d)
+                   for d in directions], ignore_index=True)
 raw = {d: hn.evaluate(test_tasks[d].fit(hn.make_normalizer("raw")), test_tasks[d])["R@1"] for d in directions}
-wide = curve.pivot(index="direction", columns="k", values="R@1").loc[directions]
-wide.insert(0, "Original", [raw[d] for d in directions])
-wide = wide.reset_index()
-wide.columns = [str(c) for c in wide.columns]
-pub = compare.published("nnn-chowdhury2024", ["A3", "A4"], model=model, dataset="coco")
-pub = pub[pub["direction"].isin(directions)]
-published_as = pr.published_label("nnn", model, "coco", pub)   # a NOTE when the paper has no such rows
-wide.insert(1, "run", f"this run: {label}")
-if len(pub):
-    pub_wide = pub.assign(k=pub["setting"].str.extract(r"k=(\d+)")[0].fillna("Original")).pivot(
-        index="direction", columns="k", values="value")
-    pub_wide = pub_wide[["Original"] + sorted([c for c in pub_wide.columns if c != "Original"], key=int)].reset_index()
-    pub_wide.insert(1, "run", f"published (NNN Tables A3/A4, {model}, COCO)")
-    tableA3 = pd.concat([pub_wide, wide], ignore_index=True)
-else:
-    tableA3 = wide
-k_cols = sorted([c for c in tableA3.columns if str(c).isdigit()], key=int)
-tableA3 = tableA3[["direction", "run", "Original"] + k_cols]
+ours = pd.concat([pd.DataFrame({"direction": directions, "R@1": [raw[d] for d in directions]}),   # raw: no k
+                  curve[["direction", "k", "R@1"]]], ignore_index=True)
+joined = compare.beside_published(ours, "nnn-chowdhury2024", ["A3", "A4"], on=["direction", "k"],
+                                  setting_keys={"k": r"\bk=(\d+)"}, method=["raw", "nnn"], model=model,
+                                  dataset="coco", label=label, source_note=f"NNN Tables A3/A4, {model}, COCO")
+tableA3 = compare.wide_by(joined, "k", missing="Original")   # one column per k, the raw scores first
+published_as = pr.published_label("nnn", model, "coco", joined[joined["published"].notna()])  # a NOTE when none
 run.save_table(tableA3, "nnn_tables_A3_A4_k", caption=f"R@1 (%) of NNN over k at alpha = {alpha}; published rows are "
            f"CLIP on COCO (Tables A3 t2i / A4 i2t); this run = {label}.")
 
@@ -128,11 +114,13 @@ axes[0].set_xscale("log", base=2)
 axes[0].set_xlabel("k (reference queries per target, log scale)")
 axes[0].set_ylabel("R@1 (%)")
 axes[0].set_title(f"this run (α = {alpha}): {label}", fontsize=9)
-pl = pub[pub["method"] == "nnn"].assign(k=lambda d: d["setting"].str.extract(r"k=(\d+)")[0].astype(int))
+pub = joined[joined["published"].notna()]   # the paper's numbers, k read from their setting (raw: no k)
+pl = pub[pub["k"].notna()].astype({"k": int})
 if len(pl):
-    sns.lineplot(data=pl, x="k", y="value", hue="direction", marker="o", ax=axes[1])
-    for i, (d, v) in enumerate(pub[pub["method"] == "raw"].set_index("direction")["value"].items()):
-        axes[1].axhline(v, ls="--", lw=1, color=sns.color_palette()[i], label=f"{d} raw")
+    sns.lineplot(data=pl, x="k", y="published", hue="direction", marker="o", ax=axes[1],
+                 hue_order=[d for d in directions if d in set(pl["direction"])])
+    for d, v in pub[pub["k"].isna()].set_index("direction")["published"].items():
+        axes[1].axhline(v, ls="--", lw=1, color=sns.color_palette()[directions.index(d)], label=f"{d} raw")
     axes[1].set_xscale("log", base=2)
     axes[1].set_title(f"published: NNN Tables A3/A4 ({model}, COCO, α = 0.75)", fontsize=9)
 else:
@@ -181,7 +169,9 @@ nb.notice(*sentences)
 # ## 2 · The α × k grid on the held-out split (what App. B searches)
 
 # %%
-heat = pd.concat([nnn_table(val_tasks[d], alphas, ks) for d in heat_directions], ignore_index=True)
+# select: R@1 on the held-out split over the whole (alpha, k) grid, as hubnorm.grid_search searches it
+heat = pd.concat([hn.grid_search("nnn", val_tasks[d], pr.clamp_grid("nnn", {"alpha": alphas, "k": ks}, val_tasks[d]))
+                  .table.assign(direction=d) for d in heat_directions], ignore_index=True)
 best = heat.loc[heat.groupby("direction")["R@1"].idxmax(), ["direction", "alpha", "k", "R@1"]]
 fig, axes = plt.subplots(1, len(heat_directions), figsize=(6.5 * len(heat_directions), 4.2), squeeze=False)
 for ax, d in zip(axes[0], heat_directions):

@@ -226,13 +226,11 @@ if has_ce:
 
 # %%
 if has_ce:
-    key = {"coco": "coco-5k"}.get(pr.dataset_key(source, ds), pr.dataset_key(source, ds))
-    pub8 = compare.published("rerank-geigle2021", "8", dataset=key, model="SEP+Co-OSCAR")
-    pub8 = pub8.assign(k=pub8["setting"].str.replace("k=", "", regex=False))
-    ours8 = compare.to_long(t8[t8.k != "all"], ["direction", "k"], ["R@1", "R@5", "R@10"])
-    table8 = compare.side_by_side(ours8, pub8, ["direction", "k", "metric"], label=label,
-                                  source_note=f"Geigle et al. Table 8, SEP+Co-OSCAR, {key}")
-    table8 = ours8[["direction", "k", "metric"]].merge(table8, how="left")   # our row order
+    key = compare.paper_dataset("rerank-geigle2021", pr.dataset_key(source, ds))   # their name of our data set
+    table8 = compare.beside_published(t8[t8.k != "all"], "rerank-geigle2021", "8", on=["direction", "k"],
+                                      setting_keys={"k": r"^k=(\d+)$"}, metrics=["R@1", "R@5", "R@10"],
+                                      rows="ours", model="SEP+Co-OSCAR", dataset=key, label=label,
+                                      source_note=f"Geigle et al. Table 8, SEP+Co-OSCAR, {key}")
     run.save_table(table8, "table8_vs_published", caption=f"Table 8: published vs this run ({label}, {CE_LABEL}).")
     nb.show(table8, ["direction", "k", "metric", "published", "this run"],
             caption=f"published: SEP+Co-OSCAR, {key}; this run: {label}, {CE_LABEL}")
@@ -257,10 +255,9 @@ if has_ce:
             rows += [{"direction": d, "setting": setting, "metric": f"R@{K}", "value": hn.recall_at_k(r.ranks, K)}
                      for K in (1, 5, 10)]
     ours11 = pd.DataFrame(rows)
-    pub11 = compare.published("rerank-geigle2021", "11", model="SEP+Co-OSCAR")
-    table11 = compare.side_by_side(ours11, pub11, ["direction", "setting", "metric"], label=label,
-                                   source_note="Geigle et al. Table 11, SEP+Co-OSCAR, Flickr30k")
-    table11 = ours11[["direction", "setting", "metric"]].merge(table11, how="left")   # our row order
+    table11 = compare.beside_published(ours11, "rerank-geigle2021", "11", on=["direction", "setting"],
+                                       metrics=["R@1", "R@5", "R@10"], rows="ours", model="SEP+Co-OSCAR",
+                                       label=label, source_note="Geigle et al. Table 11, SEP+Co-OSCAR, Flickr30k")
     run.save_table(table11, "table11_score_combination",
                    caption=f"Table 11 (k = 20): published SEP+Co-OSCAR vs this run ({label}, {CE_LABEL}).")
     nb.show(table11[table11.metric == "R@1"], ["direction", "setting", "published", "this run"],

@@ -146,14 +146,17 @@ print(f"non-ground-truth relevance: mean {off.mean():.2f}, share above 0.5: {100
 # Each normalizer is fitted on the training banks (never on test items) with the papers' default settings.
 
 # %%
-methods = {
-    "Original": hn.make_normalizer("raw"),
-    "NNN": hn.make_normalizer("nnn", alpha=nnn_alpha, k=nnn_k),
-    "IS": {d: hn.make_normalizer("is", tau=is_tau[d]) for d in ("t2i", "i2t")},
-    "SN": hn.make_normalizer("sn", tau=sn_tau, n_iter=sn_iter),
-}
-norm_df = lw.evaluate_listwise(tasks, relevance, methods, ndcg_ks=ndcg_ks, recall_ks=recall_ks)
-norm_table = lw.metric_table(norm_df, recall_ks, ndcg_ks)
+methods = {"Original": ("raw", {}), "NNN": ("nnn", {"alpha": nnn_alpha, "k": nnn_k}),
+           "IS": ("is", {"tau": is_tau}), "SN": ("sn", {"tau": sn_tau, "n_iter": sn_iter})}
+rows = []
+for d, task in tasks.items():
+    for name, (method, params) in methods.items():
+        params = {p: v[d] if isinstance(v, dict) else v for p, v in params.items()}   # IS: tau per direction
+        fitted = task.fit(hn.make_normalizer(method, **params))                        # on the training banks
+        scores = lw.listwise_metrics(fitted.score(task.queries), task.positives, relevance[d], ndcg_ks=ndcg_ks,
+                                     recall_ks=recall_ks)                              # R@K and NDCG@K, in %
+        rows.append({"direction": d, "method": name, **scores})
+norm_table = pd.DataFrame(rows)
 caption = f"R@K and NDCG@K (%), banks from the training split; {label}; relevance: {rel_label}."
 run.save_table(norm_table, "normalizers", caption=caption)
 nb.show(norm_table, caption=caption)
@@ -164,10 +167,10 @@ nb.show(norm_table, caption=caption)
 # and NDCG@K side by side.
 
 # %%
-change = norm_df.merge(norm_df[norm_df.method == "Original"][["direction", "metric", "K", "value"]],
-                       on=["direction", "metric", "K"], suffixes=("", " original"))
-change = change[change.method != "Original"].assign(
-    measure=lambda d: d["metric"] + "@" + d["K"].astype(str), gain=lambda d: d["value"] - d["value original"])
+by_method = norm_table.set_index(["direction", "method"])
+gain = by_method.sub(by_method.xs("Original", level="method"), level="direction")   # each method minus Original
+change = gain.drop(index="Original", level="method").reset_index().melt(
+    id_vars=["direction", "method"], var_name="measure", value_name="gain")
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
 order = [f"R@{k}" for k in recall_ks] + [f"NDCG@{k}" for k in ndcg_ks]
 for ax, d in zip(axes, ("t2i", "i2t")):
@@ -231,18 +234,14 @@ nb.show(adapter_table, caption=caption)
 # V; they report no NDCG, hence the empty cells) and for our adapter at $\tau$ = `tau`.
 
 # %%
-pub = compare.published("listwise-li2023", "V", metric=["R@1", "R@5", "R@10", "RSUM"])
-pub = pub.pivot_table(index=["direction", "metric"], columns="method", values="value")
-pub_delta = (pub["triplet+sndcg"] - pub["triplet"]).rename("value").reset_index()
 both = f"triplet+sndcg (tau={tau:g})"
-t = adapter_table.drop(columns="RSUM").set_index(["direction", "method"])
-ours_delta = (t.xs(both, level="method") - t.xs("triplet", level="method")).reset_index()
-ours_delta = ours_delta.melt(id_vars="direction", var_name="metric", value_name="value")
-ours_delta = pd.concat([ours_delta, pd.DataFrame([{"direction": "both", "metric": "RSUM",
-                                                   "value": rsum[both] - rsum["triplet"]}])], ignore_index=True)
-delta = compare.side_by_side(ours_delta, pub_delta, ["direction", "metric"], label=label,
-                             source_note="Li et al. 2023, Table V (VSE++, Flickr30K)")
-delta = ours_delta[["direction", "metric"]].merge(delta, how="left")   # our row order
+# ours as the paper reports it: R@K and NDCG@K per direction, RSUM over both directions; our run at tau = `tau`
+# under the paper's method name
+ours = pd.concat([adapter_table.drop(columns="RSUM"), rsum.reset_index(name="RSUM").assign(direction="both")])
+delta = compare.beside_published(ours.replace({"method": {both: "triplet+sndcg"}}), "listwise-li2023", "V",
+                                 on=["direction", "method"], delta=("triplet+sndcg", "triplet"), rows="ours",
+                                 metrics=[f"R@{k}" for k in recall_ks] + [f"NDCG@{k}" for k in ndcg_ks] + ["RSUM"],
+                                 label=label, source_note="Li et al. 2023, Table V (VSE++, Flickr30K)")
 run.save_table(delta, "adapter_delta_vs_published",
                caption=f"Gain from adding S-NDCG (tau={tau:g}) to the triplet loss, in points: published vs this run.")
 nb.show(delta, ["direction", "metric", "published", "this run"],

@@ -95,3 +95,191 @@ def test_long_results_and_bad_input():
         compare.beside_published(_ours([["t2i", "nnn", IN, 1.0, 2.0]]), PAPER, "A8", label="x", ci=True)
     with pytest.raises(TypeError, match="DataFrame"):
         compare.beside_published([1, 2], PAPER, "A6", label="x")
+
+
+# ---- published values per key read from the setting (NNN Tables A3/A4: one column per k), compare.wide_by ----
+K_OF_SETTING = {"k": r"\bk=(\d+)"}
+
+
+def _per_k(rows):
+    """Ours over k: the raw scores have no k (missing), NNN one row per k."""
+    return pd.DataFrame(rows, columns=["direction", "k", "R@1"])
+
+
+def test_setting_keys_match_published_rows_by_the_key_read_from_setting(capsys):
+    ours = _per_k([["t2i", np.nan, 59.4], ["t2i", 1, 71.5], ["t2i", 2, 72.3], ["t2i", 16, 73.4],
+                   ["i2t", np.nan, 77.1], ["i2t", 16, 80.8]])
+    out = compare.beside_published(ours, PAPER, ["A3", "A4"], on=["direction", "k"], setting_keys=K_OF_SETTING,
+                                   method=["raw", "nnn"], model="CLIP", dataset="coco", label="x")
+    # Table A3 (t2i, CLIP, COCO): raw 30.45, k=1 35.47, k=16 37.36; Table A4 (i2t): raw 50.02, k=16 52.96
+    assert _cell(out, "published", direction="t2i", k=1) == pytest.approx(35.47)
+    assert _cell(out, "published", direction="t2i", k=16) == pytest.approx(37.36)
+    assert _cell(out, "published", direction="i2t", k=16) == pytest.approx(52.96)
+    raw = out[out["k"].isna()].set_index("direction")   # the raw rows (no k on either side) match each other only
+    assert raw.loc["t2i", "published"] == pytest.approx(30.45) and raw.loc["t2i", "this run"] == 59.4
+    assert raw.loc["i2t", "published"] == pytest.approx(50.02) and raw.loc["i2t", "this run"] == 77.1
+    # the paper has no k=2: missing, never 0 and never a neighbour's value; its k=4 row has no number of ours
+    assert np.isnan(_cell(out, "published", direction="t2i", k=2))
+    assert _cell(out, "published", direction="t2i", k=4) == pytest.approx(36.57)
+    assert np.isnan(_cell(out, "this run", direction="t2i", k=4))
+    assert not (out["published"] == 0).any() and not (out["this run"] == 0).any()
+    assert not out.duplicated(["direction", "k"]).any()
+    assert "NOTE" not in capsys.readouterr().out
+
+
+def test_setting_keys_take_the_type_of_ours():
+    # nullable integers (pandas "Int64") and strings: the published value is converted to the same type
+    ints = _per_k([["t2i", pd.NA, 59.4], ["t2i", 16, 73.4]]).astype({"k": "Int64"})
+    out = compare.beside_published(ints, PAPER, "A3", on=["direction", "k"], setting_keys=K_OF_SETTING,
+                                   method=["raw", "nnn"], model="CLIP", dataset="coco", label="x")
+    assert _cell(out, "published", k=16) == pytest.approx(37.36)
+    assert out.loc[out["k"].isna(), "published"].tolist() == pytest.approx([30.45])
+    strs = pd.DataFrame({"direction": ["t2i"], "k": ["16"], "R@1": [73.4]})
+    out = compare.beside_published(strs, PAPER, "A3", on=["direction", "k"], setting_keys=K_OF_SETTING,
+                                   method="nnn", model="CLIP", dataset="coco", label="x")
+    assert _cell(out, "published", k="16") == pytest.approx(37.36)
+
+
+def test_wide_by_one_column_per_key_value_published_row_first():
+    ours = _per_k([["t2i", np.nan, 59.4], ["t2i", 1, 71.5], ["t2i", 2, 72.3], ["t2i", 512, 72.7]])
+    joined = compare.beside_published(ours, PAPER, "A3", on=["direction", "k"], setting_keys=K_OF_SETTING,
+                                      method=["raw", "nnn"], model="CLIP", dataset="coco", label="synthetic analog",
+                                      source_note="NNN Table A3")
+    wide = compare.wide_by(joined, "k", missing="Original")
+    assert list(wide.columns) == ["direction", "run", "Original", "1", "2", "4", "8", "16", "32", "64", "128", "512"]
+    assert list(wide["run"]) == ["published (NNN Table A3)", "this run: synthetic analog"]
+    pub, mine = wide.iloc[0], wide.iloc[1]
+    assert pub["Original"] == pytest.approx(30.45) and pub["1"] == pytest.approx(35.47)
+    assert pub["128"] == pytest.approx(37.77)
+    assert np.isnan(pub["2"]) and np.isnan(pub["512"])            # the paper has no such k
+    assert mine["Original"] == 59.4 and mine["512"] == 72.7 and np.isnan(mine["4"])   # this run has no k=4
+    # several metrics keep `metric` as a key; one metric drops it
+    assert "metric" not in wide.columns
+
+
+def test_wide_by_without_published_numbers_shows_this_run_only(capsys):
+    ours = _per_k([["t2i", np.nan, 59.4], ["t2i", 16, 73.4]])
+    joined = compare.beside_published(ours, PAPER, "A3", on=["direction", "k"], setting_keys=K_OF_SETTING,
+                                      model="no such model", label="x")
+    assert "NOTE: no published rows match" in capsys.readouterr().out
+    wide = compare.wide_by(joined, "k")
+    assert list(wide["run"]) == ["this run: x"] and list(wide.columns) == ["direction", "run", "none", "16"]
+
+
+def test_setting_keys_and_wide_by_refuse_bad_arguments():
+    ours = _per_k([["t2i", 16, 73.4]])
+    call = dict(on=["direction", "k"], model="CLIP", dataset="coco", label="x")
+    with pytest.raises(ValueError, match="setting_keys names 'alpha'.*not a key column"):
+        compare.beside_published(ours, PAPER, "A3", setting_keys={"alpha": r"alpha=([\d.]+)"}, **call)
+    with pytest.raises(ValueError, match=r"setting_keys\['k'\].*0 groups"):
+        compare.beside_published(ours, PAPER, "A3", setting_keys={"k": r"k=\d+"}, **call)
+    with pytest.raises(ValueError, match=r"setting_keys\['k'\] must be a regular expression"):
+        compare.beside_published(ours, PAPER, "A3", setting_keys={"k": r"k=(\d+"}, **call)
+    with pytest.raises(ValueError, match="setting_keys must be a non-empty mapping"):
+        compare.beside_published(ours, PAPER, "A3", setting_keys=[("k", r"k=(\d+)")], **call)
+    with pytest.raises(ValueError, match="setting_keys names 'direction'.*already have"):
+        compare.beside_published(ours, PAPER, "A3", setting_keys={"direction": r"(t2i)"}, **call)
+    joined = compare.beside_published(ours, PAPER, "A3", setting_keys=K_OF_SETTING, **call)
+    with pytest.raises(ValueError, match="column must be a key column"):
+        compare.wide_by(joined, "published")
+    with pytest.raises(ValueError, match="column must be a key column"):
+        compare.wide_by(joined, "alpha")
+    with pytest.raises(ValueError, match="joined must be a beside_published result"):
+        compare.wide_by(ours, "k")
+    with pytest.raises(TypeError, match="joined must be a pandas DataFrame"):
+        compare.wide_by(ours.to_dict(), "k")
+    clash = pd.DataFrame({"direction": ["t2i", "t2i"], "k": [None, "none"], "R@1": [59.4, 73.4]})
+    joined = compare.beside_published(clash, PAPER, "A3", setting_keys=K_OF_SETTING, **call)
+    with pytest.raises(ValueError, match="missing='none' is also a value of 'k'"):
+        compare.wide_by(joined, "k")
+
+
+# -------------------------------------------------------- rows=, delta=, and setting_keys= as notebook 06 uses it
+RERANK = "rerank-geigle2021"
+
+
+K_IN_SETTING = {"k": r"^k=(\d+)$"}   # Geigle et al. Table 8 states k in the setting: "k=20"
+
+
+def test_setting_keys_match_the_k_of_table8_as_text_or_integer():
+    for k_values in (["10", "20", "100"], [10, 20, 100]):
+        ours = pd.DataFrame({"direction": "t2i", "k": k_values, "R@1": [60.0, 61.0, 62.0]})
+        out = compare.beside_published(ours, RERANK, "8", on=["direction", "k"], setting_keys=K_IN_SETTING,
+                                       label="x", model="SEP+Co-OSCAR", dataset="flickr30k")
+        # SEP+Co-OSCAR, flickr30k, t2i, k=20
+        assert _cell(out, "published", k=k_values[1]) == pytest.approx(76.0)
+        assert _cell(out, "this run", k=k_values[1]) == 61.0
+        assert np.isnan(_cell(out, "published", k=k_values[2]))                # the paper has no k=100: missing
+        fifty = 50 if isinstance(k_values[0], int) else "50"   # published only: an empty 'this run'
+        assert _cell(out, "published", k=fifty) == pytest.approx(75.9)
+        assert np.isnan(_cell(out, "this run", k=fifty))
+        assert not (out["published"] == 0).any()
+    # a setting that states no k (Table 1's first stages: "none") matches no k of ours, and the run says so
+    ours = pd.DataFrame({"direction": ["t2i"], "k": ["20"], "R@1": [61.0]})
+    out = compare.beside_published(ours, RERANK, "1", on=["direction", "k"], setting_keys=K_IN_SETTING,
+                                   label="x", model="EMB-OSCAR", dataset="coco-5k", rows="ours")
+    assert np.isnan(_cell(out, "published", k="20")) and list(out["this run"]) == [61.0]
+    assert out["published source"].iloc[0].startswith("none")
+
+
+def test_rows_ours_keeps_our_rows_in_our_order_and_only_them():
+    ours = pd.DataFrame({"direction": ["i2t", "t2i", "t2i"], "k": ["50", "20", "10"], "R@1": [1.0, 2.0, np.nan],
+                         "R@5": [4.0, 5.0, 6.0]})
+    out = compare.beside_published(ours, RERANK, "8", on=["direction", "k"], setting_keys=K_IN_SETTING,
+                                   rows="ours", metrics=["R@1", "R@5"], label="x", model="SEP+Co-OSCAR",
+                                   dataset="flickr30k")
+    # metric by metric, rows in our order; our NaN (t2i, k=10, R@1) is no row of ours; no published-only rows
+    assert list(zip(out["direction"], out["k"], out["metric"])) == [
+        ("i2t", "50", "R@1"), ("t2i", "20", "R@1"), ("i2t", "50", "R@5"), ("t2i", "20", "R@5"), ("t2i", "10", "R@5")]
+    assert list(out["this run"]) == [1.0, 2.0, 4.0, 5.0, 6.0]
+    assert list(out["published"]) == pytest.approx([88.9, 76.0, 98.4, 93.0, 92.2])
+    assert list(out.columns) == ["direction", "k", "metric", "published", "this run", "run", "published source"]
+
+
+def test_delta_puts_the_published_improvement_beside_ours():
+    """Li et al. Table V: (triplet + S-NDCG) minus triplet, per direction and metric, beside ours."""
+    ours = pd.DataFrame({"direction": ["t2i", "t2i", "i2t", "i2t", "both", "both"],
+                         "method": ["triplet", "triplet+sndcg"] * 3,
+                         "R@1": [50.0, 52.5, 70.0, 69.0, np.nan, np.nan], "NDCG@10": [40.0, 41.0, 30.0, 30.5,
+                                                                                        np.nan, np.nan],
+                         "RSUM": [np.nan, np.nan, np.nan, np.nan, 400.0, 403.0]})
+    out = compare.beside_published(ours, "listwise-li2023", "V", on=["direction", "method"], rows="ours",
+                                   delta=("triplet+sndcg", "triplet"), metrics=["R@1", "NDCG@10", "RSUM"], label="x")
+    assert "method" not in out.columns
+    assert list(zip(out["direction"], out["metric"])) == [("t2i", "R@1"), ("i2t", "R@1"), ("t2i", "NDCG@10"),
+                                                          ("i2t", "NDCG@10"), ("both", "RSUM")]
+    assert _cell(out, "published", direction="t2i", metric="R@1") == pytest.approx(53.0 - 51.6)
+    assert _cell(out, "published", direction="i2t", metric="R@1") == pytest.approx(70.6 - 70.4)
+    assert _cell(out, "published", direction="both", metric="RSUM") == pytest.approx(477.7 - 472.7)
+    assert _cell(out, "this run", direction="i2t", metric="R@1") == pytest.approx(-1.0)
+    assert _cell(out, "this run", direction="both", metric="RSUM") == pytest.approx(3.0)
+    assert out.loc[out["metric"] == "NDCG@10", "published"].isna().all()     # the paper reports no NDCG: missing
+    # a baseline this run lacks: its difference is missing, never 0 and never the treatment's value
+    no_base = compare.beside_published(ours[ours["method"] != "triplet"], "listwise-li2023", "V",
+                                       on=["direction", "method"], delta=("triplet+sndcg", "triplet"),
+                                       metrics=["R@1"], label="x")
+    assert no_base["this run"].isna().all() and no_base["published"].notna().any()
+
+
+def test_paper_dataset_names_our_data_set_as_the_paper_does():
+    assert compare.paper_dataset(RERANK, "coco") == "coco-5k"
+    assert compare.paper_dataset(RERANK, "flickr30k") == "flickr30k"
+    assert compare.paper_dataset(PAPER, "coco") == "coco"          # no alias for that paper: our name
+    for bad in ({"paper": None, "dataset": "coco"}, {"paper": RERANK, "dataset": ""}):
+        with pytest.raises(ValueError, match="paper" if bad["paper"] is None else "dataset"):
+            compare.paper_dataset(**bad)
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"rows": "mine"}, "rows"),
+    ({"setting_keys": {"k": r"^k=(\d+)$"}}, "setting_keys"),                   # k is no key column of on
+    ({"setting_keys": {"k": r"^k=\d+$"}, "on": ["direction", "k"]}, "setting_keys"),   # no group for the value
+    ({"delta": ("nnn",)}, "delta"),
+    ({"delta": ("nnn", "nnn")}, "delta"),
+    ({"delta": ("nnn", "raw"), "on": ["direction", "setting"]}, "delta"),      # method is no key
+    ({"delta": ("nnn", "raw"), "ci": True}, "delta"),
+])
+def test_bad_join_options_name_the_argument(kwargs, word):
+    ours = pd.DataFrame({"direction": ["t2i"], "method": ["nnn"], "setting": [IN], "k": ["20"], "R@1": [70.0]})
+    with pytest.raises(ValueError, match=word):
+        compare.beside_published(ours, PAPER, "A6", label="x", **kwargs)

@@ -250,6 +250,80 @@ def test_streaming_sinkhorn_handles_underflowing_columns():
     assert np.abs(g.double().numpy() - g_ref).max() < 1e-5
 
 
+# ------------------------------------------------------------------------------------------ Sinkhorn block passes
+@pytest.mark.parametrize("tau,kwargs", [
+    (0.01, {}),                                                          # float32 cache
+    (0.03, {}),
+    (0.01, {"cache_dtype": torch.float16}),                              # the same float16 blocks for both passes
+    (0.03, {"cache_dtype": torch.float16}),
+    (0.01, {"cache_dtype": torch.bfloat16}),
+])   # a partial cache (both passes in one run) against float64: test_streaming_sinkhorn_equals_dense_float64
+def test_shared_shift_pass_equals_the_rowmax_pass(sinkhorn_problem, tau, kwargs, tol=1e-6):
+    """The fast block pass (one shift for every row) against the reference pass (each row's own maximum): the
+    potentials within float32 rounding, and the same target ranking for every query of a held-out set."""
+    bank, targets = (torch.from_numpy(x) for x in sinkhorn_problem)
+    f_ref, g_ref, _ = sinkhorn_potentials(bank, targets, tau, 10, block_pass="rowmax", **kwargs)
+    f, g, it = sinkhorn_potentials(bank, targets, tau, 10, block_pass="shared-shift", **kwargs)
+    assert it == 10
+    assert (g - g_ref).abs().max() < tol and (f - f_ref).abs().max() < tol
+    centres = np.random.default_rng(7).standard_normal((12, 48))        # the fixture's clusters
+    s = torch.from_numpy(_clustered(np.random.default_rng(8), 200, 48, centres)) @ targets.T
+    top_ref = (s + g_ref).argsort(dim=1, descending=True)[:, :10]
+    assert torch.equal(top_ref, (s + g).argsort(dim=1, descending=True)[:, :10])
+    _, g64 = _dense_sinkhorn64(*sinkhorn_problem, tau, 10)
+    assert np.abs(g.double().numpy() - g64).max() < (1e-5 if kwargs.get("cache_dtype") is None else 2e-4)
+
+
+def test_shared_shift_pass_redoes_rows_far_below_the_shared_shift(monkeypatch):
+    """A target opposite to the bank pulls its potential far above the others, so rows of the bank fall more than
+    23 (in units of tau) below the shared shift: they are redone with their own maximum (a spy counts them) and the
+    potentials still equal dense float64 and the rowmax pass."""
+    rng = np.random.default_rng(0)
+    bank = _clustered(rng, 400, 16, np.eye(16)[:2] * 3, spread=0.1)
+    targets = np.concatenate([_clustered(rng, 50, 16, np.eye(16)[:2] * 3, spread=0.1), -bank[:1]], axis=0)
+    redone = []
+    real = torch.Tensor.nonzero
+
+    def spy(self, *a, **k):
+        out = real(self, *a, **k)
+        if self.dtype == torch.bool and self.dim() == 1 and self.shape[0] == 400:
+            redone.append(int(out.numel()))
+        return out
+
+    f_ref, g_ref, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3,
+                                          block_pass="rowmax")
+    monkeypatch.setattr(torch.Tensor, "nonzero", spy)
+    f, g, _ = sinkhorn_potentials(torch.from_numpy(bank), torch.from_numpy(targets), 0.005, 3)
+    monkeypatch.undo()
+    assert sum(redone) > 0                        # the low-row branch ran
+    _, g64 = _dense_sinkhorn64(bank, targets, 0.005, 3)
+    assert np.isfinite(g.numpy()).all() and np.abs(g.double().numpy() - g64).max() < 1e-5
+    assert (g - g_ref).abs().max() < 1e-6 and (f - f_ref).abs().max() < 1e-6
+
+
+def test_shared_shift_pass_with_every_row_redone_equals_rowmax(sinkhorn_problem, monkeypatch):
+    """With the row-sum limit at infinity every row takes the fallback: the rowmax arithmetic on every row."""
+    from hubnorm.normalizers import sinkhorn as sk
+    bank, targets = (torch.from_numpy(x) for x in sinkhorn_problem)
+    _, g_ref, _ = sinkhorn_potentials(bank, targets, 0.01, 5, cache_dtype=torch.float16, block_pass="rowmax")
+    monkeypatch.setattr(sk, "_ROW_SUM_MIN", math.inf)
+    _, g, _ = sinkhorn_potentials(bank, targets, 0.01, 5, cache_dtype=torch.float16)
+    assert (g - g_ref).abs().max() < 1e-6
+
+
+def test_float64_sinkhorn_keeps_the_reference_pass(sinkhorn_problem):
+    bank, targets = (torch.from_numpy(x).double() for x in sinkhorn_problem)
+    a = sinkhorn_potentials(bank, targets, 0.01, 5, block_pass="rowmax")
+    b = sinkhorn_potentials(bank, targets, 0.01, 5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_sinkhorn_block_pass_is_checked(sinkhorn_problem):
+    bank, targets = (torch.from_numpy(x) for x in sinkhorn_problem)
+    with pytest.raises(ValueError, match="block_pass must be one of"):
+        sinkhorn_potentials(bank, targets, 0.01, 2, block_pass="fast")
+
+
 # ------------------------------------------------------------------------------------------ BLAS-scan IVF (probe-grouped GEMM)
 @pytest.fixture(scope="module")
 def blas_problem():

@@ -156,11 +156,25 @@ def test_common_structure(ipynb):
 METHOD_CALLS = {
     "01": ("pr.select_parameters(", ".fit(", "hn.evaluate(", "compare.beside_published("),
     "02": (".fit(", "hn.evaluate(", "compare.beside_published("),
-    "04": (".fit(", "hn.evaluate(", "compare.beside_published("),
+    "03": ("hn.grid_search(", ".fit(", "hn.evaluate(", "compare.beside_published("),
+    "04": (".fit(", "hn.evaluate(", "hn.hubness(", "compare.beside_published("),
     "05": (".fit(", "hn.evaluate(", "hn.grid_search(", "compare.beside_published("),
+    "06": (".fit(", "rr.rerank(", "hn.recall_at_k(", "compare.beside_published("),
+    "07": (".fit(", "lw.listwise_metrics(", "compare.beside_published("),
     "08": ("task.evaluate(", "compare.beside_published("),
 }
-JOIN_PLUMBING = ("compare.side_by_side(", "compare.to_long(", ".merge(", "pr.run_methods(")
+#: The same rule per section, for notebooks whose sections each run a study of their own: (notebook, words of
+#: the section's "## " heading) -> the calls that section's code cells must make.
+SECTION_CALLS = {
+    ("03", "R@1 over k"): ("hn.grid_search(", ".fit(", "hn.evaluate(", "compare.beside_published("),
+    ("03", "grid on the held-out split"): ("hn.grid_search(",),
+    ("04", "Part A"): (".fit(", "hn.evaluate(", "compare.beside_published("),
+    ("04", "Part B"): ("studies.subsample_rows(", ".fit(", "hn.evaluate(", "hn.hubness("),
+}
+#: Join code and loops that hide the method calls: published keys read out of ``setting`` by hand, hand merges,
+#: and the study loops of the experiments layer.
+JOIN_PLUMBING = ("compare.side_by_side(", "compare.to_long(", ".merge(", "pr.run_methods(", ".str.extract(",
+                 "studies.query_bank_sweep(", "studies.bank_fraction_sweep(")
 
 
 def _main_code(ipynb) -> str:
@@ -174,6 +188,19 @@ def _main_code(ipynb) -> str:
     return "\n".join(code)
 
 
+def _section_code(ipynb, words: str) -> str:
+    """The code cells of the level-2 section whose heading holds ``words`` (up to the next level-2 heading)."""
+    code, inside, found = [], False, False
+    for c in _read(ipynb).cells:
+        if c.cell_type == "markdown" and re.search(r"^## ", c.source, flags=re.M):
+            inside = bool(re.search(rf"^## .*{re.escape(words)}", c.source, flags=re.M))
+            found = found or inside
+        elif inside and c.cell_type == "code":
+            code.append(c.source)
+    assert found, f"{ipynb.name}: no '## ' section heading holds {words!r}"
+    return "\n".join(code)
+
+
 @pytest.mark.parametrize("num", sorted(METHOD_CALLS))
 def test_main_section_shows_the_method_calls_and_one_published_join(num):
     [ipynb] = [p for p in NOTEBOOKS if p.name.startswith(num)]
@@ -183,7 +210,16 @@ def test_main_section_shows_the_method_calls_and_one_published_join(num):
     plumbing = [call for call in JOIN_PLUMBING if call in code]
     assert not plumbing, (f"{ipynb.name}: the main section uses {plumbing}: join published rows with one "
                           "compare.beside_published call per table, and write fit -> evaluate out")
-    assert "select_and_evaluate(" not in code, f"{ipynb.name}: write selection, fit and evaluation out"
+    hidden = [call for call in ("select_and_evaluate(", "lw.evaluate_listwise(") if call in code]   # fit inside
+    assert not hidden, f"{ipynb.name}: the main section uses {hidden}: write selection, fit and evaluation out"
+
+
+@pytest.mark.parametrize("num, words", sorted(SECTION_CALLS), ids=[f"{n}-{w}" for n, w in sorted(SECTION_CALLS)])
+def test_each_study_section_shows_its_method_calls(num, words):
+    [ipynb] = [p for p in NOTEBOOKS if p.name.startswith(num)]
+    code = _section_code(ipynb, words)
+    missing = [call for call in SECTION_CALLS[(num, words)] if call not in code]
+    assert not missing, f"{ipynb.name}, section {words!r}: its code cells must show {missing}"
 
 
 @pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)

@@ -116,24 +116,22 @@ def test_select_and_evaluate_reuse_copies_the_choice(ds):
     assert p[("t2i", "dualdis")] == p[("t2i", "dualis")]
 
 
-def test_query_bank_sweep_and_gaps(ds):
+def test_dual_bank_gap_is_smaller_than_the_test_gallery_gap(ds):
+    """Notebook 04 part B's gap: DBSN's extended gallery [T ; B_t] holds each bank caption's own training image,
+    so the bank is closer to it than to the test gallery (DBSN Proposition 2)."""
     task = ex.make_tasks(ds.split("test"), ds.split("train"), directions=["t2i"])["t2i"]
-    df = studies.query_bank_sweep(task, [1.0, 0.25], {"IS": "is", "DBSN": "dbsn"}, {"DBSN": {"n_iter": 3}},
-                             seeds=[0, 1], hubness_k=3, show_progress=False)
-    assert len(df) == 6 and set(df["bank_queries"]) == {300, 75}  # the whole bank is drawn once
-    assert ((df["gap bank->targets"] >= 0) & (df["gap test queries->bank"] >= 0)).all()
-    # DBSN's extended gallery contains each bank caption's own training image: a smaller gap than the test gallery
-    g = df[df["fraction"] == 1.0].set_index("method")["gap bank->targets"]
-    assert g["DBSN"] < g["IS"]
+    bank = studies.subsample_rows(task.query_bank, 0.25, seed=1)
+    assert len(bank) == 75 and len(studies.subsample_rows(task.query_bank, 1.0, seed=0)) == 300
+    plain = geometry.nn_gap(bank, task.targets)
+    extended = geometry.nn_gap(bank, np.concatenate([task.targets, task.target_bank]))
+    assert 0 <= extended < plain and geometry.nn_gap(task.queries, bank) >= 0
     x = np.eye(3)
     assert geometry.nn_gap(x, x) == pytest.approx(0.0)
     assert geometry.centroid_distance(x, x) == pytest.approx(0.0)
 
 
-def test_bank_fraction_and_iteration_sweeps(ds):
+def test_iteration_sweeps(ds):
     test = ds.split("test")
-    sw = studies.bank_fraction_sweep(ds, test, [1.0, 0.5], ["nnn"], {"nnn": {"k": 2}}, show_progress=False)
-    assert list(sw["bank_fraction"]) == [1.0, 1.0, 0.5, 0.5]
     task = ex.make_tasks(test, ds.split("train"), directions=["t2i"])["t2i"]
     it = studies.sinkhorn_iterations(task, ["sn"], iterations=[1, 10], converged=200, tol=1e-6, show_progress=False)
     assert list(it["setting"]) == ["T=1", "T=10", "to convergence"]
@@ -251,3 +249,23 @@ def test_fmt_params_leaves_out_execution_options():
     """The params column of a table names what changes rankings, not memory or device settings."""
     from hubnorm.experiments.protocol import fmt_params
     assert fmt_params({"tau": 0.01, "cache_bytes": 2**31, "device": "cpu", "n_iter": 10}) == "tau=0.01, n_iter=10"
+
+
+def test_cross_dataset_partner_comes_from_the_registry(monkeypatch, capsys):
+    """"auto" pairs a synthetic run with the synthetic preset of the registry's ``cross_dataset`` partner, keeping
+    the generator family; no partner (or no preset for it) means no cross-dataset rows, said in a NOTE."""
+    from hubnorm.data import registry
+
+    for name, info in registry.DATASETS.items():   # every declared partner is a data set the loaders know
+        partner = info.get("cross_dataset")
+        assert partner is None or (partner in registry.DATASETS and partner != name)
+    assert registry.cross_dataset("flickr30k") == "coco" and registry.cross_dataset("coco") == "flickr30k"
+    assert registry.cross_dataset("flickr8k") is None and registry.cross_dataset("no-such-set") is None
+    syn = ex.prepare_dataset("synthetic:coco-isotropic", seed=0,
+                             synthetic_sizes={"n_train_images": 40, "n_val_images": 10, "n_test_images": 10})
+    assert ex.cross_dataset_source(syn, "auto") == "synthetic:flickr30k-isotropic"
+    monkeypatch.setitem(registry.DATASETS, "coco", {**registry.DATASETS["coco"], "cross_dataset": "flickr8k"})
+    capsys.readouterr()
+    assert ex.cross_dataset_source(syn, "auto") is None   # no synthetic flickr8k preset
+    assert "names no partner of 'coco' with a synthetic preset" in capsys.readouterr().out
+    assert ex.cross_dataset_source(syn, "synthetic:flickr30k") == "synthetic:flickr30k"   # explicit is kept

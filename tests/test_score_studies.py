@@ -162,5 +162,12 @@ def test_every_notebook_with_a_sims_cell_has_its_note():
         if py.name[:2] == "08":
             assert "sims_tables" not in text      # 08 runs in full on score matrices
             continue
-        assert f'score_studies.run_notebook("{py.name[:2]}", source, run, globals())' in text, py.name
+        assert f'score_studies.run_notebook("{py.name[:2]}", source, run, globals()' in text, py.name
         assert py.name[:2] in ss.NEEDS and py.name[:2] in ss.SECTIONS
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "10", True])
+def test_run_notebook_refuses_a_bad_hub_k(bad):
+    """hub_k (the k of N_k; notebook 00 passes its ``k``) is checked before any file is read."""
+    with pytest.raises(ValueError, match="hub_k"):
+        ss.run_notebook("00", "sims:/nonexistent-folder", None, {}, hub_k=bad)

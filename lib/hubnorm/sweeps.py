@@ -10,13 +10,15 @@ offsets, identical ranks and metrics; ``tests/test_selection.py`` and the generi
   every grid point (``engine.shared``: the similarity blocks of a temperature sweep, Sinkhorn's score blocks);
   a method whose points share more says so in its own ``fit_grid`` (NNN: every ``(alpha, k)`` from one
   top-``max(k)``; DualIS: one log-mean-exp per bank and beta).
-* ranking offset methods: :func:`offset_sweep_ranks` evaluates many offset vectors against the same queries: the
-  raw score block of a query chunk is computed once; per query, its top-``C`` raw targets are the only candidates
-  that can beat the positive under offsets ``h`` unless ``fl(C-th raw score + max h) >= fl(s_pos + h_pos)``
-  (rounding is monotone, so this test is exact); the rare unresolved (query, setting) pairs are counted on the
-  full row. Ranks are exact up to ``cap = max(ks)`` (larger ranks are reported as ``cap``), which gives R@K
-  exactly and MdR whenever the median rank is below the cap (else that setting's ranks are computed in full).
-  ``MnR`` needs every rank: ask for it with ``full=True`` (exact, slower: one pass per setting).
+* ranking offset methods: :func:`offset_sweep_ranks` gives the exact rank of every query under every setting
+  from one computation of the raw score blocks. :func:`offset_lines` groups the settings into *lines* (settings
+  that differ in one numeric parameter and whose offsets lie on a segment, measured: NNN's ``-alpha b_k`` at a
+  fixed ``k``). Along a line a target's margin over a positive is linear in the position, so one pass per line
+  finds the targets that can beat the positive at either end; the ends' margins decide the settings in between,
+  and the few undecided (setting, target) pairs are counted with the evaluator's arithmetic (``fl(S + h)``, ties
+  by target index). A float slack (unit roundoff and the measured distance from the segment) keeps every bound
+  exact; ``tests/test_sweep_ranks.py`` proves the ranks equal to the dense ones (ties, unsorted grids, 0, i2t).
+  ``MnR`` is in the table when ``full=True`` (the ranks are exact either way).
 * ranking other methods (DIS-like gates): the raw score blocks are computed once and every point's
   ``normalize_scores`` is applied to a copy.
 * :func:`iteration_table`: any method with an ``iterate_offsets`` seam (SN, DBSN) reads R@1 after ``T = 1, 3, 10,
@@ -41,7 +43,7 @@ from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
 
-__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "can_sweep", "SWEEP_CACHE_BYTES"]
+__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SWEEP_CACHE_BYTES"]
 
 #: The sweeps keep score blocks in memory up to this many bytes per score matrix; beyond it they are recomputed.
 SWEEP_CACHE_BYTES = 2 * 2**30
@@ -49,106 +51,206 @@ SWEEP_CACHE_BYTES = 2 * 2**30
 _BIG = torch.iinfo(torch.int64).max
 
 
-class _OffsetScores:
-    """Scores ``S + h`` block by block, with exactly the arithmetic of ``Normalizer._score_block``."""
-
-    def __init__(self, ident: Identity, h: torch.Tensor):
-        self.ident, self.h = ident, h
-
-    def iter_scores(self, queries, chunk_size=None):
-        for q0, s in self.ident.iter_scores(queries, chunk_size):
-            yield q0, s.add_(self.h)
-
-
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
     return Identity(device=device, check_normalized=check_normalized).fit(task.targets)
 
 
-def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, cap: int, *, chunk_size: Optional[int] = None,
-                       device=None, check_normalized: bool = True, candidates: Optional[int] = None,
-                       settings_per_pass: int = 16) -> np.ndarray:
-    """Ranks (0-based, tie rule of :func:`hubnorm.evaluation.positive_ranks`) of every query of ``task`` under
-    every offset vector (rows of ``offsets``, ``G x n``), capped at ``cap``: a ``(G, m)`` int array whose entries
-    equal the true rank when it is below ``cap`` and ``cap`` otherwise. See the module docstring."""
-    cap = check_positive_int(cap, "cap")
+def _segment(H: torch.Tensor, a: int, b: int, members: Sequence[int]):
+    """Where the offsets ``H[g]`` of ``members`` lie on the segment from ``H[a]`` to ``H[b]``: their positions
+    ``lam`` (float64, the projection clamped to [0, 1]) and the largest distance (max norm) of a member from its
+    point ``H[a] + lam (H[b] - H[a])`` on the segment."""
+    A, B = H[a].double(), H[b].double()
+    D = B - A
+    dd = float(D @ D)
+    lams, worst = [], 0.0
+    for g in members:
+        x = H[g].double() - A
+        lam = 0.0 if dd == 0.0 else min(1.0, max(0.0, float(x @ D) / dd))
+        lams.append(lam)
+        worst = max(worst, float((x - lam * D).abs().max()))
+    return lams, worst
+
+
+def _segment_residual(H: torch.Tensor, a: int, b: int, members: Sequence[int]) -> float:
+    return _segment(H, a, b, members)[1]
+
+
+def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> List[tuple]:
+    """Group the settings of a grid into *lines*: settings that differ in one numeric parameter only and whose
+    offsets lie on the segment between the two extreme values of that parameter (NNN at a fixed ``k``: ``-alpha
+    b_k`` is linear in ``alpha``). Returns ``(a, b, members)`` tuples (the ends and every setting of the line);
+    settings that form no line are ``(g, g, [g])``. Only a speed choice: :func:`offset_sweep_ranks` is exact for
+    any grouping (it measures each line's distance from its segment and widens its bounds by it)."""
+    G = H.shape[0]
+    alone = [(g, g, [g]) for g in range(G)]
+    if G < 3 or not points:
+        return alone
+    scale = float(H.abs().max()) + 1.0
+    tol = 64 * torch.finfo(H.dtype).eps * scale
+    best = None
+    for name in points[0]:
+        vals = [p.get(name) for p in points]
+        if len(set(map(repr, vals))) < 3 or not all(isinstance(v, (int, float, np.integer, np.floating))
+                                                    and not isinstance(v, bool) for v in vals):
+            continue
+        groups: Dict[str, List[int]] = {}
+        for g, p in enumerate(points):
+            groups.setdefault(repr(sorted((k, repr(v)) for k, v in p.items() if k != name)), []).append(g)
+        lines = []
+        for members in groups.values():
+            a = min(members, key=lambda g: float(vals[g]))
+            b = max(members, key=lambda g: float(vals[g]))
+            if _segment_residual(H, a, b, members) > tol:
+                break
+            lines.append((a, b, members))
+        else:
+            if best is None or len(lines) < len(best):
+                best = lines
+    return best or alone
+
+
+def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Optional[Sequence[tuple]] = None,
+                       chunk_size: Optional[int] = None, device=None, check_normalized: bool = True) -> np.ndarray:
+    """Exact ranks (0-based, tie rule of :func:`hubnorm.evaluation.positive_ranks`) of every query of ``task`` under
+    every offset vector (rows of ``offsets``, ``G x n``): a ``(G, m)`` int array equal to ``positive_ranks`` of
+    ``S + offsets[g]`` for every ``g``, computed from the raw score blocks once.
+
+    ``lines``: ``(a, b, members)`` groups of settings (:func:`offset_lines`; None: every setting alone). Along a
+    line, ``h = (1 - lam) h_a + lam h_b + rho`` with ``|rho| <= r`` (measured here), so the margin
+    ``(S_ij + h_j) - (S_ip + h_p)`` of target ``j`` over positive ``p`` is within ``2 r`` of a linear function of
+    ``lam``; over the best of several positives it is concave. Per line:
+
+    1. candidates: one dense pass over the score block finds the targets within the slack of one positive ``p0``
+       (the best raw one) at either end; a target that trails ``p0`` at both ends trails it, and so the best
+       positive, at every setting of the line;
+    2. per candidate, the margins at the two ends (over ``p0``: an upper bound; over the best positive: a lower
+       bound) give the settings where it surely beats the best positive (counted by a difference array, no
+       per-setting work), those where it surely does not, and the few in between, which are counted exactly with
+       the evaluator's arithmetic (``fl(S + h)``, ties by target index).
+
+    Positives are never candidates (none is ever counted: the best one is the reference, the others trail it or
+    tie with a larger index). The slack ``s = 8 eps X + 2 r`` (``eps``: the dtype's machine epsilon, twice its
+    unit roundoff; ``X``: a bound of ``|S| + |h|``; ``r``: the line's measured distance from its segment) covers
+    the rounding of the scores, of the margins and of their interpolation in the working dtype; "surely" means
+    beyond ``2 s``, so a setting decided from the ends is decided as the evaluator would decide it.
+    """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
     H = offsets.to(device=t.device, dtype=t.dtype)
     if H.ndim != 2 or H.shape[1] != t.shape[0]:
         raise ValueError(f"offsets must be (settings, {t.shape[0]}); got {tuple(H.shape)}")
     G, n = H.shape
-    hmax = H.amax(dim=1)
-    C = min(n, candidates or max(4 * cap, cap + 32))
+    lines = [(g, g, [g]) for g in range(G)] if lines is None else [(int(a), int(b), [int(g) for g in m])
+                                                                 for a, b, m in lines]
+    if sorted(g for _, _, m in lines for g in m) != list(range(G)):
+        raise ValueError("lines must hold every setting exactly once")
+    dev = t.device
+    u = torch.finfo(t.dtype).eps  # 2 x the unit roundoff: a margin of its own
+    q = as_embeddings(task.queries, "queries", device=dev, dtype=t.dtype, dim=t.shape[1], check_normalized=False)
+    smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
+    X = 1.001 * smax + float(H.abs().max()) + 1e-30
+    geo = []  # per line: ends, members sorted by position on the segment, positions, slack
+    for a, b, members in lines:
+        lams, resid = _segment(H, a, b, members)
+        order = sorted(range(len(members)), key=lambda i: lams[i])
+        geo.append((a, b, torch.tensor([members[i] for i in order], device=dev),
+                    torch.tensor([lams[i] for i in order], dtype=t.dtype, device=dev), 8 * u * X + 2 * resid))
     pos = task.positives
     q_of_all = pos.query_of_entry
     out = np.empty((G, pos.n_queries), dtype=np.int64)
+    Hf = H.reshape(-1)
     for q0, S in ident.iter_scores(task.queries, chunk_size):
         bq = S.shape[0]
         q1 = q0 + bq
         lo, hi = pos.indptr[q0], pos.indptr[q1]
-        rows = torch.from_numpy(q_of_all[lo:hi] - q0).to(S.device)
-        cols = torch.from_numpy(pos.indices[lo:hi]).to(S.device)
+        rows = torch.from_numpy(q_of_all[lo:hi] - q0).to(dev)
+        cols = torch.from_numpy(pos.indices[lo:hi]).to(dev)
         s_pos = S[rows, cols]
-        topv, topi = S.topk(C, dim=1)
-        lowest = topv[:, -1]
-        for g0 in range(0, G, settings_per_pass):
-            Hg = H[g0:g0 + settings_per_pass]
-            g = Hg.shape[0]
-            pv = s_pos[None, :] + Hg[:, cols]                       # fl(S + h) at the positives
-            r2 = rows[None, :].expand(g, -1)
-            best = torch.full((g, bq), -torch.inf, dtype=S.dtype, device=S.device).scatter_reduce(1, r2, pv, "amax")
-            is_best = pv == best.gather(1, r2)
-            cand_cols = torch.where(is_best, cols[None, :].expand(g, -1), torch.full_like(r2, _BIG))
-            best_col = torch.full((g, bq), _BIG, dtype=torch.long, device=S.device).scatter_reduce(
-                1, r2, cand_cols, "amin")
-            xc = topv[None] + Hg[:, topi]                           # (g, bq, C)
-            b3 = best[..., None]
-            cnt = ((xc > b3) | ((xc == b3) & (topi[None] < best_col[..., None]))).sum(dim=2)
-            resolved = ((lowest[None, :] + hmax[g0:g0 + g, None]) < best) | (cnt >= cap)
-            rank = cnt
-            todo = (~resolved).nonzero()
-            if todo.numel():
-                gi, qi = todo[:, 0], todo[:, 1]
-                for u0 in range(0, gi.numel(), 256):
-                    gs, qs = gi[u0:u0 + 256], qi[u0:u0 + 256]
-                    x = S[qs] + Hg[gs]
-                    bv, bc = best[gs, qs], best_col[gs, qs]
-                    col_idx = torch.arange(n, device=S.device)
-                    full = (x > bv[:, None]).sum(1) + ((x == bv[:, None]) & (col_idx[None] < bc[:, None])).sum(1)
-                    rank[gs, qs] = full
-            out[g0:g0 + g, q0:q1] = rank.clamp_max(cap).cpu().numpy()
+        # the best positive of every setting, as positive_ranks finds it: fl(S + h), first column among ties
+        pv = s_pos[None, :] + H[:, cols]
+        r2 = rows[None, :].expand(G, -1)
+        best = torch.full((G, bq), -torch.inf, dtype=S.dtype, device=dev).scatter_reduce(1, r2, pv, "amax")
+        is_best = pv == best.gather(1, r2)
+        best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=dev).scatter_reduce(
+            1, r2, torch.where(is_best, cols[None, :].expand(G, -1), torch.full_like(r2, _BIG)), "amin")
+        bestf, best_colf = best.reshape(-1), best_col.reshape(-1)
+        # one positive per query for the candidate bounds: the best raw score
+        raw_best = torch.full((bq,), -torch.inf, dtype=S.dtype, device=dev).scatter_reduce(0, rows, s_pos, "amax")
+        p0 = torch.full((bq,), _BIG, dtype=torch.long, device=dev).scatter_reduce(
+            0, rows, torch.where(s_pos == raw_best[rows], cols, torch.full_like(cols, _BIG)), "amin")
+        sp0 = S.gather(1, p0[:, None])[:, 0]
+        Sf = S.reshape(-1)
+        buf = torch.empty_like(S)                 # reused: a fresh block per pass would cost its page faults
+        mask, hit = (torch.empty(S.shape, dtype=torch.bool, device=dev) for _ in range(2))
+        for a, b, srt, lam, sl in geo:
+            L = srt.numel()
+            ends = (a,) if a == b else (a, b)
+            for i, e in enumerate(ends):          # 1. candidates
+                torch.add(S, H[e], out=buf)
+                torch.gt(buf, (sp0 + H[e, p0]).sub_(2 * sl)[:, None], out=mask if i == 0 else hit)
+            if len(ends) == 2:
+                mask.logical_or_(hit)
+            mask[rows, cols] = False              # a positive is never counted (the best one is the reference)
+            flat = mask.view(-1).nonzero().squeeze(1)
+            r = torch.div(flat, n, rounding_mode="floor")
+            c = flat - r * n
+            v = Sf.index_select(0, flat)
+            # 2. margins at the ends: over the best positive (gA, gB) and over p0 (fA, fB)
+            xa, xb = v + H[a].index_select(0, c), v + H[b].index_select(0, c)
+            gA = xa - bestf.index_select(0, a * bq + r)
+            gB = xb - bestf.index_select(0, b * bq + r)
+            fA = xa - (sp0 + H[a, p0]).index_select(0, r)
+            fB = xb - (sp0 + H[b, p0]).index_select(0, r)
+            # settings (positions on the line) where the candidate is surely ahead of the best positive (a prefix
+            # or a suffix: the margin is linear in lam, its rounding monotone) and where it is surely behind p0
+            bcnt, bfirst = _holds(gA, gB, lam, 2 * sl, above=True)
+            ncnt, nfirst = _holds(fA, fB, lam, -2 * sl, above=False)
+            b0 = torch.where(bfirst, 0, L - bcnt)
+            b1 = torch.where(bfirst, bcnt, L)
+            counts = torch.zeros(bq * (L + 1), dtype=torch.long, device=dev)
+            base = r * (L + 1)
+            counts.index_add_(0, base + b0, torch.ones_like(r))
+            counts.index_add_(0, base + b1, torch.full_like(r, -1))
+            counts = counts.view(bq, L + 1).cumsum_(1)[:, :L]
+            # the settings in between: positions [pre, suf) of the line
+            pre = torch.maximum(torch.where(bfirst, bcnt, 0), torch.where(nfirst, ncnt, 0))
+            suf = torch.minimum(torch.where(bfirst, L, L - bcnt), torch.where(nfirst, L, L - ncnt))
+            width = (suf - pre).clamp_min_(0)
+            total = int(width.sum())
+            if total:
+                pid = torch.repeat_interleave(torch.arange(width.numel(), device=dev), width)
+                start = torch.cumsum(width, 0) - width
+                k = pre[pid] + (torch.arange(total, device=dev) - start[pid])   # position on the line
+                g = srt[k]
+                rr, cc = r[pid], c[pid]
+                x = v[pid] + Hf.index_select(0, g * n + cc)                     # fl(S + h): the evaluator's arithmetic
+                bv, bc = bestf.index_select(0, g * bq + rr), best_colf.index_select(0, g * bq + rr)
+                beat = (x > bv) | ((x == bv) & (cc < bc))
+                add = torch.zeros(bq * L, dtype=torch.long, device=dev).index_add_(0, rr * L + k, beat.long())
+                counts = counts + add.view(bq, L)
+            out[srt.cpu().numpy(), q0:q1] = counts.T.cpu().numpy()
     return out
 
 
-def _metrics_from_capped(ranks: np.ndarray, cap: int, ks: Sequence[int]) -> Optional[Dict[str, float]]:
-    """R@K and MdR from capped ranks, or None when the median is not below the cap."""
-    out = {f"R@{k}": float(100.0 * np.mean(ranks < k)) for k in ks}
-    srt = np.sort(ranks)
-    m = srt.size
-    mid = srt[[(m - 1) // 2, m // 2]]
-    if mid.max() >= cap:
-        return None
-    out["MdR"] = float(np.floor(np.median(ranks)) + 1)
-    return out
+def _holds(mA: torch.Tensor, mB: torch.Tensor, lam: torch.Tensor, level: float, *, above: bool):
+    """For every pair, on how many positions of the sorted ``lam`` the margin ``mA + lam (mB - mA)`` is above
+    ``level`` (``above=True``) or below it, and whether it is at the first position (then they are a prefix, else
+    a suffix: the margin is monotone in ``lam``, and so is its rounding)."""
+    x = torch.addcmul(mA[:, None], (mB - mA)[:, None], lam[None, :])
+    ok = x > level if above else x < level
+    return ok.sum(dim=1), ok[:, 0]
 
 
-def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized) -> List[Dict[str, float]]:
+def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
+                      ) -> List[Dict[str, float]]:
     ks = tuple(int(k) for k in ks)
-    if full:
-        ident = _identity(task, device, check_normalized)
-        return [summarize_ranks(positive_ranks(_OffsetScores(ident, h.to(ident.targets_.dtype)), task.positives,
-                                               task.queries, chunk_size=chunk_size), ks) for h in H]
-    cap = max(ks)
-    capped = offset_sweep_ranks(task, H, cap, chunk_size=chunk_size, device=device, check_normalized=check_normalized)
+    ranks = offset_sweep_ranks(task, H, lines=lines, chunk_size=chunk_size, device=device,
+                               check_normalized=check_normalized)
     rows = []
-    ident = None
     for g in range(H.shape[0]):
-        res = _metrics_from_capped(capped[g], cap, ks)
-        if res is None:  # median rank beyond the cap: this setting's ranks in full
-            ident = ident or _identity(task, device, check_normalized)
-            ranks = positive_ranks(_OffsetScores(ident, H[g].to(ident.targets_.dtype)), task.positives, task.queries,
-                                   chunk_size=chunk_size)
-            res = {k: v for k, v in summarize_ranks(ranks, ks).items() if k != "MnR"}
+        res = summarize_ranks(ranks[g], ks)
+        if not full:
+            res.pop("MnR")
         rows.append(res)
     return rows
 
@@ -179,7 +281,8 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
     fitted = cls.fit_grid(norms, engine)
     if cls.is_offset:
         H = torch.stack([f["offsets_"] for f in fitted])
-        rows = _evaluate_offsets(task, H, metric_ks, full, ref.chunk_size, engine.device, ref.check_normalized)
+        rows = _evaluate_offsets(task, H, metric_ks, full, ref.chunk_size, engine.device, ref.check_normalized,
+                                 lines=offset_lines(points, H))
     else:
         rows = _evaluate_fitted(task, norms, fitted, engine, metric_ks)
     return pd.DataFrame([{**p, **r} for p, r in zip(points, rows)])

@@ -138,7 +138,7 @@ def quiz() -> dict:
     assert 1000 / 100 == QUIZ[4]
     # 5: the notebook builds the heat map from val_tasks (the held-out split); the k-curve from test_tasks
     src = (Path(__file__).resolve().parents[1] / "03_k_ablation.py").read_text()
-    assert "nnn_table(val_tasks[d], alphas, ks)" in src and QUIZ[5] == "b"
+    assert 'hn.grid_search("nnn", val_tasks[d]' in src and "heat_directions" in src and QUIZ[5] == "b"
     # 6: far too large an alpha: the most retrieved targets are among the least central (smallest bias)
     m = task.fit(hn.NearestNeighborNormalization(alpha=5.0, k=16))
     n1 = hn.k_occurrence(m, 1, queries=task.queries)

@@ -7,7 +7,7 @@ checked after the download instead of by pooch.
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 # ------------------------------------------------------------------------------------------ resources
 RESOURCES: Dict[str, dict] = {
@@ -111,6 +111,11 @@ so that e.g. {images_dir}/1000268201_693b08cb0e.jpg exists. Captions: `python -m
 files placed in <data root>/annotations/."""
 
 # ------------------------------------------------------------------------------------------- datasets
+#: The data sets the loaders know: ``description``; ``splits`` {split: (images, captions)} of the Karpathy split;
+#: ``annotations`` / ``images`` (resource names, or "manual" with the ``manual`` text); ``images_layout``; and
+#: optionally ``cross_dataset``: the data set whose training split the papers use as the "other" reference bank
+#: (NNN Table 2: Flickr30k evaluated with a COCO bank and the reverse), read by
+#: ``hubnorm.experiments.protocol.cross_dataset_source``.
 DATASETS: Dict[str, dict] = {
     "coco": {
         "description": "MS-COCO 2014, Karpathy split (restval counted as train)",
@@ -119,6 +124,7 @@ DATASETS: Dict[str, dict] = {
         "images": {"test": ["coco_val2014"], "val": ["coco_val2014"], "train": ["coco_train2014", "coco_val2014"]},
         "images_layout": "<data root>/coco/images/val2014/COCO_val2014_*.jpg and .../train2014/COCO_train2014_*.jpg",
         "manual": None,
+        "cross_dataset": "flickr30k",
     },
     "flickr30k": {
         "description": "Flickr30k, Karpathy split (29,000 train / 1,014 val / 1,000 test images, 5 captions each)",
@@ -127,6 +133,7 @@ DATASETS: Dict[str, dict] = {
         "images": "manual",
         "images_layout": "<data root>/flickr30k/images/<image id>.jpg (flat)",
         "manual": FLICKR30K_MANUAL,
+        "cross_dataset": "coco",
     },
     "flickr8k": {
         "description": "Flickr8k, official/Karpathy split (6,000 train / 1,000 val / 1,000 test images, 5 captions each)",
@@ -146,6 +153,12 @@ def dataset_info(name: str) -> dict:
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}")
     return DATASETS[name]
+
+
+def cross_dataset(name: str) -> Optional[str]:
+    """The data set whose bank the papers pair with ``name`` in their cross-dataset rows, or None (none
+    declared, or ``name`` unknown)."""
+    return DATASETS.get(name, {}).get("cross_dataset")
 
 
 def check_split(split: str, dataset: str = "") -> str:

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
+from ..data.registry import cross_dataset
 from ..datasets import load_embeddings
 from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from ..evaluation import evaluate
@@ -30,6 +31,7 @@ from ..progress import progress
 from ..registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from ..retrieval import DIRECTIONS, RetrievalTask, build_tasks
 from ..selection import PAPER_GRIDS, grid_search, k_limit
+from ..synthetic import PRESETS
 
 __all__ = [
     "METRICS", "prepare_dataset", "describe", "is_synthetic", "run_label", "dataset_key", "published_model",
@@ -256,10 +258,15 @@ def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> O
     if cross_source in (None, "", "none", "None"):
         return None
     if cross_source == "auto":
-        if is_synthetic(ds):  # the other preset of the same generative model ("coco" <-> "flickr30k", "-isotropic" kept)
+        if is_synthetic(ds):  # the registry's partner data set, same generative model ("-isotropic" kept)
             preset = str(ds.meta.get("preset") or ds.name.replace("synthetic-", ""))
-            family = preset[len(preset.split("-")[0]):]
-            return ("synthetic:coco" if preset.startswith("flickr") else "synthetic:flickr30k") + family
+            base = preset.split("-")[0]
+            partner = cross_dataset(base)
+            if partner is None or f"{partner}{preset[len(base):]}" not in PRESETS:
+                note(f"no cross-dataset rows: the data set registry names no partner of {base!r} with a synthetic "
+                     "preset (pass cross_source='synthetic:<preset>' to choose one)")
+                return None
+            return f"synthetic:{partner}{preset[len(base):]}"
         note("no cross-dataset rows: this run is on real data and no real cross_source was given "
              "(pass e.g. cross_source='cache:coco:ViT-B-32-quickgelu:openai')")
         return None

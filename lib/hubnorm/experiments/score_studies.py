@@ -398,11 +398,13 @@ def _fig_title(ax, text: str, label: str) -> None:
     ax.set_title(f"{text} — {label}", fontsize=9)
 
 
-def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool = True) -> Dict[str, pd.DataFrame]:
+def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool = True,
+                 hub_k: Optional[int] = None) -> Dict[str, pd.DataFrame]:
     """The sims branch of notebook ``prefix``: NOTE what needs embeddings (:data:`NEEDS`), compute and show what
     the scores give (:data:`SECTIONS`), save its tables / figures as ``<prefix>_sims_*``, then (``stop``) skip the
     notebook's remaining cells (:func:`skip_rest`). ``run``: the notebook's ``nb.setup`` object; ``params``: its
-    ``globals()`` (the fixed method parameters are read from it). Returns the tables by name."""
+    ``globals()`` (the fixed method parameters are read from it); ``hub_k``: the k of N_k in the hubness tables
+    (default: the notebook's ``hub_k`` parameter, else 10). Returns the tables by name."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -412,9 +414,14 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
         raise ValueError(f"notebook {prefix!r} has no sims branch; known: {sorted(SECTIONS)}")
     params = dict(params)
     directions = params.get("directions") or ["t2i", "i2t"]
+    if hub_k is None:
+        hub_k = params.get("hub_k")
+        hub_k = 10 if hub_k is None else hub_k
+    if isinstance(hub_k, bool) or not isinstance(hub_k, (int, np.integer)) or hub_k < 1:
+        raise ValueError(f"hub_k (the k of N_k) must be a positive integer; got {hub_k!r}")
+    hub_k = int(hub_k)
     sims = load_sims_run(source, directions)
     label = sims.label
-    hub_k = int(params.get("hub_k") or (params.get("k") if prefix == "00" else None) or 10)   # 00 calls it k
     print("this run:", label)
     print(f"NOTE: a sims: folder holds score matrices only; {NEEDS[prefix]}.")
     if sims.alias and any(k != v for k, v in sims.alias.items()):

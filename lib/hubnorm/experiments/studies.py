@@ -1,8 +1,9 @@
-"""The ablation studies of the papers: reference-bank size, query-bank size, Sinkhorn iterations, k-occurrence.
+"""Helpers of the papers' ablation studies: seeded bank subsets (reference- and query-bank size), Sinkhorn
+iterations, k-occurrence tables.
 
-Each study is a loop over one factor that fits the normalizers and evaluates them with the library's public
-functions; each returns a tidy :class:`pandas.DataFrame` ready for a seaborn plot. Temperature and ``(alpha, k)``
-sweeps are :func:`hubnorm.grid_search` tables (``.table``), not separate functions.
+The studies' loops themselves are written out in the notebooks (fit, evaluate, hubness with the library's public
+functions); these helpers return tidy :class:`pandas.DataFrame` objects ready for a seaborn plot. Temperature and
+``(alpha, k)`` sweeps are :func:`hubnorm.grid_search` tables (``.table``), not separate functions.
 """
 
 from __future__ import annotations
@@ -12,17 +13,12 @@ from typing import List, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..embeddings import EmbeddingDataset, EmbeddingSplit
-from ..evaluation import positive_ranks, summarize_ranks
-from ..geometry import nn_gap
 from ..hubness import hubness_stats, k_occurrence
-from ..progress import progress
-from .protocol import MethodSpec, clamp_params, make_tasks, method_items, params_for, reference_split, run_methods
-from ..registry import DISPLAY_NAMES, make_normalizer
-from ..retrieval import DIRECTIONS, RetrievalTask
+from ..registry import DISPLAY_NAMES
+from ..retrieval import RetrievalTask
 from ..sweeps import iteration_table
 
-__all__ = ["distinct_fractions", "subsample_rows", "score_and_hubness", "bank_fraction_sweep", "query_bank_sweep", "sinkhorn_iterations",
+__all__ = ["distinct_fractions", "subsample_rows", "sinkhorn_iterations",
            "occurrence_frame", "occurrence_stats"]
 
 
@@ -59,62 +55,6 @@ def subsample_rows(x: np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
         return x
     n = fraction_size(fraction, len(x))
     return x[np.sort(np.random.default_rng(seed).choice(len(x), n, replace=False))]
-
-
-def score_and_hubness(norm, task: RetrievalTask, *, ks: Sequence[int] = (1, 5, 10), hubness_k: int = 10) -> dict:
-    """R@K / MdR / MnR and the skewness of N_k of a fitted normalizer from *one* pass over the score matrix
-    (the m x n matrix is formed once: for the small problems of the notebooks' sweeps)."""
-    s = norm.score(task.queries)
-    out = summarize_ranks(positive_ranks(s, task.positives), ks)
-    out[f"skewness@{hubness_k}"] = hubness_stats(k_occurrence(s, hubness_k), hubness_k, task.n_queries)["skewness"]
-    return out
-
-
-def bank_fraction_sweep(ds: EmbeddingDataset, test: EmbeddingSplit, fractions: Sequence[float], methods: MethodSpec,
-                        params=None, *, split: str = "train", directions: Sequence[str] = DIRECTIONS, seed: int = 0,
-                        show_progress: bool = True) -> pd.DataFrame:
-    """NNN Tables A12-A15: the methods with reference banks made of a ``fraction`` of the training data."""
-    frames = []
-    for frac in progress(list(fractions), desc="bank fractions", disable=not show_progress):
-        bank = reference_split(ds, split, frac, seed)
-        tasks = make_tasks(test, bank, directions=directions)
-        df = run_methods(tasks, methods, params, show_progress=False)
-        df.insert(2, "bank_fraction", frac)
-        df.insert(3, "bank_queries", [len(tasks[d].query_bank) for d in df["direction"]])
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True)
-
-
-def query_bank_sweep(task: RetrievalTask, fractions: Sequence[float], methods: MethodSpec, params=None, *,
-                     seeds: Sequence[int] = (0, 1, 2), hubness_k: int = 10, show_progress: bool = True) -> pd.DataFrame:
-    """DBSN Fig. 7: subsample the *query* bank of ``task`` (the target bank stays whole, as in DBSN Sec. 4.3),
-    ``len(seeds)`` draws per fraction, and record R@1, the skewness of N_k and two distribution gaps:
-
-    - ``gap bank->targets``: :func:`hubnorm.geometry.nn_gap` of the bank queries to the targets the method
-      balances over (the test gallery for IS/SN, the extended gallery ``[T ; B_t]`` for DBSN/DualIS: the bank's
-      own training targets are there, which is how DBSN narrows the gap, Proposition 2);
-    - ``gap test queries->bank``: how well the bank covers the test query distribution (Fig. 7(d)).
-    """
-    full = task.query_bank
-    rows = []
-    jobs = [(f, s) for f in fractions for s in (list(seeds)[:1] if f >= 1 else seeds)]  # the whole bank: one draw
-    for frac, s in progress(jobs, desc="query-bank sweep", disable=not show_progress):
-        bank = subsample_rows(full, frac, seed=s)
-        t = task.with_banks(query_bank=bank, target_bank=task.target_bank)
-        gap_q = nn_gap(task.queries, bank)
-        gap_plain = nn_gap(bank, task.targets)
-        gap_ext = (nn_gap(bank, np.concatenate([task.targets, task.target_bank]))
-                   if task.target_bank is not None else np.nan)
-        for label, name in method_items(methods):
-            norm = make_normalizer(name, **clamp_params(name, params_for(params, task.direction, label), t))
-            t.fit(norm)
-            res = score_and_hubness(norm, t, ks=(1,), hubness_k=hubness_k)
-            dual = type(norm).uses_target_bank == "required"
-            rows.append({"fraction": frac, "seed": s, "bank_queries": len(bank), "method": label,
-                         "name": DISPLAY_NAMES.get(name, name), "R@1": res["R@1"],
-                         f"skewness@{hubness_k}": res[f"skewness@{hubness_k}"],
-                         "gap bank->targets": gap_ext if dual else gap_plain, "gap test queries->bank": gap_q})
-    return pd.DataFrame(rows)
 
 
 def sinkhorn_iterations(task: RetrievalTask, methods: Sequence[str] = ("sn", "dbsn"), *, tau: float = 0.01,

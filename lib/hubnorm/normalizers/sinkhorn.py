@@ -28,7 +28,8 @@ log-sum-exp is merged by ``logaddexp``); when the columns are cut into chunks (D
 :class:`~hubnorm.blocks.LogSumExp` reductions. :class:`SinkhornRun` states the loop; an in-process engine runs it
 as the fused kernel :func:`sinkhorn_potentials` below. The plain dense form is
 ``SinkhornNormalization.plain``. Tests: ``tests/test_oracles.py`` (POT, Alg. A1), ``tests/test_fast_paths.py``
-(streaming and 16-bit caches), ``tests/test_distributed.py`` and ``tests/method_checks.py`` (blocks).
+(streaming, 16-bit caches, the two block passes of the kernel), ``tests/test_distributed.py`` and
+``tests/method_checks.py`` (blocks).
 """
 
 from __future__ import annotations
@@ -46,8 +47,17 @@ from .base import SWEEP_COMMON, Normalizer
 #: Keep the bank x target score blocks in memory across iterations when they take at most this many bytes.
 DEFAULT_CACHE_BYTES = 2 * 2**30
 
-#: Columns whose streamed column sum falls below this are recomputed exactly (exp underflow guard).
+#: Columns whose streamed column sum falls below this are recomputed exactly (exp underflow guard; the
+#: "shared-shift" pass uses :data:`_TINY_COLUMN_SHARED`).
 _TINY_COLUMN = 1e-25
+_TINY_COLUMN_SHARED = 1e-20
+#: The per-block passes of :func:`sinkhorn_potentials` over kept (cached) score blocks (``block_pass``):
+#: ``"rowmax"`` -- the reference: ``x = (S + g) / tau``, its exact row maximum, ``exp(x - rowmax)``;
+#: ``"shared-shift"`` (default) -- one shift for every row, ``c = max_j g_j / tau`` (an upper bound of every row's
+#: maximum, since kept blocks are stored relative to their row maxima), so the row-maximum pass and the subtraction
+#: disappear; a row whose sum then falls below :data:`_ROW_SUM_MIN` is redone with its own maximum.
+BLOCK_PASSES = ("rowmax", "shared-shift")
+_ROW_SUM_MIN = 1e-10
 #: fits with at least this many score entries over all iterations (m * n * n_iter; about 20 s on 2 CPU cores)
 #: show a progress bar with the time left (``HUBNORM_PROGRESS=0`` silences it)
 PROGRESS_ENTRIES = 2 * 10**10
@@ -65,6 +75,7 @@ def sinkhorn_potentials(
     cache_dtype: Optional[torch.dtype] = None,
     shared_blocks: Optional[dict] = None,
     callback: Optional[Callable[[int, torch.Tensor], Optional[bool]]] = None,
+    block_pass: str = "shared-shift",
 ) -> Tuple[torch.Tensor, torch.Tensor, int]:
     """Log-domain Sinkhorn on ``S = bank @ targets.T`` with uniform marginals.
 
@@ -92,10 +103,27 @@ def sinkhorn_potentials(
     the row sums give ``f``, and since ``exp((S_ij + f_i) / tau) = E_ij w_i exp(-g_j / tau)`` with
     ``w_i = (1/m) / rowsum_i``, the column log-sum-exp for the new ``g`` is one matrix-vector product ``w @ E``
     (a second exponential pass is never needed). Columns whose sum underflows are recomputed exactly.
+
+    ``block_pass`` (:data:`BLOCK_PASSES`): how a *kept* block is swept; blocks recomputed by a GEMM every
+    iteration, and every float64 run, always take the reference pass. ``"rowmax"`` is the reference above.
+    ``"shared-shift"`` (default, float32)
+    keeps every block relative to its row maxima (``S - rowmax(S)``, also in float32) and shifts all rows by one
+    constant, ``c = max_j g_j / tau``: then ``x - c <= 0`` everywhere (no overflow), so the row-maximum pass and the
+    subtraction go, and a 16-bit block is converted into the float32 buffer by a plain copy (a mixed-dtype add is
+    about 5x slower). Per row ``E = exp(x - c)`` is the row's softmax times a constant, so ``f`` and the column
+    partial ``w @ E`` keep their meaning exactly (each row contributes ``a softmax_i``). Underflow guard: a row
+    whose sum falls below ``1e-10`` (its maximum more than 23 below ``c``) is redone with its own maximum, so
+    entries lost to float32 underflow (``< 1.2e-38`` each, weight ``a / rowsum <= 1e10 a``) carry at most
+    ``1.2e-28`` of any column's mass, and columns below ``1e-20`` are recomputed exactly: a relative error of at
+    most ``1.2e-8`` on every column sum. Tested equal to ``"rowmax"`` and to dense float64
+    (``tests/test_fast_paths.py``); speed: ``benchmarks/reports/sinkhorn.md``.
     """
+    if block_pass not in BLOCK_PASSES:
+        raise ValueError(f"block_pass must be one of {list(BLOCK_PASSES)}; got {block_pass!r}")
     m, n = bank.shape[0], targets.shape[0]
     tau = float(tau)
     work = _sinkhorn_dtype(bank, targets, tau)
+    fast = block_pass == "shared-shift" and work == torch.float32   # float64 keeps the reference pass
     rows = block_rows(n, max(4, torch.empty((), dtype=work).element_size()), block_bytes)
     blocks = list(iter_blocks(m, rows))
     store = bank.dtype if cache_dtype is None else cache_dtype
@@ -108,7 +136,9 @@ def sinkhorn_potentials(
         n_keep = len(blocks)
     else:
         n_keep = int(budget // (rows * n * item))
-    shifted = store in (torch.float16, torch.bfloat16)
+    # kept blocks are stored relative to their row maxima: always in 16 bits (finest near 0), and in float32 for the
+    # shared-shift pass (which needs every kept row's maximum to be 0)
+    shifted = store in (torch.float16, torch.bfloat16) or (fast and store == work)
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
     g = torch.zeros(n, dtype=work, device=bank.device)
     f = torch.empty(m, dtype=work, device=bank.device)
@@ -122,7 +152,10 @@ def sinkhorn_potentials(
     try:
         for _ in range(int(n_iter)):
             g_tau = g / tau
+            c = float(g_tau.max())
+            g_c = g_tau - c          # shared-shift pass: x - c = S / tau + (g - max g) / tau <= 0 on kept blocks
             acc = torch.zeros(n, dtype=torch.float64, device=bank.device)
+            tiny_limit = _TINY_COLUMN
             for b, (r0, r1) in enumerate(blocks):
                 r = r1 - r0
                 x = buf[: r * n].view(r, n)
@@ -130,23 +163,33 @@ def sinkhorn_potentials(
                 shift = None
                 if hit is None:
                     if b < n_keep:
-                        s = torch.mm(bank[r0:r1], targets_t)
+                        if shifted and store != work and bank.dtype == work and targets.dtype == work:
+                            # only the 16-bit copy is kept: the product goes to the reused buffer (a fresh 128 MB
+                            # block per GEMM costs about 9% of the GEMM in page faults)
+                            s = torch.mm(bank[r0:r1], targets_t, out=x)
+                        else:
+                            s = torch.mm(bank[r0:r1], targets_t)
                         if shifted:
                             shift = s.amax(dim=1)
-                            cache[r0] = ((s - shift[:, None]).to(store), shift)
+                            cache[r0] = (s.sub_(shift[:, None]).to(store), shift)
                         else:
                             cache[r0] = (s, None)
                         hit = cache[r0]
                     else:
                         torch.addmm(g_tau, bank[r0:r1].to(work), targets_t.to(work), beta=1.0, alpha=1.0 / tau, out=x)
-                if hit is not None:
+                if hit is not None and fast and hit[1] is not None:
                     s, shift = hit
-                    torch.add(g_tau, s, alpha=1.0 / tau, out=x)
-                # rows: f from the previous g
-                mx = x.amax(dim=1)
-                x.sub_(mx[:, None]).exp_()
-                rs = x.sum(dim=1)
-                lse = mx + rs.log()
+                    rs, lse = _shared_shift_rows(x, s, g_tau, g_c, c, tau)
+                    tiny_limit = _TINY_COLUMN_SHARED
+                else:
+                    if hit is not None:
+                        s, shift = hit
+                        torch.add(g_tau, s, alpha=1.0 / tau, out=x)
+                    # rows: f from the previous g
+                    mx = x.amax(dim=1)
+                    x.sub_(mx[:, None]).exp_()
+                    rs = x.sum(dim=1)
+                    lse = mx + rs.log()
                 if shift is not None:
                     lse += shift / tau
                 f[r0:r1] = tau * log_a - tau * lse
@@ -154,7 +197,7 @@ def sinkhorn_potentials(
                 w = (1.0 / m) / rs
                 acc += torch.mv(x.T, w).to(torch.float64)
                 bar.update(1)
-            tiny = acc < _TINY_COLUMN
+            tiny = acc < tiny_limit
             lse_col = acc.clamp_min(1e-300).log().to(work) - g_tau
             if bool(tiny.any()):  # exact column log-sum-exp for the few columns whose streamed sum underflowed
                 cols = tiny.nonzero().squeeze(1)
@@ -175,6 +218,31 @@ def sinkhorn_potentials(
     finally:
         bar.close()
     return f.to(bank.dtype), g.to(bank.dtype), done
+
+
+def _shared_shift_rows(x, s, g_tau, g_c, c, tau):
+    """The shared-shift pass of one kept block ``s`` (stored relative to its row maxima, any float dtype) into the
+    float32/64 buffer ``x``: ``x = exp(s / tau + g_c)`` with ``g_c = g / tau - c``; returns the row sums and row
+    log-sum-exps (without the stored row shift). Rows whose sum falls below :data:`_ROW_SUM_MIN` are redone with
+    their own maximum (their ``x`` rows then hold ``exp(x - rowmax)``, as in the rowmax pass)."""
+    if s.dtype == x.dtype:
+        torch.add(g_c, s, alpha=1.0 / tau, out=x)
+    else:   # a plain dtype copy, then a float32 add (one mixed-dtype add is several times slower)
+        x.copy_(s)
+        torch.add(g_c, x, alpha=1.0 / tau, out=x)
+    x.exp_()
+    rs = x.sum(dim=1)
+    lse = rs.log().add_(c)
+    low = rs < _ROW_SUM_MIN
+    if bool(low.any()):
+        idx = low.nonzero().squeeze(1)
+        xb = torch.add(g_tau, s[idx].to(x.dtype), alpha=1.0 / tau)
+        mb = xb.amax(dim=1)
+        xb.sub_(mb[:, None]).exp_()
+        x[idx] = xb
+        rs[idx] = xb.sum(dim=1)
+        lse[idx] = mb + rs[idx].log()
+    return rs, lse
 
 
 def _sinkhorn_dtype(bank: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.dtype:
