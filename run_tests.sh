@@ -17,6 +17,10 @@ fi
 workers=${HUBNORM_TEST_WORKERS:-$(.venv/bin/python -c 'import os
 n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 print(min(n, 4) if n > 1 else 0)')}
+if ! [[ "$workers" =~ ^[0-9]+$ ]]; then
+  echo "run_tests.sh: HUBNORM_TEST_WORKERS must be a whole number of test workers (0: one serial process); got '$workers'" >&2
+  exit 2
+fi
 if [ "$workers" -gt 0 ]; then
   args=(-n "$workers" --dist loadfile "${args[@]}")
 fi

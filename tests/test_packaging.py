@@ -356,3 +356,17 @@ def test_gpu_requirements_install_and_import(tmp_path):
              "torch.cuda.is_available())")
     out = _run([venv / "bin" / "python", "-c", probe], cwd=tmp_path, env=_clean_env(venv)).stdout
     assert "GPU-RECIPE-OK 2.15.0" in out, out
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "2.5", " "])
+def test_run_tests_refuses_a_bad_worker_count(bad):
+    """HUBNORM_TEST_WORKERS is an entry point too: a bad value stops run_tests.sh with a line naming it (before
+    pytest starts), never a bash arithmetic error or a silent serial run."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".venv" / "bin" / "python").exists():
+        pytest.skip("run_tests.sh needs the project's .venv (scripts/bootstrap.sh)")
+    env = {**os.environ, "HUBNORM_TEST_WORKERS": bad}
+    out = subprocess.run(["bash", str(root / "run_tests.sh")], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "HUBNORM_TEST_WORKERS must be a whole number" in out.stderr
