@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--efs", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--k-factors", type=float, nargs="+", default=[2, 4])
     ap.add_argument("--flat-dims", type=int, nargs="*", default=[])
+    ap.add_argument("--flat-k-factors", type=float, nargs="+", default=[2])
     ap.add_argument("--ivfpq-nlist", type=int, default=0, help="> 0: also IVF<nlist>,PQ64x4fs + refine rows")
     ap.add_argument("--ivfpq-nprobes", type=int, nargs="+", default=[512, 1024])
     ap.add_argument("--ivfpq-k-factors", type=float, nargs="+", default=[8, 16])
@@ -152,7 +153,7 @@ def main():
             ref.add(bank)
         rows.append({"run": f"flat-r{d} build (projection + float32 copy for the re-rank)", "build seconds": tb.seconds})
         flush()
-        for kf in args.k_factors:
+        for kf in args.flat_k_factors:
             ref.k_factor = float(kf)
             s, D, I = timed_search(ref, kf)
             row(f"flat-r{d}: exact inner-product scan at {d} dims, pool {int(kf * k)}, exact re-rank", s, D, I)
