@@ -21,6 +21,12 @@ def load_average() -> str:
         return "n/a"
 
 
+#: The load average when this module was imported, i.e. when a benchmark script started (its "at start" value;
+#: reading it when the report is written would repeat the value at the end).
+START_LOAD = load_average()
+START_TIME = time.strftime("%Y-%m-%d %H:%M")
+
+
 def environment() -> str:
     import torch
     try:
@@ -30,8 +36,8 @@ def environment() -> str:
     except ImportError:  # pragma: no cover
         fv, gpus = "absent", 0
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), faiss {fv} ({gpus} GPUs), load average (1/5/15 min) at start: "
-            f"{load_average()}")
+            f"({torch.get_num_threads()} threads), faiss {fv} ({gpus} GPUs), load average (1/5/15 min) at the start "
+            f"({START_TIME}): {START_LOAD}")
 
 
 class Timer:
