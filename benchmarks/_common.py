@@ -40,6 +40,26 @@ def environment() -> str:
             f"({START_TIME}): {START_LOAD}")
 
 
+def ivfpq_refine_index(x, nlist: int, pq: str = "PQ64x4fs", seed: int = 0):
+    """faiss ``IVF<nlist>,<pq>`` (inner product) trained on a seeded sample of at most ``32 * nlist`` rows of ``x``
+    (10 k-means iterations), wrapped in ``IndexRefineFlat`` (a float32 copy of ``x`` for the exact re-rank) and
+    filled with ``x``. Returns ``(index, rows used for training)``."""
+    import faiss
+    import numpy as np
+
+    base = faiss.index_factory(x.shape[1], f"IVF{nlist},{pq}", faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.extract_index_ivf(base)
+    ivf.cp.niter = 10
+    ivf.cp.seed = seed
+    ivf.cp.max_points_per_centroid = 1 << 30
+    rng = np.random.default_rng(seed)
+    sample = np.sort(rng.choice(x.shape[0], size=min(x.shape[0], 32 * nlist), replace=False))
+    base.train(x[sample])
+    ref = faiss.IndexRefineFlat(base)
+    ref.add(x)
+    return ref, len(sample)
+
+
 class Timer:
     def __enter__(self):
         self.t0 = time.perf_counter()

@@ -13,7 +13,7 @@ import argparse
 
 import numpy as np
 import torch
-from _common import Timer, write_report
+from _common import Timer, ivfpq_refine_index, write_report
 
 import hubnorm as hn
 from hubnorm.index import BankIndex, FaissNNN, IndexedRetriever
@@ -220,17 +220,8 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
     g = np.ascontiguousarray(gallery, dtype=np.float32)
     for pq in args.pq:
         with Timer() as tpq:
-            base = faiss.index_factory(x.shape[1], f"IVF{nl},{pq}", faiss.METRIC_INNER_PRODUCT)
-            ivf = faiss.extract_index_ivf(base)
-            ivf.cp.niter = 10
-            ivf.cp.seed = 0
-            ivf.cp.max_points_per_centroid = 1 << 30
-            rng = np.random.default_rng(0)
-            sample = np.sort(rng.choice(x.shape[0], size=min(x.shape[0], 32 * nl), replace=False))
-            base.train(x[sample])
-            ref = faiss.IndexRefineFlat(base)
-            ref.add(x)
-        rows.append({"run": f"faiss IVF{nl},{pq} + IndexRefineFlat build (k-means + PQ training on {len(sample)} rows, "
+            ref, n_sample = ivfpq_refine_index(x, nl, pq)
+        rows.append({"run": f"faiss IVF{nl},{pq} + IndexRefineFlat build (k-means + PQ training on {n_sample} rows, "
                             "encoding, float32 copy for the re-rank)", "build seconds": tpq.seconds})
         print(rows[-1], flush=True)
         for p in args.approx_nprobes:

@@ -27,7 +27,7 @@ import copy
 
 import numpy as np
 import torch
-from _common import Timer, load_average, write_report
+from _common import Timer, ivfpq_refine_index, load_average, write_report
 
 import hubnorm as hn
 from hubnorm.normalizers.nnn import nnn_bias
@@ -189,18 +189,9 @@ def main():
         nl = args.ivfpq_nlist
         faiss.omp_set_num_threads(build_threads)
         with Timer() as tpq:
-            base = faiss.index_factory(bank.shape[1], f"IVF{nl},PQ64x4fs", faiss.METRIC_INNER_PRODUCT)
-            ivf = faiss.extract_index_ivf(base)
-            ivf.cp.niter = 10
-            ivf.cp.seed = 0
-            ivf.cp.max_points_per_centroid = 1 << 30
-            rng = np.random.default_rng(0)
-            sample = np.sort(rng.choice(bank.shape[0], size=min(bank.shape[0], 32 * nl), replace=False))
-            base.train(bank[sample])
-            ref = faiss.IndexRefineFlat(base)
-            ref.add(bank)
+            ref, n_sample = ivfpq_refine_index(bank, nl, "PQ64x4fs")
         faiss.omp_set_num_threads(args.threads)
-        rows.append({"run": f"ivfpq build: IVF{nl},PQ64x4fs + IndexRefineFlat (training on {len(sample)} rows)",
+        rows.append({"run": f"ivfpq build: IVF{nl},PQ64x4fs + IndexRefineFlat (training on {n_sample} rows)",
                      "build seconds": tpq.seconds, "note": f"{build_threads} thread(s)"})
         flush()
         for p in args.ivfpq_nprobes:
