@@ -71,10 +71,6 @@ def _segment(H: torch.Tensor, a: int, b: int, members: Sequence[int]):
     return lams, worst
 
 
-def _segment_residual(H: torch.Tensor, a: int, b: int, members: Sequence[int]) -> float:
-    return _segment(H, a, b, members)[1]
-
-
 def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> List[tuple]:
     """Group the settings of a grid into *lines*: settings that differ in one numeric parameter only and whose
     offsets lie on the segment between the two extreme values of that parameter (NNN at a fixed ``k``: ``-alpha
@@ -100,7 +96,7 @@ def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> Lis
         for members in groups.values():
             a = min(members, key=lambda g: float(vals[g]))
             b = max(members, key=lambda g: float(vals[g]))
-            if _segment_residual(H, a, b, members) > tol:
+            if _segment(H, a, b, members)[1] > tol:
                 break
             lines.append((a, b, members))
         else:

@@ -1,7 +1,7 @@
 """Helpers of the papers' ablation studies: seeded bank subsets (reference- and query-bank size), Sinkhorn
 iterations, k-occurrence tables.
 
-The studies' loops themselves are written out in the notebooks (fit, evaluate, hubness with the library's public
+The bank-size studies' loops are written out in the notebooks (fit, evaluate, hubness with the library's public
 functions); these helpers return tidy :class:`pandas.DataFrame` objects ready for a seaborn plot. Temperature and
 ``(alpha, k)`` sweeps are :func:`hubnorm.grid_search` tables (``.table``), not separate functions.
 """
