@@ -1,6 +1,7 @@
-"""Shared fixtures: small seeded embedding problems and the location of ../shared/data."""
+"""Shared fixtures: small seeded embedding problems and the location of ../shared/data; Jupyter kernels over IPC."""
 
 import os
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("HUBNORM_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# Every Jupyter kernel of the test run -- nbval's, papermill's in this process, run_all.sh's and scripts' in
+# subprocesses (they inherit the environment) -- talks over Unix domain sockets in a private folder of the process
+# that starts it, not TCP ports: kernels started at the same moment by parallel test workers (run_tests.sh) could
+# otherwise be handed the same free port ("Address already in use"). hubnorm.experiments.jupyter_ipc; it falls back
+# to TCP, with a warning, where Unix sockets cannot work.
+IPC_PROVISIONER = "hubnorm-ipc"
+if any(ep.name == IPC_PROVISIONER for ep in entry_points(group="jupyter_client.kernel_provisioners")):
+    os.environ["JUPYTER_DEFAULT_PROVISIONER_NAME"] = IPC_PROVISIONER
+elif os.environ.get("PYTEST_XDIST_WORKER"):
+    raise RuntimeError(f"the Jupyter kernel provisioner '{IPC_PROVISIONER}' is not registered in this environment, "
+                       "and parallel test workers need it (TCP ports of kernels started together can collide): "
+                       "run bash scripts/bootstrap.sh (it reinstalls hubnorm when pyproject.toml changed)")
 
 
 def shared_path(*parts) -> Path:
