@@ -1,6 +1,10 @@
-"""Shared fixtures: small seeded embedding problems and the location of ../shared/data; Jupyter kernels over IPC."""
+"""Shared fixtures: small seeded embedding problems and the location of ../shared/data; the test process's
+environment: Jupyter kernels over IPC, and a results folder of its own."""
 
+import atexit
 import os
+import shutil
+import tempfile
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -22,6 +26,14 @@ elif os.environ.get("PYTEST_XDIST_WORKER"):
     raise RuntimeError(f"the Jupyter kernel provisioner '{IPC_PROVISIONER}' is not registered in this environment, "
                        "and parallel test workers need it (TCP ports of kernels started together can collide): "
                        "run bash scripts/bootstrap.sh (it reinstalls hubnorm when pyproject.toml changed)")
+
+# Every test process (each parallel worker) writes notebook results -- nbval's runs of notebooks/*.ipynb, notebooks a
+# test runs without its own HUBNORM_RESULTS, their subprocesses -- into a folder of its own, removed at exit: never
+# into the checkout's results/ (a user's run_all.sh outputs; two workers could rewrite the same figure while a
+# third reads it). A test that needs another folder still sets its own.
+_RESULTS = tempfile.mkdtemp(prefix="hubnorm-test-results-")
+atexit.register(shutil.rmtree, _RESULTS, ignore_errors=True)
+os.environ["HUBNORM_RESULTS"] = _RESULTS
 
 
 def shared_path(*parts) -> Path:
