@@ -250,9 +250,9 @@ def test_run_all_drops_the_kernel_tcp_warning_and_keeps_real_errors(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell("import os\nos.write(2, b'PROBE-KERNEL-STDERR\\n')\nprint('PROBE-OUT')"),
                 nbformat.v4.new_code_cell("raise RuntimeError('PROBE-CELL-ERROR')")]
     nbformat.write(nb, work / "notebooks" / "98_probe.ipynb")
-    # a user's run_all.sh: kernels over TCP (the test run's IPC setting, tests/conftest.py, removed), the transport
-    # whose notice is dropped
-    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_DEFAULT_PROVISIONER_NAME"}
+    # a user's run_all.sh: kernels over TCP, the transport whose notice is dropped, and results in the checkout's
+    # results/ (the test run's settings from tests/conftest.py removed)
+    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_DEFAULT_PROVISIONER_NAME", "HUBNORM_RESULTS")}
     for flags in ([], ["--quiet"]):
         res = subprocess.run(["bash", "run_all.sh", "--only", "98", *flags], cwd=work, capture_output=True,
                              text=True, timeout=300, env={**env, "HUBNORM_PROGRESS": "0"})
