@@ -18,7 +18,9 @@ Modules (imported by name, e.g. ``from hubnorm.experiments import notebook as nb
 - :mod:`.rerank_study` and :mod:`.rerank_cost`: notebook 06's cross-encoder study and the rerank cost model
   (Geigle et al. Tables 3-4);
 - :mod:`.profiles` and :mod:`.runner`: ``run_all.sh``'s run profiles as data (``hubnorm/data/profiles.yaml``: the
-  profiles, what each notebook needs, the rehearsal sizes) and the runner that executes the notebooks.
+  profiles, what each notebook needs, the rehearsal sizes) and the runner that executes the notebooks;
+- :mod:`.jupyter_ipc`: a Jupyter kernel provisioner putting kernels on Unix domain sockets instead of TCP ports
+  (the test suite selects it: parallel workers' kernels never collide on a port).
 """
 
 __all__ = ["calibration", "compare", "notebook", "parameters", "profiles", "protocol", "reporting", "rerank_cost",
