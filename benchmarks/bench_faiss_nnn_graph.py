@@ -55,6 +55,50 @@ def pretransform(base, v):
     return idx
 
 
+def query_aware_projection(bank, queries, dim, train_size, seed=0):
+    """``(L, R, captured)``: the rank-``dim`` bilinear form ``<q L, x R>`` closest to ``<q, x>`` in mean square over
+    the query sample and the (centred) bank sample, ``E (q^T (I - L R^T) (x - mu))^2`` minimal. With ``Cq`` the
+    queries' second moment and ``Sx`` the bank's covariance (centring the bank changes every score of one query by
+    the same amount, so not its ranking), whitening both sides turns this into a truncated SVD of
+    ``M = Cq^(1/2) Sx^(1/2) = U S V^T``: ``L = Sx^(1/2) V_D S_D^(-1/2)`` (queries), ``R = Cq^(1/2) U_D S_D^(-1/2)``
+    (bank), and ``L R^T -> I`` at full rank. ``captured`` = sum of S_D^2 / sum of S^2, the share of the score
+    variance kept. Unlike the bank's own eigenvectors, the directions are weighted by how much the *queries* vary
+    along them: with a modality gap the image queries and the caption bank vary along different directions."""
+    rng = np.random.default_rng(seed)
+    x = bank[np.sort(rng.choice(bank.shape[0], size=min(bank.shape[0], train_size), replace=False))]
+    x = x.astype(np.float64)
+    sx = np.cov(x.T, bias=True)
+    q = np.asarray(queries, dtype=np.float64)
+    cq = q.T @ q / q.shape[0]
+
+    def sqrtm(c):
+        w, v = np.linalg.eigh(c)
+        return (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+    cq12, sx12 = sqrtm(cq), sqrtm(sx)
+    u, sv, vt = np.linalg.svd(cq12 @ sx12)
+    left = (sx12 @ vt[:dim].T) / np.sqrt(sv[:dim])
+    right = (cq12 @ u[:, :dim]) / np.sqrt(sv[:dim])
+    return (np.ascontiguousarray(left, dtype=np.float32), np.ascontiguousarray(right, dtype=np.float32),
+            float((sv[:dim] ** 2).sum() / (sv ** 2).sum()))
+
+
+def rerank(bank_t, queries_t, ids, k, chunk=256):
+    """Exact float32 re-rank of a candidate pool: the inner products of each query with its pool's bank rows (ids
+    -1 = no candidate) and their top-``k``; returns (values, bank ids), (m, k) each."""
+    m = ids.shape[0]
+    out_v = np.empty((m, k), np.float32)
+    out_i = np.empty((m, k), np.int64)
+    j_all = torch.from_numpy(ids)
+    for s in range(0, m, chunk):
+        j = j_all[s:s + chunk]
+        rows = bank_t.index_select(0, j.clamp_min(0).reshape(-1)).view(j.shape[0], j.shape[1], -1)
+        sc = torch.bmm(rows, queries_t[s:s + chunk, :, None])[:, :, 0].masked_fill_(j < 0, -torch.inf)
+        v, p = sc.topk(k, dim=1)
+        out_v[s:s + chunk] = v.numpy()
+        out_i[s:s + chunk] = j.gather(1, p).numpy()
+    return out_v, out_i
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-train-images", type=int, default=200_000)
@@ -71,6 +115,26 @@ def main():
     ap.add_argument("--ivfpq-nlist", type=int, default=0, help="> 0: also IVF<nlist>,PQ64x4fs + refine rows")
     ap.add_argument("--ivfpq-nprobes", type=int, nargs="+", default=[512, 1024])
     ap.add_argument("--ivfpq-k-factors", type=float, nargs="+", default=[8, 16])
+    ap.add_argument("--cand-projections", nargs="+", default=["query-aware"],
+                    choices=["query-aware", "uncentred", "query-aware+shift", "uncentred+shift"],
+                    help="projections of the --cand-* rows, each run in turn: the query-aware pair (L, R) of "
+                         "query_aware_projection, or the bank's uncentred top-D eigenvectors on both sides; '+shift': "
+                         "the candidate stage searched with normalize(q + mean(bank) - mean(gallery)) (the exact "
+                         "re-rank uses q). --cand-flat rows for each; --cand-hnsw / --cand-ivf rows for the first only")
+    ap.add_argument("--cand-queries", choices=["gallery", "train-images"], default="gallery",
+                    help="the query sample the query-aware projection is fitted on: the gallery images themselves "
+                         "(the targets a fit sees) or 20,000 training images (held-out queries of the same kind)")
+    ap.add_argument("--cand-dim", type=int, default=64)
+    ap.add_argument("--cand-flat", action="store_true", help="--cand-* rows: exhaustive scan of the projected bank")
+    ap.add_argument("--cand-flat-k-factors", type=float, nargs="+", default=[2])
+    ap.add_argument("--cand-hnsw", action="store_true", help="--cand-* rows: IndexHNSWFlat over the projected bank")
+    ap.add_argument("--cand-ivf", nargs="*", default=[],
+                    help="--cand-* rows: faiss index_factory IVF specs over the projected bank, each with its nprobes "
+                         "after '@' (default --cand-nprobes), e.g. IVF4096,PQ32x4fs@256,512")
+    ap.add_argument("--cand-nprobes", type=int, nargs="+", default=[256, 512])
+    ap.add_argument("--cand-k-factors", type=float, nargs="+", default=[2, 4])
+    ap.add_argument("--cand-train-max", type=int, default=262_144,
+                    help="k-means / PQ training rows of the --cand-ivf indexes: min(n, 32 * nlist, this)")
     ap.add_argument("--recall-images", type=int, default=256)
     ap.add_argument("--report-name", default="faiss_nnn_graph")
     ap.add_argument("--out-dir", default=None)
@@ -190,6 +254,7 @@ def main():
         faiss.omp_set_num_threads(build_threads)
         with Timer() as tpq:
             ref, n_sample = ivfpq_refine_index(bank, nl, "PQ64x4fs")
+        ivf = faiss.extract_index_ivf(ref.base_index)
         faiss.omp_set_num_threads(args.threads)
         rows.append({"run": f"ivfpq build: IVF{nl},PQ64x4fs + IndexRefineFlat (training on {n_sample} rows)",
                      "build seconds": tpq.seconds, "note": f"{build_threads} thread(s)"})
@@ -200,9 +265,104 @@ def main():
                 ref.k_factor = float(kf)
                 s, D, I = timed_search(ref, kf)
                 row(f"ivfpq: IVF{nl},PQ64x4fs nprobe={p}, pool {int(kf * k)}, exact re-rank", s, D, I)
-        del ref, base
+        del ref, ivf
+    for i, proj in enumerate(args.cand_projections):
+        cand_rows(args, proj, i == 0, bank, g, tr.images, k, alpha, build_threads, rows, notes, row, flush)
     notes.append(f"load average (1/5/15 min) at the start of the script: {load_start}")
     flush(final=True)
+
+
+def cand_rows(args, proj, first, bank, g, train_images, k, alpha, build_threads, rows, notes, row, flush):
+    """The --cand-* rows: candidate stages on a (possibly asymmetric) projection, the pool re-ranked exactly with
+    the original gallery vectors (own re-rank: IndexRefineFlat would re-rank with the transformed query)."""
+    import faiss
+    if not (args.cand_flat or args.cand_hnsw or args.cand_ivf):
+        return
+    dim = args.cand_dim
+    qs = g if args.cand_queries == "gallery" else np.ascontiguousarray(train_images[:20_000], dtype=np.float32)
+    kind, shift = proj.split("+")[0], proj.endswith("+shift")
+    with Timer() as tp:
+        if kind == "query-aware":
+            left, right, kept = query_aware_projection(bank, qs, dim, args.train_size)
+            what = f"query-aware projection to {dim} dims fitted on {qs.shape[0]} {args.cand_queries} rows"
+        else:
+            left, kept = projection(bank, dim, args.train_size)
+            right = left
+            what = f"uncentred bank projection to {dim} dims"
+        gq = g
+        if shift:
+            gq = g + (bank.mean(0) - g.mean(0))[None, :]
+            gq = gq / np.linalg.norm(gq, axis=1, keepdims=True)
+            what += ", queries shifted by mean(bank) - mean(gallery) before the candidate stage"
+        xb = np.ascontiguousarray(bank @ right)
+        xq = np.ascontiguousarray(gq @ left, dtype=np.float32)
+    tag = f"{proj}-r{dim}"
+    notes.append(f"{tag}: {what}; {kept:.3f} of the {'score' if kind == 'query-aware' else 'bank'} "
+                 f"variance kept; fit + projecting the bank {tp.seconds:.1f} s (a build cost)")
+    bank_t, g_t = torch.from_numpy(bank), torch.from_numpy(g)
+
+    def timed(index, pool, extra=None):
+        with Timer() as ts:
+            _, cand = index.search(xq, pool)
+            D, I = rerank(bank_t, g_t, cand, k)
+            nnn_bias(torch.from_numpy(np.where(I >= 0, D, -np.inf)), alpha)
+        return ts.seconds, D, I
+
+    if args.cand_flat:
+        base = faiss.IndexFlatIP(dim)
+        base.add(xb)
+        for kf in args.cand_flat_k_factors:
+            s, D, I = timed(base, int(kf * k))
+            row(f"{tag} flat: exact scan of the projected bank, pool {int(kf * k)}, exact re-rank", s, D, I)
+        del base
+    if not first:
+        return
+    if args.cand_hnsw:
+        h = faiss.IndexHNSWFlat(dim, args.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        h.hnsw.efConstruction = args.ef_construction
+        faiss.omp_set_num_threads(build_threads)
+        with Timer() as tb:
+            h.add(xb)
+        faiss.omp_set_num_threads(args.threads)
+        rows.append({"run": f"{tag} hnsw build: IndexHNSWFlat(M={args.hnsw_m}, efConstruction={args.ef_construction})",
+                     "build seconds": tb.seconds + tp.seconds, "note": f"{build_threads} thread(s)"})
+        flush()
+        for kf in args.k_factors:
+            for ef in args.efs:
+                if ef < kf * k:
+                    continue
+                h.hnsw.efSearch = ef
+                s, D, I = timed(h, int(kf * k))
+                row(f"{tag} hnsw: efSearch={ef}, pool {int(kf * k)}, exact re-rank", s, D, I)
+        del h
+    for spec_probes in args.cand_ivf:
+        spec, _, probes = spec_probes.partition("@")
+        nprobes = [int(p) for p in probes.split(",")] if probes else args.cand_nprobes
+        index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.extract_index_ivf(index)
+        ivf.cp.niter = 10
+        ivf.cp.seed = 0
+        ivf.cp.max_points_per_centroid = 1 << 30
+        n_train = min(xb.shape[0], 32 * ivf.nlist, args.cand_train_max)
+        sample = np.sort(np.random.default_rng(0).choice(xb.shape[0], size=n_train, replace=False))
+        faiss.omp_set_num_threads(build_threads)
+        with Timer() as tt:
+            index.train(xb[sample])
+        with Timer() as ta:
+            index.add(xb)
+        faiss.omp_set_num_threads(args.threads)
+        rows.append({"run": f"{tag} {spec} build (k-means{' + PQ' if 'PQ' in spec else ''} training on {n_train} "
+                            "projected rows, adding the bank)", "build seconds": tp.seconds + tt.seconds + ta.seconds,
+                     "note": f"projection {tp.seconds:.1f} s, training {tt.seconds:.1f} s, add {ta.seconds:.1f} s; "
+                             f"{build_threads} thread(s)"})
+        flush()
+        for p in nprobes:
+            ivf.nprobe = p
+            for kf in args.cand_k_factors:
+                s, D, I = timed(index, int(kf * k))
+                row(f"{tag} {spec}: nprobe={p} ({p / ivf.nlist:.3g} of the lists), pool {int(kf * k)}, exact re-rank",
+                    s, D, I)
+        del index
 
 
 if __name__ == "__main__":
