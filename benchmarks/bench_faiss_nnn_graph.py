@@ -82,20 +82,19 @@ def query_aware_projection(bank, queries, dim, train_size, seed=0):
             float((sv[:dim] ** 2).sum() / (sv ** 2).sum()))
 
 
-def rerank(bank_t, queries_t, ids, k, chunk=256):
-    """Exact float32 re-rank of a candidate pool: the inner products of each query with its pool's bank rows (ids
-    -1 = no candidate) and their top-``k``; returns (values, bank ids), (m, k) each."""
-    m = ids.shape[0]
+def rerank(bank, queries, ids, k):
+    """Exact float32 re-rank of a candidate pool (faiss search output: ids -1 only at the end of a row): the inner
+    products of each query with its pool's bank rows, read in place by faiss.knn_inner_products_by_idx, and their
+    top-``k``; returns (values, bank ids), (m, k) each, missing entries -inf / -1."""
+    import faiss
+    m, pool = ids.shape
     out_v = np.empty((m, k), np.float32)
     out_i = np.empty((m, k), np.int64)
-    j_all = torch.from_numpy(ids)
-    for s in range(0, m, chunk):
-        j = j_all[s:s + chunk]
-        rows = bank_t.index_select(0, j.clamp_min(0).reshape(-1)).view(j.shape[0], j.shape[1], -1)
-        sc = torch.bmm(rows, queries_t[s:s + chunk, :, None])[:, :, 0].masked_fill_(j < 0, -torch.inf)
-        v, p = sc.topk(k, dim=1)
-        out_v[s:s + chunk] = v.numpy()
-        out_i[s:s + chunk] = j.gather(1, p).numpy()
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    faiss.knn_inner_products_by_idx(faiss.swig_ptr(queries), faiss.swig_ptr(bank), faiss.swig_ptr(ids),
+                                    bank.shape[1], m, bank.shape[0], pool, k, faiss.swig_ptr(out_v),
+                                    faiss.swig_ptr(out_i), pool)
+    out_v[out_i < 0] = -np.inf
     return out_v, out_i
 
 
@@ -135,6 +134,10 @@ def main():
     ap.add_argument("--cand-k-factors", type=float, nargs="+", default=[2, 4])
     ap.add_argument("--cand-train-max", type=int, default=262_144,
                     help="k-means / PQ training rows of the --cand-ivf indexes: min(n, 32 * nlist, this)")
+    ap.add_argument("--library", nargs="*", default=[],
+                    help="rows of the library path: FaissNNN(projection_dim=--cand-dim, bank_index=a prebuilt "
+                         "hubnorm.index.ProjectedBankIndex) fitted by task.fit, timed like the exact offsets; each "
+                         "spec NLIST@NPROBE,...:REFINE,..., e.g. 4096@256,512:2,4")
     ap.add_argument("--recall-images", type=int, default=256)
     ap.add_argument("--report-name", default="faiss_nnn_graph")
     ap.add_argument("--out-dir", default=None)
@@ -266,10 +269,51 @@ def main():
                 s, D, I = timed_search(ref, kf)
                 row(f"ivfpq: IVF{nl},PQ64x4fs nprobe={p}, pool {int(kf * k)}, exact re-rank", s, D, I)
         del ref, ivf
+    for spec in args.library:
+        library_rows(args, spec, task, bank, g, k, alpha, exact, r_exact, t_exact, build_threads, rows, flush)
     for i, proj in enumerate(args.cand_projections):
         cand_rows(args, proj, i == 0, bank, g, tr.images, k, alpha, build_threads, rows, notes, row, flush)
     notes.append(f"load average (1/5/15 min) at the start of the script: {load_start}")
     flush(final=True)
+
+
+def library_rows(args, spec, task, bank, g, k, alpha, exact, r_exact, t_exact, build_threads, rows, flush):
+    """hubnorm.index.FaissNNN(projection_dim=...) on a prebuilt ProjectedBankIndex: what a user runs. The offsets
+    seconds are task.fit's (validation of the bank, the search, the bias), as for the exact row."""
+    import faiss
+
+    from hubnorm.index import FaissNNN, ProjectedBankIndex
+    nl, _, rest = spec.partition("@")
+    probes, _, refines = rest.partition(":")
+    faiss.omp_set_num_threads(build_threads)
+    torch.set_num_threads(build_threads)
+    with Timer() as tb:
+        idx = ProjectedBankIndex(bank, g, dim=args.cand_dim, nlist=int(nl), train_size=min(bank.shape[0], 32 * int(nl),
+                                                                                          args.cand_train_max))
+    faiss.omp_set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    rows.append({"run": f"library: ProjectedBankIndex build (dim {args.cand_dim}, nlist {idx.nlist}, {idx.code}; "
+                        f"query-aware projection fitted on the gallery keeps {idx.captured:.3f} of the score variance)",
+                 "build seconds": tb.seconds, "note": f"{build_threads} thread(s)"})
+    flush()
+    sub = np.random.default_rng(1).choice(g.shape[0], size=min(args.recall_images, g.shape[0]), replace=False)
+    _, exact_ids = torch.topk(torch.from_numpy(g[sub]) @ torch.from_numpy(bank).T, k, dim=1)
+    exact_ids = exact_ids.numpy()
+    for p in (int(x) for x in probes.split(",")):
+        for r in (float(x) for x in refines.split(",")):
+            with Timer() as ts:
+                f = task.fit(FaissNNN(alpha=alpha, k=k, bank_index=idx, nprobe=p, refine=r, projection_dim=args.cand_dim))
+            ev = hn.evaluate(f, task)
+            _, I = idx.search(g[sub], k, nprobe=p, refine=r)
+            rec = float(np.mean([np.intersect1d(I[j], exact_ids[j]).size / k for j in range(len(sub))]))
+            rows.append({"run": f"library: FaissNNN(projection_dim={args.cand_dim}, nprobe={p}, refine={r:g}) on the "
+                                f"prebuilt index (task.fit)", "offsets seconds": ts.seconds,
+                         "speed-up": t_exact / ts.seconds, "R@1": ev["R@1"], "R@5": ev["R@5"],
+                         "R@1 - exact": ev["R@1"] - r_exact["R@1"],
+                         "max abs offset error": float(np.abs(f.offsets - exact.offsets).max()), "recall@k": rec})
+            print(rows[-1], flush=True)
+            flush()
+    del idx
 
 
 def cand_rows(args, proj, first, bank, g, train_images, k, alpha, build_threads, rows, notes, row, flush):
@@ -299,12 +343,11 @@ def cand_rows(args, proj, first, bank, g, train_images, k, alpha, build_threads,
     tag = f"{proj}-r{dim}"
     notes.append(f"{tag}: {what}; {kept:.3f} of the {'score' if kind == 'query-aware' else 'bank'} "
                  f"variance kept; fit + projecting the bank {tp.seconds:.1f} s (a build cost)")
-    bank_t, g_t = torch.from_numpy(bank), torch.from_numpy(g)
 
     def timed(index, pool, extra=None):
         with Timer() as ts:
             _, cand = index.search(xq, pool)
-            D, I = rerank(bank_t, g_t, cand, k)
+            D, I = rerank(bank, g, cand, k)
             nnn_bias(torch.from_numpy(np.where(I >= 0, D, -np.inf)), alpha)
         return ts.seconds, D, I
 

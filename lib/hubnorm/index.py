@@ -667,7 +667,7 @@ class ProjectedBankIndex:
         self._ivf.nprobe = self.nprobe
 
     def search(self, queries, k: int, nprobe: Optional[int] = None, scan: Optional[str] = None,
-               return_indices: bool = True, refine: Optional[float] = None, chunk: int = 256):
+               return_indices: bool = True, refine: Optional[float] = None, chunk: int = 4096):
         """Top-``k`` exact inner products and bank row indices of every query, (m, k) each, from the re-ranked
         pool of ``ceil(refine * k)`` candidates of ``nprobe`` lists (defaults: :attr:`refine`, :attr:`nprobe`).
         Missing entries (fewer candidates than ``k``) are ``-inf`` with index -1. ``scan``: None or
@@ -680,22 +680,22 @@ class ProjectedBankIndex:
             self._set_nprobe(check_positive_int(nprobe, "nprobe"))
         refine = self.refine if refine is None else _check_refine(refine)
         pool = int(min(self.n, max(k, math.ceil(refine * k))))
-        qt = q.detach().to("cpu", torch.float32).contiguous() if isinstance(q, torch.Tensor) else torch.from_numpy(
-            _as_f32(q))
-        m = qt.shape[0]
+        faiss = _faiss()
+        qn = q.detach().to("cpu", torch.float32).numpy() if isinstance(q, torch.Tensor) else q
+        qn = _as_f32(qn)
+        m = qn.shape[0]
         out_v = np.empty((m, k), np.float32)
         out_i = np.empty((m, k), np.int64)
-        lt = torch.from_numpy(self.left)
-        step = int(max(1, min(16384, (64 * 2**20) // max(1, pool * self.d * 4))))  # re-rank block <= ~64 MB
-        for s in range(0, m, step):
-            qc = qt[s:s + step]
-            _, cand = self.index.search(np.ascontiguousarray((qc @ lt).numpy()), pool)
-            j = torch.from_numpy(cand)
-            rows = self._rows.index_select(0, j.clamp_min(0).reshape(-1)).view(j.shape[0], pool, self.d)
-            sc = torch.bmm(rows, qc[:, :, None])[:, :, 0].masked_fill_(j < 0, -torch.inf)
-            v, p = sc.topk(k, dim=1)
-            out_v[s:s + step] = v.numpy()
-            out_i[s:s + step] = torch.where(v > -torch.inf, j.gather(1, p), -1).numpy()
+        rows = self._rows.numpy()
+        for s in range(0, m, chunk):
+            qc = np.ascontiguousarray(qn[s:s + chunk])
+            _, cand = self.index.search(np.ascontiguousarray(qc @ self.left), pool)  # ids -1 only at a row's end
+            v, i = out_v[s:s + chunk], out_i[s:s + chunk]
+            # the exact re-rank: float32 inner products of each query with its pool's rows, top-k (faiss's
+            # knn_inner_products_by_idx reads the rows in place: no gathered copy of the pool)
+            faiss.knn_inner_products_by_idx(faiss.swig_ptr(qc), faiss.swig_ptr(rows), faiss.swig_ptr(cand), self.d,
+                                            qc.shape[0], self.n, pool, k, faiss.swig_ptr(v), faiss.swig_ptr(i), pool)
+        out_v[out_i < 0] = -np.inf
         return out_v, (out_i if return_indices else None)
 
     def tune_nprobe(self, queries, k: int, *, recall_target: float = 0.95, sample_size: int = 64,
