@@ -504,11 +504,15 @@ def test_faiss_nnn_projected_small_case_r1(small_tasks):
     assert np.all(approx.offsets >= exact.offsets - 1e-6)
     r_a, r_e = hn.evaluate(approx, task)["R@1"], hn.evaluate(exact, task)["R@1"]
     assert abs(r_a - r_e) <= 2.0, (r_a, r_e)
-    # the tuning rule of BankIndex: the smallest power of two reaching the recall (this pool of 2k at 32 dims holds
-    # 0.59 of the top-16 with every list probed, so the target here is 0.5)
-    tuned = task.fit(FaissNNN(alpha=0.75, k=16, projection_dim=32, nlist=32, recall_target=0.5))
-    assert tuned.tuning_["recall"] >= 0.5 and tuned.nprobe_ in (1, 2, 4, 8, 16, 32)
-    assert all(r < 0.5 for p, r in tuned.tuning_["curve"].items() if p < tuned.nprobe_)
+    assert approx.nprobe_ == 4 and approx.tuning_ is None
+    default = task.fit(FaissNNN(alpha=0.75, k=16, projection_dim=32, nlist=32))  # nprobe = nlist / 8, not tuned
+    assert default.nprobe_ == 4 and default.tuning_ is None
+    np.testing.assert_allclose(default.offsets, approx.offsets, atol=1e-6)
+    # the tuning rule of BankIndex on request: the smallest power of two reaching the recall (this pool of 2k at
+    # 32 dims holds 0.59 of the top-16 with every list probed, so the target here is 0.5)
+    tuning = approx.index_.tune_nprobe(task.targets, 16, recall_target=0.5)
+    assert tuning["recall"] >= 0.5 and tuning["nprobe"] in (1, 2, 4, 8, 16, 32)
+    assert all(r < 0.5 for p, r in tuning["curve"].items() if p < tuning["nprobe"])
 
 
 def test_projected_index_rejects_bad_arguments(small_tasks):
