@@ -15,6 +15,16 @@ IndexRefineFlat re-ranks the pool exactly (float32 inner products with the full 
 * ``flat-rD``: exact (flat) inner-product scan of the projected bank for the pool: the bound of the projection
   alone, without a graph.
 * ``ivfpq``: faiss IVF<nlist>,PQ64x4fs fast-scan + IndexRefineFlat with large pools (k_factor 8-32).
+* ``--cand-*`` (issue 25, session 5): candidate stages on a projection of the bank and the queries, the pool
+  re-ranked exactly with the original vectors (faiss.knn_inner_products_by_idx; own re-rank because faiss's
+  IndexRefineFlat would re-rank with the transformed query). ``--cand-projections``: ``query-aware``
+  (:func:`query_aware_projection`: the rank-D bilinear form closest to <q, x> over the queries' and the bank's
+  distributions, an asymmetric pair of maps), ``uncentred`` (the bank's top-D eigenvectors on both sides, as
+  ``hnsw-rD`` / ``flat-rD``), ``+shift`` (queries moved by mean(bank) - mean(gallery) before the candidate
+  stage). Stages: ``--cand-flat`` (exhaustive scan of the projected bank), ``--cand-hnsw``, ``--cand-ivf`` (faiss
+  index_factory specs, e.g. ``IVF16384,PQ32x4fs@1024,2048``).
+* ``--library NLIST@NPROBES:REFINES``: the same stage as the library runs it, ``task.fit(FaissNNN(projection_dim=D,
+  bank_index=ProjectedBankIndex(...)))``, timed like the exact row (validation + search + bias).
 
 Reported per row: offsets seconds (search + re-rank + bias for the 5,000 gallery images, the index built once),
 speed-up over exact, R@1 / R@5 from exact full-rank evaluation of the offsets, R@1 - exact, max abs offset error,
