@@ -37,18 +37,110 @@ import pandas as pd
 import torch
 
 from ._validation import as_embeddings, check_positive_int
+from .blocks import LogMeanExp
+from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_ranks
+from .kernels import block_shape, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
 
-__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SWEEP_CACHE_BYTES"]
+__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SweepEngine",
+           "SWEEP_CACHE_BYTES", "LSE_SLAB_BYTES"]
 
 #: The sweeps keep score blocks in memory up to this many bytes per score matrix; beyond it they are recomputed.
 SWEEP_CACHE_BYTES = 2 * 2**30
 
 _BIG = torch.iinfo(torch.int64).max
+
+#: The sweep engine's log-sum-exp over kept similarity blocks runs through slabs of about this many bytes (rows of a
+#: block that stay in the cores' caches while they are scaled, shifted, exponentiated and summed).
+LSE_SLAB_BYTES = 2**21
+
+
+class SweepEngine(LocalEngine):
+    """The in-process engine of one sweep (:func:`sweep_table`): a :class:`~hubnorm.engine.LocalEngine` over the
+    same inputs that, besides keeping score blocks across grid points (``shared``), keeps what every point asks
+    again and computes faster what a point asks of kept blocks, with bit-identical results:
+
+    * ``max_norm``: the inputs' largest row norms (every point's working-dtype rule reads them) are kept;
+    * a :class:`~hubnorm.blocks.LogMeanExp` over kept similarity blocks (a temperature sweep: IS, DIS, DualIS)
+      is computed by :meth:`log_sum_exp_kept`, the arithmetic of :func:`hubnorm.kernels.logsumexp_similarity`
+      and ``torch.logsumexp`` (``m = max(scale * s)``, ``log(sum(exp(scale * s - m))) + m`` per row) done in
+      cache-sized slabs of rows into one reused buffer, with each kept block's row maximum found once for every
+      scale (``fl(scale * max s) = max fl(scale * s)``: the product is monotone). The kernel allocates two
+      block-sized temporaries per scale and passes over each in memory; the elementwise operations and the
+      per-row sums are the same, so the offsets are the same bits (``tests/test_selection.py`` checks them
+      against separate fits).
+
+    Anything else runs as in :class:`~hubnorm.engine.LocalEngine`.
+    """
+
+    def __init__(self, engine: LocalEngine):
+        super().__init__(engine.inputs, block_bytes=engine.block_bytes, sweep_bytes=engine.sweep_bytes,
+                         plain=engine.plain, backend=engine.backend)
+        self._norms: Dict[object, float] = {}
+
+    def max_norm(self, name) -> float:
+        if name not in self._norms:
+            self._norms[name] = super().max_norm(name)
+        return self._norms[name]
+
+    def reduce(self, red):
+        if type(red) is LogMeanExp and not self.plain:
+            red.prepare(self)
+            chunk, n = self.chunk(red)
+            if chunk.cache is not None:
+                a, b = (chunk.cols, chunk.rows) if red.axis == 0 else (chunk.rows, chunk.cols)
+                return red.finalize(self.log_sum_exp_kept(a, b, red.scale, red.work, chunk.cache), n)
+            return red.reduce_whole(chunk, n)
+        return super().reduce(red)
+
+    def log_sum_exp_kept(self, a: torch.Tensor, b: torch.Tensor, scale: float, dtype: torch.dtype,
+                         cache: dict) -> torch.Tensor:
+        """``logsumexp_similarity(a, b, scale, block_bytes=self.block_bytes, dtype=dtype, shared_blocks=cache)``,
+        bit for bit: the same blocks (computed and kept in ``cache`` under the kernel's keys when absent), the
+        same ``logaddexp`` merges, each block's ``torch.logsumexp(scale * s, dim=1)`` by :meth:`_block_lse`."""
+        n_a, n_b = a.shape[0], b.shape[0]
+        ra, rb = block_shape(n_a, n_b, torch.empty((), dtype=dtype).element_size(), self.block_bytes)
+        out = torch.empty(n_a, dtype=dtype, device=a.device)
+        for a0, a1 in iter_blocks(n_a, ra):
+            acc = None
+            for b0, b1 in iter_blocks(n_b, rb):
+                key = (a0, b0, dtype)
+                raw = cache.get(key)
+                if raw is None:
+                    raw = cache[key] = a[a0:a1].to(dtype) @ b[b0:b1].to(dtype).T
+                part = self._block_lse(raw, float(scale), cache, ("row extremes",) + key)
+                acc = part if acc is None else torch.logaddexp(acc, part)
+            out[a0:a1] = acc
+        return out
+
+    @staticmethod
+    def _block_lse(raw: torch.Tensor, scale: float, cache: dict, key) -> torch.Tensor:
+        """``torch.logsumexp(raw * scale, dim=1)`` (its own arithmetic: row max ``m``, ``exp(x - m)`` summed per
+        row, ``log(sum) + m``) through slabs of rows; ``raw`` is never modified. The block's row maxima and minima
+        are kept in ``cache`` under ``key`` for the next scale."""
+        ext = cache.get(key)
+        if ext is None:
+            ext = cache[key] = (raw.amax(dim=1), raw.amin(dim=1))
+        m = (ext[0] if scale > 0 else ext[1]) * scale
+        if not bool(torch.isfinite(m).all()):   # torch.logsumexp's own handling of infinite maxima
+            return torch.logsumexp(torch.mul(raw, scale), dim=1)
+        rows, cols = raw.shape
+        slab = max(2, LSE_SLAB_BYTES // max(1, cols * raw.element_size()))
+        sums = torch.empty(rows, dtype=raw.dtype, device=raw.device)
+        buf = torch.empty(min(rows, slab + 1) * cols, dtype=raw.dtype, device=raw.device)
+        i0 = 0
+        while i0 < rows:
+            i1 = rows if rows - i0 <= slab + 1 else i0 + slab   # never a one-row slab of a larger block
+            x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
+            torch.mul(raw[i0:i1], scale, out=x)
+            x.sub_(m[i0:i1, None]).exp_()
+            torch.sum(x, dim=1, out=sums[i0:i1])
+            i0 = i1
+        return sums.log_().add_(m)
 
 
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
@@ -321,7 +413,8 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
     norms = [make_normalizer(method, **fixed, **p) for p in points]
     ref = norms[0]
     cls = type(ref)
-    engine = ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank, sweep_bytes=SWEEP_CACHE_BYTES)
+    engine = SweepEngine(ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank,
+                                          sweep_bytes=SWEEP_CACHE_BYTES))
     fitted = cls.fit_grid(norms, engine)
     if cls.is_offset:
         H = torch.stack([f["offsets_"] for f in fitted])
