@@ -154,13 +154,10 @@ def _segment(H: torch.Tensor, a: int, b: int, members: Sequence[int]):
     A, B = H[a].double(), H[b].double()
     D = B - A
     dd = float(D @ D)
-    lams, worst = [], 0.0
-    for g in members:
-        x = H[g].double() - A
-        lam = 0.0 if dd == 0.0 else min(1.0, max(0.0, float(x @ D) / dd))
-        lams.append(lam)
-        worst = max(worst, float((x - lam * D).abs().max()))
-    return lams, worst
+    x = H[torch.tensor(list(members), device=H.device)].double() - A
+    lam = torch.zeros(len(members), dtype=torch.float64, device=H.device) if dd == 0.0 else (x @ D / dd).clamp_(0, 1)
+    worst = float(torch.addr(x, lam, D, alpha=-1.0).abs().max()) if len(members) else 0.0
+    return lam.tolist(), worst
 
 
 def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> List[tuple]:
