@@ -530,6 +530,8 @@ def test_projected_index_rejects_bad_arguments(small_tasks):
         FaissNNN(k=4, projection_dim=16, code="PQ5x4fs").fit(targets, query_bank=bank)
     with pytest.raises(ValueError, match="projection_dim"):
         FaissNNN(k=4, code="Flat").fit(targets, query_bank=bank)
+    with pytest.raises(ValueError, match="use_gpu"):
+        FaissNNN(k=4, projection_dim=16, use_gpu=True).fit(targets, query_bank=bank)
     with pytest.raises(ValueError, match="refine"):
         FaissNNN(k=4, projection_dim=16, refine=0.5).fit(targets, query_bank=bank)
     with pytest.raises(ValueError, match="queries"):

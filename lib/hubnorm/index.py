@@ -862,6 +862,9 @@ class FaissNNN(NearestNeighborNormalization):
                                  "leave scan None (the projected index has one scan)")
             if self.code is not None:
                 _check_code(self.code, int(self.projection_dim))
+            if self.use_gpu:
+                raise ValueError("use_gpu=True: the projected index (projection_dim) runs on the CPU only; leave "
+                                 "use_gpu None / False, or projection_dim None for the GPU IVF index")
         elif self.code is not None:
             raise ValueError("code sets the projected index's codes: give projection_dim too (or leave code None)")
 
