@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 from typing import Iterator, Optional, Tuple
 
+import numpy as np
 import torch
 
 #: Default size of one similarity block (rows x cols x itemsize), in bytes.
@@ -121,7 +123,7 @@ def pack_rows(rows, cols, vals, ra, fill):
 
 
 #: The exact top-k kernels of :func:`topk_similarity` (see :func:`topk_backend`).
-TOPK_BACKENDS = ("torch", "faiss", "faiss-gpu")
+TOPK_BACKENDS = ("torch", "faiss", "numpy", "faiss-gpu")
 
 _FAISS = None
 
@@ -182,6 +184,9 @@ def topk_similarity(
     ``"faiss-gpu"`` (CUDA tensors, float32 or float16; ``k <= 2048``): faiss's GPU brute-force search
     (``faiss.knn_gpu``), needs a GPU build of faiss.
     """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+        raise ValueError(f"k must be a non-negative integer; got {k!r}")
+    k = int(k)
     if k > b.shape[0]:
         raise ValueError(f"k={k} is larger than the bank ({b.shape[0]} rows): use k <= {b.shape[0]}")
     if backend is None:
@@ -190,6 +195,8 @@ def topk_similarity(
         raise ValueError(f"backend must be one of {list(TOPK_BACKENDS)} or None; got {backend!r}")
     if backend == "faiss":
         return _topk_faiss(a, b, k, block_bytes)
+    if backend == "numpy":
+        return _topk_numpy(a, b, k, block_bytes)
     if backend == "faiss-gpu":  # pragma: no cover - needs a GPU build of faiss
         return _topk_faiss_gpu(a, b, k)
     n_a, n_b = a.shape[0], b.shape[0]
@@ -261,6 +268,116 @@ def _topk_faiss_gpu(a: torch.Tensor, b: torch.Tensor, k: int):  # pragma: no cov
         res = _GPU_RESOURCES[dev] = faiss.StandardGpuResources()
     v, i = faiss.knn_gpu(res, a.contiguous(), b.contiguous(), k, metric=faiss.METRIC_INNER_PRODUCT, device=dev)
     return v.to(a.dtype), i.long()
+
+
+#: Score tile of the ``"numpy"`` top-k kernel: rows of ``a`` x rows of ``b`` per GEMM (8 MB of float32 scores, so
+#: the tile is still in the last-level cache when the threshold filter reads it right after the GEMM wrote it).
+NUMPY_TILE_ROWS, NUMPY_TILE_COLS = 1024, 2048
+
+
+def numpy_topk_partition(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]):
+    """Row blocks of ``a`` (balanced) and column blocks of ``b`` of the ``"numpy"`` top-k kernel: tiles of at most
+    :data:`NUMPY_TILE_ROWS` x :data:`NUMPY_TILE_COLS` scores, fewer when ``block_bytes`` is smaller. Never depends on
+    ``k`` (the selected values are the same bits for every ``k``)."""
+    budget = NUMPY_TILE_ROWS * NUMPY_TILE_COLS * itemsize
+    budget = budget if block_bytes is None else min(budget, int(block_bytes))
+    cols = max(1, min(n_b, NUMPY_TILE_COLS, budget // itemsize))
+    rows = max(1, min(n_a, NUMPY_TILE_ROWS, budget // (itemsize * cols)))
+    n_ablk = -(-n_a // rows)
+    rows = -(-n_a // n_ablk)  # balanced row blocks (no thin last block: a thin GEMM is slow)
+    return list(iter_blocks(n_a, rows)), list(iter_blocks(n_b, cols))
+
+
+def _topk_numpy(a: torch.Tensor, b: torch.Tensor, k: int, block_bytes: Optional[int]):
+    """:func:`topk_similarity` by BLAS tiles and a running-threshold filter (float32 / float64 CPU tensors).
+
+    For each block of rows of ``a``: every tile ``a_blk @ b_blk.T`` is one BLAS GEMM (numpy's ``matmul``) into one
+    reused buffer; one vectorised compare against the row's current ``k``-th best value finds the few entries that
+    can still enter its top-``k``; they are appended to a per-row candidate buffer, and when a row's buffer is full
+    the buffer is merged (``argpartition``: the ``k`` best of each row stay, the threshold rises). Nothing is sorted
+    per element: after the first tiles the threshold is high and the compare pass is the only per-score work.
+    """
+    if a.device.type != "cpu" or b.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64) \
+            or b.dtype != a.dtype:
+        raise ValueError(f"backend='numpy' takes float32 or float64 tensors of one dtype on the CPU; got {a.dtype} on "
+                         f"{a.device} and {b.dtype} on {b.device} (use backend='torch')")
+    n_a, n_b = a.shape[0], b.shape[0]
+    an, bn = a.detach().contiguous().numpy(), b.detach().contiguous().numpy()
+    out_v = np.empty((n_a, k), dtype=an.dtype)
+    out_i = np.empty((n_a, k), dtype=np.int64)
+    if n_a and k:
+        a_blocks, b_blocks = numpy_topk_partition(n_a, n_b, an.itemsize, block_bytes)
+        ra = max(a1 - a0 for a0, a1 in a_blocks)
+        tile_cols = max(b1 - b0 for b0, b1 in b_blocks)
+        tile = np.empty(ra * tile_cols, dtype=an.dtype)
+        mask = np.empty(ra * tile_cols, dtype=np.bool_)
+        for a0, a1 in a_blocks:
+            out_v[a0:a1], out_i[a0:a1] = _topk_numpy_rows(an[a0:a1], bn, k, b_blocks, tile, mask)
+    return torch.from_numpy(out_v), torch.from_numpy(out_i)
+
+
+class _Candidates:
+    """Per row: the ``k`` best values seen (columns ``[0, k)``) and a buffer of newer candidates (``[k, k + room)``)."""
+
+    def __init__(self, ra: int, k: int, room: int, dtype):
+        self.k, self.room, self.width = k, room, k + room
+        self.vals = np.full((ra, self.width), -np.inf, dtype=dtype)
+        self.cols = np.zeros((ra, self.width), dtype=np.int64)
+        self.fill = np.zeros(ra, dtype=np.int64)  # candidates in each row's buffer
+
+    def merge(self) -> np.ndarray:
+        """Keep the ``k`` best of each row, empty the buffers; returns the new thresholds (``k``-th best, ``(ra, 1)``)."""
+        k, w = self.k, self.width
+        p = np.argpartition(self.vals, w - k, axis=1)[:, w - k:]
+        v, c = np.take_along_axis(self.vals, p, 1), np.take_along_axis(self.cols, p, 1)
+        self.vals[:, :k], self.cols[:, :k] = v, c
+        self.vals[:, k:] = -np.inf
+        self.fill[:] = 0
+        return v.min(axis=1, keepdims=True)
+
+    def merge_tile(self, s: np.ndarray, b0: int) -> np.ndarray:
+        """Merge a whole score tile (the first tiles, when their survivors do not fit a buffer)."""
+        k = self.k
+        v = np.concatenate([self.vals[:, :k], s], axis=1)
+        c = np.concatenate([self.cols[:, :k], np.broadcast_to(np.arange(b0, b0 + s.shape[1]), s.shape)], axis=1)
+        p = np.argpartition(v, v.shape[1] - k, axis=1)[:, v.shape[1] - k:]
+        self.vals[:, :k], self.cols[:, :k] = np.take_along_axis(v, p, 1), np.take_along_axis(c, p, 1)
+        return self.vals[:, :k].min(axis=1, keepdims=True)
+
+    def append(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, counts: np.ndarray):
+        """Append candidates given in row-major order (``rows`` non-decreasing; ``counts`` per row)."""
+        first = np.cumsum(counts) - counts  # index of each row's first candidate in ``rows``
+        pos = rows * self.width + self.k + self.fill[rows] + (np.arange(rows.size) - first[rows])
+        self.vals.reshape(-1).put(pos, vals)
+        self.cols.reshape(-1).put(pos, cols)
+        self.fill += counts
+
+
+def _topk_numpy_rows(x: np.ndarray, bn: np.ndarray, k: int, b_blocks, tile: np.ndarray, mask: np.ndarray):
+    ra = x.shape[0]
+    cand = _Candidates(ra, k, 2 * k, x.dtype)
+    thr = np.full((ra, 1), -np.inf, dtype=x.dtype)  # each row's k-th best value so far (-inf until k are seen)
+    for b0, b1 in b_blocks:
+        w = b1 - b0
+        s = np.matmul(x, bn[b0:b1].T, out=tile[: ra * w].reshape(ra, w))
+        # only values above the k-th best so far can change the top-k values (an equal value cannot)
+        flat = np.flatnonzero(np.greater(s, thr, out=mask[: ra * w].reshape(ra, w)))
+        if not flat.size:
+            continue
+        rows, cols = np.divmod(flat, w)
+        counts = np.bincount(rows, minlength=ra)
+        if int((cand.fill + counts).max()) > cand.room:
+            thr = cand.merge()
+            if int(counts.max()) > cand.room:  # the first tiles: more survivors than a buffer holds
+                thr = cand.merge_tile(s, b0)
+                continue
+            keep = s.reshape(-1).take(flat) > thr[rows, 0]
+            flat, rows, cols = flat[keep], rows[keep], cols[keep]
+            counts = np.bincount(rows, minlength=ra)
+        cand.append(rows, cols + b0, s.reshape(-1).take(flat), counts)
+    cand.merge()
+    order = np.argsort(-cand.vals[:, :k], axis=1, kind="stable")
+    return np.take_along_axis(cand.vals[:, :k], order, 1), np.take_along_axis(cand.cols[:, :k], order, 1)
 
 
 def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
