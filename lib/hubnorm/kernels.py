@@ -7,10 +7,11 @@ functions here are the optimised implementations they call, each proven equal to
   activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``. Two exact kernels behind one seam,
   :func:`topk_backend` (chosen by dtype and device): ``"faiss"`` -- faiss's exhaustive flat search
   (``knn_inner_product``: BLAS blocks and a heap / reservoir per row), the default for float32 on the CPU when
-  faiss is installed (measured faster there: ``benchmarks/reports/topk.md``); ``"torch"`` -- the blocked,
-  threshold-filtered torch kernel (float64, 16-bit inputs, any torch device); ``"faiss-gpu"`` -- faiss's GPU
-  brute-force search on CUDA tensors (asked for explicitly until a GPU run measures it). Same values (the GEMM's
-  rounding aside), indices up to ties. Tests: ``tests/test_fast_paths.py`` (every backend = dense top-k, exact on
+  faiss is installed (measured faster there: ``benchmarks/reports/topk.md``); ``"numpy"`` -- BLAS tiles
+  (``numpy.matmul``) and a running-threshold filter (float32 / float64 on the CPU, no faiss needed);
+  ``"torch"`` -- the blocked, threshold-filtered torch kernel (float64, 16-bit inputs, any torch device);
+  ``"faiss-gpu"`` -- faiss's GPU brute-force search on CUDA tensors (asked for explicitly until a GPU run
+  measures it). Same values (the GEMM's rounding aside), indices up to ties. Tests: ``tests/test_fast_paths.py`` (every backend = dense top-k, exact on
   integer-valued inputs), ``tests/test_hardening.py`` (plain NNN, ties), ``tests/test_gpu.py`` (CUDA).
 * :func:`log_mean_exp_similarity` -- ``log mean_j exp(scale * a_i . b_j)`` per row of ``a`` (IS, DIS, DualIS),
   centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
@@ -162,7 +163,7 @@ def topk_similarity(
     """For every row of ``a``, the ``k`` largest values of ``a_i . b_j`` over rows ``j`` of ``b``.
 
     Returns ``(values, indices)``, both ``(len(a), k)``, values sorted in decreasing order. The full
-    ``len(a) x len(b)`` matrix is never formed. ``backend``: ``"torch"``, ``"faiss"`` or ``"faiss-gpu"`` (None:
+    ``len(a) x len(b)`` matrix is never formed. ``backend``: ``"torch"``, ``"faiss"``, ``"numpy"`` or ``"faiss-gpu"`` (None:
     :func:`topk_backend` of the inputs' dtype and device); every backend is exact: the values are those of the
     plain ``(a @ b.T).topk(k)`` up to the GEMM's own rounding (equal on inputs whose products are exact), and
     ties between equal values may keep any of the tied indices (callers that need indices under exact ties use
@@ -180,6 +181,14 @@ def topk_similarity(
     :data:`TOPK_GROUP` columns (one read pass) and only the groups whose maximum reaches the threshold are
     gathered; the survivors are merged once at the end. Every row is checked (at least ``k`` values reached its
     threshold, else its row block is recomputed by plain merging), so the result is exact.
+
+    ``"numpy"`` (float32 or float64, CPU): tiles of at most 1024 x 2048 scores (:func:`numpy_topk_partition`,
+    smaller under ``block_bytes``), each one BLAS GEMM (``numpy.matmul``, numpy's BLAS and its threads) into one
+    reused buffer, then one vectorised compare per tile against each row's current ``k``-th best value; the few
+    entries above it are buffered per row and merged by ``argpartition`` when a buffer fills (the threshold then
+    rises). The values are the tile's scores themselves: bit-equal to the plain top-k of the same BLAS product;
+    against another GEMM (torch's, a float64 reference) they differ by that GEMM's rounding only (float32: a few
+    ulps, ``<= d * 2**-24 * |a_i| |b_j|``; tested on several tile shapes in ``tests/test_fast_paths.py``).
 
     ``"faiss-gpu"`` (CUDA tensors, float32 or float16; ``k <= 2048``): faiss's GPU brute-force search
     (``faiss.knn_gpu``), needs a GPU build of faiss.
