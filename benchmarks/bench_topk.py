@@ -111,6 +111,8 @@ def peers(a, b):
         "nnn-retrieval NNNRetriever.compute_alignment_means k=128, batch 128": lambda: NNNRetriever(
             512).compute_alignment_means(a, b, 128, 128),
         "hubnorm logsumexp_similarity (scale 20)": lambda: logsumexp_similarity(a, b, 20.0),
+        "hubnorm logsumexp_similarity (scale 20) backend=numpy": lambda: logsumexp_similarity(a, b, 20.0,
+                                                                                            backend="numpy"),
     }
 
 
@@ -129,6 +131,9 @@ def main():
     ap.add_argument("--n-targets", type=int, default=5000, help="smaller sizes for development runs")
     ap.add_argument("--n-bank", type=int, default=100000)
     ap.add_argument("--out-dir", default=None, help="write the report here instead of benchmarks/reports")
+    ap.add_argument("--focus", action="store_true",
+                    help="only the two bare GEMMs, faiss knn, the 'numpy' kernels and the log-sum-exp kernels (short "
+                         "rounds: less drift of a shared machine's load within a round); writes topk_focus.md/.csv")
     args = ap.parse_args()
     if args.child:
         return child(json.loads(args.child))
@@ -139,6 +144,9 @@ def main():
     a = torch.from_numpy(clustered(args.n_targets, 512, seed=2))
     b = torch.from_numpy(clustered(args.n_bank, 512, seed=1))
     fns = peers(a, b)
+    if args.focus:
+        fns = {n: f for n, f in fns.items() if n.startswith(("bare", "faiss knn", "hubnorm logsumexp"))
+               or "backend=numpy" in n}
     fns["bare"]()  # warm-up (thread pools, allocator) outside the timed rounds
     times = {name: [] for name in fns}
     ratios = {name: [] for name in fns}
@@ -166,8 +174,8 @@ def main():
                      "target": TARGETS.get(name, "")})
     med = {name: float(np.median(ratios[name])) for name in fns}
     med_np = {name: float(np.median(ratios_np[name])) for name in fns}
-    notes = [f"seam default for float32 on the CPU: backend={topk_backend(torch.float32, 'cpu')!r}"]
-    for k in (128, 512):
+    notes = [] if args.focus else [f"seam default for float32 on the CPU: backend={topk_backend(torch.float32, 'cpu')!r}"]
+    for k in () if args.focus else (128, 512):
         ours, fl, kn = (med[f"hubnorm topk_similarity k={k} (seam default)"], med[f"faiss IndexFlatIP k={k}"],
                         med[f"faiss knn_inner_product k={k}"])
         notes.append(f"k={k}: hubnorm seam {ours:.3f}x bare, faiss IndexFlatIP {fl:.3f}x, faiss knn {kn:.3f}x "
@@ -177,6 +185,16 @@ def main():
         notes.append(f"k={k}: backend='numpy' {med[nk]:.3f}x bare (torch.mm) = {med_np[nk]:.3f}x bare numpy.matmul; "
                      f"/ best faiss = {med[nk] / min(fl, kn):.3f}; faiss knn = {med_np[f'faiss knn_inner_product k={k}']:.3f}x "
                      f"bare numpy.matmul; bare numpy.matmul = {med['bare numpy']:.3f}x bare torch.mm")
+    if args.focus:
+        for k in (128, 512):
+            nk, fk = f"hubnorm topk_similarity k={k} backend=numpy", f"faiss knn_inner_product k={k}"
+            notes.append(f"k={k}: backend='numpy' {med[nk]:.3f}x bare torch.mm, {med_np[nk]:.3f}x bare numpy.matmul; "
+                         f"faiss knn {med[fk]:.3f}x / {med_np[fk]:.3f}x; numpy / faiss (median of per-round ratios) "
+                         f"{float(np.median(np.array(times[nk]) / np.array(times[fk]))):.3f}")
+        ln = "hubnorm logsumexp_similarity (scale 20)"
+        notes.append(f"log-sum-exp: torch kernel {med[ln]:.3f}x bare torch.mm; backend='numpy' "
+                     f"{med[ln + ' backend=numpy']:.3f}x bare torch.mm = {med_np[ln + ' backend=numpy']:.3f}x bare "
+                     f"numpy.matmul")
     if not args.skip_memory:
         for k, backend in ((128, None), (512, None), (128, "numpy"), (512, "numpy")):
             spec = {"n_bank": 1_000_000, "n_targets": 5000, "k": k, "backend": backend}
@@ -188,7 +206,7 @@ def main():
                          "seconds (median)": res["seconds"], "peak extra GB": res["extra_bytes"] / 2**30,
                          "inputs GB": res["inputs_bytes"] / 2**30, "target": "< 1 GB extra"})
             print(rows[-1], flush=True)
-    write_report("topk" if args.out_dir is None else "topk_dev", "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
+    write_report(("topk_focus" if args.focus else "topk") if args.out_dir is None else "topk_dev", "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
                  f"Targets are {len(a)} and the bank {len(b)} unit vectors of d = 512 drawn around 2000 random centres "
                  f"(clustered, seed 1/2; synthetic), float32. {args.reps} rounds; each round runs every peer once "
                  f"in this order, in one process; ratios are taken within each round (median over rounds). The GEMM "

@@ -200,7 +200,8 @@ def test_topk_backend_choice_and_errors():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("block_bytes", [None, 8 * 37 * 53])
 @pytest.mark.parametrize("scale", [1.0, 100.0])
-def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale):
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale, backend):
     """The streamed log-sum-exp equals the dense float64 one, with a per-column shift (some -inf, and all -inf),
     on a bank sorted so that later blocks hold far larger values than the first, and bit-identically through a
     shared GEMM cache."""
@@ -212,15 +213,21 @@ def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale):
     shift[::7] = -math.inf
     ref = torch.logsumexp(scale * (a.double() @ b.double().T) + shift.double(), dim=1)
     tol = 1e-10 if dtype == torch.float64 else 2e-4 * max(1.0, scale / 10)
-    got = logsumexp_similarity(a, b, scale, b_shift=shift, block_bytes=block_bytes)
+    got = logsumexp_similarity(a, b, scale, b_shift=shift, block_bytes=block_bytes, backend=backend)
     assert got.dtype == dtype
     torch.testing.assert_close(got.double(), ref, rtol=0, atol=tol)
     cache = {}
-    for _ in range(2):  # the second call reads every block from the cache
+    if backend == "numpy":  # one fused pass over fresh tiles: no GEMM cache
+        with pytest.raises(ValueError, match="no shared_blocks"):
+            logsumexp_similarity(a, b, scale, shared_blocks={}, backend="numpy")
+        with pytest.raises(ValueError, match="backend must be 'torch' or 'numpy'"):
+            logsumexp_similarity(a, b, scale, backend="faiss")
+        cache = None
+    for _ in range(2 if cache is not None else 0):  # the second call reads every block from the cache
         assert torch.equal(logsumexp_similarity(a, b, scale, b_shift=shift, block_bytes=block_bytes,
                                                 shared_blocks=cache), got)
     rows_of_minus_inf = logsumexp_similarity(a, b, scale, b_shift=torch.full((3001,), -math.inf, dtype=dtype),
-                                             block_bytes=block_bytes)
+                                             block_bytes=block_bytes, backend=backend)
     assert torch.equal(rows_of_minus_inf, torch.full((90,), -math.inf, dtype=dtype))
 
 

@@ -453,6 +453,7 @@ def logsumexp_similarity(
     block_bytes: Optional[int] = None,
     dtype: Optional[torch.dtype] = None,
     shared_blocks: Optional[dict] = None,
+    backend: str = "torch",
 ) -> torch.Tensor:
     """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
 
@@ -463,7 +464,14 @@ def logsumexp_similarity(
     ``shared_blocks``: a dict that keeps the raw similarity blocks across calls (the temperature sweeps of
     :func:`hubnorm.grid_search`), so that
     several scales reuse one GEMM pass with bit-identical results.
+    ``backend``: ``"torch"`` (torch blocks, ``torch.logsumexp`` per block) or ``"numpy"`` (float32 / float64 CPU
+    tensors, no ``shared_blocks``: the tiles of the ``"numpy"`` top-k kernel, one BLAS GEMM each into a reused
+    buffer, then one in-place pass: scale, running row maximum, ``exp`` and row sums; same value up to rounding).
     """
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"backend must be 'torch' or 'numpy'; got {backend!r}")
+    if backend == "numpy":
+        return _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks)
     n_a, n_b = a.shape[0], b.shape[0]
     dt = a.dtype if dtype is None else dtype
     itemsize = torch.empty((), dtype=dt).element_size()
@@ -487,6 +495,46 @@ def logsumexp_similarity(
             acc = part if acc is None else torch.logaddexp(acc, part)
         out[a0:a1] = acc
     return out
+
+
+def _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks):
+    """:func:`logsumexp_similarity` over the BLAS tiles of :func:`numpy_topk_partition` (float32 / float64 CPU)."""
+    dt = a.dtype if dtype is None else dtype
+    if a.device.type != "cpu" or b.device.type != "cpu" or dt not in (torch.float32, torch.float64) \
+            or shared_blocks is not None:
+        raise ValueError(f"backend='numpy' takes CPU tensors computed in float32 or float64 and no shared_blocks; got "
+                         f"{a.dtype} on {a.device}, dtype={dtype}, shared_blocks "
+                         f"{'given' if shared_blocks is not None else 'None'} (use backend='torch')")
+    npdt = np.float32 if dt == torch.float32 else np.float64
+    an = a.detach().to(dt).contiguous().numpy()
+    bn = b.detach().to(dt).contiguous().numpy()
+    shift = None if b_shift is None else b_shift.detach().to(dt).contiguous().numpy()
+    n_a, n_b = an.shape[0], bn.shape[0]
+    out = np.empty(n_a, dtype=npdt)
+    if n_a == 0:
+        return torch.from_numpy(out)
+    a_blocks, b_blocks = numpy_topk_partition(n_a, n_b, an.itemsize, block_bytes)
+    ra = max(a1 - a0 for a0, a1 in a_blocks)
+    tile = np.empty(ra * max(b1 - b0 for b0, b1 in b_blocks), dtype=npdt)
+    for a0, a1 in a_blocks:
+        x, r = an[a0:a1], a1 - a0
+        run_max = np.full((r, 1), -np.inf, dtype=npdt)
+        run_sum = np.zeros((r, 1), dtype=npdt)
+        for b0, b1 in b_blocks:
+            s = np.matmul(x, bn[b0:b1].T, out=tile[: r * (b1 - b0)].reshape(r, b1 - b0))
+            s *= npdt(scale)
+            if shift is not None:
+                s += shift[b0:b1]
+            new_max = np.maximum(run_max, s.max(axis=1, keepdims=True))
+            safe = np.where(np.isfinite(new_max), new_max, 0)  # rows still all -inf: nothing to shift
+            run_sum *= np.exp(run_max - safe)
+            s -= safe
+            np.exp(s, out=s)
+            run_sum += s.sum(axis=1, keepdims=True)
+            run_max = new_max
+        with np.errstate(divide="ignore"):
+            out[a0:a1] = (np.where(np.isfinite(run_max), run_max, 0) + np.log(run_sum))[:, 0]
+    return torch.from_numpy(out)
 
 
 def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int] = None
