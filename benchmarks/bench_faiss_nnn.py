@@ -221,6 +221,8 @@ def approx_curves(args, task, gallery, bank, exact, r_exact, t_exact, rows, note
     for pq in args.pq:
         with Timer() as tpq:
             ref, n_sample = ivfpq_refine_index(x, nl, pq)
+        base = ref.base_index
+        ivf = faiss.extract_index_ivf(base)
         rows.append({"run": f"faiss IVF{nl},{pq} + IndexRefineFlat build (k-means + PQ training on {n_sample} rows, "
                             "encoding, float32 copy for the re-rank)", "build seconds": tpq.seconds})
         print(rows[-1], flush=True)

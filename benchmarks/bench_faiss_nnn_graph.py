@@ -15,6 +15,16 @@ IndexRefineFlat re-ranks the pool exactly (float32 inner products with the full 
 * ``flat-rD``: exact (flat) inner-product scan of the projected bank for the pool: the bound of the projection
   alone, without a graph.
 * ``ivfpq``: faiss IVF<nlist>,PQ64x4fs fast-scan + IndexRefineFlat with large pools (k_factor 8-32).
+* ``--cand-*`` (issue 25, session 5): candidate stages on a projection of the bank and the queries, the pool
+  re-ranked exactly with the original vectors (faiss.knn_inner_products_by_idx; own re-rank because faiss's
+  IndexRefineFlat would re-rank with the transformed query). ``--cand-projections``: ``query-aware``
+  (:func:`query_aware_projection`: the rank-D bilinear form closest to <q, x> over the queries' and the bank's
+  distributions, an asymmetric pair of maps), ``uncentred`` (the bank's top-D eigenvectors on both sides, as
+  ``hnsw-rD`` / ``flat-rD``), ``+shift`` (queries moved by mean(bank) - mean(gallery) before the candidate
+  stage). Stages: ``--cand-flat`` (exhaustive scan of the projected bank), ``--cand-hnsw``, ``--cand-ivf`` (faiss
+  index_factory specs, e.g. ``IVF16384,PQ32x4fs@1024,2048``).
+* ``--library NLIST@NPROBES:REFINES``: the same stage as the library runs it, ``task.fit(FaissNNN(projection_dim=D,
+  bank_index=ProjectedBankIndex(...)))``, timed like the exact row (validation + search + bias).
 
 Reported per row: offsets seconds (search + re-rank + bias for the 5,000 gallery images, the index built once),
 speed-up over exact, R@1 / R@5 from exact full-rank evaluation of the offsets, R@1 - exact, max abs offset error,
@@ -55,6 +65,49 @@ def pretransform(base, v):
     return idx
 
 
+def query_aware_projection(bank, queries, dim, train_size, seed=0):
+    """``(L, R, captured)``: the rank-``dim`` bilinear form ``<q L, x R>`` closest to ``<q, x>`` in mean square over
+    the query sample and the (centred) bank sample, ``E (q^T (I - L R^T) (x - mu))^2`` minimal. With ``Cq`` the
+    queries' second moment and ``Sx`` the bank's covariance (centring the bank changes every score of one query by
+    the same amount, so not its ranking), whitening both sides turns this into a truncated SVD of
+    ``M = Cq^(1/2) Sx^(1/2) = U S V^T``: ``L = Sx^(1/2) V_D S_D^(-1/2)`` (queries), ``R = Cq^(1/2) U_D S_D^(-1/2)``
+    (bank), and ``L R^T -> I`` at full rank. ``captured`` = sum of S_D^2 / sum of S^2, the share of the score
+    variance kept. Unlike the bank's own eigenvectors, the directions are weighted by how much the *queries* vary
+    along them: with a modality gap the image queries and the caption bank vary along different directions."""
+    rng = np.random.default_rng(seed)
+    x = bank[np.sort(rng.choice(bank.shape[0], size=min(bank.shape[0], train_size), replace=False))]
+    x = x.astype(np.float64)
+    sx = np.cov(x.T, bias=True)
+    q = np.asarray(queries, dtype=np.float64)
+    cq = q.T @ q / q.shape[0]
+
+    def sqrtm(c):
+        w, v = np.linalg.eigh(c)
+        return (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+    cq12, sx12 = sqrtm(cq), sqrtm(sx)
+    u, sv, vt = np.linalg.svd(cq12 @ sx12)
+    left = (sx12 @ vt[:dim].T) / np.sqrt(sv[:dim])
+    right = (cq12 @ u[:, :dim]) / np.sqrt(sv[:dim])
+    return (np.ascontiguousarray(left, dtype=np.float32), np.ascontiguousarray(right, dtype=np.float32),
+            float((sv[:dim] ** 2).sum() / (sv ** 2).sum()))
+
+
+def rerank(bank, queries, ids, k):
+    """Exact float32 re-rank of a candidate pool (faiss search output: ids -1 only at the end of a row): the inner
+    products of each query with its pool's bank rows, read in place by faiss.knn_inner_products_by_idx, and their
+    top-``k``; returns (values, bank ids), (m, k) each, missing entries -inf / -1."""
+    import faiss
+    m, pool = ids.shape
+    out_v = np.empty((m, k), np.float32)
+    out_i = np.empty((m, k), np.int64)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    faiss.knn_inner_products_by_idx(faiss.swig_ptr(queries), faiss.swig_ptr(bank), faiss.swig_ptr(ids),
+                                    bank.shape[1], m, bank.shape[0], pool, k, faiss.swig_ptr(out_v),
+                                    faiss.swig_ptr(out_i), pool)
+    out_v[out_i < 0] = -np.inf
+    return out_v, out_i
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-train-images", type=int, default=200_000)
@@ -71,6 +124,30 @@ def main():
     ap.add_argument("--ivfpq-nlist", type=int, default=0, help="> 0: also IVF<nlist>,PQ64x4fs + refine rows")
     ap.add_argument("--ivfpq-nprobes", type=int, nargs="+", default=[512, 1024])
     ap.add_argument("--ivfpq-k-factors", type=float, nargs="+", default=[8, 16])
+    ap.add_argument("--cand-projections", nargs="+", default=["query-aware"],
+                    choices=["query-aware", "uncentred", "query-aware+shift", "uncentred+shift"],
+                    help="projections of the --cand-* rows, each run in turn: the query-aware pair (L, R) of "
+                         "query_aware_projection, or the bank's uncentred top-D eigenvectors on both sides; '+shift': "
+                         "the candidate stage searched with normalize(q + mean(bank) - mean(gallery)) (the exact "
+                         "re-rank uses q). --cand-flat rows for each; --cand-hnsw / --cand-ivf rows for the first only")
+    ap.add_argument("--cand-queries", choices=["gallery", "train-images"], default="gallery",
+                    help="the query sample the query-aware projection is fitted on: the gallery images themselves "
+                         "(the targets a fit sees) or 20,000 training images (held-out queries of the same kind)")
+    ap.add_argument("--cand-dim", type=int, default=64)
+    ap.add_argument("--cand-flat", action="store_true", help="--cand-* rows: exhaustive scan of the projected bank")
+    ap.add_argument("--cand-flat-k-factors", type=float, nargs="+", default=[2])
+    ap.add_argument("--cand-hnsw", action="store_true", help="--cand-* rows: IndexHNSWFlat over the projected bank")
+    ap.add_argument("--cand-ivf", nargs="*", default=[],
+                    help="--cand-* rows: faiss index_factory IVF specs over the projected bank, each with its nprobes "
+                         "after '@' (default --cand-nprobes), e.g. IVF4096,PQ32x4fs@256,512")
+    ap.add_argument("--cand-nprobes", type=int, nargs="+", default=[256, 512])
+    ap.add_argument("--cand-k-factors", type=float, nargs="+", default=[2, 4])
+    ap.add_argument("--cand-train-max", type=int, default=262_144,
+                    help="k-means / PQ training rows of the --cand-ivf indexes: min(n, 32 * nlist, this)")
+    ap.add_argument("--library", nargs="*", default=[],
+                    help="rows of the library path: FaissNNN(projection_dim=--cand-dim, bank_index=a prebuilt "
+                         "hubnorm.index.ProjectedBankIndex) fitted by task.fit, timed like the exact offsets; each "
+                         "spec NLIST@NPROBE,...:REFINE,..., e.g. 4096@256,512:2,4")
     ap.add_argument("--recall-images", type=int, default=256)
     ap.add_argument("--report-name", default="faiss_nnn_graph")
     ap.add_argument("--out-dir", default=None)
@@ -190,6 +267,7 @@ def main():
         faiss.omp_set_num_threads(build_threads)
         with Timer() as tpq:
             ref, n_sample = ivfpq_refine_index(bank, nl, "PQ64x4fs")
+        ivf = faiss.extract_index_ivf(ref.base_index)
         faiss.omp_set_num_threads(args.threads)
         rows.append({"run": f"ivfpq build: IVF{nl},PQ64x4fs + IndexRefineFlat (training on {n_sample} rows)",
                      "build seconds": tpq.seconds, "note": f"{build_threads} thread(s)"})
@@ -200,9 +278,144 @@ def main():
                 ref.k_factor = float(kf)
                 s, D, I = timed_search(ref, kf)
                 row(f"ivfpq: IVF{nl},PQ64x4fs nprobe={p}, pool {int(kf * k)}, exact re-rank", s, D, I)
-        del ref, base
+        del ref, ivf
+    for spec in args.library:
+        library_rows(args, spec, task, bank, g, k, alpha, exact, r_exact, t_exact, build_threads, rows, flush)
+    for i, proj in enumerate(args.cand_projections):
+        cand_rows(args, proj, i == 0, bank, g, tr.images, k, alpha, build_threads, rows, notes, row, flush)
     notes.append(f"load average (1/5/15 min) at the start of the script: {load_start}")
     flush(final=True)
+
+
+def library_rows(args, spec, task, bank, g, k, alpha, exact, r_exact, t_exact, build_threads, rows, flush):
+    """hubnorm.index.FaissNNN(projection_dim=...) on a prebuilt ProjectedBankIndex: what a user runs. The offsets
+    seconds are task.fit's (validation of the bank, the search, the bias), as for the exact row."""
+    import faiss
+
+    from hubnorm.index import FaissNNN, ProjectedBankIndex
+    nl, _, rest = spec.partition("@")
+    probes, _, refines = rest.partition(":")
+    faiss.omp_set_num_threads(build_threads)
+    torch.set_num_threads(build_threads)
+    with Timer() as tb:
+        idx = ProjectedBankIndex(bank, g, dim=args.cand_dim, nlist=int(nl), train_size=min(bank.shape[0], 32 * int(nl),
+                                                                                          args.cand_train_max))
+    faiss.omp_set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    rows.append({"run": f"library: ProjectedBankIndex build (dim {args.cand_dim}, nlist {idx.nlist}, {idx.code}; "
+                        f"query-aware projection fitted on the gallery keeps {idx.captured:.3f} of the score variance)",
+                 "build seconds": tb.seconds, "note": f"{build_threads} thread(s)"})
+    flush()
+    sub = np.random.default_rng(1).choice(g.shape[0], size=min(args.recall_images, g.shape[0]), replace=False)
+    _, exact_ids = torch.topk(torch.from_numpy(g[sub]) @ torch.from_numpy(bank).T, k, dim=1)
+    exact_ids = exact_ids.numpy()
+    for p in (int(x) for x in probes.split(",")):
+        for r in (float(x) for x in refines.split(",")):
+            with Timer() as ts:
+                f = task.fit(FaissNNN(alpha=alpha, k=k, bank_index=idx, nprobe=p, refine=r, projection_dim=args.cand_dim))
+            ev = hn.evaluate(f, task)
+            _, I = idx.search(g[sub], k, nprobe=p, refine=r)
+            rec = float(np.mean([np.intersect1d(I[j], exact_ids[j]).size / k for j in range(len(sub))]))
+            rows.append({"run": f"library: FaissNNN(projection_dim={args.cand_dim}, nprobe={p}, refine={r:g}) on the "
+                                f"prebuilt index (task.fit)", "offsets seconds": ts.seconds,
+                         "speed-up": t_exact / ts.seconds, "R@1": ev["R@1"], "R@5": ev["R@5"],
+                         "R@1 - exact": ev["R@1"] - r_exact["R@1"],
+                         "max abs offset error": float(np.abs(f.offsets - exact.offsets).max()), "recall@k": rec})
+            print(rows[-1], flush=True)
+            flush()
+    del idx
+
+
+def cand_rows(args, proj, first, bank, g, train_images, k, alpha, build_threads, rows, notes, row, flush):
+    """The --cand-* rows: candidate stages on a (possibly asymmetric) projection, the pool re-ranked exactly with
+    the original gallery vectors (own re-rank: IndexRefineFlat would re-rank with the transformed query)."""
+    import faiss
+    if not (args.cand_flat or args.cand_hnsw or args.cand_ivf):
+        return
+    dim = args.cand_dim
+    qs = g if args.cand_queries == "gallery" else np.ascontiguousarray(train_images[:20_000], dtype=np.float32)
+    kind, shift = proj.split("+")[0], proj.endswith("+shift")
+    with Timer() as tp:
+        if kind == "query-aware":
+            left, right, kept = query_aware_projection(bank, qs, dim, args.train_size)
+            what = f"query-aware projection to {dim} dims fitted on {qs.shape[0]} {args.cand_queries} rows"
+        else:
+            left, kept = projection(bank, dim, args.train_size)
+            right = left
+            what = f"uncentred bank projection to {dim} dims"
+        gq = g
+        if shift:
+            gq = g + (bank.mean(0) - g.mean(0))[None, :]
+            gq = gq / np.linalg.norm(gq, axis=1, keepdims=True)
+            what += ", queries shifted by mean(bank) - mean(gallery) before the candidate stage"
+        xb = np.ascontiguousarray(bank @ right)
+        xq = np.ascontiguousarray(gq @ left, dtype=np.float32)
+    tag = f"{proj}-r{dim}"
+    notes.append(f"{tag}: {what}; {kept:.3f} of the {'score' if kind == 'query-aware' else 'bank'} "
+                 f"variance kept; fit + projecting the bank {tp.seconds:.1f} s (a build cost)")
+
+    def timed(index, pool, extra=None):
+        with Timer() as ts:
+            _, cand = index.search(xq, pool)
+            D, I = rerank(bank, g, cand, k)
+            nnn_bias(torch.from_numpy(np.where(I >= 0, D, -np.inf)), alpha)
+        return ts.seconds, D, I
+
+    if args.cand_flat:
+        base = faiss.IndexFlatIP(dim)
+        base.add(xb)
+        for kf in args.cand_flat_k_factors:
+            s, D, I = timed(base, int(kf * k))
+            row(f"{tag} flat: exact scan of the projected bank, pool {int(kf * k)}, exact re-rank", s, D, I)
+        del base
+    if not first:
+        return
+    if args.cand_hnsw:
+        h = faiss.IndexHNSWFlat(dim, args.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        h.hnsw.efConstruction = args.ef_construction
+        faiss.omp_set_num_threads(build_threads)
+        with Timer() as tb:
+            h.add(xb)
+        faiss.omp_set_num_threads(args.threads)
+        rows.append({"run": f"{tag} hnsw build: IndexHNSWFlat(M={args.hnsw_m}, efConstruction={args.ef_construction})",
+                     "build seconds": tb.seconds + tp.seconds, "note": f"{build_threads} thread(s)"})
+        flush()
+        for kf in args.k_factors:
+            for ef in args.efs:
+                if ef < kf * k:
+                    continue
+                h.hnsw.efSearch = ef
+                s, D, I = timed(h, int(kf * k))
+                row(f"{tag} hnsw: efSearch={ef}, pool {int(kf * k)}, exact re-rank", s, D, I)
+        del h
+    for spec_probes in args.cand_ivf:
+        spec, _, probes = spec_probes.partition("@")
+        nprobes = [int(p) for p in probes.split(",")] if probes else args.cand_nprobes
+        index = faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.extract_index_ivf(index)
+        ivf.cp.niter = 10
+        ivf.cp.seed = 0
+        ivf.cp.max_points_per_centroid = 1 << 30
+        n_train = min(xb.shape[0], 32 * ivf.nlist, args.cand_train_max)
+        sample = np.sort(np.random.default_rng(0).choice(xb.shape[0], size=n_train, replace=False))
+        faiss.omp_set_num_threads(build_threads)
+        with Timer() as tt:
+            index.train(xb[sample])
+        with Timer() as ta:
+            index.add(xb)
+        faiss.omp_set_num_threads(args.threads)
+        rows.append({"run": f"{tag} {spec} build (k-means{' + PQ' if 'PQ' in spec else ''} training on {n_train} "
+                            "projected rows, adding the bank)", "build seconds": tp.seconds + tt.seconds + ta.seconds,
+                     "note": f"projection {tp.seconds:.1f} s, training {tt.seconds:.1f} s, add {ta.seconds:.1f} s; "
+                             f"{build_threads} thread(s)"})
+        flush()
+        for p in nprobes:
+            ivf.nprobe = p
+            for kf in args.cand_k_factors:
+                s, D, I = timed(index, int(kf * k))
+                row(f"{tag} {spec}: nprobe={p} ({p / ivf.nlist:.3g} of the lists), pool {int(kf * k)}, exact re-rank",
+                    s, D, I)
+        del index
 
 
 if __name__ == "__main__":

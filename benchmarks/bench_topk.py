@@ -4,11 +4,14 @@ Shape: 5k targets x 100k bank x d = 512, float32 (clustered unit vectors). Peers
 the same process (each round runs every peer once; the table gives the median over rounds and the ratio to the
 bare GEMM taken within each round):
 
-* bare fp32 GEMM of the same shape (blocked, one reused buffer, nothing else: the physical limit);
+* bare fp32 GEMM of the same shape (blocked, one reused buffer, nothing else: the physical limit), twice: torch's
+  ``mm`` (MKL; the blocks of the torch kernel) and numpy's ``matmul`` (numpy's OpenBLAS; the 1024 x 2048 tiles of
+  the ``"numpy"`` kernel) -- on this machine the two BLAS libraries differ by 20-30%, so each is a peer;
 * faiss ``IndexFlatIP`` (add + search) and faiss ``knn_inner_product`` (the exhaustive search without an index),
   k = 128 and 512: what a user would pick instead;
-* ``hubnorm.kernels.topk_similarity`` through its seam (default backend for float32 on the CPU) and with
-  ``backend="torch"`` (the hand-written kernel, the float64 / device path), k = 128 and 512;
+* ``hubnorm.kernels.topk_similarity`` through its seam (default backend for float32 on the CPU), with
+  ``backend="numpy"`` (BLAS tiles + running-threshold filter) and with ``backend="torch"`` (the hand-written kernel,
+  the float64 / device path), k = 128 and 512;
 * ``NearestNeighborNormalization(alpha=0.75, k=128).fit`` (the whole method) and nnn-retrieval
   ``NNNRetriever.compute_alignment_means`` (the reference implementation);
 * ``hubnorm.kernels.logsumexp_similarity`` (IS / DIS / DualIS reductions, scale 1/0.05) against the same bare GEMM.
@@ -26,7 +29,7 @@ import numpy as np
 import torch
 from _common import Timer, write_report
 
-from hubnorm.kernels import topk_partition, topk_similarity
+from hubnorm.kernels import numpy_topk_partition, topk_partition, topk_similarity
 
 
 def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
@@ -49,6 +52,16 @@ def bare(a, b):
             torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
 
 
+def bare_numpy(a, b):
+    """The GEMM of the ``"numpy"`` kernel alone: its tiles, numpy's BLAS, one reused buffer."""
+    an, bn = a.numpy(), b.numpy()
+    a_blocks, b_blocks = numpy_topk_partition(an.shape[0], bn.shape[0], 4, None)
+    buf = np.empty(max(x1 - x0 for x0, x1 in a_blocks) * max(y1 - y0 for y0, y1 in b_blocks), np.float32)
+    for a0, a1 in a_blocks:
+        for b0, b1 in b_blocks:
+            np.matmul(an[a0:a1], bn[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].reshape(a1 - a0, b1 - b0))
+
+
 def child(spec):
     def status(key):
         with open("/proc/self/status") as fh:
@@ -61,7 +74,7 @@ def child(spec):
         fh.write("5")
     base = status("VmRSS")
     t0 = time.perf_counter()
-    topk_similarity(a, b, spec["k"])
+    topk_similarity(a, b, spec["k"], backend=spec.get("backend"))
     secs = time.perf_counter() - t0
     print(json.dumps({"extra_bytes": status("VmHWM") - base, "inputs_bytes": base, "seconds": secs}))
 
@@ -82,12 +95,15 @@ def peers(a, b):
 
     return {
         "bare": lambda: bare(a, b),
+        "bare numpy": lambda: bare_numpy(a, b),
         "faiss IndexFlatIP k=128": lambda: flat(128),
         "faiss IndexFlatIP k=512": lambda: flat(512),
         "faiss knn_inner_product k=128": lambda: faiss.knn(an, bn, 128, metric=faiss.METRIC_INNER_PRODUCT),
         "faiss knn_inner_product k=512": lambda: faiss.knn(an, bn, 512, metric=faiss.METRIC_INNER_PRODUCT),
         "hubnorm topk_similarity k=128 (seam default)": lambda: topk_similarity(a, b, 128),
         "hubnorm topk_similarity k=512 (seam default)": lambda: topk_similarity(a, b, 512),
+        "hubnorm topk_similarity k=128 backend=numpy": lambda: topk_similarity(a, b, 128, backend="numpy"),
+        "hubnorm topk_similarity k=512 backend=numpy": lambda: topk_similarity(a, b, 512, backend="numpy"),
         "hubnorm topk_similarity k=128 backend=torch": lambda: topk_similarity(a, b, 128, backend="torch"),
         "hubnorm topk_similarity k=512 backend=torch": lambda: topk_similarity(a, b, 512, backend="torch"),
         "hubnorm NearestNeighborNormalization(alpha=0.75, k=128).fit": lambda: hn.NearestNeighborNormalization(
@@ -95,11 +111,15 @@ def peers(a, b):
         "nnn-retrieval NNNRetriever.compute_alignment_means k=128, batch 128": lambda: NNNRetriever(
             512).compute_alignment_means(a, b, 128, 128),
         "hubnorm logsumexp_similarity (scale 20)": lambda: logsumexp_similarity(a, b, 20.0),
+        "hubnorm logsumexp_similarity (scale 20) backend=numpy": lambda: logsumexp_similarity(a, b, 20.0,
+                                                                                            backend="numpy"),
     }
 
 
 TARGETS = {"hubnorm topk_similarity k=128 (seam default)": "<= 1.1x bare, <= faiss",
            "hubnorm topk_similarity k=512 (seam default)": "<= 1.2x bare, <= faiss",
+           "hubnorm topk_similarity k=128 backend=numpy": "<= 1.1x bare, <= faiss",
+           "hubnorm topk_similarity k=512 backend=numpy": "<= 1.2x bare, <= faiss",
            "hubnorm NearestNeighborNormalization(alpha=0.75, k=128).fit": "<= 1.1x bare"}
 
 
@@ -108,6 +128,12 @@ def main():
     ap.add_argument("--child")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--n-targets", type=int, default=5000, help="smaller sizes for development runs")
+    ap.add_argument("--n-bank", type=int, default=100000)
+    ap.add_argument("--out-dir", default=None, help="write the report here instead of benchmarks/reports")
+    ap.add_argument("--focus", action="store_true",
+                    help="only the two bare GEMMs, faiss knn, the 'numpy' kernels and the log-sum-exp kernels (short "
+                         "rounds: less drift of a shared machine's load within a round); writes topk_focus.md/.csv")
     args = ap.parse_args()
     if args.child:
         return child(json.loads(args.child))
@@ -115,12 +141,16 @@ def main():
 
     from hubnorm.kernels import topk_backend
     load_start = load_average()
-    a = torch.from_numpy(clustered(5000, 512, seed=2))
-    b = torch.from_numpy(clustered(100000, 512, seed=1))
+    a = torch.from_numpy(clustered(args.n_targets, 512, seed=2))
+    b = torch.from_numpy(clustered(args.n_bank, 512, seed=1))
     fns = peers(a, b)
+    if args.focus:
+        fns = {n: f for n, f in fns.items() if n.startswith(("bare", "faiss knn", "hubnorm logsumexp"))
+               or "backend=numpy" in n}
     fns["bare"]()  # warm-up (thread pools, allocator) outside the timed rounds
     times = {name: [] for name in fns}
     ratios = {name: [] for name in fns}
+    ratios_np = {name: [] for name in fns}
     for r in range(args.reps):
         for name, fn in fns.items():
             with Timer() as t:
@@ -128,40 +158,61 @@ def main():
             times[name].append(t.seconds)
         for name in fns:
             ratios[name].append(times[name][-1] / times["bare"][-1])
+            ratios_np[name].append(times[name][-1] / times["bare numpy"][-1])
         print(f"round {r + 1}:", {k: round(v[-1], 3) for k, v in times.items()}, flush=True)
     rows = []
     for name in fns:
-        label = ("bare fp32 GEMM, 5000 x 100000 x 512 (blocked, reused buffer)" if name == "bare" else name)
+        label = {"bare": f"bare fp32 GEMM, {len(a)} x {len(b)} x 512 (torch.mm = MKL, blocked, reused buffer)",
+                 "bare numpy": f"bare fp32 GEMM, {len(a)} x {len(b)} x 512 (numpy.matmul = OpenBLAS, 1024 x 2048 "
+                               "tiles, reused buffer)"}.get(name, name)
         rows.append({"run": label, "seconds (median)": float(np.median(times[name])),
                      "seconds (all rounds)": ", ".join(f"{x:.2f}" for x in times[name]),
                      "x bare (median of rounds)": float(np.median(ratios[name])),
                      "x bare (each round)": ", ".join(f"{x:.3f}" for x in ratios[name]),
+                     "x bare numpy (median of rounds)": float(np.median(ratios_np[name])),
+                     "x bare numpy (each round)": ", ".join(f"{x:.3f}" for x in ratios_np[name]),
                      "target": TARGETS.get(name, "")})
     med = {name: float(np.median(ratios[name])) for name in fns}
-    notes = [f"seam default for float32 on the CPU: backend={topk_backend(torch.float32, 'cpu')!r}"]
-    for k in (128, 512):
+    med_np = {name: float(np.median(ratios_np[name])) for name in fns}
+    notes = [] if args.focus else [f"seam default for float32 on the CPU: backend={topk_backend(torch.float32, 'cpu')!r}"]
+    for k in () if args.focus else (128, 512):
         ours, fl, kn = (med[f"hubnorm topk_similarity k={k} (seam default)"], med[f"faiss IndexFlatIP k={k}"],
                         med[f"faiss knn_inner_product k={k}"])
         notes.append(f"k={k}: hubnorm seam {ours:.3f}x bare, faiss IndexFlatIP {fl:.3f}x, faiss knn {kn:.3f}x "
                      f"(hubnorm / best faiss = {ours / min(fl, kn):.3f}); torch kernel "
                      f"{med[f'hubnorm topk_similarity k={k} backend=torch']:.3f}x")
-    if not args.skip_memory:
+        nk = f"hubnorm topk_similarity k={k} backend=numpy"
+        notes.append(f"k={k}: backend='numpy' {med[nk]:.3f}x bare (torch.mm) = {med_np[nk]:.3f}x bare numpy.matmul; "
+                     f"/ best faiss = {med[nk] / min(fl, kn):.3f}; faiss knn = {med_np[f'faiss knn_inner_product k={k}']:.3f}x "
+                     f"bare numpy.matmul; bare numpy.matmul = {med['bare numpy']:.3f}x bare torch.mm")
+    if args.focus:
         for k in (128, 512):
-            spec = {"n_bank": 1_000_000, "n_targets": 5000, "k": k}
+            nk, fk = f"hubnorm topk_similarity k={k} backend=numpy", f"faiss knn_inner_product k={k}"
+            notes.append(f"k={k}: backend='numpy' {med[nk]:.3f}x bare torch.mm, {med_np[nk]:.3f}x bare numpy.matmul; "
+                         f"faiss knn {med[fk]:.3f}x / {med_np[fk]:.3f}x; numpy / faiss (median of per-round ratios) "
+                         f"{float(np.median(np.array(times[nk]) / np.array(times[fk]))):.3f}")
+        ln = "hubnorm logsumexp_similarity (scale 20)"
+        notes.append(f"log-sum-exp: torch kernel {med[ln]:.3f}x bare torch.mm; backend='numpy' "
+                     f"{med[ln + ' backend=numpy']:.3f}x bare torch.mm = {med_np[ln + ' backend=numpy']:.3f}x bare "
+                     f"numpy.matmul")
+    if not args.skip_memory:
+        for k, backend in ((128, None), (512, None), (128, "numpy"), (512, "numpy")):
+            spec = {"n_bank": 1_000_000, "n_targets": 5000, "k": k, "backend": backend}
             out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
                                  text=True, check=True)
             res = json.loads(out.stdout.strip().splitlines()[-1])
-            rows.append({"run": f"memory: 1,000,000 bank x 5000 targets x 512, k={k}, seam default (subprocess)",
+            rows.append({"run": f"memory: 1,000,000 bank x 5000 targets x 512, k={k}, "
+                                f"{'seam default' if backend is None else 'backend=' + backend} (subprocess)",
                          "seconds (median)": res["seconds"], "peak extra GB": res["extra_bytes"] / 2**30,
                          "inputs GB": res["inputs_bytes"] / 2**30, "target": "< 1 GB extra"})
             print(rows[-1], flush=True)
-    write_report("topk", "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
-                 f"Targets are 5000 and the bank 100000 unit vectors of d = 512 drawn around 2000 random centres "
+    write_report(("topk_focus" if args.focus else "topk") if args.out_dir is None else "topk_dev", "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
+                 f"Targets are {len(a)} and the bank {len(b)} unit vectors of d = 512 drawn around 2000 random centres "
                  f"(clustered, seed 1/2; synthetic), float32. {args.reps} rounds; each round runs every peer once "
                  f"in this order, in one process; ratios are taken within each round (median over rounds). The GEMM "
                  f"is the physical limit. Load average (1/5/15 min) before the first round: {load_start} (2 cores, "
                  f"shared). Command: `flock /tmp/hubnorm-bench.lock .venv/bin/python "
-                 f"benchmarks/bench_topk.py`.", rows, notes)
+                 f"benchmarks/bench_topk.py`.", rows, notes, out_dir=args.out_dir)
 
 
 if __name__ == "__main__":

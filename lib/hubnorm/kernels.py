@@ -7,10 +7,11 @@ functions here are the optimised implementations they call, each proven equal to
   activation sets). Plain form: ``(a @ b.T).topk(k, dim=1)``. Two exact kernels behind one seam,
   :func:`topk_backend` (chosen by dtype and device): ``"faiss"`` -- faiss's exhaustive flat search
   (``knn_inner_product``: BLAS blocks and a heap / reservoir per row), the default for float32 on the CPU when
-  faiss is installed (measured faster there: ``benchmarks/reports/topk.md``); ``"torch"`` -- the blocked,
-  threshold-filtered torch kernel (float64, 16-bit inputs, any torch device); ``"faiss-gpu"`` -- faiss's GPU
-  brute-force search on CUDA tensors (asked for explicitly until a GPU run measures it). Same values (the GEMM's
-  rounding aside), indices up to ties. Tests: ``tests/test_fast_paths.py`` (every backend = dense top-k, exact on
+  faiss is installed (measured faster there: ``benchmarks/reports/topk.md``); ``"numpy"`` -- BLAS tiles
+  (``numpy.matmul``) and a running-threshold filter (float32 / float64 on the CPU, no faiss needed);
+  ``"torch"`` -- the blocked, threshold-filtered torch kernel (float64, 16-bit inputs, any torch device);
+  ``"faiss-gpu"`` -- faiss's GPU brute-force search on CUDA tensors (asked for explicitly until a GPU run
+  measures it). Same values (the GEMM's rounding aside), indices up to ties. Tests: ``tests/test_fast_paths.py`` (every backend = dense top-k, exact on
   integer-valued inputs), ``tests/test_hardening.py`` (plain NNN, ties), ``tests/test_gpu.py`` (CUDA).
 * :func:`log_mean_exp_similarity` -- ``log mean_j exp(scale * a_i . b_j)`` per row of ``a`` (IS, DIS, DualIS),
   centred so that it stays O(1) at any temperature, in float64 when float32 would lose the result.
@@ -38,8 +39,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 from typing import Iterator, Optional, Tuple
 
+import numpy as np
 import torch
 
 #: Default size of one similarity block (rows x cols x itemsize), in bytes.
@@ -121,7 +124,7 @@ def pack_rows(rows, cols, vals, ra, fill):
 
 
 #: The exact top-k kernels of :func:`topk_similarity` (see :func:`topk_backend`).
-TOPK_BACKENDS = ("torch", "faiss", "faiss-gpu")
+TOPK_BACKENDS = ("torch", "faiss", "numpy", "faiss-gpu")
 
 _FAISS = None
 
@@ -160,7 +163,7 @@ def topk_similarity(
     """For every row of ``a``, the ``k`` largest values of ``a_i . b_j`` over rows ``j`` of ``b``.
 
     Returns ``(values, indices)``, both ``(len(a), k)``, values sorted in decreasing order. The full
-    ``len(a) x len(b)`` matrix is never formed. ``backend``: ``"torch"``, ``"faiss"`` or ``"faiss-gpu"`` (None:
+    ``len(a) x len(b)`` matrix is never formed. ``backend``: ``"torch"``, ``"faiss"``, ``"numpy"`` or ``"faiss-gpu"`` (None:
     :func:`topk_backend` of the inputs' dtype and device); every backend is exact: the values are those of the
     plain ``(a @ b.T).topk(k)`` up to the GEMM's own rounding (equal on inputs whose products are exact), and
     ties between equal values may keep any of the tied indices (callers that need indices under exact ties use
@@ -179,9 +182,20 @@ def topk_similarity(
     gathered; the survivors are merged once at the end. Every row is checked (at least ``k`` values reached its
     threshold, else its row block is recomputed by plain merging), so the result is exact.
 
+    ``"numpy"`` (float32 or float64, CPU): tiles of at most 1024 x 2048 scores (:func:`numpy_topk_partition`,
+    smaller under ``block_bytes``), each one BLAS GEMM (``numpy.matmul``, numpy's BLAS and its threads) into one
+    reused buffer, then one vectorised compare per tile against each row's current ``k``-th best value; the few
+    entries above it are buffered per row and merged by ``argpartition`` when a buffer fills (the threshold then
+    rises). The values are the tile's scores themselves: bit-equal to the plain top-k of the same BLAS product;
+    against another GEMM (torch's, a float64 reference) they differ by that GEMM's rounding only (float32: a few
+    ulps, ``<= d * 2**-24 * |a_i| |b_j|``; tested on several tile shapes in ``tests/test_fast_paths.py``).
+
     ``"faiss-gpu"`` (CUDA tensors, float32 or float16; ``k <= 2048``): faiss's GPU brute-force search
     (``faiss.knn_gpu``), needs a GPU build of faiss.
     """
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+        raise ValueError(f"k must be a non-negative integer; got {k!r}")
+    k = int(k)
     if k > b.shape[0]:
         raise ValueError(f"k={k} is larger than the bank ({b.shape[0]} rows): use k <= {b.shape[0]}")
     if backend is None:
@@ -190,6 +204,8 @@ def topk_similarity(
         raise ValueError(f"backend must be one of {list(TOPK_BACKENDS)} or None; got {backend!r}")
     if backend == "faiss":
         return _topk_faiss(a, b, k, block_bytes)
+    if backend == "numpy":
+        return _topk_numpy(a, b, k, block_bytes)
     if backend == "faiss-gpu":  # pragma: no cover - needs a GPU build of faiss
         return _topk_faiss_gpu(a, b, k)
     n_a, n_b = a.shape[0], b.shape[0]
@@ -263,6 +279,116 @@ def _topk_faiss_gpu(a: torch.Tensor, b: torch.Tensor, k: int):  # pragma: no cov
     return v.to(a.dtype), i.long()
 
 
+#: Score tile of the ``"numpy"`` top-k kernel: rows of ``a`` x rows of ``b`` per GEMM (8 MB of float32 scores, so
+#: the tile is still in the last-level cache when the threshold filter reads it right after the GEMM wrote it).
+NUMPY_TILE_ROWS, NUMPY_TILE_COLS = 1024, 2048
+
+
+def numpy_topk_partition(n_a: int, n_b: int, itemsize: int, block_bytes: Optional[int]):
+    """Row blocks of ``a`` (balanced) and column blocks of ``b`` of the ``"numpy"`` top-k kernel: tiles of at most
+    :data:`NUMPY_TILE_ROWS` x :data:`NUMPY_TILE_COLS` scores, fewer when ``block_bytes`` is smaller. Never depends on
+    ``k`` (the selected values are the same bits for every ``k``)."""
+    budget = NUMPY_TILE_ROWS * NUMPY_TILE_COLS * itemsize
+    budget = budget if block_bytes is None else min(budget, int(block_bytes))
+    cols = max(1, min(n_b, NUMPY_TILE_COLS, budget // itemsize))
+    rows = max(1, min(n_a, NUMPY_TILE_ROWS, budget // (itemsize * cols)))
+    n_ablk = -(-n_a // rows)
+    rows = -(-n_a // n_ablk)  # balanced row blocks (no thin last block: a thin GEMM is slow)
+    return list(iter_blocks(n_a, rows)), list(iter_blocks(n_b, cols))
+
+
+def _topk_numpy(a: torch.Tensor, b: torch.Tensor, k: int, block_bytes: Optional[int]):
+    """:func:`topk_similarity` by BLAS tiles and a running-threshold filter (float32 / float64 CPU tensors).
+
+    For each block of rows of ``a``: every tile ``a_blk @ b_blk.T`` is one BLAS GEMM (numpy's ``matmul``) into one
+    reused buffer; one vectorised compare against the row's current ``k``-th best value finds the few entries that
+    can still enter its top-``k``; they are appended to a per-row candidate buffer, and when a row's buffer is full
+    the buffer is merged (``argpartition``: the ``k`` best of each row stay, the threshold rises). Nothing is sorted
+    per element: after the first tiles the threshold is high and the compare pass is the only per-score work.
+    """
+    if a.device.type != "cpu" or b.device.type != "cpu" or a.dtype not in (torch.float32, torch.float64) \
+            or b.dtype != a.dtype:
+        raise ValueError(f"backend='numpy' takes float32 or float64 tensors of one dtype on the CPU; got {a.dtype} on "
+                         f"{a.device} and {b.dtype} on {b.device} (use backend='torch')")
+    n_a, n_b = a.shape[0], b.shape[0]
+    an, bn = a.detach().contiguous().numpy(), b.detach().contiguous().numpy()
+    out_v = np.empty((n_a, k), dtype=an.dtype)
+    out_i = np.empty((n_a, k), dtype=np.int64)
+    if n_a and k:
+        a_blocks, b_blocks = numpy_topk_partition(n_a, n_b, an.itemsize, block_bytes)
+        ra = max(a1 - a0 for a0, a1 in a_blocks)
+        tile_cols = max(b1 - b0 for b0, b1 in b_blocks)
+        tile = np.empty(ra * tile_cols, dtype=an.dtype)
+        mask = np.empty(ra * tile_cols, dtype=np.bool_)
+        for a0, a1 in a_blocks:
+            out_v[a0:a1], out_i[a0:a1] = _topk_numpy_rows(an[a0:a1], bn, k, b_blocks, tile, mask)
+    return torch.from_numpy(out_v), torch.from_numpy(out_i)
+
+
+class _Candidates:
+    """Per row: the ``k`` best values seen (columns ``[0, k)``) and a buffer of newer candidates (``[k, k + room)``)."""
+
+    def __init__(self, ra: int, k: int, room: int, dtype):
+        self.k, self.room, self.width = k, room, k + room
+        self.vals = np.full((ra, self.width), -np.inf, dtype=dtype)
+        self.cols = np.zeros((ra, self.width), dtype=np.int64)
+        self.fill = np.zeros(ra, dtype=np.int64)  # candidates in each row's buffer
+
+    def merge(self) -> np.ndarray:
+        """Keep the ``k`` best of each row, empty the buffers; returns the new thresholds (``k``-th best, ``(ra, 1)``)."""
+        k, w = self.k, self.width
+        p = np.argpartition(self.vals, w - k, axis=1)[:, w - k:]
+        v, c = np.take_along_axis(self.vals, p, 1), np.take_along_axis(self.cols, p, 1)
+        self.vals[:, :k], self.cols[:, :k] = v, c
+        self.vals[:, k:] = -np.inf
+        self.fill[:] = 0
+        return v.min(axis=1, keepdims=True)
+
+    def merge_tile(self, s: np.ndarray, b0: int) -> np.ndarray:
+        """Merge a whole score tile (the first tiles, when their survivors do not fit a buffer)."""
+        k = self.k
+        v = np.concatenate([self.vals[:, :k], s], axis=1)
+        c = np.concatenate([self.cols[:, :k], np.broadcast_to(np.arange(b0, b0 + s.shape[1]), s.shape)], axis=1)
+        p = np.argpartition(v, v.shape[1] - k, axis=1)[:, v.shape[1] - k:]
+        self.vals[:, :k], self.cols[:, :k] = np.take_along_axis(v, p, 1), np.take_along_axis(c, p, 1)
+        return self.vals[:, :k].min(axis=1, keepdims=True)
+
+    def append(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, counts: np.ndarray):
+        """Append candidates given in row-major order (``rows`` non-decreasing; ``counts`` per row)."""
+        first = np.cumsum(counts) - counts  # index of each row's first candidate in ``rows``
+        pos = rows * self.width + self.k + self.fill[rows] + (np.arange(rows.size) - first[rows])
+        self.vals.reshape(-1).put(pos, vals)
+        self.cols.reshape(-1).put(pos, cols)
+        self.fill += counts
+
+
+def _topk_numpy_rows(x: np.ndarray, bn: np.ndarray, k: int, b_blocks, tile: np.ndarray, mask: np.ndarray):
+    ra = x.shape[0]
+    cand = _Candidates(ra, k, 2 * k, x.dtype)
+    thr = np.full((ra, 1), -np.inf, dtype=x.dtype)  # each row's k-th best value so far (-inf until k are seen)
+    for b0, b1 in b_blocks:
+        w = b1 - b0
+        s = np.matmul(x, bn[b0:b1].T, out=tile[: ra * w].reshape(ra, w))
+        # only values above the k-th best so far can change the top-k values (an equal value cannot)
+        flat = np.flatnonzero(np.greater(s, thr, out=mask[: ra * w].reshape(ra, w)))
+        if not flat.size:
+            continue
+        rows, cols = np.divmod(flat, w)
+        counts = np.bincount(rows, minlength=ra)
+        if int((cand.fill + counts).max()) > cand.room:
+            thr = cand.merge()
+            if int(counts.max()) > cand.room:  # the first tiles: more survivors than a buffer holds
+                thr = cand.merge_tile(s, b0)
+                continue
+            keep = s.reshape(-1).take(flat) > thr[rows, 0]
+            flat, rows, cols = flat[keep], rows[keep], cols[keep]
+            counts = np.bincount(rows, minlength=ra)
+        cand.append(rows, cols + b0, s.reshape(-1).take(flat), counts)
+    cand.merge()
+    order = np.argsort(-cand.vals[:, :k], axis=1, kind="stable")
+    return np.take_along_axis(cand.vals[:, :k], order, 1), np.take_along_axis(cand.cols[:, :k], order, 1)
+
+
 def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
     ra, n_b = a_blk.shape[0], b.shape[0]
     density = _TOPK_MARGIN * k / n_b  # expected share of values that reach the threshold
@@ -327,6 +453,7 @@ def logsumexp_similarity(
     block_bytes: Optional[int] = None,
     dtype: Optional[torch.dtype] = None,
     shared_blocks: Optional[dict] = None,
+    backend: str = "torch",
 ) -> torch.Tensor:
     """``out_i = logsumexp_j(scale * a_i . b_j + b_shift_j)`` for every row of ``a``, streamed over ``b``.
 
@@ -337,7 +464,14 @@ def logsumexp_similarity(
     ``shared_blocks``: a dict that keeps the raw similarity blocks across calls (the temperature sweeps of
     :func:`hubnorm.grid_search`), so that
     several scales reuse one GEMM pass with bit-identical results.
+    ``backend``: ``"torch"`` (torch blocks, ``torch.logsumexp`` per block) or ``"numpy"`` (float32 / float64 CPU
+    tensors, no ``shared_blocks``: the tiles of the ``"numpy"`` top-k kernel, one BLAS GEMM each into a reused
+    buffer, then one in-place pass: scale, running row maximum, ``exp`` and row sums; same value up to rounding).
     """
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"backend must be 'torch' or 'numpy'; got {backend!r}")
+    if backend == "numpy":
+        return _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks)
     n_a, n_b = a.shape[0], b.shape[0]
     dt = a.dtype if dtype is None else dtype
     itemsize = torch.empty((), dtype=dt).element_size()
@@ -361,6 +495,46 @@ def logsumexp_similarity(
             acc = part if acc is None else torch.logaddexp(acc, part)
         out[a0:a1] = acc
     return out
+
+
+def _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks):
+    """:func:`logsumexp_similarity` over the BLAS tiles of :func:`numpy_topk_partition` (float32 / float64 CPU)."""
+    dt = a.dtype if dtype is None else dtype
+    if a.device.type != "cpu" or b.device.type != "cpu" or dt not in (torch.float32, torch.float64) \
+            or shared_blocks is not None:
+        raise ValueError(f"backend='numpy' takes CPU tensors computed in float32 or float64 and no shared_blocks; got "
+                         f"{a.dtype} on {a.device}, dtype={dtype}, shared_blocks "
+                         f"{'given' if shared_blocks is not None else 'None'} (use backend='torch')")
+    npdt = np.float32 if dt == torch.float32 else np.float64
+    an = a.detach().to(dt).contiguous().numpy()
+    bn = b.detach().to(dt).contiguous().numpy()
+    shift = None if b_shift is None else b_shift.detach().to(dt).contiguous().numpy()
+    n_a, n_b = an.shape[0], bn.shape[0]
+    out = np.empty(n_a, dtype=npdt)
+    if n_a == 0:
+        return torch.from_numpy(out)
+    a_blocks, b_blocks = numpy_topk_partition(n_a, n_b, an.itemsize, block_bytes)
+    ra = max(a1 - a0 for a0, a1 in a_blocks)
+    tile = np.empty(ra * max(b1 - b0 for b0, b1 in b_blocks), dtype=npdt)
+    for a0, a1 in a_blocks:
+        x, r = an[a0:a1], a1 - a0
+        run_max = np.full((r, 1), -np.inf, dtype=npdt)
+        run_sum = np.zeros((r, 1), dtype=npdt)
+        for b0, b1 in b_blocks:
+            s = np.matmul(x, bn[b0:b1].T, out=tile[: r * (b1 - b0)].reshape(r, b1 - b0))
+            s *= npdt(scale)
+            if shift is not None:
+                s += shift[b0:b1]
+            new_max = np.maximum(run_max, s.max(axis=1, keepdims=True))
+            safe = np.where(np.isfinite(new_max), new_max, 0)  # rows still all -inf: nothing to shift
+            run_sum *= np.exp(run_max - safe)
+            s -= safe
+            np.exp(s, out=s)
+            run_sum += s.sum(axis=1, keepdims=True)
+            run_max = new_max
+        with np.errstate(divide="ignore"):
+            out[a0:a1] = (np.where(np.isfinite(run_max), run_max, 0) + np.log(run_sum))[:, 0]
+    return torch.from_numpy(out)
 
 
 def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int] = None

@@ -37,18 +37,110 @@ import pandas as pd
 import torch
 
 from ._validation import as_embeddings, check_positive_int
+from .blocks import LogMeanExp
+from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_ranks
+from .kernels import block_shape, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
 
-__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SWEEP_CACHE_BYTES"]
+__all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SweepEngine",
+           "SWEEP_CACHE_BYTES", "LSE_SLAB_BYTES"]
 
 #: The sweeps keep score blocks in memory up to this many bytes per score matrix; beyond it they are recomputed.
 SWEEP_CACHE_BYTES = 2 * 2**30
 
 _BIG = torch.iinfo(torch.int64).max
+
+#: The sweep engine's log-sum-exp over kept similarity blocks runs through slabs of about this many bytes (rows of a
+#: block that stay in the cores' caches while they are scaled, shifted, exponentiated and summed).
+LSE_SLAB_BYTES = 2**21
+
+
+class SweepEngine(LocalEngine):
+    """The in-process engine of one sweep (:func:`sweep_table`): a :class:`~hubnorm.engine.LocalEngine` over the
+    same inputs that, besides keeping score blocks across grid points (``shared``), keeps what every point asks
+    again and computes faster what a point asks of kept blocks, with bit-identical results:
+
+    * ``max_norm``: the inputs' largest row norms (every point's working-dtype rule reads them) are kept;
+    * a :class:`~hubnorm.blocks.LogMeanExp` over kept similarity blocks (a temperature sweep: IS, DIS, DualIS)
+      is computed by :meth:`log_sum_exp_kept`, the arithmetic of :func:`hubnorm.kernels.logsumexp_similarity`
+      and ``torch.logsumexp`` (``m = max(scale * s)``, ``log(sum(exp(scale * s - m))) + m`` per row) done in
+      cache-sized slabs of rows into one reused buffer, with each kept block's row maximum found once for every
+      scale (``fl(scale * max s) = max fl(scale * s)``: the product is monotone). The kernel allocates two
+      block-sized temporaries per scale and passes over each in memory; the elementwise operations and the
+      per-row sums are the same, so the offsets are the same bits (``tests/test_selection.py`` checks them
+      against separate fits).
+
+    Anything else runs as in :class:`~hubnorm.engine.LocalEngine`.
+    """
+
+    def __init__(self, engine: LocalEngine):
+        super().__init__(engine.inputs, block_bytes=engine.block_bytes, sweep_bytes=engine.sweep_bytes,
+                         plain=engine.plain, backend=engine.backend)
+        self._norms: Dict[object, float] = {}
+
+    def max_norm(self, name) -> float:
+        if name not in self._norms:
+            self._norms[name] = super().max_norm(name)
+        return self._norms[name]
+
+    def reduce(self, red):
+        if type(red) is LogMeanExp and not self.plain:
+            red.prepare(self)
+            chunk, n = self.chunk(red)
+            if chunk.cache is not None:
+                a, b = (chunk.cols, chunk.rows) if red.axis == 0 else (chunk.rows, chunk.cols)
+                return red.finalize(self.log_sum_exp_kept(a, b, red.scale, red.work, chunk.cache), n)
+            return red.reduce_whole(chunk, n)
+        return super().reduce(red)
+
+    def log_sum_exp_kept(self, a: torch.Tensor, b: torch.Tensor, scale: float, dtype: torch.dtype,
+                         cache: dict) -> torch.Tensor:
+        """``logsumexp_similarity(a, b, scale, block_bytes=self.block_bytes, dtype=dtype, shared_blocks=cache)``,
+        bit for bit: the same blocks (computed and kept in ``cache`` under the kernel's keys when absent), the
+        same ``logaddexp`` merges, each block's ``torch.logsumexp(scale * s, dim=1)`` by :meth:`_block_lse`."""
+        n_a, n_b = a.shape[0], b.shape[0]
+        ra, rb = block_shape(n_a, n_b, torch.empty((), dtype=dtype).element_size(), self.block_bytes)
+        out = torch.empty(n_a, dtype=dtype, device=a.device)
+        for a0, a1 in iter_blocks(n_a, ra):
+            acc = None
+            for b0, b1 in iter_blocks(n_b, rb):
+                key = (a0, b0, dtype)
+                raw = cache.get(key)
+                if raw is None:
+                    raw = cache[key] = a[a0:a1].to(dtype) @ b[b0:b1].to(dtype).T
+                part = self._block_lse(raw, float(scale), cache, ("row extremes",) + key)
+                acc = part if acc is None else torch.logaddexp(acc, part)
+            out[a0:a1] = acc
+        return out
+
+    @staticmethod
+    def _block_lse(raw: torch.Tensor, scale: float, cache: dict, key) -> torch.Tensor:
+        """``torch.logsumexp(raw * scale, dim=1)`` (its own arithmetic: row max ``m``, ``exp(x - m)`` summed per
+        row, ``log(sum) + m``) through slabs of rows; ``raw`` is never modified. The block's row maxima and minima
+        are kept in ``cache`` under ``key`` for the next scale."""
+        ext = cache.get(key)
+        if ext is None:
+            ext = cache[key] = (raw.amax(dim=1), raw.amin(dim=1))
+        m = (ext[0] if scale > 0 else ext[1]) * scale
+        if not bool(torch.isfinite(m).all()):   # torch.logsumexp's own handling of infinite maxima
+            return torch.logsumexp(torch.mul(raw, scale), dim=1)
+        rows, cols = raw.shape
+        slab = max(2, LSE_SLAB_BYTES // max(1, cols * raw.element_size()))
+        sums = torch.empty(rows, dtype=raw.dtype, device=raw.device)
+        buf = torch.empty(min(rows, slab + 1) * cols, dtype=raw.dtype, device=raw.device)
+        i0 = 0
+        while i0 < rows:
+            i1 = rows if rows - i0 <= slab + 1 else i0 + slab   # never a one-row slab of a larger block
+            x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
+            torch.mul(raw[i0:i1], scale, out=x)
+            x.sub_(m[i0:i1, None]).exp_()
+            torch.sum(x, dim=1, out=sums[i0:i1])
+            i0 = i1
+        return sums.log_().add_(m)
 
 
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
@@ -62,13 +154,10 @@ def _segment(H: torch.Tensor, a: int, b: int, members: Sequence[int]):
     A, B = H[a].double(), H[b].double()
     D = B - A
     dd = float(D @ D)
-    lams, worst = [], 0.0
-    for g in members:
-        x = H[g].double() - A
-        lam = 0.0 if dd == 0.0 else min(1.0, max(0.0, float(x @ D) / dd))
-        lams.append(lam)
-        worst = max(worst, float((x - lam * D).abs().max()))
-    return lams, worst
+    x = H[torch.tensor(list(members), device=H.device)].double() - A
+    lam = torch.zeros(len(members), dtype=torch.float64, device=H.device) if dd == 0.0 else (x @ D / dd).clamp_(0, 1)
+    worst = float(torch.addr(x, lam, D, alpha=-1.0).abs().max()) if len(members) else 0.0
+    return lam.tolist(), worst
 
 
 def offset_lines(points: Sequence[Mapping[str, object]], H: torch.Tensor) -> List[tuple]:
@@ -114,15 +203,17 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     ``lines``: ``(a, b, members)`` groups of settings (:func:`offset_lines`; None: every setting alone). Along a
     line, ``h = (1 - lam) h_a + lam h_b + rho`` with ``|rho| <= r`` (measured here), so the margin
     ``(S_ij + h_j) - (S_ip + h_p)`` of target ``j`` over positive ``p`` is within ``2 r`` of a linear function of
-    ``lam``; over the best of several positives it is concave. Per line:
+    ``lam``; over the best of several positives it is concave. Per score block, for all lines together:
 
-    1. candidates: one dense pass over the score block finds the targets within the slack of one positive ``p0``
-       (the best raw one) at either end; a target that trails ``p0`` at both ends trails it, and so the best
-       positive, at every setting of the line;
-    2. per candidate, the margins at the two ends (over ``p0``: an upper bound; over the best positive: a lower
-       bound) give the settings where it surely beats the best positive (counted by a difference array, no
-       per-setting work), those where it surely does not, and the few in between, which are counted exactly with
-       the evaluator's arithmetic (``fl(S + h)``, ties by target index).
+    1. candidates: a target whose margin over one positive ``p0`` (the best raw one) is above ``-2 s`` at an end of
+       a line may beat the best positive somewhere on it; a target below it at both ends trails ``p0``, and so the
+       best positive, at every setting of the line. One dense pass over the block finds the union over all lines
+       (``S_ij + W[p0_i, j] > S_ip0``, ``W[p, j]`` the largest ``h_e[j] - h_e[p] + 2 s`` over the ends ``e``, one
+       row per distinct ``p0``, widened by its own rounding); each line's end test then runs on that short list;
+    2. per line and candidate, the margins at the two ends (over ``p0``: an upper bound; over the best positive:
+       a lower bound; the same when every query has one positive) give the settings where it surely beats the best
+       positive (counted by a difference array, no per-setting work), those where it surely does not, and the few
+       in between, which are counted exactly with the evaluator's arithmetic (``fl(S + h)``, ties by target index).
 
     Positives are never candidates (none is ever counted: the best one is the reference, the others trail it or
     tie with a larger index). The slack ``s = 8 eps X + 2 r`` (``eps``: the dtype's machine epsilon, twice its
@@ -140,101 +231,147 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
                                                                  for a, b, m in lines]
     if sorted(g for _, _, m in lines for g in m) != list(range(G)):
         raise ValueError("lines must hold every setting exactly once")
-    dev = t.device
-    u = torch.finfo(t.dtype).eps  # 2 x the unit roundoff: a margin of its own
-    q = as_embeddings(task.queries, "queries", device=dev, dtype=t.dtype, dim=t.shape[1], check_normalized=False)
+    dev, dt = t.device, t.dtype
+    u = torch.finfo(dt).eps  # 2 x the unit roundoff: a margin of its own
+    q = as_embeddings(task.queries, "queries", device=dev, dtype=dt, dim=t.shape[1], check_normalized=False)
     smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
     X = 1.001 * smax + float(H.abs().max()) + 1e-30
-    geo = []  # per line: ends, members sorted by position on the segment, positions, slack
+    # per line: its members sorted by position on the segment, the positions, the level 2 s, its ends' rows in
+    # HE (a, and b when it has two) and its first slot in a query's row of counts (L + 1 slots per line)
+    geo, ends, level_of_end, T = [], [], [], 0
+    slot = np.empty(G, dtype=np.int64)     # the count slot of every setting
     for a, b, members in lines:
         lams, resid = _segment(H, a, b, members)
         order = sorted(range(len(members)), key=lambda i: lams[i])
-        geo.append((a, b, torch.tensor([members[i] for i in order], device=dev),
-                    torch.tensor([lams[i] for i in order], dtype=t.dtype, device=dev), 8 * u * X + 2 * resid))
+        srt = [members[i] for i in order]
+        level = 2 * (8 * u * X + 2 * resid)
+        ea = len(ends)
+        ends += [a] if a == b else [a, b]
+        level_of_end += [level] * (len(ends) - ea)
+        geo.append((ea, len(ends) - 1, torch.tensor(srt, device=dev), [lams[i] for i in order], level, T))
+        slot[srt] = T + np.arange(len(srt))
+        T += len(srt) + 1
+    slot = torch.from_numpy(slot).to(dev)
+    HE = H.index_select(0, torch.tensor(ends, device=dev))    # E x n: the offsets at the ends
+    lev_e = torch.tensor(level_of_end, dtype=dt, device=dev)
+    # the union test's own rounding: W and S + W are within a few roundings of their exact values (|.| <= Y)
+    widen = 32 * u * (2 * X + 2 * max(level_of_end))
     pos = task.positives
     q_of_all = pos.query_of_entry
     out = np.empty((G, pos.n_queries), dtype=np.int64)
     Hf = H.reshape(-1)
+    buf = mask = None
     for q0, S in ident.iter_scores(task.queries, chunk_size):
         bq = S.shape[0]
         q1 = q0 + bq
         lo, hi = pos.indptr[q0], pos.indptr[q1]
+        single = hi - lo == bq   # one positive per query (every query has at least one)
         rows = torch.from_numpy(q_of_all[lo:hi] - q0).to(dev)
         cols = torch.from_numpy(pos.indices[lo:hi]).to(dev)
         s_pos = S[rows, cols]
         # the best positive of every setting, as positive_ranks finds it: fl(S + h), first column among ties
         pv = s_pos[None, :] + H[:, cols]
         r2 = rows[None, :].expand(G, -1)
-        best = torch.full((G, bq), -torch.inf, dtype=S.dtype, device=dev).scatter_reduce(1, r2, pv, "amax")
+        best = torch.full((G, bq), -torch.inf, dtype=dt, device=dev).scatter_reduce(1, r2, pv, "amax")
         is_best = pv == best.gather(1, r2)
         best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=dev).scatter_reduce(
             1, r2, torch.where(is_best, cols[None, :].expand(G, -1), torch.full_like(r2, _BIG)), "amin")
         bestf, best_colf = best.reshape(-1), best_col.reshape(-1)
-        # one positive per query for the candidate bounds: the best raw score
-        raw_best = torch.full((bq,), -torch.inf, dtype=S.dtype, device=dev).scatter_reduce(0, rows, s_pos, "amax")
+        # one positive per query for the candidate bounds: the best raw score (with one positive: the positive)
+        raw_best = torch.full((bq,), -torch.inf, dtype=dt, device=dev).scatter_reduce(0, rows, s_pos, "amax")
         p0 = torch.full((bq,), _BIG, dtype=torch.long, device=dev).scatter_reduce(
             0, rows, torch.where(s_pos == raw_best[rows], cols, torch.full_like(cols, _BIG)), "amin")
         sp0 = S.gather(1, p0[:, None])[:, 0]
-        Sf = S.reshape(-1)
-        buf = torch.empty_like(S)                 # reused: a fresh block per pass would cost its page faults
-        mask, hit = (torch.empty(S.shape, dtype=torch.bool, device=dev) for _ in range(2))
-        for a, b, srt, lam, sl in geo:
-            L = srt.numel()
-            ends = (a,) if a == b else (a, b)
-            for i, e in enumerate(ends):          # 1. candidates
-                torch.add(S, H[e], out=buf)
-                torch.gt(buf, (sp0 + H[e, p0]).sub_(2 * sl)[:, None], out=mask if i == 0 else hit)
-            if len(ends) == 2:
-                mask.logical_or_(hit)
-            mask[rows, cols] = False              # a positive is never counted (the best one is the reference)
-            flat = mask.view(-1).nonzero().squeeze(1)
-            r = torch.div(flat, n, rounding_mode="floor")
-            c = flat - r * n
-            v = Sf.index_select(0, flat)
-            # 2. margins at the ends: over the best positive (gA, gB) and over p0 (fA, fB)
-            xa, xb = v + H[a].index_select(0, c), v + H[b].index_select(0, c)
-            gA = xa - bestf.index_select(0, a * bq + r)
-            gB = xb - bestf.index_select(0, b * bq + r)
-            fA = xa - (sp0 + H[a, p0]).index_select(0, r)
-            fB = xb - (sp0 + H[b, p0]).index_select(0, r)
-            # settings (positions on the line) where the candidate is surely ahead of the best positive (a prefix
-            # or a suffix: the margin is linear in lam, its rounding monotone) and where it is surely behind p0
-            bcnt, bfirst = _holds(gA, gB, lam, 2 * sl, above=True)
-            ncnt, nfirst = _holds(fA, fB, lam, -2 * sl, above=False)
-            b0 = torch.where(bfirst, 0, L - bcnt)
-            b1 = torch.where(bfirst, bcnt, L)
-            counts = torch.zeros(bq * (L + 1), dtype=torch.long, device=dev)
-            base = r * (L + 1)
-            counts.index_add_(0, base + b0, torch.ones_like(r))
-            counts.index_add_(0, base + b1, torch.full_like(r, -1))
-            counts = counts.view(bq, L + 1).cumsum_(1)[:, :L]
-            # the settings in between: positions [pre, suf) of the line
-            pre = torch.maximum(torch.where(bfirst, bcnt, 0), torch.where(nfirst, ncnt, 0))
-            suf = torch.minimum(torch.where(bfirst, L, L - bcnt), torch.where(nfirst, L, L - ncnt))
-            width = (suf - pre).clamp_min_(0)
-            total = int(width.sum())
-            if total:
-                pid = torch.repeat_interleave(torch.arange(width.numel(), device=dev), width)
-                start = torch.cumsum(width, 0) - width
-                k = pre[pid] + (torch.arange(total, device=dev) - start[pid])   # position on the line
-                g = srt[k]
-                rr, cc = r[pid], c[pid]
-                x = v[pid] + Hf.index_select(0, g * n + cc)                     # fl(S + h): the evaluator's arithmetic
-                bv, bc = bestf.index_select(0, g * bq + rr), best_colf.index_select(0, g * bq + rr)
-                beat = (x > bv) | ((x == bv) & (cc < bc))
-                add = torch.zeros(bq * L, dtype=torch.long, device=dev).index_add_(0, rr * L + k, beat.long())
-                counts = counts + add.view(bq, L)
-            out[srt.cpu().numpy(), q0:q1] = counts.T.cpu().numpy()
+        # 1. the union of every line's candidates in one pass: S_ij + W[p0_i, j] > S_ip0 - widen
+        P, p_of_q = torch.unique(p0, return_inverse=True)
+        W = torch.full((P.numel(), n), -torch.inf, dtype=dt, device=dev)
+        tmp = torch.empty_like(W)
+        for e in range(HE.shape[0]):
+            torch.sub(HE[e][None, :], (HE[e, P] - lev_e[e])[:, None], out=tmp)
+            torch.maximum(W, tmp, out=W)
+        if buf is None or buf.shape != S.shape:
+            buf = torch.empty_like(S)                         # reused: a fresh block per pass costs page faults
+            mask = torch.empty(S.shape, dtype=torch.bool, device=dev)
+        torch.index_select(W, 0, p_of_q, out=buf)
+        torch.gt(buf.add_(S), (sp0 - widen)[:, None], out=mask)
+        mask[rows, cols] = False                              # a positive is never counted (the best one is the reference)
+        flat = mask.view(-1).nonzero().squeeze(1)
+        r = torch.div(flat, n, rounding_mode="floor")
+        c = flat - r * n
+        v = S.reshape(-1).index_select(0, flat)
+        # the margins of the union at every end: over p0, F_e = fl(fl(S + h_e) - fl(S_ip0 + h_e[p0])) (a line's end
+        # test is F_e > -2 s), and over the best positive when some query has several
+        XE = HE.index_select(1, c).add_(v[None, :])
+        Gm = None if single else XE - best.index_select(0, torch.tensor(ends, device=dev)).index_select(1, r)
+        F = XE.sub_((sp0[None, :] + HE[:, p0]).index_select(1, r))
+        CE = F > -lev_e[:, None]
+        rT = r * T
+        counts = torch.zeros(bq * T, dtype=torch.long, device=dev)
+        undecided = []
+        for ea, eb, srt, lam, level, seg in geo:
+            L = len(lam)
+            ci = (CE[ea] | CE[eb] if eb != ea else CE[ea]).nonzero().squeeze(1)
+            if ci.numel() == 0:
+                continue
+            # 2. margins at the ends: over p0 (fA, fB: upper bounds) and over the best positive (gA, gB)
+            fA, fB = F[ea].index_select(0, ci), F[eb].index_select(0, ci)
+            gA, gB = (fA, fB) if single else (Gm[ea].index_select(0, ci), Gm[eb].index_select(0, ci))
+            # positions where the candidate is surely ahead of the best positive (a prefix or a suffix: the margin
+            # is linear in lam, its rounding monotone) and where it is surely behind p0
+            bcnt, bf, ncnt, nf = _sure_positions(gA, gB, fA, fB, single, lam, level)
+            b0 = torch.where(bf, 0, L - bcnt)                 # surely ahead: positions [b0, b0 + bcnt)
+            base = rT.index_select(0, ci).add_(seg)
+            counts.index_add_(0, base + b0, torch.ones_like(b0))
+            counts.index_add_(0, b0.add_(bcnt).add_(base), torch.full_like(b0, -1))
+            und = (bcnt + ncnt < L).nonzero().squeeze(1)      # neither surely ahead nor surely behind everywhere
+            if und.numel():
+                bc_, nc_, bf_, nf_ = bcnt[und], ncnt[und], bf[und], nf[und]
+                pre = torch.maximum(torch.where(bf_, bc_, 0), torch.where(nf_, nc_, 0))
+                width = (L - torch.maximum(torch.where(bf_, 0, bc_), torch.where(nf_, 0, nc_)) - pre).clamp_min_(0)
+                k = torch.repeat_interleave(pre - (torch.cumsum(width, 0) - width), width)
+                k += torch.arange(k.numel(), device=dev)      # positions [pre, pre + width) of the line
+                undecided.append((torch.repeat_interleave(ci.index_select(0, und), width), srt.index_select(0, k),
+                                  k + seg))
+        counts = counts.view(bq, T).cumsum_(1).view(-1)
+        if undecided:   # the settings in between, counted with the evaluator's arithmetic
+            cu, g, sl = (torch.cat(x) for x in zip(*undecided))
+            r_, c_ = r.index_select(0, cu), c.index_select(0, cu)
+            x = v.index_select(0, cu) + Hf.index_select(0, g * n + c_)     # fl(S + h)
+            bv, bc = bestf.index_select(0, g * bq + r_), best_colf.index_select(0, g * bq + r_)
+            beat = (x > bv) | ((x == bv) & (c_ < bc))
+            counts.index_add_(0, rT.index_select(0, cu) + sl, beat.long())
+        out[:, q0:q1] = counts.view(bq, T).index_select(1, slot).T.cpu().numpy()
     return out
 
 
-def _holds(mA: torch.Tensor, mB: torch.Tensor, lam: torch.Tensor, level: float, *, above: bool):
-    """For every pair, on how many positions of the sorted ``lam`` the margin ``mA + lam (mB - mA)`` is above
-    ``level`` (``above=True``) or below it, and whether it is at the first position (then they are a prefix, else
-    a suffix: the margin is monotone in ``lam``, and so is its rounding)."""
-    x = torch.addcmul(mA[:, None], (mB - mA)[:, None], lam[None, :])
-    ok = x > level if above else x < level
-    return ok.sum(dim=1), ok[:, 0]
+def _sure_positions(gA, gB, fA, fB, same, lam, level):
+    """Per candidate of a line with sorted positions ``lam``: on how many positions the interpolated margin
+    ``gA + lam (gB - gA)`` is above ``level``, and whether position 0 is one of them (then they are a prefix, else
+    a suffix: the margin is monotone in ``lam``, and so is its rounding); the same for ``fA + lam (fB - fA)`` below
+    ``-level``. Returns int64 counts and bool firsts. One pass per position, no candidates x positions matrix;
+    ``same``: ``f`` is ``g`` (one interpolation serves both)."""
+    acc = torch.uint8 if len(lam) < 256 else torch.int32
+    bcnt, ncnt = (torch.zeros(gA.shape, dtype=acc, device=gA.device) for _ in range(2))
+    ok = torch.empty(gA.shape, dtype=torch.bool, device=gA.device)
+    ok_n = ok.view(torch.uint8) if acc == torch.uint8 else None   # bool as 0/1 bytes: no conversion
+    bfirst = nfirst = None
+    dg = gB - gA
+    df = dg if same else fB - fA
+    xg = torch.empty_like(gA)
+    xf = xg if same else torch.empty_like(gA)
+    for k, lk in enumerate(lam):
+        torch.add(gA, dg, alpha=lk, out=xg)
+        torch.gt(xg, level, out=ok)
+        bcnt += ok.int() if ok_n is None else ok_n
+        if k == 0:
+            bfirst = ok.clone()
+        if not same:
+            torch.add(fA, df, alpha=lk, out=xf)
+        torch.lt(xf, -level, out=ok)
+        ncnt += ok.int() if ok_n is None else ok_n
+        if k == 0:
+            nfirst = ok.clone()
+    return bcnt.long(), bfirst, ncnt.long(), nfirst
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
@@ -273,7 +410,8 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
     norms = [make_normalizer(method, **fixed, **p) for p in points]
     ref = norms[0]
     cls = type(ref)
-    engine = ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank, sweep_bytes=SWEEP_CACHE_BYTES)
+    engine = SweepEngine(ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank,
+                                          sweep_bytes=SWEEP_CACHE_BYTES))
     fitted = cls.fit_grid(norms, engine)
     if cls.is_offset:
         H = torch.stack([f["offsets_"] for f in fitted])

@@ -20,6 +20,8 @@ the kernel's values never depend on ``k``). Tests: ``tests/test_hardening.py`` (
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from ..blocks import Inputs, Param, Scores, TopK
@@ -30,11 +32,14 @@ from .base import Normalizer
 BANK_SCORES = Scores("query_bank", "targets")
 
 
-def nnn_bias(top_values: torch.Tensor, alpha: float) -> torch.Tensor:
+def nnn_bias(top_values: torch.Tensor, alpha: float, *, mean: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The NNN bias ``b(t) = alpha * mean of the top-k bank similarities`` from the ``(n, k)`` top values (Eq. 1):
     the one place of the formula (every engine's fit and the sweep finalise here). An approximate engine (a vector
     index whose probed lists hold fewer than ``k`` rows) marks missing neighbours ``-inf``; the mean then runs over
-    the neighbours found."""
+    the neighbours found. ``mean``: the row means ``top_values.mean(dim=1)`` when every value is finite, computed by
+    the caller (a sweep computes them once per ``k`` for every ``alpha``; same bits)."""
+    if mean is not None:
+        return float(alpha) * mean
     found = torch.isfinite(top_values)
     if bool(found.all()):
         return float(alpha) * top_values.mean(dim=1)
@@ -107,9 +112,9 @@ class NearestNeighborNormalization(Normalizer):
         top = engine.reduce(self._top(int(self.k))).values
         return self.finalize(top)
 
-    def finalize(self, top: torch.Tensor):
-        """Fitted attributes from the ``(n, k)`` top bank similarities of the targets."""
-        bias = nnn_bias(top, self.alpha)
+    def finalize(self, top: torch.Tensor, mean: Optional[torch.Tensor] = None):
+        """Fitted attributes from the ``(n, k)`` top bank similarities of the targets (``mean``: see :func:`nnn_bias`)."""
+        bias = nnn_bias(top, self.alpha, mean=mean)
         return {"bias_": bias, "offsets_": -bias}
 
     def plain(self, targets, query_bank=None, target_bank=None):
@@ -119,7 +124,8 @@ class NearestNeighborNormalization(Normalizer):
     @classmethod
     def fit_grid(cls, norms, engine):
         """Every ``(alpha, k)`` from one top-``max(k)``: the top-``k`` of a smaller ``k`` is its first ``k`` columns
-        (the kernel's block partition never depends on ``k``, so the values are the bits a fit would select)."""
+        (the kernel's block partition never depends on ``k``, so the values are the bits a fit would select); the
+        mean of each ``k``'s top values is computed once for every ``alpha``."""
         kmax = max(int(n.k) for n in norms)
         top = engine.reduce(norms[0]._top(kmax)).values
         tops = {}
@@ -127,6 +133,7 @@ class NearestNeighborNormalization(Normalizer):
         for n in norms:
             k = int(n.k)
             if k not in tops:
-                tops[k] = top[:, :k].contiguous()
-            out.append(n.finalize(tops[k]))
+                tk = top[:, :k].contiguous()
+                tops[k] = (tk, tk.mean(dim=1) if bool(torch.isfinite(tk).all()) else None)
+            out.append(n.finalize(*tops[k]))
         return out
