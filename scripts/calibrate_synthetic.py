@@ -4,6 +4,7 @@
     .venv/bin/python scripts/calibrate_synthetic.py --claims         # ... and run the notebooks on each preset (which claims hold)
     .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k  # refit a preset's free parameters (prints them; writes nothing)
     .venv/bin/python scripts/calibrate_synthetic.py --media-only     # rewrite only the video/audio section and its csv rows
+    .venv/bin/python scripts/calibrate_synthetic.py --full-seeds-only  # rewrite only the full-size statistics per seed (csv)
     .venv/bin/python scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60
         # refit the video/audio presets' few parameters, write them (and the statistics they give) into the report's
         # video/audio section and csv rows; hubnorm.media's preset values must equal them (tests/test_media_presets.py)
@@ -224,6 +225,17 @@ def _fmt(x, stat):
     return "-"
 
 
+def full_seeds_csv(csv_out: Path) -> Path:
+    """Where the full-size statistics of every preset and seed go, beside the report's csv."""
+    return csv_out.with_name(csv_out.stem + "_full_seeds.csv")
+
+
+def full_seed_rows(full_seeds) -> pd.DataFrame:
+    """The full-size statistics of every reported image preset, one row per (preset, seed)."""
+    return pd.concat([cal.full_size_statistics(p, full_seeds).assign(preset=p, seed=list(full_seeds))
+                      for preset, others in REPORTED.items() for p in [preset] + others], ignore_index=True)
+
+
 def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
     t0 = time.time()
     lines = ["# Calibration of the synthetic presets (hubnorm.synthetic)", "",
@@ -249,8 +261,10 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
               "cannot be matched more closely than its sampling noise). Tolerances are set per statistic in "
               "`hubnorm.experiments.calibration.STATISTICS` and `PUBLISHED_TOLERANCE`, before any claim was looked at.", ""]
     summary, tables = [], []
+    per_seed = full_seed_rows(full_seeds)
     for preset, others in REPORTED.items():
-        tab = cal.calibration_table(preset, seeds=seeds, full_seeds=full_seeds, compare_with=others)
+        full = {p: per_seed[per_seed["preset"] == p].drop(columns=["preset", "seed"]) for p in [preset] + others}
+        tab = cal.calibration_table(preset, seeds=seeds, full_seeds=full_seeds, compare_with=others, full=full)
         tables.append(tab.assign(preset=preset, seeds=len(list(seeds)), **{"full seeds": len(list(full_seeds))}))
         lines += [f"## Preset `{preset}`", ""]
         head = ["statistic", "reference", "size", "real / published", f"`{preset}` mean (sd over seeds)", "band ±",
@@ -309,7 +323,10 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
         lines += ["", "Counts: " + "; ".join(f"`{p}` {int(r.get('PASS', 0))} PASS / {int(r.get('DIFFERS', 0))} DIFFERS"
                                               for p, r in counts.iterrows()), ""]
     pd.concat(tables, ignore_index=True).to_csv(csv_out, index=False)
-    lines += [f"The numbers of the tables: `{csv_out.name}` (`tests/test_calibration.py` recomputes them).", ""]
+    full_out = full_seeds_csv(csv_out)
+    per_seed.to_csv(full_out, index=False)
+    lines += [f"The numbers of the tables: `{csv_out.name}`, and the full-size statistics of each seed: "
+              f"`{full_out.name}` (`tests/test_calibration.py` recomputes them).", ""]
     lines += [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; seeds {list(seeds)} (full size {list(full_seeds)}); "
               f"{time.time() - t0:.0f} s.", ""]
     return "\n".join(lines)
@@ -422,6 +439,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=5, help="seeds per preset at the real sets' sizes")
     ap.add_argument("--full-seeds", type=int, default=5, help="seeds of the full-size test sets")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--full-seeds-only", action="store_true",
+                    help="write only the full-size statistics of each preset and seed (the report's "
+                         "calibration_synthetic_full_seeds.csv)")
     ap.add_argument("--media-only", action="store_true", help="rewrite only the video/audio presets' section and rows")
     ap.add_argument("--fit-media", nargs="+", choices=MEDIA_REPORTED,
                     help="refit video/audio presets and write their parameters and statistics into the report's "
@@ -439,6 +459,11 @@ def main(argv=None) -> int:
             media.MEDIA_PRESETS[preset] = dataclasses.replace(p, overrides={**p.overrides, **fitted})
             print(preset, json.dumps(fitted), flush=True)
         print(media_only(args.out, args.out.with_suffix(".csv"), range(MEDIA_SEEDS)))
+        return 0
+    if args.full_seeds_only:
+        full_out = full_seeds_csv(args.out.with_suffix(".csv"))
+        full_seed_rows(range(args.full_seeds)).to_csv(full_out, index=False)
+        print(f"wrote {full_out}")
         return 0
     if args.media_only:
         print(media_only(args.out, args.out.with_suffix(".csv"), range(MEDIA_SEEDS)))

@@ -32,20 +32,31 @@ def _mapping(text: str, what: str) -> dict:
     return value
 
 
-def main(nb_path: str, params_yaml: str) -> int:
-    params = _mapping(params_yaml, "the parameters")
+def declared_params(nb_path: str, params: dict) -> dict:
+    """The parameters of ``params`` that the notebook ``nb_path`` declares; the others are listed on stderr as a
+    note."""
     declared = set(pm.inspect_notebook(nb_path))
     kept = {k: v for k, v in params.items() if k in declared}
     dropped = sorted(set(params) - declared)
     if dropped:
         print(f"note: {nb_path} does not declare {dropped}: not passed to it", file=sys.stderr)
-    print(json.dumps(kept))
+    return kept
+
+
+def main(nb_path: str, params_yaml: str) -> int:
+    print(json.dumps(declared_params(nb_path, _mapping(params_yaml, "the parameters"))))
     return 0
 
 
 def merge(argv) -> int:
-    base, rest = argv[0], argv[1:]
-    params = _mapping(base, "the profile's parameters")
+    print(json.dumps(merged_params(_mapping(argv[0], "the profile's parameters"), argv[1:])))
+    return 0
+
+
+def merged_params(params: dict, rest, root: str = ".") -> dict:
+    """``params`` updated with run_all.sh's ``--params FILE`` / ``--param NAME=VALUE`` flags (``rest``); a name no
+    notebook under ``root`` declares is an error (SystemExit with the message)."""
+    params = dict(params)
     user = {}
     i = 0
     while i < len(rest):
@@ -68,15 +79,14 @@ def merge(argv) -> int:
             raise SystemExit(f"notebook_params.py --merge: unexpected argument {flag!r}")
     if user:
         declared = set()
-        for nb in sorted(glob.glob("notebooks/[0-9][0-9]_*.ipynb")):
+        for nb in sorted(glob.glob(os.path.join(root, "notebooks", "[0-9][0-9]_*.ipynb"))):
             declared |= set(pm.inspect_notebook(nb))
         unknown = sorted(set(user) - declared)
         if unknown:
             raise SystemExit(f"run_all.sh: no notebook has the parameter(s) {unknown}; the notebooks' parameters: "
                              f"{sorted(declared)} (see docs/parameters.md)")
     params.update(user)
-    print(json.dumps(params))
-    return 0
+    return params
 
 
 if __name__ == "__main__":

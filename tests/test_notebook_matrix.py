@@ -107,12 +107,13 @@ def sims_folders(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("manifest", ["real"])   # the synthetic manifest: test_own_data's run_all.sh --source sims:
+@pytest.mark.parametrize("manifest", list(SIMS_LABELS))
 @pytest.mark.parametrize("py", NOTEBOOKS, ids=lambda p: p.name[:2])
 def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_path, monkeypatch):
     """Every notebook runs on released score matrices (issue 22): it shows what the scores give, each number under
-    the folder's label (synthetic only when the manifest says so), and NOTEs what needs embeddings. 1-8 s each;
-    ``-k sims`` with ``manifest`` set to ``list(SIMS_LABELS)`` runs the synthetic manifest here too."""
+    the folder's label (synthetic only when the manifest says so), and NOTEs what needs embeddings. 1-8 s each.
+    These are the runs of every notebook on a sims folder (tests/test_own_data.py runs one of them through run_all.sh
+    and papermill)."""
     from hubnorm.experiments.score_studies import NEEDS
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))

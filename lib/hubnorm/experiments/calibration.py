@@ -203,12 +203,16 @@ def full_size_statistics(preset: str, seeds: Iterable[int] = (0,), **overrides) 
 
 
 def calibration_table(preset: str, *, seeds: Iterable[int] = range(5), full_seeds: Iterable[int] = (0, 1),
-                      real: Optional[Dict[str, dict]] = None, compare_with: Optional[List[str]] = None) -> pd.DataFrame:
+                      real: Optional[Dict[str, dict]] = None, compare_with: Optional[List[str]] = None,
+                      full: Optional[Dict[str, pd.DataFrame]] = None) -> pd.DataFrame:
     """One row per statistic: the reference (a real set of the preset's kind at its size, or a published full-size
     value), the synthetic mean and sd over ``seeds`` for ``preset`` (and for every preset in ``compare_with``),
     the band half-width and whether the mean is within it (:func:`band`).
 
     ``real``: the real references (default :data:`REAL_STATISTICS`; the statistics recorded there).
+    ``full``: the full-size statistics of each preset, one row per seed of ``full_seeds``, as
+    :func:`full_size_statistics` returns them (computed here when not given; ``scripts/calibrate_synthetic.py``
+    computes them once, writes them per seed beside the report and passes them in).
     """
     real = REAL_STATISTICS if real is None else real
     seeds, full_seeds = list(seeds), list(full_seeds)
@@ -233,7 +237,7 @@ def calibration_table(preset: str, *, seeds: Iterable[int] = range(5), full_seed
             rows.append(row)
     pub = _published(_kind(preset))
     if pub:
-        full = {p: full_size_statistics(p, full_seeds) for p in presets}
+        full = {p: full[p] if full is not None else full_size_statistics(p, full_seeds) for p in presets}
         n, c = FULL_SIZES[_kind(preset)]
         for stat, (value, src) in pub.items():
             row = {"statistic": stat, "what": PUBLISHED_WHAT[stat], "reference": src, "size": f"{n} x {c}",

@@ -184,10 +184,28 @@ def _tail_progress(path: Path, prefix: str, done: threading.Event):
         done.wait(0.5)
 
 
+def _script(root: Path, name: str):
+    """The module ``scripts/<name>.py`` of the checkout ``root``, loaded in this process: run_all.sh's helpers
+    (parameters, progress-line stripping) then cost no interpreter start and no papermill / nbformat import per
+    notebook."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_hubnorm_run_all_{name}", root / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class Runner:
     def __init__(self, root: Path, caller_dir: Path, opts: dict, profiles: Profiles):
         self.root, self.caller_dir, self.opts, self.p = root, caller_dir, opts, profiles
         self.python = sys.executable
+        self._scripts = {}
+
+    def _helper(self, name: str):
+        if name not in self._scripts:
+            self._scripts[name] = _script(self.root, name)
+        return self._scripts[name]
 
     # ------------------------------------------------------------------------------------------ set-up
     def _results_root(self) -> Path:
@@ -197,11 +215,11 @@ class Runner:
         return Path(r) if r.startswith("/") else self.caller_dir / r
 
     def _notebook_params_merge(self, params: dict) -> dict:
-        res = subprocess.run([self.python, "scripts/notebook_params.py", "--merge", json.dumps(params),
-                              *self.opts["user_params"]], cwd=self.root, stdout=subprocess.PIPE)
-        if res.returncode != 0:
-            raise SystemExit(2)
-        return json.loads(res.stdout)
+        try:
+            return self._helper("notebook_params").merged_params(params, self.opts["user_params"], str(self.root))
+        except SystemExit as exc:   # the helper's error message (as its command line prints it)
+            _say(str(exc.code), err=True)
+            raise SystemExit(2) from None
 
     def run(self) -> int:
         o, p = self.opts, self.p
@@ -321,12 +339,11 @@ class Runner:
         log = out / f"{name}.log"
         nb_params = "{}"
         if params:   # only the parameters this notebook declares (no "unknown parameter" warnings)
-            res = subprocess.run([self.python, "scripts/notebook_params.py", str(nb.relative_to(self.root)),
-                                  json.dumps(params)], cwd=self.root, stdout=subprocess.PIPE, text=True)
-            if res.returncode != 0:
-                _say("run_all.sh: bad parameters", err=True)
-                raise SystemExit(2)
-            nb_params = res.stdout.strip()
+            try:
+                nb_params = json.dumps(self._helper("notebook_params").declared_params(str(nb), params))
+            except (SystemExit, Exception) as exc:
+                _say(f"run_all.sh: bad parameters ({exc})", err=True)
+                raise SystemExit(2) from None
         _say(f"{name}: running (log: {log})")
         prog = out / f"{name}.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
         prog.write_bytes(b"")
@@ -351,8 +368,12 @@ class Runner:
         # a library's own tqdm bar (not hubnorm's) would still land in a cell's stderr: drop such lines from the copy
         executed = out / f"{name}.ipynb"
         if executed.exists():
-            subprocess.run([self.python, "scripts/strip_notebook_metadata.py", "--progress-only", str(executed)],
-                           cwd=self.root)
+            strip = self._helper("strip_notebook_metadata")
+            try:
+                strip.nbformat.write(strip.drop_progress(strip.nbformat.read(str(executed), as_version=4)),
+                                     str(executed))
+            except Exception as exc:   # the executed copy stays as papermill wrote it
+                _say(f"run_all.sh: could not strip progress lines from {executed}: {exc}", err=True)
         return rc, int(time.time() - t0), log
 
 
