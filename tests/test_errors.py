@@ -362,3 +362,24 @@ def test_non_finite_found_in_any_row_block():
     x[100, 0] = np.inf
     with pytest.raises(ValueError, match="query_bank contains NaN or Inf in 2 row"):
         hn.as_embeddings(x, "query_bank", device="cpu")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, "inf and -inf"])
+def test_non_finite_found_past_the_sum_fast_path(bad):
+    """The finiteness check first sums the whole array (a finite sum proves every entry finite); a sum that is not
+    finite is decided entry by entry: a bad entry among finite ones is always reported, and finite entries whose
+    sum overflows float32 are accepted, not mistaken for infinities."""
+    from hubnorm._validation import _all_finite
+    big = torch.full((40, 8), 3e38)                         # finite; their float32 sum overflows to inf
+    assert not bool(torch.isfinite(big.sum())) and _all_finite(big)
+    hn.as_embeddings(big, "query_bank", device="cpu", check_normalized=False)
+    for base in (torch.zeros(40, 8), big.clone()):
+        x = base.clone()
+        if bad == "inf and -inf":                           # opposite infinities sum to NaN
+            x[3, 1], x[30, 2] = np.inf, -np.inf
+        else:
+            x[17, 5] = bad
+        n_bad = 2 if bad == "inf and -inf" else 1
+        assert not _all_finite(x)
+        with pytest.raises(ValueError, match=f"query_bank contains NaN or Inf in {n_bad} row"):
+            hn.as_embeddings(x, "query_bank", device="cpu", check_normalized=False)
