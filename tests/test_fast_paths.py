@@ -9,7 +9,7 @@ import torch
 from scipy.special import logsumexp
 
 import hubnorm as hn
-from hubnorm.kernels import (TOPK_BACKENDS, _faiss, _faiss_blocks, faiss_tile, logsumexp_similarity, numpy_topk_partition, topk_backend,
+from hubnorm.kernels import (TOPK_BACKENDS, _faiss, _faiss_blocks, block_logsumexp, faiss_tile, logsumexp_similarity, numpy_topk_partition, topk_backend,
                              topk_similarity)
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 
@@ -254,6 +254,39 @@ def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale, backend):
     rows_of_minus_inf = logsumexp_similarity(a, b, scale, b_shift=torch.full((3001,), -math.inf, dtype=dtype),
                                              block_bytes=block_bytes, backend=backend)
     assert torch.equal(rows_of_minus_inf, torch.full((90,), -math.inf, dtype=dtype))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows, cols", [(1, 513), (2, 9), (3, 70001), (37, 1001), (300, 4097), (1100, 600)])
+def test_block_logsumexp_is_torch_logsumexp_bit_for_bit(threads, dtype, rows, cols):
+    """The kernel's per-block slab pass gives the bits of torch.logsumexp(raw * scale + shift, dim=1): one-row and
+    two-row blocks, a block of many slabs with a short last one, rows longer than a slab, a per-column shift with
+    -inf entries, rows whose maximum is -inf or +inf (torch's own handling), and given row maxima; one and two
+    threads. raw is left unchanged."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(rows * cols)
+        raw = torch.from_numpy(rng.uniform(-1, 1, (rows, cols))).to(dtype)
+        keep = raw.clone()
+        shift = torch.from_numpy(rng.standard_normal(cols)).to(dtype)
+        shift[::5] = -math.inf
+        for scale in (1 / 0.01, 3.0, -20.0):
+            assert torch.equal(block_logsumexp(raw, scale), torch.logsumexp(raw * scale, dim=1))
+            assert torch.equal(block_logsumexp(raw, scale, shift), torch.logsumexp(raw * scale + shift, dim=1))
+            m = (raw.amax(dim=1) if scale > 0 else raw.amin(dim=1)) * scale
+            assert torch.equal(block_logsumexp(raw, scale, row_max=m), torch.logsumexp(raw * scale, dim=1))
+        assert torch.equal(raw, keep)
+        odd = raw.clone()
+        odd[rows // 2] = -math.inf
+        odd[0, cols // 2] = math.inf
+        want = torch.logsumexp(odd * 2.0, dim=1)
+        got = block_logsumexp(odd, 2.0)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+        assert block_logsumexp(raw[:0], 2.0).shape == (0,)
+    finally:
+        torch.set_num_threads(previous)
 
 
 # ------------------------------------------------------------------------------------------ faiss

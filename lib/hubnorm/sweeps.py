@@ -40,7 +40,7 @@ from ._validation import as_embeddings, check_positive_int
 from .blocks import LogMeanExp
 from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_ranks
-from .kernels import block_shape, iter_blocks
+from .kernels import LSE_SLAB_BYTES, block_logsumexp, block_shape, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
@@ -54,9 +54,6 @@ SWEEP_CACHE_BYTES = 2 * 2**30
 
 _BIG = torch.iinfo(torch.int64).max
 
-#: The sweep engine's log-sum-exp over kept similarity blocks runs through slabs of about this many bytes (rows of a
-#: block that stay in the cores' caches while they are scaled, shifted, exponentiated and summed).
-LSE_SLAB_BYTES = 2**21
 
 
 class SweepEngine(LocalEngine):
@@ -66,13 +63,12 @@ class SweepEngine(LocalEngine):
 
     * ``max_norm``: the inputs' largest row norms (every point's working-dtype rule reads them) are kept;
     * a :class:`~hubnorm.blocks.LogMeanExp` over kept similarity blocks (a temperature sweep: IS, DIS, DualIS)
-      is computed by :meth:`log_sum_exp_kept`, the arithmetic of :func:`hubnorm.kernels.logsumexp_similarity`
-      and ``torch.logsumexp`` (``m = max(scale * s)``, ``log(sum(exp(scale * s - m))) + m`` per row) done in
-      cache-sized slabs of rows into one reused buffer, with each kept block's row maximum found once for every
-      scale (``fl(scale * max s) = max fl(scale * s)``: the product is monotone). The kernel allocates two
-      block-sized temporaries per scale and passes over each in memory; the elementwise operations and the
-      per-row sums are the same, so the offsets are the same bits (``tests/test_selection.py`` checks them
-      against separate fits).
+      is computed by :meth:`log_sum_exp_kept`: the blocks and merges of
+      :func:`hubnorm.kernels.logsumexp_similarity` and its per-block slab pass
+      (:func:`hubnorm.kernels.block_logsumexp`), with each kept block's row maximum found once for every scale
+      (``fl(scale * max s) = max fl(scale * s)``: the product is monotone) instead of once per scale. The
+      elementwise operations and the per-row sums are the same, so the offsets are the same bits
+      (``tests/test_sweep_engine.py`` and ``tests/test_selection.py`` check them against separate fits).
 
     Anything else runs as in :class:`~hubnorm.engine.LocalEngine`.
     """
@@ -119,28 +115,14 @@ class SweepEngine(LocalEngine):
 
     @staticmethod
     def _block_lse(raw: torch.Tensor, scale: float, cache: dict, key) -> torch.Tensor:
-        """``torch.logsumexp(raw * scale, dim=1)`` (its own arithmetic: row max ``m``, ``exp(x - m)`` summed per
-        row, ``log(sum) + m``) through slabs of rows; ``raw`` is never modified. The block's row maxima and minima
-        are kept in ``cache`` under ``key`` for the next scale."""
+        """:func:`hubnorm.kernels.block_logsumexp` of ``raw * scale`` (the kernel's own per-block pass) with the
+        row maximum known: the block's row maxima and minima are kept in ``cache`` under ``key`` for every scale
+        (``fl(scale * max raw)`` is the maximum of ``fl(scale * raw)``; the minimum for a negative scale)."""
         ext = cache.get(key)
         if ext is None:
             ext = cache[key] = (raw.amax(dim=1), raw.amin(dim=1))
         m = (ext[0] if scale > 0 else ext[1]) * scale
-        if not bool(torch.isfinite(m).all()):   # torch.logsumexp's own handling of infinite maxima
-            return torch.logsumexp(torch.mul(raw, scale), dim=1)
-        rows, cols = raw.shape
-        slab = max(2, LSE_SLAB_BYTES // max(1, cols * raw.element_size()))
-        sums = torch.empty(rows, dtype=raw.dtype, device=raw.device)
-        buf = torch.empty(min(rows, slab + 1) * cols, dtype=raw.dtype, device=raw.device)
-        i0 = 0
-        while i0 < rows:
-            i1 = rows if rows - i0 <= slab + 1 else i0 + slab   # never a one-row slab of a larger block
-            x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
-            torch.mul(raw[i0:i1], scale, out=x)
-            x.sub_(m[i0:i1, None]).exp_()
-            torch.sum(x, dim=1, out=sums[i0:i1])
-            i0 = i1
-        return sums.log_().add_(m)
+        return block_logsumexp(raw, scale, row_max=m)
 
 
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
