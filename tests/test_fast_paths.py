@@ -9,7 +9,7 @@ import torch
 from scipy.special import logsumexp
 
 import hubnorm as hn
-from hubnorm.kernels import (TOPK_BACKENDS, _faiss, _faiss_blocks, block_logsumexp, faiss_tile, logsumexp_similarity, numpy_topk_partition, topk_backend,
+from hubnorm.kernels import (TOPK_BACKENDS, _faiss, block_logsumexp, logsumexp_similarity, numpy_topk_partition, topk_backend,
                              topk_similarity)
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 
@@ -174,31 +174,6 @@ def test_topk_similarity_refuses_bad_arguments():
     with pytest.raises(ValueError, match="backend='numpy' takes float32 or float64"):
         topk_similarity(a, a.double(), 2, backend="numpy")
     assert topk_similarity(a, a, np.int64(2), backend="numpy")[0].shape == (4, 2)
-
-
-def test_faiss_tile_stays_within_the_budget_and_restores_faiss_settings():
-    """The faiss backend's score tile (rows of a x rows of b) never exceeds block_bytes (at least one score), never
-    depends on k, and faiss's process-wide tile setting is what it was after a search (also after an error)."""
-    assert faiss_tile(5000, 100000, None) == (2048, 16384)   # the default budget: 128 MiB of float32 scores
-    assert faiss_tile(300, 100000, None) == (300, 16384)
-    assert faiss_tile(5000, 700, None) == (4096, 700)        # at most faiss's 4096 rows of a per block
-    for n_a, n_b, budget in [(5000, 100000, 4 * 1000), (3, 10, 4), (3, 10, 1), (7, 50000, 300 * 4 * 500)]:
-        qb, db = faiss_tile(n_a, n_b, budget)
-        assert 1 <= qb <= n_a and 1 <= db <= n_b and (qb * db * 4 <= budget or qb == db == 1)
-    faiss = pytest.importorskip("faiss")
-    cv = faiss.cvar
-    before = cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs
-    rng = np.random.default_rng(4)
-    a = torch.from_numpy(_clustered(rng, 40, 16, rng.standard_normal((3, 16))))
-    b = torch.from_numpy(_clustered(rng, 3000, 16, rng.standard_normal((3, 16))))
-    v, _ = topk_similarity(a, b, 5, block_bytes=4 * 7 * 1000, backend="faiss")   # tiles of 7 x 1000
-    assert torch.allclose(v, (a @ b.T).topk(5, dim=1).values, atol=1e-6)
-    assert (cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs) == before
-    with pytest.raises(RuntimeError, match="inside"):
-        with _faiss_blocks(faiss, 3, 5):
-            assert (cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs) == (3, 5)
-            raise RuntimeError("inside")
-    assert (cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs) == before
 
 
 def test_topk_backend_choice_and_errors():

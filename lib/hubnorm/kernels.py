@@ -37,7 +37,6 @@ from a byte budget (``block_bytes``), so memory stays bounded however large the 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import math
 import numbers
@@ -171,10 +170,9 @@ def topk_similarity(
     the values only (NNN, CSLS) or a union of top-k sets (DIS)). Within one backend the block partition never
     depends on ``k``, so the values are the same bits for every ``k`` (the one-pass sweeps rely on it).
 
-    ``"faiss"`` (float32, CPU): faiss's exhaustive inner-product search (one BLAS GEMM per score tile, a heap or a
-    reservoir per row) with the tile of :func:`faiss_tile`: up to 16384 rows of ``b`` and as many rows of ``a`` as
-    ``block_bytes`` holds (2048 under the default budget; faiss's own default, 4096 x 1024, is slower here), so
-    memory stays within the budget; faiss runs on ``torch.get_num_threads()`` threads.
+    ``"faiss"`` (float32, CPU): faiss's exhaustive inner-product search (BLAS blocks of 4096 x 1024 scores, a
+    heap or a reservoir per row); ``a`` is passed in chunks of rows when ``block_bytes`` is smaller than faiss's
+    block, so memory stays within the budget; faiss runs on ``torch.get_num_threads()`` threads.
 
     ``"torch"``: ``b`` is streamed in blocks and a running top-k is merged. Performance (the GEMM is the physical
     limit; the rest is kept to about one cheap read of each block): each block's GEMM writes into one reused
@@ -226,41 +224,14 @@ def topk_similarity(
     return out_v, out_i
 
 
-#: The score tile of the ``"faiss"`` backend: faiss's exhaustive search scores (rows of ``a``) x (rows of ``b``) per
-#: BLAS call (``faiss.cvar.distance_compute_blas_query_bs`` / ``..._database_bs``, by default 4096 x 1024). The
-#: seam asks for at most :data:`FAISS_DB_BLOCK` rows of ``b`` and as many rows of ``a`` as ``block_bytes`` holds (at
-#: most :data:`FAISS_QUERY_BLOCK`): with the default 128 MiB, 2048 x 16384 scores. Measured at 5k x 100k x 512
-#: (k = 128 / 512, 5 alternating rounds, 2 cores): 1.02x / 1.14x the bare OpenBLAS GEMM against faiss's default
-#: tile's 1.14x / 1.21x (``benchmarks/reports/topk.md``): fewer, longer rows per block for the per-row heaps.
-FAISS_DB_BLOCK = 16384
-FAISS_QUERY_BLOCK = 4096
-
-
-def faiss_tile(n_a: int, n_b: int, block_bytes: Optional[int]) -> Tuple[int, int]:
-    """The ``(rows of a, rows of b)`` of one faiss score block under ``block_bytes`` (None: the default budget).
-    Never depends on ``k`` (the selected values are the same bits for every ``k``)."""
-    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
-    db = max(1, min(n_b, FAISS_DB_BLOCK, budget // 4))
-    qb = max(1, min(max(n_a, 1), FAISS_QUERY_BLOCK, budget // (4 * db)))
-    return qb, db
-
-
-@contextlib.contextmanager
-def _faiss_blocks(faiss, query_bs: int, database_bs: int):
-    """faiss's BLAS tile for the calls inside, restored afterwards (a process-wide setting of faiss: another thread
-    running a faiss search at the same moment sees this tile too; its results do not change, only its speed)."""
-    cv = faiss.cvar
-    old = cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs
-    cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs = int(query_bs), int(database_bs)
-    try:
-        yield
-    finally:
-        cv.distance_compute_blas_query_bs, cv.distance_compute_blas_database_bs = old
+#: faiss's exhaustive search scores one block of (up to 4096 rows of ``a``) x (1024 rows of ``b``) at a time
+#: (``faiss.cvar.distance_compute_blas_database_bs``).
+_FAISS_DB_BLOCK = 1024
 
 
 def _topk_faiss(a: torch.Tensor, b: torch.Tensor, k: int, block_bytes: Optional[int]):
     """:func:`topk_similarity` by faiss's flat search (float32 CPU tensors; no copy of ``a`` or ``b`` when they are
-    contiguous), in score tiles of :func:`faiss_tile` (``a`` goes in chunks of that many rows)."""
+    contiguous). ``a`` goes in chunks of rows so that faiss's score block stays within ``block_bytes``."""
     faiss = _faiss()
     if faiss is None:
         raise ValueError("backend='faiss' needs faiss: pip install faiss-cpu (or use backend='torch')")
@@ -274,15 +245,15 @@ def _topk_faiss(a: torch.Tensor, b: torch.Tensor, k: int, block_bytes: Optional[
         return out_v, out_i
     an, bn = a.detach().contiguous().numpy(), b.detach().contiguous().numpy()
     vn, inn = out_v.numpy(), out_i.numpy()
-    rows, db = faiss_tile(n_a, n_b, block_bytes)
+    budget = DEFAULT_BLOCK_BYTES if block_bytes is None else int(block_bytes)
+    rows = max(1, budget // (4 * min(n_b, _FAISS_DB_BLOCK)))
     threads = torch.get_num_threads()
     if faiss.omp_get_max_threads() != threads:  # follow torch's thread setting
         faiss.omp_set_num_threads(threads)
     ptr = faiss.swig_ptr
-    with _faiss_blocks(faiss, rows, db):
-        for a0 in range(0, n_a, rows):
-            a1 = min(n_a, a0 + rows)
-            faiss.knn_inner_product(ptr(an[a0:a1]), ptr(bn), d, a1 - a0, n_b, k, ptr(vn[a0:a1]), ptr(inn[a0:a1]))
+    for a0 in range(0, n_a, rows):
+        a1 = min(n_a, a0 + rows)
+        faiss.knn_inner_product(ptr(an[a0:a1]), ptr(bn), d, a1 - a0, n_b, k, ptr(vn[a0:a1]), ptr(inn[a0:a1]))
     return out_v, out_i
 
 
