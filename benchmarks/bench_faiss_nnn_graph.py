@@ -40,6 +40,7 @@ import torch
 from _common import Timer, ivfpq_refine_index, load_average, write_report
 
 import hubnorm as hn
+from hubnorm.index import query_aware_projection
 from hubnorm.normalizers.nnn import nnn_bias
 from hubnorm.synthetic import make_dataset
 
@@ -63,33 +64,6 @@ def pretransform(base, v):
     idx = faiss.IndexPreTransform(lt, base)
     idx.is_trained = True
     return idx
-
-
-def query_aware_projection(bank, queries, dim, train_size, seed=0):
-    """``(L, R, captured)``: the rank-``dim`` bilinear form ``<q L, x R>`` closest to ``<q, x>`` in mean square over
-    the query sample and the (centred) bank sample, ``E (q^T (I - L R^T) (x - mu))^2`` minimal. With ``Cq`` the
-    queries' second moment and ``Sx`` the bank's covariance (centring the bank changes every score of one query by
-    the same amount, so not its ranking), whitening both sides turns this into a truncated SVD of
-    ``M = Cq^(1/2) Sx^(1/2) = U S V^T``: ``L = Sx^(1/2) V_D S_D^(-1/2)`` (queries), ``R = Cq^(1/2) U_D S_D^(-1/2)``
-    (bank), and ``L R^T -> I`` at full rank. ``captured`` = sum of S_D^2 / sum of S^2, the share of the score
-    variance kept. Unlike the bank's own eigenvectors, the directions are weighted by how much the *queries* vary
-    along them: with a modality gap the image queries and the caption bank vary along different directions."""
-    rng = np.random.default_rng(seed)
-    x = bank[np.sort(rng.choice(bank.shape[0], size=min(bank.shape[0], train_size), replace=False))]
-    x = x.astype(np.float64)
-    sx = np.cov(x.T, bias=True)
-    q = np.asarray(queries, dtype=np.float64)
-    cq = q.T @ q / q.shape[0]
-
-    def sqrtm(c):
-        w, v = np.linalg.eigh(c)
-        return (v * np.sqrt(np.clip(w, 0, None))) @ v.T
-    cq12, sx12 = sqrtm(cq), sqrtm(sx)
-    u, sv, vt = np.linalg.svd(cq12 @ sx12)
-    left = (sx12 @ vt[:dim].T) / np.sqrt(sv[:dim])
-    right = (cq12 @ u[:, :dim]) / np.sqrt(sv[:dim])
-    return (np.ascontiguousarray(left, dtype=np.float32), np.ascontiguousarray(right, dtype=np.float32),
-            float((sv[:dim] ** 2).sum() / (sv ** 2).sum()))
 
 
 def rerank(bank, queries, ids, k):
@@ -359,7 +333,7 @@ def cand_rows(args, proj, first, bank, g, train_images, k, alpha, build_threads,
     kind, shift = proj.split("+")[0], proj.endswith("+shift")
     with Timer() as tp:
         if kind == "query-aware":
-            left, right, kept = query_aware_projection(bank, qs, dim, args.train_size)
+            left, right, kept = query_aware_projection(qs, bank, dim, sample_size=args.train_size)
             what = f"query-aware projection to {dim} dims fitted on {qs.shape[0]} {args.cand_queries} rows"
         else:
             left, kept = projection(bank, dim, args.train_size)
