@@ -9,8 +9,8 @@ import torch
 from scipy.special import logsumexp
 
 import hubnorm as hn
-from hubnorm.kernels import (TOPK_BACKENDS, _faiss, block_logsumexp, logsumexp_similarity, numpy_topk_partition, topk_backend,
-                             topk_similarity)
+from hubnorm.kernels import (TOPK_BACKENDS, _faiss, block_logsumexp, logsumexp_similarity, numpy_topk_partition,
+                             topk_backend, topk_similarity)
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 
 

@@ -465,8 +465,8 @@ def logsumexp_similarity(
     :func:`hubnorm.grid_search`), so that
     several scales reuse one GEMM pass with bit-identical results.
     ``backend``: ``"torch"`` (GEMM blocks into one reused buffer, each block's log-sum-exp by
-    :func:`block_logsumexp`: the bits of ``torch.logsumexp`` per block, measured 1.14x the bare torch GEMM at
-    3k x 100k x 512 against 1.61x for ``torch.logsumexp`` on whole blocks) or ``"numpy"`` (float32 / float64 CPU
+    :func:`block_logsumexp`: the bits of ``torch.logsumexp`` per block without its block-sized temporaries;
+    speed against the bare GEMM: ``benchmarks/reports/topk.md``) or ``"numpy"`` (float32 / float64 CPU
     tensors, no ``shared_blocks``: the tiles of the ``"numpy"`` top-k kernel, one BLAS GEMM each into a reused
     buffer, then one in-place pass: scale, running row maximum, ``exp`` and row sums; same value up to rounding).
     """

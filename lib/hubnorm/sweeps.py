@@ -40,20 +40,19 @@ from ._validation import as_embeddings, check_positive_int
 from .blocks import LogMeanExp
 from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_ranks
-from .kernels import LSE_SLAB_BYTES, block_logsumexp, block_shape, iter_blocks
+from .kernels import block_logsumexp, block_shape, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
 
 __all__ = ["sweep_table", "iteration_table", "offset_sweep_ranks", "offset_lines", "can_sweep", "SweepEngine",
-           "SWEEP_CACHE_BYTES", "LSE_SLAB_BYTES"]
+           "SWEEP_CACHE_BYTES"]
 
 #: The sweeps keep score blocks in memory up to this many bytes per score matrix; beyond it they are recomputed.
 SWEEP_CACHE_BYTES = 2 * 2**30
 
 _BIG = torch.iinfo(torch.int64).max
-
 
 
 class SweepEngine(LocalEngine):
