@@ -233,7 +233,9 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         slot[srt] = T + np.arange(len(srt))
         T += len(srt) + 1
     slot = torch.from_numpy(slot).to(dev)
-    HE = H.index_select(0, torch.tensor(ends, device=dev))    # E x n: the offsets at the ends
+    ends_t = torch.tensor(ends, device=dev)
+    HE = H.index_select(0, ends_t)                            # E x n: the offsets at the ends
+    HT = HE.T.contiguous()                                    # n x E: a target's offsets at every end, one row
     lev_e = torch.tensor(level_of_end, dtype=dt, device=dev)
     # the union test's own rounding: W and S + W are within a few roundings of their exact values (|.| <= Y)
     widen = 32 * u * (2 * X + 2 * max(level_of_end))
@@ -252,17 +254,22 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         s_pos = S[rows, cols]
         # the best positive of every setting, as positive_ranks finds it: fl(S + h), first column among ties
         pv = s_pos[None, :] + H[:, cols]
-        r2 = rows[None, :].expand(G, -1)
-        best = torch.full((G, bq), -torch.inf, dtype=dt, device=dev).scatter_reduce(1, r2, pv, "amax")
-        is_best = pv == best.gather(1, r2)
-        best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=dev).scatter_reduce(
-            1, r2, torch.where(is_best, cols[None, :].expand(G, -1), torch.full_like(r2, _BIG)), "amin")
-        bestf, best_colf = best.reshape(-1), best_col.reshape(-1)
-        # one positive per query for the candidate bounds: the best raw score (with one positive: the positive)
-        raw_best = torch.full((bq,), -torch.inf, dtype=dt, device=dev).scatter_reduce(0, rows, s_pos, "amax")
-        p0 = torch.full((bq,), _BIG, dtype=torch.long, device=dev).scatter_reduce(
-            0, rows, torch.where(s_pos == raw_best[rows], cols, torch.full_like(cols, _BIG)), "amin")
-        sp0 = S.gather(1, p0[:, None])[:, 0]
+        if single:   # rows are 0 .. bq - 1 in order: each query's one positive is its best
+            best = pv
+            p0, sp0 = cols, s_pos
+        else:
+            r2 = rows[None, :].expand(G, -1)
+            best = torch.full((G, bq), -torch.inf, dtype=dt, device=dev).scatter_reduce(1, r2, pv, "amax")
+            is_best = pv == best.gather(1, r2)
+            best_col = torch.full((G, bq), _BIG, dtype=torch.long, device=dev).scatter_reduce(
+                1, r2, torch.where(is_best, cols[None, :].expand(G, -1), torch.full_like(r2, _BIG)), "amin")
+            # one positive per query for the candidate bounds: the best raw score and its first column
+            raw_best = torch.full((bq,), -torch.inf, dtype=dt, device=dev).scatter_reduce(0, rows, s_pos, "amax")
+            p0 = torch.full((bq,), _BIG, dtype=torch.long, device=dev).scatter_reduce(
+                0, rows, torch.where(s_pos == raw_best[rows], cols, torch.full_like(cols, _BIG)), "amin")
+            sp0 = S.gather(1, p0[:, None])[:, 0]
+        bestf = best.reshape(-1)
+        best_colf = None if single else best_col.reshape(-1)
         # 1. the union of every line's candidates in one pass: S_ij + W[p0_i, j] > S_ip0 - widen
         P, p_of_q = torch.unique(p0, return_inverse=True)
         W = torch.full((P.numel(), n), -torch.inf, dtype=dt, device=dev)
@@ -282,21 +289,22 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         v = S.reshape(-1).index_select(0, flat)
         # the margins of the union at every end: over p0, F_e = fl(fl(S + h_e) - fl(S_ip0 + h_e[p0])) (a line's end
         # test is F_e > -2 s), and over the best positive when some query has several
-        XE = HE.index_select(1, c).add_(v[None, :])
-        Gm = None if single else XE - best.index_select(0, torch.tensor(ends, device=dev)).index_select(1, r)
-        F = XE.sub_((sp0[None, :] + HE[:, p0]).index_select(1, r))
-        CE = F > -lev_e[:, None]
+        # (candidates x ends: whole rows of HT are gathered, a column of it is an end)
+        XE = HT.index_select(0, c).add_(v[:, None])
+        Gm = None if single else XE - best.index_select(0, ends_t).T.index_select(0, r)
+        F = XE.sub_((sp0[:, None] + HT.index_select(0, p0)).index_select(0, r))
+        CE = F > -lev_e[None, :]
         rT = r * T
         counts = torch.zeros(bq * T, dtype=torch.long, device=dev)
         undecided = []
         for ea, eb, srt, lam, level, seg in geo:
             L = len(lam)
-            ci = (CE[ea] | CE[eb] if eb != ea else CE[ea]).nonzero().squeeze(1)
+            ci = (CE[:, ea] | CE[:, eb] if eb != ea else CE[:, ea]).nonzero().squeeze(1)
             if ci.numel() == 0:
                 continue
             # 2. margins at the ends: over p0 (fA, fB: upper bounds) and over the best positive (gA, gB)
-            fA, fB = F[ea].index_select(0, ci), F[eb].index_select(0, ci)
-            gA, gB = (fA, fB) if single else (Gm[ea].index_select(0, ci), Gm[eb].index_select(0, ci))
+            fA, fB = F[:, ea].index_select(0, ci), F[:, eb].index_select(0, ci)
+            gA, gB = (fA, fB) if single else (Gm[:, ea].index_select(0, ci), Gm[:, eb].index_select(0, ci))
             # positions where the candidate is surely ahead of the best positive (a prefix or a suffix: the margin
             # is linear in lam, its rounding monotone) and where it is surely behind p0
             bcnt, bf, ncnt, nf = _sure_positions(gA, gB, fA, fB, single, lam, level)
@@ -318,7 +326,8 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             cu, g, sl = (torch.cat(x) for x in zip(*undecided))
             r_, c_ = r.index_select(0, cu), c.index_select(0, cu)
             x = v.index_select(0, cu) + Hf.index_select(0, g * n + c_)     # fl(S + h)
-            bv, bc = bestf.index_select(0, g * bq + r_), best_colf.index_select(0, g * bq + r_)
+            bv = bestf.index_select(0, g * bq + r_)
+            bc = cols.index_select(0, r_) if single else best_colf.index_select(0, g * bq + r_)
             beat = (x > bv) | ((x == bv) & (c_ < bc))
             counts.index_add_(0, rT.index_select(0, cu) + sl, beat.long())
         out[:, q0:q1] = counts.view(bq, T).index_select(1, slot).T.cpu().numpy()
