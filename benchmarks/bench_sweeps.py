@@ -14,7 +14,8 @@ sweep repeats is timed alone too: IS's log-mean-exp of one tau over the kept sim
 (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn iterations of one tau over kept blocks
 (sinkhorn_potentials with shared blocks). For SN the memory floor of an iteration is timed too: one matrix-vector
 product over the kept float32 blocks (every iteration reads every kept entry at least once), which bounds what any
-Sinkhorn kernel could make of a tau sweep.
+Sinkhorn kernel could make of a tau sweep; for IS the floor of a further tau is timed too: one ``torch.exp`` of every
+kept score (in cache-sized tiles), which any log-sum-exp of a new tau computes at least.
 
 Run: flock /tmp/hubnorm-bench.lock .venv/bin/python benchmarks/bench_sweeps.py
 """
@@ -25,7 +26,7 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, load_average, write_report
+from _common import Timer, exp_floor, load_average, write_report
 
 import hubnorm as hn
 from hubnorm.kernels import topk_similarity
@@ -77,6 +78,7 @@ def main():
     is_engine.log_sum_exp_kept(t, qb, 1 / 0.01, torch.float32, kept_is)
     sinkhorn_potentials(qb, t, 0.01, 10, shared_blocks=kept_sn)
 
+    n_kept_is = sum(v.numel() for v in kept_is.values() if isinstance(v, torch.Tensor))   # the kept scores
     kept_f32 = [v[0] for v in kept_sn.values()]   # (block relative to its row maxima, row maxima) per row block
     assert kept_f32 and all(b.dtype == torch.float32 for b in kept_f32)
     vec = torch.ones(t.shape[0], dtype=torch.float32)
@@ -107,6 +109,7 @@ def main():
             note("nnn reference", s)
             tables["nnn reference"] = res
         note(("is", "per tau"), timed(lambda: is_engine.log_sum_exp_kept(t, qb, 1 / 0.01, torch.float32, kept_is))[0])
+        note(("is", "exp floor"), timed(lambda: exp_floor(n_kept_is))[0])
         note(("sn", "per tau"), timed(lambda: sinkhorn_potentials(qb, t, 0.01, 10, shared_blocks=kept_sn))[0])
         note(("sn", "pass"), timed(one_pass)[0])
         for method in tau_methods:
@@ -162,6 +165,13 @@ def main():
                  if method == "is" else "  of which, per tau: 10 Sinkhorn iterations of one tau over the kept blocks")
         rows.append({"run": piece, "seconds": times[(method, "per tau")],
                      "x one evaluation": times[(method, "per tau")] / t1})
+        if method == "is":
+            floor = times[("is", "exp floor")]
+            rows.append({"run": f"  floor per tau: one torch.exp of every kept score ({n_kept_is:,}, in-cache tiles)",
+                         "seconds": floor, "x one evaluation": floor / t1})
+            rows.append({"run": f"  bound: the sweep / one evaluation if each further tau cost only that floor (one "
+                                f"evaluation + {len(taus) - 1} x the floor) / one evaluation",
+                         "x one evaluation": (t1 + (len(taus) - 1) * floor) / t1})
         if method == "sn":
             floor = 10 * times[("sn", "pass")]
             rest = max(t1 - times[("sn", "per tau")], 0.0)

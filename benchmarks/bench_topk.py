@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, write_report
+from _common import Timer, exp_floor, write_report
 
 from hubnorm.kernels import numpy_topk_partition, topk_partition, topk_similarity
 
@@ -74,16 +74,6 @@ def plain_logsumexp(a, b, scale):
         for b0, b1 in iter_blocks(b.shape[0], rb):
             part = torch.logsumexp((a[a0:a1] @ b[b0:b1].T).mul_(scale), dim=1)
             acc = part if acc is None else torch.logaddexp(acc, part)
-
-
-def exp_floor(n_scores, tile=1024 * 2048):
-    """One torch.exp per score, over one in-cache tile of scores in [-30, 0] repeated to cover ``n_scores``: the
-    work a log-sum-exp adds to the GEMM at the least."""
-    x = torch.rand(tile, generator=torch.Generator().manual_seed(0)) * -30.0
-    y = torch.empty_like(x)
-    for s in range(0, n_scores, tile):
-        n = min(tile, n_scores - s)
-        torch.exp(x[:n], out=y[:n])
 
 
 def child(spec):
