@@ -6,9 +6,9 @@ every one-pass sweep within 1.5x of one evaluation of that method (fit + evaluat
 with tables identical to the reference loop (R@1/5/10, MdR and MnR of every point).
 
 One process; each round times one evaluation and the sweep one after the other, the first REFERENCE_ROUNDS also
-the reference loop (ROUNDS alternating rounds). The tables give the fastest round of each and, for the ratios, also
-the median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's shared pieces are
-timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest k and the
+the reference loop (ROUNDS alternating rounds). The tables give the fastest round of each and, for the ratios,
+also the median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's
+shared pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest k and the
 ranking of all points (hubnorm.sweeps.offset_sweep_ranks). The per-temperature work that every tau of an IS / SN
 sweep repeats is timed alone too: IS's log-mean-exp of one tau over the kept similarity blocks
 (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn iterations of one tau over kept blocks

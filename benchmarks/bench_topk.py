@@ -15,8 +15,10 @@ bare GEMM taken within each round):
 * ``NearestNeighborNormalization(alpha=0.75, k=128).fit`` (the whole method) and nnn-retrieval
   ``NNNRetriever.compute_alignment_means`` (the reference implementation);
 * ``hubnorm.kernels.logsumexp_similarity`` (IS / DIS / DualIS reductions, scale 1/0.05) against the same bare GEMM,
-  and the floor of any log-sum-exp: one ``torch.exp`` of every score (in cache-sized tiles, torch's threads), which
-  a log-sum-exp adds to the GEMM whatever else it fuses.
+  its plain blocked form (the same GEMM blocks, each scaled and passed whole to ``torch.logsumexp``, merged by
+  ``logaddexp``: what the kernel's slab pass replaced, bit for bit), and the floor of any log-sum-exp: one
+  ``torch.exp`` of every score (in cache-sized tiles, torch's threads), which a log-sum-exp adds to the GEMM
+  whatever else it fuses.
 
 Memory: peak RSS above the inputs (VmHWM after a reset) at 1M x 5k in a subprocess -- target < 1 GB.
 """
@@ -31,7 +33,7 @@ import numpy as np
 import torch
 from _common import Timer, exp_floor, write_report
 
-from hubnorm.kernels import numpy_topk_partition, topk_partition, topk_similarity
+from hubnorm.kernels import block_shape, iter_blocks, numpy_topk_partition, topk_partition, topk_similarity
 
 
 def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
@@ -67,7 +69,6 @@ def bare_numpy(a, b):
 def plain_logsumexp(a, b, scale):
     """The plain blocked form of logsumexp_similarity (its kernel before block_logsumexp): the same GEMM blocks,
     each scaled and passed to torch.logsumexp whole, merged by logaddexp."""
-    from hubnorm.kernels import block_shape, iter_blocks
     ra, rb = block_shape(a.shape[0], b.shape[0], 4, None)
     for a0, a1 in iter_blocks(a.shape[0], ra):
         acc = None
@@ -161,7 +162,8 @@ def main():
     b = torch.from_numpy(clustered(args.n_bank, 512, seed=1))
     fns = peers(a, b)
     if args.focus:
-        fns = {n: f for n, f in fns.items() if n.startswith(("bare", "faiss knn", "hubnorm logsumexp", "floor", "plain"))
+        focus = ("bare", "faiss knn", "hubnorm logsumexp", "floor", "plain")
+        fns = {n: f for n, f in fns.items() if n.startswith(focus)
                or "backend=numpy" in n}
     fns["bare"]()  # warm-up (thread pools, allocator) outside the timed rounds
     times = {name: [] for name in fns}
@@ -207,16 +209,16 @@ def main():
                      f"bare numpy.matmul; bare numpy.matmul = {med['bare numpy']:.3f}x bare torch.mm")
     ln, fl_ = "hubnorm logsumexp_similarity (scale 20)", "floor: torch.exp of every score (in-cache tiles)"
     pl = "plain: torch.logsumexp on whole GEMM blocks (scale 20)"
+
+    def floor(gemm):   # the GEMM + one exp per score, over that GEMM, per round
+        return float(np.median((np.array(times[gemm]) + np.array(times[fl_])) / np.array(times[gemm])))
     notes.append(f"log-sum-exp: torch kernel {med[ln]:.3f}x bare torch.mm = {med_np[ln]:.3f}x bare numpy.matmul "
                  f"(the plain blocked torch.logsumexp {med[pl]:.3f}x; plain / kernel, median of the per-round ratios "
                  f"{float(np.median(np.array(times[pl]) / np.array(times[ln]))):.3f}; backend='numpy' "
                  f"{med[ln + ' backend=numpy']:.3f}x bare torch.mm = {med_np[ln + ' backend=numpy']:.3f}x bare "
                  f"numpy.matmul); its "
-                 f"floor (a bare GEMM + one exp per score, median of the rounds' sums): "
-                 f"{float(np.median((np.array(times['bare']) + np.array(times[fl_])) / np.array(times['bare']))):.3f}x "
-                 f"bare torch.mm, "
-                 f"{float(np.median((np.array(times['bare numpy']) + np.array(times[fl_])) / np.array(times['bare numpy']))):.3f}x "
-                 f"bare numpy.matmul")
+                 f"floor (a bare GEMM + one exp per score, median of the rounds' sums): {floor('bare'):.3f}x "
+                 f"bare torch.mm, {floor('bare numpy'):.3f}x bare numpy.matmul")
     if args.focus:
         for k in (128, 512):
             nk, fk = f"hubnorm topk_similarity k={k} backend=numpy", f"faiss knn_inner_product k={k}"
