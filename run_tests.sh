@@ -26,5 +26,12 @@ elif ! [[ "$workers" =~ ^[0-9]+$ ]]; then
 fi
 if [ "$workers" -gt 1 ]; then
   args=(-n "$workers" --dist loadfile "${args[@]}")
+  # The workers share the cores: each (its torch, BLAS and faiss pools, and the notebook kernels it starts) gets
+  # cores / workers threads, at least one, unless set already. Two workers of 2 threads each on 2 cores spin-wait
+  # for each other (OpenMP): the same notebook pair ran 1.5x longer than with 1 thread each (README, Tests).
+  cores=${cores:-$(.venv/bin/python -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1)")}
+  per=$(( cores / workers > 0 ? cores / workers : 1 ))
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$per} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$per} \
+    OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$per} HUBNORM_THREADS=${HUBNORM_THREADS:-$per}
 fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "${args[@]}" "$@"
