@@ -61,14 +61,21 @@ def test_ndcg_matches_slow_enumeration_of_tie_permutations(exponential):
             assert got == pytest.approx(_slow_ndcg(scores, rel, k, exponential), abs=1e-12), (trial, k)
 
 
-def test_vectorised_ndcg_matches_ndcg_at_k_with_ties():
+def test_vectorised_ndcg_matches_sklearn_per_row_with_ties():
+    """ndcg_at_ks (all rows, several K from one sort; hn.ndcg_at_k is its one-K call) against scikit-learn's
+    ndcg_score row by row (ties averaged: ignore_ties=False), heavy ties also across the cut."""
+    from sklearn.metrics import ndcg_score
+
     rng = np.random.default_rng(5)
     s = np.round(rng.standard_normal((50, 40)), 1)                # heavy ties, also across the cut
     r = np.round(rng.random((50, 40)) * 2, 1) * (rng.random((50, 40)) < 0.6)
     r[3] = 0                                                       # a row with ideal DCG 0
     got = lw.ndcg_at_ks(s, r, [1, 5, 10, 40, 60])
+    assert lw.ndcg_at_ks is hn.evaluation.ndcg_at_ks               # one implementation
     for k, v in got.items():
-        np.testing.assert_allclose(v, hn.ndcg_at_k(s, r, k), rtol=0, atol=1e-12)
+        want = [ndcg_score((2.0 ** r[i:i + 1]) - 1, s[i:i + 1], k=k, ignore_ties=False) for i in range(len(s))]
+        np.testing.assert_allclose(v, want, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(v, hn.ndcg_at_k(s, r, k))
     assert got[10][3] == 0
     with pytest.raises(ValueError, match="same shape"):
         lw.ndcg_at_ks(s, r[:, :3], [5])

@@ -191,31 +191,13 @@ def evaluate(
 
 
 # ---------------------------------------------------------------------------------------------- NDCG
-def _tie_averaged_dcg(scores: np.ndarray, gains: np.ndarray, discounts: np.ndarray) -> float:
-    """DCG of one ranked list where tied scores share the average gain of their tie group.
-
-    This is the expected DCG over random orderings of the ties (as in scikit-learn's ``ndcg_score``).
-    """
-    order = np.argsort(-scores, kind="stable")
-    s, g = scores[order], gains[order]
-    _, starts, counts = np.unique(-s, return_index=True, return_counts=True)
-    total = 0.0
-    cum_disc = np.concatenate([[0.0], np.cumsum(discounts)])
-    k = discounts.size
-    for st, c in zip(starts, counts):
-        if st >= k:
-            break
-        end = min(st + c, k)
-        total += g[st:st + c].mean() * (cum_disc[end] - cum_disc[st])
-    return total
-
-
 def ndcg_at_k(scores, relevance, k: int, *, exponential_gain: bool = True) -> np.ndarray:
     """NDCG@K per query with graded relevance.
 
     ``DCG_K = sum_{i=1..K} gain(rel_i) / log2(1 + i)`` with ``gain(r) = 2^r - 1`` (Li et al.; or ``r`` when
-    ``exponential_gain=False``), normalised by the ideal DCG; ties in ``scores`` share their average gain.
-    Queries whose ideal DCG is 0 get NDCG 0.
+    ``exponential_gain=False``), normalised by the ideal DCG; ties in ``scores`` share their average gain (the
+    expected DCG over random orders of the ties, as scikit-learn's ``ndcg_score``). Queries whose ideal DCG is 0
+    get NDCG 0. :func:`ndcg_at_ks` gives several K from one sort.
 
     Args:
         scores: (m, n) scores, higher is better.
@@ -223,21 +205,51 @@ def ndcg_at_k(scores, relevance, k: int, *, exponential_gain: bool = True) -> np
     Returns:
         (m,) array of NDCG@K in [0, 1].
     """
-    scores = scores.detach().cpu().numpy() if isinstance(scores, torch.Tensor) else np.asarray(scores, dtype=float)
-    relevance = relevance.detach().cpu().numpy() if isinstance(relevance, torch.Tensor) else np.asarray(relevance, dtype=float)
-    if scores.ndim != 2 or scores.shape != relevance.shape:
-        raise ValueError(f"scores and relevance must be 2-D with the same shape; got {scores.shape} and {relevance.shape}")
-    if not np.all(np.isfinite(scores)) or not np.all(np.isfinite(relevance)):
-        raise ValueError("scores and relevance must be finite (no NaN/Inf)")
-    if relevance.min() < 0:
-        raise ValueError("relevance must be non-negative")
     k = check_positive_int(k, "k")
-    k = min(k, scores.shape[1])
-    discounts = 1.0 / np.log2(np.arange(2, k + 2))
-    gains = np.power(2.0, relevance) - 1.0 if exponential_gain else relevance
-    out = np.zeros(scores.shape[0])
-    for i in range(scores.shape[0]):
-        ideal = np.sort(gains[i])[::-1][:k] @ discounts
-        if ideal > 0:
-            out[i] = _tie_averaged_dcg(scores[i], gains[i], discounts) / ideal
+    return ndcg_at_ks(scores, relevance, [k], exponential_gain=exponential_gain)[k]
+
+
+def ndcg_at_ks(scores, relevance, ks: Sequence[int], *, exponential_gain: bool = True) -> Dict[int, np.ndarray]:
+    """NDCG@K (:func:`ndcg_at_k`'s definition) per query for every K in ``ks``, from one sort of each row, vectorised
+    over the queries (float64). Returns ``{K: (m,) array}``.
+
+    Plain computation, per query: sort the candidates by score (descending); each tie group of the sorted list
+    shares the mean gain of its members; ``DCG_K`` is the first ``K`` shared gains times the discounts
+    ``1 / log2(1 + i)``; divide by the DCG of the gains sorted descending (0 where that is 0). Here all rows at
+    once: a tie group starts at every row start and wherever the sorted score changes, and one ``add.reduceat``
+    gives every group's gain sum. Tested against scikit-learn's ``ndcg_score`` and a slow enumeration of the tie
+    orders (``tests/test_evaluation.py``, ``tests/test_listwise.py``).
+    """
+    s = scores.detach().cpu().numpy() if isinstance(scores, torch.Tensor) else scores
+    r = relevance.detach().cpu().numpy() if isinstance(relevance, torch.Tensor) else relevance
+    s, r = np.asarray(s, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    if s.ndim != 2 or s.shape != r.shape:
+        raise ValueError(f"scores and relevance must be 2-D with the same shape; got {s.shape} and {r.shape}")
+    if s.size == 0:
+        raise ValueError(f"scores and relevance must be non-empty; got shape {s.shape}")
+    if not (np.all(np.isfinite(s)) and np.all(np.isfinite(r))):
+        raise ValueError("scores and relevance must be finite (no NaN/Inf)")
+    if r.min() < 0:
+        raise ValueError("relevance must be non-negative")
+    if isinstance(ks, (int, np.integer)) or not len(ks):
+        raise ValueError(f"ks must be a non-empty list of positive integers; got {ks!r}")
+    ks = [check_positive_int(k, "ks") for k in ks]
+    m, n = s.shape
+    gains = np.power(2.0, r) - 1.0 if exponential_gain else r
+    order = np.argsort(-s, axis=1, kind="stable")
+    s_sorted = np.take_along_axis(s, order, axis=1)
+    g_sorted = np.take_along_axis(gains, order, axis=1)
+    new = np.ones((m, n), dtype=bool)                      # tie groups: every row start and every change of score
+    new[:, 1:] = s_sorted[:, 1:] != s_sorted[:, :-1]
+    starts = np.flatnonzero(new.ravel())
+    sizes = np.diff(np.append(starts, m * n))
+    shared = np.repeat(np.add.reduceat(g_sorted.ravel(), starts) / sizes, sizes).reshape(m, n)
+    ideal_sorted = -np.sort(-gains, axis=1)
+    out = {}
+    for k in ks:
+        kk = min(k, n)
+        disc = 1.0 / np.log2(np.arange(2, kk + 2))
+        dcg = shared[:, :kk] @ disc
+        ideal = ideal_sorted[:, :kk] @ disc
+        out[k] = np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), 0.0)
     return out

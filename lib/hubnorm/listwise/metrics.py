@@ -1,5 +1,6 @@
 """NDCG@K next to R@K (Li et al. 2023, Eq. 4-6): ``DCG_K = sum_{i<=K} (2^rel_i - 1) / log2(1 + i)``, normalised by
-the ideal DCG, computed by :func:`hubnorm.ndcg_at_k` (ties in the scores share their average gain) in float64.
+the ideal DCG, computed by :func:`hubnorm.evaluation.ndcg_at_ks` (ties in the scores share their average gain) in
+float64; ``ndcg_at_ks`` is re-exported here.
 
 :func:`listwise_metrics` scores one matrix, :func:`evaluate_listwise` every (direction, normalizer) as a tidy
 frame, :func:`metric_table` pivots that frame into the R@K | NDCG@K table of the notebooks.
@@ -13,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..evaluation import positive_ranks, recall_at_k
+from ..evaluation import ndcg_at_ks, positive_ranks, recall_at_k
 from ..retrieval import Positives, RetrievalTask
 
 __all__ = ["listwise_metrics", "ndcg_at_ks", "top_candidates", "evaluate_listwise", "metric_table"]
@@ -32,47 +33,6 @@ def listwise_metrics(scores, positives: Positives, relevance, *, ndcg_ks: Sequen
         s_top, r_top = top_candidates(scores, relevance, max(ndcg_ks))
         for k, v in ndcg_at_ks(s_top, r_top, ndcg_ks).items():
             out[f"NDCG@{k}"] = float(100.0 * v.mean())
-    return out
-
-
-def ndcg_at_ks(scores, relevance, ks: Sequence[int]) -> Dict[int, np.ndarray]:
-    """NDCG@K per query for several K at once, vectorised over the queries (float64).
-
-    The same definition as :func:`hubnorm.ndcg_at_k` (exponential gain ``2^rel - 1``, ``1 / log2(1 + i)``
-    discounts, tied scores share the average gain of their tie group, NDCG 0 where the ideal DCG is 0), computed
-    with one sort per matrix instead of a Python loop over queries. Returns ``{K: (m,) array}``.
-    """
-    s = np.asarray(scores.detach().cpu().numpy() if isinstance(scores, torch.Tensor) else scores, dtype=np.float64)
-    r = np.asarray(relevance.detach().cpu().numpy() if isinstance(relevance, torch.Tensor) else relevance,
-                   dtype=np.float64)
-    if s.ndim != 2 or s.shape != r.shape or s.size == 0:
-        raise ValueError(f"scores and relevance must be non-empty 2-D arrays of the same shape; got {s.shape} and {r.shape}")
-    if not (np.all(np.isfinite(s)) and np.all(np.isfinite(r))):
-        raise ValueError("scores and relevance must be finite (no NaN/Inf)")
-    if r.min() < 0:
-        raise ValueError("relevance must be non-negative")
-    ks = [int(k) for k in ks]
-    if not ks or any(k < 1 for k in ks):
-        raise ValueError(f"ks must be positive integers; got {ks}")
-    m, n = s.shape
-    gains = np.power(2.0, r) - 1.0
-    order = np.argsort(-s, axis=1, kind="stable")
-    s_sorted = np.take_along_axis(s, order, axis=1)
-    g_sorted = np.take_along_axis(gains, order, axis=1)
-    # tie groups: a new group at every row start and wherever the sorted score changes
-    new = np.ones((m, n), dtype=bool)
-    new[:, 1:] = s_sorted[:, 1:] != s_sorted[:, :-1]
-    starts = np.flatnonzero(new.ravel())
-    sizes = np.diff(np.append(starts, m * n))
-    shared = np.repeat(np.add.reduceat(g_sorted.ravel(), starts) / sizes, sizes).reshape(m, n)
-    ideal_sorted = -np.sort(-gains, axis=1)
-    out = {}
-    for k in ks:
-        kk = min(k, n)
-        disc = 1.0 / np.log2(np.arange(2, kk + 2))
-        dcg = shared[:, :kk] @ disc
-        ideal = ideal_sorted[:, :kk] @ disc
-        out[k] = np.where(ideal > 0, dcg / np.where(ideal > 0, ideal, 1.0), 0.0)
     return out
 
 
