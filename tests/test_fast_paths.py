@@ -430,11 +430,72 @@ def test_shared_shift_pass_with_every_row_redone_equals_rowmax(sinkhorn_problem,
     assert (g - g_ref).abs().max() < 1e-6
 
 
-def test_float64_sinkhorn_keeps_the_reference_pass(sinkhorn_problem):
+@pytest.mark.parametrize("tau,n_iter,tol,kwargs", [
+    (0.01, 10, None, {}),
+    (0.005, 400, 1e-9, {}),                                   # to convergence: the same stopping iteration
+    (0.03, 10, None, {"block_bytes": 700 * 8 * 100}),         # 15 row blocks
+    (0.01, 10, None, {"shared_blocks": {}}),                  # a sweep's shared blocks (S stays intact)
+])
+def test_float64_kernel_domain_iterations_equal_the_log_domain_and_dense(sinkhorn_problem, tau, n_iter, tol, kwargs):
+    """float64 with the whole matrix kept: the kernel-domain iterations (one exponential pass, then two
+    matrix-vector products per iteration) against the log-domain reference pass and dense float64 Alg. A1 (scipy):
+    potentials within 1e-12 (float64 rounding of O(1) potentials), the same number of iterations run, and the
+    iterates read by a callback equal to the returned potentials' history."""
+    from hubnorm.normalizers import sinkhorn as sk
     bank, targets = (torch.from_numpy(x).double() for x in sinkhorn_problem)
-    a = sinkhorn_potentials(bank, targets, 0.01, 5, block_pass="rowmax")
-    b = sinkhorn_potentials(bank, targets, 0.01, 5)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    f_ref, g_ref, it_ref = sinkhorn_potentials(bank, targets, tau, n_iter, tol, block_pass="rowmax",
+                                               **{k: v for k, v in kwargs.items() if k != "shared_blocks"})
+    seen, calls = [], []
+    real = sk._kernel_iterations
+    shared = kwargs.get("shared_blocks")
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    sk._kernel_iterations = spy
+    try:
+        f, g, it = sinkhorn_potentials(bank, targets, tau, n_iter, tol, callback=lambda t, gt: seen.append(gt.clone()),
+                                       **kwargs)
+    finally:
+        sk._kernel_iterations = real
+    assert calls == [1]                                        # the kernel path ran
+    assert it == it_ref and len(seen) == it and torch.equal(seen[-1], g)
+    assert (g - g_ref).abs().max() < 1e-12 and (f - f_ref).abs().max() < 1e-12
+    if tol is None:
+        f64, g64 = _dense_sinkhorn64(*sinkhorn_problem, tau, n_iter)
+        assert np.abs(g.numpy() - g64).max() < 1e-12 and np.abs(f.numpy() - f64).max() < 1e-12
+    if shared is not None:                                     # the shared score blocks are left as they were
+        S = bank @ targets.T
+        assert torch.equal(torch.cat([shared[r0][0] for r0 in sorted(shared)]), S)
+
+
+def test_float64_sinkhorn_takes_the_log_domain_where_the_kernel_does_not_apply(sinkhorn_problem, monkeypatch):
+    """Bit-identical to the reference pass: scores spanning more than _KERNEL_MAX_RANGE units of tau, a matrix
+    over cache_bytes (partial cache), and an iteration whose kernel potentials are not finite (forced by lifting
+    the range limit at a tau whose kernel columns underflow: the run goes on in the log domain from g = 0)."""
+    from hubnorm.normalizers import sinkhorn as sk
+    bank, targets = (torch.from_numpy(x).double() for x in sinkhorn_problem)
+    S = bank @ targets.T
+    tau_far = float(S.max() - S.min()) / (sk._KERNEL_MAX_RANGE * 1.01)
+    for tau, kwargs in ((tau_far, {}), (0.01, {"block_bytes": 700 * 8 * 100, "cache_bytes": 700 * 8 * 650})):
+        a = sinkhorn_potentials(bank, targets, tau, 5, block_pass="rowmax", **kwargs)
+        b = sinkhorn_potentials(bank, targets, tau, 5, **kwargs)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2] == b[2]
+    # a target opposite to a one-cluster bank: at tau = 0.002 its kernel column is about exp(-1000) = 0 in every row
+    rng = np.random.default_rng(0)
+    bank = _clustered(rng, 400, 16, np.eye(16)[:1] * 3, spread=0.1)
+    targets = np.concatenate([_clustered(rng, 50, 16, np.eye(16)[:1] * 3, spread=0.1), -bank[:1]], axis=0)
+    bank, targets = torch.from_numpy(bank).double(), torch.from_numpy(targets).double()
+    a = sinkhorn_potentials(bank, targets, 0.002, 3, block_pass="rowmax")
+    monkeypatch.setattr(sk, "_KERNEL_MAX_RANGE", math.inf)
+    gave_up = []
+    real = sk._kernel_iterations
+    monkeypatch.setattr(sk, "_kernel_iterations", lambda *a, **k: (lambda r: gave_up.append(r[2:]) or r)(real(*a, **k)))
+    b = sinkhorn_potentials(bank, targets, 0.002, 3)
+    assert gave_up == [(0, False)]                             # the kernel ran and gave up at its first iteration
+    assert torch.isfinite(b[1]).all()
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2] == b[2] == 3
 
 
 def test_sinkhorn_block_pass_is_checked(sinkhorn_problem):
