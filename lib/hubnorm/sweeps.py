@@ -235,7 +235,6 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     slot = torch.from_numpy(slot).to(dev)
     ends_t = torch.tensor(ends, device=dev)
     HE = H.index_select(0, ends_t)                            # E x n: the offsets at the ends
-    HT = HE.T.contiguous()                                    # n x E: a target's offsets at every end, one row
     lev_e = torch.tensor(level_of_end, dtype=dt, device=dev)
     # the union test's own rounding: W and S + W are within a few roundings of their exact values (|.| <= Y)
     widen = 32 * u * (2 * X + 2 * max(level_of_end))
@@ -288,23 +287,29 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         c = flat - r * n
         v = S.reshape(-1).index_select(0, flat)
         # the margins of the union at every end: over p0, F_e = fl(fl(S + h_e) - fl(S_ip0 + h_e[p0])) (a line's end
-        # test is F_e > -2 s), and over the best positive when some query has several
-        # (candidates x ends: whole rows of HT are gathered, a column of it is an end)
-        XE = HT.index_select(0, c).add_(v[:, None])
-        Gm = None if single else XE - best.index_select(0, ends_t).T.index_select(0, r)
-        F = XE.sub_((sp0[:, None] + HT.index_select(0, p0)).index_select(0, r))
-        CE = F > -lev_e[None, :]
+        # test is F_e > -2 s), and over the best positive when some query has several. Ends x candidates: each
+        # line reads its two ends as two contiguous rows (the gathers run within one row of n offsets)
+        F = torch.empty((len(ends), c.numel()), dtype=dt, device=dev)
+        Gm = None if single else torch.empty_like(F)
+        at_p0 = sp0[None, :] + HE.index_select(1, p0)         # fl(S_ip0 + h_e[p0]), ends x queries
+        best_e = None if single else best.index_select(0, ends_t)
+        for e in range(len(ends)):
+            xe = torch.index_select(HE[e], 0, c, out=F[e]).add_(v)   # fl(S + h_e)
+            if Gm is not None:
+                torch.sub(xe, best_e[e].index_select(0, r), out=Gm[e])
+            xe.sub_(at_p0[e].index_select(0, r))
+        CE = F > -lev_e[:, None]
         rT = r * T
         counts = torch.zeros(bq * T, dtype=torch.long, device=dev)
         undecided = []
         for ea, eb, srt, lam, level, seg in geo:
             L = len(lam)
-            ci = (CE[:, ea] | CE[:, eb] if eb != ea else CE[:, ea]).nonzero().squeeze(1)
+            ci = (CE[ea] | CE[eb] if eb != ea else CE[ea]).nonzero().squeeze(1)
             if ci.numel() == 0:
                 continue
             # 2. margins at the ends: over p0 (fA, fB: upper bounds) and over the best positive (gA, gB)
-            fA, fB = F[:, ea].index_select(0, ci), F[:, eb].index_select(0, ci)
-            gA, gB = (fA, fB) if single else (Gm[:, ea].index_select(0, ci), Gm[:, eb].index_select(0, ci))
+            fA, fB = F[ea].index_select(0, ci), F[eb].index_select(0, ci)
+            gA, gB = (fA, fB) if single else (Gm[ea].index_select(0, ci), Gm[eb].index_select(0, ci))
             # positions where the candidate is surely ahead of the best positive (a prefix or a suffix: the margin
             # is linear in lam, its rounding monotone) and where it is surely behind p0
             bcnt, bf, ncnt, nf = _sure_positions(gA, gB, fA, fB, single, lam, level)
