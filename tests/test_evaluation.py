@@ -81,6 +81,28 @@ def test_recall_median_mean_rank_hand_made():
     assert set(summary) == {"R@1", "R@10", "MdR", "MnR"}
 
 
+@pytest.mark.parametrize("m", [1, 2, 7, 5000, 5001])
+def test_summaries_of_many_rows_equal_the_per_row_functions_to_the_bit(m):
+    """summarize_rank_rows (a grid's ranks, one pass per statistic) against recall_at_k, median_rank and mean_rank
+    on each row, compared with == (odd and even numbers of queries: the median's two middle ranks)."""
+    from hubnorm.evaluation import summarize_rank_rows
+
+    rng = np.random.default_rng(m)
+    ranks = np.concatenate([rng.integers(0, 1000, (6, m)), np.zeros((1, m), dtype=np.int64),
+                            rng.geometric(0.3, (3, m)) - 1])
+    rows = summarize_rank_rows(ranks, (1, 5, 10, 3000))
+    for r, row in zip(ranks, rows):
+        want = {**{f"R@{k}": hn.recall_at_k(r, k) for k in (1, 5, 10, 3000)}, "MdR": hn.median_rank(r),
+                "MnR": hn.mean_rank(r)}
+        assert row == want and list(row) == list(want)
+        assert hn.summarize_ranks(r, (1, 5, 10, 3000)) == want
+    assert summarize_rank_rows(np.empty((0, m), dtype=np.int64)) == []
+    with pytest.raises(ValueError, match="non-negative integers"):
+        summarize_rank_rows(-ranks - 1)
+    with pytest.raises(ValueError, match="settings, queries"):
+        summarize_rank_rows(ranks[0])
+
+
 def test_recall_monotone_in_k():
     ranks = np.random.default_rng(0).integers(0, 50, 200)
     rs = [hn.recall_at_k(ranks, k) for k in (1, 2, 5, 10, 50, 51)]

@@ -12,7 +12,7 @@ Ranks are computed block by block from the normaliser's score blocks: the m x n 
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -140,10 +140,26 @@ def _check_ranks(ranks) -> np.ndarray:
 
 def summarize_ranks(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
     """``{"R@1": ..., "R@5": ..., "R@10": ..., "MdR": ..., "MnR": ...}``."""
-    out = {f"R@{k}": recall_at_k(ranks, k) for k in ks}
-    out["MdR"] = median_rank(ranks)
-    out["MnR"] = mean_rank(ranks)
-    return out
+    return summarize_rank_rows(_check_ranks(ranks)[None, :], ks)[0]
+
+
+def summarize_rank_rows(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> List[Dict[str, float]]:
+    """:func:`summarize_ranks` of every row of a ``(settings, queries)`` array of 0-based ranks (a grid's ranks),
+    one pass over the array per statistic. The values are those of :func:`recall_at_k`, :func:`median_rank` and
+    :func:`mean_rank` on each row to the bit: the counts and rank sums are integers (exact in float64), divided by
+    the number of queries as ``np.mean`` divides them (``tests/test_evaluation.py``)."""
+    ranks = np.asarray(ranks)
+    if ranks.ndim != 2 or ranks.shape[1] == 0:
+        raise ValueError(f"ranks must be a (settings, queries) array with at least one query; got shape {ranks.shape}")
+    if ranks.shape[0]:
+        _check_ranks(ranks.reshape(-1))
+    ks = [check_positive_int(k, "k") for k in ks]
+    m = ranks.shape[1]
+    recall = {k: 100.0 * (np.count_nonzero(ranks < k, axis=1) / m) for k in ks}
+    mdr = np.floor(np.median(ranks, axis=1)) + 1
+    mnr = ranks.sum(axis=1, dtype=np.float64) / m + 1
+    return [{**{f"R@{k}": float(recall[k][g]) for k in ks}, "MdR": float(mdr[g]), "MnR": float(mnr[g])}
+            for g in range(ranks.shape[0])]
 
 
 def bootstrap_ci(

@@ -39,7 +39,7 @@ import torch
 from ._validation import as_embeddings, check_positive_int
 from .blocks import LogMeanExp
 from .engine import LocalEngine
-from .evaluation import positive_ranks, summarize_ranks
+from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
 from .kernels import block_logsumexp, block_shape, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
@@ -374,12 +374,10 @@ def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check
     ks = tuple(int(k) for k in ks)
     ranks = offset_sweep_ranks(task, H, lines=lines, chunk_size=chunk_size, device=device,
                                check_normalized=check_normalized)
-    rows = []
-    for g in range(H.shape[0]):
-        res = summarize_ranks(ranks[g], ks)
-        if not full:
+    rows = summarize_rank_rows(ranks, ks)
+    if not full:
+        for res in rows:
             res.pop("MnR")
-        rows.append(res)
     return rows
 
 
