@@ -2,7 +2,8 @@
 
 How it is checked: every ``import`` / ``from ... import`` statement anywhere in a module of ``lib/hubnorm``
 (module level or inside a function) that names another hubnorm module becomes an edge of a directed graph.
-Packages are nodes too (their ``__init__`` re-exports are edges), so a cycle through a package facade is caught.
+Packages are nodes too (their ``__init__`` re-exports are edges, the lazy ones of an ``_EXPORTS`` map included), so a
+cycle through a package facade is caught.
 
 Two graphs:
 
@@ -52,12 +53,29 @@ def _resolve(here: str, is_pkg: bool, node) -> list:
     return out
 
 
+def _lazy_exports(name: str, tree) -> set:
+    """The submodules a package facade loads on first use (PEP 562): the module names of its ``_EXPORTS`` map
+    (``"name": "module"`` entries and ``dict.fromkeys([...], "module")``): edges as real as an eager re-export."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
+            for sub in ast.walk(node.value):
+                if isinstance(sub, ast.Dict):
+                    out.update(v.value for k, v in zip(sub.keys, sub.values)
+                               if k is not None and isinstance(v, ast.Constant) and isinstance(v.value, str))
+                elif isinstance(sub, ast.Call) and len(sub.args) == 2 and isinstance(sub.args[1], ast.Constant):
+                    out.add(sub.args[1].value)
+    return {f"{name}.{m}" for m in out if f"{name}.{m}" in MODULES}
+
+
 def _graph() -> dict:
     graph = {}
     for name, path in MODULES.items():
         is_pkg = name in PACKAGES
         edges = set()
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        if is_pkg:
+            edges |= _lazy_exports(name, tree)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _resolve(name, is_pkg, node):
@@ -98,8 +116,9 @@ def _strict_graph() -> dict:
     for name, path in MODULES.items():
         is_pkg = name in PACKAGES
         base = name if is_pkg else name.rsplit(".", 1)[0]
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        edges = _lazy_exports(name, tree) if is_pkg else set()
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names if a.name.startswith("hubnorm")]
             elif isinstance(node, ast.ImportFrom):

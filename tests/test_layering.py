@@ -152,3 +152,44 @@ def test_importing_the_core_loads_no_experiments_module():
     assert res["after_root"] == [], f"`import hubnorm` loaded {res['after_root']}"
     assert res["loaded"] == [], f"importing the core modules loaded {res['loaded']}"
     assert len(res["core"]) > 40, res["core"]   # the probe really imported the core
+
+
+_LAZY_PROBE = r"""
+import json, subprocess, sys, time
+t0 = time.perf_counter()
+import hubnorm, hubnorm.data
+from hubnorm.experiments import profiles
+profiles.load_profiles()
+light = {"seconds": time.perf_counter() - t0, "torch": "torch" in sys.modules}
+import hubnorm.normalizers
+names = {n: type(getattr(hubnorm, n)).__name__ for n in hubnorm.__all__}
+data = {n: type(getattr(hubnorm.data, n)).__name__ for n in hubnorm.data.__all__}
+print(json.dumps({**light, "normalizers": hubnorm.normalizers.__all__, "names": names, "data": data,
+                  "module": type(hubnorm.geometry).__name__, "dir": sorted(set(hubnorm.__all__) - set(dir(hubnorm)))}))
+"""
+
+
+def test_import_hubnorm_and_the_runner_profiles_load_without_torch_and_every_name_resolves():
+    """``import hubnorm``, ``import hubnorm.data`` and run_all.sh's profiles load without torch (PEP 562: each public
+    name is imported on first use), so the runner and the CLIs start in a fraction of a second; every name of both
+    ``__all__`` lists then resolves, the root's normalizer names are exactly ``hubnorm.normalizers.__all__``, a
+    submodule is reachable as an attribute and ``dir()`` lists every public name."""
+    out = subprocess.run([sys.executable, "-c", _LAZY_PROBE], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": str(LIB), "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["torch"] is False, "import hubnorm / hubnorm.data / the run profiles imported torch"
+    import hubnorm
+    assert set(res["normalizers"]) <= set(hubnorm.__all__)
+    assert {n for n, m in hubnorm._EXPORTS.items() if m == "normalizers"} == set(res["normalizers"])
+    assert set(res["names"]) == set(hubnorm.__all__) and set(res["data"]) == set(hubnorm.data.__all__)
+    assert res["module"] == "module" and res["dir"] == []
+    import hubnorm.data.fetch
+    import hubnorm.hubness
+    # a function named like its submodule stays the function once the submodule is imported (as `from .x import x`)
+    assert callable(hubnorm.hubness) and hubnorm.hubness is hubnorm.hubness.__globals__["hubness"]
+    assert callable(hubnorm.data.fetch) and hubnorm.data.fetch.__module__ == "hubnorm.data.fetch"
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        hubnorm.no_such_name
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        hubnorm.data.no_such_name

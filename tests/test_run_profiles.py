@@ -4,8 +4,8 @@ profile of ``run_all.sh --help`` starts its first notebook.
 
 Time (2-core machine, quiet): the file checks ~2 s; ``test_every_profile_starts_its_first_notebook`` ~2-3 min in all
 (default: notebook 00 in full, ~40 s; each paper profile: notebook 00 starts and stops at the missing real
-embeddings, ~15 s; each rehearsal profile: tiny rehearsal caches (HUBNORM_REHEARSAL_SCALE=0.02) written, then
-notebook 00 in full on them with the paper parameters, ~40 s).
+embeddings, ~15 s; each rehearsal profile: tiny rehearsal caches (HUBNORM_REHEARSAL_SCALE=0.02) written by the first
+of the two, then notebook 00 in full on them with the paper parameters, ~40 s).
 """
 
 import ast
@@ -148,14 +148,23 @@ def _run_all(*args, env, timeout=600):
                           env={**os.environ, "HUBNORM_PROGRESS": "0", **env}, timeout=timeout)
 
 
+@pytest.fixture(scope="module")
+def rehearsal_cache(tmp_path_factory):
+    """One cache root for both rehearsal profiles: each needs the same two tiny rehearsal caches (paper-coco and
+    paper-flickr30k at scale 0.02); the first profile's run writes them, the second finds and verifies them."""
+    return tmp_path_factory.mktemp("rehearsal-cache")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("profile", _help_profiles())
-def test_every_profile_starts_its_first_notebook(profile, tmp_path):
+def test_every_profile_starts_its_first_notebook(profile, tmp_path, rehearsal_cache):
     """run_all.sh --profile P --max-notebooks 1: the first notebook really starts with the profile's parameters. The
     paper profiles have no real embeddings here (an empty cache root): notebook 00 starts and stops at the loader's
-    error, which names the commands that make them. The rehearsal profiles write tiny rehearsal caches first."""
+    error, which names the commands that make them. The rehearsal profiles write tiny rehearsal caches first (into
+    a cache root the two share: written once)."""
     first = NOTEBOOKS[0]
-    env = {"HUBNORM_RESULTS": str(tmp_path / "results"), "HUBNORM_CACHE": str(tmp_path / "cache"),
+    cache = rehearsal_cache if profile.startswith("rehearse-") else tmp_path / "cache"
+    env = {"HUBNORM_RESULTS": str(tmp_path / "results"), "HUBNORM_CACHE": str(cache),
            "HUBNORM_REHEARSAL_SCALE": "0.02"}
     r = _run_all("--profile", profile, "--max-notebooks", "1", "--quiet", env=env)
     out = r.stdout + r.stderr

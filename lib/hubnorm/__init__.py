@@ -10,30 +10,68 @@ Data flow: load -> encode/cache -> scores -> normalize -> evaluate -> plot.
 >>> hn.grid_search("nnn", val_task)       # NNN App. B selection: the one public way to choose parameters
 """
 
-from ._validation import as_embeddings, l2_normalize
+import importlib as _importlib
+import sys as _sys
+import types as _types
+
 from ._version import __version__
-from .evaluation import (
-    bootstrap_ci, evaluate, mean_rank, median_rank, ndcg_at_k, positive_ranks, recall_at_k, summarize_ranks,
-)
-from .hubness import hubness, hubness_stats, k_occurrence
-from .normalizers import *  # noqa: F401,F403
-from .normalizers import __all__ as _normalizer_names
-from .registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
-from .retrieval import DIRECTIONS, Positives, RetrievalTask, build_tasks
-from .scores import ScoreTask, matrices_from_embeddings
-from .selection import PAPER_GRIDS, SelectionResult, grid_search, holdout_split
 
-__all__ = list(_normalizer_names) + [
-    "as_embeddings", "l2_normalize", "bootstrap_ci", "evaluate", "mean_rank", "median_rank", "ndcg_at_k",
-    "positive_ranks", "recall_at_k", "summarize_ranks", "hubness", "hubness_stats", "k_occurrence",
-    "DISPLAY_NAMES", "NORMALIZERS", "make_normalizer", "DIRECTIONS", "Positives", "RetrievalTask", "build_tasks",
-    "PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split", "ScoreTask", "matrices_from_embeddings",
-]
+#: Every public name of ``import hubnorm`` and the module that defines it, loaded on first use (PEP 562):
+#: ``import hubnorm`` itself is cheap, so the command-line tools (run_all.sh's runner, ``python -m hubnorm.data``)
+#: start without torch; ``hn.<name>`` and ``from hubnorm import <name>`` work as they always did, and so does
+#: ``hn.<module>`` (``hn.geometry``, ``hn.sweeps``: the module, imported on first use).
+_EXPORTS = {
+    **dict.fromkeys(["as_embeddings", "l2_normalize"], "_validation"),
+    **dict.fromkeys(["bootstrap_ci", "evaluate", "mean_rank", "median_rank", "ndcg_at_k", "positive_ranks",
+                     "recall_at_k", "summarize_ranks"], "evaluation"),
+    **dict.fromkeys(["hubness", "hubness_stats", "k_occurrence"], "hubness"),
+    **dict.fromkeys(["Normalizer", "NotFittedError", "Identity", "NearestNeighborNormalization",
+                     "DistributionNormalization", "InvertedSoftmax", "DynamicInvertedSoftmax",
+                     "CrossDomainSimilarityLocalScaling", "DualInvertedSoftmax", "DualDynamicInvertedSoftmax",
+                     "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials"],
+                    "normalizers"),   # hubnorm.normalizers.__all__ (tests/test_packaging.py keeps them equal)
+    **dict.fromkeys(["DISPLAY_NAMES", "NORMALIZERS", "make_normalizer"], "registry"),
+    **dict.fromkeys(["DIRECTIONS", "Positives", "RetrievalTask", "build_tasks"], "retrieval"),
+    **dict.fromkeys(["ScoreTask", "matrices_from_embeddings"], "scores"),
+    **dict.fromkeys(["PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split"], "selection"),
+    **dict.fromkeys(["EmbeddingDataset", "EmbeddingSplit"], "embeddings"),
+    "load_embeddings": "datasets",
+}
+__all__ = list(_EXPORTS)
 
-from .datasets import load_embeddings  # noqa: E402
-from .embeddings import EmbeddingDataset, EmbeddingSplit  # noqa: E402
 
-__all__ += ["EmbeddingDataset", "EmbeddingSplit", "load_embeddings"]
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _EXPORTS:
+        value = getattr(_importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    else:
+        try:
+            value = _importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(_types.ModuleType):
+    """Keeps a public function named like its own submodule ("hubness") bound to the function, as the eager
+    ``from .x import x`` did: the import system's binding of the submodule to the package is not stored."""
+
+    def __setattr__(self, name, value):
+        if name in ("hubness",) and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
+
 # Modules imported by name:
 #   hubnorm.geometry, hubnorm.sweeps, hubnorm.label_free, hubnorm.forensics, hubnorm.adversarial, hubnorm.media;
 #   hubnorm.synthetic: the seeded generator; optional dependencies: hubnorm.index (faiss), hubnorm.data (open_clip,

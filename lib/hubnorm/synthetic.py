@@ -72,11 +72,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 import numpy as np
 
-from .embeddings import EmbeddingDataset, EmbeddingSplit
+if TYPE_CHECKING:   # imported where the containers are built: the presets load without torch (run_all.sh's runner)
+    from .embeddings import EmbeddingDataset, EmbeddingSplit
 
 __all__ = [
     "GeneratorConfig", "PRESETS", "MODELS", "make_dataset", "generate_split", "iter_split_chunks",
@@ -422,6 +423,8 @@ def generate_split(cfg: GeneratorConfig, split: str, n_images: int, *, seed: int
         topics[i0:i1], latent[i0:i1], generic[i0:i1] = t, z, g
     c2i = np.repeat(np.arange(n_images, dtype=np.int64), c)
     extras = {"topic": topics, "latent": latent, "genericity": generic, "caption_topic": topics[c2i]}
+    from .embeddings import EmbeddingSplit
+
     return EmbeddingSplit(images=images, captions=captions, caption_to_image=c2i, extras=extras)
 
 
@@ -481,6 +484,8 @@ def make_dataset(preset: str = "coco", *, seed: int = 0, n_train_images: Optiona
     meta = {"synthetic": True, "preset": preset, "seed": int(seed), "config": cfg.to_dict(),
             "description": f"synthetic embeddings (preset {preset!r}, calibrated to zero-shot CLIP ViT-B/32); "
                            "not real data"}
+    from .embeddings import EmbeddingDataset
+
     return EmbeddingDataset(name=f"synthetic-{preset}", source="synthetic", splits=splits, meta=meta)
 
 

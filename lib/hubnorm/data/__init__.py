@@ -20,32 +20,52 @@ leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the co
 ``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """
 
-from .annotations import (
-    CaptionSplit, candidate_annotation_files, load_captions, read_albef_json, read_annotations,
-    read_clip_benchmark_txt, read_coco_captions_json, read_flickr8k_token, read_karpathy_json,
-    read_karpathy_test_val,
-)
-from .cache import CacheError, entry_dir, library_versions, make_key, read_entry, write_entry
-from .fetch import DownloadError, ManualDownloadRequired, fetch, retrieve
-from .local import load_local_embeddings
-from .models import PUBLISHED_MODELS, published_model_name
-from .paths import annotations_dir, cache_root, data_root, images_dir
-from .pipeline import (
-    CacheWarning, encode_command, encode_dataset, encode_split, load_cached_embeddings, parse_cache_spec,
-    verify_split,
-)
-from .registry import DATASETS, RESOURCES, SPLITS, check_split, dataset_info, list_datasets
+import importlib as _importlib
+import sys as _sys
+import types as _types
+
+#: Every public name and the module that defines it, loaded on first use (PEP 562): ``import hubnorm.data`` (and
+#: run_all.sh's runner, which reads the rehearsal sizes through it) starts without torch, and the encoders' open_clip
+#: / transformers load only when an encoder is asked for.
+_EXPORTS = {
+    **dict.fromkeys(["CaptionSplit", "candidate_annotation_files", "load_captions", "read_albef_json",
+                     "read_annotations", "read_clip_benchmark_txt", "read_coco_captions_json", "read_flickr8k_token",
+                     "read_karpathy_json", "read_karpathy_test_val"], "annotations"),
+    **dict.fromkeys(["CacheError", "entry_dir", "library_versions", "make_key", "read_entry", "write_entry"], "cache"),
+    **dict.fromkeys(["DownloadError", "ManualDownloadRequired", "fetch", "retrieve"], "fetch"),
+    "load_local_embeddings": "local",
+    **dict.fromkeys(["PUBLISHED_MODELS", "published_model_name"], "models"),
+    **dict.fromkeys(["annotations_dir", "cache_root", "data_root", "images_dir"], "paths"),
+    **dict.fromkeys(["CacheWarning", "encode_command", "encode_dataset", "encode_split", "load_cached_embeddings",
+                     "parse_cache_spec", "verify_split"], "pipeline"),
+    **dict.fromkeys(["DATASETS", "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets"], "registry"),
+    **dict.fromkeys(["Encoder", "OpenClipEncoder", "BlipItcEncoder", "SentenceEncoder", "get_encoder", "infer_family",
+                     "ENCODER_FAMILIES"], "encoders"),
+    **dict.fromkeys(["rehearse", "PROFILES"], "rehearse"),
+}
 
 
-def __getattr__(name):  # the encoders import torch-heavy open_clip / transformers lazily
-    if name in ("Encoder", "OpenClipEncoder", "BlipItcEncoder", "SentenceEncoder", "get_encoder", "infer_family",
-                "ENCODER_FAMILIES"):
-        from . import encoders
-        return getattr(encoders, name)
-    if name in ("rehearse", "PROFILES"):
-        from . import rehearse as _rehearse
-        return getattr(_rehearse, name)
-    raise AttributeError(name)
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(_importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(_types.ModuleType):
+    """Keeps a public function named like its own submodule ("fetch") bound to the function, as the eager
+    ``from .x import x`` did: the import system's binding of the submodule to the package is not stored."""
+
+    def __setattr__(self, name, value):
+        if name in ("fetch",) and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 __all__ = [
