@@ -10,6 +10,8 @@ for f in bench_nnn_memory.py bench_cross_encoder.py; do [ -f "$f" ] && $PY "$f";
 $PY bench_sweeps.py
 $PY bench_faiss_nnn.py
 $PY bench_sinkhorn.py
+# float64 SN in memory: kernel-domain vs log-domain iterations, and POT
+$PY bench_sinkhorn64.py
 # float32 vs float64: every table of notebooks 04 and 05 compared at the printed precision
 $PY bench_float32.py
 # Dask backend (needs the distributed extra): 1 vs 2 workers on a 1.6 GB sharded bank

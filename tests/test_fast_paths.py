@@ -498,6 +498,25 @@ def test_float64_sinkhorn_takes_the_log_domain_where_the_kernel_does_not_apply(s
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2] == b[2] == 3
 
 
+@pytest.mark.parametrize("tau,n_iter,tol", [(0.01, 10, None), (0.005, 400, 1e-9)])
+def test_kernel_iterations_numpy_and_torch_namespaces_agree(sinkhorn_problem, monkeypatch, tau, n_iter, tol):
+    """The seam of the kernel-domain loop: numpy on the CPU (the default there), torch on a torch device (forced
+    here on the CPU): potentials within 1e-12, the same iterations run, torch tensors out of both; on CUDA too when
+    present."""
+    from hubnorm.normalizers import sinkhorn as sk
+    bank, targets = (torch.from_numpy(x).double() for x in sinkhorn_problem)
+    assert sk._kernel_namespace("cpu") is np
+    f_np, g_np, it_np = sinkhorn_potentials(bank, targets, tau, n_iter, tol)
+    monkeypatch.setattr(sk, "_kernel_namespace", lambda device: torch)
+    f_t, g_t, it_t = sinkhorn_potentials(bank, targets, tau, n_iter, tol)
+    assert isinstance(g_np, torch.Tensor) and isinstance(f_np, torch.Tensor) and it_np == it_t
+    assert (g_np - g_t).abs().max() < 1e-12 and (f_np - f_t).abs().max() < 1e-12
+    if torch.cuda.is_available():    # pragma: no cover - needs a GPU
+        monkeypatch.undo()
+        f_c, g_c, it_c = sinkhorn_potentials(bank.cuda(), targets.cuda(), tau, n_iter, tol)
+        assert it_c == it_np and (g_c.cpu() - g_np).abs().max() < 1e-12
+
+
 def test_sinkhorn_block_pass_is_checked(sinkhorn_problem):
     bank, targets = (torch.from_numpy(x) for x in sinkhorn_problem)
     with pytest.raises(ValueError, match="block_pass must be one of"):

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Tuple
 
+import numpy as np
 import torch
 
 from ..blocks import Inputs, Iteration, LogSumExp, Param, Reduction, Scores
@@ -260,10 +261,11 @@ def _kernel_iterations(blocks, tau, n_iter, tol, callback, tick, *, in_place=Fal
     / tau <= _KERNEL_MAX_RANGE``, checked by the caller): ``K`` lies in ``[exp(-R), 1]`` with a 1 in every row, and
     the spread of ``g / tau`` over the columns is at most ``R`` (two columns' log-sum-exps differ by at most the
     largest difference of their scores), so ``v`` lies in ``[exp(-R), 1]``, ``K v`` in ``[exp(-R), n]``, ``w`` in
-    ``[1/n, exp(R)]`` and ``K^T w`` in ``[exp(-R) / n, m exp(R)]``: no sum under- or overflows. Returns ``(f, g, iterations run, stopped)``; ``stopped`` is
-    False when an iteration gave a non-finite potential (never seen; the caller then continues in the log domain
-    from the returned ``g``, the last finite one). ``in_place``: ``blocks`` (a list, emptied here) may be
-    overwritten by the kernel, so that the score matrix is held once."""
+    ``[1/n, exp(R)]`` and ``K^T w`` in ``[exp(-R) / n, m exp(R)]``: no sum under- or overflows. Returns ``(f, g,
+    iterations run, stopped)`` as torch tensors (the loop itself runs on :func:`_kernel_namespace`'s arrays);
+    ``stopped`` is False when an iteration gave a non-finite potential (never seen; the caller then continues in
+    the log domain from the returned ``g``, the last finite one). ``in_place``: ``blocks`` (a list, emptied here)
+    may be overwritten by the kernel, so that the score matrix is held once."""
     m, n, dev = sum(b.shape[0] for b in blocks), blocks[0].shape[1], blocks[0].device
     log_a, log_b = math.log(1.0 / m), math.log(1.0 / n)
     kern, r_tau = [], []
@@ -273,37 +275,47 @@ def _kernel_iterations(blocks, tau, n_iter, tol, callback, tick, *, in_place=Fal
         kern.append((s.sub_(r[:, None]) if in_place else torch.sub(s, r[:, None])).div_(tau).exp_())
         r_tau.append(r / tau)
     r_tau = torch.cat(r_tau)
-    g = torch.zeros(n, dtype=torch.float64, device=dev)
-    f = torch.zeros(m, dtype=torch.float64, device=dev)
-    kv = torch.empty(m, dtype=torch.float64, device=dev)
+    xp = _kernel_namespace(dev)
+    if xp is np:        # zero-copy views: the loop below then runs on numpy arrays only
+        kern, r_tau = [k.numpy() for k in kern], r_tau.numpy()
+    as_torch = torch.from_numpy if xp is np else (lambda x: x)
+    g = xp.zeros(n, dtype=r_tau.dtype) if xp is np else torch.zeros(n, dtype=torch.float64, device=dev)
+    f = xp.zeros(m, dtype=r_tau.dtype) if xp is np else torch.zeros(m, dtype=torch.float64, device=dev)
     done = 0
-    for _ in range(n_iter):
-        g_tau = g / tau
-        c = float(g_tau.max())
-        v = g_tau.sub_(c).exp_()
-        r0 = 0
-        for k in kern:
-            torch.mv(k, v, out=kv[r0:r0 + k.shape[0]])
-            r0 += k.shape[0]
-        w = kv.reciprocal()
-        kw, r0 = None, 0
-        for k in kern:
-            part = torch.mv(k.T, w[r0:r0 + k.shape[0]])
-            kw = part if kw is None else kw.add_(part)
-            r0 += k.shape[0]
-        f_new = tau * (log_a - c) - tau * (r_tau + kv.log_())
-        g_new = tau * (log_b - log_a + c) - tau * kw.log_()
-        if not (bool(torch.isfinite(g_new).all()) and bool(torch.isfinite(f_new).all())):
-            return f, g, done, False
-        tick()
-        done += 1
-        delta = float((g_new - g).abs().max())
-        f, g = f_new, g_new
-        if callback is not None and callback(done, g):
-            break
-        if tol is not None and delta < tol:
-            break
-    return f, g, done, True
+    with np.errstate(all="ignore"):     # a non-finite potential is detected below, not warned about
+        for _ in range(n_iter):
+            g_tau = g / tau
+            c = float(g_tau.max())
+            v = xp.exp(g_tau - c)
+            kv = xp.concatenate([k @ v for k in kern])
+            w = 1.0 / kv
+            kw, r0 = None, 0
+            for k in kern:
+                part = w[r0:r0 + k.shape[0]] @ k
+                kw = part if kw is None else kw + part
+                r0 += k.shape[0]
+            f_new = tau * (log_a - c) - tau * (r_tau + xp.log(kv))
+            g_new = tau * (log_b - log_a + c) - tau * xp.log(kw)
+            if not (bool(xp.isfinite(g_new).all()) and bool(xp.isfinite(f_new).all())):
+                return as_torch(f), as_torch(g), done, False
+            tick()
+            done += 1
+            delta = float(xp.abs(g_new - g).max())
+            f, g = f_new, g_new
+            if callback is not None and callback(done, as_torch(g)):
+                break
+            if tol is not None and delta < tol:
+                break
+    return as_torch(f), as_torch(g), done, True
+
+
+def _kernel_namespace(device):
+    """The array library of :func:`_kernel_iterations`' loop (a named seam, tested equal both ways in
+    ``tests/test_fast_paths.py``): numpy on the CPU, torch on a torch device. Its work per iteration is two
+    matrix-vector products and a few vector operations; on the CPU numpy's OpenBLAS ``gemv`` is 1.4-2x faster than
+    ``torch.mv`` on the same matrix, and a loop that alternates the two libraries' thread pools is slower than
+    either alone (both spin-wait on the same cores): `benchmarks/reports/sinkhorn64.md`."""
+    return np if torch.device(device).type == "cpu" else torch
 
 
 def _shared_shift_rows(x, s, g_tau, g_c, c, tau):
