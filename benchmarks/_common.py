@@ -81,6 +81,20 @@ class Timer:
         self.seconds = time.perf_counter() - self.t0
 
 
+def dense_sinkhorn64(S, tau, n_iter):
+    """Column potentials g of Alg. A1 after ``n_iter`` log-domain iterations from g = 0, dense float64 (scipy): the
+    benchmarks' reference for SN offsets."""
+    import numpy as np
+    from scipy.special import logsumexp
+    S = np.asarray(S, dtype=np.float64)
+    m, n = S.shape
+    g = np.zeros(n)
+    for _ in range(n_iter):
+        f = tau * np.log(1 / m) - tau * logsumexp((S + g) / tau, axis=1)
+        g = tau * np.log(1 / n) - tau * logsumexp((S + f[:, None]) / tau, axis=0)
+    return g
+
+
 def write_report(name: str, title: str, intro: str, rows, notes=(), out_dir=None):
     """``reports/<name>.md`` (intro, table, notes) and ``reports/<name>.csv`` from a list of dicts
     (``out_dir`` instead of benchmarks/reports when given)."""

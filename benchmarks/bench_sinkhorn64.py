@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 import torch
-from _common import write_report
+from _common import dense_sinkhorn64, write_report
 
 from hubnorm.normalizers import sinkhorn as sk
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
@@ -40,16 +40,6 @@ from hubnorm.synthetic import make_dataset
 ROUNDS = int(os.environ.get("HUBNORM_BENCH_ROUNDS", "3"))
 KERNEL = "hubnorm float64, kernel domain (default pass)"
 LOG_POT = "POT ot.sinkhorn float64 (method='sinkhorn_log'), transposed"
-
-
-def dense64(S, tau, n_iter):
-    from scipy.special import logsumexp
-    m, n = S.shape
-    g = np.zeros(n)
-    for _ in range(n_iter):
-        f = tau * np.log(1 / m) - tau * logsumexp((S + g) / tau, axis=1)
-        g = tau * np.log(1 / n) - tau * logsumexp((S + f[:, None]) / tau, axis=0)
-    return g
 
 
 def with_torch_loop(fn):
@@ -112,7 +102,7 @@ def main():
     rows, notes = [], []
     for tau in (0.01, 0.005):
         for T in (10, 300):
-            g_ref = dense64(S, tau, T)
+            g_ref = dense_sinkhorn64(S, tau, T)
             peers = {
                 KERNEL:
                     lambda: sinkhorn_potentials(bank, targets, tau, T)[1].numpy(),

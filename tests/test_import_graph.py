@@ -141,7 +141,7 @@ def _strict_graph() -> dict:
 
 #: Layers, lowest first: a module may import modules of its own layer or of a lower one (fnmatch patterns).
 LAYERS = [
-    ("leaves", ["hubnorm._version", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels"]),
+    ("leaves", ["hubnorm._version", "hubnorm._lazy", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels"]),
     ("containers, the block protocol and its engines",
      ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
       "hubnorm.engine", "hubnorm.distributed"]),

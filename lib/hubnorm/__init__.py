@@ -10,10 +10,7 @@ Data flow: load -> encode/cache -> scores -> normalize -> evaluate -> plot.
 >>> hn.grid_search("nnn", val_task)       # NNN App. B selection: the one public way to choose parameters
 """
 
-import importlib as _importlib
-import sys as _sys
-import types as _types
-
+from . import _lazy
 from ._version import __version__
 
 #: Every public name of ``import hubnorm`` and the module that defines it, loaded on first use (PEP 562):
@@ -40,37 +37,9 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name in _EXPORTS:
-        value = getattr(_importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    else:
-        try:
-            value = _importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as err:
-            if err.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
-
-
-class _Package(_types.ModuleType):
-    """Keeps a public function named like its own submodule ("hubness") bound to the function, as the eager
-    ``from .x import x`` did: the import system's binding of the submodule to the package is not stored."""
-
-    def __setattr__(self, name, value):
-        if name in ("hubness",) and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
+__getattr__ = _lazy.export_getattr(__name__, _EXPORTS, submodules=True)
+__dir__ = _lazy.export_dir(__name__, __all__)
+_lazy.keep_functions(__name__, ["hubness"])
 
 # Modules imported by name:
 #   hubnorm.geometry, hubnorm.sweeps, hubnorm.label_free, hubnorm.forensics, hubnorm.adversarial, hubnorm.media;

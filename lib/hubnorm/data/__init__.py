@@ -20,9 +20,7 @@ leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the co
 ``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """
 
-import importlib as _importlib
-import sys as _sys
-import types as _types
+from .. import _lazy
 
 #: Every public name and the module that defines it, loaded on first use (PEP 562): ``import hubnorm.data`` (and
 #: run_all.sh's runner, which reads the rehearsal sizes through it) starts without torch, and the encoders' open_clip
@@ -45,27 +43,8 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(_importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
-
-
-class _Package(_types.ModuleType):
-    """Keeps a public function named like its own submodule ("fetch") bound to the function, as the eager
-    ``from .x import x`` did: the import system's binding of the submodule to the package is not stored."""
-
-    def __setattr__(self, name, value):
-        if name in ("fetch",) and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
+__getattr__ = _lazy.export_getattr(__name__, _EXPORTS)
+_lazy.keep_functions(__name__, ["fetch"])
 
 
 __all__ = [
@@ -80,3 +59,4 @@ __all__ = [
     "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
     "PROFILES",
 ]
+__dir__ = _lazy.export_dir(__name__, __all__)
