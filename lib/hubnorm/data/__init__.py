@@ -20,7 +20,9 @@ leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the co
 ``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """
 
-from .. import _lazy
+from .._lazy import export_dir as _export_dir
+from .._lazy import export_getattr as _export_getattr
+from .._lazy import keep_functions as _keep_functions
 
 #: Every public name and the module that defines it, loaded on first use (PEP 562): ``import hubnorm.data`` (and
 #: run_all.sh's runner, which reads the rehearsal sizes through it) starts without torch, and the encoders' open_clip
@@ -43,8 +45,8 @@ _EXPORTS = {
 }
 
 
-__getattr__ = _lazy.export_getattr(__name__, _EXPORTS)
-_lazy.keep_functions(__name__, ["fetch"])
+__getattr__ = _export_getattr(__name__, _EXPORTS)
+_keep_functions(__name__, ["fetch"])
 
 
 __all__ = [
@@ -59,4 +61,4 @@ __all__ = [
     "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
     "PROFILES",
 ]
-__dir__ = _lazy.export_dir(__name__, __all__)
+__dir__ = _export_dir(__name__, __all__)
