@@ -140,7 +140,7 @@ def _check_ranks(ranks) -> np.ndarray:
 
 def summarize_ranks(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
     """``{"R@1": ..., "R@5": ..., "R@10": ..., "MdR": ..., "MnR": ...}``."""
-    return summarize_rank_rows(_check_ranks(ranks)[None, :], ks)[0]
+    return _summaries(_check_ranks(ranks)[None, :], ks)[0]
 
 
 def summarize_rank_rows(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> List[Dict[str, float]]:
@@ -153,6 +153,11 @@ def summarize_rank_rows(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> Li
         raise ValueError(f"ranks must be a (settings, queries) array with at least one query; got shape {ranks.shape}")
     if ranks.shape[0]:
         _check_ranks(ranks.reshape(-1))
+    return _summaries(ranks, ks)
+
+
+def _summaries(ranks: np.ndarray, ks: Sequence[int]) -> List[Dict[str, float]]:
+    """The body of :func:`summarize_rank_rows` on a checked 2-D array of ranks."""
     ks = [check_positive_int(k, "k") for k in ks]
     m = ranks.shape[1]
     recall = {k: 100.0 * (np.count_nonzero(ranks < k, axis=1) / m) for k in ks}

@@ -279,8 +279,8 @@ def _kernel_iterations(blocks, tau, n_iter, tol, callback, tick, *, in_place=Fal
     if xp is np:        # zero-copy views: the loop below then runs on numpy arrays only
         kern, r_tau = [k.numpy() for k in kern], r_tau.numpy()
     as_torch = torch.from_numpy if xp is np else (lambda x: x)
-    g = xp.zeros(n, dtype=r_tau.dtype) if xp is np else torch.zeros(n, dtype=torch.float64, device=dev)
-    f = xp.zeros(m, dtype=r_tau.dtype) if xp is np else torch.zeros(m, dtype=torch.float64, device=dev)
+    zeros = np.zeros if xp is np else (lambda size: torch.zeros(size, dtype=torch.float64, device=dev))
+    f, g = zeros(m), zeros(n)
     done = 0
     with np.errstate(all="ignore"):     # a non-finite potential is detected below, not warned about
         for _ in range(n_iter):
