@@ -40,6 +40,19 @@ def environment() -> str:
             f"({START_TIME}): {START_LOAD}")
 
 
+#: Idle time before a timed peer (:func:`settle`): OpenBLAS's worker threads (numpy's BLAS, faiss's) keep
+#: spin-waiting for 0.05-0.1 s after a call, and a torch peer timed inside that window competes with them for the
+#: cores (measured here: a torch float64 GEMM of 0.11 s took 0.16 s right after numpy gemv calls, 0.11 s after
+#: 0.1 s or more of idle time).
+SETTLE_SECONDS = 0.3
+
+
+def settle():
+    """Sleep :data:`SETTLE_SECONDS` (untimed), so that a peer's timing does not inherit the previous peer's
+    spinning BLAS threads."""
+    time.sleep(SETTLE_SECONDS)
+
+
 def ivfpq_refine_index(x, nlist: int, pq: str = "PQ64x4fs", seed: int = 0):
     """faiss ``IVF<nlist>,<pq>`` (inner product) trained on a seeded sample of at most ``32 * nlist`` rows of ``x``
     (10 k-means iterations), wrapped in ``IndexRefineFlat`` (a float32 copy of ``x`` for the exact re-rank) and

@@ -19,6 +19,9 @@ Peers, alternating in every round (ROUNDS rounds, fastest and median of each):
   Each POT call forms its cost matrix ``-S`` (one GEMM, as hubnorm's call does from the embeddings), inside its
   timing. POT's log-domain solver (an order of magnitude slower per iteration) is timed at T = 10 only.
 
+Every timed peer starts after 0.3 s of idle time (``_common.settle``): OpenBLAS's threads spin-wait for a while
+after a call, and a torch peer timed right after a numpy one would compete with them.
+
 Agreement: the largest absolute difference of the offsets from a dense float64 log-domain Sinkhorn (scipy) of the
 same T. Then the products alone: numpy's ``@`` (OpenBLAS gemv) against ``torch.mv``, both directions, float64 at
 this problem's shape and float32 at the sweeps' kept-block shape.
@@ -31,7 +34,7 @@ import time
 
 import numpy as np
 import torch
-from _common import dense_sinkhorn64, write_report
+from _common import dense_sinkhorn64, settle, write_report
 
 from hubnorm.normalizers import sinkhorn as sk
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
@@ -70,6 +73,7 @@ def matvec_rows():
             times = {k: [] for k in peers}
             for r in range(ROUNDS * 3):
                 for name in (list(peers) if r % 2 == 0 else list(reversed(peers))):
+                    settle()
                     peers[name]()
                     t0 = time.perf_counter()
                     for _ in range(reps):
@@ -125,6 +129,7 @@ def main():
             for r in range(ROUNDS):
                 order = list(peers) if r % 2 == 0 else list(reversed(peers))
                 for name in order:
+                    settle()
                     t0 = time.perf_counter()
                     out[name] = np.asarray(peers[name]())
                     times[name].append(time.perf_counter() - t0)

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, exp_floor, load_average, write_report
+from _common import Timer, exp_floor, load_average, settle, write_report
 
 import hubnorm as hn
 from hubnorm.kernels import topk_similarity
@@ -122,7 +122,7 @@ def main():
         note(("is", "exp floor"), timed(lambda: exp_floor(n_kept_is))[0])
         note(("sn", "per tau"), timed(lambda: sinkhorn_potentials(qb, t, 0.01, 10, shared_blocks=kept_sn))[0])
         note(("sn", "pass"), timed(one_pass_blas)[0])
-        time.sleep(0.5)   # OpenBLAS's threads spin-wait a while after a call: let them idle before torch's work
+        settle()   # OpenBLAS's threads spin-wait a while after a call: let them idle before torch's work
         note(("sn", "pass"), timed(one_pass)[0])
         note(("sn", "exp floor"), timed(lambda: exp_floor(n_kept_sn))[0])
         for method in tau_methods:

@@ -312,7 +312,7 @@ def _kernel_iterations(blocks, tau, n_iter, tol, callback, tick, *, in_place=Fal
 def _kernel_namespace(device):
     """The array library of :func:`_kernel_iterations`' loop (a named seam, tested equal both ways in
     ``tests/test_fast_paths.py``): numpy on the CPU, torch on a torch device. Its work per iteration is two
-    matrix-vector products and a few vector operations; on the CPU numpy's OpenBLAS ``gemv`` is 1.4-2x faster than
+    matrix-vector products and a few vector operations; on the CPU numpy's OpenBLAS ``gemv`` is 1.4-2.4x faster than
     ``torch.mv`` on the same matrix, and a loop that alternates the two libraries' thread pools is slower than
     either alone (both spin-wait on the same cores): `benchmarks/reports/sinkhorn64.md`."""
     return np if torch.device(device).type == "cpu" else torch
