@@ -5,20 +5,20 @@ of the 145,000 training captions (29,000), the target bank the 29,000 training i
 every one-pass sweep within 1.5x of one evaluation of that method (fit + evaluate, as grid_search does per point),
 with tables identical to the reference loop (R@1/5/10, MdR and MnR of every point).
 
-One process; each round times one evaluation and the sweep one after the other, the first REFERENCE_ROUNDS also
-the reference loop (ROUNDS alternating rounds). The tables give the fastest round of each and, for the ratios,
-also the median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's
-shared pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest k and the
-ranking of all points (hubnorm.sweeps.offset_sweep_ranks). The per-temperature work that every tau of an IS / SN
-sweep repeats is timed alone too: IS's log-mean-exp of one tau over the kept similarity blocks
+One process; each round times one evaluation and the sweep one after the other, the first REFERENCE_ROUNDS also the
+reference loop (ROUNDS alternating rounds). The tables give the fastest round of each and, for the ratios, also the
+median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's shared
+pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest
+k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks). The per-temperature work that every tau of an
+IS / SN sweep repeats is timed alone too: IS's log-mean-exp of one tau over the kept similarity blocks
 (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn iterations of one tau over kept blocks
 (sinkhorn_potentials with shared blocks). For SN the memory floor of an iteration is timed too: one matrix-vector
-product over the kept float32 blocks, the faster of ``torch.mv`` and numpy's OpenBLAS gemv
-(numpy's ``@``) in each round (every iteration reads every kept entry at least once), and the kernel floor of a
-tau: one ``torch.exp`` of every kept score (a Sinkhorn iteration that costs only a matrix-vector product works on
-the kernel exp(S / tau), which a new tau changes in every entry). One evaluation less its own iterations, plus each
-tau at those two floors, bounds what any Sinkhorn kernel could make of a tau sweep; for IS the floor of a further tau is timed too: one ``torch.exp`` of every
-kept score (in cache-sized tiles), which any log-sum-exp of a new tau computes at least.
+product over the kept float32 blocks, the faster of ``torch.mv`` and numpy's OpenBLAS gemv (numpy's ``@``) in each
+round (every iteration reads every kept entry at least once), and the kernel floor of a tau: one ``torch.exp`` of
+every kept score (a Sinkhorn iteration that costs only a matrix-vector product works on the kernel exp(S / tau),
+which a new tau changes in every entry). One evaluation less its own iterations, plus each tau at those two floors,
+bounds what any Sinkhorn kernel could make of a tau sweep; for IS the floor of a further tau is timed too: one
+``torch.exp`` of every kept score (in cache-sized tiles), which any log-sum-exp of a new tau computes at least.
 
 Run: flock /tmp/hubnorm-bench.lock .venv/bin/python benchmarks/bench_sweeps.py
 """
@@ -195,9 +195,9 @@ def main():
             rows.append({"run": f"  kernel floor per tau: one torch.exp of every kept score ({n_kept_sn:,}, in-cache "
                                 f"tiles): a new tau's kernel exp(S / tau) differs in every entry",
                          "seconds": kernel, "x one evaluation": kernel / t1})
-            rows.append({"run": f"  memory-only bound (iterations at the memory floor, no kernel): (one evaluation less "
-                                f"its own iterations, + {len(taus)} x the memory floor) / (the same + 1 x the memory "
-                                f"floor); not attainable (see the kernel floor)",
+            rows.append({"run": f"  memory-only bound (iterations at the memory floor, no kernel): (one evaluation "
+                                f"less its own iterations, + {len(taus)} x the memory floor) / (the same + 1 x the "
+                                f"memory floor); not attainable (see the kernel floor)",
                          "x one evaluation": (rest + len(taus) * passes) / (rest + passes)})
             rows.append({"run": f"  bound: every tau at the kernel floor + the memory floor, the sweep's other work "
                                 f"no more than one evaluation's: (one evaluation less its own iterations, + "
