@@ -4,7 +4,8 @@ offset_sweep_ranks counts each setting only on candidate targets found at the tw
 alpha at a fixed k); these tests prove the ranks equal to hubnorm.positive_ranks of the dense S + h for every
 setting: ties (duplicated targets, dyadic scores and offsets that tie exactly), alpha grids that are unsorted or
 contain 0 or a negative value, one and five captions per image, t2i and i2t, k clamped to a small bank, a grouping
-that is not a line (the bound widens by the measured residual), and grid_search's tables (sweep = reference).
+that is not a line (the bound widens by the measured residual), and grid_search's tables (sweep = reference); the
+first two on both sides of the counting seam (numpy on the CPU, the torch loop of a torch device).
 """
 
 import itertools
@@ -48,9 +49,20 @@ def _task(seed, n_img, per, direction, d=128, dup=0, bank=300):
 ALPHAS = [1.5, 0.0, 0.25, 1.0, -0.5, 0.75]  # unsorted, with 0 and a negative value
 
 
+@pytest.fixture(params=["cpu side (numpy)", "device side (torch)"])
+def counts_namespace(request, monkeypatch):
+    """Both sides of the per-position counting seam (hubnorm.sweeps._counts_namespace): numpy on the CPU, and the
+    torch loop a torch device runs, forced here on CPU tensors."""
+    import hubnorm.sweeps as sw
+    assert sw._counts_namespace("cpu") is np
+    if request.param == "device side (torch)":
+        monkeypatch.setattr(sw, "_counts_namespace", lambda device: torch)
+    return request.param
+
+
 @pytest.mark.parametrize("direction", ["t2i", "i2t"])
 @pytest.mark.parametrize("per", [1, 5])
-def test_line_ranks_equal_dense_ranks(direction, per):
+def test_line_ranks_equal_dense_ranks(direction, per, counts_namespace):
     task = _task(1, 60, per, direction, dup=6)
     points = [{"alpha": a, "k": k} for k, a in itertools.product([1, 3, 16, 128], ALPHAS)]
     H = _nnn_offsets(task, points)
@@ -61,7 +73,7 @@ def test_line_ranks_equal_dense_ranks(direction, per):
     np.testing.assert_array_equal(offset_sweep_ranks(task, H), _dense_ranks(task, H))
 
 
-def test_line_ranks_under_exact_ties():
+def test_line_ranks_under_exact_ties(counts_namespace):
     """Dyadic embeddings and offsets: every score S + h is exact, so targets tie with the positive and with each
     other at many settings; the evaluator's rule (ties go to the lower target index) must hold everywhere."""
     rng = np.random.default_rng(0)

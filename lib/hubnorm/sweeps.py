@@ -282,7 +282,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         torch.index_select(W, 0, p_of_q, out=buf)
         torch.gt(buf.add_(S), (sp0 - widen)[:, None], out=mask)
         mask[rows, cols] = False                              # a positive is never counted (the best one is the reference)
-        flat = mask.view(-1).nonzero().squeeze(1)
+        flat = _flat_nonzero(mask.view(-1))
         r = torch.div(flat, n, rounding_mode="floor")
         c = flat - r * n
         v = S.reshape(-1).index_select(0, flat)
@@ -304,7 +304,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         undecided = []
         for ea, eb, srt, lam, level, seg in geo:
             L = len(lam)
-            ci = (CE[ea] | CE[eb] if eb != ea else CE[ea]).nonzero().squeeze(1)
+            ci = _flat_nonzero(CE[ea] | CE[eb] if eb != ea else CE[ea])
             if ci.numel() == 0:
                 continue
             # 2. margins at the ends: over p0 (fA, fB: upper bounds) and over the best positive (gA, gB)
@@ -317,7 +317,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             base = rT.index_select(0, ci).add_(seg)
             counts.index_add_(0, base + b0, torch.ones_like(b0))
             counts.index_add_(0, b0.add_(bcnt).add_(base), torch.full_like(b0, -1))
-            und = (bcnt + ncnt < L).nonzero().squeeze(1)      # neither surely ahead nor surely behind everywhere
+            und = _flat_nonzero(bcnt + ncnt < L)      # neither surely ahead nor surely behind everywhere
             if und.numel():
                 bc_, nc_, bf_, nf_ = bcnt[und], ncnt[und], bf[und], nf[und]
                 pre = torch.maximum(torch.where(bf_, bc_, 0), torch.where(nf_, nc_, 0))
@@ -339,12 +339,34 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     return out
 
 
+def _counts_namespace(device):
+    """The array library of :func:`_sure_positions`' per-position loop (a named seam; ``tests/test_sweep_ranks.py``
+    proves the ranks equal to the dense ones both ways): numpy on the CPU, torch on a torch device. The loop is a
+    few elementwise operations per position on vectors of about 10^5 candidates, where numpy's single-threaded
+    loops beat torch's on the CPU (the whole ranking with either side, timed in the same rounds:
+    `benchmarks/reports/sweeps.md`)."""
+    return np if torch.device(device).type == "cpu" else torch
+
+
+def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
+    """The indices of the true entries of a 1-d bool tensor, ascending (int64): ``mask.nonzero().squeeze(1)``, by
+    ``numpy.flatnonzero`` on the CPU side of :func:`_counts_namespace`."""
+    if _counts_namespace(mask.device) is np:
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().squeeze(1)
+
+
 def _sure_positions(gA, gB, fA, fB, same, lam, level):
     """Per candidate of a line with sorted positions ``lam``: on how many positions the interpolated margin
     ``gA + lam (gB - gA)`` is above ``level``, and whether position 0 is one of them (then they are a prefix, else
     a suffix: the margin is monotone in ``lam``, and so is its rounding); the same for ``fA + lam (fB - fA)`` below
-    ``-level``. Returns int64 counts and bool firsts. One pass per position, no candidates x positions matrix;
-    ``same``: ``f`` is ``g`` (one interpolation serves both)."""
+    ``-level``. Returns int64 counts and bool firsts (torch tensors). One pass per position, no candidates x
+    positions matrix; ``same``: ``f`` is ``g`` (one interpolation serves both). The loop runs on
+    :func:`_counts_namespace`'s arrays; either way each interpolation is rounded in the working dtype (numpy: a
+    product and a sum; torch: a fused multiply-add), which the slack of :func:`offset_sweep_ranks` covers."""
+    if _counts_namespace(gA.device) is np:
+        out = _sure_positions_numpy(*(t.numpy() for t in (gA, gB, fA, fB)), same, lam, level)
+        return tuple(torch.from_numpy(x) for x in out)
     acc = torch.uint8 if len(lam) < 256 else torch.int32
     bcnt, ncnt = (torch.zeros(gA.shape, dtype=acc, device=gA.device) for _ in range(2))
     ok = torch.empty(gA.shape, dtype=torch.bool, device=gA.device)
@@ -367,6 +389,36 @@ def _sure_positions(gA, gB, fA, fB, same, lam, level):
         if k == 0:
             nfirst = ok.clone()
     return bcnt.long(), bfirst, ncnt.long(), nfirst
+
+
+def _sure_positions_numpy(gA, gB, fA, fB, same, lam, level):
+    """:func:`_sure_positions` on numpy arrays (the CPU side of :func:`_counts_namespace`)."""
+    dt = gA.dtype.type
+    acc = np.uint8 if len(lam) < 256 else np.int32
+    bcnt, ncnt = np.zeros(gA.shape, dtype=acc), np.zeros(gA.shape, dtype=acc)
+    ok = np.empty(gA.shape, dtype=np.bool_)
+    ok_n = ok.view(np.uint8)    # bool as 0/1 bytes: no conversion
+    bfirst = nfirst = None
+    dg = gB - gA
+    df = dg if same else fB - fA
+    xg = np.empty_like(gA)
+    xf = xg if same else np.empty_like(gA)
+    hi, lo = dt(level), dt(-level)
+    for k, lk in enumerate(lam):
+        np.multiply(dg, dt(lk), out=xg)
+        xg += gA
+        np.greater(xg, hi, out=ok)
+        bcnt += ok_n if acc == np.uint8 else ok
+        if k == 0:
+            bfirst = ok.copy()
+        if not same:
+            np.multiply(df, dt(lk), out=xf)
+            xf += fA
+        np.less(xf, lo, out=ok)
+        ncnt += ok_n if acc == np.uint8 else ok
+        if k == 0:
+            nfirst = ok.copy()
+    return bcnt.astype(np.int64), bfirst, ncnt.astype(np.int64), nfirst
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
