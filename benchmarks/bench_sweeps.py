@@ -9,16 +9,18 @@ One process; each round times one evaluation and the sweep one after the other, 
 reference loop (ROUNDS alternating rounds). The tables give the fastest round of each and, for the ratios, also the
 median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's shared
 pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest
-k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks). The per-temperature work that every tau of an
-IS / SN sweep repeats is timed alone too: IS's log-mean-exp of one tau over the kept similarity blocks
-(hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn iterations of one tau over kept blocks
-(sinkhorn_potentials with shared blocks). For SN the memory floor of an iteration is timed too: one matrix-vector
-product over the kept float32 blocks, the faster of ``torch.mv`` and numpy's OpenBLAS gemv (numpy's ``@``) in each
-round (every iteration reads every kept entry at least once), and the kernel floor of a tau: one ``torch.exp`` of
-every kept score (a Sinkhorn iteration that costs only a matrix-vector product works on the kernel exp(S / tau),
-which a new tau changes in every entry). One evaluation less its own iterations, plus each tau at those two floors,
-bounds what any Sinkhorn kernel could make of a tau sweep; for IS the floor of a further tau is timed too: one
-``torch.exp`` of every kept score (in cache-sized tiles), which any log-sum-exp of a new tau computes at least.
+k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks), the latter also with its per-position counts
+forced onto torch tensors (the side of its counting seam that a torch device runs; numpy arrays on the CPU by
+default). The per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp
+of one tau over the kept similarity blocks (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn
+iterations of one tau over kept blocks (sinkhorn_potentials with shared blocks). For SN the memory floor of an
+iteration is timed too: one matrix-vector product over the kept float32 blocks, the faster of ``torch.mv`` and
+numpy's OpenBLAS gemv (numpy's ``@``) in each round (every iteration reads every kept entry at least once), and the
+kernel floor of a tau: one ``torch.exp`` of every kept score (a Sinkhorn iteration that costs only a matrix-vector
+product works on the kernel exp(S / tau), which a new tau changes in every entry). One evaluation less its own
+iterations, plus each tau at those two floors, bounds what any Sinkhorn kernel could make of a tau sweep; for IS the
+floor of a further tau is timed too: one ``torch.exp`` of every kept score (in cache-sized tiles), which any
+log-sum-exp of a new tau computes at least.
 
 Run: flock /tmp/hubnorm-bench.lock .venv/bin/python benchmarks/bench_sweeps.py
 """
@@ -35,6 +37,7 @@ import hubnorm as hn
 from hubnorm.kernels import topk_similarity
 from hubnorm.selection import PAPER_GRIDS
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
+from hubnorm import sweeps
 from hubnorm.sweeps import SWEEP_CACHE_BYTES, SweepEngine, offset_lines, offset_sweep_ranks
 from hubnorm.synthetic import make_dataset
 
@@ -49,6 +52,16 @@ def single(method, task, **params):
         norm = task.fit(hn.make_normalizer(method, **params))
         hn.evaluate(norm, task)
     return t.seconds
+
+
+def ranks_torch_side(task, H, lines):
+    """offset_sweep_ranks with its counting seam forced to the torch side (what a torch device runs)."""
+    real = sweeps._counts_namespace
+    sweeps._counts_namespace = lambda device: torch
+    try:
+        return offset_sweep_ranks(task, H, lines=lines)
+    finally:
+        sweeps._counts_namespace = real
 
 
 def timed(fn):
@@ -111,6 +124,7 @@ def main():
             note(("nnn single", k), single("nnn", task, alpha=0.75, k=k))
         note("nnn topk", timed(lambda: topk_similarity(t, qb, kmax))[0])
         note("nnn ranks", timed(lambda: offset_sweep_ranks(task, H, lines=lines))[0])
+        note("nnn ranks torch", timed(lambda: ranks_torch_side(task, H, lines))[0])
         s, res = timed(lambda: hn.grid_search("nnn", task, metric="MnR"))
         note("nnn sweep", s)
         tables["nnn sweep"] = res
@@ -159,7 +173,12 @@ def main():
     rows.append({"run": f"  of which: top-k of the bank at k = {kmax} (shared by every point)",
                  "seconds": times["nnn topk"], "x one evaluation": times["nnn topk"] / one})
     rows.append({"run": f"  of which: ranking all {len(points)} points (offset_sweep_ranks, {len(lines)} lines)",
-                 "seconds": times["nnn ranks"], "x one evaluation": times["nnn ranks"] / one})
+                 "seconds": times["nnn ranks"], "x one evaluation": times["nnn ranks"] / one,
+                 "x one evaluation (median of rounds)": median_ratio("nnn ranks", ("nnn single", 128))})
+    rows.append({"run": "    the same ranking with its per-position counts on torch (the counting seam's device side, "
+                        "forced; numpy on the CPU by default)",
+                 "seconds": times["nnn ranks torch"], "x one evaluation": times["nnn ranks torch"] / one,
+                 "x one evaluation (median of rounds)": median_ratio("nnn ranks torch", ("nnn single", 128))})
     ref = tables["nnn reference"]
     rows.append({"run": "grid_search (reference engine), same grid", "seconds": times["nnn reference"],
                  "x one evaluation": times["nnn reference"] / one,
