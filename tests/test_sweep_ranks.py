@@ -126,3 +126,36 @@ def test_grid_search_sweep_equals_reference_with_clamped_k(direction):
     fast1 = hn.grid_search("nnn", task, grid)
     np.testing.assert_array_equal(ref1.table[cols[:-1]].to_numpy(), fast1.table[cols[:-1]].to_numpy())
     assert fast1.best_params == ref1.best_params
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("L", [5, 255, 256, 300])   # 256 and up: the int32 counters
+@pytest.mark.parametrize("same", [True, False])
+def test_sure_positions_both_sides_against_a_count(dtype, L, same):
+    """The per-position counts of one line (hubnorm.sweeps._sure_positions) on both sides of the counting seam,
+    against a plain count. Dyadic margins, positions and level make every interpolation exact in both dtypes, so
+    both sides (a product and a sum in numpy, a possibly fused multiply-add in torch) must give the same bits,
+    exact ties with the level included (a tie is not 'above')."""
+    import hubnorm.sweeps as sw
+    rng = np.random.default_rng(L)
+    n = 3000
+    gA, gB, fA, fB = (torch.from_numpy(rng.integers(-64, 65, n) / 64).to(dtype) for _ in range(4))
+    if same:
+        fA, fB = gA, gB
+    lam = [k * 2.0 ** -int(np.ceil(np.log2(L))) for k in range(L)]   # dyadic, sorted, in [0, 1)
+    level = 3 / 128
+    lam_t = torch.tensor(lam, dtype=torch.float64)[:, None]
+    above = (gA.double()[None] + lam_t * (gB - gA).double()[None]) > level       # L x n, exact in float64
+    below = (fA.double()[None] + lam_t * (fB - fA).double()[None]) < -level
+    assert bool((gA.double()[None] + lam_t * (gB - gA).double()[None] == level).any())   # exact ties occur
+    want = (above.sum(0), above[0], below.sum(0), below[0])
+    for side in (np, torch):
+        real = sw._counts_namespace
+        sw._counts_namespace = lambda device, side=side: side
+        try:
+            got = sw._sure_positions(gA, gB, fA, fB, same, lam, level)
+        finally:
+            sw._counts_namespace = real
+        assert [x.dtype for x in got] == [torch.int64, torch.bool, torch.int64, torch.bool]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)

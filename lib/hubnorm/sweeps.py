@@ -357,13 +357,14 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _sure_positions(gA, gB, fA, fB, same, lam, level):
-    """Per candidate of a line with sorted positions ``lam``: on how many positions the interpolated margin
-    ``gA + lam (gB - gA)`` is above ``level``, and whether position 0 is one of them (then they are a prefix, else
-    a suffix: the margin is monotone in ``lam``, and so is its rounding); the same for ``fA + lam (fB - fA)`` below
-    ``-level``. Returns int64 counts and bool firsts (torch tensors). One pass per position, no candidates x
-    positions matrix; ``same``: ``f`` is ``g`` (one interpolation serves both). The loop runs on
+    """Per candidate of a line with sorted positions ``lam``: on how many positions the interpolated margin ``gA + lam
+    (gB - gA)`` is above ``level``, and whether position 0 is one of them (then they are a prefix, else a
+    suffix: the margin is monotone in ``lam``, and so is its rounding); the same for ``fA + lam (fB - fA)``
+    below ``-level``. Returns int64 counts and bool firsts (torch tensors). One pass per position, no candidates
+    x positions matrix; ``same``: ``f`` is ``g`` (one interpolation serves both). The loop runs on
     :func:`_counts_namespace`'s arrays; either way each interpolation is rounded in the working dtype (numpy: a
-    product and a sum; torch: a fused multiply-add), which the slack of :func:`offset_sweep_ranks` covers."""
+    product and a sum; torch: a fused multiply-add where its vector kernel uses one), which the slack of
+    :func:`offset_sweep_ranks` covers."""
     if _counts_namespace(gA.device) is np:
         out = _sure_positions_numpy(*(t.numpy() for t in (gA, gB, fA, fB)), same, lam, level)
         return tuple(torch.from_numpy(x) for x in out)
