@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up the environment (first run: ~2 minutes) and run every test: the pytest suite and nbval on the
+# Set up the environment (first run: about 3 minutes) and run every test: the pytest suite and nbval on the
 # committed notebooks (which must still produce their saved key numbers).
 set -euo pipefail
 cd "$(dirname "$0")"
