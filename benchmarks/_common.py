@@ -42,8 +42,8 @@ def environment() -> str:
 
 #: Idle time before a timed peer (:func:`settle`): OpenBLAS's worker threads (numpy's BLAS, faiss's) keep
 #: spin-waiting for 0.05-0.1 s after a call, and a torch peer timed inside that window competes with them for the
-#: cores (measured here: a torch float64 GEMM of 0.11 s took 0.16 s right after numpy gemv calls, 0.11 s after
-#: 0.1 s or more of idle time).
+#: cores (`reports/blas_spin.md`: a torch float64 GEMM takes 1.56x its time right after numpy gemv calls, 1.03-1.09x
+#: after 0.1 s or more of idle time).
 SETTLE_SECONDS = 0.3
 
 

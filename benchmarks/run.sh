@@ -12,6 +12,8 @@ $PY bench_faiss_nnn.py
 $PY bench_sinkhorn.py
 # float64 SN in memory: kernel-domain vs log-domain iterations, and POT
 $PY bench_sinkhorn64.py
+# why every timed peer starts after an idle interval: OpenBLAS threads spin-wait after a call
+$PY bench_blas_spin.py
 # float32 vs float64: every table of notebooks 04 and 05 compared at the printed precision
 $PY bench_float32.py
 # Dask backend (needs the distributed extra): 1 vs 2 workers on a 1.6 GB sharded bank
