@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import platform
@@ -51,6 +52,18 @@ def settle():
     """Sleep :data:`SETTLE_SECONDS` (untimed), so that a peer's timing does not inherit the previous peer's
     spinning BLAS threads."""
     time.sleep(SETTLE_SECONDS)
+
+
+@contextlib.contextmanager
+def forced(module, seam: str, value):
+    """Within the block, ``module.<seam>`` (a namespace seam such as ``_kernel_namespace``) returns ``value`` for
+    every device: a benchmark times the side of a seam that another device would run."""
+    real = getattr(module, seam)
+    setattr(module, seam, lambda device: value)
+    try:
+        yield
+    finally:
+        setattr(module, seam, real)
 
 
 def ivfpq_refine_index(x, nlist: int, pq: str = "PQ64x4fs", seed: int = 0):

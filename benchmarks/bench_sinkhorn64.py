@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 import torch
-from _common import dense_sinkhorn64, settle, write_report
+from _common import dense_sinkhorn64, forced, settle, write_report
 
 from hubnorm.normalizers import sinkhorn as sk
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
@@ -47,12 +47,8 @@ LOG_POT = "POT ot.sinkhorn float64 (method='sinkhorn_log'), transposed"
 
 def with_torch_loop(fn):
     """Run ``fn`` with the kernel-domain loop's array namespace forced to torch (its device side)."""
-    real = sk._kernel_namespace
-    sk._kernel_namespace = lambda device: torch
-    try:
+    with forced(sk, "_kernel_namespace", torch):
         return fn()
-    finally:
-        sk._kernel_namespace = real
 
 
 def matvec_rows():

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, exp_floor, load_average, settle, write_report
+from _common import Timer, exp_floor, forced, load_average, settle, write_report
 
 import hubnorm as hn
 from hubnorm.kernels import topk_similarity
@@ -71,12 +71,8 @@ def derivable_kernels(taus):
 
 def ranks_torch_side(task, H, lines):
     """offset_sweep_ranks with its counting seam forced to the torch side (what a torch device runs)."""
-    real = sweeps._counts_namespace
-    sweeps._counts_namespace = lambda device: torch
-    try:
+    with forced(sweeps, "_counts_namespace", torch):
         return offset_sweep_ranks(task, H, lines=lines)
-    finally:
-        sweeps._counts_namespace = real
 
 
 def timed(fn):

@@ -131,7 +131,7 @@ def test_grid_search_sweep_equals_reference_with_clamped_k(direction):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("L", [5, 255, 256, 300])   # 256 and up: the int32 counters
 @pytest.mark.parametrize("same", [True, False])
-def test_sure_positions_both_sides_against_a_count(dtype, L, same):
+def test_sure_positions_both_sides_against_a_count(dtype, L, same, monkeypatch):
     """The per-position counts of one line (hubnorm.sweeps._sure_positions) on both sides of the counting seam,
     against a plain count. Dyadic margins, positions and level make every interpolation exact in both dtypes, so
     both sides (a product and a sum in numpy, a possibly fused multiply-add in torch) must give the same bits,
@@ -145,17 +145,13 @@ def test_sure_positions_both_sides_against_a_count(dtype, L, same):
     lam = [k * 2.0 ** -int(np.ceil(np.log2(L))) for k in range(L)]   # dyadic, sorted, in [0, 1)
     level = 3 / 128
     lam_t = torch.tensor(lam, dtype=torch.float64)[:, None]
-    above = (gA.double()[None] + lam_t * (gB - gA).double()[None]) > level       # L x n, exact in float64
-    below = (fA.double()[None] + lam_t * (fB - fA).double()[None]) < -level
-    assert bool((gA.double()[None] + lam_t * (gB - gA).double()[None] == level).any())   # exact ties occur
+    g_at = gA.double()[None] + lam_t * (gB - gA).double()[None]      # L x n, exact in float64
+    above, below = g_at > level, (fA.double()[None] + lam_t * (fB - fA).double()[None]) < -level
+    assert bool((g_at == level).any())   # exact ties occur
     want = (above.sum(0), above[0], below.sum(0), below[0])
     for side in (np, torch):
-        real = sw._counts_namespace
-        sw._counts_namespace = lambda device, side=side: side
-        try:
-            got = sw._sure_positions(gA, gB, fA, fB, same, lam, level)
-        finally:
-            sw._counts_namespace = real
+        monkeypatch.setattr(sw, "_counts_namespace", lambda device, side=side: side)
+        got = sw._sure_positions(gA, gB, fA, fB, same, lam, level)
         assert [x.dtype for x in got] == [torch.int64, torch.bool, torch.int64, torch.bool]
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=0, atol=0)

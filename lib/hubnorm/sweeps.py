@@ -399,27 +399,22 @@ def _sure_positions_numpy(gA, gB, fA, fB, same, lam, level):
     bcnt, ncnt = np.zeros(gA.shape, dtype=acc), np.zeros(gA.shape, dtype=acc)
     ok = np.empty(gA.shape, dtype=np.bool_)
     ok_n = ok.view(np.uint8)    # bool as 0/1 bytes: no conversion
-    bfirst = nfirst = None
     dg = gB - gA
-    df = dg if same else fB - fA
     xg = np.empty_like(gA)
-    xf = xg if same else np.empty_like(gA)
-    hi, lo = dt(level), dt(-level)
+    # (start, slope, interpolation buffer, test, bound, counts): "surely ahead" of g, "surely behind" of f
+    sides = [(gA, dg, xg, np.greater, dt(level), bcnt),
+             (fA, dg if same else fB - fA, xg if same else np.empty_like(gA), np.less, dt(-level), ncnt)]
+    firsts = []
     for k, lk in enumerate(lam):
-        np.multiply(dg, dt(lk), out=xg)
-        xg += gA
-        np.greater(xg, hi, out=ok)
-        bcnt += ok_n if acc == np.uint8 else ok
-        if k == 0:
-            bfirst = ok.copy()
-        if not same:
-            np.multiply(df, dt(lk), out=xf)
-            xf += fA
-        np.less(xf, lo, out=ok)
-        ncnt += ok_n if acc == np.uint8 else ok
-        if k == 0:
-            nfirst = ok.copy()
-    return bcnt.astype(np.int64), bfirst, ncnt.astype(np.int64), nfirst
+        for side, (start, slope, x, test, bound, cnt) in enumerate(sides):
+            if side == 0 or not same:   # with same, the g interpolation serves both tests
+                np.multiply(slope, dt(lk), out=x)
+                x += start
+            test(x, bound, out=ok)
+            cnt += ok_n if acc == np.uint8 else ok
+            if k == 0:
+                firsts.append(ok.copy())
+    return bcnt.astype(np.int64), firsts[0], ncnt.astype(np.int64), firsts[1]
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
