@@ -7,6 +7,8 @@ PY=${PYTHON:-../.venv/bin/python}
 $PY bench_topk.py
 # memory of NNN at 200k x 5k, BLIP cross-encoder latency
 for f in bench_nnn_memory.py bench_cross_encoder.py; do [ -f "$f" ] && $PY "$f"; done
+# the evaluator's ranks: numpy vs torch counting against the GEMM
+$PY bench_ranks.py
 $PY bench_sweeps.py
 $PY bench_faiss_nnn.py
 $PY bench_sinkhorn.py

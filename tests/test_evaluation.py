@@ -26,9 +26,20 @@ def _random_positive_lists(rng, m, n, max_pos=4):
     return [list(rng.choice(n, size=rng.integers(1, max_pos + 1), replace=False)) for _ in range(m)]
 
 
+@pytest.fixture(params=["numpy", "torch"])
+def counts_side(request, monkeypatch):
+    """Both sides of the per-row counting seam (hubnorm.evaluation._counts_namespace): numpy on the CPU by default,
+    and torch (what a torch device runs), forced here on CPU tensors."""
+    from hubnorm import evaluation
+    assert evaluation._counts_namespace("cpu") is np
+    if request.param == "torch":
+        monkeypatch.setattr(evaluation, "_counts_namespace", lambda device: torch)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("ties", [False, True])
-def test_positive_ranks_match_python_reference(seed, ties):
+def test_positive_ranks_match_python_reference(seed, ties, counts_side):
     rng = np.random.default_rng(seed)
     m, n = 37, 23
     S = rng.integers(0, 4, (m, n)).astype(np.float64) if ties else rng.standard_normal((m, n))
@@ -37,7 +48,28 @@ def test_positive_ranks_match_python_reference(seed, ties):
     ref = reference_ranks(S, lists)
     for chunk in (None, 1, 5, 100):
         np.testing.assert_array_equal(hn.positive_ranks(S, pos, chunk_size=chunk), ref)
-    np.testing.assert_array_equal(hn.positive_ranks(torch.from_numpy(S).float(), pos), ref)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):   # numpy's side takes float32/64, torch the rest
+        S_d = torch.from_numpy(S).to(dtype)
+        np.testing.assert_array_equal(hn.positive_ranks(S_d, pos), reference_ranks(S_d.double().numpy(), lists))
+    # a transposed (non-contiguous) score matrix is read as it is
+    np.testing.assert_array_equal(hn.positive_ranks(torch.from_numpy(np.ascontiguousarray(S.T)).T, pos), ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_positive_ranks_rows_with_and_without_other_ties(dtype, counts_side):
+    """Blocks where most rows have no tie with their best positive and a few have several, before and after the
+    best column (the numpy side counts ties only in those rows), one or several positives per query."""
+    rng = np.random.default_rng(11)
+    m, n = 200, 64
+    S = rng.standard_normal((m, n)).astype(dtype)
+    lists = _random_positive_lists(rng, m, n, max_pos=3)
+    for i in range(0, m, 7):   # every 7th row: copy its best positive's score onto 1-4 other targets
+        best = max(lists[i], key=lambda j: (S[i, j], -j))
+        S[i, rng.choice(n, size=rng.integers(1, 5), replace=False)] = S[i, best]
+    pos = hn.Positives.from_lists(lists, n)
+    ref = reference_ranks(S, lists)
+    for chunk in (None, 3, 64):
+        np.testing.assert_array_equal(hn.positive_ranks(S, pos, chunk_size=chunk), ref)
 
 
 def test_positive_ranks_from_a_normalizer_equal_matrix_ranks():

@@ -102,14 +102,39 @@ def positive_ranks(
         best_col = torch.full((q1 - q0,), big, dtype=torch.long, device=s.device)
         is_best = pos_scores == best[rows]
         best_col = best_col.scatter_reduce(0, rows[is_best], cols[is_best], reduce="amin")
-        greater = (s > best[:, None]).sum(dim=1)
-        col_idx = torch.arange(s.shape[1], device=s.device)
-        tied_before = ((s == best[:, None]) & (col_idx[None, :] < best_col[:, None])).sum(dim=1)
-        ranks[q0:q1] = (greater + tied_before).cpu().numpy()
+        ranks[q0:q1] = _count_ahead(s, best, best_col)
         seen = q1
     if seen != positives.n_queries:
         raise ValueError(f"scores have {seen} rows but positives has {positives.n_queries} queries")
     return ranks
+
+
+def _counts_namespace(device):
+    """The array library of per-row counts over score blocks (a named seam, used here and by
+    :func:`hubnorm.sweeps.offset_sweep_ranks`): numpy on the CPU, torch on a torch device. Counting the entries of a
+    block that pass a per-row test is a compare and a reduction per entry, where numpy's loops beat torch's boolean
+    sums on the CPU (`benchmarks/reports/ranks.md` and `sweeps.md` time both sides in the same rounds);
+    ``tests/test_evaluation.py`` and ``tests/test_sweep_ranks.py`` prove both sides equal."""
+    return np if torch.device(device).type == "cpu" else torch
+
+
+def _count_ahead(s: torch.Tensor, best: torch.Tensor, best_col: torch.Tensor) -> np.ndarray:
+    """The rank rule on one score block: per row, the targets scoring above ``best`` plus those tied with it at an
+    index below ``best_col``. On the numpy side of :func:`_counts_namespace` (float32 / float64) the ties are
+    counted only in rows where a target other than the best positive itself equals ``best`` (exact ties are rare:
+    one more compare of the block finds those rows, and only they are compared against ``best_col``)."""
+    if _counts_namespace(s.device) is np and s.dtype in (torch.float32, torch.float64):
+        sn, b = s.detach().numpy(), best.numpy()[:, None]
+        ahead = np.count_nonzero(sn > b, axis=1)
+        rows = np.flatnonzero(np.count_nonzero(sn == b, axis=1) != 1)   # 1: the best positive alone
+        if rows.size:
+            before = np.arange(sn.shape[1])[None, :] < best_col.numpy()[rows, None]
+            ahead[rows] += np.count_nonzero((sn[rows] == b[rows]) & before, axis=1)
+        return ahead
+    greater = (s > best[:, None]).sum(dim=1)
+    col_idx = torch.arange(s.shape[1], device=s.device)
+    tied_before = ((s == best[:, None]) & (col_idx[None, :] < best_col[:, None])).sum(dim=1)
+    return (greater + tied_before).cpu().numpy()
 
 
 def recall_at_k(ranks: np.ndarray, k: int) -> float:

@@ -39,7 +39,7 @@ import torch
 from ._validation import as_embeddings, check_positive_int
 from .blocks import LogMeanExp
 from .engine import LocalEngine
-from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
+from .evaluation import _counts_namespace, positive_ranks, summarize_rank_rows, summarize_ranks
 from .kernels import block_logsumexp, block_shape, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
@@ -337,15 +337,6 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             counts.index_add_(0, rT.index_select(0, cu) + sl, beat.long())
         out[:, q0:q1] = counts.view(bq, T).index_select(1, slot).T.cpu().numpy()
     return out
-
-
-def _counts_namespace(device):
-    """The array library of :func:`_sure_positions`' per-position loop (a named seam; ``tests/test_sweep_ranks.py``
-    proves the ranks equal to the dense ones both ways): numpy on the CPU, torch on a torch device. The loop is a
-    few elementwise operations per position on vectors of about 10^5 candidates, where numpy's single-threaded
-    loops beat torch's on the CPU (the whole ranking with either side, timed in the same rounds:
-    `benchmarks/reports/sweeps.md`)."""
-    return np if torch.device(device).type == "cpu" else torch
 
 
 def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
