@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, exp_floor, write_report
+from _common import Timer, exp_floor, settle, write_report
 
 from hubnorm.kernels import block_shape, iter_blocks, numpy_topk_partition, topk_partition, topk_similarity
 
@@ -171,6 +171,7 @@ def main():
     ratios_np = {name: [] for name in fns}
     for r in range(args.reps):
         for name, fn in fns.items():
+            settle()   # OpenBLAS's threads (numpy's GEMM, faiss) spin-wait after a call: not into the next peer
             with Timer() as t:
                 fn()
             times[name].append(t.seconds)
@@ -239,7 +240,8 @@ def main():
     write_report(("topk_focus" if args.focus else "topk") if args.out_dir is None else "topk_dev", "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
                  f"Targets are {len(a)} and the bank {len(b)} unit vectors of d = 512 drawn around 2000 random centres "
                  f"(clustered, seed 1/2; synthetic), float32. {args.reps} rounds; each round runs every peer once "
-                 f"in this order, in one process; ratios are taken within each round (median over rounds). The GEMM "
+                 f"in this order, each after 0.3 s idle (`_common.settle`), in one process; ratios are taken within "
+                 f"each round (median over rounds). The GEMM "
                  f"is the physical limit. Load average (1/5/15 min) before the first round: {load_start} (2 cores, "
                  f"shared). Command: `flock /tmp/hubnorm-bench.lock .venv/bin/python "
                  f"benchmarks/bench_topk.py`.", rows, notes, out_dir=args.out_dir)

@@ -524,6 +524,7 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
     slab = max(2, LSE_SLAB_BYTES // max(1, cols * raw.element_size()))
     out = torch.empty(rows, dtype=raw.dtype, device=raw.device)
     buf = torch.empty(min(rows, slab + 1) * cols, dtype=raw.dtype, device=raw.device)
+    finite = row_max is not None and bool(torch.isfinite(row_max).all())   # known maxima: one check for all slabs
     i0 = 0
     while i0 < rows:
         i1 = rows if rows - i0 <= slab + 1 else i0 + slab   # never a one-row slab of a larger block
@@ -532,7 +533,7 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
         if shift is not None:
             x.add_(shift)
         m = x.amax(dim=1) if row_max is None else row_max[i0:i1]
-        if not bool(torch.isfinite(m).all()):   # torch.logsumexp's own handling of infinite maxima
+        if not finite and not bool(torch.isfinite(m).all()):   # torch.logsumexp's own handling of infinite maxima
             out[i0:i1] = torch.logsumexp(x, dim=1)
         else:
             x.sub_(m[:, None]).exp_()

@@ -115,13 +115,15 @@ class SweepEngine(LocalEngine):
     @staticmethod
     def _block_lse(raw: torch.Tensor, scale: float, cache: dict, key) -> torch.Tensor:
         """:func:`hubnorm.kernels.block_logsumexp` of ``raw * scale`` (the kernel's own per-block pass) with the
-        row maximum known: the block's row maxima and minima are kept in ``cache`` under ``key`` for every scale
-        (``fl(scale * max raw)`` is the maximum of ``fl(scale * raw)``; the minimum for a negative scale)."""
+        row maximum known: the block's row maxima (row minima for a negative scale) are kept in ``cache`` under
+        ``key`` and the scale's sign, for every scale of that sign (``fl(scale * max raw)`` is the maximum of
+        ``fl(scale * raw)``; the minimum for a negative scale). Each is found on first use: a sweep of positive
+        scales never reads a block for its minima."""
+        key = key + (scale > 0,)
         ext = cache.get(key)
         if ext is None:
-            ext = cache[key] = (raw.amax(dim=1), raw.amin(dim=1))
-        m = (ext[0] if scale > 0 else ext[1]) * scale
-        return block_logsumexp(raw, scale, row_max=m)
+            ext = cache[key] = raw.amax(dim=1) if scale > 0 else raw.amin(dim=1)
+        return block_logsumexp(raw, scale, row_max=ext * scale)
 
 
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
@@ -232,7 +234,6 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         geo.append((ea, len(ends) - 1, torch.tensor(srt, device=dev), [lams[i] for i in order], level, T))
         slot[srt] = T + np.arange(len(srt))
         T += len(srt) + 1
-    slot = torch.from_numpy(slot).to(dev)
     ends_t = torch.tensor(ends, device=dev)
     HE = H.index_select(0, ends_t)                            # E x n: the offsets at the ends
     lev_e = torch.tensor(level_of_end, dtype=dt, device=dev)
@@ -335,7 +336,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             bc = cols.index_select(0, r_) if single else best_colf.index_select(0, g * bq + r_)
             beat = (x > bv) | ((x == bv) & (c_ < bc))
             counts.index_add_(0, rT.index_select(0, cu) + sl, beat.long())
-        out[:, q0:q1] = counts.view(bq, T).index_select(1, slot).T.cpu().numpy()
+        out[:, q0:q1] = counts.view(bq, T).cpu().numpy()[:, slot].T
     return out
 
 
