@@ -53,6 +53,11 @@ def test_positive_ranks_match_python_reference(seed, ties, counts_side):
         np.testing.assert_array_equal(hn.positive_ranks(S_d, pos), reference_ranks(S_d.double().numpy(), lists))
     # a transposed (non-contiguous) score matrix is read as it is
     np.testing.assert_array_equal(hn.positive_ranks(torch.from_numpy(np.ascontiguousarray(S.T)).T, pos), ref)
+    # a lazily negated view (torch's negative bit: the imaginary part of a conjugate) and a tensor requiring grad
+    neg = torch.complex(torch.zeros_like(torch.from_numpy(S)), -torch.from_numpy(S)).conj().imag
+    assert neg.is_neg()
+    np.testing.assert_array_equal(hn.positive_ranks(neg, pos), ref)
+    np.testing.assert_array_equal(hn.positive_ranks(torch.from_numpy(S).requires_grad_(), pos), ref)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
