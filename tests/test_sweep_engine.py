@@ -43,7 +43,7 @@ def test_kept_block_log_sum_exp_is_the_kernel_bit_for_bit(threads, dtype, shape,
     rng = np.random.default_rng(sum(shape))
     a, b = _rows(rng, shape[0], 24, dtype), _rows(rng, shape[1], 24, dtype)
     engine, kept, own = _engine(a, b, block_bytes), {}, {}
-    for scale in (200.0, 1 / 0.013, 1.0, -50.0, 1e-3):
+    for scale in (200.0, 1 / 0.013, 1.0, -50.0, 1e-3, 0.0, -0.0, 3.0):   # mixed signs share one cache
         want = logsumexp_similarity(a, b, scale, block_bytes=block_bytes, dtype=dtype, shared_blocks=own)
         got = engine.log_sum_exp_kept(a, b, scale, dtype, kept)
         assert got.dtype == want.dtype and torch.equal(got, want), scale
