@@ -6,7 +6,7 @@ made the scores. This benchmark times, in alternating rounds in one process, on 
 (t2i: one positive per query; i2t: five):
 
 * the GEMM of the queries against the gallery (the scores every evaluation computes first), for scale;
-* ``positive_ranks`` on the precomputed score matrix, numpy side of ``hubnorm.evaluation._counts_namespace`` (the
+* ``positive_ranks`` on the precomputed score matrix, numpy side of ``hubnorm.evaluation.counts_namespace`` (the
   CPU default) and torch side (what a torch device runs, forced here on CPU tensors);
 * the floor: one compare and count of every score against its row's value, by numpy (``count_nonzero``) and by
   torch (a boolean row sum), on the same matrix, in blocks of 2,048 rows through one reused boolean buffer.
@@ -89,7 +89,7 @@ def main():
         bt = torch.from_numpy(b)
 
         def torch_side():
-            with forced(evaluation, "_counts_namespace", torch):
+            with forced(evaluation, "counts_namespace", torch):
                 return hn.positive_ranks(S, pos)
 
         peers = {"GEMM (queries x gallery, torch.mm)": lambda: q @ g.T,

@@ -71,7 +71,7 @@ def derivable_kernels(taus):
 
 def ranks_torch_side(task, H, lines):
     """offset_sweep_ranks with its counting seam forced to the torch side (what a torch device runs)."""
-    with forced(sweeps, "_counts_namespace", torch):
+    with forced(sweeps, "counts_namespace", torch):
         return offset_sweep_ranks(task, H, lines=lines)
 
 

@@ -28,12 +28,12 @@ def _random_positive_lists(rng, m, n, max_pos=4):
 
 @pytest.fixture(params=["numpy", "torch"])
 def counts_side(request, monkeypatch):
-    """Both sides of the per-row counting seam (hubnorm.evaluation._counts_namespace): numpy on the CPU by default,
+    """Both sides of the per-row counting seam (hubnorm.evaluation.counts_namespace): numpy on the CPU by default,
     and torch (what a torch device runs), forced here on CPU tensors."""
     from hubnorm import evaluation
-    assert evaluation._counts_namespace("cpu") is np
+    assert evaluation.counts_namespace("cpu") is np
     if request.param == "torch":
-        monkeypatch.setattr(evaluation, "_counts_namespace", lambda device: torch)
+        monkeypatch.setattr(evaluation, "counts_namespace", lambda device: torch)
     return request.param
 
 

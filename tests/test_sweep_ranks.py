@@ -51,12 +51,12 @@ ALPHAS = [1.5, 0.0, 0.25, 1.0, -0.5, 0.75]  # unsorted, with 0 and a negative va
 
 @pytest.fixture(params=["cpu side (numpy)", "device side (torch)"])
 def counts_namespace(request, monkeypatch):
-    """Both sides of the per-position counting seam (hubnorm.sweeps._counts_namespace): numpy on the CPU, and the
+    """Both sides of the per-position counting seam (hubnorm.sweeps.counts_namespace): numpy on the CPU, and the
     torch loop a torch device runs, forced here on CPU tensors."""
     import hubnorm.sweeps as sw
-    assert sw._counts_namespace("cpu") is np
+    assert sw.counts_namespace("cpu") is np
     if request.param == "device side (torch)":
-        monkeypatch.setattr(sw, "_counts_namespace", lambda device: torch)
+        monkeypatch.setattr(sw, "counts_namespace", lambda device: torch)
     return request.param
 
 
@@ -150,7 +150,7 @@ def test_sure_positions_both_sides_against_a_count(dtype, L, same, monkeypatch):
     assert bool((g_at == level).any())   # exact ties occur
     want = (above.sum(0), above[0], below.sum(0), below[0])
     for side in (np, torch):
-        monkeypatch.setattr(sw, "_counts_namespace", lambda device, side=side: side)
+        monkeypatch.setattr(sw, "counts_namespace", lambda device, side=side: side)
         got = sw._sure_positions(gA, gB, fA, fB, same, lam, level)
         assert [x.dtype for x in got] == [torch.int64, torch.bool, torch.int64, torch.bool]
         for g, w in zip(got, want):

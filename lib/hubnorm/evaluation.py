@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import numpy as np
 import torch
 
-from .kernels import block_rows, iter_blocks
+from .kernels import block_rows, counts_namespace, iter_blocks
 from ._validation import check_chunk_size, check_positive_int
 from .retrieval import Positives, RetrievalTask
 
@@ -109,23 +109,13 @@ def positive_ranks(
     return ranks
 
 
-def _counts_namespace(device):
-    """The array library of per-row counts over score blocks (a named seam): numpy on the CPU, torch on a torch
-    device. Counting the entries of a block that pass a per-row test is a compare and a reduction per entry, where
-    numpy's loops beat torch's boolean sums on the CPU (`benchmarks/reports/ranks.md` and `sweeps.md` time both
-    sides in the same rounds). Used here and by :func:`hubnorm.sweeps.offset_sweep_ranks`, which imports it: each
-    module looks it up under its own name, so a test or a benchmark forces one side by patching
-    ``hubnorm.evaluation._counts_namespace`` or ``hubnorm.sweeps._counts_namespace``
-    (``tests/test_evaluation.py`` and ``tests/test_sweep_ranks.py`` prove both sides equal)."""
-    return np if torch.device(device).type == "cpu" else torch
-
-
 def _count_ahead(s: torch.Tensor, best: torch.Tensor, best_col: torch.Tensor) -> np.ndarray:
     """The rank rule on one score block: per row, the targets scoring above ``best`` plus those tied with it at an
-    index below ``best_col``. On the numpy side of :func:`_counts_namespace` (float32 / float64) the ties are
-    counted only in rows where a target other than the best positive itself equals ``best`` (exact ties are rare:
-    one more compare of the block finds those rows, and only they are compared against ``best_col``)."""
-    if _counts_namespace(s.device) is np and s.dtype in (torch.float32, torch.float64):
+    index below ``best_col``. On the numpy side of :func:`~hubnorm.kernels.counts_namespace` (float32 / float64)
+    the ties are counted only in rows where a target other than the best positive itself equals ``best`` (exact
+    ties are rare: one more compare of the block finds those rows, and only they are compared against
+    ``best_col``)."""
+    if counts_namespace(s.device) is np and s.dtype in (torch.float32, torch.float64):
         sn, b = s.numpy(force=True), best.numpy()[:, None]   # force: a view with torch's negative bit, or grad
         ahead = np.count_nonzero(sn > b, axis=1)
         rows = np.flatnonzero(np.count_nonzero(sn == b, axis=1) != 1)   # 1: the best positive alone

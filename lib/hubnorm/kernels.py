@@ -144,6 +144,17 @@ def _faiss():
     return _FAISS or None
 
 
+def counts_namespace(device):
+    """The array library of per-row counts over score blocks (a named seam): numpy on the CPU, torch on a torch
+    device. Counting the entries of a block that pass a per-row test is a compare and a reduction per entry, where
+    numpy's loops beat torch's boolean sums on the CPU (`benchmarks/reports/ranks.md` and `sweeps.md` time both
+    sides in the same rounds). Used by :func:`hubnorm.positive_ranks` and :func:`hubnorm.sweeps.offset_sweep_ranks`,
+    which import it: each module looks it up under its own name, so a test or a benchmark forces one side by
+    patching ``hubnorm.evaluation.counts_namespace`` or ``hubnorm.sweeps.counts_namespace``
+    (``tests/test_evaluation.py`` and ``tests/test_sweep_ranks.py`` prove both sides equal)."""
+    return np if torch.device(device).type == "cpu" else torch
+
+
 def topk_backend(dtype: torch.dtype, device) -> str:
     """The top-k kernel for inputs of ``dtype`` on ``device``: the one place where it is chosen.
 

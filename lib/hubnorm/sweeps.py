@@ -39,8 +39,8 @@ import torch
 from ._validation import as_embeddings, check_positive_int
 from .blocks import LogMeanExp
 from .engine import LocalEngine
-from .evaluation import _counts_namespace, positive_ranks, summarize_rank_rows, summarize_ranks
-from .kernels import block_logsumexp, block_shape, iter_blocks
+from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
+from .kernels import block_logsumexp, block_shape, counts_namespace, iter_blocks
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
@@ -342,8 +342,8 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
 
 def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     """The indices of the true entries of a 1-d bool tensor, ascending (int64): ``mask.nonzero().squeeze(1)``, by
-    ``numpy.flatnonzero`` on the CPU side of :func:`_counts_namespace`."""
-    if _counts_namespace(mask.device) is np:
+    ``numpy.flatnonzero`` on the CPU side of :func:`~hubnorm.kernels.counts_namespace`."""
+    if counts_namespace(mask.device) is np:
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.nonzero().squeeze(1)
 
@@ -354,10 +354,10 @@ def _sure_positions(gA, gB, fA, fB, same, lam, level):
     suffix: the margin is monotone in ``lam``, and so is its rounding); the same for ``fA + lam (fB - fA)``
     below ``-level``. Returns int64 counts and bool firsts (torch tensors). One pass per position, no candidates
     x positions matrix; ``same``: ``f`` is ``g`` (one interpolation serves both). The loop runs on
-    :func:`_counts_namespace`'s arrays; either way each interpolation is rounded in the working dtype (numpy: a
-    product and a sum; torch: a fused multiply-add where its vector kernel uses one), which the slack of
-    :func:`offset_sweep_ranks` covers."""
-    if _counts_namespace(gA.device) is np:
+    :func:`~hubnorm.kernels.counts_namespace`'s arrays; either way each interpolation is rounded in the working
+    dtype (numpy: a product and a sum; torch: a fused multiply-add where its vector kernel uses one), which the
+    slack of :func:`offset_sweep_ranks` covers."""
+    if counts_namespace(gA.device) is np:
         out = _sure_positions_numpy(*(t.numpy() for t in (gA, gB, fA, fB)), same, lam, level)
         return tuple(torch.from_numpy(x) for x in out)
     acc = torch.uint8 if len(lam) < 256 else torch.int32
@@ -385,7 +385,7 @@ def _sure_positions(gA, gB, fA, fB, same, lam, level):
 
 
 def _sure_positions_numpy(gA, gB, fA, fB, same, lam, level):
-    """:func:`_sure_positions` on numpy arrays (the CPU side of :func:`_counts_namespace`)."""
+    """:func:`_sure_positions` on numpy arrays (the CPU side of :func:`~hubnorm.kernels.counts_namespace`)."""
     dt = gA.dtype.type
     acc = np.uint8 if len(lam) < 256 else np.int32
     bcnt, ncnt = np.zeros(gA.shape, dtype=acc), np.zeros(gA.shape, dtype=acc)
