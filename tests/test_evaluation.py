@@ -60,6 +60,21 @@ def test_positive_ranks_match_python_reference(seed, ties, counts_side):
     np.testing.assert_array_equal(hn.positive_ranks(torch.from_numpy(S).requires_grad_(), pos), ref)
 
 
+def test_positive_ranks_of_score_blocks_that_require_grad(counts_side):
+    """A score source whose blocks require grad (a differentiable model's scores): ranked as their values."""
+    rng = np.random.default_rng(3)
+    S = rng.integers(0, 4, (30, 9)).astype(np.float32)
+    lists = _random_positive_lists(rng, 30, 9)
+
+    class Source:
+        def iter_scores(self, queries, chunk_size=None):
+            for q0 in range(0, 30, 7):
+                yield q0, torch.from_numpy(S[q0:q0 + 7]).requires_grad_()
+
+    ranks = hn.positive_ranks(Source(), hn.Positives.from_lists(lists, 9), queries=np.zeros((30, 2)))
+    np.testing.assert_array_equal(ranks, reference_ranks(S, lists))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_positive_ranks_rows_with_and_without_other_ties(dtype, counts_side):
     """Blocks where most rows have no tie with their best positive and a few have several, before and after the

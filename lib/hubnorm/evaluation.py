@@ -57,7 +57,7 @@ def iter_score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[in
 def _check_finite_block(s: torch.Tensor, q0: int, what: str) -> None:
     # one cheap reduction first: NaN and +-inf propagate into the sum; a finite sum proves every entry finite
     # (a sum that overflows although every entry is finite falls through to the exact check, which passes)
-    if math.isfinite(float(s.sum())):
+    if math.isfinite(float(s.detach().sum())):
         return
     finite = torch.isfinite(s)
     if not bool(finite.all()):
@@ -116,7 +116,8 @@ def _count_ahead(s: torch.Tensor, best: torch.Tensor, best_col: torch.Tensor) ->
     ties are rare: one more compare of the block finds those rows, and only they are compared against
     ``best_col``)."""
     if counts_namespace(s.device) is np and s.dtype in (torch.float32, torch.float64):
-        sn, b = s.numpy(force=True), best.numpy()[:, None]   # force: a view with torch's negative bit, or grad
+        # force: a view with torch's negative bit, or a block (and so its best values) requiring grad
+        sn, b = s.numpy(force=True), best.numpy(force=True)[:, None]
         ahead = np.count_nonzero(sn > b, axis=1)
         rows = np.flatnonzero(np.count_nonzero(sn == b, axis=1) != 1)   # 1: the best positive alone
         if rows.size:
