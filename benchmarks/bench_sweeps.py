@@ -9,9 +9,8 @@ One process; each round times one evaluation and the sweep one after the other, 
 reference loop (ROUNDS alternating rounds). The tables give the fastest round of each and, for the ratios, also the
 median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's shared
 pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest
-k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks), the latter also with its per-position counts
-forced onto torch tensors (the side of its counting seam that a torch device runs; numpy arrays on the CPU by
-default). The per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp
+k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks), the latter also with its candidates listed by
+torch (the side of its counting seam that a torch device runs; numpy's flatnonzero on the CPU by default). The per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp
 of one tau over the kept similarity blocks (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn
 iterations of one tau over kept blocks (sinkhorn_potentials with shared blocks). For SN the memory floor of an
 iteration is timed too: one matrix-vector product over the kept float32 blocks, the faster of ``torch.mv`` and
@@ -190,7 +189,7 @@ def main():
     rows.append({"run": f"  of which: ranking all {len(points)} points (offset_sweep_ranks, {len(lines)} lines)",
                  "seconds": times["nnn ranks"], "x one evaluation": times["nnn ranks"] / one,
                  "x one evaluation (median of rounds)": median_ratio("nnn ranks", ("nnn single", 128))})
-    rows.append({"run": "    the same ranking with its per-position counts on torch (the counting seam's device side, "
+    rows.append({"run": "    the same ranking with its candidates listed by torch (the counting seam's device side, "
                         "forced; numpy on the CPU by default)",
                  "seconds": times["nnn ranks torch"], "x one evaluation": times["nnn ranks torch"] / one,
                  "x one evaluation (median of rounds)": median_ratio("nnn ranks torch", ("nnn single", 128))})

@@ -5,7 +5,8 @@ alpha at a fixed k); these tests prove the ranks equal to hubnorm.positive_ranks
 setting: ties (duplicated targets, dyadic scores and offsets that tie exactly), alpha grids that are unsorted or
 contain 0 or a negative value, one and five captions per image, t2i and i2t, k clamped to a small bank, a grouping
 that is not a line (the bound widens by the measured residual), and grid_search's tables (sweep = reference); the
-first two on both sides of the counting seam (numpy on the CPU, the torch loop of a torch device).
+first two on both sides of the counting seam (numpy's flatnonzero on the CPU, torch's nonzero on a device); the
+per-line position counts (_sure_codes, _position_tables) against exact rational arithmetic and their definition.
 """
 
 import itertools
@@ -51,8 +52,8 @@ ALPHAS = [1.5, 0.0, 0.25, 1.0, -0.5, 0.75]  # unsorted, with 0 and a negative va
 
 @pytest.fixture(params=["cpu side (numpy)", "device side (torch)"])
 def counts_namespace(request, monkeypatch):
-    """Both sides of the per-position counting seam (hubnorm.sweeps.counts_namespace): numpy on the CPU, and the
-    torch loop a torch device runs, forced here on CPU tensors."""
+    """Both sides of the counting seam (hubnorm.sweeps.counts_namespace, which picks how the candidates are listed):
+    numpy on the CPU, and the torch calls a torch device runs, forced here on CPU tensors."""
     import hubnorm.sweeps as sw
     assert sw.counts_namespace("cpu") is np
     if request.param == "device side (torch)":
@@ -128,30 +129,110 @@ def test_grid_search_sweep_equals_reference_with_clamped_k(direction):
     assert fast1.best_params == ref1.best_params
 
 
+def _exact_sure(A, B, lam, level):
+    """Exact (fractions) per candidate and position: the margin A + lam (B - A) >= level, and <= -level."""
+    from fractions import Fraction
+    lev = Fraction(level)
+    ahead = np.zeros((len(A), len(lam)), dtype=bool)
+    behind = np.zeros_like(ahead)
+    for i, (a, b) in enumerate(zip(A.tolist(), B.tolist())):
+        a, d = Fraction(a), Fraction(b) - Fraction(a)
+        for k, lk in enumerate(lam):
+            m = a + Fraction(lk) * d
+            ahead[i, k], behind[i, k] = m >= lev, m <= -lev
+    return ahead, behind
+
+
+@pytest.mark.parametrize("lam", [(0.0,), (0.0, 0.5, 0.5, 1.0), tuple(np.linspace(0, 1, 11)),
+                                 tuple(np.sort(np.random.default_rng(1).random(300)))])
+def test_position_tables_match_their_definition(lam):
+    """hubnorm.sweeps._position_tables against its docstring, by brute force over every bucket: above[b] counts
+    lam_k >= (b + 2) / M - 2 (one spare bucket past the threshold's own) and below[b] counts lam_k <= 2 - (b + 2) / M;
+    the ahead and behind codes and their dtype (uint8 up to 2 L + 1 < 256)."""
+    import hubnorm.sweeps as sw
+    M, L = sw._BUCKETS, len(lam)
+    edges = (np.arange(4 * M + 1) + 2) / M - 2
+    above = (np.asarray(lam)[None] >= edges[:, None]).sum(1)
+    below = (np.asarray(lam)[None] <= -edges[:, None]).sum(1)
+    t_ahead, t_behind = sw._position_tables(lam, "cpu")
+    np.testing.assert_array_equal(t_ahead.numpy(), np.concatenate([above, below + L + 1]))
+    np.testing.assert_array_equal(t_behind.numpy(), np.concatenate([L - below, L - above + L + 1]))
+    assert t_ahead.dtype == (torch.uint8 if 2 * L + 1 < 256 else torch.int16)
+
+
+def _decode(code, L, ahead):
+    """A code of hubnorm.sweeps._sure_codes as a (candidates x positions) bool mask of its positions."""
+    code = code.long().numpy()
+    hi = code > L
+    count = code - hi * (L + 1)
+    if not ahead:
+        count = L - count
+    prefix = hi if ahead else ~hi
+    k = np.arange(L)[None, :]
+    return np.where(prefix[:, None], k < count[:, None], k >= L - count[:, None])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("L", [5, 255, 256, 300])   # 256 and up: the int32 counters
-@pytest.mark.parametrize("same", [True, False])
-def test_sure_positions_both_sides_against_a_count(dtype, L, same, monkeypatch):
-    """The per-position counts of one line (hubnorm.sweeps._sure_positions) on both sides of the counting seam,
-    against a plain count. Dyadic margins, positions and level make every interpolation exact in both dtypes, so
-    both sides (a product and a sum in numpy, a possibly fused multiply-add in torch) must give the same bits,
-    exact ties with the level included (a tie is not 'above')."""
+@pytest.mark.parametrize("L", [1, 5, 127, 128, 300])   # 128 and up: int16 codes
+def test_sure_codes_are_sound_and_tight(dtype, L):
+    """The per-line position counts of the sweep ranking (hubnorm.sweeps._sure_codes) against exact rational
+    arithmetic: every position it calls surely ahead (margin >= level) or surely behind (<= -level) is so, and it
+    leaves undecided only positions within three buckets of the crossing. Most crossings lie within 1e-9..1e-6 of
+    a position on a bucket edge (a table that counted positions in the crossing's own bucket fails); flat margins
+    (B == A, at the level exactly: 0 / 0), a -0.0 slope and margins that never or always clear the level are
+    included."""
     import hubnorm.sweeps as sw
     rng = np.random.default_rng(L)
-    n = 3000
-    gA, gB, fA, fB = (torch.from_numpy(rng.integers(-64, 65, n) / 64).to(dtype) for _ in range(4))
-    if same:
-        fA, fB = gA, gB
-    lam = [k * 2.0 ** -int(np.ceil(np.log2(L))) for k in range(L)]   # dyadic, sorted, in [0, 1)
-    level = 3 / 128
-    lam_t = torch.tensor(lam, dtype=torch.float64)[:, None]
-    g_at = gA.double()[None] + lam_t * (gB - gA).double()[None]      # L x n, exact in float64
-    above, below = g_at > level, (fA.double()[None] + lam_t * (fB - fA).double()[None]) < -level
-    assert bool((g_at == level).any())   # exact ties occur
-    want = (above.sum(0), above[0], below.sum(0), below[0])
-    for side in (np, torch):
-        monkeypatch.setattr(sw, "counts_namespace", lambda device, side=side: side)
-        got = sw._sure_positions(gA, gB, fA, fB, same, lam, level)
-        assert [x.dtype for x in got] == [torch.int64, torch.bool, torch.int64, torch.bool]
-        for g, w in zip(got, want):
-            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    M = sw._BUCKETS
+    lam = sorted(set([0.0, 1.0][:L] + [int(x) / 64 for x in rng.integers(0, 65, max(L - 2, 0))]))
+    lam = (lam + sorted(rng.random(L)))[:L] if len(lam) < L else lam[:L]
+    lam = sorted(lam)
+    level = 3 / 1024
+    n = 600
+    d = rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-4, 0, n)
+    t = np.asarray(lam)[rng.integers(0, L, n)] + rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-9, -6, n)
+    t[: n // 4] = rng.uniform(-0.5, 1.5, n // 4)
+    A = np.where(rng.random(n) < 0.5, level, -level) - t * d      # crossing of +-level at t
+    B = A + d
+    A[:6] = B[:6] = [level, -level, 0.0, 1.0, -1.0, level * (1 + 2 ** -20)]   # flat margins
+    A[6], B[6] = 0.25, -0.0
+    At, Bt = torch.from_numpy(A).to(dtype), torch.from_numpy(B).to(dtype)
+    ahead_true, behind_true = _exact_sure(At.double().numpy(), Bt.double().numpy(), lam, level)
+    t_ahead, t_behind = sw._position_tables(tuple(lam), "cpu")
+    got_a = _decode(sw._sure_codes(At, Bt, level, t_ahead, 1), L, True)
+    got_b = _decode(sw._sure_codes(At, Bt, level, t_behind, -1), L, False)
+    assert not (got_a & ~ahead_true).any() and not (got_b & ~behind_true).any()       # sound
+    a64, d64 = At.double().numpy(), (Bt.double() - At.double()).numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for want, got, lev in ((ahead_true, got_a, level), (behind_true, got_b, -level)):
+            cross = (lev - a64) / d64                                  # where the margin meets the level
+            near = np.abs(np.asarray(lam)[None, :] - cross[:, None]) <= 3 / M
+            assert not (want & ~got & ~near)[d64 != 0].any()          # tight: misses only near the crossing
+    # white box: away from bucket edges, each code is the table entry of the exact threshold's bucket and direction
+    K = t_ahead.numel() // 2
+    for table, sign, code in ((t_ahead, 1, sw._sure_codes(At, Bt, level, t_ahead, 1)),
+                              (t_behind, -1, sw._sure_codes(At, Bt, level, t_behind, -1))):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (np.clip((level - sign * a64) / np.abs(d64), -2, 2) + 2) * M
+        clear = (d64 != 0) & (np.abs(y - np.round(y)) > 0.01)
+        want = table.numpy()[np.floor(y[clear]).astype(int) + K * (d64[clear] < 0)]
+        np.testing.assert_array_equal(code.numpy()[clear], want)
+    assert got_a[:6].tolist() == [[False] * L, [False] * L, [False] * L, [True] * L, [False] * L, [True] * L]
+    assert got_b[:6].tolist() == [[False] * L, [False] * L, [False] * L, [False] * L, [True] * L, [False] * L]
+    assert got_a[6, 0] == (L > 0)   # 0.25 at lam = 0 is ahead
+    assert (ahead_true & ~got_a).any() and (behind_true & ~got_b).any()   # the test reaches the undecided band
+
+
+def test_offsets_that_cannot_be_ranked_are_refused():
+    """Non-finite offsets (the evaluator ranks no non-finite score) and offsets so large that the margins would
+    overflow the working dtype raise a ValueError naming the problem, instead of ranking wrong."""
+    task = _task(0, 12, 1, "t2i", d=128, bank=40)
+    H = torch.zeros(2, 12)
+    H[1, 3] = float("nan")
+    with pytest.raises(ValueError, match="offsets must be finite"):
+        offset_sweep_ranks(task, H)
+    H[1, 3] = 3e37
+    with pytest.raises(ValueError, match="too close to the largest"):
+        offset_sweep_ranks(task, H)
+    H[1, 3] = 1e30   # large but rankable: equal to the dense ranks
+    np.testing.assert_array_equal(offset_sweep_ranks(task, H), _dense_ranks(task, H))

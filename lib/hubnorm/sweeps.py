@@ -29,6 +29,7 @@ offsets, identical ranks and metrics; ``tests/test_selection.py`` and the generi
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -192,17 +193,21 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
        a line may beat the best positive somewhere on it; a target below it at both ends trails ``p0``, and so the
        best positive, at every setting of the line. One dense pass over the block finds the union over all lines
        (``S_ij + W[p0_i, j] > S_ip0``, ``W[p, j]`` the largest ``h_e[j] - h_e[p] + 2 s`` over the ends ``e``, one
-       row per distinct ``p0``, widened by its own rounding); each line's end test then runs on that short list;
+       row per distinct ``p0``, widened by its own rounding); every line then works on that short list;
     2. per line and candidate, the margins at the two ends (over ``p0``: an upper bound; over the best positive:
-       a lower bound; the same when every query has one positive) give the settings where it surely beats the best
-       positive (counted by a difference array, no per-setting work), those where it surely does not, and the few
-       in between, which are counted exactly with the evaluator's arithmetic (``fl(S + h)``, ties by target index).
+       a lower bound; the same when every query has one positive) give where the margin crosses ``+-2 s``, and so
+       the settings where the candidate surely beats the best positive (a prefix or a suffix of the line, read off
+       a lookup table of the line's positions by :func:`_sure_codes`; counted per query by one histogram, no
+       per-setting work), those where it surely does not, and the few in between (next to a crossing), which are
+       counted exactly with the evaluator's arithmetic (``fl(S + h)``, ties by target index).
 
     Positives are never candidates (none is ever counted: the best one is the reference, the others trail it or
     tie with a larger index). The slack ``s = 8 eps X + 2 r`` (``eps``: the dtype's machine epsilon, twice its
     unit roundoff; ``X``: a bound of ``|S| + |h|``; ``r``: the line's measured distance from its segment) covers
-    the rounding of the scores, of the margins and of their interpolation in the working dtype; "surely" means
-    beyond ``2 s``, so a setting decided from the ends is decided as the evaluator would decide it.
+    the rounding of the scores and of the margins; "surely" means at least ``2 s`` beyond, with the crossings
+    located conservatively, so a setting decided from the ends is decided as the evaluator would decide it.
+    Raises ``ValueError`` for non-finite offsets (the evaluator ranks no non-finite score) and when ``X`` is within
+    a factor 16 of the working dtype's largest value (the margins would overflow).
     """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
@@ -219,21 +224,27 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     q = as_embeddings(task.queries, "queries", device=dev, dtype=dt, dim=t.shape[1], check_normalized=False)
     smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
     X = 1.001 * smax + float(H.abs().max()) + 1e-30
-    # per line: its members sorted by position on the segment, the positions, the level 2 s, its ends' rows in
-    # HE (a, and b when it has two) and its first slot in a query's row of counts (L + 1 slots per line)
-    geo, ends, level_of_end, T = [], [], [], 0
-    slot = np.empty(G, dtype=np.int64)     # the count slot of every setting
+    if not bool(torch.isfinite(H).all()):
+        raise ValueError("offsets must be finite: a non-finite score has no rank (hubnorm.positive_ranks refuses it)")
+    if X > torch.finfo(dt).max / 16:
+        raise ValueError(f"scores plus offsets reach {X:.3g}, too close to the largest {dt} ({torch.finfo(dt).max:.3g}) "
+                         "to rank their differences: rescale the offsets or work in float64")
+    # per line: its members sorted by position on the segment, the level 2 s, its ends' rows in HE (a, and b when it
+    # has two) and its position tables (_position_tables)
+    geo, ends, level_of_end = [], [], []
+    tables: Dict[tuple, tuple] = {}
     for a, b, members in lines:
         lams, resid = _segment(H, a, b, members)
         order = sorted(range(len(members)), key=lambda i: lams[i])
-        srt = [members[i] for i in order]
+        lam = tuple(lams[i] for i in order)
         level = 2 * (8 * u * X + 2 * resid)
         ea = len(ends)
         ends += [a] if a == b else [a, b]
         level_of_end += [level] * (len(ends) - ea)
-        geo.append((ea, len(ends) - 1, torch.tensor(srt, device=dev), [lams[i] for i in order], level, T))
-        slot[srt] = T + np.arange(len(srt))
-        T += len(srt) + 1
+        if lam not in tables:
+            tables[lam] = _position_tables(lam, dev)
+        geo.append((ea, len(ends) - 1, torch.tensor([members[i] for i in order], device=dev), len(lam), level,
+                    tables[lam]))
     ends_t = torch.tensor(ends, device=dev)
     HE = H.index_select(0, ends_t)                            # E x n: the offsets at the ends
     lev_e = torch.tensor(level_of_end, dtype=dt, device=dev)
@@ -299,44 +310,46 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             if Gm is not None:
                 torch.sub(xe, best_e[e].index_select(0, r), out=Gm[e])
             xe.sub_(at_p0[e].index_select(0, r))
-        CE = F > -lev_e[:, None]
-        rT = r * T
-        counts = torch.zeros(bq * T, dtype=torch.long, device=dev)
+        # 2. per line: how many of its positions each candidate surely beats the best positive at (a prefix or a
+        #    suffix of the line) and how many it surely trails p0 at, as codes (_sure_codes); the rest are counted
+        #    exactly below
+        ranks = torch.empty((G, bq), dtype=torch.long, device=dev)
         undecided = []
-        for ea, eb, srt, lam, level, seg in geo:
-            L = len(lam)
-            ci = _flat_nonzero(CE[ea] | CE[eb] if eb != ea else CE[ea])
-            if ci.numel() == 0:
-                continue
-            # 2. margins at the ends: over p0 (fA, fB: upper bounds) and over the best positive (gA, gB)
-            fA, fB = F[ea].index_select(0, ci), F[eb].index_select(0, ci)
-            gA, gB = (fA, fB) if single else (Gm[ea].index_select(0, ci), Gm[eb].index_select(0, ci))
-            # positions where the candidate is surely ahead of the best positive (a prefix or a suffix: the margin
-            # is linear in lam, its rounding monotone) and where it is surely behind p0
-            bcnt, bf, ncnt, nf = _sure_positions(gA, gB, fA, fB, single, lam, level)
-            b0 = torch.where(bf, 0, L - bcnt)                 # surely ahead: positions [b0, b0 + bcnt)
-            base = rT.index_select(0, ci).add_(seg)
-            counts.index_add_(0, base + b0, torch.ones_like(b0))
-            counts.index_add_(0, b0.add_(bcnt).add_(base), torch.full_like(b0, -1))
-            und = _flat_nonzero(bcnt + ncnt < L)      # neither surely ahead nor surely behind everywhere
-            if und.numel():
-                bc_, nc_, bf_, nf_ = bcnt[und], ncnt[und], bf[und], nf[und]
-                pre = torch.maximum(torch.where(bf_, bc_, 0), torch.where(nf_, nc_, 0))
-                width = (L - torch.maximum(torch.where(bf_, 0, bc_), torch.where(nf_, 0, nc_)) - pre).clamp_min_(0)
+        hist_base: Dict[int, torch.Tensor] = {}
+        for ea, eb, srt, L, level, (t_ahead, t_behind) in geo:
+            fA, fB = F[ea], F[eb]
+            ahead = _sure_codes(fA, fB, level, t_ahead, 1) if single else _sure_codes(Gm[ea], Gm[eb], level, t_ahead, 1)
+            behind = _sure_codes(fA, fB, level, t_behind, -1)
+            # per query, a histogram of the ahead codes gives the count at every position: a suffix of c positions
+            # covers position k when c >= L - k, a prefix when c >= k + 1
+            if L not in hist_base:
+                hist_base[L] = r * (2 * (L + 1))
+            hist = torch.bincount(hist_base[L] + ahead, minlength=bq * 2 * (L + 1))
+            tail = hist.view(bq, 2, L + 1).flip(2).cumsum(2)      # tail[i, p, j]: codes of direction p >= L - j
+            ranks.index_copy_(0, srt, (tail[:, 0, :L] + tail[:, 1, :L].flip(1)).T)
+            if single:   # both codes of a candidate have the same direction: undecided somewhere when ahead < behind
+                und = _flat_nonzero(ahead < behind)
+            else:
+                und = _flat_nonzero(ahead.remainder(L + 1) < behind.remainder(L + 1))
+            if und.numel():   # decode the counts and whether each is a prefix
+                ca, cb = ahead.index_select(0, und).long(), behind.index_select(0, und).long()
+                ap, bp = ca > L, cb <= L
+                ca -= ap * (L + 1)
+                cb = L - cb + (~bp) * (L + 1)
+                pre = torch.maximum(torch.where(ap, ca, 0), torch.where(bp, cb, 0))
+                width = (L - torch.maximum(torch.where(ap, 0, ca), torch.where(bp, 0, cb)) - pre).clamp_min_(0)
                 k = torch.repeat_interleave(pre - (torch.cumsum(width, 0) - width), width)
                 k += torch.arange(k.numel(), device=dev)      # positions [pre, pre + width) of the line
-                undecided.append((torch.repeat_interleave(ci.index_select(0, und), width), srt.index_select(0, k),
-                                  k + seg))
-        counts = counts.view(bq, T).cumsum_(1).view(-1)
+                undecided.append((torch.repeat_interleave(und, width), srt.index_select(0, k)))
         if undecided:   # the settings in between, counted with the evaluator's arithmetic
-            cu, g, sl = (torch.cat(x) for x in zip(*undecided))
+            cu, g = (torch.cat(x) for x in zip(*undecided))
             r_, c_ = r.index_select(0, cu), c.index_select(0, cu)
             x = v.index_select(0, cu) + Hf.index_select(0, g * n + c_)     # fl(S + h)
             bv = bestf.index_select(0, g * bq + r_)
             bc = cols.index_select(0, r_) if single else best_colf.index_select(0, g * bq + r_)
             beat = (x > bv) | ((x == bv) & (c_ < bc))
-            counts.index_add_(0, rT.index_select(0, cu) + sl, beat.long())
-        out[:, q0:q1] = counts.view(bq, T).cpu().numpy()[:, slot].T
+            ranks.view(-1).index_add_(0, g * bq + r_, beat.long())
+        out[:, q0:q1] = ranks.cpu().numpy()
     return out
 
 
@@ -348,65 +361,67 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     return mask.nonzero().squeeze(1)
 
 
-def _sure_positions(gA, gB, fA, fB, same, lam, level):
-    """Per candidate of a line with sorted positions ``lam``: on how many positions the interpolated margin ``gA + lam
-    (gB - gA)`` is above ``level``, and whether position 0 is one of them (then they are a prefix, else a
-    suffix: the margin is monotone in ``lam``, and so is its rounding); the same for ``fA + lam (fB - fA)``
-    below ``-level``. Returns int64 counts and bool firsts (torch tensors). One pass per position, no candidates
-    x positions matrix; ``same``: ``f`` is ``g`` (one interpolation serves both). The loop runs on
-    :func:`~hubnorm.kernels.counts_namespace`'s arrays; either way each interpolation is rounded in the working
-    dtype (numpy: a product and a sum; torch: a fused multiply-add where its vector kernel uses one), which the
-    slack of :func:`offset_sweep_ranks` covers."""
-    if counts_namespace(gA.device) is np:
-        out = _sure_positions_numpy(*(t.numpy() for t in (gA, gB, fA, fB)), same, lam, level)
-        return tuple(torch.from_numpy(x) for x in out)
-    acc = torch.uint8 if len(lam) < 256 else torch.int32
-    bcnt, ncnt = (torch.zeros(gA.shape, dtype=acc, device=gA.device) for _ in range(2))
-    ok = torch.empty(gA.shape, dtype=torch.bool, device=gA.device)
-    ok_n = ok.view(torch.uint8) if acc == torch.uint8 else None   # bool as 0/1 bytes: no conversion
-    bfirst = nfirst = None
-    dg = gB - gA
-    df = dg if same else fB - fA
-    xg = torch.empty_like(gA)
-    xf = xg if same else torch.empty_like(gA)
-    for k, lk in enumerate(lam):
-        torch.add(gA, dg, alpha=lk, out=xg)
-        torch.gt(xg, level, out=ok)
-        bcnt += ok.int() if ok_n is None else ok_n
-        if k == 0:
-            bfirst = ok.clone()
-        if not same:
-            torch.add(fA, df, alpha=lk, out=xf)
-        torch.lt(xf, -level, out=ok)
-        ncnt += ok.int() if ok_n is None else ok_n
-        if k == 0:
-            nfirst = ok.clone()
-    return bcnt.long(), bfirst, ncnt.long(), nfirst
+#: Buckets per unit of a line's position in :func:`_position_tables` (a power of two: scaling by it is exact).
+_BUCKETS = 1024
 
 
-def _sure_positions_numpy(gA, gB, fA, fB, same, lam, level):
-    """:func:`_sure_positions` on numpy arrays (the CPU side of :func:`~hubnorm.kernels.counts_namespace`)."""
-    dt = gA.dtype.type
-    acc = np.uint8 if len(lam) < 256 else np.int32
-    bcnt, ncnt = np.zeros(gA.shape, dtype=acc), np.zeros(gA.shape, dtype=acc)
-    ok = np.empty(gA.shape, dtype=np.bool_)
-    ok_n = ok.view(np.uint8)    # bool as 0/1 bytes: no conversion
-    dg = gB - gA
-    xg = np.empty_like(gA)
-    # (start, slope, interpolation buffer, test, bound, counts): "surely ahead" of g, "surely behind" of f
-    sides = [(gA, dg, xg, np.greater, dt(level), bcnt),
-             (fA, dg if same else fB - fA, xg if same else np.empty_like(gA), np.less, dt(-level), ncnt)]
-    firsts = []
-    for k, lk in enumerate(lam):
-        for side, (start, slope, x, test, bound, cnt) in enumerate(sides):
-            if side == 0 or not same:   # with same, the g interpolation serves both tests
-                np.multiply(slope, dt(lk), out=x)
-                x += start
-            test(x, bound, out=ok)
-            cnt += ok_n if acc == np.uint8 else ok
-            if k == 0:
-                firsts.append(ok.copy())
-    return bcnt.astype(np.int64), firsts[0], ncnt.astype(np.int64), firsts[1]
+def _position_tables(lam: Sequence[float], device) -> tuple:
+    """The two lookup tables of :func:`_sure_codes` for a line's sorted positions ``lam`` (in [0, 1]). For a
+    threshold ``x`` in bucket ``b = floor((x + 2) M)`` of ``[-2, 2]`` (``M`` = :data:`_BUCKETS`), let ``above[b]``
+    be the number of positions surely above ``x`` (``lam_k >= (b + 2) / M - 2``: past the next bucket, as ``x`` may
+    be off by its rounding) and ``below[b]`` the number surely below ``-x`` (``lam_k <= 2 - (b + 2) / M``). Entry
+    ``b`` of a table is for a rising margin, entry ``K + b`` (``K = 4 M + 1``) for a falling one; a code tells a
+    count and its direction, as the falling entries carry ``L + 1`` more (``L = len(lam)``):
+
+    * ``ahead``: ``above[b]`` | ``below[b] + L + 1`` (rising: a suffix above ``x``; falling: a prefix below ``-x``);
+    * ``behind``, ``L`` minus the count (so that a candidate is undecided somewhere when its ahead code is the
+      smaller): ``L - below[b]`` | ``L - above[b] + L + 1`` (rising: a prefix; falling: a suffix)."""
+    lam_np = np.asarray(lam, dtype=np.float64)
+    L = len(lam_np)
+    nb = 4 * _BUCKETS + 1
+
+    def at_least(last):   # per bucket b: how many positions have last[k] >= b
+        hist = np.bincount(np.clip(last, -1, nb - 1) + 1, minlength=nb + 1)
+        return np.cumsum(hist[::-1])[::-1][1:]
+
+    # lam_k >= (b + 2) / M - 2 when b <= floor((lam_k + 2) M) - 2, and lam_k <= 2 - (b + 2) / M when b <= floor((2 -
+    # lam_k) M) - 2 (up to the rounding of lam_k +- 2, far inside the spare bucket)
+    above = at_least(np.floor((lam_np + 2) * _BUCKETS).astype(np.int64) - 2)
+    below = at_least(np.floor((2 - lam_np) * _BUCKETS).astype(np.int64) - 2)
+    dtype = torch.uint8 if 2 * L + 1 < 256 else torch.int16 if 2 * L + 1 < 2**15 else torch.int32
+    ahead = np.concatenate([above, below + L + 1])
+    behind = np.concatenate([L - below, L - above + L + 1])
+    return tuple(torch.from_numpy(x).to(device=device, dtype=dtype) for x in (ahead, behind))
+
+
+def _sure_codes(A: torch.Tensor, B: torch.Tensor, level: float, table: torch.Tensor, sign: int) -> torch.Tensor:
+    """For margins ``A``, ``B`` at the two ends of a line (1-d, one entry per candidate) and one of the line's
+    tables (:func:`_position_tables`): for ``sign = +1`` and the ``ahead`` table, at how many of the line's
+    positions the margin ``A + lam (B - A)`` is surely at least ``level``; for ``sign = -1`` and the ``behind``
+    table, at how many it is surely at most ``-level``. Each as the table's code: a count and its direction (the
+    positions are a prefix or a suffix of the line, as the margin is linear in ``lam``).
+
+    The margin meets ``sign * level`` at one position. With ``x = (level - sign A) / |B - A|``, the positions of
+    ``sign = +1`` are those above ``x`` when the margin rises and those below ``-x`` when it falls; ``sign = -1``
+    the other way round. ``x`` is computed in float32 (float64 for a float64 line) with ``level`` rounded up, so it
+    is within a few units of its roundoff of the exact crossing, and its bucket's table entry counts only
+    positions past the next bucket: no position is called sure that is not. A flat margin (``B == A``) gives ``x =
+    +-inf`` (no position or every position), and no position when it is exactly at the level (``0 / 0``).
+    Positions within about two buckets of the crossing are left undecided; the caller counts them exactly."""
+    wt = torch.float64 if A.dtype == torch.float64 else torch.float32
+    A, B = A.to(wt), B.to(wt)
+    lev = torch.tensor(level, dtype=wt)
+    if float(lev) < level:
+        lev = torch.nextafter(lev, torch.tensor(math.inf, dtype=wt))
+    lev = float(lev)                                       # exact in wt: no conversion rounds it again
+    d = B - A
+    bits = 63 if wt == torch.float64 else 31
+    falls = d.view(torch.int64 if bits == 63 else torch.int32).bitwise_right_shift(bits)   # -1 when d < 0 (or -0.0)
+    x = (lev - A if sign > 0 else A + lev).div_(d.abs_()).nan_to_num_(nan=math.inf, posinf=math.inf,
+                                                                      neginf=-math.inf)
+    b = x.mul_(_BUCKETS).add_(2 * _BUCKETS).clamp_(0, 4 * _BUCKETS).to(falls.dtype)
+    b += falls.bitwise_and_(table.numel() // 2)
+    return table.index_select(0, b)
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
