@@ -199,8 +199,12 @@ def test_sure_codes_are_sound_and_tight(dtype, L):
     At, Bt = torch.from_numpy(A).to(dtype), torch.from_numpy(B).to(dtype)
     ahead_true, behind_true = _exact_sure(At.double().numpy(), Bt.double().numpy(), lam, level)
     t_ahead, t_behind = sw._position_tables(tuple(lam), "cpu")
-    got_a = _decode(sw._sure_codes(At, Bt, level, t_ahead, 1), L, True)
-    got_b = _decode(sw._sure_codes(At, Bt, level, t_behind, -1), L, False)
+    code_a, code_b = sw._sure_codes(At, Bt, level, [(t_ahead, 1), (t_behind, -1)])
+    assert [c.dtype for c in (code_a, code_b)] == [t_ahead.dtype] * 2
+    (alone,) = sw._sure_codes(At, Bt, level, [(t_behind, -1)])
+    assert torch.equal(alone, code_b)
+    got_a = _decode(code_a, L, True)
+    got_b = _decode(code_b, L, False)
     assert not (got_a & ~ahead_true).any() and not (got_b & ~behind_true).any()       # sound
     a64, d64 = At.double().numpy(), (Bt.double() - At.double()).numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -210,8 +214,7 @@ def test_sure_codes_are_sound_and_tight(dtype, L):
             assert not (want & ~got & ~near)[d64 != 0].any()          # tight: misses only near the crossing
     # white box: away from bucket edges, each code is the table entry of the exact threshold's bucket and direction
     K = t_ahead.numel() // 2
-    for table, sign, code in ((t_ahead, 1, sw._sure_codes(At, Bt, level, t_ahead, 1)),
-                              (t_behind, -1, sw._sure_codes(At, Bt, level, t_behind, -1))):
+    for table, sign, code in ((t_ahead, 1, code_a), (t_behind, -1, code_b)):
         with np.errstate(divide="ignore", invalid="ignore"):
             y = (np.clip((level - sign * a64) / np.abs(d64), -2, 2) + 2) * M
         clear = (d64 != 0) & (np.abs(y - np.round(y)) > 0.01)

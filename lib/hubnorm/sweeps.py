@@ -241,10 +241,11 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         ea = len(ends)
         ends += [a] if a == b else [a, b]
         level_of_end += [level] * (len(ends) - ea)
-        if lam not in tables:
-            tables[lam] = _position_tables(lam, dev)
+        key = _position_buckets(lam)   # lines whose positions share their buckets share their tables
+        if key not in tables:
+            tables[key] = _position_tables(lam, dev)
         geo.append((ea, len(ends) - 1, torch.tensor([members[i] for i in order], device=dev), len(lam), level,
-                    tables[lam]))
+                    tables[key]))
     ends_t = torch.tensor(ends, device=dev)
     HE = H.index_select(0, ends_t)                            # E x n: the offsets at the ends
     lev_e = torch.tensor(level_of_end, dtype=dt, device=dev)
@@ -318,8 +319,11 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         hist_base: Dict[int, torch.Tensor] = {}
         for ea, eb, srt, L, level, (t_ahead, t_behind) in geo:
             fA, fB = F[ea], F[eb]
-            ahead = _sure_codes(fA, fB, level, t_ahead, 1) if single else _sure_codes(Gm[ea], Gm[eb], level, t_ahead, 1)
-            behind = _sure_codes(fA, fB, level, t_behind, -1)
+            if single:
+                ahead, behind = _sure_codes(fA, fB, level, [(t_ahead, 1), (t_behind, -1)])
+            else:
+                (ahead,), (behind,) = _sure_codes(Gm[ea], Gm[eb], level, [(t_ahead, 1)]), _sure_codes(
+                    fA, fB, level, [(t_behind, -1)])
             # per query, a histogram of the ahead codes gives the count at every position: a suffix of c positions
             # covers position k when c >= L - k, a prefix when c >= k + 1
             if L not in hist_base:
@@ -365,6 +369,16 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
 _BUCKETS = 1024
 
 
+def _position_buckets(lam: Sequence[float]) -> tuple:
+    """Per position ``lam_k``, the last bucket ``b`` whose table entry counts it (:func:`_position_tables`): ``lam_k
+    >= (b + 2) / M - 2`` when ``b <= floor((lam_k + 2) M) - 2``, and ``lam_k <= 2 - (b + 2) / M`` when ``b <=
+    floor((2 - lam_k) M) - 2`` (up to the rounding of ``lam_k +- 2``, far inside the spare bucket). Two tuples of
+    ints: the tables depend on the positions through these alone."""
+    lam_np = np.asarray(lam, dtype=np.float64)
+    return (tuple(np.floor((lam_np + 2) * _BUCKETS).astype(np.int64) - 2),
+            tuple(np.floor((2 - lam_np) * _BUCKETS).astype(np.int64) - 2))
+
+
 def _position_tables(lam: Sequence[float], device) -> tuple:
     """The two lookup tables of :func:`_sure_codes` for a line's sorted positions ``lam`` (in [0, 1]). For a
     threshold ``x`` in bucket ``b = floor((x + 2) M)`` of ``[-2, 2]`` (``M`` = :data:`_BUCKETS`), let ``above[b]``
@@ -376,30 +390,28 @@ def _position_tables(lam: Sequence[float], device) -> tuple:
     * ``ahead``: ``above[b]`` | ``below[b] + L + 1`` (rising: a suffix above ``x``; falling: a prefix below ``-x``);
     * ``behind``, ``L`` minus the count (so that a candidate is undecided somewhere when its ahead code is the
       smaller): ``L - below[b]`` | ``L - above[b] + L + 1`` (rising: a prefix; falling: a suffix)."""
-    lam_np = np.asarray(lam, dtype=np.float64)
-    L = len(lam_np)
+    L = len(lam)
     nb = 4 * _BUCKETS + 1
 
     def at_least(last):   # per bucket b: how many positions have last[k] >= b
         hist = np.bincount(np.clip(last, -1, nb - 1) + 1, minlength=nb + 1)
         return np.cumsum(hist[::-1])[::-1][1:]
 
-    # lam_k >= (b + 2) / M - 2 when b <= floor((lam_k + 2) M) - 2, and lam_k <= 2 - (b + 2) / M when b <= floor((2 -
-    # lam_k) M) - 2 (up to the rounding of lam_k +- 2, far inside the spare bucket)
-    above = at_least(np.floor((lam_np + 2) * _BUCKETS).astype(np.int64) - 2)
-    below = at_least(np.floor((2 - lam_np) * _BUCKETS).astype(np.int64) - 2)
+    last_above, last_below = (np.asarray(x) for x in _position_buckets(lam))
+    above, below = at_least(last_above), at_least(last_below)
     dtype = torch.uint8 if 2 * L + 1 < 256 else torch.int16 if 2 * L + 1 < 2**15 else torch.int32
     ahead = np.concatenate([above, below + L + 1])
     behind = np.concatenate([L - below, L - above + L + 1])
     return tuple(torch.from_numpy(x).to(device=device, dtype=dtype) for x in (ahead, behind))
 
 
-def _sure_codes(A: torch.Tensor, B: torch.Tensor, level: float, table: torch.Tensor, sign: int) -> torch.Tensor:
+def _sure_codes(A: torch.Tensor, B: torch.Tensor, level: float, tables: Sequence[tuple]) -> List[torch.Tensor]:
     """For margins ``A``, ``B`` at the two ends of a line (1-d, one entry per candidate) and one of the line's
-    tables (:func:`_position_tables`): for ``sign = +1`` and the ``ahead`` table, at how many of the line's
-    positions the margin ``A + lam (B - A)`` is surely at least ``level``; for ``sign = -1`` and the ``behind``
-    table, at how many it is surely at most ``-level``. Each as the table's code: a count and its direction (the
-    positions are a prefix or a suffix of the line, as the margin is linear in ``lam``).
+    tables (:func:`_position_tables`), given as ``(table, sign)`` pairs: for ``sign = +1`` and the ``ahead`` table,
+    at how many of the line's positions the margin ``A + lam (B - A)`` is surely at least ``level``; for ``sign =
+    -1`` and the ``behind`` table, at how many it is surely at most ``-level``. One code per pair, the table's: a
+    count and its direction (the positions are a prefix or a suffix of the line, as the margin is linear in
+    ``lam``).
 
     The margin meets ``sign * level`` at one position. With ``x = (level - sign A) / |B - A|``, the positions of
     ``sign = +1`` are those above ``x`` when the margin rises and those below ``-x`` when it falls; ``sign = -1``
@@ -417,11 +429,14 @@ def _sure_codes(A: torch.Tensor, B: torch.Tensor, level: float, table: torch.Ten
     d = B - A
     bits = 63 if wt == torch.float64 else 31
     falls = d.view(torch.int64 if bits == 63 else torch.int32).bitwise_right_shift(bits)   # -1 when d < 0 (or -0.0)
-    x = (lev - A if sign > 0 else A + lev).div_(d.abs_()).nan_to_num_(nan=math.inf, posinf=math.inf,
-                                                                      neginf=-math.inf)
-    b = x.mul_(_BUCKETS).add_(2 * _BUCKETS).clamp_(0, 4 * _BUCKETS).to(falls.dtype)
-    b += falls.bitwise_and_(table.numel() // 2)
-    return table.index_select(0, b)
+    ad = d.abs_()
+    out = []
+    for table, sign in tables:
+        x = (lev - A if sign > 0 else A + lev).div_(ad).nan_to_num_(nan=math.inf, posinf=math.inf, neginf=-math.inf)
+        b = x.mul_(_BUCKETS).add_(2 * _BUCKETS).clamp_(0, 4 * _BUCKETS).to(falls.dtype)
+        b += falls & (table.numel() // 2)
+        out.append(table.index_select(0, b))
+    return out
 
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
