@@ -207,7 +207,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     the rounding of the scores and of the margins; "surely" means at least ``2 s`` beyond, with the crossings
     located conservatively, so a setting decided from the ends is decided as the evaluator would decide it.
     Raises ``ValueError`` for non-finite offsets (the evaluator ranks no non-finite score) and when ``X`` is within
-    a factor 16 of the working dtype's largest value (the margins would overflow).
+    a factor 2**14 of the working dtype's largest value (the scaled margins would overflow).
     """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
@@ -226,7 +226,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     X = 1.001 * smax + float(H.abs().max()) + 1e-30
     if not bool(torch.isfinite(H).all()):
         raise ValueError("offsets must be finite: a non-finite score has no rank (hubnorm.positive_ranks refuses it)")
-    if X > torch.finfo(dt).max / 16:
+    if X > torch.finfo(dt).max / 2**14:   # the margins (< 3 X) and their _sure_codes scaling (2**10) stay finite
         raise ValueError(f"scores plus offsets reach {X:.3g}, too close to the largest {dt} ({torch.finfo(dt).max:.3g}) "
                          "to rank their differences: rescale the offsets or work in float64")
     # per line: its members sorted by position on the segment, the level 2 s, its ends' rows in HE (a, and b when it
@@ -306,11 +306,16 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         Gm = None if single else torch.empty_like(F)
         at_p0 = sp0[None, :] + HE.index_select(1, p0)         # fl(S_ip0 + h_e[p0]), ends x queries
         best_e = None if single else best.index_select(0, ends_t)
+        if counts_namespace(dev) is np:   # r is sorted: a query's value repeated over its candidates (x[r])
+            reps = np.bincount(r.numpy(), minlength=bq)
+            at_r = lambda x: torch.from_numpy(np.repeat(x.numpy(), reps))  # noqa: E731
+        else:
+            at_r = lambda x: x.index_select(0, r)  # noqa: E731
         for e in range(len(ends)):
             xe = torch.index_select(HE[e], 0, c, out=F[e]).add_(v)   # fl(S + h_e)
             if Gm is not None:
-                torch.sub(xe, best_e[e].index_select(0, r), out=Gm[e])
-            xe.sub_(at_p0[e].index_select(0, r))
+                torch.sub(xe, at_r(best_e[e]), out=Gm[e])
+            xe.sub_(at_r(at_p0[e]))
         # 2. per line: how many of its positions each candidate surely beats the best positive at (a prefix or a
         #    suffix of the line) and how many it surely trails p0 at, as codes (_sure_codes); the rest are counted
         #    exactly below
@@ -426,15 +431,20 @@ def _sure_codes(A: torch.Tensor, B: torch.Tensor, level: float, tables: Sequence
     if float(lev) < level:
         lev = torch.nextafter(lev, torch.tensor(math.inf, dtype=wt))
     lev = float(lev)                                       # exact in wt: no conversion rounds it again
+    M = _BUCKETS
     d = B - A
     bits = 63 if wt == torch.float64 else 31
+    K = tables[0][0].numel() // 2
     falls = d.view(torch.int64 if bits == 63 else torch.int32).bitwise_right_shift(bits)   # -1 when d < 0 (or -0.0)
+    falls &= K                                             # the falling half of a table
     ad = d.abs_()
+    lev_m = torch.tensor(M * lev, dtype=wt)                # M level: a power of two, exact
     out = []
     for table, sign in tables:
-        x = (lev - A if sign > 0 else A + lev).div_(ad).nan_to_num_(nan=math.inf, posinf=math.inf, neginf=-math.inf)
-        b = x.mul_(_BUCKETS).add_(2 * _BUCKETS).clamp_(0, 4 * _BUCKETS).to(falls.dtype)
-        b += falls & (table.numel() // 2)
+        # M x = (M level - sign M A) / |B - A|, the same bits as M fl(x): M A and M level are exact
+        x = torch.sub(lev_m, A, alpha=sign * M).div_(ad).nan_to_num_(nan=math.inf, posinf=math.inf, neginf=-math.inf)
+        b = x.clamp_(-2 * M, 2 * M).add_(2 * M).to(falls.dtype)
+        b += falls
         out.append(table.index_select(0, b))
     return out
 
