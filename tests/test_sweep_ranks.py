@@ -63,8 +63,12 @@ def counts_namespace(request, monkeypatch):
 
 @pytest.mark.parametrize("direction", ["t2i", "i2t"])
 @pytest.mark.parametrize("per", [1, 5])
-def test_line_ranks_equal_dense_ranks(direction, per, counts_namespace):
+@pytest.mark.parametrize("chunk_rows", [None, 7])   # 7: the candidate pass in row chunks of 7 queries
+def test_line_ranks_equal_dense_ranks(direction, per, chunk_rows, counts_namespace, monkeypatch):
     task = _task(1, 60, per, direction, dup=6)
+    if chunk_rows:
+        import hubnorm.sweeps as sw
+        monkeypatch.setattr(sw, "_UNION_CHUNK_BYTES", chunk_rows * task.n_targets * 4)
     points = [{"alpha": a, "k": k} for k, a in itertools.product([1, 3, 16, 128], ALPHAS)]
     H = _nnn_offsets(task, points)
     lines = offset_lines(points, H)

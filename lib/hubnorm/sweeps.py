@@ -289,21 +289,31 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         for e in range(HE.shape[0]):
             torch.sub(HE[e][None, :], (HE[e, P] - lev_e[e])[:, None], out=tmp)
             torch.maximum(W, tmp, out=W)
-        if buf is None or buf.shape != S.shape:
-            buf = torch.empty_like(S)                         # reused: a fresh block per pass costs page faults
-            mask = torch.empty(S.shape, dtype=torch.bool, device=dev)
-        torch.index_select(W, 0, p_of_q, out=buf)
-        torch.gt(buf.add_(S), (sp0 - widen)[:, None], out=mask)
-        mask[rows, cols] = False                              # a positive is never counted (the best one is the reference)
-        flat = _flat_nonzero(mask.view(-1))
+        # in row chunks of about 2 MB, through one scratch block (a fresh block-sized temporary costs page faults)
+        step = max(1, _UNION_CHUNK_BYTES // (n * S.element_size()))
+        if buf is None or buf.shape[1] != n or buf.shape[0] < min(step, bq):
+            buf = torch.empty((min(step, bq), n), dtype=dt, device=dev)
+            mask = torch.empty(buf.shape, dtype=torch.bool, device=dev)
+        thr = sp0 - widen
+        bounds = torch.searchsorted(rows, torch.arange(0, bq + step, step, device=dev).clamp_(max=bq)).tolist()
+        flats = []
+        for j, i0 in enumerate(range(0, bq, step)):
+            i1 = min(bq, i0 + step)
+            sb, mb = buf[:i1 - i0], mask[:i1 - i0]
+            torch.index_select(W, 0, p_of_q[i0:i1], out=sb)
+            torch.gt(sb.add_(S[i0:i1]), thr[i0:i1, None], out=mb)
+            p_lo, p_hi = bounds[j], bounds[j + 1]              # the positives of these rows (rows is sorted)
+            mb[rows[p_lo:p_hi] - i0, cols[p_lo:p_hi]] = False  # a positive is never counted (the best is the reference)
+            flats.append(_flat_nonzero(mb.view(-1)).add_(i0 * n))
+        flat = torch.cat(flats) if len(flats) > 1 else flats[0]
         r = torch.div(flat, n, rounding_mode="floor")
         c = flat - r * n
         v = S.reshape(-1).index_select(0, flat)
-        # the margins of the union at every end: over p0, F_e = fl(fl(S + h_e) - fl(S_ip0 + h_e[p0])) (a line's end
-        # test is F_e > -2 s), and over the best positive when some query has several. Ends x candidates: each
-        # line reads its two ends as two contiguous rows (the gathers run within one row of n offsets)
-        F = torch.empty((len(ends), c.numel()), dtype=dt, device=dev)
-        Gm = None if single else torch.empty_like(F)
+        # the margins of the union at a line's ends (computed per line into two reused rows): over p0, F_e =
+        # fl(fl(S + h_e) - fl(S_ip0 + h_e[p0])), and over the best positive when some query has several
+        N = c.numel()
+        F2 = torch.empty((2, N), dtype=dt, device=dev)
+        G2 = None if single else torch.empty_like(F2)
         at_p0 = sp0[None, :] + HE.index_select(1, p0)         # fl(S_ip0 + h_e[p0]), ends x queries
         best_e = None if single else best.index_select(0, ends_t)
         if counts_namespace(dev) is np:   # r is sorted: a query's value repeated over its candidates (x[r])
@@ -311,11 +321,16 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             at_r = lambda x: torch.from_numpy(np.repeat(x.numpy(), reps))  # noqa: E731
         else:
             at_r = lambda x: x.index_select(0, r)  # noqa: E731
-        for e in range(len(ends)):
-            xe = torch.index_select(HE[e], 0, c, out=F[e]).add_(v)   # fl(S + h_e)
-            if Gm is not None:
-                torch.sub(xe, at_r(best_e[e]), out=Gm[e])
-            xe.sub_(at_r(at_p0[e]))
+
+        def margins(ea, eb):
+            for j, e in enumerate(range(ea, eb + 1)):
+                xe = torch.index_select(HE[e], 0, c, out=F2[j]).add_(v)   # fl(S + h_e)
+                if G2 is not None:
+                    torch.sub(xe, at_r(best_e[e]), out=G2[j])
+                xe.sub_(at_r(at_p0[e]))
+            last = eb - ea
+            return F2[0], F2[last], (None, None) if G2 is None else (G2[0], G2[last])
+
         # 2. per line: how many of its positions each candidate surely beats the best positive at (a prefix or a
         #    suffix of the line) and how many it surely trails p0 at, as codes (_sure_codes); the rest are counted
         #    exactly below
@@ -323,11 +338,11 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         undecided = []
         hist_base: Dict[int, torch.Tensor] = {}
         for ea, eb, srt, L, level, (t_ahead, t_behind) in geo:
-            fA, fB = F[ea], F[eb]
+            fA, fB, (gA, gB) = margins(ea, eb)
             if single:
                 ahead, behind = _sure_codes(fA, fB, level, [(t_ahead, 1), (t_behind, -1)])
             else:
-                (ahead,), (behind,) = _sure_codes(Gm[ea], Gm[eb], level, [(t_ahead, 1)]), _sure_codes(
+                (ahead,), (behind,) = _sure_codes(gA, gB, level, [(t_ahead, 1)]), _sure_codes(
                     fA, fB, level, [(t_behind, -1)])
             # per query, a histogram of the ahead codes gives the count at every position: a suffix of c positions
             # covers position k when c >= L - k, a prefix when c >= k + 1
@@ -369,6 +384,9 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
     return mask.nonzero().squeeze(1)
 
+
+#: Scratch bytes per row chunk of the candidate pass of :func:`offset_sweep_ranks`.
+_UNION_CHUNK_BYTES = 2 * 2**20
 
 #: Buckets per unit of a line's position in :func:`_position_tables` (a power of two: scaling by it is exact).
 _BUCKETS = 1024
