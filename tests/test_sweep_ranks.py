@@ -243,3 +243,35 @@ def test_offsets_that_cannot_be_ranked_are_refused():
         offset_sweep_ranks(task, H)
     H[1, 3] = 1e30   # large but rankable: equal to the dense ranks
     np.testing.assert_array_equal(offset_sweep_ranks(task, H), _dense_ranks(task, H))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_line_ranks_in_both_dtypes_without_candidates_and_with_one_target(dtype):
+    """Edge inputs of offset_sweep_ranks against the dense ranks: a task where no target ever beats a positive (an
+    empty candidate list), a single target, and a random three-caption task on a line of nine settings, each in
+    float32 and float64 (the crossing codes then run in float64)."""
+    tdt = torch.from_numpy(np.zeros(1, dtype=dtype)).dtype
+    eye = np.eye(8, dtype=dtype)
+    task = hn.RetrievalTask(eye.copy(), eye, hn.Positives.from_labels(np.arange(8), 8), direction="t2i")
+    H = torch.zeros(5, 8, dtype=tdt)
+    H[:, 0] = torch.linspace(0, 0.1, 5, dtype=tdt)
+    for lines in (None, [(0, 4, [0, 1, 2, 3, 4])]):
+        assert (offset_sweep_ranks(task, H, lines=lines) == 0).all()
+    one = hn.RetrievalTask(np.full((3, 4), 0.5, dtype=dtype), np.full((1, 4), 0.5, dtype=dtype),
+                           hn.Positives.from_labels(np.zeros(3, dtype=int), 1), direction="t2i")
+    assert (offset_sweep_ranks(one, torch.zeros(3, 1, dtype=tdt), lines=[(0, 2, [0, 1, 2])]) == 0).all()
+    rng = np.random.default_rng(0)
+    t = rng.normal(size=(50, 16)).astype(dtype)
+    t /= np.linalg.norm(t, axis=1, keepdims=True)
+    q = t[np.repeat(np.arange(50), 3)] + rng.normal(0, 0.3, (150, 16)).astype(dtype)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    task = hn.RetrievalTask(q, t, hn.Positives.from_labels(np.repeat(np.arange(50), 3), 50), direction="t2i")
+    b = torch.from_numpy(rng.random(50)).to(tdt)
+    alphas = np.linspace(0, 2, 9)
+    H = torch.stack([-a * b for a in alphas])
+    lines = offset_lines([{"alpha": a} for a in alphas], H)
+    assert lines == [(0, 8, list(range(9)))]
+    s = torch.from_numpy(q) @ torch.from_numpy(t).T
+    dense = np.stack([positive_ranks(s + h, task.positives) for h in H])
+    assert dense.max() > 0
+    np.testing.assert_array_equal(offset_sweep_ranks(task, H, lines=lines), dense)
