@@ -243,6 +243,26 @@ def test_offsets_that_cannot_be_ranked_are_refused():
         offset_sweep_ranks(task, H)
     H[1, 3] = 1e30   # large but rankable: equal to the dense ranks
     np.testing.assert_array_equal(offset_sweep_ranks(task, H), _dense_ranks(task, H))
+    with pytest.raises(ValueError, match="too close to the largest"):   # finite, but not once cast to float32
+        offset_sweep_ranks(task, H.double() * 1e10)
+    for lines in ([(0, 0, [0]), (1, 1, []), (1, 1, [1])], [(0, 5, [0, 1])]):
+        with pytest.raises(ValueError, match="needs members and ends"):
+            offset_sweep_ranks(task, torch.zeros(2, 12), lines=lines)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        offset_sweep_ranks(task, np.zeros((2, 12)))
+    assert offset_sweep_ranks(task, torch.zeros(0, 12)).shape == (0, task.positives.n_queries)
+
+
+@pytest.mark.parametrize("scale", [1e160, 1e300])
+def test_line_ranks_with_huge_float64_offsets(scale):
+    """Offsets near the float64 range on a line: the segment positions are computed in units of a power of two
+    (the dot products of the raw offsets would overflow to inf and give NaN positions, ranking every query first)."""
+    t, q = np.eye(2), np.array([[1.0, 0.0]])
+    task = hn.RetrievalTask(q, t, hn.Positives.from_labels([0], 2), direction="t2i")
+    H = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 2.0]], dtype=torch.float64) * scale
+    got = offset_sweep_ranks(task, H, lines=[(0, 2, [0, 1, 2])])
+    np.testing.assert_array_equal(got, [[0], [1], [1]])
+    np.testing.assert_array_equal(got, _dense_ranks(task, H))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -137,9 +137,15 @@ def _segment(H: torch.Tensor, a: int, b: int, members: Sequence[int]):
     point ``H[a] + lam (H[b] - H[a])`` on the segment."""
     A, B = H[a].double(), H[b].double()
     D = B - A
-    dd = float(D @ D)
     x = H[torch.tensor(list(members), device=H.device)].double() - A
-    lam = torch.zeros(len(members), dtype=torch.float64, device=H.device) if dd == 0.0 else (x @ D / dd).clamp_(0, 1)
+    # the products in units of a power of two near the largest entry (exact scaling): no overflow for any finite
+    # offsets, and lam does not depend on the unit
+    big = max(float(D.abs().max()), float(x.abs().max()) if len(members) else 0.0)
+    unit = 2.0 ** math.frexp(big)[1] if 0.0 < big < math.inf else 1.0
+    Du = D / unit
+    dd = float(Du @ Du)
+    lam = torch.zeros(len(members), dtype=torch.float64, device=H.device) if dd == 0.0 else \
+        ((x / unit) @ Du / dd).clamp_(0, 1)
     worst = float(torch.addr(x, lam, D, alpha=-1.0).abs().max()) if len(members) else 0.0
     return lam.tolist(), worst
 
@@ -211,22 +217,28 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     """
     ident = _identity(task, device, check_normalized)
     t = ident.targets_
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"offsets must be a torch.Tensor (settings x targets); got {type(offsets).__name__}")
+    if offsets.ndim != 2 or offsets.shape[1] != t.shape[0]:
+        raise ValueError(f"offsets must be (settings, {t.shape[0]}); got {tuple(offsets.shape)}")
+    if not bool(torch.isfinite(offsets).all()):
+        raise ValueError("offsets must be finite: a non-finite score has no rank (hubnorm.positive_ranks refuses it)")
     H = offsets.to(device=t.device, dtype=t.dtype)
-    if H.ndim != 2 or H.shape[1] != t.shape[0]:
-        raise ValueError(f"offsets must be (settings, {t.shape[0]}); got {tuple(H.shape)}")
     G, n = H.shape
     lines = [(g, g, [g]) for g in range(G)] if lines is None else [(int(a), int(b), [int(g) for g in m])
                                                                  for a, b, m in lines]
     if sorted(g for _, _, m in lines for g in m) != list(range(G)):
         raise ValueError("lines must hold every setting exactly once")
+    if any(not m or not (0 <= a < G and 0 <= b < G) for a, b, m in lines):
+        raise ValueError(f"every line (a, b, members) needs members and ends a, b among the {G} settings")
+    if G == 0:
+        return np.empty((0, task.positives.n_queries), dtype=np.int64)
     dev, dt = t.device, t.dtype
     u = torch.finfo(dt).eps  # 2 x the unit roundoff: a margin of its own
     q = as_embeddings(task.queries, "queries", device=dev, dtype=dt, dim=t.shape[1], check_normalized=False)
     smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
     X = 1.001 * smax + float(H.abs().max()) + 1e-30
-    if not bool(torch.isfinite(H).all()):
-        raise ValueError("offsets must be finite: a non-finite score has no rank (hubnorm.positive_ranks refuses it)")
-    if X > torch.finfo(dt).max / 2**14:   # the margins (< 3 X) and their _sure_codes scaling (2**10) stay finite
+    if not X <= torch.finfo(dt).max / 2**14:   # inf or NaN too (offsets beyond the working dtype)   # the margins (< 3 X) and their _sure_codes scaling (2**10) stay finite
         raise ValueError(f"scores plus offsets reach {X:.3g}, too close to the largest {dt} ({torch.finfo(dt).max:.3g}) "
                          "to rank their differences: rescale the offsets or work in float64")
     # per line: its members sorted by position on the segment, the level 2 s, its ends' rows in HE (a, and b when it
