@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hubnorm.data import rehearse as rh
+import hubnorm.data.rehearse as rh  # the module: the package also exports its function rehearse under that name
 from hubnorm.experiments import profiles as pf
 from hubnorm.experiments.runner import own_source_slug, parse_args, Usage
 
