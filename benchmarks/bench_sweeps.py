@@ -10,10 +10,11 @@ reference loop (ROUNDS alternating rounds). The tables give the fastest round of
 median over rounds of each round's own ratio (a sweep and its one evaluation timed seconds apart). NNN's shared
 pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest
 k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks), the latter also with its candidates listed by
-torch (the side of its counting seam that a torch device runs; numpy's flatnonzero on the CPU by default). The per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp
-of one tau over the kept similarity blocks (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn
-iterations of one tau over kept blocks (sinkhorn_potentials with shared blocks). For SN the memory floor of an
-iteration is timed too: one matrix-vector product over the kept float32 blocks, the faster of ``torch.mv`` and
+torch (the side of its counting seam that a torch device runs; numpy's flatnonzero on the CPU by default). The
+per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp of one tau over
+the kept similarity blocks (hubnorm.sweeps.SweepEngine.log_sum_exp_kept), SN's 10 Sinkhorn iterations of one tau over
+kept blocks (sinkhorn_potentials with shared blocks). For SN the memory floor of an iteration is timed too: one
+matrix-vector product over the kept float32 blocks, the faster of ``torch.mv`` and
 numpy's OpenBLAS gemv (numpy's ``@``) in each round (every iteration reads every kept entry at least once), and the
 kernel floor of a tau: one ``torch.exp`` of every kept score (a Sinkhorn iteration that costs only a matrix-vector
 product works on the kernel exp(S / tau), which a new tau changes in every entry). One evaluation less its own

@@ -158,7 +158,7 @@ def test_position_tables_match_their_definition(lam):
     edges = (np.arange(4 * M + 1) + 2) / M - 2
     above = (np.asarray(lam)[None] >= edges[:, None]).sum(1)
     below = (np.asarray(lam)[None] <= -edges[:, None]).sum(1)
-    t_ahead, t_behind = sw._position_tables(lam, "cpu")
+    t_ahead, t_behind = sw._position_tables(sw._position_buckets(lam), "cpu")
     np.testing.assert_array_equal(t_ahead.numpy(), np.concatenate([above, below + L + 1]))
     np.testing.assert_array_equal(t_behind.numpy(), np.concatenate([L - below, L - above + L + 1]))
     assert t_ahead.dtype == (torch.uint8 if 2 * L + 1 < 256 else torch.int16)
@@ -202,7 +202,7 @@ def test_sure_codes_are_sound_and_tight(dtype, L):
     A[6], B[6] = 0.25, -0.0
     At, Bt = torch.from_numpy(A).to(dtype), torch.from_numpy(B).to(dtype)
     ahead_true, behind_true = _exact_sure(At.double().numpy(), Bt.double().numpy(), lam, level)
-    t_ahead, t_behind = sw._position_tables(tuple(lam), "cpu")
+    t_ahead, t_behind = sw._position_tables(sw._position_buckets(lam), "cpu")
     code_a, code_b = sw._sure_codes(At, Bt, level, [(t_ahead, 1), (t_behind, -1)])
     assert [c.dtype for c in (code_a, code_b)] == [t_ahead.dtype] * 2
     (alone,) = sw._sure_codes(At, Bt, level, [(t_behind, -1)])

@@ -238,9 +238,12 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
     q = as_embeddings(task.queries, "queries", device=dev, dtype=dt, dim=t.shape[1], check_normalized=False)
     smax = float(torch.linalg.vector_norm(q, dim=1).max()) * float(torch.linalg.vector_norm(t, dim=1).max())
     X = 1.001 * smax + float(H.abs().max()) + 1e-30
-    if not X <= torch.finfo(dt).max / 2**14:   # inf or NaN too (offsets beyond the working dtype)   # the margins (< 3 X) and their _sure_codes scaling (2**10) stay finite
-        raise ValueError(f"scores plus offsets reach {X:.3g}, too close to the largest {dt} ({torch.finfo(dt).max:.3g}) "
-                         "to rank their differences: rescale the offsets or work in float64")
+    # the margins (< 3 X) and their _sure_codes scaling (2**10) stay finite; "not <=" also refuses inf (offsets
+    # beyond the working dtype)
+    if not X <= torch.finfo(dt).max / 2**14:
+        raise ValueError(f"scores plus offsets reach {X:.3g}, too close to the largest {dt} "
+                         f"({torch.finfo(dt).max:.3g}) to rank their differences: rescale the offsets or work in "
+                         "float64")
     # per line: its members sorted by position on the segment, the level 2 s, its ends' rows in HE (a, and b when it
     # has two) and its position tables (_position_tables)
     geo, ends, level_of_end = [], [], []
@@ -255,7 +258,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
         level_of_end += [level] * (len(ends) - ea)
         key = _position_buckets(lam)   # lines whose positions share their buckets share their tables
         if key not in tables:
-            tables[key] = _position_tables(lam, dev)
+            tables[key] = _position_tables(key, dev)
         geo.append((ea, len(ends) - 1, torch.tensor([members[i] for i in order], device=dev), len(lam), level,
                     tables[key]))
     ends_t = torch.tensor(ends, device=dev)
@@ -414,25 +417,25 @@ def _position_buckets(lam: Sequence[float]) -> tuple:
             tuple(np.floor((2 - lam_np) * _BUCKETS).astype(np.int64) - 2))
 
 
-def _position_tables(lam: Sequence[float], device) -> tuple:
-    """The two lookup tables of :func:`_sure_codes` for a line's sorted positions ``lam`` (in [0, 1]). For a
-    threshold ``x`` in bucket ``b = floor((x + 2) M)`` of ``[-2, 2]`` (``M`` = :data:`_BUCKETS`), let ``above[b]``
-    be the number of positions surely above ``x`` (``lam_k >= (b + 2) / M - 2``: past the next bucket, as ``x`` may
-    be off by its rounding) and ``below[b]`` the number surely below ``-x`` (``lam_k <= 2 - (b + 2) / M``). Entry
-    ``b`` of a table is for a rising margin, entry ``K + b`` (``K = 4 M + 1``) for a falling one; a code tells a
-    count and its direction, as the falling entries carry ``L + 1`` more (``L = len(lam)``):
+def _position_tables(buckets: tuple, device) -> tuple:
+    """The two lookup tables of :func:`_sure_codes` for a line's sorted positions ``lam`` (in [0, 1]), given by
+    their :func:`_position_buckets`. For a threshold ``x`` in bucket ``b = floor((x + 2) M)`` of ``[-2, 2]`` (``M`` =
+    :data:`_BUCKETS`), let ``above[b]`` be the number of positions surely above ``x`` (``lam_k >= (b + 2) / M - 2``:
+    past the next bucket, as ``x`` may be off by its rounding) and ``below[b]`` the number surely below ``-x`` (``lam_k
+    <= 2 - (b + 2) / M``). Entry ``b`` of a table is for a rising margin, entry ``K + b`` (``K = 4 M + 1``) for a
+    falling one; a code tells a count and its direction, as the falling entries carry ``L + 1`` more (``L = len(lam)``):
 
     * ``ahead``: ``above[b]`` | ``below[b] + L + 1`` (rising: a suffix above ``x``; falling: a prefix below ``-x``);
     * ``behind``, ``L`` minus the count (so that a candidate is undecided somewhere when its ahead code is the
       smaller): ``L - below[b]`` | ``L - above[b] + L + 1`` (rising: a prefix; falling: a suffix)."""
-    L = len(lam)
+    L = len(buckets[0])
     nb = 4 * _BUCKETS + 1
 
     def at_least(last):   # per bucket b: how many positions have last[k] >= b
         hist = np.bincount(np.clip(last, -1, nb - 1) + 1, minlength=nb + 1)
         return np.cumsum(hist[::-1])[::-1][1:]
 
-    last_above, last_below = (np.asarray(x) for x in _position_buckets(lam))
+    last_above, last_below = (np.asarray(x, dtype=np.int64) for x in buckets)
     above, below = at_least(last_above), at_least(last_below)
     dtype = torch.uint8 if 2 * L + 1 < 256 else torch.int16 if 2 * L + 1 < 2**15 else torch.int32
     ahead = np.concatenate([above, below + L + 1])
