@@ -25,6 +25,7 @@ Memory: peak RSS above the inputs (VmHWM after a reset) at 1M x 5k in a subproce
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -237,14 +238,16 @@ def main():
                          "seconds (median)": res["seconds"], "peak extra GB": res["extra_bytes"] / 2**30,
                          "inputs GB": res["inputs_bytes"] / 2**30, "target": "< 1 GB extra"})
             print(rows[-1], flush=True)
-    write_report(("topk_focus" if args.focus else "topk") if args.out_dir is None else "topk_dev", "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
+    name = ("topk_focus" if args.focus else "topk") if args.out_dir is None else "topk_dev"
+    command = " ".join(["benchmarks/bench_topk.py", *map(shlex.quote, sys.argv[1:])])
+    write_report(name, "Exact top-k and log-sum-exp: hubnorm vs faiss's flat search vs the bare GEMM",
                  f"Targets are {len(a)} and the bank {len(b)} unit vectors of d = 512 drawn around 2000 random centres "
                  f"(clustered, seed 1/2; synthetic), float32. {args.reps} rounds; each round runs every peer once "
                  f"in this order, each after 0.3 s idle (`_common.settle`), in one process; ratios are taken within "
                  f"each round (median over rounds). The GEMM "
                  f"is the physical limit. Load average (1/5/15 min) before the first round: {load_start} (2 cores, "
-                 f"shared). Command: `flock /tmp/hubnorm-bench.lock .venv/bin/python "
-                 f"benchmarks/bench_topk.py`.", rows, notes, out_dir=args.out_dir)
+                 f"shared). Command: `flock /tmp/hubnorm-bench.lock .venv/bin/python {command}`.", rows, notes,
+                 out_dir=args.out_dir)
 
 
 if __name__ == "__main__":
