@@ -10,6 +10,7 @@ of the two, then notebook 00 in full on them with the paper parameters, ~40 s).
 
 import ast
 import copy
+import importlib
 import os
 import re
 import subprocess
@@ -18,9 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import hubnorm.data.rehearse as rh  # the module: the package also exports its function rehearse under that name
 from hubnorm.experiments import profiles as pf
 from hubnorm.experiments.runner import own_source_slug, parse_args, Usage
+
+# the module (hubnorm.data.rehearse, like `import hubnorm.data.rehearse as rh`, is the package's function of that name)
+rh = importlib.import_module("hubnorm.data.rehearse")
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))

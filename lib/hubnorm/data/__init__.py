@@ -46,7 +46,7 @@ _EXPORTS = {
 
 
 __getattr__ = _export_getattr(__name__, _EXPORTS)
-_keep_functions(__name__, ["fetch"])
+_keep_functions(__name__, ["fetch", "rehearse"])
 
 
 __all__ = [
