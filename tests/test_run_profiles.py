@@ -22,7 +22,7 @@ import yaml
 from hubnorm.experiments import profiles as pf
 from hubnorm.experiments.runner import own_source_slug, parse_args, Usage
 
-# the module (hubnorm.data.rehearse, like `import hubnorm.data.rehearse as rh`, is the package's function of that name)
+# the module itself: the attribute hubnorm.data.rehearse (so also `import hubnorm.data.rehearse as rh`) is the function
 rh = importlib.import_module("hubnorm.data.rehearse")
 
 REPO = Path(__file__).resolve().parents[1]
