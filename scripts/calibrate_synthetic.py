@@ -326,7 +326,8 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path) -> str:
     full_out = full_seeds_csv(csv_out)
     per_seed.to_csv(full_out, index=False)
     lines += [f"The numbers of the tables: `{csv_out.name}`, and the full-size statistics of each seed: "
-              f"`{full_out.name}` (`tests/test_calibration.py` recomputes them).", ""]
+              f"`{full_out.name}` (`tests/test_calibration.py` recomputes them; their scores are computed in float64, "
+              "so that the neighbour counts do not depend on the CPU's summation order).", ""]
     lines += [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs; seeds {list(seeds)} (full size {list(full_seeds)}); "
               f"{time.time() - t0:.0f} s.", ""]
     return "\n".join(lines)
