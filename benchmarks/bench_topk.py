@@ -16,9 +16,10 @@ bare GEMM taken within each round):
   ``NNNRetriever.compute_alignment_means`` (the reference implementation);
 * ``hubnorm.kernels.logsumexp_similarity`` (IS / DIS / DualIS reductions, scale 1/0.05) against the same bare GEMM,
   its plain blocked form (the same GEMM blocks, each scaled and passed whole to ``torch.logsumexp``, merged by
-  ``logaddexp``: what the kernel's slab pass replaced, bit for bit), and the floor of any log-sum-exp: one
-  ``torch.exp`` of every score (in cache-sized tiles, torch's threads), which a log-sum-exp adds to the GEMM
-  whatever else it fuses.
+  ``logaddexp``), the kernel's previous slab pass (until 2026-11-29: the same slabs through five separate
+  in-cache passes, the bits of ``torch.logsumexp``; the current one uses torch's fused ``log_softmax``), and the
+  floor of any log-sum-exp: one ``torch.exp`` of every score (in cache-sized tiles, torch's threads), which a
+  log-sum-exp adds to the GEMM whatever else it fuses.
 
 Memory: peak RSS above the inputs (VmHWM after a reset) at 1M x 5k in a subprocess -- target < 1 GB.
 """
@@ -78,6 +79,39 @@ def plain_logsumexp(a, b, scale):
             acc = part if acc is None else torch.logaddexp(acc, part)
 
 
+def five_pass_block_logsumexp(raw, scale, slab_bytes=2**21):
+    """The kernel's per-block pass until 2026-11-29 (no infinities handled; finite scores only): x = raw * scale
+    per slab of ``slab_bytes`` in one reused buffer, then the row maximum, the subtraction, exp, the row sum and
+    log + maximum as separate in-cache passes -- the bits of torch.logsumexp."""
+    rows, cols = raw.shape
+    slab = max(2, slab_bytes // (cols * raw.element_size()))
+    out = torch.empty(rows, dtype=raw.dtype)
+    buf = torch.empty(min(rows, slab + 1) * cols, dtype=raw.dtype)
+    i0 = 0
+    while i0 < rows:
+        i1 = rows if rows - i0 <= slab + 1 else i0 + slab
+        x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
+        torch.mul(raw[i0:i1], scale, out=x)
+        m = x.amax(dim=1)
+        x.sub_(m[:, None]).exp_()
+        torch.sum(x, dim=1, out=out[i0:i1])
+        out[i0:i1].log_().add_(m)
+        i0 = i1
+    return out
+
+
+def previous_logsumexp(a, b, scale):
+    """logsumexp_similarity's GEMM blocks (one reused buffer) with the previous per-block pass."""
+    ra, rb = block_shape(a.shape[0], b.shape[0], 4, None)
+    buf = torch.empty(min(ra, a.shape[0]) * min(rb, b.shape[0]), dtype=a.dtype)
+    for a0, a1 in iter_blocks(a.shape[0], ra):
+        acc = None
+        for b0, b1 in iter_blocks(b.shape[0], rb):
+            raw = torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
+            part = five_pass_block_logsumexp(raw, scale)
+            acc = part if acc is None else torch.logaddexp(acc, part)
+
+
 def child(spec):
     def status(key):
         with open("/proc/self/status") as fh:
@@ -129,6 +163,7 @@ def peers(a, b):
         "hubnorm logsumexp_similarity (scale 20)": lambda: logsumexp_similarity(a, b, 20.0),
         "floor: torch.exp of every score (in-cache tiles)": lambda: exp_floor(a.shape[0] * b.shape[0]),
         "plain: torch.logsumexp on whole GEMM blocks (scale 20)": lambda: plain_logsumexp(a, b, 20.0),
+        "previous kernel: five in-cache passes per slab (scale 20)": lambda: previous_logsumexp(a, b, 20.0),
         "hubnorm logsumexp_similarity (scale 20) backend=numpy": lambda: logsumexp_similarity(a, b, 20.0,
                                                                                             backend="numpy"),
     }
@@ -163,7 +198,7 @@ def main():
     b = torch.from_numpy(clustered(args.n_bank, 512, seed=1))
     fns = peers(a, b)
     if args.focus:
-        focus = ("bare", "faiss knn", "hubnorm logsumexp", "floor", "plain")
+        focus = ("bare", "faiss knn", "hubnorm logsumexp", "floor", "plain", "previous")
         fns = {n: f for n, f in fns.items() if n.startswith(focus)
                or "backend=numpy" in n}
     fns["bare"]()  # warm-up (thread pools, allocator) outside the timed rounds
@@ -211,12 +246,16 @@ def main():
                      f"bare numpy.matmul; bare numpy.matmul = {med['bare numpy']:.3f}x bare torch.mm")
     ln, fl_ = "hubnorm logsumexp_similarity (scale 20)", "floor: torch.exp of every score (in-cache tiles)"
     pl = "plain: torch.logsumexp on whole GEMM blocks (scale 20)"
+    pv = "previous kernel: five in-cache passes per slab (scale 20)"
 
     def floor(gemm):   # the GEMM + one exp per score, over that GEMM, per round
         return float(np.median((np.array(times[gemm]) + np.array(times[fl_])) / np.array(times[gemm])))
     notes.append(f"log-sum-exp: torch kernel {med[ln]:.3f}x bare torch.mm = {med_np[ln]:.3f}x bare numpy.matmul "
                  f"(the plain blocked torch.logsumexp {med[pl]:.3f}x; plain / kernel, median of the per-round ratios "
-                 f"{float(np.median(np.array(times[pl]) / np.array(times[ln]))):.3f}; backend='numpy' "
+                 f"{float(np.median(np.array(times[pl]) / np.array(times[ln]))):.3f}; the previous five-pass kernel "
+                 f"{med[pv]:.3f}x, previous / kernel "
+                 f"{float(np.median(np.array(times[pv]) / np.array(times[ln]))):.3f}; "
+                 f"backend='numpy' "
                  f"{med[ln + ' backend=numpy']:.3f}x bare torch.mm = {med_np[ln + ' backend=numpy']:.3f}x bare "
                  f"numpy.matmul); its "
                  f"floor (a bare GEMM + one exp per score, median of the rounds' sums): {floor('bare'):.3f}x "

@@ -476,8 +476,8 @@ def logsumexp_similarity(
     :func:`hubnorm.grid_search`), so that
     several scales reuse one GEMM pass with bit-identical results.
     ``backend``: ``"torch"`` (GEMM blocks into one reused buffer, each block's log-sum-exp by
-    :func:`block_logsumexp`: the bits of ``torch.logsumexp`` per block without its block-sized temporaries;
-    speed against the bare GEMM: ``benchmarks/reports/topk.md``) or ``"numpy"`` (float32 / float64 CPU
+    :func:`block_logsumexp`: torch's fused ``log_softmax`` kernel per cache-sized slab, no block-sized
+    temporaries; speed against the bare GEMM: ``benchmarks/reports/topk.md``) or ``"numpy"`` (float32 / float64 CPU
     tensors, no ``shared_blocks``: the tiles of the ``"numpy"`` top-k kernel, one BLAS GEMM each into a reused
     buffer, then one in-place pass: scale, running row maximum, ``exp`` and row sums; same value up to rounding).
     """
@@ -515,42 +515,50 @@ def logsumexp_similarity(
 LSE_SLAB_BYTES = 2**21
 
 
-def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None, *,
-                    row_max: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``torch.logsumexp(raw * scale + shift, dim=1)`` of one score block, bit for bit, without its block-sized
-    temporaries: the same elementwise operations (``x = fl(raw * scale) (+ shift)``, ``m`` = row maximum of ``x``,
-    ``sum(exp(x - m))`` per row, ``log(sum) + m``) done through slabs of :data:`LSE_SLAB_BYTES` in one reused
-    buffer, so the block is read once from memory and every pass after the first runs in cache (``torch.logsumexp``
-    writes and reads two block-sized temporaries). ``raw`` is never modified.
+def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
 
-    ``row_max``: the row maxima of ``x``, when the caller knows them (the sweep engine: ``fl(scale * max raw)`` is
-    the maximum of ``fl(scale * raw)``, the product being monotone); otherwise each slab finds its own. Rows whose
-    maximum is infinite take ``torch.logsumexp`` itself (its handling of infinities). Every row is summed by one
-    reduction over the whole row (slabs of at least two rows: a one-row reduction may be split across threads and
-    round differently); ``tests/test_fast_paths.py`` checks the bits against ``torch.logsumexp``."""
+    ``x = fl(raw * scale) (+ shift)`` is formed through slabs of :data:`LSE_SLAB_BYTES` (one reused buffer, so the
+    block is read once from memory and the passes after it run in cache), and each slab goes through torch's fused
+    ``log_softmax`` kernel: a row-maximum pass ``m``, then one pass for ``exp(x - m)`` and its sum ``s``, then
+    ``out = (x - m) - log s``. The log-sum-exp is read back from one column ``j`` of the slab:
+    ``x_ij - out_ij = m + log s`` (one extra rounding, of the size of one unit in the last place of
+    ``max(|x_ij|, |out_ij|)``). ``torch.logsumexp`` does the same arithmetic in five separate passes with two
+    block-sized temporaries (and the same five passes through cache-sized slabs are still slower than the fused
+    kernel: ``benchmarks/reports/topk.md``); the two results agree to a few units in the last place, and
+    ``tests/test_fast_paths.py`` holds this one to a float64 oracle as closely as ``torch.logsumexp`` itself.
+
+    Every row is computed by one thread from that row alone, so the bits do not depend on the thread count, the
+    slab size or the other rows of the block. ``j`` is the first column whose ``shift`` is finite. Rows whose
+    read-back value is not finite (infinite or NaN scores, rows that are all ``-inf``) take ``torch.logsumexp``
+    itself, with its handling of infinities. ``raw`` is never modified."""
     scale = float(scale)
     rows, cols = raw.shape
-    if rows == 0:
-        return torch.empty(0, dtype=raw.dtype, device=raw.device)
-    slab = max(2, LSE_SLAB_BYTES // max(1, cols * raw.element_size()))
+    if rows == 0 or cols == 0:
+        return torch.logsumexp(raw * scale, dim=1)
     out = torch.empty(rows, dtype=raw.dtype, device=raw.device)
-    buf = torch.empty(min(rows, slab + 1) * cols, dtype=raw.dtype, device=raw.device)
-    finite = row_max is not None and bool(torch.isfinite(row_max).all())   # known maxima: one check for all slabs
-    i0 = 0
-    while i0 < rows:
-        i1 = rows if rows - i0 <= slab + 1 else i0 + slab   # never a one-row slab of a larger block
-        x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
+    j = 0
+    if shift is not None:
+        finite = torch.isfinite(shift).nonzero()
+        j = int(finite[0, 0]) if finite.numel() else None   # None: every score is -inf, +inf or NaN
+    slab = max(1, min(rows, LSE_SLAB_BYTES // max(1, cols * raw.element_size())))
+    buf = torch.empty(2, slab * cols, dtype=raw.dtype, device=raw.device)
+    for i0 in range(0, rows, slab):
+        i1 = min(rows, i0 + slab)
+        x = buf[0, : (i1 - i0) * cols].view(i1 - i0, cols)
         torch.mul(raw[i0:i1], scale, out=x)
         if shift is not None:
             x.add_(shift)
-        m = x.amax(dim=1) if row_max is None else row_max[i0:i1]
-        if not finite and not bool(torch.isfinite(m).all()):   # torch.logsumexp's own handling of infinite maxima
-            out[i0:i1] = torch.logsumexp(x, dim=1)
-        else:
-            x.sub_(m[:, None]).exp_()
-            torch.sum(x, dim=1, out=out[i0:i1])
-            out[i0:i1].log_().add_(m)
-        i0 = i1
+        part = out[i0:i1]
+        if j is None:
+            part.copy_(torch.logsumexp(x, dim=1))
+            continue
+        y = buf[1, : (i1 - i0) * cols].view(i1 - i0, cols)
+        torch.log_softmax(x, dim=1, out=y)
+        torch.sub(x[:, j], y[:, j], out=part)
+        bad = ~torch.isfinite(part)
+        if bool(bad.any()):   # infinities or NaN in the row: torch's own handling
+            part[bad] = torch.logsumexp(x[bad], dim=1)
     return out
 
 

@@ -38,10 +38,9 @@ import pandas as pd
 import torch
 
 from ._validation import as_embeddings, check_positive_int
-from .blocks import LogMeanExp
 from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
-from .kernels import block_logsumexp, block_shape, counts_namespace, iter_blocks
+from .kernels import counts_namespace
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
@@ -58,17 +57,13 @@ _BIG = torch.iinfo(torch.int64).max
 
 class SweepEngine(LocalEngine):
     """The in-process engine of one sweep (:func:`sweep_table`): a :class:`~hubnorm.engine.LocalEngine` over the
-    same inputs that, besides keeping score blocks across grid points (``shared``), keeps what every point asks
-    again and computes faster what a point asks of kept blocks, with bit-identical results:
+    same inputs that keeps score blocks across grid points (``shared``) and what every point asks again:
 
-    * ``max_norm``: the inputs' largest row norms (every point's working-dtype rule reads them) are kept;
-    * a :class:`~hubnorm.blocks.LogMeanExp` over kept similarity blocks (a temperature sweep: IS, DIS, DualIS)
-      is computed by :meth:`log_sum_exp_kept`: the blocks and merges of
-      :func:`hubnorm.kernels.logsumexp_similarity` and its per-block slab pass
-      (:func:`hubnorm.kernels.block_logsumexp`), with each kept block's row maximum found once for every scale
-      (``fl(scale * max s) = max fl(scale * s)``: the product is monotone) instead of once per scale. The
-      elementwise operations and the per-row sums are the same, so the offsets are the same bits
-      (``tests/test_sweep_engine.py`` and ``tests/test_selection.py`` check them against separate fits).
+    * ``max_norm``: the inputs' largest row norms (every point's working-dtype rule reads them);
+    * the similarity blocks of a temperature sweep (IS, DIS, DualIS): each :class:`~hubnorm.blocks.LogMeanExp`
+      reads them through :func:`hubnorm.kernels.logsumexp_similarity` (``shared_blocks``), the kernel of a
+      single fit, so a sweep's offsets are the bits of separate fits (``tests/test_sweep_engine.py`` and
+      ``tests/test_selection.py`` check them).
 
     Anything else runs as in :class:`~hubnorm.engine.LocalEngine`.
     """
@@ -82,49 +77,6 @@ class SweepEngine(LocalEngine):
         if name not in self._norms:
             self._norms[name] = super().max_norm(name)
         return self._norms[name]
-
-    def reduce(self, red):
-        if type(red) is LogMeanExp and not self.plain:
-            red.prepare(self)
-            chunk, n = self.chunk(red)
-            if chunk.cache is not None:
-                a, b = (chunk.cols, chunk.rows) if red.axis == 0 else (chunk.rows, chunk.cols)
-                return red.finalize(self.log_sum_exp_kept(a, b, red.scale, red.work, chunk.cache), n)
-            return red.reduce_whole(chunk, n)
-        return super().reduce(red)
-
-    def log_sum_exp_kept(self, a: torch.Tensor, b: torch.Tensor, scale: float, dtype: torch.dtype,
-                         cache: dict) -> torch.Tensor:
-        """``logsumexp_similarity(a, b, scale, block_bytes=self.block_bytes, dtype=dtype, shared_blocks=cache)``,
-        bit for bit: the same blocks (computed and kept in ``cache`` under the kernel's keys when absent), the
-        same ``logaddexp`` merges, each block's ``torch.logsumexp(scale * s, dim=1)`` by :meth:`_block_lse`."""
-        n_a, n_b = a.shape[0], b.shape[0]
-        ra, rb = block_shape(n_a, n_b, torch.empty((), dtype=dtype).element_size(), self.block_bytes)
-        out = torch.empty(n_a, dtype=dtype, device=a.device)
-        for a0, a1 in iter_blocks(n_a, ra):
-            acc = None
-            for b0, b1 in iter_blocks(n_b, rb):
-                key = (a0, b0, dtype)
-                raw = cache.get(key)
-                if raw is None:
-                    raw = cache[key] = a[a0:a1].to(dtype) @ b[b0:b1].to(dtype).T
-                part = self._block_lse(raw, float(scale), cache, ("row extremes",) + key)
-                acc = part if acc is None else torch.logaddexp(acc, part)
-            out[a0:a1] = acc
-        return out
-
-    @staticmethod
-    def _block_lse(raw: torch.Tensor, scale: float, cache: dict, key) -> torch.Tensor:
-        """:func:`hubnorm.kernels.block_logsumexp` of ``raw * scale`` (the kernel's own per-block pass) with the
-        row maximum known: the block's row maxima (row minima for a negative scale) are kept in ``cache`` under
-        ``key`` and the scale's sign, for every scale of that sign (``fl(scale * max raw)`` is the maximum of
-        ``fl(scale * raw)``; the minimum for a negative scale). Each is found on first use: a sweep of positive
-        scales never reads a block for its minima."""
-        key = key + (scale > 0,)
-        ext = cache.get(key)
-        if ext is None:
-            ext = cache[key] = raw.amax(dim=1) if scale > 0 else raw.amin(dim=1)
-        return block_logsumexp(raw, scale, row_max=ext * scale)
 
 
 def _identity(task: RetrievalTask, device, check_normalized) -> Identity:
