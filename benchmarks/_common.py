@@ -86,9 +86,11 @@ def ivfpq_refine_index(x, nlist: int, pq: str = "PQ64x4fs", seed: int = 0):
     return ref, len(sample)
 
 
-def exp_floor(n_scores, tile=1024 * 2048):
-    """One torch.exp per score, over one in-cache tile of scores in [-30, 0] repeated to cover ``n_scores``: the
-    work a log-sum-exp adds to the GEMM at the least."""
+def exp_pass(n_scores, tile=1024 * 2048):
+    """One torch.exp per score, stored, over one in-cache tile of scores in [-30, 0] repeated to cover
+    ``n_scores``: the cost of exponentiating every score with torch's public ``exp``. A reference, not a floor: the
+    fused ``log_softmax`` kernel that :func:`hubnorm.kernels.block_logsumexp` uses exponentiates with a faster
+    vectorised ``exp`` and stores nothing, and costs less per score (``benchmarks/reports/topk_focus.md``)."""
     import torch
 
     x = torch.rand(tile, generator=torch.Generator().manual_seed(0)) * -30.0

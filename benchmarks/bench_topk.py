@@ -17,9 +17,12 @@ bare GEMM taken within each round):
 * ``hubnorm.kernels.logsumexp_similarity`` (IS / DIS / DualIS reductions, scale 1/0.05) against the same bare GEMM,
   its plain blocked form (the same GEMM blocks, each scaled and passed whole to ``torch.logsumexp``, merged by
   ``logaddexp``), the kernel's previous slab pass (until 2026-11-29: the same slabs through five separate
-  in-cache passes, the bits of ``torch.logsumexp``; the current one uses torch's fused ``log_softmax``), and the
-  floor of any log-sum-exp: one ``torch.exp`` of every score (in cache-sized tiles, torch's threads), which a
-  log-sum-exp adds to the GEMM whatever else it fuses.
+  in-cache passes, the bits of ``torch.logsumexp``; the current one uses torch's fused ``log_softmax``), one
+  stored ``torch.exp`` of every score (in cache-sized tiles, torch's threads: a reference, not a floor, since the
+  fused kernel exponentiates with a faster ``exp`` and stores nothing); and the kernel's loop with its GEMM blocks
+  and its per-block passes timed apart in one call (with the current and the previous pass), which gives its cost
+  over its own GEMM free of the drift between a bare GEMM and the kernel timed seconds apart (MKL's GEMM on this
+  AMD CPU varies by up to 1.9x from round to round).
 
 Memory: peak RSS above the inputs (VmHWM after a reset) at 1M x 5k in a subprocess -- target < 1 GB.
 """
@@ -33,9 +36,10 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, exp_floor, settle, write_report
+from _common import Timer, exp_pass, settle, write_report
 
-from hubnorm.kernels import block_shape, iter_blocks, numpy_topk_partition, topk_partition, topk_similarity
+from hubnorm.kernels import (block_logsumexp, block_shape, iter_blocks, numpy_topk_partition, topk_partition,
+                             topk_similarity)
 
 
 def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
@@ -112,6 +116,27 @@ def previous_logsumexp(a, b, scale):
             acc = part if acc is None else torch.logaddexp(acc, part)
 
 
+def split_logsumexp(a, b, scale, block_pass):
+    """logsumexp_similarity's loop (the same GEMM blocks into one reused buffer, the same logaddexp merges) with
+    its two parts timed apart: returns {"gemm": seconds in torch.mm, "pass": seconds in ``block_pass`` and the
+    merges}. Their ratio is the kernel's cost over its own GEMM, free of the round-to-round drift of a separately
+    timed bare GEMM."""
+    ra, rb = block_shape(a.shape[0], b.shape[0], 4, None)
+    buf = torch.empty(min(ra, a.shape[0]) * min(rb, b.shape[0]), dtype=a.dtype)
+    gemm = rest = 0.0
+    for a0, a1 in iter_blocks(a.shape[0], ra):
+        acc = None
+        for b0, b1 in iter_blocks(b.shape[0], rb):
+            t0 = time.perf_counter()
+            raw = torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
+            t1 = time.perf_counter()
+            part = block_pass(raw, scale)
+            acc = part if acc is None else torch.logaddexp(acc, part)
+            t2 = time.perf_counter()
+            gemm, rest = gemm + t1 - t0, rest + t2 - t1
+    return {"gemm": gemm, "pass": rest}
+
+
 def child(spec):
     def status(key):
         with open("/proc/self/status") as fh:
@@ -161,9 +186,13 @@ def peers(a, b):
         "nnn-retrieval NNNRetriever.compute_alignment_means k=128, batch 128": lambda: NNNRetriever(
             512).compute_alignment_means(a, b, 128, 128),
         "hubnorm logsumexp_similarity (scale 20)": lambda: logsumexp_similarity(a, b, 20.0),
-        "floor: torch.exp of every score (in-cache tiles)": lambda: exp_floor(a.shape[0] * b.shape[0]),
+        "reference: torch.exp of every score, stored (in-cache tiles)": lambda: exp_pass(a.shape[0] * b.shape[0]),
         "plain: torch.logsumexp on whole GEMM blocks (scale 20)": lambda: plain_logsumexp(a, b, 20.0),
         "previous kernel: five in-cache passes per slab (scale 20)": lambda: previous_logsumexp(a, b, 20.0),
+        "split: logsumexp_similarity's GEMM blocks | its per-block passes (scale 20)": lambda: split_logsumexp(
+            a, b, 20.0, block_logsumexp),
+        "split: the same with the previous five-pass kernel (scale 20)": lambda: split_logsumexp(
+            a, b, 20.0, five_pass_block_logsumexp),
         "hubnorm logsumexp_similarity (scale 20) backend=numpy": lambda: logsumexp_similarity(a, b, 20.0,
                                                                                             backend="numpy"),
     }
@@ -198,19 +227,22 @@ def main():
     b = torch.from_numpy(clustered(args.n_bank, 512, seed=1))
     fns = peers(a, b)
     if args.focus:
-        focus = ("bare", "faiss knn", "hubnorm logsumexp", "floor", "plain", "previous")
+        focus = ("bare", "faiss knn", "hubnorm logsumexp", "reference", "plain", "previous", "split")
         fns = {n: f for n, f in fns.items() if n.startswith(focus)
                or "backend=numpy" in n}
     fns["bare"]()  # warm-up (thread pools, allocator) outside the timed rounds
     times = {name: [] for name in fns}
+    parts = {name: [] for name in fns}   # the split peers' GEMM / per-block-pass seconds, per round
     ratios = {name: [] for name in fns}
     ratios_np = {name: [] for name in fns}
     for r in range(args.reps):
         for name, fn in fns.items():
             settle()   # OpenBLAS's threads (numpy's GEMM, faiss) spin-wait after a call: not into the next peer
             with Timer() as t:
-                fn()
+                res = fn()
             times[name].append(t.seconds)
+            if name.startswith("split"):
+                parts[name].append(res)
         for name in fns:
             ratios[name].append(times[name][-1] / times["bare"][-1])
             ratios_np[name].append(times[name][-1] / times["bare numpy"][-1])
@@ -244,11 +276,12 @@ def main():
         notes.append(f"k={k}: backend='numpy' {med[nk]:.3f}x bare (torch.mm) = {med_np[nk]:.3f}x bare numpy.matmul; "
                      f"/ best faiss = {med[nk] / min(fl, kn):.3f}; faiss knn = {med_np[f'faiss knn_inner_product k={k}']:.3f}x "
                      f"bare numpy.matmul; bare numpy.matmul = {med['bare numpy']:.3f}x bare torch.mm")
-    ln, fl_ = "hubnorm logsumexp_similarity (scale 20)", "floor: torch.exp of every score (in-cache tiles)"
+    ln = "hubnorm logsumexp_similarity (scale 20)"
+    fl_ = "reference: torch.exp of every score, stored (in-cache tiles)"
     pl = "plain: torch.logsumexp on whole GEMM blocks (scale 20)"
     pv = "previous kernel: five in-cache passes per slab (scale 20)"
 
-    def floor(gemm):   # the GEMM + one exp per score, over that GEMM, per round
+    def with_exp(gemm):   # the GEMM + one stored torch.exp per score, over that GEMM, per round
         return float(np.median((np.array(times[gemm]) + np.array(times[fl_])) / np.array(times[gemm])))
     notes.append(f"log-sum-exp: torch kernel {med[ln]:.3f}x bare torch.mm = {med_np[ln]:.3f}x bare numpy.matmul "
                  f"(the plain blocked torch.logsumexp {med[pl]:.3f}x; plain / kernel, median of the per-round ratios "
@@ -257,9 +290,17 @@ def main():
                  f"{float(np.median(np.array(times[pv]) / np.array(times[ln]))):.3f}; "
                  f"backend='numpy' "
                  f"{med[ln + ' backend=numpy']:.3f}x bare torch.mm = {med_np[ln + ' backend=numpy']:.3f}x bare "
-                 f"numpy.matmul); its "
-                 f"floor (a bare GEMM + one exp per score, median of the rounds' sums): {floor('bare'):.3f}x "
-                 f"bare torch.mm, {floor('bare numpy'):.3f}x bare numpy.matmul")
+                 f"numpy.matmul); "
+                 f"a bare GEMM + one stored torch.exp per score (median of the rounds' sums; a reference, not a "
+                 f"floor): {with_exp('bare'):.3f}x bare torch.mm, {with_exp('bare numpy'):.3f}x bare numpy.matmul")
+    split_peers = (("split: logsumexp_similarity's GEMM blocks | its per-block passes (scale 20)", "the kernel"),
+                   ("split: the same with the previous five-pass kernel (scale 20)", "the previous five-pass kernel"))
+    for sp, what in split_peers:
+        own = np.array([(p["gemm"] + p["pass"]) / p["gemm"] for p in parts[sp]])
+        notes.append(f"{what} over its own GEMM blocks (the blocks and the per-block passes timed apart in one call; "
+                     f"(GEMM + passes) / GEMM): median {float(np.median(own)):.3f}x, each round "
+                     f"{', '.join(f'{x:.3f}' for x in own)}; the passes alone "
+                     f"{float(np.median([p['pass'] for p in parts[sp]])):.3f} s (median)")
     if args.focus:
         for k in (128, 512):
             nk, fk = f"hubnorm topk_similarity k={k} backend=numpy", f"faiss knn_inner_product k={k}"

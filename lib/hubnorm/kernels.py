@@ -511,18 +511,19 @@ def logsumexp_similarity(
 
 
 #: :func:`block_logsumexp` works through slabs of about this many bytes: rows of a score block that stay in the
-#: cores' caches while they are scaled, shifted, exponentiated and summed (one read of the block from memory).
-LSE_SLAB_BYTES = 2**21
+#: cores' caches while they are scaled, shifted, exponentiated and summed (one read of the block from memory). 4 MB
+#: (2 MB of L2 per core on the 2-core machine of ``benchmarks/reports/topk_focus.md``) was the fastest of 1-16 MB.
+LSE_SLAB_BYTES = 2**22
 
 
 def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
 
     ``x = fl(raw * scale) (+ shift)`` is formed through slabs of :data:`LSE_SLAB_BYTES` (one reused buffer, so the
-    block is read once from memory and the passes after it run in cache), and each slab goes through torch's fused
-    ``log_softmax`` kernel: a row-maximum pass ``m``, then one pass for ``exp(x - m)`` and its sum ``s``, then
-    ``out = (x - m) - log s``. The log-sum-exp is read back from one column ``j`` of the slab:
-    ``x_ij - out_ij = m + log s`` (one extra rounding, of the size of one unit in the last place of
+    block is read once from memory and the passes after it run in cache), and each slab goes in place through
+    torch's fused ``log_softmax`` kernel: a row-maximum pass ``m``, then one pass for ``exp(x - m)`` and its sum
+    ``s``, then ``out = (x - m) - log s``. The log-sum-exp is read back from one column ``j`` of the slab, kept
+    before: ``x_ij - out_ij = m + log s`` (one extra rounding, of the size of one unit in the last place of
     ``max(|x_ij|, |out_ij|)``). ``torch.logsumexp`` does the same arithmetic in five separate passes with two
     block-sized temporaries (and the same five passes through cache-sized slabs are still slower than the fused
     kernel: ``benchmarks/reports/topk.md``); the two results agree to a few units in the last place, and
@@ -542,10 +543,10 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
         finite = torch.isfinite(shift).nonzero()
         j = int(finite[0, 0]) if finite.numel() else None   # None: every score is -inf, +inf or NaN
     slab = max(1, min(rows, LSE_SLAB_BYTES // max(1, cols * raw.element_size())))
-    buf = torch.empty(2, slab * cols, dtype=raw.dtype, device=raw.device)
+    buf = torch.empty(slab * cols, dtype=raw.dtype, device=raw.device)
     for i0 in range(0, rows, slab):
         i1 = min(rows, i0 + slab)
-        x = buf[0, : (i1 - i0) * cols].view(i1 - i0, cols)
+        x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
         torch.mul(raw[i0:i1], scale, out=x)
         if shift is not None:
             x.add_(shift)
@@ -553,12 +554,13 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
         if j is None:
             part.copy_(torch.logsumexp(x, dim=1))
             continue
-        y = buf[1, : (i1 - i0) * cols].view(i1 - i0, cols)
-        torch.log_softmax(x, dim=1, out=y)
-        torch.sub(x[:, j], y[:, j], out=part)
+        part.copy_(x[:, j])
+        torch.log_softmax(x, dim=1, out=x)   # in place: each row is read (maximum, exp-sum) before it is written
+        part.sub_(x[:, j])
         bad = ~torch.isfinite(part)
-        if bool(bad.any()):   # infinities or NaN in the row: torch's own handling
-            part[bad] = torch.logsumexp(x[bad], dim=1)
+        if bool(bad.any()):   # infinities or NaN in the row: torch's own handling, on x formed again
+            rows_bad = raw[i0:i1][bad] * scale
+            part[bad] = torch.logsumexp(rows_bad if shift is None else rows_bad + shift, dim=1)
     return out
 
 
