@@ -11,18 +11,19 @@ median over rounds of each round's own ratio (a sweep and its one evaluation tim
 pieces are timed alone in the same rounds, as the measured bound of its sweep: the top-k of the bank at the largest
 k and the ranking of all points (hubnorm.sweeps.offset_sweep_ranks), the latter also with its candidates listed by
 torch (the side of its counting seam that a torch device runs; numpy's flatnonzero on the CPU by default). The
-per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp of one tau over
-the kept similarity blocks (hubnorm.kernels.logsumexp_similarity with shared blocks), SN's 10 Sinkhorn iterations of
-one tau over kept blocks (sinkhorn_potentials with shared blocks). For SN the memory floor of an iteration is timed
-too: one matrix-vector product over the kept float32 blocks, the faster of ``torch.mv`` and numpy's OpenBLAS gemv
-(numpy's ``@``) in each round (every iteration reads every kept entry at least once), and the kernel of a tau: the fastest timing here that exponentiates every kept score (one stored ``torch.exp`` of every
-kept score, or IS's fused log-sum-exp of one tau, scaled to the count; a Sinkhorn iteration that costs only a
+per-temperature work that every tau of an IS / SN sweep repeats is timed alone too: IS's log-mean-exp of one tau
+over the kept similarity blocks (hubnorm.kernels.logsumexp_similarity with shared blocks), SN's 10 Sinkhorn
+iterations of one tau over kept blocks (sinkhorn_potentials with shared blocks). For SN the memory floor of an
+iteration is timed too: one matrix-vector product over the kept float32 blocks, the faster of ``torch.mv`` and
+numpy's OpenBLAS gemv (numpy's ``@``) in each round (every iteration reads every kept entry at least once), and the
+kernel of a tau: the fastest timing here that exponentiates every kept score (one stored ``torch.exp`` of every kept
+score, or IS's fused log-sum-exp of one tau, scaled to the count; a Sinkhorn iteration that costs only a
 matrix-vector product works on the kernel exp(S / tau), which a new tau changes in every entry). One evaluation less
-its own iterations, plus each tau at those two, bounds what a Sinkhorn kernel no faster than these two could make
-of a tau sweep; a second bound row takes the most favourable reading (each kernel's exponentials fused into its
-first pass, and a tau that is another's 1/p given that kernel's p-th power for free), and a third takes the kernel
-as free (the memory floor alone). For IS one stored ``torch.exp`` of every kept score is timed as a reference: it
-is not a floor, since the kernel's fused pass exponentiates with a faster ``exp`` and stores nothing.
+its own iterations, plus each tau at those two, bounds what a Sinkhorn kernel no faster than these two could make of
+a tau sweep; a second bound row takes the most favourable reading (each kernel's exponentials fused into its first
+pass, and a tau that is another's 1/p given that kernel's p-th power for free), and a third takes the kernel as free
+(the memory floor alone). For IS one stored ``torch.exp`` of every kept score is timed as a reference: it is not a
+floor, since the kernel's fused pass exponentiates with a faster ``exp`` and stores nothing.
 
 Run: flock /tmp/hubnorm-bench.lock .venv/bin/python benchmarks/bench_sweeps.py
 """
