@@ -90,7 +90,8 @@ def exp_pass(n_scores, tile=1024 * 2048):
     """One torch.exp per score, stored, over one in-cache tile of scores in [-30, 0] repeated to cover
     ``n_scores``: the cost of exponentiating every score with torch's public ``exp``. A reference, not a floor: the
     fused ``log_softmax`` kernel that :func:`hubnorm.kernels.block_logsumexp` uses exponentiates with a faster
-    vectorised ``exp`` and stores nothing, and costs less per score (``benchmarks/reports/topk_focus.md``)."""
+    vectorised ``exp`` and stores nothing, and costs about as much or less per score while doing more (scaling,
+    two maxima, the sum, the output; ``benchmarks/reports/topk.md``)."""
     import torch
 
     x = torch.rand(tile, generator=torch.Generator().manual_seed(0)) * -30.0

@@ -22,7 +22,7 @@ bare GEMM taken within each round):
   fused kernel exponentiates with a faster ``exp`` and stores nothing); and the kernel's loop with its GEMM blocks
   and its per-block passes timed apart in one call (with the current and the previous pass), which gives its cost
   over its own GEMM free of the drift between a bare GEMM and the kernel timed seconds apart (MKL's GEMM on this
-  AMD CPU varies by up to 1.9x from round to round).
+  AMD CPU varied by up to 1.75x between rounds of one run).
 
 Memory: peak RSS above the inputs (VmHWM after a reset) at 1M x 5k in a subprocess -- target < 1 GB.
 """
@@ -189,7 +189,7 @@ def peers(a, b):
         "reference: torch.exp of every score, stored (in-cache tiles)": lambda: exp_pass(a.shape[0] * b.shape[0]),
         "plain: torch.logsumexp on whole GEMM blocks (scale 20)": lambda: plain_logsumexp(a, b, 20.0),
         "previous kernel: five in-cache passes per slab (scale 20)": lambda: previous_logsumexp(a, b, 20.0),
-        "split: logsumexp_similarity's GEMM blocks | its per-block passes (scale 20)": lambda: split_logsumexp(
+        "split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)": lambda: split_logsumexp(
             a, b, 20.0, block_logsumexp),
         "split: the same with the previous five-pass kernel (scale 20)": lambda: split_logsumexp(
             a, b, 20.0, five_pass_block_logsumexp),
@@ -243,6 +243,7 @@ def main():
             times[name].append(t.seconds)
             if name.startswith("split"):
                 parts[name].append(res)
+            del res   # no peer's result stays alive through the next peer's timing
         for name in fns:
             ratios[name].append(times[name][-1] / times["bare"][-1])
             ratios_np[name].append(times[name][-1] / times["bare numpy"][-1])
@@ -293,7 +294,7 @@ def main():
                  f"numpy.matmul); "
                  f"a bare GEMM + one stored torch.exp per score (median of the rounds' sums; a reference, not a "
                  f"floor): {with_exp('bare'):.3f}x bare torch.mm, {with_exp('bare numpy'):.3f}x bare numpy.matmul")
-    split_peers = (("split: logsumexp_similarity's GEMM blocks | its per-block passes (scale 20)", "the kernel"),
+    split_peers = (("split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)", "the kernel"),
                    ("split: the same with the previous five-pass kernel (scale 20)", "the previous five-pass kernel"))
     for sp, what in split_peers:
         own = np.array([(p["gemm"] + p["pass"]) / p["gemm"] for p in parts[sp]])

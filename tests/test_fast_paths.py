@@ -1,6 +1,7 @@
 """The fast paths agree with the exact ones: blocked top-k, faiss IVF (nprobe = nlist), and
 streaming / 16-bit Sinkhorn against a dense float64 reference."""
 
+import itertools
 import math
 
 import numpy as np
@@ -9,8 +10,8 @@ import torch
 from scipy.special import logsumexp
 
 import hubnorm as hn
-from hubnorm.kernels import (TOPK_BACKENDS, _faiss, block_logsumexp, logsumexp_similarity, numpy_topk_partition,
-                             topk_backend, topk_similarity)
+from hubnorm.kernels import (LSE_SEGMENT_COLS, TOPK_BACKENDS, _faiss, block_logsumexp, logsumexp_similarity,
+                             numpy_topk_partition, topk_backend, topk_similarity)
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 
 
@@ -243,36 +244,56 @@ def _lse_oracle(x: torch.Tensor) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rows, cols", [(1, 513), (2, 9), (3, 70001), (37, 1001), (300, 4097), (1100, 600)])
 def test_block_logsumexp_is_as_accurate_as_torch_logsumexp(threads, dtype, rows, cols, monkeypatch):
-    """The kernel's per-block slab pass (torch's fused log_softmax, the log-sum-exp read back from one column) is
-    as close to an extended-precision oracle on the same x = fl(raw * scale) + shift as torch.logsumexp is, up to
-    4 units in the last place of the row's largest |x| or |result| (the read-back's one rounding); for one-row and
-    two-row blocks, many slabs with a short last one, rows longer than a slab, a per-column shift with -inf entries
-    (its first column among them: the read-back takes the first finite one), and scales of both signs. The bits of
-    a row depend on that row alone: the same for one and two threads, any slab size and any subset of rows. Rows
-    with infinite scores or all -inf take torch.logsumexp's values; raw is left unchanged."""
+    """The kernel's per-block pass (slabs of rows by segments of columns through torch's fused log_softmax in
+    place, each segment's log-sum-exp read back as its row maximum less the output's row maximum, the segments
+    combined by torch.logsumexp) is as close to an extended-precision oracle on the same x = fl(raw * scale) + shift
+    as torch.logsumexp is, up to 4 units in the last place of max(|row maximum|, |result|). Row 0 has one score far
+    above many equal others: a result near 0 under large scores (any read-back from another column loses it), and
+    the worst case of a long sequential sum (rows of 70,001 columns). One-row and two-row blocks, many slabs with a
+    short last one, slabs shorter than a row, a per-column shift with -inf entries, and scales of both signs.
+    Finite rows never reach the fallback (it is watched). The bits of a row depend on that row alone: the same for
+    one and two threads, any slab size and any subset of rows. Exactly the segments whose maximum is infinite or
+    NaN take torch.logsumexp, and the rows give torch.logsumexp's values; raw is left unchanged."""
+    real_lse = torch.logsumexp
+    fallback_rows = []
+
+    def watched(x):
+        fallback_rows.append(x.shape[0])
+        return real_lse(x, dim=1)
+
+    def kernel(*args):
+        with monkeypatch.context() as m:
+            m.setattr("hubnorm.kernels._segment_fallback", watched)
+            return block_logsumexp(*args)
+
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         rng = np.random.default_rng(rows * cols)
         raw = torch.from_numpy(rng.uniform(-1, 1, (rows, cols))).to(dtype)
+        raw[0] = -1.0
+        raw[0, cols // 2] = 0.0
         keep = raw.clone()
         shift = torch.from_numpy(rng.standard_normal(cols)).to(dtype)
         shift[::5] = -math.inf
+        shift[cols // 2] = 0.0
         eps = torch.finfo(dtype).eps
-        for scale in (1 / 0.01, 3.0, -20.0):
+        for scale in (1 / 0.01, 1e4, 3.0, -20.0):
             for sh in (None, shift):
                 x = raw * scale if sh is None else raw * scale + sh
-                got = block_logsumexp(raw, scale, sh)
+                got = kernel(raw, scale, sh)
+                assert not fallback_rows, (scale, sh is None)
                 assert got.dtype == dtype and got.shape == (rows,)
                 ref = torch.from_numpy(_lse_oracle(x))
-                torch_err = (torch.logsumexp(x, dim=1).double() - ref).abs()
-                size = torch.maximum(x.abs().nan_to_num(posinf=0.0).amax(dim=1).double(), ref.abs())
+                torch_err = (real_lse(x, dim=1).double() - ref).abs()
+                size = torch.maximum(x.amax(dim=1).double().abs(), ref.abs())
                 assert bool(((got.double() - ref).abs() <= torch_err + 4 * eps * size).all()), (scale, sh is None)
-                one_row_slabs = torch.cat([block_logsumexp(raw[i:i + 1], scale, sh) for i in range(rows)])
-                assert torch.equal(one_row_slabs, got)
-                with monkeypatch.context() as m:
-                    m.setattr("hubnorm.kernels.LSE_SLAB_BYTES", 3 * cols * raw.element_size())   # 3-row slabs
-                    assert torch.equal(block_logsumexp(raw, scale, sh), got)
+                one_row_blocks = torch.cat([block_logsumexp(raw[i:i + 1], scale, sh) for i in range(rows)])
+                assert torch.equal(one_row_blocks, got)
+                for slab_bytes in (3 * cols * raw.element_size(), 1):   # 3-row slabs; slabs shorter than a row
+                    with monkeypatch.context() as m:
+                        m.setattr("hubnorm.kernels.LSE_SLAB_BYTES", slab_bytes)
+                        assert torch.equal(block_logsumexp(raw, scale, sh), got)
                 torch.set_num_threads(3 - threads)
                 assert torch.equal(block_logsumexp(raw, scale, sh), got)
                 torch.set_num_threads(threads)
@@ -281,10 +302,16 @@ def test_block_logsumexp_is_as_accurate_as_torch_logsumexp(threads, dtype, rows,
         odd[rows // 2] = -math.inf
         odd[0, cols // 2] = math.inf
         odd[-1, -1] = math.nan if rows > 2 else odd[-1, -1]
-        for sh in (None, shift, torch.full((cols,), -math.inf, dtype=dtype)):
-            want = torch.logsumexp(odd * 2.0 + (0 if sh is None else sh), dim=1)
-            got = block_logsumexp(odd, 2.0, sh)
+        odd[-1, 0] = -math.inf if rows > 2 else odd[-1, 0]
+        for scale, sh in itertools.product((2.0, -2.0), (None, shift, torch.full((cols,), -math.inf, dtype=dtype))):
+            x = odd * scale + (0 if sh is None else sh)
+            want = real_lse(x, dim=1)
+            fallback_rows.clear()
+            got = kernel(odd, scale, sh)
             inf_or_nan = ~torch.isfinite(want)
+            seg_max_bad = [int((~torch.isfinite(x[:, c0:c0 + LSE_SEGMENT_COLS].amax(dim=1))).sum())
+                           for c0 in range(0, cols, LSE_SEGMENT_COLS)]
+            assert sum(fallback_rows) == sum(seg_max_bad) > 0   # exactly the segments whose maximum is not finite
             assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[inf_or_nan].nan_to_num(),
                                                                          want[inf_or_nan].nan_to_num())
             torch.testing.assert_close(got[~inf_or_nan], want[~inf_or_nan], rtol=8 * eps, atol=0)

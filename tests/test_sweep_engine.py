@@ -2,8 +2,8 @@
 
 A temperature sweep's log-mean-exp reads similarity blocks kept across grid points through the kernel of a single
 fit (hubnorm.kernels.logsumexp_similarity with shared blocks); these tests prove the sweep's offsets bit-identical
-to one fit per grid point: blocks split along both axes (logaddexp merges), odd sizes, negative and zero
-temperatures' scales, float32 and float64, one and two threads.
+to one fit per grid point: blocks split along both axes (logaddexp merges), odd sizes, zero scales (DualIS with a
+beta of 0), float32 and float64, one and two threads.
 """
 
 import numpy as np

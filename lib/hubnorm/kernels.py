@@ -512,55 +512,71 @@ def logsumexp_similarity(
 
 #: :func:`block_logsumexp` works through slabs of about this many bytes: rows of a score block that stay in the
 #: cores' caches while they are scaled, shifted, exponentiated and summed (one read of the block from memory). 4 MB
-#: (2 MB of L2 per core on the 2-core machine of ``benchmarks/reports/topk_focus.md``) was the fastest of 1-16 MB.
+#: (2 MB of L2 per core on this project's 2-core machine) was the fastest of 1-16 MB in a development A/B there.
 LSE_SLAB_BYTES = 2**22
+
+#: :func:`block_logsumexp` sums each row in segments of at most this many columns: torch's fused ``log_softmax``
+#: accumulates a row's terms in one vector register, so its rounding error grows with the row's length (rows of
+#: many near-equal terms are the worst case; a 70,001-column row of equal terms came out 60 units in the last place
+#: off, against 3 for ``torch.logsumexp``), and 1024 keeps it at that of ``torch.logsumexp`` for a few percent of
+#: the pass's time.
+LSE_SEGMENT_COLS = 1024
+
+
+def _segment_fallback(x: torch.Tensor) -> torch.Tensor:
+    """The log-sum-exp of rows of a segment whose maximum is infinite or NaN: ``torch.logsumexp`` itself."""
+    return torch.logsumexp(x, dim=1)
 
 
 def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
 
-    ``x = fl(raw * scale) (+ shift)`` is formed through slabs of :data:`LSE_SLAB_BYTES` (one reused buffer, so the
-    block is read once from memory and the passes after it run in cache), and each slab goes in place through
-    torch's fused ``log_softmax`` kernel: a row-maximum pass ``m``, then one pass for ``exp(x - m)`` and its sum
-    ``s``, then ``out = (x - m) - log s``. The log-sum-exp is read back from one column ``j`` of the slab, kept
-    before: ``x_ij - out_ij = m + log s`` (one extra rounding, of the size of one unit in the last place of
-    ``max(|x_ij|, |out_ij|)``). ``torch.logsumexp`` does the same arithmetic in five separate passes with two
-    block-sized temporaries (and the same five passes through cache-sized slabs are still slower than the fused
-    kernel: ``benchmarks/reports/topk.md``); the two results agree to a few units in the last place, and
-    ``tests/test_fast_paths.py`` holds this one to a float64 oracle as closely as ``torch.logsumexp`` itself.
+    The block is cut into slabs of :data:`LSE_SLAB_BYTES`: rows by segments of at most :data:`LSE_SEGMENT_COLS`
+    columns. Each slab's ``x = fl(raw * scale) (+ shift)`` is formed in one reused buffer (so the block is read once
+    from memory and the passes after it run in cache); its row maxima ``m`` are taken; then it goes in place through
+    torch's fused ``log_softmax`` kernel (a row-maximum pass, one pass for ``exp(x - m)`` and its sum ``s``, then
+    ``out = (x - m) - log s``), whose row maxima are ``-log s`` exactly (at a maximum ``x - m = 0``; elsewhere
+    ``x - m <= 0`` and rounding is monotone). So a segment's log-sum-exp is ``m - max(out) = m + log s`` with one
+    rounding, the formula of ``torch.logsumexp``, and a row's segments are combined by one ``torch.logsumexp``.
+    ``torch.logsumexp`` of the whole block does this arithmetic in five separate passes with two block-sized
+    temporaries; the five passes through cache-sized slabs are slower than the fused kernel too
+    (``benchmarks/reports/topk.md``). The results agree to a few units in the last place of
+    ``max(|m|, |result|)``, and ``tests/test_fast_paths.py`` holds this one to an extended-precision oracle as
+    closely as ``torch.logsumexp`` itself.
 
-    Every row is computed by one thread from that row alone, so the bits do not depend on the thread count, the
-    slab size or the other rows of the block. ``j`` is the first column whose ``shift`` is finite. Rows whose
-    read-back value is not finite (infinite or NaN scores, rows that are all ``-inf``) take ``torch.logsumexp``
-    itself, with its handling of infinities. ``raw`` is never modified."""
+    A row with a finite maximum is computed by one thread from that row alone, so its bits do not depend on the
+    thread count, the slab size or the other rows of the block. A segment whose maximum is infinite or NaN (its
+    row's result is then infinite or NaN) takes ``torch.logsumexp`` itself, with its handling of infinities.
+    ``raw`` is never modified."""
     scale = float(scale)
     rows, cols = raw.shape
     if rows == 0 or cols == 0:
         return torch.logsumexp(raw * scale, dim=1)
+    seg = min(cols, LSE_SEGMENT_COLS)
+    segments = [(c0, min(cols, c0 + seg)) for c0 in range(0, cols, seg)]
+    slab = max(1, min(rows, LSE_SLAB_BYTES // (seg * raw.element_size())))
+    buf = torch.empty(slab * seg, dtype=raw.dtype, device=raw.device)
+    parts = torch.empty(slab, len(segments), dtype=raw.dtype, device=raw.device)
     out = torch.empty(rows, dtype=raw.dtype, device=raw.device)
-    j = 0
-    if shift is not None:
-        finite = torch.isfinite(shift).nonzero()
-        j = int(finite[0, 0]) if finite.numel() else None   # None: every score is -inf, +inf or NaN
-    slab = max(1, min(rows, LSE_SLAB_BYTES // max(1, cols * raw.element_size())))
-    buf = torch.empty(slab * cols, dtype=raw.dtype, device=raw.device)
     for i0 in range(0, rows, slab):
         i1 = min(rows, i0 + slab)
-        x = buf[: (i1 - i0) * cols].view(i1 - i0, cols)
-        torch.mul(raw[i0:i1], scale, out=x)
-        if shift is not None:
-            x.add_(shift)
-        part = out[i0:i1]
-        if j is None:
-            part.copy_(torch.logsumexp(x, dim=1))
-            continue
-        part.copy_(x[:, j])
-        torch.log_softmax(x, dim=1, out=x)   # in place: each row is read (maximum, exp-sum) before it is written
-        part.sub_(x[:, j])
-        bad = ~torch.isfinite(part)
-        if bool(bad.any()):   # infinities or NaN in the row: torch's own handling, on x formed again
-            rows_bad = raw[i0:i1][bad] * scale
-            part[bad] = torch.logsumexp(rows_bad if shift is None else rows_bad + shift, dim=1)
+        for g, (c0, c1) in enumerate(segments):
+            x = buf[: (i1 - i0) * (c1 - c0)].view(i1 - i0, c1 - c0)
+            torch.mul(raw[i0:i1, c0:c1], scale, out=x)
+            if shift is not None:
+                x.add_(shift[c0:c1])
+            lse = x.amax(dim=1)
+            torch.log_softmax(x, dim=1, out=x)   # in place: each row is read (maximum, exp-sum) before it is written
+            lse.sub_(x.amax(dim=1))
+            bad = ~torch.isfinite(lse)
+            if bool(bad.any()):   # an infinite or NaN maximum: torch's own handling, on x formed again
+                rows_bad = raw[i0:i1, c0:c1][bad] * scale
+                lse[bad] = _segment_fallback(rows_bad if shift is None else rows_bad + shift[c0:c1])
+            parts[: i1 - i0, g] = lse
+        if len(segments) == 1:
+            out[i0:i1] = parts[: i1 - i0, 0]
+        else:
+            torch.logsumexp(parts[: i1 - i0], dim=1, out=out[i0:i1])
     return out
 
 
