@@ -189,8 +189,8 @@ def peers(a, b):
         "reference: torch.exp of every score, stored (in-cache tiles)": lambda: exp_pass(a.shape[0] * b.shape[0]),
         "plain: torch.logsumexp on whole GEMM blocks (scale 20)": lambda: plain_logsumexp(a, b, 20.0),
         "previous kernel: five in-cache passes per slab (scale 20)": lambda: previous_logsumexp(a, b, 20.0),
-        "split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)": lambda: split_logsumexp(
-            a, b, 20.0, block_logsumexp),
+        "split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)":
+            lambda: split_logsumexp(a, b, 20.0, block_logsumexp),
         "split: the same with the previous five-pass kernel (scale 20)": lambda: split_logsumexp(
             a, b, 20.0, five_pass_block_logsumexp),
         "hubnorm logsumexp_similarity (scale 20) backend=numpy": lambda: logsumexp_similarity(a, b, 20.0,
@@ -294,7 +294,8 @@ def main():
                  f"numpy.matmul); "
                  f"a bare GEMM + one stored torch.exp per score (median of the rounds' sums; a reference, not a "
                  f"floor): {with_exp('bare'):.3f}x bare torch.mm, {with_exp('bare numpy'):.3f}x bare numpy.matmul")
-    split_peers = (("split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)", "the kernel"),
+    split_peers = (("split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)",
+                    "the kernel"),
                    ("split: the same with the previous five-pass kernel (scale 20)", "the previous five-pass kernel"))
     for sp, what in split_peers:
         own = np.array([(p["gemm"] + p["pass"]) / p["gemm"] for p in parts[sp]])
