@@ -515,68 +515,83 @@ def logsumexp_similarity(
 #: (2 MB of L2 per core on this project's 2-core machine) was the fastest of 1-16 MB in a development A/B there.
 LSE_SLAB_BYTES = 2**22
 
-#: :func:`block_logsumexp` sums each row in segments of at most this many columns: torch's fused ``log_softmax``
-#: accumulates a row's terms in one vector register, so its rounding error grows with the row's length (rows of
-#: many near-equal terms are the worst case; a 70,001-column row of equal terms came out 60 units in the last place
-#: off, against 3 for ``torch.logsumexp``), and 1024 keeps it at that of ``torch.logsumexp`` for a few percent of
-#: the pass's time.
+#: :func:`block_logsumexp` sums each row in segments of this many columns (and a shorter last one): torch's fused
+#: ``log_softmax`` accumulates a row's terms in one vector register, so its rounding error grows with the row's
+#: length (a 70,001-column row of equal terms came out 60 units in the last place off, against 3 for
+#: ``torch.logsumexp``); segments of 1024 keep it at that of ``torch.logsumexp``. The segments are contiguous
+#: rows of the slab buffer, so they cost a few percent of the pass (a 1024-column segment read from a strided
+#: sub-block cost a third more).
 LSE_SEGMENT_COLS = 1024
 
 
 def _segment_fallback(x: torch.Tensor) -> torch.Tensor:
-    """The log-sum-exp of rows of a segment whose maximum is infinite or NaN: ``torch.logsumexp`` itself."""
+    """The log-sum-exp of rows whose result is +inf or NaN: ``torch.logsumexp`` itself, with its handling of
+    infinities."""
     return torch.logsumexp(x, dim=1)
+
+
+def _segments_logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """``logsumexp`` of every row of a contiguous slab, destroying it: the row maxima ``m``, torch's fused
+    ``log_softmax`` in place (each row is read, maximum and exp-sum, before it is written), and ``m - max(out)``.
+    A row of only ``-inf`` gives ``-inf``; +inf or NaN give NaN (the caller's fallback)."""
+    m = x.amax(dim=1)
+    torch.log_softmax(x, dim=1, out=x)
+    lse = m - x.amax(dim=1)
+    return lse.masked_fill_(m == -math.inf, -math.inf)
 
 
 def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
 
-    The block is cut into slabs of :data:`LSE_SLAB_BYTES`: rows by segments of at most :data:`LSE_SEGMENT_COLS`
-    columns. Each slab's ``x = fl(raw * scale) (+ shift)`` is formed in one reused buffer (so the block is read once
-    from memory and the passes after it run in cache); its row maxima ``m`` are taken; then it goes in place through
-    torch's fused ``log_softmax`` kernel (a row-maximum pass, one pass for ``exp(x - m)`` and its sum ``s``, then
-    ``out = (x - m) - log s``), whose row maxima are ``-log s`` exactly (at a maximum ``x - m = 0``; elsewhere
-    ``x - m <= 0`` and rounding is monotone). So a segment's log-sum-exp is ``m - max(out) = m + log s`` with one
-    rounding, the formula of ``torch.logsumexp``, and a row's segments are combined by one ``torch.logsumexp``.
-    ``torch.logsumexp`` of the whole block does this arithmetic in five separate passes with two block-sized
-    temporaries; the five passes through cache-sized slabs are slower than the fused kernel too
-    (``benchmarks/reports/topk.md``). The results agree to a few units in the last place of
-    ``max(|m|, |result|)``, and ``tests/test_fast_paths.py`` holds this one to an extended-precision oracle as
-    closely as ``torch.logsumexp`` itself.
+    The block is read once, through slabs of rows of about :data:`LSE_SLAB_BYTES`: ``x = fl(raw * scale)
+    (+ shift)`` is formed in a reused buffer whose rows are cut into contiguous segments of
+    :data:`LSE_SEGMENT_COLS` columns (and a shorter last one), and every segment row goes in place through torch's
+    fused ``log_softmax`` kernel (a row-maximum pass, one pass for ``exp(x - m)`` and its sum ``s``, then
+    ``out = (x - m) - log s``). The output's row maximum is ``-log s`` exactly (at a maximum ``x - m = 0``;
+    elsewhere ``x - m <= 0`` and rounding is monotone), so a segment's log-sum-exp is ``m - max(out) = m + log s``
+    with one rounding, the formula of ``torch.logsumexp``; the segments of a row are combined by one
+    ``torch.logsumexp``. ``torch.logsumexp`` of the whole block does this arithmetic in five separate passes with
+    two block-sized temporaries, and those five passes through cache-sized slabs are slower than the fused kernel
+    (``benchmarks/reports/topk.md``). The results agree to a few units in the last place of ``max(|m|, |result|)``;
+    ``tests/test_fast_paths.py`` holds this one to an extended-precision oracle as closely as ``torch.logsumexp``.
 
-    A row with a finite maximum is computed by one thread from that row alone, so its bits do not depend on the
-    thread count, the slab size or the other rows of the block. A segment whose maximum is infinite or NaN (its
-    row's result is then infinite or NaN) takes ``torch.logsumexp`` itself, with its handling of infinities.
+    A row is computed from that row alone, each segment by one thread, so its bits do not depend on the thread
+    count, the slab size or the other rows of the block. Rows whose result is +inf or NaN (a +inf or NaN score)
+    take ``torch.logsumexp`` itself, with its handling of infinities; rows of only ``-inf`` give ``-inf``.
     ``raw`` is never modified."""
     scale = float(scale)
     rows, cols = raw.shape
     if rows == 0 or cols == 0:
         return torch.logsumexp(raw * scale, dim=1)
     seg = min(cols, LSE_SEGMENT_COLS)
-    segments = [(c0, min(cols, c0 + seg)) for c0 in range(0, cols, seg)]
-    slab = max(1, min(rows, LSE_SLAB_BYTES // (seg * raw.element_size())))
-    buf = torch.empty(slab * seg, dtype=raw.dtype, device=raw.device)
-    parts = torch.empty(slab, len(segments), dtype=raw.dtype, device=raw.device)
+    n_full, tail = divmod(cols, seg)
+    main = n_full * seg
+    slab = max(1, min(rows, LSE_SLAB_BYTES // (cols * raw.element_size())))
+    buf = torch.empty(slab * cols, dtype=raw.dtype, device=raw.device)
     out = torch.empty(rows, dtype=raw.dtype, device=raw.device)
     for i0 in range(0, rows, slab):
         i1 = min(rows, i0 + slab)
-        for g, (c0, c1) in enumerate(segments):
-            x = buf[: (i1 - i0) * (c1 - c0)].view(i1 - i0, c1 - c0)
-            torch.mul(raw[i0:i1, c0:c1], scale, out=x)
+        r = i1 - i0
+        x_main = buf[: r * main].view(r, main)           # contiguous: its rows cut into full segments by a view
+        torch.mul(raw[i0:i1, :main], scale, out=x_main)
+        if shift is not None:
+            x_main.add_(shift[:main])
+        parts = _segments_logsumexp(x_main.view(r * n_full, seg)).view(r, n_full)
+        if tail:
+            x_tail = buf[r * main: r * cols].view(r, tail)
+            torch.mul(raw[i0:i1, main:], scale, out=x_tail)
             if shift is not None:
-                x.add_(shift[c0:c1])
-            lse = x.amax(dim=1)
-            torch.log_softmax(x, dim=1, out=x)   # in place: each row is read (maximum, exp-sum) before it is written
-            lse.sub_(x.amax(dim=1))
-            bad = ~torch.isfinite(lse)
-            if bool(bad.any()):   # an infinite or NaN maximum: torch's own handling, on x formed again
-                rows_bad = raw[i0:i1, c0:c1][bad] * scale
-                lse[bad] = _segment_fallback(rows_bad if shift is None else rows_bad + shift[c0:c1])
-            parts[: i1 - i0, g] = lse
-        if len(segments) == 1:
-            out[i0:i1] = parts[: i1 - i0, 0]
+                x_tail.add_(shift[main:])
+            parts = torch.cat([parts, _segments_logsumexp(x_tail)[:, None]], dim=1)
+        part = out[i0:i1]
+        if parts.shape[1] == 1:
+            part.copy_(parts[:, 0])
         else:
-            torch.logsumexp(parts[: i1 - i0], dim=1, out=out[i0:i1])
+            torch.logsumexp(parts, dim=1, out=part)
+        bad = torch.isnan(part) | (part == math.inf)
+        if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again
+            rows_bad = raw[i0:i1][bad] * scale
+            part[bad] = _segment_fallback(rows_bad if shift is None else rows_bad + shift)
     return out
 
 
