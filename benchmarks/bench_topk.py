@@ -16,11 +16,11 @@ bare GEMM taken within each round):
   ``NNNRetriever.compute_alignment_means`` (the reference implementation);
 * ``hubnorm.kernels.logsumexp_similarity`` (IS / DIS / DualIS reductions, scale 1/0.05) against the same bare GEMM,
   its plain blocked form (the same GEMM blocks, each scaled and passed whole to ``torch.logsumexp``, merged by
-  ``logaddexp``), the kernel's previous slab pass (until 2026-11-29: the same slabs through five separate
-  in-cache passes, the bits of ``torch.logsumexp``; the current one uses torch's fused ``log_softmax``), one
-  stored ``torch.exp`` of every score (in cache-sized tiles, torch's threads: a reference, not a floor, since the
-  fused kernel exponentiates with a faster ``exp`` and stores nothing); and the kernel's loop with its GEMM blocks
-  and its per-block passes timed apart in one call (with the current and the previous pass), which gives its cost
+  ``logaddexp``), one stored ``torch.exp`` of every score (in cache-sized tiles, torch's threads: a reference,
+  not a floor, since the fused kernel exponentiates with a faster ``exp`` and stores nothing), and the kernel's
+  loop with its GEMM blocks and its per-block passes timed apart in one call, with the current pass and with the
+  previous one (until 2026-11-29: the same slabs through five separate in-cache passes, the bits of
+  ``torch.logsumexp``; its whole call is the previous kernel's time), which gives each pass's cost
   over its own GEMM free of the drift between a bare GEMM and the kernel timed seconds apart (MKL's GEMM on this
   AMD CPU varied by up to 1.75x between rounds of one run).
 
@@ -104,18 +104,6 @@ def five_pass_block_logsumexp(raw, scale, slab_bytes=2**21):
     return out
 
 
-def previous_logsumexp(a, b, scale):
-    """logsumexp_similarity's GEMM blocks (one reused buffer) with the previous per-block pass."""
-    ra, rb = block_shape(a.shape[0], b.shape[0], 4, None)
-    buf = torch.empty(min(ra, a.shape[0]) * min(rb, b.shape[0]), dtype=a.dtype)
-    for a0, a1 in iter_blocks(a.shape[0], ra):
-        acc = None
-        for b0, b1 in iter_blocks(b.shape[0], rb):
-            raw = torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
-            part = five_pass_block_logsumexp(raw, scale)
-            acc = part if acc is None else torch.logaddexp(acc, part)
-
-
 def split_logsumexp(a, b, scale, block_pass):
     """logsumexp_similarity's loop (the same GEMM blocks into one reused buffer, the same logaddexp merges) with
     its two parts timed apart: returns {"gemm": seconds in torch.mm, "pass": seconds in ``block_pass`` and the
@@ -188,7 +176,6 @@ def peers(a, b):
         "hubnorm logsumexp_similarity (scale 20)": lambda: logsumexp_similarity(a, b, 20.0),
         "reference: torch.exp of every score, stored (in-cache tiles)": lambda: exp_pass(a.shape[0] * b.shape[0]),
         "plain: torch.logsumexp on whole GEMM blocks (scale 20)": lambda: plain_logsumexp(a, b, 20.0),
-        "previous kernel: five in-cache passes per slab (scale 20)": lambda: previous_logsumexp(a, b, 20.0),
         "split: logsumexp_similarity's GEMM blocks and per-block passes timed apart (scale 20)":
             lambda: split_logsumexp(a, b, 20.0, block_logsumexp),
         "split: the same with the previous five-pass kernel (scale 20)": lambda: split_logsumexp(
@@ -227,7 +214,7 @@ def main():
     b = torch.from_numpy(clustered(args.n_bank, 512, seed=1))
     fns = peers(a, b)
     if args.focus:
-        focus = ("bare", "faiss knn", "hubnorm logsumexp", "reference", "plain", "previous", "split")
+        focus = ("bare", "faiss knn", "hubnorm logsumexp", "reference", "plain", "split")
         fns = {n: f for n, f in fns.items() if n.startswith(focus)
                or "backend=numpy" in n}
     fns["bare"]()  # warm-up (thread pools, allocator) outside the timed rounds
@@ -280,7 +267,7 @@ def main():
     ln = "hubnorm logsumexp_similarity (scale 20)"
     fl_ = "reference: torch.exp of every score, stored (in-cache tiles)"
     pl = "plain: torch.logsumexp on whole GEMM blocks (scale 20)"
-    pv = "previous kernel: five in-cache passes per slab (scale 20)"
+    pv = "split: the same with the previous five-pass kernel (scale 20)"   # as a whole: the previous kernel
 
     def with_exp(gemm):   # the GEMM + one stored torch.exp per score, over that GEMM, per round
         return float(np.median((np.array(times[gemm]) + np.array(times[fl_])) / np.array(times[gemm])))

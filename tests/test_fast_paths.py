@@ -264,7 +264,7 @@ def test_block_logsumexp_is_as_accurate_as_torch_logsumexp(threads, dtype, rows,
 
     def kernel(*args):
         with monkeypatch.context() as m:
-            m.setattr("hubnorm.kernels._segment_fallback", watched)
+            m.setattr("hubnorm.kernels._fallback_rows", watched)
             return block_logsumexp(*args)
 
     previous = torch.get_num_threads()

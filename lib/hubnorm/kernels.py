@@ -524,7 +524,7 @@ LSE_SLAB_BYTES = 2**22
 LSE_SEGMENT_COLS = 1024
 
 
-def _segment_fallback(x: torch.Tensor) -> torch.Tensor:
+def _fallback_rows(x: torch.Tensor) -> torch.Tensor:
     """The log-sum-exp of rows whose result is +inf or NaN: ``torch.logsumexp`` itself, with its handling of
     infinities."""
     return torch.logsumexp(x, dim=1)
@@ -591,7 +591,7 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
         bad = torch.isnan(part) | (part == math.inf)
         if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again
             rows_bad = raw[i0:i1][bad] * scale
-            part[bad] = _segment_fallback(rows_bad if shift is None else rows_bad + shift)
+            part[bad] = _fallback_rows(rows_bad if shift is None else rows_bad + shift)
     return out
 
 
