@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import io
 import json
+import errno
 import os
 import tempfile
 import time
@@ -526,9 +527,11 @@ def _publish(tmp: Path, folder: Path, verify) -> None:
             os.rename(tmp, folder)
             _fsync_dir(folder.parent)
             return
-        except OSError:
-            if not folder.exists():
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
+            if not folder.exists():
+                continue    # another writer moved the entry aside meanwhile: try to rename ours again
         try:
             if verify is None:
                 raise CacheError("replace", reason="stale")
