@@ -9,7 +9,8 @@ it; its report goes to ``--out-dir``, never over the GPU report).
    bench_faiss_nnn.py): ``NearestNeighborNormalization(alpha=0.75, k=128, device="cuda").fit`` (blocked GEMM +
    running top-k, hubnorm.kernels.topk_similarity) vs the bare float32 GEMMs of the same shape and blocks, written
    into one reused buffer (the physical limit), and vs one unblocked GEMM when it fits. Ratio = NNN / bare, both
-   measured in this run. With ``--cpu-reference`` also exact NNN on the CPU (the GPU speed-up).
+   measured in this run; the log-sum-exp kernel of IS / DIS / DualIS (``logsumexp_similarity``) vs the bare
+   GEMMs of its own blocks. With ``--cpu-reference`` also exact NNN on the CPU (the GPU speed-up).
 2. faiss GPU IVF (``FaissNNN(use_gpu=True, scan="faiss")``, faiss-gpu ``index_cpu_to_gpu``) vs exact GPU NNN: an
    nprobe sweep; speed-up = exact seconds / IVF search+bias seconds, R@1 - exact R@1 from exact full-rank
    evaluation. NNN paper Table A5 reports 55x-161x on a V100 at <= 0.2 R@1 loss (against their exhaustive
@@ -35,7 +36,8 @@ import torch
 from _common import REPORTS, Timer, write_report
 
 import hubnorm as hn
-from hubnorm.kernels import topk_partition as _topk_partition, topk_similarity
+from hubnorm.kernels import block_shape, iter_blocks, logsumexp_similarity, topk_similarity
+from hubnorm.kernels import topk_partition as _topk_partition
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 from hubnorm.synthetic import make_dataset
 
@@ -69,6 +71,15 @@ def bare_gemm(a: torch.Tensor, b: torch.Tensor) -> None:
     buf = torch.empty(max(x1 - x0 for x0, x1 in a_blocks) * rb, dtype=a.dtype, device=a.device)
     for a0, a1 in a_blocks:
         for b0, b1 in b_blocks:
+            torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
+
+
+def bare_gemm_lse(a: torch.Tensor, b: torch.Tensor) -> None:
+    """The float32 GEMMs of logsumexp_similarity's own blocks (``block_shape``) into one reused buffer."""
+    ra, rb = block_shape(a.shape[0], b.shape[0], a.element_size(), None)
+    buf = torch.empty(min(ra, a.shape[0]) * min(rb, b.shape[0]), dtype=a.dtype, device=a.device)
+    for a0, a1 in iter_blocks(a.shape[0], ra):
+        for b0, b1 in iter_blocks(b.shape[0], rb):
             torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
 
 
@@ -110,6 +121,13 @@ def nnn_section(size, device, args, rows, notes):
     rows.append({"section": "1 exact NNN", "run": f"NearestNeighborNormalization(alpha={alpha}, k={k}).fit on {device}",
                  "seconds": t_fit, "ratio": t_fit / t_bare,
                  "note": "ratio = this / bare GEMM, same run; includes validation + host-to-device copy of the bank"})
+    t_bare_lse, _ = timed(lambda: bare_gemm_lse(a, b), device, args.reps)
+    t_lse, _ = timed(lambda: logsumexp_similarity(a, b, 20.0), device, args.reps)
+    rows.append({"section": "1 exact NNN", "run": f"bare float32 GEMMs, log-sum-exp blocks ({shape})",
+                 "seconds": t_bare_lse, "ratio": 1.0})
+    rows.append({"section": "1 exact NNN", "run": "logsumexp_similarity scale 20 (the IS / DIS / DualIS kernel)",
+                 "seconds": t_lse, "ratio": t_lse / t_bare_lse,
+                 "note": "ratio = this / the bare GEMMs of its own blocks, same run (target 1.1x)"})
     free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 2**31
     if a.shape[0] * b.shape[0] * 4 < 0.4 * free:
         t_one, _ = timed(lambda: a @ b.T, device, args.reps)

@@ -5,6 +5,7 @@ and are skipped here with the reason when ``torch.cuda.is_available()`` is False
 
 * every registered normalizer (``hubnorm.NORMALIZERS``) fitted on ``cuda`` vs ``cpu``: equal top-10 rankings in
   float64 (rounding cannot reorder), scores/offsets within float32 tolerance;
+* the exact top-k and log-sum-exp kernels on ``cuda`` against their plain forms on the same device;
 * ``hubnorm.index`` with GPU faiss (``faiss_uses_gpu``) against exact search / exact NNN offsets;
 * the open_clip encoder (random-init ``ViT-S-32``) and the BLIP ITM cross-encoder (random-init small config) on
   ``cuda`` vs ``cpu``.
@@ -127,6 +128,47 @@ def test_normalizer_on_gpu_matches_cpu(task, name):
     if cpu32.is_offset:
         np.testing.assert_allclose(dev32.offsets, cpu32.offsets, atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(dev64.offsets, cpu64.offsets, atol=1e-10, rtol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------ kernels on GPU
+
+@pytest.mark.gpu
+@needs_cuda
+def test_kernels_on_gpu_match_the_plain_forms(monkeypatch):
+    """The fast paths on the device against their plain forms on the same device: topk_similarity (the torch
+    kernel, the device default) against ``(a @ b.T).topk``: values within float32 GEMM rounding, the returned
+    indices' own scores equal to the values (indices up to ties); logsumexp_similarity with a shift against
+    ``torch.logsumexp`` of the whole matrix; block_logsumexp with +-inf / NaN scores against torch.logsumexp (the
+    same NaN rows, the same infinities, finite rows within a few ulp), one slab per block (the device default)
+    bit-equal to 3-row slabs. Tolerances set before any GPU run: 1e-5 absolute on unit-vector scores."""
+    from hubnorm import kernels
+    g = torch.Generator().manual_seed(0)
+    a = torch.nn.functional.normalize(torch.randn(300, 64, generator=g), dim=1).to(DEV)
+    b = torch.nn.functional.normalize(torch.randn(5000, 64, generator=g), dim=1).to(DEV)
+    s = a @ b.T
+    for k in (1, 16, 128):
+        v, i = kernels.topk_similarity(a, b, k, block_bytes=2**20)
+        assert v.device.type == i.device.type == torch.device(DEV).type
+        ev, _ = s.topk(k, dim=1)
+        torch.testing.assert_close(v, ev, atol=1e-5, rtol=0)
+        torch.testing.assert_close(s.gather(1, i), v, atol=1e-5, rtol=0)
+    shift = torch.randn(5000, generator=g).to(DEV)
+    got = kernels.logsumexp_similarity(a, b, 20.0, b_shift=shift, block_bytes=2**20)
+    torch.testing.assert_close(got, torch.logsumexp(20.0 * s + shift, dim=1), atol=2e-5, rtol=1e-6)
+    raw = (s[:40] * 1.0).contiguous()
+    raw[3] = -float("inf")
+    raw[5, 7] = float("inf")
+    raw[9, 100] = float("nan")
+    for scale, sh in ((20.0, None), (-2.0, shift)):
+        x = raw * scale if sh is None else raw * scale + sh
+        want, got = torch.logsumexp(x, dim=1), kernels.block_logsumexp(raw, scale, sh)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+        fin = torch.isfinite(want)
+        torch.testing.assert_close(got[fin], want[fin], atol=1e-5, rtol=1e-6)
+        with monkeypatch.context() as m:
+            for name in ("LSE_SLAB_BYTES", "LSE_DEVICE_SLAB_BYTES"):
+                m.setattr(kernels, name, 3 * raw.shape[1] * raw.element_size())
+            assert torch.equal(kernels.block_logsumexp(raw, scale, sh).nan_to_num(), got.nan_to_num())
 
 
 # ------------------------------------------------------------------------------------------ faiss on GPU

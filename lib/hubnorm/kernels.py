@@ -515,6 +515,10 @@ def logsumexp_similarity(
 #: (2 MB of L2 per core on this project's 2-core machine) was the fastest of 1-16 MB in a development A/B there.
 LSE_SLAB_BYTES = 2**22
 
+#: :func:`block_logsumexp`'s slabs on devices other than the CPU (a GPU): there the passes are bound by kernel
+#: launches and synchronisations, not by a cache, so a score block of the default size is one slab.
+LSE_DEVICE_SLAB_BYTES = 2**30
+
 #: :func:`block_logsumexp` sums each row in segments of this many columns (and a shorter last one): torch's fused
 #: ``log_softmax`` accumulates a row's terms in one vector register, so its rounding error grows with the row's
 #: length (a 70,001-column row of equal terms came out 60 units in the last place off, against 3 for
@@ -543,7 +547,8 @@ def _segments_logsumexp(x: torch.Tensor) -> torch.Tensor:
 def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
 
-    The block is read once, through slabs of rows of about :data:`LSE_SLAB_BYTES`: ``x = fl(raw * scale)
+    The block is read once, through slabs of rows of about :data:`LSE_SLAB_BYTES` (on the CPU; on another device
+    :data:`LSE_DEVICE_SLAB_BYTES`, so a default-sized block is one slab): ``x = fl(raw * scale)
     (+ shift)`` is formed in a reused buffer whose rows are cut into contiguous segments of
     :data:`LSE_SEGMENT_COLS` columns (and a shorter last one), and every segment row goes in place through torch's
     fused ``log_softmax`` kernel (a row-maximum pass, one pass for ``exp(x - m)`` and its sum ``s``, then
@@ -557,8 +562,8 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
 
     A row is computed from that row alone, each segment by one thread, so its bits do not depend on the thread
     count, the slab size or the other rows of the block. Rows whose result is +inf or NaN (a +inf or NaN score)
-    take ``torch.logsumexp`` itself, with its handling of infinities; rows of only ``-inf`` give ``-inf``.
-    ``raw`` is never modified."""
+    take ``torch.logsumexp`` itself, with its handling of infinities (one check for the whole block, so a GPU
+    synchronises once a block); rows of only ``-inf`` give ``-inf``. ``raw`` is never modified."""
     scale = float(scale)
     rows, cols = raw.shape
     if rows == 0 or cols == 0:
@@ -566,7 +571,8 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
     seg = min(cols, LSE_SEGMENT_COLS)
     n_full, tail = divmod(cols, seg)
     main = n_full * seg
-    slab = max(1, min(rows, LSE_SLAB_BYTES // (cols * raw.element_size())))
+    slab_bytes = LSE_SLAB_BYTES if raw.device.type == "cpu" else LSE_DEVICE_SLAB_BYTES
+    slab = max(1, min(rows, slab_bytes // (cols * raw.element_size())))
     buf = torch.empty(slab * cols, dtype=raw.dtype, device=raw.device)
     out = torch.empty(rows, dtype=raw.dtype, device=raw.device)
     for i0 in range(0, rows, slab):
@@ -583,15 +589,14 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
             if shift is not None:
                 x_tail.add_(shift[main:])
             parts = torch.cat([parts, _segments_logsumexp(x_tail)[:, None]], dim=1)
-        part = out[i0:i1]
         if parts.shape[1] == 1:
-            part.copy_(parts[:, 0])
+            out[i0:i1].copy_(parts[:, 0])
         else:
-            torch.logsumexp(parts, dim=1, out=part)
-        bad = torch.isnan(part) | (part == math.inf)
-        if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again
-            rows_bad = raw[i0:i1][bad] * scale
-            part[bad] = _fallback_rows(rows_bad if shift is None else rows_bad + shift)
+            torch.logsumexp(parts, dim=1, out=out[i0:i1])
+    bad = torch.isnan(out) | (out == math.inf)
+    if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again (one sync a block)
+        rows_bad = raw[bad] * scale
+        out[bad] = _fallback_rows(rows_bad if shift is None else rows_bad + shift)
     return out
 
 
