@@ -230,6 +230,20 @@ def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale, backend):
     rows_of_minus_inf = logsumexp_similarity(a, b, scale, b_shift=torch.full((3001,), -math.inf, dtype=dtype),
                                              block_bytes=block_bytes, backend=backend)
     assert torch.equal(rows_of_minus_inf, torch.full((90,), -math.inf, dtype=dtype))
+    if backend == "torch":   # +inf / NaN scores: found after the pass, those rows recomputed with the fallback
+        odd = a.clone()
+        odd[3, 0] = math.inf                # +-inf scores (and NaN where b's first coordinate is 0)
+        odd[7, 2] = math.nan
+        odd[11] = 0.0                        # finite rows stay bit-identical to the plain call
+        want = torch.logsumexp(scale * (odd.double() @ b.double().T) + shift.double(), dim=1)
+        for bb in (block_bytes, 8 * 90 * 40):
+            got = logsumexp_similarity(odd, b, scale, b_shift=shift, block_bytes=bb)
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()), bb
+            fin = torch.isfinite(want)
+            tame = odd.clone()
+            tame[~fin] = 0.0
+            assert int(fin.sum()) == 88 and torch.equal(got[fin], logsumexp_similarity(
+                tame, b, scale, b_shift=shift, block_bytes=bb)[fin]), bb
 
 
 def _lse_oracle(x: torch.Tensor) -> np.ndarray:

@@ -5,7 +5,9 @@ and are skipped here with the reason when ``torch.cuda.is_available()`` is False
 
 * every registered normalizer (``hubnorm.NORMALIZERS``) fitted on ``cuda`` vs ``cpu``: equal top-10 rankings in
   float64 (rounding cannot reorder), scores/offsets within float32 tolerance;
-* the exact top-k and log-sum-exp kernels on ``cuda`` against their plain forms on the same device;
+* the exact top-k and log-sum-exp kernels on ``cuda`` against their plain forms on the same device, and every
+  method's fit on the plain engine (block loops) against its fast kernels there, and the one-pass sweeps against
+  the reference loop;
 * ``hubnorm.index`` with GPU faiss (``faiss_uses_gpu``) against exact search / exact NNN offsets;
 * the open_clip encoder (random-init ``ViT-S-32``) and the BLIP ITM cross-encoder (random-init small config) on
   ``cuda`` vs ``cpu``.
@@ -128,6 +130,49 @@ def test_normalizer_on_gpu_matches_cpu(task, name):
     if cpu32.is_offset:
         np.testing.assert_allclose(dev32.offsets, cpu32.offsets, atol=1e-4, rtol=1e-4)
         np.testing.assert_allclose(dev64.offsets, cpu64.offsets, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", sorted(hn.NORMALIZERS))
+def test_plain_engine_on_gpu_equals_the_fast_kernels(task, name):
+    """Every method's fit through the plain engine (block loops, no fast kernel: the path of stepped iterations)
+    on the device equals its fit through the fast kernels there, in float64 at small blocks."""
+    from hubnorm.engine import LocalEngine
+    cls = hn.NORMALIZERS[name]
+    nrm = cls(**{**cls.example_params, "device": DEV})
+    cast = (lambda a: None if a is None else np.asarray(a, dtype=np.float64))
+    engine = nrm.local_engine(cast(task.targets), cast(task.query_bank), cast(task.target_bank))
+    assert engine.device.type == torch.device(DEV).type
+    fast = nrm.fit_blocks(engine)
+    for block_bytes in (None, 8 * 40 * 7):
+        plain = nrm.fit_blocks(LocalEngine(engine.inputs, block_bytes=block_bytes, plain=True))
+        for key, want in fast.items():
+            if isinstance(want, torch.Tensor) and want.dtype != torch.bool:
+                got = plain[key]
+                assert got.device.type == want.device.type, (name, key)
+                np.testing.assert_allclose(got.double().cpu().numpy(), want.double().cpu().numpy(), rtol=0,
+                                           atol=1e-10, err_msg=f"{name}: {key}, block_bytes={block_bytes}")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("method, grid", [("nnn", {"alpha": [0.25, 0.5, 0.75], "k": [1, 16]}),
+                                          ("is", {"tau": [0.01, 0.05]}), ("sn", {"tau": [0.01, 0.02]})])
+def test_sweeps_on_gpu_equal_the_reference_loop(task, method, grid):
+    """grid_search on the device (float64): the one-pass sweep's table (its candidate pass in whole-block chunks
+    there) equals the reference loop's on the same device, and the CPU sweep's."""
+    import dataclasses
+    t64 = dataclasses.replace(task, **{k: np.asarray(getattr(task, k), dtype=np.float64)
+                                       for k in ("queries", "targets", "query_bank", "target_bank")
+                                       if getattr(task, k) is not None})
+    tables = {}
+    for dev, engine in ((DEV, "sweep"), (DEV, "reference"), ("cpu", "sweep")):
+        res = hn.grid_search(method, t64, grid, fixed={"device": dev}, metric="MnR", engine=engine)
+        tables[dev, engine] = res.table
+    import pandas as pd
+    for key, table in tables.items():
+        pd.testing.assert_frame_equal(table, tables[DEV, "sweep"], check_exact=True, obj=str(key))
 
 
 # ------------------------------------------------------------------------------------------ kernels on GPU

@@ -380,8 +380,8 @@ class TopK(Reduction):
         kk = min(self.k, s.shape[self.axis])
         v, i = topk_scores(s, kk, self.axis, block_bytes=block_bytes)
         if kk < self.k:
-            v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype)], 1)
-            i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype)], 1)
+            v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype, device=v.device)], 1)
+            i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype, device=i.device)], 1)
         return TopKResult(v, i if self.indices else None)
 
 

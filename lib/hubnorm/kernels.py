@@ -485,8 +485,21 @@ def logsumexp_similarity(
         raise ValueError(f"backend must be 'torch' or 'numpy'; got {backend!r}")
     if backend == "numpy":
         return _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks)
-    n_a, n_b = a.shape[0], b.shape[0]
     dt = a.dtype if dtype is None else dtype
+    out = _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, dt, shared_blocks, check=False)
+    bad = torch.isnan(out) | (out == math.inf)
+    if bool(bad.any()):   # a +inf or NaN score: those rows again, each block with block_logsumexp's own fallback
+        rows = bad.nonzero()[:, 0]
+        out[rows] = _logsumexp_blocks(a[rows], b, scale, b_shift, block_bytes, dtype, dt, None, check=True)
+    return out
+
+
+def _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, dt, shared_blocks, check):
+    """The loop of :func:`logsumexp_similarity` (``backend="torch"``): GEMM blocks, each block's log-sum-exp by
+    :func:`block_logsumexp` (``check``: with its fallback for +inf / NaN rows; without it, as the first pass of
+    every call, such rows come out +inf or NaN and the caller recomputes them: one synchronisation a call on a
+    GPU), merged across column blocks by ``logaddexp``. A finite row has the same bits either way."""
+    n_a, n_b = a.shape[0], b.shape[0]
     itemsize = torch.empty((), dtype=dt).element_size()
     ra, rb = block_shape(n_a, n_b, itemsize, block_bytes)
     out = torch.empty(n_a, dtype=dt, device=a.device)
@@ -504,7 +517,7 @@ def logsumexp_similarity(
                 raw = shared_blocks.get(key)
                 if raw is None:
                     raw = shared_blocks[key] = a[a0:a1].to(dt) @ b[b0:b1].to(dt).T
-            part = block_logsumexp(raw, scale, None if b_shift is None else b_shift[b0:b1])
+            part = block_logsumexp(raw, scale, None if b_shift is None else b_shift[b0:b1], check=check)
             acc = part if acc is None else torch.logaddexp(acc, part)
         out[a0:a1] = acc
     return out
@@ -544,7 +557,8 @@ def _segments_logsumexp(x: torch.Tensor) -> torch.Tensor:
     return lse.masked_fill_(m == -math.inf, -math.inf)
 
 
-def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None) -> torch.Tensor:
+def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None, *,
+                    check: bool = True) -> torch.Tensor:
     """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
 
     The block is read once, through slabs of rows of about :data:`LSE_SLAB_BYTES` (on the CPU; on another device
@@ -562,8 +576,10 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
 
     A row is computed from that row alone, each segment by one thread, so its bits do not depend on the thread
     count, the slab size or the other rows of the block. Rows whose result is +inf or NaN (a +inf or NaN score)
-    take ``torch.logsumexp`` itself, with its handling of infinities (one check for the whole block, so a GPU
-    synchronises once a block); rows of only ``-inf`` give ``-inf``. ``raw`` is never modified."""
+    take ``torch.logsumexp`` itself, with its handling of infinities (one check for the whole block);
+    ``check=False`` leaves them +inf or NaN without that check (no synchronisation on a GPU: the caller finds and
+    recomputes them, as :func:`logsumexp_similarity` does). Rows of only ``-inf`` give ``-inf``. ``raw`` is never
+    modified."""
     scale = float(scale)
     rows, cols = raw.shape
     if rows == 0 or cols == 0:
@@ -593,8 +609,10 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
             out[i0:i1].copy_(parts[:, 0])
         else:
             torch.logsumexp(parts, dim=1, out=out[i0:i1])
+    if not check:
+        return out
     bad = torch.isnan(out) | (out == math.inf)
-    if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again (one sync a block)
+    if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again
         rows_bad = raw[bad] * scale
         out[bad] = _fallback_rows(rows_bad if shift is None else rows_bad + shift)
     return out
@@ -684,7 +702,7 @@ def logsumexp_scores(s: torch.Tensor, scale: float, dim: int, *, dtype: Optional
     n_r, n_c = s.shape
     size = block_rows(n_c, item, block_bytes)
     if dim == 1:
-        out = torch.empty(n_r, dtype=torch.float64)
+        out = torch.empty(n_r, dtype=torch.float64, device=s.device)
         for r0, r1 in iter_blocks(n_r, size):
             blk = s[r0:r1].to(dt, copy=True).mul_(scale)
             out[r0:r1] = torch.logsumexp(blk, dim=1).to(torch.float64)

@@ -455,7 +455,7 @@ class SinkhornRun(Iteration):
     def start(self, engine):
         self.work = self._work(engine)
         n = sum(engine.size(c) for c in self.source.col_names)
-        return torch.zeros(n, dtype=torch.float64), 0, False
+        return torch.zeros(n, dtype=torch.float64, device=engine.device), 0, False
 
     def step(self, engine, state):
         g, done, _ = state
