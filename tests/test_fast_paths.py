@@ -232,18 +232,27 @@ def test_logsumexp_similarity_equals_dense(dtype, block_bytes, scale, backend):
     assert torch.equal(rows_of_minus_inf, torch.full((90,), -math.inf, dtype=dtype))
     if backend == "torch":   # +inf / NaN scores: found after the pass, those rows recomputed with the fallback
         odd = a.clone()
-        odd[3, 0] = math.inf                # +-inf scores (and NaN where b's first coordinate is 0)
-        odd[7, 2] = math.nan
-        odd[11] = 0.0                        # finite rows stay bit-identical to the plain call
-        want = torch.logsumexp(scale * (odd.double() @ b.double().T) + shift.double(), dim=1)
-        for bb in (block_bytes, 8 * 90 * 40):
-            got = logsumexp_similarity(odd, b, scale, b_shift=shift, block_bytes=bb)
-            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()), bb
+        odd[3, 0] = math.inf   # +inf and -inf scores: +inf without a shift, NaN where a -inf shift meets a +inf
+        odd[7, 2] = math.nan   # NaN scores
+        tame = odd.clone()
+        tame[[3, 7]] = 0.0     # the other rows keep the bits of a call without the two odd rows
+        for sh in (None, shift):
+            want = torch.logsumexp(scale * (odd.double() @ b.double().T) + (0 if sh is None else sh.double()), dim=1)
+            assert bool(want[3] == math.inf) if sh is None else bool(want[3].isnan())
             fin = torch.isfinite(want)
-            tame = odd.clone()
-            tame[~fin] = 0.0
-            assert int(fin.sum()) == 88 and torch.equal(got[fin], logsumexp_similarity(
-                tame, b, scale, b_shift=shift, block_bytes=bb)[fin]), bb
+            assert int(fin.sum()) == 88
+            for bb in (block_bytes, 8 * 90 * 40):
+                got = logsumexp_similarity(odd, b, scale, b_shift=sh, block_bytes=bb)
+                assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got == math.inf, want == math.inf), bb
+                assert torch.equal(got[fin], logsumexp_similarity(tame, b, scale, b_shift=sh, block_bytes=bb)[fin])
+                cache = {}
+                for _ in range(2):   # through a GEMM cache shared across calls (the tau sweeps), filled then read
+                    assert torch.equal(logsumexp_similarity(odd, b, scale, b_shift=sh, block_bytes=bb,
+                                                            shared_blocks=cache).nan_to_num(), got.nan_to_num())
+            if dtype == torch.float64:   # blocks computed in float32 under a float64 shift
+                got = logsumexp_similarity(odd, b, scale, b_shift=sh, dtype=torch.float32)
+                assert got.dtype == torch.float32
+                assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got == math.inf, want == math.inf)
 
 
 def _lse_oracle(x: torch.Tensor) -> np.ndarray:

@@ -166,13 +166,12 @@ def test_sweeps_on_gpu_equal_the_reference_loop(task, method, grid):
     t64 = dataclasses.replace(task, **{k: np.asarray(getattr(task, k), dtype=np.float64)
                                        for k in ("queries", "targets", "query_bank", "target_bank")
                                        if getattr(task, k) is not None})
-    tables = {}
-    for dev, engine in ((DEV, "sweep"), (DEV, "reference"), ("cpu", "sweep")):
-        res = hn.grid_search(method, t64, grid, fixed={"device": dev}, metric="MnR", engine=engine)
-        tables[dev, engine] = res.table
     import pandas as pd
-    for key, table in tables.items():
-        pd.testing.assert_frame_equal(table, tables[DEV, "sweep"], check_exact=True, obj=str(key))
+    tables = {label: hn.grid_search(method, t64, grid, fixed={"device": dev}, metric="MnR", engine=engine).table
+              for label, dev, engine in (("device sweep", DEV, "sweep"), ("device reference", DEV, "reference"),
+                                         ("cpu sweep", "cpu", "sweep"))}
+    for label, table in tables.items():
+        pd.testing.assert_frame_equal(table, tables["device sweep"], check_exact=True, obj=label)
 
 
 # ------------------------------------------------------------------------------------------ kernels on GPU

@@ -476,8 +476,10 @@ def logsumexp_similarity(
     :func:`hubnorm.grid_search`), so that
     several scales reuse one GEMM pass with bit-identical results.
     ``backend``: ``"torch"`` (GEMM blocks into one reused buffer, each block's log-sum-exp by
-    :func:`block_logsumexp`: torch's fused ``log_softmax`` kernel per cache-sized slab, no block-sized
-    temporaries; speed against the bare GEMM: ``benchmarks/reports/topk.md``) or ``"numpy"`` (float32 / float64 CPU
+    :func:`block_logsumexp`: torch's fused ``log_softmax`` kernel per cache-sized slab on the CPU, one slab per
+    block on a GPU; rows whose result is +inf or NaN, from a +inf or NaN score, are found once per call and
+    recomputed with ``torch.logsumexp``'s handling of infinities; speed against the bare GEMM:
+    ``benchmarks/reports/topk.md``) or ``"numpy"`` (float32 / float64 CPU
     tensors, no ``shared_blocks``: the tiles of the ``"numpy"`` top-k kernel, one BLAS GEMM each into a reused
     buffer, then one in-place pass: scale, running row maximum, ``exp`` and row sums; same value up to rounding).
     """
@@ -559,7 +561,8 @@ def _segments_logsumexp(x: torch.Tensor) -> torch.Tensor:
 
 def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tensor] = None, *,
                     check: bool = True) -> torch.Tensor:
-    """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block, without block-sized temporaries.
+    """``logsumexp_j(raw_ij * scale + shift_j)`` of every row of one score block (on the CPU without block-sized
+    temporaries).
 
     The block is read once, through slabs of rows of about :data:`LSE_SLAB_BYTES` (on the CPU; on another device
     :data:`LSE_DEVICE_SLAB_BYTES`, so a default-sized block is one slab): ``x = fl(raw * scale)
@@ -574,8 +577,8 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
     (``benchmarks/reports/topk.md``). The results agree to a few units in the last place of ``max(|m|, |result|)``;
     ``tests/test_fast_paths.py`` holds this one to an extended-precision oracle as closely as ``torch.logsumexp``.
 
-    A row is computed from that row alone, each segment by one thread, so its bits do not depend on the thread
-    count, the slab size or the other rows of the block. Rows whose result is +inf or NaN (a +inf or NaN score)
+    A row is computed from that row alone (on the CPU each segment by one thread), so its bits do not depend on the
+    thread count, the slab size or the other rows of the block. Rows whose result is +inf or NaN (a +inf or NaN score)
     take ``torch.logsumexp`` itself, with its handling of infinities (one check for the whole block);
     ``check=False`` leaves them +inf or NaN without that check (no synchronisation on a GPU: the caller finds and
     recomputes them, as :func:`logsumexp_similarity` does). Rows of only ``-inf`` give ``-inf``. ``raw`` is never
@@ -614,7 +617,7 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
     bad = torch.isnan(out) | (out == math.inf)
     if bool(bad.any()):   # a +inf or NaN score: torch's own handling, on the rows formed again
         rows_bad = raw[bad] * scale
-        out[bad] = _fallback_rows(rows_bad if shift is None else rows_bad + shift)
+        out[bad] = _fallback_rows(rows_bad if shift is None else rows_bad + shift.to(raw.dtype))
     return out
 
 
