@@ -19,7 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-../.venv/bin/python}
 if [ -z "${PYTHON:-}" ] && [ ! -x "$PY" ]; then PY=python3; fi
-command -v "$PY" >/dev/null 2>&1 || { echo "run_gpu.sh: PYTHON='$PY' is not an interpreter on this machine" >&2; exit 2; }
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "run_gpu.sh: PYTHON='$PY' is not an interpreter on this machine" >&2; exit 2
+fi
 case "$PY" in */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;; esac   # the tests run from the root
 OUT=${HUBNORM_GPU_OUT:-reports}
 if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
