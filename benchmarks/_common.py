@@ -86,6 +86,29 @@ def ivfpq_refine_index(x, nlist: int, pq: str = "PQ64x4fs", seed: int = 0):
     return ref, len(sample)
 
 
+def blocked_gemm(a, b, partition: str) -> None:
+    """The bare GEMMs of a kernel's own blocks, written into one reused buffer and nothing else (the physical
+    limit of that kernel): ``partition="topk"`` (:func:`hubnorm.kernels.topk_partition`, the exact top-k kernel)
+    or ``"lse"`` (:func:`hubnorm.kernels.block_shape`, ``logsumexp_similarity``). Torch tensors on any device."""
+    import torch
+
+    from hubnorm.kernels import block_shape, iter_blocks, topk_partition
+
+    n_a, n_b, item = a.shape[0], b.shape[0], a.element_size()
+    if partition == "topk":
+        a_blocks, b_blocks, _ = topk_partition(n_a, n_b, item, None)
+    elif partition == "lse":
+        ra, rb = block_shape(n_a, n_b, item, None)
+        a_blocks, b_blocks = list(iter_blocks(n_a, ra)), list(iter_blocks(n_b, rb))
+    else:
+        raise ValueError(f"partition must be 'topk' or 'lse'; got {partition!r}")
+    size = max(x1 - x0 for x0, x1 in a_blocks) * max(y1 - y0 for y0, y1 in b_blocks)
+    buf = torch.empty(size, dtype=a.dtype, device=a.device)
+    for a0, a1 in a_blocks:
+        for b0, b1 in b_blocks:
+            torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
+
+
 def exp_pass(n_scores, tile=1024 * 2048):
     """One torch.exp per score, stored, over one in-cache tile of scores in [-30, 0] repeated to cover
     ``n_scores``: the cost of exponentiating every score with torch's public ``exp``. A reference, not a floor: the

@@ -33,11 +33,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import REPORTS, Timer, write_report
+from _common import REPORTS, Timer, blocked_gemm, write_report
 
 import hubnorm as hn
-from hubnorm.kernels import block_shape, iter_blocks, logsumexp_similarity, topk_similarity
-from hubnorm.kernels import topk_partition as _topk_partition
+from hubnorm.kernels import logsumexp_similarity, topk_similarity
 from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
 from hubnorm.synthetic import make_dataset
 
@@ -63,24 +62,6 @@ def timed(fn, device: torch.device, reps: int = 1):
         sync(device)
         best = min(best, time.perf_counter() - t0)
     return best, out
-
-
-def bare_gemm(a: torch.Tensor, b: torch.Tensor) -> None:
-    """The float32 GEMMs of topk_similarity's own partition into one reused buffer, nothing else."""
-    a_blocks, b_blocks, rb = _topk_partition(a.shape[0], b.shape[0], a.element_size(), None)
-    buf = torch.empty(max(x1 - x0 for x0, x1 in a_blocks) * rb, dtype=a.dtype, device=a.device)
-    for a0, a1 in a_blocks:
-        for b0, b1 in b_blocks:
-            torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
-
-
-def bare_gemm_lse(a: torch.Tensor, b: torch.Tensor) -> None:
-    """The float32 GEMMs of logsumexp_similarity's own blocks (``block_shape``) into one reused buffer."""
-    ra, rb = block_shape(a.shape[0], b.shape[0], a.element_size(), None)
-    buf = torch.empty(min(ra, a.shape[0]) * min(rb, b.shape[0]), dtype=a.dtype, device=a.device)
-    for a0, a1 in iter_blocks(a.shape[0], ra):
-        for b0, b1 in iter_blocks(b.shape[0], rb):
-            torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
 
 
 def gpu_line(device: torch.device) -> str:
@@ -109,7 +90,7 @@ def nnn_section(size, device, args, rows, notes):
     a = torch.from_numpy(te.images).to(device)
     b = torch.from_numpy(tr.captions).to(device)
     timed(lambda: topk_similarity(a[:64], b[:4096], k), device)  # warm-up (CUDA context, kernels)
-    t_bare, _ = timed(lambda: bare_gemm(a, b), device, args.reps)
+    t_bare, _ = timed(lambda: blocked_gemm(a, b, "topk"), device, args.reps)
     t_topk, _ = timed(lambda: topk_similarity(a, b, k), device, args.reps)
     t_fit, exact = timed(lambda: task.fit(hn.NearestNeighborNormalization(alpha=alpha, k=k, device=device)),
                          device, args.reps)
@@ -121,7 +102,7 @@ def nnn_section(size, device, args, rows, notes):
     rows.append({"section": "1 exact NNN", "run": f"NearestNeighborNormalization(alpha={alpha}, k={k}).fit on {device}",
                  "seconds": t_fit, "ratio": t_fit / t_bare,
                  "note": "ratio = this / bare GEMM, same run; includes validation + host-to-device copy of the bank"})
-    t_bare_lse, _ = timed(lambda: bare_gemm_lse(a, b), device, args.reps)
+    t_bare_lse, _ = timed(lambda: blocked_gemm(a, b, "lse"), device, args.reps)
     t_lse, _ = timed(lambda: logsumexp_similarity(a, b, 20.0), device, args.reps)
     rows.append({"section": "1 exact NNN", "run": f"bare float32 GEMMs, log-sum-exp blocks ({shape})",
                  "seconds": t_bare_lse, "ratio": 1.0})

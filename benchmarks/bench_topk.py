@@ -36,10 +36,9 @@ import time
 
 import numpy as np
 import torch
-from _common import Timer, exp_pass, settle, write_report
+from _common import Timer, blocked_gemm, exp_pass, settle, write_report
 
-from hubnorm.kernels import (block_logsumexp, block_shape, iter_blocks, numpy_topk_partition, topk_partition,
-                             topk_similarity)
+from hubnorm.kernels import block_logsumexp, block_shape, iter_blocks, numpy_topk_partition, topk_similarity
 
 
 def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
@@ -52,14 +51,6 @@ def clustered(n, d, n_centres=2000, seed=0, chunk=131072):
         x = centres[rng.integers(0, n_centres, e - s)] + 1.5 * rng.standard_normal((e - s, d)).astype(np.float32)
         out[s:e] = x / np.linalg.norm(x, axis=1, keepdims=True)
     return out
-
-
-def bare(a, b):
-    a_blocks, b_blocks, rb = topk_partition(a.shape[0], b.shape[0], 4, None)
-    buf = torch.empty(max(x1 - x0 for x0, x1 in a_blocks) * rb)
-    for a0, a1 in a_blocks:
-        for b0, b1 in b_blocks:
-            torch.mm(a[a0:a1], b[b0:b1].T, out=buf[:(a1 - a0) * (b1 - b0)].view(a1 - a0, b1 - b0))
 
 
 def bare_numpy(a, b):
@@ -157,7 +148,7 @@ def peers(a, b):
         index.search(an, k)
 
     return {
-        "bare": lambda: bare(a, b),
+        "bare": lambda: blocked_gemm(a, b, "topk"),
         "bare numpy": lambda: bare_numpy(a, b),
         "faiss IndexFlatIP k=128": lambda: flat(128),
         "faiss IndexFlatIP k=512": lambda: flat(512),

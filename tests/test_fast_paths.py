@@ -269,8 +269,9 @@ def _lse_oracle(x: torch.Tensor) -> np.ndarray:
 def test_block_logsumexp_is_as_accurate_as_torch_logsumexp(threads, dtype, rows, cols, monkeypatch):
     """The kernel's per-block pass (slabs of rows, each row cut into contiguous segments of columns that go through
     torch's fused log_softmax in place, each segment's log-sum-exp read back as its row maximum less the output's
-    row maximum, a row's segments combined by torch.logsumexp) is as close to an extended-precision oracle on the same x = fl(raw * scale) + shift
-    as torch.logsumexp is, up to 4 units in the last place of max(|row maximum|, |result|). Row 0 has one score far
+    row maximum, a row's segments combined by torch.logsumexp) is as close to an extended-precision oracle on the
+    same x = fl(raw * scale) + shift as torch.logsumexp is, up to 4 units in the last place of max(|row maximum|,
+    |result|). Row 0 has one score far
     above many equal others: a result near 0 under large scores (any read-back from another column loses it), and
     the worst case of a long sequential sum (rows of 70,001 columns). One-row and two-row blocks, many slabs with a
     short last one, slabs shorter than a row, a per-column shift with -inf entries, and scales of both signs.

@@ -210,7 +210,7 @@ def test_kernels_on_gpu_match_the_plain_forms(monkeypatch):
         fin = torch.isfinite(want)
         torch.testing.assert_close(got[fin], want[fin], atol=1e-5, rtol=1e-6)
         with monkeypatch.context() as m:
-            for name in ("LSE_SLAB_BYTES", "LSE_DEVICE_SLAB_BYTES"):
+            for name in ("LSE_SLAB_BYTES", "DEVICE_SCRATCH_BYTES"):
                 m.setattr(kernels, name, 3 * raw.shape[1] * raw.element_size())
             assert torch.equal(kernels.block_logsumexp(raw, scale, sh).nan_to_num(), got.nan_to_num())
 

@@ -487,21 +487,21 @@ def logsumexp_similarity(
         raise ValueError(f"backend must be 'torch' or 'numpy'; got {backend!r}")
     if backend == "numpy":
         return _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks)
-    dt = a.dtype if dtype is None else dtype
-    out = _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, dt, shared_blocks, check=False)
+    out = _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, shared_blocks, check=False)
     bad = torch.isnan(out) | (out == math.inf)
     if bool(bad.any()):   # a +inf or NaN score: those rows again, each block with block_logsumexp's own fallback
         rows = bad.nonzero()[:, 0]
-        out[rows] = _logsumexp_blocks(a[rows], b, scale, b_shift, block_bytes, dtype, dt, None, check=True)
+        out[rows] = _logsumexp_blocks(a[rows], b, scale, b_shift, block_bytes, dtype, None, check=True)
     return out
 
 
-def _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, dt, shared_blocks, check):
+def _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, shared_blocks, check):
     """The loop of :func:`logsumexp_similarity` (``backend="torch"``): GEMM blocks, each block's log-sum-exp by
     :func:`block_logsumexp` (``check``: with its fallback for +inf / NaN rows; without it, as the first pass of
     every call, such rows come out +inf or NaN and the caller recomputes them: one synchronisation a call on a
     GPU), merged across column blocks by ``logaddexp``. A finite row has the same bits either way."""
     n_a, n_b = a.shape[0], b.shape[0]
+    dt = a.dtype if dtype is None else dtype
     itemsize = torch.empty((), dtype=dt).element_size()
     ra, rb = block_shape(n_a, n_b, itemsize, block_bytes)
     out = torch.empty(n_a, dtype=dt, device=a.device)
@@ -530,9 +530,15 @@ def _logsumexp_blocks(a, b, scale, b_shift, block_bytes, dtype, dt, shared_block
 #: (2 MB of L2 per core on this project's 2-core machine) was the fastest of 1-16 MB in a development A/B there.
 LSE_SLAB_BYTES = 2**22
 
-#: :func:`block_logsumexp`'s slabs on devices other than the CPU (a GPU): there the passes are bound by kernel
-#: launches and synchronisations, not by a cache, so a score block of the default size is one slab.
-LSE_DEVICE_SLAB_BYTES = 2**30
+#: Scratch chunks on devices other than the CPU (a GPU; :func:`scratch_bytes`): there a pass over a score block
+#: is bound by kernel launches and synchronisations, not by a cache, so a block of the default size is one chunk.
+DEVICE_SCRATCH_BYTES = 2**30
+
+
+def scratch_bytes(device, cpu_bytes: int) -> int:
+    """The bytes of one chunk of a pass over a score block: ``cpu_bytes`` (sized for the cores' caches) on the CPU,
+    :data:`DEVICE_SCRATCH_BYTES` on any other device. No result depends on it, only the speed."""
+    return cpu_bytes if torch.device(device).type == "cpu" else DEVICE_SCRATCH_BYTES
 
 #: :func:`block_logsumexp` sums each row in segments of this many columns (and a shorter last one): torch's fused
 #: ``log_softmax`` accumulates a row's terms in one vector register, so its rounding error grows with the row's
@@ -565,7 +571,7 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
     temporaries).
 
     The block is read once, through slabs of rows of about :data:`LSE_SLAB_BYTES` (on the CPU; on another device
-    :data:`LSE_DEVICE_SLAB_BYTES`, so a default-sized block is one slab): ``x = fl(raw * scale)
+    :data:`DEVICE_SCRATCH_BYTES`, so a default-sized block is one slab): ``x = fl(raw * scale)
     (+ shift)`` is formed in a reused buffer whose rows are cut into contiguous segments of
     :data:`LSE_SEGMENT_COLS` columns (and a shorter last one), and every segment row goes in place through torch's
     fused ``log_softmax`` kernel (a row-maximum pass, one pass for ``exp(x - m)`` and its sum ``s``, then
@@ -590,8 +596,7 @@ def block_logsumexp(raw: torch.Tensor, scale: float, shift: Optional[torch.Tenso
     seg = min(cols, LSE_SEGMENT_COLS)
     n_full, tail = divmod(cols, seg)
     main = n_full * seg
-    slab_bytes = LSE_SLAB_BYTES if raw.device.type == "cpu" else LSE_DEVICE_SLAB_BYTES
-    slab = max(1, min(rows, slab_bytes // (cols * raw.element_size())))
+    slab = max(1, min(rows, scratch_bytes(raw.device, LSE_SLAB_BYTES) // (cols * raw.element_size())))
     buf = torch.empty(slab * cols, dtype=raw.dtype, device=raw.device)
     out = torch.empty(rows, dtype=raw.dtype, device=raw.device)
     for i0 in range(0, rows, slab):

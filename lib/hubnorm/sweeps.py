@@ -40,7 +40,7 @@ import torch
 from ._validation import as_embeddings, check_positive_int
 from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
-from .kernels import counts_namespace
+from .kernels import counts_namespace, scratch_bytes
 from .normalizers.base import Identity
 from .progress import progress
 from .registry import NORMALIZERS, make_normalizer
@@ -258,8 +258,7 @@ def offset_sweep_ranks(task: RetrievalTask, offsets: torch.Tensor, *, lines: Opt
             torch.maximum(W, tmp, out=W)
         # in row chunks of about 2 MB (the whole block off the CPU), through one scratch block (a fresh block-sized
         # temporary costs page faults)
-        chunk_bytes = _UNION_CHUNK_BYTES if dev.type == "cpu" else _DEVICE_UNION_CHUNK_BYTES
-        step = max(1, chunk_bytes // (n * S.element_size()))
+        step = max(1, scratch_bytes(dev, _UNION_CHUNK_BYTES) // (n * S.element_size()))
         if buf is None or buf.shape[1] != n or buf.shape[0] < min(step, bq):
             buf = torch.empty((min(step, bq), n), dtype=dt, device=dev)
             mask = torch.empty(buf.shape, dtype=torch.bool, device=dev)
@@ -354,11 +353,9 @@ def _flat_nonzero(mask: torch.Tensor) -> torch.Tensor:
     return mask.nonzero().squeeze(1)
 
 
-#: Scratch bytes per row chunk of the candidate pass of :func:`offset_sweep_ranks` on the CPU (cache-sized) and on
-#: other devices (a GPU: a score block is one chunk, so its passes are not bound by kernel launches and the
-#: synchronisation of each chunk's ``nonzero``). The candidates do not depend on the chunking.
+#: Scratch bytes per row chunk of the candidate pass of :func:`offset_sweep_ranks` on the CPU (cache-sized; other
+#: devices: :func:`hubnorm.kernels.scratch_bytes`). The candidates do not depend on the chunking.
 _UNION_CHUNK_BYTES = 2 * 2**20
-_DEVICE_UNION_CHUNK_BYTES = 2**30
 
 #: Buckets per unit of a line's position in :func:`_position_tables` (a power of two: scaling by it is exact).
 _BUCKETS = 1024
