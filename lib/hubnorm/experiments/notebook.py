@@ -33,13 +33,18 @@ import pandas as pd
 import torch
 
 from ..progress import progress
-from .reporting import results_dir
+from .reporting import CLAIM_COLUMNS, results_dir
 
-__all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "notice", "order_word",
+__all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "data_label", "CLAIM_COLUMNS",
+           "notice", "order_word",
            "change", "changes", "trends", "names", "ranking", "recall_noise", "progress"]
 
 #: The PASS/DIFFERS lines printed since the last :func:`setup`: (claim, passed).
 _CHECKS: List[Tuple[str, bool]] = []
+
+#: Where :func:`check` records its lines (set by :func:`setup`), and the label of the data they are about
+#: (:func:`data_label`).
+_RECORD: Dict[str, object] = {"file": None, "prefix": None, "data": None}
 
 
 @dataclass
@@ -68,6 +73,13 @@ class Run:
         md = df.to_markdown(index=False, floatfmt=f".{digits}f")
         (out / f"{stem}.md").write_text((f"{caption.strip()}\n\n" if caption else "") + md + "\n")
 
+    def save_gains(self, gains: pd.DataFrame, name: str = "gains", *, caption: Optional[str] = None) -> None:
+        """Save a :func:`hubnorm.experiments.compare.gains` table as ``results/tables/<prefix>_<name>.csv`` / ``.md``
+        (``name`` starts with "gains"): ``run_all.sh`` gathers every such table into ``results/SUMMARY.md``."""
+        if not name.startswith("gains"):
+            raise ValueError(f"name must start with 'gains' (what run_all.sh's summary gathers); got {name!r}")
+        self.save_table(gains, name, caption=caption)
+
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
@@ -93,6 +105,12 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     np.random.seed(int(seed))
     torch.manual_seed(int(seed))
     _CHECKS.clear()
+    tables = results_dir("tables")
+    for stale in tables.glob(f"{prefix}_gains*.csv"):   # this run's gains only (Run.save_gains writes them again)
+        stale.unlink()
+    claims = tables / f"{prefix}_claims.csv"   # this run's lines only: an earlier run's go
+    pd.DataFrame(columns=CLAIM_COLUMNS).to_csv(claims, index=False)
+    _RECORD.update(file=claims, prefix=prefix, data=None)
     if threads is None:
         threads = env_threads()
     if threads:
@@ -173,11 +191,26 @@ def key_numbers(df: pd.DataFrame, columns: Optional[Sequence[str]] = None, *, di
         print(d.to_string(index=False, float_format=lambda x: f"{x:.{digits}f}", na_rep="-"))
 
 
-def check(claim: str, ok: bool, detail: str = "") -> None:
+def data_label(label: str) -> str:
+    """Name the data the following :func:`check` lines are computed on (``protocol.run_label``: e.g. "synthetic
+    analog (synthetic-flickr30k, seed 0)" or "real: COCO val2017, 500 pairs, CLIP ViT-B/16"); returns it."""
+    if not isinstance(label, str) or not label.strip():
+        raise ValueError(f"label must be a non-empty string naming the data; got {label!r}")
+    _RECORD["data"] = label
+    return label
+
+
+def check(claim: str, ok: bool, detail: str = "", *, data: Optional[str] = None) -> None:
     """Print ``PASS: claim [detail]`` or ``DIFFERS: claim [detail]``: a paper's qualitative claim, tested on
-    this run's numbers (never hard-coded). The line is also recorded for :func:`checks`."""
+    this run's numbers (never hard-coded). The line is also recorded for :func:`checks` and, with the data it was
+    computed on (``data``, else the last :func:`data_label`), in ``results/tables/<prefix>_claims.csv``."""
     _CHECKS.append((str(claim), bool(ok)))
-    print(f"{'PASS' if bool(ok) else 'DIFFERS'}: {claim}" + (f" [{detail}]" if detail else ""))
+    status = "PASS" if bool(ok) else "DIFFERS"
+    print(f"{status}: {claim}" + (f" [{detail}]" if detail else ""))
+    if _RECORD["file"] is not None:
+        row = {"notebook": _RECORD["prefix"], "claim": str(claim), "status": status, "detail": str(detail),
+               "data": data if data is not None else (_RECORD["data"] or "unnamed data")}
+        pd.DataFrame([row], columns=CLAIM_COLUMNS).to_csv(_RECORD["file"], mode="a", header=False, index=False)
 
 
 def checks() -> List[Tuple[str, bool]]:

@@ -104,3 +104,86 @@ def beside_published(ours: pd.DataFrame, published: pd.DataFrame, on, *, value: 
     pub = published[list(on) + ["value"]].rename(columns={"value": "published"})
     mine = ours[list(on) + [value]].rename(columns={value: run_label})
     return pub.merge(mine, on=list(on), how="outer")
+
+
+# ---------------------------------------------------------------------------------------------- run summary
+#: Columns of ``results/tables/<prefix>_claims.csv``: every PASS/DIFFERS line of a notebook's run, with the data it
+#: was computed on (written by :func:`hubnorm.experiments.notebook.check`, gathered by :func:`write_summary`).
+CLAIM_COLUMNS = ["notebook", "claim", "status", "detail", "data"]
+
+#: What :func:`write_summary` writes into the results folder of a run.
+SUMMARY_FILES = ("SUMMARY.md", "SUMMARY.csv", "SUMMARY_gains.csv")
+
+
+def read_run_tables(results: Path, prefixes, kind: str) -> pd.DataFrame:
+    """The ``<prefix>_<kind>*.csv`` tables (``claims``, ``gains``) that the notebooks ``prefixes`` wrote into
+    ``results/tables`` in this run, concatenated with a ``notebook`` column (the notebook's number)."""
+    frames = []
+    for prefix in prefixes:
+        for f in sorted((Path(results) / "tables").glob(f"{prefix}_{kind}*.csv")):
+            df = pd.read_csv(f)
+            if len(df):
+                frames.append(df.assign(notebook=prefix))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Path:
+    """``results/SUMMARY.md`` (+ ``SUMMARY.csv``: every PASS/DIFFERS line; ``SUMMARY_gains.csv``: every gain
+    beside its published gain) of one run: ``notebooks`` is ``[(name, status), ...]`` in run order, ``status`` "ok",
+    "FAILED" or "skipped: <why>". Only the claims and gains of the notebooks that ran are gathered (each notebook
+    rewrites its own at its start), each line with the data it was computed on."""
+    from .compare import GAIN_COLUMNS
+
+    results = Path(results)
+    ran = [(name, status) for name, status in notebooks if not str(status).startswith("skipped")]
+    prefixes = [name[:2] for name, _ in ran]
+    claims = read_run_tables(results, prefixes, "claims")
+    if claims.empty:
+        claims = pd.DataFrame(columns=CLAIM_COLUMNS)
+    claims = claims[CLAIM_COLUMNS]
+    gains = read_run_tables(results, prefixes, "gains")
+    gains = pd.DataFrame(columns=["notebook"] + GAIN_COLUMNS) if gains.empty else gains[["notebook"] + GAIN_COLUMNS]
+    claims.to_csv(results / "SUMMARY.csv", index=False)
+    gains.to_csv(results / "SUMMARY_gains.csv", index=False)
+
+    def counts(df):
+        return f"{int((df['status'] == 'PASS').sum())} PASS / {int((df['status'] == 'DIFFERS').sum())} DIFFERS"
+
+    lines = ["# Summary of this run", "",
+             f"Written by {title} from the notebooks' own outputs (`SUMMARY.csv`: every PASS/DIFFERS line; "
+             "`SUMMARY_gains.csv`: every gain over the raw scores beside the paper's). A PASS/DIFFERS line tests a "
+             "paper's qualitative claim on the numbers of the data named beside it; 'synthetic analog' data are "
+             "not a reproduction.", "", "## Notebooks", "", "| notebook | status | claims |", "|---|---|---|"]
+    for name, status in notebooks:
+        mine = claims[claims["notebook"].astype(str) == name[:2]]
+        lines.append(f"| {name} | {status} | {counts(mine) if len(mine) else '-'} |")
+    lines += ["", f"All lines: {counts(claims)}.", ""]
+    if len(claims):
+        lines += ["By data:", ""] + [f"- {data}: {counts(part)}" for data, part in claims.groupby("data", sort=False)]
+        lines += ["", "## Claims", "", "| notebook | status | claim | data | detail |", "|---|---|---|---|---|"]
+        for r in claims.itertuples(index=False):
+            cells = [str(r.notebook), r.status, str(r.claim), str(r.data), str(r.detail)]
+            lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    lines += ["", "## Gains beside the published gains", ""]
+    if len(gains):
+        lines += ["`ratio` = our gain / the published gain (1: the size the paper reports; a published gain comes "
+                  "from the paper's full-size test set, ours from the data named in the row).", "",
+                  "| notebook | data | direction | method | setting | raw | normalized | gain | published gain | ratio |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for _, r in gains.iterrows():
+            cells = [str(r["notebook"]), str(r["data"]), str(r["direction"]), str(r["method"]), str(r["setting"]),
+                     *(f"{v:.2f}" if pd.notna(v) else "-" for v in (r["raw"], r["normalized"], r["gain"],
+                                                                    r["published gain"], r["ratio"]))]
+            lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+        lines += ["", "Median ratio per data:", ""]
+        for data, part in gains.groupby("data", sort=False):
+            ratio = part["ratio"].dropna()
+            lines.append(f"- {data}: " + (f"{ratio.median():.2f} over {len(ratio)} gains" if len(ratio)
+                                          else "no published gain to compare"))
+    else:
+        lines.append("No notebook of this run compared a gain with a paper.")
+    out = results / "SUMMARY.md"
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, out)
+    return out

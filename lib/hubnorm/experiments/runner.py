@@ -290,19 +290,21 @@ class Runner:
         start_all = time.time()
         _say(f"run_all.sh: profile {profile_name} -> {results}/ ({len(notebooks)} notebooks)")
         offered_by = [nb.stem[:2] for nb in notebooks if set(p.notebook(nb.stem).needs) <= offers]
-        failed, skipped, ran = [], 0, 0
+        failed, skipped, ran, statuses = [], 0, 0, []
         for nb in selected:
             name = nb.stem
             missing = [n for n in p.notebook(name).needs if n not in offers]
             if missing:
                 why = p.needs[missing[0]].replace("{offered_by}", offered_by_text(offered_by))
                 _say(f"{name:<40} {'-':>5}   skipped: {why}")
+                statuses.append((name, f"skipped: {why}"))
                 skipped += 1
                 continue
             if nb not in runnable:   # past --max-notebooks
                 break
             ran += 1
             rc, secs, log = self._run_notebook(nb, params, out)
+            statuses.append((name, "ok" if rc == 0 else "FAILED"))
             if rc == 0:
                 _say(f"{name:<40} {secs:>5}s  ok")
             else:
@@ -317,6 +319,12 @@ class Runner:
                 if not o["keep_going"]:
                     break
         _say(f"run_all.sh: total {int(time.time() - start_all)}s")
+        if statuses:
+            from .reporting import write_summary
+
+            summary = write_summary(results, statuses, title=f"run_all.sh (profile {profile_name}"
+                                    + (f", source {own}" if own else "") + ")")
+            _say(f"run_all.sh: summary of the claims and gains: {summary}")
         if o["only"] and ran == 0 and skipped == 0:
             _say(f"run_all.sh: no notebook matches --only {o['only']}", err=True)
             return 2
