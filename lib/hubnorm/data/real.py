@@ -197,20 +197,21 @@ RELEASES: Dict[str, RealRelease] = {r.name: r for r in (
 class RealDataUnavailable(RuntimeError):
     """No source (cache, mirror, download) gave a verified copy of a release's file; the message says how to get it.
 
-    ``release``: the release's name; ``reasons``: file name -> why each source failed; :attr:`note`: one line."""
+    ``release``: the release's name; ``reasons``: file name -> what each source said; ``brief``: file name -> the
+    same in a few words; :attr:`note`: one line for logs."""
 
-    def __init__(self, message: str, release: str, reasons: Dict[str, List[str]]):
+    def __init__(self, message: str, release: str, reasons: Dict[str, List[str]], brief: Dict[str, List[str]]):
         super().__init__(message)
         self.release = release
         self.reasons = reasons
+        self.brief = brief
 
     @property
     def note(self) -> str:
-        """One line for logs: the release, the first reason, the fix."""
-        name, why = next(iter(self.reasons.items()))
-        main = next((w for w in why if "checksum" in w), why[-1])
-        more = f" (and {len(self.reasons) - 1} more files)" if len(self.reasons) > 1 else ""
-        return (f"real release {self.release} unavailable: {name}: {main}{more}; get it with "
+        """One line: the release, what failed for its first missing file, the fix."""
+        name, why = next(iter(self.brief.items()))
+        more = f" and {len(self.brief) - 1} more files" if len(self.brief) > 1 else ""
+        return (f"real release {self.release} unavailable: {name}{more}: {', '.join(why)}; get it with "
                 f"`{FETCH_COMMAND} {self.release}` on a machine with internet, or set {MIRROR_ENV}")
 
 
@@ -304,26 +305,51 @@ def _install(folder: Path, f: RealFile, data: bytes) -> Path:
     return folder / f.name
 
 
-def _download(rel: RealRelease, f: RealFile, folder: Path, progress: bool) -> Tuple[Optional[bytes], str]:
+def _quiet_pooch(quiet: bool):
+    """pooch's "Downloading data from ..." log line, silenced when ``quiet`` (no progress wanted)."""
+    import contextlib
+    import logging
+
+    import pooch
+
+    @contextlib.contextmanager
+    def ctx():
+        log = pooch.get_logger()
+        level = log.level
+        if quiet:
+            log.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            log.setLevel(level)
+    return ctx()
+
+
+def _download(rel: RealRelease, f: RealFile, folder: Path, progress: bool) -> Tuple[Optional[bytes], str, str]:
     """Download ``f`` into ``folder/.download`` (pooch checks the sha256; a partial download resumes), then read it
-    once and check it again: the bytes returned are the bytes checked."""
+    once and check it again: the bytes returned are the bytes checked. ``(bytes or None, why not, in brief)``."""
     from .fetch import DownloadError, download_file
 
     staging = folder / ".download"
     url = rel.url(f)
     try:
-        path = download_file(url, staging, f.name, f"sha256:{f.sha256}", progressbar=progress)
+        with _quiet_pooch(not progress):
+            path = download_file(url, staging, f.name, f"sha256:{f.sha256}", progressbar=progress)
     except ImportError as exc:
-        return None, f"cannot download {url}: {exc.name or exc} is not installed (pip install 'hubnorm[data]')"
+        return None, f"cannot download {url}: {exc.name or exc} is not installed (pip install 'hubnorm[data]')", \
+            f"download impossible ({exc.name or exc} not installed)"
     except DownloadError as exc:
-        return None, str(exc).strip().splitlines()[0]
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "error"
+        checksum = "checksum mismatch" in str(exc)
+        return None, str(exc).strip().splitlines()[0], ("download failed its sha256" if checksum
+                                                         else f"download failed ({cause})")
     data, why = _read_checked(path, f)
     try:
         path.unlink()
         staging.rmdir()   # only when empty (a partial of another file stays for its resume)
     except OSError:
         pass
-    return data, why
+    return data, why, "download failed its sha256"
 
 
 def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Optional[PathLike] = None,
@@ -337,7 +363,7 @@ def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Opti
         mirror: a mirror folder (``<mirror>/<release.mirror>/<file>``); None reads ``$HUBNORM_REAL_MIRROR``.
         cache_dir: the cache root (default :func:`hubnorm.data.paths.cache_root`).
         download: download what neither the cache nor the mirror holds (False: never touch the network).
-        progress: progress bars for downloads.
+        progress: progress bars (and pooch's log line) for downloads.
         extras: also the release's optional files (e.g. the random-init control).
         files: exactly these files of the release (default: the required ones, plus the optional with ``extras``).
     Raises:
@@ -354,8 +380,10 @@ def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Opti
     contents: Dict[str, bytes] = {}
     sources: Dict[str, str] = {}
     reasons: Dict[str, List[str]] = {}
+    brief: Dict[str, List[str]] = {}
     for f in wanted:
-        why: List[str] = []
+        why: List[str] = []      # what each source said
+        short: List[str] = []    # the same in a few words
         data, how = None, None
         cached = folder / f.name
         if cached.exists():
@@ -363,30 +391,38 @@ def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Opti
             how = "cache" if data is not None else None
             if data is None:
                 why.append(f"the cached copy fails: {bad}")
+                short.append("cached copy failed its sha256")
         else:
             why.append(f"not cached ({cached})")
+            short.append("not cached")
         if data is None:
-            if root is None:
+            src = None if root is None else root / rel.mirror / f.name
+            if src is None:
                 why.append(f"no mirror ({MIRROR_ENV} unset)")
-            elif not (root / rel.mirror / f.name).is_file():
-                why.append(f"not in the mirror ({root / rel.mirror / f.name})")
+                short.append("no mirror")
+            elif not src.is_file():
+                why.append(f"not in the mirror ({src})")
+                short.append("not in the mirror")
             else:
-                data, bad = _read_checked(root / rel.mirror / f.name, f)
+                data, bad = _read_checked(src, f)
                 how = "mirror" if data is not None else None
                 if data is None:
                     why.append(bad)
+                    short.append(f"mirror copy {src} failed its sha256")
         if data is None:
             if download:
-                data, bad = _download(rel, f, folder, progress)
+                data, bad, said = _download(rel, f, folder, progress)
                 how = "download" if data is not None else None
                 if data is None:
                     why.append(bad)
+                    short.append(said)
             else:
                 why.append(f"downloads are off (download=False; the file is at {rel.url(f)})")
+                short.append("downloads off")
         if data is None:
-            reasons[f.name] = why
+            reasons[f.name], brief[f.name] = why, short
             continue
-        if how != "cache" and any("checksum" in w or "fails" in w for w in why):
+        if how != "cache" and any("sha256" in w for w in short):
             warnings.warn(f"real release {rel.name}: {f.name} taken from the {how} because " + "; ".join(why),
                           RuntimeWarning, stacklevel=2)
         if how != "cache":
@@ -398,7 +434,7 @@ def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Opti
             f"real release {rel.name!r} ({rel.label}): {len(reasons)} file(s) could not be obtained:\n{lines}\n"
             f"Fix: on a machine with internet, run\n    {FETCH_COMMAND} {rel.name}\n(it caches the verified files in "
             f"{folder}), or copy the release's files into <mirror>/{rel.mirror}/ and set {MIRROR_ENV}=<mirror> "
-            "(or pass mirror=).", rel.name, reasons)
+            "(or pass mirror=).", rel.name, reasons, brief)
     return RealFetch(rel, folder, contents, sources)
 
 
