@@ -335,6 +335,9 @@ def _download(rel: RealRelease, f: RealFile, folder: Path, progress: bool) -> Tu
     try:
         with _quiet_pooch(not progress):
             path = download_file(url, staging, f.name, f"sha256:{f.sha256}", progressbar=progress)
+        data, why = _read_checked(path, f)
+        path.unlink()
+        return data, why, "download failed its sha256"
     except ImportError as exc:
         return None, f"cannot download {url}: {exc.name or exc} is not installed (pip install 'hubnorm[data]')", \
             f"download impossible ({exc.name or exc} not installed)"
@@ -343,13 +346,11 @@ def _download(rel: RealRelease, f: RealFile, folder: Path, progress: bool) -> Tu
         checksum = "checksum mismatch" in str(exc)
         return None, str(exc).strip().splitlines()[0], ("download failed its sha256" if checksum
                                                          else f"download failed ({cause})")
-    data, why = _read_checked(path, f)
-    try:
-        path.unlink()
-        staging.rmdir()   # only when empty (a partial of another file stays for its resume)
-    except OSError:
-        pass
-    return data, why, "download failed its sha256"
+    finally:
+        try:
+            staging.rmdir()   # only when empty: a partial download stays for the next try to resume
+        except OSError:
+            pass
 
 
 def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Optional[PathLike] = None,
