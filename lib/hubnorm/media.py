@@ -1,6 +1,7 @@
 """Synthetic video-text and text-audio presets, and retrieval tasks of any direction built on score matrices.
 
-There are no real video or audio embeddings in this project, so these presets are **synthetic analogs**: the
+The project holds no real video embeddings and one small real audio release (``real:audiocaps-clap``, 399 clips,
+:mod:`hubnorm.data.real`), so these presets are **synthetic analogs**: the
 "clustered" generator of :mod:`hubnorm.synthetic` with the geometry of the image preset ``flickr30k`` (fitted to
 real CLIP embeddings) and the sizes of each dataset, of which only the few parameters that the published raw
 statistics constrain were refitted: zero-shot R@1 in both directions and, for MSR-VTT, the raw skewness of
@@ -227,11 +228,11 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     matrices, :mod:`hubnorm.data.sims`), or any embeddings source of :func:`hubnorm.load_embeddings`
     (``local:<folder>``, ``cache:...``, ``real:<release>``): its test split's images are the items
     (``item_modality``: "auto" = image, or the modality a ``real:`` release declares, e.g. audio for
-    ``real:audiocaps-clap``; say "video" or "audio" for video or audio embeddings) and its training split the banks. ``n_train``: training
-    items of a synthetic preset (any other source has its own banks: a ValueError names ``n_train``);
-    ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank items per direction, a seeded
-    subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` / ``model``: the published
-    rows to compare with (None: from the source; a ``real:`` release declares both)."""
+    ``real:audiocaps-clap``; say "video" or "audio" for video or audio embeddings) and its training split the
+    banks. ``n_train``: training items of a synthetic preset (any other source has its own banks: a ValueError
+    names ``n_train``); ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank items per
+    direction, a seeded subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` /
+    ``model``: the published rows to compare with (None: from the source; a ``real:`` release declares both)."""
     if not isinstance(source, str) or ":" not in source:
         raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', 'cache:...' or "
                          f"'real:<release>'; got {source!r}")
