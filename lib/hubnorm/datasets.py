@@ -8,6 +8,9 @@ Sources (``load_embeddings(source, ...)``):
   ``synthetic-rehearsal`` (``cache:coco:synthetic-rehearsal:seed0``), the SYNTHETIC rehearsal cache of
   ``python -m hubnorm.data rehearse`` (``source="synthetic"``).
 - ``"local:<path>"``: a folder of precomputed real embeddings (``.npy`` files, see :mod:`hubnorm.data.local`).
+- ``"real:<release>"``: a small public release of real embeddings (``coco500-clip-b16``,
+  ``flickr8k-100x5-clip-b32``, ``audiocaps-clap``), fetched by pinned commit and checked by sha256
+  (:mod:`hubnorm.data.real`; ``python -m hubnorm.data fetch-real``).
 
 Set ``HUBNORM_FORBID_SYNTHETIC=1`` to make any request for synthetic data an error: a run that must use real
 data only (e.g. a notebook run on your own folder) then cannot silently mix in generated embeddings.
@@ -29,8 +32,8 @@ def load_embeddings(source: str, **kwargs) -> EmbeddingDataset:
     """Load an :class:`EmbeddingDataset` by source string (see module docstring)."""
     if not isinstance(source, str) or ":" not in source:
         raise ValueError(
-            f"source must look like 'synthetic:coco', 'synthetic:flickr30k', 'cache:<dataset>:<model>:<pretrained>' "
-            f"or 'local:<folder>'; got {source!r}"
+            f"source must look like 'synthetic:coco', 'synthetic:flickr30k', 'cache:<dataset>:<model>:<pretrained>', "
+            f"'local:<folder>' or 'real:<release>'; got {source!r}"
         )
     kind, _, rest = source.partition(":")
     if kind == "synthetic" and os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
@@ -45,4 +48,7 @@ def load_embeddings(source: str, **kwargs) -> EmbeddingDataset:
     if kind == "local":
         from .data import load_local_embeddings
         return load_local_embeddings(rest, **kwargs)
-    raise ValueError(f"unknown source kind {kind!r}: use 'synthetic', 'cache' or 'local'")
+    if kind == "real":
+        from .data import load_real
+        return load_real(rest, **kwargs)
+    raise ValueError(f"unknown source kind {kind!r}: use 'synthetic', 'cache', 'local' or 'real'")

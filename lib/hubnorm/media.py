@@ -1,6 +1,7 @@
 """Synthetic video-text and text-audio presets, and retrieval tasks of any direction built on score matrices.
 
-There are no real video or audio embeddings in this project, so these presets are **synthetic analogs**: the
+The project holds no real video embeddings and one small real audio release (``real:audiocaps-clap``, 399 clips,
+:mod:`hubnorm.data.real`), so these presets are **synthetic analogs**: the
 "clustered" generator of :mod:`hubnorm.synthetic` with the geometry of the image preset ``flickr30k`` (fitted to
 real CLIP embeddings) and the sizes of each dataset, of which only the few parameters that the published raw
 statistics constrain were refitted: zero-shot R@1 in both directions and, for MSR-VTT, the raw skewness of
@@ -225,15 +226,16 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
 
     ``source``: ``"synthetic:<preset>"`` (a preset of :data:`MEDIA_PRESETS`), ``"sims:<folder>"`` (released score
     matrices, :mod:`hubnorm.data.sims`), or any embeddings source of :func:`hubnorm.load_embeddings`
-    (``local:<folder>``, ``cache:...``): its test split's images are the items (``item_modality``: "auto" = image;
-    say "video" or "audio" for video or audio embeddings) and its training split the banks. ``n_train``: training
-    items of a synthetic preset (any other source has its own banks: a ValueError names ``n_train``);
-    ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank items per direction, a seeded
-    subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` / ``model``: the published
-    rows to compare with (None: from the source)."""
+    (``local:<folder>``, ``cache:...``, ``real:<release>``): its test split's images are the items
+    (``item_modality``: "auto" = image, or the modality a ``real:`` release declares, e.g. audio for
+    ``real:audiocaps-clap``; say "video" or "audio" for video or audio embeddings) and its training split the
+    banks. ``n_train``: training items of a synthetic preset (any other source has its own banks: a ValueError
+    names ``n_train``); ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank items per
+    direction, a seeded subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` /
+    ``model``: the published rows to compare with (None: from the source; a ``real:`` release declares both)."""
     if not isinstance(source, str) or ":" not in source:
-        raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>' or 'cache:...'; "
-                         f"got {source!r}")
+        raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', 'cache:...' or "
+                         f"'real:<release>'; got {source!r}")
     kind, rest = source.split(":", 1)
     preset = is_preset(source)
     if n_train is not None and not preset:
@@ -271,7 +273,11 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     ds = load_embeddings(source, **kwargs)
     test = ds.split("test")
     train = ds.splits.get("train")
-    modality = "image" if item_modality == "auto" else item_modality
+    declared = ds.meta.get("modality") if kind == "real" else None   # what a real: release says its items are
+    if declared and item_modality not in ("auto", declared):
+        raise ValueError(f"item_modality={item_modality!r} contradicts {source}, whose items are {declared}: pass "
+                         "item_modality='auto'")
+    modality = (declared or "image") if item_modality == "auto" else item_modality
     if modality not in LETTERS or modality == "text":
         raise ValueError(f"item_modality must be 'auto', 'image', 'video' or 'audio'; got {item_modality!r}")
     data = MediaData(name=ds.name, modalities=("text", modality), items=np.asarray(test.images, dtype=np.float64),
@@ -284,6 +290,9 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
     else:
         label = f"real data ({ds.name}" + (f", {ds.meta['model']})" if ds.meta.get("model") else ")")
+    if kind == "real":   # the release declares its data set and encoder; never guessed from a name
+        return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
+                           data.modalities)
     return MediaSource(tasks, label, ds.source == "synthetic", dataset or published_dataset(ds.name), model,
                        data.modalities)
 

@@ -9,13 +9,16 @@ Data flow::
     >>> hubnorm.load_embeddings("cache:coco:ViT-B-32-quickgelu:openai", splits=("test",))
     python -m hubnorm.data rehearse --profile paper-coco           # SYNTHETIC, exact split sizes
     >>> hubnorm.load_embeddings("cache:coco:synthetic-rehearsal:seed0")
+    python -m hubnorm.data fetch-real                               # real releases (pinned commit + sha256)
+    >>> hubnorm.load_embeddings("real:coco500-clip-b16")
 
 Modules: :mod:`.annotations` (caption loaders), :mod:`.registry` (datasets, URLs, checksums), :mod:`.fetch`
 (downloads), :mod:`.encoders` (one interface, :func:`get_encoder`; families open_clip, BLIP ITC and the sentence
 encoder of RSC relevance), :mod:`.cache` (npy + JSON manifests: named split entries and content-addressed
 encodings), :mod:`.pipeline` (encode-or-load), :mod:`.rehearse` (synthetic rehearsal caches), :mod:`.models`
-(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders), :mod:`.blip_offline` (BLIP processor
-and config built without downloads). Heavy dependencies (open_clip, pooch) load only when used. Layering: this package imports only
+(:func:`published_model_name`), :mod:`.local` (precomputed embedding folders), :mod:`.real` (small public releases of
+real embeddings, fetched by pinned commit and sha256), :mod:`.blip_offline` (BLIP processor and config built
+without downloads). Heavy dependencies (open_clip, pooch) load only when used. Layering: this package imports only
 leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the containers (``embeddings``,
 ``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """
@@ -42,6 +45,8 @@ _EXPORTS = {
     **dict.fromkeys(["Encoder", "OpenClipEncoder", "BlipItcEncoder", "SentenceEncoder", "get_encoder", "infer_family",
                      "ENCODER_FAMILIES"], "encoders"),
     **dict.fromkeys(["rehearse", "PROFILES"], "rehearse"),
+    **dict.fromkeys(["RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
+                     "clip_index"], "real"),
 }
 
 
@@ -59,6 +64,7 @@ __all__ = [
     "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets", "Encoder", "OpenClipEncoder",
     "BlipItcEncoder", "SentenceEncoder",
     "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
-    "PROFILES",
+    "PROFILES", "RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
+    "clip_index",
 ]
 __dir__ = _export_dir(__name__, __all__)

@@ -1,4 +1,5 @@
-"""Command line: ``python -m hubnorm.data {list,fetch,encode,encode-texts,verify,rehearse,import-qbnorm} ...`` (``-h`` on each for help)."""
+"""Command line: ``python -m hubnorm.data {list,fetch,fetch-real,encode,encode-texts,verify,rehearse,
+import-qbnorm} ...`` (``-h`` on each for help)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ examples:
   python -m hubnorm.data list
   python -m hubnorm.data fetch coco --what annotations
   python -m hubnorm.data fetch coco --what images --split test
+  python -m hubnorm.data fetch-real                              # the small real releases (real:<release>)
+  python -m hubnorm.data fetch-real coco500-clip-b16 --mirror /path/to/mirror
   python -m hubnorm.data encode coco --model ViT-B-32-quickgelu --pretrained openai --split test
   python -m hubnorm.data encode flickr30k --model ViT-B-32-quickgelu --pretrained openai --split test --split train
   python -m hubnorm.data encode coco --model ViT-B-16-SigLIP --pretrained webli --split test
@@ -37,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "Karpathy-split annotations and images, encode them (open_clip: CLIP, SigLIP; transformers: BLIP), verify "
                                 "caches, write synthetic rehearsal caches.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{list,fetch,encode,encode-texts,verify,rehearse,import-qbnorm}")
+    sub = p.add_subparsers(dest="command",
+                           metavar="{list,fetch,fetch-real,encode,encode-texts,verify,rehearse,import-qbnorm}")
     sub.required = True
 
     common = argparse.ArgumentParser(add_help=False)
@@ -57,6 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--split", action="append", help="only the image archives these splits need (repeat or "
                    "comma-separate; default: all). COCO test/val need val2014, train needs train2014 + val2014")
     f.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    from .real import MIRROR_ENV, RELEASES
+    fr = sub.add_parser("fetch-real", help="fetch the small real embedding releases (pinned commit, sha256)",
+                        description="Fetch real embedding releases (load them with hubnorm.load_embeddings("
+                        "'real:<release>')) into <cache root>/real/<release>/: a cached file is checked by sha256, "
+                        f"a missing or failing one is taken from the mirror (--mirror or ${MIRROR_ENV}: "
+                        "<mirror>/<release folder>/<file>) or downloaded from its repository at the pinned commit, "
+                        "and checked before it is cached. One line per release says where its files came from.")
+    fr.add_argument("names", nargs="*", metavar="NAME", help=f"releases (default: all): {', '.join(RELEASES)}")
+    fr.add_argument("--cache-dir", help="embedding cache root (default: $HUBNORM_CACHE or <repo>/cache)")
+    fr.add_argument("--mirror", help=f"mirror folder (default: ${MIRROR_ENV}, when set)")
+    fr.add_argument("--extras", action="store_true", help="also the optional files (random-init control, "
+                    "similarity matrix)")
+    fr.add_argument("--no-download", action="store_true", help="use the cache and the mirror only")
+    fr.add_argument("--optional", action="store_true", help="a release that cannot be obtained (offline) prints "
+                    "one NOTE line and the command still exits 0 (run_all.sh)")
+    fr.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     for name, helptext in (("encode", "encode a dataset split (open_clip or BLIP) and cache it"),
                            ("verify", "check cached embeddings (key + sha256 checksums)")):
@@ -172,7 +193,37 @@ def _cmd_list(args) -> int:
     print("resources:")
     for name, r in registry.RESOURCES.items():
         print(f"  {name:32s} {r['url']}  [{r['known_hash'] or ', '.join(r.get('accepted_hashes', [])) or 'unverified'}]")
+    from .real import RELEASES, real_status, release_folder
+    print("\nreal releases (load_embeddings('real:<release>'); fetch-real):")
+    for name, rel in RELEASES.items():
+        print(f"  {name:24s} {rel.label}\n  {'':24s} {real_status(name, args.cache_dir)}: "
+              f"{release_folder(name, args.cache_dir)}")
     return 0
+
+
+def _cmd_fetch_real(args) -> int:
+    """One line per release; a release no source gives: exit 1 with the error, or, with ``--optional``, one NOTE
+    line and exit 0."""
+    from .real import RELEASES, RealDataUnavailable, obtain_real, release
+
+    names = args.names or list(RELEASES)
+    for n in names:
+        release(n)   # every name checked before anything is fetched (ValueError: exit 2)
+    failed = 0
+    for n in names:
+        try:
+            got = obtain_real(n, mirror=args.mirror, cache_dir=args.cache_dir, download=not args.no_download,
+                              progress=not args.no_progress, extras=args.extras)
+        except RealDataUnavailable as exc:
+            if args.optional:
+                print(f"NOTE: {exc.note}")
+            else:
+                print(f"error: {exc}", file=sys.stderr)
+                failed += 1
+            continue
+        k = len(got.contents)
+        print(f"{n}: {got.how} ({k} file{'s' if k != 1 else ''}, sha256 checked) -> {got.folder}")
+    return 1 if failed else 0
 
 
 def _cmd_fetch(args) -> int:
@@ -324,7 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .fetch import DownloadError, ManualDownloadRequired
     try:
         _check_device(getattr(args, "device", None))
-        return {"list": _cmd_list, "fetch": _cmd_fetch, "encode": _cmd_encode, "verify": _cmd_verify,
+        return {"list": _cmd_list, "fetch": _cmd_fetch, "fetch-real": _cmd_fetch_real, "encode": _cmd_encode,
+                "verify": _cmd_verify,
                 "encode-texts": _cmd_encode_texts,
                 "rehearse": _cmd_rehearse, "import-qbnorm": _cmd_import_qbnorm}[args.command](args)
     except (DownloadError, ManualDownloadRequired, FileNotFoundError, ValueError) as exc:

@@ -13,6 +13,7 @@ pooch skips a file that is already present with the right checksum, so a file do
 :class:`.download.ResumableHTTPDownloader`: an interrupted download leaves ``<name>.part`` (+ ``.part.json``) and
 the next call resumes it with a range request; pooch still checks the checksum of the completed file, and the
 partial is deleted afterwards (also when the checksum fails, so the next try starts from scratch).
+One function does that for every URL: :func:`download_file` (also used by :mod:`.real`).
 """
 
 from __future__ import annotations
@@ -43,42 +44,60 @@ def _hash_hint(res: dict) -> str:
     return " or ".join(hashes) if hashes else "no published checksum"
 
 
-def retrieve(name: str, data_dir: Optional[PathLike] = None, *, progressbar: bool = True) -> Path:
-    """Download (or find) resource ``name`` of :data:`registry.RESOURCES` into ``<data root>/downloads``.
+def download_file(url: str, folder: Path, fname: str, known_hash: Optional[str], *, progressbar: bool = True,
+                  manual: str = "") -> Path:
+    """Download ``url`` to ``folder / fname`` with pooch, checked against ``known_hash`` (``"sha256:<hex>"``,
+    ``"md5:<hex>"``; None: unchecked), resuming an interrupted HTTP(S) download (:mod:`.download`).
 
-    Raises :class:`DownloadError` with the failed URL and the manual-placement instructions when offline.
+    A file already there with the right checksum is returned without a request. pooch writes to a temporary file
+    in ``folder`` and moves it into place only after the checksum matched, so ``folder / fname`` never holds a
+    partial or corrupt file. Raises :class:`DownloadError` (offline, HTTP error, checksum mismatch) with the URL,
+    the reason and ``manual`` (how to place the file by hand), the partial deleted after a checksum mismatch.
     """
     import pooch
     import requests
 
     from .download import ResumableHTTPDownloader, discard_partial, partial_paths
 
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / fname
+    downloader = None
+    if url.lower().startswith(("http://", "https://")):
+        downloader = ResumableHTTPDownloader(target, progressbar=progressbar)
+    try:
+        path = Path(pooch.retrieve(url, known_hash=known_hash, fname=fname, path=folder, progressbar=progressbar,
+                                   downloader=downloader))
+    except (requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
+        resume = (f"\nThe bytes received so far are kept in {partial_paths(target)[0]}; rerunning the same "
+                  "command resumes the download." if partial_paths(target)[0].exists() else "")
+        raise DownloadError(f"could not download {url}: {type(exc).__name__}: {exc}{resume}\n{manual}") from exc
+    except ValueError as exc:  # pooch: hash mismatch
+        if "hash" in str(exc).lower():
+            discard_partial(target)  # never resume from corrupt bytes
+            raise DownloadError(f"checksum mismatch for {url}: {exc}\n{manual}") from exc
+        raise
+    discard_partial(target)  # pooch verified (or, without known_hash, accepted) and moved the file into place
+    return path
+
+
+def retrieve(name: str, data_dir: Optional[PathLike] = None, *, progressbar: bool = True) -> Path:
+    """Download (or find) resource ``name`` of :data:`registry.RESOURCES` into ``<data root>/downloads``.
+
+    Raises :class:`DownloadError` with the failed URL and the manual-placement instructions when offline.
+    """
+    import pooch
+
     if name not in RESOURCES:
         raise ValueError(f"unknown resource {name!r}; known: {sorted(RESOURCES)}")
     res = RESOURCES[name]
     folder = downloads_dir(data_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / res["fname"]
     manual = (f"If this machine has no internet access, download\n    {res['url']}\n({res['size']}) elsewhere, "
               f"place it at\n    {target}\n(checksum {_hash_hint(res)}) and rerun the same command: the file is "
               "then verified and used without downloading.")
-    downloader = None
-    if res["url"].lower().startswith(("http://", "https://")):
-        downloader = ResumableHTTPDownloader(target, progressbar=progressbar)
-    try:
-        path = Path(pooch.retrieve(res["url"], known_hash=res.get("known_hash"), fname=res["fname"],
-                                   path=folder, progressbar=progressbar, downloader=downloader))
-    except (requests.exceptions.RequestException, ConnectionError, TimeoutError) as exc:
-        resume = (f"\nThe bytes received so far are kept in {partial_paths(target)[0]}; rerunning the same "
-                  "command resumes the download." if partial_paths(target)[0].exists() else "")
-        raise DownloadError(f"could not download {res['url']}: {type(exc).__name__}: {exc}{resume}\n{manual}") \
-            from exc
-    except ValueError as exc:  # pooch: hash mismatch
-        if "hash" in str(exc).lower():
-            discard_partial(target)  # never resume from corrupt bytes
-            raise DownloadError(f"checksum mismatch for {res['url']}: {exc}\n{manual}") from exc
-        raise
-    discard_partial(target)  # pooch verified (or, without known_hash, accepted) and moved the file into place
+    path = download_file(res["url"], folder, res["fname"], res.get("known_hash"), progressbar=progressbar,
+                         manual=manual)
     accepted = res.get("accepted_hashes")
     if accepted and not res.get("known_hash"):
         ok = False
@@ -172,4 +191,4 @@ def fetch(dataset: str, what: str = "annotations", *, splits: Optional[Iterable[
     return out
 
 
-__all__ = ["fetch", "retrieve", "downloads_dir", "DownloadError", "ManualDownloadRequired"]
+__all__ = ["fetch", "retrieve", "download_file", "downloads_dir", "DownloadError", "ManualDownloadRequired"]

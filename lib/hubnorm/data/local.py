@@ -16,17 +16,23 @@ Layouts understood:
 ``"flickr30k"``); the data set is never guessed from the folder's name (without it the run compares with no
 published table).
 
+``files=`` (file name -> bytes) hands the loader a folder's files already read, e.g. checked against published
+sha256 sums (:mod:`.real`): it then reads those bytes and nothing from the disk, so what was verified is what is
+loaded.
+
 The pairs (images, with all their captions) are split by a seeded permutation into ``"test"`` and ``"train"``
 (``test_fraction`` of the images go to test), so a bank never contains test items; then ``"val"`` is held out of
-``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (``val=False``: test/train only).
+``"train"`` by the one rule of :func:`hubnorm.embeddings.validation_size` (``val=False``: test/train only). That
+rule is :func:`split_by_images`, also used for collections that are not folders of this layout.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -34,17 +40,32 @@ from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from .paths import PathLike
 
 
-def _load_npy(path: Path) -> np.ndarray:
+Files = Optional[Mapping[str, bytes]]   # a folder's files already read (name -> bytes), or None: read the disk
+
+
+def _has(folder: Path, name: str, files: Files) -> bool:
+    return name in files if files is not None else (folder / name).exists()
+
+
+def _bytes(path: Path, files: Files) -> bytes:
+    if files is None:
+        return path.read_bytes()
+    if path.name not in files:
+        raise FileNotFoundError(f"{path} is not among the files handed to the loader ({sorted(files)})")
+    return files[path.name]
+
+
+def _load_npy(path: Path, files: Files = None) -> np.ndarray:
     """``np.load`` that names the file when it is truncated or not an array file (no pickles)."""
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(path if files is None else io.BytesIO(_bytes(path, files)), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"{path} cannot be read as a .npy array ({exc}): the file is truncated or corrupt; "
                          "copy or export it again") from exc
 
 
-def _read_metadata(path: Path) -> Tuple[Optional[List[str]], Optional[List[str]]]:
-    with open(path, newline="", encoding="utf-8") as fh:
+def _read_metadata(path: Path, files: Files = None) -> Tuple[Optional[List[str]], Optional[List[str]]]:
+    with io.StringIO(_bytes(path, files).decode("utf-8"), newline="") as fh:
         rows = list(csv.DictReader(fh))
     if not rows:
         return None, None
@@ -60,16 +81,16 @@ def _runs(arr: np.ndarray) -> np.ndarray:
     return np.cumsum(new) - 1
 
 
-def _per_caption(folder: Path):
-    img = _load_npy(folder / "image_embeddings.npy")
-    txt = _load_npy(folder / "text_embeddings.npy")
+def _per_caption(folder: Path, files: Files = None):
+    img = _load_npy(folder / "image_embeddings.npy", files)
+    txt = _load_npy(folder / "text_embeddings.npy", files)
     for arr, fname in ((img, "image_embeddings.npy"), (txt, "text_embeddings.npy")):
         if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
             raise ValueError(f"{folder / fname}: expected a 2-D float array (rows, d); got shape {arr.shape}, "
                              f"dtype {arr.dtype}")
     ids = texts = None
-    if (folder / "metadata.csv").exists():
-        ids, texts = _read_metadata(folder / "metadata.csv")
+    if _has(folder, "metadata.csv", files):
+        ids, texts = _read_metadata(folder / "metadata.csv", files)
         n_meta = len(ids) if ids is not None else len(texts or [])
         if n_meta != len(txt):
             raise ValueError(f"{folder}: metadata.csv has {n_meta} rows but text_embeddings.npy has {len(txt)}: "
@@ -109,13 +130,13 @@ def _per_caption(folder: Path):
     return images, txt, c2i, image_ids, texts, meta
 
 
-def _model_info(folder: Path) -> dict:
+def _model_info(folder: Path, files: Files = None) -> dict:
     """``model`` and ``dataset`` declared in ``model_info.json`` (``model_name``, ``dataset``), when present."""
     path = folder / "model_info.json"
-    if not path.exists():
+    if not _has(folder, path.name, files):
         return {}
     try:
-        info = json.loads(path.read_text())
+        info = json.loads(_bytes(path, files))
     except ValueError as exc:
         raise ValueError(f"{path} is not valid JSON ({exc}): fix or remove it") from exc
     if not isinstance(info, dict):
@@ -130,8 +151,8 @@ def _model_info(folder: Path) -> dict:
     return out
 
 
-def _stacked(path: Path):
-    arr = _load_npy(path)
+def _stacked(path: Path, files: Files = None):
+    arr = _load_npy(path, files)
     if arr.ndim != 3 or arr.shape[0] != 2:
         raise ValueError(f"{path}: expected shape (2, n, d) (images, texts); got {arr.shape}")
     images, texts = arr[0], arr[1]
@@ -142,7 +163,7 @@ def _stacked(path: Path):
 
 def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed: int = 0,
                           features: str = "features_clip.npy", name: Optional[str] = None,
-                          val: bool = True) -> EmbeddingDataset:
+                          val: bool = True, files: Files = None) -> EmbeddingDataset:
     """Real embeddings from a folder (see module docstring) split into ``"test"`` and ``"train"`` by images.
 
     Args:
@@ -152,33 +173,45 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
         features: which ``features_*.npy`` to read in the stacked layout.
         val: also hold a ``"val"`` split out of ``"train"`` (hyperparameter selection), sized by the one rule of
             :func:`hubnorm.embeddings.validation_size`; False keeps test/train only.
+        files: the folder's files already read (file name -> bytes, e.g. verified against checksums): read these,
+            and nothing from the disk; ``folder`` must then name the folder (it only labels messages and ``meta``).
     """
     path = Path(folder).expanduser()
-    if not path.exists():
+    if files is None and not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     label = None
-    if path.is_file():
+    if files is None and path.is_file():
         loaded = _stacked(path)
         folder_ = path.parent
         label = f"{folder_.name}/{path.stem}" if path.name != "features_clip.npy" else None
-    elif (path / "image_embeddings.npy").exists() and (path / "text_embeddings.npy").exists():
-        loaded = _per_caption(path)
+    elif _has(path, "image_embeddings.npy", files) and _has(path, "text_embeddings.npy", files):
+        loaded = _per_caption(path, files)
         folder_ = path
-    elif (path / features).exists():
-        loaded = _stacked(path / features)
+    elif _has(path, features, files):
+        loaded = _stacked(path / features, files)
         folder_ = path
         label = f"{folder_.name}/{Path(features).stem}" if features != "features_clip.npy" else None
     else:
         raise ValueError(f"{path}: no known embedding layout (image_embeddings.npy + text_embeddings.npy, or "
                          f"{features} of shape (2, n, d))")
     images, texts, c2i, image_ids, caption_texts, meta = loaded
-    meta = {**meta, **_model_info(folder_)}
+    meta = {**meta, **_model_info(folder_, files)}
     images = np.ascontiguousarray(images, dtype=np.float32)
     texts = np.ascontiguousarray(texts, dtype=np.float32)
     if images.shape[1] != texts.shape[1]:
         raise ValueError(f"{path}: image dim {images.shape[1]} != text dim {texts.shape[1]}")
     full = EmbeddingSplit(images=images, captions=texts, caption_to_image=c2i, image_ids=image_ids,
                           caption_texts=caption_texts)
+    return split_by_images(full, name=name or label or folder_.name, meta={**meta, "folder": str(folder_)},
+                           test_fraction=test_fraction, seed=seed, val=val)
+
+
+def split_by_images(full: EmbeddingSplit, *, name: str, meta: Optional[dict] = None, test_fraction: float = 0.5,
+                    seed: int = 0, val: bool = True) -> EmbeddingDataset:
+    """THE split of a real collection (module docstring): a seeded permutation of the images (each with all its
+    captions) gives ``"test"`` (``test_fraction`` of them) and ``"train"``; ``val=True`` then holds ``"val"`` out
+    of ``"train"`` (:func:`hubnorm.embeddings.hold_out_val`). Returns a ``source="real"`` dataset whose ``meta``
+    adds ``test_fraction``, ``seed``, ``n_images`` and ``n_captions`` (of ``full``) to ``meta``."""
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be a number in (0, 1) (the share of images in the test split); "
                          f"got {test_fraction!r}")
@@ -188,10 +221,9 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
         raise ValueError(f"test_fraction {test_fraction} leaves an empty split for {n} images")
     perm = np.random.default_rng(seed).permutation(n)
     splits = {"test": full.subset_images(np.sort(perm[:n_test])), "train": full.subset_images(np.sort(perm[n_test:]))}
-    meta = {**meta, "folder": str(folder_), "test_fraction": test_fraction, "seed": seed,
-            "n_images": n, "n_captions": full.n_captions}
-    ds = EmbeddingDataset(name=name or label or folder_.name, source="real", splits=splits, meta=meta)
+    meta = {**(meta or {}), "test_fraction": test_fraction, "seed": seed, "n_images": n, "n_captions": full.n_captions}
+    ds = EmbeddingDataset(name=name, source="real", splits=splits, meta=meta)
     return hold_out_val(ds, seed) if val else ds
 
 
-__all__ = ["load_local_embeddings"]
+__all__ = ["load_local_embeddings", "split_by_images"]
