@@ -15,6 +15,7 @@ from pandas.api import types as pdt
 from .reporting import beside_published as _merge_published, load_published
 
 __all__ = ["beside_published", "published", "side_by_side", "to_long", "wide_by", "gains", "GAIN_COLUMNS",
+           "MIN_PUBLISHED_GAIN",
            "PAPER_TABLES", "paper_tables", "DATASET_NAMES", "paper_dataset"]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
@@ -314,6 +315,11 @@ def wide_by(joined: pd.DataFrame, column: str, *, missing: str = "none") -> pd.D
     return pd.concat(sides, ignore_index=True) if sides else pd.DataFrame(columns=keys + ["run"] + labels)
 
 
+#: A published gain smaller than this (R@1 points, in absolute value) gets no ratio: the papers print R@1 to one or
+#: two decimals and a gain of a fraction of a point is within their rounding and sampling noise, so a ratio to it
+#: says nothing (a gain of 3 points against a published -0.02 would read "-150x").
+MIN_PUBLISHED_GAIN = 1.0
+
 #: Columns of :func:`gains` (and of every ``results/tables/<prefix>_gains*.csv`` that ``run_all.sh`` gathers into
 #: ``results/SUMMARY.md``).
 GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw", "normalized", "gain", "published raw",
@@ -322,19 +328,20 @@ GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw", "norm
 
 def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None) -> pd.DataFrame:
     """Gains over the raw scores, ours beside the paper's: one row per normalized method of a
-    :func:`beside_published` result (wide results joined on ``direction``, ``method``, ``setting``).
+    :func:`beside_published` result (wide results joined on ``direction`` and ``method``, and ``setting`` when
+    there is one).
 
     For each direction and metric, ``raw`` names the method of the raw scores (after ``names=``: e.g. "Original");
     ``gain = normalized - raw`` on each side, and ``ratio = gain / published gain``: 1 when this run gains what the
-    paper reports, about 3 when a gain is three times too large. A side without its raw row, or a published gain of
-    0, leaves the gain or the ratio missing (NaN), never 0. ``data`` labels the rows (default: the ``run`` column:
+    paper reports, about 3 when a gain is three times too large. A side without its raw row, or a published gain
+    under :data:`MIN_PUBLISHED_GAIN` points, leaves the gain or the ratio missing (NaN), never 0. ``data`` labels the rows (default: the ``run`` column:
     "synthetic analog (...)" or "real: ..."). Columns :data:`GAIN_COLUMNS`.
     """
     if not isinstance(joined, pd.DataFrame):
         raise TypeError(f"joined must be a pandas DataFrame (a beside_published result); got {type(joined).__name__}")
-    need = {"direction", "method", "setting", "metric", "published", "this run", "run", "published source"}
+    need = {"direction", "method", "metric", "published", "this run", "run", "published source"}
     if not need <= set(joined.columns):
-        raise ValueError(f"joined must be a beside_published result joined on direction, method and setting "
+        raise ValueError(f"joined must be a beside_published result joined on direction and method (and setting) "
                          f"(columns {sorted(need)}); columns: {list(joined.columns)}")
     if not isinstance(raw, str) or raw not in set(joined["method"]):
         raise ValueError(f"raw={raw!r} is not a method of joined ({sorted(set(map(str, joined['method'])))}): name "
@@ -350,10 +357,10 @@ def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None)
             ours, pub = float(row["this run"]), float(row["published"])
             gain, pub_gain = ours - r_ours, pub - r_pub
             rows.append({"data": data if data is not None else row["run"], "direction": direction,
-                         "method": row["method"], "setting": row["setting"], "metric": metric, "raw": r_ours,
+                         "method": row["method"], "setting": row.get("setting", ""), "metric": metric, "raw": r_ours,
                          "normalized": ours, "gain": gain, "published raw": r_pub, "published": pub,
                          "published gain": pub_gain,
-                         "ratio": gain / pub_gain if pd.notna(gain) and pd.notna(pub_gain) and pub_gain != 0
-                         else float("nan"),
+                         "ratio": gain / pub_gain if pd.notna(gain) and pd.notna(pub_gain)
+                         and abs(pub_gain) >= MIN_PUBLISHED_GAIN else float("nan"),
                          "published source": row["published source"]})
     return pd.DataFrame(rows, columns=GAIN_COLUMNS)

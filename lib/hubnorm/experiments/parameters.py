@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 __all__ = ["Rule", "SCHEMA", "rule_for", "validate", "markdown"]
 
 DIRECTIONS = ("t2i", "i2t")
-SOURCE_KINDS = ("synthetic:", "cache:", "local:", "sims:")
+SOURCE_KINDS = ("synthetic:", "cache:", "local:", "sims:", "real:")
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,16 @@ def _dict(fields: Optional[Mapping[str, Callable]] = None, *, required: Sequence
 def _source(v):
     if not isinstance(v, str) or not v.startswith(SOURCE_KINDS) or v in SOURCE_KINDS:
         return ("must be a source string 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', "
-                f"'local:<folder>' or 'sims:<folder>'; got {v!r}")
+                f"'local:<folder>', 'sims:<folder>' or 'real:<release>'; got {v!r}")
     return None
+
+
+def _real_source(v):
+    from ..data.real import RELEASES
+
+    if isinstance(v, str) and v.startswith("real:") and v[len("real:"):] in RELEASES:
+        return None
+    return f"must be 'real:<release>', <release> one of {sorted(RELEASES)}; got {v!r}"
 
 
 def _cross_source(v):
@@ -173,14 +181,17 @@ def R(kind: str, text: str, check: Callable, example: str = "") -> Rule:
 #: The rule of every notebook parameter (``"NN:name"`` overrides ``name`` for notebook NN).
 SCHEMA: Dict[str, Rule] = {
     # data
-    "source": R("str", "'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', 'local:<folder>' or "
-                "'sims:<folder>' (score matrices: what they give, the rest named in a NOTE; README 'Your own data')",
+    "source": R("str", "'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', 'local:<folder>', "
+                "'real:<release>' or 'sims:<folder>' (score matrices: what they give, the rest named in a NOTE; README 'Your own data')",
                 _source,
                 "local:/data/my-embeddings"),
     "synthetic_sizes": R("dict", "{'n_train_images': int >= 0, 'n_test_images': int >= 1, 'n_val_images': int >= 0}",
                          _SIZES, "{n_train_images: 2000}"),
     "source_kwargs": R("dict", "keyword arguments of the loader (e.g. {'test_fraction': 0.5} for local:)", _dict()),
     "cross_source": R("str", "'auto', 'none', None or a source string", _cross_source),
+    "real_sources": R("list", "['auto'] (the real releases beside a synthetic run: none for a real run), [] or a "
+                      "list of 'real:<release>' strings (python -m hubnorm.data list)",
+                      _list(_either(_choice(("auto",)), _real_source), min_len=0), "[real:coco500-clip-b16]"),
     "cross_sizes": R("dict", "sizes of a synthetic cross-dataset source (as synthetic_sizes)", _SIZES),
     "cross_seed": R("int", "an integer >= 0", _int(0)),
     "cross_kwargs": R("dict", "keyword arguments of the cross-dataset loader", _dict()),

@@ -39,6 +39,7 @@ __all__ = [
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_parameters", "select_and_evaluate", "note", "method_items", "params_for",
+    "REAL_DEFAULTS", "real_sources", "load_real_sets",
 ]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
@@ -77,7 +78,7 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     if not isinstance(source, str):
         raise TypeError(f"source must be a string such as 'synthetic:flickr30k' or 'local:/path'; got {source!r}")
     kwargs = dict(source_kwargs or {})
-    if source.startswith("local:"):
+    if source.startswith(("local:", "real:")):
         kwargs.setdefault("val", bool(ensure_val))
     if source.startswith("synthetic:"):
         kwargs.update(synthetic_sizes or {})
@@ -119,8 +120,62 @@ def run_label(ds: EmbeddingDataset) -> str:
         if ds.meta.get("rehearsal"):
             return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name})")
         return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
+    if ds.meta.get("release") and ds.meta.get("label"):   # a real release names its data set, size and model
+        return str(ds.meta["label"])
     model = ds.meta.get("model")
     return f"real data ({ds.name}" + (f", {model})" if model else ")")
+
+
+#: The real embedding releases (:mod:`hubnorm.data.real`) a notebook shows beside a synthetic run by default
+#: (``real_sources = ["auto"]``), by the modality of the items.
+REAL_DEFAULTS = {"image": ("coco500-clip-b16", "flickr8k-100x5-clip-b32"), "audio": ("audiocaps-clap",)}
+
+
+def real_sources(real: Sequence[str], source: str, *, modality: str = "image") -> List[str]:
+    """The real releases named by a notebook's ``real_sources`` parameter, as ``"real:<release>"`` strings.
+
+    ``["auto"]``: :data:`REAL_DEFAULTS` of ``modality`` when ``source`` is synthetic (a run on real data is its own
+    real column: none); ``[]``: none; otherwise the ``"real:<release>"`` strings given (an unknown release is an
+    error listing the known ones)."""
+    from ..data.real import RELEASES
+
+    if modality not in REAL_DEFAULTS:
+        raise ValueError(f"modality must be one of {sorted(REAL_DEFAULTS)}; got {modality!r}")
+    real = list(real)
+    if real == ["auto"]:
+        return [f"real:{r}" for r in REAL_DEFAULTS[modality]] if str(source).startswith("synthetic:") else []
+    out = []
+    for s in real:
+        name = s[len("real:"):] if isinstance(s, str) and s.startswith("real:") else None
+        if name not in RELEASES:
+            raise ValueError(f"real_sources must be ['auto'], [] or 'real:<release>' strings, <release> one of "
+                             f"{sorted(RELEASES)}; got {s!r}")
+        out.append(f"real:{name}")
+    return out
+
+
+def load_real_sets(sources: Sequence[str], *, seed: int = 0, dtype: Optional[str] = "float64",
+                   source_kwargs: Optional[Mapping[str, object]] = None) -> Dict[str, EmbeddingDataset]:
+    """The releases of ``sources`` (:func:`real_sources`) whose files are on this machine, each prepared like the
+    main data (:func:`prepare_dataset`: splits, float64 unit rows), keyed by its label (:func:`run_label`).
+
+    Nothing is downloaded here: ``run_all.sh`` fetches the releases once at its start (``python -m hubnorm.data
+    fetch-real``); a release that is not cached is left out, and one NOTE names them all with the command."""
+    from ..data.real import FETCH_COMMAND, real_status
+
+    out, missing = {}, []
+    for src in sources:
+        name = src.split(":", 1)[1]
+        if real_status(name) != "cached":
+            missing.append(name)
+            continue
+        ds = prepare_dataset(src, seed=seed, dtype=dtype, note_small=False,
+                             source_kwargs={**dict(source_kwargs or {}), "download": False})
+        out[run_label(ds)] = ds
+    if missing:
+        note(f"the real column leaves out {', '.join(missing)}: not on this machine (fetch with "
+             f"'{FETCH_COMMAND} {' '.join(missing)}', or let run_all.sh fetch it)")
+    return out
 
 
 #: The value of ``dataset`` when the data set of a run is not declared: no published table is compared with it.
