@@ -37,7 +37,9 @@ def _real(name):
 @pytest.mark.parametrize("name", sorted(cal.REAL_STATISTICS))
 def test_recorded_real_statistics_are_what_the_real_embeddings_give(name):
     real = _real(name)
-    got = {**embedding_statistics(*real), **bank_statistics(*real)}
+    headroom = cal.headroom_statistics(*real, splits=range(cal.HEADROOM_SPLITS["real"]))
+    got = {**embedding_statistics(*real), **bank_statistics(*real),
+           **{k: v for k, v in headroom.items() if k in cal.STATISTICS}}
     rec = cal.REAL_STATISTICS[name]["statistics"]
     assert set(rec) == {k for k, v in got.items() if np.isfinite(v)}
     for key, value in rec.items():
@@ -146,3 +148,91 @@ def test_video_and_audio_presets_are_within_the_band_of_every_fitted_baseline(re
     assert set(fitted[fitted["statistic"].str.startswith("R1_")]["statistic"]) == {"R1_t2v", "R1_v2t", "R1_t2a"}
     for _, r in fitted.iterrows():
         assert bool(r[f"{r['preset']} within"]), (r["preset"], r["statistic"], r["real"], r[f"{r['preset']} mean"])
+
+
+# ------------------------------------------------------------------------------------------------ headroom
+def _oracle_gains(images, captions, c2i, split, k=16, alpha=0.75, tau=0.02):
+    """The headroom protocol written out independently in dense float64 numpy (the papers' equations): NNN
+    ``s - alpha * mean(top-k bank scores of the target)``, IS ``s - tau * logsumexp(bank scores / tau)``; R@1 as
+    "the positive ranks first" (t2i: the caption's image; i2t: any caption of the image)."""
+    from scipy.special import logsumexp
+
+    img = images / np.linalg.norm(images, axis=1, keepdims=True)
+    cap = captions / np.linalg.norm(captions, axis=1, keepdims=True)
+    n = len(img)
+    perm = np.random.default_rng(split).permutation(n)
+    test, ref = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    remap = -np.ones(n, int)
+    remap[test] = np.arange(len(test))
+    qm = remap[c2i] >= 0
+    out = {}
+    for d in ("t2i", "i2t"):
+        if d == "t2i":
+            s, bank = cap[qm] @ img[test].T, cap[~qm] @ img[test].T
+            right = lambda sc: np.mean(sc.argmax(1) == remap[c2i[qm]])
+        else:
+            s, bank = img[test] @ cap[qm].T, img[ref] @ cap[qm].T
+            right = lambda sc: np.mean(remap[c2i[qm]][sc.argmax(1)] == np.arange(len(test)))
+        kk = min(k, len(bank))
+        raw = 100 * right(s)
+        nnn = 100 * right(s - alpha * np.sort(bank, axis=0)[-kk:].mean(0))
+        is_ = 100 * right(s - tau * logsumexp(bank / tau, axis=0))
+        out.update({f"gain_nnn_{d}": nnn - raw, f"gain_is_{d}": is_ - raw, f"R1_half_{d}": raw})
+    return out
+
+
+@pytest.mark.parametrize("captions_per_image", [1, 3])
+def test_headroom_statistics_equal_an_independent_dense_oracle(captions_per_image):
+    """The headroom of a fixed correction (NNN k=16, alpha=0.75; IS tau=0.02) through hubnorm's normalizers equals
+    the same protocol written out in numpy, split by split, on a set with hubs (a shared direction of varying
+    weight) and one or several captions per image."""
+    rng = np.random.default_rng(7)
+    n, d = 60, 24
+    hub = rng.standard_normal(d)
+    img = rng.standard_normal((n, d)) + rng.gamma(1.0, 1.5, (n, 1)) * hub
+    c2i = np.repeat(np.arange(n), captions_per_image)
+    cap = img[c2i] + 1.6 * rng.standard_normal((n * captions_per_image, d))
+    for split in range(4):
+        got = cal.headroom_statistics(img, cap, c2i, splits=[split])
+        want = _oracle_gains(img, cap, c2i, split)
+        assert set(got) == set(want)
+        for key in want:
+            assert got[key] == pytest.approx(want[key], abs=1e-9), (split, key)
+    # a mean over splits is the mean of the per-split values
+    many = cal.headroom_statistics(img, cap, c2i, splits=range(4))
+    per = [_oracle_gains(img, cap, c2i, s)["gain_nnn_t2i"] for s in range(4)]
+    assert many["gain_nnn_t2i"] == pytest.approx(np.mean(per), abs=1e-9)
+    assert any(abs(v) > 0 for v in per), "the oracle problem must have hubs for NNN to move"
+
+
+def test_headroom_statistics_refuse_what_they_cannot_split():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="at least 4 images"):
+        cal.headroom_statistics(rng.standard_normal((3, 8)), rng.standard_normal((3, 8)), np.arange(3))
+    with pytest.raises(ValueError, match="splits must name"):
+        cal.headroom_statistics(rng.standard_normal((8, 8)), rng.standard_normal((8, 8)), np.arange(8), splits=[])
+
+
+def test_headroom_statistics_are_in_the_table_of_statistics_with_their_tolerance():
+    """The four headroom statistics are fitted statistics with a tolerance of 1.5 R@1 points (set before any fit),
+    and every real reference records them."""
+    for key in ("gain_nnn_t2i", "gain_is_t2i", "gain_nnn_i2t", "gain_is_i2t"):
+        assert cal.STATISTICS[key][1:] == (1.5, "abs") and key not in cal.NOT_FITTED
+        for ref in cal.REAL_STATISTICS.values():
+            assert np.isfinite(ref["statistics"][key])
+    assert cal.HEADROOM == {"nnn": ("nnn", {"alpha": 0.75, "k": 16}), "is": ("is", {"tau": 0.02})}
+
+
+def test_the_papers_gains_compared_out_of_sample_are_the_published_ones():
+    """Every row of PAPER_GAINS names a published raw and normalized R@1 (no missing row: a typo in a table id or a
+    setting would silently drop a comparison)."""
+    from hubnorm.media import MEDIA_PRESETS
+
+    for preset, d, method, params, bank, paper, table, model, setting in cal.PAPER_GAINS:
+        dataset = MEDIA_PRESETS[preset].dataset if preset in MEDIA_PRESETS else preset
+        raw, pub = cal._published_gain(paper, table, model, dataset, d, method, setting)
+        assert np.isfinite(raw) and np.isfinite(pub), (preset, d, method, table, setting)
+    methods = {(p, m) for p, _, m, *_ in cal.PAPER_GAINS}
+    for preset in ("flickr30k", "coco"):
+        assert {(preset, m) for m in ("nnn", "is", "sn", "dbsn")} <= methods
+    assert {("msrvtt", "sn"), ("audiocaps", "sn"), ("msrvtt", "dbsn")} <= methods

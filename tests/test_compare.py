@@ -283,3 +283,47 @@ def test_bad_join_options_name_the_argument(kwargs, word):
     ours = pd.DataFrame({"direction": ["t2i"], "method": ["nnn"], "setting": [IN], "k": ["20"], "R@1": [70.0]})
     with pytest.raises(ValueError, match=word):
         compare.beside_published(ours, PAPER, "A6", label="x", **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------ gains
+def _joined(ours_raw=60.0, ours_nnn=66.0, pub_raw=58.8, pub_nnn=64.6, run="synthetic analog (x, seed 0)"):
+    return pd.DataFrame({"direction": ["t2i", "t2i", "t2i"], "method": ["Original", "NNN", "DN"],
+                         "setting": ["none", "bank", "bank"], "metric": ["R@1"] * 3,
+                         "published": [pub_raw, pub_nnn, 58.9], "this run": [ours_raw, ours_nnn, 61.0],
+                         "run": [run] * 3, "published source": ["NNN Table 1"] * 3})
+
+
+def test_gains_are_differences_to_the_raw_row_on_each_side_and_their_ratio():
+    g = compare.gains(_joined(), raw="Original")
+    assert list(g.columns) == compare.GAIN_COLUMNS
+    nnn = g.set_index("method").loc["NNN"]
+    assert nnn["raw"] == 60.0 and nnn["normalized"] == 66.0 and nnn["gain"] == pytest.approx(6.0)
+    assert nnn["published gain"] == pytest.approx(64.6 - 58.8)
+    assert nnn["ratio"] == pytest.approx(6.0 / 5.8)
+    assert nnn["data"] == "synthetic analog (x, seed 0)" and nnn["setting"] == "bank"
+    # a published gain under MIN_PUBLISHED_GAIN (DN: +0.1) gets no ratio, never a huge number
+    dn = g.set_index("method").loc["DN"]
+    assert dn["gain"] == pytest.approx(1.0) and np.isnan(dn["ratio"])
+    assert "Original" not in set(g["method"])
+    assert compare.gains(_joined(), raw="Original", data="real: X")["data"].eq("real: X").all()
+
+
+def test_gains_leave_missing_what_a_side_lacks():
+    j = _joined()
+    j.loc[j["method"] == "Original", "published"] = np.nan   # the paper prints no raw row
+    g = compare.gains(j, raw="Original").set_index("method")
+    assert np.isnan(g.loc["NNN", "published gain"]) and np.isnan(g.loc["NNN", "ratio"])
+    assert g.loc["NNN", "gain"] == pytest.approx(6.0)
+    j = _joined()
+    j.loc[j["method"] == "NNN", "this run"] = np.nan   # this run has no NNN row
+    g = compare.gains(j, raw="Original").set_index("method")
+    assert np.isnan(g.loc["NNN", "gain"]) and np.isnan(g.loc["NNN", "ratio"])
+
+
+def test_gains_name_the_argument_and_the_fix():
+    with pytest.raises(ValueError, match="raw='raw' is not a method of joined"):
+        compare.gains(_joined(), raw="raw")
+    with pytest.raises(ValueError, match="beside_published result"):
+        compare.gains(_joined().drop(columns="published"), raw="Original")
+    with pytest.raises(TypeError, match="DataFrame"):
+        compare.gains([1, 2], raw="Original")

@@ -73,6 +73,71 @@ def test_notice_renders_markdown_and_checks_are_recorded(capsys):
     assert nb.checks() == []
 
 
+def test_every_check_is_recorded_with_its_data_and_a_new_run_starts_afresh(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "98_gains.csv").write_text("stale\n")      # an earlier run's gains of this notebook
+    (tables / "97_gains.csv").write_text("other\n")      # another notebook's: untouched
+    nb.setup("98", seed=0, threads=1)
+    assert not (tables / "98_gains.csv").exists() and (tables / "97_gains.csv").exists()
+    nb.check("before any label", True)
+    assert nb.data_label("synthetic analog (x, seed 0)") == "synthetic analog (x, seed 0)"
+    nb.check("holds on the main data", True, "1 -> 2")
+    nb.check("differs on a real set", False, "3 -> 3", data="real: Y")
+    rows = pd.read_csv(tables / "98_claims.csv")
+    assert list(rows.columns) == reporting.CLAIM_COLUMNS
+    assert rows["claim"].tolist() == ["before any label", "holds on the main data", "differs on a real set"]
+    assert rows["detail"].fillna("").tolist() == ["", "1 -> 2", "3 -> 3"]
+    assert rows["status"].tolist() == ["PASS", "PASS", "DIFFERS"]
+    assert rows["data"].tolist() == ["unnamed data", "synthetic analog (x, seed 0)", "real: Y"]
+    nb.setup("98", seed=0, threads=1)   # a rerun: its lines only
+    assert len(pd.read_csv(tables / "98_claims.csv")) == 0
+    with pytest.raises(ValueError, match="label must be a non-empty string"):
+        nb.data_label("  ")
+    run = nb.Run("98")
+    with pytest.raises(ValueError, match="start with 'gains'"):
+        run.save_gains(pd.DataFrame({"a": [1]}), "main")
+
+
+def test_the_run_summary_gathers_the_claims_and_gains_of_the_notebooks_that_ran(tmp_path):
+    import pandas as pd
+
+    from hubnorm.experiments import compare
+
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    pd.DataFrame([["01", "NNN raises R@1", "PASS", "1 -> 2", "synthetic analog (a)"],
+                  ["01", "NNN raises R@1", "DIFFERS", "3 -> 3", "real: B"]],
+                 columns=reporting.CLAIM_COLUMNS).to_csv(tables / "01_claims.csv", index=False)
+    pd.DataFrame([["03", "a | claim", "PASS", "", "synthetic analog (a)"]],
+                 columns=reporting.CLAIM_COLUMNS).to_csv(tables / "03_claims.csv", index=False)
+    pd.DataFrame([["04", "left over", "PASS", "", "x"]],   # a notebook this run did not run: not gathered
+                 columns=reporting.CLAIM_COLUMNS).to_csv(tables / "04_claims.csv", index=False)
+    g = pd.DataFrame([["synthetic analog (a)", "t2i", "NNN", "bank", "R@1", 60.0, 66.0, 6.0, 58.8, 64.6, 5.8,
+                       6.0 / 5.8, "NNN Table 1"],
+                      ["real: B", "t2i", "NNN", "bank", "R@1", 57.0, 60.0, 3.0, 58.8, 64.6, 5.8, 3.0 / 5.8,
+                       "NNN Table 1"]], columns=compare.GAIN_COLUMNS)
+    g.to_csv(tables / "01_gains.csv", index=False)
+    out = reporting.write_summary(tmp_path, [("01_main", "ok"), ("02_hist", "skipped: needs images"),
+                                             ("03_k", "FAILED")], title="a test")
+    text = out.read_text()
+    assert out == tmp_path / "SUMMARY.md"
+    assert "| 01_main | ok | 1 PASS / 1 DIFFERS |" in text and "| 02_hist | skipped: needs images | - |" in text
+    assert "| 03_k | FAILED | 1 PASS / 0 DIFFERS |" in text
+    assert "All lines: 2 PASS / 1 DIFFERS." in text
+    assert "- synthetic analog (a): 2 PASS / 0 DIFFERS" in text and "- real: B: 0 PASS / 1 DIFFERS" in text
+    assert "a / claim" in text and "left over" not in text   # table cells escaped; 04 did not run
+    assert "| 01 | synthetic analog (a) | t2i | NNN | bank | 60.00 | 66.00 | 6.00 | 5.80 | 1.03 |" in text
+    assert "- real: B: 0.52 over 1 gains" in text
+    claims = pd.read_csv(tmp_path / "SUMMARY.csv")
+    assert len(claims) == 3 and set(claims["notebook"].astype(str).str.zfill(2)) == {"01", "03"}
+    gains = pd.read_csv(tmp_path / "SUMMARY_gains.csv")
+    assert list(gains.columns) == ["notebook"] + compare.GAIN_COLUMNS and len(gains) == 2
+
+
 # ---------------------------------------------------------------------------------------------- results folder
 @pytest.mark.parametrize("repo_root", ["checkout", None], ids=["editable", "non-editable"])
 def test_results_go_to_one_documented_folder_for_every_install(tmp_path, monkeypatch, repo_root):

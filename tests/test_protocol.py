@@ -269,3 +269,51 @@ def test_cross_dataset_partner_comes_from_the_registry(monkeypatch, capsys):
     assert ex.cross_dataset_source(syn, "auto") is None   # no synthetic flickr8k preset
     assert "names no partner of 'coco' with a synthetic preset" in capsys.readouterr().out
     assert ex.cross_dataset_source(syn, "synthetic:flickr30k") == "synthetic:flickr30k"   # explicit is kept
+
+
+# ------------------------------------------------------------------------------------------------ the real column
+def test_real_sources_resolve_the_parameter():
+    assert ex.real_sources(["auto"], "synthetic:flickr30k") == ["real:coco500-clip-b16", "real:flickr8k-100x5-clip-b32"]
+    assert ex.real_sources(["auto"], "synthetic:msrvtt", modality="audio") == ["real:audiocaps-clap"]
+    assert ex.real_sources(["auto"], "local:/data/mine") == []   # a real run is its own real column
+    assert ex.real_sources([], "synthetic:coco") == []
+    assert ex.real_sources(["real:coco500-clip-b16"], "local:/x") == ["real:coco500-clip-b16"]
+    with pytest.raises(ValueError, match="real_sources must be .*coco500-clip-b16"):
+        ex.real_sources(["real:nope"], "synthetic:coco")
+    with pytest.raises(ValueError, match="real_sources must be"):
+        ex.real_sources(["coco500-clip-b16"], "synthetic:coco")
+    with pytest.raises(ValueError, match="modality must be one of"):
+        ex.real_sources(["auto"], "synthetic:coco", modality="video")
+
+
+def test_the_real_column_reads_only_the_cache_and_says_once_what_is_missing(tmp_path, monkeypatch, capsys):
+    """Nothing is downloaded inside a notebook: without the cached files, no data set and one NOTE naming the
+    missing releases and the command that fetches them."""
+    from hubnorm.experiments.reporting import REAL_MISSING_NOTE
+
+    monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr("hubnorm.data.real.URL_BASE", "http://127.0.0.1:9")   # any download attempt fails loudly
+    got = ex.load_real_sets(["real:coco500-clip-b16", "real:flickr8k-100x5-clip-b32"])
+    out = capsys.readouterr().out
+    assert got == {}
+    notes = [ln for ln in out.splitlines() if ln.startswith("NOTE:")]
+    assert len(notes) == 1 and notes[0].startswith(REAL_MISSING_NOTE), out
+    assert "coco500-clip-b16, flickr8k-100x5-clip-b32" in notes[0] and "python -m hubnorm.data fetch-real" in notes[0]
+
+
+@pytest.mark.shared_data
+def test_the_real_column_loads_cached_releases_under_their_labels(tmp_path, monkeypatch, capsys):
+    from conftest import shared_path
+    from hubnorm.data.real import fetch_real
+
+    mirror = shared_path("embeddings")
+    monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "cache"))
+    fetch_real("coco500-clip-b16", mirror=mirror, progress=False)
+    got = ex.load_real_sets(["real:coco500-clip-b16", "real:flickr8k-100x5-clip-b32"], seed=0)
+    assert list(got) == ["real: COCO val2017, 500 pairs, CLIP ViT-B/16"]   # the other one is not cached: a NOTE
+    assert "flickr8k-100x5-clip-b32" in capsys.readouterr().out
+    ds = got["real: COCO val2017, 500 pairs, CLIP ViT-B/16"]
+    assert ds.source == "real" and {s: ds.split(s).n_images for s in ds.splits} == {"test": 250, "val": 83, "train": 167}
+    x = ds.split("test").images
+    assert x.dtype == np.float64 and np.allclose(np.linalg.norm(x, axis=1), 1.0)
+    assert ex.run_label(ds) == "real: COCO val2017, 500 pairs, CLIP ViT-B/16"

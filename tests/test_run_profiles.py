@@ -185,6 +185,8 @@ def test_every_profile_starts_its_first_notebook(profile, tmp_path, rehearsal_ca
         assert "python -m hubnorm.data" in log, log[-3000:]   # the loader's error names the commands
     else:
         assert r.returncode == 0 and f"{first}" in out and " ok" in out, out
+        summary = (results / "SUMMARY.md").read_text()   # every run writes its summary of claims and gains
+        assert f"| {first} | ok |" in summary and (results / "SUMMARY.csv").exists(), summary
         text = executed.read_text()
         if profile.startswith("rehearse-"):
             ds = profile.split("-", 1)[1]
@@ -204,3 +206,32 @@ def test_skips_come_from_the_notebooks_needs_with_the_old_lines(args, line, tmp_
     assert r.returncode == 0, r.stdout + r.stderr
     assert line in r.stdout.splitlines(), r.stdout
     assert "run_all.sh: all notebooks ok (1 skipped)" in r.stdout and ": running" not in r.stdout
+
+
+def test_the_real_column_is_fetched_once_and_a_missing_release_is_one_note(monkeypatch, capsys, tmp_path):
+    """run_all.sh fetches the real releases once (``fetch-real --optional``); what it cannot get is ONE NOTE for the
+    whole run, and the notebooks' own NOTE lines about it are then not streamed again."""
+    from hubnorm.experiments import runner as rn
+    from hubnorm.experiments.reporting import REAL_MISSING_NOTE
+
+    lines = ("coco500-clip-b16: cached (1 file, sha256 checked) -> /x\n"
+             "NOTE: real release flickr8k-100x5-clip-b32 unavailable: offline\n"
+             "NOTE: real release audiocaps-clap unavailable: offline\n")
+    monkeypatch.setattr(rn.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, lines, ""))
+    r = rn.Runner.__new__(rn.Runner)
+    r.root, r.python = tmp_path, "python"
+    r._fetch_real()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("run_all.sh: real column: coco500-clip-b16")
+    assert len([ln for ln in out if ln.startswith("NOTE:")]) == 1 and r.real_noted
+    assert out[1].startswith(f"{REAL_MISSING_NOTE} flickr8k-100x5-clip-b32, audiocaps-clap:")
+
+    import io
+
+    class Proc:   # a notebook's output: its NOTE about the same releases is not shown again
+        stdout = io.BytesIO(f"{REAL_MISSING_NOTE} audiocaps-clap: not on this machine\nR@1 60.00\n".encode())
+    st = rn._Streamer(Proc, tmp_path / "log", "  08| ", True, skip=(REAL_MISSING_NOTE.encode(),))
+    st.join()
+    shown = capsys.readouterr().out
+    assert "R@1 60.00" in shown and REAL_MISSING_NOTE not in shown
+    assert REAL_MISSING_NOTE in (tmp_path / "log").read_text()   # the log keeps it

@@ -162,6 +162,7 @@ def load_real_sets(sources: Sequence[str], *, seed: int = 0, dtype: Optional[str
     Nothing is downloaded here: ``run_all.sh`` fetches the releases once at its start (``python -m hubnorm.data
     fetch-real``); a release that is not cached is left out, and one NOTE names them all with the command."""
     from ..data.real import FETCH_COMMAND, real_status
+    from .reporting import REAL_MISSING_NOTE
 
     out, missing = {}, []
     for src in sources:
@@ -172,8 +173,8 @@ def load_real_sets(sources: Sequence[str], *, seed: int = 0, dtype: Optional[str
         ds = prepare_dataset(src, seed=seed, dtype=dtype, note_small=False,
                              source_kwargs={**dict(source_kwargs or {}), "download": False})
         out[run_label(ds)] = ds
-    if missing:
-        note(f"the real column leaves out {', '.join(missing)}: not on this machine (fetch with "
+    if missing:   # REAL_MISSING_NOTE: run_all.sh recognises the line (and says it once for the run)
+        note(f"{REAL_MISSING_NOTE[len('NOTE: '):]} {', '.join(missing)}: not on this machine (fetch with "
              f"'{FETCH_COMMAND} {' '.join(missing)}', or let run_all.sh fetch it)")
     return out
 

@@ -107,6 +107,10 @@ def beside_published(ours: pd.DataFrame, published: pd.DataFrame, on, *, value: 
 
 
 # ---------------------------------------------------------------------------------------------- run summary
+#: How a notebook's NOTE about real releases missing from this machine begins
+#: (:func:`hubnorm.experiments.protocol.load_real_sets`); ``run_all.sh`` says it once for the whole run instead.
+REAL_MISSING_NOTE = "NOTE: the real column leaves out"
+
 #: Columns of ``results/tables/<prefix>_claims.csv``: every PASS/DIFFERS line of a notebook's run, with the data it
 #: was computed on (written by :func:`hubnorm.experiments.notebook.check`, gathered by :func:`write_summary`).
 CLAIM_COLUMNS = ["notebook", "claim", "status", "detail", "data"]

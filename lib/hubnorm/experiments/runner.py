@@ -134,8 +134,8 @@ def _fill(value, **fields):
 class _Streamer:
     """Copy a child's output to its log and (unless quiet) to the terminal, prefixed ``  NN| ``."""
 
-    def __init__(self, proc, log_path: Path, prefix: str, show: bool):
-        self.proc, self.log_path, self.prefix, self.show = proc, log_path, prefix, show
+    def __init__(self, proc, log_path: Path, prefix: str, show: bool, skip: Sequence[bytes] = ()):
+        self.proc, self.log_path, self.prefix, self.show, self.skip = proc, log_path, prefix, show, tuple(skip)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -148,7 +148,7 @@ class _Streamer:
                 log.flush()
                 if self.show:
                     for part in line.rstrip(b"\n").split(b"\r"):
-                        if _PAPERMILL_LINES.match(part):
+                        if _PAPERMILL_LINES.match(part) or part.startswith(self.skip):
                             continue
                         sys.stdout.write(self.prefix + part.decode("utf-8", "replace") + "\n")
                     sys.stdout.flush()
@@ -285,6 +285,10 @@ class Runner:
                 _say(f"run_all.sh: the {prep.what} could not be prepared (above); {users[0].stem} will say why",
                      err=True)
 
+        self.real_noted = False
+        if profile_name == "default" and not own and runnable:
+            self._fetch_real()
+
         out = results / "notebooks"
         out.mkdir(parents=True, exist_ok=True)
         start_all = time.time()
@@ -340,6 +344,31 @@ class Runner:
                 return 1
         return 0
 
+    def _fetch_real(self) -> None:
+        """The real embedding releases of the notebooks' real column, once per run (``python -m hubnorm.data
+        fetch-real --optional``: cached, from ``$HUBNORM_REAL_MIRROR``, or downloaded by pinned commit and sha256).
+        One line says which are there; those that are not get ONE NOTE for the whole run (the notebooks' own NOTE
+        lines about them are then not repeated in the terminal; their executed copies keep them)."""
+        from .reporting import REAL_MISSING_NOTE
+
+        t0 = time.time()
+        proc = subprocess.run([self.python, "-m", "hubnorm.data", "fetch-real", "--optional", "--no-progress"],
+                              cwd=self.root, capture_output=True, text=True)
+        lines = proc.stdout.splitlines()
+        have = [ln.split(":")[0] for ln in lines if ln and not ln.startswith("NOTE:")]
+        missing = [ln.split("release ", 1)[1].split(" ")[0] for ln in lines if ln.startswith("NOTE: real release ")]
+        if proc.returncode != 0:
+            _say(f"run_all.sh: fetching the real releases failed ({(proc.stderr or proc.stdout).strip()[-300:]}); the "
+                 "notebooks run without the real column", err=True)
+            missing = missing or ["every release"]
+        if have:
+            _say(f"run_all.sh: real column: {', '.join(have)} ({int(time.time() - t0)}s)")
+        if missing:
+            _say(f"{REAL_MISSING_NOTE} {', '.join(missing)}: not on this machine and not downloadable now (offline?); "
+                 "'python -m hubnorm.data fetch-real' on a machine with internet, or set HUBNORM_REAL_MIRROR to a "
+                 "copy. The notebooks run without it.")
+            self.real_noted = True
+
     # ------------------------------------------------------------------------------------------ one notebook
     def _run_notebook(self, nb: Path, params: dict, out: Path):
         name = nb.stem
@@ -362,7 +391,10 @@ class Runner:
                                                        str(nb.relative_to(self.root)), str(out / f"{name}.ipynb")]
         proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         prefix = f"  {name[:2]}| "
-        streamer = _Streamer(proc, log, prefix, show=not quiet)
+        from .reporting import REAL_MISSING_NOTE
+
+        skip = (REAL_MISSING_NOTE.encode(),) if getattr(self, "real_noted", False) else ()
+        streamer = _Streamer(proc, log, prefix, show=not quiet, skip=skip)
         done = threading.Event()
         tail = None
         if not quiet:
