@@ -410,6 +410,35 @@ def _replace_block(text: str, name: str, body: str, path: str) -> str:
     return pat.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(3), text, count=1)
 
 
+_CHECK_LINE = re.compile(r"^(PASS|DIFFERS)(?: \((real: [^)\n]*)\))?: ", re.M)
+
+
+def claim_counts(nb: dict) -> dict[str, list[int]]:
+    """PASS / DIFFERS counts of an executed notebook's check lines (``hubnorm.experiments.notebook.check``), split
+    into the notebook's main run (``"main"``) and the real column (``"real"``: lines ``PASS (real: ...): ...``)."""
+    counts = {"main": [0, 0], "real": [0, 0]}
+    for text in _output_texts(nb):
+        for m in _CHECK_LINE.finditer(text):
+            counts["real" if m.group(2) else "main"][0 if m.group(1) == "PASS" else 1] += 1
+    return counts
+
+
+def readme_claims_block(notebooks: list[Path]) -> str:
+    """README's table of the committed notebooks' PASS/DIFFERS lines, per notebook and in all: the default run's
+    numbers as the notebooks themselves printed them (a run writes the same lines, each with its data, into
+    ``results/SUMMARY.md``)."""
+    rows, total = [], {"main": [0, 0], "real": [0, 0]}
+    for p in notebooks:
+        c = claim_counts(json.loads(p.read_text()))
+        for k in total:
+            total[k] = [a + b for a, b in zip(total[k], c[k])]
+        real = f"{c['real'][0]} PASS / {c['real'][1]} DIFFERS" if sum(c["real"]) else "-"
+        rows.append(f"| {p.stem[:2]} | {c['main'][0]} PASS / {c['main'][1]} DIFFERS | {real} |")
+    return "\n".join(["| notebook | the synthetic run | the real column |", "|---|---|---|", *rows,
+                      f"| all | {total['main'][0]} PASS / {total['main'][1]} DIFFERS | {total['real'][0]} PASS / "
+                      f"{total['real'][1]} DIFFERS |"])
+
+
 def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     """{path: content} of every file derived from the repository address and the notebooks' cells."""
     repo = repo or repository()
@@ -418,6 +447,7 @@ def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     readme = (REPO / "README.md").read_text()
     readme = _replace_block(readme, "badges", readme_badges_block(repo), "README.md")
     readme = _replace_block(readme, "launch", readme_launch_block(repo, notebooks), "README.md")
+    readme = _replace_block(readme, "claims", readme_claims_block(notebooks), "README.md")
     out[REPO / "README.md"] = readme
     install = (REPO / "docs" / "install.md").read_text()
     out[REPO / "docs" / "install.md"] = _replace_block(install, "install", install_block(repo), "docs/install.md")

@@ -202,11 +202,13 @@ def data_label(label: str) -> str:
 
 def check(claim: str, ok: bool, detail: str = "", *, data: Optional[str] = None) -> None:
     """Print ``PASS: claim [detail]`` or ``DIFFERS: claim [detail]``: a paper's qualitative claim, tested on
-    this run's numbers (never hard-coded). The line is also recorded for :func:`checks` and, with the data it was
-    computed on (``data``, else the last :func:`data_label`), in ``results/tables/<prefix>_claims.csv``."""
+    this run's numbers (never hard-coded). ``data`` names other data than the notebook's main run (a real set of
+    the real column): the line then says so, ``PASS (real: ...): claim``. The line is also recorded for
+    :func:`checks` and, with the data it was computed on (``data``, else the last :func:`data_label`), in
+    ``results/tables/<prefix>_claims.csv``."""
     _CHECKS.append((str(claim), bool(ok)))
     status = "PASS" if bool(ok) else "DIFFERS"
-    print(f"{status}: {claim}" + (f" [{detail}]" if detail else ""))
+    print(f"{status}" + (f" ({data})" if data is not None else "") + f": {claim}" + (f" [{detail}]" if detail else ""))
     if _RECORD["file"] is not None:
         row = {"notebook": _RECORD["prefix"], "claim": str(claim), "status": status, "detail": str(detail),
                "data": data if data is not None else (_RECORD["data"] or "unnamed data")}
