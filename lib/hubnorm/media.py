@@ -1,9 +1,10 @@
 """Synthetic video-text and text-audio presets, and retrieval tasks of any direction built on score matrices.
 
-The project holds no real video embeddings and one small real audio release (``real:audiocaps-clap``, 399 clips,
-:mod:`hubnorm.data.real`), so these presets are **synthetic analogs**: the
-"clustered" generator of :mod:`hubnorm.synthetic` with the geometry of the image preset ``flickr30k`` (fitted to
-real CLIP embeddings) and the sizes of each dataset, of which only the few parameters that the published raw
+These presets are **synthetic analogs**: the "clustered" generator of :mod:`hubnorm.synthetic` with the sizes of
+each dataset and a geometry fitted to real embeddings: the video presets build on the image preset ``flickr30k``
+(fitted to real CLIP embeddings; the project holds no real video embeddings), the audio presets on
+``audiocaps-clap`` (fitted to the real LAION-CLAP AudioCaps release, ``real:audiocaps-clap``: CLAP's similarity
+scale and modality gap are far from CLIP's). Of each preset only the few parameters that the published raw
 statistics constrain were refitted: zero-shot R@1 in both directions and, for MSR-VTT, the raw skewness of
 ``N_10`` (DBSN Tables 1, 3 and 5; ``data/calibration_synthetic.md``, section "Video and audio presets"). No
 normalizer and no claim is part of the fit. A "video" or "clip" is an image of the generator; its captions are
@@ -62,7 +63,8 @@ class MediaPreset:
         return f"t2{m}", f"{m}2t"
 
 
-#: Parameters refitted per preset, on top of the ``flickr30k`` geometry (everything else is the image preset's):
+#: Parameters refitted per preset, on top of its base geometry (``flickr30k`` or ``audiocaps-clap``; everything else
+#: is the base preset's):
 #: exactly what ``scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60`` wrote into
 #: ``data/calibration_synthetic.csv`` (column "fitted parameters"; ``tests/test_media_presets.py`` compares them).
 _MEDIA_FITTED = {
@@ -78,8 +80,9 @@ MEDIA_PRESETS: Dict[str, MediaPreset] = {
     "didemo": MediaPreset("didemo", "video", "didemo", "CLIP4Clip", 8395, 1, 1004, 1,
                           overrides=_MEDIA_FITTED["didemo"]),
     "audiocaps": MediaPreset("audiocaps", "audio", "audiocaps", "zs CLAP", 49838, 1, 975, 5,
+                             base="audiocaps-clap",
                              overrides=_MEDIA_FITTED["audiocaps"]),
-    "clotho": MediaPreset("clotho", "audio", "clotho", "zs CLAP", 3839, 5, 1045, 5,
+    "clotho": MediaPreset("clotho", "audio", "clotho", "zs CLAP", 3839, 5, 1045, 5, base="audiocaps-clap",
                           overrides=_MEDIA_FITTED["clotho"]),
 }
 

@@ -194,6 +194,13 @@ _FITTED = {
                  image_noise=0.3171, text_semantic=0.3001, text_noise=0.1735, caption_noise=2.900,
                  caption_shared=0.550, modality_cos=0.3330, bias_std=0.0136, caption_bias_std=0.0118,
                  image_style_share=0.684, text_style_share=0.720),
+    # the text-audio geometry of LAION-CLAP on AudioCaps: the audio presets of hubnorm.media build on it
+    "audiocaps-clap": dict(spectrum_decay=1.2, detail_decay=0.523, noise_decay=0.698, topic_zipf=0.507,
+                           topic_spread=1.0, topic_spread_sigma=0.811, image_noise_sigma=0.3,
+                           caption_noise_sigma=0.810, image_semantic=1.2, image_noise=0.4, text_semantic=2.0,
+                           text_noise=0.3, caption_noise=5.0, caption_shared=0.548, modality_cos=-0.25,
+                           bias_std=0.0151, caption_bias_std=0.0113, image_style_share=0.3, text_style_share=0.3,
+                           image_mean=0.25, text_mean=0.3),
 }
 
 #: The generator's presets. ``flickr30k`` and ``coco`` (the defaults): the "clustered" model, calibrated to
@@ -205,6 +212,8 @@ PRESETS: Dict[str, GeneratorConfig] = {
                                  **_CLUSTERED, **_FITTED["flickr30k"]),
     "coco": GeneratorConfig(name="coco", n_train_images=20000, n_val_images=5000, n_test_images=5000,
                             **_CLUSTERED, **_FITTED["coco"]),
+    "audiocaps-clap": GeneratorConfig(name="audiocaps-clap", n_train_images=10000, n_val_images=975,
+                                      n_test_images=975, **{**_CLUSTERED, **_FITTED["audiocaps-clap"]}),
     "flickr30k-isotropic": GeneratorConfig(name="flickr30k-isotropic", n_train_images=10000, n_val_images=1000,
                                            n_test_images=1000, hub_scale=0.0065, bias_std=0.011, caption_noise=3.5,
                                            topic_weight=0.3, caption_shared=0.45),

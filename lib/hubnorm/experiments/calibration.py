@@ -94,7 +94,7 @@ PUBLISHED_TOLERANCE = {"R1_t2i": (3.0, "abs"), "R1_i2t": (3.0, "abs"), "skew_N10
 #: them when the developers' copy of the embeddings is present).
 REAL_STATISTICS: Dict[str, dict] = {
     "flickr8k-100x5-clip-vitb32": {
-        "preset": "flickr30k", "n_images": 100, "captions_per_image": 5,
+        "preset": "flickr30k", "n_images": 100, "captions_per_image": 5, "release": "flickr8k-100x5-clip-b32",
         "source": "Flickr8k, first 100 images x 5 captions, OpenAI CLIP ViT-B/32 (github.com/Chia213/Search-Engine, "
                   "commit 7a3fb8ba)",
         "statistics": {
@@ -111,7 +111,7 @@ REAL_STATISTICS: Dict[str, dict] = {
         },
     },
     "coco-val2017-500-clip-vitb16": {
-        "preset": "coco", "n_images": 500, "captions_per_image": 1,
+        "preset": "coco", "n_images": 500, "captions_per_image": 1, "release": "coco500-clip-b16",
         "source": "COCO val2017, 500 image-caption pairs, OpenAI CLIP ViT-B/16 (github.com/Weixin-Liang/Modality-Gap, "
                   "commit 8e20cb24)",
         "statistics": {
@@ -125,6 +125,23 @@ REAL_STATISTICS: Dict[str, dict] = {
             "R1_t2i": 50.6000, "R1_i2t": 55.2000,
             "gain_nnn_t2i": 5.2920, "gain_is_t2i": 4.6820, "gain_nnn_i2t": 1.5780, "gain_is_i2t": 0.4660,
             "bank_gallery_gap": 0.7026, "query_bank_gap": 0.2161,
+        },
+    },
+    "audiocaps-clap": {
+        "preset": "audiocaps", "n_images": 399, "captions_per_image": 1, "release": "audiocaps-clap",
+        "source": "AudioCaps test, 399 clips with the first of their captions, LAION-CLAP "
+                  "(github.com/qianshuguo/audio-text-clap, commit 4a0d5685)",
+        "statistics": {
+            "matched_mean": 0.3801, "matched_sd": 0.1346, "random_mean": -0.0436, "random_sd": 0.1304,
+            "best_nonmatch_mean": 0.4212, "gap": 0.6559, "centroid_cos": -0.2497,
+            "img_participation_ratio": 36.3070, "img_pc1_share": 0.0914, "img_top10_share": 0.4160,
+            "img_knn_cv": 0.2139, "img_img_cos": 0.1439, "cap_participation_ratio": 29.0697,
+            "cap_pc1_share": 0.0943, "cap_top10_share": 0.4894, "cap_knn_cv": 0.2808, "cap_cap_cos": 0.1970,
+            "joint_pc1_share": 0.1350, "joint_pc2_share": 0.0720, "skew_N1_t2i": 2.9857, "skew_N10_t2i": 1.8951,
+            "rho_N10_t2i": 0.6623, "skew_N1_i2t": 2.2837, "skew_N10_i2t": 1.9766, "rho_N10_i2t": 0.6269,
+            "R1_t2i": 37.5940, "R1_i2t": 34.0852,
+            "gain_nnn_t2i": 4.2161, "gain_is_t2i": -5.9623, "gain_nnn_i2t": 4.6131, "gain_is_i2t": 0.9146,
+            "bank_gallery_gap": 0.6086, "query_bank_gap": 0.2814,
         },
     },
 }
@@ -196,6 +213,25 @@ def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[
     return {k: v / len(splits) for k, v in sums.items()}
 
 
+def real_arrays(name: str, **fetch_kwargs) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(images, captions, caption_to_image)`` of the real reference ``name`` of :data:`REAL_STATISTICS`, in the
+    layout its statistics were measured in, from its release (:mod:`hubnorm.data.real`; ``fetch_kwargs``: where the
+    files come from, e.g. ``mirror=``): Flickr8k's 100 distinct images with their 5 captions each; COCO-500's 500
+    pairs; AudioCaps' 399 clips with the first caption of each (the release has one to four per clip)."""
+    from ..data import real
+
+    ref = REAL_STATISTICS[name]
+    fetched = real.obtain_real(ref["release"], progress=False, **fetch_kwargs)
+    if ref["release"] == "audiocaps-clap":
+        c2clip, first, rows = real._audio_clips(fetched)
+        return rows["clean"][first], real._npy(fetched, "text_embeddings.npy")[first], np.arange(len(first))
+    if ref["release"] == "flickr8k-100x5-clip-b32":
+        img = real._npy(fetched, "image_embeddings.npy")
+        return img[::5], real._npy(fetched, "text_embeddings.npy"), np.arange(len(img)) // 5
+    f = real._npy(fetched, "features_clip.npy")
+    return f[0], f[1], np.arange(f.shape[1])
+
+
 def _published(preset: str) -> Dict[str, Tuple[float, str]]:
     from .reporting import load_published
 
@@ -207,6 +243,10 @@ def _published(preset: str) -> Dict[str, Tuple[float, str]]:
                  & (df["direction"] == direction) & (df["method"] == method) & (df["metric"] == metric)]
         return float(row["value"].iloc[0]) if len(row) else None
 
+    if preset == "audiocaps":   # text -> audio ("t2i": captions query the items) of zero-shot CLAP
+        row = dbsn[(dbsn["table"].astype(str) == "3") & (dbsn["model"] == "zs CLAP") & (dbsn["dataset"] == preset)
+                   & (dbsn["direction"] == "t2a") & (dbsn["method"] == "raw") & (dbsn["metric"] == "R@1")]
+        return {"R1_t2i": (float(row["value"].iloc[0]), "DBSN Table 3 (zs CLAP, text -> audio)")}
     out = {"R1_t2i": (one(nnn, "1", "CLIP", "R@1"), "NNN Table 1"),
            "R1_i2t": (one(nnn, "2", "CLIP", "R@1", "i2t"), "NNN Table 2"),
            "skew_N10_t2i": (one(dbsn, "5", "zs CLIP", "skewness"), "DBSN Table 5 (k = 10 assumed)"),
@@ -216,7 +256,7 @@ def _published(preset: str) -> Dict[str, Tuple[float, str]]:
 
 
 #: Full test-set sizes of the published statistics: preset -> (images, captions per image).
-FULL_SIZES = {"flickr30k": (1000, 5), "coco": (5000, 5)}
+FULL_SIZES = {"flickr30k": (1000, 5), "coco": (5000, 5), "audiocaps": (975, 5)}
 
 
 def _kind(preset: str) -> str:
