@@ -41,3 +41,20 @@ def test_bad_sources_are_named():
     with pytest.raises(ValueError, match="unknown video/audio preset"):
         media.make_media("youtube")
     assert media.published_dataset("MSR-VTT 1k-A") == "msr-vtt" and media.published_dataset("mine") is None
+
+
+def test_a_local_folder_declares_its_data_set_never_its_name(tmp_path):
+    """Notebook 08's published rows follow what a local: folder declares (model_info.json "dataset"), never words
+    in the folder's name (a folder called flickr8k-... once gave the Flickr30k rows)."""
+    import json
+    import shutil
+
+    from local_folders import make_folder
+
+    folder = tmp_path / "flickr8k-msrvtt-100x5"          # names two data sets: neither is a declaration
+    shutil.copytree(make_folder(tmp_path, "percap5-texts-clip"), folder)
+    assert media.load_media(f"local:{folder}").dataset is None
+    info = json.loads((folder / "model_info.json").read_text())
+    (folder / "model_info.json").write_text(json.dumps({**info, "dataset": "MSR-VTT 1k-A"}))
+    assert media.load_media(f"local:{folder}").dataset == "msr-vtt"
+    assert media.load_media(f"local:{folder}", dataset="didemo").dataset == "didemo"

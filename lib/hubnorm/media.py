@@ -235,7 +235,8 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     banks. ``n_train``: training items of a synthetic preset (any other source has its own banks: a ValueError
     names ``n_train``); ``bank_queries`` / ``target_bank``: at most this many bank queries / target-bank items per
     direction, a seeded subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` /
-    ``model``: the published rows to compare with (None: from the source; a ``real:`` release declares both)."""
+    ``model``: the published rows to compare with (None: from the source; a ``real:`` release declares both, a
+    ``local:`` folder its data set in ``model_info.json`` as ``"dataset"``, never read from the folder's name)."""
     if not isinstance(source, str) or ":" not in source:
         raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', 'cache:...' or "
                          f"'real:<release>'; got {source!r}")
@@ -296,6 +297,11 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     if kind == "real":   # the release declares its data set and encoder; never guessed from a name
         return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
                            data.modalities)
+    if kind == "local":   # a folder declares its data set in model_info.json ("dataset"); its name declares nothing
+        declared = ds.meta.get("dataset")
+        return MediaSource(tasks, label, ds.source == "synthetic",
+                           dataset or (published_dataset(str(declared)) if declared else None),
+                           model, data.modalities)
     return MediaSource(tasks, label, ds.source == "synthetic", dataset or published_dataset(ds.name), model,
                        data.modalities)
 
