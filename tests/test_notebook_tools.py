@@ -87,14 +87,14 @@ def test_every_check_is_recorded_with_its_data_and_a_new_run_starts_afresh(tmp_p
     assert nb.data_label("synthetic analog (x, seed 0)") == "synthetic analog (x, seed 0)"
     nb.check("holds on the main data", True, "1 -> 2")
     nb.check("differs on a real set", False, "3 -> 3", data="real: Y")
-    rows = pd.read_csv(tables / "98_claims.csv")
+    rows = pd.read_csv(tmp_path / "claims" / "98.csv")
     assert list(rows.columns) == reporting.CLAIM_COLUMNS
     assert rows["claim"].tolist() == ["before any label", "holds on the main data", "differs on a real set"]
     assert rows["detail"].fillna("").tolist() == ["", "1 -> 2", "3 -> 3"]
     assert rows["status"].tolist() == ["PASS", "PASS", "DIFFERS"]
     assert rows["data"].tolist() == ["unnamed data", "synthetic analog (x, seed 0)", "real: Y"]
     nb.setup("98", seed=0, threads=1)   # a rerun: its lines only
-    assert len(pd.read_csv(tables / "98_claims.csv")) == 0
+    assert len(pd.read_csv(tmp_path / "claims" / "98.csv")) == 0
     with pytest.raises(ValueError, match="label must be a non-empty string"):
         nb.data_label("  ")
     run = nb.Run("98")
@@ -107,15 +107,16 @@ def test_the_run_summary_gathers_the_claims_and_gains_of_the_notebooks_that_ran(
 
     from hubnorm.experiments import compare
 
-    tables = tmp_path / "tables"
+    tables, claims_dir = tmp_path / "tables", tmp_path / "claims"
     tables.mkdir()
+    claims_dir.mkdir()
     pd.DataFrame([["01", "NNN raises R@1", "PASS", "1 -> 2", "synthetic analog (a)"],
                   ["01", "NNN raises R@1", "DIFFERS", "3 -> 3", "real: B"]],
-                 columns=reporting.CLAIM_COLUMNS).to_csv(tables / "01_claims.csv", index=False)
+                 columns=reporting.CLAIM_COLUMNS).to_csv(claims_dir / "01.csv", index=False)
     pd.DataFrame([["03", "a | claim", "PASS", "", "synthetic analog (a)"]],
-                 columns=reporting.CLAIM_COLUMNS).to_csv(tables / "03_claims.csv", index=False)
+                 columns=reporting.CLAIM_COLUMNS).to_csv(claims_dir / "03.csv", index=False)
     pd.DataFrame([["04", "left over", "PASS", "", "x"]],   # a notebook this run did not run: not gathered
-                 columns=reporting.CLAIM_COLUMNS).to_csv(tables / "04_claims.csv", index=False)
+                 columns=reporting.CLAIM_COLUMNS).to_csv(claims_dir / "04.csv", index=False)
     g = pd.DataFrame([["synthetic analog (a)", "t2i", "NNN", "bank", "R@1", 60.0, 66.0, 6.0, 58.8, 64.6, 5.8,
                        6.0 / 5.8, "NNN Table 1"],
                       ["real: B", "t2i", "NNN", "bank", "R@1", 57.0, 60.0, 3.0, 58.8, 64.6, 5.8, 3.0 / 5.8,

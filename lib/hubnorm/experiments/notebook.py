@@ -105,10 +105,9 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     np.random.seed(int(seed))
     torch.manual_seed(int(seed))
     _CHECKS.clear()
-    tables = results_dir("tables")
-    for stale in tables.glob(f"{prefix}_gains*.csv"):   # this run's gains only (Run.save_gains writes them again)
-        stale.unlink()
-    claims = tables / f"{prefix}_claims.csv"   # this run's lines only: an earlier run's go
+    for stale in results_dir("tables").glob(f"{prefix}_gains*.csv"):   # this run's gains only (save_gains writes
+        stale.unlink()                                                   # them again)
+    claims = results_dir("claims") / f"{prefix}.csv"   # this run's lines only: an earlier run's go
     pd.DataFrame(columns=CLAIM_COLUMNS).to_csv(claims, index=False)
     _RECORD.update(file=claims, prefix=prefix, data=None)
     if threads is None:
@@ -205,7 +204,7 @@ def check(claim: str, ok: bool, detail: str = "", *, data: Optional[str] = None)
     this run's numbers (never hard-coded). ``data`` names other data than the notebook's main run (a real set of
     the real column): the line then says so, ``PASS (real: ...): claim``. The line is also recorded for
     :func:`checks` and, with the data it was computed on (``data``, else the last :func:`data_label`), in
-    ``results/tables/<prefix>_claims.csv``."""
+    ``results/claims/<prefix>.csv``."""
     _CHECKS.append((str(claim), bool(ok)))
     status = "PASS" if bool(ok) else "DIFFERS"
     print(f"{status}" + (f" ({data})" if data is not None else "") + f": {claim}" + (f" [{detail}]" if detail else ""))

@@ -111,7 +111,7 @@ def beside_published(ours: pd.DataFrame, published: pd.DataFrame, on, *, value: 
 #: (:func:`hubnorm.experiments.protocol.load_real_sets`); ``run_all.sh`` says it once for the whole run instead.
 REAL_MISSING_NOTE = "NOTE: the real column leaves out"
 
-#: Columns of ``results/tables/<prefix>_claims.csv``: every PASS/DIFFERS line of a notebook's run, with the data it
+#: Columns of ``results/claims/<prefix>.csv``: every PASS/DIFFERS line of a notebook's run, with the data it
 #: was computed on (written by :func:`hubnorm.experiments.notebook.check`, gathered by :func:`write_summary`).
 CLAIM_COLUMNS = ["notebook", "claim", "status", "detail", "data"]
 
@@ -120,11 +120,13 @@ SUMMARY_FILES = ("SUMMARY.md", "SUMMARY.csv", "SUMMARY_gains.csv")
 
 
 def read_run_tables(results: Path, prefixes, kind: str) -> pd.DataFrame:
-    """The ``<prefix>_<kind>*.csv`` tables (``claims``, ``gains``) that the notebooks ``prefixes`` wrote into
-    ``results/tables`` in this run, concatenated with a ``notebook`` column (the notebook's number)."""
+    """What the notebooks ``prefixes`` wrote in this run: ``kind="claims"``, their PASS/DIFFERS lines
+    (``results/claims/<prefix>.csv``); ``kind="gains"``, their gain tables (``results/tables/<prefix>_gains*.csv``);
+    concatenated with a ``notebook`` column (the notebook's number)."""
     frames = []
     for prefix in prefixes:
-        for f in sorted((Path(results) / "tables").glob(f"{prefix}_{kind}*.csv")):
+        pattern = f"claims/{prefix}.csv" if kind == "claims" else f"tables/{prefix}_{kind}*.csv"
+        for f in sorted(Path(results).glob(pattern)):
             df = pd.read_csv(f)
             if len(df):
                 frames.append(df.assign(notebook=prefix))
