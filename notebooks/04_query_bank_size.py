@@ -47,6 +47,7 @@
 source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 synthetic_sizes: dict = {"n_train_images": 3000, "n_test_images": 300}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+real_sources: list = ["auto"]  # real embeddings beside a synthetic run (the real-column cells of Parts A and B): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
 model: str = "auto"  # published rows of Tables A12-A15: "auto" follows the embeddings, or a published name
 dataset = None  # "flickr30k" / "coco"; None: read from `source`
 directions: list = ["t2i", "i2t"]
@@ -88,7 +89,7 @@ if score_studies.is_sims(source):
 # %%
 ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
 dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed
-label = pr.run_label(ds)
+label = nb.data_label(pr.run_label(ds))  # names the data of every PASS/DIFFERS line below
 model = pr.published_model(ds, model)
 test = ds.split("test")
 
@@ -120,32 +121,90 @@ tableA12 = compare.beside_published(
 run.save_table(tableA12, "nnn_tables_A12_A15_bank_fraction",
            caption=f"R@1 (%) of NNN ({pr.fmt_params(nnn_params)}) with a fraction of the training data as reference "
                    f"bank; published: NNN paper (their alpha, k chosen per setting). this run = {label}.")
+gains = compare.gains(tableA12, raw="raw")   # raw, normalized, gain, published gain, ratio per bank fraction
 
 # %% tags=["nbval-check-output"]
 nb.show(sweep, ["direction", "method", "bank_fraction", "bank_queries", "R@1", "R@5", "R@10"])
 nb.show(tableA12, ["direction", "method", "setting", "published", "this run"])
+nb.show(gains, ["direction", "setting", "raw", "normalized", "gain", "published gain", "ratio"])
+
+# %% [markdown]
+# **Gains, not only values.** `ratio` = this run's gain over the raw scores / the paper's gain at the same bank
+# fraction (1: the size the paper reports; missing where the paper's gain is under one point).
+#
+# **The real column.** The same calls on small public releases of real embeddings (`real_sources`;
+# `hubnorm.data.real`: read from the local cache, never downloaded here), each with the same fractions of *its own*
+# training part as bank, beside the published rows of the nearest published data set (COCO for COCO, Flickr30k
+# for Flickr8k; the paper's rows of `model`, zero-shot CLIP by default). The synthetic banks (up to the whole
+# synthetic training split, thousands of captions) far exceed the real ones (whole training parts of 167 COCO-500
+# and 170 Flickr8k captions, fewer than their 250 test queries), so the real results cover only the small-bank end
+# of each curve and are never extrapolated beyond it.
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 4))
-nn = sweep[sweep["method"] == "nnn"]
-sns.lineplot(data=nn, x="bank_fraction", y="R@1", hue="direction", marker="o", ax=ax)
-for i, d in enumerate(directions):
-    ax.axhline(sweep[(sweep["method"] == "raw") & (sweep["direction"] == d)]["R@1"].iloc[0], ls="--", lw=1,
-               color=sns.color_palette()[i], label=f"{d} raw")
-ax.set_xscale("log")
-ax.set_xticks(nnn_fractions, [f"{f:.0%}" for f in nnn_fractions])
-ax.set_xlabel("reference bank (share of the training split, log scale)")
-ax.set_ylabel("R@1 (%)")
-ax.set_title(f"NNN vs bank size (cf. Tables A12-A15) — {label}", fontsize=9)
-ax.legend(fontsize=8)
-fig.tight_layout()
-run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-bank size; {label}.")
+reals = pr.load_real_sets(pr.real_sources(real_sources, source), seed=seed, dtype=run.dtype)
+real_sweeps, real_near, real_gains = {}, {}, [gains]
+for real_label, rds in reals.items():   # Part A's calls on each real set, its own training part as bank
+    near = {"flickr8k": "flickr30k"}.get(rds.meta["dataset"], rds.meta["dataset"])   # the nearest published data set
+    real_near[real_label] = near
+    r_fractions = studies.distinct_fractions(nnn_fractions, rds.split("train").n_images, what="bank fraction",
+                                             unit="image")
+    rows = []
+    for fraction in r_fractions:
+        rbank = pr.reference_split(rds, "train", fraction, seed=seed, note_small=False)  # sizes: in the table below
+        for d, task in pr.make_tasks(rds.split("test"), rbank, directions=directions).items():
+            nnn = hn.NearestNeighborNormalization(**pr.clamp_params("nnn", nnn_params, task))
+            for method, normalizer in (("raw", hn.Identity()), ("nnn", nnn)):
+                rows.append({"direction": d, "method": method, "bank_fraction": fraction,
+                             "bank_queries": len(task.query_bank), **hn.evaluate(task.fit(normalizer), task),
+                             "setting": f"bank={near} train {fraction:.0%}" if method == "nnn" else "none"})
+    rs = real_sweeps[real_label] = pd.DataFrame(rows)
+    joined = compare.beside_published(
+        rs[(rs["method"] == "nnn") | (rs["bank_fraction"] == r_fractions[0])], "nnn-chowdhury2024",
+        compare.paper_tables("nnn-chowdhury2024", "bank_fraction", near, directions), model=model, dataset=near,
+        label=real_label, source_note=f"NNN paper Tables A12-A15 ({model}, {near})")
+    real_gains.append(compare.gains(joined, raw="raw"))
+all_gains = pd.concat(real_gains, ignore_index=True)
+run.save_gains(all_gains, caption=f"R@1 gain of NNN ({pr.fmt_params(nnn_params)}) over the raw scores per bank "
+               "fraction and data (synthetic and real), beside the published gain (NNN paper Tables A12-A15; for a "
+               "real set, its nearest published data set).")
+if reals:
+    real_nnn = pd.concat([rs[rs["method"] == "nnn"].assign(data=data) for data, rs in real_sweeps.items()])
+    nb.show(real_nnn, ["data", "direction", "bank_fraction", "bank_queries", "R@1", "R@5", "R@10"])
+    nb.show(all_gains[all_gains["data"].isin(list(reals))],
+            ["data", "direction", "setting", "raw", "normalized", "gain", "published gain", "ratio"])
+
+# %%
+panels = {label: sweep, **real_sweeps}   # the synthetic run, then one panel per real set (its own training part)
+fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), 4.2), squeeze=False)
+palette = dict(zip(directions, sns.color_palette()))
+for ax, (data, sw) in zip(axes[0], panels.items()):
+    nn = sw[sw["method"] == "nnn"]
+    for d in directions:
+        part = nn[nn["direction"] == d].sort_values("bank_fraction")
+        ax.plot(part["bank_fraction"], part["R@1"], marker="o", color=palette[d], label=f"{d} NNN")
+        ax.axhline(sw[(sw["method"] == "raw") & (sw["direction"] == d)]["R@1"].iloc[0], ls="--", lw=1,
+                   color=palette[d], label=f"{d} raw")
+    fr = sorted(nn["bank_fraction"].unique())
+    ax.set_xscale("log")
+    ax.set_xticks(fr, [f"{f:.0%}" for f in fr])
+    ax.minorticks_off()
+    ax.set_xlabel("reference bank (share of the training split, log scale)")
+    ax.set_ylabel("R@1 (%)")
+    n_caps = int(nn[nn["direction"] == "t2i"]["bank_queries"].max()) if "t2i" in directions else None
+    ax.set_title(data + (f"\nwhole training part: {n_caps} captions" if n_caps else ""), fontsize=9)
+handles, names = axes[0][0].get_legend_handles_labels()
+fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, bbox_to_anchor=(0.5, 1.0),
+           frameon=False)
+fig.suptitle("NNN vs bank size (cf. Tables A12-A15)", fontsize=10, y=1.07)
+fig.tight_layout(rect=(0, 0, 1, 0.97))
+run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-bank size; {nb.names(list(panels))}.")
 plt.show()
 
 # %% [markdown]
 # **What to notice.** Follow each NNN curve from the right end (the whole training split as bank) to the left end
 # and compare it with its dashed raw line: the bias of a target needs only its $k$ nearest bank queries, so the
-# question is how small a bank still contains good approximations of them.
+# question is how small a bank still contains good approximations of them. The real panels (when present) run the
+# same fractions over far smaller training parts: compare their gains at the right end with the paper's at 100%.
 
 # %%
 sentences = []
@@ -160,6 +219,17 @@ for d in directions:
         f"{nb.change(nn.loc[big_f], nn.loc[small_f], up='rises', down='falls', same='stays')}; its gain over the raw "
         f"scores ({raw_r1:.2f}) is {gain_big:+.2f} points with the largest bank and {gain_small:+.2f} with the "
         f"smallest.")
+for data, rs in real_sweeps.items():   # the real panels: gains at the largest and the smallest real bank
+    g = all_gains[all_gains["data"] == data].set_index(["direction", "setting"])
+    big_f, small_f = rs["bank_fraction"].max(), rs["bank_fraction"].min()
+    parts = []
+    for d in directions:
+        big, small = (g.loc[(d, f"bank={real_near[data]} train {f:.0%}")] for f in (big_f, small_f))
+        n_big = int(rs[(rs["direction"] == d) & (rs["bank_fraction"] == big_f)]["bank_queries"].iloc[0])
+        parts.append(f"{d}: NNN gains {big['gain']:+.2f} with its largest bank ({big_f:.0%} of its training part, "
+                     f"{n_big} bank queries; the paper: {big['published gain']:+.2f} at {big_f:.0%} of its training "
+                     f"split) and {small['gain']:+.2f} with its smallest ({small_f:.0%})")
+    sentences.append(f"**{data}:** " + "; ".join(parts) + ".")
 nb.notice(*sentences)
 
 # %% [markdown]
@@ -284,6 +354,104 @@ sentences = [
 nb.notice(*sentences)
 
 # %% [markdown]
+# **The real column (Part B).** The same sweep on each real set (t2i): the query bank is a seeded share of its
+# training captions (halvings from its whole training part down to a handful of captions, `dbsn_seeds` draws each),
+# DBSN's target bank all its training images. The figure below puts every data on one axis, the bank size over the
+# test query count (dotted line: a bank as large as the test query set; dashed: the raw scores). Every real bank lies
+# left of the dotted line, where the paper reports IS ahead of DBSN; the region right of it, where the paper reports
+# the order reversed, is not reached on real data.
+
+# %%
+real_shares = [1, 1/2, 1/4, 1/8, 1/16, 1/32]   # halvings of a real training part (167 or 170 captions) down to ~5
+real_qb, real_raw = {}, {}
+for real_label, rds in reals.items():   # Part B's calls on each real set
+    rtask = pr.make_tasks(rds.split("test"), rds.split("train"), directions=["t2i"])["t2i"]
+    raw = rtask.fit(hn.Identity())
+    real_raw[real_label] = {"R@1": hn.evaluate(raw, rtask, ks=(1,))["R@1"], "test queries": rtask.n_queries,
+                            skew_col: hn.hubness(raw, k=hub_k, queries=rtask.queries)["skewness"]}
+    rows = []
+    for fraction in studies.distinct_fractions(real_shares, len(rtask.query_bank), what="query-bank share",
+                                               unit="caption"):
+        for draw in (dbsn_seeds[:1] if fraction >= 1 else dbsn_seeds):
+            bank = studies.subsample_rows(rtask.query_bank, fraction, seed=draw)   # a share of its training captions
+            t = rtask.with_banks(query_bank=bank, target_bank=rtask.target_bank)  # all its training images
+            for method, name in methods.items():
+                normalizer = t.fit(hn.make_normalizer(name, **params[method]))
+                rows.append({"fraction": fraction, "seed": draw, "bank_queries": len(bank), "method": method,
+                             "R@1": hn.evaluate(normalizer, t, ks=(1,))["R@1"],
+                             skew_col: hn.hubness(normalizer, k=hub_k, queries=t.queries)["skewness"]})
+    real_qb[real_label] = pd.DataFrame(rows)
+real_summary = pd.concat([
+    q.groupby(["fraction", "method"], sort=False)[["bank_queries", "R@1", skew_col]].mean().reset_index().assign(
+        data=data, **{"bank / test queries": lambda x: x["bank_queries"] / real_raw[data]["test queries"],
+                      "raw R@1": real_raw[data]["R@1"], "gain": lambda x: x["R@1"] - real_raw[data]["R@1"],
+                      f"raw {skew_col}": real_raw[data][skew_col]})
+    for data, q in real_qb.items()], ignore_index=True) if reals else pd.DataFrame()
+if reals:
+    run.save_table(real_summary, "dbsn_fig7_query_bank_size_real",
+                   caption=f"t2i on the real sets, mean over {len(dbsn_seeds)} seeded bank draws; bank = a share of "
+                           "each set's training captions (all below its test query count); gain = R@1 - raw R@1.")
+    nb.show(real_summary[real_summary["fraction"] == 1],   # the gains at the largest real bank
+            ["data", "method", "bank_queries", "bank / test queries", "raw R@1", "R@1", "gain", f"raw {skew_col}",
+             skew_col])
+
+# %%
+raw_fit = task.fit(hn.Identity())   # the synthetic column: the sweep above on the same axis
+columns = {label: (summary.assign(**{"bank / test queries": summary["bank_queries"] / task.n_queries}),
+                   {"R@1": hn.evaluate(raw_fit, task, ks=(1,))["R@1"],
+                    skew_col: hn.hubness(raw_fit, k=hub_k, queries=task.queries)["skewness"]}),
+           **{data: (real_summary[real_summary["data"] == data], real_raw[data]) for data in real_qb}}
+fig, axes = plt.subplots(2, len(columns), figsize=(4.8 * len(columns), 7.0), sharex=True, squeeze=False)
+for j, (data, (sm, raw)) in enumerate(columns.items()):
+    for i, col in enumerate(["R@1", skew_col]):
+        ax = axes[i][j]
+        for meth in methods:
+            part = sm[sm["method"] == meth].sort_values("bank / test queries")
+            ax.plot(part["bank / test queries"], part[col], color=colors[meth], label=meth, lw=2.0, ms=6,
+                    **styles[meth])
+        ax.axhline(raw[col], color="0.3", ls="--", lw=1, label="raw scores")
+        ax.axvline(1.0, color="0.5", ls=":", lw=1, label="bank = test query count")
+        ax.set_xscale("log", base=2)
+        ax.set_ylabel("R@1 (%)" if col == "R@1" else f"skewness of N_{hub_k}")
+    axes[0][j].set_title(data, fontsize=9)
+    axes[1][j].set_xlabel("query bank / test queries (log scale)")
+fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=len(methods) + 2, fontsize=8,
+           bbox_to_anchor=(0.5, 1.0), frameon=False)
+fig.suptitle("IS vs SN vs DBSN over query-bank size, t2i (cf. DBSN Fig. 7)"
+             + (": synthetic beside real" if real_qb else ""), fontsize=10, y=1.04)
+fig.tight_layout(rect=(0, 0, 1, 0.97))
+run.save_figure(fig, "dbsn_query_bank_size_real", caption=f"R@1 and skewness of N_{hub_k} over the query bank "
+                f"relative to the test queries, t2i; {nb.names(list(columns))}.")
+plt.show()
+
+# %% [markdown]
+# **What to notice.** In each real column, compare the order of the three methods at its right end (the whole
+# training part as bank, still left of the dotted line) and at its left end, and each method's distance from the
+# dashed raw line; in the synthetic column, read the same stretch of the axis, not only its right end.
+
+# %%
+sentences = []
+syn = columns[label][0].set_index(["fraction", "method"])
+for data, sm in real_summary.groupby("data", sort=False) if reals else []:
+    rm = sm.set_index(["fraction", "method"])
+    big_r, small_r = rm.index.get_level_values("fraction").max(), rm.index.get_level_values("fraction").min()
+    ratio = rm.loc[(big_r, "IS"), "bank / test queries"]
+    near_f = min(dbsn_fractions, key=lambda f: abs(np.log(syn.loc[(f, "IS"), "bank / test queries"] / ratio)))
+    sentences.append(
+        f"**{data}:** its whole training part ({int(rm.loc[(big_r, 'IS'), 'bank_queries'])} captions) is {ratio:.2f} "
+        f"times its {real_raw[data]['test queries']} test queries. There R@1 orders the methods "
+        f"{nb.ranking(rm.xs(big_r, level='fraction')['R@1'])} (gains over the raw {real_raw[data]['R@1']:.2f}: "
+        + ", ".join(f"{m} {rm.loc[(big_r, m), 'gain']:+.2f}" for m in methods)
+        + f"); at its smallest bank ({int(rm.loc[(small_r, 'IS'), 'bank_queries'])} captions) "
+        f"{nb.ranking(rm.xs(small_r, level='fraction')['R@1'])}. The synthetic column at the nearest ratio "
+        f"({syn.loc[(near_f, 'IS'), 'bank / test queries']:.2f}) orders them "
+        f"{nb.ranking(syn.xs(near_f, level='fraction')['R@1'])}. From its smallest to its largest bank, "
+        + nb.trends({m: (rm.loc[(small_r, m), skew_col], rm.loc[(big_r, m), skew_col]) for m in methods},
+                    "the skewness of $N_{%d}$" % hub_k) + ".")
+nb.notice(*(sentences or ["no real set is on this machine: only the synthetic column is shown (see the NOTE "
+                           "above)."]))
+
+# %% [markdown]
 # ## Does the run show the papers' findings?
 
 # %% tags=["nbval-check-output"]
@@ -321,6 +489,44 @@ if big != small:
     nb.check("the test queries -> bank gap widens as the bank shrinks",
              m.loc[(small, "SN"), "gap test queries->bank"] > m.loc[(big, "SN"), "gap test queries->bank"],
              f"{m.loc[(big, 'SN'), 'gap test queries->bank']:.2f} -> {m.loc[(small, 'SN'), 'gap test queries->bank']:.2f}")
+
+# %% [markdown]
+# **On the real sets.** The lines that apply within the real bank sizes, on each real set (each line names its data
+# in `results/tables/04_claims.csv`). "largest bank: DBSN beats IS (the order reverses)" and "largest bank: DBSN
+# beats SN" are not tested there: the paper states them for banks larger than the test query set, which no real set
+# here has; instead, its statement for smaller banks (IS ahead of DBSN) is tested at the largest real bank.
+
+# %%
+for real_label, rs in real_sweeps.items():   # Part A on each real set
+    for d in directions:
+        s = rs[rs["direction"] == d]
+        raw_r1 = s[s["method"] == "raw"]["R@1"].iloc[0]
+        nn = s[s["method"] == "nnn"].set_index("bank_fraction")["R@1"]
+        nb.check(f"{d}: NNN beats the raw scores with every bank size", bool((nn > raw_r1).all()),
+                 f"raw {raw_r1:.2f}, NNN {nn.min():.2f}..{nn.max():.2f}", data=real_label)
+        if len(nn) > 1:
+            nb.check(f"{d}: NNN loses at most 1 point from the largest to the smallest bank",
+                     nn.loc[nn.index.max()] - nn.loc[nn.index.min()] <= 1.0,
+                     f"{nn.loc[nn.index.max()]:.2f} -> {nn.loc[nn.index.min()]:.2f}", data=real_label)
+for real_label, sm in (real_summary.groupby("data", sort=False) if reals else []):   # Part B on each real set
+    rm = sm.set_index(["fraction", "method"])
+    big_r, small_r = rm.index.get_level_values("fraction").max(), rm.index.get_level_values("fraction").min()
+    n_of = lambda f: int(rm.loc[(f, "IS"), "bank_queries"])  # noqa: E731
+    if big_r == small_r:
+        continue
+    for meth in methods:
+        r_small, r_big = rm.loc[(small_r, meth), "R@1"], rm.loc[(big_r, meth), "R@1"]
+        nb.check(f"{meth}: R@1 grows with the query bank", r_big > r_small,
+                 f"{r_small:.2f} with {n_of(small_r)} captions -> {r_big:.2f} with {n_of(big_r)}", data=real_label)
+    nb.check("smallest bank: IS beats DBSN", rm.loc[(small_r, "IS"), "R@1"] > rm.loc[(small_r, "DBSN"), "R@1"],
+             f"IS {rm.loc[(small_r, 'IS'), 'R@1']:.2f}, DBSN {rm.loc[(small_r, 'DBSN'), 'R@1']:.2f}", data=real_label)
+    if rm.loc[(big_r, "IS"), "bank / test queries"] < 1:
+        nb.check("a bank smaller than the test queries: IS beats DBSN at the largest such bank",
+                 rm.loc[(big_r, "IS"), "R@1"] > rm.loc[(big_r, "DBSN"), "R@1"],
+                 f"{n_of(big_r)} captions for {real_raw[real_label]['test queries']} test queries: IS "
+                 f"{rm.loc[(big_r, 'IS'), 'R@1']:.2f}, DBSN {rm.loc[(big_r, 'DBSN'), 'R@1']:.2f}", data=real_label)
+    nb.check("SN skewness falls as the bank grows", rm.loc[(big_r, "SN"), skew_col] < rm.loc[(small_r, "SN"), skew_col],
+             f"{rm.loc[(small_r, 'SN'), skew_col]:.2f} -> {rm.loc[(big_r, 'SN'), skew_col]:.2f}", data=real_label)
 
 # %% [markdown]
 # **Notes.** The paper's full Flickr30k query bank has 145k captions, so its 1/8 … 1/32 banks are larger than the
@@ -404,6 +610,13 @@ print(f"the largest query bank holds {int(m.loc[(big, 'IS'), 'bank_queries'])} c
 # *Discussion:* run this notebook with `source = "synthetic:flickr30k-isotropic"`: which lines change, and what
 # about how that model makes hubs explains it? What would have to differ between training and test data for
 # DBSN's target bank to help?
+#
+# *"a bank smaller than the test queries: IS beats DBSN at the largest such bank"* (real sets only). The paper
+# reports IS ahead for its banks below the test query count, measured on 5k test queries; a real set here has 250
+# test queries (one query is 0.4 point of R@1) and a target bank of a few dozen to a few hundred training images, so
+# the line compares two numbers a few queries apart, and it reads one bank size just below the crossover region
+# rather than the far-left end of the paper's curve. *Discussion:* how many of the 250 queries separate the two
+# methods at that bank, and does the order hold over every draw of `dbsn_seeds` at the next smaller share?
 #
 # *"DBSN narrows the bank → targets gap at every bank size".* This line cannot fail with this gap measure
 # (exercise 3): adding targets can only bring each bank caption's nearest target closer. Read it as a check of the

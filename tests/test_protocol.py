@@ -35,6 +35,14 @@ def test_reference_split_takes_images_with_all_their_captions(ds):
         ex.reference_split(ds, "train", 0.0)
 
 
+def test_reference_split_notes_a_small_bank_unless_told_not_to(ds, capsys):
+    bank = ex.reference_split(ds, "train", 0.5, seed=1)
+    assert "NOTE: the reference bank has only 30 images" in capsys.readouterr().out
+    quiet = ex.reference_split(ds, "train", 0.5, seed=1, note_small=False)
+    assert capsys.readouterr().out == ""
+    np.testing.assert_array_equal(bank.images, quiet.images)
+
+
 def test_make_tasks_puts_captions_and_images_in_the_right_banks(ds):
     bank = ds.split("train")
     tasks = ex.make_tasks(ds.split("test"), bank)

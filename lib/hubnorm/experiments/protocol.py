@@ -332,9 +332,12 @@ def cross_dataset_source(ds: EmbeddingDataset, cross_source: Optional[str]) -> O
     return cross_source
 
 
-def reference_split(ds: EmbeddingDataset, split: str = "train", fraction: float = 1.0, seed: int = 0) -> EmbeddingSplit:
+def reference_split(ds: EmbeddingDataset, split: str = "train", fraction: float = 1.0, seed: int = 0, *,
+                    note_small: bool = True) -> EmbeddingSplit:
     """A seeded random ``fraction`` of the images of ``split`` with all their captions (both banks at once:
-    "all methods use 20% of the train set", NNN Tables A6/A7). Notes a bank too small for a stable estimate."""
+    "all methods use 20% of the train set", NNN Tables A6/A7). Notes a bank too small for a stable estimate
+    (``note_small=False``: no note, for a loop over the banks of a small real set whose size the notebook states
+    once)."""
     s = ds.split(split)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
@@ -342,7 +345,7 @@ def reference_split(ds: EmbeddingDataset, split: str = "train", fraction: float 
         n = max(1, int(round(fraction * s.n_images)))
         idx = np.sort(np.random.default_rng(seed).choice(s.n_images, n, replace=False))
         s = s.subset_images(idx)
-    if s.n_images < SMALL_BANK:
+    if note_small and s.n_images < SMALL_BANK:
         note(f"the reference bank has only {s.n_images} images / {s.n_captions} captions "
              f"({fraction:.0%} of '{split}'): hubness estimates from so small a bank are noisy, and k is "
              "limited by its size")
