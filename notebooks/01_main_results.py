@@ -48,7 +48,7 @@ cross_source: str = "auto"  # reference bank from another dataset (NNN Table 2):
 cross_sizes: dict = {"n_train_images": 5000, "n_test_images": 1}  # sizes of the cross-dataset source when it is synthetic
 cross_seed: int = 1  # seed of a synthetic cross-dataset source: another seed draws other topics and images
 cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (section 7): ["auto"] = the cached real image-text releases, [] = none, or ["real:coco500-clip-b16", ...]
+real_sources: list = ["auto"]  # real embeddings beside a synthetic run (section 7): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 model: str = "auto"  # published NNN rows beside ours: "auto" follows the embeddings (CLIP for synthetic data), or "CLIP", "SigLIP", "BLIP ft. COCO", ...
 dataset = None  # published dataset "flickr30k" or "coco"; None: the one the source declares (a local: folder's model_info.json), else none
 directions: list = ["t2i", "i2t"]

@@ -48,7 +48,7 @@
 # %% tags=["parameters"]
 source: str = "synthetic:msrvtt"  # "synthetic:msrvtt" / "synthetic:didemo" (video), "synthetic:audiocaps" / "synthetic:clotho" (audio), "sims:<folder>" (released score matrices) or "local:<folder>" (embeddings)
 audio_sources: list = ["auto"]  # Table 3's sources; ["auto"]: the two synthetic audio presets when `source` is synthetic, none otherwise; [] skips Table 3
-real_sources: list = ["auto"]  # real text-audio embeddings beside a synthetic run (sections 6-7): ["auto"] = the cached LAION-CLAP AudioCaps release, [] = none, or ["real:audiocaps-clap"]
+real_sources: list = ["auto"]  # real text-audio embeddings beside a synthetic run (sections 6-7): ["auto"] (the cached LAION-CLAP AudioCaps release), [] (none), or ["real:audiocaps-clap"]
 n_train: int = 1000  # training videos of a synthetic preset (their captions are the banks; MSR-VTT has 9,000)
 bank_queries: int = 5000  # at most this many bank queries per direction (a seeded subset; None: all)
 target_bank: int = 1000  # at most this many target-bank items for DBSN and DualIS (None: all)

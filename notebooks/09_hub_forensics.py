@@ -61,7 +61,7 @@ construction: str = "gradient"  # "gradient" (surrogate ascent) or "mean" (towar
 label_free_grids: dict = {"nnn": {"alpha": [0.25, 0.5, 0.75, 1.0, 1.25, 1.5], "k": [1, 4, 16, 64, 256]},
                           "is": {"tau": [0.005, 0.01, 0.02, 0.05, 0.1]}, "sn": {"tau": [0.005, 0.01, 0.02, 0.05]}}  # label-free and labelled grids
 n_boot: int = 500  # bootstrap resamples of the R@1 intervals
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (section 5): ["auto"] = the cached real image-text releases, [] = none, or ["real:coco500-clip-b16", ...]
+real_sources: list = ["auto"]  # real embeddings beside a synthetic run (section 5): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 
 # %%
 from pathlib import Path

@@ -205,7 +205,7 @@ def check(claim: str, ok: bool, detail: str = "", *, data: Optional[str] = None)
     the real column): the line then says so, ``PASS (real: ...): claim``. The line is also recorded for
     :func:`checks` and, with the data it was computed on (``data``, else the last :func:`data_label`), in
     ``results/claims/<prefix>.csv``."""
-    _CHECKS.append((str(claim), bool(ok)))
+    _CHECKS.append((str(claim) if data is None else f"{claim} ({data})", bool(ok)))
     status = "PASS" if bool(ok) else "DIFFERS"
     print(f"{status}" + (f" ({data})" if data is not None else "") + f": {claim}" + (f" [{detail}]" if detail else ""))
     if _RECORD["file"] is not None:
