@@ -42,6 +42,11 @@
 # > latent truth to read: the notebook says so in a NOTE, skips the reranked numbers and still shows the first
 # > stages, their ceilings and the costs; `cross_encoder="blip"` reranks real data with BLIP ITM (it needs the
 # > image files, `image_dir`, and the caption texts).
+#
+# > **NOTE (real column).** Unlike notebooks 00-05, 08 and 09, this one shows no real embeddings beside the
+# > synthetic run: reranking needs a cross-encoder that reads the *images* (BLIP ITM) or the generator's latent
+# > truth, and the small real releases this project fetches (`python -m hubnorm.data fetch-real`) hold embeddings
+# > only, no images.
 
 # %% tags=["parameters"]
 source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)

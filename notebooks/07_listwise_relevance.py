@@ -46,6 +46,11 @@
 # > involved), passed explicitly: a *synthetic stand-in* for RSC. Every number of the default run is a
 # > **synthetic analog**, never a reproduction. With `source="local:<folder>"` (real embeddings with caption texts)
 # > the relevance is RSC from the captions, and nothing synthetic enters the run.
+#
+# > **NOTE (real column).** This notebook shows no real embeddings beside the synthetic run: graded relevance needs
+# > the caption texts of a whole test split and a gallery large enough for NDCG@20 to mean something, and the only
+# > real release with texts (Flickr8k, 100 images) leaves 50 test images. Run it on that release alone with
+# > `source="real:flickr8k-100x5-clip-b32"` (RSC relevance from its captions).
 
 # %% tags=["parameters"]
 source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
