@@ -54,7 +54,7 @@ source_kwargs = {}
 # caps for large real data sets (seeded subsets): this notebook holds dense caption x image matrices
 max_test_images = 1000
 max_bank_captions = 10000
-# real embeddings beside the synthetic ones (§6.6): ["auto"] = the cached real image-text releases, [] = none, or ["real:coco500-clip-b16", ...]
+# real embeddings beside the synthetic ones (§6.6): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 real_sources = ["auto"]
 # method parameters (the papers' defaults)
 nnn_alpha = 0.75
