@@ -131,8 +131,8 @@ def test_the_run_summary_gathers_the_claims_and_gains_of_the_notebooks_that_ran(
     assert "All lines: 2 PASS / 1 DIFFERS." in text
     assert "- synthetic analog (a): 2 PASS / 0 DIFFERS" in text and "- real: B: 0 PASS / 1 DIFFERS" in text
     assert "a / claim" in text and "left over" not in text   # table cells escaped; 04 did not run
-    assert "| 01 | synthetic analog (a) | t2i | NNN | bank | 60.00 | 66.00 | 6.00 | 5.80 | 1.03 |" in text
-    assert "- real: B: 0.52 over 1 gains" in text
+    assert "| 01 | synthetic analog (a) | t2i | NNN | bank | R@1 | 60.00 | 66.00 | 6.00 | 5.80 | 1.03 |" in text
+    assert "- real: B, R@1: 0.52 over 1 gains" in text
     claims = pd.read_csv(tmp_path / "SUMMARY.csv")
     assert len(claims) == 3 and set(claims["notebook"].astype(str).str.zfill(2)) == {"01", "03"}
     gains = pd.read_csv(tmp_path / "SUMMARY_gains.csv")

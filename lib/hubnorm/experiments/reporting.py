@@ -174,18 +174,18 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
     if len(gains):
         lines += ["`ratio` = our gain / the published gain (1: the size the paper reports; a published gain comes "
                   "from the paper's full-size test set, ours from the data named in the row).", "",
-                  "| notebook | data | direction | method | setting | raw | normalized | gain | published gain | ratio |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| notebook | data | direction | method | setting | metric | raw | normalized | gain | published gain "
+                  "| ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in gains.iterrows():
             cells = [str(r["notebook"]), str(r["data"]), str(r["direction"]), str(r["method"]), str(r["setting"]),
-                     *(f"{v:.2f}" if pd.notna(v) else "-" for v in (r["raw"], r["normalized"], r["gain"],
-                                                                    r["published gain"], r["ratio"]))]
+                     str(r["metric"]), *(f"{v:.2f}" if pd.notna(v) else "-" for v in (
+                         r["raw"], r["normalized"], r["gain"], r["published gain"], r["ratio"]))]
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-        lines += ["", "Median ratio per data:", ""]
-        for data, part in gains.groupby("data", sort=False):
+        lines += ["", "Median ratio per data and metric:", ""]
+        for (data, metric), part in gains.groupby(["data", "metric"], sort=False):
             ratio = part["ratio"].dropna()
-            lines.append(f"- {data}: " + (f"{ratio.median():.2f} over {len(ratio)} gains" if len(ratio)
-                                          else "no published gain to compare"))
+            lines.append(f"- {data}, {metric}: " + (f"{ratio.median():.2f} over {len(ratio)} gains" if len(ratio)
+                                                    else "no published gain to compare"))
     else:
         lines.append("No notebook of this run compared a gain with a paper.")
     out = results / "SUMMARY.md"
