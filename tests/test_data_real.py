@@ -513,3 +513,25 @@ def test_load_local_embeddings_reads_the_files_it_is_handed(tmp_path):
     with pytest.raises(ValueError, match="no known embedding layout"):
         load_local_embeddings(tmp_path, files={})
     assert load_local_embeddings(tmp_path / "nowhere", files={"features_clip.npy": data}).meta["n_images"] == 24
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name, shapes, first_shapes", [
+    ("coco500-clip-b16", (500, 500), (500, 500)),
+    ("flickr8k-100x5-clip-b32", (100, 500), (100, 100)),
+    ("audiocaps-clap", (399, 497), (399, 399)),
+])
+def test_release_arrays_give_the_whole_release_unsplit(name, shapes, first_shapes):
+    """What the calibration measures: every distinct item once, every caption (or the first of each item)."""
+    mirror = shared_path("embeddings")
+    items, caps, c2i = real.release_arrays(name, mirror=mirror, progress=False)
+    assert (len(items), len(caps)) == shapes and len(c2i) == len(caps)
+    assert set(np.unique(c2i)) == set(range(len(items)))
+    # the item of each caption is its own row: the matched cosine beats the mean cosine
+    matched = np.einsum("ij,ij->i", caps, items[c2i])
+    assert matched.mean() > (caps @ items.T).mean() + 0.1
+    i1, c1, k1 = real.release_arrays(name, mirror=mirror, progress=False, first_caption=True)
+    assert (len(i1), len(c1)) == first_shapes and np.array_equal(k1, np.arange(len(i1)))
+    assert np.array_equal(i1, items)
+    first = np.asarray([np.flatnonzero(c2i == i)[0] for i in range(len(items))])
+    assert np.array_equal(c1, caps[first])

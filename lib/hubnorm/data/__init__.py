@@ -46,7 +46,7 @@ _EXPORTS = {
                      "ENCODER_FAMILIES"], "encoders"),
     **dict.fromkeys(["rehearse", "PROFILES"], "rehearse"),
     **dict.fromkeys(["RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
-                     "clip_index"], "real"),
+                     "release_arrays", "clip_index"], "real"),
 }
 
 
@@ -66,5 +66,6 @@ __all__ = [
     "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
     "PROFILES", "RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
     "clip_index",
+    "release_arrays",
 ]
 __dir__ = _export_dir(__name__, __all__)

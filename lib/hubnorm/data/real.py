@@ -528,6 +528,39 @@ def _audio_clips(fetched: RealFetch) -> Tuple[np.ndarray, np.ndarray, Dict[str, 
     return c2clip, first, rows
 
 
+def release_arrays(name: str, *, first_caption: bool = False,
+                   **fetch_kwargs) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The whole release ``name`` as ``(items, captions, caption_to_item)``, unsplit, float32: its distinct images
+    (or clips) in order of first appearance and every caption in the release's order; ``first_caption=True`` keeps
+    only the first caption of each item (then ``caption_to_item`` is ``0 .. n - 1``). What the calibration of the
+    synthetic presets measures (:mod:`hubnorm.experiments.calibration`); ``fetch_kwargs`` as :func:`obtain_real`."""
+    rel = release(name)
+    if rel.modality == "audio":
+        fetched = obtain_real(name, **fetch_kwargs)
+        c2i, first, rows = _audio_clips(fetched)
+        items, captions = rows["clean"][first], _npy(fetched, "text_embeddings.npy")
+    else:
+        stacked = [f.name for f in rel.required if f.name.startswith("features_")]
+        fetched = obtain_real(name, files=[f.name for f in rel.required], **fetch_kwargs)
+        if stacked:   # (2, n, d): row i of each is a pair
+            arr = _npy(fetched, stacked[0])
+            items, captions, c2i = arr[0], arr[1], np.arange(arr.shape[1])
+        else:         # one image row per caption, grouped by metadata.csv's image_id
+            import csv
+
+            ids = [r["image_id"] for r in csv.DictReader(io.StringIO(fetched.contents["metadata.csv"].decode()))]
+            order: Dict[str, int] = {}
+            c2i = np.asarray([order.setdefault(i, len(order)) for i in ids], dtype=np.int64)
+            rows = _npy(fetched, "image_embeddings.npy")
+            first = np.asarray([ids.index(i) for i in order], dtype=np.int64)
+            items, captions = rows[first], _npy(fetched, "text_embeddings.npy")
+    c2i = np.asarray(c2i, dtype=np.int64)
+    if first_caption:
+        keep = np.asarray([int(np.flatnonzero(c2i == i)[0]) for i in range(len(items))])
+        captions, c2i = captions[keep], np.arange(len(items))
+    return items, captions, c2i
+
+
 def real_galleries(name: str = "audiocaps-clap", **fetch_kwargs) -> Dict[str, np.ndarray]:
     """The audio release's clips under each condition: ``{"clean", "original", "highpass_1000Hz",
     "lowpass_4000Hz", "noisy_snr10dB", "pitch_shift"}`` -> (n_clips, d) float32, row ``c`` = clip ``c`` of
@@ -607,4 +640,4 @@ def load_real(name: str, *, test_fraction: float = 0.5, seed: int = 0, val: bool
 
 __all__ = ["RELEASES", "RealRelease", "RealFile", "RealFetch", "RealDataUnavailable", "URL_BASE", "MIRROR_ENV",
            "AUDIO_GROUP_COS", "release", "mirror_root", "release_folder", "obtain_real", "fetch_real", "real_status",
-           "load_real", "real_galleries", "clip_index", "group_rows"]
+           "load_real", "real_galleries", "release_arrays", "clip_index", "group_rows"]

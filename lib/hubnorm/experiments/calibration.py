@@ -215,21 +215,14 @@ def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[
 
 def real_arrays(name: str, **fetch_kwargs) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(images, captions, caption_to_image)`` of the real reference ``name`` of :data:`REAL_STATISTICS`, in the
-    layout its statistics were measured in, from its release (:mod:`hubnorm.data.real`; ``fetch_kwargs``: where the
-    files come from, e.g. ``mirror=``): Flickr8k's 100 distinct images with their 5 captions each; COCO-500's 500
-    pairs; AudioCaps' 399 clips with the first caption of each (the release has one to four per clip)."""
-    from ..data import real
+    layout its statistics were measured in, from its release (:func:`hubnorm.data.real.release_arrays`;
+    ``fetch_kwargs``: where the files come from, e.g. ``mirror=``): Flickr8k's 100 distinct images with their 5
+    captions each; COCO-500's 500 pairs; AudioCaps' 399 clips with the first of their captions (one to four each)."""
+    from ..data.real import release_arrays
 
     ref = REAL_STATISTICS[name]
-    fetched = real.obtain_real(ref["release"], progress=False, **fetch_kwargs)
-    if ref["release"] == "audiocaps-clap":
-        c2clip, first, rows = real._audio_clips(fetched)
-        return rows["clean"][first], real._npy(fetched, "text_embeddings.npy")[first], np.arange(len(first))
-    if ref["release"] == "flickr8k-100x5-clip-b32":
-        img = real._npy(fetched, "image_embeddings.npy")
-        return img[::5], real._npy(fetched, "text_embeddings.npy"), np.arange(len(img)) // 5
-    f = real._npy(fetched, "features_clip.npy")
-    return f[0], f[1], np.arange(f.shape[1])
+    return release_arrays(ref["release"], first_caption=ref["captions_per_image"] == 1, progress=False,
+                          **fetch_kwargs)
 
 
 def _published(preset: str) -> Dict[str, Tuple[float, str]]:

@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence, Union
 import pandas as pd
 from pandas.api import types as pdt
 
-from .reporting import beside_published as _merge_published, load_published
+from .reporting import GAIN_COLUMNS, beside_published as _merge_published, load_published
 
 __all__ = ["beside_published", "published", "side_by_side", "to_long", "wide_by", "gains", "GAIN_COLUMNS",
            "MIN_PUBLISHED_GAIN",
@@ -320,10 +320,6 @@ def wide_by(joined: pd.DataFrame, column: str, *, missing: str = "none") -> pd.D
 #: says nothing (a gain of 3 points against a published -0.02 would read "-150x").
 MIN_PUBLISHED_GAIN = 1.0
 
-#: Columns of :func:`gains` (and of every ``results/tables/<prefix>_gains*.csv`` that ``run_all.sh`` gathers into
-#: ``results/SUMMARY.md``).
-GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw", "normalized", "gain", "published raw",
-                "published", "published gain", "ratio", "published source"]
 
 
 def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None) -> pd.DataFrame:

@@ -115,6 +115,11 @@ REAL_MISSING_NOTE = "NOTE: the real column leaves out"
 #: was computed on (written by :func:`hubnorm.experiments.notebook.check`, gathered by :func:`write_summary`).
 CLAIM_COLUMNS = ["notebook", "claim", "status", "detail", "data"]
 
+#: Columns of :func:`hubnorm.experiments.compare.gains` (and of every ``results/tables/<prefix>_gains*.csv`` that
+#: :func:`write_summary` gathers into ``results/SUMMARY.md``).
+GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw", "normalized", "gain", "published raw",
+                "published", "published gain", "ratio", "published source"]
+
 #: What :func:`write_summary` writes into the results folder of a run.
 SUMMARY_FILES = ("SUMMARY.md", "SUMMARY.csv", "SUMMARY_gains.csv")
 
@@ -138,8 +143,6 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
     beside its published gain) of one run: ``notebooks`` is ``[(name, status), ...]`` in run order, ``status`` "ok",
     "FAILED" or "skipped: <why>". Only the claims and gains of the notebooks that ran are gathered (each notebook
     rewrites its own at its start), each line with the data it was computed on."""
-    from .compare import GAIN_COLUMNS
-
     results = Path(results)
     ran = [(name, status) for name, status in notebooks if not str(status).startswith("skipped")]
     prefixes = [name[:2] for name, _ in ran]
