@@ -296,7 +296,7 @@ for real_label, rds in reals.items():   # sections 1 and 2 on each real set, the
     rstats10["R@1"] = [hn.evaluate(ragn[m] if b == ragn_bank else rfit10[m], rqa)["R@1"]
                        for m, b in zip(rstats10["method"], rstats10["bank"])]
     rmodel, rdbsn = model, dbsn_model   # the published CLIP rows, as beside the synthetic run
-    near = {"flickr8k": "flickr30k"}.get(rds.meta["dataset"], rds.meta["dataset"])   # its nearest published set
+    near = pr.nearest_published(rds)   # its nearest published data set (the release declares it)
     r2 = rstats1[rstats1["direction"] == "t2i"].set_index("method")
     rours = pd.DataFrame([{"direction": "t2i", "method": m, "metric": metric, "value": r2.loc[name, col]}
                           for m, name in (("raw", "Original"), ("nnn", "NNN"))

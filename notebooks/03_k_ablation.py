@@ -246,9 +246,9 @@ nb.notice(*sentences)
 
 # %% [markdown]
 # ## 2 · The α × k grid on the held-out split (what App. B searches)
-# The real sets have small held-out splits (COCO-500: 83 images and captions; Flickr8k: 16 images, 80 captions), and
-# their galleries are a third of their test galleries, so their raw R@1 on val sits near the top of the scale. The
-# grid of a real set is drawn beside the synthetic one where its raw scores miss at least one val query (the grid
+# The real sets have small held-out splits (a third of their training part, by the rule of
+# `hubnorm.embeddings.validation_size`), and a smaller gallery is an easier one: one query can be worth more than a
+# point, and the raw scores may already rank every val query right. The grid of a real set is drawn beside the synthetic one where its raw scores miss at least one val query (the grid
 # has something to choose); the title of each real panel says how many points one query is. A NOTE names the real
 # sets left out and why.
 

@@ -144,7 +144,7 @@ nb.show(gains, ["direction", "setting", "raw", "normalized", "gain", "published 
 reals = pr.load_real_sets(pr.real_sources(real_sources, source), seed=seed, dtype=run.dtype)
 real_sweeps, real_near, real_gains = {}, {}, [gains]
 for real_label, rds in reals.items():   # Part A's calls on each real set, its own training part as bank
-    near = {"flickr8k": "flickr30k"}.get(rds.meta["dataset"], rds.meta["dataset"])   # the nearest published data set
+    near = pr.nearest_published(rds)   # the nearest published data set (the release declares it)
     real_near[real_label] = near
     r_fractions = studies.distinct_fractions(nnn_fractions, rds.split("train").n_images, what="bank fraction",
                                              unit="image")

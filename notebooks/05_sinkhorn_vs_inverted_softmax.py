@@ -238,15 +238,15 @@ nb.show(gains_qa, ["direction", "method", "raw", "normalized", "gain", "publishe
 #
 # **The real column.** The same query-aware calls on small public releases of real embeddings (`real_sources`;
 # `hubnorm.data.real`: read from the local cache, never downloaded here), beside the published rows of the nearest
-# published data set (COCO for COCO, Flickr30k for Flickr8k; the rows of `model`, zero-shot CLIP by default). Their
-# test splits are small (250 COCO images with one caption each; 50 Flickr8k images with five captions each), so
-# every transport problem here is at most 250 x 250 and the real rows cost about a second in all.
+# published data set (`pr.nearest_published`: COCO for COCO, Flickr30k for Flickr8k; the rows of `model`, zero-shot
+# CLIP by default). Their test splits are small (half of each release: 500 COCO pairs, 100 Flickr8k images with five
+# captions each), so every transport problem here is small and the real rows are cheap.
 
 # %%
 reals = pr.load_real_sets(pr.real_sources(real_sources, source), seed=seed, dtype=run.dtype)
 real_near, real_qa, real_qa_tasks, real_gains_qa = {}, {}, {}, []
 for real_label, rds in reals.items():   # the calls above on each real set
-    near = real_near[real_label] = {"flickr8k": "flickr30k"}.get(rds.meta["dataset"], rds.meta["dataset"])
+    near = real_near[real_label] = pr.nearest_published(rds)   # the nearest published data set
     real_qa_tasks[real_label] = pr.make_tasks(rds.split("test"), None, directions=directions)
     rows = []
     for d, task in real_qa_tasks[real_label].items():

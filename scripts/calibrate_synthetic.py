@@ -202,8 +202,8 @@ MATCHED_CHECK = (1000, 1)
 
 
 def matched_size_gains(seeds) -> pd.DataFrame:
-    """The headroom statistics (:func:`hubnorm.experiments.calibration.headroom_statistics`) of every reported image
-    preset at :data:`MATCHED_CHECK` (1,000 images x 1 caption: 500 test images, the other 500's captions as the
+    """The headroom statistics (:func:`hubnorm.experiments.calibration.headroom_statistics`) of every reported
+    preset (image-text and the text-audio geometry; "t2i" = captions query the items) at :data:`MATCHED_CHECK` (1,000 images x 1 caption: 500 test images, the other 500's captions as the
     bank), mean and sd over ``seeds``; computed after the fit, never part of it."""
     rows = []
     n, c = MATCHED_CHECK
@@ -225,7 +225,6 @@ def gain_section(seeds, paper_seeds) -> tuple:
     matched = matched_size_gains(seeds)
     image = gains[gains["preset"].isin(list(REPORTED))]
     media = gains[~gains["preset"].isin(list(REPORTED))]
-    r = gains["ratio"].dropna()
 
     def summary(part):
         q = part["ratio"].dropna()
@@ -254,8 +253,8 @@ def gain_section(seeds, paper_seeds) -> tuple:
     lines += ["", f"**At a matched small size** ({n:,} images x {c} caption: 500 test images, the other 500 images' "
               "captions (t2i) or images (i2t) as the bank; NNN k = 16, alpha = 0.75, IS tau = 0.02, the headroom "
               "protocol of the fit at another size). The real references of the fit, at their own sizes, are in the "
-              "tables above (COCO-500: 250 test images; Flickr8k: 50).", "",
-              "| preset | raw t2i R@1 | NNN gain t2i | IS gain t2i | raw i2t R@1 | NNN gain i2t | IS gain i2t |",
+              "tables above (COCO-500: 250 test images; Flickr8k: 50; AudioCaps: 199 clips).", "",
+              "| preset | raw R@1, text query | NNN gain | IS gain | raw R@1, item query | NNN gain | IS gain |",
               "|---|---|---|---|---|---|---|"]
     for _, row in matched.iterrows():
         cells = [f"{row[f'{k} mean']:.1f} ({row[f'{k} sd']:.1f})" for k in

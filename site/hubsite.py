@@ -410,16 +410,18 @@ def _replace_block(text: str, name: str, body: str, path: str) -> str:
     return pat.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(3), text, count=1)
 
 
-_CHECK_LINE = re.compile(r"^(PASS|DIFFERS)(?: \((real: [^)\n]*)\))?: ", re.M)
+_CHECK_LINE = re.compile(r"^(PASS|DIFFERS)(?: \(([^\n]*?)\))?: ", re.M)
 
 
 def claim_counts(nb: dict) -> dict[str, list[int]]:
     """PASS / DIFFERS counts of an executed notebook's check lines (``hubnorm.experiments.notebook.check``), split
-    into the notebook's main run (``"main"``) and the real column (``"real"``: lines ``PASS (real: ...): ...``)."""
+    into the notebook's synthetic run (``"main"``, also lines naming another synthetic data set) and the real column
+    (``"real"``: lines ``PASS (real: ...): ...``)."""
     counts = {"main": [0, 0], "real": [0, 0]}
     for text in _output_texts(nb):
         for m in _CHECK_LINE.finditer(text):
-            counts["real" if m.group(2) else "main"][0 if m.group(1) == "PASS" else 1] += 1
+            real = bool(m.group(2)) and m.group(2).startswith("real:")   # a line on other synthetic data: main
+            counts["real" if real else "main"][0 if m.group(1) == "PASS" else 1] += 1
     return counts
 
 

@@ -327,3 +327,22 @@ def test_gains_name_the_argument_and_the_fix():
         compare.gains(_joined().drop(columns="published"), raw="Original")
     with pytest.raises(TypeError, match="DataFrame"):
         compare.gains([1, 2], raw="Original")
+
+
+def test_gains_take_the_raw_row_of_setting_none_when_a_table_also_cites_one():
+    """DBSN Table 1 lists a raw row cited from the literature beside its own ("none"): the gain is against its own."""
+    j = _joined()
+    cited = j[j["method"] == "Original"].assign(setting="literature (cited paper)", published=43.1,
+                                                **{"this run": np.nan})
+    g = compare.gains(pd.concat([cited, j], ignore_index=True), raw="Original").set_index("method")
+    assert g.loc["NNN", "published raw"] == 58.8 and g.loc["NNN", "published gain"] == pytest.approx(5.8)
+    two = pd.concat([j, j[j["method"] == "Original"].assign(published=43.1)], ignore_index=True)
+    with pytest.raises(ValueError, match="2 different raw values on the 'published' side"):
+        compare.gains(two, raw="Original")
+
+
+def test_a_published_gain_of_exactly_the_minimum_gets_a_ratio():
+    g = compare.gains(_joined(pub_raw=60.0, pub_nnn=60.0 + compare.MIN_PUBLISHED_GAIN), raw="Original")
+    assert g.set_index("method").loc["NNN", "ratio"] == pytest.approx(6.0 / compare.MIN_PUBLISHED_GAIN)
+    g = compare.gains(_joined(pub_raw=60.0, pub_nnn=60.0 + 0.99 * compare.MIN_PUBLISHED_GAIN), raw="Original")
+    assert np.isnan(g.set_index("method").loc["NNN", "ratio"])

@@ -535,3 +535,16 @@ def test_release_arrays_give_the_whole_release_unsplit(name, shapes, first_shape
     assert np.array_equal(i1, items)
     first = np.asarray([np.flatnonzero(c2i == i)[0] for i in range(len(items))])
     assert np.array_equal(c1, caps[first])
+
+
+@pytest.mark.shared_data
+def test_a_bad_mirror_variable_does_not_break_a_cached_release(monkeypatch):
+    """The mirror is read only for a file the cache lacks: with every file cached, a blank or wrong
+    HUBNORM_REAL_MIRROR changes nothing (the notebooks' real column keeps working); for a missing file it is the
+    clear error naming the variable."""
+    real.fetch_real("coco500-clip-b16", mirror=shared_path("embeddings"), progress=False)
+    monkeypatch.setenv("HUBNORM_REAL_MIRROR", "   ")
+    ds = hn.load_embeddings("real:coco500-clip-b16", download=False)
+    assert ds.meta["n_images"] == 500
+    with pytest.raises(ValueError, match="HUBNORM_REAL_MIRROR"):
+        real.obtain_real("flickr8k-100x5-clip-b32", download=False)

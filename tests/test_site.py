@@ -60,6 +60,21 @@ def test_generated_files_are_current():
                        "run `.venv/bin/python site/hubsite.py sync` and commit the result")
 
 
+def test_readme_counts_every_check_line_of_the_committed_notebooks():
+    """README's table of PASS/DIFFERS lines (generated): a line on another synthetic data set counts with the
+    synthetic run, a line on a real release with the real column, and none is dropped."""
+    text = ("PASS: a [x]\nPASS (real: COCO, 500 pairs): b\nDIFFERS (synthetic analog (synthetic-audiocaps, seed 0)): c "
+            "[1 -> 2]\nDIFFERS (real: X): d\nnot a PASS: line\n")
+    nb = {"cells": [{"outputs": [{"output_type": "stream", "text": text}]}]}
+    assert hubsite.claim_counts(nb) == {"main": [1, 1], "real": [1, 1]}
+    block = hubsite.readme_claims_block(NOTEBOOKS)
+    for p in NOTEBOOKS:   # every notebook has a row, and the table adds up
+        assert f"| {p.stem[:2]} | " in block
+    total = sum(sum(map(sum, hubsite.claim_counts(json.loads(p.read_text())).values())) for p in NOTEBOOKS)
+    last = re.findall(r"(\d+) PASS / (\d+) DIFFERS", block.splitlines()[-1])
+    assert sum(int(a) + int(b) for a, b in last) == total
+
+
 def test_every_notebook_has_a_colab_copy_and_a_launch_row():
     readme = (REPO / "README.md").read_text()
     repo = hubsite.repository()

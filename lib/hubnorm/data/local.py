@@ -161,21 +161,13 @@ def _stacked(path: Path, files: Files = None):
     return images, texts, np.arange(len(images)), None, None, {"file": path.name}
 
 
-def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed: int = 0,
-                          features: str = "features_clip.npy", name: Optional[str] = None,
-                          val: bool = True, files: Files = None) -> EmbeddingDataset:
-    """Real embeddings from a folder (see module docstring) split into ``"test"`` and ``"train"`` by images.
-
-    Args:
-        folder: the folder, or a ``features_*.npy`` file.
-        test_fraction: share of images (each with all its captions) in ``"test"``; the rest is ``"train"``.
-        seed: seed of the permutation.
-        features: which ``features_*.npy`` to read in the stacked layout.
-        val: also hold a ``"val"`` split out of ``"train"`` (hyperparameter selection), sized by the one rule of
-            :func:`hubnorm.embeddings.validation_size`; False keeps test/train only.
-        files: the folder's files already read (file name -> bytes, e.g. verified against checksums): read these,
-            and nothing from the disk; ``folder`` must then name the folder (it only labels messages and ``meta``).
-    """
+def read_local(folder: PathLike, *, features: str = "features_clip.npy",
+               files: Files = None) -> Tuple[EmbeddingSplit, str, dict]:
+    """A folder's whole collection, unsplit (module docstring: the layouts): ``(full, name, meta)``, ``full`` an
+    :class:`EmbeddingSplit` of every distinct image with all its captions (float32, the folder's order), ``name``
+    the folder's name (with the stacked file's stem when it is not ``features_clip.npy``), ``meta`` what
+    ``model_info.json`` declares and the folder. ``folder``, ``features``, ``files``: as
+    :func:`load_local_embeddings`."""
     path = Path(folder).expanduser()
     if files is None and not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -195,15 +187,34 @@ def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed:
         raise ValueError(f"{path}: no known embedding layout (image_embeddings.npy + text_embeddings.npy, or "
                          f"{features} of shape (2, n, d))")
     images, texts, c2i, image_ids, caption_texts, meta = loaded
-    meta = {**meta, **_model_info(folder_, files)}
+    meta = {**meta, **_model_info(folder_, files), "folder": str(folder_)}
     images = np.ascontiguousarray(images, dtype=np.float32)
     texts = np.ascontiguousarray(texts, dtype=np.float32)
     if images.shape[1] != texts.shape[1]:
         raise ValueError(f"{path}: image dim {images.shape[1]} != text dim {texts.shape[1]}")
     full = EmbeddingSplit(images=images, captions=texts, caption_to_image=c2i, image_ids=image_ids,
                           caption_texts=caption_texts)
-    return split_by_images(full, name=name or label or folder_.name, meta={**meta, "folder": str(folder_)},
-                           test_fraction=test_fraction, seed=seed, val=val)
+    return full, label or folder_.name, meta
+
+
+def load_local_embeddings(folder: PathLike, *, test_fraction: float = 0.5, seed: int = 0,
+                          features: str = "features_clip.npy", name: Optional[str] = None,
+                          val: bool = True, files: Files = None) -> EmbeddingDataset:
+    """Real embeddings from a folder (see module docstring; :func:`read_local`) split into ``"test"`` and
+    ``"train"`` by images (:func:`split_by_images`).
+
+    Args:
+        folder: the folder, or a ``features_*.npy`` file.
+        test_fraction: share of images (each with all its captions) in ``"test"``; the rest is ``"train"``.
+        seed: seed of the permutation.
+        features: which ``features_*.npy`` to read in the stacked layout.
+        val: also hold a ``"val"`` split out of ``"train"`` (hyperparameter selection), sized by the one rule of
+            :func:`hubnorm.embeddings.validation_size`; False keeps test/train only.
+        files: the folder's files already read (file name -> bytes, e.g. verified against checksums): read these,
+            and nothing from the disk; ``folder`` must then name the folder (it only labels messages and ``meta``).
+    """
+    full, label, meta = read_local(folder, features=features, files=files)
+    return split_by_images(full, name=name or label, meta=meta, test_fraction=test_fraction, seed=seed, val=val)
 
 
 def split_by_images(full: EmbeddingSplit, *, name: str, meta: Optional[dict] = None, test_fraction: float = 0.5,
@@ -226,4 +237,4 @@ def split_by_images(full: EmbeddingSplit, *, name: str, meta: Optional[dict] = N
     return hold_out_val(ds, seed) if val else ds
 
 
-__all__ = ["load_local_embeddings", "split_by_images"]
+__all__ = ["load_local_embeddings", "read_local", "split_by_images"]

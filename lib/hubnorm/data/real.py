@@ -83,6 +83,7 @@ class RealRelease:
     mirror: str                # its folder name under a mirror root
     model: str
     dataset: str               # the data set, as the published tables name it
+    published_dataset: str     # the nearest data set the papers report (what a gain here is set beside)
     modality: str              # of the items: "image" or "audio"
     n_items: int               # distinct images / clips
     n_captions: int
@@ -119,7 +120,8 @@ RELEASES: Dict[str, RealRelease] = {r.name: r for r in (
     RealRelease(
         name="coco500-clip-b16", label="real: COCO val2017, 500 pairs, CLIP ViT-B/16",
         repo="Weixin-Liang/Modality-Gap", mirror="coco-val2017-500-clip-vitb16",
-        model="OpenAI CLIP ViT-B/16", dataset="coco", modality="image", n_items=500, n_captions=500, dim=512,
+        model="OpenAI CLIP ViT-B/16", dataset="coco", published_dataset="coco", modality="image", n_items=500,
+        n_captions=500, dim=512,
         licence="No licence file at the pinned commit (its README shows an MIT badge, not a licence text); "
                 "hubnorm fetches the file and never redistributes it.",
         caveats=("one caption per image (COCO has five): every query has a single positive",
@@ -136,7 +138,8 @@ RELEASES: Dict[str, RealRelease] = {r.name: r for r in (
     RealRelease(
         name="flickr8k-100x5-clip-b32", label="real: Flickr8k, 100 images x 5 captions, CLIP ViT-B/32",
         repo="Chia213/Search-Engine", mirror="flickr8k-100x5-clip-vitb32",
-        model="openai/clip-vit-base-patch32", dataset="flickr8k", modality="image", n_items=100, n_captions=500,
+        model="openai/clip-vit-base-patch32", dataset="flickr8k", published_dataset="flickr30k", modality="image",
+        n_items=100, n_captions=500,
         dim=512,
         licence="No licence stated at the pinned commits (Flickr8k has its own terms); hubnorm fetches the files "
                 "and never redistributes them.",
@@ -158,7 +161,8 @@ RELEASES: Dict[str, RealRelease] = {r.name: r for r in (
     RealRelease(
         name="audiocaps-clap", label="real: AudioCaps test, 399 clips x 497 captions, LAION-CLAP",
         repo="qianshuguo/audio-text-clap", mirror="audiocaps-500-laion-clap",
-        model="LAION-CLAP", dataset="audiocaps", modality="audio", n_items=399, n_captions=497, dim=512,
+        model="LAION-CLAP", dataset="audiocaps", published_dataset="audiocaps", modality="audio", n_items=399,
+        n_captions=497, dim=512,
         licence="No licence stated at the repository's top level (its bundled LAION-CLAP code is CC0); hubnorm "
                 "fetches the files and never redistributes them.",
         caveats=("text-audio: the items are audio clips, not images",
@@ -376,7 +380,7 @@ def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Opti
         wanted = rel.files if extras else rel.required
     else:
         wanted = tuple(rel.file(n) for n in files)
-    root = mirror_root(mirror)
+    root, resolved = None, False   # the mirror is read (and checked) only when the cache lacks a file
     folder = release_folder(rel.name, cache_dir)
     contents: Dict[str, bytes] = {}
     sources: Dict[str, str] = {}
@@ -397,6 +401,8 @@ def obtain_real(name: str, *, mirror: Optional[PathLike] = None, cache_dir: Opti
             why.append(f"not cached ({cached})")
             short.append("not cached")
         if data is None:
+            if not resolved:
+                root, resolved = mirror_root(mirror), True
             src = None if root is None else root / rel.mirror / f.name
             if src is None:
                 why.append(f"no mirror ({MIRROR_ENV} unset)")
@@ -464,6 +470,7 @@ def real_status(name: str, cache_dir: Optional[PathLike] = None) -> str:
 def _release_meta(rel: RealRelease, fetched: RealFetch) -> dict:
     names = sorted(fetched.contents)
     return {"release": rel.name, "label": rel.label, "model": rel.model, "dataset": rel.dataset,
+            "published_dataset": rel.published_dataset,
             "modality": rel.modality, "repo": f"github.com/{rel.repo}",
             "urls": {n: rel.url(rel.file(n)) for n in names}, "commits": {n: rel.file(n).commit for n in names},
             "sha256": {n: rel.file(n).sha256 for n in names}, "sources": dict(fetched.sources),
@@ -539,21 +546,12 @@ def release_arrays(name: str, *, first_caption: bool = False,
         fetched = obtain_real(name, **fetch_kwargs)
         c2i, first, rows = _audio_clips(fetched)
         items, captions = rows["clean"][first], _npy(fetched, "text_embeddings.npy")
-    else:
-        stacked = [f.name for f in rel.required if f.name.startswith("features_")]
-        fetched = obtain_real(name, files=[f.name for f in rel.required], **fetch_kwargs)
-        if stacked:   # (2, n, d): row i of each is a pair
-            arr = _npy(fetched, stacked[0])
-            items, captions, c2i = arr[0], arr[1], np.arange(arr.shape[1])
-        else:         # one image row per caption, grouped by metadata.csv's image_id
-            import csv
+    else:   # the local-folder reader, on the verified bytes
+        from .local import read_local
 
-            ids = [r["image_id"] for r in csv.DictReader(io.StringIO(fetched.contents["metadata.csv"].decode()))]
-            order: Dict[str, int] = {}
-            c2i = np.asarray([order.setdefault(i, len(order)) for i in ids], dtype=np.int64)
-            rows = _npy(fetched, "image_embeddings.npy")
-            first = np.asarray([ids.index(i) for i in order], dtype=np.int64)
-            items, captions = rows[first], _npy(fetched, "text_embeddings.npy")
+        fetched = obtain_real(name, files=[f.name for f in rel.required], **fetch_kwargs)
+        full, _, _ = read_local(fetched.folder, files=fetched.contents)
+        items, captions, c2i = full.images, full.captions, full.caption_to_image
     c2i = np.asarray(c2i, dtype=np.int64)
     if first_caption:
         keep = np.asarray([int(np.flatnonzero(c2i == i)[0]) for i in range(len(items))])

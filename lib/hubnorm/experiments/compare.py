@@ -315,9 +315,10 @@ def wide_by(joined: pd.DataFrame, column: str, *, missing: str = "none") -> pd.D
     return pd.concat(sides, ignore_index=True) if sides else pd.DataFrame(columns=keys + ["run"] + labels)
 
 
-#: A published gain smaller than this (R@1 points, in absolute value) gets no ratio: the papers print R@1 to one or
-#: two decimals and a gain of a fraction of a point is within their rounding and sampling noise, so a ratio to it
-#: says nothing (a gain of 3 points against a published -0.02 would read "-150x").
+#: A published gain smaller than this (in absolute value, in the metric's units: R@1 points, or a hubness statistic)
+#: gets no ratio: the papers print R@1 to one or two decimals and a gain of a fraction of a point is within their
+#: rounding and sampling noise, so a ratio to it says nothing (a gain of 3 points against a published -0.02 would
+#: read "-150x").
 MIN_PUBLISHED_GAIN = 1.0
 
 
@@ -330,8 +331,10 @@ def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None)
     For each direction and metric, ``raw`` names the method of the raw scores (after ``names=``: e.g. "Original");
     ``gain = normalized - raw`` on each side, and ``ratio = gain / published gain``: 1 when this run gains what the
     paper reports, about 3 when a gain is three times too large. A side without its raw row, or a published gain
-    under :data:`MIN_PUBLISHED_GAIN` points, leaves the gain or the ratio missing (NaN), never 0. ``data`` labels the rows (default: the ``run`` column:
-    "synthetic analog (...)" or "real: ..."). Columns :data:`GAIN_COLUMNS`.
+    under :data:`MIN_PUBLISHED_GAIN`, leaves the gain or the ratio missing (NaN), never 0. Where a table lists
+    several raw rows of a direction (DBSN Table 1 cites raw numbers from the literature beside its own), the one of
+    setting "none" is the raw scores. ``data`` labels the rows (default: the ``run`` column: "synthetic analog
+    (...)" or "real: ..."). Columns :data:`GAIN_COLUMNS`.
     """
     if not isinstance(joined, pd.DataFrame):
         raise TypeError(f"joined must be a pandas DataFrame (a beside_published result); got {type(joined).__name__}")
@@ -342,13 +345,23 @@ def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None)
     if not isinstance(raw, str) or raw not in set(joined["method"]):
         raise ValueError(f"raw={raw!r} is not a method of joined ({sorted(set(map(str, joined['method'])))}): name "
                          "the raw scores' method as the table writes it (e.g. 'Original' after names=DISPLAY_NAMES)")
+    def one_raw(base, side):
+        """The raw scores' value on one side: the row of setting "none" where there is one (a published table may
+        also list a raw row cited from the literature), else the only row; two different values are an error."""
+        vals = base.dropna(subset=[side])
+        if "setting" in vals.columns and (vals["setting"] == "none").any():
+            vals = vals[vals["setting"] == "none"]
+        values = sorted(set(vals[side].astype(float)))
+        if len(values) > 1:
+            raise ValueError(f"joined holds {len(values)} different raw values on the {side!r} side for one direction "
+                             f"and metric ({values}, settings {sorted(set(map(str, vals.get('setting', []))))}): "
+                             "filter the published rows to one raw setting (setting=[...] of beside_published)")
+        return values[0] if values else float("nan")
+
     rows = []
     for (direction, metric), part in joined.groupby(["direction", "metric"], sort=False):
         base = part[part["method"] == raw]
-        ours_raw = base["this run"].dropna()
-        pub_raw = base["published"].dropna()
-        r_ours = float(ours_raw.iloc[0]) if len(ours_raw) else float("nan")
-        r_pub = float(pub_raw.iloc[0]) if len(pub_raw) else float("nan")
+        r_ours, r_pub = one_raw(base, "this run"), one_raw(base, "published")
         for _, row in part[part["method"] != raw].iterrows():
             ours, pub = float(row["this run"]), float(row["published"])
             gain, pub_gain = ours - r_ours, pub - r_pub

@@ -152,6 +152,15 @@ def _real_source(v):
     return f"must be 'real:<release>', <release> one of {sorted(RELEASES)}; got {v!r}"
 
 
+def _real_sources(v):
+    """['auto'] alone, or a list of real release sources (the notebook checks their modality)."""
+    if isinstance(v, (list, tuple)) and list(v) == ["auto"]:
+        return None
+    if isinstance(v, (list, tuple)) and "auto" in v:
+        return f"must be ['auto'] alone, or a list of 'real:<release>' strings without 'auto'; got {list(v)!r}"
+    return _list(_real_source, min_len=0)(v)
+
+
 def _cross_source(v):
     if v is None or v in ("auto", "none"):
         return None
@@ -182,7 +191,8 @@ def R(kind: str, text: str, check: Callable, example: str = "") -> Rule:
 SCHEMA: Dict[str, Rule] = {
     # data
     "source": R("str", "'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', 'local:<folder>', "
-                "'real:<release>' or 'sims:<folder>' (score matrices: what they give, the rest named in a NOTE; README 'Your own data')",
+                "'real:<release>' or 'sims:<folder>' (score matrices: what they give, the rest named in a NOTE; "
+                "README 'Your own data')",
                 _source,
                 "local:/data/my-embeddings"),
     "synthetic_sizes": R("dict", "{'n_train_images': int >= 0, 'n_test_images': int >= 1, 'n_val_images': int >= 0}",
@@ -190,8 +200,8 @@ SCHEMA: Dict[str, Rule] = {
     "source_kwargs": R("dict", "keyword arguments of the loader (e.g. {'test_fraction': 0.5} for local:)", _dict()),
     "cross_source": R("str", "'auto', 'none', None or a source string", _cross_source),
     "real_sources": R("list", "['auto'] (the real releases beside a synthetic run: none for a real run), [] or a "
-                      "list of 'real:<release>' strings (python -m hubnorm.data list)",
-                      _list(_either(_choice(("auto",)), _real_source), min_len=0), "[real:coco500-clip-b16]"),
+                      "list of 'real:<release>' strings (python -m hubnorm.data list)", _real_sources,
+                      "[real:coco500-clip-b16]"),
     "cross_sizes": R("dict", "sizes of a synthetic cross-dataset source (as synthetic_sizes)", _SIZES),
     "cross_seed": R("int", "an integer >= 0", _int(0)),
     "cross_kwargs": R("dict", "keyword arguments of the cross-dataset loader", _dict()),

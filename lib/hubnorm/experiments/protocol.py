@@ -39,7 +39,7 @@ __all__ = [
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_parameters", "select_and_evaluate", "note", "method_items", "params_for",
-    "REAL_DEFAULTS", "real_sources", "load_real_sets",
+    "REAL_DEFAULTS", "real_sources", "load_real_sets", "nearest_published",
 ]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
@@ -150,8 +150,23 @@ def real_sources(real: Sequence[str], source: str, *, modality: str = "image") -
         if name not in RELEASES:
             raise ValueError(f"real_sources must be ['auto'], [] or 'real:<release>' strings, <release> one of "
                              f"{sorted(RELEASES)}; got {s!r}")
+        if RELEASES[name].modality != modality:
+            fits = sorted(n for n, r in RELEASES.items() if r.modality == modality)
+            raise ValueError(f"real_sources: {s!r} holds {RELEASES[name].modality}-text embeddings, and this "
+                             f"notebook's real column is {modality}-text: use one of {fits}, or ['auto']")
         out.append(f"real:{name}")
     return out
+
+
+def nearest_published(ds: EmbeddingDataset) -> str:
+    """The data set of the published tables a real release's results are set beside: its own when the papers report
+    it (COCO, AudioCaps), else the nearest one they do (Flickr30k for Flickr8k); the release declares it
+    (:mod:`hubnorm.data.real`). The published rows are of the papers' full test sets, not of the release's size."""
+    near = ds.meta.get("published_dataset")
+    if not near:
+        raise ValueError(f"{ds.name!r} is not a real release (hubnorm.data.real): it declares no nearest published "
+                         "data set; pass the notebook's dataset parameter instead")
+    return str(near)
 
 
 def load_real_sets(sources: Sequence[str], *, seed: int = 0, dtype: Optional[str] = "float64",

@@ -149,9 +149,10 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
     claims = read_run_tables(results, prefixes, "claims")
     if claims.empty:
         claims = pd.DataFrame(columns=CLAIM_COLUMNS)
-    claims = claims[CLAIM_COLUMNS]
+    claims = claims[CLAIM_COLUMNS].fillna({"detail": "", "data": ""})
     gains = read_run_tables(results, prefixes, "gains")
     gains = pd.DataFrame(columns=["notebook"] + GAIN_COLUMNS) if gains.empty else gains[["notebook"] + GAIN_COLUMNS]
+    gains = gains.fillna({"setting": "", "published source": ""})
     claims.to_csv(results / "SUMMARY.csv", index=False)
     gains.to_csv(results / "SUMMARY_gains.csv", index=False)
 
@@ -177,8 +178,8 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
     if len(gains):
         lines += ["`ratio` = our gain / the published gain (1: the size the paper reports; a published gain comes "
                   "from the paper's full-size test set, ours from the data named in the row).", "",
-                  "| notebook | data | direction | method | setting | metric | raw | normalized | gain | published gain "
-                  "| ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| notebook | data | direction | method | setting | metric | raw | normalized | gain "
+                  "| published gain | ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in gains.iterrows():
             cells = [str(r["notebook"]), str(r["data"]), str(r["direction"]), str(r["method"]), str(r["setting"]),
                      str(r["metric"]), *(f"{v:.2f}" if pd.notna(v) else "-" for v in (

@@ -262,6 +262,7 @@ class Runner:
             shutil.rmtree(results)
         results.mkdir(parents=True, exist_ok=True)
         os.environ["HUBNORM_RESULTS"] = str(results)
+        self._results = results
 
         notebooks = sorted((self.root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
         selected = [nb for nb in notebooks if not o["only"] or o["only"] in nb.stem]
@@ -359,7 +360,7 @@ class Runner:
         missing = [ln.split("release ", 1)[1].split(" ")[0] for ln in lines if ln.startswith("NOTE: real release ")]
         if proc.returncode != 0:
             _say(f"run_all.sh: fetching the real releases failed ({(proc.stderr or proc.stdout).strip()[-300:]}); the "
-                 "notebooks run without the real column", err=True)
+                 "notebooks show the releases already cached, if any", err=True)
             missing = missing or ["every release"]
         if have:
             _say(f"run_all.sh: real column: {', '.join(have)} ({int(time.time() - t0)}s)")
@@ -381,6 +382,9 @@ class Runner:
             except (SystemExit, Exception) as exc:
                 _say(f"run_all.sh: bad parameters ({exc})", err=True)
                 raise SystemExit(2) from None
+        for stale in [self._results / "claims" / f"{name[:2]}.csv", *(self._results / "tables").glob(
+                f"{name[:2]}_gains*.csv")]:   # an earlier run's lines never reach this run's summary, even if this
+            stale.unlink(missing_ok=True)        # notebook stops before it writes its own
         _say(f"{name}: running (log: {log})")
         prog = out / f"{name}.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
         prog.write_bytes(b"")
