@@ -7,7 +7,10 @@
 #
 # Profiles (the notebooks' `source` parameter and friends):
 #   default          synthetic embeddings (hubnorm.synthetic, seeded; every number is a "synthetic analog"),
-#                    small sizes: all notebooks in a few minutes on 2 CPU cores. Outputs: results/
+#                    small sizes: all notebooks in a few minutes on 2 CPU cores, with the real column beside them
+#                    (small public releases of real embeddings, fetched once by pinned commit and sha256 into the
+#                    cache: python -m hubnorm.data fetch-real; offline without them: one NOTE, the run goes on).
+#                    Outputs: results/
 #   --source SOURCE  your own embeddings with the default sizes and grids, e.g. --source local:/path/to/folder or
 #                    --source cache:coco:ViT-B-32-quickgelu:openai; synthetic data is then forbidden in the run
 #                    (HUBNORM_FORBID_SYNTHETIC=1); --source sims:/path/to/folder (released score matrices) runs
@@ -34,7 +37,9 @@
 # the terminal while it runs, prefixed with its number, and to <outputs>/notebooks/<name>.log; its progress bars
 # (with the estimated time left) go to a side file, <outputs>/notebooks/<name>.progress.log
 # (HUBNORM_PROGRESS_FILE), streamed to the terminal too, so the executed copies carry no progress lines in their
-# cell outputs; then one summary line: name, seconds, ok/FAILED. Stops at the first failure
+# cell outputs; then one summary line: name, seconds, ok/FAILED; at the end <outputs>/SUMMARY.md (+ SUMMARY.csv,
+# SUMMARY_gains.csv): every PASS/DIFFERS line with the data it ran on, every gain beside the published one, the
+# notebooks' statuses. Stops at the first failure
 # unless --keep-going; exits non-zero naming the failed notebooks. --only NAME runs the notebooks whose file name
 # contains NAME (e.g. --only 03 or --only hubness). --quiet: summary lines only. --site: then build the website
 # from this run's executed notebooks (scripts/build_site.sh --notebooks <outputs>; docs/site.md).
@@ -45,7 +50,7 @@ caller_dir=$PWD
 cd "$(dirname "$0")"
 for a in "$@"; do
   case "$a" in
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
   esac
 done
 bash scripts/bootstrap.sh || { echo "run_all.sh: scripts/bootstrap.sh failed" >&2; exit 1; }
