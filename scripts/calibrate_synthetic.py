@@ -94,9 +94,7 @@ def _from_params(p):
 def residuals(preset: str, cfg: GeneratorConfig, seeds=(100, 101, 102, 103, 104, 105)) -> dict:
     """Residual / tolerance of every fitted statistic for ``cfg`` (the objective's terms)."""
     out = {}
-    for name, ref in cal.REAL_STATISTICS.items():
-        if ref["preset"] != cal._kind(preset):
-            continue
+    for name, ref, stats in cal.references(preset):
         c = cfg.replace(captions_per_image=ref["captions_per_image"])
         rows = []
         for seed in seeds:
@@ -106,7 +104,7 @@ def residuals(preset: str, cfg: GeneratorConfig, seeds=(100, 101, 102, 103, 104,
                                                    splits=range(cal.HEADROOM_SPLITS["synthetic"]))})
         mean = pd.DataFrame(rows).mean()
         for stat, value in ref["statistics"].items():
-            if stat in cal.NOT_FITTED:
+            if stat in cal.NOT_FITTED or stat not in stats:
                 continue
             tol, kind = cal.STATISTICS[stat][1:]
             if stat in LOG_STATS:
