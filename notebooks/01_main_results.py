@@ -186,7 +186,7 @@ nb.show(main, ["direction", "method", "setting", "published", "this run"])
 
 # %% tags=["nbval-check-output"]
 gains = compare.gains(main, raw="Original")  # raw, normalized, gain, published gain, ratio per row
-nb.show(gains, ["direction", "method", "setting", "raw", "normalized", "gain", "published gain", "ratio"])
+nb.show(gains, ["direction", "method", "setting", "raw scores", "normalized", "gain", "published gain", "ratio"])
 
 # %% [markdown]
 # ## 4 · Confidence intervals (Tables A8–A11)
@@ -333,7 +333,7 @@ run.save_gains(all_gains, caption="R@1 gain over the raw scores per method and d
                "the published gain (NNN paper Tables A6/A7; for a real set, its nearest published data set).")
 in_distribution = all_gains["setting"] != (cross_setting if cross_source else None)  # not the cross-dataset rows
 if reals:
-    nb.show(all_gains[in_distribution], ["data", "test images", "direction", "method", "raw", "gain",
+    nb.show(all_gains[in_distribution], ["data", "test images", "direction", "method", "raw scores", "gain",
                                          "published gain", "ratio"])
 
 # %% [markdown]

@@ -347,9 +347,9 @@ if reals:
                    "R@1"], caption="Captions matched per image (top-1), every data")
     nb.show(hub10, ["data", "method", "bank", "expected", "skewness", "max", "antihub_share", "robin_hood", "R@1"],
             caption=f"Top-{hub_k} k-occurrence (text → image), every data")
-nb.show(gains_r1, ["data", "direction", "method", "raw", "normalized", "gain", "published gain", "ratio"],
+nb.show(gains_r1, ["data", "direction", "method", "raw scores", "normalized", "gain", "published gain", "ratio"],
         caption="R@1 gains (NNN Tables A6/A7)")
-nb.show(gains_hub, ["data", "method", "setting", "metric", "raw", "normalized", "gain", "published gain", "ratio"],
+nb.show(gains_hub, ["data", "method", "setting", "metric", "raw scores", "normalized", "gain", "published gain", "ratio"],
         caption="Hubness reductions (negative gain = a reduction; ratio = our reduction / the paper's)")
 
 # %%

@@ -126,7 +126,7 @@ gains = compare.gains(tableA12, raw="raw")   # raw, normalized, gain, published 
 # %% tags=["nbval-check-output"]
 nb.show(sweep, ["direction", "method", "bank_fraction", "bank_queries", "R@1", "R@5", "R@10"])
 nb.show(tableA12, ["direction", "method", "setting", "published", "this run"])
-nb.show(gains, ["direction", "setting", "raw", "normalized", "gain", "published gain", "ratio"])
+nb.show(gains, ["direction", "setting", "raw scores", "normalized", "gain", "published gain", "ratio"])
 
 # %% [markdown]
 # **Gains, not only values.** `ratio` = this run's gain over the raw scores / the paper's gain at the same bank
@@ -171,7 +171,7 @@ if reals:
     real_nnn = pd.concat([rs[rs["method"] == "nnn"].assign(data=data) for data, rs in real_sweeps.items()])
     nb.show(real_nnn, ["data", "direction", "bank_fraction", "bank_queries", "R@1", "R@5", "R@10"])
     nb.show(all_gains[all_gains["data"].isin(list(reals))],
-            ["data", "direction", "setting", "raw", "normalized", "gain", "published gain", "ratio"])
+            ["data", "direction", "setting", "raw scores", "normalized", "gain", "published gain", "ratio"])
 
 # %%
 panels = {label: sweep, **real_sweeps}   # the synthetic run, then one panel per real set (its own training part)

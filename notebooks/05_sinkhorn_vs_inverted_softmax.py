@@ -229,7 +229,7 @@ gains_qa = compare.gains(table2, raw="raw").query("metric == 'R@1'")   # raw, no
 # %% tags=["nbval-check-output"]
 nb.show(qa, ["direction", "method", "params", "R@1", "R@5", "R@10", "MnR", "skewness@10"])
 nb.show(table2[table2["metric"] == "R@1"], ["direction", "method", "published", "this run"])
-nb.show(gains_qa, ["direction", "method", "raw", "normalized", "gain", "published gain", "ratio"])
+nb.show(gains_qa, ["direction", "method", "raw scores", "normalized", "gain", "published gain", "ratio"])
 
 # %% [markdown]
 # **Gains, not only values.** `ratio` = this run's R@1 gain over the raw scores / the paper's gain (1: the size the
@@ -263,7 +263,7 @@ for real_label, rds in reals.items():   # the calls above on each real set
 if reals:
     nb.show(pd.concat([rq.assign(data=data) for data, rq in real_qa.items()]),
             ["data", "direction", "method", "R@1", "R@5", "R@10", "MnR", "skewness@10"])
-    nb.show(pd.concat(real_gains_qa), ["data", "direction", "method", "raw", "normalized", "gain", "published gain",
+    nb.show(pd.concat(real_gains_qa), ["data", "direction", "method", "raw scores", "normalized", "gain", "published gain",
                                        "ratio"])
 
 # %% [markdown]
@@ -326,7 +326,7 @@ gains_a7 = gains_a7[(gains_a7["metric"] == "R@1") & gains_a7["setting"].str.star
 # %% tags=["nbval-check-output"]
 nb.show(tab4, ["method", "setting", "params", "R@1", "R@5", "R@10", "MdR", "MnR"])
 nb.show(tableA7[tableA7["metric"] == "R@1"], ["method", "setting", "published", "this run"])
-nb.show(gains_a7, ["method", "setting", "raw", "normalized", "gain", "published gain", "ratio"])
+nb.show(gains_a7, ["method", "setting", "raw scores", "normalized", "gain", "published gain", "ratio"])
 
 # %% [markdown]
 # **The real column.** The same banks on each real set: its validation part (83 COCO-500 captions and images;
@@ -360,7 +360,7 @@ run.save_gains(all_gains, caption="R@1 gain over the raw scores per method, bank
 if reals:
     nb.show(pd.concat([ra.assign(data=data) for data, ra in real_agn.items()]),
             ["data", "method", "setting", "R@1", "R@5", "R@10", "MdR", "MnR"])
-    nb.show(pd.concat(real_gains_a7), ["data", "method", "setting", "raw", "normalized", "gain", "published gain",
+    nb.show(pd.concat(real_gains_a7), ["data", "method", "setting", "raw scores", "normalized", "gain", "published gain",
                                        "ratio"])
 
 # %% [markdown]

@@ -264,7 +264,7 @@ if len(table4):
 syn_gains = pd.concat(gain_parts, ignore_index=True).drop_duplicates(  # Tables 1 and 4 share the query-aware rows
     ["data", "direction", "method", "setting", "metric"], ignore_index=True)
 nb.show(syn_gains[syn_gains["metric"] == "R@1"],
-        ["data", "direction", "method", "setting", "raw", "gain", "published gain", "ratio"])
+        ["data", "direction", "method", "setting", "raw scores", "gain", "published gain", "ratio"])
 
 # %% [markdown]
 # ## 4 · Table 5: skewness of $N_{10}$, raw vs IS vs SN
@@ -405,7 +405,7 @@ for real_label, rtab in real_tables.items():
     nb.show(rtab, ["setting", "method", "R@1", "R@5", "R@10", "MdR", "MnR", f"skew N_{hub_k}"])
 if reals:
     show_gains = all_gains[(all_gains["metric"] == "R@1") & all_gains["data"].isin(list(reals))]
-    nb.show(show_gains, ["setting", "method", "raw", "normalized", "gain", "published gain", "ratio"])
+    nb.show(show_gains, ["setting", "method", "raw scores", "normalized", "gain", "published gain", "ratio"])
 
 # %% [markdown]
 # **What to notice.** Compare each bank row with the raw row, then with the query-aware row of the same method, and

@@ -215,7 +215,7 @@ def test_headroom_statistics_are_in_the_table_of_statistics_with_their_tolerance
         assert cal.STATISTICS[key][1:] == (1.5, "abs") and key not in cal.NOT_FITTED
         for ref in cal.REAL_STATISTICS.values():
             assert np.isfinite(ref["statistics"][key])
-    assert cal.HEADROOM == {"nnn": ("nnn", {"alpha": 0.75, "k": 16}), "is": ("is", {"tau": 0.02})}
+    assert cal.HEADROOM == (("nnn", {"alpha": 0.75, "k": 16}), ("is", {"tau": 0.02}))
 
 
 def test_the_papers_gains_compared_out_of_sample_are_the_published_ones():

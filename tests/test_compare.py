@@ -297,7 +297,7 @@ def test_gains_are_differences_to_the_raw_row_on_each_side_and_their_ratio():
     g = compare.gains(_joined(), raw="Original")
     assert list(g.columns) == compare.GAIN_COLUMNS
     nnn = g.set_index("method").loc["NNN"]
-    assert nnn["raw"] == 60.0 and nnn["normalized"] == 66.0 and nnn["gain"] == pytest.approx(6.0)
+    assert nnn["raw scores"] == 60.0 and nnn["normalized"] == 66.0 and nnn["gain"] == pytest.approx(6.0)
     assert nnn["published gain"] == pytest.approx(64.6 - 58.8)
     assert nnn["ratio"] == pytest.approx(6.0 / 5.8)
     assert nnn["data"] == "synthetic analog (x, seed 0)" and nnn["setting"] == "bank"

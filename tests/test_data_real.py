@@ -64,7 +64,7 @@ def toy(monkeypatch):
     data = _toy_bytes()
     rel = real.RealRelease(
         name="toy", label="real: toy pairs", repo="someone/toy", mirror="toy-folder", model="toy-encoder",
-        dataset="toyset", modality="image", n_items=24, n_captions=24, dim=8, licence="none stated",
+        dataset="toyset", published_dataset="toyset", modality="image", n_items=24, n_captions=24, dim=8, licence="none stated",
         caveats=("made up",),
         files=(real.RealFile("features_clip.npy", "deep/features_clip.npy", TOY_COMMIT, _sha(data), len(data),
                              "(2, 24, 8) pairs"),))

@@ -89,7 +89,7 @@ def test_a_split_does_not_depend_on_the_other_split_sizes():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(preset="imagenet"), r"unknown synthetic preset 'imagenet'; valid presets: \['coco', 'coco-isotropic', 'flickr30k', 'flickr30k-isotropic'\]"),
+    (dict(preset="imagenet"), r"unknown synthetic preset 'imagenet'; valid presets: \['audiocaps-clap', 'coco', 'coco-isotropic', 'flickr30k', 'flickr30k-isotropic'\]"),
     (dict(n_train_images=-1), "n_train_images must be an integer >= 0"),
     (dict(n_test_images=0), "n_test_images must be an integer >= 1"),
     (dict(n_test_images=2.5), "n_test_images must be an integer"),

@@ -70,8 +70,8 @@ class MediaPreset:
 _MEDIA_FITTED = {
     "msrvtt": dict(caption_noise=3.725, caption_bias_std=0.02443, bias_std=0.004325),
     "didemo": dict(caption_noise=4.03, caption_bias_std=0.02587, bias_std=0.00434),
-    "audiocaps": dict(caption_noise=3.897, caption_bias_std=0.0113),
-    "clotho": dict(caption_noise=9.72, caption_bias_std=0.0113),
+    "audiocaps": dict(caption_noise=3.771),
+    "clotho": dict(caption_noise=12.9),
 }
 
 MEDIA_PRESETS: Dict[str, MediaPreset] = {

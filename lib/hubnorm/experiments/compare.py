@@ -366,7 +366,8 @@ def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None)
             ours, pub = float(row["this run"]), float(row["published"])
             gain, pub_gain = ours - r_ours, pub - r_pub
             rows.append({"data": data if data is not None else row["run"], "direction": direction,
-                         "method": row["method"], "setting": row.get("setting", ""), "metric": metric, "raw": r_ours,
+                         "method": row["method"], "setting": row.get("setting", ""), "metric": metric,
+                         "raw scores": r_ours,
                          "normalized": ours, "gain": gain, "published raw": r_pub, "published": pub,
                          "published gain": pub_gain,
                          "ratio": gain / pub_gain if pd.notna(gain) and pd.notna(pub_gain)

@@ -117,7 +117,7 @@ CLAIM_COLUMNS = ["notebook", "claim", "status", "detail", "data"]
 
 #: Columns of :func:`hubnorm.experiments.compare.gains` (and of every ``results/tables/<prefix>_gains*.csv`` that
 #: :func:`write_summary` gathers into ``results/SUMMARY.md``).
-GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw", "normalized", "gain", "published raw",
+GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw scores", "normalized", "gain", "published raw",
                 "published", "published gain", "ratio", "published source"]
 
 #: What :func:`write_summary` writes into the results folder of a run.
@@ -183,7 +183,7 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
         for _, r in gains.iterrows():
             cells = [str(r["notebook"]), str(r["data"]), str(r["direction"]), str(r["method"]), str(r["setting"]),
                      str(r["metric"]), *(f"{v:.2f}" if pd.notna(v) else "-" for v in (
-                         r["raw"], r["normalized"], r["gain"], r["published gain"], r["ratio"]))]
+                         r["raw scores"], r["normalized"], r["gain"], r["published gain"], r["ratio"]))]
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         lines += ["", "Median ratio per data and metric:", ""]
         for (data, metric), part in gains.groupby(["data", "metric"], sort=False):
