@@ -184,11 +184,11 @@ class GeneratorConfig:
 _CLUSTERED = dict(model="clustered", latent_dim=64, n_topics=300, n_styles=32, image_mean=0.56, text_mean=0.5,
                   hub_scale=0.0)
 _FITTED = {
-    "flickr30k": dict(spectrum_decay=0.754, detail_decay=0.523, noise_decay=0.698, topic_zipf=0.507,
-                      topic_spread=1.818, topic_spread_sigma=0.811, image_noise_sigma=0.545,
-                      caption_noise_sigma=0.810, image_semantic=0.2145, image_noise=0.3396, text_semantic=0.3762,
-                      text_noise=0.1405, caption_noise=2.064, caption_shared=0.548, modality_cos=0.3372,
-                      bias_std=0.0151, caption_bias_std=0.0113, image_style_share=0.657, text_style_share=0.713),
+    "flickr30k": dict(spectrum_decay=0.5993, detail_decay=0.5472, noise_decay=0.7735, topic_zipf=0.5235,
+                  topic_spread=2.049, topic_spread_sigma=1.067, image_noise_sigma=0.3598, caption_noise_sigma=0.9035,
+                  image_semantic=0.2363, image_noise=0.2712, text_semantic=0.3888, text_noise=0.162,
+                  caption_noise=2.02, caption_shared=0.6103, modality_cos=0.3135, bias_std=0.01241,
+                  caption_bias_std=0.00773, image_style_share=0.7975, text_style_share=0.7544),
     "coco": dict(spectrum_decay=0.5922, detail_decay=0.6201, noise_decay=0.6491, topic_zipf=0.5499,
              topic_spread=3.584, topic_spread_sigma=1.259, image_noise_sigma=0.144, caption_noise_sigma=1.048,
              image_semantic=0.1859, image_noise=0.3075, text_semantic=0.3459, text_noise=0.1843, caption_noise=4.206,
