@@ -47,11 +47,15 @@ def exercise_1() -> dict:
 def exercise_2(n_test_images: int = 300) -> dict:
     """Does hubness reduction improve the whole top 10, or only the rank of the positive?
 
-    Answer. NNN subtracts a per-image bias, so a hub drops out of the top 10 of the many captions it did not
-    belong to, and the freed places go to the images those captions score next — typically images of the same
-    topic (high graded relevance) as well as the positive. So NDCG@10 rises together with R@1: the correction is
-    not only about the one annotated pair. The NDCG gain is smaller than the R@1 gain because most of the
-    top-10 items were already related images before normalisation.
+    Answer. Only the positive, on this synthetic data. NNN raises R@1 by about 4 points (75.6 -> 79.7 at 300 test
+    images, seed 0; +7 at 1000) while the topic NDCG@10 *falls* by about 1.6 points (0.7-1.6 over seeds 0-2); IS
+    at tau = 0.02 gains as much R@1 and moves NDCG@10 by under a point. The reason is in the bias NNN subtracts:
+    an image's bias is the mean of its k most similar bank captions, and that mean is largest for images in a dense
+    topic, where many captions are alike. So the correction pushes down exactly the images that share the query's
+    topic — the graded-relevant ones — and promotes images from other topics into the freed places of the top 10;
+    the one annotated positive climbs because it competed with its own topic's hubs. A hubness correction trades
+    topical neighbours for the exact match: check a graded measure (NDCG with a relevance you trust) before you
+    claim it improves retrieval as a whole. The asserts are regression checks of this data (seen on seeds 0-2).
     """
     data = hn.load_embeddings("synthetic:flickr30k", seed=0, n_train_images=1000, n_test_images=n_test_images,
                               n_val_images=0)
@@ -60,11 +64,16 @@ def exercise_2(n_test_images: int = 300) -> dict:
                           caption_bank=train.captions.astype(np.float64), directions=("t2i",))["t2i"]
     rel = topic_relevance(test, "t2i")
     out = {}
-    for name, m in (("raw", hn.Identity()), ("NNN", hn.NearestNeighborNormalization(alpha=0.75, k=16))):
+    for name, m in (("raw", hn.Identity()), ("NNN", hn.NearestNeighborNormalization(alpha=0.75, k=16)),
+                    ("IS", hn.InvertedSoftmax(tau=0.02))):
         m = task.fit(m)
         s = m.score(task.queries).numpy()
         out[name] = {"R@1": hn.evaluate(m, task)["R@1"], "NDCG@10": 100 * float(hn.ndcg_at_k(s, rel, 10).mean())}
-    assert out["NNN"]["NDCG@10"] > out["raw"]["NDCG@10"] and out["NNN"]["R@1"] > out["raw"]["R@1"], out
+    raw = out["raw"]
+    for name in ("NNN", "IS"):
+        assert out[name]["R@1"] > raw["R@1"] + 2, out                   # regression check (seen: +4.1, +4.4)
+    assert out["NNN"]["NDCG@10"] < raw["NDCG@10"] - 0.5, out           # regression check (seen: -1.66)
+    assert abs(out["IS"]["NDCG@10"] - raw["NDCG@10"]) < 1.0, out        # regression check (seen: -0.76)
     return out
 
 
