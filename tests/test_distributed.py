@@ -201,18 +201,13 @@ def test_fit_accepts_a_folder_and_checks_inputs(client, sharded):
     np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6)
     got = hd.fit_offsets(hn.InvertedSoftmax(device="cpu"), targets, bank)  # an in-memory bank is chunked
     np.testing.assert_allclose(got.offsets, ref.offsets, rtol=1e-6)
-    # issue 21: DIS (like every method written as block reductions) now fits on Dask; a subclass that still
-    # overrides the in-memory _fit hook is what the engine refuses
+    # issue 21: DIS (like every method written as block reductions) fits on Dask; issue 43: there is one fit
+    # lifecycle (Normalizer.fit_engine), so anything that is not a Normalizer is refused by name
     got = hn.DynamicInvertedSoftmax(device="cpu").fit(targets, query_bank=da.from_array(bank), target_bank=tbank)
     ref = hn.DynamicInvertedSoftmax(device="cpu").fit(targets, query_bank=bank, target_bank=tbank)
     assert np.array_equal(_as_np(got.activation_), _as_np(ref.activation_))
-
-    class LegacyIS(hn.InvertedSoftmax):
-        def _fit(self, targets, query_bank, target_bank):
-            self.offsets_ = targets[:, 0] * 0
-
-    with pytest.raises(TypeError, match="distributed fitting supports"):
-        LegacyIS(device="cpu").fit(targets, query_bank=da.from_array(bank))
+    with pytest.raises(TypeError, match="fit_offsets fits a hubnorm Normalizer.*got dict"):
+        hd.fit_offsets({}, targets, da.from_array(bank))
     with pytest.raises(ValueError, match="query_bank has dimension 8"):
         hn.NearestNeighborNormalization(device="cpu").fit(targets, query_bank=da.from_array(bank[:, :8]))
     with pytest.raises(ValueError, match="k=3000 is larger than|k must be <= 2500"):

@@ -549,12 +549,9 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
     arrays (then cut into 64 MiB chunks). Per-task arithmetic runs on the workers' CPUs; the fitted tensors are
     placed on the normalizer's ``device``. Returns the fitted normalizer.
     """
-    cls = type(normalizer)
-    legacy = getattr(cls, "_fit", None)
-    if legacy is None or legacy.__qualname__.split(".")[0] != "Normalizer" or not hasattr(cls, "fit_blocks"):
-        raise TypeError(f"distributed fitting supports normalizers that state their fit as block reductions "
-                        f"(fit_blocks: every registered method); got {cls.__name__}, which overrides the in-memory "
-                        "_fit: load the bank into memory (bank.compute()) and fit as usual")
+    if not hasattr(normalizer, "fit_engine"):
+        raise TypeError(f"fit_offsets fits a hubnorm Normalizer (every registered method states its fit as block "
+                        f"reductions); got {type(normalizer).__name__}")
     if split_every is not None:
         split_every = check_positive_int(split_every, "split_every")
         if split_every < 2:
@@ -568,16 +565,7 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
              "target_bank": target_bank if normalizer.uses_target_bank != "unused" else None}
     engine = DaskEngine(t, banks, check=check, block_bytes=getattr(normalizer, "block_bytes", None),
                         target_chunk_rows=target_chunk_rows, split_every=split_every)
-    normalizer.check_limits(engine)
-    fitted = normalizer.fit_blocks(engine)
-    offsets = fitted.get("offsets_")
-    if offsets is not None and not bool(torch.isfinite(offsets).all()):
-        raise normalizer.non_finite_error(t.dtype)
-    normalizer.targets_ = t.to(device)
-    normalizer.device_ = device
-    for key, value in fitted.items():
-        setattr(normalizer, key, value.to(device) if isinstance(value, torch.Tensor) else value)
-    return normalizer
+    return normalizer.fit_engine(engine, targets=t, device=device)
 
 
 def _max_norm(bank) -> float:

@@ -536,16 +536,10 @@ def fit_scores(normalizer, engine: ScoreEngine, *, query_aware: bool = False):
             except ValueError as e:
                 raise ValueError(f"{type(normalizer).__name__} needs the {INPUT_LABELS[rows]} x {INPUT_LABELS[col]} "
                                  f"score matrix ({rows} x {col}), which is missing. {e}") from None
-    normalizer.check_limits(engine)
     try:
-        fitted = normalizer.fit_blocks(engine)
+        normalizer.fit_engine(engine)
     finally:
         engine.release()   # the matrices read into memory for this fit
-    offsets = fitted.get("offsets_")
-    if offsets is not None and not bool(torch.isfinite(offsets).all()):
-        raise normalizer.non_finite_error(engine.dtype)
-    normalizer._set_fitted(fitted)
-    normalizer.device_ = engine.device
     normalizer.score_engine_ = engine
     return normalizer
 

@@ -150,17 +150,27 @@ class Normalizer:
 
             return fit_offsets(self, targets, query_bank, target_bank)
         engine = self.local_engine(targets, query_bank, target_bank)
-        t = engine.tensor("targets")
-        self.targets_ = t
-        self.device_ = engine.device
-        if type(self)._fit is Normalizer._fit:
-            self._set_fitted(self.fit_blocks(engine))
-        else:  # a subclass that still overrides the in-memory hook
-            self._fit(t, engine.inputs.get("query_bank"), engine.inputs.get("target_bank"))
-        offsets = getattr(self, "offsets_", None)
+        return self.fit_engine(engine, targets=engine.tensor("targets"))
+
+    def fit_engine(self, engine, *, targets: Optional[torch.Tensor] = None,
+                   device: Optional[torch.device] = None) -> "Normalizer":
+        """The one fit lifecycle every path ends in (in memory, Dask, stored score matrices): the size limits of
+        the parameters against ``engine``'s inputs, :meth:`fit_blocks`, the finite check of the offsets, then the
+        fitted attributes, placed on ``device`` (default: the engine's). ``targets`` (the gallery embeddings, when
+        the engine has them) makes the normalizer score and rank queries itself. The caller has checked the
+        parameters and the inputs (``check_params``, ``check_required``) when it built ``engine``; nothing is
+        set on ``self`` unless the fit succeeds. Returns ``self``."""
+        self.check_limits(engine)
+        fitted = self.fit_blocks(engine)
+        offsets = fitted.get("offsets_")
         if offsets is not None and not bool(torch.isfinite(offsets).all()):
-            del self.targets_
-            raise self.non_finite_error(t.dtype)
+            raise self.non_finite_error(offsets.dtype)
+        device = engine.device if device is None else device
+        for key, value in fitted.items():
+            setattr(self, key, value.to(device) if isinstance(value, torch.Tensor) else value)
+        if targets is not None:
+            self.targets_ = targets.to(device)
+        self.device_ = device
         return self
 
     def local_engine(self, targets, query_bank=None, target_bank=None, *, sweep_bytes: Optional[int] = None
@@ -249,13 +259,6 @@ class Normalizer:
             raise TypeError(f"check_normalized must be True or False; got {check_normalized!r}")
         for name, spec in self.parameters.items():
             spec.check(getattr(self, name), name)
-
-    def _fit(self, targets: torch.Tensor, query_bank: Optional[torch.Tensor], target_bank: Optional[torch.Tensor]) -> None:
-        """Set the fitted attributes from validated tensors. The protocol's default runs :meth:`fit_blocks` on the
-        in-process engine; a subclass may still override ``_fit`` (it then fits in memory only, not on Dask)."""
-        engine = LocalEngine({"targets": targets, "query_bank": query_bank, "target_bank": target_bank},
-                             block_bytes=getattr(self, "block_bytes", None))
-        self._set_fitted(self.fit_blocks(engine))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "targets_"):

@@ -1,0 +1,73 @@
+"""One fit lifecycle (issue 43, scope 2): the in-memory fit, the Dask fit and the fit from stored score matrices all
+end in ``Normalizer.fit_engine`` — the size limits, ``fit_blocks``, the finite check of the offsets, the fitted
+attributes — so a failure in any path leaves the normalizer unfitted, and the paths agree on what they set."""
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm.scores import ScoreEngine, fit_scores, matrices_from_embeddings
+from hubnorm.normalizers.base import NotFittedError
+
+da = pytest.importorskip("dask.array")
+
+
+def _unit(rng, n, d=8):
+    x = rng.standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    return {name: _unit(rng, n) for name, n in (("queries", 30), ("targets", 40), ("query_bank", 200))}
+
+
+class NaNOffsets(hn.InvertedSoftmax):
+    """IS whose reductions end in one NaN offset: what a too-extreme parameter gives in a low precision."""
+
+    def fit_blocks(self, engine):
+        fitted = dict(super().fit_blocks(engine))
+        fitted["offsets_"] = fitted["offsets_"].clone()
+        fitted["offsets_"][3] = float("nan")
+        return fitted
+
+
+def _paths(data):
+    t, qb = data["targets"], data["query_bank"]
+    mats = matrices_from_embeddings(data["queries"], t, qb)
+    return {
+        "in memory": lambda norm: norm.fit(t, query_bank=qb),
+        "dask": lambda norm: norm.fit(t, query_bank=da.from_array(qb, chunks=64)),
+        "score matrices": lambda norm: fit_scores(norm, ScoreEngine(mats)),
+    }
+
+
+@pytest.mark.parametrize("path", ["in memory", "dask", "score matrices"])
+def test_non_finite_offsets_are_refused_and_leave_the_normalizer_unfitted(data, path):
+    norm = NaNOffsets(tau=0.05, device="cpu")
+    with pytest.raises(ValueError, match=r"NaNOffsets\(tau=0.05\) gives non-finite offsets in torch.float64"):
+        _paths(data)[path](norm)
+    for attr in ("offsets_", "targets_", "device_"):
+        assert not hasattr(norm, attr), (path, attr)
+    with pytest.raises(NotFittedError):
+        norm.score(data["queries"])
+
+
+@pytest.mark.parametrize("path", ["in memory", "dask", "score matrices"])
+def test_size_limits_are_checked_on_every_path(data, path):
+    with pytest.raises(ValueError, match="k"):
+        _paths(data)[path](hn.NearestNeighborNormalization(k=500, device="cpu"))
+
+
+def test_every_path_sets_the_same_fitted_offsets(data):
+    fitted = {path: fit(hn.InvertedSoftmax(tau=0.05, device="cpu")) for path, fit in _paths(data).items()}
+    ref = fitted["in memory"].offsets_.numpy()
+    for path, norm in fitted.items():
+        np.testing.assert_allclose(norm.offsets_.numpy(), ref, rtol=0, atol=1e-12, err_msg=path)
+        assert norm.device_ == torch.device("cpu"), path
+    # the embedding paths keep the gallery, so the normalizer ranks queries itself
+    for path in ("in memory", "dask"):
+        assert fitted[path].targets_.shape == (40, 8), path
+        np.testing.assert_allclose(fitted[path].score(data["queries"]).numpy(),
+                                   fitted["in memory"].score(data["queries"]).numpy(), rtol=0, atol=1e-12)
