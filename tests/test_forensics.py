@@ -101,7 +101,7 @@ def test_bad_inputs_are_refused(task):
     dbsn = task.fit(hn.DualBankSinkhornNormalization(tau=0.02))
     with pytest.raises(ValueError, match="target_bank"):
         fx.explain_target(dbsn, 0, query_bank=task.query_bank)
-    with pytest.raises(TypeError, match="NNN, IS, SN"):
+    with pytest.raises(TypeError, match="decomposes the offsets of NNN, IS, SN, DBSN; got Identity"):
         fx.explain_target(task.fit(hn.Identity()), 0, query_bank=task.query_bank)
     # a bank other than the fitted one would explain an offset the fit did not produce: refused for every method
     for fitted in (nnn, task.fit(hn.InvertedSoftmax(tau=0.05))):

@@ -24,8 +24,9 @@
      the bank you pass, checks that its column potentials are the fitted offsets (a different bank is refused),
      and uses its ``f``.
 
-   The bank is read in blocks of rows against one target column (``O(m d)`` work, an ``m``-vector held); no
-   ``m x n`` matrix is ever formed (SN's re-run is the fit's own blocked kernel).
+   Each decomposition lives beside its method, as its ``offset_decomposition`` (one file per method); this module
+   only checks, tabulates and plots. The bank is read in blocks of rows against one target column (``O(m d)``
+   work, an ``m``-vector held); no ``m x n`` matrix is ever formed (SN's re-run is the fit's own blocked kernel).
 
 2. **its k-occurrence and the test queries it wins** (top-1) before and after normalisation, and the rank change
    of those queries' true matches (blocked over the queries through the normalizers' ``topk`` and
@@ -36,7 +37,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -46,22 +46,15 @@ import torch
 
 from ._validation import as_embeddings, check_positive_int
 from .evaluation import iter_score_blocks, positive_ranks
-from .kernels import block_rows, iter_blocks
+from .registry import NORMALIZERS
 from .normalizers.base import Identity, Normalizer, stable_topk
-from .normalizers.inverted_softmax import InvertedSoftmax
-from .normalizers.nnn import NearestNeighborNormalization
-from .normalizers.sinkhorn import DualBankSinkhornNormalization, SinkhornNormalization, sinkhorn_potentials
 from .retrieval import Positives
 
-__all__ = ["TargetExplanation", "explain_target", "explain_targets", "bank_scores", "plot_explanation", "EXPLAINABLE"]
+__all__ = ["TargetExplanation", "explain_target", "explain_targets", "plot_explanation", "decomposable"]
 
 #: The label of the unnormalised scores in an explanation's ``n_k`` / ``wins`` / ``rank_change`` (a label, not a method
 #: dispatch).
 RAW = "raw"
-
-#: The normalizer classes :func:`explain_target` decomposes (subclasses included).
-EXPLAINABLE = (NearestNeighborNormalization, InvertedSoftmax, SinkhornNormalization)
-
 
 @dataclass
 class TargetExplanation:
@@ -90,70 +83,11 @@ class TargetExplanation:
         return abs(float(np.sum(self.weights * self.values)) + self.remainder - self.fitted_offset)
 
 
-def bank_scores(bank: torch.Tensor, target: torch.Tensor, *, block_bytes: Optional[int] = None) -> torch.Tensor:
-    """``s(q_i, t) = q_i . t`` for every bank row (an ``m``-vector), in blocks of bank rows."""
-    out = torch.empty(bank.shape[0], dtype=bank.dtype, device=bank.device)
-    rows = block_rows(bank.shape[1], bank.element_size(), block_bytes)
-    for r0, r1 in iter_blocks(bank.shape[0], rows):
-        out[r0:r1] = bank[r0:r1] @ target
-    return out
-
-
-def _gibbs(x: torch.Tensor):
-    """``(w, log w)`` of ``softmax(x)`` in float64."""
-    logw = x - torch.logsumexp(x, dim=0)
-    return logw.exp(), logw
-
-
-class _Decomposer:
-    """The per-method decomposition of :func:`explain_target`, with what is shared by all targets computed once
-    (SN / DBSN: the Sinkhorn re-run that gives the row potentials)."""
-
-    def __init__(self, norm: Normalizer, qb: torch.Tensor, tb: Optional[torch.Tensor], block_bytes):
-        self.norm, self.qb, self.block_bytes = norm, qb, block_bytes
-        t = norm.targets_
-        if not isinstance(norm, EXPLAINABLE):
-            raise TypeError(f"explain_target decomposes NNN, IS, SN and DBSN offsets; got {type(norm).__name__}")
-        self.cols = t
-        if isinstance(norm, SinkhornNormalization):
-            dual = isinstance(norm, DualBankSinkhornNormalization)
-            if dual and tb is None:
-                raise ValueError("DBSN's explanation needs the target_bank it was fitted with: pass target_bank=...")
-            self.cols = torch.cat([t, tb]) if dual else t
-            f, g, _ = sinkhorn_potentials(qb, self.cols, float(norm.tau), int(norm.n_iter), norm.tol,
-                                          block_bytes=norm.block_bytes, cache_bytes=norm.cache_bytes,
-                                          cache_dtype=norm.cache_dtype)
-            n_fit = t.shape[0]
-            scale = float(norm.offsets_.abs().max()) + 1.0
-            gap = float((g[:n_fit].to(torch.float64) - norm.offsets_.to(torch.float64)).abs().max())
-            if gap > 1e-6 * scale:
-                raise ValueError(f"the Sinkhorn potentials recomputed on this query_bank differ from the fitted "
-                                 f"offsets by {gap:.2e}: pass the same query_bank (and target_bank) the normalizer "
-                                 "was fitted on")
-            self.f = f.to(torch.float64)
-            self.method = "DBSN" if dual else "SN"
-        else:
-            self.method = "NNN" if isinstance(norm, NearestNeighborNormalization) else "IS"
-
-    def __call__(self, j: int):
-        norm = self.norm
-        s = bank_scores(self.qb, self.cols[j], block_bytes=self.block_bytes).to(torch.float64)
-        if self.method == "NNN":
-            k = int(norm.k)
-            _, top = stable_topk(s[None, :], k)
-            w = torch.zeros_like(s)
-            w[top[0]] = float(norm.alpha) / k
-            return w, -s, {}
-        tau = float(norm.tau)
-        m = s.shape[0]
-        if self.method == "IS":
-            w, logw = _gibbs(s / tau)
-            kl = float((w * logw).sum()) + math.log(m)   # KL(w || uniform) = log m - H(w)
-            return w, -s, {"tau KL(w || uniform)": tau * kl}
-        w, logw = _gibbs((s + self.f) / tau)
-        kl = float((w * logw).sum()) + math.log(m)
-        n = self.cols.shape[0]
-        return w, -(s + self.f + tau * math.log(m)), {"tau KL(w || uniform)": tau * kl, "-tau log n": -tau * math.log(n)}
+def decomposable() -> List[str]:
+    """The display names of the registered methods whose offsets :func:`explain_target` decomposes (those that
+    define :meth:`~hubnorm.normalizers.base.Normalizer.offset_decomposition`)."""
+    return [c.display_name for c in NORMALIZERS.values()
+            if c.offset_decomposition is not Normalizer.offset_decomposition]
 
 
 def _query_pass(model: Normalizer, queries, k: int, positives: Optional[Positives]):
@@ -228,8 +162,11 @@ def explain_targets(
     qb = as_embeddings(query_bank, "query_bank", device=t.device, dtype=t.dtype, dim=t.shape[1], check_normalized=chk)
     tb = None if target_bank is None else as_embeddings(target_bank, "target_bank", device=t.device, dtype=t.dtype,
                                                          dim=t.shape[1], check_normalized=chk)
-    decompose = _Decomposer(normalizer, qb, tb, block_bytes)
-    method = decompose.method
+    if type(normalizer).offset_decomposition is Normalizer.offset_decomposition:
+        raise TypeError(f"explain_target decomposes the offsets of {', '.join(decomposable())}; got "
+                        f"{type(normalizer).__name__}")
+    decompose = normalizer.offset_decomposition(qb, tb, block_bytes=block_bytes)
+    method = type(normalizer).display_name
     shared = {}
     if queries is not None:
         if positives is not None and not isinstance(positives, Positives):

@@ -793,3 +793,20 @@ def log_mean_exp_dtype(dtype: torch.dtype, smax: float, n_b: int, scale: float, 
         f"{1.0 / (torch.finfo(torch.float64).max / 16):.0e} <= tau <= {PRECISION_TARGET / (_EPS[torch.float64] * log_n):.1e} "
         f"with this bank of {n_b} rows (beyond the upper end the method ranks like DN / NNN with k = all)"
     )
+
+
+def bank_column(bank: torch.Tensor, target: torch.Tensor, *, block_bytes: Optional[int] = None) -> torch.Tensor:
+    """``s(q_i, t) = q_i . t`` for every bank row (an ``m``-vector), in blocks of bank rows: one column of the bank x
+    target score matrix, without forming the matrix (the offset decompositions of :mod:`hubnorm.forensics`)."""
+    out = torch.empty(bank.shape[0], dtype=bank.dtype, device=bank.device)
+    rows = block_rows(bank.shape[1], bank.element_size(), block_bytes)
+    for r0, r1 in iter_blocks(bank.shape[0], rows):
+        out[r0:r1] = bank[r0:r1] @ target
+    return out
+
+
+def gibbs(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(w, log w)`` of ``w = softmax(x)`` over a vector, and ``tau KL(w || uniform) / tau = sum w log w + log m``
+    is what the decompositions add: the Gibbs identity ``LSE(x) = sum_i w_i x_i + H(w)``."""
+    logw = x - torch.logsumexp(x, dim=0)
+    return logw.exp(), logw

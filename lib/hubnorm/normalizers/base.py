@@ -222,6 +222,15 @@ class Normalizer:
         """The fitted attributes (``offsets_`` and the method's own), computed from reductions run by ``engine``."""
         raise NotImplementedError(f"{type(self).__name__} does not state its fit as block reductions (fit_blocks)")
 
+    def offset_decomposition(self, query_bank: torch.Tensor, target_bank: Optional[torch.Tensor] = None, *,
+                             block_bytes: Optional[int] = None):
+        """The fitted offsets written as a weighted sum over the bank queries (:func:`hubnorm.forensics.explain_target`):
+        a function ``j -> (weights, values, remainder_terms)`` with ``offset_j = sum(weights * values) +
+        sum(remainder_terms.values())`` (float64 ``m``-vectors over the bank rows), for the ``query_bank`` (and
+        ``target_bank``) given as validated tensors. A method without such a form does not override it."""
+        raise TypeError(f"{type(self).__name__} does not write its offsets as a sum over the bank queries "
+                        "(offset_decomposition)")
+
     def plain(self, targets: torch.Tensor, query_bank: Optional[torch.Tensor] = None,
               target_bank: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
         """The method's formula as written, on dense tensors (the reference of the tests; small problems only)."""

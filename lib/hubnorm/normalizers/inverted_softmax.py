@@ -37,7 +37,7 @@ import torch
 
 from .._validation import check_positive_float
 from ..blocks import Inputs, Param, Scores, log_mean_exp
-from ..kernels import log_mean_exp_similarity
+from ..kernels import bank_column, gibbs, log_mean_exp_similarity
 from .base import Normalizer
 
 BANK_SCORES = Scores("query_bank", "targets")
@@ -97,3 +97,17 @@ class InvertedSoftmax(Normalizer):
 
     def plain(self, targets, query_bank=None, target_bank=None):
         return {"offsets_": inverted_softmax_plain(targets, query_bank, float(self.tau))}
+
+    def offset_decomposition(self, query_bank, target_bank=None, *, block_bytes=None):
+        """The centred offset as a sum over the bank (:mod:`hubnorm.forensics`), by the Gibbs identity
+        ``tau LSE_i(s_i / tau) = sum_i w_i s_i + tau H(w)``: weights ``w = softmax_i(s_ij / tau)`` over the whole
+        bank, values ``-s_ij``, remainder ``tau KL(w || uniform)`` (the centring ``tau log |B|`` turns ``-tau H``
+        into ``+tau KL``)."""
+        tau = float(self.tau)
+
+        def explain(j: int):
+            s = bank_column(query_bank, self.targets_[j], block_bytes=block_bytes).to(torch.float64)
+            w, logw = gibbs(s / tau)
+            kl = float((w * logw).sum()) + math.log(s.shape[0])   # KL(w || uniform) = log m - H(w)
+            return w, -s, {"tau KL(w || uniform)": tau * kl}
+        return explain

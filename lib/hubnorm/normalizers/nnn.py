@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 
 from ..blocks import Inputs, Param, Scores, TopK
-from ..kernels import block_rows, iter_blocks, topk_similarity
-from .base import Normalizer
+from ..kernels import bank_column, block_rows, iter_blocks, topk_similarity
+from .base import Normalizer, stable_topk
 
 #: The score matrix NNN reduces: bank queries x targets.
 BANK_SCORES = Scores("query_bank", "targets")
@@ -120,6 +120,18 @@ class NearestNeighborNormalization(Normalizer):
     def plain(self, targets, query_bank=None, target_bank=None):
         bias = float(self.alpha) * (query_bank @ targets.T).topk(int(self.k), dim=0).values.mean(dim=0)
         return {"bias_": bias, "offsets_": -bias}
+
+    def offset_decomposition(self, query_bank, target_bank=None, *, block_bytes=None):
+        """Eq. 1 as a sum over the bank (:mod:`hubnorm.forensics`): the ``k`` bank queries nearest to ``t_j`` weigh
+        ``alpha / k`` each, every value is ``-s(q_i, t_j)``, no remainder."""
+        k, alpha = int(self.k), float(self.alpha)
+
+        def explain(j: int):
+            s = bank_column(query_bank, self.targets_[j], block_bytes=block_bytes).to(torch.float64)
+            w = torch.zeros_like(s)
+            w[stable_topk(s[None, :], k)[1][0]] = alpha / k
+            return w, -s, {}
+        return explain
 
     @classmethod
     def fit_grid(cls, norms, engine):

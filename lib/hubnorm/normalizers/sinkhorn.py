@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from ..blocks import Inputs, Iteration, LogSumExp, Param, Reduction, Scores
-from ..kernels import PRECISION_TARGET, block_rows, iter_blocks, working_dtype
+from ..kernels import PRECISION_TARGET, bank_column, block_rows, gibbs, iter_blocks, working_dtype
 from ..progress import progress
 from .base import SWEEP_COMMON, Normalizer
 
@@ -550,6 +550,39 @@ class SinkhornNormalization(Normalizer):
             if self.tol is not None and delta < float(self.tol):
                 break
         return self._fitted(g, done, targets.shape[0])
+
+    def offset_decomposition(self, query_bank, target_bank=None, *, block_bytes=None):
+        """The column potential as a sum over the bank (:mod:`hubnorm.forensics`; DBSN Eq. 7-9): the Gibbs
+        identity applied to the last column half-step ``g_j = -tau log n - tau LSE_i((s_ij + f_i) / tau)``, with
+        weights the plan's column ``j`` normalised to 1 (``n pi_ij``), values ``-(s_ij + f_i + tau log m)`` and
+        remainder ``tau KL(w || uniform_m) - tau log n``. The fit does not keep the row potentials ``f``, so they
+        are recomputed here on the bank given; a bank whose column potentials are not the fitted offsets is
+        refused (the explanation would be of another fit)."""
+        t = self.targets_
+        if len(self.columns) > 1:
+            if target_bank is None:
+                raise ValueError(f"{self.display_name}'s explanation needs the target_bank it was fitted with: "
+                                 "pass target_bank=...")
+            cols = torch.cat([t, target_bank])
+        else:
+            cols = t
+        f, g, _ = sinkhorn_potentials(query_bank, cols, float(self.tau), int(self.n_iter), self.tol,
+                                      block_bytes=self.block_bytes, cache_bytes=self.cache_bytes,
+                                      cache_dtype=self.cache_dtype)
+        scale = float(self.offsets_.abs().max()) + 1.0
+        gap = float((g[:t.shape[0]].to(torch.float64) - self.offsets_.to(torch.float64)).abs().max())
+        if gap > 1e-6 * scale:
+            raise ValueError(f"the Sinkhorn potentials recomputed on this query_bank differ from the fitted offsets "
+                             f"by {gap:.2e}: pass the same query_bank (and target_bank) the normalizer was fitted on")
+        f, tau = f.to(torch.float64), float(self.tau)
+        m, n = query_bank.shape[0], cols.shape[0]
+
+        def explain(j: int):
+            s = bank_column(query_bank, cols[j], block_bytes=block_bytes).to(torch.float64)
+            w, logw = gibbs((s + f) / tau)
+            kl = float((w * logw).sum()) + math.log(m)
+            return w, -(s + f + tau * math.log(m)), {"tau KL(w || uniform)": tau * kl, "-tau log n": -tau * math.log(n)}
+        return explain
 
     def iterate_offsets(self, engine, callback) -> None:
         """The iteration study's seam (:func:`hubnorm.sweeps.iteration_table`): run ``n_iter`` iterations (``tol``
