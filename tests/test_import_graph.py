@@ -146,7 +146,7 @@ LAYERS = [
      ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
       "hubnorm.engine", "hubnorm.distributed"]),
     ("data", ["hubnorm.data", "hubnorm.data.*"]),
-    ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index",
+    ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index", "hubnorm.index.*",
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.media", "hubnorm.forensics",
                       "hubnorm.adversarial", "hubnorm.label_free", "hubnorm.listwise", "hubnorm.listwise.*",
