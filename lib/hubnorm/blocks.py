@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Hashable, NamedTuple, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import torch
 
@@ -519,6 +519,37 @@ class Iteration:
         return state
 
 
+@runtime_checkable
+class Engine(Protocol):
+    """What a method's ``fit_blocks`` may ask of the engine that runs it: the interface every engine implements
+    (in process :class:`hubnorm.engine.LocalEngine` and its sweep and faiss-index forms, :class:`hubnorm.distributed.
+    DaskEngine`, :class:`hubnorm.scores.ScoreEngine` over stored matrices). Where the blocks come from and where
+    they are reduced is the engine's business; a method sees only this. ``tests/test_engine_protocol.py`` checks
+    that every engine implements it and that the methods' files use nothing else (``base_dtype``, the dtype a
+    stored matrix was written in, is optional and asked with ``hasattr``)."""
+
+    dtype: torch.dtype              # the working dtype of the inputs
+    device: torch.device            # where fitted tensors are returned
+    block_bytes: Optional[int]      # the block budget of the reductions
+    sweep_bytes: Optional[int]      # the cache budget of a sweep (None outside sweeps)
+
+    def has(self, name: str) -> bool: ...                          # is the input there?
+    def size(self, name: str) -> Optional[int]: ...                # its number of rows (None when absent)
+    def tensor(self, names) -> torch.Tensor: ...                   # the input(s), whole (small inputs only)
+    def take_rows(self, name: str, idx: torch.Tensor) -> torch.Tensor: ...
+    def to_tensor(self, value): ...                                # an engine's result as an in-memory tensor
+    def spans(self, name) -> bool: ...                             # does the input span several chunks?
+    def shared(self, key: Hashable, nbytes: int, budget: Optional[int] = None) -> Optional[dict]: ...
+    def score_bound(self, source: Scores) -> float: ...            # a bound on |scores| of a score matrix
+    def reduce(self, red: Reduction): ...                          # run one reduction
+    def iterate(self, it: Iteration): ...                          # run an iteration of reductions
+
+
+#: The members of :class:`Engine` (what a method's file may read off an engine).
+ENGINE_MEMBERS = ("dtype", "device", "block_bytes", "sweep_bytes", "has", "size", "tensor", "take_rows", "to_tensor",
+                  "spans", "shared", "score_bound", "reduce", "iterate")
+
+
 __all__ = ["Embeddings", "Scores", "Inputs", "Param", "Chunk", "Reduction", "TopK", "TopKResult", "LogMeanExp",
            "LogSumExp", "Mean", "Iteration", "check_limits", "limit_of", "log_mean_exp", "reduce_blocks", "concat",
-           "SIZE_NAMES"]
+           "SIZE_NAMES", "Engine", "ENGINE_MEMBERS"]
