@@ -71,3 +71,31 @@ def test_every_path_sets_the_same_fitted_offsets(data):
         assert fitted[path].targets_.shape == (40, 8), path
         np.testing.assert_allclose(fitted[path].score(data["queries"]).numpy(),
                                    fitted["in memory"].score(data["queries"]).numpy(), rtol=0, atol=1e-12)
+
+
+# --------------------------------------------------------------- one task model: any direction name, task.has
+@pytest.mark.parametrize("direction", ["t2i", "i2t", "t2v", "v2t", "t2a", "a2t"])
+def test_tasks_carry_every_direction_name(data, direction):
+    pos = hn.Positives.from_labels(np.arange(30) % 40, 40)
+    task = hn.RetrievalTask(data["queries"], data["targets"], pos, query_bank=data["query_bank"], direction=direction)
+    assert task.has("query_bank") and not task.has("target_bank") and task.has("queries")
+    mats = matrices_from_embeddings(data["queries"], data["targets"], data["query_bank"])
+    st = hn.scores.ScoreTask(mats, pos, direction=direction)
+    assert st.has("query_bank") and not st.has("target_bank")
+    # the same fit and the same ranks from embeddings and from matrices, whatever the label
+    emb = task.fit(hn.InvertedSoftmax(tau=0.05))
+    mat = fit_scores(hn.InvertedSoftmax(tau=0.05), st.engine)
+    np.testing.assert_allclose(mat.offsets_.numpy(), emb.offsets_.numpy(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["t2x", "T2I", "text-to-image", 3, None])
+def test_an_unknown_direction_is_refused_by_both_task_kinds(data, bad):
+    pos = hn.Positives.from_labels(np.arange(30) % 40, 40)
+    with pytest.raises(ValueError, match="direction must be one of t2i, i2t, t2v, v2t, t2a, a2t"):
+        hn.RetrievalTask(data["queries"], data["targets"], pos, direction=bad)
+    mats = matrices_from_embeddings(data["queries"], data["targets"])
+    with pytest.raises(ValueError, match="direction must be one of"):
+        hn.scores.ScoreTask(mats, pos, direction=bad)
+    task = hn.RetrievalTask(data["queries"], data["targets"], pos)
+    with pytest.raises(ValueError, match="a task holds the inputs"):
+        task.has("bank")

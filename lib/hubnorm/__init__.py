@@ -28,7 +28,7 @@ _EXPORTS = {
                      "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials"],
                     "normalizers"),   # hubnorm.normalizers.__all__ (tests/test_packaging.py keeps them equal)
     **dict.fromkeys(["DISPLAY_NAMES", "NORMALIZERS", "make_normalizer"], "registry"),
-    **dict.fromkeys(["DIRECTIONS", "Positives", "RetrievalTask", "build_tasks"], "retrieval"),
+    **dict.fromkeys(["DIRECTIONS", "DIRECTION_NAMES", "Positives", "RetrievalTask", "build_tasks"], "retrieval"),
     **dict.fromkeys(["ScoreTask", "matrices_from_embeddings"], "scores"),
     **dict.fromkeys(["PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split"], "selection"),
     **dict.fromkeys(["EmbeddingDataset", "EmbeddingSplit"], "embeddings"),

@@ -19,7 +19,22 @@ import numpy as np
 
 from ._validation import ArrayLike, as_embeddings
 
+#: The image-text directions (what :func:`build_tasks` builds from images, captions and their index).
 DIRECTIONS = ("t2i", "i2t")
+#: The modalities and the letters that name them in a direction.
+MODALITY_LETTERS = {"text": "t", "image": "i", "video": "v", "audio": "a"}
+#: Every direction name a task may carry (query modality first): text-image, text-video, text-audio each way,
+#: then the pairs without text (a sims folder may hold video x audio scores).
+DIRECTION_NAMES = ("t2i", "i2t", "t2v", "v2t", "t2a", "a2t") + tuple(
+    f"{a}2{b}" for a in "iva" for b in "iva" if a != b)
+
+
+def check_direction(direction) -> str:
+    """``direction`` if it is one of :data:`DIRECTION_NAMES`, else a ValueError naming them."""
+    if not isinstance(direction, str) or direction not in DIRECTION_NAMES:
+        raise ValueError(f"direction must be one of {', '.join(DIRECTION_NAMES)} (query modality first: t2v is "
+                         f"text-to-video; letters {MODALITY_LETTERS}); got {direction!r}")
+    return direction
 
 
 @dataclass(frozen=True)
@@ -113,11 +128,16 @@ def _as_index_array(x: ArrayLike, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+_INPUTS = ("queries", "targets", "query_bank", "target_bank")
+
+
 @dataclass
 class RetrievalTask:
     """Queries, targets, positives, and the reference banks of one retrieval direction.
 
     ``query_bank`` holds reference items of the query modality, ``target_bank`` of the target modality.
+    ``direction``: any of :data:`DIRECTION_NAMES` (``t2i``, ``i2t``, ``t2v``, ``v2t``, ``t2a``, ``a2t``): the
+    arithmetic is the same for every modality pair, the name labels the results.
     ``meta`` carries free-form labels (dataset, source: "synthetic" or "real", split, model).
     """
 
@@ -130,8 +150,7 @@ class RetrievalTask:
     meta: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}; got {self.direction!r}")
+        check_direction(self.direction)
         q = as_embeddings(self.queries, "queries", device="cpu")
         t = as_embeddings(self.targets, "targets", device="cpu", dim=q.shape[1])
         if not isinstance(self.positives, Positives):
@@ -144,6 +163,13 @@ class RetrievalTask:
             bank = getattr(self, name)
             if bank is not None:
                 as_embeddings(bank, name, device="cpu", dim=q.shape[1])
+
+    def has(self, name: str) -> bool:
+        """Whether the task holds the input ``name`` (``"queries"``, ``"targets"``, ``"query_bank"``,
+        ``"target_bank"``): a method that needs a bank asks before it fits."""
+        if name not in _INPUTS:
+            raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
+        return getattr(self, name) is not None
 
     @property
     def n_queries(self) -> int:

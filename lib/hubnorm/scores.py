@@ -47,7 +47,7 @@ from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult,
 from .evaluation import positive_ranks, summarize_ranks
 from .hubness import hubness_stats, k_occurrence
 from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
-from .retrieval import Positives
+from .retrieval import Positives, check_direction
 
 #: The inputs a score matrix may connect, and how errors name them.
 INPUT_LABELS = {"queries": "test queries", "targets": "gallery (targets)", "query_bank": "query bank",
@@ -580,6 +580,7 @@ class ScoreTask:
     resident_bytes: Optional[int] = None
 
     def __post_init__(self):
+        check_direction(self.direction)
         if ("queries", "targets") not in self.matrices:
             raise ValueError("a score task needs the test score matrix (queries x targets): pass "
                              "matrices={('queries', 'targets'): S_test, ...}")
@@ -595,6 +596,13 @@ class ScoreTask:
     @property
     def test(self) -> ScoreMatrix:
         return self.engine.matrix("queries", "targets")
+
+    def has(self, name: str) -> bool:
+        """Whether a score matrix of the input ``name`` is given (``"queries"``, ``"targets"``, ``"query_bank"``,
+        ``"target_bank"``): the question :meth:`hubnorm.RetrievalTask.has` answers for embeddings."""
+        if name not in ("queries", "targets", "query_bank", "target_bank"):
+            raise ValueError(f"a task holds the inputs queries, targets, query_bank, target_bank; got {name!r}")
+        return any(name in key for key in self.matrices)
 
     @property
     def n_queries(self) -> int:

@@ -51,6 +51,7 @@ from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 
+from ..retrieval import MODALITY_LETTERS
 from .cache import atomic_write_bytes, npy_bytes, sha256_file
 
 PathLike = Union[str, os.PathLike]
@@ -70,7 +71,7 @@ ROLES: Dict[str, Tuple[str, str]] = {
 }
 
 #: modality -> the letter of direction names (t2v, a2t, ...); the one definition (hubnorm.media uses it too)
-LETTERS = {"text": "t", "video": "v", "audio": "a", "image": "i"}
+LETTERS = MODALITY_LETTERS  # the letters of the direction names (hubnorm.retrieval)
 
 class SimsError(ValueError):
     """A problem with a sims folder (the message names the file and the fix)."""
