@@ -20,20 +20,38 @@ from method_checks import unit_rows
 
 
 def _embeddings(seed=0, n_items=24, per_item=2, d=16):
+    """Test and bank embeddings drawn the same way, each modality in its own cone (as real CLIP-family embeddings
+    are: every item's mean score over any caption set then agrees, which the folder's consistency check reads)."""
     rng = np.random.default_rng(seed)
-    items = unit_rows(rng, n_items, d)
-    caps = items.repeat(per_item, axis=0) + 0.7 * unit_rows(rng, n_items * per_item, d)
-    caps /= np.linalg.norm(caps, axis=1, keepdims=True)
-    return caps, items, np.arange(n_items).repeat(per_item), unit_rows(rng, 60, d), unit_rows(rng, 40, d)
+    mu_item, mu_text = unit_rows(rng, 2, d)
+
+    def draw(n):
+        items = unit_rows(rng, n, d) + 0.8 * mu_item
+        items /= np.linalg.norm(items, axis=1, keepdims=True)
+        caps = items.repeat(per_item, axis=0) + 0.7 * unit_rows(rng, n * per_item, d) + 0.8 * mu_text
+        return items, caps / np.linalg.norm(caps, axis=1, keepdims=True)
+
+    items, caps = draw(n_items)
+    bank_items, bank_caps = draw(40)
+    return caps, items, np.arange(n_items).repeat(per_item), bank_caps[:60], bank_items
 
 
 def write_example(folder, seed=0, modalities=("text", "video")):
-    """A small sims folder with every role, from embeddings (also used by the notebook tests)."""
+    """A small sims folder with every role, from embeddings (also used by the notebook tests). With the text
+    second (``("video", "text")``) the rows are the items and the positives a mask (each item has two captions)."""
     caps, items, c2i, bank_caps, bank_items = _embeddings(seed)
-    mats = {"test": caps @ items.T, "bank_rows": bank_caps @ items.T, "bank_cols": bank_items @ caps.T,
-            "bank_rows_x_bank_cols": bank_caps @ bank_items.T, "bank_cols_x_test_cols": bank_items @ items.T,
-            "bank_rows_x_test_rows": bank_caps @ caps.T}
-    write_sims(folder, mats, modalities=modalities, labels=c2i, dataset="example", synthetic=True)
+    if modalities[0] == "text":
+        rows, cols, bank_r, bank_c = caps, items, bank_caps, bank_items
+        positives = {"labels": c2i}
+    else:
+        rows, cols, bank_r, bank_c = items, caps, bank_items, bank_caps
+        mask = np.zeros((len(items), len(caps)), dtype=bool)
+        mask[c2i, np.arange(len(caps))] = True
+        positives = {"mask": mask}
+    mats = {"test": rows @ cols.T, "bank_rows": bank_r @ cols.T, "bank_cols": bank_c @ rows.T,
+            "bank_rows_x_bank_cols": bank_r @ bank_c.T, "bank_cols_x_test_cols": bank_c @ cols.T,
+            "bank_rows_x_test_rows": bank_r @ rows.T}
+    write_sims(folder, mats, modalities=modalities, dataset="example", synthetic=True, **positives)
     return caps, items, c2i, bank_caps, bank_items
 
 

@@ -749,7 +749,8 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
     rows, cols = sims.positive_pairs
     n_r, n_c = mats["test"].shape
     meta = {"dataset": sims.name, "model": sims.manifest.get("model"), "modalities": sims.modalities,
-            "source": "synthetic" if sims.synthetic else "real", "folder": str(sims.folder)}
+            "source": "synthetic" if sims.synthetic else "real", "folder": str(sims.folder),
+            "flags": list(sims.flags)}
     out = {}
     for d in wanted:
         side = "forward" if d == fwd else "backward"

@@ -43,16 +43,19 @@ This module reads arrays only; :func:`hubnorm.scores.sims_tasks` turns a folder 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ..retrieval import MODALITY_LETTERS
-from .cache import atomic_write_bytes, npy_bytes, sha256_file
+from . import sims_checks
+from .cache import atomic_write_bytes, npy_bytes
 
 PathLike = Union[str, os.PathLike]
 
@@ -75,6 +78,10 @@ LETTERS = MODALITY_LETTERS  # the letters of the direction names (hubnorm.retrie
 
 class SimsError(ValueError):
     """A problem with a sims folder (the message names the file and the fix)."""
+
+
+class SimsWarning(UserWarning):
+    """A consistency finding of a folder loaded with ``consistency=False`` (also kept in its ``flags``)."""
 
 
 def read_manifest(folder: Path) -> Tuple[dict, Path]:
@@ -138,10 +145,15 @@ _SCAN_BYTES = 16 * 2**20
 
 
 def scan_npy(path: Path, arr: np.ndarray, what: str, *, checksum: Optional[str] = None, scan: bool = True,
-             manifest: str = "the manifest") -> Optional[float]:
+             manifest: str = "the manifest", on_rows: Optional[Callable[[int, np.ndarray], None]] = None
+             ) -> Optional[float]:
     """One streaming pass over the file of the memory map ``arr``: its sha256 against ``checksum`` (when given)
     and, with ``scan``, every score finite; returns the largest ``|s|`` (None without ``scan``). SimsError naming
-    the file: a checksum mismatch first (a changed file explains a NaN), then the first NaN / inf."""
+    the file: a checksum mismatch first (a changed file explains a NaN), then the first NaN / inf.
+
+    ``on_rows(first_row, block)``: called with every block of whole rows (float64) of the same read, when every
+    score is finite (the statistics of :mod:`hubnorm.data.sims_checks`); a Fortran-ordered file has no rows in its
+    byte order, so its blocks are read from the memory map after the pass."""
     if checksum is None and not scan:
         return None
     rows, cols = arr.shape
@@ -149,11 +161,14 @@ def scan_npy(path: Path, arr: np.ndarray, what: str, *, checksum: Optional[str] 
     item = arr.dtype.itemsize
     h = hashlib.sha256() if checksum is not None else None
     big, first_bad, done = 0.0, None, 0      # done: elements scanned
+    by_rows = on_rows is not None and scan and not fortran
     with open(path, "rb") as fh:
         header = fh.read(int(arr.offset))
         if h is not None:
             h.update(header)
         step = max(item, _SCAN_BYTES // item * item)
+        if by_rows:   # whole rows per read, so that each block is a block of rows
+            step = max(1, _SCAN_BYTES // (cols * item)) * cols * item
         while True:
             buf = fh.read(step)
             if not buf:
@@ -169,6 +184,8 @@ def scan_npy(path: Path, arr: np.ndarray, what: str, *, checksum: Optional[str] 
                         first_bad = done + int(np.argmin(fin))
                     if fin.any():
                         big = max(big, float(np.abs(x[fin]).max()) if first_bad is not None else float(np.abs(x).max()))
+                    if by_rows and first_bad is None and n % cols == 0:
+                        on_rows(done // cols, x.reshape(n // cols, cols).astype(np.float64))
                     done += n
     if h is not None and h.hexdigest() != checksum:
         raise SimsError(f"{path} ({what}) does not match the sha256 checksum in {manifest}: the file changed or is "
@@ -177,6 +194,10 @@ def scan_npy(path: Path, arr: np.ndarray, what: str, *, checksum: Optional[str] 
         r, c = (first_bad % rows, first_bad // rows) if fortran else divmod(first_bad, cols)
         raise SimsError(f"{path} ({what}) holds a non-finite score at row {r}, column {c}: a score matrix must "
                         "be finite; recompute it (or drop that row and its positives)")
+    if on_rows is not None and scan and fortran:
+        step = max(1, _SCAN_BYTES // (cols * item))
+        for r0 in range(0, rows, step):
+            on_rows(r0, np.asarray(arr[r0:r0 + step], dtype=np.float64))
     return big if scan else None
 
 
@@ -190,6 +211,7 @@ class SimsFolder:
     files: Dict[str, Path] = field(default_factory=dict)
     bounds: Dict[str, float] = field(default_factory=dict)   # role -> largest |s| (from the scan), when scanned
     positive_pairs: Tuple[np.ndarray, np.ndarray] = None  # (row index, column index) of every positive
+    flags: List[str] = field(default_factory=list)   # consistency findings accepted with consistency=False
 
     @property
     def modalities(self) -> Tuple[str, str]:
@@ -209,11 +231,77 @@ class SimsFolder:
         return str(self.manifest.get("dataset") or self.folder.name)
 
 
-def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True) -> SimsFolder:
+def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consistency: bool = True) -> SimsFolder:
     """Read and check a sims folder (module docstring). ``verify``: check the manifest's sha256 checksums;
-    ``scan``: scan every matrix for NaN / inf (block by block)."""
+    ``scan``: scan every matrix for NaN / inf (block by block) and, in the same read, gather the statistics of the
+    consistency checks (:mod:`hubnorm.data.sims_checks`: transposed or mislabelled matrices, shifted positives, a
+    bank of other items or of the test items). ``consistency=False`` turns their findings into warnings, kept in
+    the folder's ``flags`` (for an input that is right and trips a check). Every file is read once; a file that
+    changes while the folder is read is refused."""
     folder = Path(os.path.expanduser(str(folder)))
     man, man_path = read_manifest(folder)
+    _check_manifest(man, man_path)
+    mats = man["matrices"]
+    checksums = man.get("checksums") or {}
+    out = SimsFolder(folder, man)
+    sizes: Dict[str, Tuple[int, str]] = {}
+    seen_files: Dict[str, tuple] = {}
+    for role, fname in mats.items():
+        path = folder / str(fname)
+        what = f"matrix {role!r}"
+        arr = open_npy(path, what)
+        seen_files[str(path)] = _signature(path)
+        if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
+            raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array; got shape {arr.shape}, dtype "
+                            f"{arr.dtype}")
+        for side, n in zip(ROLES[role], arr.shape):
+            seen = sizes.get(side)
+            if seen is not None and seen[0] != n:
+                raise SimsError(f"{path} ({what}) has {n} {side} items but {seen[1]} has {seen[0]}: the matrices must "
+                                "share their rows and columns (same items, same order); fix the file or the manifest")
+            sizes.setdefault(side, (n, path.name))
+        out.matrices[role], out.files[role] = arr, path
+    n_rows, n_cols = out.matrices["test"].shape
+    out.positive_pairs, labels, pos_path = _positives(folder, man, man_path, n_rows, n_cols,
+                                                      checksums if verify else {})
+    seen_files[str(pos_path)] = _signature(pos_path)
+    stats: Dict[str, sims_checks.MatrixStats] = {}
+    pos = None
+    if scan:
+        stats["test"] = sims_checks.MatrixStats((n_rows, n_cols))
+        pos = sims_checks.PositiveScores(*out.positive_pairs, (n_rows, n_cols), labels)
+        stats["test"].hooks.append(pos)
+        for role in [r for r, _, _ in sims_checks.BANK_AXES] + ["bank_rows_x_bank_cols"]:
+            if role in out.matrices:
+                stats[role] = sims_checks.MatrixStats(out.matrices[role].shape)
+    for role in sorted(out.matrices, key=lambda r: r != "test"):
+        arr, path = out.matrices[role], out.files[role]
+        expected = checksums.get(str(mats[role])) if verify else None
+        bound = scan_npy(path, arr, f"matrix {role!r}", checksum=expected, scan=scan, manifest=man_path.name,
+                         on_rows=stats.get(role))
+        if bound is not None:
+            out.bounds[role] = bound
+    for name, sig in seen_files.items():   # a file rewritten during the read would pair two versions
+        if _signature(Path(name)) != sig:
+            raise SimsError(f"{name} changed while the folder was read: its matrices and positives may come from "
+                            "two versions; load it again once the writer has finished")
+    if scan:
+        for msg in sims_checks.findings(out, stats, pos):
+            if consistency:
+                raise SimsError(f"{folder}: {msg}. If the folder is right, load it with consistency=False (the "
+                                "results then carry this as a flag)")
+            warnings.warn(f"{folder}: {msg}", SimsWarning, stacklevel=2)
+            out.flags.append(msg)
+    return out
+
+
+def _signature(path: Path) -> tuple:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_manifest(man: dict, man_path: Path) -> None:
+    """The manifest's fields, typed: a string is not a boolean, a number is not a name."""
     if man.get("format") != FORMAT:
         raise SimsError(f"{man_path}: 'format' must be {FORMAT!r}; got {man.get('format')!r}")
     if man.get("version") != VERSION:
@@ -229,42 +317,44 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True) -> Si
     unknown = sorted(set(mats) - set(ROLES))
     if unknown:
         raise SimsError(f"{man_path}: unknown matrix role(s) {unknown}; the roles are {sorted(ROLES)}")
-    checksums = man.get("checksums") or {}
-    out = SimsFolder(folder, man)
-    sizes: Dict[str, Tuple[int, str]] = {}
-    for role, fname in mats.items():
-        path = folder / str(fname)
-        what = f"matrix {role!r}"
-        arr = open_npy(path, what)
-        if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
-            raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array; got shape {arr.shape}, dtype "
-                            f"{arr.dtype}")
-        for side, n in zip(ROLES[role], arr.shape):
-            seen = sizes.get(side)
-            if seen is not None and seen[0] != n:
-                raise SimsError(f"{path} ({what}) has {n} {side} items but {seen[1]} has {seen[0]}: the matrices must "
-                                "share their rows and columns (same items, same order); fix the file or the manifest")
-            sizes.setdefault(side, (n, path.name))
-        expected = checksums.get(str(fname)) if verify else None
-        bound = scan_npy(path, arr, what, checksum=expected, scan=scan, manifest=man_path.name)
-        if bound is not None:
-            out.bounds[role] = bound
-        out.matrices[role], out.files[role] = arr, path
-    n_rows, n_cols = out.matrices["test"].shape
-    out.positive_pairs = _positives(folder, man, man_path, n_rows, n_cols, checksums if verify else {})
-    return out
+    bad = {role: f for role, f in mats.items() if not isinstance(f, str) or not f}
+    if bad:
+        raise SimsError(f"{man_path}: 'matrices' must map each role to a file name (a string); got {bad}")
+    if "synthetic" in man and not isinstance(man["synthetic"], bool):
+        raise SimsError(f"{man_path}: 'synthetic' must be true or false (a boolean, not {type(man['synthetic']).__name__}"
+                        f" {man['synthetic']!r}): it decides whether every number is labelled synthetic")
+    for key in ("dataset", "model"):
+        if man.get(key) is not None and not (isinstance(man[key], str) and man[key].strip()):
+            raise SimsError(f"{man_path}: '{key}' must be a non-empty string (or absent); got {man[key]!r}")
+    sums = man.get("checksums")
+    if sums is not None and not (isinstance(sums, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                                  for k, v in sums.items())):
+        raise SimsError(f"{man_path}: 'checksums' must map file names to sha256 hex strings; got {sums!r}")
 
 
 def _positives(folder, man, man_path, n_rows, n_cols, checksums):
+    """``((rows, cols), labels or None, path)``: the positive pairs, read once (the bytes hashed are the bytes
+    parsed, so a file replaced during the read cannot pass the checksum with other contents)."""
     pos = man.get("positives")
     if not isinstance(pos, dict) or len(pos) != 1 or next(iter(pos)) not in ("labels", "mask"):
         raise SimsError(f"{man_path}: 'positives' must be {{\"labels\": file}} (one column index per test row) or "
                         f"{{\"mask\": file}} (a boolean test rows x test columns mask); got {pos!r}")
     kind, fname = next(iter(pos.items()))
     path = folder / str(fname)
-    if str(fname) in checksums and path.is_file() and sha256_file(path) != checksums[str(fname)]:
+    if not path.is_file():
+        raise SimsError(f"{path} (positives) is missing (or not a regular file): put the file there or fix its name "
+                        "in the manifest")
+    raw = path.read_bytes()
+    if str(fname) in checksums and hashlib.sha256(raw).hexdigest() != checksums[str(fname)]:
         raise SimsError(f"{path} (positives) does not match the sha256 checksum in {man_path.name}: copy it again")
-    arr = np.asarray(open_npy(path, "positives"))
+    try:
+        arr = np.load(io.BytesIO(raw), allow_pickle=False)
+    except ValueError as exc:
+        raise SimsError(f"{path} (positives) is not a plain .npy array ({exc}): save it with np.save (pickled "
+                        "objects are never loaded)") from None
+    except (OSError, EOFError) as exc:
+        raise SimsError(f"{path} (positives) is not a readable .npy file ({exc}): copy it again") from None
+    labels = None
     if kind == "labels":
         if arr.ndim != 1 or arr.shape[0] != n_rows or arr.dtype.kind not in "iu":
             raise SimsError(f"{path} (positive labels) must be {n_rows} integers, one column index per row of the test "
@@ -272,7 +362,8 @@ def _positives(folder, man, man_path, n_rows, n_cols, checksums):
         if arr.size and (arr.min() < 0 or arr.max() >= n_cols):
             raise SimsError(f"{path} (positive labels) must lie in [0, {n_cols}) (the test matrix's columns); got "
                             f"[{arr.min()}, {arr.max()}]")
-        rows, cols = np.arange(n_rows, dtype=np.int64), arr.astype(np.int64)
+        labels = arr.astype(np.int64)
+        rows, cols = np.arange(n_rows, dtype=np.int64), labels
     else:
         if arr.shape != (n_rows, n_cols) or arr.dtype != np.bool_:
             raise SimsError(f"{path} (positives mask) must be a boolean {n_rows} x {n_cols} array (the test matrix's "
@@ -284,7 +375,7 @@ def _positives(folder, man, man_path, n_rows, n_cols, checksums):
         if missing.size:
             raise SimsError(f"{path}: test {side} {missing[0]} (and {missing.size - 1} more) has no positive; every test "
                             f"item needs one: drop it from the matrices or fix the positives")
-    return rows, cols
+    return (rows, cols), labels, path
 
 
 def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=("text", "video"),
@@ -314,4 +405,4 @@ def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=
     return path
 
 
-__all__ = ["SimsError", "SimsFolder", "load_sims", "write_sims", "ROLES", "LETTERS", "scan_npy"]
+__all__ = ["SimsError", "SimsWarning", "SimsFolder", "load_sims", "write_sims", "ROLES", "LETTERS", "scan_npy"]

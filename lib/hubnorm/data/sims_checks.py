@@ -1,0 +1,222 @@
+"""Consistency checks of a sims folder: the mistakes people make with released score matrices.
+
+A score matrix carries no names: a transposed square matrix, positives shifted by one row, a bank matrix from
+another split or with its columns in another order, or the test queries handed in as the bank all load as
+well-formed arrays and give a wrong R@1 without a word. What gives them away is that the matrices of one folder
+describe the same items: the statistics below are accumulated during the one verifying read of each file
+(:func:`hubnorm.data.sims.scan_npy`) and compared when the folder is loaded.
+
+* **raw R@1 against the positives** — at chance level (at most ``CHANCE_FACTOR`` x the R@1 of random scores, plus
+  three binomial standard deviations of it), the
+  positives do not belong to this matrix (shifted, shuffled, another split; or the importer's test and
+  train-test arguments swapped). With one label per row, the R@1 the labels of the neighbouring rows would give
+  is computed too (``SHIFT_GAIN`` x as many rows matched, and ``SHIFT_ROWS`` more: the positives are shifted; with
+  several captions per item a shift by one row only halves R@1), and a square matrix is read both ways
+  (``TRANSPOSE_FACTOR`` x: transposed). A square matrix whose labels are the identity reads the same both ways
+  up to the two directions' own difference: its transpose is caught, if at all, by the banks below.
+* **the bank describes the test items** — a bank matrix shares an axis with the test matrix (``bank_rows``: the
+  test columns; ``bank_cols``: the test rows as its columns); each item's mean score over the bank should rise and
+  fall with its mean score over the test queries (the hubness of a target is a property of the target). A
+  Pearson correlation below ``AGREEMENT`` (with at least ``MIN_BANK`` bank rows) means the bank's columns are not
+  the test items in the test matrix's order. Means *equal* to rounding mean the bank *is* the test set: a
+  query-aware (transductive) fit that would not be labelled as one.
+* **the bank x bank matrix describes the bank items** — its row (column) means against the row means of
+  ``bank_rows`` (``bank_cols``): the same bank items, scored against the other modality's items.
+* **the roles of rows and columns** — one positive column per row, with several rows sharing a column, makes the
+  rows the captions; a manifest that calls them video, image or audio has its modalities swapped.
+
+Each finding is a :class:`~hubnorm.data.sims.SimsError` naming what is wrong and the fix; ``load_sims(...,
+consistency=False)`` (for an input that is right and trips a check) turns them into warnings, recorded in the
+folder's ``flags`` so that the results carry them. The thresholds are rules stated before looking at any folder
+(the correlation was 0.988 for right folders and at most 0.23 for mismatched ones in the review that asked for
+it); ``tests/test_sims_checks.py`` probes them with realistic mistakes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+#: fewer test rows or columns than this: no statistic is read (too few items to tell right from wrong)
+MIN_ITEMS = 20
+#: fewer bank rows than this: a bank's column means are too noisy to correlate
+MIN_BANK = 50
+#: a bank's per-item means correlating below this with the test matrix's: the bank describes other items
+AGREEMENT = 0.5
+#: raw R@1 at most this multiple of chance: the positives do not match the matrix
+CHANCE_FACTOR = 2.0
+#: the labels of the neighbouring rows matching this many times as many rows (and SHIFT_ROWS more): shifted
+SHIFT_GAIN = 1.25
+SHIFT_ROWS = 10
+#: the transpose matching this many times as many rows: transposed (a right square folder's two directions can
+#: differ by half again: published t2v and v2t R@1 are within a factor of 1.6 of each other)
+TRANSPOSE_FACTOR = 3.0
+
+
+class MatrixStats:
+    """Row and column sums and maxima of one matrix, accumulated from blocks of whole rows (float64)."""
+
+    def __init__(self, shape: Tuple[int, int], *, digests: bool = False):
+        rows, cols = shape
+        self.shape = (rows, cols)
+        self.row_sum = np.zeros(rows)
+        self.row_max = np.full(rows, -np.inf)
+        self.col_sum = np.zeros(cols)
+        self.col_max = np.full(cols, -np.inf)
+        self.digests: Optional[List[bytes]] = [] if digests else None
+        self.hooks = []
+
+    def __call__(self, r0: int, x: np.ndarray) -> None:
+        r1 = r0 + x.shape[0]
+        self.row_sum[r0:r1] = x.sum(axis=1)
+        self.row_max[r0:r1] = x.max(axis=1)
+        self.col_sum += x.sum(axis=0)
+        np.maximum(self.col_max, x.max(axis=0), out=self.col_max)
+        if self.digests is not None:
+            self.digests.extend(hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in x)
+        for hook in self.hooks:
+            hook(r0, x)
+
+    @property
+    def row_mean(self) -> np.ndarray:
+        return self.row_sum / self.shape[1]
+
+    @property
+    def col_mean(self) -> np.ndarray:
+        return self.col_sum / self.shape[0]
+
+
+class PositiveScores:
+    """A hook of the test matrix's :class:`MatrixStats`: the best positive score of every row as given, as the
+    neighbouring rows' labels would give it (one label per row), and as the transpose would (a square matrix)."""
+
+    SHIFTS = (-1, 1)
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray, shape: Tuple[int, int], labels: Optional[np.ndarray]):
+        self.rows, self.cols, self.shape = rows, cols, shape
+        n_rows, n_cols = shape
+        self.best = np.full(n_rows, -np.inf)
+        self.labels = labels
+        self.shifted = {s: np.full(n_rows, -np.inf) for s in self.SHIFTS} if labels is not None else {}
+        self._rolled = {s: np.roll(labels, -s) for s in self.shifted}   # row i takes the label of row i + s
+        self.square = n_rows == n_cols
+        self.best_t = np.full(n_cols, -np.inf) if self.square else None
+        self.pos_row_sum, self.pos_col_sum = np.zeros(n_rows), np.zeros(n_cols)   # the positives' share of the sums
+        self.pos_row_n = np.bincount(rows, minlength=n_rows).astype(np.float64)
+        self.pos_col_n = np.bincount(cols, minlength=n_cols).astype(np.float64)
+        self._row_order = np.argsort(rows, kind="stable")
+        self._col_order = np.argsort(cols, kind="stable")
+
+    def __call__(self, r0: int, x: np.ndarray) -> None:
+        r1 = r0 + x.shape[0]
+        lo, hi = np.searchsorted(self.rows[self._row_order], (r0, r1))
+        sel = self._row_order[lo:hi]
+        vals = x[self.rows[sel] - r0, self.cols[sel]]
+        np.maximum.at(self.best, self.rows[sel], vals)
+        np.add.at(self.pos_row_sum, self.rows[sel], vals)
+        np.add.at(self.pos_col_sum, self.cols[sel], vals)
+        for s, out in self.shifted.items():
+            out[r0:r1] = x[np.arange(r1 - r0), self._rolled[s][r0:r1]]
+        if self.square:   # the pairs whose column index falls in this block of rows: read as the transpose
+            lo, hi = np.searchsorted(self.cols[self._col_order], (r0, r1))
+            sel = self._col_order[lo:hi]
+            np.maximum.at(self.best_t, self.rows[sel], x[self.cols[sel] - r0, self.rows[sel]])
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a - a.mean(), b - b.mean()
+    den = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / den) if den > 0 else float("nan")
+
+
+#: (bank role, the test axis it shares: "cols" = its columns are the test columns, "rows" = its columns are the
+#: test rows); what the message calls the bank
+BANK_AXES = (("bank_rows", "cols", "bank rows x test columns"), ("bank_cols", "rows", "bank columns x test rows"))
+
+
+def findings(folder, stats: Dict[str, MatrixStats], pos: PositiveScores) -> List[str]:
+    """What is wrong with a loaded folder (messages naming the file and the fix); empty when nothing is."""
+    out: List[str] = []
+    test = stats["test"]
+    n_rows, n_cols = test.shape
+    if min(n_rows, n_cols) < MIN_ITEMS:
+        return out
+    name = folder.files["test"].name
+    per_row = len(pos.rows) / n_rows
+    chance = min(1.0, per_row / n_cols)
+    r1 = float(np.mean(pos.best >= test.row_max))
+    for s, scores in pos.shifted.items():
+        alt = float(np.mean(scores >= test.row_max))
+        if alt >= SHIFT_GAIN * r1 and (alt - r1) * n_rows >= SHIFT_ROWS and alt > CHANCE_FACTOR * chance:
+            out.append(f"the positives look shifted: raw R@1 is {100 * r1:.1f} with the given labels and "
+                       f"{100 * alt:.1f} when row i takes the label of row i{s:+d}; fix the positives file so that "
+                       f"entry i is the column of row i of {name}")
+            return out
+    if pos.square:
+        alt = float(np.mean(pos.best_t >= test.col_max))
+        if alt >= TRANSPOSE_FACTOR * r1 and alt > CHANCE_FACTOR * chance:
+            out.append(f"{name} looks transposed: raw R@1 is {100 * r1:.1f} as given and {100 * alt:.1f} read the "
+                       f"other way; save it with the manifest's first modality ({folder.modalities[0]}) as rows "
+                       "(np.save(path, S.T)), or swap the modalities in the manifest")
+            return out
+    if r1 <= CHANCE_FACTOR * chance + 3.0 * np.sqrt(chance * (1.0 - chance) / n_rows):   # + 3 binomial sd
+        out.append(f"raw R@1 of {name} is {100 * r1:.1f}, at chance level ({100 * chance:.2f} for random scores): "
+                   "the positives do not belong to this matrix (shifted or shuffled rows, another split, or test and "
+                   "bank files swapped); check that row i of the positives is row i of the test matrix")
+    for role, axis, what in BANK_AXES:
+        bank = stats.get(role)
+        if bank is None or bank.shape[0] < MIN_BANK:
+            continue
+        if axis == "cols":   # the test items' mean score over the queries they do not match (a bank has no positives)
+            ref = (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1)
+        else:
+            ref = (test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1)
+        full = test.col_mean if axis == "cols" else test.row_mean
+        got = bank.col_mean
+        bname = folder.files[role].name
+        if got.shape == full.shape and np.allclose(got, full, rtol=0, atol=1e-9 * max(1.0, float(np.abs(full).max()))):
+            out.append(f"{bname} ({role}) holds the test queries themselves: every item's mean bank score equals its "
+                       "mean test score. A bank of the test queries is a query-aware (transductive) fit: give a bank "
+                       "from the training split, or fit with query_aware=True so that the results say so")
+            continue
+        c = _corr(got, ref)
+        if not c >= AGREEMENT and pos.square:   # a square test matrix may be the transpose of the bank's items
+            other = ((test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1) if axis == "cols"
+                     else (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1))
+            c_t = _corr(got, other)
+            if c_t >= AGREEMENT:
+                out.append(f"{name} looks transposed: {bname} ({role}) describes the test matrix's "
+                           f"{'rows' if axis == 'cols' else 'columns'} (correlation {c_t:.2f}), not its "
+                           f"{'columns' if axis == 'cols' else 'rows'} ({c:.2f}); save {name} with the manifest's first "
+                           f"modality ({folder.modalities[0]}) as rows (np.save(path, S.T))")
+                return out
+        if not c >= AGREEMENT:
+            out.append(f"{bname} ({role}, {what}) does not describe the test items: the correlation of each item's "
+                       f"mean bank score with its mean test score is {c:.2f} (right folders: above {AGREEMENT}). Its "
+                       "columns must be the test matrix's items in the same order, scored by the same model: fix the "
+                       "order or export the bank again")
+    bb = stats.get("bank_rows_x_bank_cols")
+    for role, axis in (("bank_rows", "rows"), ("bank_cols", "cols")) if bb is not None else ():
+        bank = stats.get(role)   # the bank items' mean scores over the test items and over the other bank
+        if bank is None or bank.shape[0] < MIN_BANK:
+            continue
+        c = _corr(bank.row_mean, bb.row_mean if axis == "rows" else bb.col_mean)
+        if not c >= AGREEMENT:
+            bname = folder.files["bank_rows_x_bank_cols"].name
+            out.append(f"{bname} (bank_rows_x_bank_cols) does not describe the bank items of {folder.files[role].name} "
+                       f"({role}): the correlation of each bank item's mean score in the two is {c:.2f} (right "
+                       f"folders: above {AGREEMENT}). Its {axis} must be the rows of {folder.files[role].name}, in "
+                       "the same order (or the whole folder is transposed and the manifest's modalities are swapped)")
+    if pos.labels is not None and n_rows > n_cols and folder.modalities[1] == "text" and folder.modalities[0] != "text":
+        shared = np.bincount(pos.labels, minlength=n_cols).max()
+        if shared > 1:
+            out.append(f"the manifest says the rows of {name} are {folder.modalities[0]} and the columns text, but up "
+                       f"to {shared} rows share one positive column: the rows are the captions. Swap 'modalities' "
+                       "in the manifest (the t2x numbers would be labelled x2t)")
+    return out
+
+
+__all__ = ["MatrixStats", "PositiveScores", "findings", "MIN_ITEMS", "MIN_BANK", "AGREEMENT", "CHANCE_FACTOR",
+           "SHIFT_GAIN", "SHIFT_ROWS", "TRANSPOSE_FACTOR", "BANK_AXES"]
