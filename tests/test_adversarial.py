@@ -79,3 +79,19 @@ def test_bad_inputs(data):
         adv.detect_hubs(task.targets, task.query_bank, statistic="x")
     with pytest.raises(TypeError, match="PlantedHubs"):
         adv.attacked_task(task, object())
+
+
+def test_detect_hubs_refuses_duplicates_and_a_nan_threshold():
+    """Issue 44: a gallery whose items are mostly one duplicated row made the bias statistic's MAD zero, and the
+    fallback flagged every other item as a planted hub; a NaN threshold flagged nothing without a word."""
+    rng = np.random.default_rng(0)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)   # noqa: E731
+    gallery = unit(rng.standard_normal((40, 8)))
+    gallery[:25] = gallery[0]                     # 25 of 40 items are one image, saved 25 times
+    bank = unit(rng.standard_normal((200, 8)))
+    with pytest.raises(ValueError, match="25 of 40 values of the statistic are identical"):
+        adv.detect_hubs(gallery, bank, statistic="bias", k=8)
+    adv.detect_hubs(gallery, bank, statistic="n_k", k=5)       # a count: the fallback is the documented rule
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="threshold"):
+            adv.detect_hubs(unit(rng.standard_normal((40, 8))), bank, threshold=bad)

@@ -107,3 +107,19 @@ def test_bad_inputs_are_refused(task):
     for fitted in (nnn, task.fit(hn.InvertedSoftmax(tau=0.05))):
         with pytest.raises(ValueError, match="same query_bank"):
             fx.explain_target(fitted, 0, query_bank=task.queries)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float16, torch.bfloat16])
+def test_sn_with_a_low_precision_cache_explains_its_own_bank(cache_dtype):
+    """Issue 44: an SN fitted with a 16-bit score cache refused its own bank (its offsets carry the cache's rounding,
+    the decomposition uses exact scores); the tolerance is now the cache's rounding, and another bank is still
+    refused."""
+    rng = np.random.default_rng(5)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)   # noqa: E731
+    mu = unit(rng.standard_normal((1, 16)))
+    t, qb = unit(rng.standard_normal((60, 16)) + mu), unit(rng.standard_normal((300, 16)) + mu)
+    sn = hn.SinkhornNormalization(tau=0.02, cache_dtype=cache_dtype).fit(t, query_bank=qb)
+    e = fx.explain_target(sn, 0, query_bank=qb)
+    assert e.identity_error < 2 * torch.finfo(cache_dtype).eps
+    with pytest.raises(ValueError, match="same query_bank"):
+        fx.explain_target(sn, 0, query_bank=qb[:-5])

@@ -33,6 +33,9 @@ def test_selection_runs_on_a_task_with_the_labels_removed(task, method):
     assert len(res.table) == np.prod([len(v) for v in GRIDS[method].values()])
     assert res.best_value == res.table[res.criterion].min() and res.raw_value > 0
     assert isinstance(lf.predict_benefit(res), bool)
+    for bad in (float("nan"), float("inf")):   # issue 44: a NaN threshold said "does not help" without a word
+        with pytest.raises(ValueError, match="threshold"):
+            lf.predict_benefit(res, bad)
 
 
 def test_no_label_is_read(task):

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ._validation import as_embeddings, check_positive_float, check_positive_int
+from ._validation import as_embeddings, check_finite_float, check_positive_float, check_positive_int
 from .evaluation import evaluate
 from .hubness import k_occurrence
 from .kernels import topk_similarity
@@ -147,18 +147,24 @@ def attacked_task(task: RetrievalTask, planted: PlantedHubs) -> RetrievalTask:
                          meta={**task.meta, "planted": len(planted.items)})
 
 
-def robust_z(x: np.ndarray) -> np.ndarray:
+def robust_z(x: np.ndarray, *, fallback: bool = True) -> np.ndarray:
     """The modified z-score ``0.6745 (x - median) / MAD`` (MAD: median absolute deviation).
 
     When more than half of ``x`` is one value (MAD = 0: e.g. N_k over a small bank, mostly 0), Iglewicz and
     Hoaglin's fallback ``(x - median) / (1.253314 MeanAD)`` (mean absolute deviation), so that outliers are still
-    flagged; all zeros only when every value is the same."""
+    flagged; all zeros only when every value is the same. ``fallback=False`` (a continuous statistic, where half
+    the values equal means duplicate items, not a count piled at zero): ValueError instead."""
     x = np.asarray(x, dtype=np.float64)
     med = np.median(x)
     dev = np.abs(x - med)
     mad = np.median(dev)
     if mad > 0:
         return 0.6745 * (x - med) / mad
+    if not fallback:
+        same = int(np.sum(dev == 0))
+        raise ValueError(f"{same} of {x.size} values of the statistic are identical (duplicate gallery items?): the "
+                         "robust z-score is undefined, and any item that differs would look like an outlier; remove "
+                         "the duplicate rows from the gallery first")
     mean_ad = dev.mean()
     if mean_ad == 0:
         return np.zeros_like(x)
@@ -175,7 +181,7 @@ def detect_hubs(gallery, query_bank, *, statistic: str = "bias", k: int = 16,
     """
     t = as_embeddings(gallery, "gallery", device="cpu")
     b = as_embeddings(query_bank, "query_bank", device="cpu", dtype=t.dtype, dim=t.shape[1])
-    threshold = float(threshold)
+    threshold = check_finite_float(threshold, "threshold")
     if statistic == "bias":
         k = check_positive_int(k, "k", maximum=b.shape[0], max_name="the query-bank size")
         stat = topk_similarity(t, b, k)[0].mean(dim=1).double().numpy()
@@ -184,7 +190,7 @@ def detect_hubs(gallery, query_bank, *, statistic: str = "bias", k: int = 16,
         stat = k_occurrence(Identity(device="cpu").fit(t), k, b).astype(np.float64)  # ties: lowest index
     else:
         raise ValueError(f"statistic must be 'bias' or 'n_k'; got {statistic!r}")
-    z = robust_z(stat)
+    z = robust_z(stat, fallback=statistic == "n_k")   # a count piles at 0 legitimately; a mean of scores does not
     flagged = np.flatnonzero(z > threshold)
     flagged = flagged[np.argsort(-z[flagged], kind="stable")]
     return {"statistic": stat, "z": z, "flagged": flagged}

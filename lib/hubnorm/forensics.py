@@ -179,6 +179,9 @@ def explain_targets(
             shared["ranks"] = {name: v[2] for name, v in passes.items()}
     out = []
     tol = 1e-6 if normalizer.offsets_.dtype == torch.float64 else 1e-3  # float32 fits round their offsets
+    cache = getattr(normalizer, "cache_dtype", None)   # a fit that read its scores from a low-precision cache
+    if cache is not None:                              # (SN/DBSN) rounds them: LSE is 1-Lipschitz in the scores
+        tol = max(tol, 2.0 * torch.finfo(cache).eps)
     for j in (int(x) for x in idx):
         w, values, terms = decompose(j)
         remainder = float(sum(terms.values()))

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ._validation import as_embeddings, check_positive_int
+from ._validation import as_embeddings, check_finite_float, check_positive_int
 from .hubness import hubness_stats
 from .kernels import block_rows, iter_blocks
 from .normalizers.base import stable_topk
@@ -196,4 +196,4 @@ def label_free_select_task(method: str, task, **kwargs) -> LabelFreeResult:
 
 def predict_benefit(result: LabelFreeResult, threshold: float = BENEFIT_THRESHOLD) -> bool:
     """Predict, from unlabelled statistics only, that the chosen setting raises R@1 over the raw scores."""
-    return result.gain > float(threshold)
+    return result.gain > check_finite_float(threshold, "threshold")
