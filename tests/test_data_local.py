@@ -100,3 +100,14 @@ def test_per_caption_layout_and_per_image_rows(tmp_path):
         load_local_embeddings(tmp_path, test_fraction=1.0)
     with pytest.raises(FileNotFoundError):
         load_local_embeddings(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("name", ["text_embeddings.npy", "metadata.csv"])
+def test_a_named_pipe_is_refused_not_read(tmp_path, name):
+    """Issue 44: a file that is a named pipe made load_embeddings("local:...") wait forever for a writer."""
+    import os
+    _per_caption_folder(tmp_path)
+    (tmp_path / name).unlink()
+    os.mkfifo(tmp_path / name)
+    with pytest.raises(ValueError, match=f"{name} is not a regular file"):
+        load_local_embeddings(tmp_path)

@@ -47,9 +47,17 @@ def _has(folder: Path, name: str, files: Files) -> bool:
     return name in files if files is not None else (folder / name).exists()
 
 
+def _regular(path: Path) -> Path:
+    """``path`` when it is a regular file; a named pipe, a device or a folder would block or mislead a read."""
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a named pipe, a device or a folder): a loader reads files "
+                         "only; copy the data into a regular file")
+    return path
+
+
 def _bytes(path: Path, files: Files) -> bytes:
     if files is None:
-        return path.read_bytes()
+        return _regular(path).read_bytes()
     if path.name not in files:
         raise FileNotFoundError(f"{path} is not among the files handed to the loader ({sorted(files)})")
     return files[path.name]
@@ -58,7 +66,7 @@ def _bytes(path: Path, files: Files) -> bytes:
 def _load_npy(path: Path, files: Files = None) -> np.ndarray:
     """``np.load`` that names the file when it is truncated or not an array file (no pickles)."""
     try:
-        return np.load(path if files is None else io.BytesIO(_bytes(path, files)), allow_pickle=False)
+        return np.load(_regular(path) if files is None else io.BytesIO(_bytes(path, files)), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"{path} cannot be read as a .npy array ({exc}): the file is truncated or corrupt; "
                          "copy or export it again") from exc
