@@ -4,6 +4,7 @@ the content-addressed cache (hit, miss, what changes the key, corrupt and trunca
 run, two processes writing one entry, no pickles)."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -359,3 +360,36 @@ def test_a_file_vanishing_under_a_read_is_read_again_or_named(tmp_path, monkeypa
     with pytest.raises(cache.CacheError, match="texts.json is missing") as err:
         cache.read_entry(folder, key)
     assert err.value.reason == "corrupt"
+
+
+def test_a_killed_writers_staging_is_removed_by_the_next_write(tmp_path):
+    """Issue 44: ``kill -9`` during a cache write left its staging folder (337 MB in the review) beside the entry,
+    also after the entry was written again. Staging names carry the writer's host and pid; the next write of the
+    same entry removes a dead writer's leftovers and never a live writer's."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host = cache._owner_tag().rsplit("-", 1)[0]
+        entry = tmp_path / "entry"
+        stale = tmp_path / f".entry.{host}-{dead.pid}.abcd.tmp"
+        working = tmp_path / f".entry.{host}-{live.pid}.efgh.tmp"
+        other_host = tmp_path / f".entry.elsewhere-{dead.pid}.ijkl.tmp"
+        for d in (stale, working, other_host):
+            d.mkdir()
+            (d / "images.npy").write_bytes(b"x" * 1000)
+        stale_file = tmp_path / f".m.json.{host}-{dead.pid}.zz.tmp"
+        stale_file.write_bytes(b"{}")
+        with cache._staged(entry) as tmp:
+            (tmp / "a").write_bytes(b"1")
+        cache.atomic_write_bytes(tmp_path / "m.json", b"{}")
+        assert (entry / "a").read_bytes() == b"1"
+        assert not stale.exists() and not stale_file.exists()
+        assert working.exists() and other_host.exists()   # a live writer's, another host's: left alone
+        assert not [p for p in tmp_path.iterdir() if str(os.getpid()) in p.name]   # our own staging is gone
+    finally:
+        live.kill()
+        live.wait()

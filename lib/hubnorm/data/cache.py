@@ -41,6 +41,7 @@ import io
 import json
 import errno
 import os
+import socket
 import tempfile
 import time
 import uuid
@@ -131,7 +132,8 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
 def atomic_write_bytes(path: Path, data: bytes) -> str:
     """Write ``data`` to a temporary file in ``path``'s folder, fsync, then ``os.replace``; returns its sha256."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _sweep_stale(path.parent, f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -461,9 +463,55 @@ def content_entry_dir(key: str, label: str, cache_dir: Optional[PathLike] = None
     return cache_root(cache_dir) / ENCODINGS_DIR / slug(label)[:80] / key
 
 
+def _owner_tag() -> str:
+    """``<host>-<pid>`` of this process: what a staging name carries so that a later writer can tell a dead
+    writer's leftovers from a live writer's work."""
+    host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:32] or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def _sweep_stale(parent: Path, prefix: str) -> None:
+    """Remove the staging entries ``<prefix><host>-<pid>.*.tmp`` in ``parent`` left by a writer of this host that
+    is no longer running (a killed write: ``kill -9`` runs no clean-up). Entries of other hosts, of live
+    processes, and names that do not parse are left alone."""
+    host = _owner_tag().rsplit("-", 1)[0]
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        tag = name[len(prefix):].split(".", 1)[0]
+        owner, _, pid = tag.rpartition("-")
+        if owner != host or not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            _remove_tree(entry)
+        else:
+            try:
+                entry.unlink()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process: alive
+        return True
+    return True
+
+
 def _mkdtemp(folder: Path) -> Path:
-    """A new empty folder beside ``folder`` with the permissions of ``mkdir`` (mkdtemp's are owner-only)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name[:16]}.", suffix=".tmp", dir=folder.parent))
+    """A new empty folder beside ``folder`` with the permissions of ``mkdir`` (mkdtemp's are owner-only), named
+    with this writer's host and pid; a dead writer's staging folder for the same entry is removed first."""
+    prefix = f".{folder.name[:16]}."
+    _sweep_stale(folder.parent, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{_owner_tag()}.", suffix=".tmp", dir=folder.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)
