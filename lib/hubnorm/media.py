@@ -37,6 +37,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from ._validation import unit_rows
 from .data.sims import LETTERS
 from .scores import ProductScores, ScoreTask, bank_subsets, positives_from_pairs
 from .synthetic import make_dataset
@@ -267,7 +268,8 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         synthetic = sims.synthetic
         name = sims.name
         label = f"synthetic analog (sims folder {name})" if synthetic else f"real data ({name}, released score matrices)"
-        return MediaSource(tasks, label, synthetic, dataset or published_dataset(name),
+        declared = sims.manifest.get("dataset")   # declared in the manifest; the folder's name declares nothing
+        return MediaSource(tasks, label, synthetic, dataset or (published_dataset(declared) if declared else None),
                            model or sims.manifest.get("model"), sims.modalities)
     from .datasets import load_embeddings
 
@@ -284,10 +286,14 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     modality = (declared or "image") if item_modality == "auto" else item_modality
     if modality not in LETTERS or modality == "text":
         raise ValueError(f"item_modality must be 'auto', 'image', 'video' or 'audio'; got {item_modality!r}")
-    data = MediaData(name=ds.name, modalities=("text", modality), items=np.asarray(test.images, dtype=np.float64),
-                     captions=np.asarray(test.captions, dtype=np.float64), caption_to_item=test.caption_to_image,
-                     bank_items=None if train is None else np.asarray(train.images, dtype=np.float64),
-                     bank_captions=None if train is None else np.asarray(train.captions, dtype=np.float64),
+    unit = lambda x, what: None if x is None else unit_rows(x, what, np.float64)   # noqa: E731 - the notebooks'
+    data = MediaData(name=ds.name, modalities=("text", modality),                  # one rule (prepare_dataset)
+                     items=unit(test.images, f"{source} test {modality} embeddings"),
+                     captions=unit(test.captions, f"{source} test caption embeddings"),
+                     caption_to_item=test.caption_to_image,
+                     bank_items=None if train is None else unit(train.images, f"{source} training {modality} embeddings"),
+                     bank_captions=None if train is None else unit(train.captions,
+                                                                   f"{source} training caption embeddings"),
                      synthetic=ds.source == "synthetic", meta={"dataset": ds.name})
     tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed, block_bytes=block_bytes)
     if ds.source == "synthetic":

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
+from .._validation import unit_rows
 from ..data.registry import cross_dataset
 from ..datasets import load_embeddings
 from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
@@ -96,11 +97,9 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
                  + (f" ({ds.meta['val_split']})" if name == "val" and ds.meta.get("val_split") else ""))
     if dtype is not None:
         np_dtype = np.dtype(dtype)
-        for split in ds.splits.values():
+        for sname, split in ds.splits.items():   # a zero or non-finite row is an error naming it, never a NaN
             for attr in ("images", "captions"):
-                x = getattr(split, attr).astype(np_dtype)
-                x /= np.linalg.norm(x, axis=1, keepdims=True)
-                setattr(split, attr, x)
+                setattr(split, attr, unit_rows(getattr(split, attr), f"{source} {sname} {attr}", np_dtype))
     return ds
 
 

@@ -16,10 +16,12 @@ A single notebook still runs without the runner: ``papermill notebooks/03_k_abla
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -103,6 +105,60 @@ def own_source_slug(source: str) -> str:
     slug = re.sub(r"^(local|sims):.*/([^/]+)/*$", r"\1:\2", source)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
     return re.sub(r"-+$", "", slug)
+
+
+#: the file of a --source run's results folder that names its source (two sources may share a folder name)
+SOURCE_FILE = "SOURCE.txt"
+
+
+def own_results_folder(results_root: Path, own: str) -> Path:
+    """``results_root/own-<slug>``, unless that folder holds the results of another source of the same name
+    (``local:/a/data`` and ``local:/b/data``): then ``own-<slug>-<8 hex of the source>``, so that neither run
+    replaces the other's outputs."""
+    folder = results_root / f"own-{own_source_slug(own)}"
+    marker = folder / SOURCE_FILE
+    if folder.is_dir() and marker.is_file() and marker.read_text().strip() != own:
+        tagged = folder.with_name(f"{folder.name}-{hashlib.sha256(own.encode()).hexdigest()[:8]}")
+        _say(f"run_all.sh: {folder} holds the results of {marker.read_text().strip()}; this run of {own} writes to "
+             f"{tagged}")
+        return tagged
+    return folder
+
+
+def lock_path(results: Path) -> Path:
+    return results.parent / f".{results.name}.lock"
+
+
+def lock_results(results: Path):
+    """An exclusive lock on ``results`` for this run (a file beside it, held until the process exits: the kernel
+    releases it when the runner dies, also by ``kill -9``); None when another run holds it."""
+    import fcntl
+
+    path = lock_path(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """In papermill's process: receive SIGTERM when the runner dies (Linux ``PR_SET_PDEATHSIG``), so that a
+    ``kill -9`` of run_all.sh leaves no papermill writing into the results as an orphan (its kernel follows: an
+    IPython kernel exits when its parent process is gone)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _rehearsal_tag() -> tuple:
@@ -253,14 +309,21 @@ class Runner:
                 if own.startswith(kind) and not own[len(kind):].startswith("/"):
                     own = f"{kind}{self.caller_dir}/{own[len(kind):]}"
             params = {"source": own, "cross_source": None}
-            results = results_root / f"own-{own_source_slug(own)}"
+            results = own_results_folder(results_root, own)
             os.environ["HUBNORM_FORBID_SYNTHETIC"] = "1"
         if o["user_params"]:   # --param / --params override the profile's parameters
             params = self._notebook_params_merge(params)
+        self._lock = lock_results(results)   # before anything in the folder is cleared or written
+        if self._lock is None:
+            _say(f"run_all.sh: another run_all.sh is writing to {results} (its lock {lock_path(results)} is held): "
+                 "wait for it to finish, or pass --results <another folder>", err=True)
+            return 2
         if own and results.is_dir():   # a --source run's folder holds this run's files only
             _say(f"run_all.sh: clearing {results} (the outputs of an earlier run on this source)")
             shutil.rmtree(results)
         results.mkdir(parents=True, exist_ok=True)
+        if own:
+            (results / SOURCE_FILE).write_text(own + "\n")
         os.environ["HUBNORM_RESULTS"] = str(results)
         self._results = results
 
@@ -371,6 +434,11 @@ class Runner:
             self.real_noted = True
 
     # ------------------------------------------------------------------------------------------ one notebook
+    def _outputs(self, name: str) -> List[Path]:
+        """The tables and figures of notebook ``name`` in this run's results (named ``NN_...``)."""
+        return [f for sub in ("tables", "figures") for f in sorted((self._results / sub).glob(f"{name[:2]}_*"))
+                if f.is_file()]
+
     def _run_notebook(self, nb: Path, params: dict, out: Path):
         name = nb.stem
         t0 = time.time()
@@ -382,9 +450,11 @@ class Runner:
             except (SystemExit, Exception) as exc:
                 _say(f"run_all.sh: bad parameters ({exc})", err=True)
                 raise SystemExit(2) from None
-        for stale in [self._results / "claims" / f"{name[:2]}.csv", *(self._results / "tables").glob(
-                f"{name[:2]}_gains*.csv")]:   # an earlier run's lines never reach this run's summary, even if this
-            stale.unlink(missing_ok=True)        # notebook stops before it writes its own
+        # an earlier run's outputs of this notebook never stand beside this run's (nor reach its summary), even if
+        # this run stops before it writes its own
+        for stale in [self._results / "claims" / f"{name[:2]}.csv", *self._outputs(name)]:
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(self._results / "failed" / name, ignore_errors=True)
         _say(f"{name}: running (log: {log})")
         prog = out / f"{name}.progress.log"   # the notebook's progress bars: a side file, never its cell outputs
         prog.write_bytes(b"")
@@ -393,7 +463,8 @@ class Runner:
         cmd = [self.python, "-m", "papermill", "-k", "python3", "--cwd", "notebooks"]
         cmd += ([] if quiet else ["--log-output"]) + ["--no-progress-bar", "-y", nb_params,
                                                        str(nb.relative_to(self.root)), str(out / f"{name}.ipynb")]
-        proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         prefix = f"  {name[:2]}| "
         from .reporting import REAL_MISSING_NOTE
 
@@ -406,6 +477,15 @@ class Runner:
             tail.start()
         rc = proc.wait()
         streamer.join()
+        if rc != 0:   # what it wrote before failing leaves tables/ and figures/: they hold complete notebooks only
+            partial = self._outputs(name)
+            if partial:
+                dest = self._results / "failed" / name
+                dest.mkdir(parents=True, exist_ok=True)
+                for f in partial:
+                    os.replace(f, dest / f.name)
+                _say(f"run_all.sh: {name} failed: the {len(partial)} table(s)/figure(s) it wrote first are in {dest} "
+                     "(incomplete), not in tables/ or figures/")
         done.set()
         if tail is not None:
             tail.join()
