@@ -3,6 +3,7 @@ is refused with a message naming it, right folders of several shapes load withou
 turns a finding into a warning carried by the results, and a file changed during the read is refused."""
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
