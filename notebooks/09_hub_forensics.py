@@ -174,11 +174,13 @@ nb.check("issue 27: the contributions sum to the offset within 1e-10 (float64) f
 
 # %%
 attacker = val.captions
+n_plant = min(n_planted, task.n_targets)   # a gallery cannot lend more images than it holds
+if n_plant < n_planted:
+    pr.note(f"n_planted = {n_planted} is more than the {task.n_targets} gallery images: {n_plant} are planted")
 planted_rows, det_rows = [], []
 clean = None
 for eps in budgets:
-    planted = adv.plant_hubs(task.targets, attacker, min(n_planted, task.n_targets), budget=eps,
-                             method=construction, seed=seed)
+    planted = adv.plant_hubs(task.targets, attacker, n_plant, budget=eps, method=construction, seed=seed)
     rep = adv.planted_hub_report(task, planted, {n: hn.make_normalizer(m, **pr.clamp_params(m, p, task))
                                                  for n, (m, p) in methods.items()}, clean_r1=clean)
     clean = dict(zip(rep["method"], rep["R@1 clean"]))
@@ -190,7 +192,7 @@ for eps in budgets:
         det_rows.append({"budget": eps, "statistic": stat, **adv.detection_scores(found["flagged"], idx)})
 planted_table = pd.concat(planted_rows, ignore_index=True)
 detector_table = pd.DataFrame(det_rows)
-run.save_table(planted_table, "planted_hubs", caption=f"{n_planted} planted hubs ({construction}); {label}.")
+run.save_table(planted_table, "planted_hubs", caption=f"{n_plant} planted hubs ({construction}); {label}.")
 run.save_table(detector_table, "planted_detector", caption=f"Bank-only detector (robust z > 3.5); {label}.")
 
 # %% tags=["nbval-check-output"]
@@ -205,7 +207,7 @@ sns.barplot(data=planted_table, x="budget", y="damage", hue="method", ax=axes[1]
 axes[1].set_ylabel("R@1 damage (points, clean − attacked)")
 for ax in axes:
     ax.set_xlabel("budget (chord distance from a real image)")
-fig.suptitle(f"{n_planted} planted hubs ({construction}) — {label}", fontsize=10)
+fig.suptitle(f"{n_plant} planted hubs ({construction}) — {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "planted_hubs", caption=f"Capture share and R@1 damage of planted hubs, raw and per method; {label}.")
 plt.show()
@@ -341,7 +343,7 @@ else:
 
 # %%
 reals = pr.load_real_sets(pr.real_sources(real_sources, source), seed=seed, dtype=run.dtype)
-hub_rows, real_lf_rows, real_planted, real_raw = [], [], [], {}
+hub_rows, real_lf_rows, real_planted, real_raw, real_n_plant = [], [], [], {}, {}
 for real_label, rds in reals.items():
     rtest, rval, rbank = rds.split("test"), rds.split("val"), rds.split("train")
     rtask = pr.make_tasks(rtest, rbank, directions=["t2i"])["t2i"]
@@ -377,7 +379,8 @@ for real_label, rds in reals.items():
                              **dict(zip(("labelled lo", "labelled hi"), hn.bootstrap_ci(r_lab, n_boot=n_boot, seed=seed))),
                              "criterion gain": choice.gain, "predicted to help": lf.predict_benefit(choice)})
     # section 2's attack at the largest budget
-    planted = adv.plant_hubs(rtask.targets, rval.captions, min(n_planted, rtask.n_targets), budget=max(budgets),
+    real_n_plant[real_label] = min(n_planted, rtask.n_targets)   # the real galleries are small
+    planted = adv.plant_hubs(rtask.targets, rval.captions, real_n_plant[real_label], budget=max(budgets),
                              method=construction, seed=seed)
     real_planted.append(adv.planted_hub_report(rtask, planted, {n: hn.make_normalizer(m, **pr.clamp_params(m, p, rtask))
                                                                 for n, (m, p) in methods.items()})
@@ -390,8 +393,8 @@ if reals:
                    "raw and after each method; " + ", ".join(reals) + ".")
     run.save_table(real_lf, "real_label_free", caption="Label-free vs labelled choice on real sets, t2i R@1 on test, "
                    "difference with its paired 95% bootstrap interval; " + ", ".join(reals) + ".")
-    run.save_table(real_planted, "real_planted_hubs", caption=f"{n_planted} planted hubs ({construction}, budget "
-                   f"{max(budgets):g}) in real galleries; " + ", ".join(reals) + ".")
+    run.save_table(real_planted, "real_planted_hubs", caption="/".join(str(n) for n in sorted(set(real_n_plant.values())))
+                   + f" planted hubs ({construction}, budget {max(budgets):g}) in real galleries; " + ", ".join(reals) + ".")
     nb.show(real_hubs, ["data", "image", "fair share"] + [f"N_{hub_k} {n}" for n in nk], digits=1)
     nb.show(real_lf, ["data", "method", "raw R@1", "label-free", "labelled", "label-free R@1", "labelled R@1",
                       "difference", "difference lo", "difference hi", "predicted to help"])

@@ -139,3 +139,20 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
     assert "NOTE: no validation split in a sims folder" in out
     assert "NOTE: the remaining cells of this notebook read embeddings, so they are skipped" in out
     assert all("_sims_" in t.name for t in tables), "nothing of the embeddings sections ran"
+
+
+@pytest.mark.slow
+def test_notebook_09_plants_what_the_gallery_holds_and_says_so(folders, tmp_path, monkeypatch):
+    """Issue 44: n_planted larger than the gallery planted the whole gallery and captioned the asked number."""
+    kind = next(k for k in ALL_KINDS if k in folders)
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_notebook_source(REPO / "notebooks" / "09_hub_forensics.py",
+                            {"source": f"local:{folders[kind]}", "n_planted": 100000})
+    out = buf.getvalue()
+    assert "NOTE: n_planted = 100000 is more than the" in out
+    captions = " ".join(p.read_text() for p in (tmp_path / "tables").glob("09_planted_hubs*"))
+    assert captions and "100000" not in captions
