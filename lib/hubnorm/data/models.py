@@ -1,5 +1,5 @@
 """Which published rows belong to which model: our model names -> the ``model`` column of
-``data/published/nnn_chowdhury2024.csv`` (NNN Tables 1 and 2)."""
+``lib/hubnorm/published/nnn_chowdhury2024.csv`` (NNN Tables 1 and 2)."""
 
 from __future__ import annotations
 
