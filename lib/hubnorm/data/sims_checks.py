@@ -34,7 +34,6 @@ it); ``tests/test_sims_checks.py`` probes them with realistic mistakes.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -58,14 +57,13 @@ TRANSPOSE_FACTOR = 3.0
 class MatrixStats:
     """Row and column sums and maxima of one matrix, accumulated from blocks of whole rows (float64)."""
 
-    def __init__(self, shape: Tuple[int, int], *, digests: bool = False):
+    def __init__(self, shape: Tuple[int, int]):
         rows, cols = shape
         self.shape = (rows, cols)
         self.row_sum = np.zeros(rows)
         self.row_max = np.full(rows, -np.inf)
         self.col_sum = np.zeros(cols)
         self.col_max = np.full(cols, -np.inf)
-        self.digests: Optional[List[bytes]] = [] if digests else None
         self.hooks = []
 
     def __call__(self, r0: int, x: np.ndarray) -> None:
@@ -74,8 +72,6 @@ class MatrixStats:
         self.row_max[r0:r1] = x.max(axis=1)
         self.col_sum += x.sum(axis=0)
         np.maximum(self.col_max, x.max(axis=0), out=self.col_max)
-        if self.digests is not None:
-            self.digests.extend(hashlib.blake2b(row.tobytes(), digest_size=12).digest() for row in x)
         for hook in self.hooks:
             hook(r0, x)
 
@@ -106,12 +102,14 @@ class PositiveScores:
         self.pos_row_sum, self.pos_col_sum = np.zeros(n_rows), np.zeros(n_cols)   # the positives' share of the sums
         self.pos_row_n = np.bincount(rows, minlength=n_rows).astype(np.float64)
         self.pos_col_n = np.bincount(cols, minlength=n_cols).astype(np.float64)
-        self._row_order = np.argsort(rows, kind="stable")
+        self._row_order = np.argsort(rows, kind="stable")   # the pairs by row, and their rows sorted: computed once,
+        self._rows_sorted = rows[self._row_order]           # searched per block
         self._col_order = np.argsort(cols, kind="stable")
+        self._cols_sorted = cols[self._col_order]
 
     def __call__(self, r0: int, x: np.ndarray) -> None:
         r1 = r0 + x.shape[0]
-        lo, hi = np.searchsorted(self.rows[self._row_order], (r0, r1))
+        lo, hi = np.searchsorted(self._rows_sorted, (r0, r1))
         sel = self._row_order[lo:hi]
         vals = x[self.rows[sel] - r0, self.cols[sel]]
         np.maximum.at(self.best, self.rows[sel], vals)
@@ -120,7 +118,7 @@ class PositiveScores:
         for s, out in self.shifted.items():
             out[r0:r1] = x[np.arange(r1 - r0), self._rolled[s][r0:r1]]
         if self.square:   # the pairs whose column index falls in this block of rows: read as the transpose
-            lo, hi = np.searchsorted(self.cols[self._col_order], (r0, r1))
+            lo, hi = np.searchsorted(self._cols_sorted, (r0, r1))
             sel = self._col_order[lo:hi]
             np.maximum.at(self.best_t, self.rows[sel], x[self.cols[sel] - r0, self.rows[sel]])
 
