@@ -1,5 +1,6 @@
 """Label-free selection (hubnorm.label_free): it runs on a task with the labels removed, reads no label (same
-choice whatever the positives), its criterion is the Robin Hood index computed by hand, and bad input is refused."""
+choice whatever the positives), its criteria equal dense float64 computations by hand (the mutual agreement, the
+Robin Hood index), the benefit predictor says "does not help" where nothing helps, and bad input is refused."""
 
 import types
 
@@ -44,6 +45,7 @@ def test_no_label_is_read(task):
                                                          task.n_targets), task.query_bank, task.target_bank)
     a = lf.label_free_select_task("nnn", task, grid=GRIDS["nnn"])
     b = lf.label_free_select_task("nnn", shuffled, grid=GRIDS["nnn"])
+    assert a.criterion == "mutual"   # the task's query embeddings are read, never its positives
     assert a.best_params == b.best_params and a.table.equals(b.table)
 
 
@@ -80,3 +82,85 @@ def test_bad_inputs(task):
         lf.pseudo_query_split(10, 1.5)
     with pytest.raises(ValueError, match="candidate_banks is empty"):
         lf.label_free_select("is", task.targets, task.query_bank, candidate_banks={})
+
+
+def _mutual_by_hand(scores, raw):
+    """Dense float64 oracle of the mutual agreement: top-1 of each row of ``scores``; each column's c best rows of
+    ``raw`` by a stable sort (ties: lowest row first)."""
+    m, n = raw.shape
+    c = max(1, int(round(m / n)))
+    top1 = np.array([np.argsort(-row, kind="stable")[0] for row in scores])
+    best = [set(np.argsort(-raw[:, t], kind="stable")[:c]) for t in range(n)]
+    return float(np.mean([q in best[top1[q]] for q in range(m)]))
+
+
+@pytest.mark.parametrize("method, params", [("is", {"tau": 0.02}), ("nnn", {"alpha": 0.75, "k": 8}),
+                                            ("sn", {"tau": 0.05})])
+def test_mutual_criterion_by_hand(task, method, params):
+    res = lf.label_free_select_task(method, task, grid={p: [v] for p, v in params.items()})
+    norm = hn.make_normalizer(method, **params).fit(task.targets, query_bank=task.query_bank,
+                                                    target_bank=task.target_bank)
+    q, t = np.asarray(task.queries, np.float64), np.asarray(task.targets, np.float64)
+    raw = q @ t.T
+    assert res.criterion == "mutual" and task.n_queries // task.n_targets == 5   # c = 5 captions per image
+    assert res.best_value == pytest.approx(_mutual_by_hand(norm.score(task.queries).numpy(), raw), abs=1e-12)
+    assert res.raw_value == pytest.approx(_mutual_by_hand(raw, raw), abs=1e-12)
+    # the other direction: one image query per caption target (c = 1)
+    i2t = hn.RetrievalTask(task.targets, task.queries, hn.Positives.from_labels(np.zeros(task.n_targets, int),
+                                                                                 task.n_queries),
+                           task.target_bank, task.query_bank)
+    r2 = lf.label_free_select_task("is", i2t, grid={"tau": [0.02]})
+    n2 = hn.InvertedSoftmax(tau=0.02).fit(i2t.targets, query_bank=i2t.query_bank)
+    assert r2.best_value == pytest.approx(_mutual_by_hand(n2.score(i2t.queries).numpy(), raw.T), abs=1e-12)
+
+
+def _planted(n=60, d=24, hub=True, seed=0):
+    """Queries = near copies of their targets (a perfect raw match when ``hub`` is False); with ``hub``, every
+    query and bank row shares a direction ``u`` and target 0 lies along it (a planted hub that raw retrieval returns
+    for many queries; the bank sees it)."""
+    rng = np.random.default_rng(seed)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+    t = unit(rng.standard_normal((n, d)))
+    u = unit(rng.standard_normal(d))
+    a = 0.9 if hub else 0.0
+    q = unit(t + 0.08 * rng.standard_normal((n, d)) + a * u)
+    bank = unit(unit(rng.standard_normal((300, d))) + a * u)
+    if hub:
+        t[0] = unit(u + 0.3 * t[0])
+    return hn.RetrievalTask(q, t, hn.Positives.from_labels(np.arange(n), n), bank)
+
+
+def test_predictor_says_does_not_help_when_nothing_helps_and_helps_against_a_planted_hub():
+    grid = {"tau": [0.01, 0.02, 0.05, 0.1]}
+    clean = _planted(hub=False)
+    raw_r1 = hn.evaluate(hn.Identity().fit(clean.targets), clean, ks=(1,))["R@1"]
+    res = lf.label_free_select_task("is", clean, grid=grid)
+    assert raw_r1 == 100.0 and res.raw_value == 1.0 and res.gain <= 0 and not lf.predict_benefit(res)
+    hubbed = _planted(hub=True)
+    res = lf.label_free_select_task("is", hubbed, grid=grid)
+    before = hn.evaluate(hn.Identity().fit(hubbed.targets), hubbed, ks=(1,))["R@1"]
+    after = hn.evaluate(hubbed.fit(hn.InvertedSoftmax(**res.best_params)), hubbed, ks=(1,))["R@1"]
+    assert res.gain > 0 and lf.predict_benefit(res) and after > before
+
+
+def test_mutual_prefers_the_interior_of_a_wide_grid(task):
+    """Regression check (this seed, read after a run): on a temperature grid spanning 100x, the mutual criterion's
+    best is not at either end, where the Robin Hood index of the bank-only criterion picks the weakest end."""
+    grid = {"tau": [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2]}
+    res = lf.label_free_select_task("is", task, grid=grid)
+    assert res.best_params["tau"] not in (0.002, 0.2)
+
+
+def test_bad_inputs_of_the_mutual_criterion(task):
+    with pytest.raises(ValueError, match="needs the unlabelled queries"):
+        lf.label_free_select("is", task.targets, task.query_bank, criterion="mutual")
+    with pytest.raises(ValueError, match="k belongs to the bank-only"):
+        lf.label_free_select("is", task.targets, task.query_bank, queries=task.queries, k=10)
+    with pytest.raises(ValueError, match="holdout belongs to the bank-only"):
+        lf.label_free_select_task("is", task, holdout=0.3)
+    with pytest.raises(ValueError, match="reads the bank only"):
+        lf.label_free_select("is", task.targets, task.query_bank, queries=task.queries, criterion="robin_hood")
+    with pytest.raises(ValueError, match="queries"):
+        lf.label_free_select("is", task.targets, task.query_bank, queries=task.queries[:, :7])
+    rh = lf.label_free_select_task("is", task, criterion="robin_hood", grid={"tau": [0.02]})
+    assert rh.criterion == "robin_hood"

@@ -152,11 +152,15 @@ def quiz() -> dict:
         a = 2 * math.asin(eps / 2)
         assert abs(np.linalg.norm(np.array([math.cos(a), math.sin(a)]) - x0) - eps) < 1e-12
     assert QUIZ[5] == "b"
-    # 6: the selection reads only the gallery and the bank: an object without queries or positives works
+    # 6: the selection reads the gallery, the bank and the queries' embeddings: an object without positives works,
+    # and shuffled labels give the same choice
     import types
-    res = lf.label_free_select_task("is", types.SimpleNamespace(targets=task.targets, query_bank=task.query_bank),
-                                    grid={"tau": [0.02, 0.05]})
-    assert res.best_params["tau"] in (0.02, 0.05) and QUIZ[6] == "b"
+    unlabelled = types.SimpleNamespace(targets=task.targets, query_bank=task.query_bank, queries=task.queries)
+    res = lf.label_free_select_task("is", unlabelled, grid={"tau": [0.02, 0.05]})
+    shuffled = hn.RetrievalTask(task.queries, task.targets, hn.Positives.from_labels(
+        np.random.default_rng(0).integers(0, task.n_targets, task.n_queries), task.n_targets), task.query_bank)
+    again = lf.label_free_select_task("is", shuffled, grid={"tau": [0.02, 0.05]})
+    assert res.criterion == "mutual" and res.table.equals(again.table) and QUIZ[6] == "b"
     return dict(QUIZ)
 
 
