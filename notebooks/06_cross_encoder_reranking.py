@@ -57,7 +57,7 @@ cross_encoder = "simulated"
 image_dir = None
 k_values = [10, 20, 50]
 lambdas = [0.1, 0.5, 0.9]
-bank_fraction = 0.2
+query_bank_fraction = 0.2
 nnn_alpha = 0.75
 nnn_k = 16
 is_tau = {"t2i": 0.02, "i2t": 0.01}
@@ -70,8 +70,9 @@ ce_full_every = 5
 # Parameters: `cross_encoder` is "simulated" (synthetic sources only) or "blip" (real BLIP ITM weights; needs the
 # image files, found under `image_dir` when the data only name them, and the caption texts); `k_values` are the
 # $k$ of their Table 8, `lambdas` the weights of the first-stage score in Table 11; the reference banks of the first
-# stages are `bank_fraction` of the training queries (all training targets); NNN uses Table A1's CLIP/Flickr30k
-# setting, IS and SN the DBSN code defaults; `ce_nnn_alphas` are the NNN weights tried on cross-encoder scores;
+# stages are `query_bank_fraction` of the training queries (all training targets); NNN uses Table A1's alpha for
+# CLIP/Flickr30k (0.75) with k = 16 (Table A1's k = 128 was chosen for a 29,000-image bank; here the bank is a
+# fifth of a smaller training split), IS and SN the DBSN code defaults; `ce_nnn_alphas` are the NNN weights tried on cross-encoder scores;
 # the cross-encoder over the whole gallery runs on every `ce_full_every`-th query (it costs the gallery size in
 # pairs per query).
 
@@ -102,7 +103,7 @@ if score_studies.is_sims(source):
 # ## Data, first stages and the cross-encoder
 #
 # Four first stages from the registry, fitted once per direction: the raw cosine (**Original**, the "EMB" of the
-# paper), **NNN**, **IS** (inverted softmax) and **SN** (Sinkhorn). Reference query banks: `bank_fraction` of the
+# paper), **NNN**, **IS** (inverted softmax) and **SN** (Sinkhorn). Reference query banks: `query_bank_fraction` of the
 # training queries; no parameter is selected here, so no validation split is held out.
 
 # %%
@@ -110,7 +111,7 @@ ds = pr.prepare_dataset(source, seed=seed, synthetic_sizes=synthetic_sizes, sour
                         ensure_val=False)
 label = pr.run_label(ds)
 test, train = ds.split("test"), ds.split("train")
-tasks = ds.tasks("test", "train", bank_fraction=bank_fraction, seed=seed)
+tasks = ds.tasks("test", "train", query_bank_fraction=query_bank_fraction, seed=seed)
 DIRS = ("t2i", "i2t")
 n_gallery = min(t.n_targets for t in tasks.values())
 if max(k_values) > n_gallery:
@@ -432,7 +433,7 @@ if has_ce:
 # ## NNN on the cross-encoder's own scores (NNN App. F)
 #
 # With a cross-encoder the bank x gallery score matrix is unaffordable, so the bias is computed **over the top-k
-# only** (`rs.nnn_on_cross_encoder`): reference captions (`bank_fraction` of the training captions, another split,
+# only** (`rs.nnn_on_cross_encoder`): reference captions (`query_bank_fraction` of the training captions, another split,
 # so none describes a test image) go through the same pipeline (raw bi-encoder top-20, then the cross-encoder), and
 # each test image's bias is the mean of the top-16 cross-encoder scores it received (images never retrieved get the
 # mean bias). The test queries' top-20 are then reordered by $c - \alpha\, b(t)$. Cost: bank size x 20 extra pairs,
@@ -440,11 +441,11 @@ if has_ce:
 
 # %%
 if has_ce:
-    bank_rows = studies.subsample_rows(np.arange(train.n_captions), bank_fraction, seed=seed)
+    bank_rows = studies.subsample_rows(np.arange(train.n_captions), query_bank_fraction, seed=seed)
     bank_ce = rs.make_cross_encoder(cross_encoder, test, "t2i", query_split=train, seed=seed, image_dir=image_dir)
     base = results.get(("Original", "t2i", 20)) or rr.rerank(fitted[("Original", "t2i")], tasks["t2i"], ces["t2i"], k=20)
     nnn_ce = rs.nnn_on_cross_encoder(base, fitted[("Original", "t2i")], train.captions[bank_rows], bank_ce,
-                                     alphas=ce_nnn_alphas, k=16, bank_query_ids=bank_rows)
+                                     alphas=ce_nnn_alphas, k=nnn_k, bank_query_ids=bank_rows)
     caption = (f"NNN on {CE_LABEL} scores over the top-20 (t2i); bias from {bank_rows.size} reference captions x 20 "
                f"candidates; {label}.")
     run.save_table(nnn_ce, "nnn_on_cross_encoder", caption=caption)

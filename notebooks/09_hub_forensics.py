@@ -295,7 +295,7 @@ plt.show()
 # %% [markdown]
 # **What to notice.** For each method, the green and blue points and whether their intervals overlap; then both
 # against the grey band of the raw scores. The predictor column says, before any label, whether the method should
-# help ("criterion gain": how many more queries, as a share, are mutual than under the raw scores).
+# help ("criterion gain": the share of queries whose retrieval is mutual, minus that share under the raw scores).
 
 # %%
 piv = lf_table.pivot(index="method", columns="choice", values="R@1")

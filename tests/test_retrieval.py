@@ -87,3 +87,24 @@ def test_registry_round_trip_and_params():
     assert nnn.get_params()["alpha"] == 0.3 and nnn.clone(k=9).k == 9
     assert nnn.set_params(alpha=0.9).alpha == 0.9
     assert "alpha=0.9" in repr(nnn)
+
+
+def test_query_bank_fraction_subsamples_the_query_banks_only():
+    """Issue 43: ``bank_fraction`` had two meanings (notebook 01: a share of the training images with their captions;
+    notebook 06: a share of the training queries); the second is ``query_bank_fraction``."""
+    import hubnorm as hn
+
+    ds = hn.load_embeddings("synthetic:coco", seed=1, n_train_images=40, n_test_images=10, n_val_images=0)
+    full = ds.tasks("test", "train")
+    half = ds.tasks("test", "train", query_bank_fraction=0.5, seed=3)
+    for d, (nq, nt) in {"t2i": (200, 40), "i2t": (40, 200)}.items():
+        assert len(full[d].query_bank) == nq and len(half[d].query_bank) == nq // 2
+        assert len(half[d].target_bank) == nt   # the target banks stay whole
+        assert half[d].meta["query_bank_fraction"] == 0.5
+    rows = {tuple(r) for r in full["t2i"].query_bank}
+    assert all(tuple(r) in rows for r in half["t2i"].query_bank)   # a subset, not new rows
+    for bad in (0, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="query_bank_fraction"):
+            ds.tasks("test", "train", query_bank_fraction=bad)
+    with pytest.raises(TypeError):
+        ds.tasks("test", "train", bank_fraction=0.5)

@@ -90,12 +90,14 @@ class EmbeddingDataset:
             raise ValueError(f"dataset {self.name!r} has no split {name!r}; available: {sorted(self.splits)}")
         return self.splits[name]
 
-    def tasks(self, split: str = "test", bank: Optional[str] = "train", *, bank_fraction: float = 1.0,
+    def tasks(self, split: str = "test", bank: Optional[str] = "train", *, query_bank_fraction: float = 1.0,
               seed: int = 0, directions=("t2i", "i2t")) -> Dict[str, RetrievalTask]:
         """t2i and i2t tasks on ``split`` with reference banks drawn from split ``bank``.
 
-        ``bank_fraction`` < 1 subsamples the *query* banks (captions for t2i, images for i2t) with ``seed``; the
-        target banks stay whole (DBSN uses all training targets even when the query bank is subsampled).
+        ``query_bank_fraction`` < 1 subsamples the *query* banks (captions for t2i, images for i2t) with ``seed``;
+        the target banks stay whole (DBSN uses all training targets even when the query bank is subsampled). (The
+        notebooks' ``bank_fraction`` is another thing: a share of the training *images* with all their captions,
+        both banks at once, :func:`hubnorm.experiments.protocol.reference_split`.)
         """
         test = self.split(split)
         meta = {"dataset": self.name, "source": self.source, "split": split, "bank": bank, **self.meta}
@@ -103,18 +105,19 @@ class EmbeddingDataset:
             return build_tasks(test.images, test.captions, test.caption_to_image, directions=directions, meta=meta)
         ref = self.split(bank)
         caption_bank, image_bank = ref.captions, ref.images
-        if not 0 < bank_fraction <= 1:
-            raise ValueError(f"bank_fraction must be in (0, 1]; got {bank_fraction}")
+        if isinstance(query_bank_fraction, bool) or not isinstance(query_bank_fraction, (int, float)) \
+                or not 0 < query_bank_fraction <= 1:
+            raise ValueError(f"query_bank_fraction must be a number in (0, 1]; got {query_bank_fraction!r}")
         tasks = {}
         rng = np.random.default_rng(seed)
         for d in directions:
             qb, tb = (caption_bank, image_bank) if d == "t2i" else (image_bank, caption_bank)
-            if bank_fraction < 1:
-                size = max(1, int(round(bank_fraction * len(qb))))
+            if query_bank_fraction < 1:
+                size = max(1, int(round(query_bank_fraction * len(qb))))
                 qb = qb[np.sort(rng.choice(len(qb), size, replace=False))]
             cb, ib = (qb, tb) if d == "t2i" else (tb, qb)
             tasks.update(build_tasks(test.images, test.captions, test.caption_to_image, image_bank=ib,
-                                     caption_bank=cb, directions=(d,), meta={**meta, "bank_fraction": bank_fraction}))
+                                     caption_bank=cb, directions=(d,), meta={**meta, "query_bank_fraction": query_bank_fraction}))
         return tasks
 
 

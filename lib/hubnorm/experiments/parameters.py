@@ -219,6 +219,8 @@ SCHEMA: Dict[str, Rule] = {
     "directions": R("list", "a non-empty list of 't2i' and/or 'i2t'", _list(_choice(DIRECTIONS)), "[t2i]"),
     "bank_fraction": R("float", "a number in (0, 1]: the share of the training split in the reference bank "
                        "(1.0 = the whole training part)", _FRACTION, "1.0"),
+    "query_bank_fraction": R("float", "a number in (0, 1]: the share of the training *queries* in the reference query "
+                             "banks, all training targets kept (1.0 = every training query)", _FRACTION, "1.0"),
     "fast": R("bool", "True or False", _bool),
     "n_boot": R("int", "an integer >= 10 (bootstrap resamples)", _int(10)),
     "hub_k": R("int", "an integer >= 1", _int(1)),
