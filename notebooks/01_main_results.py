@@ -366,6 +366,90 @@ for real_label, res in real_results.items():
 # the lines comes after the exercises. Saved: `results/tables/01_*`, `results/figures/01_main_results_r1.png`.
 
 # %% [markdown]
+# ## 8 · Classic hubness reductions beside NNN, IS and SN
+# Before NNN, the hubness literature reduced hubs with *local scaling* (LS) and *mutual proximity* (MP)
+# (Schnitzer, Flexer, Schedl and Widmer, JMLR 2012; docs/methods.md §3.13-3.14). Across two modalities each side is
+# scaled by the other side's neighbourhood, as CSLS does:
+#
+# $$\mathrm{LS}(q,t) = \exp\Big(-\frac{\lVert q-t\rVert^2}{\sigma_q\,\sigma_t}\Big), \qquad
+# \mathrm{MP}(q,t) = \Phi\Big(\frac{s - m_q}{v_q}\Big)\,\Phi\Big(\frac{s - m_t}{v_t}\Big),$$
+#
+# with $\sigma_t$ the distance of target $t$ to its $k$-th nearest bank query, $\sigma_q$ that of $q$ to its
+# $k$-th nearest target, and $m, v$ the mean and standard deviation of a query's scores with the targets
+# ($m_q, v_q$) or of a target's scores with the bank ($m_t, v_t$). Same test splits and banks as above (the synthetic
+# run and each real set of section 7); NNN's parameters and LS's $k$ are chosen on `val`, IS and SN use the DBSN
+# paper's temperatures, MP has no parameter. No paper of this companion publishes LS or MP on these data sets:
+# there is no published column.
+
+# %%
+classic = {"raw": ("raw", {}), "NNN": ("nnn", None), "IS": ("is", {"tau": 0.02}), "SN": ("sn", {"tau": 0.01}),
+           "LS": ("ls", None), "MP": ("mp", {})}
+
+
+def classic_rows(tests, vals, data_label):
+    """One row per direction and method of ``classic`` on one data set: NNN's and LS's parameters chosen on val."""
+    out = []
+    for d in directions:
+        ctask, cval = tests[d], vals[d]
+        for cname, (cm, cparams) in classic.items():
+            if cm in ("nnn", "ls"):   # chosen on val, by R@1 (section 2's rule)
+                cgrid = grids["nnn"] if cm == "nnn" else {"k": [5, 10, 20, 50]}
+                cparams = hn.grid_search(cm, cval, pr.clamp_grid(cm, cgrid, cval)).best_params
+            cfitted = ctask.fit(hn.make_normalizer(cm, **cparams))
+            cscores = hn.evaluate(cfitted, ctask, ks=(1, 5))
+            out.append({"data": data_label, "direction": d, "method": cname, "params": pr.fmt_params(cparams),
+                        "R@1": cscores["R@1"], "R@5": cscores["R@5"],
+                        "skewness N_10": hn.hubness(cfitted, k=10, queries=ctask.queries)["skewness"]})
+    return out
+
+
+crows = classic_rows(test_tasks, val_tasks, label)
+for real_label, rds in reals.items():   # the real column: each set's whole training part as the bank (section 7)
+    rbank = pr.reference_split(rds, "train", 1.0, seed=seed, note_small=False)
+    crows += classic_rows(*(pr.make_tasks(rds.split(s), rbank, directions=directions) for s in ("test", "val")),
+                          real_label)
+classic_table = pd.DataFrame(crows)
+classic_raw = classic_table[classic_table["method"] == "raw"].set_index(["data", "direction"])["R@1"]
+classic_table["gain"] = classic_table["R@1"] - [classic_raw[(a, b)] for a, b in
+                                                zip(classic_table["data"], classic_table["direction"])]
+run.save_table(classic_table, "classic_methods", caption="LS and MP beside NNN, IS and SN: R@1, R@5, gain over raw "
+               "and skewness of N_10 on test, per data set.")
+
+# %% tags=["nbval-check-output"]
+nb.show(classic_table, ["data", "direction", "method", "params", "R@1", "R@5", "gain", "skewness N_10"])
+
+# %%
+cdata = list(dict.fromkeys(classic_table["data"]))
+fig, axes = plt.subplots(1, len(cdata), figsize=(4.2 * len(cdata) + 1, 3.4), squeeze=False, sharey=True)
+for ax, cd in zip(axes[0], cdata):
+    sns.barplot(data=classic_table[(classic_table["data"] == cd) & (classic_table["method"] != "raw")], x="method",
+                y="gain", hue="direction", ax=ax)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("")
+    ax.set_title(cd, fontsize=8)
+axes[0][0].set_ylabel("R@1 gain over raw (points)")
+fig.suptitle("Classic (LS, MP) and bank-based (NNN, IS, SN) hubness reductions", fontsize=10)
+fig.tight_layout()
+run.save_figure(fig, "classic_methods", caption="R@1 gain over the raw scores of NNN, IS, SN, LS and MP, per data set.")
+plt.show()
+
+# %% [markdown]
+# **What to notice.** Compare the bars of LS and MP with those of NNN, IS and SN on each data set, and the
+# skewness column of the table with the R@1 column across the methods.
+
+# %%
+ct = classic_table.set_index(["data", "direction", "method"])
+nb.notice(*[f"{cd}, {d}: " + ", ".join(f"{m} {ct.loc[(cd, d, m), 'gain']:+.2f}" for m in classic if m != "raw")
+            + " R@1 over raw." for cd in cdata for d in directions])
+for cd in cdata:
+    for d in directions:
+        for m in ("LS", "MP"):   # Schnitzer et al.: both reduce hubness
+            nb.check(f"{d}: {m} lowers the skewness of N_10 below the raw scores'",
+                     bool(ct.loc[(cd, d, m), "skewness N_10"] < ct.loc[(cd, d, "raw"), "skewness N_10"]),
+                     f"raw {ct.loc[(cd, d, 'raw'), 'skewness N_10']:.2f}, {m} {ct.loc[(cd, d, m), 'skewness N_10']:.2f}",
+                     data=None if cd == label else cd)
+
+# %% [markdown]
 # ## Try this
 # * Set `n_boot = 2000`: do the confidence intervals change, or only become smoother?
 # * Set `bank_fraction = 0.05`: the reference bank shrinks four-fold. Which rows of the results table move?

@@ -22,6 +22,8 @@ SCORE_METHODS = [
     ("dis", {"tau": 0.05, "k": 1}),
     ("dis", {"tau": 0.02, "k": 3}),
     ("csls", {"k": 4}),
+    ("ls", {"k": 4}),
+    ("mp", {}),
     ("sn", {"tau": 0.05, "n_iter": 10}),
     ("dbsn", {"tau": 0.05, "n_iter": 10}),
     ("dualis", {"beta_query": 20.0, "beta_target": 10.0}),

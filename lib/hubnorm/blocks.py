@@ -471,6 +471,35 @@ class LogSumExp(Reduction):
         return p if self.post is None else self.post(p)
 
 
+class Moments(Reduction):
+    """The mean and the (population) standard deviation of the scores along ``axis`` (mutual proximity's Gaussian
+    of a target's scores with the bank). Plain form: ``S.mean(dim=axis), S.std(dim=axis, unbiased=False)``.
+    Partial: the float64 sums of ``s`` and ``s**2``; merge: add; finalize: ``mean = sum / n``,
+    ``sd = sqrt(max(0, sumsq / n - mean**2))``, in the engine's dtype."""
+
+    read_only = True
+
+    def __init__(self, source: Scores, *, axis: int = 0):
+        self.source, self.axis = source, axis
+        self.out_dtype = None
+
+    def prepare(self, engine):
+        self.out_dtype = engine.dtype
+
+    def partial(self, s, chunk):
+        x = s.to(torch.float64)
+        return x.sum(dim=self.axis), (x * x).sum(dim=self.axis)
+
+    def merge(self, a, b):
+        return a[0] + b[0], a[1] + b[1]
+
+    def finalize(self, p, n):
+        mean = p[0] / n
+        sd = (p[1] / n - mean * mean).clamp_(min=0).sqrt_()
+        dt = self.out_dtype or torch.float32
+        return mean.to(dt), sd.to(dt)
+
+
 class Mean(Reduction):
     """The mean row of an embedding matrix (DN's bank means). Partial: the float64 column sum of a block; merge:
     add; finalize: divide by the number of rows, in the input dtype. A whole in-memory matrix:
@@ -550,6 +579,6 @@ ENGINE_MEMBERS = ("dtype", "device", "block_bytes", "sweep_bytes", "has", "size"
                   "spans", "shared", "score_bound", "reduce", "iterate")
 
 
-__all__ = ["Embeddings", "Scores", "Inputs", "Param", "Chunk", "Reduction", "TopK", "TopKResult", "LogMeanExp",
+__all__ = ["Embeddings", "Scores", "Inputs", "Param", "Chunk", "Reduction", "TopK", "TopKResult", "LogMeanExp", "Moments",
            "LogSumExp", "Mean", "Iteration", "check_limits", "limit_of", "log_mean_exp", "reduce_blocks", "concat",
            "SIZE_NAMES", "Engine", "ENGINE_MEMBERS"]

@@ -17,7 +17,7 @@ from typing import Dict, Sequence, Type
 from .normalizers import (
     CrossDomainSimilarityLocalScaling, DistributionNormalization, DualBankSinkhornNormalization,
     DualDynamicInvertedSoftmax, DualInvertedSoftmax, DynamicInvertedSoftmax, Identity, InvertedSoftmax,
-    NearestNeighborNormalization, Normalizer, SinkhornNormalization,
+    LocalScaling, MutualProximity, NearestNeighborNormalization, Normalizer, SinkhornNormalization,
 )
 
 #: registry name -> class
@@ -63,6 +63,8 @@ register(DistributionNormalization)
 register(InvertedSoftmax)
 register(DynamicInvertedSoftmax)
 register(CrossDomainSimilarityLocalScaling)
+register(LocalScaling)
+register(MutualProximity)
 register(DualInvertedSoftmax)
 register(DualDynamicInvertedSoftmax)
 register(SinkhornNormalization)
@@ -70,8 +72,8 @@ register(DualBankSinkhornNormalization)
 
 
 def make_normalizer(name: str, **params) -> Normalizer:
-    """A new normalizer by registry name (``"raw"``, ``"nnn"``, ``"dn"``, ``"is"``, ``"dis"``, ``"csls"``,
-    ``"dualis"``, ``"dualdis"``, ``"sn"``, ``"dbsn"``, and any name added with :func:`register`)."""
+    """A new normalizer by registry name (``"raw"``, ``"nnn"``, ``"dn"``, ``"is"``, ``"dis"``, ``"csls"``, ``"ls"``,
+    ``"mp"``, ``"dualis"``, ``"dualdis"``, ``"sn"``, ``"dbsn"``, and any name added with :func:`register`)."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a string; got {type(name).__name__}")
     key = name.lower()

@@ -8,11 +8,13 @@ from .distribution_normalization import DistributionNormalization
 from .dual_inverted_softmax import DualDynamicInvertedSoftmax, DualInvertedSoftmax
 from .dynamic_inverted_softmax import DynamicInvertedSoftmax
 from .inverted_softmax import InvertedSoftmax
+from .local_scaling import LocalScaling
+from .mutual_proximity import MutualProximity
 from .nnn import NearestNeighborNormalization
 from .sinkhorn import DualBankSinkhornNormalization, SinkhornNormalization, sinkhorn_potentials
 
 __all__ = [
     "Normalizer", "NotFittedError", "Identity", "NearestNeighborNormalization", "DistributionNormalization",
     "InvertedSoftmax", "DynamicInvertedSoftmax", "CrossDomainSimilarityLocalScaling", "DualInvertedSoftmax",
-    "DualDynamicInvertedSoftmax", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials",
+    "DualDynamicInvertedSoftmax", "LocalScaling", "MutualProximity", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials",
 ]
