@@ -367,23 +367,26 @@ for real_label, res in real_results.items():
 
 # %% [markdown]
 # ## 8 · Classic hubness reductions beside NNN, IS and SN
-# Before NNN, the hubness literature reduced hubs with *local scaling* (LS) and *mutual proximity* (MP)
-# (Schnitzer, Flexer, Schedl and Widmer, JMLR 2012; docs/methods.md §3.13-3.14). Across two modalities each side is
-# scaled by the other side's neighbourhood, as CSLS does:
+# Before NNN, the hubness literature reduced hubs with *local scaling* (LS), *mutual proximity* (MP) (Schnitzer,
+# Flexer, Schedl and Widmer, JMLR 2012) and *DisSimLocal* (DSL) (Hara et al., AAAI 2016; docs/methods.md
+# §3.13-3.15). Across two modalities each side is scaled by the other side's neighbourhood, as CSLS does:
 #
 # $$\mathrm{LS}(q,t) = \exp\Big(-\frac{\lVert q-t\rVert^2}{\sigma_q\,\sigma_t}\Big), \qquad
 # \mathrm{MP}(q,t) = \Phi\Big(\frac{s - m_q}{v_q}\Big)\,\Phi\Big(\frac{s - m_t}{v_t}\Big),$$
 #
+# $$-d_{\mathrm{DSL}}(q,t) = -\lVert q-t\rVert^2 + \lVert q - c_k(q)\rVert^2 + \lVert t - c_k(t)\rVert^2,$$
+#
 # with $\sigma_t$ the distance of target $t$ to its $k$-th nearest bank query, $\sigma_q$ that of $q$ to its
-# $k$-th nearest target, and $m, v$ the mean and standard deviation of a query's scores with the targets
-# ($m_q, v_q$) or of a target's scores with the bank ($m_t, v_t$). Same test splits and banks as above (the synthetic
-# run and each real set of section 7); NNN's parameters and LS's $k$ are chosen on `val`, IS and SN use the DBSN
+# $k$-th nearest target, $m, v$ the mean and standard deviation of a query's scores with the targets
+# ($m_q, v_q$) or of a target's scores with the bank ($m_t, v_t$; "MP (empirical)" counts shares instead of
+# Gaussians), and $c_k$ the centroid of the $k$ nearest neighbours on the other side. Same test splits and banks as above (the synthetic
+# run and each real set of section 7); NNN's parameters and the $k$ of LS and DSL are chosen on `val`, IS and SN use the DBSN
 # paper's temperatures, MP has no parameter. No paper of this companion publishes LS or MP on these data sets:
 # there is no published column.
 
 # %%
 classic = {"raw": ("raw", {}), "NNN": ("nnn", None), "IS": ("is", {"tau": 0.02}), "SN": ("sn", {"tau": 0.01}),
-           "LS": ("ls", None), "MP": ("mp", {})}
+           "LS": ("ls", None), "MP": ("mp", {}), "MP (empirical)": ("mp", {"form": "empirical"}), "DSL": ("dsl", None)}
 
 
 def classic_rows(tests, vals, data_label):
@@ -392,8 +395,8 @@ def classic_rows(tests, vals, data_label):
     for d in directions:
         ctask, cval = tests[d], vals[d]
         for cname, (cm, cparams) in classic.items():
-            if cm in ("nnn", "ls"):   # chosen on val, by R@1 (section 2's rule)
-                cgrid = grids["nnn"] if cm == "nnn" else {"k": [5, 10, 20, 50]}
+            if cm in ("nnn", "ls", "dsl"):   # chosen on val, by R@1 (section 2's rule)
+                cgrid = grids["nnn"] if cm == "nnn" else {"k": [5, 10, 20, 50]}   # LS, DSL: around k = 10
                 cparams = hn.grid_search(cm, cval, pr.clamp_grid(cm, cgrid, cval)).best_params
             cfitted = ctask.fit(hn.make_normalizer(cm, **cparams))
             cscores = hn.evaluate(cfitted, ctask, ks=(1, 5))
@@ -412,7 +415,7 @@ classic_table = pd.DataFrame(crows)
 classic_raw = classic_table[classic_table["method"] == "raw"].set_index(["data", "direction"])["R@1"]
 classic_table["gain"] = classic_table["R@1"] - [classic_raw[(a, b)] for a, b in
                                                 zip(classic_table["data"], classic_table["direction"])]
-run.save_table(classic_table, "classic_methods", caption="LS and MP beside NNN, IS and SN: R@1, R@5, gain over raw "
+run.save_table(classic_table, "classic_methods", caption="LS, MP and DSL beside NNN, IS and SN: R@1, R@5, gain over raw "
                "and skewness of N_10 on test, per data set.")
 
 # %% tags=["nbval-check-output"]
@@ -420,21 +423,23 @@ nb.show(classic_table, ["data", "direction", "method", "params", "R@1", "R@5", "
 
 # %%
 cdata = list(dict.fromkeys(classic_table["data"]))
-fig, axes = plt.subplots(1, len(cdata), figsize=(4.2 * len(cdata) + 1, 3.4), squeeze=False, sharey=True)
+fig, axes = plt.subplots(1, len(cdata), figsize=(4.2 * len(cdata) + 1, 3.8), squeeze=False, sharey=True)
 for ax, cd in zip(axes[0], cdata):
     sns.barplot(data=classic_table[(classic_table["data"] == cd) & (classic_table["method"] != "raw")], x="method",
                 y="gain", hue="direction", ax=ax)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("")
+    ax.tick_params(axis="x", labelrotation=45)
     ax.set_title(cd, fontsize=8)
 axes[0][0].set_ylabel("R@1 gain over raw (points)")
-fig.suptitle("Classic (LS, MP) and bank-based (NNN, IS, SN) hubness reductions", fontsize=10)
+fig.suptitle("Classic (LS, MP, DSL) and bank-based (NNN, IS, SN) hubness reductions", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "classic_methods", caption="R@1 gain over the raw scores of NNN, IS, SN, LS and MP, per data set.")
+run.save_figure(fig, "classic_methods", caption="R@1 gain over the raw scores of NNN, IS, SN, LS, MP and DSL, per "
+                "data set.")
 plt.show()
 
 # %% [markdown]
-# **What to notice.** Compare the bars of LS and MP with those of NNN, IS and SN on each data set, and the
+# **What to notice.** Compare the bars of LS, MP and DSL with those of NNN, IS and SN on each data set, and the
 # skewness column of the table with the R@1 column across the methods.
 
 # %%
@@ -443,7 +448,7 @@ nb.notice(*[f"{cd}, {d}: " + ", ".join(f"{m} {ct.loc[(cd, d, m), 'gain']:+.2f}" 
             + " R@1 over raw." for cd in cdata for d in directions])
 for cd in cdata:
     for d in directions:
-        for m in ("LS", "MP"):   # Schnitzer et al.: both reduce hubness
+        for m in ("LS", "MP", "DSL"):   # Schnitzer et al. (LS, MP), Hara et al. (DSL): they reduce hubness
             nb.check(f"{d}: {m} lowers the skewness of N_10 below the raw scores'",
                      bool(ct.loc[(cd, d, m), "skewness N_10"] < ct.loc[(cd, d, "raw"), "skewness N_10"]),
                      f"raw {ct.loc[(cd, d, 'raw'), 'skewness N_10']:.2f}, {m} {ct.loc[(cd, d, m), 'skewness N_10']:.2f}",

@@ -24,6 +24,7 @@ SCORE_METHODS = [
     ("csls", {"k": 4}),
     ("ls", {"k": 4}),
     ("mp", {}),
+    ("mp", {"form": "empirical"}),
     ("sn", {"tau": 0.05, "n_iter": 10}),
     ("dbsn", {"tau": 0.05, "n_iter": 10}),
     ("dualis", {"beta_query": 20.0, "beta_target": 10.0}),

@@ -17,7 +17,7 @@ from typing import Dict, Sequence, Type
 from .normalizers import (
     CrossDomainSimilarityLocalScaling, DistributionNormalization, DualBankSinkhornNormalization,
     DualDynamicInvertedSoftmax, DualInvertedSoftmax, DynamicInvertedSoftmax, Identity, InvertedSoftmax,
-    LocalScaling, MutualProximity, NearestNeighborNormalization, Normalizer, SinkhornNormalization,
+    DisSimLocal, LocalScaling, MutualProximity, NearestNeighborNormalization, Normalizer, SinkhornNormalization,
 )
 
 #: registry name -> class
@@ -65,6 +65,7 @@ register(DynamicInvertedSoftmax)
 register(CrossDomainSimilarityLocalScaling)
 register(LocalScaling)
 register(MutualProximity)
+register(DisSimLocal)
 register(DualInvertedSoftmax)
 register(DualDynamicInvertedSoftmax)
 register(SinkhornNormalization)
@@ -73,7 +74,7 @@ register(DualBankSinkhornNormalization)
 
 def make_normalizer(name: str, **params) -> Normalizer:
     """A new normalizer by registry name (``"raw"``, ``"nnn"``, ``"dn"``, ``"is"``, ``"dis"``, ``"csls"``, ``"ls"``,
-    ``"mp"``, ``"dualis"``, ``"dualdis"``, ``"sn"``, ``"dbsn"``, and any name added with :func:`register`)."""
+    ``"mp"``, ``"dsl"``, ``"dualis"``, ``"dualdis"``, ``"sn"``, ``"dbsn"``, and any name added with :func:`register`)."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a string; got {type(name).__name__}")
     key = name.lower()

@@ -4,6 +4,7 @@ registered by one line in :mod:`hubnorm.registry` (docs/methods.md, "Where a new
 
 from .base import Identity, Normalizer, NotFittedError
 from .csls import CrossDomainSimilarityLocalScaling
+from .dissimlocal import DisSimLocal
 from .distribution_normalization import DistributionNormalization
 from .dual_inverted_softmax import DualDynamicInvertedSoftmax, DualInvertedSoftmax
 from .dynamic_inverted_softmax import DynamicInvertedSoftmax
@@ -16,5 +17,5 @@ from .sinkhorn import DualBankSinkhornNormalization, SinkhornNormalization, sink
 __all__ = [
     "Normalizer", "NotFittedError", "Identity", "NearestNeighborNormalization", "DistributionNormalization",
     "InvertedSoftmax", "DynamicInvertedSoftmax", "CrossDomainSimilarityLocalScaling", "DualInvertedSoftmax",
-    "DualDynamicInvertedSoftmax", "LocalScaling", "MutualProximity", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials",
+    "DualDynamicInvertedSoftmax", "LocalScaling", "MutualProximity", "DisSimLocal", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials",
 ]
