@@ -320,3 +320,42 @@ def test_a_notebook_naming_table_a1_sets_its_k(src):
         f"{src.name} says it uses Table A1's CLIP/Flickr30k setting (k = 128) but sets nnn_k = {m.group(1)}"
     if int(m.group(1)) != 128:
         assert re.search(rf"k\s*=\s*{m.group(1)}", text), f"{src.name}: say which k replaces Table A1's k = 128"
+
+
+def _real_data_in_checked_cells(nb) -> list:
+    """``(cell index, release name)`` for every nbval-checked cell whose committed output names a real release.
+
+    A fresh clone has no real release cached, so its notebooks print no real row: a checked cell that shows one
+    fails nbval there (the real rows belong in unchecked cells)."""
+    from hubnorm.data.real import RELEASES
+
+    marks = {name: (name, rel.label, f"real:{name}") for name, rel in RELEASES.items()}
+    found = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "code" or "nbval-check-output" not in c.metadata.get("tags", []):
+            continue
+        text = json.dumps(c.get("outputs", []))
+        found += [(i, name) for name, words in marks.items() if any(w in text for w in words)]
+    return found
+
+
+@pytest.mark.parametrize("ipynb", NOTEBOOKS, ids=IDS)
+def test_checked_cells_never_show_real_release_rows(ipynb):
+    found = _real_data_in_checked_cells(_read(ipynb))
+    assert not found, (f"{ipynb.name}: nbval-checked cells show real-release rows {found}; a clone without the "
+                       "releases cached prints none, so nbval fails there: show them in an unchecked cell")
+
+
+def test_real_row_detector_catches_a_checked_real_row():
+    from hubnorm.data.real import RELEASES
+
+    name, rel = next(iter(RELEASES.items()))
+    nb = nbformat.v4.new_notebook()
+    checked = nbformat.v4.new_code_cell("t", metadata={"tags": ["nbval-check-output"]})
+    checked.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"| {rel.label} | 51.2 |\n")]
+    unchecked = nbformat.v4.new_code_cell("u")
+    unchecked.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"| {rel.label} | 51.2 |\n")]
+    nb.cells = [unchecked, checked]
+    assert _real_data_in_checked_cells(nb) == [(1, name)]
+    checked.outputs = [nbformat.v4.new_output("stream", name="stdout", text="| synthetic analog | 51.2 |\n")]
+    assert _real_data_in_checked_cells(nb) == []
