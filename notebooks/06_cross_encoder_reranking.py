@@ -227,7 +227,8 @@ if has_ce:
     nb.notice(*sentences)
 
 # %% [markdown]
-# **Published beside ours** (SEP+Co-OSCAR, Geigle et al. Table 8, real data): compare the *shape* over $k$, not
+# **Published beside ours** (Geigle et al. Table 8, real data: SEP+Co-OSCAR, the separately trained bi-encoder and
+# cross-encoder as here, and JOIN+Co-OSCAR, one model trained for both roles): compare the *shape* over $k$, not
 # the level.
 
 # %%
@@ -237,9 +238,49 @@ if has_ce:
                                       setting_keys={"k": r"^k=(\d+)$"}, metrics=["R@1", "R@5", "R@10"],
                                       rows="ours", model="SEP+Co-OSCAR", dataset=key, label=label,
                                       source_note=f"Geigle et al. Table 8, SEP+Co-OSCAR, {key}")
+    table8_join = compare.beside_published(t8[t8.k != "all"], "rerank-geigle2021", "8", on=["direction", "k"],
+                                           setting_keys={"k": r"^k=(\d+)$"}, metrics=["R@1", "R@5", "R@10"],
+                                           rows="ours", model="JOIN+Co-OSCAR", dataset=key, label=label,
+                                           source_note=f"Geigle et al. Table 8, JOIN+Co-OSCAR, {key}")
+    table8 = table8.rename(columns={"published": "published (SEP+Co)"})
+    table8.insert(table8.columns.get_loc("published (SEP+Co)") + 1, "published (JOIN+Co)",
+                  table8_join["published"].to_numpy())   # rows="ours": the same rows in the same order
     run.save_table(table8, "table8_vs_published", caption=f"Table 8: published vs this run ({label}, {CE_LABEL}).")
-    nb.show(table8, ["direction", "k", "metric", "published", "this run"],
-            caption=f"published: SEP+Co-OSCAR, {key}; this run: {label}, {CE_LABEL}")
+    nb.show(table8, ["direction", "k", "metric", "published (SEP+Co)", "published (JOIN+Co)", "this run"],
+            caption=f"published: SEP+Co-OSCAR and JOIN+Co-OSCAR, {key}; this run: {label}, {CE_LABEL}")
+
+# %% [markdown]
+# **Table 1 of the paper** (its main results) in the same terms: the bi-encoder alone (**EMB**: our raw first
+# stage), the cross-encoder alone over the whole gallery (**CE**: $k$ = all above) and retrieve-and-rerank with
+# $k = 20$ (**Co**), beside their OSCAR-based systems: the separate models (EMB-OSCAR, their own run of CE-OSCAR,
+# SEP+Co-OSCAR) and the joint one (JOIN+EMB, JOIN+CE, JOIN+Co). Our bi-encoder and cross-encoder are other, smaller
+# models: compare how the three rows stand to each other.
+
+# %%
+if has_ce:
+    rows = []
+    for d in DIRS:
+        by_k = t8[t8.direction == d].set_index("k")
+        rows.append({"direction": d, "method": "EMB",
+                     **{f"R@{K}": hn.recall_at_k(first_ranks[("Original", d)], K) for K in (1, 5, 10)}})
+        rows += [{"direction": d, "method": m, **{f"R@{K}": by_k.loc[k, f"R@{K}"] for K in (1, 5, 10)}}
+                 for m, k in (("CE", "all"), ("Co", "20")) if k in by_k.index]
+    ours1 = pd.DataFrame(rows)
+    table1 = compare.beside_published(ours1, "rerank-geigle2021", "1", on=["direction", "method"],
+                                      metrics=["R@1", "R@5", "R@10"], rows="ours", dataset=key, label=label,
+                                      model=["EMB-OSCAR", "CE-OSCAR (own run)", "SEP+Co-OSCAR"],
+                                      source_note=f"Geigle et al. Table 1, OSCAR-based, separate models, {key}")
+    table1_join = compare.beside_published(ours1, "rerank-geigle2021", "1", on=["direction", "method"],
+                                           metrics=["R@1", "R@5", "R@10"], rows="ours", dataset=key, label=label,
+                                           model=["JOIN+EMB-OSCAR", "JOIN+CE-OSCAR", "JOIN+Co-OSCAR"],
+                                           source_note=f"Geigle et al. Table 1, OSCAR-based, joint model, {key}")
+    table1 = table1.rename(columns={"published": "published (separate)"})
+    table1.insert(table1.columns.get_loc("published (separate)") + 1, "published (joint)",
+                  table1_join["published"].to_numpy())   # rows="ours": the same rows in the same order
+    run.save_table(table1, "table1_vs_published",
+                   caption=f"Table 1: EMB, CE and Co (k = 20), published (OSCAR-based) vs this run ({label}, {CE_LABEL}).")
+    nb.show(table1, ["direction", "method", "metric", "published (separate)", "published (joint)", "this run"],
+            caption=f"published: Geigle et al. Table 1, {key}; this run: {label}, {CE_LABEL}")
 
 # %% [markdown]
 # ## Table 11: should we mix first-stage and cross-encoder scores?
@@ -264,10 +305,17 @@ if has_ce:
     table11 = compare.beside_published(ours11, "rerank-geigle2021", "11", on=["direction", "setting"],
                                        metrics=["R@1", "R@5", "R@10"], rows="ours", model="SEP+Co-OSCAR",
                                        label=label, source_note="Geigle et al. Table 11, SEP+Co-OSCAR, Flickr30k")
+    table11_join = compare.beside_published(ours11, "rerank-geigle2021", "11", on=["direction", "setting"],
+                                            metrics=["R@1", "R@5", "R@10"], rows="ours", model="JOIN+Co-OSCAR",
+                                            label=label, source_note="Geigle et al. Table 11, JOIN+Co-OSCAR, Flickr30k")
+    table11 = table11.rename(columns={"published": "published (SEP+Co)"})
+    table11.insert(table11.columns.get_loc("published (SEP+Co)") + 1, "published (JOIN+Co)",
+                   table11_join["published"].to_numpy())   # rows="ours": the same rows in the same order
     run.save_table(table11, "table11_score_combination",
-                   caption=f"Table 11 (k = 20): published SEP+Co-OSCAR vs this run ({label}, {CE_LABEL}).")
-    nb.show(table11[table11.metric == "R@1"], ["direction", "setting", "published", "this run"],
-            caption=f"R@1, k = 20; published: SEP+Co-OSCAR, Flickr30k; this run: {label}, {CE_LABEL}")
+                   caption=f"Table 11 (k = 20): published SEP+Co-OSCAR and JOIN+Co-OSCAR vs this run ({label}, {CE_LABEL}).")
+    nb.show(table11[table11.metric == "R@1"], ["direction", "setting", "published (SEP+Co)", "published (JOIN+Co)",
+                                               "this run"],
+            caption=f"R@1, k = 20; published: SEP+Co-OSCAR and JOIN+Co-OSCAR, Flickr30k; this run: {label}, {CE_LABEL}")
 
 # %%
 if has_ce:
