@@ -54,7 +54,7 @@
 source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
 synthetic_sizes: dict = {"n_train_images": 2000}  # sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (the real-column cells of sections 2-4): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
+real_sources: list = ["auto"]  # real embeddings beside a synthetic run (the real-column cells of sections 2-4 and 6): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
 model: str = "auto"  # DBSN rows: "auto" follows the embeddings, or "zs CLIP", "ft CLIP", "zs ALBEF"
 dataset = None  # "flickr30k" / "coco"; None: read from `source`
 directions: list = ["t2i", "i2t"]
@@ -71,6 +71,7 @@ train_iteration_methods: list = ["sn", "dbsn"]  # when not fast: iteration study
 dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale)
 sinkhorn_cache_gb: float = 2.0  # SN/DBSN keep up to this many GB of bank x target scores across iterations (the rest is recomputed)
 plan_size: list = [24, 16]  # the transport-plan picture (section 1): bank captions x test images of the small sub-problem
+l2n_reg: float = 0.05  # L2N's coefficient (section 6; on the scale of a score difference: smaller is sparser, towards OTN)
 
 # %%
 import matplotlib.pyplot as plt
@@ -512,7 +513,114 @@ run.save_table(it.drop(columns=["fit_s"]), "sinkhorn_iterations",
 nb.show(it, ["bank", "method", "setting", "iterations run", "R@1"])
 
 # %% [markdown]
-# ## 6 · Does the run show the paper's findings?
+# ## 6 · Sparse plans instead of Sinkhorn: OTN, L2N and HN (Table 6, t2i)
+# Sinkhorn normalization keeps the entropy term of Eq. 7; DBSN Sec. 4.5 asks what happens without it. Under the
+# same uniform marginals ($a = 1/m$ per test query, $b = 1/n$ per target) each method below returns a **plan**
+# $\pi$, and a query ranks the targets by its row of $\pi$ itself:
+#
+# - **OTN**, exact optimal transport (Eq. 4; the $\tau \to 0$ limit of Eq. 7):
+#   $\pi^\star = \arg\max_{\pi \ge 0,\ \pi \mathbf 1 = a,\ \pi^\top \mathbf 1 = b} \langle S, \pi \rangle$
+#   (POT's network simplex). An optimal vertex has at most $m + n - 1$ non-zero entries.
+# - **L2N**, the L2-regularised plan (Eq. 5): $\arg\max \langle S, \pi\rangle - \frac{\gamma}{2}\|\pi\|_F^2$ under
+#   the same marginals, $\pi_{ij} = \max(0, \alpha_i + \beta_j + S_{ij})/\gamma$; the paper leaves $\gamma$ open,
+#   here $\gamma = $ `l2n_reg` $\cdot\, m$ (`l2n_reg` on the scale of a score difference).
+# - **HN**, the Hungarian assignment (Kuhn 1955): one target per query, one query per target. With more queries than
+#   targets (five captions per image) only $n$ queries are assigned; the paper fills the other rows with zeros.
+#
+# Most entries of every such plan are exactly 0, and the zeros of a row tie: beyond its few transported targets a
+# query ranks the gallery by target index (the rank rule of `hubnorm.positive_ranks`). All three are transductive:
+# a plan exists only for the rows it was fitted on, here the test queries (`query_aware=True`).
+
+# %%
+plan_params = {"sn": {"tau": sn_tau}, "otn": {}, "l2n": {"reg": l2n_reg}, "hungarian": {}}
+PAPER_NAMES = {"hungarian": "hn"}   # the published tables' name of HN
+rows, plans = [], {}
+if "t2i" in qa_tasks:
+    task = qa_tasks["t2i"]
+    for method, params in plan_params.items():
+        normalizer = task.fit(hn.make_normalizer(method, **params), query_aware=True)   # bank = the test queries
+        rows.append({"direction": "t2i", "method": PAPER_NAMES.get(method, method), "params": pr.fmt_params(params),
+                     **hn.evaluate(normalizer, task), "sparsity": getattr(normalizer, "sparsity", 0.0),
+                     "setting": "query-aware (bank = test queries)"})
+        if hasattr(normalizer, "plan_"):
+            plans[hn.DISPLAY_NAMES[method]] = normalizer.plan_
+tab6 = pd.DataFrame(rows)
+if len(tab6):
+    table6 = compare.beside_published(tab6, "dbsn-pan2025", "6", model=model, dataset=dataset,
+                                      metrics=["R@1", "R@5", "R@10", "MdR", "MnR", "sparsity"], label=label,
+                                      source_note=f"DBSN paper Table 6 ({model}, {dataset})")
+    run.save_table(table6, "dbsn_table6_plans", caption=f"t2i, query-aware: SN and the sparse plans OTN, L2N, HN. "
+                   f"this run = {label}.")
+else:
+    pr.note("Table 6 is a text-to-image study: add 't2i' to `directions` to run it")
+
+# %% tags=["nbval-check-output"]
+if len(tab6):
+    five = "{:.5f}".format   # the sparsity needs five decimals (Table 6), the rest two
+    nb.show(tab6.assign(sparsity=tab6["sparsity"].map(five)),
+            ["method", "params", "R@1", "R@5", "R@10", "MdR", "MnR", "sparsity"])
+    nb.show(table6[table6["metric"].isin(["R@1", "R@10"])], ["method", "metric", "published", "this run"])
+    sparsity = table6[table6["metric"] == "sparsity"]
+    nb.show(sparsity.assign(published=sparsity["published"].map(five), **{"this run": sparsity["this run"].map(five)}),
+            ["method", "metric", "published", "this run"])
+
+# %%
+if plans:
+    per_query = pd.concat([pd.DataFrame({"method": name, "targets with mass": (p > 0).sum(dim=1).numpy()})
+                           for name, p in plans.items()])
+    per_query["targets with mass"] = per_query["targets with mass"].clip(upper=4).map(
+        lambda v: "4+" if v == 4 else str(v))
+    buckets = ["0", "1", "2", "3", "4+"]
+    share = (per_query.groupby("method")["targets with mass"].value_counts(normalize=True).mul(100)
+             .reindex(pd.MultiIndex.from_product([list(plans), buckets]), fill_value=0.0)   # empty buckets: 0
+             .rename_axis(["method", "targets with mass"]).rename("share of queries (%)").reset_index())
+    fig, ax = plt.subplots(figsize=(7.2, 3.4))
+    sns.barplot(data=share, x="targets with mass", y="share of queries (%)", hue="method",
+                order=buckets, hue_order=list(plans), ax=ax)
+    for container in ax.containers:    # every bar labelled, a bar of height zero too
+        ax.bar_label(container, fmt="%.0f", fontsize=7, padding=1)
+    ax.set(title=f"t2i, query-aware: how many targets a query's plan row reaches (SN: all {len(task.targets)})",
+           xlabel="targets with non-zero plan mass in the query's row")
+    ax.title.set_fontsize(9)
+    ax.legend(title="method", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(label, fontsize=9)
+    fig.tight_layout()
+    run.save_figure(fig, "dbsn_table6_plan_density", caption="Targets reached per query by the sparse plans.")
+    plt.show()
+
+# %% [markdown]
+# **What to notice.** Compare each sparse plan's R@1 with its R@10 and MnR, and both with SN's row: the plan's
+# zeros carry no ranking, and the figure shows the number of targets a query's row reaches. HN's first bar counts the
+# queries the assignment leaves empty.
+
+# %%
+if len(tab6):
+    sentences = [f"{m}: R@1 {r['R@1']:.2f}, R@10 {r['R@10']:.2f}, MnR {r['MnR']:.1f}, {100 * r['sparsity']:.3f}% of "
+                 "the normalised scores are 0." for m, r in tab6.set_index("method").iterrows()]
+    if "HN" in plans:
+        sentences.append(f"HN assigns no target to {100 * float((plans['HN'].sum(dim=1) == 0).double().mean()):.1f}% "
+                         "of the queries.")
+    nb.notice(*sentences)
+
+# %% [markdown]
+# **The real column.** The same calls on each real set's test split (unchecked: present where the releases are
+# cached).
+
+# %%
+for real_label, tasks_r in real_qa_tasks.items():   # the calls above on each real set
+    if "t2i" not in tasks_r:
+        continue
+    rows_r = []
+    for method, params in plan_params.items():
+        normalizer = tasks_r["t2i"].fit(hn.make_normalizer(method, **params), query_aware=True)
+        rows_r.append({"data": real_label, "method": PAPER_NAMES.get(method, method), "params": pr.fmt_params(params),
+                       **hn.evaluate(normalizer, tasks_r["t2i"]), "sparsity": getattr(normalizer, "sparsity", 0.0)})
+    rows_r = pd.DataFrame(rows_r)
+    nb.show(rows_r.assign(sparsity=rows_r["sparsity"].map("{:.5f}".format)),
+            ["data", "method", "R@1", "R@5", "R@10", "MdR", "MnR", "sparsity"])
+
+# %% [markdown]
+# ## 7 · Does the run show the paper's findings?
 
 # %% tags=["nbval-check-output"]
 q = qa.set_index(["direction", "method"])["R@1"]
@@ -525,6 +633,14 @@ for d in directions:
              f"IS {q[(d, 'is')]:.2f}, DIS {q[(d, 'dis')]:.2f}")
     nb.check(f"{d}, query-aware: SN has the lowest skewness of N_10", sk[(d, "sn")] < min(sk[(d, "is")], sk[(d, "raw")]),
              f"raw {sk[(d, 'raw')]:.2f}, IS {sk[(d, 'is')]:.2f}, SN {sk[(d, 'sn')]:.2f}")
+if len(tab6):
+    r6 = tab6.set_index("method")
+    nb.check("t2i, query-aware: SN beats OTN, L2N and HN in R@1 (Table 6)",
+             r6.loc["sn", "R@1"] > r6.drop(index="sn")["R@1"].max(),
+             ", ".join(f"{m} {v:.2f}" for m, v in r6["R@1"].items()))
+    nb.check("t2i: the plans of OTN, L2N and HN are more than 99% zeros (Table 6: 99.9%)",
+             bool((r6.drop(index="sn")["sparsity"] > 0.99).all()),
+             ", ".join(f"{m} {v:.5f}" for m, v in r6.drop(index="sn")["sparsity"].items()))
 a = agn.set_index(["method", "setting"])["R@1"]
 tr = lambda m: a[(m, "Bq=train, Bt=train" if m in ("dualis", "dbsn") else "Bq=train")]
 va = lambda m: a[(m, "Bq=val, Bt=val" if m in ("dualis", "dbsn") else "Bq=val")]

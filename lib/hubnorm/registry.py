@@ -17,7 +17,8 @@ from typing import Dict, Sequence, Type
 from .normalizers import (
     CrossDomainSimilarityLocalScaling, DistributionNormalization, DualBankSinkhornNormalization,
     DualDynamicInvertedSoftmax, DualInvertedSoftmax, DynamicInvertedSoftmax, Identity, InvertedSoftmax,
-    DisSimLocal, LocalScaling, MutualProximity, NearestNeighborNormalization, Normalizer, SinkhornNormalization,
+    DisSimLocal, HungarianNormalization, L2TransportNormalization, LocalScaling, MutualProximity,
+    NearestNeighborNormalization, Normalizer, OptimalTransportNormalization, SinkhornNormalization,
 )
 
 #: registry name -> class
@@ -70,6 +71,9 @@ register(DualInvertedSoftmax)
 register(DualDynamicInvertedSoftmax)
 register(SinkhornNormalization)
 register(DualBankSinkhornNormalization)
+register(OptimalTransportNormalization)
+register(L2TransportNormalization)
+register(HungarianNormalization)
 
 
 def make_normalizer(name: str, **params) -> Normalizer:

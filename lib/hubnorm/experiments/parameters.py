@@ -237,6 +237,7 @@ SCHEMA: Dict[str, Rule] = {
     "dualis_params": R("dict", "{'beta_query': number >= 0, 'beta_target': number >= 0}",
                        _dict({"beta_query": _num(0), "beta_target": _num(0)}, required=("beta_query", "beta_target"))),
     "sinkhorn_cache_gb": R("float", "a number of GB >= 0", _num(0)),
+    "l2n_reg": R("float", "a number > 0 (L2N's coefficient, on the scale of a score difference)", _POS),
     # 00
     "00:k": R("int", "an integer >= 1 (smaller than n_points)", _int(1)),
     "dims": R("list", "a non-empty list of dimensions >= 2", _list(_int(2)), "[2, 10]"),
