@@ -158,6 +158,8 @@ def test_bad_inputs_of_the_mutual_criterion(task):
         lf.label_free_select("is", task.targets, task.query_bank, queries=task.queries, k=10)
     with pytest.raises(ValueError, match="holdout belongs to the bank-only"):
         lf.label_free_select_task("is", task, holdout=0.3)
+    with pytest.raises(ValueError, match="seed belongs to the bank-only"):   # it would be ignored: refused
+        lf.label_free_select_task("is", task, seed=3)
     with pytest.raises(ValueError, match="reads the bank only"):
         lf.label_free_select("is", task.targets, task.query_bank, queries=task.queries, criterion="robin_hood")
     with pytest.raises(ValueError, match="queries"):

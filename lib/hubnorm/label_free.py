@@ -181,7 +181,7 @@ def _select_one(method, names, points, fixed, targets, fit_bank, target_bank, pr
 
 def label_free_select(method: str, targets, query_bank, *, queries=None, target_bank=None, grid=None, fixed=None,
                       criterion: Optional[str] = None, k: Optional[int] = None, holdout: Optional[float] = None,
-                      seed: int = 0, candidate_banks: Optional[Mapping[str, object]] = None) -> LabelFreeResult:
+                      seed: Optional[int] = None, candidate_banks: Optional[Mapping[str, object]] = None) -> LabelFreeResult:
     """Choose ``method``'s parameters (and, with ``candidate_banks``, its bank) from unlabelled data only.
 
     Args:
@@ -194,7 +194,8 @@ def label_free_select(method: str, targets, query_bank, *, queries=None, target_
         criterion: ``"mutual"`` (default when ``queries`` is given), ``"robin_hood"`` (default without queries) or
             ``"skewness"`` (module docstring).
         k, holdout, seed: the bank-only criteria's k of ``N_k`` (default 10) and seeded share of ``query_bank``
-            held out as pseudo-queries (default 0.2); "mutual" fits with the whole bank and takes neither.
+            held out as pseudo-queries (default 0.2, seed 0); "mutual" fits with the whole bank and refuses all
+            three (a value it would ignore is an error, never silently dropped).
         candidate_banks: ``{name: bank}``: the method is fitted with each (instead of ``query_bank``, or of its
             non-held-out part) and the bank with the best criterion wins; keep the pseudo-queries (bank-only
             criteria) out of every candidate.
@@ -215,7 +216,7 @@ def label_free_select(method: str, targets, query_bank, *, queries=None, target_
         if queries is None:
             raise ValueError("criterion='mutual' needs the unlabelled queries (queries=..., e.g. the test queries' "
                              "embeddings; no label is read), or choose criterion='robin_hood' for a bank-only choice")
-        for name, v in (("k", k), ("holdout", holdout)):
+        for name, v in (("k", k), ("holdout", holdout), ("seed", seed)):
             if v is not None:
                 raise ValueError(f"{name} belongs to the bank-only criteria (robin_hood, skewness); "
                                  f"criterion='mutual' fits with the whole bank and scores the queries: drop {name}")
@@ -224,6 +225,7 @@ def label_free_select(method: str, targets, query_bank, *, queries=None, target_
                          "drop queries or choose criterion='mutual'")
     k = check_positive_int(_BANK_ONLY["k"] if k is None else k, "k")
     holdout = _BANK_ONLY["holdout"] if holdout is None else holdout
+    seed = 0 if seed is None else seed
     fixed = dict(fixed or {})
     names, points = _grid_points(method, grid)
     qb = np.asarray(query_bank.detach().cpu() if hasattr(query_bank, "detach") else query_bank)
