@@ -11,10 +11,11 @@ but less so than OTN's vertex. The paper leaves the coefficient open ("an approp
 is on the scale of a score difference (a query splits its mass between two targets whose scores differ by less
 than about ``reg``); default ``reg = 0.05``.
 
-Solved in float64: POT's L-BFGS on the smooth dual (``ot.smooth.smooth_ot_dual``, ``reg_type="l2"``), then the
-exact optimality conditions on the support it found (one sparse linear solve per update of the support, until the
-support no longer changes), so the plan satisfies both marginals to rounding and does not depend on where the
-iterations stopped. Transductive: see :mod:`hubnorm.normalizers.plans`.
+Solved in float64: POT's L-BFGS on the smooth dual (``ot.smooth.smooth_ot_dual``, ``reg_type="l2"``) as the start,
+then a damped semismooth Newton method on the same dual (Newton directions on the current support, Armijo
+backtracking: globally convergent on this convex, piecewise quadratic function) until both marginals hold to
+1e-13 of a query's mass (or float64 rounding at a tiny ``reg``), and the linear optimality conditions solved exactly on the settled support, so the plan
+does not depend on where the iterations stopped. Transductive: see :mod:`hubnorm.normalizers.plans`.
 
 Tests: ``tests/test_transport_plans.py`` (a dense oracle: the KKT conditions of the quadratic program; the
 marginals; ``reg`` -> 0 approaches OTN), the generic method checks.
@@ -28,48 +29,88 @@ from ..blocks import Param
 from .optimal_transport import _pot
 from .plans import TransportPlanNormalizer
 
-#: support updates of the exact polish after L-BFGS
-POLISH_STEPS = 50
+#: damped Newton steps on the dual after L-BFGS
+NEWTON_STEPS = 200
 
 
-def _polish(S, alpha, beta, gamma, a, b):
-    """Exact duals on the support ``alpha_i + beta_j + S_ij > 0`` (semismooth Newton on the KKT system: solve the
-    linear conditions on the support, update the support, repeat); ``None`` if a step cannot be solved.
+def _dual(S, f, g, gamma, a, b):
+    """The dual objective (minimised) ``G = -f.a - g.b + (1 / 2 gamma) sum [S + f + g]_+^2``, its gradient (the
+    marginals' errors) and the positive part ``[S + f + g]_+``."""
+    x = np.maximum(S + f[:, None] + g[None, :], 0.0)
+    value = -f @ a - g @ b + 0.5 / gamma * float(np.sum(x * x))
+    grad = np.concatenate([x.sum(1) / gamma - a, x.sum(0) / gamma - b])
+    return value, grad, x
 
-    On the support the conditions are linear: ``sum_j (alpha_i + beta_j + S_ij) = gamma a_i`` per query and
-    ``sum_i (...) = gamma b_j`` per target. The potentials of each connected part of the support are defined up to
-    ``alpha + t, beta - t``: one potential per part keeps its value and one (redundant) equation is dropped."""
+
+def _support_system(support):
+    """The generalised Hessian (times gamma) of the dual on a support: ``[[diag(rows), B], [B^T, diag(cols)]]``."""
     from scipy import sparse
+
+    m, n = support.shape
+    r, c = np.nonzero(support)
+    B = sparse.csr_matrix((np.ones(r.size), (r, c)), shape=(m, n))
+    return sparse.bmat([[sparse.diags(np.asarray(B.sum(1)).ravel()), B],
+                        [B.T, sparse.diags(np.asarray(B.sum(0)).ravel())]], format="csr")
+
+
+def _newton(S, f, g, gamma, a, b, tol):
+    """Damped semismooth Newton on the dual (a convex, piecewise quadratic function): Newton directions on the
+    current support (a small ridge keeps them defined), Armijo backtracking; globally convergent. Returns the
+    potentials when the marginals' error is below ``tol``, else None."""
+    from scipy import sparse
+    from scipy.sparse.linalg import spsolve
+
+    m, n = S.shape
+    value, grad, x = _dual(S, f, g, gamma, a, b)
+    for _ in range(NEWTON_STEPS):
+        if np.abs(grad).max() <= tol:
+            return f, g
+        H = _support_system(x > 0) / gamma
+        ridge = 1e-10 * max(1.0, float(H.diagonal().max()))
+        d = -spsolve((H + ridge * sparse.identity(m + n, format="csr")).tocsc(), grad)
+        slope = float(grad @ d)
+        if not np.isfinite(slope) or slope >= 0:
+            d, slope = -grad, -float(grad @ grad)           # a gradient step where the direction fails
+        t = 1.0
+        while t > 1e-12:
+            f_new, g_new = f + t * d[:m], g + t * d[m:]
+            v_new, grad_new, x_new = _dual(S, f_new, g_new, gamma, a, b)
+            if v_new <= value + 1e-4 * t * slope:
+                break
+            t *= 0.5
+        else:
+            return None
+        f, g, value, grad, x = f_new, g_new, v_new, grad_new, x_new
+    return (f, g) if np.abs(grad).max() <= tol else None
+
+
+def _exact(S, f, g, gamma, a, b):
+    """The exact potentials on a settled support: the linear optimality conditions of each connected part of the
+    support solved (one potential per part keeps its value, one redundant equation dropped); None if the support
+    changes or the system is singular."""
     from scipy.sparse.csgraph import connected_components
     from scipy.sparse.linalg import spsolve
 
     m, n = S.shape
-    support = None
-    for _ in range(POLISH_STEPS):
-        new = (alpha[:, None] + beta[None, :] + S) > 0
-        if support is not None and np.array_equal(new, support):
-            return alpha, beta
-        support = new
-        r, c = np.nonzero(support)
-        if np.any(np.bincount(r, minlength=m) == 0) or np.any(np.bincount(c, minlength=n) == 0):
-            return None
-        B = sparse.csr_matrix((np.ones(r.size), (r, c)), shape=(m, n))
-        K = sparse.bmat([[sparse.diags(np.asarray(B.sum(1)).ravel()), B],
-                         [B.T, sparse.diags(np.asarray(B.sum(0)).ravel())]], format="csr")
-        Sb = sparse.csr_matrix((S[r, c], (r, c)), shape=(m, n))
-        rhs = np.concatenate([gamma * a - np.asarray(Sb.sum(1)).ravel(), gamma * b - np.asarray(Sb.sum(0)).ravel()])
-        x = np.concatenate([alpha, beta])
-        _, part = connected_components(K, directed=False)
-        fixed = np.zeros(m + n, bool)
-        fixed[np.unique(part, return_index=True)[1]] = True       # the first node of every part keeps its value
-        free = ~fixed
-        Kf = K[free]
+    support = (S + f[:, None] + g[None, :]) > 0
+    K = _support_system(support)
+    r, c = np.nonzero(support)
+    Sb = np.zeros((m, n))
+    Sb[r, c] = S[r, c]
+    rhs = np.concatenate([gamma * a - Sb.sum(1), gamma * b - Sb.sum(0)])
+    x = np.concatenate([f, g])
+    _, part = connected_components(K, directed=False)
+    fixed = np.zeros(m + n, bool)
+    fixed[np.unique(part, return_index=True)[1]] = True        # the first node of every part keeps its value
+    free = ~fixed
+    Kf = K[free]
+    with np.errstate(all="ignore"):
         x_new = x.copy()
         x_new[free] = spsolve(Kf[:, free].tocsc(), rhs[free] - Kf[:, fixed] @ x[fixed])
-        if not np.all(np.isfinite(x_new)):
-            return None
-        alpha, beta = x_new[:m], x_new[m:]
-    return None
+    if not np.all(np.isfinite(x_new)):
+        return None
+    f_new, g_new = x_new[:m], x_new[m:]
+    return (f_new, g_new) if np.array_equal((S + f_new[:, None] + g_new[None, :]) > 0, support) else None
 
 
 class L2TransportNormalization(TransportPlanNormalizer):
@@ -98,8 +139,10 @@ class L2TransportNormalization(TransportPlanNormalizer):
         gamma = float(self.reg) * m
         _, log = ot.smooth.smooth_ot_dual(a, b, np.ascontiguousarray(-S), gamma, reg_type="l2", stopThr=1e-12,
                                           numItermax=5000, log=True)
-        duals = _polish(S, np.asarray(log["alpha"], float), np.asarray(log["beta"], float), gamma, a, b)
+        # the marginals to 1e-13 of a query's mass, or to what float64 rounding of S + f + g allows at this gamma
+        tol = max(1e-13 / m, 64 * np.finfo(float).eps * (1.0 + float(np.abs(S).max())) * max(m, n) / gamma)
+        duals = _newton(S, np.asarray(log["alpha"], float), np.asarray(log["beta"], float), gamma, a, b, tol)
         if duals is None:
-            raise RuntimeError(f"L2N(reg={self.reg!r}): the support of the plan could not be settled; try another reg")
-        alpha, beta = duals
+            raise RuntimeError(f"L2N(reg={self.reg!r}): Newton's method on the dual did not converge; try another reg")
+        alpha, beta = _exact(S, *duals, gamma, a, b) or duals
         return np.maximum(0.0, alpha[:, None] + beta[None, :] + S) / gamma
