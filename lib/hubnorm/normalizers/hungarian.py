@@ -34,12 +34,6 @@ class HungarianNormalization(TransportPlanNormalizer):
     parameters: dict = {}
     example_params = {}
 
-    def __init__(self, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
-
     def solve(self, S):
         from scipy.optimize import linear_sum_assignment
 

@@ -46,12 +46,6 @@ class OptimalTransportNormalization(TransportPlanNormalizer):
     parameters: dict = {}
     example_params = {}
 
-    def __init__(self, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
-
     def solve(self, S):
         ot = _pot()
         m, n = S.shape
