@@ -25,7 +25,8 @@ _EXPORTS = {
     **dict.fromkeys(["Normalizer", "NotFittedError", "Identity", "NearestNeighborNormalization",
                      "DistributionNormalization", "InvertedSoftmax", "DynamicInvertedSoftmax",
                      "CrossDomainSimilarityLocalScaling", "DualInvertedSoftmax", "DualDynamicInvertedSoftmax",
-                     "LocalScaling", "MutualProximity", "DisSimLocal", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials"],
+                     "LocalScaling", "MutualProximity", "DisSimLocal", "SinkhornNormalization", "DualBankSinkhornNormalization", "sinkhorn_potentials",
+                     "OptimalTransportNormalization", "L2TransportNormalization", "HungarianNormalization"],
                     "normalizers"),   # hubnorm.normalizers.__all__ (tests/test_packaging.py keeps them equal)
     **dict.fromkeys(["DISPLAY_NAMES", "NORMALIZERS", "make_normalizer"], "registry"),
     **dict.fromkeys(["DIRECTIONS", "DIRECTION_NAMES", "Positives", "RetrievalTask", "build_tasks"], "retrieval"),

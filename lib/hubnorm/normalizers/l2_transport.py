@@ -26,8 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..blocks import Param
-from .optimal_transport import _pot
-from .plans import TransportPlanNormalizer
+from .plans import TransportPlanNormalizer, import_pot
 
 #: damped Newton steps on the dual after L-BFGS
 NEWTON_STEPS = 200
@@ -133,7 +132,7 @@ class L2TransportNormalization(TransportPlanNormalizer):
         self.block_bytes = block_bytes
 
     def solve(self, S):
-        ot = _pot()
+        ot = import_pot()
         m, n = S.shape
         a, b = np.full(m, 1.0 / m), np.full(n, 1.0 / n)
         gamma = float(self.reg) * m

@@ -20,18 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .plans import TransportPlanNormalizer
+from .plans import TransportPlanNormalizer, import_pot
 
 #: network-simplex iterations allowed (POT's default, 100000, is too few for 5000 x 1000 problems)
 MAX_ITER = 10**8
-
-
-def _pot():
-    try:
-        import ot
-    except ImportError as e:   # pragma: no cover - POT is a core dependency
-        raise ImportError("OTN and L2N solve transport problems with POT: pip install POT") from e
-    return ot
 
 
 class OptimalTransportNormalization(TransportPlanNormalizer):
@@ -47,7 +39,7 @@ class OptimalTransportNormalization(TransportPlanNormalizer):
     example_params = {}
 
     def solve(self, S):
-        ot = _pot()
+        ot = import_pot()
         m, n = S.shape
         plan, log = ot.emd(np.full(m, 1.0 / m), np.full(n, 1.0 / n), np.ascontiguousarray(-S), numItermax=MAX_ITER,
                            log=True)

@@ -38,6 +38,15 @@ TRANSDUCTIVE_HINT = ("fit it with the test queries as the query bank (query_awar
                      "fit(targets, query_bank=queries))")
 
 
+def import_pot():
+    """The POT package (``ot``), which OTN and L2N solve their transport problems with (a core dependency)."""
+    try:
+        import ot
+    except ImportError as e:   # pragma: no cover - POT is a core dependency
+        raise ImportError("OTN and L2N solve transport problems with POT: pip install POT") from e
+    return ot
+
+
 def gather_bank_scores(engine) -> torch.Tensor:
     """The whole ``query_bank x targets`` score matrix from any engine: a :class:`~hubnorm.blocks.TopK` of the whole
     bank per target (values and bank indices), scattered back into place."""
