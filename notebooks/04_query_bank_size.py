@@ -457,8 +457,8 @@ nb.notice(*(sentences or ["no real set is on this machine: only the synthetic co
 
 # %% [markdown]
 # ## Part C · Query banks from another data set (DBSN Fig. 8, t2i)
-# The paper draws SN's query bank from other data sets and sets R@1 beside the skewness and the two gaps of Part B:
-# a bank from another data set lies far from both the test queries and the targets. Here the banks are this data
+# The paper draws SN's query bank from other data sets and sets R@1 beside the skewness and the two gaps of Part B;
+# it reports such a bank far from both the test queries and the targets, and a lower R@1. Here the banks are this data
 # set's training and validation captions and another data set's training captions (`cross_source`), each cut to
 # the same number of captions (a seeded subset of the smallest), so that only where a bank comes from differs.
 

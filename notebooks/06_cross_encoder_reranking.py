@@ -253,8 +253,9 @@ if has_ce:
 # **Table 1 of the paper** (its main results) in the same terms: the bi-encoder alone (**EMB**: our raw first
 # stage), the cross-encoder alone over the whole gallery (**CE**: $k$ = all above) and retrieve-and-rerank with
 # $k = 20$ (**Co**), beside their OSCAR-based systems: the separate models (EMB-OSCAR, their own run of CE-OSCAR,
-# SEP+Co-OSCAR) and the joint one (JOIN+EMB, JOIN+CE, JOIN+Co). Our bi-encoder and cross-encoder are other, smaller
-# models: compare how the three rows stand to each other.
+# SEP+Co-OSCAR) and the joint one (JOIN+EMB, JOIN+CE, JOIN+Co). Our first stage and cross-encoder are not OSCAR's
+# (on the default data: synthetic embeddings and a simulated cross-encoder): compare how the three rows stand to
+# each other, not their levels.
 
 # %%
 if has_ce:
