@@ -123,3 +123,28 @@ def test_sn_with_a_low_precision_cache_explains_its_own_bank(cache_dtype):
     assert e.identity_error < 2 * torch.finfo(cache_dtype).eps
     with pytest.raises(ValueError, match="same query_bank"):
         fx.explain_target(sn, 0, query_bank=qb[:-5])
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_hub_neighbours_against_a_dense_count(task, chunk):
+    """DBSN Figs. A10 / A11: the queries with a target in their top-k, from blocks of any size, equal a dense count
+    (their number is N_k of the target), with the target's rank in each list, its score and matched = positive."""
+    nnn = task.fit(hn.make_normalizer("nnn", alpha=0.75, k=8))
+    S = nnn.score(task.queries).double().numpy()
+    k = 5
+    n_k = hn.k_occurrence(nnn, k, queries=task.queries)
+    for target in (int(np.argmax(n_k)), int(np.argmin(n_k)), 3):
+        got = fx.hub_neighbours(nnn.iter_scores(task.queries, chunk_size=chunk), target, task.positives, k=k)
+        order = np.lexsort((np.tile(np.arange(S.shape[1]), (S.shape[0], 1)), -S), axis=1)[:, :k]
+        want = np.flatnonzero((order == target).any(axis=1))
+        assert sorted(got["query"]) == list(want) and len(got) == n_k[target]
+        for _, r in got.iterrows():
+            q = int(r["query"])
+            assert r["rank"] == int(np.flatnonzero(order[q] == target)[0])
+            assert r["score"] == pytest.approx(S[q, target], abs=1e-6)
+            assert r["matched"] == (target in task.positives.of(q))
+        assert list(got["score"]) == sorted(got["score"], reverse=True)
+    with pytest.raises(ValueError, match="target must be an index"):
+        fx.hub_neighbours(nnn.iter_scores(task.queries), task.n_targets, task.positives)
+    with pytest.raises(ValueError, match="columns"):
+        fx.hub_neighbours([(0, torch.zeros(2, 3))], 0, task.positives)

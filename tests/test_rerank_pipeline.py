@@ -323,3 +323,45 @@ def test_nnn_on_cross_encoder_against_dense_oracle(rng):
     assert out["gain R@1"].iloc[-1] > 0                              # the hubs were the errors
     with pytest.raises(ValueError, match="bank_query_ids"):
         nnn_on_cross_encoder(base, first, bank, MatrixCE(B), bank_query_ids=np.arange(3))
+
+
+@pytest.mark.parametrize("direction", ["t2i", "i2t"])
+def test_distractors_enlarge_the_gallery_and_never_match(direction):
+    """Geigle et al. Table 5: the task with distractors keeps queries, positives and banks; the cross-encoder over
+    the enlarged gallery scores the original targets as before and never matches a distractor."""
+    from hubnorm.synthetic import make_dataset
+
+    ds = make_dataset("flickr30k", n_train_images=64, n_test_images=30, n_val_images=1)
+    other = make_dataset("coco", n_train_images=1, n_test_images=12, n_val_images=1).split("test")
+    test, task = ds.split("test"), ds.tasks("test", "train")[direction]
+    extra = other.images if direction == "t2i" else other.captions
+    big = task.with_distractors(extra)
+    assert big.n_targets == task.n_targets + len(extra) and big.meta["distractors"] == len(extra)
+    np.testing.assert_array_equal(big.targets[: task.n_targets], task.targets)
+    np.testing.assert_array_equal(big.targets[task.n_targets:], extra.astype(big.targets.dtype))
+    assert big.positives.n_targets == big.n_targets
+    np.testing.assert_array_equal(big.positives.indices, task.positives.indices)
+    assert big.query_bank is task.query_bank and big.queries is task.queries
+    # raw ranks (dense oracle): each distractor scoring above a query's best positive pushes it down one place; a
+    # tie does not (a distractor's index is above every test target's: the lower index ranks first)
+    S = np.asarray(big.queries, np.float64) @ np.asarray(big.targets, np.float64).T
+    ranks = hn.positive_ranks(S, big.positives)
+    small = hn.positive_ranks(S[:, : task.n_targets], task.positives)
+    best = np.array([S[q, task.positives.of(q)].max() for q in range(task.n_queries)])
+    np.testing.assert_array_equal(ranks, small + (S[:, task.n_targets:] > best[:, None]).sum(axis=1))
+    ce = make_cross_encoder("simulated", test, direction, distractors=other, seed=2)
+    ref = make_cross_encoder("simulated", test, direction, seed=2)
+    q = np.repeat(np.arange(4), task.n_targets)
+    t = np.tile(np.arange(task.n_targets), 4)
+    np.testing.assert_array_equal(ce.score_pairs(q, t), ref.score_pairs(q, t))
+    assert ce.n_targets == big.n_targets
+    assert not np.isin(ce.target_image[task.n_targets:], ce.query_image).any()
+    res = rerank(big.fit(hn.make_normalizer("raw")), big, ce, k=10)
+    assert res.ranks.shape == (task.n_queries,)
+    with pytest.raises(ValueError, match="distractors"):
+        task.with_distractors(np.zeros((0, task.targets.shape[1])))
+    with pytest.raises(ValueError, match="distractors"):
+        task.with_distractors(extra[:, :5])
+    real = hn.EmbeddingSplit(images=other.images, captions=other.captions, caption_to_image=other.caption_to_image)
+    with pytest.raises(ValueError, match="cross_encoder='blip'"):
+        make_cross_encoder("simulated", test, direction, distractors=real)

@@ -32,7 +32,8 @@
    of those queries' true matches (blocked over the queries through the normalizers' ``topk`` and
    :func:`hubnorm.positive_ranks`).
 
-:func:`plot_explanation` draws both.
+:func:`plot_explanation` draws both. :func:`hub_neighbours` lists the queries that have one target among their
+nearest neighbours, each marked matched or not (DBSN Figs. A10 / A11), from blocks of any score matrix.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ from .registry import NORMALIZERS
 from .normalizers.base import Identity, Normalizer, stable_topk
 from .retrieval import Positives
 
-__all__ = ["TargetExplanation", "explain_target", "explain_targets", "plot_explanation", "decomposable"]
+__all__ = ["TargetExplanation", "explain_target", "explain_targets", "plot_explanation", "decomposable",
+           "hub_neighbours"]
 
 #: The label of the unnormalised scores in an explanation's ``n_k`` / ``wins`` / ``rank_change`` (a label, not a method
 #: dispatch).
@@ -244,3 +246,35 @@ def plot_explanation(expl: TargetExplanation, axes=None, *, top: int = 15):
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no queries won (or no positives given)", ha="center", va="center")
     return axes
+
+
+def hub_neighbours(blocks, target: int, positives: Positives, k: int = 10) -> pd.DataFrame:
+    """The queries whose top-``k`` holds ``target``, from ``(start_row, scores)`` blocks of a (normalised) query x
+    target score matrix (``normalizer.iter_scores(queries)`` or ``ScoreTask.blocks(normalizer)``): one row per such
+    query with its score for ``target``, the 0-based rank of ``target`` in its list (ties: lower index first, the
+    rule of :func:`hubnorm.positive_ranks`) and ``matched`` (``target`` is one of its positives). Their number is
+    ``N_k(target)``; sorted by decreasing score (DBSN Figs. A10 / A11 show the most retrieved item with them)."""
+    k = check_positive_int(k, "k")
+    if not isinstance(positives, Positives):
+        raise TypeError("positives must be a hubnorm.Positives")
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not 0 <= target < positives.n_targets:
+        raise ValueError(f"target must be an index in [0, {positives.n_targets}); got {target!r}")
+    rows, scores, ranks = [], [], []
+    for q0, s in blocks:
+        s = torch.as_tensor(s)
+        if s.shape[1] != positives.n_targets:
+            raise ValueError(f"score blocks have {s.shape[1]} columns but positives refer to {positives.n_targets} "
+                             "targets")
+        idx = stable_topk(s, min(k, s.shape[1]))[1]
+        hit = (idx == int(target))
+        q = torch.nonzero(hit.any(dim=1)).flatten()
+        rows.append(q.numpy() + q0)
+        scores.append(s[q, int(target)].double().numpy())
+        ranks.append(torch.nonzero(hit[q])[:, 1].numpy())
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    out = pd.DataFrame({"query": rows, "score": np.concatenate(scores) if scores else np.zeros(0),
+                        "rank": np.concatenate(ranks) if ranks else np.zeros(0, np.int64),
+                        "matched": [int(target) in positives.of(int(q)) for q in rows]})
+    if rows.size and rows.max() >= positives.n_queries:
+        raise ValueError(f"score blocks cover more rows than positives has queries ({positives.n_queries})")
+    return out.sort_values(["score", "query"], ascending=[False, True], kind="stable").reset_index(drop=True)

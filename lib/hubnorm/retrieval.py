@@ -188,6 +188,18 @@ class RetrievalTask:
     def with_banks(self, query_bank=None, target_bank=None) -> "RetrievalTask":
         return replace(self, query_bank=query_bank, target_bank=target_bank)
 
+    def with_distractors(self, distractors: ArrayLike) -> "RetrievalTask":
+        """The same queries, positives and banks against a larger gallery: ``distractors`` (items of the target
+        modality from other data, d x dim) follow the targets and are never a positive (Geigle et al. Table 5:
+        the test queries against their test gallery merged with other data sets' test items)."""
+        extra = as_embeddings(distractors, "distractors", device="cpu", dim=self.targets.shape[1]).numpy()
+        if extra.shape[0] == 0:
+            raise ValueError("distractors must hold at least one item (an empty array adds nothing)")
+        targets = np.concatenate([np.asarray(self.targets), extra.astype(np.asarray(self.targets).dtype, copy=False)])
+        positives = Positives(self.positives.indptr, self.positives.indices, self.positives.n_targets + len(extra))
+        return replace(self, targets=targets, positives=positives,
+                       meta={**self.meta, "distractors": int(len(extra))})
+
 
 def build_tasks(
     images: ArrayLike,

@@ -67,6 +67,7 @@ def _image_files(split: EmbeddingSplit, image_dir: Union[None, str, os.PathLike]
 
 
 def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, query_split: Optional[EmbeddingSplit] = None,
+                       distractors: Optional[EmbeddingSplit] = None,
                        seed: int = 0, image_dir: Union[None, str, os.PathLike] = None,
                        cache_dir: Union[None, str, os.PathLike] = None, **kwargs) -> CrossEncoder:
     """The cross-encoder over the items of ``split`` for ``direction`` ("t2i": captions -> images).
@@ -77,6 +78,8 @@ def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, quer
             caption texts).
         query_split: the split the queries come from when it is not ``split`` (e.g. training captions used as
             NNN reference queries against the test gallery); its items never match ``split``'s.
+        distractors: a split (of other data) whose items of the target modality follow ``split``'s in the
+            gallery (:meth:`hubnorm.RetrievalTask.with_distractors`); they never match a query.
         image_dir: folder of the image files when ``split.image_ids`` are bare ids (".jpg" is appended to ids
             without a suffix).
         kwargs: passed to the cross-encoder's constructor (e.g. ``target_bias`` of the simulated one).
@@ -86,7 +89,7 @@ def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, quer
     if direction not in ("t2i", "i2t"):
         raise ValueError(f"direction must be 't2i' or 'i2t'; got {direction!r}")
     if kind == "simulated":
-        for s in (split, query_split):
+        for s in (split, query_split, distractors):
             if s is not None and not can_simulate(s):
                 raise ValueError("the simulated cross-encoder reads the latent truth of synthetic data, which this "
                                  "split does not have (real data): use cross_encoder='blip' with the image files and "
@@ -94,9 +97,11 @@ def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, quer
         if "cost_per_pair_s" not in kwargs:   # the measured per-pair cost of the real BLIP ITM architecture
             kwargs["cost_per_pair_s"] = _measured_pair_cost()
         if query_split is None:
-            return SimulatedCrossEncoder.from_split(split, direction, seed=seed, cache_dir=cache_dir, **kwargs)
-        return SimulatedCrossEncoder.from_splits(query_split, split, direction, seed=seed, cache_dir=cache_dir,
-                                                 **kwargs)
+            return SimulatedCrossEncoder.from_splits(split, split, direction, query_split_name="test",
+                                                     target_split_name="test", distractors=distractors, seed=seed,
+                                                     cache_dir=cache_dir, **kwargs)
+        return SimulatedCrossEncoder.from_splits(query_split, split, direction, distractors=distractors, seed=seed,
+                                                 cache_dir=cache_dir, **kwargs)
     images = _image_files(split, image_dir)
     captions = (query_split if query_split is not None and direction == "t2i" else split).caption_texts
     if query_split is not None and direction == "i2t":
@@ -104,6 +109,14 @@ def make_cross_encoder(kind: str, split: EmbeddingSplit, direction: str, *, quer
         captions = split.caption_texts
     if captions is None:
         raise ValueError("cross_encoder='blip' needs caption texts (split.caption_texts is None)")
+    if distractors is not None:   # the gallery's extra items follow its own (the targets' modality)
+        if direction == "t2i":
+            images = images + _image_files(distractors, image_dir)
+        elif distractors.caption_texts is None:
+            raise ValueError("cross_encoder='blip' needs the distractors' caption texts (distractors.caption_texts "
+                             "is None)")
+        else:
+            captions = list(captions) + list(distractors.caption_texts)
     from ..rerank.blip import BlipITMCrossEncoder   # transformers: imported only when used
 
     return BlipITMCrossEncoder.from_pretrained(images, captions, direction=direction, cache_dir=cache_dir, **kwargs)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..blocks import Inputs, Scores, TopK
-from .base import Normalizer
+from .base import Normalizer, NotFittedError
 
 BANK_SCORES = Scores("query_bank", "targets")
 
@@ -96,8 +96,10 @@ class TransportPlanNormalizer(Normalizer):
 
     @property
     def sparsity(self) -> float:
-        """The share of plan entries that are exactly zero (DBSN Table 6's last column)."""
-        self._check_fitted()
+        """The share of plan entries that are exactly zero (DBSN Table 6's last column); known after any fit,
+        from embeddings or from score matrices."""
+        if not hasattr(self, "plan_"):
+            raise NotFittedError(f"{type(self).__name__} is not fitted yet: its plan (and sparsity) exist after fit")
         return float((self.plan_ == 0).double().mean())
 
     def _fitted_rows(self, s: torch.Tensor):

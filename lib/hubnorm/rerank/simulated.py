@@ -41,7 +41,7 @@ from .base import CrossEncoder
 
 __all__ = ["SimulatedCrossEncoder", "pair_noise"]
 
-_SPLIT_CODES = {"train": 1, "val": 2, "test": 3}
+_SPLIT_CODES = {"train": 1, "val": 2, "test": 3, "distractors": 4}
 _M1, _M2, _G = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -123,10 +123,12 @@ class SimulatedCrossEncoder(CrossEncoder):
     @classmethod
     def from_splits(cls, query_split: EmbeddingSplit, target_split: EmbeddingSplit, direction: str = "t2i", *,
                     query_split_name: str = "train", target_split_name: str = "test",
-                    **kwargs) -> "SimulatedCrossEncoder":
+                    distractors: Optional[EmbeddingSplit] = None, **kwargs) -> "SimulatedCrossEncoder":
         """Queries from one split, targets from another (e.g. training captions as NNN reference queries
-        against the test gallery: no pair matches across splits)."""
-        for s in (query_split, target_split):
+        against the test gallery: no pair matches across splits). ``distractors``: a split whose items of the
+        target modality follow the targets (a gallery enlarged with other data, as in Geigle et al. Table 5: the
+        order of :meth:`hubnorm.RetrievalTask.with_distractors`); they never match a query."""
+        for s in (query_split, target_split) + (() if distractors is None else (distractors,)):
             if "latent" not in s.extras:
                 raise ValueError("the split has no extras['latent']: SimulatedCrossEncoder needs a split made by "
                                  "hubnorm.synthetic")
@@ -148,6 +150,9 @@ class SimulatedCrossEncoder(CrossEncoder):
         qm, tm = (1, 0) if direction == "t2i" else (0, 1)
         zq, iq, uq = side(query_split, codes[0], qm)
         zt, it, ut = side(target_split, codes[1], tm)
+        if distractors is not None:
+            zd, idd, ud = side(distractors, _SPLIT_CODES["distractors"] << 32, tm)
+            zt, it, ut = np.concatenate([zt, zd]), np.concatenate([it, idd]), np.concatenate([ut, ud])
         return cls(zq, zt, iq, it, direction=direction, query_uid=uq, target_uid=ut, **kwargs)
 
     # ------------------------------------------------------------------ scoring
