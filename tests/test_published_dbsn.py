@@ -1,4 +1,4 @@
-"""The published rows of DBSN Tables 1, 3, 4, 5 and 6 (lib/hubnorm/published/dbsn_pan2025.csv) equal the paper text.
+"""The published rows of DBSN Tables 1, 3, 4, 5, 6, A9 and A10 (lib/hubnorm/published/dbsn_pan2025.csv) equal the paper text.
 
 The paper text (the developers' copy, beside the repository; skipped when absent) is parsed table by table: each
 table's lines are found after its caption, their numbers read in column order ("-" = not reported, no row), and
@@ -111,20 +111,21 @@ def expected_rows(lines):
         for m, v in zip(("R@1", "R@5", "R@10", "MdR", "MnR"), _numbers(line, 5)):
             if v != "-":
                 out.append(_row("3", name, dataset, "t2a", setting, method, m, v, note + UNITS[m]))
-    # ---------------------------------------------------------------- Table 4 (query banks)
-    bank = None
-    for line in _block(lines, "Table 4.")[1:]:
-        line = line.strip()
-        if _model_header(line):
-            name, dataset, direction = _model_header(line)
-            continue
-        for prefix, setting in BANKS.items():
-            if line.startswith(prefix):
-                bank, line = setting, line[len(prefix):].strip()
-        method = METHODS[" ".join(line.split()[:2])] if line.startswith("+ ") else METHODS[line.split()[0]]
-        setting = "none" if method == "raw" else bank
-        for m, v in zip(("R@1", "R@5", "R@10", "MdR", "MnR"), _numbers(line, 5)):
-            out.append(_row("4", name, dataset, direction, setting, method, m, v, UNITS[m]))
+    # ---------------------------------------------------------------- Tables 4, A9, A10 (query banks)
+    for table in ("4", "A9", "A10"):
+        bank = None
+        for line in _block(lines, f"Table {table}.")[1:]:
+            line = line.strip()
+            if _model_header(line):
+                name, dataset, direction = _model_header(line)
+                continue
+            for prefix, setting in BANKS.items():
+                if line.startswith(prefix):
+                    bank, line = setting, line[len(prefix):].strip()
+            method = METHODS[" ".join(line.split()[:2])] if line.startswith("+ ") else METHODS[line.split()[0]]
+            setting = "none" if method == "raw" else bank
+            for m, v in zip(("R@1", "R@5", "R@10", "MdR", "MnR"), _numbers(line, 5)):
+                out.append(_row(table, name, dataset, direction, setting, method, m, v, UNITS[m]))
     # ---------------------------------------------------------------- Table 5 (skewness)
     values = _numbers(_block(lines, "Table 5.")[2], 12)
     for i, (name, dataset, direction) in enumerate((("zs CLIP", "flickr30k", "t2i"), ("ft CLIP", "coco", "t2i"),
@@ -149,8 +150,11 @@ def _model_header(line):
     """(model, dataset, direction) of a section header line of Tables 4 and 6, else None."""
     if line.startswith("zero-shot CLIP"):
         return "zs CLIP", "flickr30k", "t2i"
-    if line.startswith("CLIP4Clip on MSR-VTT"):
-        return "CLIP4Clip", "msr-vtt", "t2v"
+    for model in ("CLIP4Clip", "X-Pool"):
+        if line.startswith(f"{model} on MSR-VTT"):
+            return model, "msr-vtt", "t2v"
+        if line.startswith(f"{model} on Didemo"):
+            return model, "didemo", "t2v"
     return None
 
 
@@ -162,12 +166,12 @@ def _published():
 KEY = ["table", "model", "dataset", "direction", "setting", "method", "metric"]
 
 
-def test_tables_1_3_4_5_6_equal_the_paper_text():
+def test_tables_1_3_4_5_6_a9_a10_equal_the_paper_text():
     want = pd.DataFrame(expected_rows(paper_text()))
     assert len(want) > 400  # the parser found the tables (Table 1 alone has 309 numbers)
     pub = _published()
     assert list(pub.columns) == PUBLISHED_COLUMNS
-    got = pub[pub["table"].isin(["1", "3", "4", "5", "6"])]
+    got = pub[pub["table"].isin(["1", "3", "4", "5", "6", "A9", "A10"])]
     merged = want.merge(got, on=KEY, how="outer", suffixes=("_paper", "_csv"), indicator=True)
     missing = merged[merged["_merge"] != "both"]
     assert missing.empty, f"rows that differ between the paper text and the CSV:\n{missing[KEY + ['_merge']]}"
@@ -185,7 +189,8 @@ def test_video_and_audio_rows_are_labelled():
     assert zs.to_dict() == {"t2v": 43.9, "v2t": 44.7}
 
 
-@pytest.mark.parametrize("table, first_data_line", [("1", 3), ("3", 1), ("4", 1), ("5", 2), ("6", 1)])
+@pytest.mark.parametrize("table, first_data_line", [("1", 3), ("3", 1), ("4", 1), ("5", 2), ("6", 1), ("A9", 1),
+                                                   ("A10", 1)])
 def test_every_number_of_each_table_is_a_published_row(table, first_data_line):
     """Counted independently of the extraction (:func:`count_numbers`): the package data hold as many rows of each
     table as the paper text prints numbers (a table cut short, or a row read twice, cannot agree)."""
