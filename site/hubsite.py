@@ -441,6 +441,136 @@ def readme_claims_block(notebooks: list[Path]) -> str:
                       f"{total['real'][1]} DIFFERS |"])
 
 
+#: Every numbered table and figure of the four papers (paper, item, kind, topic, what reproducing it needs).
+PAPER_ITEMS = SITE / "paper_items.csv"
+#: What an item needs, as the coverage table says it (the ``needs`` column of :data:`PAPER_ITEMS`).
+NEEDS = {"embeddings": "embeddings or score matrices (offline)", "training": "training a model",
+         "media": "images, videos or audio (an encoder on them)", "unavailable": "data not public or not at hand",
+         "illustration": "nothing to compute (a diagram or example images)"}
+
+
+#: The same, in the few words of README's table.
+SHORT_NEEDS = {"embeddings": "open (possible offline)", "training": "need training",
+               "media": "need images, video or audio", "unavailable": "need data not at hand",
+               "illustration": "illustrations only"}
+
+
+def declared_items(nb: dict, path: str) -> dict[str, list[str]]:
+    """A notebook's own declaration of the paper items it reproduces: the literal ``reproduces=`` of its
+    ``nb.setup(...)`` call (``{}`` when it declares none)."""
+    import ast
+
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code" or "nb.setup(" not in _source(cell):
+            continue
+        tree = ast.parse(_source(cell))
+        names = {t.id: node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "setup":
+                for kw in node.keywords:
+                    if kw.arg == "reproduces":
+                        value = names.get(kw.value.id) if isinstance(kw.value, ast.Name) else kw.value
+                        try:
+                            return ast.literal_eval(value)
+                        except (ValueError, TypeError):
+                            raise ValueError(f"{path}: reproduces= of nb.setup must be a literal dict (or a name "
+                                             "assigned one in the same cell)") from None
+                return {}
+    return {}
+
+
+def coverage(notebooks: list[Path]) -> list[dict]:
+    """One row per item of :data:`PAPER_ITEMS`: the notebooks that declare it, and its status: "computed" (some
+    notebook declares it), "published numbers only" (package data has its numbers, no notebook computes it) or
+    "not reproduced". An item a notebook declares must exist and need nothing but embeddings (ValueError)."""
+    import csv
+
+    items = list(csv.DictReader(PAPER_ITEMS.open(encoding="utf-8")))
+    known = {(r["paper"], r["item"]): r for r in items}
+    by_item: dict[tuple[str, str], list[str]] = {}
+    for p in notebooks:
+        for paper, names in declared_items(json.loads(p.read_text()), p.name).items():
+            for name in names:
+                if (paper, name) not in known:
+                    raise ValueError(f"{p.name} declares {paper} {name!r}, which {PAPER_ITEMS.name} does not list "
+                                     f"(items are written as 'Table 1', 'Table A7', 'Fig. 2', 'Table VI')")
+                if known[(paper, name)]["needs"] != "embeddings":
+                    raise ValueError(f"{p.name} declares {paper} {name}, which {PAPER_ITEMS.name} says needs "
+                                     f"{NEEDS[known[(paper, name)]['needs']]}")
+                by_item.setdefault((paper, name), []).append(p.stem[:2])
+    shipped = set()
+    pub = REPO / "lib" / "hubnorm" / "published"
+    for f in sorted(pub.glob("*.csv")):
+        for r in csv.DictReader(f.open(encoding="utf-8")):
+            t = r["table"].replace("Fig.", "Fig. ").replace("  ", " ").split(" (")[0]
+            shipped.add((r["paper"], t if t.startswith(("Fig.", "Alg.")) else f"Table {t}"))
+    out = []
+    for r in items:
+        key = (r["paper"], r["item"])
+        status = ("computed" if key in by_item else "published numbers only" if key in shipped else "not reproduced")
+        out.append({**r, "notebooks": by_item.get(key, []), "status": status})
+    return out
+
+
+def _item_order(item: str):
+    kind, _, num = item.partition(" ")
+    roman = {"I": 1, "II": 2, "III": 3, "IV": 4, "V": 5, "VI": 6, "VII": 7, "VIII": 8, "IX": 9, "X": 10}
+    appendix = num.startswith("A")
+    digits = num[1:] if appendix else num
+    n = int(digits) if digits.isdigit() else roman.get(digits, 99)
+    return (kind != "Table", appendix, n)
+
+
+def readme_coverage_block(notebooks: list[Path]) -> str:
+    """README's coverage table: per paper, the numbered tables and figures a notebook computes (from the notebooks'
+    own ``reproduces=`` declarations), and the rest by what they need (docs/coverage.md lists every item)."""
+    rows = coverage(notebooks)
+    papers = list(dict.fromkeys(r["paper"] for r in rows))
+    lines = ["| paper | numbered tables and figures | computed by a notebook | published numbers only | "
+             "not reproduced (what they need) |", "|---|---|---|---|---|"]
+    total = [0, 0, 0, 0]
+    for paper in papers:
+        mine = [r for r in rows if r["paper"] == paper]
+        done = sorted((r for r in mine if r["status"] == "computed"), key=lambda r: _item_order(r["item"]))
+        only = [r["item"] for r in mine if r["status"] == "published numbers only"]
+        rest = [r for r in mine if r["status"] == "not reproduced"]
+        needs = {}
+        for r in rest:
+            needs[r["needs"]] = needs.get(r["needs"], 0) + 1
+        done_text = ", ".join(f"{r['item']} ({'/'.join(r['notebooks'])})" for r in done)
+        why = "; ".join(f"{n} {SHORT_NEEDS[k]}" for k, n in sorted(needs.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append(f"| {paper} | {len(mine)} | {len(done)}: {done_text} | {len(only)}"
+                     f"{': ' + ', '.join(only) if only else ''} | {len(rest)}{': ' + why if rest else ''} |")
+        for i, n in enumerate((len(mine), len(done), len(only), len(rest))):
+            total[i] += n
+    lines.append(f"| all | {total[0]} | {total[1]} | {total[2]} | {total[3]} |")
+    return "\n".join(lines)
+
+
+def coverage_page(notebooks: list[Path]) -> str:
+    """docs/coverage.md: every numbered table and figure of the four papers, which notebook computes it, or what it
+    would need."""
+    rows = coverage(notebooks)
+    done = sum(r["status"] == "computed" for r in rows)
+    lines = ["# What the notebooks reproduce", "",
+             "<!-- generated by `python site/hubsite.py sync` from site/paper_items.csv and the notebooks' "
+             "`nb.setup(..., reproduces=...)` declarations: do not edit -->", "",
+             f"Every numbered table and figure of the four papers ({len(rows)} items): {done} are computed by a "
+             "notebook (on the synthetic default data, and on real embeddings where a notebook's real column "
+             "reaches them), the others are listed with what reproducing them needs. An item counts as computed when "
+             "a notebook declares it in its `nb.setup(..., reproduces=...)` call; the declaration is checked against "
+             "this list (`tests/test_site.py`). \"Published numbers only\": the package data holds the paper's "
+             "numbers but no notebook computes them.", ""]
+    for paper in dict.fromkeys(r["paper"] for r in rows):
+        lines += [f"## {paper}", "", "| item | topic | status | notebook | needs |", "|---|---|---|---|---|"]
+        for r in sorted((r for r in rows if r["paper"] == paper), key=lambda r: _item_order(r["item"])):
+            nbs = ", ".join(r["notebooks"]) or "-"
+            lines.append(f"| {r['item']} | {r['topic']} | {r['status']} | {nbs} | {NEEDS[r['needs']]} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     """{path: content} of every file derived from the repository address and the notebooks' cells."""
     repo = repo or repository()
@@ -450,7 +580,9 @@ def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     readme = _replace_block(readme, "badges", readme_badges_block(repo), "README.md")
     readme = _replace_block(readme, "launch", readme_launch_block(repo, notebooks), "README.md")
     readme = _replace_block(readme, "claims", readme_claims_block(notebooks), "README.md")
+    readme = _replace_block(readme, "coverage", readme_coverage_block(notebooks), "README.md")
     out[REPO / "README.md"] = readme
+    out[REPO / "docs" / "coverage.md"] = coverage_page(notebooks) + "\n"
     install = (REPO / "docs" / "install.md").read_text()
     out[REPO / "docs" / "install.md"] = _replace_block(install, "install", install_block(repo), "docs/install.md")
     cff = (REPO / "CITATION.cff").read_text()

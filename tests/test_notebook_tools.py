@@ -282,3 +282,14 @@ def test_refresh_refuses_to_wipe_an_edit_made_only_in_the_ipynb(tmp_path):
     subprocess.run([str(REPO / ".venv" / "bin" / "jupytext"), "--quiet", "--to", "py:percent", str(ipynb)],
                    check=True)
     assert _guard(root) == 0
+
+
+def test_setup_records_the_declared_items_and_refuses_other_shapes(tmp_path, monkeypatch):
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    run = nb.setup("97", seed=0, threads=1, reproduces={"nnn-chowdhury2024": ("Table 1", "Fig. 2")})
+    assert run.reproduces == {"nnn-chowdhury2024": ["Table 1", "Fig. 2"]}
+    assert nb.setup("97", seed=0, threads=1).reproduces == {}
+    for bad in (["Table 1"], {"nnn-chowdhury2024": "Table 1"}, {"nnn-chowdhury2024": []}, {1: ["Table 1"]},
+                {"nnn-chowdhury2024": [1]}):
+        with pytest.raises(TypeError, match="reproduces must map a paper id"):
+            nb.setup("97", seed=0, threads=1, reproduces=bad)

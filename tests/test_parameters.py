@@ -37,7 +37,7 @@ def test_every_parameter_has_a_rule_its_default_passes_and_the_notebook_checks_i
     assert not missing, f"{py.name}: parameters without a rule in hubnorm.experiments.parameters.SCHEMA: {missing}"
     assert P.validate(prefix, defaults).keys() == defaults.keys()
     src = py.read_text(encoding="utf-8")
-    assert re.search(rf'nb\.setup\("{prefix}",[^\n]*params=globals\(\)\)', src), \
+    assert re.search(rf'nb\.setup\("{prefix}",[^\n]*params=globals\(\)[,)]', src), \
         f"{py.name} must validate its parameters: nb.setup(\"{prefix}\", ..., params=globals())"
 
 

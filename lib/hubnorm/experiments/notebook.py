@@ -55,6 +55,9 @@ class Run:
     seed: int = 0
     dtype: str = "float64"
     started: float = field(default_factory=time.perf_counter)
+    #: the papers' numbered tables and figures this notebook reproduces, ``{paper id: ["Table 1", "Fig. 2", ...]}``
+    #: (its own declaration: README's coverage table is generated from it, ``site/hubsite.py sync``)
+    reproduces: Dict[str, List[str]] = field(default_factory=dict)
 
     def save_figure(self, fig, name: str, *, caption: Optional[str] = None) -> None:
         """Save ``fig`` as ``results/figures/<prefix>_<name>.png`` (150 dpi) and ``.pdf``; it stays shown inline."""
@@ -85,15 +88,24 @@ class Run:
 
 
 def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = None,
-          style: str = "whitegrid", params: Optional[Mapping[str, object]] = None) -> Run:
+          style: str = "whitegrid", params: Optional[Mapping[str, object]] = None,
+          reproduces: Optional[Mapping[str, Sequence[str]]] = None) -> Run:
     """Seed numpy and torch, pin torch to ``threads`` threads (default: ``$HUBNORM_THREADS``, else 2), quiet
     library warnings, set the seaborn theme and show figures inline. ``prefix`` is the notebook's number
     (figures and tables are saved under it); ``dtype`` is recorded as ``run.dtype`` for the notebook to pass on
     (``hubnorm.experiments.protocol.prepare_dataset(..., dtype=run.dtype)``). ``params`` (the notebook's ``globals()``):
     every notebook parameter in it is checked first against its declared rule (:mod:`hubnorm.experiments.parameters`), so
-    a bad value stops the notebook at its top with an error naming the parameter and the fix."""
+    a bad value stops the notebook at its top with an error naming the parameter and the fix. ``reproduces``: the
+    papers' numbered tables and figures the notebook computes, ``{paper id: ["Table 1", "Fig. 2", ...]}`` (the
+    notebook's declaration, read by ``site/hubsite.py sync`` for README's coverage table)."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(f"prefix must be the notebook's number as a string, e.g. '01'; got {prefix!r}")
+    reproduces = {} if reproduces is None else reproduces
+    if not isinstance(reproduces, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and v and all(isinstance(i, str) for i in v)
+            for k, v in reproduces.items()):
+        raise TypeError("reproduces must map a paper id to a non-empty list of its items, e.g. "
+                        f"{{'nnn-chowdhury2024': ['Table 1', 'Fig. 2']}}; got {reproduces!r}")
     if params is not None:
         from .parameters import validate
 
@@ -125,7 +137,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     import matplotlib as mpl
 
     mpl.rcParams.update({"figure.dpi": 90, "savefig.dpi": 150, "figure.autolayout": False})
-    return Run(prefix=prefix, seed=int(seed), dtype=dtype)
+    return Run(prefix=prefix, seed=int(seed), dtype=dtype, reproduces={k: list(v) for k, v in reproduces.items()})
 
 
 def env_threads(default: int = 2) -> int:
