@@ -66,7 +66,11 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("01", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
+    "nnn-chowdhury2024": ["Table 1", "Table 2", "Table A1", "Table A2", "Table A6", "Table A7", "Table A8",
+                          "Table A9", "Table A10", "Table A11"],
+}
+run = nb.setup("01", seed=seed, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next

@@ -62,7 +62,11 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("02", seed=seed, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
+    "nnn-chowdhury2024": ["Fig. 2", "Fig. A2", "Table 3"],
+    "dbsn-pan2025": ["Fig. 4", "Table 5", "Fig. A9"],
+}
+run = nb.setup("02", seed=seed, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
@@ -220,6 +224,47 @@ nb.notice(
     f"Targets with $N_{{{hub_k}}}$ = 0: " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in qa10["antihub_share"].items()) + ".",
     f"IS {nb.order_word(qa10.loc['IS', 'max'], qa10.loc['SN', 'max'], ('leaves a longer tail than', 'leaves a shorter tail than', 'ends its tail where'), digits=0)} SN.",
 )
+
+# %% [markdown]
+# **DBSN Fig. A9 analog: where the hubs lie.** The paper maps the test embeddings of MS-COCO and Flickr30K to two
+# dimensions with t-SNE and marks the hub vectors. Here: a t-SNE map (seeded) of the test images and one caption per
+# image, each image coloured by its $N_{10}$ raw and after SN (query-aware); the ten largest raw hubs are circled in
+# both panels. t-SNE keeps neighbourhoods, not distances: read which region the hubs share, not the gaps between
+# regions.
+
+# %%
+from sklearn.manifold import TSNE
+
+first_caption = np.unique(test.caption_to_image, return_index=True)[1]   # one caption per image
+points = np.concatenate([test.images, test.captions[first_caption]])
+perplexity = min(30.0, (len(points) - 1) / 3)   # t-SNE needs fewer neighbours than points (a small data set)
+xy = TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=seed).fit_transform(points)
+img_xy, cap_xy = xy[: test.n_images], xy[test.n_images:]
+n10 = occ10.pivot(index="target", columns="method", values="N_k")
+hubs = n10["Original"].nlargest(10).index.to_numpy()
+fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharex=True, sharey=True)
+for ax, m in zip(axes, ("Original", "SN")):
+    ax.scatter(cap_xy[:, 0], cap_xy[:, 1], s=4, c="lightgrey", label="captions")
+    sc = ax.scatter(img_xy[:, 0], img_xy[:, 1], s=6, c=n10[m].to_numpy(), cmap="viridis",
+                    vmin=0, vmax=n10["Original"].max())
+    ax.scatter(img_xy[hubs, 0], img_xy[hubs, 1], s=60, facecolors="none", edgecolors="red", lw=1.2,
+               label="10 largest raw hubs")
+    ax.set(title=f"{'raw' if m == 'Original' else m}: images coloured by N_{hub_k}", xticks=[], yticks=[])
+fig.colorbar(sc, ax=axes, label=f"N_{hub_k}", shrink=0.85)
+fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper center", ncol=2,
+           bbox_to_anchor=(0.45, 0.02))   # below the panels, never over the points
+fig.suptitle(f"t-SNE of the test embeddings (cf. DBSN Fig. A9) — {label}", fontsize=10)
+run.save_figure(fig, "dbsn_fig_a9_tsne", caption=f"t-SNE of test images and one caption per image; images coloured by "
+                f"N_{hub_k} raw and after SN (query-aware); the ten largest raw hubs circled; {label}.")
+plt.show()
+
+# %%
+centre = test.captions.mean(0) / np.linalg.norm(test.captions.mean(0))   # the caption centroid (unit)
+closeness = test.images @ centre                                          # cosine of each image to it
+nb.notice(f"The ten largest raw hubs have N_{hub_k} {', '.join(str(int(v)) for v in n10.loc[hubs, 'Original'])} "
+          f"raw and {', '.join(str(int(v)) for v in n10.loc[hubs, 'SN'])} after SN.",
+          f"In the embedding space (not on the map), their mean cosine to the caption centroid is "
+          f"{closeness[hubs].mean():.3f}, against {closeness.mean():.3f} for all test images.")
 
 # %% [markdown]
 # ## 3 · Does the run show the papers' findings?

@@ -77,7 +77,11 @@ from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 from hubnorm.geometry import nn_gap
 from hubnorm.progress import progress
 
-run = nb.setup("04", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
+    "nnn-chowdhury2024": ["Table A12", "Table A13", "Table A14", "Table A15"],
+    "dbsn-pan2025": ["Fig. 7", "Fig. 8"],
+}
+run = nb.setup("04", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next

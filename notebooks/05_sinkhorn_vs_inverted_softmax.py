@@ -83,7 +83,10 @@ from scipy import stats
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 
-run = nb.setup("05", seed=seed, dtype=dtype, params=globals())  # seeds numpy/torch, 2 torch threads, seaborn theme, inline figures
+REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
+    "dbsn-pan2025": ["Table 2", "Table 4", "Table 6", "Table A7", "Table A8", "Fig. 6"],
+}
+run = nb.setup("05", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next

@@ -85,7 +85,8 @@ import hubnorm as hn
 from hubnorm import adversarial as adv, forensics as fx, label_free as lf
 from hubnorm.experiments import notebook as nb, protocol as pr
 
-run = nb.setup("09", seed=seed, params=globals())
+REPRODUCES = {"dbsn-pan2025": ["Fig. A10"]}  # the papers' numbered tables and figures computed here (README's coverage table)
+run = nb.setup("09", seed=seed, params=globals(), reproduces=REPRODUCES)
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
@@ -172,9 +173,39 @@ nb.notice(
                                                            for m in et.index) + " of the weight.",
 )
 
+# %% [markdown]
+# **DBSN Fig. A10 analog: the hub and its nearest-neighbour queries.** The paper shows the most retrieved item of
+# Flickr30K with the queries that have it among their nearest neighbours, each marked as matched (the item is the
+# query's true match) or mismatched. Here: the test queries with the hub among their top-$k$ ($k$ = `hub_k`), raw and
+# after each method, and how many of them are its own captions.
+
+# %%
+neighbours = pd.concat([fx.hub_neighbours(f.iter_scores(task.queries), hub, task.positives, k=hub_k).assign(method=name)
+                        for name, f in {"raw": raw, **fitted}.items()], ignore_index=True)
+own = int(sum(hub in task.positives.of(q) for q in range(task.n_queries)))
+fig_a10 = (neighbours.groupby("method", sort=False)
+           .agg(**{"neighbour queries": ("query", "size"), "matched": ("matched", "sum")})
+           .assign(mismatched=lambda t: t["neighbour queries"] - t["matched"]).reset_index())
+caption = (f"DBSN Fig. A10 analog: the test queries with the hub (image {hub}, {own} captions of its own) among their "
+           f"top-{hub_k}, raw and after each method; {label}.")
+run.save_table(fig_a10, "fig_a10_hub_neighbours", caption=caption)
+nb.show(fig_a10, caption=caption)
+top = neighbours[neighbours["method"] == "raw"].sort_values("score", ascending=False).head(25)
+texts = getattr(test, "caption_texts", None)
+if texts is not None:   # real data with caption texts: the queries themselves, as the paper prints them
+    top = top.assign(caption=[texts[int(q)] for q in top["query"]])
+n_raw = int((neighbours["method"] == "raw").sum())
+nb.show(top.drop(columns="method"), caption=f"The raw hub's {len(top)} closest neighbour queries (of {n_raw} with it "
+        f"in their top-{hub_k}); matched: the hub is the query's true image.", digits=3)
+
 # %% tags=["nbval-check-output"]
-nb.check("issue 27: the contributions sum to the offset within 1e-10 (float64) for every method",
+nb.check("the contributions sum to the offset within 1e-10 (float64) for every method",
          bool(identity_error < 1e-10), "largest error below 1e-12" if identity_error < 1e-12 else f"largest error {identity_error:.1e}")
+a10 = fig_a10.set_index("method")
+nb.check("the largest raw hub is among the nearest neighbours of more mismatched queries than matched ones (DBSN Fig. A10)",
+         a10.loc["raw", "mismatched"] > a10.loc["raw", "matched"],
+         f"{a10.loc['raw', 'mismatched']} mismatched, {a10.loc['raw', 'matched']} matched of "
+         f"{a10.loc['raw', 'neighbour queries']} raw neighbours")
 
 # %% [markdown]
 # ## 2 · Planted hubs: capture, damage, detection

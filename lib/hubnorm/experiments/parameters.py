@@ -205,6 +205,12 @@ SCHEMA: Dict[str, Rule] = {
     "cross_sizes": R("dict", "sizes of a synthetic cross-dataset source (as synthetic_sizes)", _SIZES),
     "cross_seed": R("int", "an integer >= 0", _int(0)),
     "cross_kwargs": R("dict", "keyword arguments of the cross-dataset loader", _dict()),
+    "other_video_source": R("str", "'auto', 'none', None or a source string (the other video data set of DBSN Tables "
+                            "A9 / A10)", _cross_source),
+    "distractor_source": R("str", "'auto', 'none', None or a source string (the same model's embeddings of "
+                           "another data set: its test split joins the gallery)", _cross_source),
+    "distractor_sizes": R("dict", "sizes of a synthetic distractor source (as synthetic_sizes; its test split is "
+                          "used)", _SIZES),
     "seed": R("int", "an integer >= 0", _int(0), "1"),
     "dtype": R("str", "'float64' or 'float32'", _choice(("float64", "float32"))),
     # published rows
@@ -248,6 +254,7 @@ SCHEMA: Dict[str, Rule] = {
     "alpha": R("float", "a number > 0", _POS),
     "ks": R("list", "a non-empty list of distinct integers >= 1", _list(_int(1))),
     "heat_directions": R("None", "None or a non-empty list of 't2i' and/or 'i2t'", _optional(_list(_choice(DIRECTIONS)))),
+    "index_k": R("int", "an integer >= 1 (NNN's k of the Table A5 timing; at most the bank size is used)", _int(1)),
     "flat_from": R("int", "an integer >= 1", _int(1)),
     "flat_tol": R("float", "a number of points >= 0", _num(0), "1.0"),
     # 04
