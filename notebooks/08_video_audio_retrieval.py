@@ -401,9 +401,7 @@ t_hub = main.tasks[fwd]
 hub = int(np.argmax(counts["raw"]))
 neighbours = pd.concat([fx.hub_neighbours(t_hub.blocks(norm), hub, t_hub.positives, k=hub_k).assign(method=name)
                         for name, norm in tail_norms.items()], ignore_index=True)
-fig_a11 = (neighbours.groupby("method", sort=False)
-           .agg(**{"neighbour queries": ("query", "size"), "matched": ("matched", "sum")})
-           .assign(mismatched=lambda t: t["neighbour queries"] - t["matched"]).reset_index())
+fig_a11 = fx.neighbour_counts(neighbours)   # per method: N_k of the hub, matched and mismatched queries
 caption = (f"DBSN Fig. A11 analog: the queries with target {hub} (the largest raw N_{hub_k}) among their top-{hub_k}, "
            f"raw and after IS / SN; {label}.")
 run.save_table(fig_a11, "fig_a11_hub_neighbours", caption=caption)

@@ -183,9 +183,7 @@ nb.notice(
 neighbours = pd.concat([fx.hub_neighbours(f.iter_scores(task.queries), hub, task.positives, k=hub_k).assign(method=name)
                         for name, f in {"raw": raw, **fitted}.items()], ignore_index=True)
 own = int(sum(hub in task.positives.of(q) for q in range(task.n_queries)))
-fig_a10 = (neighbours.groupby("method", sort=False)
-           .agg(**{"neighbour queries": ("query", "size"), "matched": ("matched", "sum")})
-           .assign(mismatched=lambda t: t["neighbour queries"] - t["matched"]).reset_index())
+fig_a10 = fx.neighbour_counts(neighbours)   # per method: N_k of the hub, matched and mismatched queries
 caption = (f"DBSN Fig. A10 analog: the test queries with the hub (image {hub}, {own} captions of its own) among their "
            f"top-{hub_k}, raw and after each method; {label}.")
 run.save_table(fig_a10, "fig_a10_hub_neighbours", caption=caption)

@@ -7,6 +7,7 @@ float64 for every target of a small seeded problem, and the weights are what the
 """
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -148,3 +149,17 @@ def test_hub_neighbours_against_a_dense_count(task, chunk):
         fx.hub_neighbours(nnn.iter_scores(task.queries), task.n_targets, task.positives)
     with pytest.raises(ValueError, match="columns"):
         fx.hub_neighbours([(0, torch.zeros(2, 3))], 0, task.positives)
+
+
+def test_neighbour_counts_per_method(task):
+    raw = task.fit(hn.Identity())
+    rows = fx.hub_neighbours(raw.iter_scores(task.queries), 3, task.positives, k=5)
+    both = pd.concat([rows.assign(method="b"), rows.head(2).assign(method="a")], ignore_index=True)
+    counts = fx.neighbour_counts(both)
+    assert list(counts["method"]) == ["b", "a"]
+    assert counts.iloc[0].to_dict() == {"method": "b", "neighbour queries": len(rows),
+                                        "matched": int(rows["matched"].sum()),
+                                        "mismatched": len(rows) - int(rows["matched"].sum())}
+    assert counts.iloc[1]["neighbour queries"] == 2
+    with pytest.raises(ValueError, match="method"):
+        fx.neighbour_counts(rows)

@@ -52,7 +52,7 @@ from .normalizers.base import Identity, Normalizer, stable_topk
 from .retrieval import Positives
 
 __all__ = ["TargetExplanation", "explain_target", "explain_targets", "plot_explanation", "decomposable",
-           "hub_neighbours"]
+           "hub_neighbours", "neighbour_counts"]
 
 #: The label of the unnormalised scores in an explanation's ``n_k`` / ``wins`` / ``rank_change`` (a label, not a method
 #: dispatch).
@@ -278,3 +278,18 @@ def hub_neighbours(blocks, target: int, positives: Positives, k: int = 10) -> pd
     if rows.size and rows.max() >= positives.n_queries:
         raise ValueError(f"score blocks cover more rows than positives has queries ({positives.n_queries})")
     return out.sort_values(["score", "query"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def neighbour_counts(neighbours: pd.DataFrame) -> pd.DataFrame:
+    """Per ``method`` of a long table of :func:`hub_neighbours` rows (a ``method`` column added by the caller): the
+    number of neighbour queries (the target's ``N_k``), how many are matched and how many mismatched, in the
+    table's order of methods."""
+    missing = {"method", "query", "matched"} - set(neighbours.columns)
+    if missing:
+        raise ValueError(f"neighbours lacks the columns {sorted(missing)}: pass hub_neighbours rows with a 'method' "
+                         "column (.assign(method=name))")
+    counts = (neighbours.groupby("method", sort=False)
+              .agg(**{"neighbour queries": ("query", "size"), "matched": ("matched", "sum")}).reset_index())
+    counts["matched"] = counts["matched"].astype(int)
+    counts["mismatched"] = counts["neighbour queries"] - counts["matched"]
+    return counts
