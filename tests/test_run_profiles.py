@@ -206,6 +206,7 @@ def test_skips_come_from_the_notebooks_needs_with_the_old_lines(args, line, tmp_
     assert r.returncode == 0, r.stdout + r.stderr
     assert line in r.stdout.splitlines(), r.stdout
     assert "run_all.sh: all notebooks ok (1 skipped)" in r.stdout and ": running" not in r.stdout
+    assert "(1 notebook matching --only 06)" in r.stdout, r.stdout   # the count of this run, not of the folder
 
 
 def test_the_real_column_is_fetched_once_and_a_missing_release_is_one_note(monkeypatch, capsys, tmp_path):

@@ -356,7 +356,9 @@ class Runner:
         out = results / "notebooks"
         out.mkdir(parents=True, exist_ok=True)
         start_all = time.time()
-        _say(f"run_all.sh: profile {profile_name} -> {results}/ ({len(notebooks)} notebooks)")
+        count = f"{len(selected)} notebook{'' if len(selected) == 1 else 's'}"
+        _say(f"run_all.sh: profile {profile_name} -> {results}/ ({count}"
+             + (f" matching --only {o['only']})" if o["only"] else ")"))
         offered_by = [nb.stem[:2] for nb in notebooks if set(p.notebook(nb.stem).needs) <= offers]
         failed, skipped, ran, statuses = [], 0, 0, []
         for nb in selected:
