@@ -229,10 +229,12 @@ def test_the_real_column_is_fetched_once_and_a_missing_release_is_one_note(monke
 
     import io
 
-    class Proc:   # a notebook's output: its NOTE about the same releases is not shown again
-        stdout = io.BytesIO(f"{REAL_MISSING_NOTE} audiocaps-clap: not on this machine\nR@1 60.00\n".encode())
+    class Proc:   # a notebook's output: its NOTE about the same releases is not shown again, nor a figure's repr
+        stdout = io.BytesIO(f"{REAL_MISSING_NOTE} audiocaps-clap: not on this machine\nR@1 60.00\n"
+                            "<Figure size 1008x427.5 with 2 Axes>\n<Figure of R@1> stays\n".encode())
     st = rn._Streamer(Proc, tmp_path / "log", "  08| ", True, skip=(REAL_MISSING_NOTE.encode(),))
     st.join()
     shown = capsys.readouterr().out
     assert "R@1 60.00" in shown and REAL_MISSING_NOTE not in shown
+    assert "<Figure size" not in shown and "<Figure of R@1> stays" in shown
     assert REAL_MISSING_NOTE in (tmp_path / "log").read_text()   # the log keeps it

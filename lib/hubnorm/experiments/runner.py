@@ -37,6 +37,8 @@ TCP_NOTICE = b"Kernel is running over TCP without encryption"
 #: papermill's own lines, not shown on the terminal (they stay in the log)
 _PAPERMILL_LINES = re.compile(rb"^(Input Notebook|Output Notebook|Executing notebook|Working directory|Black is not|"
                               rb"Executing Cell|Ending Cell)")
+#: The text form of an inline figure (its image is in the executed notebook): not a result, never on the terminal.
+_FIGURE_REPR = re.compile(rb"^<Figure size [0-9.]+x[0-9.]+ with [0-9]+ Axes>$")
 _ERROR_LINES = re.compile(r"^[A-Za-z]*(Error|Exception)|PapermillExecutionError")
 
 
@@ -204,7 +206,7 @@ class _Streamer:
                 log.flush()
                 if self.show:
                     for part in line.rstrip(b"\n").split(b"\r"):
-                        if _PAPERMILL_LINES.match(part) or part.startswith(self.skip):
+                        if _PAPERMILL_LINES.match(part) or _FIGURE_REPR.match(part) or part.startswith(self.skip):
                             continue
                         sys.stdout.write(self.prefix + part.decode("utf-8", "replace") + "\n")
                     sys.stdout.flush()
