@@ -350,6 +350,8 @@ from hubnorm.index import BankIndex, FaissNNN
 
 task_a5 = test_tasks["t2i"] if "t2i" in test_tasks else pr.make_tasks(ds.split("test"), bank, directions=["t2i"])["t2i"]
 k_a5 = min(index_k, len(task_a5.query_bank))
+if k_a5 < index_k:
+    pr.note(f"index_k={index_k} exceeds the {len(task_a5.query_bank)} bank captions: Table A5 uses k={k_a5}")
 t0 = time.perf_counter()
 bank_index = BankIndex(np.asarray(task_a5.query_bank, dtype=np.float32), seed=seed)   # built once, searched per fit
 build_s = time.perf_counter() - t0
