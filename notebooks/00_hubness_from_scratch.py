@@ -479,8 +479,9 @@ nb.notice(
 #
 # * **R@K** (recall at K) $= 100 \cdot \frac{1}{m}\#\{\text{queries with } r < K\}$: the percentage of queries
 #   whose positive is in the top K. Higher is better. R@1 is the headline number of the papers.
-# * **MdR** (median rank) $= \lfloor \mathrm{median}(r) \rfloor + 1$ and **MnR** (mean rank) $= \mathrm{mean}(r)
-#   + 1$: 1-based, lower is better. MnR is sensitive to the few queries whose positive is ranked very low.
+# * **MdR** (median rank) $= \lfloor \mathrm{median}(r) \rfloor + 1$ and **MnR** (mean rank)
+#   $= \mathrm{mean}(r) + 1$: 1-based, lower is better. MnR is sensitive to the few queries whose positive is
+#   ranked very low.
 # * **Skewness of $N_k$** $= \frac{\frac1n\sum_t (N_k(t) - \bar N)^3}{\left(\frac1n\sum_t (N_k(t) - \bar N)^2\right)^{3/2}}$:
 #   about 0 when targets are retrieved evenly, large and positive when a few hubs take many queries. It
 #   measures the *shape* of the distribution, not accuracy.

@@ -26,7 +26,7 @@
 #   $r(V_i, T_j) = \max_{c \in \text{captions}(V_i)} \tfrac{1}{2}\big(1 + \cos(g(T_c), g(T_j))\big)$, ground-truth
 #   pairs set to 1, $g$ a sentence encoder (the paper does not name it; we use **all-MiniLM-L6-v2**, loaded offline).
 # * **NDCG@K (Eq. 4-6)** $= \mathrm{DCG}_K / \mathrm{IDCG}_K$ with
-#   $\mathrm{DCG}_K = \sum_{i \le K} (2^{rel_i} - 1)/\log_2(1+i)$ (`hubnorm.ndcg_at_k`; tied scores share their
+#   $\mathrm{DCG}_K = \sum_{i \le K} (2^{\mathrm{rel}_i} - 1)/\log_2(1+i)$ (`hubnorm.ndcg_at_k`; tied scores share their
 #   average gain).
 # * **Smooth-NDCG loss (Eq. 16-21).** Each rank becomes $1 + \sum_{k \ne j} \sigma\big((s_{ik} - s_{ij})/\tau\big)$
 #   and the loss is $1 - \widehat{\mathrm{NDCG}}$, added to the VSE++ hardest-negative triplet loss (margin 0.2),
@@ -416,7 +416,7 @@ nb.notice(*learned, title="What we learned")
 #
 # 1. A query's positive is ranked 2nd and the top 5 holds no other relevant item. Its R@5 is: (a) 100; (b) 50;
 #    (c) 20.
-# 2. With the gain $2^{rel} - 1$, what is the gain of a candidate of relevance 1? (a number)
+# 2. With the gain $2^{\mathrm{rel}} - 1$, what is the gain of a candidate of relevance 1? (a number)
 # 3. The discount of position 3 in DCG is $1/\log_2(1 + 3)$ = ? (a number)
 # 4. NDCG@K is 1 when: (a) the positive is first; (b) the top K are in the order of decreasing relevance;
 #    (c) R@K is 100.

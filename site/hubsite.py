@@ -841,6 +841,45 @@ def _mathjax_source() -> Path:
     return path
 
 
+_LIST_START = re.compile(r"^\s*(?:[-+*]|\d+[.)])\s")
+_INLINE_CODE = re.compile(r"(`+).*?\1")
+
+
+def markdown_defects(text: str, name: str) -> list[str]:
+    """Source defects that garble a rendered page: control characters (a ``"\\t"`` written by Python into a
+    Markdown file turns ``\\times`` into a tab and "imes"), and a line that starts a list item (``- ``, ``+ ``,
+    ``1. ``) while an inline ``$...$`` of its paragraph is still open: Markdown makes that line a list item, the
+    two halves of the equation become raw TeX, and the text between two stray dollars is set as math italics.
+    ``$$`` blocks, code fences and inline code are skipped. Returns one message per defect (``name:line: ...``)."""
+    out, fence, display, open_at = [], None, False, None
+    for no, line in enumerate(text.splitlines(), 1):
+        bad = [c for c in line if ord(c) < 32]
+        if bad:
+            out.append(f"{name}:{no}: control character {bad[0]!r} (write TeX in a raw string: r'$\\times$')")
+        s = line.strip()
+        if fence is None and s.startswith(("```", "~~~")):
+            fence, open_at = s[:3], None
+            continue
+        if fence is not None:
+            if s.startswith(fence):
+                fence = None
+            continue
+        if not s:   # a blank line ends the paragraph (and any inline math in it)
+            open_at = None
+            continue
+        if open_at is not None and _LIST_START.match(line):
+            out.append(f"{name}:{no}: this line starts a list item inside the $...$ opened on line {open_at}; "
+                       "rewrap the paragraph so that no line inside an equation starts with '-', '+', '*' or '1.'")
+        body = _INLINE_CODE.sub("", line.replace("\\$", ""))
+        for part in re.split(r"(\$\$)", body):
+            if part == "$$":
+                display = not display
+            elif not display:
+                for _ in range(part.count("$")):
+                    open_at = no if open_at is None else None
+    return out
+
+
 MATHJAX_SKIP = re.compile(r"^(mml-|tex-svg|tex-mml-|tex-chtml-full|node-main)|^output/svg")
 
 

@@ -54,6 +54,39 @@ TCP_WARNING = "Kernel is running over TCP without encryption"
 # ------------------------------------------------------------------------------------------------------------
 # Generated files, the repository address, the citation
 # ------------------------------------------------------------------------------------------------------------
+def _markdown_sources():
+    """(name, text) of every Markdown source the site renders: the top-level pages, docs/ and every notebook's
+    Markdown cells."""
+    for rel in ["README.md", "data/README.md", "notebooks/README.md"] + sorted(
+            p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")):
+        yield rel, (REPO / rel).read_text()
+    for path in NOTEBOOKS:
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "markdown":
+                yield f"{path.name} cell {i}", "".join(cell["source"])
+
+
+def test_markdown_sources_render_as_written():
+    defects = [d for name, text in _markdown_sources() for d in hubsite.markdown_defects(text, name)]
+    assert not defects, "\n".join(defects)
+
+
+def test_markdown_lint_catches_what_garbled_the_methods_page():
+    # the two defects of docs/methods.md section 13.1 (a wrapped line starting "- " inside $...$) and section 3.11
+    # (a tab written where Python meant "\\t"), and notebook 00's "+ 1$" continuation line
+    old = ("so $g_j = -\\tau\\log n - \\sum_i w_{ij}(s_{ij}+f_i) - \\tau H =\n"
+           "- \\tau\\log n$, and $w_{ij} = n\\,\\pi_{ij}$ because\n\n"
+           "| `LogMeanExp` | $\\mathrm{LSE}(\text{scale}\\cdot S)$ |\n\n"
+           "* **MnR** (mean rank) $= \\mathrm{mean}(r)\n  + 1$: 1-based\n")
+    found = hubsite.markdown_defects(old, "m")
+    assert [d.split(":")[1] for d in found] == ["2", "4", "7"], found
+    assert "list item" in found[0] and "control character" in found[1] and "list item" in found[2]
+    # what is allowed: a list after a closed equation, dollars in code, $$ blocks, an escaped dollar
+    ok = ("costs $x$\n- item $y$\n\n```\n$ echo\n- x\n```\n`a $ b`\n- c\n\n$$a\n- b$$\n\n"
+          "price \\$5 and\n- d\n")
+    assert hubsite.markdown_defects(ok, "ok") == []
+
+
 def test_generated_files_are_current():
     stale = hubsite.sync(check=True)
     assert not stale, (f"files generated from pyproject.toml [project.urls] and the notebooks are stale: {stale}; "
@@ -507,8 +540,23 @@ while (walker.nextNode()) {
   if (m) raw.push(t.slice(Math.max(0, m.index - 40), m.index + 60));
 }
 const mathEls = Array.from(document.querySelectorAll('.math'));
+// what MathJax typeset: TeX with a control character (a Python "\t" turned \times into a tab and "imes"), and
+// prose set as math italics (words of three or more letters outside \text{}/\mathrm{}/commands; an inline equation
+// that starts with punctuation: the text between two stray dollars, "$, and $")
+const doc = (window.MathJax && MathJax.startup && MathJax.startup.document) ? MathJax.startup.document : null;
+const items = doc && doc.math ? Array.from(doc.math) : [];
+const italic = [];
+for (const m of items) {
+  const tex = String(m.math);
+  const bare = tex.replace(/\\(text|textrm|textit|mathrm|mathit|mathbf|mathsf|mathtt|mathcal|mathbb|operatorname|mbox|begin|end)\s*\{[^{}]*\}/g, ' ')
+                  .replace(/\\[A-Za-z]+/g, ' ');
+  if (/[\x00-\x09\x0b\x0c\x0e-\x1f]/.test(tex) || /(^|[^A-Za-z])[A-Za-z]{3,}([^A-Za-z]|$)/.test(bare)
+      || (!m.display && (/^\s*[,.;:)]/.test(tex) || /[,;:(]\s*$/.test(tex))))
+    italic.push(JSON.stringify(tex.slice(0, 80)));
+}
 return {
   raw: raw.slice(0, 10),
+  italic: italic.slice(0, 10),
   math: mathEls.length,
   untypeset: mathEls.filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 80)).slice(0, 10),
   merror: Array.from(document.querySelectorAll('mjx-merror')).map(e => e.textContent.slice(0, 80)),
@@ -572,7 +620,7 @@ def test_site_in_a_real_browser(built_site, server, browser):
         links.update(browser.execute_script(
             "return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"
             ".filter(h => h.startsWith(location.origin))"))
-        for key in ("raw", "untypeset", "merror", "broken"):
+        for key in ("raw", "italic", "untypeset", "merror", "broken"):
             if r[key]:
                 problems.append(f"{name}: {key}: {r[key]}")
         if r["math"]:
@@ -628,6 +676,20 @@ def test_site_in_a_real_browser(built_site, server, browser):
                 "<img src='data:image/png;base64,AAAA'></main>")
     probe = browser.execute_script(_CHECK_JS)
     assert probe["raw"] and probe["untypeset"] and probe["broken"], probe
+    # ... and so are the two ways a Markdown source garbled the methods page (both typeset by the site's own
+    # MathJax): the text between two stray dollars set as math ("$, and $"), and a tab where "\t" was meant
+    methods = (built_site["html"] / "docs" / "methods.html").read_text()
+    bad = ('<p>A <span class="math notranslate nohighlight">\\(, and \\)</span> B '
+           '<span class="math notranslate nohighlight">\\(\\mathrm{LSE}(\text{scale})\\)</span> C '
+           '<span class="math notranslate nohighlight">\\(\\tau\\log n\\)</span></p>')
+    probe_page = built_site["html"] / "docs" / "_probe_math.html"
+    probe_page.write_text(re.sub(r"(<main[^>]*>)", lambda m: m.group(1) + bad, methods, count=1))
+    try:
+        probe = _open(browser, urljoin(server, "docs/_probe_math.html"))
+    finally:
+        probe_page.unlink()
+    assert any(", and" in t for t in probe["italic"]) and any("(\\text{scale}" in t for t in probe["italic"]), probe["italic"]
+    assert not any("log n" in t for t in probe["italic"]), probe["italic"]
     print(f"browser checks: {len(nb_urls)} notebook pages + {len(others) + 1} others, {len(links)} internal links, "
           f"{len(hits)} search hits, "
           f"{len(urls)} requests, all to {host}; {time.perf_counter() - t0:.0f} s; screenshots in {shots}")
