@@ -198,7 +198,9 @@ nb.show(table5, ["method", "setting", "published", "this run"])
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 4))
-sns.histplot(data=occ10, x="N_k", hue="method", discrete=True, element="step", fill=False, ax=ax,
+# 30 bins shared by the three methods (one bin per value of N_k would be a comb of single images)
+bins10 = np.linspace(0, occ10["N_k"].max() + 1, 31)
+sns.histplot(data=occ10, x="N_k", hue="method", bins=bins10, element="step", fill=False, ax=ax,
              hue_order=["Original", "IS", "SN"])
 ax.set_yscale("log")
 ax.set_xlabel(f"top-{hub_k} k-occurrence N_{hub_k} of each image (text → image)")

@@ -345,7 +345,7 @@ if t5 is not None:
     g.set_xticklabels(rotation=30, ha="right")
     g.set_titles("{col_name}")
     g.set_axis_labels("first stage (and reranking)", "R@1 (%)")
-    g.figure.suptitle(f"Table 5 analog: a gallery with distractors ({label})", fontsize=10, y=1.03)
+    g.figure.suptitle(f"Table 5 analog: a gallery with distractors ({label})", fontsize=10)
     run.save_figure(g.figure, "table5_distractors", caption="R@1 of every first stage, alone and reranked, on the "
                     "test gallery and with another data set's test items as distractors.")
     plt.show()

@@ -241,9 +241,9 @@ nb.show(detector_table, ["budget", "statistic", "flagged", "true positives", "pr
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 sns.barplot(data=planted_table, x="budget", y="captured@1 %", hue="method", ax=axes[0])
-axes[0].set_ylabel("test queries whose top-1 is planted (%)")
+axes[0].set_ylabel("queries whose top-1\nis planted (%)")
 sns.barplot(data=planted_table, x="budget", y="damage", hue="method", ax=axes[1], legend=False)
-axes[1].set_ylabel("R@1 damage (points, clean − attacked)")
+axes[1].set_ylabel("R@1 damage (points,\nclean − attacked)")
 for ax in axes:
     ax.set_xlabel("budget (chord distance from a real image)")
 fig.suptitle(f"{n_plant} planted hubs ({construction}) — {label}", fontsize=10)

@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
 from hubnorm.experiments import calibration as cal  # noqa: E402
+from hubnorm.experiments.reporting import run_folder_name  # noqa: E402
 from hubnorm.geometry import embedding_statistics  # noqa: E402
 from hubnorm.synthetic import PRESETS, GeneratorConfig, generate_split  # noqa: E402
 
@@ -186,6 +187,7 @@ def claims(presets) -> tuple:
             subprocess.run([sys.executable, "-m", "hubnorm.experiments.runner", "--root", str(REPO), "--results",
                             str(out), "--keep-going", "--quiet", "--param", f"source=synthetic:{preset}"],
                            cwd=REPO, env=env, check=False)
+            out = out / f"params-{run_folder_name({'source': f'synthetic:{preset}'})}"   # the runner's folder
             summary = pd.read_csv(out / "SUMMARY.csv", dtype={"notebook": str})
             summary = summary[~summary["data"].astype(str).str.startswith("real:")]
             rows.append(summary.assign(preset=preset, notebook=summary["notebook"].str.zfill(2)))

@@ -154,8 +154,9 @@ def test_run_all_merges_param_and_params_file(tmp_path):
 
 @pytest.mark.slow
 def test_run_all_source_writes_under_hubnorm_results_into_a_cleared_folder_named_after_it(tmp_path):
-    """One quick notebook (03) on a tiny folder: outputs under $HUBNORM_RESULTS/own-local-<folder>, an earlier
-    run's files removed, --param reaches the notebook and is validated there."""
+    """One quick notebook (03) on a tiny folder: outputs under $HUBNORM_RESULTS/own-local-<folder>+<changed
+    parameters>, --param reaches the notebook and is validated there; a run without parameters writes to
+    own-local-<folder>, whose earlier files it removes."""
     folder = make_folder(tmp_path, "tiny60")
     root = tmp_path / "res"
     stale = root / "own-local-tiny60" / "tables" / "stale.csv"
@@ -164,14 +165,19 @@ def test_run_all_source_writes_under_hubnorm_results_into_a_cleared_folder_named
     r = _run_all("--source", f"local:{folder}", "--only", "03", "--quiet", "--param", "bank_fraction=1.0",
                  "--param", "ks=[1, 4, 16]", env={"HUBNORM_RESULTS": str(root)})
     assert r.returncode == 0, r.stdout + r.stderr
-    out = root / "own-local-tiny60"
-    assert not stale.exists() and (out / "tables" / "03_nnn_tables_A3_A4_k.csv").exists()
+    out = root / "own-local-tiny60+bank_fraction-1.0_ks-1-4-16"   # the source, then the changed parameters
+    assert (out / "MANIFEST.json").is_file() and (out / "tables" / "03_nnn_tables_A3_A4_k.csv").exists()
+    assert stale.exists()   # another configuration's folder: never touched
+    r = _run_all("--source", f"local:{folder}", "--only", "03", "--quiet", env={"HUBNORM_RESULTS": str(root)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not stale.exists()   # this source's own folder: cleared before its run
     executed = (out / "notebooks" / "03_k_ablation.ipynb").read_text()
     assert "reference bank: 20 images / 100 captions" in executed   # bank_fraction=1.0: the whole 20-image train
     r = _run_all("--source", f"local:{folder}", "--only", "03", "--quiet", "--param", "flat_tol=-1",
                  env={"HUBNORM_RESULTS": str(root)})
     assert r.returncode != 0
-    assert "parameter flat_tol must be >= 0" in (out / "notebooks" / "03_k_ablation.log").read_text()
+    assert "parameter flat_tol must be >= 0" in (root / "own-local-tiny60+flat_tol--1" / "notebooks" /
+                                                 "03_k_ablation.log").read_text()
 
 
 @pytest.mark.slow

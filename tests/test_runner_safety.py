@@ -117,3 +117,87 @@ def test_a_failed_notebook_moves_what_it_wrote_out_of_tables(tmp_path, monkeypat
     assert rc != 0
     assert sorted(p.name for p in (results / "tables").iterdir()) == ["97_other_notebook.csv"]
     assert (results / "failed" / "98_fails" / "98_first_half.csv").read_text() == "a\n1\n"
+
+
+def _param_notebook(root: Path) -> None:
+    """notebooks/98_params.ipynb: a parameters cell (seed = 0) and a cell writing the seed into a table."""
+    (root / "notebooks").mkdir(parents=True)
+    (root / "scripts").symlink_to(Path(__file__).resolve().parents[1] / "scripts")   # the runner's helpers
+    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
+              "source": ["seed = 0\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [
+                 "import os, pathlib\n",
+                 "t = pathlib.Path(os.environ['HUBNORM_RESULTS']) / 'tables'\n",
+                 "t.mkdir(parents=True, exist_ok=True)\n",
+                 "(t / '98_seed.csv').write_text(f'seed\\n{seed}\\n')\n"]}]
+    (root / "notebooks" / "98_params.ipynb").write_text(json.dumps(
+        {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
+         "nbformat": 4, "nbformat_minor": 5}))
+
+
+@pytest.mark.slow
+def test_runs_with_other_parameters_get_folders_of_their_own_with_a_manifest(tmp_path, monkeypatch):
+    """Issue 46 (item 2): the default run and two runs with other parameters leave three complete result folders,
+    each with a manifest of its parameters; none writes into another's."""
+    root = tmp_path / "repo"
+    _param_notebook(root)
+    results = tmp_path / "results"
+    monkeypatch.setenv("HUBNORM_RESULTS", str(results))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setattr(rn.Runner, "_fetch_real", lambda self: None)
+    base = ["--root", str(root), "--caller-dir", str(root), "--quiet"]
+
+    def run_all(*extra):   # each run_all.sh is a process of its own: the runner's HUBNORM_RESULTS does not carry over
+        monkeypatch.setenv("HUBNORM_RESULTS", str(results))
+        return rn.main(base + list(extra))
+
+    assert run_all() == 0
+    assert run_all("--param", "seed=1") == 0
+    assert run_all("--param", "seed=2") == 0
+    assert run_all("--param", "seed=1") == 0          # the same parameters again: the same folder
+    folders = {results: "0", results / "params-seed-1": "1", results / "params-seed-2": "2"}
+    assert sorted(p.name for p in results.iterdir() if p.is_dir() and p.name.startswith("params-")) == \
+        ["params-seed-1", "params-seed-2"]
+    for folder, seed in folders.items():
+        assert (folder / "tables" / "98_seed.csv").read_text() == f"seed\n{seed}\n", folder
+        assert (folder / "notebooks" / "98_params.ipynb").is_file()
+        manifest = json.loads((folder / "MANIFEST.json").read_text())
+        assert manifest["changed"] == ({} if seed == "0" else {"seed": int(seed)}), manifest
+        assert manifest["profile"] == "default" and manifest["hubnorm"]
+        if seed != "0":
+            assert manifest["parameters"]["seed"] == int(seed) and manifest["command"][-2:] == ["--param", f"seed={seed}"]
+
+
+def test_run_folder_names_are_readable_sorted_and_never_shared():
+    from hubnorm.experiments.reporting import run_folder_name
+
+    assert run_folder_name({"seed": 1, "alpha": 0.5}) == "alpha-0.5_seed-1"
+    assert run_folder_name({"source": "synthetic:coco"}) == "source-synthetic-coco"
+    assert run_folder_name({"ks": [1, 4, 16]}) == "ks-1-4-16"
+    assert run_folder_name({"flat_tol": -1}) == "flat_tol--1" != run_folder_name({"flat_tol": 1})
+    long_a = run_folder_name({"methods": ["nnn", "is", "sn", "dbsn", "dis", "csls", "qb-norm", "mp"] * 2})
+    long_b = run_folder_name({"methods": ["nnn", "is", "sn", "dbsn", "dis", "csls", "qb-norm", "mp"] * 3})
+    assert len(long_a) == 64 and len(long_b) == 64 and long_a != long_b and long_a[:55] == long_b[:55]
+    with pytest.raises(ValueError, match="changed must be a non-empty mapping"):
+        run_folder_name({})
+
+
+def test_a_direct_papermill_run_with_parameters_writes_beside_not_into_the_default_results(tmp_path, monkeypatch,
+                                                                                          capsys):
+    from hubnorm.experiments import notebook as nb
+
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HUBNORM_RESULTS", raising=False)
+    namespace = {"In": ["", "seed = 0\nalpha = 0.75\n", "# Parameters\nalpha = 0.5\nseed = 1\n"], "alpha": 0.5,
+                 "seed": 1}
+    assert nb.injected_parameters(namespace) == {"alpha": 0.5, "seed": 1}
+    assert nb.injected_parameters({"In": ["x = 1"]}) == {}
+    nb._direct_run_results("03", namespace)
+    folder = tmp_path / "results" / "params-alpha-0.5_seed-1"
+    assert os.environ["HUBNORM_RESULTS"] == str(folder)
+    manifest = json.loads((folder / "MANIFEST.json").read_text())
+    assert manifest["notebook"] == "03" and manifest["changed"] == {"alpha": 0.5, "seed": 1}
+    assert "this run's figures and tables go to" in capsys.readouterr().out
+    nb._direct_run_results("03", {**namespace, "seed": 2})   # run_all.sh set the folder already: left alone
+    assert os.environ["HUBNORM_RESULTS"] == str(folder)

@@ -314,8 +314,9 @@ def test_colab_copy_installs_first_and_skips_where_hubnorm_is_installed(tmp_path
 # ------------------------------------------------------------------------------------------------------------
 def test_run_all_drops_the_kernel_tcp_warning_and_keeps_real_errors(tmp_path):
     """run_all.sh on a probe notebook (in a copy of the scripts, this checkout's .venv): the kernel's "running
-    over TCP without encryption" line reaches neither the terminal nor the log; a line the kernel writes to its
-    own stderr and the failing cell's error do."""
+    over TCP without encryption" line reaches neither the terminal nor the log, its "KeyboardInterrupt caught"
+    line at shutdown only the log; a line the kernel writes to its own stderr and the failing cell's error reach
+    both."""
     if not (REPO / ".venv" / "bin" / "python").exists():
         pytest.skip("no .venv: run bash scripts/bootstrap.sh")
     work = tmp_path / "repo"
@@ -330,7 +331,8 @@ def test_run_all_drops_the_kernel_tcp_warning_and_keeps_real_errors(tmp_path):
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("import os\nos.write(2, b'PROBE-KERNEL-STDERR\\n')\nprint('PROBE-OUT')"),
+    nb.cells = [nbformat.v4.new_code_cell("import os\nos.write(2, b'PROBE-KERNEL-STDERR\\n')\nprint('PROBE-OUT')\n"
+                                          "os.write(2, b'[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel.\\n')"),
                 nbformat.v4.new_code_cell("raise RuntimeError('PROBE-CELL-ERROR')")]
     nbformat.write(nb, work / "notebooks" / "98_probe.ipynb")
     # a user's run_all.sh: kernels over TCP, the transport whose notice is dropped, and results in the checkout's
@@ -344,9 +346,50 @@ def test_run_all_drops_the_kernel_tcp_warning_and_keeps_real_errors(tmp_path):
         assert res.returncode == 1 and "98_probe" in terminal and "FAILED" in terminal, terminal
         assert TCP_WARNING not in terminal and TCP_WARNING not in log, (flags, terminal, log)
         assert "PROBE-KERNEL-STDERR" in log and "PROBE-CELL-ERROR" in log, (flags, log)
+        assert "KeyboardInterrupt caught in kernel" in log and "KeyboardInterrupt" not in terminal, (flags, terminal)
         if not flags:
             assert "PROBE-KERNEL-STDERR" in terminal and "PROBE-OUT" in terminal, terminal
         assert "PROBE-CELL-ERROR" in terminal or "RuntimeError" in terminal, terminal
+
+
+#: What the terminal of run_all.sh must never show (issue 46): a logged error or warning, the text form of a figure,
+#: TeX source (inline math, a backslash command)
+TERMINAL_NOISE = re.compile(r"ERROR|Warning|WARNING|<Figure|\$[^$\s][^$]*\$|\\(?:[a-zA-Z]{2,}|[,;!])(?![a-zA-Z])")
+
+
+def test_terminal_noise_pattern_catches_each_kind():
+    for line in ("[IPKernelApp] ERROR | x", "UserWarning: y", "<Figure size 640x480 with 1 Axes>",
+                 "In this run: $N_1$ falls", "alpha \\tau"):
+        assert TERMINAL_NOISE.search(line), line
+    for line in ("03_k_ablation   23s  ok", "PASS: NNN raises R@1 [64.72 -> 71.94]", "τ = 0.01, N_10 = 5",
+                 "cost 5$ total", "a - b"):
+        assert not TERMINAL_NOISE.search(line), line
+
+
+def test_the_terminal_shows_inline_math_as_plain_text():
+    from hubnorm.experiments.runner import plain_tex
+
+    line = (r"the best cell is $\alpha$ = 1, $k$ = 256: $N_{10}$ and $\mathrm{R@1}$ over $m\times n$, "
+            r"$\tau\,\log n$; cost 5$")
+    assert plain_tex(line) == "the best cell is α = 1, k = 256: N_10 and R@1 over m× n, τ log n; cost 5$"
+    assert not TERMINAL_NOISE.search(plain_tex(line))
+    assert plain_tex("no math here") == "no math here"
+
+
+@pytest.mark.slow
+def test_run_all_terminal_shows_progress_and_results_only(tmp_path):
+    """A real notebook through run_all.sh (not quiet; notebook 03, the quickest): every terminal line is progress,
+    a result or a PASS/DIFFERS line: no ERROR, Warning, figure repr or raw TeX (the log keeps everything)."""
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv: run bash scripts/bootstrap.sh")
+    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_DEFAULT_PROVISIONER_NAME",)}
+    res = subprocess.run(["bash", "run_all.sh", "--only", "03"], cwd=REPO, capture_output=True, text=True,
+                         timeout=900, env={**env, "HUBNORM_RESULTS": str(tmp_path / "results")})
+    terminal = res.stdout + res.stderr
+    assert res.returncode == 0, terminal[-3000:]
+    assert "03_k_ablation" in terminal and "PASS" in terminal, terminal[-3000:]
+    noise = [line for line in terminal.splitlines() if TERMINAL_NOISE.search(line)]
+    assert not noise, "\n".join(noise[:20])
 
 
 # ------------------------------------------------------------------------------------------------------------

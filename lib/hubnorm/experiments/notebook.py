@@ -60,9 +60,26 @@ class Run:
     reproduces: Dict[str, List[str]] = field(default_factory=dict)
 
     def save_figure(self, fig, name: str, *, caption: Optional[str] = None) -> None:
-        """Save ``fig`` as ``results/figures/<prefix>_<name>.png`` (150 dpi) and ``.pdf``; it stays shown inline."""
+        """Save ``fig`` as ``results/figures/<prefix>_<name>.png`` (150 dpi) and ``.pdf``; it stays shown inline.
+
+        First the figure is tidied and its layout checked (:mod:`hubnorm.experiments.figures`: a legend over data
+        moves beside the axes, zero bars get a mark, overlapping texts are laid out again); a problem that remains
+        (text over text, a legend over data, an invisible bar) is printed as a NOTE, or raised with
+        ``HUBNORM_FIGURE_CHECK=error`` (the test suite's setting)."""
+        from .figures import CHECK_ENV, check_mode, layout_problems, tidy
+
         out = results_dir("figures")
         stem = f"{self.prefix}_{name}"
+        mode = check_mode()
+        if mode != "off":
+            tidy(fig)
+            problems = layout_problems(fig)
+            if problems:
+                msg = (f"figure {stem}: {len(problems)} layout problem(s) remain: " + "; ".join(problems[:5])
+                       + ("; ..." if len(problems) > 5 else ""))
+                if mode == "error":
+                    raise ValueError(f"{msg} ({CHECK_ENV}=error; fix the figure's code)")
+                print(f"NOTE: {msg}")
         fig.savefig(out / f"{stem}.png", dpi=150, bbox_inches="tight")
         fig.savefig(out / f"{stem}.pdf", bbox_inches="tight")
         if caption:
@@ -110,6 +127,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
         from .parameters import validate
 
         validate(prefix, params)
+        _direct_run_results(prefix, params)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer; got {seed!r}")
     if dtype not in ("float32", "float64"):
@@ -138,6 +156,38 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
 
     mpl.rcParams.update({"figure.dpi": 90, "savefig.dpi": 150, "figure.autolayout": False})
     return Run(prefix=prefix, seed=int(seed), dtype=dtype, reproduces={k: list(v) for k, v in reproduces.items()})
+
+
+def injected_parameters(namespace: Mapping[str, object]) -> Dict[str, object]:
+    """The parameters papermill injected into this kernel (its cell starting "# Parameters" among the cells run so
+    far, IPython's ``In``), with their values now; {} outside papermill."""
+    import ast
+
+    for src in namespace.get("In") or []:
+        if isinstance(src, str) and src.lstrip().startswith("# Parameters"):
+            try:
+                tree = ast.parse(src)
+            except SyntaxError:
+                return {}
+            names = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                     if isinstance(t, ast.Name)]
+            return {n: namespace.get(n) for n in names}
+    return {}
+
+
+def _direct_run_results(prefix: str, namespace: Mapping[str, object]) -> None:
+    """A notebook run by papermill with parameters, outside ``run_all.sh`` (no ``$HUBNORM_RESULTS``), writes into
+    ``results/params-<changed parameters>/`` with a manifest, never beside the default run's outputs."""
+    injected = injected_parameters(namespace)
+    if not injected or os.environ.get("HUBNORM_RESULTS"):
+        return
+    from .reporting import results_dir, run_folder_name, write_manifest
+
+    folder = results_dir() / f"params-{run_folder_name(injected)}"
+    write_manifest(folder, notebook=prefix, parameters=injected, changed=injected, command="papermill")
+    os.environ["HUBNORM_RESULTS"] = str(folder)
+    print(f"Parameters {', '.join(f'{k}={v!r}' for k, v in injected.items())}: this run's figures and tables go "
+          f"to {folder}")
 
 
 def env_threads(default: int = 2) -> int:

@@ -12,10 +12,13 @@ table ids), read with :mod:`importlib.resources` so they load from a wheel, an s
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 import pandas as pd
 
@@ -72,6 +75,55 @@ def results_dir(sub: str = "") -> Path:
     path = root / sub if sub else root
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def run_folder_name(changed: Mapping[str, object], max_len: int = 64) -> str:
+    """The results folder of a run whose parameters differ from its profile's (or notebook's) defaults: the
+    changed ``name-value`` pairs, sorted, joined by ``_`` (``{"seed": 1, "alpha": 0.5}`` -> ``alpha-0.5_seed-1``);
+    past ``max_len`` characters, cut and ended by 8 hex digits of the full mapping, so two runs never share one."""
+    if not isinstance(changed, Mapping) or not changed:
+        raise ValueError(f"changed must be a non-empty mapping of parameter names to values; got {changed!r}")
+
+    def slug(v) -> str:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return repr(v)   # its sign kept: flat_tol=-1 and flat_tol=1 are two runs
+        text = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+        return re.sub(r"[^A-Za-z0-9.+]+", "-", text).strip("-") or "empty"
+
+    name = "_".join(f"{k}-{slug(v)}" for k, v in sorted(changed.items()))
+    if len(name) > max_len:
+        digest = hashlib.sha256(json.dumps(dict(changed), sort_keys=True, default=str).encode()).hexdigest()[:8]
+        name = f"{name[:max_len - 9].rstrip('-_')}-{digest}"
+    return name
+
+
+#: The file of a results folder that records how its run was made (parameters, source, profile, code version).
+MANIFEST = "MANIFEST.json"
+
+
+def write_manifest(folder: Path, **fields) -> Path:
+    """Write ``folder/MANIFEST.json`` atomically: ``fields`` (parameters, changed, profile, source, ...) with the
+    hubnorm version, the git commit of the project when there is one, and the time (UTC)."""
+    import datetime
+    import subprocess
+
+    from .._version import __version__
+
+    commit = None
+    root = project_root(folder) or project_root()
+    if root is not None and (root / ".git").exists():
+        try:
+            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    timeout=10).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            commit = None
+    record = {**fields, "hubnorm": __version__, "commit": commit,
+              "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, folder / MANIFEST)
+    return folder / MANIFEST
 
 
 def load_published(paper: Optional[str] = None, table: Optional[str] = None) -> pd.DataFrame:

@@ -39,6 +39,9 @@ _PAPERMILL_LINES = re.compile(rb"^(Input Notebook|Output Notebook|Executing note
                               rb"Executing Cell|Ending Cell)")
 #: The text form of an inline figure (its image is in the executed notebook): not a result, never on the terminal.
 _FIGURE_REPR = re.compile(rb"^<Figure size [0-9.]+x[0-9.]+ with [0-9]+ Axes>$")
+#: The kernel's own log line when papermill interrupts it while shutting it down after the last cell (the notebook
+#: has succeeded; a failure is reported by papermill itself): kept in the log, never on the terminal.
+_KERNEL_SHUTDOWN = re.compile(rb"^\[IPKernelApp\] ERROR \| KeyboardInterrupt caught in kernel\.?$")
 _ERROR_LINES = re.compile(r"^[A-Za-z]*(Error|Exception)|PapermillExecutionError")
 
 
@@ -189,6 +192,29 @@ def _fill(value, **fields):
     return value
 
 
+#: TeX commands of the notebooks' "In this run" lines, as the terminal shows them (the notebook renders the TeX)
+_TEX_SYMBOLS = {"alpha": "α", "beta": "β", "gamma": "γ", "tau": "τ", "lambda": "λ", "mu": "μ", "sigma": "σ",
+                "pi": "π", "times": "×", "cdot": "·", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "pm": "±",
+                "to": "→", "rightarrow": "→", "approx": "≈", "infty": "∞", "ldots": "…", "dots": "…", "in": "∈",
+                "ne": "≠", "neq": "≠", "sum": "Σ", "hbar": "ħ", "ast": "*", "%": "%"}
+
+
+def plain_tex(text: str) -> str:
+    """``text`` with every inline ``$...$`` written as plain text for a terminal: ``$N_{10}$`` -> ``N_10``,
+    ``$\\alpha$ = 1`` -> ``α = 1``, ``\\mathrm{R@1}`` -> ``R@1``; text without math is returned as it is."""
+    if "$" not in text:
+        return text
+
+    def plain(m):
+        t = re.sub(r"\\(?:mathrm|text|textrm|textit|mathbf|mathit|operatorname)\{([^{}]*)\}", r"\1", m.group(1))
+        t = re.sub(r"\\([A-Za-z]+|%)", lambda c: _TEX_SYMBOLS.get(c.group(1), c.group(1)), t)
+        t = re.sub(r"\\[,;:! ]", " ", t)
+        t = re.sub(r"([_^])\{([^{}]*)\}", r"\1\2", t)
+        return t.replace("{", "").replace("}", "")
+
+    return re.sub(r"\$([^$\n]+)\$", plain, text)
+
+
 class _Streamer:
     """Copy a child's output to its log and (unless quiet) to the terminal, prefixed ``  NN| ``."""
 
@@ -206,9 +232,10 @@ class _Streamer:
                 log.flush()
                 if self.show:
                     for part in line.rstrip(b"\n").split(b"\r"):
-                        if _PAPERMILL_LINES.match(part) or _FIGURE_REPR.match(part) or part.startswith(self.skip):
+                        if (_PAPERMILL_LINES.match(part) or _FIGURE_REPR.match(part) or _KERNEL_SHUTDOWN.match(part)
+                                or part.startswith(self.skip)):
                             continue
-                        sys.stdout.write(self.prefix + part.decode("utf-8", "replace") + "\n")
+                        sys.stdout.write(self.prefix + plain_tex(part.decode("utf-8", "replace")) + "\n")
                     sys.stdout.flush()
 
     def join(self):
@@ -259,6 +286,7 @@ class Runner:
         self.root, self.caller_dir, self.opts, self.p = root, caller_dir, opts, profiles
         self.python = sys.executable
         self._scripts = {}
+        self.argv: List[str] = []   # the command line, for the results folder's manifest
 
     def _helper(self, name: str):
         if name not in self._scripts:
@@ -314,7 +342,19 @@ class Runner:
             results = own_results_folder(results_root, own)
             os.environ["HUBNORM_FORBID_SYNTHETIC"] = "1"
         if o["user_params"]:   # --param / --params override the profile's parameters
+            before = dict(params)
             params = self._notebook_params_merge(params)
+            changed = {k: v for k, v in params.items() if k not in before or before[k] != v}
+            if own:
+                changed.pop("source", None)
+            if changed:   # a folder of its own, named by what changed: never mixed into the default run's
+                from .reporting import run_folder_name
+
+                name = run_folder_name(changed)
+                results = (results.with_name(f"{results.name}+{name}") if own
+                           else results / f"params-{name}")
+        else:
+            changed = {}
         self._lock = lock_results(results)   # before anything in the folder is cleared or written
         if self._lock is None:
             _say(f"run_all.sh: another run_all.sh is writing to {results} (its lock {lock_path(results)} is held): "
@@ -326,6 +366,10 @@ class Runner:
         results.mkdir(parents=True, exist_ok=True)
         if own:
             (results / SOURCE_FILE).write_text(own + "\n")
+        from .reporting import write_manifest
+
+        write_manifest(results, profile=profile_name, source=own or params.get("source", None), parameters=params,
+                       changed=changed, only=o["only"] or None, command=["run_all.sh", *self.argv])
         os.environ["HUBNORM_RESULTS"] = str(results)
         self._results = results
 
@@ -520,7 +564,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         opts = parse_args(argv, str(caller_dir))
         profiles = load_profiles()
-        return Runner(root, caller_dir, opts, profiles).run()
+        runner = Runner(root, caller_dir, opts, profiles)
+        runner.argv = list(argv)
+        return runner.run()
     except Usage as exc:
         _say(f"run_all.sh: {exc}", err=True)
         return 2

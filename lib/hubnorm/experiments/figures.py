@@ -1,0 +1,351 @@
+"""Figures that read at a glance: a layout check of a drawn matplotlib figure, and the two remedies that need no
+judgement (a legend that covers data goes beside the axes; a bar of height zero gets a visible mark).
+
+:func:`layout_problems` lists, in words, what makes a figure hard to read:
+
+* **text over text** -- any two visible texts of the figure (tick labels, axis labels, titles, legend entries,
+  annotations, the suptitle) whose boxes overlap: tick labels that run together, a title over a y label;
+* **a legend over data** -- a legend box inside an axes that covers a bar, a plotted point or a line of that axes;
+* **an invisible bar** -- a bar of height zero (width zero for horizontal bars) without a mark or a label at its
+  place: a reader cannot tell "zero" from "not computed" (not a histogram's empty bin: bins tile an interval, and
+  an empty one reads as a gap).
+
+:func:`tidy` applies the remedies in place; :meth:`hubnorm.experiments.notebook.Run.save_figure` calls both before
+saving, so every saved figure of the notebooks is checked. With ``HUBNORM_FIGURE_CHECK=error`` (the test suite sets
+it) a problem that remains is an error; by default it is printed as a NOTE under the figure.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, List, Tuple
+
+import numpy as np
+
+#: How far two boxes must overlap (pixels, each side) before they count as overlapping (anti-aliasing slack).
+SLACK_PX = 1.0
+#: The environment variable that turns remaining problems into errors, and its values.
+CHECK_ENV = "HUBNORM_FIGURE_CHECK"
+CHECK_MODES = ("note", "error", "off")
+
+
+def check_mode() -> str:
+    """``$HUBNORM_FIGURE_CHECK`` (default ``note``), checked where it is read."""
+    mode = os.environ.get(CHECK_ENV, "note").strip().lower() or "note"
+    if mode not in CHECK_MODES:
+        raise ValueError(f"{CHECK_ENV} must be one of {list(CHECK_MODES)}; got {os.environ.get(CHECK_ENV)!r}: "
+                         f"unset it or set e.g. {CHECK_ENV}=note")
+    return mode
+
+
+def _renderer(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _visible_text(t) -> bool:
+    return t.get_visible() and bool(str(t.get_text()).strip()) and t.get_alpha() != 0
+
+
+def _texts(fig) -> List[Tuple[str, object]]:
+    """(description, Text) of every visible text of ``fig``."""
+    out = []
+    sup = getattr(fig, "_suptitle", None)
+    if sup is not None:
+        out.append(("suptitle", sup))
+    out += [("figure text", t) for t in fig.texts]
+    for i, ax in enumerate(fig.axes):
+        if not ax.get_visible():
+            continue
+        name = f"axes {i + 1}" + (f" ({ax.get_title()[:30]!r})" if ax.get_title() else "")
+        for which, title in (("left", ax._left_title), ("", ax.title), ("right", ax._right_title)):
+            out.append((f"{name} {which + ' ' if which else ''}title", title))
+        out.append((f"{name} x label", ax.xaxis.label))
+        out.append((f"{name} y label", ax.yaxis.label))
+        for axis, letter in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+            lo, hi = sorted(axis.get_view_interval())
+            span = (hi - lo) * 1e-9
+            for tick in axis.get_major_ticks():   # the ones drawn: visible and within the view limits
+                if tick.get_visible() and lo - span <= tick.get_loc() <= hi + span:
+                    for lab in (tick.label1, tick.label2):
+                        out.append((f"{name} {letter} tick {lab.get_text()!r}", lab))
+        out += [(f"{name} text {t.get_text()[:20]!r}", t) for t in ax.texts]
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible():
+            out += [(f"{name} legend {t.get_text()[:20]!r}", t) for t in leg.get_texts()]
+            out.append((f"{name} legend title", leg.get_title()))
+    for leg in fig.legends:
+        out += [(f"figure legend {t.get_text()[:20]!r}", t) for t in leg.get_texts()]
+    seen, unique = set(), []
+    for d, t in out:   # the suptitle is also among the figure's texts
+        if t is not None and id(t) not in seen and _visible_text(t):
+            seen.add(id(t))
+            unique.append((d, t))
+    return unique
+
+
+def _overlap(a, b, slack: float = SLACK_PX) -> bool:
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > slack) and (min(a.y1, b.y1) - max(a.y0, b.y0) > slack)
+
+
+def _is_histogram(patches, vertical: bool) -> bool:
+    """Bars that tile an interval edge to edge (a histogram's bins: an empty bin reads as a gap, not a value)."""
+    if len(patches) < 2:
+        return False
+    start = [p.get_x() if vertical else p.get_y() for p in patches]
+    size = [p.get_width() if vertical else p.get_height() for p in patches]
+    return all(np.isclose(start[i] + size[i], start[i + 1]) for i in range(len(patches) - 1))
+
+
+def _bars(ax, *, histograms: bool = True) -> Iterable[Tuple[object, bool]]:
+    """(Rectangle, vertical) of every bar of ``ax`` (its bar containers; ``histograms=False``: not the bins of
+    a histogram)."""
+    from matplotlib.container import BarContainer
+
+    for c in ax.containers:
+        if isinstance(c, BarContainer):
+            vertical = getattr(c, "orientation", "vertical") != "horizontal"
+            if histograms or not _is_histogram(c.patches, vertical):
+                for p in c.patches:
+                    yield p, vertical
+
+
+def _segments_hit(box, xy: np.ndarray, samples: int = 8) -> bool:
+    """Whether the polyline ``xy`` (display coordinates) passes through ``box`` (sampled along each segment)."""
+    if len(xy) == 0:
+        return False
+    if len(xy) > 1:
+        t = np.linspace(0, 1, samples)[None, :, None]
+        xy = (xy[:-1, None, :] * (1 - t) + xy[1:, None, :] * t).reshape(-1, 2)
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    inside = ((xy[:, 0] > box.x0 + SLACK_PX) & (xy[:, 0] < box.x1 - SLACK_PX)
+              & (xy[:, 1] > box.y0 + SLACK_PX) & (xy[:, 1] < box.y1 - SLACK_PX))
+    return bool(inside.any())
+
+
+def _legend_covers(ax, renderer) -> List[str]:
+    leg = ax.get_legend()
+    if leg is None or not leg.get_visible():
+        return []
+    box = leg.get_window_extent(renderer)
+    others = [f"axes {ax.figure.axes.index(o) + 1}" for o in ax.figure.axes
+              if o is not ax and o.get_visible() and o.get_frame_on() and _overlap(box, o.get_window_extent(renderer))]
+    if others:
+        return [f"the legend lies on {others[0]}, another axes"]
+    if not _overlap(box, ax.get_window_extent(renderer)):
+        return []   # beside the axes
+    hits = []
+    for p, _ in _bars(ax):
+        if p.get_visible() and _overlap(box, p.get_window_extent(renderer)):
+            hits.append("a bar")
+            break
+    for line in ax.lines:
+        if line.get_visible() and line.get_label() != "_hubnorm_zero_mark":
+            xy = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+            if line.get_linestyle() in ("None", "none", "", " "):
+                hit = _segments_hit(box, xy, samples=1) if len(xy) else False
+            else:
+                hit = _segments_hit(box, xy)
+            if hit:
+                hits.append(f"the line {line.get_label()!r}")
+                break
+    for coll in ax.collections:
+        offsets = getattr(coll, "get_offsets", lambda: np.empty((0, 2)))()
+        if coll.get_visible() and len(offsets) and type(coll).__name__ == "PathCollection":
+            xy = coll.get_offset_transform().transform(np.asarray(offsets, dtype=float))
+            if _segments_hit(box, xy, samples=1):
+                hits.append("plotted points")
+                break
+    return [f"the legend covers {h}" for h in hits]
+
+
+def _zero_marked(ax, rect, vertical: bool) -> bool:
+    """Whether a zero bar has a mark at its place: a line along its baseline or a text within its span."""
+    x0, x1 = (rect.get_x(), rect.get_x() + rect.get_width()) if vertical else (rect.get_y(), rect.get_y() + rect.get_height())
+    base = rect.get_y() if vertical else rect.get_x()
+    lo, hi = min(x0, x1), max(x0, x1)
+    for line in ax.lines:
+        xs, ys = (np.asarray(v, dtype=float) for v in line.get_data())
+        along, across = (xs, ys) if vertical else (ys, xs)
+        if len(along) and np.allclose(across, base) and along.min() <= lo + 1e-9 and along.max() >= hi - 1e-9:
+            return True
+    for t in ax.texts:
+        x, y = t.get_position()
+        pos = x if vertical else y
+        if lo - 1e-9 <= pos <= hi + 1e-9:
+            return True
+    return False
+
+
+def layout_problems(fig) -> List[str]:
+    """What makes ``fig`` hard to read (see the module docstring), one sentence each; [] for a clean figure.
+    The figure is drawn first (its text boxes are measured as rendered)."""
+    renderer = _renderer(fig)
+    problems = []
+    texts = [(d, t, t.get_window_extent(renderer)) for d, t in _texts(fig)]
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            (da, ta, ba), (db, tb, bb) = texts[i], texts[j]
+            if ta is not tb and _overlap(ba, bb):
+                problems.append(f"text over text: {da} and {db}")
+    for ax in fig.axes:
+        problems += [f"{p} (axes {fig.axes.index(ax) + 1})" for p in _legend_covers(ax, renderer)]
+        for rect, vertical in _bars(ax, histograms=False):
+            size = rect.get_height() if vertical else rect.get_width()
+            if rect.get_visible() and np.isfinite(size) and size == 0 and not _zero_marked(ax, rect, vertical):
+                problems.append(f"a bar of height zero is invisible (axes {fig.axes.index(ax) + 1}, at "
+                                f"{rect.get_x() if vertical else rect.get_y():.3g}): mark it or label it")
+    return problems
+
+
+def mark_zero_bars(ax) -> int:
+    """Draw a short thick line in the bar's colour along the baseline of every zero bar of ``ax``; returns how
+    many were marked."""
+    n = 0
+    for rect, vertical in _bars(ax, histograms=False):
+        size = rect.get_height() if vertical else rect.get_width()
+        if rect.get_visible() and np.isfinite(size) and size == 0 and not _zero_marked(ax, rect, vertical):
+            colour = rect.get_facecolor()
+            if vertical:
+                xs, ys = [rect.get_x(), rect.get_x() + rect.get_width()], [rect.get_y()] * 2
+            else:
+                xs, ys = [rect.get_x()] * 2, [rect.get_y(), rect.get_y() + rect.get_height()]
+            ax.plot(xs, ys, color=colour, lw=3, solid_capstyle="butt", label="_hubnorm_zero_mark", zorder=3)
+            n += 1
+    return n
+
+
+def _text_overlaps(fig) -> List[Tuple[str, str]]:
+    renderer = _renderer(fig)
+    texts = [(d, t.get_window_extent(renderer)) for d, t in _texts(fig)]
+    return [(texts[i][0], texts[j][0]) for i in range(len(texts)) for j in range(i + 1, len(texts))
+            if _overlap(texts[i][1], texts[j][1])]
+
+
+def _crowded_axes(fig):
+    """(axes, axis) whose own tick labels overlap each other (they run together)."""
+    renderer = _renderer(fig)
+    out = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            boxes = [t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
+                     if t.get_visible() and t.label1.get_visible() and str(t.label1.get_text()).strip()
+                     and lo <= t.get_loc() <= hi]
+            if any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]):
+                out.append((ax, axis))
+    return out
+
+
+def tidy(fig) -> List[str]:
+    """The remedies that need no judgement, in place, in this order: zero bars get a mark
+    (:func:`mark_zero_bars`); a legend that covers data moves beside its axes (upper left, outside on the right);
+    texts that overlap each other are laid out again by matplotlib's constrained layout (kept only when it leaves
+    fewer overlaps); a title on its own tick labels is raised; tick labels that still run together get fewer ticks (numbers: 6, then 4, then 3 at most) or
+    are slanted (names on the x axis: 30, 60, 90 degrees).
+    Returns what was done."""
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
+    done = []
+    for i, ax in enumerate(fig.axes):
+        if mark_zero_bars(ax):
+            done.append(f"marked the zero bars of axes {i + 1}")
+    done += _move_legends(fig)
+    before = _text_overlaps(fig)
+    if before:
+        engine, positions = fig.get_layout_engine(), [ax.get_position(original=True) for ax in fig.axes]
+        fig.set_layout_engine("constrained")
+        if len(_text_overlaps(fig)) < len(before):
+            done.append("laid the figure out again (constrained layout)")
+        else:
+            fig.set_layout_engine(engine if engine is not None else "none")
+            for ax, pos in zip(fig.axes, positions):
+                ax.set_position(pos)
+    for i, ax in enumerate(fig.axes):   # a title on its own tick labels (a log axis' top label): raise the title
+        if _raise_title(fig, ax):
+            done.append(f"raised the title of axes {i + 1} above its tick labels")
+    for ax, axis in _crowded_axes(fig):
+        where = f"the {axis.axis_name} ticks of axes {fig.axes.index(ax) + 1}"
+        if axis.get_scale() == "linear" and isinstance(axis.get_major_formatter(), ScalarFormatter):
+            for nbins in (6, 4, 3):   # numbers: fewer of them
+                axis.set_major_locator(MaxNLocator(nbins=nbins))
+                if (ax, axis) not in _crowded_axes(fig):
+                    done.append(f"thinned {where} to {nbins}")
+                    break
+        elif axis.axis_name == "x":   # names (categories): slanted, then upright
+            for angle in (30, 60, 90):
+                for label in axis.get_ticklabels():
+                    label.set_rotation(angle)
+                    label.set_horizontalalignment("right" if angle < 90 else "center")
+                    label.set_rotation_mode("anchor" if angle < 90 else "default")
+                if (ax, axis) not in _crowded_axes(fig):
+                    done.append(f"slanted {where} by {angle} degrees")
+                    break
+    done += _move_legends(fig)   # a new layout can shrink an axes under its legend
+    return done
+
+
+def _outside_anchor(ax, renderer, side: str) -> Tuple[float, float]:
+    """An anchor (axes coordinates) just above the axes' title (``side="above"``) or just below its x tick labels
+    and x label (``"below"``): the box of everything the axes draws, its legend left out."""
+    leg = ax.get_legend()
+    leg.set_visible(False)
+    try:
+        box = ax.get_tightbbox(renderer).transformed(ax.transAxes.inverted())
+    finally:
+        leg.set_visible(True)
+    return (0.0, box.y1 + 0.02) if side == "above" else (0.0, box.y0 - 0.02)
+
+
+def _raise_title(fig, ax) -> bool:
+    """Raise the title of ``ax`` above any of its own tick labels it overlaps; True when it moved."""
+    title = ax.title
+    if not _visible_text(title):
+        return False
+    renderer = _renderer(fig)
+    box = title.get_window_extent(renderer)
+    labels = [lab for axis in (ax.xaxis, ax.yaxis) for t in axis.get_major_ticks()
+              for lab in (t.label1, t.label2) if _visible_text(lab)]
+    tops = [lab.get_window_extent(renderer).y1 for lab in labels if _overlap(box, lab.get_window_extent(renderer))]
+    if not tops:
+        return False
+    pad_pt = float(np.ceil((max(tops) - box.y0 + 2 * SLACK_PX) * 72.0 / fig.dpi)) + \
+        float(__import__("matplotlib").rcParams["axes.titlepad"])
+    ax.set_title(title.get_text(), pad=pad_pt, fontsize=title.get_fontsize(), color=title.get_color())
+    return True
+
+
+def _move_legends(fig) -> List[str]:
+    """Place every legend that covers data where it covers none, trying in turn: matplotlib's "best" spot inside
+    the axes, beside the axes on the right, above its title in one row, below its x label in one row; the first
+    place that covers no data of its axes and no other axes is kept (else the last one tried)."""
+    done = []
+    for i, ax in enumerate(fig.axes):
+        if not _legend_covers(ax, _renderer(fig)):
+            continue
+        old = ax.get_legend()
+        entries = (list(old.legend_handles), [t.get_text() for t in old.get_texts()])
+        style = dict(title=old.get_title().get_text() or None, title_fontsize=old.get_title().get_fontsize(),
+                     fontsize=old.get_texts()[0].get_fontsize() if entries[1] else None, ncols=old._ncols)
+        places = [("at the best spot inside its axes", "best", None, style["ncols"]),
+                  ("beside its axes", "upper left", (1.01, 1.0), style["ncols"]),
+                  ("above its axes", "lower left", "above", len(entries[1])),
+                  ("below its axes", "upper left", "below", len(entries[1]))]
+        for what, loc, anchor, ncols in places:
+            if isinstance(anchor, str):
+                anchor = _outside_anchor(ax, _renderer(fig), anchor)
+            ax.legend(*entries, loc=loc, bbox_to_anchor=anchor, bbox_transform=None if anchor is None else ax.transAxes,
+                      **{**style, "ncols": ncols})   # a new legend: its columns are laid out when it is made
+            if not _legend_covers(ax, _renderer(fig)) and not _legend_texts_collide(fig, ax):
+                break
+        done.append(f"moved the legend of axes {i + 1} {what}")
+    return done
+
+
+def _legend_texts_collide(fig, ax) -> bool:
+    """Whether the legend of ``ax`` overlaps any text of the figure that is not its own."""
+    renderer = _renderer(fig)
+    leg = ax.get_legend()
+    own = {id(t) for t in leg.get_texts()} | {id(leg.get_title())}
+    box = leg.get_window_extent(renderer)
+    return any(_overlap(box, t.get_window_extent(renderer)) for _, t in _texts(fig) if id(t) not in own)

@@ -1,0 +1,201 @@
+"""The figure layout check and its remedies (hubnorm.experiments.figures), on figures built to have each defect
+the notebooks' figures had: tick labels that run together, a suptitle over a y label, a legend over bars, bars of
+height zero. Each check must fire on its defect and stay quiet on the clean figure; each remedy must remove it.
+Every saved figure of the notebooks goes through the same check (Run.save_figure; the test suite runs the
+notebooks with HUBNORM_FIGURE_CHECK=error, tests/conftest.py)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from hubnorm.experiments import figures  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def _clean():
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar([0, 1, 2], [3, 5, 4], label="a")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_title("clean")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+def test_a_clean_figure_has_no_problems_and_tidy_leaves_it_alone():
+    fig = _clean()
+    assert figures.layout_problems(fig) == []
+    assert figures.tidy(fig) == []
+
+
+def test_tick_labels_that_run_together_are_found_and_thinned():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([-0.0175, 0.0], [0, 1])
+    ax.set_xticks(np.linspace(-0.0175, 0, 8))   # eight long labels on a narrow axis (cf. 09_explain_hub)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    fig.tight_layout()
+    problems = figures.layout_problems(fig)
+    assert problems and all("x tick" in p for p in problems), problems
+    done = figures.tidy(fig)
+    assert any("thinned the x ticks" in d for d in done), done
+    assert figures.layout_problems(fig) == []
+
+
+def test_category_names_that_run_together_are_slanted():
+    fig, ax = plt.subplots(figsize=(3, 2.5))
+    ax.bar(["MP (empirical)", "MP (Gaussian)", "DSL (k = 10)", "LS (k = 10)"], [1, 2, 3, 4])
+    fig.tight_layout()   # cf. 01_classic_methods
+    assert figures.layout_problems(fig)
+    done = figures.tidy(fig)
+    assert any(d.startswith("slanted the x ticks of axes 1") for d in done), done
+    assert figures.layout_problems(fig) == []
+
+
+def test_a_title_on_its_own_tick_labels_is_raised(monkeypatch):
+    # cf. 00_real_k_occurrence on a real release: a title wider than its axes, low over the top y tick label
+    fig, ax = plt.subplots(figsize=(2, 3))
+    ax.plot([1, 10], [1, 10])
+    ax.set_yscale("log")
+    ax.set_ylim(1, 10)
+    ax.set_title("real data (flickr8k-100x5-clip-vitb32) · 100 images", fontsize=8, pad=-2)
+    fig.subplots_adjust(left=0.35)
+    fig.set_layout_engine("none")
+    assert any(" title and axes 1" in p and "y tick" in p for p in figures.layout_problems(fig))
+    monkeypatch.setattr(figures, "_text_overlaps", lambda f: [])   # the raise alone, without a new layout
+    assert figures.tidy(fig) == ["raised the title of axes 1 above its tick labels"]
+    assert figures.layout_problems(fig) == []
+    assert ax.get_title() == "real data (flickr8k-100x5-clip-vitb32) · 100 images" and ax.title.get_fontsize() == 8
+
+
+def test_ticks_outside_the_view_are_not_texts():
+    # matplotlib keeps major ticks just outside the view limits (not drawn): they must not count as overlapping
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    axes[1].set_xscale("log")
+    axes[1].plot([1, 100], [1, 100])
+    axes[0].plot([0, 1], [0, 1])
+    fig.tight_layout()
+    assert figures.layout_problems(fig) == []
+
+
+def test_a_suptitle_over_a_long_y_label_is_found():
+    fig, axes = plt.subplots(1, 2, figsize=(8, 2.5))
+    axes[1].set_ylabel("a very long y label that is taller than its axes, clean minus attacked")
+    fig.suptitle("a title", y=0.99)
+    problems = figures.layout_problems(fig)
+    assert any("suptitle" in p and "y label" in p for p in problems), problems
+
+
+def test_a_legend_over_bars_is_found_and_moved_beside_the_axes():
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar([0, 1, 2], [5, 5, 5], label="bars")
+    ax.legend(loc="center")   # squarely over the middle bar (cf. 08_r1_by_method_video)
+    problems = figures.layout_problems(fig)
+    assert problems == ["the legend covers a bar (axes 1)"], problems
+    assert figures.tidy(fig) == ["moved the legend of axes 1 beside its axes"]
+    assert figures.layout_problems(fig) == []
+    leg = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    assert leg.x0 >= ax.get_window_extent(fig.canvas.get_renderer()).x1 - 1
+
+
+def test_a_legend_is_not_moved_onto_the_next_axes():
+    # cf. 01_classic_methods: three panels side by side; "beside" would put the middle legend on the third panel
+    fig, axes = plt.subplots(1, 3, figsize=(9, 3))
+    for ax in axes:
+        ax.bar([0, 1, 2, 3], [5, 5, 5, 5], label="a")
+        ax.bar([0.4, 1.4, 2.4, 3.4], [5, 5, 5, 5], label="b")
+    axes[1].legend(loc="center")
+    fig.tight_layout()
+    assert figures.layout_problems(fig) == ["the legend covers a bar (axes 2)"]
+    assert figures.tidy(fig) == ["moved the legend of axes 2 above its axes"]
+    assert figures.layout_problems(fig) == []
+    assert axes[1].get_legend()._ncols == 2
+    # a legend lying on another axes is a problem of its own
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    axes[0].plot([0, 1], [0, 1], label="line")
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.05, 0.6))
+    assert figures.layout_problems(fig) == ["the legend lies on axes 2, another axes (axes 1)"]
+
+
+def test_a_legend_over_a_line_or_points_is_found():
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([0, 1], [0.5, 0.5], label="line")
+    ax.legend(loc="center")
+    assert figures.layout_problems(fig) == ["the legend covers the line 'line' (axes 1)"]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.scatter([0, 0.5, 1], [0, 0.5, 1], label="points")
+    ax.legend(loc="center")
+    assert figures.layout_problems(fig) == ["the legend covers plotted points (axes 1)"]
+    # a legend in an empty corner is fine
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([0, 1], [0, 0.2], label="low line")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper right")
+    assert figures.layout_problems(fig) == []
+
+
+def test_bars_of_height_zero_are_found_and_marked():
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    axes[0].bar([0, 1, 2], [4.0, 0.0, 2.0], color="C1")       # cf. 09_planted_hubs: IS / SN capture nothing
+    axes[1].barh([0, 1], [0.0, 3.0])
+    fig.tight_layout()
+    problems = figures.layout_problems(fig)
+    assert len(problems) == 2 and all("height zero" in p for p in problems), problems
+    assert "axes 1, at 0.6" in problems[0] and "axes 2, at -0.4" in problems[1], problems
+    assert figures.tidy(fig) == ["marked the zero bars of axes 1", "marked the zero bars of axes 2"]
+    assert figures.layout_problems(fig) == []
+    mark = [line for line in axes[0].lines if line.get_label() == "_hubnorm_zero_mark"]
+    assert len(mark) == 1 and list(mark[0].get_xdata()) == [0.6, 1.4] and list(mark[0].get_ydata()) == [0, 0]
+    assert matplotlib.colors.same_color(mark[0].get_color(), axes[0].patches[1].get_facecolor())
+    # a text label at the bar's place counts as its mark; a nan bar (not computed) is not a zero bar
+    fig, ax = plt.subplots()
+    ax.bar([0, 1, 2], [1.0, 0.0, np.nan])
+    ax.text(1, 0, "0", ha="center", va="bottom")
+    assert figures.layout_problems(fig) == []
+    # a histogram's empty bins are gaps, not values: left alone
+    fig, ax = plt.subplots()
+    ax.hist([0.1, 0.2, 2.9], bins=[0, 1, 2, 3])
+    assert figures.layout_problems(fig) == [] and figures.tidy(fig) == []
+
+
+def test_save_figure_tidies_checks_and_raises_in_error_mode(tmp_path, monkeypatch, capsys):
+    from hubnorm.experiments.notebook import Run
+
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    run = Run(prefix="99")
+    fig, ax = plt.subplots()
+    ax.bar([0, 1], [0.0, 2.0], label="b")
+    ax.legend(loc="center")
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "error")
+    run.save_figure(fig, "tidied")   # both defects have a remedy: saved without an error
+    assert (tmp_path / "figures" / "99_tidied.png").is_file()
+    fig, axes = plt.subplots(1, 2, figsize=(8, 2.5))
+    axes[1].set_ylabel("a very long y label that is taller than its axes, clean minus attacked")
+    fig.suptitle("a title", y=0.99)
+    fig.set_layout_engine("none")
+    with pytest.raises(ValueError, match="suptitle and axes 2 y label.*HUBNORM_FIGURE_CHECK=error"):
+        figures_check_without_relayout(run, fig, monkeypatch)
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")
+    figures_check_without_relayout(run, fig, monkeypatch)
+    assert "NOTE: figure 99_collide: 2 layout problem(s) remain: text over text: suptitle and axes 2 y label" \
+        in capsys.readouterr().out
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "loud")
+    with pytest.raises(ValueError, match="HUBNORM_FIGURE_CHECK must be one of"):
+        run.save_figure(fig, "collide")
+
+
+def figures_check_without_relayout(run, fig, monkeypatch):
+    """save_figure with the constrained-layout remedy disabled (it would fix the collision)."""
+    monkeypatch.setattr(figures, "_text_overlaps", lambda f: [])
+    run.save_figure(fig, "collide")
