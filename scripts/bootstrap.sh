@@ -10,7 +10,7 @@ want=$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-64)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-echo "[bootstrap] creating $VENV and installing pinned requirements (about 3 minutes, 5 GB)..." >&2
+echo "[bootstrap] creating $VENV and installing pinned requirements (minutes; time and size measured: benchmarks/reports/setup.md)..." >&2
 # pip prints one harmless warning per package on machines whose pip.conf lists absent local indexes: hide those
 pip_q() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

@@ -571,6 +571,22 @@ def coverage_page(notebooks: list[Path]) -> str:
     return "\n".join(lines)
 
 
+SETUP_REPORT = REPO / "benchmarks" / "reports" / "setup.json"
+
+
+def readme_setup_block(report: Path = SETUP_REPORT) -> str:
+    """README's set-up sentence from ``scripts/measure_setup.py``'s report (what was measured, when, where)."""
+    if not report.is_file():
+        return "Set-up time and size: not measured yet (`python scripts/measure_setup.py`)."
+    r = json.loads(report.read_text())
+    return (f"Measured: the `.venv` set-up took {r['bootstrap_s'] / 60:.1f} min and {r['venv_bytes'] / 1e9:.1f} GB of pinned "
+            f"packages, then `run_all.sh` {r['run_all_s'] / 60:.1f} min"
+            + (f" and `run_tests.sh` {r['run_tests_s'] / 60:.0f} min" if "run_tests_s" in r else "")
+            + f" (measured on a fresh clone by `python scripts/measure_setup.py`, {r['date']}, {r['machine']}, pip "
+            f"download cache {'warm' if r['pip_cache_warm'] else 'cold'}: "
+            "[benchmarks/reports/setup.md](benchmarks/reports/setup.md)).")
+
+
 def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     """{path: content} of every file derived from the repository address and the notebooks' cells."""
     repo = repo or repository()
@@ -581,6 +597,7 @@ def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     readme = _replace_block(readme, "launch", readme_launch_block(repo, notebooks), "README.md")
     readme = _replace_block(readme, "claims", readme_claims_block(notebooks), "README.md")
     readme = _replace_block(readme, "coverage", readme_coverage_block(notebooks), "README.md")
+    readme = _replace_block(readme, "setup", readme_setup_block(), "README.md")
     out[REPO / "README.md"] = readme
     out[REPO / "docs" / "coverage.md"] = coverage_page(notebooks) + "\n"
     install = (REPO / "docs" / "install.md").read_text()

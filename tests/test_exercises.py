@@ -18,6 +18,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,3 +178,18 @@ def test_no_solution_in_notebooks():
     for path in list(NOTEBOOKS.glob("[0-9][0-9]_*.py")) + list(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         text = path.read_text()
         assert not re.search(r"^\s*(import|from) \S*solutions", text, flags=re.M), path
+
+
+def test_solution_printouts_are_rounded():
+    from hubnorm.experiments.notebook import readable
+
+    assert readable({"R@1": 77.60000000000001, 0.30000000000000004: (5.120000000000003, 3), "n": 5, "ok": True,
+                     "tiny": 1.3877787807814457e-16, "name": "raw", "xs": [84.39999999999999]}) == \
+        {"R@1": 77.6, 0.3: (5.12, 3), "n": 5, "ok": True, "tiny": 1.388e-16, "name": "raw", "xs": [84.4]}
+    assert readable(np.float64(79.73333333333333)) == 79.73 and readable(0.123456, digits=2) == 0.12
+    with pytest.raises(ValueError, match="digits must be a positive integer"):
+        readable(1.0, digits=0)
+    for stem in _solution_stems():   # every solution script prints through it
+        text = (SOLUTIONS / f"{stem}.py").read_text()
+        main = text[text.index('if __name__ == "__main__":'):]
+        assert "readable(fn())" in main and "readable(quiz())" in main, stem

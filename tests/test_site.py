@@ -71,8 +71,14 @@ def test_markdown_sources_render_as_written():
     assert not defects, "\n".join(defects)
 
 
+def test_methods_sections_are_numbered_in_order_with_the_references_last():
+    heads = re.findall(r"^## (\d+) (.+)$", (REPO / "docs" / "methods.md").read_text(), flags=re.M)
+    assert [int(n) for n, _ in heads] == list(range(1, len(heads) + 1)), heads
+    assert heads[-1][1] == "References", heads[-1]
+
+
 def test_markdown_lint_catches_what_garbled_the_methods_page():
-    # the two defects of docs/methods.md section 13.1 (a wrapped line starting "- " inside $...$) and section 3.11
+    # the two defects of docs/methods.md section 12.1 (was 13.1) (a wrapped line starting "- " inside $...$) and section 3.11
     # (a tab written where Python meant "\\t"), and notebook 00's "+ 1$" continuation line
     old = ("so $g_j = -\\tau\\log n - \\sum_i w_{ij}(s_{ij}+f_i) - \\tau H =\n"
            "- \\tau\\log n$, and $w_{ij} = n\\,\\pi_{ij}$ because\n\n"
@@ -736,3 +742,15 @@ def test_site_in_a_real_browser(built_site, server, browser):
     print(f"browser checks: {len(nb_urls)} notebook pages + {len(others) + 1} others, {len(links)} internal links, "
           f"{len(hits)} search hits, "
           f"{len(urls)} requests, all to {host}; {time.perf_counter() - t0:.0f} s; screenshots in {shots}")
+
+
+def test_readme_setup_sentence_comes_from_the_measured_report(tmp_path):
+    assert "not measured yet" in hubsite.readme_setup_block(tmp_path / "none.json")
+    report = tmp_path / "setup.json"
+    report.write_text(json.dumps({"bootstrap_s": 336.0, "venv_bytes": 6.8e9, "run_all_s": 486.0, "run_tests_s": 1110.0,
+                                  "date": "2026-12-02", "machine": "x86_64, 2 cores, Python 3.11.2",
+                                  "pip_cache_warm": True}))
+    text = hubsite.readme_setup_block(report)
+    assert text.startswith("Measured: the `.venv` set-up took 5.6 min and 6.8 GB of pinned packages, then "
+                           "`run_all.sh` 8.1 min and `run_tests.sh` 18 min"), text
+    assert "2026-12-02, x86_64, 2 cores" in text and "pip download cache warm" in text

@@ -158,6 +158,8 @@ def quiz() -> dict:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from hubnorm.experiments.notebook import readable
+
     for fn in (exercise_1, exercise_2, exercise_3):
-        print(fn.__name__, fn())
-    print("quiz", quiz())
+        print(fn.__name__, readable(fn()))
+    print("quiz", readable(quiz()))

@@ -245,6 +245,21 @@ def show(df: pd.DataFrame, columns: Optional[Sequence[str]] = None, *, digits: i
     return None
 
 
+def readable(value, digits: int = 4):
+    """``value`` (numbers, or dicts / lists / tuples of them, nested) with every float given to ``digits`` significant
+    digits, for printing: ``77.60000000000001`` -> ``77.6``, ``1.3877787807814457e-16`` -> ``1.388e-16``. Ints,
+    bools, strings and other objects are kept; dict keys are rounded too (a parameter grid's 0.30000000000000004)."""
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive integer; got {digits!r}")
+    if isinstance(value, (float, np.floating)):
+        return float(f"{float(value):.{digits}g}")
+    if isinstance(value, dict):
+        return {readable(k, digits): readable(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(readable(v, digits) for v in value)
+    return value
+
+
 def key_numbers(df: pd.DataFrame, columns: Optional[Sequence[str]] = None, *, digits: int = 2) -> None:
     """Print the key numbers of a run as plain text (the cells nbval compares): floats rounded to ``digits``."""
     d = df if columns is None else df[list(columns)]
