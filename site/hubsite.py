@@ -292,6 +292,8 @@ def _resolve(target: str, doc: str, pages: set[str], repo: Repo, images: set[str
     rel = os.path.normpath(os.path.join(os.path.dirname(doc), path)).replace(os.sep, "/")
     if rel.startswith(".."):
         return target
+    if rel == "README.md":   # the README is the site's page "overview" (the home page is a short landing page)
+        return os.path.relpath("overview.md", os.path.dirname(doc) or ".").replace(os.sep, "/") + (f"#{frag}" if frag else "")
     if rel in pages:
         return target
     full = REPO / rel
@@ -705,6 +707,9 @@ def stage_notebook(stage: Stage, path: Path, pages: set[str],
                 k = next((n for n, line in enumerate(lines) if line.startswith("# ")), 0)
                 src = "\n".join(lines[:k + 1] + ["", _header(stage, stem, kind, label), ""] + lines[k + 1:])
             cell["source"] = src
+        elif cell.get("cell_type") == "code":   # code folded by default (myst-nb's "hide-input": a toggle per cell)
+            cell = dict(cell, metadata={**cell.get("metadata", {}),
+                                        "tags": sorted(set(cell.get("metadata", {}).get("tags", [])) | {"hide-input"})})
         if i in anchors:
             cells.append({"cell_type": "markdown", "id": f"hubsite-anchor-{i}", "metadata": {},
                           "source": "\n".join(f"({a})=" for a in anchors[i])})
@@ -839,11 +844,44 @@ def cite_page(cff: dict) -> str:
         "## CITATION.cff", "", "```yaml", (REPO / "CITATION.cff").read_text().rstrip(), "```", ""])
 
 
+def landing_page(readme: str, titles: dict[str, str], figures: list[Figure]) -> str:
+    """The site's home page, short: what this is (README's title and its paragraph on the four papers), then read
+    (the notebooks in course order), run (README's two commands), teach, cite, and a strip of figures (the first of
+    each notebook, linking to the gallery). The whole README is the page "Overview"."""
+    title = next((line for line in readme.splitlines() if line.startswith("# ")), "# hubnorm")
+    what = re.search(r"^This is the companion to four papers[^\n]*(?:\n[^\n]+)*", readme, re.M)
+    lines = [title, "",
+             (what.group(0).split("\n\n")[0].rstrip(":") + "." if what else "")
+             + " Every number of the default run comes from a seeded synthetic generator calibrated to real "
+             "embeddings and is labelled as such; real embedding releases stand beside it where they are on the "
+             "machine. The whole README is the [overview](overview.md).", "",
+             "## Read", "", "The notebooks, in course order (each page opens with its code folded):", ""]
+    lines += [f"- [{_plain(t)}](notebooks/{stem}.ipynb)" for stem, t in titles.items()]
+    lines += ["", "Then the [methods](docs/methods.md) (every equation and its code), the "
+              "[published numbers beside ours](published/index.md) and the [figure gallery](gallery.md).", "",
+              "## Run", "", "```bash", "bash run_all.sh      # set up .venv, run every notebook -> results/",
+              "bash run_tests.sh    # the test suite and nbval on the committed notebooks", "```", "",
+              "Your own embeddings, score matrices or a GPU: [install and run](docs/install.md), "
+              "[data](data/README.md).", "",
+              "## Teach", "", "A course in ten notebooks with exercises, quizzes and tested solutions: "
+              "[teaching guide](docs/teaching.md).", "",
+              "## Cite", "", "The companion and the four papers: [citation](cite.md).", "", "## Figures", "",
+              "::::{container} hubsite-gallery", ""]
+    first = {}
+    for f in figures:
+        first.setdefault(f.notebook, f)
+    for f in first.values():
+        lines += [f":::{{figure}} gallery/{f.notebook}-{f.index}.png", f":alt: {_plain(f.section)} ({_plain(f.title)})",
+                  ":target: gallery.html", "", f"{f.notebook[:2]} › {_plain(f.section)}", ":::", ""]
+    lines += ["::::", ""]
+    return "\n".join(lines)
+
+
 def _index_page(readme: str, nb_docs: list[str], doc_pages: list[str], csv_pages: list[str]) -> str:
     toc = ["", "```{toctree}", ":hidden:", ":caption: Notebooks, in course order", "",
            "notebooks/README"] + [d for d in nb_docs] + ["```", "",
            "```{toctree}", ":hidden:", ":caption: Figures and numbers", "", "gallery", "published/index", "```", "",
-           "```{toctree}", ":hidden:", ":caption: Reference", ""] + doc_pages + ["cite", "```", ""]
+           "```{toctree}", ":hidden:", ":caption: Reference", "", "overview"] + doc_pages + ["cite", "```", ""]
     return readme.rstrip() + "\n" + "\n".join(toc)
 
 
@@ -962,8 +1000,10 @@ def stage(notebooks_arg: Optional[str] = None, src: Path = BUILD / "src") -> Sta
     for rel in md_pages:
         text = rewrite_links((REPO / rel).read_text(), rel, pages, repo, images)
         if rel == "README.md":
-            text = _index_page(text, nb_docs, [d[:-3] for d in doc_pages], [])
-            st.write("index.md", text)
+            st.write("overview.md", re.sub(r"^# .*$", "# Overview (the README)", text, count=1, flags=re.M))
+            titles = {p.stem: notebook_title(json.loads(p.read_text()), p.stem) for p in notebooks}
+            st.write("index.md", _index_page(landing_page(text, titles, figures), nb_docs,
+                                             [d[:-3] for d in doc_pages], []))
         else:
             st.write(rel, text)
     for rel in sorted(images):

@@ -79,6 +79,26 @@ def test_a_title_on_its_own_tick_labels_is_raised(monkeypatch):
     assert ax.get_title() == "real data (flickr8k-100x5-clip-vitb32) · 100 images" and ax.title.get_fontsize() == 8
 
 
+def test_long_titles_are_wrapped_and_a_figure_legend_on_them_goes_below(monkeypatch):
+    # cf. 05_dbsn_tau_sweep and 02_k_occurrence_by_data on a real folder: long data labels as titles side by side,
+    # and a figure legend placed at the top over them
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3))
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="IS")
+        ax.set_title("real data (flickr8k-100x5-clip-vitb32, 500 test images x 5 captions)\nbank: test queries")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper right")
+    fig.set_layout_engine("none")
+    problems = figures.layout_problems(fig)
+    assert any("axes 1" in p and "title and axes 2" in p for p in problems), problems
+    assert any("figure legend" in p for p in problems), problems
+    done = figures.tidy(fig)
+    assert "moved the figure legend below the figure" in done and "wrapped the title of axes 1 to its width" in done
+    assert figures.layout_problems(fig) == []
+    assert axes[0].get_title().count("\n") >= 2 and axes[0].get_title().endswith("bank: test queries")
+    assert fig.legends[0].get_window_extent(fig.canvas.get_renderer()).y1 <= \
+        min(ax.get_window_extent(fig.canvas.get_renderer()).y0 for ax in axes)
+
+
 def test_ticks_outside_the_view_are_not_texts():
     # matplotlib keeps major ticks just outside the view limits (not drawn): they must not count as overlapping
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))

@@ -72,6 +72,9 @@ def test_notebook_completes_on_every_kind_of_own_data(py, kind, folders, tmp_pat
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_PROGRESS", "0")
     monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")   # as run_all.sh --source: no synthetic data mixed in
+    # a figure's remaining layout problem is a NOTE here, as in a user's run on odd data (a 60-image folder); the
+    # default and real-data runs check them as errors (nbval, tests/test_notebooks.py)
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")
     params = {"source": f"local:{folders[kind]}", **FAST_PARAMS.get(py.name[:2], {})}
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -118,6 +121,7 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")   # as above
     monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")   # as run_all.sh --source
     nn = py.name[:2]
     buf = io.StringIO()
@@ -147,6 +151,7 @@ def test_notebook_09_plants_what_the_gallery_holds_and_says_so(folders, tmp_path
     kind = next(k for k in ALL_KINDS if k in folders)
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")   # as above
     monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

@@ -202,7 +202,13 @@ def test_own_data_sizes_never_reach_a_real_loader(tmp_path, capsys):
     syn = ex.prepare_dataset("synthetic:flickr30k", synthetic_sizes={"n_train_images": 60, "n_test_images": 20},
                              seed=0)
     assert ex.cross_dataset_source(syn, "auto") == "synthetic:coco"
-    assert ex.run_label(syn).startswith("synthetic analog")
+    assert ex.run_label(syn) == "synthetic analog (synthetic-flickr30k, seed 0, 20 test images x 5 captions)"
+    # one label, one size: the same preset at two test sizes gets two labels (issue 46, item 4)
+    other = ex.prepare_dataset("synthetic:flickr30k", synthetic_sizes={"n_train_images": 60, "n_test_images": 30},
+                               seed=0)
+    assert ex.run_label(other) != ex.run_label(syn) and "30 test images" in ex.run_label(other)
+    assert ex.test_size(ds) == f"{ds.split('test').n_images:,} test images x 2 captions"
+    assert ex.run_label(ds).endswith(f", {ex.test_size(ds)})")
 
 
 def test_notebook_setup_and_outputs(tmp_path, monkeypatch):

@@ -678,6 +678,16 @@ def test_site_in_a_real_browser(built_site, server, browser):
                 problems.append(f"{name}: {r['math']} equations, none typeset by MathJax")
         if name.endswith("00_hubness_from_scratch.html"):
             assert r["math"] > 0 and r["images"] >= 5, r
+            # code folded by default, one toggle per cell, and the page's button opens and folds them all
+            fold = ("const d = Array.from(document.querySelectorAll('details.hide.above-input'));"
+                    "const b = document.querySelector('.hubsite-code-toggle');"
+                    "return [d.length, d.filter(x => x.open).length, b ? b.textContent : null];")
+            n_cells, n_open, text = browser.execute_script(fold)
+            assert n_cells >= 20 and n_open == 0 and text == "Show all code", (n_cells, n_open, text)
+            browser.execute_script("document.querySelector('.hubsite-code-toggle').click()")
+            assert browser.execute_script(fold)[1:] == [n_cells, "Fold all code"]
+            browser.execute_script("document.querySelector('.hubsite-code-toggle').click()")
+            assert browser.execute_script(fold)[1:] == [0, "Show all code"]
             _screenshot(browser, "2_notebook_00_top", shots)
             browser.execute_script("const f = document.querySelector('[id^=fig-]');"
                                    "if (f) window.scrollTo(0, f.getBoundingClientRect().top + window.scrollY - 300)")

@@ -103,6 +103,11 @@ class MediaData:
     meta: Dict[str, object] = field(default_factory=dict)
 
     @property
+    def test_size(self) -> str:
+        """The test split's size in words for a run label: "1,000 test videos, 1,000 captions"."""
+        return f"{len(self.items):,} test {self.modalities[1]}s, {len(self.captions):,} captions"
+
+    @property
     def directions(self) -> Tuple[str, str]:
         a, b = (LETTERS[m] for m in self.modalities)
         return f"{a}2{b}", f"{b}2{a}"
@@ -251,7 +256,7 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         p = MEDIA_PRESETS[rest]
         tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed,
                             block_bytes=block_bytes)
-        return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed})", True,
+        return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed}, {data.test_size})", True,
                            dataset or p.dataset, model or p.model, data.modalities)
     if kind == "sims":
         from .scores import sims_tasks
@@ -297,9 +302,9 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
                      synthetic=ds.source == "synthetic", meta={"dataset": ds.name})
     tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed, block_bytes=block_bytes)
     if ds.source == "synthetic":
-        label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
+        label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data.test_size})"
     else:
-        label = f"real data ({ds.name}" + (f", {ds.meta['model']})" if ds.meta.get("model") else ")")
+        label = f"real data ({ds.name}" + (f", {ds.meta['model']}" if ds.meta.get("model") else "") + f", {data.test_size})"
     if kind == "real":   # the release declares its data set and encoder; never guessed from a name
         return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
                            data.modalities)

@@ -251,6 +251,9 @@ def tidy(fig) -> List[str]:
         if mark_zero_bars(ax):
             done.append(f"marked the zero bars of axes {i + 1}")
     done += _move_legends(fig)
+    done += _move_figure_legends(fig)
+    if _text_overlaps(fig):
+        done += _wrap_titles(fig)
     before = _text_overlaps(fig)
     if before:
         engine, positions = fig.get_layout_engine(), [ax.get_position(original=True) for ax in fig.axes]
@@ -295,6 +298,46 @@ def _outside_anchor(ax, renderer, side: str) -> Tuple[float, float]:
     finally:
         leg.set_visible(True)
     return (0.0, box.y1 + 0.02) if side == "above" else (0.0, box.y0 - 0.02)
+
+
+def _wrap_titles(fig) -> List[str]:
+    """Rewrap every axes title wider than its axes to the axes' width (at the title's own line breaks first)."""
+    import textwrap
+
+    done = []
+    renderer = _renderer(fig)
+    for i, ax in enumerate(fig.axes):
+        title = ax.title
+        if not _visible_text(title):
+            continue
+        width, axes_width = title.get_window_extent(renderer).width, ax.get_window_extent(renderer).width
+        if width <= axes_width * 1.02:
+            continue
+        lines = title.get_text().split("\n")
+        chars = max(8, int(max(len(line) for line in lines) * axes_width / width * 0.95))
+        title.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
+        done.append(f"wrapped the title of axes {i + 1} to its width")
+    return done
+
+
+def _move_figure_legends(fig) -> List[str]:
+    """A figure legend that lies on a text or an axes goes below the figure, in one row."""
+    done = []
+    for leg in list(fig.legends):
+        renderer = _renderer(fig)
+        box = leg.get_window_extent(renderer)
+        own = {id(t) for t in leg.get_texts()} | {id(leg.get_title())}
+        hits = any(_overlap(box, t.get_window_extent(renderer)) for _, t in _texts(fig) if id(t) not in own) or any(
+            o.get_visible() and _overlap(box, o.get_window_extent(renderer)) for o in fig.axes)
+        if not hits:
+            continue
+        entries = (list(leg.legend_handles), [t.get_text() for t in leg.get_texts()])
+        fontsize = leg.get_texts()[0].get_fontsize() if entries[1] else None
+        leg.remove()
+        fig.legend(*entries, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=len(entries[1]),
+                   fontsize=fontsize, frameon=False)
+        done.append("moved the figure legend below the figure")
+    return done
 
 
 def _raise_title(fig, ax) -> bool:

@@ -113,16 +113,28 @@ def is_synthetic(ds: EmbeddingDataset) -> bool:
     return ds.source == "synthetic"
 
 
+def test_size(ds: EmbeddingDataset) -> str:
+    """The size of ``ds``'s test split in words, "1,000 test images" (and "x 5 captions" when every image has the
+    same number): one label, one size (notebooks draw test splits of different sizes from one preset)."""
+    if "test" not in ds.splits:
+        return "no test split"
+    t = ds.split("test")
+    per = t.n_captions // t.n_images if t.n_images and t.n_captions % t.n_images == 0 else None
+    return f"{t.n_images:,} test images" + (f" x {per} captions" if per and per > 1 else
+                                            "" if per == 1 else f", {t.n_captions:,} captions")
+
+
 def run_label(ds: EmbeddingDataset) -> str:
-    """"synthetic analog (synthetic-flickr30k, seed 0)" or "real data (coco, model)": in every table and caption."""
+    """"synthetic analog (synthetic-flickr30k, seed 0, 1,000 test images x 5 captions)" or "real data (coco, model,
+    500 test images)": in every table and caption, with the test split's size (:func:`test_size`)."""
     if is_synthetic(ds):
         if ds.meta.get("rehearsal"):
-            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name})")
-        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')})"
+            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name}, {test_size(ds)})")
+        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {test_size(ds)})"
     if ds.meta.get("release") and ds.meta.get("label"):   # a real release names its data set, size and model
         return str(ds.meta["label"])
     model = ds.meta.get("model")
-    return f"real data ({ds.name}" + (f", {model})" if model else ")")
+    return f"real data ({ds.name}" + (f", {model}" if model else "") + f", {test_size(ds)})"
 
 
 #: The real embedding releases (:mod:`hubnorm.data.real`) a notebook shows beside a synthetic run by default

@@ -1,0 +1,19 @@
+// A notebook page opens with its code folded (one toggle per cell, myst-nb's "hide-input"); this button above the
+// first code cell shows or folds every cell at once.
+document.addEventListener("DOMContentLoaded", () => {
+  const cells = Array.from(document.querySelectorAll("details.hide.above-input"));
+  if (!cells.length) return;
+  const button = document.createElement("button");
+  button.className = "hubsite-code-toggle";
+  button.type = "button";
+  const label = () => { button.textContent = cells.every(d => d.open) ? "Fold all code" : "Show all code"; };
+  button.addEventListener("click", () => {
+    const open = !cells.every(d => d.open);
+    cells.forEach(d => { d.open = open; });
+    label();
+  });
+  cells.forEach(d => d.addEventListener("toggle", label));
+  label();
+  const first = cells[0].closest(".cell") || cells[0];
+  first.parentNode.insertBefore(button, first);
+});
