@@ -463,9 +463,14 @@ for ax, cd in zip(axes[0], cdata):
                 y="gain", hue="direction", ax=ax)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("")
-    ax.tick_params(axis="x", labelrotation=45)
+    ax.tick_params(axis="x", labelrotation=90)   # upright: seven method names side by side
     ax.set_title(cd, fontsize=8)
 axes[0][0].set_ylabel("R@1 gain over raw (points)")
+handles, labels = axes[0][0].get_legend_handles_labels()
+for ax in axes[0]:   # one legend for the panels, beside the last
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+axes[0][-1].legend(handles, labels, title="direction", loc="upper left", bbox_to_anchor=(1.01, 1))
 fig.suptitle("Classic (LS, MP, DSL) and bank-based (NNN, IS, SN) hubness reductions", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "classic_methods", caption="R@1 gain over the raw scores of NNN, IS, SN, LS, MP and DSL, per "
