@@ -99,6 +99,22 @@ def test_long_titles_are_wrapped_and_a_figure_legend_on_them_goes_below(monkeypa
         min(ax.get_window_extent(fig.canvas.get_renderer()).y0 for ax in axes)
 
 
+def test_a_tick_label_outside_the_view_raises_no_title():
+    # cf. 00_real_k_occurrence in a fresh clone: the undrawn tick just above the view raised the title onto a
+    # figure legend; only drawn tick labels count
+    fig, ax = plt.subplots(figsize=(2, 3))
+    ax.plot([1, 9], [1, 9])
+    ax.set_yscale("log")
+    ax.set_ylim(1, 9.5)   # the major tick at 10 lies just outside the view, its label where the title is
+    ax.set_title("real data (flickr8k-100x5-clip-vitb32) · 100 images", fontsize=8, pad=2)
+    fig.subplots_adjust(left=0.35)
+    fig.set_layout_engine("none")
+    fig.canvas.draw()
+    hidden = [t for t in ax.yaxis.get_major_ticks() if t.get_loc() > 9.5]
+    assert hidden, "the premise: matplotlib keeps a tick beyond the view"
+    assert figures.layout_problems(fig) == [] and figures.tidy(fig) == []
+
+
 def test_ticks_outside_the_view_are_not_texts():
     # matplotlib keeps major ticks just outside the view limits (not drawn): they must not count as overlapping
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))

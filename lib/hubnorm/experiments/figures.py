@@ -47,6 +47,14 @@ def _visible_text(t) -> bool:
     return t.get_visible() and bool(str(t.get_text()).strip()) and t.get_alpha() != 0
 
 
+def _drawn_ticks(axis):
+    """The major ticks of ``axis`` that are drawn: visible and within the view limits (matplotlib keeps one just
+    outside each end, not drawn)."""
+    lo, hi = sorted(axis.get_view_interval())
+    span = (hi - lo) * 1e-9
+    return [t for t in axis.get_major_ticks() if t.get_visible() and lo - span <= t.get_loc() <= hi + span]
+
+
 def _texts(fig) -> List[Tuple[str, object]]:
     """(description, Text) of every visible text of ``fig``."""
     out = []
@@ -63,12 +71,9 @@ def _texts(fig) -> List[Tuple[str, object]]:
         out.append((f"{name} x label", ax.xaxis.label))
         out.append((f"{name} y label", ax.yaxis.label))
         for axis, letter in ((ax.xaxis, "x"), (ax.yaxis, "y")):
-            lo, hi = sorted(axis.get_view_interval())
-            span = (hi - lo) * 1e-9
-            for tick in axis.get_major_ticks():   # the ones drawn: visible and within the view limits
-                if tick.get_visible() and lo - span <= tick.get_loc() <= hi + span:
-                    for lab in (tick.label1, tick.label2):
-                        out.append((f"{name} {letter} tick {lab.get_text()!r}", lab))
+            for tick in _drawn_ticks(axis):
+                for lab in (tick.label1, tick.label2):
+                    out.append((f"{name} {letter} tick {lab.get_text()!r}", lab))
         out += [(f"{name} text {t.get_text()[:20]!r}", t) for t in ax.texts]
         leg = ax.get_legend()
         if leg is not None and leg.get_visible():
@@ -228,10 +233,8 @@ def _crowded_axes(fig):
     out = []
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
-            lo, hi = sorted(axis.get_view_interval())
-            boxes = [t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
-                     if t.get_visible() and t.label1.get_visible() and str(t.label1.get_text()).strip()
-                     and lo <= t.get_loc() <= hi]
+            boxes = [t.label1.get_window_extent(renderer) for t in _drawn_ticks(axis)
+                     if t.label1.get_visible() and str(t.label1.get_text()).strip()]
             if any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]):
                 out.append((ax, axis))
     return out
@@ -321,14 +324,14 @@ def _wrap_titles(fig) -> List[str]:
 
 
 def _move_figure_legends(fig) -> List[str]:
-    """A figure legend that lies on a text or an axes goes below the figure, in one row."""
+    """A figure legend that lies on a text (a title, a tick label) goes below the figure, in one row."""
     done = []
     for leg in list(fig.legends):
         renderer = _renderer(fig)
-        box = leg.get_window_extent(renderer)
-        own = {id(t) for t in leg.get_texts()} | {id(leg.get_title())}
-        hits = any(_overlap(box, t.get_window_extent(renderer)) for _, t in _texts(fig) if id(t) not in own) or any(
-            o.get_visible() and _overlap(box, o.get_window_extent(renderer)) for o in fig.axes)
+        own = [t for t in leg.get_texts() + [leg.get_title()] if _visible_text(t)]
+        boxes = [t.get_window_extent(renderer) for t in own]
+        hits = any(_overlap(b, t.get_window_extent(renderer)) for _, t in _texts(fig) if all(t is not o for o in own)
+                   for b in boxes)
         if not hits:
             continue
         entries = (list(leg.legend_handles), [t.get_text() for t in leg.get_texts()])
@@ -347,7 +350,7 @@ def _raise_title(fig, ax) -> bool:
         return False
     renderer = _renderer(fig)
     box = title.get_window_extent(renderer)
-    labels = [lab for axis in (ax.xaxis, ax.yaxis) for t in axis.get_major_ticks()
+    labels = [lab for axis in (ax.xaxis, ax.yaxis) for t in _drawn_ticks(axis)
               for lab in (t.label1, t.label2) if _visible_text(lab)]
     tops = [lab.get_window_extent(renderer).y1 for lab in labels if _overlap(box, lab.get_window_extent(renderer))]
     if not tops:
