@@ -8,7 +8,7 @@ timed on its own, and the size of ``.venv``.
 Writes ``benchmarks/reports/setup.json`` and ``setup.md``; ``python site/hubsite.py sync`` puts the numbers into
 README's set-up sentence (the ``<!-- hubsite:setup -->`` block), so README states what was measured, when, on what
 machine, and never a typed estimate. The pip download cache of this user (``~/.cache/pip``) is used as pip uses
-it; the report says whether it was there (a cold cache adds the download time of about 5 GB)."""
+it; the report says whether that folder was there (pip may also read a configured index or wheel folder)."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def measure(skip_tests: bool, keep: bool) -> dict:
 def markdown(r: dict) -> str:
     gb = r["venv_bytes"] / 1e9
     lines = ["# Set-up, measured (scripts/measure_setup.py)", "",
-             f"A fresh clone of {r['commit'][:10]} on {r['date']} ({r['machine']}; pip download cache "
-             f"{'warm' if r['pip_cache_warm'] else 'cold'}; load average before "
+             f"A fresh clone of {r['commit'][:10]} on {r['date']} ({r['machine']}; pip cache ~/.cache/pip "
+             f"{'present' if r['pip_cache_warm'] else 'absent'}; load average before "
              f"{', '.join(f'{x:.1f}' for x in r['load_before'])}), README's two commands:", "",
              "| step | seconds | exit status |", "|---|---|---|",
              f"| `.venv` set-up (`scripts/bootstrap.sh`, the first part of either command) | {r['bootstrap_s']:.0f} | "

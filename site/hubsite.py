@@ -585,7 +585,7 @@ def readme_setup_block(report: Path = SETUP_REPORT) -> str:
             f"packages, then `run_all.sh` {r['run_all_s'] / 60:.1f} min"
             + (f" and `run_tests.sh` {r['run_tests_s'] / 60:.0f} min" if "run_tests_s" in r else "")
             + f" (measured on a fresh clone by `python scripts/measure_setup.py`, {r['date']}, {r['machine']}, pip "
-            f"download cache {'warm' if r['pip_cache_warm'] else 'cold'}: "
+            f"cache ~/.cache/pip {'present' if r['pip_cache_warm'] else 'absent'}: "
             "[benchmarks/reports/setup.md](benchmarks/reports/setup.md)).")
 
 

@@ -763,4 +763,4 @@ def test_readme_setup_sentence_comes_from_the_measured_report(tmp_path):
     text = hubsite.readme_setup_block(report)
     assert text.startswith("Measured: the `.venv` set-up took 5.6 min and 6.8 GB of pinned packages, then "
                            "`run_all.sh` 8.1 min and `run_tests.sh` 18 min"), text
-    assert "2026-12-02, x86_64, 2 cores" in text and "pip download cache warm" in text
+    assert "2026-12-02, x86_64, 2 cores" in text and "pip cache ~/.cache/pip present" in text
