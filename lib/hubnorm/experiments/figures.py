@@ -327,24 +327,39 @@ def _move_figure_legends(fig) -> List[str]:
     """A figure legend that lies on a text (a title, a tick label) goes below the figure, in one row."""
     done = []
     for leg in list(fig.legends):
-        renderer = _renderer(fig)
-        own = [t for t in leg.get_texts() + [leg.get_title()] if _visible_text(t)]
-        boxes = [t.get_window_extent(renderer) for t in own]
-        hits = any(_overlap(b, t.get_window_extent(renderer)) for _, t in _texts(fig) if all(t is not o for o in own)
-                   for b in boxes)
-        if not hits:
+        if not _legend_on_texts(fig, leg, frame=False):
             continue
-        entries = (list(leg.legend_handles), [t.get_text() for t in leg.get_texts()])
-        fontsize = leg.get_texts()[0].get_fontsize() if entries[1] else None
+        handles, labels, style = _legend_entries(leg)
         leg.remove()
-        fig.legend(*entries, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=len(entries[1]),
-                   fontsize=fontsize, frameon=False)
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=len(labels),
+                   fontsize=style["fontsize"], frameon=False)
         done.append("moved the figure legend below the figure")
     return done
 
 
+def _legend_entries(leg):
+    """(handles, labels, style) of a legend, to make it again elsewhere (its columns are laid out when it is made)."""
+    labels = [t.get_text() for t in leg.get_texts()]
+    style = dict(title=leg.get_title().get_text() or None, title_fontsize=leg.get_title().get_fontsize(),
+                 fontsize=leg.get_texts()[0].get_fontsize() if labels else None, ncols=leg._ncols)
+    return list(leg.legend_handles), labels, style
+
+
+def _legend_on_texts(fig, leg, *, frame: bool) -> bool:
+    """Whether ``leg`` lies on a text of the figure that is not its own: its frame (``frame=True``) or its own
+    texts."""
+    renderer = _renderer(fig)
+    own = leg.get_texts() + [leg.get_title()]
+    boxes = ([leg.get_window_extent(renderer)] if frame else
+             [t.get_window_extent(renderer) for t in own if _visible_text(t)])
+    return any(_overlap(b, t.get_window_extent(renderer)) for _, t in _texts(fig) if all(t is not o for o in own)
+               for b in boxes)
+
+
 def _raise_title(fig, ax) -> bool:
     """Raise the title of ``ax`` above any of its own tick labels it overlaps; True when it moved."""
+    import matplotlib
+
     title = ax.title
     if not _visible_text(title):
         return False
@@ -356,7 +371,7 @@ def _raise_title(fig, ax) -> bool:
     if not tops:
         return False
     pad_pt = float(np.ceil((max(tops) - box.y0 + 2 * SLACK_PX) * 72.0 / fig.dpi)) + \
-        float(__import__("matplotlib").rcParams["axes.titlepad"])
+        float(matplotlib.rcParams["axes.titlepad"])
     ax.set_title(title.get_text(), pad=pad_pt, fontsize=title.get_fontsize(), color=title.get_color())
     return True
 
@@ -369,29 +384,17 @@ def _move_legends(fig) -> List[str]:
     for i, ax in enumerate(fig.axes):
         if not _legend_covers(ax, _renderer(fig)):
             continue
-        old = ax.get_legend()
-        entries = (list(old.legend_handles), [t.get_text() for t in old.get_texts()])
-        style = dict(title=old.get_title().get_text() or None, title_fontsize=old.get_title().get_fontsize(),
-                     fontsize=old.get_texts()[0].get_fontsize() if entries[1] else None, ncols=old._ncols)
+        handles, labels, style = _legend_entries(ax.get_legend())
         places = [("at the best spot inside its axes", "best", None, style["ncols"]),
                   ("beside its axes", "upper left", (1.01, 1.0), style["ncols"]),
-                  ("above its axes", "lower left", "above", len(entries[1])),
-                  ("below its axes", "upper left", "below", len(entries[1]))]
+                  ("above its axes", "lower left", "above", len(labels)),
+                  ("below its axes", "upper left", "below", len(labels))]
         for what, loc, anchor, ncols in places:
             if isinstance(anchor, str):
                 anchor = _outside_anchor(ax, _renderer(fig), anchor)
-            ax.legend(*entries, loc=loc, bbox_to_anchor=anchor, bbox_transform=None if anchor is None else ax.transAxes,
+            ax.legend(handles, labels, loc=loc, bbox_to_anchor=anchor, bbox_transform=None if anchor is None else ax.transAxes,
                       **{**style, "ncols": ncols})   # a new legend: its columns are laid out when it is made
-            if not _legend_covers(ax, _renderer(fig)) and not _legend_texts_collide(fig, ax):
+            if not _legend_covers(ax, _renderer(fig)) and not _legend_on_texts(fig, ax.get_legend(), frame=True):
                 break
         done.append(f"moved the legend of axes {i + 1} {what}")
     return done
-
-
-def _legend_texts_collide(fig, ax) -> bool:
-    """Whether the legend of ``ax`` overlaps any text of the figure that is not its own."""
-    renderer = _renderer(fig)
-    leg = ax.get_legend()
-    own = {id(t) for t in leg.get_texts()} | {id(leg.get_title())}
-    box = leg.get_window_extent(renderer)
-    return any(_overlap(box, t.get_window_extent(renderer)) for _, t in _texts(fig) if id(t) not in own)
