@@ -6,6 +6,8 @@ notebooks with HUBNORM_FIGURE_CHECK=error, tests/conftest.py)."""
 
 from __future__ import annotations
 
+import warnings
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -235,3 +237,17 @@ def figures_check_without_relayout(run, fig, monkeypatch):
     """save_figure with the constrained-layout remedy disabled (it would fix the collision)."""
     monkeypatch.setattr(figures, "_text_overlaps", lambda f: [])
     run.save_figure(fig, "collide")
+
+
+def test_a_line_with_gaps_is_sampled_only_where_drawn():
+    """A NaN gap or an infinite end is not a drawn segment: no warning, and no hit through the gap."""
+    from matplotlib.transforms import Bbox
+
+    box = Bbox([[40, 40], [60, 60]])
+    through = np.array([[0.0, 50.0], [100.0, 50.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert figures._segments_hit(box, through)
+        assert not figures._segments_hit(box, np.array([[0.0, 50.0], [np.nan, np.nan], [100.0, 50.0]]))
+        assert not figures._segments_hit(box, np.array([[0.0, 50.0], [np.inf, 50.0]]))
+        assert figures._segments_hit(box, np.array([[np.nan, 0.0], [50.0, 50.0]]))   # a drawn point inside

@@ -119,10 +119,14 @@ def _segments_hit(box, xy: np.ndarray, samples: int = 8) -> bool:
     """Whether the polyline ``xy`` (display coordinates) passes through ``box`` (sampled along each segment)."""
     if len(xy) == 0:
         return False
-    if len(xy) > 1:
+    finite = np.isfinite(xy).all(axis=1)
+    if len(xy) > 1:   # a segment with a gap (NaN) or an infinite end is not drawn: sample only whole ones
+        whole = finite[:-1] & finite[1:]
         t = np.linspace(0, 1, samples)[None, :, None]
-        xy = (xy[:-1, None, :] * (1 - t) + xy[1:, None, :] * t).reshape(-1, 2)
-    xy = xy[np.isfinite(xy).all(axis=1)]
+        xy = np.concatenate([(xy[:-1][whole, None, :] * (1 - t) + xy[1:][whole, None, :] * t).reshape(-1, 2),
+                             xy[finite]])
+    else:
+        xy = xy[finite]
     inside = ((xy[:, 0] > box.x0 + SLACK_PX) & (xy[:, 0] < box.x1 - SLACK_PX)
               & (xy[:, 1] > box.y0 + SLACK_PX) & (xy[:, 1] < box.y1 - SLACK_PX))
     return bool(inside.any())
