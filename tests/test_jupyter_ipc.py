@@ -168,3 +168,30 @@ async def _pre_launch(km):
     prov = jupyter_ipc.IPCProvisioner(kernel_id="probe", kernel_spec=km.kernel_spec, parent=km)
     await prov.pre_launch()
     km.cleanup_connection_file()
+
+
+def test_the_projects_kernelspec_names_the_provisioner_and_a_direct_papermill_run_is_quiet(tmp_path):
+    """scripts/bootstrap.sh installs the .venv's kernel with install_kernelspec: a papermill command run outside the
+    test suite's setting (no JUPYTER_DEFAULT_PROVISIONER_NAME) then talks to its kernel over IPC, and ipykernel's
+    warning about unencrypted TCP never reaches the terminal (it did, on every direct papermill run)."""
+    import nbformat
+
+    folder = jupyter_ipc.install_kernelspec(str(tmp_path / "env"), "python3")
+    spec = json.loads((Path(folder) / "kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"] == {"provisioner_name": jupyter_ipc.NAME, "config": {}}
+    assert spec["argv"][0] == sys.executable
+    assert jupyter_ipc.install_kernelspec(str(tmp_path / "env"), "python3") == folder   # idempotent
+    with pytest.raises(ValueError, match="name must be a kernel name"):
+        jupyter_ipc.install_kernelspec(str(tmp_path / "env"), "a/b")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(PROBE)]
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    env = {k: v for k, v in os.environ.items() if k != jupyter_ipc.ENV}
+    env["JUPYTER_PATH"] = str(tmp_path / "env" / "share" / "jupyter")   # this spec before any other python3
+    run = subprocess.run([sys.executable, "-m", "papermill", "probe.ipynb", "out.ipynb"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "without encryption" not in run.stderr and "WARNING" not in run.stderr, run.stderr[-3000:]
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs[0]["text"]
+    assert out.startswith("PROBE ipc "), out

@@ -14,9 +14,13 @@ inherit the environment) -- without a Jupyter config file (papermill, nbclient a
 
 jupyter_client reads that variable for every kernel spec that names no provisioner of its own, and hubnorm
 registers the name (entry point group ``jupyter_client.kernel_provisioners`` in pyproject.toml). The test suite sets
-it (``tests/conftest.py``); ``run_all.sh``, JupyterLab and a user's own Jupyter set-up are unchanged (TCP) unless the
-user sets it too. A kernel spec with its own ``kernel_provisioner`` stanza, or a kernel given explicit ports or an
-existing connection file, is left as it is.
+it (``tests/conftest.py``). The project's own kernel spec names it too: ``scripts/bootstrap.sh`` installs the
+``.venv``'s ``python3`` kernel with ``{"kernel_provisioner": {"provisioner_name": "hubnorm-ipc"}}`` in its metadata
+(:func:`install_kernelspec`), so ``run_all.sh``, a direct ``papermill`` run and JupyterLab started from ``.venv``
+talk to their kernels over IPC as well (over TCP ipykernel warns on every start that the channels are not
+encrypted; IPC socket files in a private folder are reachable by this user only). Kernels of other environments
+are left as they are, and so is a kernel spec with its own ``kernel_provisioner`` stanza, or a kernel given
+explicit ports or an existing connection file.
 
 Where IPC cannot work -- no Unix sockets (Windows), or no writable folder giving paths short enough (a socket path
 holds at most 107 bytes on Linux, 103 on macOS) -- the kernel starts over TCP as before, with a warning saying why.
@@ -26,10 +30,13 @@ temporary folder, then /tmp).
 
 from __future__ import annotations
 
+import argparse
 import atexit
+import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import uuid
 import warnings
@@ -94,3 +101,39 @@ class IPCProvisioner(LocalProvisioner):
                 km.transport = "ipc"
                 km.ip = _prefix_in(folder)
         return await super().pre_launch(**kwargs)
+
+
+def install_kernelspec(prefix: Optional[str] = None, name: str = "python3") -> str:
+    """Install this environment's ipykernel spec ``name`` under ``prefix`` (default: this environment,
+    ``sys.prefix``) with the ``hubnorm-ipc`` provisioner named in its metadata; returns the spec's folder.
+    Idempotent: a second call rewrites the same file."""
+    from ipykernel.kernelspec import install
+
+    if not isinstance(name, str) or not name or os.sep in name:
+        raise ValueError(f"name must be a kernel name such as 'python3'; got {name!r}")
+    folder = install(prefix=prefix or sys.prefix, kernel_name=name)
+    path = os.path.join(folder, "kernel.json")
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    spec.setdefault("metadata", {})["kernel_provisioner"] = {"provisioner_name": NAME, "config": {}}
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(spec, f, indent=1)
+    os.replace(tmp, path)   # atomic: a Jupyter reading the folder meanwhile sees the old spec or the new one
+    return folder
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hubnorm.experiments.jupyter_ipc",
+                                     description="Install this environment's Jupyter kernel with its channels on "
+                                                 "Unix domain sockets (the hubnorm-ipc provisioner).")
+    parser.add_argument("command", choices=["install-kernelspec"])
+    parser.add_argument("--prefix", default=None, help="environment prefix (default: this Python's, sys.prefix)")
+    parser.add_argument("--name", default="python3", help="kernel name (default: python3)")
+    args = parser.parse_args(argv)
+    print(install_kernelspec(args.prefix, args.name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
