@@ -169,7 +169,9 @@ nb.show(pd.concat([by_k(gains[gains["data"] == label], "published gain")
 nb.show(by_k(gains, "ratio").dropna(axis=1, how="all"), caption="ratio = our gain / the published gain at each k")
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(16.5, 4.2))
+fig, grid = plt.subplots(2, 2, figsize=(11, 8.6))   # three panels, two per row: legible at laptop width
+fig.delaxes(grid[1, 1])
+axes = grid.flat[:3]
 sns.lineplot(data=curve, x="k", y="R@1", hue="direction", marker="o", ax=axes[0])
 for i, d in enumerate(directions):
     axes[0].axhline(raw[d], ls="--", lw=1, color=sns.color_palette()[i], label=f"{d} raw")

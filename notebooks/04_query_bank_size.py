@@ -183,9 +183,13 @@ if reals:
 
 # %%
 panels = {label: sweep, **real_sweeps}   # the synthetic run, then one panel per real set (its own training part)
-fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), 4.2), squeeze=False)
+ncols = min(2, len(panels))   # two panels per row: legible at laptop width
+nrows = -(-len(panels) // ncols)
+fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 4.2 * nrows), squeeze=False)
+for ax in axes.flat[len(panels):]:
+    fig.delaxes(ax)
 palette = dict(zip(directions, sns.color_palette()))
-for ax, (data, sw) in zip(axes[0], panels.items()):
+for ax, (data, sw) in zip(axes.flat, panels.items()):
     nn = sw[sw["method"] == "nnn"]
     for d in directions:
         part = nn[nn["direction"] == d].sort_values("bank_fraction")
@@ -196,15 +200,15 @@ for ax, (data, sw) in zip(axes[0], panels.items()):
     ax.set_xscale("log")
     ax.set_xticks(fr, [f"{f:.0%}" for f in fr])
     ax.minorticks_off()
-    ax.set_xlabel("reference bank (share of the training split, log scale)")
+    ax.set_xlabel("reference bank (share of training split, log)")
     ax.set_ylabel("R@1 (%)")
     n_caps = int(nn[nn["direction"] == "t2i"]["bank_queries"].max()) if "t2i" in directions else None
     ax.set_title(data + (f"\nwhole training part: {n_caps} captions" if n_caps else ""), fontsize=9)
 handles, names = axes[0][0].get_legend_handles_labels()
-fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, bbox_to_anchor=(0.5, 1.0),
-           frameon=False)
-fig.suptitle("NNN vs bank size (cf. Tables A12-A15)", fontsize=10, y=1.07)
-fig.tight_layout(rect=(0, 0, 1, 0.97))
+fig.suptitle("NNN vs bank size (cf. Tables A12-A15)", fontsize=10)
+fig.tight_layout()
+fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=9, bbox_to_anchor=(0.5, 0.0),
+           frameon=False)   # below the panels
 run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-bank size; {nb.names(list(panels))}.")
 plt.show()
 
@@ -286,7 +290,8 @@ nb.show(summary.drop(columns=["fraction"]), digits=2)
 styles = {"IS": dict(marker="o", ls="-"), "SN": dict(marker="s", ls="--", mfc="none"),
           "DBSN": dict(marker="^", ls=":", mfc="none")}
 colors = dict(zip(methods, sns.color_palette()))
-fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+fig, axes = plt.subplots(2, 2, figsize=(11, 8.6))   # four panels, two per row: legible at laptop width
+axes = axes.flat[:]
 spread = qb.groupby(["fraction", "method"], sort=False)
 mean, sd = spread.mean(numeric_only=True), spread.std(numeric_only=True).fillna(0.0)
 fr = np.array(sorted(qb["fraction"].unique()))
@@ -409,10 +414,10 @@ columns = {label: (summary.assign(**{"bank / test queries": summary["bank_querie
                    {"R@1": hn.evaluate(raw_fit, task, ks=(1,))["R@1"],
                     skew_col: hn.hubness(raw_fit, k=hub_k, queries=task.queries)["skewness"]}),
            **{data: (real_summary[real_summary["data"] == data], real_raw[data]) for data in real_qb}}
-fig, axes = plt.subplots(2, len(columns), figsize=(4.8 * len(columns), 7.0), sharex=True, squeeze=False)
-for j, (data, (sm, raw)) in enumerate(columns.items()):
+fig, axes = plt.subplots(len(columns), 2, figsize=(10, 3.4 * len(columns)), sharex=True, squeeze=False)
+for j, (data, (sm, raw)) in enumerate(columns.items()):   # one row per data set: legible at laptop width
     for i, col in enumerate(["R@1", skew_col]):
-        ax = axes[i][j]
+        ax = axes[j][i]
         for meth in methods:
             part = sm[sm["method"] == meth].sort_values("bank / test queries")
             ax.plot(part["bank / test queries"], part[col], color=colors[meth], label=meth, lw=2.0, ms=6,
@@ -421,13 +426,14 @@ for j, (data, (sm, raw)) in enumerate(columns.items()):
         ax.axvline(1.0, color="0.5", ls=":", lw=1, label="bank = test query count")
         ax.set_xscale("log", base=2)
         ax.set_ylabel("R@1 (%)" if col == "R@1" else f"skewness of N_{hub_k}")
-    axes[0][j].set_title(data, fontsize=9)
-    axes[1][j].set_xlabel("query bank / test queries (log scale)")
-fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=len(methods) + 2, fontsize=8,
-           bbox_to_anchor=(0.5, 1.0), frameon=False)
+    axes[j][0].set_title(data, fontsize=9, loc="left")
+for i in range(2):
+    axes[-1][i].set_xlabel("query bank / test queries (log scale)")
 fig.suptitle("IS vs SN vs DBSN over query-bank size, t2i (cf. DBSN Fig. 7)"
-             + (": synthetic beside real" if real_qb else ""), fontsize=10, y=1.04)
-fig.tight_layout(rect=(0, 0, 1, 0.97))
+             + (": synthetic beside real" if real_qb else ""), fontsize=10)
+fig.tight_layout()
+fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=3, fontsize=9,
+           bbox_to_anchor=(0.5, 0.0), frameon=False)   # below the panels
 run.save_figure(fig, "dbsn_query_bank_size_real", caption=f"R@1 and skewness of N_{hub_k} over the query bank "
                 f"relative to the test queries, t2i; {nb.names(list(columns))}.")
 plt.show()
@@ -493,7 +499,9 @@ nb.show(fig8, ["query bank", "bank_queries", "R@1", skew_col, "gap bank->targets
         digits=3)
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.6), sharey=True)
+fig, grid = plt.subplots(2, 2, figsize=(10, 7.4), sharey=True)   # three panels, two per row
+fig.delaxes(grid[1, 1])
+axes = grid.flat[:3]
 for ax, col in zip(axes, [skew_col, "gap bank->targets", "gap test queries->bank"]):
     sns.scatterplot(data=fig8, x=col, y="R@1", hue="query bank", style="query bank", s=90, ax=ax,
                     legend=ax is axes[0])

@@ -297,7 +297,9 @@ nb.notice("RSUM of triplet + S-NDCG: " + ", ".join(f"τ = {t:g}: {v:.2f}" for t,
 # %%
 hist = pd.concat([r.history.assign(run=name, tau=f"{r.config['tau']:g}") for name, r in runs.items()],
                  ignore_index=True)
-fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+fig, grid = plt.subplots(2, 2, figsize=(11, 7.8))   # three panels, two per row: legible at laptop width
+fig.delaxes(grid[1, 1])
+axes = grid.flat[:3]
 main = hist[hist["run"] == both]
 axes[0].plot(main["step"], main["true_ndcg"], label="true NDCG (batch)")
 axes[0].plot(main["step"], main["smooth_ndcg"], "--", label=f"smooth NDCG (tau={tau:g})")

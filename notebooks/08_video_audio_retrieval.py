@@ -137,10 +137,10 @@ nb.show(tab1[tab1["metric"] == "R@1"], ["direction", "method", "metric", "publis
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
 sns.barplot(data=table1, x="direction", y="R@1", hue="method", ax=ax)
 for c in ax.containers:
-    ax.bar_label(c, fmt="%.1f", fontsize=7)
+    ax.bar_label(c, fmt="%.1f", fontsize=8)
 ax.set_ylabel("R@1 (%)")
 ax.set_title(f"Query-aware normalisation (cf. DBSN Table {table_id}) — {label}", fontsize=9)
-ax.legend(fontsize=8, ncol=4, loc="lower center")
+ax.legend(fontsize=9, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)   # below the bars
 fig.tight_layout()
 run.save_figure(fig, "r1_by_method_video", caption=f"R@1 of raw, IS, DIS and SN per direction; {label}.")
 plt.show()

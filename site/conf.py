@@ -51,6 +51,7 @@ nb_output_stderr = "show"
 mathjax_path = "mathjax/tex-chtml.js"
 html_static_path = [str(HERE / "_static"), os.environ["HUBSITE_MATHJAX"]]
 html_css_files = ["hubsite.css"]
+html_search_scorer = str(HERE / "_static" / "search_scorer.js")   # list pages rank below the pages that explain a query
 html_js_files = ["hubsite.js"]   # one button per notebook page that shows or folds all of its code
 html_favicon = str(HERE / "_static" / "favicon.svg")
 

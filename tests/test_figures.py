@@ -251,3 +251,61 @@ def test_a_line_with_gaps_is_sampled_only_where_drawn():
         assert not figures._segments_hit(box, np.array([[0.0, 50.0], [np.nan, np.nan], [100.0, 50.0]]))
         assert not figures._segments_hit(box, np.array([[0.0, 50.0], [np.inf, 50.0]]))
         assert figures._segments_hit(box, np.array([[np.nan, 0.0], [50.0, 50.0]]))   # a drawn point inside
+
+
+def test_text_too_small_at_laptop_width_is_reported():
+    """A row of four panels 18 inches wide (notebook 04's Fig. 7 analog) is shown 745 px wide on a laptop: its
+    11-pt tick labels become 6 px. Four panels in two rows at 9 inches read; so does an 8-pt note in a narrow
+    figure, not in a wide one (13 inches: 11.4 in tight, 65 px per inch)."""
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    for ax in axes:
+        ax.plot([0, 1], [0, 1])
+        ax.tick_params(labelsize=11)
+    problems = figures.layout_problems(fig)
+    assert any(p.startswith("text too small at laptop width") for p in problems), problems
+    px = 11 * figures.shown_px_per_point(fig)
+    assert px < figures.MIN_TEXT_PX and figures.shown_px_per_point(fig) < fig.dpi / 72
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6), layout="constrained")
+    for ax in axes.flat:
+        ax.plot([0, 1], [0, 1])
+        ax.tick_params(labelsize=11)
+    assert not [p for p in figures.layout_problems(fig) if "too small" in p]
+    for width, small in ((5.5, False), (13, True)):
+        fig, ax = plt.subplots(figsize=(width, 3.5))
+        ax.plot([0, 1], [0, 1])
+        ax.text(0.5, 0.5, "an 8-pt note", fontsize=8)
+        got = [p for p in figures.layout_problems(fig) if "too small" in p]
+        assert bool(got) == small, (width, got)
+        if small:
+            assert "the smallest axes 1 text 'an 8-pt note'" in got[0] and "1 text under 9 px" in got[0]
+
+
+def test_tidy_enlarges_text_too_small_at_laptop_width():
+    """The remedy: every text under MIN_TEXT_PX gets the size that reaches it (the rest keep theirs); the check is
+    then quiet. A text that is already legible keeps its size."""
+    fig, ax = plt.subplots(figsize=(13, 3.5))
+    ax.plot([0, 1], [0, 1], label="line")
+    note = ax.text(0.5, 0.5, "an 8-pt note", fontsize=8)
+    title = ax.set_title("a title", fontsize=16)
+    ax.legend(fontsize=7)
+    assert any("too small" in p for p in figures.layout_problems(fig))
+    done = figures.tidy(fig)
+    assert any(d.startswith("enlarged ") for d in done), done
+    assert not [p for p in figures.layout_problems(fig) if "too small" in p]
+    scale = figures.shown_px_per_point(fig)
+    assert figures.MIN_TEXT_PX <= note.get_fontsize() * scale < figures.MIN_TEXT_PX + 0.5 * scale + 1e-9
+    assert title.get_fontsize() == 16
+
+
+def test_a_long_title_is_wrapped_before_small_text_is_enlarged():
+    """A title far wider than its axes widens the figure's tight box, and the book shrinks every text with it:
+    the remedy wraps it to its axes first (notebook 08's bar chart: a 6.5-inch figure shown as 9.5 inches wide)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=90)   # the notebooks' inline resolution
+    bars = ax.bar(["a", "b", "c"], [41.3, 50.2, 60.1])
+    ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax.set_title("Query-aware normalisation (cf. DBSN Table 1) - synthetic analog (synthetic-msrvtt, seed 0, "
+                 "1,000 test videos x 20 captions, bank of 9,000 training captions)", fontsize=9)
+    assert any("too small" in p for p in figures.layout_problems(fig))
+    done = figures.tidy(fig)
+    assert done[0] == "wrapped the title of axes 1 to its width", done
+    assert "\n" in ax.get_title() and not figures.layout_problems(fig), figures.layout_problems(fig)

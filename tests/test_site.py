@@ -42,6 +42,8 @@ import pytest
 
 from conftest import REPO
 
+from hubnorm.experiments import figures
+
 spec = importlib.util.spec_from_file_location("hubsite", REPO / "site" / "hubsite.py")
 hubsite = importlib.util.module_from_spec(spec)
 sys.modules["hubsite"] = hubsite
@@ -568,6 +570,21 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
+def _search(browser, server, query):
+    """(result links in rank order, snippet texts) of the site's own search for ``query``."""
+    browser.get(urljoin(server, f"search.html?q={query}"))
+    deadline, summary = time.time() + 30, ""
+    while time.time() < deadline and "finished" not in summary.lower():
+        summary = browser.execute_script(
+            "const s = document.querySelector('#search-results .search-summary'); return s ? s.textContent : ''")
+        time.sleep(0.2)
+    time.sleep(1.0)   # snippets arrive after the list (each page is fetched)
+    return browser.execute_script(
+        "const li = Array.from(document.querySelectorAll('#search-results li'));"
+        "return [li.map(l => l.querySelector('a').getAttribute('href')),"
+        "        li.map(l => l.querySelector('p.context')).filter(p => p).map(p => p.textContent)];")
+
+
 _WAIT_JS = """
 const done = arguments[arguments.length - 1];
 const imgs = Array.from(document.images);
@@ -701,6 +718,17 @@ def test_site_in_a_real_browser(built_site, server, browser):
             _screenshot(browser, "5_methods_equations", shots)
     assert not problems, "\n".join(problems)
     assert math_pages >= 3
+    # the width at which the figure check judges text (figures.READING_WIDTH_PX) is the width this site shows a
+    # wide figure at on a laptop screen (1366 pixels): measured here, so a change of the site's column fails
+    browser.set_window_size(1366, 800)
+    try:
+        _open(browser, [u for u in nb_urls if "/04_" in u][0])
+        shown = browser.execute_script("return Math.max(...Array.from(document.querySelectorAll('.cell_output img'))"
+                                       ".map(i => i.parentElement.clientWidth))")   # what an image may fill
+    finally:
+        browser.set_window_size(1280, 900)
+    assert abs(shown - figures.READING_WIDTH_PX) <= 0.05 * figures.READING_WIDTH_PX, \
+        (shown, figures.READING_WIDTH_PX)
     # every link on these pages, as the browser resolved it, answers 200 and its anchor exists
     for link in sorted(links):
         u = urlparse(link)
@@ -724,6 +752,14 @@ def test_site_in_a_real_browser(built_site, server, browser):
                                   ".map(a => a.getAttribute('href'))")
     assert hits, f"search for 'hubness' found nothing ({summary!r})"
     assert any("notebooks/00_hubness_from_scratch" in h for h in hits), hits
+    # a method's name finds the pages that explain it first (pages that only list others rank below:
+    # site/_static/search_scorer.js), and every snippet is text of the page, not of the theme around it
+    ranked, snippets = _search(browser, server, "sinkhorn")
+    top = [h.split("#")[0] for h in ranked[:5]]
+    assert "docs/methods.html" in top and "notebooks/05_sinkhorn_vs_inverted_softmax.html" in top, ranked
+    assert not {"gallery.html", "index.html", "published/index.html"} & set(top), ranked
+    theme = [t for t in snippets if re.search(r"System Settings|Light\s+Dark|Back to top|Skip to main", t)]
+    assert snippets and not theme, theme[:3]
     urls, failed = _requests(browser)
     host = urlparse(server).netloc
     elsewhere = sorted({u for u in urls if urlparse(u).scheme in ("http", "https", "ws", "wss")

@@ -17,3 +17,18 @@ document.addEventListener("DOMContentLoaded", () => {
   const first = cells[0].closest(".cell") || cells[0];
   first.parentNode.insertBefore(button, first);
 });
+
+// Search snippets: Sphinx takes a result's snippet from the page's [role=main] element, which in this theme also
+// holds the sidebars and the theme switcher ("System Settings Light Dark ..."); take it from the article alone.
+document.addEventListener("DOMContentLoaded", () => {
+  if (typeof Search === "undefined" || !Search.htmlToText) return;
+  const sphinxText = Search.htmlToText;
+  Search.htmlToText = (htmlString, anchor) => {
+    const page = new DOMParser().parseFromString(htmlString, "text/html");
+    const article = page.querySelector("article.bd-article");
+    if (!article) return sphinxText(htmlString, anchor);
+    article.querySelectorAll(".headerlink, script, style, summary").forEach((el) => el.remove());
+    const part = anchor ? article.querySelector(anchor) : null;
+    return (part || article).textContent;
+  };
+});

@@ -8,7 +8,10 @@ judgement (a legend that covers data goes beside the axes; a bar of height zero 
 * **a legend over data** -- a legend box inside an axes that covers a bar, a plotted point or a line of that axes;
 * **an invisible bar** -- a bar of height zero (width zero for horizontal bars) without a mark or a label at its
   place: a reader cannot tell "zero" from "not computed" (not a histogram's empty bin: bins tile an interval, and
-  an empty one reads as a gap).
+  an empty one reads as a gap);
+* **text too small at laptop width** -- a text smaller than :data:`MIN_TEXT_PX` pixels when the figure is shown as
+  the book shows it on a laptop: at its inline size (``figure.dpi``, the tight bounding box), shrunk to
+  :data:`READING_WIDTH_PX` when it is wider. A wide row of panels shrinks every text with it.
 
 :func:`tidy` applies the remedies in place; :meth:`hubnorm.experiments.notebook.Run.save_figure` calls both before
 saving, so every saved figure of the notebooks is checked. With ``HUBNORM_FIGURE_CHECK=error`` (the test suite sets
@@ -27,6 +30,13 @@ SLACK_PX = 1.0
 #: The environment variable that turns remaining problems into errors, and its values.
 CHECK_ENV = "HUBNORM_FIGURE_CHECK"
 CHECK_MODES = ("note", "error", "off")
+#: The width (CSS pixels) at which the book shows a notebook's figure on a laptop: measured in Chromium, a notebook
+#: page of the site in a window 1366 pixels wide (the commonest laptop screen) shows a wide figure 745 pixels wide
+#: (tests/test_site.py measures it again on every browser run and fails when the site's column changes).
+READING_WIDTH_PX = 745
+#: The smallest legible text (CSS pixels) of a figure at that width (chosen by the usual rule for chart labels,
+#: before any figure of the notebooks was measured: 9 px is the size below which a laptop reader leans in).
+MIN_TEXT_PX = 9.0
 
 
 def check_mode() -> str:
@@ -204,7 +214,27 @@ def layout_problems(fig) -> List[str]:
             if rect.get_visible() and np.isfinite(size) and size == 0 and not _zero_marked(ax, rect, vertical):
                 problems.append(f"a bar of height zero is invisible (axes {fig.axes.index(ax) + 1}, at "
                                 f"{rect.get_x() if vertical else rect.get_y():.3g}): mark it or label it")
+    problems += _too_small(fig, renderer, [(d, t) for d, t, _ in texts])
     return problems
+
+
+def shown_px_per_point(fig, renderer=None) -> float:
+    """CSS pixels per typographic point of ``fig`` as the book shows it on a laptop: its inline size
+    (``fig.dpi`` pixels per inch of its tight bounding box), shrunk to :data:`READING_WIDTH_PX` when wider."""
+    width_in = fig.get_tightbbox(renderer or _renderer(fig)).width
+    return min(fig.dpi, READING_WIDTH_PX / max(width_in, 1e-9)) / 72.0
+
+
+def _too_small(fig, renderer, texts) -> List[str]:
+    scale = shown_px_per_point(fig, renderer)
+    small = sorted((t.get_fontsize() * scale, d) for d, t in texts if t.get_fontsize() * scale < MIN_TEXT_PX)
+    if not small:
+        return []
+    px, d = small[0]
+    width = fig.get_tightbbox(renderer).width
+    return [f"text too small at laptop width: {len(small)} text{'s' if len(small) > 1 else ''} under {MIN_TEXT_PX:g} px, "
+            f"the smallest {d} at {px:.1f} px (the figure is {width:.1f} in wide, shown at most "
+            f"{READING_WIDTH_PX} px wide): fewer panels per row, a narrower figure or a larger font"]
 
 
 def mark_zero_bars(ax) -> int:
@@ -246,7 +276,7 @@ def _crowded_axes(fig):
 
 def tidy(fig) -> List[str]:
     """The remedies that need no judgement, in place, in this order: zero bars get a mark
-    (:func:`mark_zero_bars`); a legend that covers data moves beside its axes (upper left, outside on the right);
+    (:func:`mark_zero_bars`); texts too small at laptop width get the smallest legible size; a legend that covers data moves beside its axes (upper left, outside on the right);
     texts that overlap each other are laid out again by matplotlib's constrained layout (kept only when it leaves
     fewer overlaps); a title on its own tick labels is raised; tick labels that still run together get fewer ticks (numbers: 6, then 4, then 3 at most) or
     are slanted (names on the x axis: 30, 60, 90 degrees).
@@ -257,6 +287,7 @@ def tidy(fig) -> List[str]:
     for i, ax in enumerate(fig.axes):
         if mark_zero_bars(ax):
             done.append(f"marked the zero bars of axes {i + 1}")
+    done += _enlarge_small_text(fig)
     done += _move_legends(fig)
     done += _move_figure_legends(fig)
     if _text_overlaps(fig):
@@ -292,7 +323,33 @@ def tidy(fig) -> List[str]:
                     done.append(f"slanted {where} by {angle} degrees")
                     break
     done += _move_legends(fig)   # a new layout can shrink an axes under its legend
+    done += _enlarge_small_text(fig)   # a legend moved beside the axes widens the figure: its texts shrink
     return done
+
+
+def _enlarge_small_text(fig, rounds: int = 4) -> List[str]:
+    """Texts smaller than :data:`MIN_TEXT_PX` at laptop width (see :func:`shown_px_per_point`): titles wider than
+    their axes are wrapped first (a long title widens the figure, and the book then shrinks every text with it);
+    what is still small gets the font size that reaches the minimum (in half points, upwards). Larger texts can
+    widen the figure's tight box, so it is measured again, a few rounds at most. The layout remedies that follow
+    see the new sizes."""
+    done, n, wrapped = [], 0, False
+    for _ in range(rounds):
+        renderer = _renderer(fig)
+        scale = shown_px_per_point(fig, renderer)
+        small = [t for _, t in _texts(fig) if t.get_fontsize() * scale < MIN_TEXT_PX - 1e-9]
+        if not small:
+            break
+        if not wrapped:
+            wrapped = True
+            got = _wrap_titles(fig)
+            if got:
+                done += got
+                continue
+        for t in small:
+            t.set_fontsize(np.ceil(2 * MIN_TEXT_PX / scale) / 2)
+        n += len(small)
+    return done + ([f"enlarged {n} small texts to at least {MIN_TEXT_PX:g} px at laptop width"] if n else [])
 
 
 def _outside_anchor(ax, renderer, side: str) -> Tuple[float, float]:
