@@ -56,6 +56,8 @@ flat_tol: float = 1.0
 real_sources: list = ["auto"]  # real embeddings beside a synthetic run (curves, gains, heat map): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.lines import Line2D
@@ -170,15 +172,14 @@ nb.show(by_k(gains, "ratio").dropna(axis=1, how="all"), caption="ratio = our gai
 
 # %%
 fig, grid = plt.subplots(2, 2, figsize=(11, 8.6))   # three panels, two per row: legible at laptop width
-fig.delaxes(grid[1, 1])
-axes = grid.flat[:3]
+axes, key_ax = grid.flat[:3], grid[1, 1]              # the fourth cell holds panel (c)'s key
 sns.lineplot(data=curve, x="k", y="R@1", hue="direction", marker="o", ax=axes[0])
 for i, d in enumerate(directions):
     axes[0].axhline(raw[d], ls="--", lw=1, color=sns.color_palette()[i], label=f"{d} raw")
 axes[0].set_xscale("log", base=2)
 axes[0].set_xlabel("k (reference queries per target, log scale)")
 axes[0].set_ylabel("R@1 (%)")
-axes[0].set_title(f"this run (α = {alpha}): {label}", fontsize=9)
+axes[0].set_title(f"this run (α = {alpha}):\n" + textwrap.fill(label, 48), fontsize=9)
 pub = joined[joined["published"].notna()]   # the paper's numbers, k read from their setting (raw: no k)
 pl = pub[pub["k"].notna()].astype({"k": int})
 if len(pl):
@@ -208,21 +209,22 @@ axes[2].set_xscale("log", base=2)
 axes[2].set_xlabel("k (log scale)")
 axes[2].set_ylabel("R@1 gain over the raw scores (points)")
 axes[2].set_title("gain at each k, every data and the paper", fontsize=9)
-keys = ([Line2D([], [], color=c, marker="o", ms=3, label=data) for data, c in data_colors.items()]
+keys = ([Line2D([], [], color=c, marker="o", ms=3, label=textwrap.fill(data, 46)) for data, c in data_colors.items()]
         + [Line2D([], [], color="0.55", marker="D", ms=4, label=f"published ({model}, COCO)")]
         + [Line2D([], [], color="black", ls=dash[d], label=d) for d in directions])
-axes[2].legend(handles=keys, fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+key_ax.axis("off")
+key_ax.legend(handles=keys, fontsize=9, loc="center left", frameon=False, title="(c): data and direction")
 for ax, kk in ((axes[0], sorted(curve["k"].unique())), (axes[1], sorted(pl["k"].unique())),
                (axes[2], sorted(curve["k"].unique()))):
-    if len(kk):
-        ax.set_xticks(kk, [str(x) for x in kk])
+    if len(kk):   # every k on the axis, every other one named when there are many
+        ax.set_xticks(kk, [str(x) if len(kk) <= 6 or i % 2 == 0 else "" for i, x in enumerate(kk)])
         ax.minorticks_off()
-    if ax.get_legend() is not None and ax is not axes[2]:
+    if ax.get_legend() is not None:
         ax.get_legend().remove()
 handles, names = axes[0].get_legend_handles_labels()
-fig.legend(handles, [f"{n} NNN" if n in directions else n for n in names], loc="upper center", ncol=4, fontsize=8,
-           bbox_to_anchor=(0.5, 1.06), frameon=False)
-fig.tight_layout()
+fig.tight_layout(h_pad=2.5)
+fig.legend(handles, [f"{n} NNN" if n in directions else n for n in names], loc="upper center", ncol=4, fontsize=9,
+           bbox_to_anchor=(0.5, 0.0), frameon=False)   # below the panels
 run.save_figure(fig, "nnn_r1_vs_k", caption=f"R@1 over k at alpha={alpha}: this run ({label}) and the NNN paper (COCO); "
                 "right: the gain over the raw scores at each k for every data set and the paper.")
 plt.show()
@@ -281,7 +283,7 @@ if left_out:
             "positive first, so the grid can only tie or lose and has nothing to choose; a split of a few dozen "
             "images cannot select NNN's hyperparameters")
 ncols = min(len(panels), 2)
-fig, axes = plt.subplots(-(-len(panels) // ncols), ncols, figsize=(6.8 * ncols, 4.4 * -(-len(panels) // ncols)),
+fig, axes = plt.subplots(-(-len(panels) // ncols), ncols, figsize=(5.6 * ncols, 4.6 * -(-len(panels) // ncols)),
                          squeeze=False)
 for ax, panel in zip(axes.ravel(), panels):
     grid = panel["table"].pivot(index="alpha", columns="k", values="R@1")
@@ -294,9 +296,8 @@ for ax, panel in zip(axes.ravel(), panels):
     ax.set_title(f"{panel['data']}\n{panel['direction']}: R@1 on the held-out split{extra}", fontsize=8)
 for ax in axes.ravel()[len(panels):]:
     ax.set_axis_off()
-fig.suptitle("NNN hyperparameter grid on the held-out split", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "nnn_alpha_k_heatmap", caption=f"R@1 on val over alpha x k; {label}"
+run.save_figure(fig, "nnn_alpha_k_heatmap", caption=f"NNN hyperparameter grid: R@1 on val over alpha x k; {label}"
                 + (" and the real sets beside it." if len(panels) > len(heat_directions) else "."))
 plt.show()
 

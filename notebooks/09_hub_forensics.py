@@ -473,9 +473,9 @@ if reals:
         ax_lf.set_ylabel("points")
         ax_lf.set_title("label-free − labelled R@1, paired 95% interval", fontsize=9)
     handles, names_ = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names_, loc="lower center", ncol=len(names_), fontsize=8, frameon=False,
-               title=f"N_{hub_k}:", title_fontsize=8, bbox_to_anchor=(0.35, 0.0))
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout()
+    fig.legend(handles, names_, loc="upper center", ncol=len(names_), fontsize=9, frameon=False,
+               title=f"N_{hub_k}:", title_fontsize=9, bbox_to_anchor=(0.35, 0.0))   # below the panels
     run.save_figure(fig, "real_hubs_label_free", caption="Real sets: N_k of the largest raw hubs, raw and after each "
                     "method (left); label-free minus labelled t2i R@1 with its paired 95% interval (right); "
                     + ", ".join(reals) + ".")

@@ -202,13 +202,18 @@ def test_own_data_sizes_never_reach_a_real_loader(tmp_path, capsys):
     syn = ex.prepare_dataset("synthetic:flickr30k", synthetic_sizes={"n_train_images": 60, "n_test_images": 20},
                              seed=0)
     assert ex.cross_dataset_source(syn, "auto") == "synthetic:coco"
-    assert ex.run_label(syn) == "synthetic analog (synthetic-flickr30k, seed 0, 20 test images x 5 captions)"
+    assert ex.run_label(syn) == ("synthetic analog (synthetic-flickr30k, seed 0, 20 test images x 5 captions; "
+                                 "banks from 60 training images x 5 captions)")
     # one label, one size: the same preset at two test sizes gets two labels (issue 46, item 4)
     other = ex.prepare_dataset("synthetic:flickr30k", synthetic_sizes={"n_train_images": 60, "n_test_images": 30},
                                seed=0)
     assert ex.run_label(other) != ex.run_label(syn) and "30 test images" in ex.run_label(other)
+    # ... and the same test split with another pool of banks too
+    pool = ex.prepare_dataset("synthetic:flickr30k", synthetic_sizes={"n_train_images": 90, "n_test_images": 20},
+                              seed=0)
+    assert ex.run_label(pool) != ex.run_label(syn) and "banks from 90 training images" in ex.run_label(pool)
     assert ex.test_size(ds) == f"{ds.split('test').n_images:,} test images x 2 captions"
-    assert ex.run_label(ds).endswith(f", {ex.test_size(ds)})")
+    assert ex.run_label(ds).endswith(f", {ex.data_size(ds)})") and ex.data_size(ds).startswith(ex.test_size(ds))
 
 
 def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
@@ -324,10 +329,11 @@ def test_the_real_column_loads_cached_releases_under_their_labels(tmp_path, monk
     monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "cache"))
     fetch_real("coco500-clip-b16", mirror=mirror, progress=False)
     got = ex.load_real_sets(["real:coco500-clip-b16", "real:flickr8k-100x5-clip-b32"], seed=0)
-    assert list(got) == ["real: COCO val2017, 500 pairs, CLIP ViT-B/16"]   # the other one is not cached: a NOTE
+    label = "real: COCO val2017, 500 pairs, CLIP ViT-B/16 (250 test images; banks from 167 training images)"
+    assert list(got) == [label]   # the other one is not cached: a NOTE
     assert "flickr8k-100x5-clip-b32" in capsys.readouterr().out
-    ds = got["real: COCO val2017, 500 pairs, CLIP ViT-B/16"]
+    ds = got[label]
     assert ds.source == "real" and {s: ds.split(s).n_images for s in ds.splits} == {"test": 250, "val": 83, "train": 167}
     x = ds.split("test").images
     assert x.dtype == np.float64 and np.allclose(np.linalg.norm(x, axis=1), 1.0)
-    assert ex.run_label(ds) == "real: COCO val2017, 500 pairs, CLIP ViT-B/16"
+    assert ex.run_label(ds) == label   # the release's own label, with the sizes of this run's split

@@ -103,9 +103,13 @@ class MediaData:
     meta: Dict[str, object] = field(default_factory=dict)
 
     @property
-    def test_size(self) -> str:
-        """The test split's size in words for a run label: "1,000 test videos, 1,000 captions"."""
-        return f"{len(self.items):,} test {self.modalities[1]}s, {len(self.captions):,} captions"
+    def data_size(self) -> str:
+        """The sizes a run label names: the test split and the pool of the banks, "1,000 test videos, 1,000 captions;
+        banks from 9,000 training videos, 9,000 captions" (no training part: the test split alone)."""
+        test = f"{len(self.items):,} test {self.modalities[1]}s, {len(self.captions):,} captions"
+        pool = [f"{len(b):,} training {what}" for b, what in ((self.bank_items, f"{self.modalities[1]}s"),
+                                                             (self.bank_captions, "captions")) if b is not None]
+        return test + (f"; banks from {', '.join(pool)}" if pool else "")
 
     @property
     def directions(self) -> Tuple[str, str]:
@@ -256,7 +260,7 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         p = MEDIA_PRESETS[rest]
         tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed,
                             block_bytes=block_bytes)
-        return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed}, {data.test_size})", True,
+        return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed}, {data.data_size})", True,
                            dataset or p.dataset, model or p.model, data.modalities)
     if kind == "sims":
         from .scores import sims_tasks
@@ -302,9 +306,9 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
                      synthetic=ds.source == "synthetic", meta={"dataset": ds.name})
     tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed, block_bytes=block_bytes)
     if ds.source == "synthetic":
-        label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data.test_size})"
+        label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data.data_size})"
     else:
-        label = f"real data ({ds.name}" + (f", {ds.meta['model']}" if ds.meta.get("model") else "") + f", {data.test_size})"
+        label = f"real data ({ds.name}" + (f", {ds.meta['model']}" if ds.meta.get("model") else "") + f", {data.data_size})"
     if kind == "real":   # the release declares its data set and encoder; never guessed from a name
         return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
                            data.modalities)

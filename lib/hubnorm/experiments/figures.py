@@ -295,13 +295,26 @@ def tidy(fig) -> List[str]:
     before = _text_overlaps(fig)
     if before:
         engine, positions = fig.get_layout_engine(), [ax.get_position(original=True) for ax in fig.axes]
-        fig.set_layout_engine("constrained")
-        if len(_text_overlaps(fig)) < len(before):
+        try:
+            fig.set_layout_engine("constrained")
+        except RuntimeError:   # matplotlib refuses once a colorbar was made under another engine: keep that one
+            relaid = False
+        else:
+            relaid = True
+        if relaid and len(_text_overlaps(fig)) < len(before):
             done.append("laid the figure out again (constrained layout)")
         else:
-            fig.set_layout_engine(engine if engine is not None else "none")
-            for ax, pos in zip(fig.axes, positions):
-                ax.set_position(pos)
+            if relaid:
+                fig.set_layout_engine(engine if engine is not None else "none")
+                for ax, pos in zip(fig.axes, positions):
+                    ax.set_position(pos)
+            if engine is not None and hasattr(engine, "execute"):   # its own layout once more, on the new texts
+                engine.execute(fig)
+                if len(_text_overlaps(fig)) < len(before):
+                    done.append("laid the figure out again (its own layout engine)")
+                else:
+                    for ax, pos in zip(fig.axes, positions):
+                        ax.set_position(pos)
     for i, ax in enumerate(fig.axes):   # a title on its own tick labels (a log axis' top label): raise the title
         if _raise_title(fig, ax):
             done.append(f"raised the title of axes {i + 1} above its tick labels")
@@ -365,22 +378,27 @@ def _outside_anchor(ax, renderer, side: str) -> Tuple[float, float]:
 
 
 def _wrap_titles(fig) -> List[str]:
-    """Rewrap every axes title wider than its axes to the axes' width (at the title's own line breaks first)."""
+    """Rewrap every axes title wider than its axes to the axes' width, and a suptitle wider than the figure to the
+    figure's width (at the title's own line breaks first)."""
     import textwrap
+
+    def wrap(title, room) -> bool:
+        width = title.get_window_extent(renderer).width
+        if width <= room * 1.02:
+            return False
+        lines = title.get_text().split("\n")
+        chars = max(8, int(max(len(line) for line in lines) * room / width * 0.95))
+        title.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
+        return True
 
     done = []
     renderer = _renderer(fig)
     for i, ax in enumerate(fig.axes):
-        title = ax.title
-        if not _visible_text(title):
-            continue
-        width, axes_width = title.get_window_extent(renderer).width, ax.get_window_extent(renderer).width
-        if width <= axes_width * 1.02:
-            continue
-        lines = title.get_text().split("\n")
-        chars = max(8, int(max(len(line) for line in lines) * axes_width / width * 0.95))
-        title.set_text("\n".join(textwrap.fill(line, chars) for line in lines))
-        done.append(f"wrapped the title of axes {i + 1} to its width")
+        if _visible_text(ax.title) and wrap(ax.title, ax.get_window_extent(renderer).width):
+            done.append(f"wrapped the title of axes {i + 1} to its width")
+    sup = getattr(fig, "_suptitle", None)
+    if sup is not None and _visible_text(sup) and wrap(sup, fig.bbox.width):
+        done.append("wrapped the suptitle to the figure's width")
     return done
 
 

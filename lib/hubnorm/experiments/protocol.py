@@ -124,17 +124,37 @@ def test_size(ds: EmbeddingDataset) -> str:
                                             "" if per == 1 else f", {t.n_captions:,} captions")
 
 
+def bank_pool(ds: EmbeddingDataset) -> str:
+    """Where ``ds``'s reference banks come from, in words: "banks from 29,000 training images x 5 captions" (every
+    reference bank of a run is drawn from the training split; a table's ``setting`` says which part, and a
+    query-aware bank is the test queries), or "" when there is no training split."""
+    if "train" not in ds.splits:
+        return ""
+    t = ds.split("train")
+    per = t.n_captions // t.n_images if t.n_images and t.n_captions % t.n_images == 0 else None
+    return f"banks from {t.n_images:,} training images" + (f" x {per} captions" if per and per > 1 else
+                                                           "" if per == 1 else f", {t.n_captions:,} captions")
+
+
+def data_size(ds: EmbeddingDataset) -> str:
+    """The sizes a run label names: the test split (:func:`test_size`) and the pool of its banks (:func:`bank_pool`),
+    "1,000 test images x 5 captions; banks from 29,000 training images x 5 captions"."""
+    pool = bank_pool(ds)
+    return test_size(ds) + (f"; {pool}" if pool else "")
+
+
 def run_label(ds: EmbeddingDataset) -> str:
-    """"synthetic analog (synthetic-flickr30k, seed 0, 1,000 test images x 5 captions)" or "real data (coco, model,
-    500 test images)": in every table and caption, with the test split's size (:func:`test_size`)."""
+    """"synthetic analog (synthetic-flickr30k, seed 0, 1,000 test images x 5 captions; banks from 29,000 training
+    images x 5 captions)" or "real data (coco, model, 500 test images)": in every table and caption, with the sizes
+    of the test split and of the banks' pool (:func:`data_size`): one label, one size."""
     if is_synthetic(ds):
         if ds.meta.get("rehearsal"):
-            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name}, {test_size(ds)})")
-        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {test_size(ds)})"
+            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name}, {data_size(ds)})")
+        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data_size(ds)})"
     if ds.meta.get("release") and ds.meta.get("label"):   # a real release names its data set, size and model
-        return str(ds.meta["label"])
+        return f"{ds.meta['label']} ({data_size(ds)})"
     model = ds.meta.get("model")
-    return f"real data ({ds.name}" + (f", {model}" if model else "") + f", {test_size(ds)})"
+    return f"real data ({ds.name}" + (f", {model}" if model else "") + f", {data_size(ds)})"
 
 
 #: The real embedding releases (:mod:`hubnorm.data.real`) a notebook shows beside a synthetic run by default
