@@ -37,8 +37,8 @@ MODULE_TO_DIST = {
     "open_clip": "open_clip_torch", "yaml": "pyyaml", "pandas": "pandas", "pooch": "pooch", "requests": "requests", "scipy": "scipy",
     "sentence_transformers": "sentence-transformers", "torch": "torch", "tqdm": "tqdm",
     "transformers": "transformers", "urllib3": "urllib3", "dask": "dask", "distributed": "distributed",
-    "zarr": "zarr", "IPython": "ipython", "jupyter_client": "jupyter-client", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
-    "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT", "yaml": "pyyaml",
+    "zarr": "zarr", "IPython": "ipython", "ipykernel": "ipykernel", "jupyter_client": "jupyter-client", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
+    "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT",
 }
 #: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm.experiments.notebook.Run.save_table) needs tabulate.
 INDIRECT = {"tabulate": "base"}

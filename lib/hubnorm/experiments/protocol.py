@@ -113,27 +113,25 @@ def is_synthetic(ds: EmbeddingDataset) -> bool:
     return ds.source == "synthetic"
 
 
+def _split_words(ds: EmbeddingDataset, split: str, adjective: str) -> str:
+    """A split's size in words: "1,000 test images" (and "x 5 captions" when every image has the same number)."""
+    t = ds.split(split)
+    per = t.n_captions // t.n_images if t.n_images and t.n_captions % t.n_images == 0 else None
+    return f"{t.n_images:,} {adjective} images" + (f" x {per} captions" if per and per > 1 else
+                                                   "" if per == 1 else f", {t.n_captions:,} captions")
+
+
 def test_size(ds: EmbeddingDataset) -> str:
     """The size of ``ds``'s test split in words, "1,000 test images" (and "x 5 captions" when every image has the
     same number): one label, one size (notebooks draw test splits of different sizes from one preset)."""
-    if "test" not in ds.splits:
-        return "no test split"
-    t = ds.split("test")
-    per = t.n_captions // t.n_images if t.n_images and t.n_captions % t.n_images == 0 else None
-    return f"{t.n_images:,} test images" + (f" x {per} captions" if per and per > 1 else
-                                            "" if per == 1 else f", {t.n_captions:,} captions")
+    return _split_words(ds, "test", "test") if "test" in ds.splits else "no test split"
 
 
 def bank_pool(ds: EmbeddingDataset) -> str:
     """Where ``ds``'s reference banks come from, in words: "banks from 29,000 training images x 5 captions" (every
     reference bank of a run is drawn from the training split; a table's ``setting`` says which part, and a
     query-aware bank is the test queries), or "" when there is no training split."""
-    if "train" not in ds.splits:
-        return ""
-    t = ds.split("train")
-    per = t.n_captions // t.n_images if t.n_images and t.n_captions % t.n_images == 0 else None
-    return f"banks from {t.n_images:,} training images" + (f" x {per} captions" if per and per > 1 else
-                                                           "" if per == 1 else f", {t.n_captions:,} captions")
+    return f"banks from {_split_words(ds, 'train', 'training')}" if "train" in ds.splits else ""
 
 
 def data_size(ds: EmbeddingDataset) -> str:
