@@ -339,3 +339,63 @@ def test_a_suptitle_wider_than_the_figure_is_wrapped_to_it():
     done = figures.tidy(fig)
     assert "wrapped the suptitle to the figure's width" in done, done
     assert fig.get_tightbbox(figures._renderer(fig)).width < 10.5 and not figures.layout_problems(fig)
+
+
+LONG = ("real data (flickr8k-100x5-clip-vitb32, openai/clip-vit-base-patch32, 50 test images x 5 captions; banks "
+        "from 34 training images x 5 captions)")
+
+
+@pytest.fixture
+def notebook_style():
+    """The notebooks' look (hubnorm.experiments.notebook.setup: seaborn's whitegrid in the notebook context, 11-pt
+    ticks; 90 dpi on screen)."""
+    import seaborn as sns
+
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook"), matplotlib.rc_context({"figure.dpi": 90}):
+        yield
+
+
+def test_a_figure_legend_that_a_new_layout_puts_on_a_title_goes_below(notebook_style):
+    """Notebook 05 on a real set (CI failed on it): wrapped titles and constrained layout raise the right panel's
+    title into the figure legend in the upper right corner; the legend is checked again after the layout."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.9), squeeze=False)
+    for ax, bank in zip(axes[0], ["test queries (query-aware)", "validation captions (query-agnostic)"]):
+        for name, ys in (("IS", [89, 90, 91, 92, 91]), ("SN", [93, 94, 94, 93, 92])):
+            ax.plot([0.005, 0.01, 0.015, 0.02, 0.025], ys, marker="o", label=name)
+        ax.set_xticks([0.005, 0.01, 0.015, 0.02, 0.025], ["0.005", "0.01", "0.015", "0.02", "0.025"], rotation=30)
+        ax.set(xlabel="temperature", ylabel="R@1 (%)")
+        ax.set_title(f"{LONG}\nbank: {bank}", fontsize=9)
+    fig.suptitle("IS vs SN over tau, t2i", fontsize=10)
+    fig.tight_layout()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper right", fontsize=9, frameon=False)
+    assert figures.layout_problems(fig)
+    done = figures.tidy(fig)
+    assert "moved the figure legend below the figure" in done
+    assert figures.layout_problems(fig) == []
+
+
+def test_texts_enlarged_after_a_legend_moved_are_laid_out_again(notebook_style):
+    """Notebook 07 on a real set (CI failed on it): a legend moved beside its axes widens the figure, its texts are
+    enlarged once more, and the larger wrapped suptitle then lies on the panel titles until laid out again."""
+    fig, grid = plt.subplots(2, 2, figsize=(11, 7.8))
+    fig.delaxes(grid[1, 1])
+    axes = grid.flat[:3]
+    steps = np.arange(0, 151, 10)
+    axes[0].plot(steps, 0.99 - 0.03 * np.exp(-steps / 30), label="true NDCG (batch)")
+    axes[0].plot(steps, 0.985 - 0.03 * np.exp(-steps / 30), "--", label="smooth NDCG (tau=0.01)")
+    axes[0].set(title="Fig. 6 analog: NDCG of each batch", xlabel="step", ylabel="NDCG")
+    axes[0].legend(fontsize=8)
+    for tau, level in ((0.1, 0.2), (0.01, 0.02), (0.001, 0.001)):
+        axes[1].plot(steps, level * np.exp(-steps / 300), label=f"{tau:g}")
+    axes[1].axhline(0.01, color="grey", ls=":", lw=1)
+    axes[1].set(yscale="log", title="Fig. 7 analog: |smooth - true| NDCG", xlabel="step",
+                ylabel="approximation error (log scale)")
+    axes[1].legend(title="tau")
+    axes[2].plot(steps, 0.3 * np.exp(-steps / 50), marker="o", label="triplet")
+    axes[2].set(title="Fig. 5a analog: triplet loss", xlabel="step", ylabel="triplet loss (batch)")
+    axes[2].legend(fontsize=8)
+    fig.suptitle(f"Adapter analog, not Li et al.'s models; {LONG}", fontsize=10)
+    fig.tight_layout()
+    done = figures.tidy(fig)
+    assert any(d.startswith("moved the legend of axes 2") for d in done), done
+    assert figures.layout_problems(fig) == []

@@ -279,7 +279,9 @@ def tidy(fig) -> List[str]:
     (:func:`mark_zero_bars`); texts too small at laptop width get the smallest legible size; a legend that covers data moves beside its axes (upper left, outside on the right);
     texts that overlap each other are laid out again by matplotlib's constrained layout (kept only when it leaves
     fewer overlaps); a title on its own tick labels is raised; tick labels that still run together get fewer ticks (numbers: 6, then 4, then 3 at most) or
-    are slanted (names on the x axis: 30, 60, 90 degrees).
+    are slanted (names on the x axis: 30, 60, 90 degrees). A new layout can put an axes' legend on its data or a text
+    under a figure legend, and a legend moved beside its axes widens the figure (its texts shrink): legends are
+    placed and small texts enlarged once more, and laid out again when the larger texts overlap (two rounds at most).
     Returns what was done."""
     from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
@@ -292,6 +294,42 @@ def tidy(fig) -> List[str]:
     done += _move_figure_legends(fig)
     if _text_overlaps(fig):
         done += _wrap_titles(fig)
+    done += _relayout(fig)
+    for i, ax in enumerate(fig.axes):   # a title on its own tick labels (a log axis' top label): raise the title
+        if _raise_title(fig, ax):
+            done.append(f"raised the title of axes {i + 1} above its tick labels")
+    for ax, axis in _crowded_axes(fig):
+        where = f"the {axis.axis_name} ticks of axes {fig.axes.index(ax) + 1}"
+        if axis.get_scale() == "linear" and isinstance(axis.get_major_formatter(), ScalarFormatter):
+            for nbins in (6, 4, 3):   # numbers: fewer of them
+                axis.set_major_locator(MaxNLocator(nbins=nbins))
+                if (ax, axis) not in _crowded_axes(fig):
+                    done.append(f"thinned {where} to {nbins}")
+                    break
+        elif axis.axis_name == "x":   # names (categories): slanted, then upright
+            for angle in (30, 60, 90):
+                for label in axis.get_ticklabels():
+                    label.set_rotation(angle)
+                    label.set_horizontalalignment("right" if angle < 90 else "center")
+                    label.set_rotation_mode("anchor" if angle < 90 else "default")
+                if (ax, axis) not in _crowded_axes(fig):
+                    done.append(f"slanted {where} by {angle} degrees")
+                    break
+    for _ in range(2):   # a new layout can shrink an axes under its legend or put a text under a figure legend;
+        late = _move_legends(fig) + _move_figure_legends(fig)   # a legend moved beside the axes widens the figure,
+        late += _enlarge_small_text(fig)   # and its texts shrink; larger texts can overlap: laid out once more
+        if late and _text_overlaps(fig):
+            late += _relayout(fig)
+        done += late
+        if not late:
+            break
+    return done
+
+
+def _relayout(fig) -> List[str]:
+    """Texts that overlap each other: matplotlib's constrained layout, kept only when it leaves fewer overlaps; else
+    the figure's own layout engine once more on the new texts (when it has one), kept on the same condition."""
+    done = []
     before = _text_overlaps(fig)
     if before:
         engine, positions = fig.get_layout_engine(), [ax.get_position(original=True) for ax in fig.axes]
@@ -315,28 +353,6 @@ def tidy(fig) -> List[str]:
                 else:
                     for ax, pos in zip(fig.axes, positions):
                         ax.set_position(pos)
-    for i, ax in enumerate(fig.axes):   # a title on its own tick labels (a log axis' top label): raise the title
-        if _raise_title(fig, ax):
-            done.append(f"raised the title of axes {i + 1} above its tick labels")
-    for ax, axis in _crowded_axes(fig):
-        where = f"the {axis.axis_name} ticks of axes {fig.axes.index(ax) + 1}"
-        if axis.get_scale() == "linear" and isinstance(axis.get_major_formatter(), ScalarFormatter):
-            for nbins in (6, 4, 3):   # numbers: fewer of them
-                axis.set_major_locator(MaxNLocator(nbins=nbins))
-                if (ax, axis) not in _crowded_axes(fig):
-                    done.append(f"thinned {where} to {nbins}")
-                    break
-        elif axis.axis_name == "x":   # names (categories): slanted, then upright
-            for angle in (30, 60, 90):
-                for label in axis.get_ticklabels():
-                    label.set_rotation(angle)
-                    label.set_horizontalalignment("right" if angle < 90 else "center")
-                    label.set_rotation_mode("anchor" if angle < 90 else "default")
-                if (ax, axis) not in _crowded_axes(fig):
-                    done.append(f"slanted {where} by {angle} degrees")
-                    break
-    done += _move_legends(fig)   # a new layout can shrink an axes under its legend
-    done += _enlarge_small_text(fig)   # a legend moved beside the axes widens the figure: its texts shrink
     return done
 
 
