@@ -150,7 +150,7 @@ LAYERS = [
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.media", "hubnorm.forensics",
                       "hubnorm.adversarial", "hubnorm.label_free", "hubnorm.listwise", "hubnorm.listwise.*",
-                      "hubnorm.rerank", "hubnorm.rerank.*"]),
+                      "hubnorm.rerank", "hubnorm.rerank.*", "hubnorm.cli"]),
     ("package root", ["hubnorm"]),
     # the papers' protocols, studies, published comparisons, notebook set-up (tests/test_layering.py)
     ("experiments", ["hubnorm.experiments", "hubnorm.experiments.*"]),

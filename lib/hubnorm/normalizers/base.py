@@ -323,8 +323,10 @@ class Normalizer:
     # ------------------------------------------------------------------ offsets and vector indexes
     @property
     def offsets(self) -> np.ndarray:
-        """Per-target additive offsets ``h`` (score = ``S + h``) as a float numpy array."""
-        self._check_fitted()
+        """Per-target additive offsets ``h`` (score = ``S + h``) as a float numpy array (also of a normalizer fitted
+        from score matrices, :func:`hubnorm.scores.fit_scores`, which holds no target embeddings)."""
+        if not hasattr(self, "offsets_"):
+            self._check_fitted()
         if not self.is_offset:
             raise AttributeError(f"{type(self).__name__} is not an offset method: its rows are normalised per query")
         return self.offsets_.detach().cpu().numpy()

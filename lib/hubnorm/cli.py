@@ -1,0 +1,821 @@
+"""The ``hubnorm`` command: from embeddings (or score matrices) to a retrieval system.
+
+    hubnorm diagnose <source>                 hubness of the raw scores, the hubs and what they win, verdicts
+    hubnorm choose   <source>                 the method and parameters, and the R@1 gain to expect (with a CI)
+    hubnorm export   <source> --method nnn    fitted offsets, [t, h] vectors for an inner-product index, manifest
+    hubnorm check    <export dir> [--source]  verify an export (checksums; with the source: bank and offsets)
+
+``<source>`` is any source the loaders accept: ``synthetic:<preset>``, ``cache:...``, ``local:<folder>``,
+``real:<release>`` (embeddings; the ``test`` split is scored, the ``train`` split is the reference bank) or
+``sims:<folder>`` (score matrices, :mod:`hubnorm.data.sims`). Every direction of the source is run unless
+``--direction`` names one. Embeddings are read as float64 unit rows.
+
+One path for both kinds: each direction becomes a :class:`hubnorm.scores.ScoreTask` (embeddings through
+:func:`hubnorm.scores.score_matrices`, computed block by block, never a whole bank x gallery matrix), fitted and
+evaluated by the library's own engine. The offsets of an offset method ``h`` make the normalised score
+``S + h``; ``<[q, 1], [t, h]> = q . t + h`` (NNN paper, Sec. 3.1) lets any inner-product index serve it.
+
+Exit codes: 0 done; 1 ``diagnose`` reached the verdict of ``--fail-on``; 2 bad input (a sentence on stderr names
+the argument and the fix); 3 ``check`` found a mismatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+EXIT_OK, EXIT_VERDICT, EXIT_BAD_INPUT, EXIT_MISMATCH = 0, 1, 2, 3
+#: the format of an export folder's manifest.json (bumped when its keys change meaning)
+EXPORT_FORMAT = "hubnorm-export/1"
+#: the methods ``choose`` compares by default: offset methods (an index can serve them) that read scores only
+DEFAULT_METHODS = ("nnn", "is", "sn", "dbsn")
+
+#: Verdict thresholds of ``diagnose``, ``(warn from, fail from)`` per statistic of the raw test scores' N_k
+#: (:func:`hubnorm.hubness_stats`). Conventions set before any data set was run through the command, not fitted to
+#: one: a skewness of N_k above 1 is a clearly right-tailed occurrence distribution (hubs), above 3 a few targets
+#: take most of the top-k slots; hub share = targets with N_k >= 2x its mean; anti-hub share = targets never
+#: in any top-k.
+THRESHOLDS = {
+    "skewness": (1.0, 3.0, "skewness of N_k"),
+    "hub_share": (0.05, 0.15, "share of targets with N_k >= 2x the mean (hubs)"),
+    "antihub_share": (0.10, 0.30, "share of targets in no query's top k (anti-hubs)"),
+}
+_LEVELS = ("ok", "warn", "fail")
+
+#: What the label-free choice has done before (``benchmarks/reports/label_free.md``, its real sets: COCO-500 CLIP
+#: ViT-B/16, Flickr8k-100x5 CLIP ViT-B/32, AudioCaps LAION-CLAP; both directions, NNN / IS / SN, 5 seeded splits
+#: each: 90 choices). tests/test_cli.py checks these numbers against that report's CSV.
+LABEL_FREE_TRACK_RECORD = {"choices": 90, "predictor_right": 78, "raised_r1": 66,
+                           "mean_minus_labelled": 0.96, "min_minus_labelled": -1.18, "max_minus_labelled": 2.56}
+
+
+# ============================================================================================== the data
+@dataclass
+class Direction:
+    """One retrieval direction of a source, as score matrices (``task``), with its embeddings when the source has
+    them (``queries``, ``targets``, ``query_bank``, ``target_bank``; None for a ``sims:`` folder)."""
+
+    name: str
+    task: object   # hubnorm.scores.ScoreTask
+    queries: Optional[np.ndarray] = None
+    targets: Optional[np.ndarray] = None
+    query_bank: Optional[np.ndarray] = None
+    target_bank: Optional[np.ndarray] = None
+    target_ids: Optional[List[str]] = None
+    bank: Dict[str, object] = field(default_factory=dict)   # provenance of the reference banks
+
+
+@dataclass
+class Source:
+    source: str
+    kind: str            # "embeddings" or "scores"
+    synthetic: bool
+    label: str
+    directions: Dict[str, Direction]
+    flags: List[str] = field(default_factory=list)
+    test: object = None  # the test EmbeddingSplit (embeddings only)
+
+
+def json_schema() -> dict:
+    """The JSON schema of every ``--json`` output and of an export's manifest.json (``hubnorm/schemas``)."""
+    from importlib.resources import files
+
+    return json.loads(files("hubnorm").joinpath("schemas/cli.schema.json").read_text())
+
+
+def digest(arr) -> str:
+    """sha256 of an array's shape, dtype and values (row blocks, so a memory map is never read whole)."""
+    a = np.asarray(arr)
+    h = hashlib.sha256(f"{a.shape}|{a.dtype.str}|".encode())
+    rows = max(1, (1 << 24) // max(1, a[0].nbytes if a.ndim and len(a) else 1))
+    for r0 in range(0, len(a) if a.ndim else 1, rows):
+        h.update(np.ascontiguousarray(a[r0:r0 + rows] if a.ndim else a).tobytes())
+    return h.hexdigest()
+
+
+def _parse_options(options: Sequence[str]) -> Dict[str, object]:
+    """``KEY=VALUE`` loader options (``--source-option n_test_images=200``): numbers, true/false, or text."""
+    out = {}
+    for item in options or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--source-option {item!r} must be KEY=VALUE, e.g. --source-option n_test_images=200")
+        v: object = value
+        if value.lower() in ("true", "false"):
+            v = value.lower() == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    v = cast(value)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = v
+    return out
+
+
+def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
+                options: Optional[Dict[str, object]] = None, seed: int = 0) -> Source:
+    """Load ``source`` and build one :class:`Direction` per retrieval direction (all of them, or ``directions``)."""
+    if not isinstance(source, str) or ":" not in source:
+        raise ValueError(f"source must look like 'synthetic:flickr30k', 'local:<folder>', 'real:<release>', "
+                         f"'cache:<dataset>:<model>:<pretrained>' or 'sims:<folder>'; got {source!r}")
+    if source.startswith("sims:"):
+        return _open_sims(source, directions, options)
+    return _open_embeddings(source, directions, options, seed)
+
+
+def _open_sims(source, directions, options) -> Source:
+    from .data.sims import load_sims
+    from .scores import sims_tasks
+
+    if options:
+        raise ValueError(f"--source-option {sorted(options)}: a sims: folder takes no loader options")
+    sims = load_sims(source[len("sims:"):])
+    wanted = _check_directions(directions, sims.directions, source)
+    tasks = sims_tasks(sims, directions=wanted)
+    out = {}
+    for d, task in tasks.items():
+        bank = {key[0] + " x " + key[1]: {"shape": list(m.shape), "file": m.label}
+                for key, m in task.matrices.items() if key != ("queries", "targets")}
+        out[d] = Direction(d, task, bank={"kind": "score matrices", "matrices": bank,
+                                          "sha256": {k: sims.manifest.get("checksums", {}).get(Path(v["file"]).name)
+                                                     for k, v in bank.items()}})
+    label = f"{'synthetic' if sims.synthetic else 'real'} score matrices ({sims.name}, {sims.folder})"
+    return Source(source, "scores", sims.synthetic, label, out, list(sims.flags))
+
+
+def _check_directions(directions, available, source) -> tuple:
+    if not directions:
+        return tuple(available)
+    unknown = [d for d in directions if d not in available]
+    if unknown:
+        raise ValueError(f"--direction {unknown[0]!r}: {source} has the directions {list(available)}")
+    return tuple(directions)
+
+
+def _open_embeddings(source, directions, options, seed) -> Source:
+    from ._validation import unit_rows
+    from .datasets import load_embeddings
+    from .scores import ScoreTask, score_matrices
+
+    kwargs = dict(options or {})
+    if source.startswith(("synthetic:", "local:", "real:")):
+        kwargs.setdefault("seed", seed)   # the generator's seed; the test / train split's seed of a folder
+    if source.startswith(("local:", "real:")):
+        kwargs.setdefault("val", False)   # the whole training split is the reference bank
+    ds = load_embeddings(source, **kwargs)
+    if "test" not in ds.splits:
+        raise ValueError(f"{source} has no test split (it has {sorted(ds.splits)}): the command scores the test split")
+    for split in ds.splits.values():   # float64 unit rows: a zero or non-finite row is an error naming it
+        split.images = unit_rows(split.images, f"{source} images", np.float64)
+        split.captions = unit_rows(split.captions, f"{source} captions", np.float64)
+    media = str(ds.meta.get("modality", "image"))
+    names = {"image": ("t2i", "i2t"), "video": ("t2v", "v2t"), "audio": ("t2a", "a2t")}.get(media, ("t2i", "i2t"))
+    wanted = _check_directions(directions, names, source)
+    bank_split = "train" if "train" in ds.splits else None
+    retrieval = ds.tasks("test", bank_split, directions=("t2i", "i2t"))
+    test = ds.split("test")
+    out = {}
+    for generic, d in zip(("t2i", "i2t"), names):
+        if d not in wanted:
+            continue
+        t = retrieval[generic]
+        task = ScoreTask(score_matrices(t.queries, t.targets, t.query_bank, t.target_bank), t.positives, direction=d,
+                         meta={"source": source})
+        ids = test.image_ids if generic == "t2i" else (
+            None if test.caption_texts is None else [txt if len(txt) <= 40 else txt[:39] + "…" for txt in test.caption_texts])
+        bank = {"kind": "embeddings", "split": bank_split}
+        for name in ("query_bank", "target_bank"):
+            b = getattr(t, name)
+            bank[name] = None if b is None else {"rows": int(len(b)), "sha256": digest(b)}
+        out[d] = Direction(d, task, np.asarray(t.queries), np.asarray(t.targets),
+                           None if t.query_bank is None else np.asarray(t.query_bank),
+                           None if t.target_bank is None else np.asarray(t.target_bank), ids, bank)
+    size = f"{test.n_images:,} test items, {test.n_captions:,} captions"
+    label = f"{ds.source} embeddings ({ds.name}, {size}{'' if bank_split else '; no training split: no bank'})"
+    return Source(source, "embeddings", ds.source == "synthetic", label, out, test=test)
+
+
+# ============================================================================================== diagnose
+def _top1(task, normalizer=None) -> np.ndarray:
+    """Each test query's top-1 target (ties: the lowest index, the library's rank rule)."""
+    from .normalizers.base import stable_topk
+
+    out = np.empty(task.n_queries, dtype=np.int64)
+    for q0, s in task.blocks(normalizer):
+        out[q0:q0 + s.shape[0]] = stable_topk(s, 1)[1][:, 0].numpy()
+    return out
+
+
+def verdict(stat: str, value: float) -> str:
+    warn, fail, _ = THRESHOLDS[stat]
+    return "fail" if value >= fail else "warn" if value >= warn else "ok"
+
+
+def diagnose_direction(d: Direction, *, k: int = 10, hubs: int = 10) -> dict:
+    from .evaluation import summarize_ranks
+    from .hubness import hubness_stats
+
+    task = d.task
+    if k > task.n_targets:
+        raise ValueError(f"--k {k} exceeds the gallery size {task.n_targets} of {d.name}: choose a smaller k")
+    n_k = task.k_occurrence(None, k)
+    stats = hubness_stats(n_k, k, task.n_queries)
+    top1 = _top1(task)
+    pos = task.positives
+    correct = np.zeros(task.n_queries, dtype=bool)
+    q_of = pos.query_of_entry
+    correct[q_of[pos.indices == top1[q_of]]] = True
+    wins = np.bincount(top1, minlength=task.n_targets)
+    wrong = np.bincount(top1[~correct], minlength=task.n_targets)
+    order = np.lexsort((np.arange(task.n_targets), -n_k))[:hubs]
+    hub_rows = [{"target": int(t), "id": None if d.target_ids is None else str(d.target_ids[t]),
+                 "n_k": int(n_k[t]), "top1_wins": int(wins[t]), "wrong_top1_wins": int(wrong[t])} for t in order]
+    verdicts = {s: {"value": float(stats[s]), "verdict": verdict(s, float(stats[s])), "warn_from": THRESHOLDS[s][0],
+                    "fail_from": THRESHOLDS[s][1], "what": THRESHOLDS[s][2]} for s in THRESHOLDS}
+    return {"direction": d.name, "n_queries": int(task.n_queries), "n_targets": int(task.n_targets), "k": int(k),
+            "raw": {m: float(v) for m, v in summarize_ranks(task.ranks(None), (1, 5, 10)).items()},
+            "hubness": {s: float(v) for s, v in stats.items()}, "verdicts": verdicts,
+            "verdict": max((v["verdict"] for v in verdicts.values()), key=_LEVELS.index),
+            "hubs": hub_rows, "n_k_counts": np.bincount(n_k.astype(np.int64)).tolist()}
+
+
+def diagnose(src: Source, *, k: int = 10, hubs: int = 10) -> dict:
+    """The diagnosis of every direction of ``src`` (the JSON ``hubnorm diagnose --json`` prints)."""
+    from ._version import __version__
+
+    out = {"command": "diagnose", "hubnorm": __version__, "source": src.source, "data": src.label,
+           "synthetic": src.synthetic, "kind": src.kind, "flags": list(src.flags),
+           "directions": [diagnose_direction(d, k=k, hubs=hubs) for d in src.directions.values()]}
+    if src.test is not None:
+        from .geometry import embedding_statistics
+
+        g = embedding_statistics(src.test.images, src.test.captions, src.test.caption_to_image)
+        out["geometry"] = {key: float(v) for key, v in g.items() if np.isscalar(v)}
+    levels = [d["verdict"] for d in out["directions"]] + (["warn"] if src.flags else [])
+    out["verdict"] = max(levels, key=_LEVELS.index)
+    return out
+
+
+def _diagnose_text(rep: dict) -> str:
+    lines = [f"{rep['data']}" + ("  [SYNTHETIC]" if rep["synthetic"] else ""), ""]
+    for flag in rep["flags"]:
+        lines.append(f"WARN  input check: {flag}")
+    for d in rep["directions"]:
+        raw = d["raw"]
+        lines.append(f"{d['direction']}: {d['n_queries']:,} queries, {d['n_targets']:,} targets; raw R@1 "
+                     f"{raw['R@1']:.2f}, R@5 {raw['R@5']:.2f}, R@10 {raw['R@10']:.2f}")
+        for s, v in d["verdicts"].items():
+            lines.append(f"  {v['verdict'].upper():4}  {v['what']} (k={d['k']}): {v['value']:.3g}   "
+                         f"[warn from {v['warn_from']:g}, fail from {v['fail_from']:g}]")
+        lines.append(f"  hubs (N_{d['k']}, top-1 wins, of them wrong):")
+        for h in d["hubs"]:
+            name = f"target {h['target']}" + (f" ({h['id']})" if h["id"] else "")
+            lines.append(f"    {name:50} N_k={h['n_k']:<5} top-1 wins={h['top1_wins']:<5} wrong={h['wrong_top1_wins']}")
+    if "geometry" in rep:
+        g = rep["geometry"]
+        lines.append(f"geometry of the test split (info, no verdict): modality gap ||mean item - mean text|| "
+                     f"{g['gap']:.3f}, cosine of the two centres {g['centroid_cos']:.3f}, a text and its item "
+                     f"{g['matched_mean']:.3f} (sd {g['matched_sd']:.3f}), unmatched pairs {g['random_mean']:.3f}, "
+                     f"effective dimension {g['img_participation_ratio']:.1f} (items) / "
+                     f"{g['cap_participation_ratio']:.1f} (texts)")
+    lines.append(f"verdict: {rep['verdict'].upper()}")
+    return "\n".join(lines)
+
+
+def write_html(rep: dict, path: Path) -> None:
+    """A small self-contained HTML report: the text of the diagnosis and one N_k histogram per direction."""
+    import base64
+    import html
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = []
+    for d in rep["directions"]:
+        counts = np.asarray(d["n_k_counts"])
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        ax.bar(np.arange(len(counts)), counts, width=1.0, color="#4c72b0")
+        ax.set(xlabel=f"N_{d['k']} (times a target is in a query's top {d['k']})", ylabel="targets", yscale="log",
+               title=f"{d['direction']}: skewness {d['hubness']['skewness']:.2f} ({d['verdict']})")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        figs.append(f'<img alt="N_k histogram, {d["direction"]}" src="data:image/png;base64,'
+                    f'{base64.b64encode(buf.getvalue()).decode()}">')
+    body = (f"<h1>hubnorm diagnose</h1><pre>{html.escape(_diagnose_text(rep))}</pre>" + "".join(figs))
+    _atomic_write(path, f"<!doctype html><html><head><meta charset='utf-8'><title>hubnorm diagnose: "
+                        f"{html.escape(rep['source'])}</title></head><body>{body}</body></html>\n".encode())
+
+
+# ============================================================================================== choose
+def _grid(method: str, overrides: Dict[str, list], task) -> Dict[str, list]:
+    """The paper grid of ``method`` (with ``--grid`` overrides), values above the task's limits dropped."""
+    from .registry import NORMALIZERS, PAPER_GRIDS
+
+    grid = {p: list(v) for p, v in PAPER_GRIDS.get(method, {}).items()}
+    for p, values in overrides.items():
+        if p not in grid:
+            raise ValueError(f"--grid {p}=...: {method} has no grid parameter {p!r}; its grid: {sorted(grid) or 'none'}")
+        grid[p] = values
+    sizes = {name: task.size(name) for name in ("queries", "targets", "query_bank", "target_bank")}
+    cls = NORMALIZERS[method]
+    for p in grid:
+        lim = cls.limit(p, sizes.get)
+        if lim is not None:
+            grid[p] = [v for v in grid[p] if int(v) <= lim]
+            if not grid[p]:
+                raise ValueError(f"{method}: no {p} of the grid fits this task (largest allowed: {lim})")
+    return grid
+
+
+def _parse_grid(items: Sequence[str]) -> Dict[str, Dict[str, list]]:
+    """``--grid nnn.k=8,16,32`` or ``--grid k=8,16`` (every method with that parameter) -> {method|'*': {p: [..]}}."""
+    out: Dict[str, Dict[str, list]] = {}
+    for item in items or ():
+        key, sep, values = item.partition("=")
+        method, _, param = key.rpartition(".")
+        if not sep or not param or not values:
+            raise ValueError(f"--grid {item!r} must be [METHOD.]PARAM=V1,V2,..., e.g. --grid nnn.k=8,16,32")
+        try:
+            vals = [int(v) if v.strip().lstrip("-").isdigit() else float(v) for v in values.split(",")]
+        except ValueError:
+            raise ValueError(f"--grid {item!r}: the values must be numbers separated by commas") from None
+        out.setdefault(method or "*", {})[param] = vals
+    return out
+
+
+def _paired_ci(raw: np.ndarray, new: np.ndarray, *, n_boot: int = 1000, seed: int = 0) -> tuple:
+    """95% percentile bootstrap interval of R@1(new) - R@1(raw) over the same queries (resampled together)."""
+    rng = np.random.default_rng(seed)
+    diff = (new == 0).astype(np.float64) - (raw == 0).astype(np.float64)
+    boots = np.array([diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(n_boot)]) * 100.0
+    lo, hi = np.quantile(boots, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[str, list]], *, seed: int = 0,
+                    progress: bool = True) -> dict:
+    """Held-out choice: the test queries are split in two seeded halves; every grid point of every method is
+    fitted on the reference bank and scored on all queries; the choice is the best R@1 on the *selection* half;
+    the gain to expect is the chosen point's R@1 minus raw on the other, *estimation* half (paired bootstrap CI)."""
+    import itertools
+
+    from .progress import progress as bar
+    from .registry import make_normalizer
+
+    task = d.task
+    perm = np.random.default_rng(seed).permutation(task.n_queries)
+    sel, est = np.sort(perm[: task.n_queries // 2]), np.sort(perm[task.n_queries // 2:])
+    if len(sel) < 2 or len(est) < 2:
+        raise ValueError(f"{d.name}: {task.n_queries} test queries are too few to choose on one half and measure on "
+                         "the other")
+    raw = task.ranks(None)
+    points = []
+    for m in methods:
+        grid = _grid(m, {**grids.get("*", {}), **grids.get(m, {})}, task)
+        names = list(grid)
+        points += [(m, dict(zip(names, vals))) for vals in itertools.product(*(grid[n] for n in names))] or [(m, {})]
+    rows = []
+    for m, params in bar(points, desc=f"choose {d.name}", disable=not progress):
+        norm = make_normalizer(m, **params)
+        task.fit(norm)
+        ranks = task.ranks(norm)
+        rows.append({"method": m, "params": params, "R@1 selection half": 100.0 * float(np.mean(ranks[sel] == 0)),
+                     "_ranks": ranks})
+    raw_sel = 100.0 * float(np.mean(raw[sel] == 0))
+    best = max(rows, key=lambda r: r["R@1 selection half"])   # first of equal values: the methods' and grid's order
+    keep_raw = best["R@1 selection half"] <= raw_sel
+    chosen = raw if keep_raw else best["_ranks"]   # keeping the raw scores gains nothing, by definition
+    gain = 100.0 * (float(np.mean(chosen[est] == 0)) - float(np.mean(raw[est] == 0)))
+    lo, hi = _paired_ci(raw[est], chosen[est], seed=seed)
+    table = [{k: v for k, v in r.items() if k != "_ranks"} for r in rows]
+    return {"direction": d.name, "mode": "labelled", "method": "raw" if keep_raw else best["method"],
+            "params": {} if keep_raw else best["params"], "best_method": best["method"], "best_params": best["params"],
+            "raw R@1 selection half": raw_sel, "selection queries": int(len(sel)), "estimation queries": int(len(est)),
+            "expected gain R@1": gain, "expected gain 95% CI": [lo, hi],
+            "best point's gain on the estimation half": 100.0 * (float(np.mean(best["_ranks"][est] == 0))
+                                                                 - float(np.mean(raw[est] == 0))),
+            "raw R@1 estimation half": 100.0 * float(np.mean(raw[est] == 0)), "table": table}
+
+
+def choose_label_free(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[str, list]]) -> dict:
+    """Label-free choice (:func:`hubnorm.label_free.label_free_select`, criterion "mutual": the test queries'
+    embeddings, no label): per method its best grid point, then the method whose choice makes the most queries'
+    retrievals mutual; the benefit predictor says whether to keep the raw scores."""
+    from .label_free import label_free_select, predict_benefit
+
+    if d.queries is None:
+        raise ValueError(f"{d.name}: a label-free choice reads the embeddings (a sims: folder holds scores only); "
+                         "run choose without --label-free (a held-out choice from the folder's positives)")
+    if d.query_bank is None:
+        raise ValueError(f"{d.name}: the source has no training split, so no reference bank to fit a method with")
+    rows = []
+    for m in methods:
+        grid = _grid(m, {**grids.get("*", {}), **grids.get(m, {})}, d.task)
+        res = label_free_select(m, d.targets, d.query_bank, queries=d.queries, target_bank=d.target_bank, grid=grid)
+        rows.append({"method": m, "params": dict(res.best_params), "criterion": float(res.best_value),
+                     "raw criterion": float(res.raw_value), "predicted to help": bool(predict_benefit(res))})
+    best = max(rows, key=lambda r: r["criterion"])
+    helps = best["predicted to help"]
+    return {"direction": d.name, "mode": "label-free (criterion 'mutual')", "method": best["method"] if helps else "raw",
+            "params": best["params"] if helps else {}, "best_method": best["method"], "best_params": best["params"],
+            "predicted to help": helps, "track record": dict(LABEL_FREE_TRACK_RECORD), "table": rows}
+
+
+def choose(src: Source, *, methods: Sequence[str] = DEFAULT_METHODS, grids=None, label_free: bool = False,
+           seed: int = 0, progress: bool = True) -> dict:
+    from ._version import __version__
+    from .registry import NORMALIZERS
+
+    methods = [m.lower() for m in methods]
+    for m in methods:
+        if m not in NORMALIZERS or m == "raw":
+            raise ValueError(f"--methods: unknown method {m!r}; available: {sorted(set(NORMALIZERS) - {'raw'})}")
+    grids = grids or {}
+    out = []
+    for d in src.directions.values():
+        out.append(choose_label_free(d, methods, grids) if label_free else
+                   choose_labelled(d, methods, grids, seed=seed, progress=progress))
+    return {"command": "choose", "hubnorm": __version__, "source": src.source, "data": src.label,
+            "synthetic": src.synthetic, "kind": src.kind, "seed": seed, "directions": out}
+
+
+def _fmt_params(p: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in p.items()) or "-"
+
+
+def _choose_text(rep: dict) -> str:
+    lines = [rep["data"] + ("  [SYNTHETIC]" if rep["synthetic"] else ""), ""]
+    for d in rep["directions"]:
+        what = "keep the raw scores" if d["method"] == "raw" else f"choose {d['method']} ({_fmt_params(d['params'])})"
+        lines.append(f"{d['direction']}: {what}   [{d['mode']}]")
+        if d["mode"] == "labelled":
+            if d["method"] == "raw":
+                best_gain = d["best point's gain on the estimation half"]
+                lines.append(f"  no grid point beat the raw scores on the {d['selection queries']:,} test queries of "
+                             f"the choice (best: {d['best_method']} {_fmt_params(d['best_params'])}, "
+                             f"{best_gain:+.2f} R@1 points on the other {d['estimation queries']:,})")
+            else:
+                lo, hi = d["expected gain 95% CI"]
+                lines.append(f"  expected R@1 gain over raw {d['expected gain R@1']:+.2f} points, 95% CI [{lo:+.2f}, "
+                             f"{hi:+.2f}] (chosen on {d['selection queries']:,} test queries, measured on the other "
+                             f"{d['estimation queries']:,}; raw R@1 there {d['raw R@1 estimation half']:.2f})")
+        else:
+            tr = d["track record"]
+            lines.append(f"  predicted to help: {'yes' if d['predicted to help'] else 'no: keep the raw scores'}")
+            lines.append(f"  track record of this choice on real sets ({tr['choices']} choices): the predictor was "
+                         f"right {tr['predictor_right']}/{tr['choices']}, the choice raised R@1 "
+                         f"{tr['raised_r1']}/{tr['choices']}, its R@1 minus a labelled choice's {tr['mean_minus_labelled']:+.2f} "
+                         f"on average (from {tr['min_minus_labelled']:+.2f} to {tr['max_minus_labelled']:+.2f}); no CI "
+                         "without labels")
+    return "\n".join(lines)
+
+
+# ============================================================================================== export / check
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600: the file gets the permissions of any other write
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def fit_direction(d: Direction, method: str, params: dict):
+    """``method(**params)`` fitted on the direction's reference bank (the library's fit, from score matrices)."""
+    from .registry import NORMALIZERS, make_normalizer
+
+    method = method.lower()
+    if method not in NORMALIZERS:
+        raise ValueError(f"--method {method!r} is unknown; available: {sorted(NORMALIZERS)}")
+    norm = make_normalizer(method, **params)
+    if not norm.is_offset:
+        raise ValueError(f"--method {method}: {type(norm).__name__} normalises each query's row, it has no per-target "
+                         "offsets an index could serve; export an offset method (nnn, dn, is, csls, dualis, sn, dbsn)")
+    d.task.fit(norm)
+    return norm
+
+
+def export(src: Source, out: Path, *, method: str, params: dict, faiss_index: bool = False) -> dict:
+    """Write the fitted offsets (and, from embeddings, the ``[t, h]`` target vectors and optionally a faiss index)
+    of every direction under ``out/<direction>/``, and ``out/manifest.json`` listing every file's sha256."""
+    from ._version import __version__
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
+        raise ValueError(f"--out {out} exists and holds files that are not a hubnorm export: choose an empty folder")
+    manifest = {"format": EXPORT_FORMAT, "hubnorm": __version__, "source": src.source, "data": src.label,
+                "synthetic": src.synthetic, "kind": src.kind, "method": method.lower(), "params": params,
+                "directions": {}}
+    for d in src.directions.values():
+        norm = fit_direction(d, method, params)
+        offsets = norm.offsets.astype(np.float64)
+        files = {"offsets": _write_array(out, f"{d.name}/offsets.npy", offsets)}
+        entry = {"n_targets": int(len(offsets)), "bank": d.bank, "offsets_sha256": digest(offsets), "files": files}
+        if d.targets is not None:
+            entry["targets_sha256"] = digest(d.targets)
+            aug = np.concatenate([d.targets, offsets[:, None]], axis=1).astype(np.float32)
+            files["augmented_targets"] = _write_array(out, f"{d.name}/augmented_targets.npy", aug)
+            entry["query_side"] = "append a 1 to each unit-norm query: [q, 1]; inner product = q . t + h"
+            if faiss_index:
+                files["faiss_index"] = _write_faiss(out, f"{d.name}/index.faiss", aug)
+        elif faiss_index:
+            raise ValueError("--faiss needs the target embeddings; a sims: folder holds scores only (its export is "
+                             "the offsets: add them to the scores of the same targets)")
+        manifest["directions"][d.name] = entry
+    _atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return manifest
+
+
+def _write_array(out: Path, rel: str, arr: np.ndarray) -> dict:
+    data = _npy_bytes(arr)
+    _atomic_write(out / rel, data)
+    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "shape": list(arr.shape), "dtype": arr.dtype.str}
+
+
+def _write_faiss(out: Path, rel: str, aug: np.ndarray) -> dict:
+    try:
+        import faiss
+    except ImportError:
+        raise ValueError("--faiss needs faiss (pip install 'hubnorm[faiss]')") from None
+    index = faiss.IndexFlatIP(aug.shape[1])   # exact inner product on [t, h]; build an IVF from the .npy at scale
+    index.add(np.ascontiguousarray(aug, dtype=np.float32))
+    data = faiss.serialize_index(index).tobytes()
+    _atomic_write(out / rel, data)
+    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "kind": "IndexFlatIP", "ntotal": int(index.ntotal)}
+
+
+def _read_manifest(folder: Path) -> dict:
+    man_path = folder / "manifest.json"
+    if not man_path.is_file():
+        raise ValueError(f"{folder} has no manifest.json: not a hubnorm export (write one with hubnorm export)")
+    try:
+        man = json.loads(man_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{man_path} is not valid JSON ({exc}): export again") from None
+    if not isinstance(man, dict) or man.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"{man_path}: format {man.get('format') if isinstance(man, dict) else None!r}; this hubnorm "
+                         f"reads {EXPORT_FORMAT!r}")
+    return man
+
+
+def _read_files(folder: Path, man: dict) -> tuple:
+    """``(arrays, problems)``: every listed file read once and checked against its sha256 (arrays from the bytes
+    checked, never re-read; ``np.load`` without pickles)."""
+    import io
+
+    arrays: Dict[str, Dict[str, np.ndarray]] = {}
+    problems = []
+    for dname, entry in man["directions"].items():
+        arrays[dname] = {}
+        for name, f in entry["files"].items():
+            path = folder / f["path"]
+            if not path.is_file():
+                problems.append(f"{path} (listed in the manifest) is missing")
+                continue
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != f["sha256"]:
+                problems.append(f"{path} does not match its sha256 in the manifest: the file changed after the export")
+            elif name == "faiss_index":   # the checked bytes, for faiss.deserialize_index
+                arrays[dname][name] = np.frombuffer(data, dtype=np.uint8)
+            else:
+                arrays[dname][name] = np.load(io.BytesIO(data), allow_pickle=False)
+    return arrays, problems
+
+
+def load_export(folder) -> dict:
+    """Read an export folder back, verifying every file against the manifest's sha256 (``ValueError`` naming the
+    file otherwise). Returns the manifest with ``arrays[direction][name]`` (numpy arrays; never unpickled)."""
+    folder = Path(folder)
+    man = _read_manifest(folder)
+    arrays, problems = _read_files(folder, man)
+    if problems:
+        raise ValueError("; ".join(problems) + ": export again")
+    man["arrays"] = arrays
+    return man
+
+
+class ExportedIndex:
+    """Serve one direction of an export: the top-``k`` targets of unit-norm queries by ``<[q, 1], [t, h]>`` =
+    ``q . t + h``, from the export's faiss index when it has one, else from its ``[t, h]`` rows (exact, in row
+    blocks). Every file is checked against the manifest when read."""
+
+    def __init__(self, folder, direction: str):
+        man = load_export(folder)
+        if direction not in man["arrays"]:
+            raise ValueError(f"direction {direction!r} is not in the export {folder} (it has {sorted(man['arrays'])})")
+        arrays = man["arrays"][direction]
+        if "augmented_targets" not in arrays:
+            raise ValueError(f"the export {folder} holds offsets only (from score matrices): add them to the scores "
+                             "of the same targets instead of searching an index")
+        self.manifest, self.direction = man, direction
+        self.augmented = arrays["augmented_targets"]
+        self.index = None
+        if "faiss_index" in arrays:
+            import faiss
+
+            self.index = faiss.deserialize_index(arrays["faiss_index"])
+
+    def search(self, queries, k: int):
+        """``(scores, indices)``, (m, k) each, best first (ties: the lower target index)."""
+        from ._validation import as_embeddings, check_positive_int
+
+        q = as_embeddings(queries, "queries", device="cpu", dim=self.augmented.shape[1] - 1).numpy()
+        k = check_positive_int(k, "k", maximum=len(self.augmented), max_name="the number of targets")
+        q = np.concatenate([q, np.ones((len(q), 1), dtype=q.dtype)], axis=1).astype(np.float32)
+        if self.index is not None:
+            return self.index.search(q, k)
+        scores, idx = [], []
+        for r0 in range(0, len(q), 1024):
+            s = q[r0:r0 + 1024] @ self.augmented.T
+            top = np.argsort(-s, axis=1, kind="stable")[:, :k]
+            scores.append(np.take_along_axis(s, top, 1))
+            idx.append(top)
+        return np.concatenate(scores), np.concatenate(idx)
+
+
+def _short(bank: dict) -> str:
+    """A bank's provenance in a line: rows and the first 12 hex digits of each hash."""
+    parts = []
+    for key, v in sorted(bank.items()):
+        if isinstance(v, dict) and "sha256" in v:
+            parts.append(f"{key} {v.get('rows')} rows sha256 {str(v['sha256'])[:12]}")
+        elif key == "sha256" and isinstance(v, dict):
+            parts += [f"{k} sha256 {str(h)[:12]}" for k, h in sorted(v.items())]
+    return ", ".join(parts) or json.dumps(bank, sort_keys=True)
+
+
+def check(folder, source: Optional[Source] = None) -> List[str]:
+    """Problems of an export (empty: none): every file against the manifest; with ``source``, its banks and targets
+    against the manifest's hashes, and the offsets refitted now against the exported ones (bit for bit)."""
+    folder = Path(folder)
+    man = _read_manifest(folder)
+    _, problems = _read_files(folder, man)
+    if source is None:
+        return problems
+    for dname, entry in man["directions"].items():
+        d = source.directions.get(dname)
+        if d is None:
+            problems.append(f"{dname}: the source has no direction {dname} (it has {sorted(source.directions)})")
+            continue
+        if json.loads(json.dumps(d.bank, sort_keys=True)) != entry["bank"]:
+            problems.append(f"{dname}: the reference bank changed since the export (then: {_short(entry['bank'])}; "
+                            f"now: {_short(d.bank)})")
+        if d.targets is not None and digest(d.targets) != entry.get("targets_sha256"):
+            problems.append(f"{dname}: the targets (gallery) changed since the export")
+        norm = fit_direction(d, man["method"], man["params"])
+        if digest(norm.offsets.astype(np.float64)) != entry["offsets_sha256"]:
+            problems.append(f"{dname}: the offsets refitted now differ from the exported ones")
+    return problems
+
+
+# ============================================================================================== command line
+EPILOG = """\
+examples:
+  hubnorm diagnose real:flickr8k-100x5-clip-b32
+  hubnorm diagnose sims:path/to/folder --json > diagnosis.json
+  hubnorm diagnose local:path/to/folder --html report.html --fail-on fail
+  hubnorm choose real:coco500-clip-b16                      # held-out choice with a CI on the gain
+  hubnorm choose real:coco500-clip-b16 --label-free         # no labels read
+  hubnorm choose synthetic:coco --source-option n_test_images=500 --methods nnn --grid nnn.k=8,16,32
+  hubnorm export real:coco500-clip-b16 --method nnn --param k=16 --param alpha=0.75 --out export/ --faiss
+  hubnorm check export/ --source real:coco500-clip-b16      # exit 3 when the bank or offsets changed
+
+exit codes: 0 done, 1 diagnose reached --fail-on, 2 bad input, 3 check found a mismatch."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hubnorm", description="Test-time hubness reduction on your embeddings or "
+                                "score matrices: diagnose, choose a method, export offsets for a vector index.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="{diagnose,choose,export,check}")
+    sub.required = True
+    src = argparse.ArgumentParser(add_help=False)
+    src.add_argument("source", help="synthetic:<preset>, local:<folder>, real:<release>, cache:..., sims:<folder>")
+    src.add_argument("--direction", action="append", help="only this direction (repeatable; default: all)")
+    src.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="an option of the loader (e.g. n_test_images=200 for synthetic:, test_fraction=0.5 for local:)")
+    src.add_argument("--seed", type=int, default=0, help="seed of synthetic data and of the choice's split (default 0)")
+    src.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    d = sub.add_parser("diagnose", parents=[src], help="hubness of the raw scores, hubs, verdicts",
+                       description="N_k statistics with verdicts (thresholds printed), the hubs and the top-1 wins "
+                       "they take, raw recall, the modality gap (embeddings).")
+    d.add_argument("--k", type=int, default=10, help="k of N_k (default 10)")
+    d.add_argument("--hubs", type=int, default=10, help="how many hubs to list (default 10)")
+    d.add_argument("--html", type=Path, help="also write a small HTML report with the N_k histograms here")
+    d.add_argument("--fail-on", choices=("warn", "fail", "never"), default="never",
+                   help="exit 1 when the overall verdict reaches this level (default never)")
+
+    c = sub.add_parser("choose", parents=[src], help="the method and parameters, with the gain to expect",
+                       description="Held-out choice (default): choose on half of the test queries, measure the "
+                       "gain on the other half (95%% paired bootstrap CI). --label-free: read no label.")
+    c.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="methods to compare (default nnn,is,sn,dbsn)")
+    c.add_argument("--grid", action="append", default=[], metavar="[METHOD.]PARAM=V1,V2",
+                   help="replace a paper grid (e.g. nnn.k=8,16,32)")
+    c.add_argument("--label-free", action="store_true", help="choose without labels (embeddings only)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    e = sub.add_parser("export", parents=[src], help="fitted offsets and [t, h] vectors for an index",
+                       description="Fit one offset method on the reference bank; write offsets.npy, "
+                       "augmented_targets.npy ([t, h], float32) and with --faiss index.faiss per direction, and a "
+                       "manifest.json with the sha256 of every file, of the bank and of the targets.")
+    e.add_argument("--method", required=True, help="an offset method: nnn, dn, is, csls, dualis, sn, dbsn")
+    e.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter (repeatable)")
+    e.add_argument("--out", type=Path, required=True, help="the export folder")
+    e.add_argument("--faiss", action="store_true", help="also write an exact faiss inner-product index")
+
+    k = sub.add_parser("check", help="verify an export (and, with --source, that its bank is unchanged)")
+    k.add_argument("folder", type=Path, help="the export folder")
+    k.add_argument("--source", help="the source it was exported from: refit and compare bank, targets, offsets")
+    k.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return p
+
+
+def _print(rep: dict, text: str, as_json: bool) -> None:
+    print(json.dumps(rep, indent=2, sort_keys=True) if as_json else text)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        options = _parse_options(args.source_option)
+        if args.command == "check":
+            src = None
+            if args.source:
+                man = _read_manifest(Path(args.folder))
+                src = open_source(args.source, directions=list(man["directions"]), options=options, seed=args.seed)
+            problems = check(args.folder, src)
+            rep = {"command": "check", "folder": str(args.folder), "source": args.source, "problems": problems,
+                   "ok": not problems}
+            _print(rep, "\n".join(problems) or f"{args.folder}: every file matches the manifest" +
+                   (f"; bank, targets and offsets match {args.source}" if args.source else ""), args.json)
+            return EXIT_MISMATCH if problems else EXIT_OK
+        src = open_source(args.source, directions=args.direction, options=options, seed=args.seed)
+        if args.command == "diagnose":
+            for name, v in (("--k", args.k), ("--hubs", args.hubs)):
+                if v < 1:
+                    raise ValueError(f"{name} must be a positive integer; got {v}")
+            rep = diagnose(src, k=args.k, hubs=args.hubs)
+            if args.html:
+                write_html(rep, args.html)
+            _print(rep, _diagnose_text(rep), args.json)
+            fail_on = {"warn": 1, "fail": 2, "never": 3}[args.fail_on]
+            return EXIT_VERDICT if _LEVELS.index(rep["verdict"]) >= fail_on else EXIT_OK
+        if args.command == "choose":
+            methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+            if not methods:
+                raise ValueError("--methods is empty: name at least one method, e.g. --methods nnn,is")
+            rep = choose(src, methods=methods, grids=_parse_grid(args.grid), label_free=args.label_free,
+                         seed=args.seed, progress=not args.no_progress)
+            _print(rep, _choose_text(rep), args.json)
+            return EXIT_OK
+        params = _parse_options(args.param)
+        man = export(src, args.out, method=args.method, params=params, faiss_index=args.faiss)
+        _print(man, f"exported {man['method']} ({_fmt_params(params)}) of {src.label} to {args.out}: " +
+               ", ".join(f"{d}: {len(e['files'])} files" for d, e in man["directions"].items()), args.json)
+        return EXIT_OK
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"hubnorm {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        print(f"hubnorm {args.command}: error: {exc.filename or ''} {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
