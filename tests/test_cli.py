@@ -58,12 +58,12 @@ def sims_folder(tmp_path_factory, small):
     """The same synthetic data as score matrices (text rows, image columns): a sims: folder."""
     folder = tmp_path_factory.mktemp("sims")
     t2i = small.directions["t2i"]
-    test = small.test
-    write_sims(folder, {"test": test.captions @ test.images.T,
-                        "bank_rows": t2i.query_bank @ test.images.T,
+    test = small.data
+    write_sims(folder, {"test": test.captions @ test.items.T,
+                        "bank_rows": t2i.query_bank @ test.items.T,
                         "bank_cols": t2i.target_bank @ test.captions.T,
                         "bank_rows_x_bank_cols": t2i.query_bank @ t2i.target_bank.T},
-               modalities=("text", "image"), labels=test.caption_to_image, dataset="synthetic-small", synthetic=True)
+               modalities=("text", "image"), labels=test.caption_to_item, dataset="synthetic-small", synthetic=True)
     return folder
 
 
@@ -121,6 +121,16 @@ def test_a_sims_folder_gives_the_numbers_of_its_embeddings(capsys, small, sims_f
         assert a["direction"] == b["direction"]
         assert a["raw"] == pytest.approx(b["raw"]) and a["hubness"] == pytest.approx(b["hubness"])
         assert [h["target"] for h in a["hubs"]] == [h["target"] for h in b["hubs"]]
+
+
+def test_a_video_preset_runs_in_its_own_directions(capsys, tmp_path):
+    rep = run_json(capsys, "diagnose", "synthetic:msrvtt", "--source-option", "n_train=200", "--direction", "v2t")
+    assert [d["direction"] for d in rep["directions"]] == ["v2t"] and rep["synthetic"]
+    assert "videos" in rep["data"] and "200 training videos" in rep["data"]
+    man = run_json(capsys, "export", "synthetic:msrvtt", "--source-option", "n_train=200", "--method", "sn",
+                   "--param", "tau=0.02", "--out", tmp_path / "exp")
+    assert sorted(man["directions"]) == ["t2v", "v2t"]
+    assert run(capsys, "check", tmp_path / "exp", "--source", "synthetic:msrvtt", "--source-option", "n_train=200")[0] == 0
 
 
 # ------------------------------------------------------------------------------------------------ choose

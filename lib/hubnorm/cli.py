@@ -82,7 +82,7 @@ class Source:
     label: str
     directions: Dict[str, Direction]
     flags: List[str] = field(default_factory=list)
-    test: object = None  # the test EmbeddingSplit (embeddings only)
+    data: object = None  # the hubnorm.media.MediaData the tasks were built from (None: score matrices)
 
 
 def json_schema() -> dict:
@@ -125,33 +125,66 @@ def _parse_options(options: Sequence[str]) -> Dict[str, object]:
 
 def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
                 options: Optional[Dict[str, object]] = None, seed: int = 0) -> Source:
-    """Load ``source`` and build one :class:`Direction` per retrieval direction (all of them, or ``directions``)."""
+    """Load ``source`` (:func:`hubnorm.media.load_media`, the loader of every source kind: image, video and audio
+    embeddings, synthetic presets, ``sims:`` folders) and keep one :class:`Direction` per retrieval direction (all
+    of them, or ``directions``), with the embeddings and the banks' provenance."""
+    from .media import is_preset, load_media
+
     if not isinstance(source, str) or ":" not in source:
         raise ValueError(f"source must look like 'synthetic:flickr30k', 'local:<folder>', 'real:<release>', "
                          f"'cache:<dataset>:<model>:<pretrained>' or 'sims:<folder>'; got {source!r}")
-    if source.startswith("sims:"):
-        return _open_sims(source, directions, options)
-    return _open_embeddings(source, directions, options, seed)
+    kwargs = dict(options or {})
+    if source.startswith(("local:", "real:")):
+        kwargs.setdefault("seed", seed)   # the seed of the test / train split of a folder or release
+        kwargs.setdefault("val", False)   # the whole training split is the reference bank
+    if source.startswith("sims:") and kwargs:
+        raise ValueError(f"--source-option {sorted(kwargs)}: a sims: folder takes no loader options")
+    n_train = kwargs.pop("n_train", None) if is_preset(source) else None   # a video / audio preset's bank size
+    src = load_media(source, seed=seed, n_train=n_train, source_kwargs=kwargs or None)
+    wanted = _check_directions(directions, src.directions, source)
+    data, out = src.data, {}
+    for d in wanted:
+        task = src.tasks[d]
+        if data is None:   # score matrices: the bank matrices, by file and content hash
+            out[d] = Direction(d, task, bank=_matrix_bank(task))
+            continue
+        forward = d == src.directions[0]   # text -> item; the other direction: item -> text
+        queries, targets = (data.captions, data.items) if forward else (data.items, data.captions)
+        qbank, tbank = (data.bank_captions, data.bank_items) if forward else (data.bank_items, data.bank_captions)
+        ids = data.item_ids if forward else (None if data.caption_texts is None else
+                                             [t if len(t) <= 40 else t[:39] + "…" for t in data.caption_texts])
+        bank = {"kind": "embeddings", "split": "train" if qbank is not None else None}
+        for name, b in (("query_bank", qbank), ("target_bank", tbank)):
+            bank[name] = None if b is None else {"rows": int(len(b)), "sha256": digest(b)}
+        out[d] = Direction(d, task, queries, targets, qbank, tbank, ids, bank)
+    kind = "scores" if data is None else "embeddings"
+    flags = list(src.tasks[wanted[0]].meta.get("flags", [])) if data is None else []
+    return Source(source, kind, src.synthetic, src.label, out, flags, data)
 
 
-def _open_sims(source, directions, options) -> Source:
-    from .data.sims import load_sims
-    from .scores import sims_tasks
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
-    if options:
-        raise ValueError(f"--source-option {sorted(options)}: a sims: folder takes no loader options")
-    sims = load_sims(source[len("sims:"):])
-    wanted = _check_directions(directions, sims.directions, source)
-    tasks = sims_tasks(sims, directions=wanted)
-    out = {}
-    for d, task in tasks.items():
-        bank = {key[0] + " x " + key[1]: {"shape": list(m.shape), "file": m.label}
-                for key, m in task.matrices.items() if key != ("queries", "targets")}
-        out[d] = Direction(d, task, bank={"kind": "score matrices", "matrices": bank,
-                                          "sha256": {k: sims.manifest.get("checksums", {}).get(Path(v["file"]).name)
-                                                     for k, v in bank.items()}})
-    label = f"{'synthetic' if sims.synthetic else 'real'} score matrices ({sims.name}, {sims.folder})"
-    return Source(source, "scores", sims.synthetic, label, out, list(sims.flags))
+
+def _matrix_bank(task) -> dict:
+    """The provenance of a sims: task's bank matrices: each one's file and sha256 (the manifest's checksum when it
+    lists one, else hashed here)."""
+    from .data.sims import read_manifest
+
+    man, _ = read_manifest(Path(task.meta["folder"]))
+    sums = man.get("checksums") or {}
+    bank = {}
+    for (rows, cols), m in task.matrices.items():
+        if (rows, cols) == ("queries", "targets"):
+            continue
+        path = Path(m.label)
+        bank[f"{rows} x {cols}"] = {"shape": list(m.shape), "file": path.name,
+                                    "sha256": sums.get(path.name) or _file_sha256(path)}
+    return {"kind": "score matrices", "matrices": bank}
 
 
 def _check_directions(directions, available, source) -> tuple:
@@ -161,49 +194,6 @@ def _check_directions(directions, available, source) -> tuple:
     if unknown:
         raise ValueError(f"--direction {unknown[0]!r}: {source} has the directions {list(available)}")
     return tuple(directions)
-
-
-def _open_embeddings(source, directions, options, seed) -> Source:
-    from ._validation import unit_rows
-    from .datasets import load_embeddings
-    from .scores import ScoreTask, score_matrices
-
-    kwargs = dict(options or {})
-    if source.startswith(("synthetic:", "local:", "real:")):
-        kwargs.setdefault("seed", seed)   # the generator's seed; the test / train split's seed of a folder
-    if source.startswith(("local:", "real:")):
-        kwargs.setdefault("val", False)   # the whole training split is the reference bank
-    ds = load_embeddings(source, **kwargs)
-    if "test" not in ds.splits:
-        raise ValueError(f"{source} has no test split (it has {sorted(ds.splits)}): the command scores the test split")
-    for split in ds.splits.values():   # float64 unit rows: a zero or non-finite row is an error naming it
-        split.images = unit_rows(split.images, f"{source} images", np.float64)
-        split.captions = unit_rows(split.captions, f"{source} captions", np.float64)
-    media = str(ds.meta.get("modality", "image"))
-    names = {"image": ("t2i", "i2t"), "video": ("t2v", "v2t"), "audio": ("t2a", "a2t")}.get(media, ("t2i", "i2t"))
-    wanted = _check_directions(directions, names, source)
-    bank_split = "train" if "train" in ds.splits else None
-    retrieval = ds.tasks("test", bank_split, directions=("t2i", "i2t"))
-    test = ds.split("test")
-    out = {}
-    for generic, d in zip(("t2i", "i2t"), names):
-        if d not in wanted:
-            continue
-        t = retrieval[generic]
-        task = ScoreTask(score_matrices(t.queries, t.targets, t.query_bank, t.target_bank), t.positives, direction=d,
-                         meta={"source": source})
-        ids = test.image_ids if generic == "t2i" else (
-            None if test.caption_texts is None else [txt if len(txt) <= 40 else txt[:39] + "…" for txt in test.caption_texts])
-        bank = {"kind": "embeddings", "split": bank_split}
-        for name in ("query_bank", "target_bank"):
-            b = getattr(t, name)
-            bank[name] = None if b is None else {"rows": int(len(b)), "sha256": digest(b)}
-        out[d] = Direction(d, task, np.asarray(t.queries), np.asarray(t.targets),
-                           None if t.query_bank is None else np.asarray(t.query_bank),
-                           None if t.target_bank is None else np.asarray(t.target_bank), ids, bank)
-    size = f"{test.n_images:,} test items, {test.n_captions:,} captions"
-    label = f"{ds.source} embeddings ({ds.name}, {size}{'' if bank_split else '; no training split: no bank'})"
-    return Source(source, "embeddings", ds.source == "synthetic", label, out, test=test)
 
 
 # ============================================================================================== diagnose
@@ -257,10 +247,10 @@ def diagnose(src: Source, *, k: int = 10, hubs: int = 10) -> dict:
     out = {"command": "diagnose", "hubnorm": __version__, "source": src.source, "data": src.label,
            "synthetic": src.synthetic, "kind": src.kind, "flags": list(src.flags),
            "directions": [diagnose_direction(d, k=k, hubs=hubs) for d in src.directions.values()]}
-    if src.test is not None:
+    if src.data is not None:
         from .geometry import embedding_statistics
 
-        g = embedding_statistics(src.test.images, src.test.captions, src.test.caption_to_image)
+        g = embedding_statistics(src.data.items, src.data.captions, src.data.caption_to_item)
         out["geometry"] = {key: float(v) for key, v in g.items() if np.isscalar(v)}
     levels = [d["verdict"] for d in out["directions"]] + (["warn"] if src.flags else [])
     out["verdict"] = max(levels, key=_LEVELS.index)
@@ -726,7 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("source", help="synthetic:<preset>, local:<folder>, real:<release>, cache:..., sims:<folder>")
     src.add_argument("--direction", action="append", help="only this direction (repeatable; default: all)")
     src.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="an option of the loader (e.g. n_test_images=200 for synthetic:, test_fraction=0.5 for local:)")
+                     help="an option of the loader (e.g. n_test_images=200 for synthetic:coco, n_train=500 for a "
+                     "video / audio preset such as synthetic:msrvtt, test_fraction=0.5 for local:)")
     src.add_argument("--seed", type=int, default=0, help="seed of synthetic data and of the choice's split (default 0)")
     src.add_argument("--json", action="store_true", help="print JSON instead of text")
 

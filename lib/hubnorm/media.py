@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -101,6 +101,8 @@ class MediaData:
     bank_captions: Optional[np.ndarray] = None
     synthetic: bool = True
     meta: Dict[str, object] = field(default_factory=dict)
+    item_ids: Optional[List[str]] = None        # of the test items, when the source names them
+    caption_texts: Optional[List[str]] = None   # of the test captions, when the source has them
 
     @property
     def data_size(self) -> str:
@@ -225,6 +227,7 @@ class MediaSource:
     dataset: Optional[str]      # the published rows' dataset key (None: none)
     model: Optional[str]        # the published rows' model (None: none)
     modalities: Tuple[str, str]
+    data: Optional[MediaData] = None   # the embeddings the tasks were built from (None: a sims: folder's scores)
 
     @property
     def directions(self) -> Tuple[str, str]:
@@ -261,7 +264,7 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed,
                             block_bytes=block_bytes)
         return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed}, {data.data_size})", True,
-                           dataset or p.dataset, model or p.model, data.modalities)
+                           dataset or p.dataset, model or p.model, data.modalities, data)
     if kind == "sims":
         from .scores import sims_tasks
         from .data.sims import load_sims
@@ -303,7 +306,8 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
                      bank_items=None if train is None else unit(train.images, f"{source} training {modality} embeddings"),
                      bank_captions=None if train is None else unit(train.captions,
                                                                    f"{source} training caption embeddings"),
-                     synthetic=ds.source == "synthetic", meta={"dataset": ds.name})
+                     synthetic=ds.source == "synthetic", meta={"dataset": ds.name}, item_ids=test.image_ids,
+                     caption_texts=test.caption_texts)
     tasks = media_tasks(data, bank_queries=bank_queries, target_bank=target_bank, seed=seed, block_bytes=block_bytes)
     if ds.source == "synthetic":
         label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data.data_size})"
@@ -311,14 +315,14 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         label = f"real data ({ds.name}" + (f", {ds.meta['model']}" if ds.meta.get("model") else "") + f", {data.data_size})"
     if kind == "real":   # the release declares its data set and encoder; never guessed from a name
         return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
-                           data.modalities)
+                           data.modalities, data)
     if kind == "local":   # a folder declares its data set in model_info.json ("dataset"); its name declares nothing
         declared = ds.meta.get("dataset")
         return MediaSource(tasks, label, ds.source == "synthetic",
                            dataset or (published_dataset(str(declared)) if declared else None),
-                           model, data.modalities)
+                           model, data.modalities, data)
     return MediaSource(tasks, label, ds.source == "synthetic", dataset or published_dataset(ds.name), model,
-                       data.modalities)
+                       data.modalities, data)
 
 
 __all__ = ["load_media", "MediaSource", "published_dataset", "MediaPreset", "MEDIA_PRESETS", "MediaData", "make_media", "media_tasks", "is_preset", "LETTERS"]
