@@ -87,8 +87,12 @@ def test_diagnose_matches_a_dense_float64_computation(capsys, small):
         assert [h["top1_wins"] for h in d["hubs"]] == wins[order].tolist()
         assert [h["wrong_top1_wins"] for h in d["hubs"]] == wrong[order].tolist()
         assert d["raw"]["R@1"] == pytest.approx(100 * right.mean())
-        skew = d["hubness"]["skewness"]
-        assert d["verdicts"]["skewness"]["verdict"] == ("fail" if skew >= 3 else "warn" if skew >= 1 else "ok")
+        v = d["verdicts"]["skewness"]
+        p = 5 / s.shape[1]
+        null = (1 - 2 * p) / np.sqrt(s.shape[0] * p * (1 - p))   # skewness of Binomial(queries, k / targets)
+        assert v["random"] == pytest.approx(null) and v["excess"] == pytest.approx(v["value"] - null)
+        assert v["verdict"] == ("fail" if v["excess"] >= 3 else "warn" if v["excess"] >= 1 else "ok")
+        assert [h["hub"] for h in d["hubs"]] == (n_k[order] >= 2 * n_k.mean()).tolist()
     assert rep["verdict"] == max((d["verdict"] for d in rep["directions"]), key=["ok", "warn", "fail"].index)
     assert rep["geometry"]["gap"] > 0
 
@@ -96,13 +100,38 @@ def test_diagnose_matches_a_dense_float64_computation(capsys, small):
 def test_diagnose_text_html_and_the_exit_code_of_fail_on(capsys, tmp_path):
     code, out, _ = run(capsys, "diagnose", SYN, *SMALL, "--html", tmp_path / "r.html")
     assert code == 0
-    assert "[SYNTHETIC]" in out and "warn from 1, fail from 3" in out and "verdict:" in out
+    assert "[SYNTHETIC]" in out and "[warn from +1.00, fail from +3.00]" in out and "verdict:" in out
     page = (tmp_path / "r.html").read_text()
     assert page.count("data:image/png;base64,") == 2 and "skewness of N_k" in page
     rep = run_json(capsys, "diagnose", SYN, *SMALL)
     level = ["ok", "warn", "fail"].index(rep["verdict"])
     assert run(capsys, "diagnose", SYN, *SMALL, "--fail-on", "warn")[0] == (1 if level >= 1 else 0)
     assert run(capsys, "diagnose", SYN, *SMALL, "--fail-on", "fail")[0] == (1 if level >= 2 else 0)
+
+
+def test_random_retrieval_is_no_hubness():
+    """Scores with no structure (i.i.d. noise, positives raised): with 5 texts per item the i2t mean N_10 is 2, so
+    shares of 'hubs' and 'anti-hubs' arise by chance; the verdicts are on the excess over that chance, and the
+    null statistics agree with a simulation of random retrieval."""
+    from scipy import stats as st
+
+    rng = np.random.default_rng(3)
+    n_items, per = 200, 5
+    labels = np.repeat(np.arange(n_items), per)
+    s = rng.standard_normal((n_items * per, n_items))
+    s[np.arange(len(labels)), labels] += 2.0
+    task = hn.ScoreTask({("queries", "targets"): s.T.copy()}, hn.Positives.from_groups(labels, n_items),
+                        direction="i2t")
+    rep = cli.diagnose_direction(cli.Direction("i2t", task), k=10)
+    assert rep["hubness"]["expected"] == 2.0
+    assert all(v["verdict"] == "ok" for v in rep["verdicts"].values()), rep["verdicts"]
+    null = cli.null_statistics(n_items, n_items * per, 10)
+    assert null["skewness"] == pytest.approx(float(st.binom.stats(n_items, 10 / (n_items * per), moments="s")))
+    assert null["antihub_share"] == pytest.approx(st.binom.pmf(0, n_items, 10 / (n_items * per)))
+    sim = [hn.hubness_stats(dense_n_k(rng.standard_normal((n_items, n_items * per)), 10), 10, n_items)
+           for _ in range(20)]
+    for key in ("skewness", "hub_share", "antihub_share"):
+        assert np.mean([x[key] for x in sim]) == pytest.approx(null[key], abs=0.03)
 
 
 def test_verdict_levels_at_their_thresholds():
@@ -142,8 +171,7 @@ def test_choose_labelled_picks_the_best_point_on_the_selection_half(capsys):
     d = rep["directions"][0]
     t2i = cli.open_source(SYN, options={"n_test_images": 150, "n_train_images": 450}).directions["t2i"]
     task = hn.RetrievalTask(t2i.queries, t2i.targets, t2i.task.positives, t2i.query_bank, t2i.target_bank)
-    perm = np.random.default_rng(0).permutation(task.n_queries)
-    sel, est = np.sort(perm[: task.n_queries // 2]), np.sort(perm[task.n_queries // 2:])
+    sel, est = cli.split_halves(cli.query_groups(task.positives), 0)
     raw = hn.positive_ranks(dense(t2i), task.positives)
     scored = []
     for method, params in [("nnn", {"alpha": a, "k": k}) for a in (0.5, 1.0) for k in (2, 8)] + \
@@ -162,10 +190,24 @@ def test_choose_labelled_picks_the_best_point_on_the_selection_half(capsys):
     assert d["expected gain R@1"] == pytest.approx(gain)
     lo, hi = d["expected gain 95% CI"]
     assert lo <= gain <= hi
-    # a 95% interval: about the normal one of a paired mean difference (1.96 standard errors each side)
+    # a 95% interval: about the normal one of a mean over clusters (the 5 captions of an image are one cluster)
     diff = (best[3][est] == 0).astype(float) - (raw[est] == 0)
-    half = 1.96 * 100 * diff.std() / np.sqrt(diff.size)
-    assert (hi - lo) / 2 == pytest.approx(half, rel=0.3)
+    image = task.positives.indices[task.positives.indptr[:-1]][est]
+    per_image = np.array([diff[image == i].sum() for i in np.unique(image)])
+    counts = np.array([np.sum(image == i) for i in np.unique(image)])
+    ratio = per_image.sum() / counts.sum()
+    se = np.sqrt(np.sum((per_image - ratio * counts) ** 2)) / counts.sum()
+    assert (hi - lo) / 2 == pytest.approx(1.96 * 100 * se, rel=0.3)
+
+
+def test_the_halves_keep_the_texts_of_one_item_together():
+    t2i = cli.open_source(SYN, options={"n_test_images": 40, "n_train_images": 80}).directions["t2i"]
+    groups = cli.query_groups(t2i.task.positives)
+    assert np.array_equal(groups, np.repeat(np.arange(40), 5))   # 5 captions per image, in image order
+    sel, est = cli.split_halves(groups, 0)
+    assert not set(groups[sel]) & set(groups[est]) and len(set(groups[sel])) == 20
+    assert sorted(np.concatenate([sel, est])) == list(range(200))
+    assert not np.array_equal(cli.split_halves(groups, 1)[0], sel)   # the seed moves it
 
 
 def test_choose_keeps_the_raw_scores_when_no_point_beats_them():
@@ -294,6 +336,35 @@ def test_check_detects_a_changed_bank_a_changed_file_and_a_changed_method(capsys
         cli.load_export(out)
 
 
+def test_a_failed_export_leaves_the_folder_as_it_was_and_force_replaces_it_whole(capsys, tmp_path):
+    out = tmp_path / "exp"
+    assert run(capsys, "export", SYN, *SMALL, "--method", "nnn", "--param", "k=8", "--out", out, "--faiss")[0] == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # i2t's query bank is 120 images: k=128 fails there, after t2i (600 captions) fitted
+    code, _, err = run(capsys, "export", SYN, *SMALL, "--method", "nnn", "--param", "k=128", "--out", out, "--force")
+    assert code == 2 and "i2t:" in err and "--param" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".exp.")]   # no temporary folder left
+    code, _, err = run(capsys, "export", SYN, *SMALL, "--method", "is", "--out", out)
+    assert code == 2 and "--force" in err
+    man = run_json(capsys, "export", SYN, *SMALL, "--method", "is", "--out", out, "--force")
+    assert man["params"]["tau"] == hn.make_normalizer("is").tau   # every parameter, the defaults too
+    assert not list(out.rglob("index.faiss"))   # nothing of the old export remains
+    assert run(capsys, "check", out, "--source", SYN, *SMALL)[0] == 0
+    (out / "t2i" / "extra.npy").write_bytes(b"x")
+    code, text, _ = run(capsys, "check", out)
+    assert code == 3 and "extra.npy is not listed in the manifest" in text
+    code, text, _ = run(capsys, "check", tmp_path / "nothing-here")
+    assert code == 2
+
+
+def test_check_against_a_source_of_other_directions_is_a_mismatch(capsys, tmp_path):
+    out = tmp_path / "exp"
+    assert run(capsys, "export", SYN, *SMALL, "--method", "is", "--out", out)[0] == 0
+    code, text, _ = run(capsys, "check", out, "--source", "synthetic:msrvtt", "--source-option", "n_train=50")
+    assert code == 3 and "the source has no direction t2i" in text
+
+
 def test_export_of_a_sims_folder_writes_offsets_only(capsys, tmp_path, sims_folder, small):
     out = tmp_path / "exp"
     man = run_json(capsys, "export", f"sims:{sims_folder}", "--method", "nnn", "--param", "k=8", "--out", out)
@@ -321,6 +392,21 @@ def test_export_of_a_sims_folder_writes_offsets_only(capsys, tmp_path, sims_fold
     (["export", SYN, *SMALL, "--method", "mp", "--out", "{tmp}/x"], "no per-target offsets"),
     (["export", SYN, *SMALL, "--method", "nnn", "--param", "k=-1", "--out", "{tmp}/x"], "k"),
     (["check", "{tmp}"], "no manifest.json"),
+    (["check", "{tmp}/absent"], "does not exist"),
+    (["choose", SYN, *SMALL, "--methods", "nnn", "--grid", "is.tau=0.1"], "is is not among --methods"),
+    (["choose", SYN, *SMALL, "--methods", "nnn", "--grid", "foo.k=8"], "foo is not among --methods"),
+    (["choose", SYN, *SMALL, "--methods", "is,sn", "--grid", "k=8"], "has no grid parameter 'k'"),
+    (["choose", SYN, *SMALL, "--grid", "nnn.k=8", "--grid", "nnn.k=16"], "given twice"),
+    (["export", SYN, *SMALL, "--method", "nnn", "--param", "k=8", "--param", "k=16", "--out", "{tmp}/x"],
+     "--param k is given twice"),
+    (["export", SYN, *SMALL, "--method", "nnn", "--param", "bogus=1", "--out", "{tmp}/x"],
+     "--param bogus: nnn has no parameter 'bogus'"),
+    (["export", SYN, *SMALL, "--method", "nnn", "--param", "k", "--out", "{tmp}/x"], "--param 'k' must be KEY=VALUE"),
+    (["export", SYN, *SMALL, "--method", "nnn", "--out", "{tmp}/no/such/x"], "does not exist"),
+    (["diagnose", SYN, *SMALL, "--html", "{tmp}"], "must name a file"),
+    (["diagnose", SYN, *SMALL, "--html", "{tmp}/no/such/r.html"], "does not exist"),
+    (["diagnose", SYN, "--source-option", "no_such_option=1"], "unknown generator option"),
+    (["diagnose", "synthetic:msrvtt", "--source-option", "n_test_images=60"], "takes only n_train"),
 ])
 def test_bad_input_exits_2_with_a_sentence(capsys, tmp_path, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -328,10 +414,29 @@ def test_bad_input_exits_2_with_a_sentence(capsys, tmp_path, argv, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
+def test_a_bare_grid_parameter_applies_to_the_methods_that_have_it(capsys):
+    rep = run_json(capsys, "choose", SYN, *SMALL, "--direction", "i2t", "--methods", "nnn,is", "--grid", "k=2,4",
+                   "--grid", "nnn.alpha=0.5", "--grid", "tau=0.02", "--no-progress")
+    points = [(r["method"], r["params"]) for r in rep["directions"][0]["table"]]
+    assert points == [("nnn", {"alpha": 0.5, "k": 2}), ("nnn", {"alpha": 0.5, "k": 4}), ("is", {"tau": 0.02})]
+
+
+def test_a_local_folder_runs_and_names_an_option_its_loader_lacks(capsys, tmp_path, small):
+    data = small.data   # one row per caption: the image row repeated for each of its captions
+    np.save(tmp_path / "image_embeddings.npy", data.items[data.caption_to_item].astype(np.float32))
+    np.save(tmp_path / "text_embeddings.npy", data.captions.astype(np.float32))
+    rep = run_json(capsys, "diagnose", f"local:{tmp_path}")
+    assert rep["kind"] == "embeddings" and not rep["synthetic"] and rep["directions"][0]["n_targets"] == 20
+    code, _, err = run(capsys, "diagnose", f"local:{tmp_path}", "--source-option", "no_such_option=1")
+    assert code == 2 and "--source-option no_such_option: not an option of this source's loader" in err
+
+
 def test_export_refuses_a_folder_of_other_files(capsys, tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     code, _, err = run(capsys, "export", SYN, *SMALL, "--method", "nnn", "--out", tmp_path)
     assert code == 2 and "not a hubnorm export" in err and (tmp_path / "keep.txt").read_text() == "mine"
+    code, _, err = run(capsys, "export", SYN, *SMALL, "--method", "nnn", "--out", tmp_path / "keep.txt")
+    assert code == 2 and "is a file" in err
 
 
 def test_the_console_script_is_declared():

@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -38,12 +39,16 @@ EXIT_OK, EXIT_VERDICT, EXIT_BAD_INPUT, EXIT_MISMATCH = 0, 1, 2, 3
 EXPORT_FORMAT = "hubnorm-export/1"
 #: the methods ``choose`` compares by default: offset methods (an index can serve them) that read scores only
 DEFAULT_METHODS = ("nnn", "is", "sn", "dbsn")
+#: the geometry of the test split (hubnorm.geometry.embedding_statistics) needs more test items and texts than this
+GEOMETRY_MIN_ITEMS = 10
 
-#: Verdict thresholds of ``diagnose``, ``(warn from, fail from)`` per statistic of the raw test scores' N_k
-#: (:func:`hubnorm.hubness_stats`). Conventions set before any data set was run through the command, not fitted to
-#: one: a skewness of N_k above 1 is a clearly right-tailed occurrence distribution (hubs), above 3 a few targets
-#: take most of the top-k slots; hub share = targets with N_k >= 2x its mean; anti-hub share = targets never
-#: in any top-k.
+#: Verdict thresholds of ``diagnose``, ``(warn from, fail from)``, on the *excess* of each statistic of the raw test
+#: scores' N_k (:func:`hubnorm.hubness_stats`) over its value under random retrieval of the same sizes (every query's
+#: top k a uniform draw: N_k ~ Binomial(queries, k / targets), :func:`null_statistics`), so that a small mean N_k
+#: (five captions per image in i2t: a mean N_10 of 2) is not read as hubness. Conventions set before any data set
+#: was run through the command, not fitted to one: a skewness of N_k 1 above chance is a clearly right-tailed
+#: occurrence distribution (hubs), 3 above it a few targets taking most of the top-k slots; hubs = targets with
+#: N_k >= 2x its mean; anti-hubs = targets in no query's top k.
 THRESHOLDS = {
     "skewness": (1.0, 3.0, "skewness of N_k"),
     "hub_share": (0.05, 0.15, "share of targets with N_k >= 2x the mean (hubs)"),
@@ -102,13 +107,17 @@ def digest(arr) -> str:
     return h.hexdigest()
 
 
-def _parse_options(options: Sequence[str]) -> Dict[str, object]:
-    """``KEY=VALUE`` loader options (``--source-option n_test_images=200``): numbers, true/false, or text."""
+def _parse_options(options: Sequence[str], flag: str = "--source-option",
+                   example: str = "n_test_images=200") -> Dict[str, object]:
+    """``KEY=VALUE`` items of ``flag`` (``--source-option n_test_images=200``, ``--param k=16``): numbers,
+    true/false, or text; a key given twice is an error."""
     out = {}
     for item in options or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--source-option {item!r} must be KEY=VALUE, e.g. --source-option n_test_images=200")
+            raise ValueError(f"{flag} {item!r} must be KEY=VALUE, e.g. {flag} {example}")
+        if key.strip() in out:
+            raise ValueError(f"{flag} {key.strip()} is given twice: give each key once")
         v: object = value
         if value.lower() in ("true", "false"):
             v = value.lower() == "true"
@@ -140,6 +149,9 @@ def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
     if source.startswith("sims:") and kwargs:
         raise ValueError(f"--source-option {sorted(kwargs)}: a sims: folder takes no loader options")
     n_train = kwargs.pop("n_train", None) if is_preset(source) else None   # a video / audio preset's bank size
+    if is_preset(source) and kwargs:
+        raise ValueError(f"--source-option {sorted(kwargs)[0]}: the video / audio preset {source} takes only n_train "
+                         "(its training items; the test size is the data set's)")
     src = load_media(source, seed=seed, n_train=n_train, source_kwargs=kwargs or None)
     wanted = _check_directions(directions, src.directions, source)
     data, out = src.data, {}
@@ -207,9 +219,24 @@ def _top1(task, normalizer=None) -> np.ndarray:
     return out
 
 
-def verdict(stat: str, value: float) -> str:
+def verdict(stat: str, excess: float) -> str:
+    """The level of ``stat``'s excess over random retrieval (:data:`THRESHOLDS`)."""
     warn, fail, _ = THRESHOLDS[stat]
-    return "fail" if value >= fail else "warn" if value >= warn else "ok"
+    return "fail" if excess >= fail else "warn" if excess >= warn else "ok"
+
+
+def null_statistics(n_queries: int, n_targets: int, k: int, hub_factor: float = 2.0) -> Dict[str, float]:
+    """The statistics of :data:`THRESHOLDS` under random retrieval: each query's top ``k`` a uniform draw of the
+    ``n_targets``, so ``N_k`` of a target is Binomial(``n_queries``, ``k / n_targets``) (exact for the skewness;
+    shares as the binomial's probabilities)."""
+    from scipy import stats
+
+    p = k / n_targets
+    mean = n_queries * p
+    var = mean * (1.0 - p)
+    return {"skewness": float((1.0 - 2.0 * p) / np.sqrt(var)) if var > 0 else 0.0,
+            "hub_share": float(stats.binom.sf(np.ceil(hub_factor * mean) - 1, n_queries, p)),
+            "antihub_share": float(stats.binom.pmf(0, n_queries, p))}
 
 
 def diagnose_direction(d: Direction, *, k: int = 10, hubs: int = 10) -> dict:
@@ -230,8 +257,11 @@ def diagnose_direction(d: Direction, *, k: int = 10, hubs: int = 10) -> dict:
     wrong = np.bincount(top1[~correct], minlength=task.n_targets)
     order = np.lexsort((np.arange(task.n_targets), -n_k))[:hubs]
     hub_rows = [{"target": int(t), "id": None if d.target_ids is None else str(d.target_ids[t]),
-                 "n_k": int(n_k[t]), "top1_wins": int(wins[t]), "wrong_top1_wins": int(wrong[t])} for t in order]
-    verdicts = {s: {"value": float(stats[s]), "verdict": verdict(s, float(stats[s])), "warn_from": THRESHOLDS[s][0],
+                 "n_k": int(n_k[t]), "hub": bool(n_k[t] >= 2.0 * stats["expected"]), "top1_wins": int(wins[t]),
+                 "wrong_top1_wins": int(wrong[t])} for t in order]
+    null = null_statistics(task.n_queries, task.n_targets, k)
+    verdicts = {s: {"value": float(stats[s]), "random": null[s], "excess": float(stats[s]) - null[s],
+                    "verdict": verdict(s, float(stats[s]) - null[s]), "warn_from": THRESHOLDS[s][0],
                     "fail_from": THRESHOLDS[s][1], "what": THRESHOLDS[s][2]} for s in THRESHOLDS}
     return {"direction": d.name, "n_queries": int(task.n_queries), "n_targets": int(task.n_targets), "k": int(k),
             "raw": {m: float(v) for m, v in summarize_ranks(task.ranks(None), (1, 5, 10)).items()},
@@ -247,8 +277,8 @@ def diagnose(src: Source, *, k: int = 10, hubs: int = 10) -> dict:
     out = {"command": "diagnose", "hubnorm": __version__, "source": src.source, "data": src.label,
            "synthetic": src.synthetic, "kind": src.kind, "flags": list(src.flags),
            "directions": [diagnose_direction(d, k=k, hubs=hubs) for d in src.directions.values()]}
-    if src.data is not None:
-        from .geometry import embedding_statistics
+    if src.data is not None and min(len(src.data.items), len(src.data.captions)) > GEOMETRY_MIN_ITEMS:
+        from .geometry import embedding_statistics   # its hubness part reads N_10: more than 10 of each
 
         g = embedding_statistics(src.data.items, src.data.captions, src.data.caption_to_item)
         out["geometry"] = {key: float(v) for key, v in g.items() if np.isscalar(v)}
@@ -266,12 +296,21 @@ def _diagnose_text(rep: dict) -> str:
         lines.append(f"{d['direction']}: {d['n_queries']:,} queries, {d['n_targets']:,} targets; raw R@1 "
                      f"{raw['R@1']:.2f}, R@5 {raw['R@5']:.2f}, R@10 {raw['R@10']:.2f}")
         for s, v in d["verdicts"].items():
-            lines.append(f"  {v['verdict'].upper():4}  {v['what']} (k={d['k']}): {v['value']:.3g}   "
-                         f"[warn from {v['warn_from']:g}, fail from {v['fail_from']:g}]")
-        lines.append(f"  hubs (N_{d['k']}, top-1 wins, of them wrong):")
+            f = (lambda x, sign="": f"{round(x, 2) + 0.0:{sign}.2f}") if s == "skewness" else \
+                (lambda x, sign="": f"{round(100 * x, 1) + 0.0:{sign}.1f}%")   # + 0.0: no "-0.0"
+            lines.append(f"  {v['verdict'].upper():4}  {v['what']} (k={d['k']}): {f(v['value'])}; under random "
+                         f"retrieval {f(v['random'])}; excess {f(v['excess'], '+')}   [warn from {f(v['warn_from'], '+')}, "
+                         f"fail from {f(v['fail_from'], '+')}]")
+        mean = d["hubness"]["expected"]
+        lines.append(f"  the {len(d['hubs'])} largest N_{d['k']} (mean {mean:.3g}; a hub has N_k >= {2 * mean:.3g}), "
+                     "the top-1 retrievals each wins, and how many of them are wrong:")
         for h in d["hubs"]:
-            name = f"target {h['target']}" + (f" ({h['id']})" if h["id"] else "")
-            lines.append(f"    {name:50} N_k={h['n_k']:<5} top-1 wins={h['top1_wins']:<5} wrong={h['wrong_top1_wins']}")
+            name = f"test item {h['target']}" + (f" ({h['id']})" if h["id"] else "")
+            lines.append(f"    {name:50} N_k={h['n_k']:<5}{' hub' if h['hub'] else '    '}  top-1 wins={h['top1_wins']:<5} "
+                         f"wrong={h['wrong_top1_wins']}")
+    if rep["kind"] == "embeddings" and "geometry" not in rep:
+        lines.append(f"geometry of the test split: skipped (it needs more than {GEOMETRY_MIN_ITEMS} test items and "
+                     "texts)")
     if "geometry" in rep:
         g = rep["geometry"]
         lines.append(f"geometry of the test split (info, no verdict): modality gap ||mean item - mean text|| "
@@ -281,6 +320,17 @@ def _diagnose_text(rep: dict) -> str:
                      f"{g['cap_participation_ratio']:.1f} (texts)")
     lines.append(f"verdict: {rep['verdict'].upper()}")
     return "\n".join(lines)
+
+
+def _check_out_file(path: Path, flag: str) -> None:
+    """A file the command will write: a name in a folder that exists, not a folder itself."""
+    path = Path(path)
+    if not str(path).strip() or path.is_dir():
+        raise ValueError(f"{flag} {str(path)!r} must name a file to write (e.g. {flag} report.html)")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"{flag} {path}: the folder {path.parent} is not writable")
 
 
 def write_html(rep: dict, path: Path) -> None:
@@ -313,14 +363,36 @@ def write_html(rep: dict, path: Path) -> None:
 
 
 # ============================================================================================== choose
-def _grid(method: str, overrides: Dict[str, list], task) -> Dict[str, list]:
-    """The paper grid of ``method`` (with ``--grid`` overrides), values above the task's limits dropped."""
+def check_grids(grids: Dict[str, Dict[str, list]], methods: Sequence[str]) -> None:
+    """``--grid`` against ``--methods``: a ``METHOD.PARAM`` names a method being compared and one of its grid's
+    parameters; a bare ``PARAM`` is a parameter of at least one of them (it applies to those that have it)."""
+    from .registry import PAPER_GRIDS
+
+    for method, params in grids.items():
+        if method != "*" and method not in methods:
+            raise ValueError(f"--grid {method}.{next(iter(params))}=...: {method} is not among --methods "
+                             f"{','.join(methods)}: add it there or drop the --grid")
+        for p in params:
+            owners = [m for m in (methods if method == "*" else [method]) if p in PAPER_GRIDS.get(m, {})]
+            if not owners:
+                where = method if method != "*" else "any of " + ",".join(methods)
+                raise ValueError(f"--grid {'' if method == '*' else method + '.'}{p}=...: {where} has no grid "
+                                 f"parameter {p!r}; the grids: " + "; ".join(
+                                     f"{m}: {', '.join(PAPER_GRIDS.get(m, {})) or 'none'}" for m in methods))
+
+
+def _grid(method: str, overrides: Dict[str, Dict[str, list]], task) -> Dict[str, list]:
+    """The paper grid of ``method`` with the ``--grid`` values that concern it (``overrides[method]``, and
+    ``overrides["*"]`` for the parameters it has), values above the task's limits dropped."""
     from .registry import NORMALIZERS, PAPER_GRIDS
 
     grid = {p: list(v) for p, v in PAPER_GRIDS.get(method, {}).items()}
-    for p, values in overrides.items():
+    given = {p: v for p, v in overrides.get("*", {}).items() if p in grid}
+    given.update(overrides.get(method, {}))
+    for p, values in given.items():
         if p not in grid:
-            raise ValueError(f"--grid {p}=...: {method} has no grid parameter {p!r}; its grid: {sorted(grid) or 'none'}")
+            raise ValueError(f"--grid {method}.{p}=...: {method} has no grid parameter {p!r}; its grid: "
+                             f"{sorted(grid) or 'none'}")
         grid[p] = values
     sizes = {name: task.size(name) for name in ("queries", "targets", "query_bank", "target_bank")}
     cls = NORMALIZERS[method]
@@ -345,39 +417,67 @@ def _parse_grid(items: Sequence[str]) -> Dict[str, Dict[str, list]]:
             vals = [int(v) if v.strip().lstrip("-").isdigit() else float(v) for v in values.split(",")]
         except ValueError:
             raise ValueError(f"--grid {item!r}: the values must be numbers separated by commas") from None
-        out.setdefault(method or "*", {})[param] = vals
+        slot = out.setdefault(method or "*", {})
+        if param in slot:
+            raise ValueError(f"--grid {key} is given twice: give each parameter's values once")
+        slot[param] = vals
     return out
 
 
-def _paired_ci(raw: np.ndarray, new: np.ndarray, *, n_boot: int = 1000, seed: int = 0) -> tuple:
-    """95% percentile bootstrap interval of R@1(new) - R@1(raw) over the same queries (resampled together)."""
+def query_groups(positives) -> np.ndarray:
+    """A group per test query: its first positive target (the captions of one image form one group in t2i; in i2t
+    every image query is its own), so that queries that describe the same item stay together when split or
+    resampled. A query without a positive is a group of its own."""
+    first = np.full(positives.n_queries, -1, dtype=np.int64)
+    has = np.diff(positives.indptr) > 0
+    first[has] = positives.indices[positives.indptr[:-1][has]]
+    lone = np.flatnonzero(~has)
+    first[lone] = positives.n_targets + np.arange(lone.size)
+    return np.unique(first, return_inverse=True)[1]
+
+
+def split_halves(groups: np.ndarray, seed: int = 0) -> tuple:
+    """``(selection, estimation)`` query indices: a seeded half of the groups and the rest (no group in both)."""
+    n = int(groups.max()) + 1 if groups.size else 0
+    first = np.random.default_rng(seed).permutation(n)[: n // 2]
+    in_sel = np.isin(groups, first)
+    return np.flatnonzero(in_sel), np.flatnonzero(~in_sel)
+
+
+def _paired_ci(raw: np.ndarray, new: np.ndarray, groups: np.ndarray, *, n_boot: int = 1000, seed: int = 0) -> tuple:
+    """95% percentile bootstrap interval of R@1(new) - R@1(raw) over the same queries, resampling whole groups
+    (:func:`query_groups`: the captions of one image are not independent draws)."""
     rng = np.random.default_rng(seed)
     diff = (new == 0).astype(np.float64) - (raw == 0).astype(np.float64)
-    boots = np.array([diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(n_boot)]) * 100.0
+    _, g = np.unique(groups, return_inverse=True)
+    sums, counts = np.bincount(g, weights=diff), np.bincount(g).astype(np.float64)
+    draws = rng.integers(0, sums.size, (n_boot, sums.size))
+    boots = 100.0 * sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
     lo, hi = np.quantile(boots, [0.025, 0.975])
     return float(lo), float(hi)
 
 
 def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[str, list]], *, seed: int = 0,
                     progress: bool = True) -> dict:
-    """Held-out choice: the test queries are split in two seeded halves; every grid point of every method is
-    fitted on the reference bank and scored on all queries; the choice is the best R@1 on the *selection* half;
-    the gain to expect is the chosen point's R@1 minus raw on the other, *estimation* half (paired bootstrap CI)."""
+    """Held-out choice: the test queries are split in two seeded halves (by :func:`query_groups`: the captions of
+    one image on the same side); every grid point of every method is fitted on the reference bank and scored on all
+    queries; the choice is the best R@1 on the *selection* half; the gain to expect is the chosen point's R@1 minus
+    raw on the other, *estimation* half (paired bootstrap CI over groups)."""
     import itertools
 
     from .progress import progress as bar
     from .registry import make_normalizer
 
     task = d.task
-    perm = np.random.default_rng(seed).permutation(task.n_queries)
-    sel, est = np.sort(perm[: task.n_queries // 2]), np.sort(perm[task.n_queries // 2:])
-    if len(sel) < 2 or len(est) < 2:
+    groups = query_groups(task.positives)
+    sel, est = split_halves(groups, seed)
+    if len(np.unique(groups[sel])) < 2 or len(np.unique(groups[est])) < 2:
         raise ValueError(f"{d.name}: {task.n_queries} test queries are too few to choose on one half and measure on "
                          "the other")
     raw = task.ranks(None)
     points = []
     for m in methods:
-        grid = _grid(m, {**grids.get("*", {}), **grids.get(m, {})}, task)
+        grid = _grid(m, grids, task)
         names = list(grid)
         points += [(m, dict(zip(names, vals))) for vals in itertools.product(*(grid[n] for n in names))] or [(m, {})]
     rows = []
@@ -392,7 +492,7 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     keep_raw = best["R@1 selection half"] <= raw_sel
     chosen = raw if keep_raw else best["_ranks"]   # keeping the raw scores gains nothing, by definition
     gain = 100.0 * (float(np.mean(chosen[est] == 0)) - float(np.mean(raw[est] == 0)))
-    lo, hi = _paired_ci(raw[est], chosen[est], seed=seed)
+    lo, hi = _paired_ci(raw[est], chosen[est], groups[est], seed=seed)
     table = [{k: v for k, v in r.items() if k != "_ranks"} for r in rows]
     return {"direction": d.name, "mode": "labelled", "method": "raw" if keep_raw else best["method"],
             "params": {} if keep_raw else best["params"], "best_method": best["method"], "best_params": best["params"],
@@ -416,7 +516,7 @@ def choose_label_free(d: Direction, methods: Sequence[str], grids: Dict[str, Dic
         raise ValueError(f"{d.name}: the source has no training split, so no reference bank to fit a method with")
     rows = []
     for m in methods:
-        grid = _grid(m, {**grids.get("*", {}), **grids.get(m, {})}, d.task)
+        grid = _grid(m, grids, d.task)
         res = label_free_select(m, d.targets, d.query_bank, queries=d.queries, target_bank=d.target_bank, grid=grid)
         rows.append({"method": m, "params": dict(res.best_params), "criterion": float(res.best_value),
                      "raw criterion": float(res.raw_value), "predicted to help": bool(predict_benefit(res))})
@@ -437,6 +537,7 @@ def choose(src: Source, *, methods: Sequence[str] = DEFAULT_METHODS, grids=None,
         if m not in NORMALIZERS or m == "raw":
             raise ValueError(f"--methods: unknown method {m!r}; available: {sorted(set(NORMALIZERS) - {'raw'})}")
     grids = grids or {}
+    check_grids(grids, methods)
     out = []
     for d in src.directions.values():
         out.append(choose_label_free(d, methods, grids) if label_free else
@@ -481,9 +582,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600: the file gets the permissions of any other write
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600: the file gets the permissions of any other write
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -503,50 +602,107 @@ def _npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def fit_direction(d: Direction, method: str, params: dict):
-    """``method(**params)`` fitted on the direction's reference bank (the library's fit, from score matrices)."""
+def make_offset_normalizer(method: str, params: dict):
+    """``method(**params)``, checked: a known offset method, parameters it has (``--param`` named in the error)."""
+    import inspect
+
     from .registry import NORMALIZERS, make_normalizer
 
     method = method.lower()
     if method not in NORMALIZERS:
         raise ValueError(f"--method {method!r} is unknown; available: {sorted(NORMALIZERS)}")
+    cls = NORMALIZERS[method]
+    known = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"--param {unknown[0]}: {method} has no parameter {unknown[0]!r}; its parameters: "
+                         f"{', '.join(known) or 'none'}")
     norm = make_normalizer(method, **params)
     if not norm.is_offset:
         raise ValueError(f"--method {method}: {type(norm).__name__} normalises each query's row, it has no per-target "
                          "offsets an index could serve; export an offset method (nnn, dn, is, csls, dualis, sn, dbsn)")
-    d.task.fit(norm)
+    norm.check_params()
     return norm
 
 
-def export(src: Source, out: Path, *, method: str, params: dict, faiss_index: bool = False) -> dict:
-    """Write the fitted offsets (and, from embeddings, the ``[t, h]`` target vectors and optionally a faiss index)
-    of every direction under ``out/<direction>/``, and ``out/manifest.json`` listing every file's sha256."""
+def fit_direction(d: Direction, method: str, params: dict):
+    """``method(**params)`` fitted on the direction's reference bank (the library's fit, from score matrices); an
+    error names the direction and ``--param``."""
+    norm = make_offset_normalizer(method, params)
+    try:
+        d.task.fit(norm)
+    except ValueError as exc:
+        raise ValueError(f"{d.name}: {exc} (set the method's parameters with --param NAME=VALUE)") from None
+    return norm
+
+
+def export(src: Source, out: Path, *, method: str, params: dict, faiss_index: bool = False,
+           force: bool = False) -> dict:
+    """Fit ``method`` on every direction's bank, then write the offsets (and, from embeddings, the ``[t, h]`` target
+    vectors and optionally a faiss index) under ``out/<direction>/`` and ``out/manifest.json`` (the method's every
+    parameter, the banks' provenance, every file's sha256). Everything is fitted and checked before anything is
+    written; the folder is written whole beside ``out`` and then put in its place, so a failed export leaves
+    ``out`` as it was. An existing export is replaced only with ``force``."""
     from ._version import __version__
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
-        raise ValueError(f"--out {out} exists and holds files that are not a hubnorm export: choose an empty folder")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file: name a folder (it is created)")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / "manifest.json").is_file():
+            raise ValueError(f"--out {out} exists and holds files that are not a hubnorm export: choose an empty or "
+                             "new folder")
+        if not force:
+            raise ValueError(f"--out {out} holds an export already: pass --force to replace it, or choose another "
+                             "folder")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: its parent folder {out.parent} does not exist")
+    if faiss_index and src.kind == "scores":
+        raise ValueError("--faiss needs the target embeddings; a sims: folder holds scores only (its export is the "
+                         "offsets: add them to the scores of the same targets)")
+    fitted = {d.name: (d, fit_direction(d, method, params)) for d in src.directions.values()}
+    norm0 = next(iter(fitted.values()))[1]
     manifest = {"format": EXPORT_FORMAT, "hubnorm": __version__, "source": src.source, "data": src.label,
-                "synthetic": src.synthetic, "kind": src.kind, "method": method.lower(), "params": params,
-                "directions": {}}
-    for d in src.directions.values():
-        norm = fit_direction(d, method, params)
-        offsets = norm.offsets.astype(np.float64)
-        files = {"offsets": _write_array(out, f"{d.name}/offsets.npy", offsets)}
-        entry = {"n_targets": int(len(offsets)), "bank": d.bank, "offsets_sha256": digest(offsets), "files": files}
-        if d.targets is not None:
-            entry["targets_sha256"] = digest(d.targets)
-            aug = np.concatenate([d.targets, offsets[:, None]], axis=1).astype(np.float32)
-            files["augmented_targets"] = _write_array(out, f"{d.name}/augmented_targets.npy", aug)
-            entry["query_side"] = "append a 1 to each unit-norm query: [q, 1]; inner product = q . t + h"
-            if faiss_index:
-                files["faiss_index"] = _write_faiss(out, f"{d.name}/index.faiss", aug)
-        elif faiss_index:
-            raise ValueError("--faiss needs the target embeddings; a sims: folder holds scores only (its export is "
-                             "the offsets: add them to the scores of the same targets)")
-        manifest["directions"][d.name] = entry
-    _atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+                "synthetic": src.synthetic, "kind": src.kind, "method": method.lower(),
+                "params": _json_params(norm0.get_params()), "directions": {}}
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        for name, (d, norm) in fitted.items():
+            offsets = norm.offsets.astype(np.float64)
+            files = {"offsets": _write_array(tmp, f"{name}/offsets.npy", offsets)}
+            entry = {"n_targets": int(len(offsets)), "bank": d.bank, "offsets_sha256": digest(offsets), "files": files}
+            if d.targets is not None:
+                entry["targets_sha256"] = digest(d.targets)
+                aug = np.concatenate([d.targets, offsets[:, None]], axis=1).astype(np.float32)
+                files["augmented_targets"] = _write_array(tmp, f"{name}/augmented_targets.npy", aug)
+                entry["query_side"] = "append a 1 to each unit-norm query: [q, 1]; inner product = q . t + h"
+                if faiss_index:
+                    files["faiss_index"] = _write_faiss(tmp, f"{name}/index.faiss", aug)
+            manifest["directions"][name] = entry
+        _atomic_write(tmp / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out.exists():   # the old export goes only once the new one is whole
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
     return manifest
+
+
+def _json_params(params: dict) -> dict:
+    """Constructor parameters that JSON can hold (numbers, text, booleans, None), each as it was given."""
+    return {k: v for k, v in params.items() if v is None or isinstance(v, (bool, int, float, str))}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _write_array(out: Path, rel: str, arr: np.ndarray) -> dict:
@@ -569,6 +725,8 @@ def _write_faiss(out: Path, rel: str, aug: np.ndarray) -> dict:
 
 def _read_manifest(folder: Path) -> dict:
     man_path = folder / "manifest.json"
+    if not folder.is_dir():
+        raise ValueError(f"{folder} does not exist or is not a folder: name the folder hubnorm export wrote")
     if not man_path.is_file():
         raise ValueError(f"{folder} has no manifest.json: not a hubnorm export (write one with hubnorm export)")
     try:
@@ -673,6 +831,11 @@ def check(folder, source: Optional[Source] = None) -> List[str]:
     folder = Path(folder)
     man = _read_manifest(folder)
     _, problems = _read_files(folder, man)
+    listed = {Path(f["path"]) for e in man["directions"].values() for f in e["files"].values()}
+    for dname in man["directions"]:
+        for path in sorted((folder / dname).rglob("*")) if (folder / dname).is_dir() else ():
+            if path.is_file() and path.relative_to(folder) not in listed:
+                problems.append(f"{path} is not listed in the manifest: not part of this export")
     if source is None:
         return problems
     for dname, entry in man["directions"].items():
@@ -747,6 +910,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a parameter (repeatable)")
     e.add_argument("--out", type=Path, required=True, help="the export folder")
     e.add_argument("--faiss", action="store_true", help="also write an exact faiss inner-product index")
+    e.add_argument("--force", action="store_true", help="replace an export already in --out")
 
     k = sub.add_parser("check", help="verify an export (and, with --source, that its bank is unchanged)")
     k.add_argument("folder", type=Path, help="the export folder")
@@ -768,8 +932,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "check":
             src = None
             if args.source:
-                man = _read_manifest(Path(args.folder))
-                src = open_source(args.source, directions=list(man["directions"]), options=options, seed=args.seed)
+                src = open_source(args.source, options=options, seed=args.seed)
             problems = check(args.folder, src)
             rep = {"command": "check", "folder": str(args.folder), "source": args.source, "problems": problems,
                    "ok": not problems}
@@ -781,6 +944,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             for name, v in (("--k", args.k), ("--hubs", args.hubs)):
                 if v < 1:
                     raise ValueError(f"{name} must be a positive integer; got {v}")
+            if args.html is not None:
+                _check_out_file(args.html, "--html")
             rep = diagnose(src, k=args.k, hubs=args.hubs)
             if args.html:
                 write_html(rep, args.html)
@@ -795,14 +960,25 @@ def main(argv: Optional[List[str]] = None) -> int:
                          seed=args.seed, progress=not args.no_progress)
             _print(rep, _choose_text(rep), args.json)
             return EXIT_OK
-        params = _parse_options(args.param)
-        man = export(src, args.out, method=args.method, params=params, faiss_index=args.faiss)
+        params = _parse_options(args.param, "--param", "k=16")
+        man = export(src, args.out, method=args.method, params=params, faiss_index=args.faiss, force=args.force)
         _print(man, f"exported {man['method']} ({_fmt_params(params)}) of {src.label} to {args.out}: " +
                ", ".join(f"{d}: {len(e['files'])} files" for d, e in man["directions"].items()), args.json)
         return EXIT_OK
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except TypeError as exc:
+        msg = str(exc)
+        if "unexpected keyword argument" in msg:   # a loader given an option it does not have
+            key = msg.rsplit("'", 2)[-2] if msg.count("'") >= 2 else msg
+            msg = (f"--source-option {key}: not an option of this source's loader ({msg.split('(')[0].strip()}); "
+                   "see docs/cli.md for each source's options")
+        print(f"hubnorm {args.command}: error: {msg}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ValueError, FileNotFoundError) as exc:
         print(f"hubnorm {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:   # the reader of the output went away (| head): nothing more to say
+        sys.stderr.close()
+        return EXIT_OK
     except OSError as exc:
         print(f"hubnorm {args.command}: error: {exc.filename or ''} {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,0 +1,226 @@
+"""Mutation testing of the library with mutmut: which one-line changes to a module its tests do not notice.
+
+    .venv/bin/pip install 'hubnorm[mutation]'                          # mutmut, once (not in the default set-up)
+    .venv/bin/python scripts/mutation.py hubness cli                   # these modules (lib/hubnorm/<name>.py)
+    .venv/bin/python scripts/mutation.py --changed                     # the modules a change touches (vs origin/main,
+                                                                        # else HEAD~1): the check before a stop
+    .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + write <report>.md/.csv
+
+mutmut (3.x) changes one thing at a time in every function of a module (an operator, a constant, an argument, a
+returned value), runs the tests that call that function, and counts the mutant *killed* when a test fails,
+*survived* when every test passes. A survivor is a change to a computed number or a guard that no test notices.
+
+How it runs: a workspace under ``.mutation/`` (gitignored) holds a copy of the working tree with the package at
+its root (``hubnorm/``, as mutmut expects), and mutmut writes the mutated copy under ``.mutation/mutants/``; the
+tests import that copy (``PYTHONPATH``; the folder exists before mutmut starts, or Python would cache that it is
+absent and import the editable install instead). The tests of a module: the test files that name it
+(``hubnorm.<module>``, ``from hubnorm import <module>``, ``from hubnorm.<module> import``, or
+``tests/test_<module>*.py``); ``--tests`` replaces them. Tests run with ``HUBNORM_SHARED_DATA`` pointing at the
+shared data folder beside the repository when it exists (else those tests skip, and what only they check survives).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LIB = REPO / "lib" / "hubnorm"
+WORK = REPO / ".mutation"
+#: tests that read the source tree's layout (lib/hubnorm paths, imports, packaging), not a module's behaviour: they
+#: do not run in the workspace, where the package sits at the root
+STRUCTURAL = {"test_import_graph.py", "test_layering.py", "test_module_boundaries.py", "test_packaging.py"}
+#: tests that run whole notebooks, the website or run_all.sh (minutes each, for every mutant they reach): named with
+#: --tests when wanted
+HEAVY = {"test_notebooks.py", "test_notebook_matrix.py", "test_notebook_08.py", "test_exercises.py", "test_site.py",
+         "test_run_profiles.py", "test_runner_safety.py", "test_jupyter_ipc.py"}
+STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked", "segfault")
+
+
+def module_path(name: str) -> Path:
+    """``hubness`` -> lib/hubnorm/hubness.py; ``normalizers.nnn`` -> lib/hubnorm/normalizers/nnn.py."""
+    path = LIB.joinpath(*name.split(".")).with_suffix(".py")
+    if not path.is_file():
+        raise SystemExit(f"error: no module {name!r} ({path.relative_to(REPO)} does not exist); name one under "
+                         "lib/hubnorm, e.g. hubness or normalizers.nnn")
+    return path
+
+
+def tests_for(name: str) -> list:
+    """The test files that name module ``name``, or a name ``import hubnorm`` exports from it (``hn.hubness``)."""
+    import hubnorm
+
+    dotted, stem = f"hubnorm.{name}", name.rsplit(".", 1)[-1]
+    parent = "hubnorm" + ("." + name.rsplit(".", 1)[0] if "." in name else "")
+    exported = sorted(n for n, mod in hubnorm._EXPORTS.items() if mod == name)
+    alternatives = [rf"\b{re.escape(dotted)}\b", rf"from {re.escape(parent)} import [^\n]*\b{re.escape(stem)}\b"]
+    if exported:
+        names = "|".join(map(re.escape, exported))
+        alternatives += [rf"\b(?:hn|hubnorm)\.(?:{names})\b", rf"from hubnorm import [^\n]*\b(?:{names})\b"]
+    pattern = re.compile("|".join(alternatives))
+    out = []
+    for f in sorted((REPO / "tests").glob("test_*.py")):
+        if f.name in STRUCTURAL | HEAVY:
+            continue
+        if f.name.startswith(f"test_{stem}") or pattern.search(f.read_text()):
+            out.append(f"tests/{f.name}")
+    return out
+
+
+def changed_modules(base: str | None) -> list:
+    """Library modules that differ from ``base`` (default: origin/main when it exists, else HEAD~1), committed or not."""
+    if base is None:
+        has_origin = subprocess.run(["git", "rev-parse", "--verify", "-q", "origin/main"], cwd=REPO,
+                                    capture_output=True).returncode == 0
+        base = "origin/main" if has_origin else "HEAD~1"
+    diff = subprocess.run(["git", "diff", "--name-only", base, "--", "lib/hubnorm"], cwd=REPO, capture_output=True,
+                          text=True)
+    if diff.returncode:
+        raise SystemExit(f"error: git diff {base} failed: {diff.stderr.strip()}")
+    names = []
+    for line in diff.stdout.split():
+        p = REPO / line
+        if p.suffix == ".py" and p.is_file() and p.name != "__init__.py" and "/experiments/" not in line:
+            names.append(".".join(p.relative_to(LIB).with_suffix("").parts))
+    return names
+
+
+def workspace(name: str, tests: list, jobs: int) -> Path:
+    """A fresh copy of the working tree with the package at its root and a mutmut configuration for ``name``."""
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    WORK.mkdir()
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    top = set()
+    for rel in filter(None, files):
+        src = REPO / rel
+        if not src.is_file():
+            continue
+        dst = WORK / (rel[len("lib/"):] if rel.startswith("lib/hubnorm/") else rel)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+        top.add(Path(rel[len("lib/"):] if rel.startswith("lib/hubnorm/") else rel).parts[0])
+    target = f"hubnorm/{'/'.join(name.split('.'))}.py"
+    config = "\n".join([
+        "", "[tool.mutmut]",
+        f"source_paths = [{target!r}]",
+        "also_copy = [" + ", ".join(repr(t + ("/" if (WORK / t).is_dir() else "")) for t in sorted(top)) + "]",
+        "pytest_add_cli_args_test_selection = [" + ", ".join(repr(t) for t in tests) + "]",
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]', ""])
+    with open(WORK / "pyproject.toml", "a") as fh:
+        fh.write(config.replace("'", '"'))
+    (WORK / "mutants").mkdir()   # exists before the interpreter starts: see the module docstring
+    return WORK
+
+
+def run_module(name: str, tests: list, jobs: int, log: Path) -> dict:
+    ws = workspace(name, tests, jobs)
+    env = dict(os.environ, PYTHONPATH=str(ws / "mutants"), HUBNORM_PROGRESS="0", MPLBACKEND="Agg",
+               HF_HUB_OFFLINE="1")
+    shared = REPO.parent / "shared" / "data"
+    if "HUBNORM_SHARED_DATA" not in env and shared.is_dir():
+        env["HUBNORM_SHARED_DATA"] = str(shared)
+    mutmut = Path(sys.executable).with_name("mutmut")
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.run([str(mutmut), "run", "--max-children", str(jobs)], cwd=ws, env=env, stdout=fh,
+                              stderr=subprocess.STDOUT)
+    seconds = time.perf_counter() - t0
+    res = subprocess.run([str(mutmut), "results", "--all", "true"], cwd=ws, env=env, capture_output=True, text=True)
+    counts = dict.fromkeys(STATUSES, 0)
+    survivors = []
+    for line in res.stdout.splitlines():
+        mutant, _, status = line.strip().rpartition(": ")
+        if status in counts:
+            counts[status] += 1
+            if status == "survived":
+                survivors.append(mutant)
+    total = sum(counts.values())
+    if proc.returncode and not total:
+        raise SystemExit(f"error: mutmut failed on {name} (exit {proc.returncode}); its output: {log}")
+    scored = counts["killed"] + counts["survived"] + counts["timeout"]
+    diffs = {m: subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
+             for m in survivors}
+    return {"module": name, "tests": len(tests), "mutants": total, **counts,
+            "score": (counts["killed"] + counts["timeout"]) / scored if scored else float("nan"),
+            "seconds": round(seconds, 1), "survivors": diffs}
+
+
+def write_report(rows: list, stem: Path, argv: list) -> None:
+    cols = ["module", "tests", "mutants", "killed", "survived", "timeout", "no tests", "suspicious", "score", "seconds"]
+    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "score": f"{r['score']:.3f}"})
+    lines = ["# Mutation score per module (mutmut)", "",
+             f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}` (see the script's docstring). "
+             "score = (killed + timeout) / (killed + survived + timeout); a survivor is a one-line change no test "
+             "noticed.", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r[c]:.0%}" if c == "score" else str(r[c]) for c in cols) + " |")
+    for r in rows:
+        if r["survivors"]:
+            lines += ["", f"## Survivors in `{r['module']}`", ""]
+            for diff in r["survivors"].values():
+                lines += ["```diff", diff.strip(), "```"]
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description="Mutation testing of hubnorm modules with mutmut (see the docstring).")
+    p.add_argument("modules", nargs="*", help="modules under lib/hubnorm (hubness, cli, normalizers.nnn, ...)")
+    p.add_argument("--changed", nargs="?", const="", default=None, metavar="BASE",
+                   help="the library modules changed since BASE (default origin/main, else HEAD~1)")
+    p.add_argument("--tests", nargs="+", help="test files to run instead of the ones that name the module")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once (default: cores)")
+    p.add_argument("--report", type=Path, help="write <REPORT>.md and .csv")
+    p.add_argument("--min-score", type=float, default=None, help="exit 1 when a module scores below this (0-1)")
+    args = p.parse_args(argv)
+    if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
+        print("error: mutmut is not installed in this environment: .venv/bin/pip install 'hubnorm[mutation]'",
+              file=sys.stderr)
+        return 2
+    names = list(args.modules)
+    if args.changed is not None:
+        names += changed_modules(args.changed or None)
+    if not names:
+        print("nothing to mutate: name modules, or --changed found no changed library module")
+        return 0
+    rows = []
+    for name in dict.fromkeys(names):
+        module_path(name)
+        tests = args.tests or tests_for(name)
+        if not tests:
+            print(f"{name}: no test file names it: every mutant would survive; name tests with --tests")
+            continue
+        log = REPO / ".mutation.log"
+        print(f"{name}: mutating with {len(tests)} test files ({', '.join(t[6:] for t in tests[:6])}"
+              f"{', ...' if len(tests) > 6 else ''}) ...", flush=True)
+        r = run_module(name, tests, args.jobs, log)
+        rows.append(r)
+        print(f"{name}: {r['mutants']} mutants, {r['killed']} killed, {r['survived']} survived, {r['timeout']} timeouts, "
+              f"{r['no tests']} not reached by a test: score {r['score']:.0%} ({r['seconds']:.0f} s)", flush=True)
+        for diff in r["survivors"].values():
+            print("  " + "\n  ".join(diff.strip().splitlines()[:12]))
+    if args.report and rows:
+        write_report(rows, args.report, argv)
+        print(f"wrote {args.report.with_suffix('.md')} and .csv")
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    if args.min_score is not None and any(r["score"] < args.min_score for r in rows):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
