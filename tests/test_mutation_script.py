@@ -1,0 +1,66 @@
+"""scripts/mutation.py without mutmut (CI does not install it): which tests it runs for a module, which modules a
+change touches, the workspace it builds, the report it writes."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def mutation():
+    spec = importlib.util.spec_from_file_location("mutation_script", REPO / "scripts" / "mutation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(mutation):
+    tests = mutation.tests_for("hubness")
+    assert "tests/test_hubness.py" in tests and "tests/test_invariants.py" in tests   # hn.k_occurrence there
+    assert not {Path(t).name for t in tests} & (mutation.STRUCTURAL | mutation.HEAVY)
+    assert mutation.tests_for("cli") == ["tests/test_cli.py"]
+    assert "tests/test_mutation_script.py" not in mutation.tests_for("evaluation")
+    with pytest.raises(SystemExit, match="no module 'nosuch'"):
+        mutation.module_path("nosuch")
+    assert mutation.module_path("normalizers.nnn") == REPO / "lib" / "hubnorm" / "normalizers" / "nnn.py"
+
+
+def test_the_changed_modules_are_library_modules_only(mutation, monkeypatch):
+    import subprocess
+
+    listed = "lib/hubnorm/hubness.py\nlib/hubnorm/normalizers/nnn.py\nlib/hubnorm/__init__.py\n" \
+             "lib/hubnorm/experiments/protocol.py\nlib/hubnorm/schemas/cli.schema.json\n"
+    real_run = subprocess.run
+
+    def fake(cmd, *a, **k):
+        if cmd[:3] == ["git", "diff", "--name-only"]:
+            return subprocess.CompletedProcess(cmd, 0, stdout=listed, stderr="")
+        return real_run(cmd, *a, **k)
+
+    monkeypatch.setattr(mutation.subprocess, "run", fake)
+    assert mutation.changed_modules("HEAD") == ["hubness", "normalizers.nnn"]
+
+
+def test_the_workspace_puts_the_package_at_its_root_with_a_mutmut_configuration(mutation, monkeypatch, tmp_path):
+    monkeypatch.setattr(mutation, "WORK", tmp_path / "ws")
+    ws = mutation.workspace("hubness", ["tests/test_hubness.py"], 2)
+    assert (ws / "hubnorm" / "hubness.py").read_bytes() == (REPO / "lib" / "hubnorm" / "hubness.py").read_bytes()
+    assert (ws / "tests" / "test_hubness.py").is_file() and (ws / "mutants").is_dir()
+    import tomllib
+
+    config = tomllib.loads((ws / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert config["source_paths"] == ["hubnorm/hubness.py"]
+    assert config["pytest_add_cli_args_test_selection"] == ["tests/test_hubness.py"]
+    assert "hubnorm/" in config["also_copy"] and "tests/" in config["also_copy"]
+
+
+def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant(mutation, tmp_path):
+    rows = [{"module": "m", "tests": 1, "mutants": 10, "killed": 6, "survived": 2, "timeout": 1, "no tests": 1,
+             "suspicious": 0, "score": 7 / 9, "seconds": 1.0, "survivors": {"m.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"}}]
+    mutation.write_report(rows, tmp_path / "r", ["m"])
+    md = (tmp_path / "r.md").read_text()
+    assert "| m | 1 | 10 | 6 | 2 | 1 | 1 | 0 | 78% | 1.0 |" in md and "```diff" in md
+    assert (tmp_path / "r.csv").read_text().splitlines()[1].startswith("m,1,10,6,2,1,1,0,0.778")
