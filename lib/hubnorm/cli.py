@@ -174,17 +174,10 @@ def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
     return Source(source, kind, src.synthetic, src.label, out, flags, data)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 24), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _matrix_bank(task) -> dict:
     """The provenance of a sims: task's bank matrices: each one's file and sha256 (the manifest's checksum when it
     lists one, else hashed here)."""
+    from .data.cache import sha256_file
     from .data.sims import read_manifest
 
     man, _ = read_manifest(Path(task.meta["folder"]))
@@ -195,7 +188,7 @@ def _matrix_bank(task) -> dict:
             continue
         path = Path(m.label)
         bank[f"{rows} x {cols}"] = {"shape": list(m.shape), "file": path.name,
-                                    "sha256": sums.get(path.name) or _file_sha256(path)}
+                                    "sha256": sums.get(path.name) or sha256_file(path)}
     return {"kind": "score matrices", "matrices": bank}
 
 
@@ -358,7 +351,9 @@ def write_html(rep: dict, path: Path) -> None:
         figs.append(f'<img alt="N_k histogram, {d["direction"]}" src="data:image/png;base64,'
                     f'{base64.b64encode(buf.getvalue()).decode()}">')
     body = (f"<h1>hubnorm diagnose</h1><pre>{html.escape(_diagnose_text(rep))}</pre>" + "".join(figs))
-    _atomic_write(path, f"<!doctype html><html><head><meta charset='utf-8'><title>hubnorm diagnose: "
+    from .data.cache import atomic_write_bytes
+
+    atomic_write_bytes(path, f"<!doctype html><html><head><meta charset='utf-8'><title>hubnorm diagnose: "
                         f"{html.escape(rep['source'])}</title></head><body>{body}</body></html>\n".encode())
 
 
@@ -578,30 +573,6 @@ def _choose_text(rep: dict) -> str:
 
 
 # ============================================================================================== export / check
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600: the file gets the permissions of any other write
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _npy_bytes(arr: np.ndarray) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
-    return buf.getvalue()
-
-
 def make_offset_normalizer(method: str, params: dict):
     """``method(**params)``, checked: a known offset method, parameters it has (``--param`` named in the error)."""
     import inspect
@@ -644,6 +615,7 @@ def export(src: Source, out: Path, *, method: str, params: dict, faiss_index: bo
     written; the folder is written whole beside ``out`` and then put in its place, so a failed export leaves
     ``out`` as it was. An existing export is replaced only with ``force``."""
     from ._version import __version__
+    from .data.cache import atomic_write_bytes, umask
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -679,8 +651,8 @@ def export(src: Source, out: Path, *, method: str, params: dict, faiss_index: bo
                 if faiss_index:
                     files["faiss_index"] = _write_faiss(tmp, f"{name}/index.faiss", aug)
             manifest["directions"][name] = entry
-        _atomic_write(tmp / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-        os.chmod(tmp, 0o777 & ~_umask())
+        atomic_write_bytes(tmp / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        os.chmod(tmp, 0o777 & ~umask())
         if out.exists():   # the old export goes only once the new one is whole
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
             os.replace(out, old / out.name)
@@ -699,16 +671,11 @@ def _json_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _write_array(out: Path, rel: str, arr: np.ndarray) -> dict:
-    data = _npy_bytes(arr)
-    _atomic_write(out / rel, data)
-    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "shape": list(arr.shape), "dtype": arr.dtype.str}
+    from .data.cache import atomic_write_bytes, npy_bytes
+
+    return {"path": rel, "sha256": atomic_write_bytes(out / rel, npy_bytes(arr)), "shape": list(arr.shape),
+            "dtype": arr.dtype.str}
 
 
 def _write_faiss(out: Path, rel: str, aug: np.ndarray) -> dict:
@@ -718,9 +685,10 @@ def _write_faiss(out: Path, rel: str, aug: np.ndarray) -> dict:
         raise ValueError("--faiss needs faiss (pip install 'hubnorm[faiss]')") from None
     index = faiss.IndexFlatIP(aug.shape[1])   # exact inner product on [t, h]; build an IVF from the .npy at scale
     index.add(np.ascontiguousarray(aug, dtype=np.float32))
-    data = faiss.serialize_index(index).tobytes()
-    _atomic_write(out / rel, data)
-    return {"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "kind": "IndexFlatIP", "ntotal": int(index.ntotal)}
+    from .data.cache import atomic_write_bytes
+
+    return {"path": rel, "sha256": atomic_write_bytes(out / rel, faiss.serialize_index(index).tobytes()),
+            "kind": "IndexFlatIP", "ntotal": int(index.ntotal)}
 
 
 def _read_manifest(folder: Path) -> dict:

@@ -129,12 +129,20 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def umask() -> int:
+    """This process's file-creation mask (read without changing it for long)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> str:
     """Write ``data`` to a temporary file in ``path``'s folder, fsync, then ``os.replace``; returns its sha256."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _sweep_stale(path.parent, f".{path.name}.")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~umask())   # mkstemp makes 0600: the file gets the permissions of any other write
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
