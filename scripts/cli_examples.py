@@ -5,7 +5,7 @@
     .venv/bin/python scripts/cli_examples.py --check    # exit 1 when a block differs from what the commands print now
 
 The release comes through the project's downloader (pinned commit, sha256): from the cache, a mirror
-(``HUBNORM_REAL_MIRROR``) or the network. tests/test_cli.py runs ``--check`` against ../shared/data offline.
+(``HUBNORM_REAL_MIRROR``) or the network. tests/test_cli.py runs ``--check`` offline on the developers' mirror.
 """
 
 from __future__ import annotations

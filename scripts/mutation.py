@@ -1,6 +1,6 @@
 """Mutation testing of the library with mutmut: which one-line changes to a module its tests do not notice.
 
-    .venv/bin/pip install 'hubnorm[mutation]'                          # mutmut, once (not in the default set-up)
+    .venv/bin/pip install mutmut==3.8.1                                 # once (not in the default set-up)
     .venv/bin/python scripts/mutation.py hubness cli                   # these modules (lib/hubnorm/<name>.py)
     .venv/bin/python scripts/mutation.py --changed                     # the modules a change touches (vs origin/main,
                                                                         # else HEAD~1): the check before a stop
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     p.add_argument("--min-score", type=float, default=None, help="exit 1 when a module scores below this (0-1)")
     args = p.parse_args(argv)
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
-        print("error: mutmut is not installed in this environment: .venv/bin/pip install 'hubnorm[mutation]'",
+        print("error: mutmut is not installed in this environment: .venv/bin/pip install mutmut==3.8.1",
               file=sys.stderr)
         return 2
     names = list(args.modules)

@@ -86,7 +86,7 @@ def test_diagnose_matches_a_dense_float64_computation(capsys, small):
         wins, wrong = np.bincount(top1, minlength=s.shape[1]), np.bincount(top1[~right], minlength=s.shape[1])
         assert [h["top1_wins"] for h in d["hubs"]] == wins[order].tolist()
         assert [h["wrong_top1_wins"] for h in d["hubs"]] == wrong[order].tolist()
-        assert d["raw"]["R@1"] == pytest.approx(100 * right.mean())
+        assert d["raw_recall"]["R@1"] == pytest.approx(100 * right.mean())
         v = d["verdicts"]["skewness"]
         p = 5 / s.shape[1]
         null = (1 - 2 * p) / np.sqrt(s.shape[0] * p * (1 - p))   # skewness of Binomial(queries, k / targets)
@@ -148,7 +148,7 @@ def test_a_sims_folder_gives_the_numbers_of_its_embeddings(capsys, small, sims_f
     assert sims["kind"] == "scores" and "geometry" not in sims
     for a, b in zip(emb["directions"], sims["directions"]):
         assert a["direction"] == b["direction"]
-        assert a["raw"] == pytest.approx(b["raw"]) and a["hubness"] == pytest.approx(b["hubness"])
+        assert a["raw_recall"] == pytest.approx(b["raw_recall"]) and a["hubness"] == pytest.approx(b["hubness"])
         assert [h["target"] for h in a["hubs"]] == [h["target"] for h in b["hubs"]]
 
 

@@ -257,7 +257,7 @@ def diagnose_direction(d: Direction, *, k: int = 10, hubs: int = 10) -> dict:
                     "verdict": verdict(s, float(stats[s]) - null[s]), "warn_from": THRESHOLDS[s][0],
                     "fail_from": THRESHOLDS[s][1], "what": THRESHOLDS[s][2]} for s in THRESHOLDS}
     return {"direction": d.name, "n_queries": int(task.n_queries), "n_targets": int(task.n_targets), "k": int(k),
-            "raw": {m: float(v) for m, v in summarize_ranks(task.ranks(None), (1, 5, 10)).items()},
+            "raw_recall": {m: float(v) for m, v in summarize_ranks(task.ranks(None), (1, 5, 10)).items()},
             "hubness": {s: float(v) for s, v in stats.items()}, "verdicts": verdicts,
             "verdict": max((v["verdict"] for v in verdicts.values()), key=_LEVELS.index),
             "hubs": hub_rows, "n_k_counts": np.bincount(n_k.astype(np.int64)).tolist()}
@@ -285,7 +285,7 @@ def _diagnose_text(rep: dict) -> str:
     for flag in rep["flags"]:
         lines.append(f"WARN  input check: {flag}")
     for d in rep["directions"]:
-        raw = d["raw"]
+        raw = d["raw_recall"]
         lines.append(f"{d['direction']}: {d['n_queries']:,} queries, {d['n_targets']:,} targets; raw R@1 "
                      f"{raw['R@1']:.2f}, R@5 {raw['R@5']:.2f}, R@10 {raw['R@10']:.2f}")
         for s, v in d["verdicts"].items():
@@ -489,7 +489,7 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     gain = 100.0 * (float(np.mean(chosen[est] == 0)) - float(np.mean(raw[est] == 0)))
     lo, hi = _paired_ci(raw[est], chosen[est], groups[est], seed=seed)
     table = [{k: v for k, v in r.items() if k != "_ranks"} for r in rows]
-    return {"direction": d.name, "mode": "labelled", "method": "raw" if keep_raw else best["method"],
+    return {"direction": d.name, "mode": "labelled", "method": raw_name() if keep_raw else best["method"],
             "params": {} if keep_raw else best["params"], "best_method": best["method"], "best_params": best["params"],
             "raw R@1 selection half": raw_sel, "selection queries": int(len(sel)), "estimation queries": int(len(est)),
             "expected gain R@1": gain, "expected gain 95% CI": [lo, hi],
@@ -517,7 +517,7 @@ def choose_label_free(d: Direction, methods: Sequence[str], grids: Dict[str, Dic
                      "raw criterion": float(res.raw_value), "predicted to help": bool(predict_benefit(res))})
     best = max(rows, key=lambda r: r["criterion"])
     helps = best["predicted to help"]
-    return {"direction": d.name, "mode": "label-free (criterion 'mutual')", "method": best["method"] if helps else "raw",
+    return {"direction": d.name, "mode": "label-free (criterion 'mutual')", "method": best["method"] if helps else raw_name(),
             "params": best["params"] if helps else {}, "best_method": best["method"], "best_params": best["params"],
             "predicted to help": helps, "track record": dict(LABEL_FREE_TRACK_RECORD), "table": rows}
 
@@ -529,7 +529,7 @@ def choose(src: Source, *, methods: Sequence[str] = DEFAULT_METHODS, grids=None,
 
     methods = [m.lower() for m in methods]
     for m in methods:
-        if m not in NORMALIZERS or m == "raw":
+        if m not in NORMALIZERS or m == raw_name():
             raise ValueError(f"--methods: unknown method {m!r}; available: {sorted(set(NORMALIZERS) - {'raw'})}")
     grids = grids or {}
     check_grids(grids, methods)
@@ -541,6 +541,13 @@ def choose(src: Source, *, methods: Sequence[str] = DEFAULT_METHODS, grids=None,
             "synthetic": src.synthetic, "kind": src.kind, "seed": seed, "directions": out}
 
 
+def raw_name() -> str:
+    """The registry name of the raw scores (:class:`hubnorm.normalizers.base.Identity`): the choice "keep them"."""
+    from .normalizers.base import Identity
+
+    return Identity.name
+
+
 def _fmt_params(p: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in p.items()) or "-"
 
@@ -548,10 +555,11 @@ def _fmt_params(p: dict) -> str:
 def _choose_text(rep: dict) -> str:
     lines = [rep["data"] + ("  [SYNTHETIC]" if rep["synthetic"] else ""), ""]
     for d in rep["directions"]:
-        what = "keep the raw scores" if d["method"] == "raw" else f"choose {d['method']} ({_fmt_params(d['params'])})"
+        keep = d["method"] == raw_name()
+        what = "keep the raw scores" if keep else f"choose {d['method']} ({_fmt_params(d['params'])})"
         lines.append(f"{d['direction']}: {what}   [{d['mode']}]")
         if d["mode"] == "labelled":
-            if d["method"] == "raw":
+            if keep:
                 best_gain = d["best point's gain on the estimation half"]
                 lines.append(f"  no grid point beat the raw scores on the {d['selection queries']:,} test queries of "
                              f"the choice (best: {d['best_method']} {_fmt_params(d['best_params'])}, "
