@@ -583,15 +583,12 @@ def _choose_text(rep: dict) -> str:
 # ============================================================================================== export / check
 def make_offset_normalizer(method: str, params: dict):
     """``method(**params)``, checked: a known offset method, parameters it has (``--param`` named in the error)."""
-    import inspect
-
     from .registry import NORMALIZERS, make_normalizer
 
     method = method.lower()
     if method not in NORMALIZERS:
         raise ValueError(f"--method {method!r} is unknown; available: {sorted(NORMALIZERS)}")
-    cls = NORMALIZERS[method]
-    known = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    known = NORMALIZERS[method]._param_names()   # the constructor's parameters (Normalizer.get_params)
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ValueError(f"--param {unknown[0]}: {method} has no parameter {unknown[0]!r}; its parameters: "
@@ -781,13 +778,13 @@ class ExportedIndex:
         q = np.concatenate([q, np.ones((len(q), 1), dtype=q.dtype)], axis=1).astype(np.float32)
         if self.index is not None:
             return self.index.search(q, k)
-        scores, idx = [], []
-        for r0 in range(0, len(q), 1024):
-            s = q[r0:r0 + 1024] @ self.augmented.T
-            top = np.argsort(-s, axis=1, kind="stable")[:, :k]
-            scores.append(np.take_along_axis(s, top, 1))
-            idx.append(top)
-        return np.concatenate(scores), np.concatenate(idx)
+        import torch
+
+        from .normalizers.base import stable_topk   # the library's rank rule: ties to the lower index
+
+        t = torch.from_numpy(np.ascontiguousarray(self.augmented))
+        tops = [stable_topk(torch.from_numpy(q[r0:r0 + 1024]) @ t.T, k) for r0 in range(0, len(q), 1024)]
+        return (torch.cat([v for v, _ in tops]).numpy(), torch.cat([i for _, i in tops]).numpy())
 
 
 def _short(bank: dict) -> str:
