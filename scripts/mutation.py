@@ -4,7 +4,7 @@
     .venv/bin/python scripts/mutation.py hubness cli                   # these modules (lib/hubnorm/<name>.py)
     .venv/bin/python scripts/mutation.py --changed                     # the modules a change touches (vs origin/main,
                                                                         # else HEAD~1): the check before a stop
-    .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + write <report>.md/.csv
+    .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + the report folder
 
 mutmut (3.x) changes one thing at a time in every function of a module (an operator, a constant, an argument, a
 returned value), runs the tests that call that function, and counts the mutant *killed* when a test fails,
@@ -123,8 +123,10 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
 
 def run_module(name: str, tests: list, jobs: int, log: Path) -> dict:
     ws = workspace(name, tests, jobs)
+    # one BLAS / OpenMP thread: mutmut forks each mutant's test run from a process that has run the tests once, and
+    # an OpenMP pool started before a fork hangs the child (every mutant then "times out")
     env = dict(os.environ, PYTHONPATH=str(ws / "mutants"), HUBNORM_PROGRESS="0", MPLBACKEND="Agg",
-               HF_HUB_OFFLINE="1")
+               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     shared = REPO.parent / "shared" / "data"
     if "HUBNORM_SHARED_DATA" not in env and shared.is_dir():
         env["HUBNORM_SHARED_DATA"] = str(shared)
@@ -149,30 +151,55 @@ def run_module(name: str, tests: list, jobs: int, log: Path) -> dict:
     scored = counts["killed"] + counts["survived"] + counts["timeout"]
     diffs = {m: subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
              for m in survivors}
-    return {"module": name, "tests": len(tests), "mutants": total, **counts,
+    return {"module": name, "tests": len(tests), "test files": list(tests), "mutants": total, **counts,
             "score": (counts["killed"] + counts["timeout"]) / scored if scored else float("nan"),
             "seconds": round(seconds, 1), "survivors": diffs}
 
 
-def write_report(rows: list, stem: Path, argv: list) -> None:
-    cols = ["module", "tests", "mutants", "killed", "survived", "timeout", "no tests", "suspicious", "score", "seconds"]
-    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
-        w = csv.DictWriter(fh, cols, extrasaction="ignore")
+COLUMNS = ["module", "tests", "mutants", "killed", "survived", "timeout", "no tests", "suspicious", "score",
+           "seconds", "date", "test files"]
+
+
+def write_report(rows: list, folder: Path, argv: list) -> None:
+    """``<folder>/summary.csv`` and ``summary.md``: one row per module, this run's rows replacing a module's earlier
+    row (modules are mutated one run at a time, over days); ``<folder>/<module>.md``: that module's survivors, each
+    with its diff and the command that reproduces the row."""
+    folder.mkdir(parents=True, exist_ok=True)
+    old = {}
+    if (folder / "summary.csv").is_file():
+        with open(folder / "summary.csv", newline="") as fh:
+            old = {r["module"]: r for r in csv.DictReader(fh)}
+    today = time.strftime("%Y-%m-%d")
+    for r in rows:
+        old[r["module"]] = {**{c: r.get(c, "") for c in COLUMNS}, "score": f"{r['score']:.3f}",
+                            "date": r.get("date", today), "test files": " ".join(r.get("test files", []))}
+    merged = [old[m] for m in sorted(old)]
+    with open(folder / "summary.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, COLUMNS, extrasaction="ignore")
         w.writeheader()
-        for r in rows:
-            w.writerow({**r, "score": f"{r['score']:.3f}"})
+        w.writerows(merged)
+    shown = [c for c in COLUMNS if c != "test files"]
     lines = ["# Mutation score per module (mutmut)", "",
-             f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}` (see the script's docstring). "
-             "score = (killed + timeout) / (killed + survived + timeout); a survivor is a one-line change no test "
-             "noticed.", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+             "Written by `scripts/mutation.py` (see its docstring); each module's row is from its last run, on the "
+             "date shown, with the tests its own page names. score = (killed + timeout) / (killed + survived + "
+             "timeout); a survivor is a one-line change no test noticed, listed with its diff on the module's page.",
+             "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    for r in merged:
+        cells = [f"{float(r[c]):.0%}" if c == "score" else str(r[c]) for c in shown]
+        cells[0] = f"[{r['module']}]({r['module']}.md)"
+        lines.append("| " + " | ".join(cells) + " |")
+    (folder / "summary.md").write_text("\n".join(lines) + "\n")
     for r in rows:
-        lines.append("| " + " | ".join(f"{r[c]:.0%}" if c == "score" else str(r[c]) for c in cols) + " |")
-    for r in rows:
+        page = [f"# Mutation testing of `hubnorm.{r['module']}`", "",
+                f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}`; {r['date'] if 'date' in r else today}.",
+                "", f"Tests run: {', '.join(f'`{t}`' for t in r.get('test files', []))}.", "",
+                f"{r['mutants']} mutants: {r['killed']} killed, {r['survived']} survived, {r['timeout']} timeouts, "
+                f"{r['no tests']} reached by no test; score {r['score']:.0%}.", ""]
         if r["survivors"]:
-            lines += ["", f"## Survivors in `{r['module']}`", ""]
+            page += ["## Survivors", ""]
             for diff in r["survivors"].values():
-                lines += ["```diff", diff.strip(), "```"]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+                page += ["```diff", diff.strip(), "```", ""]
+        (folder / f"{r['module']}.md").write_text("\n".join(page) + "\n")
 
 
 def main(argv=None) -> int:
@@ -183,7 +210,7 @@ def main(argv=None) -> int:
                    help="the library modules changed since BASE (default origin/main, else HEAD~1)")
     p.add_argument("--tests", nargs="+", help="test files to run instead of the ones that name the module")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once (default: cores)")
-    p.add_argument("--report", type=Path, help="write <REPORT>.md and .csv")
+    p.add_argument("--report", type=Path, help="a folder: update <REPORT>/summary.md/.csv and write <module>.md")
     p.add_argument("--min-score", type=float, default=None, help="exit 1 when a module scores below this (0-1)")
     args = p.parse_args(argv)
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
@@ -214,7 +241,7 @@ def main(argv=None) -> int:
             print("  " + "\n  ".join(diff.strip().splitlines()[:12]))
     if args.report and rows:
         write_report(rows, args.report, argv)
-        print(f"wrote {args.report.with_suffix('.md')} and .csv")
+        print(f"updated {args.report / 'summary.md'} and .csv")
     if WORK.exists():
         shutil.rmtree(WORK)
     if args.min_score is not None and any(r["score"] < args.min_score for r in rows):

@@ -57,10 +57,23 @@ def test_the_workspace_puts_the_package_at_its_root_with_a_mutmut_configuration(
     assert "hubnorm/" in config["also_copy"] and "tests/" in config["also_copy"]
 
 
-def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant(mutation, tmp_path):
-    rows = [{"module": "m", "tests": 1, "mutants": 10, "killed": 6, "survived": 2, "timeout": 1, "no tests": 1,
-             "suspicious": 0, "score": 7 / 9, "seconds": 1.0, "survivors": {"m.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"}}]
-    mutation.write_report(rows, tmp_path / "r", ["m"])
-    md = (tmp_path / "r.md").read_text()
-    assert "| m | 1 | 10 | 6 | 2 | 1 | 1 | 0 | 78% | 1.0 |" in md and "```diff" in md
-    assert (tmp_path / "r.csv").read_text().splitlines()[1].startswith("m,1,10,6,2,1,1,0,0.778")
+def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_keeps_other_modules_rows(mutation,
+                                                                                                     tmp_path):
+    def row(module, killed):
+        return {"module": module, "tests": 1, "test files": ["tests/test_m.py"], "mutants": 10, "killed": killed,
+                "survived": 9 - killed - 1, "timeout": 1, "no tests": 1, "suspicious": 0,
+                "score": (killed + 1) / 9, "seconds": 1.0, "survivors": {f"{module}.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"}}
+
+    mutation.write_report([row("m", 6)], tmp_path / "r", ["m"])
+    mutation.write_report([row("a", 8)], tmp_path / "r", ["a"])
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "| [m](m.md) | 1 | 10 | 6 | 2 | 1 | 1 | 0 | 78% | 1.0 |" in md
+    assert "| [a](a.md) | 1 | 10 | 8 | 0 | 1 | 1 | 0 | 100% | 1.0 |" in md
+    assert md.index("[a](a.md)") < md.index("[m](m.md)")
+    page = (tmp_path / "r" / "m.md").read_text()
+    assert "```diff" in page and "`tests/test_m.py`" in page and "scripts/mutation.py m`" in page
+    lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
+    assert lines[2].startswith("m,1,10,6,2,1,1,0,0.778") and len(lines) == 3
+    mutation.write_report([row("m", 8)], tmp_path / "r", ["m"])     # a rerun replaces the module's row
+    lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
+    assert len(lines) == 3 and lines[2].startswith("m,1,10,8,0,1,1,0,1.000")

@@ -314,3 +314,110 @@ def test_iteration_table_refuses_bad_arguments(small_tasks, kwargs, match):
     args = {"method": "sn", "iterations": [1]} | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
         iteration_table(small_tasks["t2i"], args.pop("method"), args.pop("iterations"), **args)
+
+
+# ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+def test_the_default_grid_is_the_papers_and_the_result_names_what_it_chose(small_tasks):
+    from hubnorm.registry import PAPER_GRIDS
+
+    task = small_tasks["t2i"]
+    res = hn.grid_search("is", task)
+    assert res.table["tau"].tolist() == list(PAPER_GRIDS["is"]["tau"])
+    assert (res.method, res.metric, res.engine) == ("is", "R@1", "sweep")
+    assert res.n_tied == int(np.sum(res.table["R@1"].to_numpy() == res.best_score))
+
+
+@pytest.mark.parametrize("engine", ["sweep", "reference"])
+def test_a_metric_outside_ks_gets_its_column(small_tasks, engine):
+    res = hn.grid_search("is", small_tasks["t2i"], {"tau": [0.02, 0.05]}, metric="R@3", ks=(1, 10), engine=engine)
+    assert [c for c in res.table.columns if c.startswith("R@")] == ["R@1", "R@3", "R@10"]
+    ref = hn.evaluate(small_tasks["t2i"].fit(hn.InvertedSoftmax(tau=0.02)), small_tasks["t2i"], ks=(3,))["R@3"]
+    assert res.table["R@3"].iloc[0] == pytest.approx(ref)
+    res = hn.grid_search("is", small_tasks["t2i"], {"tau": [0.02]}, metric="MdR", ks=(5,), engine=engine)
+    assert [c for c in res.table.columns if c.startswith("R@")] == ["R@5"] and res.metric == "MdR"
+
+
+def test_ties_are_counted_exactly(small_tasks):
+    task = _hubby_task(1)
+    # alpha = 0 is the identity for every k: three exact ties
+    res = hn.grid_search("nnn", task, {"alpha": [0.0], "k": [4, 2, 1]}, engine="reference")
+    assert res.n_tied == 3 and "3 of 3 grid points tie" in res.tie_note
+    # nearby temperatures: values a fraction of a point apart are not ties
+    res = hn.grid_search("is", small_tasks["t2i"], {"tau": [0.025, 0.03, 0.02]})
+    values = res.table["R@1"].to_numpy()
+    assert 0 < values.max() - np.sort(values)[-2] < 1 and res.n_tied == 1 and res.tie_note == ""
+    res = hn.grid_search("is", small_tasks["t2i"], {"tau": [0.03, 0.02, 0.021]})
+    assert res.n_tied == 1 and res.best_params == {"tau": 0.03}
+    res = hn.grid_search("is", small_tasks["t2i"], {"tau": [0.02, 0.021]})   # equal R@1 (regression check, this seed)
+    assert res.n_tied == 2 and res.best_params == {"tau": 0.02} and res.best_score > 0
+
+
+def test_query_aware_limits_read_the_validation_queries(small_tasks):
+    from hubnorm.selection import k_limit, param_limit
+
+    task = small_tasks["t2i"]
+    assert len(task.query_bank) != task.n_queries
+    assert k_limit("nnn", task, query_aware=True) == task.n_queries
+    assert param_limit("nnn", "k", task) == len(task.query_bank)        # query_aware defaults to False
+    assert param_limit("nnn", "k", task, query_aware=True) == task.n_queries
+    assert param_limit("nosuch", "k", task) is None
+    ok = hn.grid_search("nnn", task, {"alpha": [0.75], "k": [task.n_queries]}, query_aware=True)
+    assert ok.table["k"].tolist() == [task.n_queries]                   # the largest k is allowed
+    with pytest.raises(ValueError, match=rf"^grid\['k'\] has \[{task.n_queries + 1}\] > {task.n_queries}, the largest "
+                                         r"k of 'nnn' on this task: drop those values \(hubnorm\.experiments\.protocol"
+                                         r"\.clamp_grid does it and reports what it dropped\)$"):
+        hn.grid_search("nnn", task, {"alpha": [0.75], "k": [task.n_queries + 1]}, query_aware=True)
+
+
+def test_guards_name_the_argument_and_the_fix(small_tasks):
+    task = small_tasks["t2i"]
+    no_bank = hn.RetrievalTask(task.queries, task.targets, task.positives, direction="t2i")
+    with pytest.raises(ValueError, match=r"^'nnn' needs a query bank: build the validation task with one, or "
+                                         r"query_aware=True$"):
+        hn.grid_search("nnn", no_bank, {"k": [2]})
+    assert hn.grid_search("nnn", no_bank, {"k": [2]}, query_aware=True).table["k"].tolist() == [2]
+    with pytest.raises(ValueError, match=r"n_iter"):                      # fixed values are checked before computing
+        hn.grid_search("sn", task, {"tau": [0.02]}, fixed={"n_iter": 0})
+    with pytest.raises(TypeError, match=r"^method must be a registry name \(str\); got int$"):
+        hn.grid_search(3, task)
+    with pytest.raises(TypeError, match=r"^validation must be a hubnorm\.RetrievalTask \(a held-out split of the "
+                                        r"training data\)$"):
+        hn.grid_search("nnn", None)
+    with pytest.raises(TypeError, match=r"^grid must be a dict \{parameter: \[values, \.\.\.\]\}; got list$"):
+        hn.grid_search("is", task, [("tau", [0.02])])
+    with pytest.raises(TypeError, match=r"^grid keys must be parameter names \(str\); got 1$"):
+        hn.grid_search("is", task, {1: [0.02]})
+    for bad in (0.02, "0.02", b"0.02", None):
+        with pytest.raises(TypeError, match=rf"^grid\['tau'\] must be a list of values; got {bad!r}$".replace(".", r"\.")):
+            hn.grid_search("is", task, {"tau": bad})
+    as_array = hn.grid_search("is", task, {"tau": np.array([0.02, 0.05])})
+    as_tuple = hn.grid_search("is", task, {"tau": (0.02, 0.05)})
+    assert as_array.table.equals(as_tuple.table)
+    with pytest.raises(ValueError, match=r"^grid\['tau'\] is empty: give at least one value$"):
+        hn.grid_search("is", task, {"tau": []})
+    with pytest.raises(ValueError, match=r"^unknown metric 'precision': use 'R@K' \(K a positive integer\), 'MdR' or "
+                                         r"'MnR'$"):
+        hn.grid_search("is", task, {"tau": [0.02]}, metric="precision")
+    with pytest.raises(ValueError, match=r"^engine must be one of"):
+        hn.grid_search("is", task, {"tau": [0.02]}, engine="fast")
+
+
+def test_the_progress_bar_shows_only_when_asked(small_tasks, capsys, monkeypatch):
+    monkeypatch.setenv("HUBNORM_PROGRESS", "1")
+    hn.grid_search("is", small_tasks["t2i"], {"tau": [0.02, 0.05]}, engine="reference")
+    assert capsys.readouterr().err == ""
+    hn.grid_search("is", small_tasks["t2i"], {"tau": [0.02, 0.05]}, engine="reference", progress=True)
+    assert "is grid" in capsys.readouterr().err
+
+
+def test_holdout_split_bounds_defaults_and_messages():
+    a, b = hn.holdout_split(10, 3)
+    assert a.tolist() == np.sort(np.random.default_rng(0).permutation(10)[:3]).tolist()   # seed 0 by default
+    assert len(hn.holdout_split(2, 1)[0]) == 1
+    for size in (0, 10, 11):
+        with pytest.raises(ValueError, match=rf"^size must be in \(0, n_items=10\); got {size}$"):
+            hn.holdout_split(10, size)
+    for kw, name in (({"n_items": 10.0, "size": 3}, "n_items"), ({"n_items": 10, "size": True}, "size"),
+                     ({"n_items": 10, "size": 3, "seed": "0"}, "seed")):
+        with pytest.raises(TypeError, match=rf"^{name} must be an integer; got "):
+            hn.holdout_split(**kw)

@@ -252,8 +252,8 @@ def label_free_select(method: str, targets, query_bank, *, queries=None, target_
             raise ValueError(f"no grid point fits bank {name!r} ({len(bank)} rows)")
         best, val, raw, table = _select_one(method, names, pts, fixed, targets, bank, target_bank, probe, k, criterion)
         results.append((val, name, best, raw, table.assign(bank=name)))
-    sign = -1.0 if HIGHER_IS_BETTER[criterion] else 1.0
-    val, name, best, raw, _ = min(results, key=lambda r: sign * r[0])   # first of equal values: banks' order
+    pick = max if HIGHER_IS_BETTER[criterion] else min   # both keep the first of equal values: the banks' order
+    val, name, best, raw, _ = pick(results, key=lambda r: r[0])
     table = pd.concat([r[4] for r in results], ignore_index=True)
     if candidate_banks is None:
         table = table.drop(columns="bank")
