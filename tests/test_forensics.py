@@ -163,3 +163,171 @@ def test_neighbour_counts_per_method(task):
     assert counts.iloc[1]["neighbour queries"] == 2
     with pytest.raises(ValueError, match="method"):
         fx.neighbour_counts(rows)
+
+
+# ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+def test_the_query_pass_over_many_blocks_equals_dense_counts_wins_and_ranks(task, monkeypatch):
+    nnn = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=8))
+    S = nnn.score(task.queries).double().numpy()
+    order = np.argsort(-S, axis=1, kind="stable")
+    dense_nk = np.bincount(order[:, :5].ravel(), minlength=S.shape[1])
+    dense_ranks = hn.positive_ranks(nnn, task.positives, task.queries)
+    blocks = fx.iter_score_blocks
+    monkeypatch.setattr(fx, "iter_score_blocks", lambda m, q: blocks(m, q, chunk_size=7))   # 7 queries a block
+    counts, top1, ranks = fx._query_pass(nnn, task.queries, 5, task.positives)
+    assert counts.tolist() == dense_nk.tolist() and top1.tolist() == order[:, 0].tolist()
+    assert ranks.tolist() == dense_ranks.tolist()
+    assert fx._query_pass(nnn, task.queries, 5, None)[2] is None
+    with pytest.raises(ValueError, match=r"^k=41 is larger than the number of targets \(40\): use k <= 40$"):
+        fx._query_pass(nnn, task.queries, 41, None)
+    fewer = task.positives.subset(np.arange(task.n_queries - 1))
+    with pytest.raises(ValueError, match=rf"^scores have more rows than positives has queries \({task.n_queries - 1}\)$"):
+        fx._query_pass(nnn, task.queries, 5, fewer)
+    with pytest.raises(ValueError, match=rf"^positives has {task.n_queries} queries but {task.n_queries - 3} queries "
+                                         r"were scored$"):
+        fx._query_pass(nnn, task.queries[:-3], 5, task.positives)
+    e = fx.explain_target(nnn, int(np.argmax(dense_nk)), query_bank=task.query_bank, queries=task.queries,
+                          positives=task.positives, k=5)
+    j = e.target
+    assert e.n_k["NNN"] == dense_nk[j] and e.wins["NNN"].tolist() == np.flatnonzero(order[:, 0] == j).tolist()
+    rc = e.rank_change
+    assert rc.columns.tolist() == ["query", "won raw", "won NNN", "true-match rank raw", "true-match rank NNN"]
+    assert rc["won raw"].tolist() == np.isin(rc["query"], e.wins["raw"]).tolist()
+    assert rc["won NNN"].tolist() == np.isin(rc["query"], e.wins["NNN"]).tolist()
+    assert rc["true-match rank NNN"].tolist() == dense_ranks[rc["query"]].tolist()
+    assert rc["won raw"].any() and not rc["won raw"].all() or rc["won NNN"].any() and not rc["won NNN"].all()
+
+
+def test_the_contributions_table_ranks_bank_queries_by_their_share_of_the_offset(task):
+    is_ = task.fit(hn.InvertedSoftmax(tau=0.05))
+    e = fx.explain_target(is_, 3, query_bank=task.query_bank)
+    assert (e.k, len(e.contributions), e.method) == (10, 20, "IS")          # defaults: k = 10, top = 20
+    c = e.contributions
+    assert c.columns.tolist() == ["bank query", "weight", "value", "contribution"]
+    whole = e.weights * e.values
+    want = np.argsort(-np.abs(whole), kind="stable")[:20]
+    assert c["bank query"].tolist() == want.tolist()
+    assert np.array_equal(c["contribution"].to_numpy(), whole[want])
+    assert np.array_equal(c["weight"].to_numpy(), e.weights[want]) and np.array_equal(c["value"].to_numpy(), e.values[want])
+    assert set(e.remainder_terms) and e.remainder == pytest.approx(sum(e.remainder_terms.values()))
+    assert len(fx.explain_target(is_, 3, query_bank=task.query_bank, top=4).contributions) == 4
+    with pytest.raises(ValueError, match=r"^top must be >= 1"):
+        fx.explain_target(is_, 3, query_bank=task.query_bank, top=0)
+    with pytest.raises(ValueError, match=r"^k=41 is larger than the number of targets \(40\)"):
+        fx.explain_target(is_, 3, query_bank=task.query_bank, k=41)
+
+
+def test_a_bank_a_little_off_is_refused_at_the_precision_of_the_fit(task):
+    rng = np.random.default_rng(0)
+    qb = np.asarray(task.query_bank, np.float64)
+    off = qb + 2e-4 * rng.standard_normal(qb.shape)
+    off /= np.linalg.norm(off, axis=1, keepdims=True)
+    fit64 = hn.InvertedSoftmax(tau=0.05).fit(task.targets, query_bank=qb)
+    moved = np.abs(hn.InvertedSoftmax(tau=0.05).fit(task.targets, query_bank=off).offsets - fit64.offsets)
+    j = int(np.argmax(moved))
+    assert 1e-5 < moved[j] < 1e-3                 # inside float32's tolerance, far outside float64's
+    with pytest.raises(ValueError, match=rf"^the explanation of target {j} gives offset .*: pass the same query_bank "
+                                         r"\(and target_bank\) the normalizer was fitted on$"):
+        fx.explain_target(fit64, j, query_bank=off)
+    f32 = lambda x: np.asarray(x, np.float32)   # noqa: E731
+    fit32 = hn.InvertedSoftmax(tau=0.05).fit(f32(task.targets), query_bank=f32(qb))
+    assert fx.explain_target(fit32, j, query_bank=f32(off)).identity_error < 1e-3   # float32 rounds as much
+    with pytest.raises(ValueError, match="same query_bank"):
+        fx.explain_target(fit32, j, query_bank=f32(task.queries))                 # another bank: refused in float32
+
+
+def test_the_guards_of_the_explanation_and_of_the_neighbours_say_what_is_wrong(task):
+    nnn = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=8))
+    with pytest.raises(TypeError, match=r"^normalizer must be a fitted hubnorm normalizer; got str$"):
+        fx.explain_target("nnn", 0, query_bank=task.query_bank)
+    for bad in ([], [[0, 1]], [0.5], [-1], [40]):
+        with pytest.raises(ValueError, match=r"^target must be a gallery index in \[0, 40\) \(or a list of them\)"):
+            fx.explain_targets(nnn, bad, query_bank=task.query_bank)
+    with pytest.raises(ValueError, match=r"^explain_target needs the query_bank the normalizer was fitted on: pass "
+                                         r"query_bank=\.\.\.$"):
+        fx.explain_target(nnn, 0, query_bank=None)
+    with pytest.raises(ValueError, match=r"^query_bank has dimension 5 but the other embeddings have 512"):
+        fx.explain_target(nnn, 0, query_bank=np.asarray(task.query_bank)[:, :5])
+    dbsn = task.fit(hn.DualBankSinkhornNormalization(tau=0.02, n_iter=5))
+    with pytest.raises(ValueError, match=r"^target_bank has dimension 5 but the other embeddings have 512"):
+        fx.explain_target(dbsn, 0, query_bank=task.query_bank, target_bank=np.asarray(task.target_bank)[:, :5])
+    with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives$"):
+        fx.explain_target(nnn, 0, query_bank=task.query_bank, queries=task.queries, positives=np.zeros(3))
+    with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives$"):
+        fx.hub_neighbours(nnn.iter_scores(task.queries), 0, np.zeros(3))
+    with pytest.raises(ValueError, match=r"^k must be >= 1"):
+        fx.hub_neighbours(nnn.iter_scores(task.queries), 0, task.positives, k=0)
+    for bad in (True, 1.0, -1, 40):
+        with pytest.raises(ValueError, match=r"^target must be an index in \[0, 40\); got "):
+            fx.hub_neighbours(nnn.iter_scores(task.queries), bad, task.positives)
+    with pytest.raises(ValueError, match=r"^score blocks have 3 columns but positives refer to 40 targets$"):
+        fx.hub_neighbours([(0, torch.zeros(2, 3))], 0, task.positives)
+    S = nnn.score(task.queries)
+    with pytest.raises(ValueError, match=rf"^score blocks cover more rows than positives has queries "
+                                         rf"\({task.n_queries}\)$"):
+        fx.hub_neighbours([(0, S), (task.n_queries, S[:1])], int(S[0].argmax()), task.positives)
+    fx.hub_neighbours([(0, S[:-1]), (task.n_queries - 1, S[-1:])], 0, task.positives)   # the last row: accepted
+    with pytest.raises(ValueError, match=r"^neighbours lacks the columns \['method'\]: pass hub_neighbours rows with "
+                                         r"a 'method' column \(\.assign\(method=name\)\)$"):
+        fx.neighbour_counts(pd.DataFrame({"query": [1], "matched": [True]}))
+
+
+def test_hub_neighbours_ties_empty_results_and_order():
+    pos = hn.Positives.from_labels(np.array([0, 1, 2, 0]), 3)
+    S = torch.tensor([[0.5, 0.5, 0.1], [0.5, 0.9, 0.1], [0.2, 0.1, 0.9], [0.5, 0.4, 0.3]])
+    got = fx.hub_neighbours([(0, S[:2]), (2, S[2:])], 0, pos, k=1)   # ties go to the lower index: row 0 keeps 0
+    assert got.to_dict("list") == {"query": [0, 3], "score": [0.5, 0.5], "rank": [0, 0], "matched": [True, True]}
+    assert got.index.tolist() == [0, 1]
+    got = fx.hub_neighbours([(0, S[:2]), (2, S[2:])], 1, pos, k=2)
+    assert got["query"].tolist() == [1, 0, 3] and got["rank"].tolist() == [0, 1, 1]   # by score, then query
+    assert got["matched"].tolist() == [True, False, False] and got.index.tolist() == [0, 1, 2]
+    assert fx.hub_neighbours([(0, S)], 2, pos).shape[0] == 4          # k = 10 by default: every query (3 targets)
+    none = fx.hub_neighbours([(0, S)], 2, pos, k=1)
+    assert none["query"].tolist() == [2]
+    empty = fx.hub_neighbours([], 2, pos, k=1)
+    assert len(empty) == 0 and empty["query"].dtype == np.int64 and empty["rank"].dtype == np.int64
+    assert empty["score"].dtype == np.float64
+    c = fx.neighbour_counts(pd.concat([got.assign(method="z"), none.assign(method="a")], ignore_index=True))
+    assert c["method"].tolist() == ["z", "a"] and c["matched"].dtype == np.int64
+    assert c["matched"].tolist() == [1, 1] and c["mismatched"].tolist() == [2, 0]
+
+
+def test_the_explanation_figure_shows_the_numbers_of_the_explanation(task):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nnn = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=8))
+    raw_nk = hn.k_occurrence(task.fit(hn.Identity()), 1, queries=task.queries)
+    e = fx.explain_target(nnn, int(np.argmax(raw_nk)), query_bank=task.query_bank, queries=task.queries,
+                          positives=task.positives, k=1)
+    axes = fx.plot_explanation(e, top=5)
+    bars, scatter = axes
+    heights = [p.get_width() for p in bars.patches]
+    assert heights == pytest.approx(list(e.contributions["contribution"].head(5)) + [e.remainder])
+    assert [t.get_text() for t in sorted(bars.get_yticklabels(), key=lambda t: -t.get_position()[1])] == \
+        [f"q{int(i)}" for i in e.contributions["bank query"].head(5)] + ["remainder"]
+    colors = [matplotlib.colors.to_hex(p.get_facecolor()) for p in bars.patches]
+    assert colors == [matplotlib.colors.to_hex("tab:blue")] * 5 + [matplotlib.colors.to_hex("tab:gray")]
+    assert bars.get_title() == f"NNN: target {e.target}, offset {e.offset:.4f}"
+    assert bars.get_xlabel() == "contribution to the offset (weight x value)"
+    assert scatter.get_title() == f"queries won: raw {len(e.wins['raw'])} (red), NNN {len(e.wins['NNN'])}"
+    assert scatter.get_xlabel() == "rank of the true match, raw (1 = top)"
+    assert scatter.get_ylabel() == "rank of the true match, NNN"
+    assert scatter.get_xscale() == "log" and scatter.get_yscale() == "log"
+    pts = scatter.collections[0].get_offsets()
+    rc = e.rank_change
+    assert np.array_equal(pts[:, 0], rc["true-match rank raw"] + 1) and np.array_equal(pts[:, 1], rc["true-match rank NNN"] + 1)
+    red = matplotlib.colors.to_rgba("tab:red")
+    assert [tuple(c) == red for c in scatter.collections[0].get_facecolors()] == rc["won raw"].tolist()
+    line = scatter.lines[0].get_xydata()
+    hi = max(pts.max(), 1) * 1.5
+    assert line.tolist() == [[1, 1], [hi, hi]]
+    plt.close("all")
+    fig, axes = plt.subplots(1, 2)
+    quiet = fx.explain_target(nnn, 0, query_bank=task.query_bank)
+    fx.plot_explanation(quiet, axes)
+    assert not axes[1].axison and axes[1].texts[0].get_text() == "no queries won (or no positives given)"
+    assert len(axes[0].patches) == 16                                  # top = 15 by default, and the remainder
+    plt.close("all")

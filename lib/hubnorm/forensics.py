@@ -272,11 +272,11 @@ def hub_neighbours(blocks, target: int, positives: Positives, k: int = 10) -> pd
         scores.append(s[q, int(target)].double().numpy())
         ranks.append(torch.nonzero(hit[q])[:, 1].numpy())
     rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    if rows.size and rows.max() >= positives.n_queries:   # before positives.of() reads past its end
+        raise ValueError(f"score blocks cover more rows than positives has queries ({positives.n_queries})")
     out = pd.DataFrame({"query": rows, "score": np.concatenate(scores) if scores else np.zeros(0),
                         "rank": np.concatenate(ranks) if ranks else np.zeros(0, np.int64),
                         "matched": [int(target) in positives.of(int(q)) for q in rows]})
-    if rows.size and rows.max() >= positives.n_queries:
-        raise ValueError(f"score blocks cover more rows than positives has queries ({positives.n_queries})")
     return out.sort_values(["score", "query"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 
