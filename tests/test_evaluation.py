@@ -235,3 +235,106 @@ def test_ndcg_hand_made():
     # linear gain
     lin = (1 / np.log2(3) + 3 / np.log2(4)) / (3 / np.log2(2) + 1 / np.log2(3))
     assert hn.ndcg_at_k(np.array([[0.0, 1.0, 2.0]]), rel, 3, exponential_gain=False)[0] == pytest.approx(lin)
+
+
+# ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+def test_a_non_finite_score_is_reported_at_its_own_row_across_blocks():
+    S = np.zeros((10, 4), np.float32)
+    S[7, 2], S[9, 0] = np.nan, np.inf
+    with pytest.raises(ValueError, match=r"^scores contain NaN \(first in query row 7\): a non-finite score has no "
+                                         r"rank\. Check the inputs, or the method's parameters \(an extreme "
+                                         r"temperature\), or mask with a large finite negative value instead of -inf$"):
+        hn.k_occurrence(S, 1, chunk_size=3)                              # blocks 0-2, 3-5, 6-8: row 7 is block 3's 2nd
+    S[7, 2] = 0.0
+    with pytest.raises(ValueError, match=r"^scores contain an infinite value \(first in query row 9\)"):
+        hn.k_occurrence(S, 1, chunk_size=3)
+    rng = np.random.default_rng(0)
+    t = unit_rows(rng, 6, 4)
+    norm = hn.InvertedSoftmax(tau=0.02).fit(t, query_bank=unit_rows(rng, 20, 4))
+    norm.offsets_[3] = float("nan")
+    with pytest.raises(ValueError, match=r"^InvertedSoftmax scores contain NaN \(first in query row 0\)"):
+        hn.k_occurrence(norm, 1, unit_rows(rng, 5, 4))
+    with pytest.raises(ValueError, match=r"^queries are needed to score with a normalizer: pass queries=\.\.\.$"):
+        hn.k_occurrence(norm, 1)
+    with pytest.raises(TypeError, match=r"^scores must be a fitted normalizer or an \(m, n\) array; got list$"):
+        hn.k_occurrence([[0.0, 1.0]], 1)
+
+
+def test_blocks_of_a_normalizer_follow_chunk_size_and_integer_matrices_are_ranked():
+    from hubnorm.evaluation import iter_score_blocks
+
+    rng = np.random.default_rng(1)
+    t, q = unit_rows(rng, 6, 4), unit_rows(rng, 10, 4)
+    raw = hn.Identity().fit(t)
+    assert [(q0, s.shape[0]) for q0, s in iter_score_blocks(raw, q, chunk_size=4)] == [(0, 4), (4, 4), (8, 2)]
+    ints = rng.integers(0, 5, (10, 6))
+    pos = hn.Positives.from_labels(rng.integers(0, 6, 10), 6)
+    assert hn.positive_ranks(ints, pos).tolist() == hn.positive_ranks(ints.astype(np.float64), pos).tolist()
+    assert [s.dtype for _, s in iter_score_blocks(ints)] == [torch.float64]
+    assert [s.dtype for _, s in iter_score_blocks(ints.astype(np.float32))] == [torch.float32]
+    with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives$"):
+        hn.positive_ranks(ints, np.zeros(10))
+    with pytest.raises(ValueError, match=r"^ranks must be non-negative integers \(0-based ranks from positive_ranks\)$"):
+        hn.recall_at_k(np.array([0, -1]), 1)
+    with pytest.raises(ValueError, match=r"^k must be >= 1"):
+        hn.summarize_ranks(np.array([0, 1]), ks=(0,))
+
+
+def test_bootstrap_by_hand_and_its_bounds():
+    ranks = np.array([0, 0, 1, 3, 0, 7, 2, 0, 0, 12])
+    rng = np.random.default_rng(4)
+    stats = [100.0 * np.mean(ranks[rng.integers(0, 10, 10)] < 1) for _ in range(300)]
+    want = np.quantile(stats, [0.05, 0.95])
+    assert hn.bootstrap_ci(ranks, n_boot=300, level=0.9, seed=4) == pytest.approx(tuple(want), abs=1e-12)
+    assert hn.bootstrap_ci(ranks) == hn.bootstrap_ci(ranks, n_boot=1000, level=0.95, seed=0)
+    wide, mnr = np.random.default_rng(9).integers(0, 1000, 200), hn.mean_rank   # a fine statistic: defaults differ
+    assert hn.bootstrap_ci(wide, mnr) == hn.bootstrap_ci(wide, mnr, n_boot=1000, level=0.95, seed=0)
+    assert hn.bootstrap_ci(wide, mnr) != hn.bootstrap_ci(wide, mnr, n_boot=1001, seed=0)
+    assert hn.bootstrap_ci(wide, mnr) != hn.bootstrap_ci(wide, mnr, seed=1)
+    for level in (0, 1, 1.5):
+        with pytest.raises(ValueError, match=rf"^level must be in \(0, 1\); got {level}$"):
+            hn.bootstrap_ci(ranks, level=level)
+    with pytest.raises(ValueError, match=r"^n_boot must be >= 1"):
+        hn.bootstrap_ci(ranks, n_boot=0)
+
+
+def test_evaluate_passes_its_options_on():
+    rng = np.random.default_rng(2)
+    t = unit_rows(rng, 30, 8)
+    q = hn.l2_normalize(t + 0.6 * rng.standard_normal(t.shape).astype(np.float32))
+    task = hn.RetrievalTask(q, t, hn.Positives.from_labels(np.arange(30), 30))
+    raw = task.fit(hn.Identity())
+    out, ranks = hn.evaluate(raw, task, return_ranks=True)
+    assert sorted(out) == ["MdR", "MnR", "R@1", "R@10", "R@5"]              # no interval unless n_boot is given
+    assert hn.evaluate(raw, task, ks=(2,)).keys() == {"R@2", "MdR", "MnR"}
+    boot = hn.evaluate(raw, task, ks=(1,), n_boot=50, seed=3)
+    assert (boot["R@1 lo"], boot["R@1 hi"]) == hn.bootstrap_ci(ranks, n_boot=50, seed=3)
+    assert (boot["R@1 lo"], boot["R@1 hi"]) != hn.bootstrap_ci(ranks, n_boot=50, seed=0)
+    assert boot["R@1 hi"] > boot["R@1 lo"]
+    assert hn.evaluate(raw, task, ks=(1,), n_boot=50) == hn.evaluate(raw, task, ks=(1,), n_boot=50, seed=0)
+
+
+def test_ndcg_defaults_inputs_and_guards():
+    from hubnorm.evaluation import ndcg_at_ks
+
+    s = np.array([[0.9, 0.1, 0.5], [0.2, 0.3, 0.1]])
+    r = np.array([[2.0, 0.0, 1.0], [1.0, 0.0, 2.0]])
+    exp = ndcg_at_ks(s, r, [3])[3]
+    assert exp.tolist() == pytest.approx(ndcg_at_ks(s, r, [3], exponential_gain=True)[3].tolist())
+    assert exp.tolist() != pytest.approx(ndcg_at_ks(s, r, [3], exponential_gain=False)[3].tolist())
+    assert ndcg_at_ks(torch.tensor(s), torch.tensor(r), [3])[3].tolist() == exp.tolist()
+    assert ndcg_at_ks(np.array([[0.5]]), np.array([[1.0]]), [1])[1].tolist() == [1.0]   # one candidate
+    assert ndcg_at_ks(s.astype(np.float16), r.astype(np.int64), [3])[3].dtype == np.float64
+    with pytest.raises(ValueError, match=r"^scores and relevance must be non-empty; got shape \(0, 0\)$"):
+        ndcg_at_ks(np.zeros((0, 0)), np.zeros((0, 0)), [1])
+    with pytest.raises(ValueError, match=r"^scores and relevance must be finite \(no NaN/Inf\)$"):
+        ndcg_at_ks(np.array([[np.nan]]), np.array([[1.0]]), [1])
+    with pytest.raises(ValueError, match=r"^relevance must be non-negative$"):
+        ndcg_at_ks(s, -r, [1])
+    for ks in (3, [], ()):
+        with pytest.raises(ValueError, match=r"^ks must be a non-empty list of positive integers; got "):
+            ndcg_at_ks(s, r, ks)
+    with pytest.raises(ValueError, match=r"^ks must be >= 1"):
+        ndcg_at_ks(s, r, [0])
+    with pytest.raises(ValueError, match=r"^scores and relevance must be 2-D with the same shape"):
+        ndcg_at_ks(s, r[:, :2], [1])
