@@ -9,6 +9,8 @@
 mutmut (3.x) changes one thing at a time in every function of a module (an operator, a constant, an argument, a
 returned value), runs the tests that call that function, and counts the mutant *killed* when a test fails,
 *survived* when every test passes. A survivor is a change to a computed number or a guard that no test notices.
+score = (killed + timeout) / (killed + survived + timeout + no tests): a mutant that no selected test reaches
+counts as a survivor.
 
 How it runs: a workspace under ``.mutation/`` (gitignored) holds a copy of the working tree with the package at
 its root (``hubnorm/``, as mutmut expects), and mutmut writes the mutated copy under ``.mutation/mutants/``; the
@@ -64,6 +66,11 @@ def tests_for(name: str) -> list:
     if exported:
         names = "|".join(map(re.escape, exported))
         alternatives += [rf"\b(?:hn|hubnorm)\.(?:{names})\b", rf"from hubnorm import [^\n]*\b(?:{names})\b"]
+    if name.startswith("normalizers."):   # tests reach a method by its class or its registry name ("nnn")
+        source = module_path(name).read_text()
+        classes = re.findall(r"^class (\w+)\(", source, re.M)
+        keys = re.findall(r'^    name = "(\w+)"', source, re.M)
+        alternatives += [rf"\b{re.escape(c)}\b" for c in classes] + [rf"""["']{re.escape(k)}["']""" for k in keys]
     pattern = re.compile("|".join(alternatives))
     out = []
     for f in sorted((REPO / "tests").glob("test_*.py")):
@@ -121,6 +128,13 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
     return WORK
 
 
+def mutation_score(counts: dict) -> float:
+    """(killed + timeout) / (killed + survived + timeout + no tests): a mutant that no selected test reaches is a
+    change nobody notices, counted against the score like a survivor; NaN when no mutant was decided."""
+    scored = counts["killed"] + counts["survived"] + counts["timeout"] + counts["no tests"]
+    return (counts["killed"] + counts["timeout"]) / scored if scored else float("nan")
+
+
 def run_module(name: str, tests: list, jobs: int, log: Path) -> dict:
     ws = workspace(name, tests, jobs)
     # one BLAS / OpenMP thread: mutmut forks each mutant's test run from a process that has run the tests once, and
@@ -148,11 +162,10 @@ def run_module(name: str, tests: list, jobs: int, log: Path) -> dict:
     total = sum(counts.values())
     if proc.returncode and not total:
         raise SystemExit(f"error: mutmut failed on {name} (exit {proc.returncode}); its output: {log}")
-    scored = counts["killed"] + counts["survived"] + counts["timeout"]
     diffs = {m: subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
              for m in survivors}
     return {"module": name, "tests": len(tests), "test files": list(tests), "mutants": total, **counts,
-            "score": (counts["killed"] + counts["timeout"]) / scored if scored else float("nan"),
+            "score": mutation_score(counts),
             "seconds": round(seconds, 1), "survivors": diffs}
 
 
@@ -182,7 +195,8 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
     lines = ["# Mutation score per module (mutmut)", "",
              "Written by `scripts/mutation.py` (see its docstring); each module's row is from its last run, on the "
              "date shown, with the tests its own page names. score = (killed + timeout) / (killed + survived + "
-             "timeout); a survivor is a one-line change no test noticed, listed with its diff on the module's page.",
+             "timeout + no tests): a survivor is a one-line change no test noticed (listed with its diff on the "
+             "module's page), and a mutant in code no selected test reaches counts as one.",
              "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for r in merged:
         cells = [f"{float(r[c]):.0%}" if c == "score" else str(r[c]) for c in shown]

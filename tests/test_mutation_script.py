@@ -4,6 +4,7 @@ change touches, the workspace it builds, the report it writes."""
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,3 +78,10 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
     mutation.write_report([row("m", 8)], tmp_path / "r", ["m"])     # a rerun replaces the module's row
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
     assert len(lines) == 3 and lines[2].startswith("m,1,10,8,0,1,1,0,1.000")
+
+
+def test_a_mutant_no_test_reaches_counts_against_the_score(mutation):
+    counts = dict.fromkeys(mutation.STATUSES, 0)
+    counts.update({"killed": 6, "timeout": 2, "survived": 1, "no tests": 1, "skipped": 5})
+    assert mutation.mutation_score(counts) == 0.8
+    assert np.isnan(mutation.mutation_score(dict.fromkeys(mutation.STATUSES, 0)))

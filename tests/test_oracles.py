@@ -268,3 +268,40 @@ def test_nnn_bias_matches_dense_reference():
         ref = np.sort(bank @ targets.T, axis=0)[::-1][:k].mean(axis=0)
         nnn = hn.NearestNeighborNormalization(alpha=0.8, k=k, device="cpu").fit(targets, query_bank=bank)
         np.testing.assert_allclose(nnn.offsets, -0.8 * ref, atol=1e-12)
+
+
+# ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+def test_nnn_bias_functions_by_hand():
+    import torch
+    from hubnorm.normalizers import nnn as nnn_mod
+
+    rng = np.random.default_rng(6)
+    t = torch.as_tensor(hn.l2_normalize(rng.standard_normal((9, 5))))
+    b = torch.as_tensor(hn.l2_normalize(rng.standard_normal((30, 5))))
+    dense = 0.6 * np.sort((t @ b.T).numpy(), axis=1)[:, ::-1][:, :4].mean(axis=1)
+    for fn in (nnn_mod.nnn_bias_plain, nnn_mod.nnn_bias_fast):
+        for block_bytes in (None, 64):                                # 64 bytes: blocks of one or two rows
+            got = fn(t, b, 0.6, 4, block_bytes=block_bytes)
+            assert got.dtype == torch.float64 and got.numpy() == pytest.approx(dense, abs=1e-14)
+    top = torch.tensor([[0.5, 0.3, -float("inf")], [0.2, 0.1, 0.0]], dtype=torch.float64)
+    assert nnn_mod.nnn_bias(top, 2.0).tolist() == pytest.approx([0.8, 0.2])     # the mean of the neighbours found
+    assert nnn_mod.nnn_bias(top, 2.0, mean=torch.tensor([1.0, 3.0])).tolist() == [2.0, 6.0]
+    norm = hn.NearestNeighborNormalization(alpha=0.6, k=4)
+    engine = norm.local_engine(t, b, None)
+    (one,) = hn.NearestNeighborNormalization.fit_grid([norm], engine)          # a grid of one point
+    assert one["bias_"].numpy() == pytest.approx(dense, abs=1e-14)
+
+
+def test_inverted_softmax_offsets_name_their_temperature():
+    import torch
+    from hubnorm.normalizers.inverted_softmax import inverted_softmax_offsets, inverted_softmax_plain
+
+    rng = np.random.default_rng(7)
+    t = torch.as_tensor(hn.l2_normalize(rng.standard_normal((5, 4))))
+    b = torch.as_tensor(hn.l2_normalize(rng.standard_normal((7, 4))))
+    assert inverted_softmax_offsets(t, b, 0.05).numpy() == pytest.approx(inverted_softmax_plain(t, b, 0.05).numpy(),
+                                                                         abs=1e-14)
+    with pytest.raises(ValueError, match=r"^tau must be a finite number > 0"):
+        inverted_softmax_offsets(t, b, 0.0)
+    with pytest.raises(ValueError, match=r"^tau=9\.99989e-321 is too extreme to compute precisely"):
+        inverted_softmax_offsets(t, b, 1e-320)
