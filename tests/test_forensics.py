@@ -331,3 +331,29 @@ def test_the_explanation_figure_shows_the_numbers_of_the_explanation(task):
     assert not axes[1].axison and axes[1].texts[0].get_text() == "no queries won (or no positives given)"
     assert len(axes[0].patches) == 16                                  # top = 15 by default, and the remainder
     plt.close("all")
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float16, torch.bfloat16])
+def test_every_target_of_a_float64_fit_with_a_16_bit_cache_is_explained(cache_dtype):
+    """The cache's rounding (up to ~1e-5 of an offset here) is far above float64's tolerance (1e-6): only the
+    cache-wide tolerance lets every target of its own bank be explained."""
+    rng = np.random.default_rng(5)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)   # noqa: E731
+    mu = unit(rng.standard_normal((1, 16)))
+    t, qb = unit(rng.standard_normal((60, 16)) + mu), unit(rng.standard_normal((300, 16)) + mu)
+    sn = hn.SinkhornNormalization(tau=0.02, cache_dtype=cache_dtype).fit(t, query_bank=qb)
+    rel = [e.identity_error / (abs(e.fitted_offset) + 1)
+           for e in fx.explain_targets(sn, range(60), query_bank=qb)]
+    assert 1e-6 < max(rel) < 2 * torch.finfo(cache_dtype).eps
+
+
+def test_unnormalised_rows_are_explained_when_the_fit_allowed_them(task):
+    scale = lambda x: 3.0 * np.asarray(x)   # noqa: E731   rows of norm 3: refused unless check_normalized=False
+    nnn = hn.NearestNeighborNormalization(alpha=0.75, k=8, check_normalized=False).fit(
+        scale(task.targets), query_bank=scale(task.query_bank))
+    e = fx.explain_target(nnn, 2, query_bank=scale(task.query_bank), queries=scale(task.queries),
+                          positives=task.positives)
+    assert e.identity_error < 1e-9 and sum(e.n_k.values()) > 0
+    strict = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=8))
+    with pytest.raises(ValueError, match=r"^query_bank rows are not L2-normalised"):
+        fx.explain_target(strict, 2, query_bank=scale(task.query_bank))
