@@ -239,3 +239,12 @@ def test_attacked_task_and_the_report_by_hand(data):
     assert given.set_index("method").loc["NNN", "R@1 clean"] == 12.5
     assert given.set_index("method").loc["raw", "R@1 clean"] == pytest.approx(rep.set_index("method").loc["raw", "R@1 clean"])
     assert adv._captured(hn.Identity().fit(att.targets), att, np.arange(task.n_targets, att.n_targets), ()) == {}
+
+
+def test_n_k_over_a_small_bank_piles_at_zero_and_takes_the_fallback(data):
+    task, _ = data
+    t, b = np.asarray(task.targets), np.asarray(task.query_bank)[:10]       # 10 bank queries, k = 1: mostly N_1 = 0
+    out = adv.detect_hubs(t, b, statistic="n_k", k=1)
+    x = out["statistic"]
+    assert np.median(np.abs(x - np.median(x))) == 0                        # MAD 0: the mean-deviation fallback
+    assert out["z"] == pytest.approx((x - np.median(x)) / (1.253314 * np.abs(x - np.median(x)).mean()), abs=1e-12)
