@@ -338,3 +338,10 @@ def test_ndcg_defaults_inputs_and_guards():
         ndcg_at_ks(s, r, [0])
     with pytest.raises(ValueError, match=r"^scores and relevance must be 2-D with the same shape"):
         ndcg_at_ks(s, r[:, :2], [1])
+
+
+def test_finite_scores_whose_sum_overflows_are_ranked():
+    S = np.array([[3e38, 3e38, 1.0], [1.0, 3e38, 3e38]], np.float32)     # every entry finite; the block sum is inf
+    assert not np.isfinite(S.sum(dtype=np.float32))
+    pos = hn.Positives.from_labels(np.array([1, 0]), 3)
+    assert hn.positive_ranks(S, pos).tolist() == [1, 2]
