@@ -99,3 +99,83 @@ def test_local_embeddings_are_normalised_and_checked_as_in_every_notebook(tmp_pa
     np.save(folder / "text_embeddings.npy", caps)
     with pytest.raises(ValueError, match="all-zero row"):
         media.load_media(f"local:{folder}")
+
+
+# ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+def _dense(task, rows, cols):
+    m = task.engine.matrix(rows, cols)
+    return m.block(0, m.shape[0], 0, m.shape[1], __import__("torch").float64).numpy()
+
+
+def test_media_tasks_read_every_matrix_of_both_directions_against_dense_products():
+    from hubnorm.scores import bank_subsets
+
+    d = media.make_media("msrvtt", n_train=12, n_test=30)
+    tasks = media.media_tasks(d, bank_queries=50, target_bank=5, seed=2)
+    fwd, bwd = tasks["t2v"], tasks["v2t"]
+    sub = bank_subsets(len(d.bank_captions), len(d.bank_items), 50, 5, 2)
+    (cq, it), (ct, iq) = sub["forward"], sub["backward"]
+    f64 = lambda x: np.asarray(x, np.float64)   # noqa: E731   the products are float64
+    caps, items, qs, ts = f64(d.bank_captions), f64(d.bank_items), f64(d.captions), f64(d.items)
+    pick = lambda x, idx: x if idx is None else x[idx]   # noqa: E731   None: the whole bank
+    assert iq is None and cq is not None                                   # 12 videos < 50: the whole bank
+    assert _dense(fwd, "queries", "targets") == pytest.approx(qs @ ts.T, abs=1e-12)
+    assert _dense(bwd, "queries", "targets") == pytest.approx(ts @ qs.T, abs=1e-12)
+    assert _dense(fwd, "query_bank", "targets") == pytest.approx(pick(caps, cq) @ ts.T, abs=1e-12)
+    assert _dense(fwd, "target_bank", "targets") == pytest.approx(pick(items, it) @ ts.T, abs=1e-12)
+    assert _dense(bwd, "query_bank", "targets") == pytest.approx(pick(items, iq) @ qs.T, abs=1e-12)
+    assert _dense(bwd, "target_bank", "targets") == pytest.approx(pick(caps, ct) @ qs.T, abs=1e-12)
+    assert _dense(fwd, "query_bank", "target_bank") == pytest.approx(pick(caps, cq) @ pick(items, it).T, abs=1e-12)
+    assert _dense(bwd, "query_bank", "target_bank") == pytest.approx(pick(items, iq) @ pick(caps, ct).T, abs=1e-12)
+    c2i = d.caption_to_item
+    assert [fwd.positives.of(q).tolist() for q in range(30)] == [[c] for c in c2i]
+    assert [bwd.positives.of(v).tolist() for v in range(30)] == [np.flatnonzero(c2i == v).tolist() for v in range(30)]
+    assert fwd.meta["source"] == "synthetic" and fwd.meta["direction"] == "t2v" and bwd.meta["direction"] == "v2t"
+    assert fwd.meta["modalities"] == ("text", "video") and fwd.meta["preset"] == "msrvtt"
+    none = media.media_tasks(d, target_bank=0)
+    assert not none["t2v"].has("target_bank") and not none["v2t"].has("target_bank")
+    assert none["t2v"].size("query_bank") == 12 * 20 and none["v2t"].size("query_bank") == 12
+    alone = media.make_media("audiocaps", n_train=0, n_test=8)
+    only = media.media_tasks(alone)
+    assert not only["t2a"].has("query_bank") and only["t2a"].n_queries == 40 and only["a2t"].n_queries == 8
+
+
+def test_make_media_keeps_the_first_captions_of_each_item_and_labels_the_data():
+    d = media.make_media("msrvtt", n_train=3, n_test=4, seed=1)   # 20 training captions per video, 1 per test video
+    per = max(media.MEDIA_PRESETS["msrvtt"].train_captions, media.MEDIA_PRESETS["msrvtt"].test_captions)
+    assert media._first(4, per, 1).tolist() == [0, 20, 40, 60]
+    assert media._first(2, 5, 3).tolist() == [0, 1, 2, 5, 6, 7]
+    p = media.MEDIA_PRESETS["msrvtt"]
+    assert d.name == "synthetic-msrvtt" and d.modalities == ("text", "video") and d.synthetic
+    assert d.meta == {"preset": "msrvtt", "seed": 1, "dataset": p.dataset, "model": p.model, "base": p.base,
+                      "overrides": dict(p.overrides)}
+    full = media.make_media("msrvtt", n_train=0, seed=1)
+    assert (len(full.items), full.bank_items) == (p.n_test, None)          # the dataset's test size by default
+    assert not np.array_equal(media.make_media("msrvtt", n_train=0, n_test=4, seed=2).items, d.items)
+
+
+def test_load_media_guards_say_what_is_wrong(tmp_path):
+    import shutil
+
+    from local_folders import make_folder
+
+    for bad in ("msrvtt", 3, None):
+        with pytest.raises(ValueError, match=r"^source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', "
+                                             r"'cache:\.\.\.' or 'real:<release>'; got "):
+            media.load_media(bad)
+    folder = tmp_path / "f"
+    shutil.copytree(make_folder(tmp_path, "percap5-texts-clip"), folder)
+    with pytest.raises(ValueError, match=rf"^n_train sets the training items of a synthetic video/audio preset; "
+                                         rf"'local:{folder}' has its own banks: pass n_train=None \(bank_queries / "
+                                         r"target_bank subsample them\)$"):
+        media.load_media(f"local:{folder}", n_train=5)
+    for bad in ("text", "smell"):
+        with pytest.raises(ValueError, match=rf"^item_modality must be 'auto', 'image', 'video' or 'audio'; got "
+                                             rf"'{bad}'$"):
+            media.load_media(f"local:{folder}", item_modality=bad)
+    src = media.load_media(f"local:{folder}", item_modality="video")
+    assert src.modalities == ("text", "video") and src.directions == ("t2v", "v2t")
+    assert src.label.startswith("real data (") and not src.synthetic and src.data is not None
+    assert media.is_preset("synthetic:msrvtt") and not media.is_preset("synthetic:flickr30k")
+    assert not media.is_preset(None) and not media.is_preset("msrvtt")
+    assert media.published_dataset("Clotho v2") == "clotho" and media.published_dataset(None) is None
