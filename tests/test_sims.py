@@ -230,3 +230,41 @@ def test_qbnorm_import_errors(tmp_path):
     (tmp_path / "trunc.pkl").write_bytes(files["test.pkl"].read_bytes()[:50])
     with pytest.raises(SimsError, match="trunc.pkl .* not a readable pickle"):
         import_qbnorm(tmp_path / "trunc.pkl", files["train_test.pkl"], tmp_path / "c", allow_pickle=True)
+
+
+# ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_scan_in_many_reads_equals_the_whole_array(tmp_path, monkeypatch, order):
+    """scan_npy over reads of 3 rows (C order) or 24 values (Fortran order): the bound is the largest |score| of the
+    whole file, every row reaches the statistics once and in order, and a NaN is reported at its own row / column."""
+    from hubnorm.data import sims as sims_mod
+
+    rng = np.random.default_rng(3)
+    arr = np.asfortranarray(rng.standard_normal((11, 8))) if order == "F" else rng.standard_normal((11, 8))
+    arr[9, 5] = 7.5                                                          # the largest |score|, in a late read
+    path = tmp_path / "m.npy"
+    np.save(path, arr)
+    monkeypatch.setattr(sims_mod, "_SCAN_BYTES", 3 * 8 * 8)                 # 3 rows of 8 float64 per read
+    seen = []
+    mm = np.load(path, mmap_mode="r")
+    assert mm.flags.f_contiguous == (order == "F")
+    bound = sims_mod.scan_npy(path, mm, "test", on_rows=lambda r0, block: seen.append((r0, block.copy())))
+    assert bound == 7.5
+    assert [r0 for r0, _ in seen] == [0, 3, 6, 9] and np.array_equal(np.concatenate([b for _, b in seen]), arr)
+    assert sims_mod.scan_npy(path, mm, "test", scan=False) is None
+    arr[8, 6] = np.nan
+    arr[10, 1] = np.inf
+    np.save(path, arr)
+    r, c = (8, 6) if order == "C" else (10, 1)                          # the first in the file's byte order
+    with pytest.raises(SimsError, match=rf"\(test\) holds a non-finite score at row {r}, column {c}: a score matrix "
+                                        r"must be finite"):
+        sims_mod.scan_npy(path, np.load(path, mmap_mode="r"), "test")
+
+
+def test_a_positive_label_must_name_a_column(tmp_path):
+    S = np.random.default_rng(0).standard_normal((4, 3))
+    write_sims(tmp_path / "ok", {"test": S}, labels=np.array([0, 1, 2, 2]))
+    assert load_sims(tmp_path / "ok", consistency=False).positive_pairs[1].tolist() == [0, 1, 2, 2]
+    write_sims(tmp_path / "bad", {"test": S}, labels=np.array([0, 1, 2, 3]))   # 3 = the number of columns
+    with pytest.raises(SimsError, match=r"\(positive labels\) must lie in \[0, 3\)"):
+        load_sims(tmp_path / "bad", consistency=False)
