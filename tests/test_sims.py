@@ -268,3 +268,62 @@ def test_a_positive_label_must_name_a_column(tmp_path):
     write_sims(tmp_path / "bad", {"test": S}, labels=np.array([0, 1, 2, 3]))   # 3 = the number of columns
     with pytest.raises(SimsError, match=r"\(positive labels\) must lie in \[0, 3\)"):
         load_sims(tmp_path / "bad", consistency=False)
+
+
+def test_every_manifest_field_is_checked_by_its_type_with_its_whole_message(tmp_path):
+    write_example(tmp_path)
+    man_path = tmp_path / "manifest.json"
+    good = json.loads(man_path.read_text())
+    mp = str(man_path).replace(".", r"\.")
+
+    def refused(match, **changes):
+        man_path.write_text(json.dumps({**good, **changes}))
+        with pytest.raises(SimsError, match=rf"^{mp}: {match}"):
+            load_sims(tmp_path)
+
+    refused(r"'format' must be 'hubnorm-sims'; got 'other'$", format="other")
+    refused(rf"'version' must be {good['version']}; got 99$", version=99)
+    refused(r"'matrices' must map roles to \.npy files and include 'test' \(test rows x test columns\)$",
+            matrices={"bank_rows": "bank_rows.npy"})
+    refused(r"'matrices' must map roles to \.npy files and include 'test'", matrices=["test.npy"])
+    refused(r"unknown matrix role\(s\) \['extra'\]; the roles are \[", matrices={**good["matrices"], "extra": "x.npy"})
+    refused(r"'matrices' must map each role to a file name \(a string\); got \{'test': ''\}$",
+            matrices={**good["matrices"], "test": ""})
+    refused(r"'matrices' must map each role to a file name \(a string\); got \{'test': 3\}$",
+            matrices={**good["matrices"], "test": 3})
+    refused(r"'synthetic' must be true or false \(a boolean, not str 'yes'\): it decides whether every number is "
+            r"labelled synthetic$", synthetic="yes")
+    for key in ("dataset", "model"):
+        refused(rf"'{key}' must be a non-empty string \(or absent\); got ' '$", **{key: " "})
+        refused(rf"'{key}' must be a non-empty string \(or absent\); got 5$", **{key: 5})
+    refused(r"'checksums' must map file names to sha256 hex strings; got \['x'\]$", checksums=["x"])
+    refused(r"'checksums' must map file names to sha256 hex strings; got \{'test\.npy': 5\}$", checksums={"test.npy": 5})
+    man_path.write_text(json.dumps({k: v for k, v in good.items() if k not in ("synthetic", "dataset", "model")}))
+    folder = load_sims(tmp_path)                          # synthetic, dataset and model may be absent
+    assert folder.synthetic is False
+    man_path.write_text(json.dumps(good))
+    assert load_sims(tmp_path).synthetic is True and load_sims(tmp_path).manifest["dataset"] == "example"
+
+
+def test_the_positives_file_is_checked_whole(tmp_path):
+    S = np.random.default_rng(0).standard_normal((4, 3))
+    write_sims(tmp_path, {"test": S}, labels=np.array([0, 1, 2, 2]))
+    man_path = tmp_path / "manifest.json"
+    good = json.loads(man_path.read_text())
+    mp = str(man_path).replace(".", r"\.")
+    man_path.write_text(json.dumps({**good, "positives": {"labels": "positives_labels.npy", "mask": "m.npy"}}))
+    with pytest.raises(SimsError, match=rf"^{mp}: 'positives' must be \{{\"labels\": file\}} \(one column index per "
+                                        r"test row\) or \{\"mask\": file\} \(a boolean test rows x test columns mask\); "
+                                        r"got "):
+        load_sims(tmp_path, consistency=False)
+    man_path.write_text(json.dumps({**good, "checksums": {**good["checksums"], "positives_labels.npy": "0" * 64}}))
+    with pytest.raises(SimsError, match=r"positives_labels\.npy \(positives\) does not match the sha256 checksum in "
+                                        r"manifest\.json: copy it again$"):
+        load_sims(tmp_path, consistency=False)
+    man_path.write_text(json.dumps(good))
+    for labels, match in (([-1, 1, 2, 2], r"must lie in \[0, 3\) \(the test matrix's columns\); got \[-1, 2\]$"),
+                          ([0, 0, 0, 0], r"test column 1 \(and 1 more\) has no positive; every test item needs one"),
+                          ([0.0, 1.0, 2.0, 2.0], r"must be 4 integers, one column index per row of the test matrix")):
+        np.save(tmp_path / "positives_labels.npy", np.array(labels))
+        with pytest.raises(SimsError, match=match):
+            load_sims(tmp_path, consistency=False, verify=False)
