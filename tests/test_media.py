@@ -179,3 +179,25 @@ def test_load_media_guards_say_what_is_wrong(tmp_path):
     assert media.is_preset("synthetic:msrvtt") and not media.is_preset("synthetic:flickr30k")
     assert not media.is_preset(None) and not media.is_preset("msrvtt")
     assert media.published_dataset("Clotho v2") == "clotho" and media.published_dataset(None) is None
+
+
+def test_media_tasks_subsample_both_banks_of_both_directions():
+    from hubnorm.scores import bank_subsets
+
+    d = media.make_media("msrvtt", n_train=12, n_test=30)
+    tasks = media.media_tasks(d, bank_queries=5, target_bank=1, seed=4)
+    sub = bank_subsets(len(d.bank_captions), len(d.bank_items), 5, 1, 4)
+    (cq, it), (ct, iq) = sub["forward"], sub["backward"]
+    assert all(i is not None for i in (cq, it, ct, iq))
+    f64 = lambda x: np.asarray(x, np.float64)   # noqa: E731
+    caps, items, qs = f64(d.bank_captions), f64(d.bank_items), f64(d.captions)
+    fwd, bwd = tasks["t2v"], tasks["v2t"]
+    assert (fwd.direction, bwd.direction) == ("t2v", "v2t")
+    assert (fwd.size("query_bank"), fwd.size("target_bank"), bwd.size("query_bank"), bwd.size("target_bank")) == \
+        (5, 1, 5, 1)                                                        # target_bank=1 keeps one, 0 keeps none
+    assert _dense(bwd, "query_bank", "targets") == pytest.approx(items[iq] @ qs.T, abs=1e-12)
+    assert _dense(bwd, "query_bank", "target_bank") == pytest.approx(items[iq] @ caps[ct].T, abs=1e-12)
+    assert _dense(fwd, "query_bank", "target_bank") == pytest.approx(caps[cq] @ items[it].T, abs=1e-12)
+    real = media.MediaData(name="x", modalities=("text", "audio"), items=d.items, captions=d.captions,
+                           caption_to_item=d.caption_to_item, synthetic=False, meta={})
+    assert media.media_tasks(real)["t2a"].meta["source"] == "real"
