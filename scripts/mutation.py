@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import re
 import shutil
@@ -177,6 +178,11 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
     """``<folder>/summary.csv`` and ``summary.md``: one row per module, this run's rows replacing a module's earlier
     row (modules are mutated one run at a time, over days); ``<folder>/<module>.md``: that module's survivors, each
     with its diff and the command that reproduces the row."""
+    from hubnorm.data.cache import atomic_write_bytes
+
+    def write(path: Path, text: str) -> None:
+        atomic_write_bytes(path, text.encode("utf-8"))
+
     folder.mkdir(parents=True, exist_ok=True)
     old = {}
     if (folder / "summary.csv").is_file():
@@ -187,10 +193,11 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
         old[r["module"]] = {**{c: r.get(c, "") for c in COLUMNS}, "score": f"{r['score']:.3f}",
                             "date": r.get("date", today), "test files": " ".join(r.get("test files", []))}
     merged = [old[m] for m in sorted(old)]
-    with open(folder / "summary.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(merged)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(merged)
+    write(folder / "summary.csv", buf.getvalue())   # read back and merged by the next run: whole or not at all
     shown = [c for c in COLUMNS if c != "test files"]
     lines = ["# Mutation score per module (mutmut)", "",
              "Written by `scripts/mutation.py` (see its docstring); each module's row is from its last run, on the "
@@ -202,10 +209,10 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
         cells = [f"{float(r[c]):.0%}" if c == "score" else str(r[c]) for c in shown]
         cells[0] = f"[{r['module']}]({r['module']}.md)"
         lines.append("| " + " | ".join(cells) + " |")
-    (folder / "summary.md").write_text("\n".join(lines) + "\n")
+    write(folder / "summary.md", "\n".join(lines) + "\n")
     for r in rows:
         page = [f"# Mutation testing of `hubnorm.{r['module']}`", "",
-                f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}`; {r['date'] if 'date' in r else today}.",
+                f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}`; {old[r['module']]['date']}.",
                 "", f"Tests run: {', '.join(f'`{t}`' for t in r.get('test files', []))}.", "",
                 f"{r['mutants']} mutants: {r['killed']} killed, {r['survived']} survived, {r['timeout']} timeouts, "
                 f"{r['no tests']} reached by no test; score {r['score']:.0%}.", ""]
@@ -213,7 +220,7 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
             page += ["## Survivors", ""]
             for diff in r["survivors"].values():
                 page += ["```diff", diff.strip(), "```", ""]
-        (folder / f"{r['module']}.md").write_text("\n".join(page) + "\n")
+        write(folder / f"{r['module']}.md", "\n".join(page) + "\n")
 
 
 def main(argv=None) -> int:

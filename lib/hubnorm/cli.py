@@ -530,7 +530,7 @@ def choose(src: Source, *, methods: Sequence[str] = DEFAULT_METHODS, grids=None,
     methods = [m.lower() for m in methods]
     for m in methods:
         if m not in NORMALIZERS or m == raw_name():
-            raise ValueError(f"--methods: unknown method {m!r}; available: {sorted(set(NORMALIZERS) - {'raw'})}")
+            raise ValueError(f"--methods: unknown method {m!r}; available: {sorted(set(NORMALIZERS) - {raw_name()})}")
     grids = grids or {}
     check_grids(grids, methods)
     out = []
