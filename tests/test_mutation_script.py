@@ -68,16 +68,16 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
     mutation.write_report([row("m", 6)], tmp_path / "r", ["m"])
     mutation.write_report([row("a", 8)], tmp_path / "r", ["a"])
     md = (tmp_path / "r" / "summary.md").read_text()
-    assert "| [m](m.md) | 1 | 10 | 6 | 2 | 1 | 1 | 0 | 78% | 1.0 |" in md
-    assert "| [a](a.md) | 1 | 10 | 8 | 0 | 1 | 1 | 0 | 100% | 1.0 |" in md
+    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 78% | 1.0 |" in md
+    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 100% | 1.0 |" in md
     assert md.index("[a](a.md)") < md.index("[m](m.md)")
     page = (tmp_path / "r" / "m.md").read_text()
     assert "```diff" in page and "`tests/test_m.py`" in page and "scripts/mutation.py m`" in page
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
-    assert lines[2].startswith("m,1,10,6,2,1,1,0,0.778") and len(lines) == 3
+    assert lines[2].startswith("m,1,10,,6,2,1,1,0,0.778") and len(lines) == 3
     mutation.write_report([row("m", 8)], tmp_path / "r", ["m"])     # a rerun replaces the module's row
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
-    assert len(lines) == 3 and lines[2].startswith("m,1,10,8,0,1,1,0,1.000")
+    assert len(lines) == 3 and lines[2].startswith("m,1,10,,8,0,1,1,0,1.000")
 
 
 def test_a_mutant_no_test_reaches_counts_against_the_score(mutation):
@@ -85,3 +85,26 @@ def test_a_mutant_no_test_reaches_counts_against_the_score(mutation):
     counts.update({"killed": 6, "timeout": 2, "survived": 1, "no tests": 1, "skipped": 5})
     assert mutation.mutation_score(counts) == 0.8
     assert np.isnan(mutation.mutation_score(dict.fromkeys(mutation.STATUSES, 0)))
+
+
+def test_a_sample_is_the_same_tenths_of_every_functions_mutants_and_the_report_says_so(mutation, tmp_path):
+    import fnmatch
+
+    pats = mutation.sample_patterns("engine", 3)
+    assert pats == ["hubnorm.engine.*__mutmut_*0", "hubnorm.engine.*__mutmut_*5", "hubnorm.engine.*__mutmut_*2"]
+    names = [f"hubnorm.engine.x_f__mutmut_{i}" for i in range(1, 101)] + \
+        [f"hubnorm.engine.xǁLocalEngineǁsize__mutmut_{i}" for i in range(1, 21)]
+    chosen = [n for n in names if any(fnmatch.fnmatch(n, p) for p in pats)]
+    assert len(chosen) == 30 + 6 and all(n[-1] in "052" for n in chosen)
+    assert mutation.sample_patterns("engine", None) == []
+    for bad in (0, 10, True, 2.5):
+        with pytest.raises(SystemExit, match="--sample must be a whole number from 1 to 9"):
+            mutation.sample_patterns("engine", bad)
+    row = {"module": "engine", "tests": 2, "test files": ["tests/test_a.py"], "mutants": 100, "killed": 27,
+           "survived": 3, "timeout": 0, "no tests": 0, "suspicious": 0, "not checked": 70, "score": 0.9,
+           "seconds": 5.0, "sample": "30 of 100 (3 in 10)", "survivors": {}}
+    mutation.write_report([row], tmp_path / "r", ["engine", "--sample", "3"])
+    assert "| [engine](engine.md) | 2 | 100 | 30 of 100 (3 in 10) | 27 | 3 |" in (tmp_path / "r" / "summary.md").read_text()
+    page = (tmp_path / "r" / "engine.md").read_text()
+    assert "100 mutants (tested: 30 of 100 (3 in 10)): 27 killed, 3 survived" in page
+    assert "scripts/mutation.py engine --sample 3`" in page

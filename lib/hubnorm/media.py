@@ -178,7 +178,9 @@ def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_b
     bank_bank = None
     if caps is not None and items is not None and use_tb:
         bank_bank = ProductScores(caps, items, "the bank x bank score matrix")
-    mats = {fwd: {("queries", "targets"): test}, bwd: {("queries", "targets"): test.T}}
+    back = test.T   # the same factors swapped: its rows are the items
+    back.label = f"the test score matrix ({data.modalities[1]} x {data.modalities[0]})"
+    mats = {fwd: {("queries", "targets"): test}, bwd: {("queries", "targets"): back}}
     if caps is not None:
         mats[fwd][("query_bank", "targets")] = ProductScores(pick(caps, caps_q), test.b, "the query bank x targets scores")
         if use_tb:

@@ -1,0 +1,264 @@
+"""The guards of hubnorm.data.sims by their whole messages (a user reads them to fix a folder), and the verifying
+pass over the files: the largest |s| it reports, the blocks of rows it hands to the consistency checks, what
+``verify`` / ``scan`` turn off, the order in which the files are read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from hubnorm.data import sims as sims_mod
+from hubnorm.data.sims import MANIFESTS, SimsError, SimsWarning, load_sims, read_manifest, scan_npy, write_sims
+
+from sims_mistakes import right_spec, write_spec
+
+
+def _folder(tmp_path, scale=0.5, dtype=np.float32, n=12):
+    """A small right folder (text x video, two captions per video) whose scores are scaled by ``scale``."""
+    rng = np.random.default_rng(0)
+    caps, items = rng.standard_normal((2 * n, 8)), rng.standard_normal((n, 8))
+    caps /= np.linalg.norm(caps, axis=1, keepdims=True)
+    items /= np.linalg.norm(items, axis=1, keepdims=True)
+    caps = 0.6 * caps + 0.8 * items.repeat(2, axis=0)
+    caps /= np.linalg.norm(caps, axis=1, keepdims=True)
+    test = (scale * caps @ items.T).astype(dtype)
+    write_sims(tmp_path, {"test": test}, labels=np.arange(2 * n) // 2, dataset="mine")
+    return tmp_path, test
+
+
+def _message(exc_info) -> str:
+    return str(exc_info.value)
+
+
+# ------------------------------------------------------------------------------------------------- the manifest
+def test_the_manifest_guards_name_the_file_and_the_fix(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(SimsError) as e:
+        read_manifest(missing)
+    assert _message(e) == (f"sims folder {missing} does not exist: pass sims:<folder> with a folder of .npy score "
+                           "matrices and a manifest.json (or manifest.yaml)")
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    assert _message(e) == (f"{tmp_path} has no manifest (manifest.json / manifest.yaml / manifest.yml): write one that "
+                           "says what each .npy file is (see hubnorm.data.sims), or convert QB-Norm pickles with "
+                           "`python -m hubnorm.data import-qbnorm`")
+    assert MANIFESTS == ("manifest.json", "manifest.yaml", "manifest.yml")
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    assert _message(e) == f"{tmp_path / 'manifest.json'}: the manifest must be a mapping (see hubnorm.data.sims); got list"
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    m = _message(e)
+    assert m.startswith(f"{tmp_path / 'manifest.json'}: not valid JSON (")
+    assert m.endswith("); fix the manifest (see hubnorm.data.sims for its fields)")
+    (tmp_path / "manifest.json").write_bytes(b'{"dataset": "caf\xe9"}')      # Latin-1, not UTF-8
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    m = _message(e)
+    assert m.startswith(f"{tmp_path / 'manifest.json'}: not UTF-8 text (") and m.endswith("); save the manifest as UTF-8")
+    (tmp_path / "manifest.yml").write_text("a: 1\n")
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    assert _message(e) == (f"{tmp_path} holds 2 manifests (manifest.json, manifest.yml): keep one, so that no reader "
+                           "has to guess which one says what the files are")
+
+
+def test_a_yaml_manifest_error_is_one_line(tmp_path):
+    (tmp_path / "manifest.yaml").write_text("matrices:\n  test: [unclosed\n  other: 1\n")
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    m = _message(e)
+    assert m.startswith(f"{tmp_path / 'manifest.yaml'}: not valid YAML (")
+    assert m.endswith("); fix the manifest (see hubnorm.data.sims for its fields)")
+    assert "\n" not in m and "  " not in m.split("(", 1)[1]    # the parser's lines joined by single spaces
+    (tmp_path / "manifest.yaml").write_text("- a\n- b\n")
+    with pytest.raises(SimsError) as e:
+        read_manifest(tmp_path)
+    assert _message(e).endswith("the manifest must be a mapping (see hubnorm.data.sims); got list")
+
+
+# ------------------------------------------------------------------------------------------------- the files
+def _with_test_file(tmp_path, arr, **manifest):
+    folder, _ = _folder(tmp_path)
+    man = json.loads((folder / "manifest.json").read_text())
+    np.save(folder / "test.npy", arr, allow_pickle=True)
+    man.update(checksums={}, **manifest)
+    (folder / "manifest.json").write_text(json.dumps(man))
+    return folder, man
+
+
+@pytest.mark.parametrize("arr, shape, dtype", [
+    (np.zeros(24, np.float32), "(24,)", "float32"),                  # 1-D floats
+    (np.zeros((24, 12), np.int64), "(24, 12)", "int64"),           # integers
+    (np.zeros((0, 12), np.float32), "(0, 12)", "float32"),         # empty
+])
+def test_a_matrix_must_be_a_non_empty_2d_float_array(tmp_path, arr, shape, dtype):
+    folder, man = _with_test_file(tmp_path, arr)
+    with pytest.raises(SimsError) as e:
+        load_sims(folder)
+    assert _message(e) == (f"{folder / man['matrices']['test']} (matrix 'test') must be a non-empty 2-D float array; "
+                           f"got shape {shape}, dtype {dtype}")
+
+
+def test_a_missing_pickled_or_truncated_file_is_named(tmp_path):
+    folder, man = _folder(tmp_path)
+    path = folder / json.loads((folder / "manifest.json").read_text())["matrices"]["test"]
+    path.unlink()
+    with pytest.raises(SimsError) as e:
+        load_sims(folder)
+    assert _message(e) == f"{path} (matrix 'test') is missing: put the file there or fix its name in the manifest"
+    np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(SimsError) as e:
+        load_sims(folder)
+    assert _message(e) == (f"{path} (matrix 'test') holds pickled objects, which a sims folder never loads: save a "
+                           "plain numeric array with np.save")
+    np.save(path, np.zeros((24, 12), np.float32))
+    path.write_bytes(path.read_bytes()[:200])                       # cut short
+    with pytest.raises(SimsError) as e:
+        load_sims(folder)
+    m = _message(e)
+    assert m.startswith(f"{path} (matrix 'test') is not a readable .npy file (")
+    assert m.endswith("): it may be truncated; copy it again or re-save it with np.save")
+
+
+def test_matrices_must_share_their_items(tmp_path):
+    folder, test = _folder(tmp_path)
+    np.save(folder / "bank_rows.npy", np.zeros((5, 11), np.float32))   # 11 columns, the test matrix has 12
+    man = json.loads((folder / "manifest.json").read_text())
+    man["matrices"]["bank_rows"] = "bank_rows.npy"
+    (folder / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(SimsError) as e:
+        load_sims(folder, verify=False)
+    first = man["matrices"]["test"]
+    assert _message(e) == (f"{folder / 'bank_rows.npy'} (matrix 'bank_rows') has 11 test C items but {first} has 12: "
+                           "the matrices must share their rows and columns (same items, same order); fix the file or "
+                           "the manifest")
+
+
+def test_a_bank_of_one_item_is_a_matrix(tmp_path):
+    spec = right_spec(n_items=30, n_bank=60)
+    write_spec(tmp_path, spec)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    for role in list(man["matrices"]):
+        if role != "test":
+            del man["matrices"][role]
+    rows = np.load(tmp_path / man["matrices"]["test"])[:1]       # one bank query: a 1 x n matrix
+    np.save(tmp_path / "one.npy", rows)
+    man["matrices"]["bank_rows"] = "one.npy"
+    man["checksums"] = {}
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    folder = load_sims(tmp_path, consistency=False)
+    assert folder.matrices["bank_rows"].shape == (1, rows.shape[1])
+
+
+# ------------------------------------------------------------------------------------------------- the verifying pass
+def test_the_bound_is_the_largest_absolute_score_of_each_file(tmp_path):
+    folder, test = _folder(tmp_path, scale=0.5)
+    got = load_sims(folder)
+    assert got.bounds == {"test": float(np.abs(test).max())} and got.bounds["test"] < 0.5
+    off = load_sims(folder, scan=False)
+    assert off.bounds == {} and off.flags == []
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_rows_handed_on_are_every_row_once_in_float64(tmp_path, monkeypatch, order):
+    rng = np.random.default_rng(1)
+    arr = np.asarray(rng.standard_normal((7, 5)).astype(np.float32), order=order)
+    np.save(tmp_path / "m.npy", arr)
+    mm = np.load(tmp_path / "m.npy", mmap_mode="r")
+    monkeypatch.setattr(sims_mod, "_SCAN_BYTES", 8)          # smaller than a row: one row per read
+    blocks = []
+    bound = scan_npy(tmp_path / "m.npy", mm, "m", on_rows=lambda r0, b: blocks.append((r0, b)))
+    assert bound == float(np.abs(arr).max())
+    assert [r0 for r0, _ in blocks] == list(range(7)) and all(b.dtype == np.float64 for _, b in blocks)
+    assert np.array_equal(np.concatenate([b for _, b in blocks]), arr.astype(np.float64))
+    assert scan_npy(tmp_path / "m.npy", mm, "m", scan=False) is None
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_first_non_finite_score_is_located_across_reads(tmp_path, monkeypatch, order):
+    arr = np.ones((6, 5), np.float32, order=order)
+    arr[4, 2] = np.nan
+    arr[5, 0] = np.inf
+    np.save(tmp_path / "m.npy", arr)
+    mm = np.load(tmp_path / "m.npy", mmap_mode="r")
+    monkeypatch.setattr(sims_mod, "_SCAN_BYTES", 12)
+    with pytest.raises(SimsError) as e:
+        scan_npy(tmp_path / "m.npy", mm, "matrix 'test'")
+    first = "row 4, column 2" if order == "C" else "row 5, column 0"    # the first in the file's byte order
+    assert _message(e) == (f"{tmp_path / 'm.npy'} (matrix 'test') holds a non-finite score at {first}: a score "
+                           "matrix must be finite; recompute it (or drop that row and its positives)")
+
+
+def test_a_checksum_is_checked_with_or_without_the_scan_and_only_when_asked(tmp_path):
+    folder, test = _folder(tmp_path)
+    man = json.loads((folder / "manifest.json").read_text())
+    name = man["matrices"]["test"]
+    man["checksums"][name] = hashlib.sha256(b"something else").hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(man))
+    want = (f"{folder / name} (matrix 'test') does not match the sha256 checksum in manifest.json: the file changed or "
+            "is truncated; copy it again (or remove its checksum if you changed it on purpose)")
+    for scan in (True, False):
+        with pytest.raises(SimsError) as e:
+            load_sims(folder, scan=scan)
+        assert _message(e) == want
+    assert load_sims(folder, verify=False).bounds["test"] == float(np.abs(test).max())
+
+
+def test_the_test_matrix_is_read_first(tmp_path):
+    """Two broken files: the error names the test matrix (read first), whatever the roles' alphabetical order."""
+    spec = right_spec(n_items=30, n_bank=60)
+    write_spec(tmp_path, spec)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    for role in ("test", "bank_rows"):
+        arr = np.load(tmp_path / man["matrices"][role])
+        arr[0, 0] = np.nan
+        np.save(tmp_path / man["matrices"][role], arr)
+    with pytest.raises(SimsError, match=r"\(matrix 'test'\) holds a non-finite score at row 0, column 0"):
+        load_sims(tmp_path, verify=False)
+
+
+def test_a_file_changed_during_the_read_is_named(tmp_path, monkeypatch):
+    folder, _ = _folder(tmp_path)
+    calls = []
+    real = sims_mod._signature
+
+    def moving(path):
+        calls.append(path)
+        sig = real(path)
+        return sig if len(calls) <= 2 else (sig[0], sig[1], sig[2] + 1)   # every later look sees a new mtime
+
+    monkeypatch.setattr(sims_mod, "_signature", moving)
+    with pytest.raises(SimsError) as e:
+        load_sims(folder)
+    changed = json.loads((folder / "manifest.json").read_text())["matrices"]["test"]
+    assert _message(e) == (f"{folder / changed} changed while the folder was read: its matrices and positives may "
+                           "come from two versions; load it again once the writer has finished")
+
+
+def test_a_finding_is_an_error_or_a_warning_from_the_callers_line(tmp_path):
+    from sims_mistakes import bank_rows_columns_permuted
+
+    write_spec(tmp_path, bank_rows_columns_permuted(right_spec()))
+    with pytest.raises(SimsError) as e:
+        load_sims(tmp_path)
+    m = _message(e)
+    assert m.startswith(f"{tmp_path}: ") and m.endswith(". If the folder is right, load it with consistency=False "
+                                                        "(the results then carry this as a flag)")
+    finding = m[len(f"{tmp_path}: "):-len(". If the folder is right, load it with consistency=False (the results then "
+                                           "carry this as a flag)")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        folder = load_sims(tmp_path, consistency=False)
+    assert [w.category for w in caught] == [SimsWarning]
+    assert str(caught[0].message) == f"{tmp_path}: {finding}"
+    if "MUTANT_UNDER_TEST" not in os.environ:   # mutmut calls every function through one more frame of its own
+        assert caught[0].filename == __file__
+    assert folder.flags == [finding]
