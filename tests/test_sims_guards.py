@@ -262,3 +262,90 @@ def test_a_finding_is_an_error_or_a_warning_from_the_callers_line(tmp_path):
     if "MUTANT_UNDER_TEST" not in os.environ:   # mutmut calls every function through one more frame of its own
         assert caught[0].filename == __file__
     assert folder.flags == [finding]
+
+
+# ------------------------------------------------------------------------------------------------- positives
+class _Planted:
+    """Unpickling it creates a folder: what a pickle in a downloaded file could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_a_pickled_positives_file_is_never_unpickled(tmp_path):
+    folder, _ = _folder(tmp_path / "f")
+    marker = tmp_path / "ran"
+    path = folder / "positives_labels.npy"
+    np.save(path, np.array([_Planted(str(marker))], dtype=object), allow_pickle=True)
+    man = json.loads((folder / "manifest.json").read_text())
+    man["checksums"] = {}
+    (folder / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(SimsError) as e:
+        load_sims(folder)
+    m = _message(e)
+    assert m.startswith(f"{path} (positives) is not a plain .npy array (")
+    assert m.endswith("): save it with np.save (pickled objects are never loaded)")
+    assert not marker.exists()
+
+
+def test_the_positives_guards_name_the_file_and_the_fix(tmp_path):
+    folder, test = _folder(tmp_path)
+    man = json.loads((folder / "manifest.json").read_text())
+    man["checksums"] = {}
+    labels = folder / "positives_labels.npy"
+
+    def refused(arr=None, raw=None):
+        if raw is not None:
+            labels.write_bytes(raw)
+        elif arr is not None:
+            np.save(labels, arr)
+        (folder / "manifest.json").write_text(json.dumps(man))
+        with pytest.raises(SimsError) as e:
+            load_sims(folder)
+        return _message(e)
+
+    assert refused(np.arange(24).astype(np.float64) // 2) == (
+        f"{labels} (positive labels) must be 24 integers, one column index per row of the test matrix; got shape "
+        "(24,), dtype float64")
+    assert refused(np.arange(24) // 2 + 1) == (f"{labels} (positive labels) must lie in [0, 12) (the test matrix's "
+                                               "columns); got [1, 12]")
+    with_gap = np.arange(24) // 2
+    with_gap[with_gap == 5] = 4
+    assert refused(with_gap) == (f"{labels}: test column 5 (and 0 more) has no positive; every test item needs one: "
+                                 "drop it from the matrices or fix the positives")
+    m = refused(raw=b"")                                               # an empty file
+    assert m.startswith(f"{labels} (positives) is not a readable .npy file (") and m.endswith("): copy it again")
+    labels.unlink()
+    assert refused() == (f"{labels} (positives) is missing (or not a regular file): put the file there or fix its "
+                         "name in the manifest")
+    mask = np.zeros((24, 12), bool)
+    mask[np.arange(23), np.arange(23) // 2] = True                  # row 23 has no positive
+    np.save(folder / "mask.npy", mask)
+    man["positives"] = {"mask": "mask.npy"}
+    assert refused() == (f"{folder / 'mask.npy'}: test row 23 (and 0 more) has no positive; every test item needs "
+                         "one: drop it from the matrices or fix the positives")
+    np.save(folder / "mask.npy", mask.astype(np.int8))
+    assert refused() == (f"{folder / 'mask.npy'} (positives mask) must be a boolean 24 x 12 array (the test matrix's "
+                         "shape); got shape (24, 12), dtype int8")
+
+
+def test_write_sims_writes_a_readable_manifest_and_refuses_what_it_cannot_write(tmp_path):
+    mask = np.zeros((4, 2), bool)
+    mask[[0, 1], 0] = mask[[2, 3], 1] = True
+    path = write_sims(tmp_path / "a" / "b", {"test": np.ones((4, 2))}, mask=mask, model="m")   # parents created
+    text = path.read_text()
+    assert text.startswith('{\n  "format": "hubnorm-sims",\n  "version": 1,')
+    man = json.loads(text)
+    assert man["model"] == "m" and man["synthetic"] is False and man["positives"] == {"mask": "positives_mask.npy"}
+    assert np.array_equal(np.load(path.parent / "positives_mask.npy"), mask)
+    with pytest.raises(ValueError) as e:
+        write_sims(tmp_path / "c", {"test": np.ones((4, 2))}, labels=[0, 0, 1, 1], mask=mask)
+    assert str(e.value) == ("pass exactly one of labels= (one column index per test row) or mask= (boolean rows x "
+                            "columns)")
+    with pytest.raises(ValueError) as e:
+        write_sims(tmp_path / "c", {"train": np.ones((4, 2))}, labels=[0, 0, 1, 1])
+    assert str(e.value) == ("unknown role 'train'; the roles are ['bank_cols', 'bank_cols_x_test_cols', 'bank_rows', "
+                            "'bank_rows_x_bank_cols', 'bank_rows_x_test_rows', 'test']")
