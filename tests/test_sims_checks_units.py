@@ -154,3 +154,172 @@ def test_a_bank_of_the_test_queries_or_of_other_items_is_named():
                                                "its mean test score is ")
     few = shuffled[:sc.MIN_BANK - 1]                       # too few bank rows to judge
     assert sc.findings(_folder(), *_stats(x, labels, {"bank_rows": few})) == []
+
+
+# ----------------------------------------------------------------------------------------------- thresholds
+def _fabricated(n_rows, n_cols, *, hit_rows, per_row=1, shifted=None, best_t=None, labels=None):
+    """Statistics of a test matrix whose row maxima are 1 and whose best positive reaches it in ``hit_rows`` rows
+    (raw R@1 = hit_rows / n_rows); ``shifted``: {shift: rows the neighbouring labels would hit}; ``best_t``: rows
+    the transpose would hit (a square matrix)."""
+    def hits(k, n):
+        out = np.zeros(n)
+        out[:k] = 1.0
+        return out
+
+    test = SimpleNamespace(shape=(n_rows, n_cols), row_max=np.ones(n_rows), col_max=np.ones(n_cols),
+                           row_sum=np.zeros(n_rows), col_sum=np.zeros(n_cols))
+    pos = SimpleNamespace(rows=np.zeros(n_rows * per_row, np.int64), best=hits(hit_rows, n_rows),
+                          shifted={s: hits(k, n_rows) for s, k in (shifted or {}).items()},
+                          square=n_rows == n_cols, best_t=hits(best_t or 0, n_cols),
+                          labels=labels, pos_row_sum=np.zeros(n_rows), pos_col_sum=np.zeros(n_cols),
+                          pos_row_n=np.zeros(n_rows), pos_col_n=np.zeros(n_cols))
+    return {"test": test}, pos
+
+
+def test_the_shift_rule_at_its_edges():
+    # 160 rows: R@1 = 40 rows, the neighbouring labels 50 rows: 1.25 x as many and 10 rows more, both exactly
+    got = sc.findings(_folder(), *_fabricated(160, 160, hit_rows=40, shifted={1: 50}))
+    assert got and got[0].startswith("the positives look shifted: raw R@1 is 25.0 with the given labels and 31.2 when "
+                                     "row i takes the label of row i+1")
+    assert not any("shifted" in f for f in sc.findings(_folder(), *_fabricated(160, 160, hit_rows=40,
+                                                                               shifted={1: 49})))
+    assert sc.SHIFT_GAIN == 1.25 and sc.SHIFT_ROWS == 10 and sc.CHANCE_FACTOR == 2.0
+
+
+def test_the_transpose_rule_at_its_edge():
+    got = sc.findings(_folder(), *_fabricated(40, 40, hit_rows=5, best_t=15))     # 3 x as many, exactly
+    assert got[0].startswith("test.npy looks transposed: raw R@1 is 12.5 as given and 37.5 read the other way")
+    assert not any("transposed" in f for f in sc.findings(_folder(), *_fabricated(40, 40, hit_rows=5, best_t=14)))
+    assert sc.TRANSPOSE_FACTOR == 3.0
+
+
+def test_the_chance_rule_at_its_edge_and_with_every_item_a_positive():
+    # 1000 rows x 20 columns, two positives per row: chance = 0.1, its edge 0.2 + 3 sd = 0.2285
+    edge = sc.CHANCE_FACTOR * 0.1 + 3.0 * np.sqrt(0.1 * 0.9 / 1000)
+    assert edge == pytest.approx(0.22846, abs=1e-5)
+    assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=228, per_row=2))[0].startswith(
+        "raw R@1 of test.npy is 22.8, at chance level (10.00 for random scores)")
+    assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=230, per_row=2)) == []
+    every = sc.findings(_folder(), *_fabricated(20, 20, hit_rows=20, per_row=20))   # every item a positive
+    assert every == ["raw R@1 of test.npy is 100.0, at chance level (100.00 for random scores): the positives do not "
+                     "belong to this matrix (shifted or shuffled rows, another split, or test and bank files "
+                     "swapped); check that row i of the positives is row i of the test matrix"]
+    assert sc.findings(_folder(), *_fabricated(20, 20, hit_rows=0))            # 20 items: judged
+    assert sc.findings(_folder(), *_fabricated(19, 40, hit_rows=0)) == []      # 19: too few
+
+
+def _bank_case(n=40, n_bank=60, seed=0, big_positives=True):
+    """A square test matrix (captions x items, caption i of item i, raw R@1 near 100) whose items differ in how much
+    they attract every caption, with (``big_positives``) positives that score far above the rest by amounts that
+    differ from item to item; and a bank of other captions of the same items."""
+    rng = np.random.default_rng(seed)
+    items = rng.standard_normal((n, 16))
+    pull = rng.standard_normal(n)                       # how much each item attracts every caption
+    caps = items + 0.3 * rng.standard_normal((n, 16))
+    x = caps @ items.T / 16 + 0.3 * pull[None, :]
+    if big_positives:
+        x[np.arange(n), np.arange(n)] += 50.0 * rng.random(n)
+    bank = rng.standard_normal((n_bank, 16)) @ items.T / 16 + 0.3 * pull[None, :]
+    return x, bank
+
+
+def test_the_bank_rule_reads_the_items_scores_without_their_positives():
+    """Positives far above the rest, by amounts that vary: an item's mean test score is read without them (with
+    them, or with them counted twice, the bank would not seem to describe the test items)."""
+    for seed in range(3):
+        x, bank = _bank_case(seed=seed)
+        assert sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank})) == []
+    # the other side: a bank of items scored against the test captions (its columns are the test rows)
+    rng = np.random.default_rng(7)
+    items = rng.standard_normal((40, 16))
+    caps = items + 0.3 * rng.standard_normal((40, 16))
+    cpull = rng.standard_normal(40)                     # how much each caption scores every item
+    x = caps @ items.T / 16 + 0.3 * cpull[:, None]
+    x[np.arange(40), np.arange(40)] += 50.0 * rng.random(40)
+    bank_items = rng.standard_normal((60, 16))
+    bank_cols = bank_items @ caps.T / 16 + 0.3 * cpull[None, :]
+    assert sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": bank_cols})) == []
+    shuffled = bank_cols[:, rng.permutation(40)]
+    got = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": shuffled}))
+    assert len(got) == 1 and got[0].startswith("bank_cols.npy (bank_cols, bank columns x test rows) does not "
+                                               "describe the test items")
+
+
+def test_a_bank_alone_on_the_second_axis_is_judged():
+    x, bank = _bank_case(big_positives=False)
+    rng = np.random.default_rng(4)
+    other = bank[:, rng.permutation(40)]
+    got = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": other}))
+    assert len(got) == 1 and got[0].startswith("bank_cols.npy (bank_cols, bank columns x test rows) does not describe "
+                                               "the test items")
+    exactly = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": other[:sc.MIN_BANK]}))
+    assert len(exactly) == 1 and "bank_rows.npy (bank_rows, bank rows x test columns)" in exactly[0]   # 50 rows: judged
+
+
+def test_a_bank_that_differs_from_the_test_queries_by_a_hair_is_not_the_test_queries():
+    x, _ = _bank_case(big_positives=False)
+    near = np.concatenate([x, x]) * (1 + 1e-7)          # relative 1e-7: not equal to rounding
+    got = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": near}))
+    assert not any("holds the test queries themselves" in f for f in got)
+    same = np.concatenate([x, x])
+    assert any("holds the test queries themselves" in f for f in sc.findings(_folder(), *_stats(
+        x, np.arange(40), {"bank_rows": same})))
+
+
+def _captions_items(seed=0, n=40, n_bank=60):
+    rng = np.random.default_rng(seed)
+    items = rng.standard_normal((n, 16))
+    caps = items + 0.3 * rng.standard_normal((n, 16))
+    ipull, cpull = rng.standard_normal(n), rng.standard_normal(n)
+    x = caps @ items.T / 16 + 0.3 * ipull[None, :] + 0.3 * cpull[:, None]
+    bank_caps_pull = rng.standard_normal(n_bank)
+    bank_items_pull = rng.standard_normal(n_bank)
+    bank_caps, bank_items = rng.standard_normal((n_bank, 16)), rng.standard_normal((n_bank, 16))
+    bank_rows = bank_caps @ items.T / 16 + 0.3 * ipull[None, :] + 0.3 * bank_caps_pull[:, None]
+    bank_cols = bank_items @ caps.T / 16 + 0.3 * cpull[None, :] + 0.3 * bank_items_pull[:, None]
+    bb = bank_caps @ bank_items.T / 16 + 0.3 * bank_caps_pull[:, None] + 0.3 * bank_items_pull[None, :]
+    return x, bank_rows, bank_cols, bb, rng
+
+
+def test_a_square_test_matrix_saved_the_other_way_is_named_by_its_banks():
+    x, bank_rows, bank_cols, _, _ = _captions_items()
+    assert sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank_rows, "bank_cols": bank_cols})) == []
+    got = sc.findings(_folder(), *_stats(x.T.copy(), np.arange(40), {"bank_rows": bank_rows}))
+    assert len(got) == 1 and got[0].startswith("test.npy looks transposed: bank_rows.npy (bank_rows) describes the "
+                                               "test matrix's rows (correlation ")
+    assert ", not its columns (" in got[0] and got[0].endswith("save test.npy with the manifest's first modality "
+                                                                "(text) as rows (np.save(path, S.T))")
+    got = sc.findings(_folder(), *_stats(x.T.copy(), np.arange(40), {"bank_cols": bank_cols}))
+    assert len(got) == 1 and got[0].startswith("test.npy looks transposed: bank_cols.npy (bank_cols) describes the "
+                                               "test matrix's columns (correlation ")
+    assert ", not its rows (" in got[0]
+
+
+def test_a_bank_by_bank_matrix_of_other_items_is_named():
+    x, bank_rows, bank_cols, bb, rng = _captions_items(seed=1)
+    banks = {"bank_rows": bank_rows, "bank_cols": bank_cols}
+    assert sc.findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols": bb})) == []
+    got = sc.findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols": bb[rng.permutation(60)]}))
+    assert got == [f"bb.npy (bank_rows_x_bank_cols) does not describe the bank items of bank_rows.npy (bank_rows): "
+                   f"the correlation of each bank item's mean score in the two is {got[0].split('two is ')[1].split(' ')[0]} "
+                   "(right folders: above 0.5). Its rows must be the rows of bank_rows.npy, in the same order (or the "
+                   "whole folder is transposed and the manifest's modalities are swapped)"]
+    got = sc.findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols":
+                                                            bb[:, rng.permutation(60)]}))
+    assert len(got) == 1 and "bank items of bank_cols.npy (bank_cols)" in got[0] and "Its cols must be" in got[0]
+    few = {"bank_rows": bank_rows[:49], "bank_cols": bank_cols[:49], "bank_rows_x_bank_cols": bb[:49, :49][::-1]}
+    assert sc.findings(_folder(), *_stats(x, np.arange(40), few)) == []
+
+
+def test_rows_that_share_positive_columns_are_captions_whatever_the_manifest_says():
+    rng = np.random.default_rng(2)
+    items = rng.standard_normal((20, 16))
+    caps = items.repeat(2, axis=0) + 0.3 * rng.standard_normal((40, 16))
+    x = caps @ items.T
+    labels = np.arange(40) // 2
+    swapped = _folder(modalities=("video", "text"))
+    got = sc.findings(swapped, *_stats(x, labels))
+    assert got == ["the manifest says the rows of test.npy are video and the columns text, but up to 2 rows share one "
+                   "positive column: the rows are the captions. Swap 'modalities' in the manifest (the t2x numbers "
+                   "would be labelled x2t)"]
+    assert sc.findings(_folder(modalities=("text", "video")), *_stats(x, labels)) == []
