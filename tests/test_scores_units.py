@@ -17,6 +17,13 @@ def _rng(seed=0):
     return np.random.default_rng(seed)
 
 
+def _error(kind, call, *args, **kwargs) -> str:
+    """The message of the ``kind`` error that ``call(*args, **kwargs)`` raises."""
+    with pytest.raises(kind) as e:
+        call(*args, **kwargs)
+    return str(e.value)
+
+
 def _dense(m, dtype=torch.float64):
     return m.block(0, m.shape[0], 0, m.shape[1], dtype).numpy()
 
@@ -91,23 +98,18 @@ def test_what_a_task_holds_and_the_guards_of_a_task():
     assert [full.has(n) for n in ("queries", "targets", "query_bank", "target_bank")] == [True, True, True, False]
     assert [task.has(n) for n in ("queries", "targets", "query_bank", "target_bank")] == [True, True, False, False]
     assert (full.n_queries, full.n_targets, full.size("query_bank"), full.size("target_bank")) == (40, 30, 12, None)
-    with pytest.raises(ValueError) as e:
-        task.has("bank")
-    assert str(e.value) == "a task holds the inputs queries, targets, query_bank, target_bank; got 'bank'"
-    with pytest.raises(ValueError) as e:
-        ScoreTask({("query_bank", "targets"): bank}, hn.Positives.from_labels(labels, 30))
-    assert str(e.value) == ("a score task needs the test score matrix (queries x targets): pass "
-                            "matrices={('queries', 'targets'): S_test, ...}")
-    with pytest.raises(TypeError) as e:
-        ScoreTask({("queries", "targets"): S}, labels)
-    assert str(e.value) == "positives must be a hubnorm.Positives (Positives.from_labels / from_groups)"
-    with pytest.raises(ValueError) as e:
-        ScoreTask({("queries", "targets"): S}, hn.Positives.from_labels(labels, 31))
-    assert str(e.value) == ("positives are 40 queries x 31 targets but the queries x targets score matrix is 40 x 30: "
-                            "pass the positives of this matrix's rows and columns")
-    with pytest.raises(ValueError) as e:
-        ScoreTask({("queries", "targets"): S}, hn.Positives.from_labels(labels[:39], 30))
-    assert str(e.value).startswith("positives are 39 queries x 30 targets but")
+    assert _error(ValueError, task.has, "bank") == ("a task holds the inputs queries, targets, query_bank, "
+                                                     "target_bank; got 'bank'")
+    assert _error(ValueError, ScoreTask, {("query_bank", "targets"): bank}, hn.Positives.from_labels(labels, 30)) == (
+        "a score task needs the test score matrix (queries x targets): pass matrices={('queries', 'targets'): "
+        "S_test, ...}")
+    assert _error(TypeError, ScoreTask, {("queries", "targets"): S}, labels) == (
+        "positives must be a hubnorm.Positives (Positives.from_labels / from_groups)")
+    assert _error(ValueError, ScoreTask, {("queries", "targets"): S}, hn.Positives.from_labels(labels, 31)) == (
+        "positives are 40 queries x 31 targets but the queries x targets score matrix is 40 x 30: pass the positives "
+        "of this matrix's rows and columns")
+    assert _error(ValueError, ScoreTask, {("queries", "targets"): S},
+                  hn.Positives.from_labels(labels[:39], 30)).startswith("positives are 39 queries x 30 targets but")
     with pytest.raises(ValueError, match=r"direction must be one of t2i, i2t, .*got 'x2y'"):
         ScoreTask({("queries", "targets"): S}, hn.Positives.from_labels(labels, 30), direction="x2y")
 

@@ -35,46 +35,38 @@ def _message(exc_info) -> str:
     return str(exc_info.value)
 
 
+def _manifest_error(folder) -> str:
+    with pytest.raises(SimsError) as e:
+        read_manifest(folder)
+    return _message(e)
+
+
 # ------------------------------------------------------------------------------------------------- the manifest
 def test_the_manifest_guards_name_the_file_and_the_fix(tmp_path):
     missing = tmp_path / "nowhere"
-    with pytest.raises(SimsError) as e:
-        read_manifest(missing)
-    assert _message(e) == (f"sims folder {missing} does not exist: pass sims:<folder> with a folder of .npy score "
+    assert _manifest_error(missing) == (f"sims folder {missing} does not exist: pass sims:<folder> with a folder of .npy score "
                            "matrices and a manifest.json (or manifest.yaml)")
-    with pytest.raises(SimsError) as e:
-        read_manifest(tmp_path)
-    assert _message(e) == (f"{tmp_path} has no manifest (manifest.json / manifest.yaml / manifest.yml): write one that "
+    assert _manifest_error(tmp_path) == (f"{tmp_path} has no manifest (manifest.json / manifest.yaml / manifest.yml): write one that "
                            "says what each .npy file is (see hubnorm.data.sims), or convert QB-Norm pickles with "
                            "`python -m hubnorm.data import-qbnorm`")
     assert MANIFESTS == ("manifest.json", "manifest.yaml", "manifest.yml")
     (tmp_path / "manifest.json").write_text("[1, 2]")
-    with pytest.raises(SimsError) as e:
-        read_manifest(tmp_path)
-    assert _message(e) == f"{tmp_path / 'manifest.json'}: the manifest must be a mapping (see hubnorm.data.sims); got list"
+    assert _manifest_error(tmp_path) == f"{tmp_path / 'manifest.json'}: the manifest must be a mapping (see hubnorm.data.sims); got list"
     (tmp_path / "manifest.json").write_text("{not json")
-    with pytest.raises(SimsError) as e:
-        read_manifest(tmp_path)
-    m = _message(e)
+    m = _manifest_error(tmp_path)
     assert m.startswith(f"{tmp_path / 'manifest.json'}: not valid JSON (")
     assert m.endswith("); fix the manifest (see hubnorm.data.sims for its fields)")
     (tmp_path / "manifest.json").write_bytes(b'{"dataset": "caf\xe9"}')      # Latin-1, not UTF-8
-    with pytest.raises(SimsError) as e:
-        read_manifest(tmp_path)
-    m = _message(e)
+    m = _manifest_error(tmp_path)
     assert m.startswith(f"{tmp_path / 'manifest.json'}: not UTF-8 text (") and m.endswith("); save the manifest as UTF-8")
     (tmp_path / "manifest.yml").write_text("a: 1\n")
-    with pytest.raises(SimsError) as e:
-        read_manifest(tmp_path)
-    assert _message(e) == (f"{tmp_path} holds 2 manifests (manifest.json, manifest.yml): keep one, so that no reader "
+    assert _manifest_error(tmp_path) == (f"{tmp_path} holds 2 manifests (manifest.json, manifest.yml): keep one, so that no reader "
                            "has to guess which one says what the files are")
 
 
 def test_a_yaml_manifest_error_is_one_line(tmp_path):
     (tmp_path / "manifest.yaml").write_text("matrices:\n  test: [unclosed\n  other: 1\n")
-    with pytest.raises(SimsError) as e:
-        read_manifest(tmp_path)
-    m = _message(e)
+    m = _manifest_error(tmp_path)
     assert m.startswith(f"{tmp_path / 'manifest.yaml'}: not valid YAML (")
     assert m.endswith("); fix the manifest (see hubnorm.data.sims for its fields)")
     assert "\n" not in m and "  " not in m.split("(", 1)[1]    # the parser's lines joined by single spaces
