@@ -237,3 +237,46 @@ def test_a_target_bank_subset_alone_is_applied(tmp_path):
     assert only.size("target_bank") == 3 and only.size("query_bank") == full.size("query_bank")
     want = _dense(full.engine.matrix("target_bank", "targets"))[keep]
     assert np.array_equal(_dense(only.engine.matrix("target_bank", "targets")), want)
+
+
+# ----------------------------------------------------------------------------------------------- from embeddings
+def test_product_scores_read_any_array_and_name_what_is_wrong():
+    from hubnorm.scores import ProductScores, score_matrices
+
+    rng = _rng(4)
+    q, t = rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    p = ProductScores(torch.from_numpy(q).float(), t.astype(np.float32), "mine")   # a tensor and float32
+    same = ProductScores(q, t, "mine")
+    assert np.shares_memory(same.a, q) and np.shares_memory(same.b, t)            # float64 rows are not copied
+    assert p.a.dtype == np.float64 and np.allclose(_dense(p), q.astype(np.float32).astype(np.float64) @ t.T, atol=1e-6)
+    assert _error(ValueError, ProductScores, q[0], t, "mine") == ("mine: embeddings must be 2-D (items x dimensions); "
+                                                                  "got shape (3,)")
+    assert _error(ValueError, ProductScores, q, t[:, :2], "mine") == ("mine: rows and columns have different "
+                                                                      "dimensions (3 vs 2)")
+    assert _error(ValueError, ProductScores, q[:0], t, "mine") == "mine is empty (shape (0, 4))"
+    assert _error(ValueError, ProductScores, q, t[:0], "mine") == "mine is empty (shape (5, 0))"
+    mats = score_matrices(q, t, query_bank=q[:2], target_bank=t[:3])
+    assert {k: m.label for k, m in mats.items()} == {
+        ("queries", "targets"): "the test score matrix (queries x targets)",
+        ("query_bank", "targets"): "the query bank x targets score matrix",
+        ("query_bank", "target_bank"): "the query bank x target bank score matrix",
+        ("target_bank", "targets"): "the target bank x targets score matrix"}
+
+
+def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
+    from hubnorm.scores import fit_scores
+
+    S, labels, _ = _task()
+    bank = _rng(5).standard_normal((12, 30))
+    eng = ScoreEngine({("queries", "targets"): S, ("query_bank", "targets"): bank}, block_bytes=4096, plain=True,
+                      resident_bytes=0, hints={("query_bank", "target_bank"): "add bank_rows_x_bank_cols"})
+    norm = fit_scores(hn.make_normalizer("is", tau=0.05), eng, query_aware=True)
+    used = norm.score_engine_
+    assert (used.block_bytes, used.plain, used.resident_bytes) == (4096, True, 0)
+    assert used.size("query_bank") == 40                      # the test queries, not the bank of 12
+    dense = S / 0.05
+    want = -(np.log(np.exp(dense - dense.max(0)).mean(0)) + dense.max(0)) * 0.05   # -tau log mean_q exp(s / tau)
+    assert np.allclose(norm.offsets, want)
+    with pytest.raises(ValueError) as e:
+        fit_scores(hn.make_normalizer("dbsn", tau=0.05), eng, query_aware=True)
+    assert "which is missing" in str(e.value) and str(e.value).endswith(": add bank_rows_x_bank_cols")

@@ -162,9 +162,7 @@ class ProductScores(ScoreMatrix):
                 raise ValueError(f"{label}: embeddings must be 2-D (items x dimensions); got shape {x.shape}")
             return np.ascontiguousarray(x, dtype=np.float64)
 
-        a, b = (rows, cols) if isinstance(rows, np.ndarray) and rows.dtype == np.float64 and rows.flags.c_contiguous \
-            and isinstance(cols, np.ndarray) and cols.dtype == np.float64 and cols.flags.c_contiguous \
-            else (arr(rows), arr(cols))
+        a, b = arr(rows), arr(cols)   # no copy of a float64 C-ordered array
         if a.shape[1] != b.shape[1]:
             raise ValueError(f"{label}: rows and columns have different dimensions ({a.shape[1]} vs {b.shape[1]})")
         if 0 in (a.shape[0], b.shape[0]):
