@@ -81,12 +81,12 @@ def test_the_matrices_of_both_directions_are_named_for_the_user():
     tasks = media.media_tasks(media.make_media("msrvtt", n_train=6, n_test=10), block_bytes=BLOCK)
     labels = {d: {k: t.engine.matrix(*k).label for k in KEYS} for d, t in tasks.items()}
     assert labels["t2v"] == {("queries", "targets"): "the test score matrix (text x video)",
-                             ("query_bank", "targets"): "the query bank x targets scores",
-                             ("target_bank", "targets"): "the target bank x targets scores",
+                             ("query_bank", "targets"): "the query bank x targets score matrix",
+                             ("target_bank", "targets"): "the target bank x targets score matrix",
                              ("query_bank", "target_bank"): "the bank x bank score matrix"}
     assert labels["v2t"] == {("queries", "targets"): "the test score matrix (video x text)",
-                             ("query_bank", "targets"): "the query bank x targets scores",
-                             ("target_bank", "targets"): "the target bank x targets scores",
+                             ("query_bank", "targets"): "the query bank x targets score matrix",
+                             ("target_bank", "targets"): "the target bank x targets score matrix",
                              ("query_bank", "target_bank"): "the bank x bank score matrix"}
     assert all(t.block_bytes == BLOCK and t.direction == d for d, t in tasks.items())
     assert tasks["t2v"].meta == {"dataset": "synthetic-msrvtt", "modalities": ("text", "video"), "source": "synthetic",

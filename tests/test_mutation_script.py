@@ -91,11 +91,12 @@ def test_a_sample_is_the_same_tenths_of_every_functions_mutants_and_the_report_s
     import fnmatch
 
     pats = mutation.sample_patterns("engine", 3)
-    assert pats == ["hubnorm.engine.*__mutmut_*0", "hubnorm.engine.*__mutmut_*5", "hubnorm.engine.*__mutmut_*2"]
+    assert pats == ["hubnorm.engine.*__mutmut_*1", "hubnorm.engine.*__mutmut_*6", "hubnorm.engine.*__mutmut_*2"]
     names = [f"hubnorm.engine.x_f__mutmut_{i}" for i in range(1, 101)] + \
         [f"hubnorm.engine.xǁLocalEngineǁsize__mutmut_{i}" for i in range(1, 21)]
     chosen = [n for n in names if any(fnmatch.fnmatch(n, p) for p in pats)]
-    assert len(chosen) == 30 + 6 and all(n[-1] in "052" for n in chosen)
+    assert len(chosen) == 30 + 6 and all(n[-1] in "162" for n in chosen)
+    assert fnmatch.fnmatch("hubnorm.engine.x_g__mutmut_1", mutation.sample_patterns("engine", 1)[0])   # one mutant
     assert mutation.sample_patterns("engine", None) == []
     for bad in (0, 10, True, 2.5):
         with pytest.raises(SystemExit, match="--sample must be a whole number from 1 to 9"):

@@ -80,7 +80,6 @@ def test_the_hubness_of_a_task_is_the_k_occurrence_of_its_whole_matrix(block_byt
     assert h["skewness"] == pytest.approx(stats.skew(n_k), abs=1e-12)
     assert h == hn.hubness_stats(n_k, k, S.shape[0])
     # of the normalised scores: a normalizer fitted on the task (query-aware IS)
-    task.fit(hn.make_normalizer("is", tau=0.1), query_aware=True)
     norm = hn.make_normalizer("is", tau=0.1)
     task.fit(norm, query_aware=True)
     Z = task.score(norm).numpy()

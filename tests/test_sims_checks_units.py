@@ -142,7 +142,7 @@ def test_a_bank_of_the_test_queries_or_of_other_items_is_named():
     bank_caps = items[rng.integers(0, 40, 60)] + 0.3 * rng.standard_normal((60, items.shape[1]))
     right = bank_caps @ items.T
     assert sc.findings(_folder(), *_stats(x, labels, {"bank_rows": right})) == []
-    same = np.concatenate([x, x])[:80]                     # the test queries (twice): the same column means
+    same = np.concatenate([x, x])                          # the test queries (twice): the same column means
     got = sc.findings(_folder(), *_stats(x, labels, {"bank_rows": same}))
     assert got == ["bank_rows.npy (bank_rows) holds the test queries themselves: every item's mean bank score equals "
                    "its mean test score. A bank of the test queries is a query-aware (transductive) fit: give a bank "
@@ -195,11 +195,9 @@ def test_the_transpose_rule_at_its_edge():
 
 def test_the_chance_rule_at_its_edge_and_with_every_item_a_positive():
     # 1000 rows x 20 columns, two positives per row: chance = 0.1, its edge 0.2 + 3 sd = 0.2285
-    edge = sc.CHANCE_FACTOR * 0.1 + 3.0 * np.sqrt(0.1 * 0.9 / 1000)
-    assert edge == pytest.approx(0.22846, abs=1e-5)
     assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=228, per_row=2))[0].startswith(
         "raw R@1 of test.npy is 22.8, at chance level (10.00 for random scores)")
-    assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=230, per_row=2)) == []
+    assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=229, per_row=2)) == []
     every = sc.findings(_folder(), *_fabricated(20, 20, hit_rows=20, per_row=20))   # every item a positive
     assert every == ["raw R@1 of test.npy is 100.0, at chance level (100.00 for random scores): the positives do not "
                      "belong to this matrix (shifted or shuffled rows, another split, or test and bank files "

@@ -100,7 +100,7 @@ def test_a_matrix_must_be_a_non_empty_2d_float_array(tmp_path, arr, shape, dtype
 
 
 def test_a_missing_pickled_or_truncated_file_is_named(tmp_path):
-    folder, man = _folder(tmp_path)
+    folder, _ = _folder(tmp_path)
     path = folder / json.loads((folder / "manifest.json").read_text())["matrices"]["test"]
     path.unlink()
     with pytest.raises(SimsError) as e:

@@ -182,13 +182,13 @@ def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_b
     back.label = f"the test score matrix ({data.modalities[1]} x {data.modalities[0]})"
     mats = {fwd: {("queries", "targets"): test}, bwd: {("queries", "targets"): back}}
     if caps is not None:
-        mats[fwd][("query_bank", "targets")] = ProductScores(pick(caps, caps_q), test.b, "the query bank x targets scores")
+        mats[fwd][("query_bank", "targets")] = ProductScores(pick(caps, caps_q), test.b, "the query bank x targets score matrix")
         if use_tb:
-            mats[bwd][("target_bank", "targets")] = ProductScores(pick(caps, caps_t), test.a, "the target bank x targets scores")
+            mats[bwd][("target_bank", "targets")] = ProductScores(pick(caps, caps_t), test.a, "the target bank x targets score matrix")
     if items is not None:
-        mats[bwd][("query_bank", "targets")] = ProductScores(pick(items, items_q), test.a, "the query bank x targets scores")
+        mats[bwd][("query_bank", "targets")] = ProductScores(pick(items, items_q), test.a, "the query bank x targets score matrix")
         if use_tb:
-            mats[fwd][("target_bank", "targets")] = ProductScores(pick(items, items_t), test.b, "the target bank x targets scores")
+            mats[fwd][("target_bank", "targets")] = ProductScores(pick(items, items_t), test.b, "the target bank x targets score matrix")
     if bank_bank is not None:
         mats[fwd][("query_bank", "target_bank")] = bank_bank.take(caps_q, items_t)
         mats[bwd][("query_bank", "target_bank")] = bank_bank.take(caps_t, items_q).T
