@@ -261,7 +261,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once (default: cores)")
     p.add_argument("--report", type=Path, help="a folder: update <REPORT>/summary.md/.csv and write <module>.md")
     p.add_argument("--min-score", type=float, default=None, help="exit 1 when a module scores below this (0-1)")
-    p.add_argument("--sample", type=int, default=None, metavar="K",
+    p.add_argument("--sample", type=int, default=None, metavar="K", choices=range(1, 10),
                    help="test about K in 10 of the mutants (1-9; the same ones every run): for heavy modules")
     args = p.parse_args(argv)
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
@@ -274,7 +274,6 @@ def main(argv=None) -> int:
     if not names:
         print("nothing to mutate: name modules, or --changed found no changed library module")
         return 0
-    sample_patterns("", args.sample)   # checked before anything runs
     rows = []
     for name in dict.fromkeys(names):
         module_path(name)

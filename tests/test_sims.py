@@ -233,32 +233,38 @@ def test_qbnorm_import_errors(tmp_path):
 
 
 # ---------------------------------------------------------------- what mutation testing found unchecked (issue 50)
+@pytest.mark.parametrize("dtype, read_bytes, starts", [(np.float64, 3 * 8 * 8, [0, 3, 6, 9]),     # 3 rows a read
+                                                      (np.float32, 8, list(range(11)))])       # under a row
 @pytest.mark.parametrize("order", ["C", "F"])
-def test_the_scan_in_many_reads_equals_the_whole_array(tmp_path, monkeypatch, order):
-    """scan_npy over reads of 3 rows (C order) or 24 values (Fortran order): the bound is the largest |score| of the
-    whole file, every row reaches the statistics once and in order, and a NaN is reported at its own row / column."""
+def test_the_scan_in_many_reads_equals_the_whole_array(tmp_path, monkeypatch, order, dtype, read_bytes, starts):
+    """scan_npy over many reads (C order: whole rows per read, at least one; Fortran order: values, the rows from
+    the memory map after the pass): the bound is the largest |score| of the whole file, every row reaches the
+    statistics once, in order and in float64, and a NaN is reported at its own row / column."""
     from hubnorm.data import sims as sims_mod
 
     rng = np.random.default_rng(3)
-    arr = np.asfortranarray(rng.standard_normal((11, 8))) if order == "F" else rng.standard_normal((11, 8))
+    arr = rng.standard_normal((11, 8)).astype(dtype)
     arr[9, 5] = 7.5                                                          # the largest |score|, in a late read
+    arr = np.asfortranarray(arr) if order == "F" else arr
     path = tmp_path / "m.npy"
     np.save(path, arr)
-    monkeypatch.setattr(sims_mod, "_SCAN_BYTES", 3 * 8 * 8)                 # 3 rows of 8 float64 per read
+    monkeypatch.setattr(sims_mod, "_SCAN_BYTES", read_bytes)
     seen = []
     mm = np.load(path, mmap_mode="r")
     assert mm.flags.f_contiguous == (order == "F")
     bound = sims_mod.scan_npy(path, mm, "test", on_rows=lambda r0, block: seen.append((r0, block.copy())))
     assert bound == 7.5
-    assert [r0 for r0, _ in seen] == [0, 3, 6, 9] and np.array_equal(np.concatenate([b for _, b in seen]), arr)
+    assert [r0 for r0, _ in seen] == starts and all(b.dtype == np.float64 for _, b in seen)
+    assert np.array_equal(np.concatenate([b for _, b in seen]), arr.astype(np.float64))
     assert sims_mod.scan_npy(path, mm, "test", scan=False) is None
     arr[8, 6] = np.nan
     arr[10, 1] = np.inf
     np.save(path, arr)
     r, c = (8, 6) if order == "C" else (10, 1)                          # the first in the file's byte order
-    with pytest.raises(SimsError, match=rf"\(test\) holds a non-finite score at row {r}, column {c}: a score matrix "
-                                        r"must be finite"):
-        sims_mod.scan_npy(path, np.load(path, mmap_mode="r"), "test")
+    with pytest.raises(SimsError) as e:
+        sims_mod.scan_npy(path, np.load(path, mmap_mode="r"), "matrix 'test'")
+    assert str(e.value) == (f"{path} (matrix 'test') holds a non-finite score at row {r}, column {c}: a score matrix "
+                            "must be finite; recompute it (or drop that row and its positives)")
 
 
 def test_a_positive_label_must_name_a_column(tmp_path):
@@ -322,8 +328,10 @@ def test_the_positives_file_is_checked_whole(tmp_path):
         load_sims(tmp_path, consistency=False)
     man_path.write_text(json.dumps(good))
     for labels, match in (([-1, 1, 2, 2], r"must lie in \[0, 3\) \(the test matrix's columns\); got \[-1, 2\]$"),
-                          ([0, 0, 0, 0], r"test column 1 \(and 1 more\) has no positive; every test item needs one"),
-                          ([0.0, 1.0, 2.0, 2.0], r"must be 4 integers, one column index per row of the test matrix")):
+                          ([0, 0, 0, 0], r"test column 1 \(and 1 more\) has no positive; every test item needs one: drop "
+                                           r"it from the matrices or fix the positives$"),
+                          ([0.0, 1.0, 2.0, 2.0], r"must be 4 integers, one column index per row of the test matrix; got shape "
+                                                  r"\(4,\), dtype float64$")):
         np.save(tmp_path / "positives_labels.npy", np.array(labels))
         with pytest.raises(SimsError, match=match):
             load_sims(tmp_path, consistency=False, verify=False)

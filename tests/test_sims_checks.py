@@ -64,8 +64,10 @@ def test_a_file_changed_during_the_read_is_refused(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(sims_mod, "scan_npy", scan_then_rewrite)
-    with pytest.raises(SimsError, match="changed while the folder was read"):
+    with pytest.raises(SimsError) as e:
         load_sims(tmp_path, verify=False)
+    assert str(e.value) == (f"{tmp_path / 'positives_labels.npy'} changed while the folder was read: its matrices and "
+                            "positives may come from two versions; load it again once the writer has finished")
 
 
 def test_positives_are_read_once_and_the_bytes_hashed_are_the_bytes_parsed(tmp_path, monkeypatch):

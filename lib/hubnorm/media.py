@@ -156,8 +156,8 @@ def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_b
     """Both directions of ``data`` as :class:`~hubnorm.scores.ScoreTask` objects.
 
     The score matrices are :class:`~hubnorm.scores.ProductScores` (float64 dot products computed block by block
-    when a reduction reads them, never a whole bank x gallery matrix); the second direction reads the first's test
-    matrix and bank x bank matrix transposed (``.T``, nothing recomputed). ``bank_queries`` / ``target_bank``: at
+    when a reduction reads them, never a whole bank x gallery matrix); the second direction's test matrix holds the
+    first's factors swapped, and it reads the bank x bank matrix transposed (``.T``; nothing is copied). ``bank_queries`` / ``target_bank``: at
     most this many query-bank / target-bank items per direction, a seeded subset (the rule of
     :func:`hubnorm.scores.bank_subsets`, the same as for a ``sims:`` folder); ``target_bank=0``: no target banks
     (DBSN and DualIS then name the missing matrix)."""
@@ -178,8 +178,7 @@ def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_b
     bank_bank = None
     if caps is not None and items is not None and use_tb:
         bank_bank = ProductScores(caps, items, "the bank x bank score matrix")
-    back = test.T   # the same factors swapped: its rows are the items
-    back.label = f"the test score matrix ({data.modalities[1]} x {data.modalities[0]})"
+    back = ProductScores(test.b, test.a, f"the test score matrix ({data.modalities[1]} x {data.modalities[0]})")
     mats = {fwd: {("queries", "targets"): test}, bwd: {("queries", "targets"): back}}
     if caps is not None:
         mats[fwd][("query_bank", "targets")] = ProductScores(pick(caps, caps_q), test.b, "the query bank x targets score matrix")
