@@ -70,7 +70,8 @@ MEDIA_START, MEDIA_END = "<!-- video-audio:start -->", "<!-- video-audio:end -->
 #: the command whose fit the video/audio section records (set by main)
 MEDIA_COMMAND = ["`scripts/calibrate_synthetic.py --fit-media`"]
 #: statistics whose residual is a log ratio (scale-free quantities)
-LOG_STATS = {"img_participation_ratio", "cap_participation_ratio", "kurt_N1_t2i", "max_N1_t2i"}
+LOG_STATS = {"img_participation_ratio", "cap_participation_ratio", "kurt_N1_t2i", "max_N1_t2i", "img_centrality_sd",
+             "cap_centrality_sd"}
 
 
 # ------------------------------------------------------------------------------------------------ fit
