@@ -233,3 +233,19 @@ def test_the_papers_gains_compared_out_of_sample_are_the_published_ones():
     for preset in ("flickr30k", "coco"):
         assert {(preset, m) for m in ("nnn", "is", "sn", "dbsn")} <= methods
     assert {("msrvtt", "sn"), ("audiocaps", "sn"), ("msrvtt", "dbsn")} <= methods
+
+
+def test_the_spread_statistics_are_fitted_where_the_report_says_so():
+    """The four per-item spread statistics (added after the image-text presets' fits) carry tolerances set before
+    any fit, are recorded for every real reference, are part of the text-audio geometry's fit and are marked
+    'not fitted' for the image-text presets (and their isotropic partners), as the report says."""
+    spread = {"img_centrality_sd": (0.25, "rel"), "cap_centrality_sd": (0.25, "rel"), "img_spread_cv": (0.04, "abs"),
+              "cap_spread_cv": (0.04, "abs")}
+    assert cal.SPREAD_STATISTICS == set(spread)
+    for key, tol in spread.items():
+        assert cal.STATISTICS[key][1:] == tol
+        assert all(np.isfinite(ref["statistics"][key]) for ref in cal.REAL_STATISTICS.values())
+        assert cal.fitted("audiocaps-clap", key)
+        for preset in ("flickr30k", "coco", "flickr30k-isotropic", "coco-isotropic"):
+            assert not cal.fitted(preset, key)
+    assert cal.fitted("flickr30k", "gain_nnn_t2i") and not cal.fitted("audiocaps-clap", "query_bank_gap")

@@ -45,6 +45,11 @@ def _dense_reference(img, cap, c2i, knn=5):
             out[f"skew_N{k}_{d}"] = stats.skew(nk)
             if k == 10:
                 out[f"rho_N10_{d}"] = stats.spearmanr(nk, t @ q.mean(0))[0]
+    for tag, per_item in (("img", S.T), ("cap", S)):   # an item's cosines to every item of the other modality
+        means = np.array([np.mean(v) for v in per_item])
+        sds = np.array([np.sqrt(np.mean((v - v.mean()) ** 2)) for v in per_item])
+        out[f"{tag}_centrality_sd"] = np.sqrt(np.mean((means - means.mean()) ** 2))
+        out[f"{tag}_spread_cv"] = np.sqrt(np.mean((sds - sds.mean()) ** 2)) / sds.mean()
     out["R1_t2i"] = 100 * np.mean(S.argmax(1) == c2i)
     out["R1_i2t"] = 100 * np.mean([c2i[np.argmax(S[:, j])] == j for j in range(n)])
     return out

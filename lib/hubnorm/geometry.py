@@ -73,6 +73,11 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
       ``skew_N10_*`` (k-occurrence skewness, :func:`hubnorm.hubness_stats`), ``rho_N10_*`` (Spearman correlation of
       ``N_10`` with centrality, the cosine of a target with the mean query: how far one global direction explains
       the hubs);
+    - per item, over the other modality: ``img_centrality_sd`` / ``cap_centrality_sd``, the spread (sd over the
+      items) of an item's mean cosine to every item of the other modality (how much some items sit closer to the
+      other modality than others: the per-item offset that the hubness corrections estimate), and
+      ``img_spread_cv`` / ``cap_spread_cv``, how much the sd of an item's cosines to the other modality varies
+      between items (sd / mean over the items: 0 when every item's scores are equally spread);
     - accuracy: ``R1_t2i`` and ``R1_i2t`` (percent; i2t counts any of an image's captions).
     """
     from scipy import stats as sps
@@ -88,12 +93,18 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
     mu_i, mu_c = img.mean(0), cap.mean(0)
     matched = (cap * img[c2i]).sum(1)
     tot = tot2 = 0.0
-    best_neg, top1 = [], []
+    best_neg, top1, cap_mean, cap_sd = [], [], [], []
+    col_sum = torch.zeros(n, dtype=img.dtype)
+    col_sum2 = torch.zeros(n, dtype=img.dtype)
     for i in range(0, m, block):
         s = cap[i:i + block] @ img.T
         rows = torch.arange(s.shape[0])
         tot += float(s.sum())
         tot2 += float((s * s).sum())
+        cap_mean.append(s.mean(1))
+        cap_sd.append(s.std(1, correction=0))
+        col_sum += s.sum(0)
+        col_sum2 += (s * s).sum(0)
         top1.append(s.argmax(1))
         s[rows, c2i[i:i + block]] = -torch.inf
         best_neg.append(s.max(1).values)
@@ -105,6 +116,11 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
            "random_sd": float(rand_sd), "best_nonmatch_mean": float(torch.cat(best_neg).mean()),
            "gap": float(torch.linalg.vector_norm(mu_i - mu_c)),
            "centroid_cos": float(mu_i @ mu_c / torch.linalg.vector_norm(mu_i) / torch.linalg.vector_norm(mu_c))}
+    img_mean = col_sum / m
+    img_sd = (col_sum2 / m - img_mean ** 2).clamp_min(0).sqrt()
+    for tag, centre, spread in (("img", img_mean, img_sd), ("cap", torch.cat(cap_mean), torch.cat(cap_sd))):
+        out[f"{tag}_centrality_sd"] = float(centre.std(correction=0))
+        out[f"{tag}_spread_cv"] = float(spread.std(correction=0) / spread.mean())
     for tag, x in (("img", img), ("cap", cap)):
         sh = _spectrum(x)
         out[f"{tag}_participation_ratio"] = float(1.0 / np.sum(sh ** 2))

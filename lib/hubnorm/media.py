@@ -71,8 +71,8 @@ class MediaPreset:
 _MEDIA_FITTED = {
     "msrvtt": dict(caption_noise=4.903, caption_bias_std=0.01188, bias_std=0.003317),
     "didemo": dict(caption_noise=4.985, caption_bias_std=0.01284),
-    "audiocaps": dict(caption_noise=3.771),
-    "clotho": dict(caption_noise=12.9),
+    "audiocaps": dict(caption_noise=2.575),
+    "clotho": dict(caption_noise=11.12),
 }
 
 MEDIA_PRESETS: Dict[str, MediaPreset] = {

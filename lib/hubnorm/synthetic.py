@@ -195,12 +195,12 @@ _FITTED = {
              caption_shared=0.2463, modality_cos=0.3338, bias_std=0.009693, caption_bias_std=0.005236,
              image_style_share=0.807, text_style_share=0.7608),
     # the text-audio geometry of LAION-CLAP on AudioCaps: the audio presets of hubnorm.media build on it
-    "audiocaps-clap": dict(spectrum_decay=0.6491, detail_decay=0.7243, noise_decay=0.6821, topic_zipf=0.4479,
-                           topic_spread=0.4456, topic_spread_sigma=1.101, image_noise_sigma=0.2565,
-                           caption_noise_sigma=0.9239, image_semantic=1.984, image_noise=0.242, text_semantic=2.939,
-                           text_noise=0.102, caption_noise=4.788, caption_shared=0.5786, modality_cos=-0.2568,
-                           bias_std=0.017, caption_bias_std=0.008227, image_style_share=0.2916,
-                           text_style_share=0.3146, image_mean=0.3612, text_mean=0.4428),
+    "audiocaps-clap": dict(spectrum_decay=0.4578, detail_decay=0.7226, noise_decay=0.8475, topic_zipf=0.4743,
+                           topic_spread=0.3686, topic_spread_sigma=1.113, image_noise_sigma=0.229,
+                           caption_noise_sigma=1.015, image_semantic=2.135, image_noise=0.1731, text_semantic=2.788,
+                           text_noise=0.0764, caption_noise=3.836, caption_shared=0.5728, modality_cos=-0.2627,
+                           bias_std=0.1309, caption_bias_std=0.1454, image_style_share=0.3439,
+                           text_style_share=0.3334, image_mean=0.4186, text_mean=0.4665),
 }
 
 #: The generator's presets. ``flickr30k`` and ``coco`` (the defaults): the "clustered" model, calibrated to
