@@ -22,8 +22,10 @@ its root (``hubnorm/``, as mutmut expects), and mutmut writes the mutated copy u
 tests import that copy (``PYTHONPATH``; the folder exists before mutmut starts, or Python would cache that it is
 absent and import the editable install instead). The tests of a module: the test files that name it
 (``hubnorm.<module>``, ``from hubnorm import <module>``, ``from hubnorm.<module> import``, or
-``tests/test_<module>*.py``); ``--tests`` replaces them. Tests run with ``HUBNORM_SHARED_DATA`` pointing at the
-shared data folder beside the repository when it exists (else those tests skip, and what only they check survives).
+``tests/test_<module>*.py``), and for a method's module (``normalizers.*``) also the tests that reach every
+registered method through the registry (:data:`REGISTRY_WIDE`); ``--tests`` replaces them. Tests run with
+``HUBNORM_SHARED_DATA`` pointing at the shared data folder beside the repository when it exists (else those tests
+skip, and what only they check survives).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ STRUCTURAL = {"test_import_graph.py", "test_layering.py", "test_module_boundarie
 #: --tests when wanted
 HEAVY = {"test_notebooks.py", "test_notebook_matrix.py", "test_notebook_08.py", "test_exercises.py", "test_site.py",
          "test_run_profiles.py", "test_runner_safety.py", "test_jupyter_ipc.py"}
+#: tests that reach every registered method through the registry, naming none (the generic method checks, the
+#: invariants, the registry's errors): part of every ``normalizers.*`` module's tests
+REGISTRY_WIDE = {"test_method_checks.py", "test_invariants.py", "test_errors.py"}
 STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked", "segfault")
 
 
@@ -83,7 +88,8 @@ def tests_for(name: str) -> list:
     for f in sorted((REPO / "tests").glob("test_*.py")):
         if f.name in STRUCTURAL | HEAVY:
             continue
-        if f.name.startswith(f"test_{stem}") or pattern.search(f.read_text()):
+        generic = name.startswith("normalizers.") and f.name in REGISTRY_WIDE
+        if generic or f.name.startswith(f"test_{stem}") or pattern.search(f.read_text()):
             out.append(f"tests/{f.name}")
     return out
 

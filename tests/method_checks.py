@@ -104,6 +104,19 @@ def check_declarations(cls):
         norm.set_params(not_a_parameter_of_any_method=1)
 
 
+def check_constructor_stores_arguments(cls):
+    """The constructor stores every argument as given, under its own name (scikit-learn's rule): no check, no
+    conversion, no default put in its place; ``get_params`` / ``clone`` hand them back unchanged."""
+    names = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    sentinels = {p: object() for p in names}
+    norm = cls(**sentinels)
+    params = norm.get_params()
+    assert set(params) == set(names)
+    for p in names:
+        assert getattr(norm, p) is sentinels[p], f"{cls.__name__}({p}=...) does not store {p} as given"
+        assert params[p] is sentinels[p]
+
+
 def check_invalid_parameters(cls):
     """Every declared parameter refuses its bad values, naming itself, before any data is seen."""
     for name, spec in cls.parameters.items():
@@ -315,8 +328,8 @@ def check_dask_equals_in_process(cls):
         assert torch.equal(got.topk(q, 5)[1], ref.topk(q, 5)[1])
 
 
-CHECKS = (check_declarations, check_invalid_parameters, check_limits, check_bad_inputs, check_plain_equals_blocked,
-          check_fast_kernels_equal_plain,
+CHECKS = (check_declarations, check_constructor_stores_arguments, check_invalid_parameters, check_limits,
+          check_bad_inputs, check_plain_equals_blocked, check_fast_kernels_equal_plain,
           check_block_sizes_and_row_shifts, check_scores_topk_offsets_agree, check_dtypes_and_device,
           check_sweep_equals_reference, check_dask_equals_in_process)
 

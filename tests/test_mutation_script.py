@@ -24,6 +24,10 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     assert not {Path(t).name for t in tests} & (mutation.STRUCTURAL | mutation.HEAVY)
     assert mutation.tests_for("cli") == ["tests/test_cli.py"]
     assert "tests/test_mutation_script.py" not in mutation.tests_for("evaluation")
+    # a method's module: also the checks that reach every registered method through the registry, naming none
+    dsl = mutation.tests_for("normalizers.dissimlocal")
+    assert {f"tests/{f}" for f in mutation.REGISTRY_WIDE} <= set(dsl) and "tests/test_classic_hubness.py" in dsl
+    assert "tests/test_method_checks.py" not in mutation.tests_for("hubness")
     with pytest.raises(SystemExit, match="no module 'nosuch'"):
         mutation.module_path("nosuch")
     assert mutation.module_path("normalizers.nnn") == REPO / "lib" / "hubnorm" / "normalizers" / "nnn.py"
