@@ -184,22 +184,35 @@ def check_bad_inputs(cls):
 
 
 # ---------------------------------------------------------------------------------------------------- plain = blocked
+def _choice_settings(cls):
+    """The example parameters, and once more with each other value of every ``"choice"`` parameter (MP's two
+    forms, NNN's two implementations): each choice is a computation of its own, checked like the default."""
+    yield {}
+    for name, spec in cls.parameters.items():
+        if spec.kind == "choice":
+            default = cls.example_params.get(name, inspect.signature(cls.__init__).parameters[name].default)
+            yield from ({name: c} for c in spec.choices if c != default)
+
+
 def check_plain_equals_blocked(cls):
     """The fit equals the method's dense plain form, and the fit on a plain engine (block loops, never a fast
-    kernel) at tiny blocks: the fast kernels and the blocked statement compute the same offsets."""
+    kernel) at tiny blocks: the fast kernels and the blocked statement compute the same offsets; for every value
+    of a choice parameter."""
     q, t, qb, tb = problem(3)
-    ref = fit(cls, t, qb, tb)
-    try:
-        plain = ref.plain(*(torch.from_numpy(x) for x in (t, qb, tb)))
-    except NotImplementedError:
-        plain = None
-    if plain is not None:
-        _close(ref, plain, 1e-10, f"{cls.name}: fit vs plain")
-    norm = make(cls)
-    engine = norm.local_engine(t, qb, tb)
-    for block_bytes in (None, 8 * 13, 8 * 40 * 7):
-        blocked = LocalEngine(engine.inputs, block_bytes=block_bytes, plain=True)
-        _close(ref, norm.fit_blocks(blocked), 1e-10, f"{cls.name}: fit vs plain engine (block_bytes={block_bytes})")
+    for setting in _choice_settings(cls):
+        what = f"{cls.name}{setting or ''}"
+        ref = fit(cls, t, qb, tb, **setting)
+        try:
+            plain = ref.plain(*(torch.from_numpy(x) for x in (t, qb, tb)))
+        except NotImplementedError:
+            plain = None
+        if plain is not None:
+            _close(ref, plain, 1e-10, f"{what}: fit vs plain")
+        norm = make(cls, **setting)
+        engine = norm.local_engine(t, qb, tb)
+        for block_bytes in (None, 8 * 13, 8 * 40 * 7):
+            blocked = LocalEngine(engine.inputs, block_bytes=block_bytes, plain=True)
+            _close(ref, norm.fit_blocks(blocked), 1e-10, f"{what}: fit vs plain engine (block_bytes={block_bytes})")
 
 
 def check_fast_kernels_equal_plain(cls):
