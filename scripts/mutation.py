@@ -47,7 +47,8 @@ LIB = REPO / "lib" / "hubnorm"
 WORK = REPO / ".mutation"
 #: tests that read the source tree's layout (lib/hubnorm paths, imports, packaging), not a module's behaviour: they
 #: do not run in the workspace, where the package sits at the root
-STRUCTURAL = {"test_import_graph.py", "test_layering.py", "test_module_boundaries.py", "test_packaging.py"}
+STRUCTURAL = {"test_import_graph.py", "test_layering.py", "test_module_boundaries.py", "test_packaging.py",
+              "test_method_names.py"}
 #: tests that run whole notebooks, the website or run_all.sh (minutes each, for every mutant they reach): named with
 #: --tests when wanted
 HEAVY = {"test_notebooks.py", "test_notebook_matrix.py", "test_notebook_08.py", "test_exercises.py", "test_site.py",

@@ -247,6 +247,18 @@ def test_dn_without_target_bank_centres_with_the_gallery():
     dn = hn.DistributionNormalization(lam=lam, device="cpu").fit(targets, query_bank=bank)
     ref = (queries - lam * bank.mean(0)) @ (targets - lam * targets.mean(0)).T
     np.testing.assert_allclose(dn.score(queries).numpy(), ref, atol=1e-12)
+    # the plain form (the reference of the generic checks) centres with the gallery too
+    plain = dn.plain(*(torch.from_numpy(x) for x in (targets, bank)))
+    np.testing.assert_allclose(plain["target_mean_"].numpy(), targets.mean(0), atol=1e-12)
+    np.testing.assert_allclose(plain["offsets_"].numpy(), dn.offsets_.numpy(), atol=1e-12)
+
+
+def test_dn_plain_form_is_the_full_bank_mean_only():
+    """With sampled means (``n_samples``) there is no plain form to compare with: it says so, naming the setting."""
+    _, targets, bank = _problem(44)
+    dn = hn.DistributionNormalization(lam=0.5, n_samples=10, device="cpu")
+    with pytest.raises(NotImplementedError, match=r"^the plain form of DN uses the full-bank means \(n_samples=None\)$"):
+        dn.plain(torch.from_numpy(targets), torch.from_numpy(bank))
 
 
 @pytest.mark.parametrize("k", [1, 5, 20])

@@ -21,17 +21,8 @@ from __future__ import annotations
 import torch
 
 from ..blocks import Inputs, Param, Scores, TopK
-from ..kernels import topk_similarity
-from .._validation import check_positive_int
 from .base import Normalizer
 from .inverted_softmax import BANK_SCORES, inverted_softmax_blocks, inverted_softmax_plain
-
-
-def activation_mask(bank, targets, k, block_bytes=None):
-    """Boolean mask over targets: ``True`` for every target in some bank item's raw top-``k`` (in memory)."""
-    k = check_positive_int(k, "k", maximum=targets.shape[0], max_name="the number of targets")
-    _, idx = topk_similarity(bank, targets, k, block_bytes=block_bytes)
-    return mask_of(idx, targets.shape[0], targets.device)
 
 
 def mask_of(idx: torch.Tensor, n: int, device) -> torch.Tensor:
