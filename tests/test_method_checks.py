@@ -1,8 +1,15 @@
 """Every registered method through the generic checks of ``tests/method_checks.py`` (discovered from the registry:
-a method added with one registry line gets them all; no method list lives here)."""
+a method added with one registry line gets them all; no method list lives here), and every registered method's
+constructor defaults against the method table of docs/methods.md."""
+
+import ast
+import inspect
+import re
+from pathlib import Path
 
 import pytest
 
+import hubnorm as hn
 from method_checks import registered_checks
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
@@ -16,13 +23,6 @@ def test_method_check(name, check, fn):
 
 
 # ---------------------------------------------------------------------------------------------------- defaults
-import ast  # noqa: E402
-import inspect  # noqa: E402
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import hubnorm as hn  # noqa: E402
-
 METHODS_DOC = Path(__file__).resolve().parents[1] / "docs" / "methods.md"
 #: the keywords every method takes (docs/methods.md, above the table), with their defaults
 COMMON = {"device": None, "chunk_size": None, "check_normalized": True, "block_bytes": None}
