@@ -94,7 +94,7 @@ def test_a_failed_notebook_moves_what_it_wrote_out_of_tables(tmp_path, monkeypat
     root = tmp_path / "repo"
     (root / "notebooks").mkdir(parents=True)
     (root / "scripts").symlink_to(Path(__file__).resolve().parents[1] / "scripts")   # the runner's helpers
-    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [
+    cells = [{"id": "fails", "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [
         "import os, pathlib\n",
         "t = pathlib.Path(os.environ['HUBNORM_RESULTS']) / 'tables'\n",
         "t.mkdir(parents=True, exist_ok=True)\n",
@@ -123,9 +123,9 @@ def _param_notebook(root: Path) -> None:
     """notebooks/98_params.ipynb: a parameters cell (seed = 0) and a cell writing the seed into a table."""
     (root / "notebooks").mkdir(parents=True)
     (root / "scripts").symlink_to(Path(__file__).resolve().parents[1] / "scripts")   # the runner's helpers
-    cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None, "outputs": [],
-              "source": ["seed = 0\n"]},
-             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [
+    cells = [{"id": "parameters", "cell_type": "code", "metadata": {"tags": ["parameters"]}, "execution_count": None,
+              "outputs": [], "source": ["seed = 0\n"]},
+             {"id": "table", "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [
                  "import os, pathlib\n",
                  "t = pathlib.Path(os.environ['HUBNORM_RESULTS']) / 'tables'\n",
                  "t.mkdir(parents=True, exist_ok=True)\n",
