@@ -29,8 +29,8 @@ import pandas as pd
 from ..geometry import bank_statistics, embedding_statistics
 from .compare import MIN_PUBLISHED_GAIN   # one rule for every ratio to a published gain
 
-__all__ = ["REAL_STATISTICS", "STATISTICS", "PUBLISHED_TOLERANCE", "NOT_FITTED", "NOT_FITTED_FOR", "fitted", "HEADROOM", "HEADROOM_SPLITS",
-           "HEADROOM_STATISTICS", "references",
+__all__ = ["REAL_STATISTICS", "STATISTICS", "PUBLISHED_TOLERANCE", "NOT_FITTED", "SPREAD_STATISTICS", "NOT_FITTED_FOR",
+           "fitted", "HEADROOM", "HEADROOM_SPLITS", "HEADROOM_STATISTICS", "references",
            "band", "headroom_statistics", "preset_statistics", "full_size_statistics", "calibration_table"]
 
 #: Statistic name -> (what it is, tolerance, "abs" or "rel"). Order = the report's order.
