@@ -4,7 +4,8 @@
     .venv/bin/python scripts/mutation.py hubness cli                   # these modules (lib/hubnorm/<name>.py)
     .venv/bin/python scripts/mutation.py --changed                     # the modules a change touches (vs origin/main,
                                                                         # else HEAD~1): the check before a stop
-    .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + the report folder
+    .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + the report folder (a
+                                                                        # module's row is written when it ends)
     .venv/bin/python scripts/mutation.py engine --sample 3             # a heavy module: about 3 mutants in 10
 
 mutmut (3.x) changes one thing at a time in every function of a module (an operator, a constant, an argument, a
@@ -23,7 +24,9 @@ tests import that copy (``PYTHONPATH``; the folder exists before mutmut starts, 
 absent and import the editable install instead). The tests of a module: the test files that name it
 (``hubnorm.<module>``, ``from hubnorm import <module>``, ``from hubnorm.<module> import``, or
 ``tests/test_<module>*.py``), and for a method's module (``normalizers.*``) also the tests that reach every
-registered method through the registry (:data:`REGISTRY_WIDE`); ``--tests`` replaces them. Tests run with
+registered method through the registry (:data:`REGISTRY_WIDE`); a module of a subpackage also through the names its
+package re-exports (``from hubnorm.index import BankIndex`` for ``index.ivf``), and a method module that registers
+no method (``normalizers.plans``) through the registered methods built on its classes; ``--tests`` replaces them. Tests run with
 ``HUBNORM_SHARED_DATA`` pointing at the shared data folder beside the repository when it exists (else those tests
 skip, and what only they check survives).
 """
@@ -79,10 +82,30 @@ def tests_for(name: str) -> list:
     if exported:
         names = "|".join(map(re.escape, exported))
         alternatives += [rf"\b(?:hn|hubnorm)\.(?:{names})\b", rf"from hubnorm import [^\n]*\b(?:{names})\b"]
+    if parent != "hubnorm" and not name.startswith("normalizers."):
+        # a module of a subpackage reached through the names its package re-exports (``from hubnorm.index import
+        # BankIndex`` reaches hubnorm.index.ivf)
+        import importlib
+
+        package = importlib.import_module(parent)
+        public = sorted(n for n in getattr(package, "__all__", dir(package))
+                        if getattr(getattr(package, n, None), "__module__", None) == dotted)
+        if public:
+            names = "|".join(map(re.escape, public))
+            alternatives += [rf"from {re.escape(parent)} import [^\n]*\b(?:{names})\b",
+                             rf"\b{re.escape(parent)}\.(?:{names})\b"]
     if name.startswith("normalizers."):   # tests reach a method by its class or its registry name ("nnn")
         source = module_path(name).read_text()
         classes = re.findall(r"^class (\w+)\(", source, re.M)
         keys = re.findall(r'^    name = "(\w+)"', source, re.M)
+        # a module of shared machinery that registers no method itself (plans.py) is reached through the registered
+        # methods built on its classes
+        from hubnorm.registry import NORMALIZERS
+
+        for key, cls in NORMALIZERS.items() if not keys else ():
+            if any(c.__module__ == dotted for c in cls.__mro__[1:]):
+                classes.append(cls.__name__)
+                keys.append(key)
         alternatives += [rf"\b{re.escape(c)}\b" for c in classes] + [rf"""["']{re.escape(k)}["']""" for k in keys]
     pattern = re.compile("|".join(alternatives))
     out = []
@@ -258,6 +281,16 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
         write(folder / f"{r['module']}.md", "\n".join(page) + "\n")
 
 
+def module_command(name: str, args) -> list:
+    """The arguments of ``scripts/mutation.py`` that measure module ``name`` alone as this run did."""
+    out = [name]
+    if args.tests:
+        out += ["--tests", *args.tests]
+    if args.sample is not None:
+        out += ["--sample", str(args.sample)]
+    return out + ["--report", str(args.report)]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description="Mutation testing of hubnorm modules with mutmut (see the docstring).")
@@ -297,9 +330,9 @@ def main(argv=None) -> int:
               f"{r['no tests']} not reached by a test: score {r['score']:.0%} ({r['seconds']:.0f} s)", flush=True)
         for diff in r["survivors"].values():
             print("  " + "\n  ".join(diff.strip().splitlines()[:12]))
-    if args.report and rows:
-        write_report(rows, args.report, argv)
-        print(f"updated {args.report / 'summary.md'} and .csv")
+        if args.report:   # each module's row as soon as it is measured (a long run stopped later keeps it)
+            write_report([r], args.report, module_command(name, args))
+            print(f"updated {args.report / 'summary.md'} and .csv", flush=True)
     if WORK.exists():
         shutil.rmtree(WORK)
     if args.min_score is not None and any(r["score"] < args.min_score for r in rows):

@@ -28,6 +28,11 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     dsl = mutation.tests_for("normalizers.dissimlocal")
     assert {f"tests/{f}" for f in mutation.REGISTRY_WIDE} <= set(dsl) and "tests/test_classic_hubness.py" in dsl
     assert "tests/test_method_checks.py" not in mutation.tests_for("hubness")
+    # a subpackage's module: reached through the names its package re-exports (from hubnorm.index import BankIndex)
+    assert "tests/test_fast_paths.py" in mutation.tests_for("index.ivf")
+    assert "tests/test_fast_paths.py" not in mutation.tests_for("index.engine")
+    # a method module's shared machinery (plans.py registers no method): reached through the methods built on it
+    assert "tests/test_transport_plans.py" in mutation.tests_for("normalizers.plans")
     with pytest.raises(SystemExit, match="no module 'nosuch'"):
         mutation.module_path("nosuch")
     assert mutation.module_path("normalizers.nnn") == REPO / "lib" / "hubnorm" / "normalizers" / "nnn.py"
@@ -113,3 +118,24 @@ def test_a_sample_is_the_same_tenths_of_every_functions_mutants_and_the_report_s
     page = (tmp_path / "r" / "engine.md").read_text()
     assert "100 mutants (tested: 30 of 100 (3 in 10)): 27 killed, 3 survived" in page
     assert "scripts/mutation.py engine --sample 3`" in page
+
+
+def test_each_module_is_reported_as_soon_as_it_is_measured_with_its_own_command(mutation, tmp_path, monkeypatch):
+    """A run over several modules writes a module's row and page when that module ends: stopping the run later (or
+    a failure on the next module) keeps what was measured; the page names the command for that module alone."""
+    def fake_run(name, tests, jobs, log, sample=None):
+        if name == "selection":
+            raise RuntimeError("stopped during the second module")
+        counts = dict.fromkeys(mutation.STATUSES, 0)
+        counts.update(killed=9, survived=1)
+        return {"module": name, "tests": len(tests), "test files": tests, "mutants": 10, **counts, "sample": "all",
+                "score": mutation.mutation_score(counts), "seconds": 2.0, "survivors": {}}
+
+    monkeypatch.setattr(mutation, "run_module", fake_run)
+    monkeypatch.setattr(mutation.shutil, "which", lambda *a, **k: "/usr/bin/mutmut")
+    with pytest.raises(RuntimeError, match="second module"):
+        mutation.main(["hubness", "selection", "--tests", "tests/test_hubness.py", "--report", str(tmp_path / "r")])
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "| [hubness](hubness.md) | 1 | 10 | all | 9 | 1 |" in md and "selection" not in md
+    page = (tmp_path / "r" / "hubness.md").read_text()
+    assert f"scripts/mutation.py hubness --tests tests/test_hubness.py --report {tmp_path / 'r'}`" in page
