@@ -26,9 +26,9 @@ absent and import the editable install instead). The tests of a module: the test
 ``tests/test_<module>*.py``), and for a method's module (``normalizers.*``) also the tests that reach every
 registered method through the registry (:data:`REGISTRY_WIDE`); a module of a subpackage also through the names its
 package re-exports (``from hubnorm.index import BankIndex`` for ``index.ivf``), and a method module that registers
-no method (``normalizers.plans``) through the registered methods built on its classes; ``--tests`` replaces them. Tests run with
-``HUBNORM_SHARED_DATA`` pointing at the shared data folder beside the repository when it exists (else those tests
-skip, and what only they check survives).
+no method (``normalizers.plans``) through the registered methods built on its classes; ``--tests`` replaces them.
+Tests run with ``HUBNORM_SHARED_DATA`` pointing at the shared data folder beside the repository when it exists (else
+those tests skip, and what only they check survives).
 """
 
 from __future__ import annotations
