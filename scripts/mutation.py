@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import io
 import os
 import re
@@ -85,8 +86,6 @@ def tests_for(name: str) -> list:
     if parent != "hubnorm" and not name.startswith("normalizers."):
         # a module of a subpackage reached through the names its package re-exports (``from hubnorm.index import
         # BankIndex`` reaches hubnorm.index.ivf)
-        import importlib
-
         package = importlib.import_module(parent)
         public = sorted(n for n in getattr(package, "__all__", dir(package))
                         if getattr(getattr(package, n, None), "__module__", None) == dotted)
@@ -100,12 +99,13 @@ def tests_for(name: str) -> list:
         keys = re.findall(r'^    name = "(\w+)"', source, re.M)
         # a module of shared machinery that registers no method itself (plans.py) is reached through the registered
         # methods built on its classes
-        from hubnorm.registry import NORMALIZERS
+        if not keys:
+            from hubnorm.registry import NORMALIZERS
 
-        for key, cls in NORMALIZERS.items() if not keys else ():
-            if any(c.__module__ == dotted for c in cls.__mro__[1:]):
-                classes.append(cls.__name__)
-                keys.append(key)
+            built_on = {key: cls for key, cls in NORMALIZERS.items()
+                        if any(c.__module__ == dotted for c in cls.__mro__[1:])}
+            classes += [cls.__name__ for cls in built_on.values()]
+            keys += list(built_on)
         alternatives += [rf"\b{re.escape(c)}\b" for c in classes] + [rf"""["']{re.escape(k)}["']""" for k in keys]
     pattern = re.compile("|".join(alternatives))
     out = []

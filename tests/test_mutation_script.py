@@ -28,7 +28,7 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     dsl = mutation.tests_for("normalizers.dissimlocal")
     assert {f"tests/{f}" for f in mutation.REGISTRY_WIDE} <= set(dsl) and "tests/test_classic_hubness.py" in dsl
     assert "tests/test_method_checks.py" not in mutation.tests_for("hubness")
-    # a subpackage's module: reached through the names its package re-exports (from hubnorm.index import BankIndex)
+    # a subpackage's module: reached through the names its package re-exports (BankIndex for index.ivf)
     assert "tests/test_fast_paths.py" in mutation.tests_for("index.ivf")
     assert "tests/test_fast_paths.py" not in mutation.tests_for("index.engine")
     # a method module's shared machinery (plans.py registers no method): reached through the methods built on it
