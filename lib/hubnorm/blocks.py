@@ -329,6 +329,16 @@ class TopKResult(NamedTuple):
     indices: Optional[torch.Tensor]
 
 
+def _pad_topk(v: torch.Tensor, i: torch.Tensor, k: int):
+    """A top-``kk`` of fewer than ``k`` reduced items padded to ``k`` columns: value -inf, index -1."""
+    kk = v.shape[1]
+    if kk >= k:
+        return v, i
+    v = torch.cat([v, torch.full((v.shape[0], k - kk), -math.inf, dtype=v.dtype, device=v.device)], 1)
+    i = torch.cat([i, torch.full((i.shape[0], k - kk), -1, dtype=i.dtype, device=i.device)], 1)
+    return v, i
+
+
 class TopK(Reduction):
     """The ``k`` largest scores along ``axis`` (NNN's neighbours, CSLS's radius, DIS's activation sets).
 
@@ -348,9 +358,7 @@ class TopK(Reduction):
         kk = min(self.k, x.shape[1])
         v, i = x.topk(kk, dim=1)
         i = i + start
-        if kk < self.k:
-            v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype, device=v.device)], 1)
-            i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype, device=i.device)], 1)
+        v, i = _pad_topk(v, i, self.k)
         return TopKResult(v, i if self.indices else None)
 
     def merge(self, a, b):
@@ -369,19 +377,16 @@ class TopK(Reduction):
         start = chunk.row_start if self.axis == 0 else chunk.col_start
         kk = min(self.k, b.shape[0])
         v, i = topk_similarity(a, b, kk, block_bytes=chunk.block_bytes, backend=chunk.backend)
-        if kk < self.k:  # a chunk of fewer than k reduced items (a small bank chunk on Dask)
-            v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype, device=v.device)], 1)
-            i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype, device=i.device)], 1)
-        return TopKResult(v, (i + start) if self.indices else None)
+        i = i + start
+        v, i = _pad_topk(v, i, self.k)  # a chunk of fewer than k reduced items (a small bank chunk on Dask)
+        return TopKResult(v, i if self.indices else None)
 
     def reduce_scores(self, s, n, block_bytes=None):
         if not self.fast:
             return NotImplemented
         kk = min(self.k, s.shape[self.axis])
         v, i = topk_scores(s, kk, self.axis, block_bytes=block_bytes)
-        if kk < self.k:
-            v = torch.cat([v, torch.full((v.shape[0], self.k - kk), -math.inf, dtype=v.dtype, device=v.device)], 1)
-            i = torch.cat([i, torch.full((i.shape[0], self.k - kk), -1, dtype=i.dtype, device=i.device)], 1)
+        v, i = _pad_topk(v, i, self.k)
         return TopKResult(v, i if self.indices else None)
 
 
