@@ -291,6 +291,17 @@ def module_command(name: str, args) -> list:
     return out + ["--report", str(args.report)]
 
 
+def test_file(name: str) -> str:
+    """A ``--tests`` entry as the path mutmut is given: ``tests/test_x.py``, ``test_x.py`` and ``test_x`` all name
+    ``tests/test_x.py``; a file that does not exist stops the run with its name."""
+    stem = Path(name).name
+    stem = stem if stem.endswith(".py") else stem + ".py"
+    if not (REPO / "tests" / stem).is_file():
+        raise SystemExit(f"error: --tests {name}: no test file tests/{stem}; name files under tests/ "
+                         "(e.g. --tests test_hubness or tests/test_hubness.py)")
+    return f"tests/{stem}"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description="Mutation testing of hubnorm modules with mutmut (see the docstring).")
@@ -304,6 +315,8 @@ def main(argv=None) -> int:
     p.add_argument("--sample", type=int, default=None, metavar="K", choices=range(1, 10),
                    help="test about K in 10 of the mutants (1-9; the same ones every run): for heavy modules")
     args = p.parse_args(argv)
+    if args.tests:
+        args.tests = [test_file(t) for t in args.tests]
     if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
         print("error: mutmut is not installed in this environment: .venv/bin/pip install mutmut==3.8.1",
               file=sys.stderr)

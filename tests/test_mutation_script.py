@@ -139,3 +139,13 @@ def test_each_module_is_reported_as_soon_as_it_is_measured_with_its_own_command(
     assert "| [hubness](hubness.md) | 1 | 10 | all | 9 | 1 |" in md and "selection" not in md
     page = (tmp_path / "r" / "hubness.md").read_text()
     assert f"scripts/mutation.py hubness --tests tests/test_hubness.py --report {tmp_path / 'r'}`" in page
+
+
+def test_tests_are_named_with_or_without_their_folder_and_suffix_and_a_missing_one_stops_the_run(mutation):
+    assert mutation.test_file("test_hubness") == "tests/test_hubness.py"
+    assert mutation.test_file("test_hubness.py") == "tests/test_hubness.py"
+    assert mutation.test_file("tests/test_hubness.py") == "tests/test_hubness.py"
+    with pytest.raises(SystemExit, match="no test file tests/test_nothing_here.py"):
+        mutation.test_file("test_nothing_here")
+    with pytest.raises(SystemExit, match="--tests test_nothing_here"):
+        mutation.main(["hubness", "--tests", "test_nothing_here"])
