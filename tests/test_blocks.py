@@ -427,3 +427,110 @@ def test_mean_equals_dense():
     assert red.merge(torch.tensor([1.0]), torch.tensor([2.0])).tolist() == [3.0]
     assert red.finalize(torch.tensor([4.0, 7.0], dtype=torch.float64), 2).tolist() == [2.0, 3.5]
     assert red.finalize(torch.tensor([4.0], dtype=torch.float64), 2).dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------------------------ what reaches the kernels
+def test_the_reductions_hand_their_settings_to_the_kernels(monkeypatch):
+    """The block budget, the top-k backend, the working dtype and a sweep's block cache reach the kernels (a lost
+    budget would compute one whole score matrix at once; a lost dtype would compute in the inputs' precision)."""
+    seen = {}
+
+    def spy(name, real):
+        def f(*args, **kwargs):
+            seen[name] = kwargs
+            return real(*args, **kwargs)
+        return f
+
+    for name in ("topk_similarity", "topk_scores", "logsumexp_similarity", "logsumexp_scores"):
+        monkeypatch.setattr(blocks, name, spy(name, getattr(blocks, name)))
+    rows, cols = _data(n_r=23, n_c=17, dtype=torch.float32)
+    s = rows @ cols.T
+    TopK(Scores("a", "b"), 3).reduce_chunk(Chunk(rows, cols, block_bytes=4096, backend="numpy"))
+    assert seen["topk_similarity"] == {"block_bytes": 4096, "backend": "numpy"}
+    TopK(Scores("a", "b"), 3).reduce_scores(s, 23, block_bytes=2048)
+    assert seen["topk_scores"] == {"block_bytes": 2048}
+    red = LogMeanExp(Scores("query_bank", "targets"), 1e5, unit=1.0)
+    red.prepare(_engine(rows, cols))
+    cache = {}
+    red.reduce_chunk(Chunk(rows, cols, block_bytes=1024, cache=cache))
+    assert seen["logsumexp_similarity"] == {"block_bytes": 1024, "dtype": torch.float64, "shared_blocks": cache}
+    assert cache, "the sweep's cache was not filled"
+    red.reduce_scores(s, 23, block_bytes=512)
+    assert seen["logsumexp_scores"] == {"dtype": torch.float64, "block_bytes": 512}
+
+
+def test_log_mean_exp_prepare_asks_for_the_right_sizes(monkeypatch):
+    """The working dtype is chosen from the engine's base dtype, the score bound, the length of the reduced axis
+    and the scale; the sweep cache is asked for by this matrix and axis with its size in the engine's dtype."""
+    asked, shared = [], []
+
+    class Fake:
+        dtype = torch.float32
+
+        def score_bound(self, source):
+            return 2.5
+
+        def size(self, name):
+            return {"query_bank": 7, "targets": 5, "target_bank": 3}[name]
+
+        def base_dtype(self, source):
+            return torch.float16
+
+        def shared(self, key, nbytes):
+            shared.append((key, nbytes))
+            return None
+
+    monkeypatch.setattr(blocks, "log_mean_exp_dtype", lambda *a: asked.append(a) or torch.float64)
+    src = Scores("query_bank", ("targets", "target_bank"))
+    for axis, reduced in ((0, 7), (1, 8)):
+        asked.clear(), shared.clear()
+        red = LogMeanExp(src, -3.0, unit=0.5, name="beta", axis=axis)
+        red.prepare(Fake())
+        assert asked == [(torch.float16, 2.5, reduced, 3.0, 0.5, "beta")]
+        assert shared == [(("similarity blocks", src, axis), 7 * 8 * 4)]
+        assert red.work == red.dtype == torch.float64
+
+
+def test_the_default_axis_is_over_the_rows():
+    rows, cols = _data(n_r=23, n_c=17)
+    assert LogMeanExp(Scores("a", "b"), 1.0).axis == 0 and TopK(Scores("a", "b"), 2).axis == 0
+    assert Moments(Scores("a", "b")).axis == 0
+    out = log_mean_exp(_engine(rows, cols), Scores("query_bank", "targets"), 2.0)
+    assert out.shape == (17,)       # one value per target: the reduction over the bank's rows
+    assert log_mean_exp(_engine(rows, cols), Scores("query_bank", "targets"), 0.0).shape == (17,)
+
+
+def test_dtypes_of_the_results():
+    rows32, cols32 = _data(n_r=5, n_c=4, dtype=torch.float32)
+    # the padding of a short top-k keeps the values' dtype and the indices' integer type
+    p = TopK(Scores("a", "b"), 6, axis=1, indices=True).reduce_chunk(Chunk(rows32, cols32, backend="torch"))
+    assert p.values.dtype == torch.float32 and p.indices.dtype == torch.long
+    # log_mean_exp at scale 0 is zero in the engine's dtype
+    rows64, cols64 = _data(n_r=5, n_c=4)
+    assert log_mean_exp(_engine(rows64, cols64), Scores("query_bank", "targets"), 0.0).dtype == torch.float64
+    # merging float32 partials happens in float64; finalize returns the working dtype
+    red = LogMeanExp(Scores("a", "b"), 1.0)
+    red.work = torch.float32
+    m = red.merge(torch.zeros(2, dtype=torch.float32), torch.zeros(2, dtype=torch.float32))
+    assert m.dtype == torch.float64 and red.finalize(m, 2).dtype == torch.float32
+    assert red.merge(torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float32)).dtype == torch.float64
+    mean, sd = Moments(Scores("a", "b")).finalize((torch.zeros(2, dtype=torch.float64),
+                                                   torch.ones(2, dtype=torch.float64)), 2)
+    assert mean.dtype == sd.dtype == torch.float32
+    eng = LocalEngine({"target_bank": rows64}, plain=True)
+    assert eng.reduce(Mean("target_bank")).dtype == torch.float64
+
+
+def test_moments_and_mean_accumulate_in_float64():
+    """Scores far from 0 with a small spread: float32 sums of s and s**2 would cancel to noise."""
+    g = torch.Generator().manual_seed(3)
+    s = (1000.0 + 0.01 * torch.randn(20000, 3, generator=g, dtype=torch.float64)).float()
+    mom = Moments(Scores("a", "b"), axis=0)
+    mom.out_dtype = torch.float64
+    mean, sd = mom.finalize(mom.partial(s, None), s.shape[0])
+    ref = s.double()
+    torch.testing.assert_close(mean, ref.mean(dim=0), rtol=1e-12, atol=0)
+    torch.testing.assert_close(sd, ref.std(dim=0, unbiased=False), rtol=1e-6, atol=0)
+    red = Mean("t")
+    red.out_dtype = torch.float64
+    torch.testing.assert_close(red.finalize(red.partial(s, None), s.shape[0]), ref.mean(dim=0), rtol=1e-12, atol=0)

@@ -247,6 +247,32 @@ def test_choose_label_free_is_the_library_choice_with_its_track_record(capsys, s
     assert "track record" in out and "78/90" in out
 
 
+def test_choose_label_free_uses_the_given_grid_and_the_target_bank_and_keeps_raw_when_no_help_is_predicted(capsys,
+                                                                                                        small):
+    """DBSN's label-free fit reads the target bank; ``--grid`` replaces a method's default grid; a direction whose
+    best method is predicted not to help keeps the raw scores with no parameters (i2t here), one predicted to
+    help takes its parameters (t2i)."""
+    from hubnorm.label_free import label_free_select, predict_benefit
+
+    rep = run_json(capsys, "choose", SYN, *SMALL, "--methods", "is,dbsn", "--grid", "is.tau=0.013,0.027",
+                   "--label-free")
+    seen = set()
+    for d in rep["directions"]:
+        dd = small.directions[d["direction"]]
+        res = {m: label_free_select(m, dd.targets, dd.query_bank, queries=dd.queries, target_bank=dd.target_bank,
+                                    grid=cli._grid(m, {"is": {"tau": [0.013, 0.027]}}, dd.task)) for m in ("is", "dbsn")}
+        rows = {r["method"]: r for r in d["table"]}
+        assert rows["is"]["params"]["tau"] in (0.013, 0.027)
+        for m, r in res.items():
+            assert rows[m]["params"] == r.best_params and rows[m]["criterion"] == r.best_value
+            assert rows[m]["raw criterion"] == r.raw_value and rows[m]["predicted to help"] == predict_benefit(r)
+        helps = predict_benefit(res[d["best_method"]])
+        assert d["predicted to help"] == helps
+        assert (d["method"], d["params"]) == ((d["best_method"], d["best_params"]) if helps else ("raw", {}))
+        seen.add(helps)
+    assert seen == {True, False}, "this data no longer shows both outcomes of the benefit predictor"
+
+
 def test_the_track_record_is_the_one_the_report_measured():
     csv = Path(__file__).resolve().parents[1] / "benchmarks" / "reports" / "label_free.csv"
     import pandas as pd
@@ -314,6 +340,8 @@ def test_an_export_without_faiss_is_served_exactly_from_its_rows(capsys, tmp_pat
         cli.ExportedIndex(out, "t2i")
     with pytest.raises(ValueError, match="larger than the number of targets"):
         served.search(d.queries, len(lib.T) + 1)
+    with pytest.raises(ValueError, match="queries"):   # queries of another dimension than the exported targets
+        served.search(d.queries[:, :-1], 3)
 
 
 def test_check_detects_a_changed_bank_a_changed_file_and_a_changed_method(capsys, tmp_path):
@@ -358,6 +386,37 @@ def test_a_failed_export_leaves_the_folder_as_it_was_and_force_replaces_it_whole
     assert code == 2
 
 
+def test_the_one_line_form_of_a_bank():
+    emb = {"kind": "embeddings", "split": "train", "query_bank": {"rows": 600, "sha256": "0123456789abcdef"},
+           "target_bank": None}
+    assert cli._short(emb) == "query_bank 600 rows sha256 0123456789ab"
+    mats = {"kind": "score matrices", "matrices": {
+        "query_bank x targets": {"file": "b.npy", "shape": [600, 40], "sha256": "fedcba9876543210"},
+        "query_bank x target_bank": {"file": "c.npy", "shape": [600, 120], "sha256": "aaaabbbbccccdddd"}}}
+    assert cli._short(mats) == ("query_bank x target_bank 600x120 sha256 aaaabbbbcccc, "
+                                "query_bank x targets 600x40 sha256 fedcba987654")
+    assert cli._short({"kind": "embeddings", "split": None}) == '{"kind": "embeddings", "split": null}'
+
+
+def test_check_names_the_changed_bank_matrix_of_a_sims_folder(capsys, tmp_path, sims_folder):
+    import shutil
+
+    folder = tmp_path / "sims"
+    shutil.copytree(sims_folder, folder)
+    out = tmp_path / "exp"
+    assert run(capsys, "export", f"sims:{folder}", "--method", "is", "--out", out)[0] == 0
+    m = np.load(folder / "bank_rows.npy")
+    m[0, 0] += 0.5
+    np.save(folder / "bank_rows.npy", m)
+    meta = json.loads((folder / "manifest.json").read_text())
+    del meta["checksums"]
+    (folder / "manifest.json").write_text(json.dumps(meta))
+    code, text, _ = run(capsys, "check", out, "--source", f"sims:{folder}")
+    assert code == 3 and "t2i: the reference bank changed" in text
+    then = text.split("then: ")[1].split("; now: ")
+    assert "query_bank x targets 600x40 sha256" in then[0] and then[0] != then[1].split(")")[0]
+
+
 def test_check_against_a_source_of_other_directions_is_a_mismatch(capsys, tmp_path):
     out = tmp_path / "exp"
     assert run(capsys, "export", SYN, *SMALL, "--method", "is", "--out", out)[0] == 0
@@ -374,6 +433,31 @@ def test_export_of_a_sims_folder_writes_offsets_only(capsys, tmp_path, sims_fold
     assert run(capsys, "check", out, "--source", f"sims:{sims_folder}")[0] == 0
     code, _, err = run(capsys, "export", f"sims:{sims_folder}", "--method", "nnn", "--out", tmp_path / "e2", "--faiss")
     assert code == 2 and "--faiss needs the target embeddings" in err
+
+
+def test_the_provenance_of_a_sims_bank_is_each_bank_matrix_with_its_shape_file_and_sha256(capsys, tmp_path,
+                                                                                         sims_folder):
+    """The manifest's bank of a score-matrix source: every matrix but the test one, hashed (independently here by
+    hashlib); a folder whose manifest lists no checksums gives the same hashes, computed from the files."""
+    import hashlib
+    import shutil
+
+    def expected(folder):
+        files = {("query_bank", "targets"): "bank_rows.npy", ("query_bank", "target_bank"): "bank_rows_x_bank_cols.npy"}
+        return {"kind": "score matrices", "matrices": {
+            f"{r} x {c}": {"file": f, "shape": list(np.load(folder / f, mmap_mode="r").shape),
+                           "sha256": hashlib.sha256((folder / f).read_bytes()).hexdigest()}
+            for (r, c), f in files.items()}}
+
+    man = run_json(capsys, "export", f"sims:{sims_folder}", "--method", "is", "--out", tmp_path / "a")
+    assert man["directions"]["t2i"]["bank"] == expected(sims_folder)
+    bare = tmp_path / "bare"
+    shutil.copytree(sims_folder, bare)
+    meta = json.loads((bare / "manifest.json").read_text())
+    del meta["checksums"]
+    (bare / "manifest.json").write_text(json.dumps(meta))
+    man = run_json(capsys, "export", f"sims:{bare}", "--method", "is", "--out", tmp_path / "b")
+    assert man["directions"]["t2i"]["bank"] == expected(bare)
 
 
 # ------------------------------------------------------------------------------------------------ bad input

@@ -791,10 +791,11 @@ def _short(bank: dict) -> str:
     """A bank's provenance in a line: rows and the first 12 hex digits of each hash."""
     parts = []
     for key, v in sorted(bank.items()):
-        if isinstance(v, dict) and "sha256" in v:
+        if isinstance(v, dict) and "sha256" in v:      # embeddings: {"query_bank": {"rows", "sha256"}, ...}
             parts.append(f"{key} {v.get('rows')} rows sha256 {str(v['sha256'])[:12]}")
-        elif key == "sha256" and isinstance(v, dict):
-            parts += [f"{k} sha256 {str(h)[:12]}" for k, h in sorted(v.items())]
+        elif key == "matrices" and isinstance(v, dict):   # score matrices: {"matrices": {"rows x cols": {...}}}
+            parts += [f"{k} {'x'.join(map(str, m.get('shape', [])))} sha256 {str(m.get('sha256'))[:12]}"
+                      for k, m in sorted(v.items())]
     return ", ".join(parts) or json.dumps(bank, sort_keys=True)
 
 

@@ -1,0 +1,281 @@
+"""The shared machinery of every normalizer (``hubnorm.normalizers.base``), tested on its own: the scikit-learn
+parameter interface, the input checks of ``fit`` (banks a method needs or ignores, dtypes, dimensions), the one fit
+lifecycle (device placement, nothing set on failure), blocked scoring against one dense product, the tie rule of
+``topk`` against a stable sort, and the offsets / augmented vectors of the vector-index form (NNN paper, Sec. 3.1:
+``<[q, 1], [t, h]> = q . t + h``). The methods' own files are tested elsewhere; here a small method with known
+offsets (``h_j = -mean_b s(b, t_j)``) stands in for them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm.blocks import Inputs, Mean, Param, Scores
+from hubnorm.engine import LocalEngine
+from hubnorm.normalizers.base import (
+    EXECUTION_OPTIONS, Identity, Normalizer, NotFittedError, _on_dask, stable_topk,
+)
+
+
+def _unit(n, d=6, seed=0, dtype=np.float64):
+    x = np.random.default_rng(seed).standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(dtype)
+
+
+class MeanShift(Normalizer):
+    """A stand-in method: ``h_j = -scale * mean_b q_b . t_j`` (a bank-mean offset), ``k`` limited by the bank."""
+
+    name = "mean-shift-test"
+    inputs = Inputs(fit=(Scores("query_bank", "targets"),))
+    parameters = {"scale": Param("positive"), "k": Param("int", limited_by=("query_bank",))}
+
+    def __init__(self, scale=1.0, k=1, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
+        self.scale, self.k = scale, k
+        self.device, self.chunk_size, self.check_normalized, self.block_bytes = (device, chunk_size, check_normalized,
+                                                                                 block_bytes)
+
+    def fit_blocks(self, engine):
+        mu = engine.reduce(Mean("query_bank"))
+        return {"offsets_": -self.scale * (engine.tensor("targets") @ mu), "bank_rows_": engine.size("query_bank")}
+
+
+class NeedsTargetBank(MeanShift):
+    inputs = Inputs(fit=(Scores("query_bank", "targets"), Scores("target_bank", "targets")))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return {"queries": _unit(9, seed=1), "targets": _unit(7, seed=2), "query_bank": _unit(30, seed=3)}
+
+
+def _dense(data, scale=1.0):
+    t, qb = data["targets"], data["query_bank"]
+    return data["queries"] @ t.T - scale * (t @ qb.mean(axis=0))[None, :]
+
+
+# ------------------------------------------------------------------------------------------------ parameters
+def test_get_set_clone_and_repr():
+    m = MeanShift(scale=2.0, k=3, chunk_size=4)
+    assert m.get_params() == {"scale": 2.0, "k": 3, "device": None, "chunk_size": 4, "check_normalized": True,
+                              "block_bytes": None}
+    assert m.set_params(scale=0.5) is m and m.scale == 0.5
+    with pytest.raises(ValueError, match=r"MeanShift has no parameter 'tau'; valid parameters: \['block_bytes', "
+                                         r"'check_normalized', 'chunk_size', 'device', 'k', 'scale'\]"):
+        m.set_params(tau=1.0)
+    c = m.clone(k=5)
+    assert type(c) is MeanShift and c.get_params() == {**m.get_params(), "k": 5} and m.k == 3
+    assert repr(MeanShift(scale=2.0)) == ("MeanShift(scale=2.0, k=1, device=None, chunk_size=None, "
+                                          "check_normalized=True, block_bytes=None)")
+    assert m._strength_params() == {"scale": 0.5, "k": 3}
+    assert {"device", "chunk_size", "check_normalized", "block_bytes"} <= EXECUTION_OPTIONS
+
+
+def test_declared_inputs_decide_the_banks_a_method_uses():
+    assert MeanShift.uses_query_bank == "required" and MeanShift.uses_target_bank == "unused"
+    assert NeedsTargetBank.uses_target_bank == "required"
+    assert Normalizer.uses_query_bank == "unused" and Identity.uses_query_bank == "unused"
+
+
+def test_limit_of_a_parameter():
+    sizes = {"query_bank": 30, "targets": 7}.get
+    assert MeanShift.limit("k", sizes) == 30
+    assert MeanShift.limit("scale", sizes) is None
+    assert MeanShift.limit("nothing", sizes) is None
+    assert MeanShift.limit("k", {}.get) is None
+
+
+@pytest.mark.parametrize("kwargs, exc, pattern", [
+    ({"scale": 0.0}, ValueError, "scale"), ({"k": 0}, ValueError, "k must be >= 1"),
+    ({"chunk_size": 0}, ValueError, "chunk_size"), ({"block_bytes": -1}, ValueError, "block_bytes"),
+    ({"device": "no-such-device"}, (ValueError, RuntimeError), "device"),
+    ({"check_normalized": "yes"}, TypeError, "check_normalized must be True or False; got 'yes'"),
+])
+def test_bad_parameters_are_refused_before_anything_is_computed(data, kwargs, exc, pattern):
+    m = MeanShift(**kwargs)
+    with pytest.raises(exc, match=pattern):
+        m.check_params()
+    with pytest.raises(exc, match=pattern):
+        m.fit(data["targets"], query_bank=data["query_bank"])
+    assert not hasattr(m, "offsets_")
+    assert MeanShift(check_normalized=np.bool_(False)).check_params() is not None
+
+
+# ------------------------------------------------------------------------------------------------ fit
+def test_fit_checks_the_banks_it_needs_and_ignores_the_others(data):
+    with pytest.raises(ValueError, match=r"MeanShift needs query_bank \(reference queries"):
+        MeanShift().fit(data["targets"])
+    with pytest.raises(ValueError, match=r"NeedsTargetBank needs target_bank \(reference targets"):
+        NeedsTargetBank().fit(data["targets"], query_bank=data["query_bank"])
+    # a bank a method does not read is not validated (nor copied): even a bank of another dimension passes
+    m = MeanShift().fit(data["targets"], query_bank=data["query_bank"], target_bank=np.zeros((3, 2)))
+    assert m.bank_rows_ == 30
+    with pytest.raises(ValueError, match="query_bank"):        # a bank it reads: its dimension is checked
+        MeanShift().fit(data["targets"], query_bank=_unit(30, d=5))
+    with pytest.raises(ValueError, match="not L2-normalised|normali"):
+        MeanShift().fit(data["targets"], query_bank=data["query_bank"] * 2)
+    MeanShift(check_normalized=False).fit(data["targets"], query_bank=data["query_bank"] * 2)
+    with pytest.raises(ValueError, match="k=31 .*query bank size"):
+        MeanShift(k=31).fit(data["targets"], query_bank=data["query_bank"])
+
+
+def test_the_banks_take_the_targets_dtype(data):
+    m = MeanShift().fit(data["targets"].astype(np.float32), query_bank=data["query_bank"])
+    assert m.offsets_.dtype == torch.float32 and m.targets_.dtype == torch.float32
+    eng = MeanShift().local_engine(data["targets"], data["query_bank"].astype(np.float32), np.zeros((2, 2)))
+    assert eng.tensor("query_bank").dtype == torch.float64 and not eng.has("target_bank")
+    assert eng.size("targets") == 7 and eng.sweep_bytes is None
+    assert MeanShift(block_bytes=4096).local_engine(data["targets"], data["query_bank"], sweep_bytes=10).block_bytes \
+        == 4096
+    assert MeanShift().local_engine(data["targets"], data["query_bank"], sweep_bytes=10).sweep_bytes == 10
+
+
+def test_fit_engine_sets_every_fitted_attribute_on_the_device_and_nothing_on_failure(data):
+    t, qb = torch.from_numpy(data["targets"]), torch.from_numpy(data["query_bank"])
+    eng = LocalEngine({"targets": t, "query_bank": qb})
+    m = MeanShift(scale=0.5).fit_engine(eng, targets=t, device=torch.device("meta"))
+    assert m.offsets_.device.type == "meta" and m.targets_.device.type == "meta" and m.device_.type == "meta"
+    assert m.bank_rows_ == 30
+    m = MeanShift(scale=0.5).fit_engine(eng)
+    assert not hasattr(m, "targets_") and m.device_ == torch.device("cpu")
+    np.testing.assert_allclose(m.offsets, -0.5 * data["targets"] @ data["query_bank"].mean(axis=0), rtol=0,
+                               atol=1e-15)
+    with pytest.raises(ValueError, match="k=40"):
+        MeanShift(k=40).fit_engine(eng)
+
+    class Inf(MeanShift):
+        def fit_blocks(self, engine):
+            out = super().fit_blocks(engine)
+            out["offsets_"][0] = float("inf")
+            return out
+
+    bad = Inf(scale=2.0)
+    with pytest.raises(ValueError, match=r"Inf\(scale=2.0, k=1\) gives non-finite offsets in torch.float64"):
+        bad.fit_engine(eng, targets=t)
+    assert not any(hasattr(bad, a) for a in ("offsets_", "targets_", "device_", "bank_rows_"))
+
+
+def test_a_method_without_fit_blocks_or_plain_form_says_so(data):
+    class Bare(Normalizer):
+        def __init__(self):
+            pass
+
+    with pytest.raises(NotImplementedError, match="Bare does not state its fit as block reductions"):
+        Bare().fit(data["targets"])
+    with pytest.raises(NotImplementedError, match="Bare has no plain form"):
+        Bare().plain(torch.zeros(1, 1))
+    with pytest.raises(TypeError, match="Bare does not write its offsets as a sum over the bank queries"):
+        Bare().offset_decomposition(torch.zeros(1, 1))
+
+
+def test_fit_grid_default_is_one_fit_per_point(data):
+    t, qb = torch.from_numpy(data["targets"]), torch.from_numpy(data["query_bank"])
+    eng = LocalEngine({"targets": t, "query_bank": qb})
+    out = MeanShift.fit_grid([MeanShift(scale=1.0), MeanShift(scale=3.0)], eng)
+    torch.testing.assert_close(out[1]["offsets_"], 3.0 * out[0]["offsets_"], rtol=1e-14, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+@pytest.mark.parametrize("chunk_size", [None, 1, 4, 100])
+def test_scores_in_blocks_equal_one_dense_product(data, chunk_size):
+    m = MeanShift(scale=1.5).fit(data["targets"], query_bank=data["query_bank"])
+    want = _dense(data, 1.5)
+    np.testing.assert_allclose(m.score(data["queries"], chunk_size=chunk_size).numpy(), want, rtol=0, atol=1e-14)
+    starts = [q0 for q0, _ in m.iter_scores(data["queries"], chunk_size)]
+    assert starts == list(range(0, 9, chunk_size or 9))
+    # the constructor's chunk_size applies when the call gives none; the call's wins
+    m2 = MeanShift(scale=1.5, chunk_size=2).fit(data["targets"], query_bank=data["query_bank"])
+    assert [q0 for q0, _ in m2.iter_scores(data["queries"])] == [0, 2, 4, 6, 8]
+    assert [q0 for q0, _ in m2.iter_scores(data["queries"], chunk_size=5)] == [0, 5]
+    with pytest.raises(ValueError, match="chunk_size"):
+        list(m2.iter_scores(data["queries"], chunk_size=0))
+
+
+def test_queries_are_checked_against_the_fitted_targets(data):
+    m = MeanShift().fit(data["targets"], query_bank=data["query_bank"])
+    with pytest.raises(ValueError, match="queries"):
+        m.score(_unit(3, d=5))
+    got = m.score(data["queries"].astype(np.float32))       # cast to the targets' dtype
+    assert got.dtype == torch.float64
+    with pytest.raises(NotFittedError, match=r"MeanShift is not fitted yet: call fit\(targets, query_bank"):
+        MeanShift().score(data["queries"])
+    with pytest.raises(NotFittedError):
+        MeanShift().topk(data["queries"], 2)
+
+
+def test_topk_breaks_ties_by_the_lowest_target_index(data):
+    m = MeanShift().fit(data["targets"], query_bank=data["query_bank"])
+    full = m.score(data["queries"]).numpy()
+    v, i = m.topk(data["queries"], 3, chunk_size=2)
+    want = np.argsort(-full, axis=1, kind="stable")[:, :3]
+    assert np.array_equal(i.numpy(), want)
+    np.testing.assert_array_equal(v.numpy(), np.take_along_axis(full, want, 1))
+    with pytest.raises(ValueError, match="k=8 .*the number of targets"):
+        m.topk(data["queries"], 8)
+    # duplicated targets: every tie is resolved to the lower index, in every block
+    t = np.repeat(data["targets"][:3], 3, axis=0)
+    m = MeanShift().fit(t, query_bank=data["query_bank"])
+    full = m.score(data["queries"]).numpy()
+    _, i = m.topk(data["queries"], 5, chunk_size=4)
+    assert np.array_equal(i.numpy(), np.argsort(-full, axis=1, kind="stable")[:, :5])
+
+
+def test_stable_topk_against_a_stable_sort():
+    s = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0],       # a three-way tie at the top
+                      [5.0, 4.0, 3.0, 2.0, 1.0],       # no tie
+                      [0.0, 1.0, 2.0, 2.0, 0.5],       # a tie across the k-th / (k+1)-th boundary
+                      [7.0, 7.0, 7.0, 7.0, 7.0]])
+    for k in (1, 2, 3, 5):
+        v, i = stable_topk(s, k)
+        si = torch.sort(s, dim=1, descending=True, stable=True).indices[:, :k]
+        assert torch.equal(i, si), k
+        assert torch.equal(v, s.gather(1, si))
+    v, i = stable_topk(s[1:2], 2)
+    assert i.tolist() == [[0, 1]] and v.tolist() == [[5.0, 4.0]]
+
+
+# ------------------------------------------------------------------------------------------------ offsets and vector index
+def test_offsets_and_the_augmented_vectors(data):
+    m = MeanShift(scale=0.25).fit(data["targets"], query_bank=data["query_bank"])
+    h = -0.25 * data["targets"] @ data["query_bank"].mean(axis=0)
+    assert isinstance(m.offsets, np.ndarray)
+    np.testing.assert_allclose(m.offsets, h, rtol=0, atol=1e-15)
+    aug_t, aug_q = m.augment_targets(), Normalizer.augment_queries(data["queries"])
+    assert aug_t.shape == (7, 7) and aug_q.shape == (9, 7)
+    np.testing.assert_array_equal(aug_t[:, :6], data["targets"])
+    np.testing.assert_array_equal(aug_q[:, -1], np.ones(9))
+    np.testing.assert_allclose(aug_q @ aug_t.T, _dense(data, 0.25), rtol=0, atol=1e-14)
+    aug_q32 = Normalizer.augment_queries(torch.from_numpy(data["queries"]).float())
+    assert aug_q32.dtype == np.float32 and aug_q32.shape == (9, 7)
+    with pytest.raises(ValueError, match=r"queries must be 2-D \(m, d\); got shape \(6,\)"):
+        Normalizer.augment_queries(data["queries"][0])
+    with pytest.raises(NotFittedError):
+        MeanShift().offsets
+    with pytest.raises(NotFittedError):
+        MeanShift().augment_targets()
+
+
+def test_a_non_offset_method_has_no_offsets(data):
+    class PerQuery(MeanShift):
+        is_offset = False
+
+    m = PerQuery().fit(data["targets"], query_bank=data["query_bank"])
+    with pytest.raises(AttributeError, match="PerQuery is not an offset method"):
+        m.offsets
+
+
+def test_identity_is_the_raw_scores(data):
+    m = Identity().fit(data["targets"].astype(np.float32))
+    assert m.offsets_.dtype == torch.float32 and torch.all(m.offsets_ == 0) and m.offsets_.shape == (7,)
+    np.testing.assert_allclose(m.score(data["queries"]).numpy(), data["queries"] @ data["targets"].T, atol=1e-6)
+    p = Identity().plain(torch.from_numpy(data["targets"]))["offsets_"]
+    assert p.dtype == torch.float64 and torch.all(p == 0) and p.shape == (7,)
+    assert hn.make_normalizer("raw").__class__ is Identity
+
+
+def test_on_dask(tmp_path):
+    assert not _on_dask(np.zeros((2, 2))) and not _on_dask(None) and not _on_dask(str(tmp_path / "missing"))
+    assert _on_dask(tmp_path) and _on_dask(str(tmp_path))
+    da = pytest.importorskip("dask.array")
+    assert _on_dask(da.zeros((2, 2)))
