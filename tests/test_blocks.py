@@ -342,6 +342,8 @@ def test_log_mean_exp_working_dtype_and_errors():
     big = LogMeanExp(Scores("query_bank", "targets"), 1e5, unit=1.0, name="tau=1e-05")
     big.prepare(_engine(rows, cols))
     assert big.work == torch.float64            # float32 cannot hold 1e5-scaled scores to 1 score unit's precision
+    with pytest.raises(ValueError, match="^scale is too extreme"):   # the default name of the parameter
+        LogMeanExp(Scores("query_bank", "targets"), 1e308).prepare(_engine(rows, cols))
     assert LogMeanExp(Scores("a", "b"), -4.0).unit == 4.0
     assert LogMeanExp(Scores("a", "b"), 4.0, unit=-0.5).unit == 0.5
     with pytest.raises(ValueError, match="tau=1e-308 is too extreme"):   # scale * |s| overflows float64
@@ -465,7 +467,7 @@ def test_log_mean_exp_prepare_asks_for_the_right_sizes(monkeypatch):
     asked, shared = [], []
 
     class Fake:
-        dtype = torch.float32
+        dtype = torch.float64
 
         def score_bound(self, source):
             return 2.5
@@ -474,6 +476,7 @@ def test_log_mean_exp_prepare_asks_for_the_right_sizes(monkeypatch):
             return {"query_bank": 7, "targets": 5, "target_bank": 3}[name]
 
         def base_dtype(self, source):
+            assert source == src, "base_dtype is asked about another score matrix"
             return torch.float16
 
         def shared(self, key, nbytes):
@@ -487,7 +490,7 @@ def test_log_mean_exp_prepare_asks_for_the_right_sizes(monkeypatch):
         red = LogMeanExp(src, -3.0, unit=0.5, name="beta", axis=axis)
         red.prepare(Fake())
         assert asked == [(torch.float16, 2.5, reduced, 3.0, 0.5, "beta")]
-        assert shared == [(("similarity blocks", src, axis), 7 * 8 * 4)]
+        assert shared == [(("similarity blocks", src, axis), 7 * 8 * 8)]    # 7 x 8 cells in the engine's float64
         assert red.work == red.dtype == torch.float64
 
 
