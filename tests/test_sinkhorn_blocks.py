@@ -1,0 +1,160 @@
+"""Sinkhorn's block form (``hubnorm.normalizers.sinkhorn``: :class:`SinkhornIteration`, :class:`SinkhornRun`) on its
+own, against a dense float64 log-domain Sinkhorn written here (DBSN Alg. A1): the one-reduction iteration (blocks of
+bank rows spanning every column), the two half-steps an engine uses when the columns are split across chunks, the
+early stop on ``tol`` at the iteration the dense loop stops, DBSN's concatenated columns, the working-dtype rule of
+the potentials at its limits, and the underflow guard of a far-away column. The fused in-process kernel is held to
+the same reference by ``tests/test_fast_paths.py`` and ``tests/test_oracles.py`` (POT)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm.blocks import Scores
+from hubnorm.engine import LocalEngine
+from hubnorm.normalizers import sinkhorn as sk
+
+
+def _unit(n, d=6, seed=0):
+    x = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, d)))
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def dense_sinkhorn(S, tau, n_iter, tol=None):
+    """Column potentials g of log-domain Sinkhorn on S (m x n), uniform marginals, from g = 0; and iterations run."""
+    m, n = S.shape
+    g = torch.zeros(n, dtype=torch.float64)
+    for t in range(1, n_iter + 1):
+        f = tau * math.log(1 / m) - tau * torch.logsumexp((S + g) / tau, dim=1)
+        g_new = tau * math.log(1 / n) - tau * torch.logsumexp((S + f[:, None]) / tau, dim=0)
+        change, g = float((g_new - g).abs().max()), g_new
+        if tol is not None and change < tol:
+            return g, t
+    return g, n_iter
+
+
+class SplitEngine(LocalEngine):
+    """An in-process engine that says its columns span several chunks (as a Dask engine does), so that Sinkhorn
+    runs its two half-steps as separate reductions; ``plain``: no fused kernel."""
+
+    def spans(self, name) -> bool:
+        return False
+
+
+@pytest.fixture(scope="module")
+def data():
+    return {"targets": _unit(15, seed=1), "query_bank": _unit(40, seed=2), "target_bank": _unit(9, seed=3)}
+
+
+ENGINES = {
+    "one reduction per iteration": lambda inputs: LocalEngine(inputs, plain=True, block_bytes=8 * 15 * 7),
+    "two half-steps": lambda inputs: SplitEngine(inputs, plain=True, block_bytes=8 * 4 * 5),
+    "fused": lambda inputs: LocalEngine(inputs),
+}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("tau, n_iter", [(0.05, 1), (0.05, 7), (0.5, 3), (0.01, 20)])
+def test_block_sinkhorn_equals_dense(data, engine, tau, n_iter):
+    S = data["query_bank"] @ data["targets"].T
+    want, _ = dense_sinkhorn(S, tau, n_iter)
+    run = sk.SinkhornRun(Scores("query_bank", "targets"), tau, n_iter, None, None, None)
+    g, done = ENGINES[engine](dict(data)).iterate(run)
+    assert done == n_iter and g.dtype == torch.float64
+    torch.testing.assert_close(g, want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_early_stop_at_the_same_iteration_as_the_dense_loop(data, engine):
+    S = data["query_bank"] @ data["targets"].T
+    want, stop = dense_sinkhorn(S, 0.05, 500, tol=1e-6)
+    assert 2 < stop < 500
+    g, done = ENGINES[engine](dict(data)).iterate(sk.SinkhornRun(Scores("query_bank", "targets"), 0.05, 500, 1e-6,
+                                                                 None, None))
+    assert done == stop
+    torch.testing.assert_close(g, want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_dbsn_columns_are_the_targets_and_the_target_bank(data, engine):
+    cols = torch.cat([data["targets"], data["target_bank"]])
+    want, _ = dense_sinkhorn(data["query_bank"] @ cols.T, 0.05, 6)
+    norm = hn.DualBankSinkhornNormalization(tau=0.05, n_iter=6, device="cpu")
+    norm.check_params()
+    fitted = norm.fit_blocks(ENGINES[engine](dict(data)))
+    torch.testing.assert_close(fitted["offsets_"], want[:15], rtol=0, atol=1e-10)
+    torch.testing.assert_close(fitted["bank_offsets_"], want[15:], rtol=0, atol=1e-10)
+    assert fitted["n_iter_"] == 6
+
+
+def test_the_iteration_reduction_by_hand(data):
+    """One SinkhornIteration over two row blocks merged, against the column half-step written out."""
+    S = data["query_bank"] @ data["targets"].T
+    tau = 0.1
+    g = torch.linspace(-0.2, 0.1, 15, dtype=torch.float64)
+    it = sk.SinkhornIteration(Scores("query_bank", "targets"), tau, torch.float64, g)
+    assert it.whole_rows and it.read_only and it.axis == 0
+    it.prepare(LocalEngine(dict(data)))
+    assert it.m == 40
+    from hubnorm.blocks import Chunk
+    parts = [it.partial(S[a:b], Chunk(S[a:b], col_terms=g)) for a, b in ((0, 17), (17, 40))]
+    new = it.finalize(it.merge(*parts), 40)
+    f = tau * math.log(1 / 40) - tau * torch.logsumexp((S + g) / tau, dim=1)
+    want = tau * math.log(1 / 15) - tau * torch.logsumexp((S + f[:, None]) / tau, dim=0)
+    torch.testing.assert_close(new, want, rtol=0, atol=1e-12)
+    assert torch.equal(S, data["query_bank"] @ data["targets"].T)       # the block was not modified
+
+
+def test_a_far_away_column_is_recomputed_not_lost_to_underflow():
+    """A target whose scores sit far below every other target's: exp() of its entries underflows float32 against the
+    row maxima; the guard recomputes that column exactly."""
+    bank = _unit(30, d=4, seed=4).float()
+    t = _unit(6, d=4, seed=5).float()
+    t[5] = -bank.mean(dim=0) / bank.mean(dim=0).norm()                      # the far-away target
+    S = (bank @ t.T).double()
+    tau = 0.01
+    want, _ = dense_sinkhorn(S, tau, 3)
+    run = sk.SinkhornRun(Scores("query_bank", "targets"), tau, 3, None, None, None)
+    g, _ = LocalEngine({"query_bank": bank, "targets": t}, plain=True).iterate(run)
+    assert torch.isfinite(g).all()
+    torch.testing.assert_close(g.double(), want, rtol=0, atol=1e-4)
+
+
+def test_sinkhorn_dtype_rule_and_message():
+    # magnitude tau * log(m n) + smax, float32 while eps32 * magnitude <= 2**-20 (<= 16 score units)
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 100, 100, 0.01) == torch.float32
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 100, 100, 2.0) == torch.float64        # 2 * 9.2 + 1 > 16
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 100, 100, 1.6) == torch.float32        # 1.6 * 9.2 + 1 < 16
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 1, 1, 10.0) == torch.float32           # 10 (log 2 + log 2) + 1 < 16
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 1, 1, 11.5) == torch.float64           # sizes below 2 count as 2
+    assert sk.sinkhorn_dtype(torch.float64, 1.0, 100, 100, 2.0) == torch.float64
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 10, 10, 1e-36) == torch.float32       # 2 / tau < float32 max / 16
+    assert sk.sinkhorn_dtype(torch.float32, 1.0, 10, 10, 1e-38) == torch.float64       # 2 / tau would overflow
+    with pytest.raises(ValueError) as err:
+        sk.sinkhorn_dtype(torch.float64, 1.0, 100, 50, 1e12)
+    hi = sk.PRECISION_TARGET / (2.0 ** -53 * (math.log(100) + math.log(50)))
+    assert str(err.value).startswith("tau=1e+12 is too extreme for Sinkhorn normalization with a 100 x 50 score "
+                                     f"matrix: use 1e-300 < tau <= {hi:.1e}")
+    with pytest.raises(ValueError, match="tau=1e-310 is too extreme"):
+        sk.sinkhorn_dtype(torch.float64, 1.0, 10, 10, 1e-310)
+    bank, t = _unit(8).float(), _unit(3).float()
+    assert sk._sinkhorn_dtype(bank, t, 0.01) == torch.float32
+    assert sk._sinkhorn_dtype(bank * 100, t, 0.01) == torch.float64       # smax = 100 score units
+    assert sk._sinkhorn_dtype(bank, t, 5.0) == torch.float64               # 5 log(8 * 3) + 1 > 16
+    assert sk._sinkhorn_dtype(bank, t, 4.5) == torch.float32               # 4.5 log(8 * 3) + 1 < 16
+
+
+def test_the_run_picks_its_working_dtype_from_the_engine(data):
+    run = sk.SinkhornRun(Scores("query_bank", "targets"), 3.0, 2, None, None, None)   # 3 log(40 * 15) + 1 > 16
+    f32 = {k: v.float() for k, v in data.items()}
+    state = run.start(LocalEngine(f32, plain=True))
+    assert run.work == torch.float64 and state[0].shape == (15,) and state[1] == 0 and state[2] is False
+    run = sk.SinkhornRun(Scores("query_bank", "targets"), 0.05, 2, None, None, None)
+    run.start(LocalEngine(f32, plain=True))
+    assert run.work == torch.float32
+    g, done = LocalEngine(f32, plain=True).iterate(run)
+    assert g.dtype == torch.float32 and done == 2
