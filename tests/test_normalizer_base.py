@@ -210,7 +210,7 @@ def test_topk_breaks_ties_by_the_lowest_target_index(data):
     v, i = m.topk(data["queries"], 3, chunk_size=2)
     want = np.argsort(-full, axis=1, kind="stable")[:, :3]
     assert np.array_equal(i.numpy(), want)
-    np.testing.assert_array_equal(v.numpy(), np.take_along_axis(full, want, 1))
+    np.testing.assert_allclose(v.numpy(), np.take_along_axis(full, want, 1), rtol=0, atol=1e-15)  # other GEMM blocks
     with pytest.raises(ValueError, match="k=8 .*the number of targets"):
         m.topk(data["queries"], 8)
     # duplicated targets: every tie is resolved to the lower index, in every block
