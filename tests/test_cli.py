@@ -314,6 +314,8 @@ def test_export_load_back_is_bit_identical_and_the_index_serves_the_library_top_
         _, got = index.search(q, 5)
         served = cli.ExportedIndex(out, name)
         assert served.index is not None and np.array_equal(served.search(d.queries, 5)[1], got)
+        entry = man["directions"][name]["files"]["faiss_index"]
+        assert (entry["kind"], entry["ntotal"], entry["path"]) == ("IndexFlatIP", len(d.targets), f"{name}/index.faiss")
         lib = dense(d) + norm.offsets[None, :]   # the library's normalised scores, S + h
         want = np.argsort(-lib, axis=1, kind="stable")[:, :5]
         same = got == want
