@@ -7,12 +7,14 @@
     .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + the report folder (a
                                                                         # module's row is written when it ends)
     .venv/bin/python scripts/mutation.py engine --sample 3             # a heavy module: about 3 mutants in 10
+    .venv/bin/python scripts/mutation.py blocks --recheck --report ... # score the run left in .mutation/ again
 
 mutmut (3.x) changes one thing at a time in every function of a module (an operator, a constant, an argument, a
 returned value), runs the tests that call that function, and counts the mutant *killed* when a test fails,
 *survived* when every test passes. A survivor is a change to a computed number or a guard that no test notices.
 score = (killed + timeout) / (killed + survived + timeout + no tests): a mutant that no selected test reaches
-counts as a survivor.
+counts as a survivor. mutmut's timeouts are rerun here in a fresh process (:func:`recheck_timeouts`): a forked
+test run can hang although every test passes, and such a "timeout" is a survivor.
 
 ``--sample K`` (1-9) tests the mutants whose number ends in one of K fixed digits (every function's first mutant,
 and about K in 10 of a larger function's; the same ones on every run); the others are "not checked" and left out of the score, and the report says
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+from collections import Counter
 import importlib
 import io
 import os
@@ -186,8 +189,64 @@ def sample_patterns(name: str, k: Optional[int]) -> list:
     return [f"hubnorm.{name}.*__mutmut_*{d}" for d in SAMPLE_DIGITS[:k]]
 
 
-def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[int] = None) -> dict:
-    ws = workspace(name, tests, jobs)
+#: a timed-out mutant's tests are rerun in a fresh process for at most this long plus ``RECHECK_FACTOR`` times their
+#: measured duration
+RECHECK_SECONDS, RECHECK_FACTOR = 90, 10
+
+
+def recheck_timeouts(ws: Path, env: dict, mutants: list, jobs: int, run=None) -> dict:
+    """Each mutant mutmut reported as a timeout, rerun outside its fork server: ``{mutant: "killed" | "survived" |
+    "timeout"}``.
+
+    mutmut runs a mutant's tests in a child forked from a warmed-up pytest process and calls a child that has not
+    finished within half its CPU limit a timeout, which it scores as a kill. Some children hang although every test
+    passes (a forked process that starts a Dask cluster, for one): checked by hand on blocks.py, such "timeouts"
+    were mutants whose tests all pass. So each one is run again here in a fresh interpreter (``MUTANT_UNDER_TEST``
+    selects it in mutmut's trampoline; the tests mutmut recorded as calling the mutated function, with ``-x``), and
+    classified by the exit code: 0 survived, a failed test (or a crash) killed, and still running after
+    :data:`RECHECK_SECONDS` + :data:`RECHECK_FACTOR` x the tests' measured time, a real timeout."""
+    if not mutants:
+        return {}
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    stats = json.loads((ws / "mutants" / "mutmut-stats.json").read_text())
+    by_function, durations = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
+
+    def default_run(mutant: str) -> str:
+        tests = sorted(by_function.get(mutant.rsplit("__mutmut_", 1)[0], ()))
+        if not tests:
+            return "timeout"
+        limit = RECHECK_SECONDS + RECHECK_FACTOR * sum(durations.get(t, 0.0) for t in tests)
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                                 "-p", "no:randomly", *tests], cwd=ws / "mutants",
+                                env=dict(env, MUTANT_UNDER_TEST=mutant), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            return "timeout"
+        return "survived" if code == 0 else "killed"
+
+    run = run or default_run
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        return dict(zip(mutants, pool.map(run, mutants)))
+
+
+def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[int] = None, *,
+               reuse: bool = False) -> dict:
+    """Mutate module ``name`` and score it; ``reuse``: do not run mutmut again, read the results a run (stopped or
+    not) left in the workspace for this module and recheck its timeouts (``--recheck``)."""
+    if reuse:
+        ws = WORK
+        cfg = ws / "pyproject.toml"
+        target = f"hubnorm/{'/'.join(name.split('.'))}.py"
+        if not cfg.is_file() or f'source_paths = ["{target}"]' not in cfg.read_text():
+            raise SystemExit(f"error: --recheck {name}: the workspace {WORK} holds no mutmut run of {name}")
+    else:
+        ws = workspace(name, tests, jobs)
     # one BLAS / OpenMP thread: mutmut forks each mutant's test run from a process that has run the tests once, and
     # an OpenMP pool started before a fork hangs the child (every mutant then "times out")
     env = dict(os.environ, PYTHONPATH=str(ws / "mutants"), HUBNORM_PROGRESS="0", MPLBACKEND="Agg",
@@ -197,22 +256,33 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
         env["HUBNORM_SHARED_DATA"] = str(shared)
     mutmut = Path(sys.executable).with_name("mutmut")
     t0 = time.perf_counter()
-    with open(log, "w") as fh:
-        proc = subprocess.run([str(mutmut), "run", "--max-children", str(jobs), *sample_patterns(name, sample)],
-                              cwd=ws, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    if reuse:
+        proc = subprocess.CompletedProcess([], 0)
+    else:
+        with open(log, "w") as fh:
+            proc = subprocess.run([str(mutmut), "run", "--max-children", str(jobs), *sample_patterns(name, sample)],
+                                  cwd=ws, env=env, stdout=fh, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - t0
     res = subprocess.run([str(mutmut), "results", "--all", "true"], cwd=ws, env=env, capture_output=True, text=True)
     counts = dict.fromkeys(STATUSES, 0)
-    survivors = []
+    survivors, timeouts = [], []
     for line in res.stdout.splitlines():
         mutant, _, status = line.strip().rpartition(": ")
         if status in counts:
             counts[status] += 1
             if status == "survived":
                 survivors.append(mutant)
+            elif status == "timeout":
+                timeouts.append(mutant)
     total = sum(counts.values())
     if proc.returncode and not total - counts["not checked"]:   # e.g. the tests failed before any mutant ran
         raise SystemExit(f"error: mutmut failed on {name} (exit {proc.returncode}); its output: {log}")
+    rechecked = recheck_timeouts(ws, env, timeouts, jobs)
+    for m, status in rechecked.items():
+        counts["timeout"] -= 1
+        counts[status] += 1
+        if status == "survived":
+            survivors.append(m)
     diffs = {m: subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
              for m in survivors}
     tested = total - counts["not checked"]
@@ -221,14 +291,17 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
         print(f"warning: mutmut exited {proc.returncode} on {name} after testing {tested} of {total} mutants; its "
               f"output: {log}", file=sys.stderr)
         sample_text = f"{tested} of {total} (mutmut stopped: exit {proc.returncode})"
+    summary = Counter(rechecked.values())
+    recheck_text = (f"{len(rechecked)} rerun: {summary['survived']} survived, {summary['killed']} killed, "
+                    f"{summary['timeout']} timed out again") if rechecked else "none"
     return {"module": name, "tests": len(tests), "test files": list(tests), "mutants": total, **counts,
-            "sample": sample_text,
+            "sample": sample_text, "timeouts rechecked": recheck_text,
             "score": mutation_score(counts),
             "seconds": round(seconds, 1), "survivors": diffs}
 
 
 COLUMNS = ["module", "tests", "mutants", "sample", "killed", "survived", "timeout", "no tests", "suspicious", "score",
-           "seconds", "date", "test files"]
+           "timeouts rechecked", "seconds", "date", "test files"]
 
 
 def write_report(rows: list, folder: Path, argv: list) -> None:
@@ -260,11 +333,15 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
              "Written by `scripts/mutation.py` (see its docstring); each module's row is from its last run, on the "
              "date shown, with the tests its own page names. score = (killed + timeout) / (killed + survived + "
              "timeout + no tests): a survivor is a one-line change no test noticed (listed with its diff on the "
-             "module's page), and a mutant in code no selected test reaches counts as one.",
+             "module's page), and a mutant in code no selected test reaches counts as one. mutmut's timeouts are "
+             "rerun in a fresh process (`recheck_timeouts`): a forked test run can hang although every test passes, "
+             "so an unchecked timeout may be a survivor; rows whose timeouts were \"not rechecked\" predate that.",
              "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for r in merged:
         cells = [f"{float(r[c]):.0%}" if c == "score" else str(r.get(c, "")) for c in shown]
         cells[shown.index("sample")] = cells[shown.index("sample")] or "all"   # rows of runs before --sample
+        i = shown.index("timeouts rechecked")
+        cells[i] = cells[i] or ("not rechecked" if int(r.get("timeout") or 0) else "none")
         cells[0] = f"[{r['module']}]({r['module']}.md)"
         lines.append("| " + " | ".join(cells) + " |")
     write(folder / "summary.md", "\n".join(lines) + "\n")
@@ -273,7 +350,8 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
                 f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}`; {old[r['module']]['date']}.",
                 "", f"Tests run: {', '.join(f'`{t}`' for t in r.get('test files', []))}.", "",
                 f"{r['mutants']} mutants (tested: {r.get('sample', 'all')}): {r['killed']} killed, {r['survived']} "
-                f"survived, {r['timeout']} timeouts, {r['no tests']} reached by no test; score {r['score']:.0%}.", ""]
+                f"survived, {r['timeout']} timeouts, {r['no tests']} reached by no test; score {r['score']:.0%}.", "",
+                f"Timeouts rechecked in a fresh process (see `recheck_timeouts`): {r.get('timeouts rechecked') or 'not done (a run before the recheck existed)'}.", ""]
         if r["survivors"]:
             page += ["## Survivors", ""]
             for diff in r["survivors"].values():
@@ -312,6 +390,9 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once (default: cores)")
     p.add_argument("--report", type=Path, help="a folder: update <REPORT>/summary.md/.csv and write <module>.md")
     p.add_argument("--min-score", type=float, default=None, help="exit 1 when a module scores below this (0-1)")
+    p.add_argument("--recheck", action="store_true",
+                   help="score the run left in the workspace (.mutation/) for the one module named, without running "
+                        "mutmut again, rechecking its timeouts (a run made before timeouts were rechecked)")
     p.add_argument("--sample", type=int, default=None, metavar="K", choices=range(1, 10),
                    help="test about K in 10 of the mutants (1-9; the same ones every run): for heavy modules")
     args = p.parse_args(argv)
@@ -324,6 +405,8 @@ def main(argv=None) -> int:
     names = list(args.modules)
     if args.changed is not None:
         names += changed_modules(args.changed or None)
+    if args.recheck and len(names) != 1:
+        raise SystemExit("error: --recheck scores the one module whose run is in the workspace: name exactly one")
     if not names:
         print("nothing to mutate: name modules, or --changed found no changed library module")
         return 0
@@ -337,7 +420,7 @@ def main(argv=None) -> int:
         log = REPO / ".mutation.log"
         print(f"{name}: mutating with {len(tests)} test files ({', '.join(t[6:] for t in tests[:6])}"
               f"{', ...' if len(tests) > 6 else ''}) ...", flush=True)
-        r = run_module(name, tests, args.jobs, log, args.sample)
+        r = run_module(name, tests, args.jobs, log, args.sample, reuse=args.recheck)
         rows.append(r)
         print(f"{name}: {r['mutants']} mutants (tested: {r['sample']}), {r['killed']} killed, {r['survived']} survived, {r['timeout']} timeouts, "
               f"{r['no tests']} not reached by a test: score {r['score']:.0%} ({r['seconds']:.0f} s)", flush=True)

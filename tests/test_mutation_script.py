@@ -72,16 +72,18 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
     def row(module, killed):
         return {"module": module, "tests": 1, "test files": ["tests/test_m.py"], "mutants": 10, "killed": killed,
                 "survived": 9 - killed - 1, "timeout": 1, "no tests": 1, "suspicious": 0,
-                "score": (killed + 1) / 9, "seconds": 1.0, "survivors": {f"{module}.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"}}
+                "score": (killed + 1) / 9, "seconds": 1.0, "survivors": {f"{module}.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"},
+                **({"timeouts rechecked": "1 rerun: 0 survived, 0 killed, 1 timed out again"} if module == "a" else {})}
 
     mutation.write_report([row("m", 6)], tmp_path / "r", ["m"])
     mutation.write_report([row("a", 8)], tmp_path / "r", ["a"])
     md = (tmp_path / "r" / "summary.md").read_text()
-    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 78% | 1.0 |" in md
-    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 100% | 1.0 |" in md
+    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 78% | not rechecked | 1.0 |" in md
+    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 100% | 1 rerun: 0 survived, 0 killed, 1 timed out again | 1.0 |" in md
     assert md.index("[a](a.md)") < md.index("[m](m.md)")
     page = (tmp_path / "r" / "m.md").read_text()
     assert "```diff" in page and "`tests/test_m.py`" in page and "scripts/mutation.py m`" in page
+    assert "Timeouts rechecked in a fresh process (see `recheck_timeouts`): not done" in page
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
     assert lines[2].startswith("m,1,10,,6,2,1,1,0,0.778") and len(lines) == 3
     mutation.write_report([row("m", 8)], tmp_path / "r", ["m"])     # a rerun replaces the module's row
@@ -123,7 +125,7 @@ def test_a_sample_is_the_same_tenths_of_every_functions_mutants_and_the_report_s
 def test_each_module_is_reported_as_soon_as_it_is_measured_with_its_own_command(mutation, tmp_path, monkeypatch):
     """A run over several modules writes a module's row and page when that module ends: stopping the run later (or
     a failure on the next module) keeps what was measured; the page names the command for that module alone."""
-    def fake_run(name, tests, jobs, log, sample=None):
+    def fake_run(name, tests, jobs, log, sample=None, reuse=False):
         if name == "selection":
             raise RuntimeError("stopped during the second module")
         counts = dict.fromkeys(mutation.STATUSES, 0)
@@ -149,3 +151,44 @@ def test_tests_are_named_with_or_without_their_folder_and_suffix_and_a_missing_o
         mutation.test_file("test_nothing_here")
     with pytest.raises(SystemExit, match="--tests test_nothing_here"):
         mutation.main(["hubness", "--tests", "test_nothing_here"])
+
+
+def test_timeouts_are_rerun_in_a_fresh_process_and_classified_by_their_exit(mutation, tmp_path, monkeypatch):
+    """A fake workspace whose one test passes for mutant ``..._1``, fails for ``..._2`` and hangs for ``..._3``
+    (read from MUTANT_UNDER_TEST, as mutmut's trampoline does); a mutant no test calls stays a timeout."""
+    import json
+    import os
+
+    (tmp_path / "mutants" / "tests").mkdir(parents=True)
+    (tmp_path / "mutants" / "tests" / "test_fake.py").write_text(
+        "import os, time\n"
+        "def test_it():\n"
+        "    name = os.environ['MUTANT_UNDER_TEST']\n"
+        "    if name.endswith('_2'):\n"
+        "        raise AssertionError('killed')\n"
+        "    if name.endswith('_3'):\n"
+        "        time.sleep(600)\n")
+    (tmp_path / "mutants" / "mutmut-stats.json").write_text(json.dumps({
+        "tests_by_mangled_function_name": {"hubnorm.fake.x_f": ["tests/test_fake.py::test_it"]},
+        "duration_by_test": {"tests/test_fake.py::test_it": 0.01}}))
+    monkeypatch.setattr(mutation, "RECHECK_SECONDS", 20)
+    names = ["hubnorm.fake.x_f__mutmut_1", "hubnorm.fake.x_f__mutmut_2", "hubnorm.fake.x_f__mutmut_3",
+             "hubnorm.fake.x_g__mutmut_1"]
+    got = mutation.recheck_timeouts(tmp_path, dict(os.environ), names, 2)
+    assert got == {names[0]: "survived", names[1]: "killed", names[2]: "timeout", names[3]: "timeout"}
+    assert mutation.recheck_timeouts(tmp_path, {}, [], 2) == {}
+    assert mutation.recheck_timeouts(tmp_path, {}, ["a", "b"], 1, run=lambda m: "killed") == {"a": "killed",
+                                                                                             "b": "killed"}
+
+
+def test_recheck_names_one_module_whose_run_is_in_the_workspace(mutation, tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "WORK", tmp_path / "ws")
+    monkeypatch.setattr(mutation.shutil, "which", lambda *a, **k: "mutmut")
+    with pytest.raises(SystemExit, match="name exactly one"):
+        mutation.main(["hubness", "selection", "--recheck"])
+    with pytest.raises(SystemExit, match="holds no mutmut run of hubness"):
+        mutation.main(["hubness", "--recheck"])
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["hubnorm/selection.py"]\n')
+    with pytest.raises(SystemExit, match="holds no mutmut run of hubness"):
+        mutation.main(["hubness", "--recheck"])
