@@ -7,7 +7,7 @@
     .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + the report folder (a
                                                                         # module's row is written when it ends)
     .venv/bin/python scripts/mutation.py engine --sample 3             # a heavy module: about 3 mutants in 10
-    .venv/bin/python scripts/mutation.py blocks --recheck --report ... # score the run left in .mutation/ again
+    .venv/bin/python scripts/mutation.py blocks --recheck --report ... # score what a stopped run left in .mutation/
 
 mutmut (3.x) changes one thing at a time in every function of a module (an operator, a constant, an argument, a
 returned value), runs the tests that call that function, and counts the mutant *killed* when a test fails,
@@ -391,8 +391,9 @@ def main(argv=None) -> int:
     p.add_argument("--report", type=Path, help="a folder: update <REPORT>/summary.md/.csv and write <module>.md")
     p.add_argument("--min-score", type=float, default=None, help="exit 1 when a module scores below this (0-1)")
     p.add_argument("--recheck", action="store_true",
-                   help="score the run left in the workspace (.mutation/) for the one module named, without running "
-                        "mutmut again, rechecking its timeouts (a run made before timeouts were rechecked)")
+                   help="score the run a stopped scripts/mutation.py left in the workspace (.mutation/) for the one "
+                        "module named, without running mutmut again, rechecking its timeouts (a run that ends removes "
+                        "the workspace)")
     p.add_argument("--sample", type=int, default=None, metavar="K", choices=range(1, 10),
                    help="test about K in 10 of the mutants (1-9; the same ones every run): for heavy modules")
     args = p.parse_args(argv)
