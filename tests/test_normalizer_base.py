@@ -279,3 +279,43 @@ def test_on_dask(tmp_path):
     assert _on_dask(tmp_path) and _on_dask(str(tmp_path))
     da = pytest.importorskip("dask.array")
     assert _on_dask(da.zeros((2, 2)))
+
+
+def test_a_subclass_takes_its_bank_usage_from_the_inputs_it_declares():
+    """Classes made here, inside the test (the rule runs when a class is created)."""
+    class Reads(Normalizer):
+        inputs = Inputs(fit=(Scores("query_bank", "targets"), Scores("target_bank", "targets", required=False)))
+
+    class Inherits(Reads):
+        pass
+
+    class Nothing(Normalizer):
+        inputs = Inputs()
+
+    assert (Reads.uses_query_bank, Reads.uses_target_bank) == ("required", "optional")
+    assert (Inherits.uses_query_bank, Inherits.uses_target_bank) == ("required", "optional")
+    assert (Nothing.uses_query_bank, Nothing.uses_target_bank) == ("unused", "unused")
+
+
+def test_set_fitted_and_topk_limits(data, monkeypatch):
+    m = MeanShift()
+    m._set_fitted({"offsets_": torch.ones(3), "n_iter_": 4})
+    assert torch.equal(m.offsets_, torch.ones(3)) and m.n_iter_ == 4
+    # k may be as large as the gallery (7 targets of dimension 6)
+    m = MeanShift().fit(data["targets"], query_bank=data["query_bank"])
+    assert m.topk(data["queries"], 7)[1].shape == (9, 7)
+    seen = []
+    real = MeanShift.iter_scores
+    monkeypatch.setattr(MeanShift, "iter_scores", lambda self, q, c=None: seen.append(c) or real(self, q, c))
+    m.topk(data["queries"], 2, chunk_size=3)
+    assert seen == [3]
+    t32 = data["targets"].astype(np.float32)
+    aug = MeanShift().fit(t32, query_bank=data["query_bank"]).augment_targets()
+    assert aug.dtype == np.float32
+
+
+def test_identity_keeps_its_arguments_and_the_engine_dtype(data):
+    ident = Identity(device="cpu", chunk_size=3, check_normalized=False)
+    assert ident.get_params() == {"device": "cpu", "chunk_size": 3, "check_normalized": False}
+    m = Identity().fit(data["targets"])
+    assert m.offsets_.dtype == torch.float64
