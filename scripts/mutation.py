@@ -235,6 +235,20 @@ def recheck_timeouts(ws: Path, env: dict, mutants: list, jobs: int, run=None) ->
         return dict(zip(mutants, pool.map(run, mutants)))
 
 
+def mutation_env(ws: Path) -> dict:
+    """The environment of mutmut and of the rechecks. mutmut forks each mutant's test run from a process that has run
+    the tests once, and a thread pool started before a fork is dead in the child: one BLAS / OpenMP thread (an
+    OpenMP pool hangs the child), and Dask's synchronous scheduler (a forked child that computes on the threaded
+    scheduler's pool waits forever: every mutant whose tests fit a Dask bank "timed out")."""
+    env = dict(os.environ, PYTHONPATH=str(ws / "mutants"), HUBNORM_PROGRESS="0", MPLBACKEND="Agg",
+               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               DASK_SCHEDULER="synchronous")
+    shared = REPO.parent / "shared" / "data"
+    if "HUBNORM_SHARED_DATA" not in env and shared.is_dir():
+        env["HUBNORM_SHARED_DATA"] = str(shared)
+    return env
+
+
 def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[int] = None, *,
                reuse: bool = False) -> dict:
     """Mutate module ``name`` and score it; ``reuse``: do not run mutmut again, read the results a run (stopped or
@@ -247,13 +261,7 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
             raise SystemExit(f"error: --recheck {name}: the workspace {WORK} holds no mutmut run of {name}")
     else:
         ws = workspace(name, tests, jobs)
-    # one BLAS / OpenMP thread: mutmut forks each mutant's test run from a process that has run the tests once, and
-    # an OpenMP pool started before a fork hangs the child (every mutant then "times out")
-    env = dict(os.environ, PYTHONPATH=str(ws / "mutants"), HUBNORM_PROGRESS="0", MPLBACKEND="Agg",
-               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    shared = REPO.parent / "shared" / "data"
-    if "HUBNORM_SHARED_DATA" not in env and shared.is_dir():
-        env["HUBNORM_SHARED_DATA"] = str(shared)
+    env = mutation_env(ws)
     mutmut = Path(sys.executable).with_name("mutmut")
     t0 = time.perf_counter()
     if reuse:

@@ -192,3 +192,16 @@ def test_recheck_names_one_module_whose_run_is_in_the_workspace(mutation, tmp_pa
     (tmp_path / "ws" / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["hubnorm/selection.py"]\n')
     with pytest.raises(SystemExit, match="holds no mutmut run of hubness"):
         mutation.main(["hubness", "--recheck"])
+
+
+def test_the_mutation_environment_has_no_thread_pool_a_fork_would_kill(mutation, tmp_path):
+    """A Dask computation on the threaded scheduler in a forked child hangs (measured: the child never returns);
+    the environment of the mutants' runs makes Dask compute synchronously and BLAS single-threaded."""
+    env = mutation.mutation_env(tmp_path)
+    assert env["DASK_SCHEDULER"] == "synchronous" and env["OMP_NUM_THREADS"] == "1"
+    assert env["PYTHONPATH"] == str(tmp_path / "mutants")
+    code = ("import dask; from dask.base import get_scheduler; from dask.local import get_sync; "
+            "assert get_scheduler() is get_sync, get_scheduler()")
+    import subprocess
+    import sys
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode == 0
