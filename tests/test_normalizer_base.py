@@ -319,3 +319,66 @@ def test_identity_keeps_its_arguments_and_the_engine_dtype(data):
     assert ident.get_params() == {"device": "cpu", "chunk_size": 3, "check_normalized": False}
     m = Identity().fit(data["targets"])
     assert m.offsets_.dtype == torch.float64
+
+
+def test_fit_sends_only_a_dask_bank_the_method_reads_to_the_dask_path(data, monkeypatch):
+    from hubnorm import distributed
+
+    da = pytest.importorskip("dask.array")
+    calls = []
+    real = distributed.fit_offsets
+    monkeypatch.setattr(distributed, "fit_offsets", lambda *a, **k: calls.append(a) or real(*a, **k))
+    MeanShift().fit(data["targets"], query_bank=data["query_bank"], target_bank=data["query_bank"][:4])
+    assert calls == []                                               # in memory: never the Dask path
+    MeanShift().fit(data["targets"], query_bank=data["query_bank"], target_bank=da.from_array(data["query_bank"]))
+    assert calls == []                                               # a Dask bank it does not read
+    qb = da.from_array(data["query_bank"], chunks=(7, -1))
+    m = MeanShift().fit(data["targets"], query_bank=qb)
+    assert len(calls) == 1 and calls[0][2] is qb
+    np.testing.assert_allclose(m.offsets, MeanShift().fit(data["targets"], query_bank=data["query_bank"]).offsets,
+                               rtol=0, atol=1e-12)
+    tb = da.from_array(data["query_bank"][:11], chunks=(5, -1))
+    NeedsTargetBank().fit(data["targets"], query_bank=data["query_bank"], target_bank=tb)
+    assert len(calls) == 2 and calls[1][3] is tb                     # a Dask target bank it reads, passed on
+
+
+def test_an_optional_bank_may_be_left_out_and_a_read_bank_takes_the_targets_dtype(data):
+    class Optional_(Normalizer):
+        inputs = Inputs(fit=(Scores("query_bank", "targets", required=False),
+                             Scores("target_bank", "targets", required=False)))
+
+        def __init__(self):
+            pass
+
+        def fit_blocks(self, engine):
+            return {"offsets_": torch.zeros(engine.size("targets"), dtype=engine.dtype),
+                    "has_": (engine.has("query_bank"), engine.has("target_bank"))}
+
+    assert Optional_().fit(data["targets"]).has_ == (False, False)
+    eng = Optional_().local_engine(data["targets"], None, data["query_bank"][:5].astype(np.float32))
+    assert not eng.has("query_bank") and eng.tensor("target_bank").dtype == torch.float64
+
+
+def test_a_method_without_check_normalized_checks_its_inputs_and_one_that_turns_it_off_does_not(data):
+    class NoOption(MeanShift):
+        def __init__(self):
+            self.scale, self.k = 1.0, 1
+
+    with pytest.raises(ValueError, match="targets rows are not L2-normalised"):
+        NoOption().fit(data["targets"] * 2, query_bank=data["query_bank"])
+    m = NoOption().fit(data["targets"], query_bank=data["query_bank"])
+    with pytest.raises(ValueError, match="queries rows are not L2-normalised"):
+        m.score(data["queries"] * 2)
+    loose = MeanShift(check_normalized=False).fit(data["targets"], query_bank=data["query_bank"])
+    np.testing.assert_allclose(loose.score(data["queries"] * 2).numpy(),
+                               2 * data["queries"] @ data["targets"].T + loose.offsets[None, :], rtol=0, atol=1e-14)
+
+
+def test_scoring_hands_each_block_its_queries(data):
+    class QueryTerm(MeanShift):
+        def normalize_scores(self, s, queries=None):
+            return super().normalize_scores(s, queries).add_(queries[:, :1])   # a term of the query (as DN's)
+
+    m = QueryTerm().fit(data["targets"], query_bank=data["query_bank"])
+    want = data["queries"] @ data["targets"].T + m.offsets[None, :] + data["queries"][:, :1]
+    np.testing.assert_allclose(m.score(data["queries"], chunk_size=4).numpy(), want, rtol=0, atol=1e-14)
