@@ -113,10 +113,10 @@ def test_nan_rows_are_counted_across_blocks(monkeypatch):
 
 
 def test_l2_normalize():
-    x = np.array([[3.0, 4.0], [0.0, 0.0]])
-    np.testing.assert_array_equal(v.l2_normalize(x), [[0.6, 0.8], [0.0, 0.0]])
-    t = v.l2_normalize(torch.tensor([[3.0, 4.0], [0.0, 1e-13]]))
-    torch.testing.assert_close(t, torch.tensor([[0.6, 0.8], [0.0, 0.1]]))     # the zero guard: eps = 1e-12
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [0.0, 2.0]])
+    np.testing.assert_array_equal(v.l2_normalize(x), [[0.6, 0.8], [0.0, 0.0], [0.0, 1.0]])   # row by row
+    t = v.l2_normalize(torch.tensor([[3.0, 4.0], [0.0, 1e-13], [0.0, 2.0]]))
+    torch.testing.assert_close(t, torch.tensor([[0.6, 0.8], [0.0, 0.1], [0.0, 1.0]]))   # the zero guard: eps = 1e-12
     with pytest.raises(TypeError, match="x must be a numpy array or a torch tensor; got list"):
         v.l2_normalize([[1.0]])
 
@@ -143,8 +143,8 @@ def test_check_floats():
     for bad in (0, -1e-9, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="tau must be a finite number > 0"):
             v.check_positive_float(bad, "tau")
-    for bad in (True, "0.1", None):
-        with pytest.raises(TypeError, match="tau must be a number"):
+    for bad, kind in ((True, "bool True"), ("0.1", "str '0.1'"), (None, "NoneType None")):
+        with pytest.raises(TypeError, match=f"tau must be a number; got {kind}"):
             v.check_positive_float(bad, "tau")
     assert v.check_finite_float(-2, "alpha") == -2.0 and v.check_finite_float(1.0, "alpha", minimum=1.0) == 1.0
     with pytest.raises(ValueError, match="alpha must be >= 1.0; got 0.99"):
@@ -160,7 +160,8 @@ def test_check_sizes_bytes_dtypes_seeds():
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         v.check_chunk_size(0)
     assert v.check_block_bytes(None) is None and v.check_block_bytes(np.int32(4096)) == 4096
-    with pytest.raises(TypeError, match=r"block_bytes must be None or an integer number of bytes \(e.g. 128 \* 2\*\*20\)"):
+    with pytest.raises(TypeError, match=r"block_bytes must be None or an integer number of bytes \(e.g. 128 \* 2\*\*20\); "
+                                        r"got float 1500000.0"):
         v.check_block_bytes(1.5e6)
     with pytest.raises(TypeError, match="block_bytes must be None or an integer"):
         v.check_block_bytes(True)
@@ -195,7 +196,7 @@ def test_check_sizes_bytes_dtypes_seeds():
 @pytest.mark.parametrize("kind", ["numpy", "torch", "memmap"])
 def test_check_finite_rows_counts_rows_in_blocks(kind, tmp_path):
     x = np.ones((7, 3))
-    x[[1, 5, 6], [0, 2, 1]] = [np.nan, np.inf, -np.inf]
+    x[[0, 5, 6], [0, 2, 1]] = [np.nan, np.inf, -np.inf]       # the first row too
     if kind == "torch":
         x = torch.from_numpy(x)
     elif kind == "memmap":
@@ -220,5 +221,35 @@ def test_unit_rows():
         v.unit_rows(np.ones((0, 2)), "rows")
     with pytest.raises(ValueError, match="rows contain NaN or Inf"):
         v.unit_rows(np.array([[np.nan, 1.0]]), "rows")
+    tiny = v.unit_rows(np.array([[1e-30, 1e-30]], dtype=np.float32), "rows")   # normalised in float64: no underflow
+    np.testing.assert_allclose(tiny, [[2 ** -0.5, 2 ** -0.5]], rtol=1e-6)
     with pytest.raises(ValueError, match="rows contain an all-zero row: cannot normalise"):
         v.unit_rows(np.array([[0.0, 0.0], [1.0, 0.0]]), "rows")
+
+
+def test_resolve_device_with_gpus_present(monkeypatch):
+    """The CUDA and MPS branches on a machine that has them (simulated: this check runs on any machine)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert v.resolve_device(None) == torch.device("cuda")
+    assert v.resolve_device("cuda") == torch.device("cuda")
+    assert v.resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ValueError, match=r"dev='cuda:2' but only 2 CUDA device\(s\) are visible \(indices 0\.\.1\): "
+                                         r"pass dev='cuda' or 'cuda:0', or check CUDA_VISIBLE_DEVICES"):
+        v.resolve_device("cuda:2", name="dev")
+
+    class MPS:
+        def __init__(self, ok):
+            self.ok = ok
+
+        def is_available(self):
+            return self.ok
+
+    monkeypatch.setattr(torch.backends, "mps", MPS(True), raising=False)
+    assert v.resolve_device("mps") == torch.device("mps")
+    monkeypatch.setattr(torch.backends, "mps", MPS(False), raising=False)
+    with pytest.raises(ValueError, match="device='mps' but Apple MPS is not available on this machine"):
+        v.resolve_device("mps")
+    monkeypatch.delattr(torch.backends, "mps", raising=False)
+    with pytest.raises(ValueError, match="Apple MPS is not available"):
+        v.resolve_device("mps")
