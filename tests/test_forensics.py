@@ -357,3 +357,43 @@ def test_unnormalised_rows_are_explained_when_the_fit_allowed_them(task):
     strict = task.fit(hn.NearestNeighborNormalization(alpha=0.75, k=8))
     with pytest.raises(ValueError, match=r"^query_bank rows are not L2-normalised"):
         fx.explain_target(strict, 2, query_bank=scale(task.query_bank))
+
+
+def test_banks_are_read_in_the_fits_dtype_and_checked_like_the_fit(task, monkeypatch):
+    """A float32 fit explained from float64 banks (as a user holds them): the banks are cast to the fit's dtype;
+    a DBSN target bank is checked for unit rows like the query bank; the block budget reaches the decomposition."""
+    f32 = lambda x: np.asarray(x, dtype=np.float32)   # noqa: E731
+    sn = hn.SinkhornNormalization(tau=0.02).fit(f32(task.targets), query_bank=f32(task.query_bank))
+    e = fx.explain_target(sn, 4, query_bank=np.asarray(task.query_bank, dtype=np.float64))
+    assert e.identity_error < 1e-3 and e.weights.dtype == np.float64
+    dbsn = hn.DualBankSinkhornNormalization(tau=0.02, n_iter=5).fit(
+        f32(task.targets), query_bank=f32(task.query_bank), target_bank=f32(task.target_bank))
+    e = fx.explain_target(dbsn, 4, query_bank=np.asarray(task.query_bank), target_bank=np.asarray(task.target_bank))
+    assert abs(e.offset - e.fitted_offset) < 1e-3 * (abs(e.fitted_offset) + 1)
+    with pytest.raises(ValueError, match=r"^target_bank rows are not L2-normalised"):
+        fx.explain_target(dbsn, 4, query_bank=task.query_bank, target_bank=3.0 * np.asarray(task.target_bank))
+    seen = []
+    real = type(sn).offset_decomposition
+    monkeypatch.setattr(type(sn), "offset_decomposition",
+                        lambda self, qb, tb=None, *, block_bytes=None: seen.append(block_bytes) or real(self, qb, tb,
+                                                                                                      block_bytes=block_bytes))
+    fx.explain_target(sn, 4, query_bank=task.query_bank, block_bytes=4096)
+    assert seen == [4096]
+
+
+def test_tied_contributions_keep_the_bank_order(task):
+    """A bank of 4 distinct rows repeated 10 times: IS gives each copy the same weight and value, so the table lists
+    tied copies in bank order (the stable rule of every ranking in the library)."""
+    qb = np.repeat(np.asarray(task.query_bank)[:4], 10, axis=0)
+    is_ = hn.InvertedSoftmax(tau=0.05).fit(task.targets, query_bank=qb)
+    e = fx.explain_target(is_, 0, query_bank=qb, top=40)
+    c = e.contributions
+    for _, grp in c.groupby("contribution", sort=False):
+        assert list(grp["bank query"]) == sorted(grp["bank query"]) and len(grp) == 10
+
+
+def test_hub_neighbours_default_k_is_10(task):
+    raw = task.fit(hn.Identity())
+    n_k = hn.k_occurrence(raw, 10, queries=task.queries)
+    j = int(np.argmax(n_k))
+    assert len(fx.hub_neighbours(raw.iter_scores(task.queries), j, task.positives)) == n_k[j]
