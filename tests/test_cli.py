@@ -259,8 +259,9 @@ def test_choose_label_free_uses_the_given_grid_and_the_target_bank_and_keeps_raw
     seen = set()
     for d in rep["directions"]:
         dd = small.directions[d["direction"]]
+        grids = {"is": {"tau": [0.013, 0.027]}, "dbsn": {p: list(v) for p, v in hn.PAPER_GRIDS["dbsn"].items()}}
         res = {m: label_free_select(m, dd.targets, dd.query_bank, queries=dd.queries, target_bank=dd.target_bank,
-                                    grid=cli._grid(m, {"is": {"tau": [0.013, 0.027]}}, dd.task)) for m in ("is", "dbsn")}
+                                    grid=grids[m]) for m in ("is", "dbsn")}
         rows = {r["method"]: r for r in d["table"]}
         assert rows["is"]["params"]["tau"] in (0.013, 0.027)
         for m, r in res.items():
@@ -415,8 +416,12 @@ def test_check_names_the_changed_bank_matrix_of_a_sims_folder(capsys, tmp_path, 
     (folder / "manifest.json").write_text(json.dumps(meta))
     code, text, _ = run(capsys, "check", out, "--source", f"sims:{folder}")
     assert code == 3 and "t2i: the reference bank changed" in text
-    then = text.split("then: ")[1].split("; now: ")
-    assert "query_bank x targets 600x40 sha256" in then[0] and then[0] != then[1].split(")")[0]
+    then, now = text.split("then: ")[1].split(")")[0].split("; now: ")
+    import hashlib
+    new_hash = hashlib.sha256((folder / "bank_rows.npy").read_bytes()).hexdigest()[:12]
+    unchanged = [p for p in then.split(", ") if p.startswith("query_bank x target_bank")]
+    assert unchanged and unchanged[0] in now                       # the other bank matrix: the same line
+    assert f"query_bank x targets 600x40 sha256 {new_hash}" in now and new_hash not in then
 
 
 def test_check_against_a_source_of_other_directions_is_a_mismatch(capsys, tmp_path):

@@ -84,6 +84,10 @@ def test_file_stamp_reads_both_ends(tmp_path):
     p.write_bytes(bytes(data))
     os.utime(p, ns=(s1[1], s1[1]))
     assert hd._file_stamp(str(p), sample=50)[3] == s2[3]
+    data[0:1] = b"z"                                  # the first bytes
+    p.write_bytes(bytes(data))
+    os.utime(p, ns=(s1[1], s1[1]))
+    assert hd._file_stamp(str(p), sample=50)[3] != s2[3]
 
 
 @pytest.mark.parametrize("make, exc, message", [

@@ -99,7 +99,8 @@ def test_bad_parameters_are_refused_before_anything_is_computed(data, kwargs, ex
     with pytest.raises(exc, match=pattern):
         m.fit(data["targets"], query_bank=data["query_bank"])
     assert not hasattr(m, "offsets_")
-    assert MeanShift(check_normalized=np.bool_(False)).check_params() is not None
+    ok = MeanShift(check_normalized=np.bool_(False))
+    assert ok.check_params() is ok
 
 
 # ------------------------------------------------------------------------------------------------ fit
@@ -210,13 +211,13 @@ def test_topk_breaks_ties_by_the_lowest_target_index(data):
     v, i = m.topk(data["queries"], 3, chunk_size=2)
     want = np.argsort(-full, axis=1, kind="stable")[:, :3]
     assert np.array_equal(i.numpy(), want)
-    np.testing.assert_allclose(v.numpy(), np.take_along_axis(full, want, 1), rtol=0, atol=1e-15)  # other GEMM blocks
+    np.testing.assert_allclose(v.numpy(), np.take_along_axis(full, want, 1), rtol=0, atol=1e-14)  # other GEMM blocks
     with pytest.raises(ValueError, match="k=8 .*the number of targets"):
         m.topk(data["queries"], 8)
     # duplicated targets: every tie is resolved to the lower index, in every block
     t = np.repeat(data["targets"][:3], 3, axis=0)
     m = MeanShift().fit(t, query_bank=data["query_bank"])
-    full = m.score(data["queries"]).numpy()
+    full = m.score(data["queries"], chunk_size=4).numpy()       # the same blocks: the copies' scores are the same bits
     _, i = m.topk(data["queries"], 5, chunk_size=4)
     assert np.array_equal(i.numpy(), np.argsort(-full, axis=1, kind="stable")[:, :5])
 

@@ -167,9 +167,7 @@ def test_query_aware_fit_uses_the_test_scores_as_the_bank(emb):
 def test_task_defaults_and_ks(emb):
     q, t, qb = emb["queries"], emb["targets"], emb["query_bank"]
     mats = matrices_from_embeddings(q, t, qb)
-    pos = hn.Positives.from_labels(np.arange(11) % 13, 13) if hasattr(hn.Positives, "from_labels") else None
-    if pos is None:
-        pytest.skip("Positives.from_labels is not available")
+    pos = hn.Positives.from_labels(np.arange(11) % 13, 13)
     task = ScoreTask(mats, pos, direction="t2i")
     assert set(task.evaluate(None, ks=(1, 3))) >= {"R@1", "R@3"} and "R@5" not in task.evaluate(None, ks=(1, 3))
     np.testing.assert_array_equal(task.k_occurrence(), task.k_occurrence(k=10))

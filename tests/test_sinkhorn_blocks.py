@@ -109,19 +109,27 @@ def test_the_iteration_reduction_by_hand(data):
     assert torch.equal(S, data["query_bank"] @ data["targets"].T)       # the block was not modified
 
 
-def test_a_far_away_column_is_recomputed_not_lost_to_underflow():
-    """A target whose scores sit far below every other target's: exp() of its entries underflows float32 against the
-    row maxima; the guard recomputes that column exactly."""
-    bank = _unit(30, d=4, seed=4).float()
+def test_a_far_away_column_is_recomputed_not_lost_to_underflow(monkeypatch):
+    """A bank clustered around e1 and a target at -e1: (s - row max) / tau is about -200 on its column, so exp()
+    of every entry underflows float32 and the column's sum would be lost (its potential infinite); the guard
+    recomputes that column exactly. With the guard switched off the result is not finite."""
+    g = torch.Generator().manual_seed(4)
+    e1 = torch.zeros(4)
+    e1[0] = 1.0
+    bank = e1 + 0.1 * torch.randn(30, 4, generator=g)
+    bank = bank / bank.norm(dim=1, keepdim=True)
     t = _unit(6, d=4, seed=5).float()
-    t[5] = -bank.mean(dim=0) / bank.mean(dim=0).norm()                      # the far-away target
-    S = (bank @ t.T).double()
+    t[5] = -e1
+    S = (bank.double() @ t.double().T)
     tau = 0.01
     want, _ = dense_sinkhorn(S, tau, 3)
-    run = sk.SinkhornRun(Scores("query_bank", "targets"), tau, 3, None, None, None)
-    g, _ = LocalEngine({"query_bank": bank, "targets": t}, plain=True).iterate(run)
-    assert torch.isfinite(g).all()
-    torch.testing.assert_close(g.double(), want, rtol=0, atol=1e-4)
+    run = lambda: LocalEngine({"query_bank": bank, "targets": t}, plain=True).iterate(   # noqa: E731
+        sk.SinkhornRun(Scores("query_bank", "targets"), tau, 3, None, None, None))[0]
+    g_guarded = run()
+    assert torch.isfinite(g_guarded).all()
+    torch.testing.assert_close(g_guarded.double(), want, rtol=0, atol=1e-4)
+    monkeypatch.setitem(sk._UNDERFLOW, torch.float32, -1e9)        # the guard off
+    assert not bool(torch.isfinite(run()).all())
 
 
 def test_sinkhorn_dtype_rule_and_message():

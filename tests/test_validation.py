@@ -88,6 +88,8 @@ def test_as_embeddings_dimension_finiteness_and_norms():
         v.as_embeddings(x * 1.002, "bank")
     with pytest.raises(ValueError, match="not L2-normalised"):
         v.as_embeddings(x * 0.998, "bank")
+    with pytest.raises(ValueError, match="not L2-normalised"):
+        v.as_embeddings(x * (1 + 1.001e-3), "bank")             # just above the tolerance
     v.as_embeddings(x * 3, "bank", check_normalized=False)
 
 
