@@ -62,12 +62,36 @@ def test_check_refine_and_matrix():
     assert f.dtype == np.float32 and f.flags.c_contiguous and f.shape == (8, 5)
 
 
-def test_faiss_uses_gpu():
+def test_faiss_uses_gpu(monkeypatch):
     has = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
     assert common.faiss_uses_gpu() == has and common.faiss_uses_gpu(False) is False
-    if not has:
-        with pytest.raises(RuntimeError, match="use_gpu=True but faiss sees no GPU"):
-            common.faiss_uses_gpu(True)
+
+    class Fake:                       # a faiss build as seen on a machine with n GPUs (gpu: a GPU build)
+        def __init__(self, n, gpu=True):
+            self.n = n
+            if gpu:
+                self.StandardGpuResources = object
+
+        def get_num_gpus(self):
+            return self.n
+
+    for fake, default in ((Fake(1), True), (Fake(2), True), (Fake(0), False), (Fake(3, gpu=False), False)):
+        monkeypatch.setattr(common, "import_faiss", lambda fake=fake: fake)
+        assert common.faiss_uses_gpu() is default and common.faiss_uses_gpu(None) is default
+        assert common.faiss_uses_gpu(False) is False
+        if default:
+            assert common.faiss_uses_gpu(True) is True
+        else:
+            with pytest.raises(RuntimeError, match=r"^use_gpu=True but faiss sees no GPU \(faiss-cpu build, or no CUDA "
+                                                   r"device\)$"):
+                common.faiss_uses_gpu(True)
+
+
+def test_import_faiss_without_faiss(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(ImportError, match=r"^hubnorm.index needs faiss: pip install faiss-cpu \(or faiss-gpu\)$"):
+        common.import_faiss()
 
 
 # ------------------------------------------------------------------------------------------------ the index engine
