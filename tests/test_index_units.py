@@ -186,3 +186,96 @@ def test_indexed_retriever_recall_and_checks():
         IndexedRetriever(norm, seed=-1)
     with pytest.raises(ValueError, match="queries has dimension 7"):
         r.search(_unit(3, d=7), 2)
+
+
+# ------------------------------------------------------------------------------------------------ options reach the index
+def _spy(monkeypatch, cls, name, log):
+    real = getattr(cls, name)
+
+    def f(self, *args, **kwargs):
+        log.append((name, args, kwargs))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(cls, name, f)
+
+
+def test_the_engine_hands_its_options_to_the_index(small, monkeypatch):
+    from hubnorm.index import ProjectedBankIndex
+
+    log = []
+    for name in ("__init__", "tune_nprobe", "search"):
+        _spy(monkeypatch, BankIndex, name, log)
+    eng = IndexEngine(dict(small), nlist=4, recall_target=0.9, sample_size=17, seed=3, scan="blas-bf16", refine=1.5,
+                      block_bytes=4096)
+    assert eng.block_bytes == 4096 and eng.tuning is None and eng.incomplete == 0
+    eng.reduce(TopK(Scores("query_bank", "targets"), 5, axis=0))
+    first = {name: (args, kw) for name, args, kw in reversed(log)}   # each method's first call
+    (_, init), (tune_args, tune), (search_args, search) = first["__init__"], first["tune_nprobe"], \
+        [(a, k) for n, a, k in log if n == "search"][-1]                  # the engine's own search: the last
+    assert (init["nlist"], init["seed"], init["use_gpu"], init["scan"]) == (4, 3, None, "blas-bf16")
+    assert tune_args[1] == 5 and tune == {"recall_target": 0.9, "sample_size": 17, "seed": 3}
+    assert search_args[1] == 5 and search == {"scan": "blas-bf16", "return_indices": False, "refine": 1.5}
+    assert eng.scan == "blas-bf16"
+    defaults = IndexEngine(dict(small))
+    assert (defaults.sample_size, defaults.seed, defaults.recall_target) == (64, 0, 0.95)
+    # a projected index: fitted on these targets with the engine's code, refine (default 2) and seed
+    plog = []
+    _spy(monkeypatch, ProjectedBankIndex, "__init__", plog)
+    IndexEngine(dict(small), projection_dim=4, nlist=2, seed=5, code="SQ8").reduce(
+        TopK(Scores("query_bank", "targets"), 3, axis=0))
+    kw = plog[0][2]
+    assert (kw["dim"], kw["nlist"], kw["code"], kw["refine"], kw["seed"]) == (4, 2, "SQ8", 2.0, 5)
+
+
+def test_a_target_with_no_neighbour_found_is_an_error(small, monkeypatch):
+    real = BankIndex.search
+
+    def empty_first(self, queries, k, **kw):
+        v, i = real(self, queries, k, **kw)
+        v = v.copy()
+        v[0] = -np.inf
+        v[1, 1:] = -np.finfo(np.float32).max               # faiss pads with -FLT_MAX
+        return v, i
+    monkeypatch.setattr(BankIndex, "search", empty_first)
+    with pytest.raises(ValueError, match=r"^nprobe=1 finds no bank neighbour at all for 1 target\(s\): raise nprobe "
+                                         r"\(at most nlist=1\)"):
+        IndexEngine(dict(small), nlist=1).reduce(TopK(Scores("query_bank", "targets"), 3, axis=0))
+
+
+def test_the_retriever_hands_its_options_to_the_index(monkeypatch):
+    t, qb, q = _unit(120, seed=1), _unit(300, seed=2), _unit(50, seed=3)
+    norm = hn.InvertedSoftmax(tau=0.05, device="cpu").fit(t, query_bank=qb)
+    log = []
+    for name in ("__init__", "tune_nprobe", "search"):
+        _spy(monkeypatch, BankIndex, name, log)
+    r = IndexedRetriever(norm, nlist=4, recall_target=0.8, sample_size=9, seed=2)
+    r.search(q, 3)
+    first = {name: (args, kw) for name, args, kw in reversed(log)}
+    (_, init), (tune_args, tune) = first["__init__"], first["tune_nprobe"]
+    search_args = [a for n, a, k in log if n == "search"][-1]
+    assert (init["nlist"], init["seed"], init["use_gpu"]) == (4, 2, None)
+    assert tune_args[1] == 3 and tune == {"recall_target": 0.8, "sample_size": 9, "seed": 2}
+    assert search_args[0].dtype == np.float32 and search_args[0].shape == (50, 9)
+    log.clear()
+    d = IndexedRetriever(norm, nlist=4)
+    assert (d.sample_size, d.seed) == (256, 0)
+    d.tune(q)
+    tuned = [(a, k) for n, a, k in log if n == "tune_nprobe"][-1]
+    assert tuned[0][1] == 10 and tuned[1]["sample_size"] == 256           # tune's default k
+    with pytest.raises(TypeError, match="^object is not an offset method"):
+        IndexedRetriever(object())
+
+
+def test_the_retriever_checks_queries_as_the_normalizer_does_and_counts_any_positive():
+    t, qb, q = _unit(120, seed=1), _unit(300, seed=2), _unit(50, seed=3)
+    strict = IndexedRetriever(hn.InvertedSoftmax(tau=0.05).fit(t, query_bank=qb), nlist=1)
+    with pytest.raises(ValueError, match="queries rows are not L2-normalised"):
+        strict.search(2 * q, 3)
+    loose_norm = hn.InvertedSoftmax(tau=0.05, check_normalized=False).fit(t, query_bank=qb)
+    loose = IndexedRetriever(loose_norm, nlist=1)
+    np.testing.assert_array_equal(loose.search(2 * q, 3)[1], loose_norm.topk(2 * q, 3)[1].numpy())
+    # two positives per query: the exact rank-2 item and the top-1: a hit at rank 0
+    _, exact = loose_norm.topk(q, 3)
+    ex = exact.numpy()
+    pos = hn.Positives(np.arange(0, 101, 2), np.stack([ex[:, 2], ex[:, 0]], axis=1).ravel(), 120)
+    task = hn.RetrievalTask(q, t, pos, direction="t2i")
+    assert loose.evaluate(task, ks=(1, 2)) == {"R@1": 100.0, "R@2": 100.0}
