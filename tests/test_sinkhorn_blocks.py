@@ -166,3 +166,51 @@ def test_the_run_picks_its_working_dtype_from_the_engine(data):
     assert run.work == torch.float32
     g, done = LocalEngine(f32, plain=True).iterate(run)
     assert g.dtype == torch.float32 and done == 2
+
+
+# ------------------------------------------------------------------------------------------------ the study seams
+@pytest.mark.parametrize("cls", [hn.SinkhornNormalization, hn.DualBankSinkhornNormalization])
+def test_iterate_offsets_reports_every_iteration_as_a_fit_of_that_many(data, cls):
+    cols = data["targets"] if cls is hn.SinkhornNormalization else torch.cat([data["targets"], data["target_bank"]])
+    S = data["query_bank"] @ cols.T
+    norm = cls(tau=0.05, n_iter=6, tol=1.0, device="cpu")            # tol is ignored by the study
+    seen = []
+    norm.iterate_offsets(LocalEngine(dict(data)), lambda t, off, change: seen.append((t, off.clone(), change)))
+    assert [t for t, _, _ in seen] == [1, 2, 3, 4, 5, 6]
+    prev = torch.zeros(S.shape[1], dtype=torch.float64)
+    for t, off, change in seen:
+        g, _ = dense_sinkhorn(S, 0.05, t)
+        torch.testing.assert_close(off, g[:15], rtol=0, atol=1e-10)
+        assert off.dtype == torch.float64 and off.shape == (15,)
+        assert change == pytest.approx(float((g - prev).abs().max()), abs=1e-10)   # over all columns
+        prev = g
+    stopped = []
+    norm.iterate_offsets(LocalEngine(dict(data)), lambda t, off, change: stopped.append(t) or t == 2)
+    assert stopped == [1, 2]
+
+
+def test_offset_decomposition_sums_to_the_fitted_offsets(data):
+    sn = hn.SinkhornNormalization(tau=0.05, n_iter=8, device="cpu").fit(data["targets"], query_bank=data["query_bank"])
+    explain = sn.offset_decomposition(data["query_bank"])
+    S = data["query_bank"] @ data["targets"].T
+    for j in (0, 7, 14):
+        w, values, terms = explain(j)
+        assert float(w.sum()) == pytest.approx(1.0, abs=1e-12) and bool((w >= 0).all())
+        total = float((w * values).sum()) + sum(terms.values())
+        assert total == pytest.approx(float(sn.offsets_[j]), abs=1e-10)
+        assert terms["-tau log n"] == pytest.approx(-0.05 * math.log(15))
+        # the weights: column j of the last iteration's plan, normalised: softmax_i((S_ij + f_i) / tau) with f the
+        # row potentials of the last row half-step (from the column potentials of iteration T - 1)
+        g_prev, _ = dense_sinkhorn(S, 0.05, 7)
+        f = 0.05 * math.log(1 / 40) - 0.05 * torch.logsumexp((S + g_prev) / 0.05, dim=1)
+        plan = torch.exp((S[:, j] + f) / 0.05)
+        torch.testing.assert_close(w, plan / plan.sum(), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="differ from the fitted offsets by .*: pass the same query_bank"):
+        sn.offset_decomposition(data["query_bank"][:30])
+    dbsn = hn.DualBankSinkhornNormalization(tau=0.05, n_iter=8, device="cpu").fit(
+        data["targets"], query_bank=data["query_bank"], target_bank=data["target_bank"])
+    with pytest.raises(ValueError, match="DBSN's explanation needs the target_bank it was fitted with"):
+        dbsn.offset_decomposition(data["query_bank"])
+    w, values, terms = dbsn.offset_decomposition(data["query_bank"], data["target_bank"])(3)
+    assert float((w * values).sum()) + sum(terms.values()) == pytest.approx(float(dbsn.offsets_[3]), abs=1e-10)
+    assert terms["-tau log n"] == pytest.approx(-0.05 * math.log(15 + 9))
