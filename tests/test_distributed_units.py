@@ -170,3 +170,31 @@ def test_every_method_from_many_small_chunks_equals_the_in_memory_fit(data, name
             else:
                 assert torch.equal(other, value), (name, attr)
     assert got.device_ == torch.device("cpu") and torch.equal(got.targets_, ref.targets_)
+
+
+def test_a_reopened_bank_is_a_new_dask_array_only_when_its_shards_or_chunks_changed(tmp_path):
+    """The array's name (Dask's cache key) is a token of the shard paths, their stamps and the chunking: the same
+    shards give the same name, a rewritten shard or another chunking a new one (a stale cached chunk is never
+    reused)."""
+    x = _unit(12, seed=6, dtype=np.float32)
+    paths = hd.save_bank_shards([x[:5], x[5:]], tmp_path / "b")
+    a, b = hd.open_bank(tmp_path / "b", chunk_rows=4), hd.open_bank(tmp_path / "b", chunk_rows=4)
+    assert a.name == b.name and a.name.startswith("hubnorm-bank-")
+    assert hd.open_bank(tmp_path / "b", chunk_rows=3).name != a.name
+    assert hd.open_bank(paths[:1], chunk_rows=4).name != a.name
+    np.save(paths[1], x[5:] * 0.5)
+    c = hd.open_bank(tmp_path / "b", chunk_rows=4)
+    assert c.name != a.name
+    np.testing.assert_array_equal(c.compute()[5:], x[5:] * 0.5)
+    assert hd.open_bank(tmp_path / "b", chunk_bytes=6 * 4 * 3).chunks[0] == (3, 3, 3, 3)   # 3 rows of 6 float32
+    assert c.dtype == np.float32 and c._meta.dtype == np.float32
+
+
+def test_the_change_message_names_what_changed(tmp_path):
+    x = _unit(6, seed=7)
+    paths = hd.save_bank_shards([x[:3], x[3:]], tmp_path / "b")
+    store = hd.NpyShards(paths)
+    np.save(paths[0], x[:2])                                   # truncated: size and checksum
+    with pytest.raises(RuntimeError, match=r"changed after it was opened \(size, modification time, checksum differ\)"
+                                           r": the bank would mix old and new rows"):
+        store[0:1]
