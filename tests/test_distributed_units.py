@@ -113,9 +113,12 @@ def test_open_bank_and_save_refuse(tmp_path):
         hd.open_bank(tmp_path / "empty")
     with pytest.raises(ValueError, match=r"block 1 has shape \(3,\)"):
         hd.save_bank_shards([np.ones((2, 3)), np.ones(3)], tmp_path / "s")
-    with pytest.raises(ValueError, match="blocks is empty"):
+    with pytest.raises(ValueError, match="^blocks is empty: nothing to write$"):
         hd.save_bank_shards([], tmp_path / "s2")
     hd.save_bank_shards([np.ones((2, 3))], tmp_path / "s3")
+    hd.save_bank_shards([np.ones((2, 3))], tmp_path / "s3")                 # into an existing folder
+    nested = hd.save_bank_shards([torch.ones(2, 3)], tmp_path / "x" / "y" / "z")   # parents made
+    assert nested[0].is_file() and np.load(nested[0]).shape == (2, 3)
     with pytest.raises(ValueError, match="chunk_rows must be >= 1"):
         hd.open_bank(tmp_path / "s3", chunk_rows=0)
 
@@ -198,3 +201,25 @@ def test_the_change_message_names_what_changed(tmp_path):
     with pytest.raises(RuntimeError, match=r"changed after it was opened \(size, modification time, checksum differ\)"
                                            r": the bank would mix old and new rows"):
         store[0:1]
+
+
+def test_dask_bank_rows_are_checked_and_cast_like_in_memory_ones(data):
+    """DN's bank means on the Dask path (an Embeddings reduction over chunks): non-unit rows refused, a float32
+    bank averaged in the targets' float64; a NaN row named by the bank; the column-chunk rule at its boundary."""
+    t, qb = data["targets"], data["query_bank"]
+    dn = lambda: hn.make_normalizer("dn", device="cpu")          # noqa: E731
+    with pytest.raises(ValueError, match="query_bank rows are not L2-normalised"):
+        hd.fit_offsets(dn(), t, da.from_array(2 * qb, chunks=(9, -1)), da.from_array(data["target_bank"]))
+    got = hd.fit_offsets(dn(), t, da.from_array(qb.astype(np.float32), chunks=(9, -1)),
+                         da.from_array(data["target_bank"], chunks=(7, -1)))
+    ref = dn().fit(t, query_bank=qb.astype(np.float32).astype(np.float64), target_bank=data["target_bank"])
+    np.testing.assert_allclose(got.offsets, ref.offsets, rtol=0, atol=1e-12)
+    bad = qb.copy()
+    bad[40, 2] = np.nan
+    eng = hd.DaskEngine(torch.from_numpy(t), {"query_bank": da.from_array(bad, chunks=(9, -1))}, check=True)
+    with pytest.raises(ValueError, match="^query_bank has a non-finite row \\(NaN or inf\\) in its shards"):
+        eng.max_norm("query_bank")
+    assert eng.max_norm("targets") == pytest.approx(1.0)
+    for rows, spans in ((23, True), (22, False)):
+        e = hd.DaskEngine(torch.from_numpy(t), {}, check=True, target_chunk_rows=rows)
+        assert e.spans("targets") is spans and e.spans(("targets",)) is spans
