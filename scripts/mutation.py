@@ -291,8 +291,13 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
         counts[status] += 1
         if status == "survived":
             survivors.append(m)
-    diffs = {m: subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
-             for m in survivors}
+    from concurrent.futures import ThreadPoolExecutor
+
+    def show(m: str) -> str:
+        return subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:   # one mutmut process per survivor: ~1 s each
+        diffs = dict(zip(survivors, pool.map(show, survivors)))
     tested = total - counts["not checked"]
     sample_text = "all" if sample is None else f"{tested} of {total} ({sample} in 10)"
     if proc.returncode:   # mutmut stopped early: the untested mutants are "not checked" like a sample's others
