@@ -37,15 +37,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-from collections import Counter
 import importlib
 import io
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -207,9 +209,6 @@ def recheck_timeouts(ws: Path, env: dict, mutants: list, jobs: int, run=None) ->
     :data:`RECHECK_SECONDS` + :data:`RECHECK_FACTOR` x the tests' measured time, a real timeout."""
     if not mutants:
         return {}
-    import json
-    from concurrent.futures import ThreadPoolExecutor
-
     stats = json.loads((ws / "mutants" / "mutmut-stats.json").read_text())
     by_function, durations = stats["tests_by_mangled_function_name"], stats["duration_by_test"]
 
@@ -291,8 +290,6 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
         counts[status] += 1
         if status == "survived":
             survivors.append(m)
-    from concurrent.futures import ThreadPoolExecutor
-
     def show(m: str) -> str:
         return subprocess.run([str(mutmut), "show", m], cwd=ws, env=env, capture_output=True, text=True).stdout
 
