@@ -259,3 +259,138 @@ def test_long_sinkhorn_fits_show_progress_and_the_bar_changes_nothing(monkeypatc
     for a, b in zip(quiet[:2], shown[:2]):
         assert torch.equal(a, b)
     assert quiet[2] == shown[2] == 4
+
+
+# ------------------------------------------------------------------------------------------ options, by their effect
+def _small(seed=5, m=90, n=40, d=12, dtype=torch.float32):
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((4, d))
+    return (torch.from_numpy(_clustered(rng, m, d, centres)).to(dtype),
+            torch.from_numpy(_clustered(rng, n, d, centres)).to(dtype))
+
+
+def test_ten_iterations_by_default_and_the_callback_sees_each_iterate():
+    """The default n_iter is 10 (DBSN's setting); ``callback(t, g)`` gets the 1-based iteration and that iteration's g,
+    equal to a run of t iterations (the float32 log-domain loop and the float64 kernel loop alike)."""
+    for dtype in (torch.float32, torch.float64):
+        bank, targets = _small(dtype=dtype)
+        seen = []
+        f, g, done = sinkhorn_potentials(bank, targets, 0.05, callback=lambda t, g: seen.append((t, g.clone())))
+        assert done == 10 and [t for t, _ in seen] == list(range(1, 11))
+        for t in (1, 4, 10):
+            g_t = sinkhorn_potentials(bank, targets, 0.05, t)[1]
+            assert torch.allclose(seen[t - 1][1].to(dtype), g_t, rtol=0, atol=1e-12), (dtype, t)
+        assert torch.equal(seen[-1][1].to(dtype), g)
+        stopped = sinkhorn_potentials(bank, targets, 0.05, 10, callback=lambda t, g: t == 3)
+        assert stopped[2] == 3 and torch.allclose(stopped[1], seen[2][1].to(dtype), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cache_dtype, block_pass, shifted", [
+    (None, "shared-shift", True),              # float32 shared-shift pass: kept relative to the row maxima
+    (None, "rowmax", False),                   # the reference pass keeps the raw scores
+    (torch.float16, "rowmax", True),           # 16 bits: always relative to the row maxima (finest near 0)
+    (torch.bfloat16, "shared-shift", True),
+])
+def test_kept_blocks_are_stored_as_documented(cache_dtype, block_pass, shifted):
+    """What ``shared_blocks`` holds after a run: every row block of S once, in the cache dtype, either raw (shift
+    None) or minus its row maxima (the shift kept beside it): the block plus its shift is S again."""
+    bank, targets = _small()
+    S = bank.double() @ targets.double().T
+    shared = {}
+    sinkhorn_potentials(bank, targets, 0.05, 3, block_bytes=40 * 4 * 32, cache_dtype=cache_dtype, shared_blocks=shared,
+                        block_pass=block_pass)
+    assert sorted(shared) == [0, 32, 64]
+    store = torch.float32 if cache_dtype is None else cache_dtype
+    for r0, (s, shift) in shared.items():
+        r1 = min(r0 + 32, 90)
+        assert s.dtype == store and s.shape == (r1 - r0, 40)
+        if shifted:
+            assert shift is not None and torch.equal(s.double().amax(dim=1), torch.zeros(r1 - r0, dtype=torch.float64))
+            back = s.double() + shift.double()[:, None]
+        else:
+            assert shift is None
+            back = s.double()
+        assert (back - S[r0:r1]).abs().max() < (1e-6 if store == torch.float32 else 2e-2)
+
+
+def test_the_cache_budget_is_inclusive_and_counts_the_cache_dtype(monkeypatch):
+    """S kept whole when ``m n itemsize <= cache_bytes`` (a GEMM per block once); one byte less keeps only the
+    leading blocks that fit (``cache_bytes // block bytes``); a float16 cache counts 2 bytes an entry."""
+    bank, targets = _small()
+    calls = {"mm": 0, "addmm": 0}
+    real_mm, real_addmm = torch.mm, torch.addmm
+    monkeypatch.setattr(torch, "mm", lambda *a, **k: calls.__setitem__("mm", calls["mm"] + 1) or real_mm(*a, **k))
+    monkeypatch.setattr(torch, "addmm",
+                        lambda *a, **k: calls.__setitem__("addmm", calls["addmm"] + 1) or real_addmm(*a, **k))
+
+    def run(cache_bytes, cache_dtype=None):
+        calls.update(mm=0, addmm=0)
+        sinkhorn_potentials(bank, targets, 0.05, 4, block_bytes=40 * 4 * 30, cache_bytes=cache_bytes,
+                            cache_dtype=cache_dtype)
+        return dict(calls)
+
+    assert run(90 * 40 * 4) == {"mm": 3, "addmm": 0}                 # 3 blocks of 30 rows, all kept
+    assert run(90 * 40 * 4 - 1) == {"mm": 2, "addmm": 4}             # 2 blocks fit; the third every iteration
+    assert run(30 * 40 * 4 - 1) == {"mm": 0, "addmm": 12}            # not one block fits
+    assert run(0) == run(None) == {"mm": 0, "addmm": 12}
+    assert run(90 * 40 * 2, torch.float16) == {"mm": 3, "addmm": 0}  # 2 bytes an entry
+    assert run(60 * 40 * 2, torch.float16) == {"mm": 2, "addmm": 4}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_progress_bar_counts_one_step_per_block_and_iteration(monkeypatch, dtype):
+    """The bar's total is n_iter x the number of row blocks (rows per block from ``block_bytes`` at 4 bytes an entry,
+    whatever the input dtype), its label names the matrix, and it is shown from PROGRESS_ENTRIES score entries."""
+    from hubnorm.normalizers import sinkhorn as sk
+    bank, targets = _small()
+    bank, targets = bank.to(dtype), targets.to(dtype)
+    made = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+            self.n = 0
+
+        def update(self, k):
+            self.n += k
+
+        def close(self):
+            made[-1]["steps"] = self.n
+
+    monkeypatch.setattr(sk, "progress", Bar)
+    sk.sinkhorn_potentials(bank, targets, 0.05, 6, block_bytes=40 * 4 * 25)         # 25 rows a block: 4 blocks
+    assert made[-1] == {"total": 24, "desc": "Sinkhorn 90 x 40", "unit": "block", "disable": True, "steps": 24}
+    monkeypatch.setattr(sk, "PROGRESS_ENTRIES", 90 * 40 * 6)
+    sk.sinkhorn_potentials(bank, targets, 0.05, 6, block_bytes=40 * 4 * 25)
+    assert made[-1]["disable"] is False                                              # exactly at the threshold
+    monkeypatch.setattr(sk, "PROGRESS_ENTRIES", 90 * 40 * 6 + 1)
+    sk.sinkhorn_potentials(bank, targets, 0.05, 6, block_bytes=40 * 4 * 25)
+    assert made[-1]["disable"] is True
+
+
+def test_float64_kernel_path_budget_and_a_shared_cache_left_intact(monkeypatch):
+    """The float64 kernel-domain loop runs when S fits ``cache_bytes`` exactly (8 bytes an entry), also for a single
+    target, and not one byte below; with ``shared_blocks`` it works on copies: the kept blocks still hold S, and a
+    second temperature on the same cache gives what a fresh run gives, bit for bit."""
+    from hubnorm.normalizers import sinkhorn as sk
+    ran = []
+    real = sk._kernel_iterations
+    monkeypatch.setattr(sk, "_kernel_iterations", lambda *a, **k: ran.append(1) or real(*a, **k))
+    bank, targets = _small(dtype=torch.float64)
+    for n_targets, cache_bytes, want in ((40, 90 * 40 * 8, True), (40, 90 * 40 * 8 - 1, False), (1, 90 * 8, True)):
+        ran.clear()
+        t = targets[:n_targets]
+        got = sinkhorn_potentials(bank, t, 0.05, 5, cache_bytes=cache_bytes)
+        ref = sinkhorn_potentials(bank, t, 0.05, 5, cache_bytes=cache_bytes, block_pass="rowmax")
+        assert bool(ran) is want, (n_targets, cache_bytes)
+        assert ref[0].dtype == got[0].dtype == got[1].dtype == torch.float64
+        assert torch.allclose(got[1], ref[1], rtol=0, atol=1e-12) and torch.allclose(got[0], ref[0], rtol=0, atol=1e-12)
+    S = bank @ targets.T
+    shared = {}
+    first = sinkhorn_potentials(bank, targets, 0.05, 5, shared_blocks=shared)
+    assert len(shared) == 1 and torch.equal(shared[0][0], S) and shared[0][1] is None
+    second = sinkhorn_potentials(bank, targets, 0.02, 5, shared_blocks=shared)
+    assert torch.equal(shared[0][0], S)
+    for got, tau in ((first, 0.05), (second, 0.02)):
+        fresh = sinkhorn_potentials(bank, targets, tau, 5)
+        assert torch.equal(got[0], fresh[0]) and torch.equal(got[1], fresh[1]) and got[2] == fresh[2] == 5
