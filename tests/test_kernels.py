@@ -144,3 +144,112 @@ def test_kernels_over_given_scores(dim, block_bytes):
     lse32 = K.logsumexp_scores(s32, 7.0, dim, dtype=torch.float64, block_bytes=block_bytes)
     torch.testing.assert_close(lse32, torch.logsumexp(7.0 * s32.double(), dim=dim), rtol=0, atol=1e-12)
     assert torch.equal(s32, s.float())                          # the given matrix is never modified
+
+
+# ------------------------------------------------------------------------------------------------ top-k, torch backend
+def _dense_topk(a, b, k):
+    return (a.double() @ b.double().T).topk(k, dim=1)
+
+
+def test_torch_topk_one_query_row_and_the_k_message():
+    b = _unit(40, d=8, seed=5, dtype=torch.float32)
+    v, i = K.topk_similarity(_unit(1, d=8, seed=6, dtype=torch.float32), b, 7, backend="torch")
+    want_v, want_i = _dense_topk(_unit(1, d=8, seed=6, dtype=torch.float32), b, 7)
+    assert v.shape == i.shape == (1, 7)
+    torch.testing.assert_close(v.double(), want_v, rtol=0, atol=1e-6)
+    assert torch.equal(i, want_i)
+    with pytest.raises(ValueError, match=r"^k=41 is larger than the bank \(40 rows\): use k <= 40$"):
+        K.topk_similarity(_unit(3, d=8, dtype=torch.float32), b, 41)
+
+
+def _record_passes(monkeypatch):
+    passes = []
+    real = K._topk_rows
+
+    def spy(*args, filtered):
+        v, i = real(*args, filtered=filtered)
+        passes.append((filtered, v is not None))
+        return v, i
+    monkeypatch.setattr(K, "_topk_rows", spy)
+    return passes
+
+
+@pytest.mark.parametrize("bank_kind", ["random", "ties", "descending"])
+def test_torch_topk_threshold_pass_and_its_fallback(monkeypatch, bank_kind):
+    """The torch backend's threshold pass (:func:`hubnorm.kernels._topk_rows` with ``filtered=True``) is exact and
+    complete on a random bank and on one of massive ties (small-integer scores: many values equal each row's
+    threshold, and they count towards its k); on a bank sorted by decreasing score the warm-up blocks set a
+    threshold fewer than k later values reach, and the row block is redone by plain merging (``filtered=False``)."""
+    rng = np.random.default_rng(9)
+    k, n_b, d = 100, 3000, 6     # threshold after 900 of 3000 columns: the 90th best seen (q = 3 k 900 / 3000)
+    a = torch.from_numpy(rng.standard_normal((5, d)).astype(np.float32))
+    if bank_kind == "ties":
+        a = torch.from_numpy(rng.integers(0, 3, (5, d)).astype(np.float32))
+        b = torch.from_numpy(rng.integers(0, 3, (n_b, d)).astype(np.float32))
+    else:
+        b = torch.from_numpy(rng.standard_normal((n_b, d)).astype(np.float32))
+        if bank_kind == "descending":       # sorted for the first query: its best values all come first
+            b = b[(b @ a[0]).argsort(descending=True)]
+    passes = _record_passes(monkeypatch)
+    v, i = K.topk_similarity(a, b, k, backend="torch", block_bytes=5 * 4 * 300)   # 10 column blocks of 300
+    want_v, _ = _dense_topk(a, b, k)
+    assert passes == ([(True, True)] if bank_kind != "descending" else [(True, False), (False, True)])
+    torch.testing.assert_close(v.double(), want_v, rtol=0, atol=1e-5)
+    got = (a.double()[:, None, :] * b.double()[i]).sum(-1)       # each index's own score is its value
+    torch.testing.assert_close(got, v.double(), rtol=0, atol=1e-5)
+    assert all(len(set(row.tolist())) == k for row in i)          # k distinct bank rows per query
+    if bank_kind == "ties":
+        assert torch.equal(v.double(), want_v)                    # small integers: every product is exact
+
+
+def test_torch_topk_counts_later_values_equal_to_the_threshold(monkeypatch):
+    """One query whose warm-up (the first 900 of 3,000 columns) holds 90 scores of 5 and the rest of the bank 10
+    more: the threshold is 5 (the 90th best seen), and the 10 later values *equal* to it complete the k = 100; the
+    threshold pass is exact without the fallback."""
+    rng = np.random.default_rng(2)
+    score = rng.integers(0, 5, 3000).astype(np.float32)
+    score[rng.choice(900, 90, replace=False)] = 5.0
+    score[900 + rng.choice(2100, 10, replace=False)] = 5.0
+    b = torch.from_numpy(np.stack([score, np.zeros(3000, np.float32)], axis=1))
+    a = torch.tensor([[1.0, 0.0]])
+    passes = _record_passes(monkeypatch)
+    v, i = K.topk_similarity(a, b, 100, backend="torch", block_bytes=1 * 4 * 300)
+    assert passes == [(True, True)]
+    assert torch.equal(v, torch.full((1, 100), 5.0)) and sorted(i[0].tolist()) == np.flatnonzero(score == 5).tolist()
+
+
+# ------------------------------------------------------------------------------------------------ log-sum-exp, numpy
+def test_numpy_logsumexp_keeps_each_rows_own_maximum_and_casts_both_inputs():
+    """Rows whose scores lie thousands of units apart (after ``scale``) each keep their own running maximum: one
+    shared maximum would underflow the low rows to -inf. ``b`` is cast to the computing dtype like ``a``."""
+    a = _unit(6, d=8, seed=7, dtype=torch.float64)
+    a[3:] *= 1e-3
+    b = _unit(50, d=8, seed=8, dtype=torch.float64)
+    want = torch.logsumexp(3000.0 * (a @ b.T), dim=1)
+    for block_bytes in (None, 8 * 6 * 16):          # one tile of all rows; tiles of 16 columns
+        got = K.logsumexp_similarity(a, b, 3000.0, backend="numpy", block_bytes=block_bytes)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)
+    a32 = a.float()
+    mixed = K.logsumexp_similarity(a32, b, 2.0, backend="numpy")
+    same = K.logsumexp_similarity(a32, b.float(), 2.0, backend="numpy")
+    assert mixed.dtype == torch.float32 and torch.equal(mixed, same)
+
+
+def test_numpy_logsumexp_refuses_what_it_cannot_compute():
+    a, b = _unit(3, seed=1, dtype=torch.float32), _unit(4, seed=2, dtype=torch.float32)
+    for kwargs, said in (({"dtype": torch.float16}, "dtype=torch.float16, shared_blocks None"),
+                         ({"shared_blocks": {}}, "dtype=None, shared_blocks given")):
+        with pytest.raises(ValueError, match=r"^backend='numpy' takes CPU tensors .*" + said + r" \(use backend='torch'\)$"):
+            K.logsumexp_similarity(a, b, 1.0, backend="numpy", **kwargs)
+    with pytest.raises(ValueError, match="float16 on cpu"):
+        K.logsumexp_similarity(a.half(), b.half(), 1.0, backend="numpy")
+
+
+def test_log_mean_exp_names_scale_by_default_and_sizes_by_row_norms():
+    """The refusal names ``scale`` unless told another name; the precision rule reads the largest *row* norm (unit
+    rows: scores within [-1, 1]), not the norm of the whole matrix, so 2,000 unit rows stay in float32."""
+    a, b = _unit(2000, seed=1, dtype=torch.float32), _unit(2000, seed=2, dtype=torch.float32)
+    assert K.log_mean_exp_similarity(a, b, 50.0).dtype == torch.float32
+    with pytest.raises(ValueError, match="^scale is too extreme"):
+        K.log_mean_exp_similarity(a[:4], b[:6], 1e3, unit=1e-20)
