@@ -170,6 +170,13 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
     return WORK
 
 
+def excluded_lines(name: str) -> list:
+    """``(line number, text)`` of the module's lines marked ``# pragma: no mutate`` (mutmut makes no mutant on them):
+    kept for code no result depends on (Dask graph metadata), each listed on the module's page."""
+    return [(i, line.strip()) for i, line in enumerate(module_path(name).read_text().splitlines(), 1)
+            if "# pragma: no mutate" in line]
+
+
 def mutation_score(counts: dict) -> float:
     """(killed + timeout) / (killed + survived + timeout + no tests): a mutant that no selected test reaches is a
     change nobody notices, counted against the score like a survivor; NaN when no mutant was decided."""
@@ -306,12 +313,13 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
                     f"{summary['timeout']} timed out again") if rechecked else "none"
     return {"module": name, "tests": len(tests), "test files": list(tests), "mutants": total, **counts,
             "sample": sample_text, "timeouts rechecked": recheck_text,
-            "score": mutation_score(counts),
+            "score": mutation_score(counts), "excluded": excluded_lines(name),
+            "lines not mutated": len(excluded_lines(name)),
             "seconds": round(seconds, 1), "survivors": diffs}
 
 
 COLUMNS = ["module", "tests", "mutants", "sample", "killed", "survived", "timeout", "no tests", "suspicious", "score",
-           "timeouts rechecked", "seconds", "date", "test files"]
+           "timeouts rechecked", "lines not mutated", "seconds", "date", "test files"]
 
 
 def write_report(rows: list, folder: Path, argv: list) -> None:
@@ -345,13 +353,17 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
              "timeout + no tests): a survivor is a one-line change no test noticed (listed with its diff on the "
              "module's page), and a mutant in code no selected test reaches counts as one. mutmut's timeouts are "
              "rerun in a fresh process (`recheck_timeouts`): a forked test run can hang although every test passes, "
-             "so an unchecked timeout may be a survivor; rows whose timeouts were \"not rechecked\" predate that.",
+             "so an unchecked timeout may be a survivor; rows whose timeouts were \"not rechecked\" predate that. "
+             "\"lines not mutated\": lines marked `# pragma: no mutate` (code no result depends on, such as Dask "
+             "graph metadata), listed on the module's page.",
              "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for r in merged:
         cells = [f"{float(r[c]):.0%}" if c == "score" else str(r.get(c, "")) for c in shown]
         cells[shown.index("sample")] = cells[shown.index("sample")] or "all"   # rows of runs before --sample
         i = shown.index("timeouts rechecked")
         cells[i] = cells[i] or ("not rechecked" if int(r.get("timeout") or 0) else "none")
+        i = shown.index("lines not mutated")
+        cells[i] = cells[i] or "0"
         cells[0] = f"[{r['module']}]({r['module']}.md)"
         lines.append("| " + " | ".join(cells) + " |")
     write(folder / "summary.md", "\n".join(lines) + "\n")
@@ -362,6 +374,10 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
                 f"{r['mutants']} mutants (tested: {r.get('sample', 'all')}): {r['killed']} killed, {r['survived']} "
                 f"survived, {r['timeout']} timeouts, {r['no tests']} reached by no test; score {r['score']:.0%}.", "",
                 f"Timeouts rechecked in a fresh process (see `recheck_timeouts`): {r.get('timeouts rechecked') or 'not done (a run before the recheck existed)'}.", ""]
+        skipped = r.get("excluded") or []
+        if skipped:
+            page += [f"Lines marked `# pragma: no mutate` (no mutant is made on them; code no result depends on): "
+                     f"{len(skipped)}.", ""] + [f"- line {i}: `{text}`" for i, text in skipped] + [""]
         if r["survivors"]:
             page += ["## Survivors", ""]
             for diff in r["survivors"].values():

@@ -223,3 +223,205 @@ def test_dask_bank_rows_are_checked_and_cast_like_in_memory_ones(data):
     for rows, spans in ((23, True), (22, False)):
         e = hd.DaskEngine(torch.from_numpy(t), {}, check=True, target_chunk_rows=rows)
         assert e.spans("targets") is spans and e.spans(("targets",)) is spans
+
+
+# ------------------------------------------------------------------------------------------------ the engine's answers
+def _engine(data, **kwargs):
+    t = torch.from_numpy(data["targets"])
+    banks = {"query_bank": da.from_array(data["query_bank"].astype(np.float32), chunks=(9, -1)), "target_bank": None}
+    return hd.DaskEngine(t, banks, **{"check": True, **kwargs})
+
+
+def test_the_engine_answers_like_the_in_memory_inputs(data):
+    """Sizes, gathered banks (cast to the targets' dtype), rows taken by index, the largest row norm and the score
+    bound, each equal to the value computed from the in-memory arrays."""
+    from hubnorm.blocks import Scores
+    eng = _engine(data)
+    qb = torch.from_numpy(data["query_bank"].astype(np.float32)).double()
+    t = torch.from_numpy(data["targets"])
+    assert (eng.size("targets"), eng.size("query_bank"), eng.size("target_bank")) == (23, 70, None)
+    assert eng.has("targets") and eng.has("query_bank") and not eng.has("target_bank")
+    got = eng.tensor("query_bank")
+    assert got.dtype == torch.float64 and torch.equal(got, qb)
+    assert torch.equal(eng.tensor(("targets", "query_bank")), torch.cat([t, qb]))
+    idx = torch.tensor([69, 0, 17, 17])
+    assert torch.equal(eng.take_rows("query_bank", idx), qb[idx])
+    assert torch.equal(eng.take_rows("targets", torch.tensor([3, 1])), t[[3, 1]])
+    assert eng.max_norm("query_bank") == pytest.approx(float(qb.norm(dim=1).max()), abs=1e-7)
+    assert eng.max_norm("targets") == float(torch.linalg.vector_norm(t, dim=1).max())
+    # rows of norm 1 and 3: the largest *row* norm (3), not a chunk's whole-matrix norm
+    scaled = data["query_bank"].copy()
+    scaled[40] *= 3.0
+    eng3 = hd.DaskEngine(2.0 * t, {"query_bank": da.from_array(scaled, chunks=(9, -1))}, check=False)
+    assert eng3.max_norm("query_bank") == pytest.approx(3.0, abs=1e-12)
+    assert eng3.max_norm("targets") == pytest.approx(2.0, abs=1e-12)
+    assert eng3.score_bound(Scores("query_bank", "targets")) == pytest.approx(6.0, abs=1e-12)   # |q| |t| >= |q . t|
+
+
+def test_taken_rows_are_checked_and_named(data):
+    t = torch.from_numpy(data["targets"])
+    bad = data["query_bank"] * 2.0
+    eng = hd.DaskEngine(t, {"query_bank": da.from_array(bad, chunks=(9, -1))}, check=True)
+    with pytest.raises(ValueError, match="query_bank rows are not L2-normalised"):
+        eng.take_rows("query_bank", torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="query_bank rows are not L2-normalised"):
+        eng.tensor("query_bank")
+    loose = hd.DaskEngine(t, {"query_bank": da.from_array(bad, chunks=(9, -1))}, check=False)
+    assert torch.equal(loose.take_rows("query_bank", torch.tensor([1, 2])), torch.from_numpy(bad[[1, 2]]))
+
+
+def test_rows_are_taken_from_shards_on_disk(data, tmp_path):
+    """Rows by index from an opened bank: Dask reads the chunks that hold them as row slices (the store reads
+    contiguous row slices only) and picks the rows."""
+    x = data["query_bank"]
+    hd.save_bank_shards([x[:30], x[30:]], tmp_path / "b")
+    eng = hd.DaskEngine(torch.from_numpy(data["targets"]), {"query_bank": str(tmp_path / "b")}, check=True)
+    idx = torch.tensor([65, 2, 31, 29])
+    assert torch.equal(eng.take_rows("query_bank", idx), torch.from_numpy(x[idx.numpy()]))
+
+
+def test_the_broadcast_chunk_rule():
+    """Targets per broadcast chunk: ``target_chunk_rows`` when given (checked by name), else as many rows as fit
+    DEFAULT_TARGET_CHUNK_BYTES, at least 1 and at most all of them; ``spans`` says whether one chunk holds them."""
+    per = hd.DEFAULT_TARGET_CHUNK_BYTES // (6 * 8)
+    assert hd._target_rows(10 ** 12, 6, 8, None) == per
+    assert hd._target_rows(10, 6, 8, None) == 10
+    assert hd._target_rows(10 ** 12, hd.DEFAULT_TARGET_CHUNK_BYTES, 8, None) == 1
+    assert hd._target_rows(10, 6, 8, 3) == 3
+    with pytest.raises(ValueError, match="^target_chunk_rows must be >= 1"):
+        hd._target_rows(10, 6, 8, 0)
+
+
+def test_spans_and_the_targets_name_of_the_local_engine(data):
+    eng = _engine(data, target_chunk_rows=5)
+    assert not eng.spans("targets") and eng.spans(()) is True
+    assert _engine(data).spans(("targets", "query_bank"))
+    assert eng.local.has("targets") and eng.local.size("targets") == 23
+
+
+def test_in_memory_side_terms_travel_with_their_chunks(data):
+    """A score reduction with a row vector and a column vector given in memory (a torch tensor and a numpy array),
+    over a bank of several chunks and targets of several broadcast chunks: equal to the in-memory engine's."""
+    from hubnorm.blocks import LogSumExp, Scores
+    from hubnorm.engine import LocalEngine
+    t = torch.from_numpy(data["targets"])
+    qb = data["query_bank"]
+    rng = np.random.default_rng(3)
+    rt, ct = torch.from_numpy(rng.standard_normal(70)), rng.standard_normal(23)
+    local = LocalEngine({"targets": t, "query_bank": torch.from_numpy(qb)})
+    eng = hd.DaskEngine(t, {"query_bank": da.from_array(qb, chunks=(9, -1))}, check=True, target_chunk_rows=5,
+                        split_every=2)
+    for axis in (0, 1):
+        def red(row_terms, col_terms):
+            return LogSumExp(Scores("query_bank", "targets"), 7.0, torch.float64, axis=axis, row_terms=row_terms,
+                             col_terms=col_terms)
+        want = local.reduce(red(rt, torch.from_numpy(ct)))
+        dense = torch.logsumexp(7.0 * torch.from_numpy(qb) @ t.T + rt[:, None] + torch.from_numpy(ct)[None, :],
+                                dim=axis)
+        torch.testing.assert_close(want, dense, rtol=1e-12, atol=1e-12)
+        for row_terms, col_terms in ((rt, torch.from_numpy(ct)), (rt.numpy(), ct)):   # tensors or numpy arrays
+            got = eng.to_tensor(eng.reduce(red(row_terms, col_terms)))
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ fit_offsets' wiring
+def test_fit_offsets_passes_the_normalizers_settings_to_the_engine(data, monkeypatch):
+    seen = {}
+    real = hd.DaskEngine
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(hd, "DaskEngine", spy)
+    nnn = hn.make_normalizer("nnn", k=4, device="cpu", block_bytes=4096)
+    hd.fit_offsets(nnn, data["targets"], da.from_array(data["query_bank"], chunks=(9, -1)), target_chunk_rows=7,
+                   split_every=3)
+    assert seen == {"check": True, "block_bytes": 4096, "target_chunk_rows": 7, "split_every": 3}
+
+
+def test_fit_offsets_honours_check_normalized_and_names_its_inputs(data):
+    t, qb = data["targets"], data["query_bank"]
+    loose = 2.0 * qb
+    fitted = hd.fit_offsets(hn.make_normalizer("nnn", k=4, device="cpu", check_normalized=False), t,
+                            da.from_array(loose, chunks=(9, -1)))
+    ref = hn.make_normalizer("nnn", k=4, device="cpu", check_normalized=False).fit(t, query_bank=loose)
+    torch.testing.assert_close(fitted.offsets_, ref.offsets_, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="query_bank rows are not L2-normalised"):
+        hd.fit_offsets(hn.make_normalizer("nnn", k=4, device="cpu"), t, da.from_array(loose, chunks=(9, -1)))
+    with pytest.raises(ValueError, match="targets rows are not L2-normalised"):
+        hd.fit_offsets(hn.make_normalizer("nnn", k=4, device="cpu"), 2.0 * t, da.from_array(qb, chunks=(9, -1)))
+    with pytest.raises(ValueError, match="^split_every must be"):
+        hd.fit_offsets(hn.make_normalizer("nnn", k=4, device="cpu"), t, da.from_array(qb), split_every=0)
+
+
+def test_a_bank_the_method_does_not_use_is_not_read(data):
+    """NNN uses no target bank: one passed anyway (even one of another dimension) is left alone, as in memory."""
+    t, qb = data["targets"], data["query_bank"]
+    other = da.from_array(_unit(5, d=3), chunks=(2, -1))
+    got = hd.fit_offsets(hn.make_normalizer("nnn", k=4, device="cpu"), t, da.from_array(qb, chunks=(9, -1)), other)
+    ref = hn.make_normalizer("nnn", k=4, device="cpu").fit(t, query_bank=qb)
+    torch.testing.assert_close(got.offsets_, ref.offsets_, rtol=1e-12, atol=1e-12)
+
+
+def test_a_float32_bank_is_cast_on_every_pass(data):
+    """Sinkhorn passes over the bank ten times: the first pass checks each chunk and casts it to the targets'
+    float64, the later ones cast without checking; the fit equals the in-memory one on the same float32 rows."""
+    t = data["targets"]
+    qb32 = data["query_bank"].astype(np.float32)
+    got = hd.fit_offsets(hn.make_normalizer("sn", tau=0.05, device="cpu"), t, da.from_array(qb32, chunks=(9, -1)))
+    ref = hn.make_normalizer("sn", tau=0.05, device="cpu").fit(t, query_bank=qb32.astype(np.float64))
+    torch.testing.assert_close(got.offsets_, ref.offsets_, rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ store details
+def test_store_reads_and_messages(tmp_path):
+    import warnings
+    x = _unit(7, d=4, seed=11)
+    paths = hd.save_bank_shards([x[:3], x[3:]], tmp_path / "b")
+    store = hd.NpyShards(paths)
+    np.testing.assert_array_equal(store[()], x)
+    np.testing.assert_array_equal(store[3:5, 1:3], x[3:5, 1:3])
+    empty = store[5:5]
+    assert empty.shape == (0, 4) and empty.dtype == x.dtype
+    for key in (4, slice(0, 4, 2), [0, 1]):
+        with pytest.raises(TypeError, match="^NpyShards supports contiguous row slices only$"):
+            store[key]
+    with pytest.raises(ValueError, match="^paths is empty: pass at least one .npy shard$"):
+        hd.NpyShards([])
+    with pytest.raises(TypeError, match="; got list$"):
+        hd._as_bank([[1.0]], "query_bank", 1)
+    with pytest.raises(ValueError, match="dimension 5 but the other embeddings have 6: use the same encoder for both$"):
+        hd._as_bank(da.ones((4, 5)), "query_bank", 6)
+    with pytest.raises(ValueError, match=r"must be 2-D \(rows, d\)"):
+        hd._as_bank(np.ones(5), "query_bank", 5)
+    assert hd._as_bank(str(tmp_path / "b"), "query_bank", 4).shape == (7, 4)
+    assert hd._as_bank(da.from_array(x, chunks=(3, 2)), "query_bank", 4).chunks[1] == (4,)   # two column chunks
+    assert hd._as_bank(x, "query_bank", 4, chunk_bytes=1).chunks[0] == (1,) * 7              # at least one row
+    frozen = np.ones((2, 2))
+    frozen.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(hd._tensor(frozen), torch.ones(2, 2, dtype=torch.float64))
+    os.remove(paths[1])
+    with pytest.raises(RuntimeError, match=r"can no longer be read \(.*\): it was removed or moved after open_bank\(\); "
+                                           r"open the bank again$"):
+        store[4:5]
+
+
+def test_a_replaced_shard_is_named_by_its_inode(tmp_path):
+    """Same bytes, same size and modification time, another file (copied over): only the inode differs."""
+    import shutil
+    x = _unit(6, seed=12)
+    paths = hd.save_bank_shards([x], tmp_path / "b")
+    store = hd.NpyShards(paths)
+    st = os.stat(paths[0])
+    copy = tmp_path / "copy.npy"
+    shutil.copyfile(paths[0], copy)
+    os.replace(copy, paths[0])
+    os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns))
+    if os.stat(paths[0]).st_ino == st.st_ino:   # pragma: no cover - a file system that reuses the inode at once
+        pytest.skip("this file system gave the copy the same inode")
+    with pytest.raises(RuntimeError, match=r"\(inode differ\): the bank would mix old and new rows\. Do not rewrite "
+                                           r"shards during a fit; open the bank again "
+                                           r"\(hubnorm\.distributed\.open_bank\) once they are written$"):
+        store[0:2]

@@ -78,8 +78,8 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
     mutation.write_report([row("m", 6)], tmp_path / "r", ["m"])
     mutation.write_report([row("a", 8)], tmp_path / "r", ["a"])
     md = (tmp_path / "r" / "summary.md").read_text()
-    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 78% | not rechecked | 1.0 |" in md
-    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 100% | 1 rerun: 0 survived, 0 killed, 1 timed out again | 1.0 |" in md
+    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 78% | not rechecked | 0 | 1.0 |" in md
+    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 100% | 1 rerun: 0 survived, 0 killed, 1 timed out again | 0 | 1.0 |" in md
     assert md.index("[a](a.md)") < md.index("[m](m.md)")
     page = (tmp_path / "r" / "m.md").read_text()
     assert "```diff" in page and "`tests/test_m.py`" in page and "scripts/mutation.py m`" in page
@@ -89,6 +89,22 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
     mutation.write_report([row("m", 8)], tmp_path / "r", ["m"])     # a rerun replaces the module's row
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
     assert len(lines) == 3 and lines[2].startswith("m,1,10,,8,0,1,1,0,1.000")
+
+
+def test_lines_marked_no_mutate_are_counted_and_listed(mutation, tmp_path, monkeypatch):
+    src = tmp_path / "m.py"
+    src.write_text("def f(x):\n    return g(x,  # pragma: no mutate\n             meta=1)\n# pragma: no mutate\n")
+    monkeypatch.setattr(mutation, "module_path", lambda name: src)
+    skipped = mutation.excluded_lines("m")
+    assert skipped == [(2, "return g(x,  # pragma: no mutate"), (4, "# pragma: no mutate")]
+    row = {"module": "m", "tests": 1, "test files": ["tests/test_m.py"], "mutants": 4, "killed": 4, "survived": 0,
+           "timeout": 0, "no tests": 0, "suspicious": 0, "score": 1.0, "seconds": 1.0, "survivors": {},
+           "excluded": skipped, "lines not mutated": len(skipped)}
+    mutation.write_report([row], tmp_path / "r", ["m"])
+    assert "| 100% | none | 2 | 1.0 |" in (tmp_path / "r" / "summary.md").read_text()
+    page = (tmp_path / "r" / "m.md").read_text()
+    assert "Lines marked `# pragma: no mutate` (no mutant is made on them; code no result depends on): 2." in page
+    assert "- line 2: `return g(x,  # pragma: no mutate`" in page
 
 
 def test_a_mutant_no_test_reaches_counts_against_the_score(mutation):
