@@ -30,6 +30,19 @@ METHODS = [hn.NearestNeighborNormalization(alpha=0.75, k=8), hn.NearestNeighborN
            hn.DualBankSinkhornNormalization(tau=0.02, n_iter=5)]
 
 
+def test_float32_fits_are_explained_in_float64(task):
+    """A float32 fit's scores are widened to float64 before the decomposition (weights, values and remainder are
+    computed in float64 from the float32 bank scores): the contributions then add up to the offset they
+    decompose to float64 precision, whatever the fit's own rounding."""
+    f32 = lambda x: np.asarray(x, np.float32)   # noqa: E731
+    qb = f32(task.query_bank)
+    for norm in (hn.NearestNeighborNormalization(alpha=0.75, k=8), hn.InvertedSoftmax(tau=0.02)):
+        fitted = norm.clone().fit(f32(task.targets), query_bank=qb)
+        e = fx.explain_target(fitted, 3, query_bank=qb)
+        assert e.weights.dtype == e.values.dtype == np.float64
+        assert abs(float(e.weights @ e.values) + e.remainder - e.offset) < 1e-12
+
+
 @pytest.mark.parametrize("norm", METHODS, ids=repr)
 def test_contributions_sum_to_the_offset_of_every_target(task, norm):
     norm = task.fit(norm.clone())
@@ -54,6 +67,10 @@ def test_weights_are_the_papers(task):
     e = fx.explain_target(is_, j, query_bank=task.query_bank)
     w = np.exp(S[:, j] / tau - S[:, j].max() / tau)
     assert np.allclose(e.weights, w / w.sum(), atol=1e-12)
+    w = w / w.sum()
+    assert list(e.remainder_terms) == ["tau KL(w || uniform)"]      # the name the forensics tables show
+    assert e.remainder_terms["tau KL(w || uniform)"] == pytest.approx(tau * (np.log(len(w)) + (w * np.log(w)).sum()),
+                                                                      abs=1e-12)
     # SN: the weights are n times column j of the transport plan pi = diag(a) K diag(b) of a dense Sinkhorn (Alg. A1)
     sn = task.fit(hn.SinkhornNormalization(tau=tau, n_iter=10))
     e = fx.explain_target(sn, j, query_bank=task.query_bank)

@@ -303,6 +303,15 @@ def test_nnn_bias_functions_by_hand():
     (one,) = hn.NearestNeighborNormalization.fit_grid([norm], engine)          # a grid of one point
     assert one["bias_"].numpy() == pytest.approx(dense, abs=1e-14)
 
+    class Approximate:     # an engine whose vector index found only some neighbours (marked -inf)
+        def reduce(self, red):
+            return type("Top", (), {"values": torch.tensor([[0.5, 0.3, -float("inf"), -float("inf")],
+                                                            [0.4, 0.2, 0.1, 0.0]], dtype=torch.float64)})()
+    grid = [hn.NearestNeighborNormalization(alpha=2.0, k=4), hn.NearestNeighborNormalization(alpha=2.0, k=2)]
+    four, two = hn.NearestNeighborNormalization.fit_grid(grid, Approximate())
+    assert four["bias_"].tolist() == pytest.approx([0.8, 0.35])   # k = 4: the mean of the two found in row 0
+    assert two["bias_"].tolist() == pytest.approx([0.8, 0.6])
+
 
 def test_inverted_softmax_offsets_name_their_temperature():
     import torch
