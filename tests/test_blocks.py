@@ -358,6 +358,19 @@ def test_log_mean_exp_working_dtype_and_errors():
     assert red.cache is None                   # the blocks (23 x 17 float32) exceed the sweep budget
 
 
+def test_log_mean_exp_function_hands_on_unit_and_name():
+    """``log_mean_exp(engine, ...)`` passes ``unit`` (the precision rule's divisor) and ``name`` (the parameter its
+    refusal names) to the reduction it runs."""
+    rows, cols = _data(n_r=23, n_c=17, dtype=torch.float32)
+    rows, cols = rows / rows.norm(dim=1, keepdim=True), cols / cols.norm(dim=1, keepdim=True)
+    eng = _engine(rows, cols)
+    src = Scores("query_bank", "targets")
+    assert log_mean_exp(eng, src, 1e3).dtype == torch.float32                  # unit = scale: a relative error
+    assert log_mean_exp(eng, src, 1e3, unit=1.0).dtype == torch.float64        # unit 1: absolute, promoted
+    with pytest.raises(ValueError, match="^beta_query is too extreme"):
+        log_mean_exp(eng, src, 1e3, unit=1e-20, name="beta_query")
+
+
 # ------------------------------------------------------------------------------------------------ LogSumExp
 @pytest.mark.parametrize("axis", [0, 1])
 def test_log_sum_exp_with_terms_equals_dense(axis):
