@@ -245,7 +245,8 @@ def test_the_engine_answers_like_the_in_memory_inputs(data):
     assert got.dtype == torch.float64 and torch.equal(got, qb)
     assert torch.equal(eng.tensor(("targets", "query_bank")), torch.cat([t, qb]))
     idx = torch.tensor([69, 0, 17, 17])
-    assert torch.equal(eng.take_rows("query_bank", idx), qb[idx])
+    taken = eng.take_rows("query_bank", idx)
+    assert taken.dtype == torch.float64 and torch.equal(taken, qb[idx])
     assert torch.equal(eng.take_rows("targets", torch.tensor([3, 1])), t[[3, 1]])
     assert eng.max_norm("query_bank") == pytest.approx(float(qb.norm(dim=1).max()), abs=1e-7)
     assert eng.max_norm("targets") == float(torch.linalg.vector_norm(t, dim=1).max())
@@ -256,6 +257,42 @@ def test_the_engine_answers_like_the_in_memory_inputs(data):
     assert eng3.max_norm("query_bank") == pytest.approx(3.0, abs=1e-12)
     assert eng3.max_norm("targets") == pytest.approx(2.0, abs=1e-12)
     assert eng3.score_bound(Scores("query_bank", "targets")) == pytest.approx(6.0, abs=1e-12)   # |q| |t| >= |q . t|
+
+
+def test_reductions_of_in_memory_inputs_and_per_row_means(data):
+    """A reduction of the targets alone runs in memory; a per-bank-row log-mean-exp is finalised on the workers
+    with the number of columns it averages over; a score matrix whose rows are not a bank is refused by name."""
+    from hubnorm.blocks import LogMeanExp, LogSumExp, Scores
+    from hubnorm.engine import LocalEngine
+    t, qb = torch.from_numpy(data["targets"]), torch.from_numpy(data["query_bank"])
+    local = LocalEngine({"targets": t, "query_bank": qb})
+    eng = hd.DaskEngine(t, {"query_bank": da.from_array(data["query_bank"], chunks=(9, -1))}, check=True,
+                        target_chunk_rows=5)
+    own = LogSumExp(Scores("targets", "targets"), 3.0, torch.float64, axis=1)
+    torch.testing.assert_close(eng.reduce(own), torch.logsumexp(3.0 * t @ t.T, dim=1), rtol=1e-12, atol=1e-12)
+    per_row = eng.to_tensor(eng.reduce(LogMeanExp(Scores("query_bank", "targets"), 4.0, axis=1)))
+    want = torch.logsumexp(4.0 * qb @ t.T, dim=1) - np.log(23)
+    torch.testing.assert_close(per_row, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(per_row, local.reduce(LogMeanExp(Scores("query_bank", "targets"), 4.0, axis=1)),
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^the Dask engine reduces score matrices whose rows are a bank; got "
+                                         r"targets x query_bank scores$"):
+        eng.reduce(LogSumExp(Scores("targets", "query_bank"), 1.0, torch.float64, axis=1))
+
+
+def test_bank_errors_name_the_bank_and_non_finite_rows_are_refused(data):
+    t = torch.from_numpy(data["targets"])
+    with pytest.raises(ValueError, match=r"^target_bank must be 2-D \(rows, d\)"):
+        hd.DaskEngine(t, {"target_bank": da.ones(5)}, check=True)
+    bad = data["query_bank"].copy()
+    bad[33, 2] = np.nan
+    eng = hd.DaskEngine(t, {"query_bank": da.from_array(bad, chunks=(9, -1))}, check=False)
+    with pytest.raises(ValueError, match=r"^query_bank has a non-finite row \(NaN or inf\) in its shards: clean or "
+                                         r"re-export the embeddings \(every row must be a finite, L2-normalised "
+                                         r"vector\)$"):
+        eng.max_norm("query_bank")
+    with pytest.raises(TypeError, match="; got object$"):
+        hd.fit_offsets(object(), t)
 
 
 def test_taken_rows_are_checked_and_named(data):
@@ -361,6 +398,8 @@ def test_a_bank_the_method_does_not_use_is_not_read(data):
     got = hd.fit_offsets(hn.make_normalizer("nnn", k=4, device="cpu"), t, da.from_array(qb, chunks=(9, -1)), other)
     ref = hn.make_normalizer("nnn", k=4, device="cpu").fit(t, query_bank=qb)
     torch.testing.assert_close(got.offsets_, ref.offsets_, rtol=1e-12, atol=1e-12)
+    raw = hd.fit_offsets(hn.make_normalizer("raw"), t, other, other)       # no bank at all: neither is read
+    assert torch.equal(raw.offsets_, torch.zeros(23, dtype=torch.float64))
 
 
 def test_a_float32_bank_is_cast_on_every_pass(data):
@@ -397,6 +436,7 @@ def test_store_reads_and_messages(tmp_path):
     assert hd._as_bank(str(tmp_path / "b"), "query_bank", 4).shape == (7, 4)
     assert hd._as_bank(da.from_array(x, chunks=(3, 2)), "query_bank", 4).chunks[1] == (4,)   # two column chunks
     assert hd._as_bank(x, "query_bank", 4, chunk_bytes=1).chunks[0] == (1,) * 7              # at least one row
+    assert hd.open_bank(tmp_path / "b", chunk_bytes=1).chunks[0] == (1,) * 7
     frozen = np.ones((2, 2))
     frozen.flags.writeable = False
     with warnings.catch_warnings():
