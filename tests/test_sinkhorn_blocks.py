@@ -152,6 +152,8 @@ def test_sinkhorn_dtype_rule_and_message():
     bank, t = _unit(8).float(), _unit(3).float()
     assert sk._sinkhorn_dtype(bank, t, 0.01) == torch.float32
     assert sk._sinkhorn_dtype(bank * 100, t, 0.01) == torch.float64       # smax = 100 score units
+    assert sk._sinkhorn_dtype(bank * 10, t * 10, 0.01) == torch.float64   # the product of the two largest norms
+    assert str(err.value).endswith("(the potentials would lose all precision or overflow even in float64)")
     assert sk._sinkhorn_dtype(bank, t, 5.0) == torch.float64               # 5 log(8 * 3) + 1 > 16
     assert sk._sinkhorn_dtype(bank, t, 4.5) == torch.float32               # 4.5 log(8 * 3) + 1 < 16
 
@@ -214,3 +216,46 @@ def test_offset_decomposition_sums_to_the_fitted_offsets(data):
     w, values, terms = dbsn.offset_decomposition(data["query_bank"], data["target_bank"])(3)
     assert float((w * values).sum()) + sum(terms.values()) == pytest.approx(float(dbsn.offsets_[3]), abs=1e-10)
     assert terms["-tau log n"] == pytest.approx(-0.05 * math.log(15 + 9))
+
+
+def test_the_dense_reference_reports_its_iterations_like_the_fit(data):
+    """``plain`` (the dense Alg. A1) counts the iterations it ran, one per update, stopping where the blocked fit
+    stops (``delta < tol``, strictly)."""
+    t, qb = data["targets"], data["query_bank"]
+    for kwargs in ({"n_iter": 7}, {"n_iter": 200, "tol": 1e-7}):
+        sn = hn.SinkhornNormalization(tau=0.05, device="cpu", **kwargs)
+        fitted = sn.clone().fit(t, query_bank=qb)
+        dense = sn.plain(torch.as_tensor(t), torch.as_tensor(qb))
+        assert dense["n_iter_"] == fitted.n_iter_
+        torch.testing.assert_close(dense["offsets_"], fitted.offsets_, rtol=0, atol=1e-10)
+    assert hn.SinkhornNormalization(tau=0.05, n_iter=7).plain(torch.as_tensor(t), torch.as_tensor(qb))["n_iter_"] == 7
+    assert 7 < fitted.n_iter_ < 200
+
+
+def test_the_fit_and_its_decomposition_hand_their_settings_to_the_kernel(data, monkeypatch):
+    """``cache_bytes``, ``cache_dtype`` and ``block_bytes`` reach :func:`sinkhorn_potentials` from the fit and from
+    the offset decomposition; the decomposition's remainder terms carry the names the forensics tables show."""
+    seen = []
+    real = sk.sinkhorn_potentials
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(sk, "sinkhorn_potentials", spy)
+    t, qb = data["targets"], data["query_bank"]
+    sn = hn.SinkhornNormalization(tau=0.05, n_iter=5, device="cpu", cache_bytes=12345, cache_dtype=torch.float16,
+                                  block_bytes=4096).fit(t, query_bank=qb)
+    assert seen and all(k["cache_bytes"] == 12345 and k["cache_dtype"] == torch.float16 and k["block_bytes"] == 4096
+                        for k in seen)
+    seen.clear()
+    w, values, terms = sn.offset_decomposition(qb)(2)
+    assert seen and all(k["cache_bytes"] == 12345 and k["cache_dtype"] == torch.float16 and k["block_bytes"] == 4096
+                        for k in seen)
+    assert list(terms) == ["tau KL(w || uniform)", "-tau log n"]
+    assert terms["-tau log n"] == pytest.approx(-0.05 * math.log(len(t)), abs=1e-15)
+    assert values.dtype == torch.float64
+
+
+def test_the_kernel_loop_runs_on_numpy_on_the_cpu_and_on_torch_elsewhere():
+    assert sk._kernel_namespace("cpu") is np and sk._kernel_namespace(torch.device("cpu")) is np
+    assert sk._kernel_namespace("meta") is torch and sk._kernel_namespace("cuda") is torch
