@@ -200,7 +200,7 @@ def sample_patterns(name: str, k: Optional[int]) -> list:
 
 #: a timed-out mutant's tests are rerun in a fresh process for at most this long plus ``RECHECK_FACTOR`` times their
 #: measured duration
-RECHECK_SECONDS, RECHECK_FACTOR = 90, 10
+RECHECK_SECONDS, RECHECK_FACTOR = 60, 4
 
 
 def recheck_timeouts(ws: Path, env: dict, mutants: list, jobs: int, run=None) -> dict:
