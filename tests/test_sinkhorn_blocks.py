@@ -259,3 +259,48 @@ def test_the_fit_and_its_decomposition_hand_their_settings_to_the_kernel(data, m
 def test_the_kernel_loop_runs_on_numpy_on_the_cpu_and_on_torch_elsewhere():
     assert sk._kernel_namespace("cpu") is np and sk._kernel_namespace(torch.device("cpu")) is np
     assert sk._kernel_namespace("meta") is torch and sk._kernel_namespace("cuda") is torch
+
+
+def test_the_iteration_study_uses_the_fits_cache_settings(data):
+    """With a float16 cache the study's offsets after t iterations are those of a fit of t iterations with the same
+    cache (its rounding included), not of a float32 one."""
+    t32, qb32 = data["targets"].float(), data["query_bank"].float()
+    norm = hn.SinkhornNormalization(tau=0.05, n_iter=4, device="cpu", cache_dtype=torch.float16)
+    seen = []
+    norm.iterate_offsets(LocalEngine({"targets": t32, "query_bank": qb32}),
+                         lambda t, off, change: seen.append((t, off.clone())))
+    for t, off in seen:
+        fit = hn.SinkhornNormalization(tau=0.05, n_iter=t, device="cpu", cache_dtype=torch.float16).fit(
+            t32, query_bank=qb32)
+        assert torch.equal(off, fit.offsets_), t
+    plain32 = hn.SinkhornNormalization(tau=0.05, n_iter=4, device="cpu").fit(t32, query_bank=qb32)
+    assert not torch.equal(seen[-1][1], plain32.offsets_)             # the 16-bit rounding is visible
+
+
+def test_a_decomposition_reruns_the_fit_to_its_own_stopping_point(data):
+    """A fit stopped early by ``tol`` is explained by potentials stopped at the same iteration (with every
+    iteration instead, the offsets would differ by about ``tol`` and the decomposition would be refused)."""
+    t, qb = data["targets"], data["query_bank"]
+    sn = hn.SinkhornNormalization(tau=0.05, n_iter=500, tol=1e-3, device="cpu").fit(t, query_bank=qb)
+    assert sn.n_iter_ < 500
+    w, values, terms = sn.offset_decomposition(qb)(4)
+    total = float(w @ values) + sum(terms.values())
+    assert total == pytest.approx(float(sn.offsets_[4]), abs=1e-12)
+
+
+def test_the_float64_kernel_loop_runs_to_the_end_over_several_blocks(data, monkeypatch):
+    """Kept float64 blocks of a few rows each: the kernel-domain loop runs every iteration itself (it never gives up
+    to the log domain on such scores), stops at the same iteration as the log-domain loop under ``tol``, and
+    agrees with it."""
+    ran = []
+    real = sk._kernel_iterations
+    monkeypatch.setattr(sk, "_kernel_iterations", lambda *a, **k: (lambda r: ran.append(r[2:]) or r)(real(*a, **k)))
+    t, qb = data["targets"].double(), data["query_bank"].double()
+    for n_iter, tol in ((6, None), (300, 1e-9)):
+        ran.clear()
+        got = sk.sinkhorn_potentials(qb, t, 0.05, n_iter, tol, block_bytes=15 * 8 * 7)    # blocks of 7 rows
+        ref = sk.sinkhorn_potentials(qb, t, 0.05, n_iter, tol, block_bytes=15 * 8 * 7, block_pass="rowmax")
+        assert ran == [(got[2], True)] and got[2] == ref[2]
+        assert (got[2] == 6) if tol is None else (got[2] < 300)
+        torch.testing.assert_close(got[1], ref[1], rtol=0, atol=1e-12)
+        torch.testing.assert_close(got[0], ref[0], rtol=0, atol=1e-12)
