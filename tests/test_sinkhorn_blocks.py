@@ -304,3 +304,34 @@ def test_the_float64_kernel_loop_runs_to_the_end_over_several_blocks(data, monke
         assert (got[2] == 6) if tol is None else (got[2] < 300)
         torch.testing.assert_close(got[1], ref[1], rtol=0, atol=1e-12)
         torch.testing.assert_close(got[0], ref[0], rtol=0, atol=1e-12)
+
+
+def test_a_sweep_computes_the_score_blocks_once_for_every_temperature(data, monkeypatch):
+    """On a sweep's engine (``sweep_bytes`` set) the runs of several temperatures share the kept score blocks: the
+    GEMMs run once, for the first temperature, and each run equals a fit of its own. Without ``cache_bytes`` (or
+    without a sweep) nothing is shared; blocks of another cache dtype are kept apart."""
+    calls = {"mm": 0}
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda *a, **k: calls.__setitem__("mm", calls["mm"] + 1) or real_mm(*a, **k))
+    block = 15 * 8 * 7                                                   # 40 bank rows: 6 blocks of 7 rows
+
+    def runs(engine, cache_bytes=10 ** 9, cache_dtype=None, taus=(0.05, 0.02, 0.1)):
+        calls["mm"] = 0
+        out = [engine.iterate(sk.SinkhornRun(Scores("query_bank", "targets"), tau, 4, None, cache_bytes, cache_dtype))
+               for tau in taus]
+        return out, calls["mm"]
+
+    sweep = LocalEngine(dict(data), block_bytes=block, sweep_bytes=10 ** 9)
+    shared, n_mm = runs(sweep)
+    assert n_mm == 6
+    alone, n_alone = runs(LocalEngine(dict(data), block_bytes=block))
+    assert n_alone == 18
+    for (g, done), (g1, done1) in zip(shared, alone):
+        assert torch.equal(g, g1) and done == done1 == 4
+    assert runs(LocalEngine(dict(data), block_bytes=block, sweep_bytes=10 ** 9), cache_bytes=None)[1] == 0
+    assert runs(sweep, cache_dtype=torch.float16, taus=(0.05,))[1] == 6      # its own 16-bit blocks
+    assert runs(sweep, cache_dtype=torch.float16, taus=(0.02,))[1] == 0
+    assert runs(sweep, taus=(0.3,))[1] == 0                                  # the first blocks are still there
+    small = LocalEngine(dict(data), block_bytes=block, sweep_bytes=10 ** 9)
+    # S one byte over cache_bytes: not shared; each run keeps the 5 leading blocks that fit (the 6th by addmm)
+    assert runs(small, cache_bytes=40 * 15 * 8 - 1, taus=(0.05, 0.02))[1] == 2 * 5
