@@ -171,10 +171,41 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
 
 
 def excluded_lines(name: str) -> list:
-    """``(line number, text)`` of the module's lines marked ``# pragma: no mutate`` (mutmut makes no mutant on them):
-    kept for code no result depends on (Dask graph metadata), each listed on the module's page."""
-    return [(i, line.strip()) for i, line in enumerate(module_path(name).read_text().splitlines(), 1)
-            if "# pragma: no mutate" in line]
+    """``(line number, text)`` of the module's code lines on which mutmut makes no mutant because of a ``# pragma: no
+    mutate`` (kept for code no result depends on, such as Dask graph metadata; each listed on the module's page).
+
+    mutmut's rules (3.8, ``mutmut.mutation.pragma_handling``), reproduced here without importing it (CI does not
+    install it): a pragma ending a line inside brackets covers that line; one ending a statement covers the
+    statement's *first* line; a comment line ``# pragma: no mutate block`` covers the statements after it in the
+    same block."""
+    import ast
+
+    lines = module_path(name).read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    marked = set()
+    ends = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and not hasattr(node, "body"):
+            ends[node.end_lineno] = node.lineno
+    for i, line in enumerate(lines, 1):
+        code, hash_, comment = line.partition("#")
+        if "pragma: no mutate" not in hash_ + comment or not code.strip():
+            continue
+        marked.add(ends.get(i, i))          # a statement's trailing pragma covers its first line
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                continue
+            prev_end = body[0].lineno - 1
+            for k, stmt in enumerate(body):
+                gap = lines[prev_end:stmt.lineno - 1] if k else lines[max(0, stmt.lineno - 2):stmt.lineno - 1]
+                if any(g.strip().startswith("#") and "pragma: no mutate block" in g for g in gap):
+                    for later in body[k:]:
+                        marked.update(range(later.lineno, later.end_lineno + 1))
+                    break
+                prev_end = stmt.end_lineno
+    return [(i, lines[i - 1].strip()) for i in sorted(marked) if not lines[i - 1].strip().startswith("#")]
 
 
 def mutation_score(counts: dict) -> float:

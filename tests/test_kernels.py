@@ -179,7 +179,8 @@ def test_torch_topk_threshold_pass_and_its_fallback(monkeypatch, bank_kind):
     """The torch backend's threshold pass (:func:`hubnorm.kernels._topk_rows` with ``filtered=True``) is exact and
     complete on a random bank and on one of massive ties (small-integer scores: many values equal each row's
     threshold, and they count towards its k); on a bank sorted by decreasing score the warm-up blocks set a
-    threshold fewer than k later values reach, and the row block is redone by plain merging (``filtered=False``)."""
+    threshold that fewer than k values reach (the 90 kept from the warm-up, none later), and the row block is redone
+    by plain merging (``filtered=False``)."""
     rng = np.random.default_rng(9)
     k, n_b, d = 100, 3000, 6     # threshold after 900 of 3000 columns: the 90th best seen (q = 3 k 900 / 3000)
     a = torch.from_numpy(rng.standard_normal((5, d)).astype(np.float32))
@@ -226,7 +227,9 @@ def test_numpy_logsumexp_keeps_each_rows_own_maximum_and_casts_both_inputs():
     a[3:] *= 1e-3
     b = _unit(50, d=8, seed=8, dtype=torch.float64)
     want = torch.logsumexp(3000.0 * (a @ b.T), dim=1)
-    for block_bytes in (None, 8 * 6 * 16):          # one tile of all rows; tiles of 16 columns
+    assert K.numpy_topk_partition(6, 50, 8, None) == ([(0, 6)], [(0, 50)])
+    assert K.numpy_topk_partition(6, 50, 8, 128)[1] == [(0, 16), (16, 32), (32, 48), (48, 50)]
+    for block_bytes in (None, 128):       # one tile of every row; rows one at a time over four column tiles
         got = K.logsumexp_similarity(a, b, 3000.0, backend="numpy", block_bytes=block_bytes)
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-9)

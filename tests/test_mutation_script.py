@@ -92,19 +92,29 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
 
 
 def test_lines_marked_no_mutate_are_counted_and_listed(mutation, tmp_path, monkeypatch):
+    """mutmut's pragma rules: inside brackets the line itself; at a statement's end its first line; a comment line
+    ``# pragma: no mutate block`` the statements after it in its block."""
     src = tmp_path / "m.py"
-    src.write_text("def f(x):\n    return g(x,  # pragma: no mutate\n             meta=1)\n# pragma: no mutate\n")
+    src.write_text("def f(x):\n"
+                   "    y = g(x,  # pragma: no mutate\n"
+                   "          meta=1)\n"
+                   "    z = h(y,\n"
+                   "          2)  # pragma: no mutate\n"
+                   "    # pragma: no mutate block (the rest)\n"
+                   "    return k(z,\n"
+                   "             3)\n"
+                   "# pragma: no mutate\n")
     monkeypatch.setattr(mutation, "module_path", lambda name: src)
     skipped = mutation.excluded_lines("m")
-    assert skipped == [(2, "return g(x,  # pragma: no mutate"), (4, "# pragma: no mutate")]
+    assert skipped == [(2, "y = g(x,  # pragma: no mutate"), (4, "z = h(y,"), (7, "return k(z,"), (8, "3)")]
     row = {"module": "m", "tests": 1, "test files": ["tests/test_m.py"], "mutants": 4, "killed": 4, "survived": 0,
            "timeout": 0, "no tests": 0, "suspicious": 0, "score": 1.0, "seconds": 1.0, "survivors": {},
            "excluded": skipped, "lines not mutated": len(skipped)}
     mutation.write_report([row], tmp_path / "r", ["m"])
-    assert "| 100% | none | 2 | 1.0 |" in (tmp_path / "r" / "summary.md").read_text()
+    assert "| 100% | none | 4 | 1.0 |" in (tmp_path / "r" / "summary.md").read_text()
     page = (tmp_path / "r" / "m.md").read_text()
-    assert "Lines marked `# pragma: no mutate` (no mutant is made on them; code no result depends on): 2." in page
-    assert "- line 2: `return g(x,  # pragma: no mutate`" in page
+    assert "Lines marked `# pragma: no mutate` (no mutant is made on them; code no result depends on): 4." in page
+    assert "- line 7: `return k(z,`" in page
 
 
 def test_a_mutant_no_test_reaches_counts_against_the_score(mutation):

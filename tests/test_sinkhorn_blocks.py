@@ -3,7 +3,7 @@ own, against a dense float64 log-domain Sinkhorn written here (DBSN Alg. A1): th
 bank rows spanning every column), the two half-steps an engine uses when the columns are split across chunks, the
 early stop on ``tol`` at the iteration the dense loop stops, DBSN's concatenated columns, the working-dtype rule of
 the potentials at its limits, and the underflow guard of a far-away column. The fused in-process kernel is held to
-the same reference by ``tests/test_fast_paths.py`` and ``tests/test_oracles.py`` (POT)."""
+the same reference by ``tests/test_sinkhorn_paths.py`` and ``tests/test_oracles.py`` (POT)."""
 
 from __future__ import annotations
 
@@ -147,13 +147,13 @@ def test_sinkhorn_dtype_rule_and_message():
     hi = sk.PRECISION_TARGET / (2.0 ** -53 * (math.log(100) + math.log(50)))
     assert str(err.value).startswith("tau=1e+12 is too extreme for Sinkhorn normalization with a 100 x 50 score "
                                      f"matrix: use 1e-300 < tau <= {hi:.1e}")
+    assert str(err.value).endswith("(the potentials would lose all precision or overflow even in float64)")
     with pytest.raises(ValueError, match="tau=1e-310 is too extreme"):
         sk.sinkhorn_dtype(torch.float64, 1.0, 10, 10, 1e-310)
     bank, t = _unit(8).float(), _unit(3).float()
     assert sk._sinkhorn_dtype(bank, t, 0.01) == torch.float32
     assert sk._sinkhorn_dtype(bank * 100, t, 0.01) == torch.float64       # smax = 100 score units
     assert sk._sinkhorn_dtype(bank * 10, t * 10, 0.01) == torch.float64   # the product of the two largest norms
-    assert str(err.value).endswith("(the potentials would lose all precision or overflow even in float64)")
     assert sk._sinkhorn_dtype(bank, t, 5.0) == torch.float64               # 5 log(8 * 3) + 1 > 16
     assert sk._sinkhorn_dtype(bank, t, 4.5) == torch.float32               # 4.5 log(8 * 3) + 1 < 16
 

@@ -266,9 +266,10 @@ def _keep(x, axis, keepdims):
     return x
 
 
-# Dask graph metadata (``dtype``, ``meta``, ``adjust_chunks``, locking, task inlining) is marked ``# pragma: no
-# mutate``: no result depends on it (the mutation run of 2026-12-03 showed every change to it survive: Dask only
-# uses it to describe the graph), so mutmut makes no mutant there; scripts/mutation.py counts and lists these lines.
+# Dask graph metadata (``dtype``, ``meta``, ``adjust_chunks``, locking, task inlining, the tree's fan-in) is marked
+# ``# pragma: no mutate``: no result depends on it (the mutation run of 2026-12-03 showed every change to it survive:
+# Dask uses it to describe and shape the graph), so mutmut makes no mutant there; scripts/mutation.py counts and
+# lists these lines.
 # (A trailing pragma must end a line *inside* the brackets: on a statement's last line mutmut applies it to the
 # statement's first line.)
 def _per_block(func, index, *args):
@@ -281,8 +282,8 @@ def _per_block(func, index, *args):
 def _merge_tree(parts, red, axis, split_every):
     """The tree reduction of an object array of partials along ``axis`` by the reduction's own ``merge``."""
     merge = partial(_merge, red=red)
-    return da.reduction(parts, _keep, merge, combine=merge, axis=axis, keepdims=True, split_every=split_every,
-                        concatenate=True, dtype=object,  # pragma: no mutate
+    return da.reduction(parts, _keep, merge, combine=merge, axis=axis, keepdims=True, concatenate=True,
+                        split_every=split_every, dtype=object,  # pragma: no mutate
                         meta=np.empty((0,) * parts.ndim, dtype=object),  # pragma: no mutate
                         )
 

@@ -27,7 +27,7 @@ every column (:class:`SinkhornIteration`: each block's ``f`` is local to its row
 log-sum-exp is merged by ``logaddexp``); when the columns are cut into chunks (Dask) the two half-steps are two
 :class:`~hubnorm.blocks.LogSumExp` reductions. :class:`SinkhornRun` states the loop; an in-process engine runs it
 as the fused kernel :func:`sinkhorn_potentials` below. The plain dense form is
-``SinkhornNormalization.plain``. Tests: ``tests/test_oracles.py`` (POT, Alg. A1), ``tests/test_fast_paths.py``
+``SinkhornNormalization.plain``. Tests: ``tests/test_oracles.py`` (POT, Alg. A1), ``tests/test_sinkhorn_paths.py``
 (streaming, 16-bit caches, the two block passes of the kernel), ``tests/test_distributed.py`` and
 ``tests/method_checks.py`` (blocks).
 """
@@ -126,7 +126,7 @@ def sinkhorn_potentials(
     entries lost to float32 underflow (``< 1.2e-38`` each, weight ``a / rowsum <= 1e10 a``) carry at most
     ``1.2e-28`` of any column's mass, and columns below ``1e-20`` are recomputed exactly: a relative error of at
     most ``1.2e-8`` on every column sum. Tested equal to ``"rowmax"`` and to dense float64
-    (``tests/test_fast_paths.py``); speed: ``benchmarks/reports/sinkhorn.md``.
+    (``tests/test_sinkhorn_paths.py``); speed: ``benchmarks/reports/sinkhorn.md``.
     """
     if block_pass not in BLOCK_PASSES:
         raise ValueError(f"block_pass must be one of {list(BLOCK_PASSES)}; got {block_pass!r}")
@@ -311,7 +311,7 @@ def _kernel_iterations(blocks, tau, n_iter, tol, callback, tick, *, in_place=Fal
 
 def _kernel_namespace(device):
     """The array library of :func:`_kernel_iterations`' loop (a named seam, tested equal both ways in
-    ``tests/test_fast_paths.py``): numpy on the CPU, torch on a torch device. Its work per iteration is two
+    ``tests/test_sinkhorn_paths.py``): numpy on the CPU, torch on a torch device. Its work per iteration is two
     matrix-vector products and a few vector operations; on the CPU numpy's OpenBLAS ``gemv`` is 1.4-2.4x faster than
     ``torch.mv`` on the same matrix, and a loop that alternates the two libraries' thread pools is slower than
     either alone (both spin-wait on the same cores): `benchmarks/reports/sinkhorn64.md`."""
