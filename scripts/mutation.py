@@ -36,6 +36,7 @@ those tests skip, and what only they check survives).
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import importlib
 import io
@@ -178,8 +179,6 @@ def excluded_lines(name: str) -> list:
     install it): a pragma ending a line inside brackets covers that line; one ending a statement covers the
     statement's *first* line; a comment line ``# pragma: no mutate block`` covers the statements after it in the
     same block."""
-    import ast
-
     lines = module_path(name).read_text().splitlines()
     tree = ast.parse("\n".join(lines))
     marked = set()
@@ -340,12 +339,12 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
               f"output: {log}", file=sys.stderr)
         sample_text = f"{tested} of {total} (mutmut stopped: exit {proc.returncode})"
     summary = Counter(rechecked.values())
+    skipped = excluded_lines(name)
     recheck_text = (f"{len(rechecked)} rerun: {summary['survived']} survived, {summary['killed']} killed, "
                     f"{summary['timeout']} timed out again") if rechecked else "none"
     return {"module": name, "tests": len(tests), "test files": list(tests), "mutants": total, **counts,
             "sample": sample_text, "timeouts rechecked": recheck_text,
-            "score": mutation_score(counts), "excluded": excluded_lines(name),
-            "lines not mutated": len(excluded_lines(name)),
+            "score": mutation_score(counts), "excluded": skipped, "lines not mutated": len(skipped),
             "seconds": round(seconds, 1), "survivors": diffs}
 
 
