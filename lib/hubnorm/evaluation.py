@@ -19,6 +19,7 @@ import torch
 
 from .kernels import block_rows, counts_namespace, iter_blocks
 from ._validation import check_chunk_size, check_positive_int
+from .provenance import requested_certificate
 from .retrieval import Positives, RetrievalTask
 
 ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
@@ -215,13 +216,22 @@ def evaluate(
     seed: int = 0,
     chunk_size: Optional[int] = None,
     return_ranks: bool = False,
+    certificate: bool = False,
 ):
     """R@K, MdR and MnR of a *fitted* normalizer on ``task``; with ``n_boot`` > 0 also a 95% CI per R@K.
 
+    ``certificate=True`` adds ``out["certificate"]``, the no-leak certificate of the fit
+    (:func:`hubnorm.provenance.certify`: the test queries and gallery compared with the banks the normalizer was
+    fitted on; ``.verdict``, ``.leak_free``, ``.save(path)``, checkable later with
+    :func:`hubnorm.provenance.check_certificate`).
+
     Returns a dict (and the rank array when ``return_ranks``).
     """
+    cert = requested_certificate(normalizer, task, certificate)
     ranks = positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
     out = summarize_ranks(ranks, ks)
+    if cert is not None:
+        out["certificate"] = cert
     if n_boot:
         for k in ks:
             lo, hi = bootstrap_ci(ranks, lambda r, k=k: recall_at_k(r, k), n_boot=n_boot, seed=seed)

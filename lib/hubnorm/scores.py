@@ -47,6 +47,7 @@ from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult,
 from .evaluation import positive_ranks, summarize_ranks
 from .hubness import hubness_stats, k_occurrence
 from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
+from .provenance import requested_certificate
 from .retrieval import Positives, check_direction
 
 #: The inputs a score matrix may connect, and how errors name them.
@@ -634,11 +635,16 @@ class ScoreTask:
         return out
 
     def evaluate(self, normalizer=None, *, fit: bool = True, query_aware: bool = False,
-                 ks=(1, 5, 10)) -> Dict[str, float]:
-        """R@K, MdR, MnR of ``normalizer`` (fitted here unless ``fit=False``; None: the raw scores)."""
+                 ks=(1, 5, 10), certificate: bool = False) -> Dict[str, object]:
+        """R@K, MdR, MnR of ``normalizer`` (fitted here unless ``fit=False``; None: the raw scores);
+        ``certificate=True`` adds the no-leak certificate of the fit (as :func:`hubnorm.evaluate`)."""
         if normalizer is not None and fit:
             self.fit(normalizer, query_aware=query_aware)
-        return summarize_ranks(self.ranks(normalizer), ks)
+        cert = requested_certificate(normalizer, self, certificate)
+        out = summarize_ranks(self.ranks(normalizer), ks)
+        if cert is not None:
+            out["certificate"] = cert
+        return out
 
     def k_occurrence(self, normalizer=None, k: int = 10) -> np.ndarray:
         counts = None

@@ -37,6 +37,7 @@ import torch
 from ..blocks import Inputs, Param, check_limits, limit_of
 from ..engine import LocalEngine
 from ..kernels import block_rows, iter_blocks
+from ..provenance import of_engine
 from .._validation import (
     ArrayLike, as_embeddings, check_block_bytes, check_chunk_size, check_positive_int, resolve_device,
 )
@@ -165,7 +166,9 @@ class Normalizer:
         offsets = fitted.get("offsets_")
         if offsets is not None and not bool(torch.isfinite(offsets).all()):
             raise self.non_finite_error(offsets.dtype)
+        provenance = of_engine(self, engine)   # what the offsets saw (hubnorm.provenance.certify)
         device = engine.device if device is None else device
+        self.provenance_ = provenance
         for key, value in fitted.items():
             setattr(self, key, value.to(device) if isinstance(value, torch.Tensor) else value)
         if targets is not None:

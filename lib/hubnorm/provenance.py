@@ -1,0 +1,344 @@
+"""What a normalizer's offsets saw: fingerprints of its banks, and a no-leak certificate checkable from a saved file.
+
+Every hubness correction fits offsets on *banks* (reference queries, reference targets). A bank that contains the
+test queries (or near copies of them) makes the method query-aware (transductive): its gain is then not the gain a
+deployed system gets. This module records, at fit time, what each bank was, and compares it with the test rows.
+
+Fingerprint of a set of rows X (n x d), computed block by block (never more than a block of rows in memory):
+
+* ``sha256``: the hash of the whole set (float32 bytes, C order, with its shape): names the bank's content;
+* ``digests``: a 128-bit BLAKE2b digest per row of its float32 bytes (``-0.0`` read as ``0.0``): exact copies;
+* ``signatures``: a ``bits``-bit sign sketch per row (SimHash, Charikar 2002): bit ``b`` of row ``x`` is
+  ``[x . r_b > 0]`` for fixed Gaussian directions ``r_b`` (seeded; the same for every fingerprint of a dimension).
+  Two rows at angle ``theta`` differ in a bit with probability ``theta / pi``, so the Hamming distance ``h`` estimates
+  the cosine as ``cos(pi h / bits)``. A *near duplicate* is a pair with ``h <= bits * arccos(near_cosine) / pi``:
+  estimated cosine at least ``near_cosine`` (default 0.98; with 512 bits a pair at cosine 0.995 is missed with
+  probability about 1e-5, a pair at 0.95 is flagged with probability about 0.3%).
+
+Rows of score matrices (a bank's scores against the gallery) are fingerprinted after subtracting each row's mean,
+so that near duplicates are judged by the shape of their score rows.
+
+:func:`certify` compares a fitted normalizer's bank fingerprints with the test queries (and the test targets with
+the target bank): exact copies by digest, near duplicates by Hamming distance (faiss's binary flat index, the
+field's exact Hamming search). :meth:`Certificate.save` writes it as JSON with its own sha256;
+:func:`check_certificate` reads that file alone, verifies the hash, recomputes every finding from the stored
+digests and signatures and raises ``ValueError`` when they disagree with the stored verdict.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import torch
+
+from .kernels import block_rows, iter_blocks
+
+FORMAT = "hubnorm-certificate/1"
+#: bits of a row's sign sketch, and the seed of its directions
+BITS, SEED = 512, 0
+#: estimated cosine from which two rows count as near duplicates
+NEAR_COSINE = 0.98
+#: the comparisons a certificate makes: (bank, the test rows it is compared with)
+PAIRS = (("query_bank", "queries"), ("target_bank", "targets"))
+
+
+def _directions(dim: int, bits: int, seed: int) -> torch.Tensor:
+    """The fixed Gaussian directions (dim x bits, float64) of the sign sketch: the same on every machine."""
+    return torch.from_numpy(np.random.default_rng([seed, dim, bits]).standard_normal((dim, bits)))
+
+
+def _as_rows(x, name: str):
+    """(n, d) array-like -> (object with row blocks, n, d); ``block(r0, r1)`` returns float32 numpy rows."""
+    if hasattr(x, "block") and hasattr(x, "shape"):          # a stored score matrix (hubnorm.scores.ScoreMatrix)
+        n, d = x.shape
+        return (lambda r0, r1: x.block(r0, r1, 0, d, torch.float32).cpu().numpy()), n, d
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if not torch.is_floating_point(x):
+            raise TypeError(f"{name} must hold floating-point values; got {x.dtype}")
+    elif isinstance(x, np.ndarray):
+        if not np.issubdtype(x.dtype, np.floating):
+            raise TypeError(f"{name} must hold floating-point values; got {x.dtype}")
+    else:
+        raise TypeError(f"{name} must be a numpy array, a torch tensor or a score matrix of shape (n, d); "
+                        f"got {type(x).__name__}")
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"{name} must be 2-D with at least one row; got shape {tuple(x.shape)}")
+    n, d = x.shape
+    if isinstance(x, torch.Tensor):
+        return (lambda r0, r1: x[r0:r1].to(torch.float32).numpy()), n, d
+    return (lambda r0, r1: np.asarray(x[r0:r1], dtype=np.float32)), n, d
+
+
+@dataclass
+class Fingerprint:
+    """What a set of rows was: its name, size, content hash, per-row digests and sign sketches (module docstring)."""
+
+    name: str
+    rows: int
+    dim: int
+    sha256: str
+    digests: np.ndarray        # (rows, 16) uint8
+    signatures: np.ndarray     # (rows, bits / 8) uint8
+    kind: str = "embeddings"   # or "scores" (rows of a score matrix, each centred)
+    bits: int = BITS
+
+    def summary(self) -> Dict[str, object]:
+        """The short form shown beside a result: name, kind, rows and the first 12 hex digits of the content hash."""
+        return {"name": self.name, "kind": self.kind, "rows": self.rows, "sha256": self.sha256[:12]}
+
+    def to_json(self) -> Dict[str, object]:
+        return {"name": self.name, "rows": self.rows, "dim": self.dim, "sha256": self.sha256, "kind": self.kind,
+                "bits": self.bits, "digests": base64.b64encode(self.digests.tobytes()).decode("ascii"),
+                "signatures": base64.b64encode(self.signatures.tobytes()).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, d: Dict[str, object]) -> "Fingerprint":
+        rows, bits = int(d["rows"]), int(d["bits"])
+        dig = np.frombuffer(base64.b64decode(d["digests"]), dtype=np.uint8)
+        sig = np.frombuffer(base64.b64decode(d["signatures"]), dtype=np.uint8)
+        if dig.size != rows * 16 or sig.size != rows * bits // 8:
+            raise ValueError(f"fingerprint {d['name']!r}: {rows} rows need {rows * 16} digest bytes and "
+                             f"{rows * bits // 8} signature bytes; the file holds {dig.size} and {sig.size}")
+        return cls(str(d["name"]), rows, int(d["dim"]), str(d["sha256"]), dig.reshape(rows, 16),
+                   sig.reshape(rows, bits // 8), str(d["kind"]), bits)
+
+
+#: fingerprints by content (the whole-set hash, kind, bits, seed): a bank fitted on again (every point of a study
+#: refits on the same bank) is read once more to hash it, not sketched again; the last few sets only
+_CACHE: "OrderedDict[tuple, Fingerprint]" = OrderedDict()
+_CACHE_SIZE = 8
+
+
+def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, seed: int = SEED,
+                block_bytes: Optional[int] = None) -> Fingerprint:
+    """The :class:`Fingerprint` of the rows of ``x`` (numpy, torch, or a stored score matrix), block by block.
+
+    ``kind="scores"``: rows of a score matrix, each centred on its mean before the sketch (the digests and the
+    content hash are of the rows as given). The sketch is computed in float32: a projection within rounding of 0
+    may take either sign, which moves a row by a bit or two, far inside the near-duplicate threshold."""
+    if kind not in ("embeddings", "scores"):
+        raise ValueError(f"kind must be 'embeddings' or 'scores'; got {kind!r}")
+    if not isinstance(bits, int) or isinstance(bits, bool) or bits <= 0 or bits % 64:
+        raise ValueError(f"bits must be a positive multiple of 64; got {bits!r}")
+    block, n, d = _as_rows(x, name)
+    size = block_rows(d + bits, 8, block_bytes)
+
+    def blocks():
+        for r0, r1 in iter_blocks(n, size):
+            b = np.ascontiguousarray(block(r0, r1), dtype=np.float32) + np.float32(0.0)   # -0.0 -> 0.0
+            if not np.isfinite(b).all():
+                raise ValueError(f"{name} holds non-finite values (rows {r0}-{r1 - 1}); a fingerprint needs finite "
+                                 "rows")
+            yield r0, r1, b
+
+    whole = hashlib.sha256(f"{n}x{d}:float32".encode())
+    for _, _, b in blocks():
+        whole.update(b.tobytes())
+    key = (whole.hexdigest(), kind, bits, seed)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return replace(_CACHE[key], name=name)
+    r = _directions(d, bits, seed).to(torch.float32)
+    digests = np.empty((n, 16), dtype=np.uint8)
+    signatures = np.empty((n, bits // 8), dtype=np.uint8)
+    for r0, r1, b in blocks():
+        for i, row in enumerate(b):
+            digests[r0 + i] = np.frombuffer(hashlib.blake2b(row.tobytes(), digest_size=16).digest(), np.uint8)
+        v = torch.from_numpy(b)
+        if kind == "scores":
+            v = v - v.mean(dim=1, keepdim=True)
+        signatures[r0:r1] = np.packbits((v @ r > 0).numpy(), axis=1)
+    out = Fingerprint(name, n, d, key[0], digests, signatures, kind, bits)
+    _CACHE[key] = out
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return out
+
+
+def near_threshold(bits: int, near_cosine: float = NEAR_COSINE) -> int:
+    """The largest Hamming distance between two ``bits``-bit sketches that counts as a near duplicate."""
+    return int(math.floor(bits * math.acos(near_cosine) / math.pi))
+
+
+def compare(bank: Fingerprint, test: Fingerprint, *, near_cosine: float = NEAR_COSINE) -> Dict[str, object]:
+    """Which test rows are in ``bank``: exact copies (same digest) and near duplicates (sketches within
+    :func:`near_threshold`), with up to five example pairs ``(test_row, bank_row)`` of each."""
+    if not 0.0 < near_cosine < 1.0:
+        raise ValueError(f"near_cosine must be in (0, 1); got {near_cosine!r}")
+    if (bank.dim, bank.bits, bank.kind) != (test.dim, test.bits, test.kind):
+        raise ValueError(f"{bank.name} ({bank.kind}, dim {bank.dim}, {bank.bits} bits) and {test.name} "
+                         f"({test.kind}, dim {test.dim}, {test.bits} bits) are not comparable: fingerprint both "
+                         "with the same kind and bits, from rows of the same width")
+    index = {row.tobytes(): i for i, row in enumerate(bank.digests)}
+    exact = [(t, index[row.tobytes()]) for t, row in enumerate(test.digests) if row.tobytes() in index]
+    import faiss   # exact Hamming search over the packed sketches
+
+    flat = faiss.IndexBinaryFlat(bank.bits)
+    flat.add(np.ascontiguousarray(bank.signatures))
+    dist, nearest = flat.search(np.ascontiguousarray(test.signatures), 1)
+    limit = near_threshold(bank.bits, near_cosine)
+    exact_rows = {t for t, _ in exact}
+    near = [(t, int(nearest[t, 0])) for t in np.flatnonzero(dist[:, 0] <= limit).tolist() if t not in exact_rows]
+    return {"bank": bank.name, "test": test.name, "test_rows": test.rows, "bank_rows": bank.rows,
+            "exact": len(exact), "near": len(near), "near_cosine": near_cosine, "max_hamming": limit,
+            "exact_examples": [list(p) for p in exact[:5]], "near_examples": [list(p) for p in near[:5]]}
+
+
+def verdict(findings: List[Dict[str, object]]) -> str:
+    """One line: "no test row in any bank", or which banks hold how many test rows (query-aware)."""
+    leaks = [f for f in findings if f["exact"] or f["near"]]
+    if not leaks:
+        return "no test row in any bank"
+    return "QUERY-AWARE: " + "; ".join(
+        f"{f['exact']} of {f['test_rows']} test {f['test']} exactly and {f['near']} more as near duplicates "
+        f"(cosine >= {f['near_cosine']}) in the {f['bank']}" for f in leaks)
+
+
+@dataclass
+class Certificate:
+    """The fingerprints of the test rows and of the banks a normalizer was fitted on, what was compared, and the
+    verdict. ``leak_free`` is True only when no test row is in any bank (exactly or as a near duplicate)."""
+
+    method: str
+    test: Dict[str, Fingerprint]
+    banks: Dict[str, Fingerprint]
+    findings: List[Dict[str, object]]
+    not_compared: List[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.findings)
+
+    @property
+    def leak_free(self) -> bool:
+        return not any(f["exact"] or f["near"] for f in self.findings)
+
+    def to_json(self) -> Dict[str, object]:
+        body = {"format": FORMAT, "method": self.method, "verdict": self.verdict, "leak_free": self.leak_free,
+                "findings": self.findings, "not_compared": self.not_compared,
+                "test": {k: v.to_json() for k, v in self.test.items()},
+                "banks": {k: v.to_json() for k, v in self.banks.items()}}
+        body["sha256"] = _body_hash(body)
+        return body
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        """Write the certificate as JSON (atomically: a temporary file renamed into place); returns the path."""
+        path = Path(path)
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+def _body_hash(body: Dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps({k: v for k, v in body.items() if k != "sha256"}, sort_keys=True)
+                          .encode()).hexdigest()
+
+
+def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
+    """The fingerprints of the banks ``normalizer`` was fitted on through ``engine`` (its ``provenance_``): the
+    in-memory banks it uses, or the query bank's score rows over the gallery of a score-matrix engine; None for an
+    engine that does not expose its bank rows (the Dask engine), so that :func:`certify` says so."""
+    from .engine import LocalEngine
+
+    out: Dict[str, Fingerprint] = {}
+    if isinstance(engine, LocalEngine):
+        for name in ("query_bank", "target_bank"):
+            if engine.has(name):
+                out[name] = fingerprint(engine.tensor(name), name, block_bytes=engine.block_bytes)
+        return out
+    if hasattr(engine, "has_matrix"):   # stored score matrices (hubnorm.scores.ScoreEngine)
+        if normalizer.uses_query_bank != "unused" and engine.has_matrix("query_bank", "targets"):
+            out["query_bank"] = fingerprint(engine.matrix("query_bank", "targets"), "query_bank", kind="scores",
+                                            block_bytes=engine.block_bytes)
+        return out
+    return None
+
+
+def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
+    """The fingerprints a fitted ``normalizer`` recorded of its banks (``provenance_``); ValueError when it has none."""
+    prov = getattr(normalizer, "provenance_", None)
+    if prov is None:
+        raise ValueError(f"{type(normalizer).__name__} has no record of its banks (provenance_): fit it with "
+                         "Normalizer.fit, RetrievalTask.fit or a ScoreTask (a Dask-array or sharded bank does not "
+                         "record one yet)")
+    return prov
+
+
+def certify(normalizer, task, *, near_cosine: float = NEAR_COSINE) -> Certificate:
+    """The no-leak certificate of a fitted ``normalizer`` on ``task`` (a RetrievalTask or a ScoreTask): the test
+    queries compared with the query bank, the test gallery with the target bank (module docstring)."""
+    banks = bank_fingerprints(normalizer)
+    kind = "scores" if hasattr(getattr(task, "engine", None), "has_matrix") else "embeddings"
+    if kind == "scores":
+        test = {"queries": fingerprint(task.engine.matrix("queries", "targets"), "queries", kind="scores")}
+    else:
+        test = {"queries": fingerprint(task.queries, "queries"), "targets": fingerprint(task.targets, "targets")}
+    findings, not_compared = [], []
+    if kind == "scores" and getattr(normalizer, "uses_target_bank", "unused") != "unused" \
+            and "target_bank" not in banks:
+        not_compared.append("target_bank: a score-matrix fit records the query bank's score rows only")
+    for bank_name, test_name in PAIRS:
+        if bank_name not in banks:
+            continue
+        if test_name not in test:
+            not_compared.append(f"{bank_name}: its rows are not comparable with the test {test_name} "
+                                "(score matrices over other columns)")
+            continue
+        findings.append(compare(banks[bank_name], test[test_name], near_cosine=near_cosine))
+    return Certificate(repr(normalizer), test, dict(banks), findings, not_compared)
+
+
+def requested_certificate(normalizer, task, certificate) -> Optional[Certificate]:
+    """What ``evaluate(..., certificate=...)`` adds: :func:`certify` when ``certificate`` is True, None when False;
+    TypeError for a value that is not a bool, ValueError for the raw scores (``normalizer=None``: no bank)."""
+    if not isinstance(certificate, (bool, np.bool_)):
+        raise TypeError(f"certificate must be True or False; got {certificate!r}")
+    if not certificate:
+        return None
+    if normalizer is None:
+        raise ValueError("certificate=True certifies a fitted normalizer's banks; the raw scores (normalizer=None) "
+                         "use no bank")
+    return certify(normalizer, task, near_cosine=NEAR_COSINE)
+
+
+def check_certificate(path: Union[str, os.PathLike]) -> Certificate:
+    """Read a saved certificate, verify its hash, recompute every finding from the stored fingerprints alone, and
+    return it; ValueError when the file was altered or its findings do not follow from its fingerprints."""
+    path = Path(path)
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"certificate {path}: cannot be read as JSON ({e})") from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise ValueError(f"certificate {path}: not a {FORMAT} file")
+    if body.get("sha256") != _body_hash(body):
+        raise ValueError(f"certificate {path}: its content does not match its sha256: the file was altered")
+    test = {k: Fingerprint.from_json(v) for k, v in body["test"].items()}
+    banks = {k: Fingerprint.from_json(v) for k, v in body["banks"].items()}
+    stored = body["findings"]
+    cosines = {f.get("near_cosine") for f in stored}
+    if len(cosines) > 1:
+        raise ValueError(f"certificate {path}: its findings use different near-duplicate thresholds")
+    cos = cosines.pop() if cosines else NEAR_COSINE
+    redone = [compare(banks[b], test[t], near_cosine=cos) for b, t in PAIRS if b in banks and t in test]
+    if json.loads(json.dumps(redone)) != stored or verdict(redone) != body["verdict"]:
+        raise ValueError(f"certificate {path}: its findings do not follow from its fingerprints")
+    return Certificate(body["method"], test, banks, redone, list(body["not_compared"]))

@@ -1,0 +1,262 @@
+"""hubnorm.provenance: what a fitted normalizer's banks were, and the no-leak certificate.
+
+Every expected number here is built by hand: the content hash and the row digests against hashlib on the float32
+bytes, the near-duplicate threshold against arccos by hand, the planted leaks at known rows and known cosines, and
+the saved certificate re-read from its file alone.
+"""
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm import provenance as pv
+
+D = 64
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _at_cosine(x, c, rng):
+    """Unit rows at cosine exactly ``c`` to the rows of ``x`` (x rotated towards a random orthogonal direction)."""
+    u = rng.standard_normal(x.shape)
+    u -= (u * x).sum(1, keepdims=True) * x
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    return (c * x + math.sqrt(1 - c * c) * u).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    images = _unit(rng.standard_normal((120, D)))
+    captions = _unit(images.repeat(2, 0) + 0.08 * rng.standard_normal((240, D)))
+    return {"images": images, "captions": captions, "c2i": np.arange(240) // 2,
+            "caption_bank": _unit(rng.standard_normal((150, D))), "image_bank": _unit(rng.standard_normal((90, D))),
+            "rng": rng}
+
+
+def _task(data, caption_bank=None, image_bank=None, direction="t2i"):
+    return hn.build_tasks(data["images"], data["captions"], data["c2i"],
+                          caption_bank=data["caption_bank"] if caption_bank is None else caption_bank,
+                          image_bank=data["image_bank"] if image_bank is None else image_bank,
+                          directions=[direction])[direction]
+
+
+def test_fingerprint_hashes_are_those_of_the_float32_rows(data):
+    x = data["caption_bank"]
+    fp = pv.fingerprint(x.astype(np.float64), "bank")
+    whole = hashlib.sha256(f"{x.shape[0]}x{x.shape[1]}:float32".encode() + x.tobytes()).hexdigest()
+    assert fp.sha256 == whole and (fp.rows, fp.dim, fp.kind, fp.bits) == (150, D, "embeddings", 512)
+    assert fp.digests[3].tobytes() == hashlib.blake2b(x[3].tobytes(), digest_size=16).digest()
+    assert fp.summary() == {"name": "bank", "kind": "embeddings", "rows": 150, "sha256": whole[:12]}
+    # the sign sketch: bit b of row i is [x_i . r_b > 0] for the seeded directions (bit order of np.packbits)
+    r = np.random.default_rng([0, D, 512]).standard_normal((D, 512))
+    bits = np.unpackbits(fp.signatures, axis=1)
+    agree = (bits == (x.astype(np.float64) @ r > 0)).mean()
+    assert agree > 0.999   # float32 products may flip a sign within rounding of 0, nothing more
+    # -0.0 and 0.0 are the same row
+    z = x[:2].copy()
+    z[0, 0], z[1, 0] = 0.0, -0.0
+    fz = pv.fingerprint(z, "z")
+    z[1, 0] = 0.0
+    assert pv.fingerprint(z[1:], "z").digests[0].tobytes() == fz.digests[1].tobytes()
+
+
+def test_fingerprint_is_the_same_in_any_block_size_and_from_torch(data):
+    x = data["captions"]
+    one = pv.fingerprint(x, "a", bits=256, seed=3)
+    pv._CACHE.clear()
+    small = pv.fingerprint(torch.from_numpy(x), "b", bits=256, seed=3, block_bytes=4096)
+    assert small.name == "b" and small.sha256 == one.sha256
+    assert np.array_equal(small.digests, one.digests) and np.array_equal(small.signatures, one.signatures)
+    assert pv.fingerprint(x, "c", bits=256, seed=4).signatures.tobytes() != one.signatures.tobytes()
+
+
+def test_near_threshold_by_hand():
+    assert pv.near_threshold(512) == math.floor(512 * math.acos(0.98) / math.pi) == 32
+    assert pv.near_threshold(1024, 0.9) == math.floor(1024 * math.acos(0.9) / math.pi)
+
+
+def test_a_clean_fit_is_certified_leak_free(data):
+    task = _task(data)
+    nnn = task.fit(hn.NearestNeighborNormalization(k=8, alpha=0.5))
+    assert set(nnn.provenance_) == {"query_bank"}      # NNN uses no target bank: none is recorded
+    assert nnn.provenance_["query_bank"].rows == 150
+    out = hn.evaluate(nnn, task, certificate=True)
+    cert = out["certificate"]
+    assert cert.leak_free and cert.verdict == "no test row in any bank"
+    assert [(f["bank"], f["test"], f["exact"], f["near"]) for f in cert.findings] == [("query_bank", "queries", 0, 0)]
+    assert "certificate" not in hn.evaluate(nnn, task)
+    assert {k: v for k, v in out.items() if k != "certificate"} == hn.evaluate(nnn, task)
+
+
+def test_planted_exact_and_near_duplicate_leaks_are_found_and_close_rows_are_not(data):
+    rng = np.random.default_rng(11)
+    caps = data["captions"]
+    bank = data["caption_bank"].copy()
+    bank[20:23] = caps[[5, 40, 41]]                                   # exact copies
+    bank[30:34] = _at_cosine(caps[[60, 61, 62, 63]], 0.997, rng)        # near duplicates
+    bank[40:44] = _at_cosine(caps[[80, 81, 82, 83]], 0.93, rng)         # close, not duplicates
+    task = _task(data, caption_bank=bank)
+    cert = hn.evaluate(task.fit(hn.InvertedSoftmax()), task, certificate=True)["certificate"]
+    (f,) = cert.findings
+    assert (f["exact"], f["near"], f["test_rows"], f["bank_rows"]) == (3, 4, 240, 150)
+    assert f["exact_examples"] == [[5, 20], [40, 21], [41, 22]]
+    assert f["near_examples"] == [[60, 30], [61, 31], [62, 32], [63, 33]]
+    assert not cert.leak_free
+    assert cert.verdict == ("QUERY-AWARE: 3 of 240 test queries exactly and 4 more as near duplicates "
+                            "(cosine >= 0.98) in the query_bank")
+
+
+def test_a_query_aware_fit_is_marked(data):
+    task = _task(data)
+    cert = hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task, certificate=True)["certificate"]
+    assert cert.findings[0]["exact"] == 240 and cert.verdict.startswith("QUERY-AWARE: 240 of 240 test queries")
+
+
+def test_the_gallery_in_the_target_bank_is_found(data):
+    images = data["image_bank"].copy()
+    images[:10] = data["images"][100:110]
+    task = _task(data, image_bank=images)
+    cert = hn.evaluate(task.fit(hn.DualInvertedSoftmax()), task, certificate=True)["certificate"]
+    by = {f["bank"]: f for f in cert.findings}
+    assert set(by) == {"query_bank", "target_bank"}
+    assert (by["query_bank"]["exact"], by["target_bank"]["exact"], by["target_bank"]["test"]) == (0, 10, "targets")
+    assert by["target_bank"]["exact_examples"][0] == [100, 0]
+
+
+def test_a_bank_changed_in_place_is_fingerprinted_again(data):
+    bank = data["caption_bank"].copy()
+    task = _task(data, caption_bank=bank)
+    first = task.fit(hn.InvertedSoftmax()).provenance_["query_bank"].sha256
+    bank[77] = data["captions"][9]      # the same array, one row changed: the content-keyed cache cannot go stale
+    task = _task(data, caption_bank=bank)
+    norm = task.fit(hn.InvertedSoftmax())
+    assert norm.provenance_["query_bank"].sha256 != first
+    assert hn.evaluate(norm, task, certificate=True)["certificate"].findings[0]["exact_examples"] == [[9, 77]]
+
+
+def test_saved_certificate_is_checked_from_the_file_alone(data, tmp_path):
+    bank = data["caption_bank"].copy()
+    bank[0] = data["captions"][17]
+    task = _task(data, caption_bank=bank)
+    cert = hn.evaluate(task.fit(hn.InvertedSoftmax()), task, certificate=True)["certificate"]
+    path = cert.save(tmp_path / "cert.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cert.json"]     # no temporary file left behind
+    back = pv.check_certificate(path)
+    assert back.verdict == cert.verdict and back.findings == cert.findings and back.method == cert.method
+    body = json.loads(path.read_text())
+    assert body["leak_free"] is False and body["format"] == "hubnorm-certificate/1"
+
+    def write(b, rehash=True):
+        if rehash:
+            b["sha256"] = pv._body_hash(b)
+        path.write_text(json.dumps(b))
+
+    edited = dict(body, verdict="no test row in any bank")
+    write(edited, rehash=False)
+    with pytest.raises(ValueError, match="does not match its sha256"):
+        pv.check_certificate(path)
+    write(edited)                                         # re-hashed, but the verdict does not follow
+    with pytest.raises(ValueError, match="do not follow from its fingerprints"):
+        pv.check_certificate(path)
+    hidden = json.loads(json.dumps(body))
+    hidden["findings"][0].update(exact=0, exact_examples=[])
+    write(hidden)
+    with pytest.raises(ValueError, match="do not follow"):
+        pv.check_certificate(path)
+    dropped = dict(body, findings=[])
+    write(dropped)
+    with pytest.raises(ValueError, match="do not follow"):
+        pv.check_certificate(path)
+    short = json.loads(json.dumps(body))
+    short["banks"]["query_bank"]["rows"] = 151
+    write(short)
+    with pytest.raises(ValueError, match="151 rows need"):
+        pv.check_certificate(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot be read as JSON"):
+        pv.check_certificate(path)
+    path.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="not a hubnorm-certificate/1 file"):
+        pv.check_certificate(path)
+
+
+def test_clean_certificate_round_trip(data, tmp_path):
+    task = _task(data)
+    cert = hn.evaluate(task.fit(hn.DualInvertedSoftmax()), task, certificate=True)["certificate"]
+    back = pv.check_certificate(cert.save(tmp_path / "c.json"))
+    assert back.leak_free and back.verdict == "no test row in any bank" and len(back.findings) == 2
+
+
+def test_score_matrices_are_certified_by_their_score_rows(data):
+    caps, images = data["captions"], data["images"]
+    pos = hn.Positives.from_labels(data["c2i"], 120)
+    clean = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"], data["image_bank"]), pos,
+                         direction="t2i")
+    out = clean.evaluate(hn.InvertedSoftmax(), certificate=True)
+    assert out["certificate"].leak_free and out["certificate"].banks["query_bank"].kind == "scores"
+    assert out["certificate"].not_compared == []
+    assert clean.evaluate(hn.InvertedSoftmax(), query_aware=True,
+                          certificate=True)["certificate"].findings[0]["exact"] == 240
+    rng = np.random.default_rng(5)
+    bank = data["caption_bank"].copy()
+    bank[3:5] = caps[[7, 8]]
+    bank[9] = _at_cosine(caps[[70]], 0.999, rng)[0]
+    leaky = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, bank, data["image_bank"]), pos, direction="t2i")
+    (f,) = leaky.evaluate(hn.InvertedSoftmax(), certificate=True)["certificate"].findings
+    assert (f["exact"], f["near"], f["exact_examples"], f["near_examples"]) == (2, 1, [[7, 3], [8, 4]], [[70, 9]])
+    dual = clean.evaluate(hn.DualInvertedSoftmax(), certificate=True)["certificate"]
+    assert dual.not_compared == ["target_bank: a score-matrix fit records the query bank's score rows only"]
+
+
+def test_a_fit_without_a_record_cannot_be_certified(data):
+    pytest.importorskip("dask")
+    import dask.array as da
+
+    task = _task(data)
+    norm = hn.InvertedSoftmax().fit(task.targets, da.from_array(data["caption_bank"], chunks=(50, -1)))
+    assert norm.provenance_ is None
+    with pytest.raises(ValueError, match="no record of its banks"):
+        hn.evaluate(norm, task, certificate=True)
+
+
+def test_bad_input_is_refused_with_its_name(data):
+    x = data["caption_bank"]
+    with pytest.raises(TypeError, match="bank must be a numpy array"):
+        pv.fingerprint(x.tolist(), "bank")
+    with pytest.raises(TypeError, match="bank must hold floating-point"):
+        pv.fingerprint(x.astype(np.int32), "bank")
+    with pytest.raises(TypeError, match="bank must hold floating-point"):
+        pv.fingerprint(torch.zeros(3, 2, dtype=torch.int64), "bank")
+    with pytest.raises(ValueError, match="bank must be 2-D with at least one row"):
+        pv.fingerprint(x[:0], "bank")
+    with pytest.raises(ValueError, match="bank must be 2-D"):
+        pv.fingerprint(x[0], "bank")
+    with pytest.raises(ValueError, match="bits must be a positive multiple of 64"):
+        pv.fingerprint(x, "bank", bits=100)
+    with pytest.raises(ValueError, match="kind must be"):
+        pv.fingerprint(x, "bank", kind="images")
+    bad = x.copy()
+    bad[4, 1] = np.nan
+    with pytest.raises(ValueError, match=r"bank holds non-finite values \(rows 0-149\)"):
+        pv.fingerprint(bad, "bank")
+    a, b = pv.fingerprint(x, "a"), pv.fingerprint(x[:, :32].copy(), "b")
+    with pytest.raises(ValueError, match="not comparable"):
+        pv.compare(a, b)
+    with pytest.raises(ValueError, match="near_cosine must be in"):
+        pv.compare(a, a, near_cosine=1.0)
+    task = _task(data)
+    norm = task.fit(hn.InvertedSoftmax())
+    with pytest.raises(TypeError, match="certificate must be True or False"):
+        hn.evaluate(norm, task, certificate="yes")
+    pos = hn.Positives.from_labels(data["c2i"], 120)
+    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
+    with pytest.raises(ValueError, match="use no bank"):
+        st.evaluate(None, certificate=True)
