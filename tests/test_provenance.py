@@ -216,13 +216,20 @@ def test_score_matrices_are_certified_by_their_score_rows(data):
     assert dual.not_compared == ["target_bank: a score-matrix fit records the query bank's score rows only"]
 
 
-def test_a_fit_without_a_record_cannot_be_certified(data):
+def test_a_dask_bank_is_fingerprinted_block_by_block_and_a_fit_without_a_record_is_refused(data):
     pytest.importorskip("dask")
     import dask.array as da
 
-    task = _task(data)
-    norm = hn.InvertedSoftmax().fit(task.targets, da.from_array(data["caption_bank"], chunks=(50, -1)))
-    assert norm.provenance_ is None
+    bank = data["caption_bank"].copy()
+    bank[60] = data["captions"][33]
+    task = _task(data, caption_bank=bank)
+    norm = hn.InvertedSoftmax().fit(task.targets, da.from_array(bank, chunks=(40, -1)))
+    local = task.fit(hn.InvertedSoftmax())
+    got, want = norm.provenance_["query_bank"], local.provenance_["query_bank"]
+    assert got.sha256 == want.sha256
+    assert np.array_equal(got.digests, want.digests) and np.array_equal(got.signatures, want.signatures)
+    assert hn.evaluate(norm, task, certificate=True)["certificate"].findings[0]["exact_examples"] == [[33, 60]]
+    norm.provenance_ = None        # a normalizer without a record (fitted by a sweep, or by hand)
     with pytest.raises(ValueError, match="no record of its banks"):
         hn.evaluate(norm, task, certificate=True)
 

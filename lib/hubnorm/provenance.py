@@ -58,10 +58,13 @@ def _directions(dim: int, bits: int, seed: int) -> torch.Tensor:
 
 
 def _as_rows(x, name: str):
-    """(n, d) array-like -> (object with row blocks, n, d); ``block(r0, r1)`` returns float32 numpy rows."""
+    """(n, d) array-like -> (``block(r0, r1)`` returning float32 numpy rows, n, d, whether reading is costly)."""
     if hasattr(x, "block") and hasattr(x, "shape"):          # a stored score matrix (hubnorm.scores.ScoreMatrix)
         n, d = x.shape
-        return (lambda r0, r1: x.block(r0, r1, 0, d, torch.float32).cpu().numpy()), n, d
+        return (lambda r0, r1: x.block(r0, r1, 0, d, torch.float32).cpu().numpy()), n, d, True
+    if hasattr(x, "chunks") and hasattr(x, "compute") and getattr(x, "ndim", 0) == 2:   # a Dask array
+        n, d = (int(v) for v in x.shape)
+        return (lambda r0, r1: np.asarray(x[r0:r1].compute(), dtype=np.float32)), n, d, True
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if not torch.is_floating_point(x):
@@ -76,8 +79,9 @@ def _as_rows(x, name: str):
         raise ValueError(f"{name} must be 2-D with at least one row; got shape {tuple(x.shape)}")
     n, d = x.shape
     if isinstance(x, torch.Tensor):
-        return (lambda r0, r1: x[r0:r1].to(torch.float32).numpy()), n, d
-    return (lambda r0, r1: np.asarray(x[r0:r1], dtype=np.float32)), n, d
+        return (lambda r0, r1: x[r0:r1].to(torch.float32).numpy()), n, d, False
+    return (lambda r0, r1: np.asarray(x[r0:r1], dtype=np.float32)), n, d, not isinstance(x, np.ndarray) or \
+        isinstance(x, np.memmap)
 
 
 @dataclass
@@ -122,7 +126,8 @@ _CACHE_SIZE = 8
 
 def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, seed: int = SEED,
                 block_bytes: Optional[int] = None) -> Fingerprint:
-    """The :class:`Fingerprint` of the rows of ``x`` (numpy, torch, or a stored score matrix), block by block.
+    """The :class:`Fingerprint` of the rows of ``x`` (numpy, torch, a Dask array or a stored score matrix), block by
+    block.
 
     ``kind="scores"``: rows of a score matrix, each centred on its mean before the sketch (the digests and the
     content hash are of the rows as given). The sketch is computed in float32: a projection within rounding of 0
@@ -131,7 +136,7 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
         raise ValueError(f"kind must be 'embeddings' or 'scores'; got {kind!r}")
     if not isinstance(bits, int) or isinstance(bits, bool) or bits <= 0 or bits % 64:
         raise ValueError(f"bits must be a positive multiple of 64; got {bits!r}")
-    block, n, d = _as_rows(x, name)
+    block, n, d, costly = _as_rows(x, name)
     size = block_rows(d + bits, 8, block_bytes)
 
     def blocks():
@@ -143,22 +148,26 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
             yield r0, r1, b
 
     whole = hashlib.sha256(f"{n}x{d}:float32".encode())
-    for _, _, b in blocks():
-        whole.update(b.tobytes())
-    key = (whole.hexdigest(), kind, bits, seed)
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return replace(_CACHE[key], name=name)
+    if not costly:   # rows in memory: hash first, and reuse the sketch of the same content
+        for _, _, b in blocks():
+            whole.update(b.tobytes())
+        key = (whole.hexdigest(), kind, bits, seed)
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return replace(_CACHE[key], name=name)
     r = _directions(d, bits, seed).to(torch.float32)
     digests = np.empty((n, 16), dtype=np.uint8)
     signatures = np.empty((n, bits // 8), dtype=np.uint8)
-    for r0, r1, b in blocks():
+    for r0, r1, b in blocks():     # rows read from disk or a cluster: one pass, hash included
+        if costly:
+            whole.update(b.tobytes())
         for i, row in enumerate(b):
             digests[r0 + i] = np.frombuffer(hashlib.blake2b(row.tobytes(), digest_size=16).digest(), np.uint8)
         v = torch.from_numpy(b)
         if kind == "scores":
             v = v - v.mean(dim=1, keepdim=True)
         signatures[r0:r1] = np.packbits((v @ r > 0).numpy(), axis=1)
+    key = (whole.hexdigest(), kind, bits, seed)
     out = Fingerprint(name, n, d, key[0], digests, signatures, kind, bits)
     _CACHE[key] = out
     while len(_CACHE) > _CACHE_SIZE:
@@ -254,8 +263,9 @@ def _body_hash(body: Dict[str, object]) -> str:
 
 def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
     """The fingerprints of the banks ``normalizer`` was fitted on through ``engine`` (its ``provenance_``): the
-    in-memory banks it uses, or the query bank's score rows over the gallery of a score-matrix engine; None for an
-    engine that does not expose its bank rows (the Dask engine), so that :func:`certify` says so."""
+    in-memory banks it uses, the Dask engine's banks (one more pass over them, a block at a time), or the query
+    bank's score rows over the gallery of a score-matrix engine; None for an engine that does not expose its bank
+    rows, so that :func:`certify` says so."""
     from .engine import LocalEngine
 
     out: Dict[str, Fingerprint] = {}
@@ -269,6 +279,10 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
             out["query_bank"] = fingerprint(engine.matrix("query_bank", "targets"), "query_bank", kind="scores",
                                             block_bytes=engine.block_bytes)
         return out
+    banks = getattr(engine, "banks", None)   # the Dask engine: its banks as Dask arrays, read a block at a time
+    if isinstance(banks, dict):
+        return {name: fingerprint(banks[name], name, block_bytes=engine.block_bytes)
+                for name in ("query_bank", "target_bank") if name in banks}
     return None
 
 
@@ -277,8 +291,8 @@ def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
     prov = getattr(normalizer, "provenance_", None)
     if prov is None:
         raise ValueError(f"{type(normalizer).__name__} has no record of its banks (provenance_): fit it with "
-                         "Normalizer.fit, RetrievalTask.fit or a ScoreTask (a Dask-array or sharded bank does not "
-                         "record one yet)")
+                         "Normalizer.fit, RetrievalTask.fit, a ScoreTask or hubnorm.distributed.fit_offsets (a "
+                         "normalizer fitted by a grid sweep, or by hand, has none)")
     return prov
 
 
