@@ -65,6 +65,8 @@ cross_source: str = "auto"  # Part C's bank from another data set (DBSN Fig. 8):
 cross_sizes: dict = {"n_train_images": 3000, "n_test_images": 1}  # sizes of the cross-dataset source when it is synthetic
 cross_seed: int = 1  # seed of a synthetic cross-dataset source
 cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
+shift_shares: list = [0.0, 0.25, 0.5, 0.75, 1.0]  # Part D: share of the query bank drawn from the other distribution at each step
+shift_boot: int = 200  # Part D: bootstrap resamples of each gain's 95% CI
 
 # %%
 import matplotlib.pyplot as plt
@@ -73,7 +75,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm.experiments import compare, figures, notebook as nb, protocol as pr, studies
 from hubnorm.geometry import nn_gap
 from hubnorm.progress import progress
 
@@ -524,12 +526,92 @@ nb.notice(*[f"{b}: R@1 {r['R@1']:.2f}, skewness {r[skew_col]:.2f}, gap bank → 
             f"gap test queries → bank {r['gap test queries->bank']:.3f}." for b, r in fr.iterrows()])
 
 # %% [markdown]
+# ## Part D · A query bank drifting away, step by step (every method)
+# Part C compares whole banks. Here the t2i query bank moves from this data set's training captions to another
+# distribution in steps: at share $s$ a fraction $s$ of its rows is drawn from the other pool and $1-s$ from the
+# training captions (the same size at every step; the mixtures are nested, so a row that has moved stays moved).
+# Every registered method that fits on a bank is refitted at every step (`studies.shift_study`; the transductive
+# OTN, L2N and HN fit on the test queries and have no bank to shift). For each method and step: its R@1 gain over
+# the raw scores, with a 95% CI from a paired bootstrap over the test queries (the same resampled queries for the
+# method and for the raw scores). The two pools: the other data set's training captions (`cross_source`, as in
+# Part C) and, on a synthetic run, the training captions of the same generator run with another seed (same
+# statistics, other content). `studies.stops_helping` reads the first share at which a gain's CI reaches 0.
+#
+# Beside it, the paper's own in- and out-of-distribution numbers: NNN Table 1 gives NNN's t2i R@1 with its own
+# data set's training captions and with the other data set's (cross-dataset) as the bank.
+
+# %%
+shift_pools = {}
+if cross_source:
+    shift_pools[f"to {pr.dataset_key(cross_source, cross)} train"] = cross.split("train").captions
+if pr.is_synthetic(ds):
+    twin = pr.prepare_dataset(source, seed=seed + 1, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
+                              source_kwargs=source_kwargs, note_small=False)   # same generator, other content
+    shift_pools[f"to {dataset} train, seed {seed + 1}"] = twin.split("train").captions
+shift = pd.concat([studies.shift_study(task, pool, side="query_bank", shares=shift_shares, n_boot=shift_boot,
+                                       seed=seed, label=name)
+                   for name, pool in progress(shift_pools.items(), desc="Part D shifts", total=len(shift_pools))]
+                  or [pd.DataFrame()], ignore_index=True)
+if len(shift):
+    run.save_table(shift, "query_bank_shift", caption=f"t2i R@1 gain over raw (95% paired bootstrap CI) as the query "
+                   f"bank moves to another pool in steps; every method refitted per step; {label}.")
+    nb.show(shift.pivot_table(index="method", columns=["label", "share"], values="gain", sort=False).reset_index(),
+            digits=2)
+else:
+    pr.note("Part D needs a second pool of captions (a cross_source, or a synthetic run): none here")
+
+# %%
+def nnn_bank_gains(dataset, model):
+    """NNN Table 1, t2i R@1: NNN's gain over raw with the data set's own training captions as the bank (share 0)
+    and with the other data set's (share 1, cross-dataset)."""
+    dataset = compare.paper_dataset("nnn-chowdhury2024", dataset)   # the paper's name of this data set
+    pub = compare.published("nnn-chowdhury2024", "1", dataset=dataset, direction="t2i", metric="R@1", model=model,
+                            method=["raw", "nnn"]) if model else pd.DataFrame()
+    if not len(pub) or "raw" not in set(pub["method"]):
+        return pd.DataFrame(columns=["bank", "share", "gain"])
+    raw_r1 = pub.loc[pub["method"] == "raw", "value"].iloc[0]
+    nnn_rows = pub[pub["method"] == "nnn"]
+    return pd.DataFrame([{"bank": r["setting"], "share": 0.0 if r["setting"].startswith(f"bank={dataset} ") else 1.0,
+                          "gain": r["value"] - raw_r1} for _, r in nnn_rows.iterrows()])
+
+
+published_shift = nnn_bank_gains(dataset, model)
+nb.show(published_shift, digits=2)
+if len(shift):
+    fig = figures.plot_shift(shift, stars={"nnn": published_shift}, legend="query bank moves",
+                             title=f"Gain over raw as the query bank drifts, t2i (black stars: NNN Table 1, own and "
+                                   f"cross-dataset bank); {label}")
+    run.save_figure(fig, "query_bank_shift", caption="R@1 gain over the raw scores (95% paired bootstrap CI "
+                    "bands) per method as the query bank moves to another pool; stars: the NNN paper's gains with an "
+                    "in-distribution and a cross-dataset bank.")
+    plt.show()
+    stops = studies.stops_helping(shift)
+    nb.show(stops)
+
+# %% [markdown]
+# **What to notice.** In each panel, whether the band moves as the share grows, and whether it ever reaches the
+# zero line; on the NNN panel, the paper's two stars against our two ends.
+
+# %%
+if len(shift):
+    ends = shift[shift["share"].isin([min(shift_shares), max(shift_shares)])]
+    nb.notice(*[f"{lab}: " + ", ".join(
+        f"{m} {p.loc[p['share'] == min(shift_shares), 'gain'].iloc[0]:+.2f} -> "
+        f"{p.loc[p['share'] == max(shift_shares), 'gain'].iloc[0]:+.2f}" for m, p in part.groupby("method", sort=False))
+        for lab, part in ends.groupby("label", sort=False)])
+
+# %% [markdown]
 # ## Does the run show the papers' findings?
 
 # %% tags=["nbval-check-output"]
 if cross_source:   # the last bank of Part C is the other data set's
     nb.check("a query bank from another data set gives a lower SN R@1 than this data set's banks (Fig. 8)",
              fr["R@1"].iloc[-1] < fr["R@1"].iloc[:-1].min(), ", ".join(f"{b} {v:.2f}" for b, v in fr["R@1"].items()))
+if len(shift) and cross_source:   # Part D: the first pool is the other data set's
+    cs = shift[(shift["label"] == next(iter(shift_pools))) & (shift["method"] == "nnn")].set_index("share")["gain"]
+    lo_s, hi_s = min(shift_shares), max(shift_shares)
+    nb.check("NNN gains less with the other data set's captions as the bank than with its own (NNN Table 1)",
+             cs.loc[hi_s] < cs.loc[lo_s], f"{cs.loc[lo_s]:+.2f} at share {lo_s:g}, {cs.loc[hi_s]:+.2f} at share {hi_s:g}")
 for d in directions:
     s = sweep[sweep["direction"] == d]
     raw_r1 = s[s["method"] == "raw"]["R@1"].iloc[0]

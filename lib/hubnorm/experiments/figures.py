@@ -16,6 +16,8 @@ judgement (a legend that covers data goes beside the axes; a bar of height zero 
 :func:`tidy` applies the remedies in place; :meth:`hubnorm.experiments.notebook.Run.save_figure` calls both before
 saving, so every saved figure of the notebooks is checked. With ``HUBNORM_FIGURE_CHECK=error`` (the test suite sets
 it) a problem that remains is an error; by default it is printed as a NOTE under the figure.
+
+Also the figure more than one notebook draws: :func:`plot_shift` (a graded shift study, notebooks 04 and 08).
 """
 
 from __future__ import annotations
@@ -493,3 +495,42 @@ def _move_legends(fig) -> List[str]:
                 break
         done.append(f"moved the legend of axes {i + 1} {what}")
     return done
+
+
+def plot_shift(study, *, stars=None, title: str = "",
+               legend: str = "shift", xlabel: str = "share moved to the other distribution"):
+    """The figure of a :func:`hubnorm.experiments.studies.shift_study` table (notebooks 04 and 08): one panel per method, the R@1 gain over raw against the share,
+    one line per ``label`` with its 95% CI band, the zero line; ``stars``: ``{method: frame with share, gain}``
+    (published gains) drawn as black stars on that method's panel. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    methods = list(dict.fromkeys(study["method"]))
+    labels = list(dict.fromkeys(study["label"]))
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]   # the notebooks' seaborn theme sets it
+    colors = {lab: cycle[i % len(cycle)] for i, lab in enumerate(labels)}
+    cols = min(4, len(methods))
+    rows = -(-len(methods) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.9 * cols, 2.3 * rows + 0.9), squeeze=False)
+    for ax in axes.flat[len(methods):]:
+        ax.remove()
+    for ax, m in zip(axes.flat, methods):
+        for lab in labels:
+            part = study[(study["method"] == m) & (study["label"] == lab)].sort_values("share")
+            ax.fill_between(part["share"], part["gain lo"], part["gain hi"], color=colors[lab], alpha=0.2, lw=0)
+            ax.plot(part["share"], part["gain"], marker="o", ms=3, color=colors[lab], label=lab)
+        for _, r in (stars or {}).get(m, pd.DataFrame(columns=["share", "gain"])).iterrows():
+            ax.scatter([r["share"]], [r["gain"]], marker="*", s=110, color="k", zorder=5)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_title(m, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel(xlabel, fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("R@1 gain (points)", fontsize=8)
+    handles, names = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, names, title=legend, loc="lower center", ncol=min(len(labels), 4), fontsize=8,
+               title_fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.1 if len(labels) <= 4 else 0.16, 1, 0.95))
+    return fig

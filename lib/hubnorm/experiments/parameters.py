@@ -261,6 +261,9 @@ SCHEMA: Dict[str, Rule] = {
     "nnn_fractions": R("list", "a non-empty list of distinct numbers in (0, 1]", _list(_FRACTION)),
     "dbsn_fractions": R("list", "a non-empty list of distinct numbers in (0, 1]", _list(_FRACTION)),
     "dbsn_seeds": R("list", "a non-empty list of distinct integers >= 0", _list(_int(0)), "[0, 1]"),
+    "shift_shares": R("list", "a list of at least two distinct numbers in [0, 1] (the share of the bank drawn from "
+                      "the other distribution at each step)", _list(_num(0, 1), min_len=2), "[0, 0.5, 1]"),
+    "shift_boot": R("int", "an integer >= 1 (bootstrap resamples of each gain's CI)", _int(1), "100"),
     # 05
     "taus": R("None", "None or a non-empty list of distinct temperatures > 0", _optional(_list(_POS))),
     "07:taus": R("list", "a non-empty list of distinct temperatures > 0", _list(_POS)),
