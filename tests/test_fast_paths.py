@@ -601,3 +601,67 @@ def test_projected_index_rejects_bad_arguments(small_tasks):
         idx.search(targets, 4, scan="blas")
     with pytest.raises(ValueError, match="dim"):
         query_aware_projection(targets, bank, 129)
+
+
+# ------------------------------------------------------------------ NNN's seams (mutation-test survivors)
+def _nnn_data(seed=3, n=40, m=70, d=12):
+    rng = np.random.default_rng(seed)
+    t = rng.standard_normal((n, d))
+    b = rng.standard_normal((m, d))
+    return (torch.from_numpy(t / np.linalg.norm(t, axis=1, keepdims=True)),
+            torch.from_numpy(b / np.linalg.norm(b, axis=1, keepdims=True)))
+
+
+def test_nnn_implementation_option_picks_the_top_k_kernel_or_the_block_loop(monkeypatch):
+    """``implementation="fast"`` (the default) runs the bank top-k through hubnorm.kernels.topk_similarity, "plain"
+    through the block loop only; both give the same offsets."""
+    from hubnorm import blocks
+
+    t, b = _nnn_data()
+    calls = []
+    real = blocks.topk_similarity
+    monkeypatch.setattr(blocks, "topk_similarity", lambda a, c, k, **kw: calls.append(k) or real(a, c, k, **kw))
+    fast = hn.NearestNeighborNormalization(alpha=0.5, k=6).fit(t, b)
+    assert calls and set(calls) == {6}
+    calls.clear()
+    plain = hn.NearestNeighborNormalization(alpha=0.5, k=6, implementation="plain").fit(t, b)
+    assert calls == []
+    torch.testing.assert_close(fast.offsets_, plain.offsets_, rtol=0, atol=1e-15)
+    dense = 0.5 * (b @ t.T).topk(6, dim=0).values.mean(dim=0)
+    torch.testing.assert_close(fast.bias_, dense, rtol=0, atol=1e-15)
+
+
+def test_nnn_bias_functions_pass_the_block_budget_on(monkeypatch):
+    """The two bias functions of the ``IMPLEMENTATIONS`` seam honour ``block_bytes`` (a memory budget the caller
+    sets): the block loop sizes its target blocks from it, the kernel receives it; both equal Eq. 1."""
+    from hubnorm.normalizers import nnn as m
+
+    t, b = _nnn_data(5)
+    dense = 0.75 * (t @ b.T).topk(4, dim=1).values.mean(dim=1)
+    seen = []
+    rows = m.block_rows
+    monkeypatch.setattr(m, "block_rows", lambda *a: seen.append(a) or rows(*a))
+    got = m.nnn_bias_plain(t, b, 0.75, 4, block_bytes=4096)
+    assert seen == [(b.shape[0], t.element_size(), 4096)]
+    torch.testing.assert_close(got, dense, rtol=0, atol=1e-15)
+    budgets = []
+    topk = m.topk_similarity
+    monkeypatch.setattr(m, "topk_similarity", lambda a, c, k, block_bytes=None: budgets.append(block_bytes)
+                        or topk(a, c, k, block_bytes=block_bytes))
+    got = m.nnn_bias_fast(t, b, 0.75, 4, block_bytes=4096)
+    assert budgets == [4096]
+    torch.testing.assert_close(got, dense, rtol=0, atol=1e-15)
+
+
+def test_nnn_offset_decomposition_reads_the_bank_within_the_budget(monkeypatch):
+    from hubnorm.normalizers import nnn as m
+
+    t, b = _nnn_data(7)
+    norm = hn.NearestNeighborNormalization(alpha=0.5, k=3).fit(t, b)
+    budgets = []
+    column = m.bank_column
+    monkeypatch.setattr(m, "bank_column", lambda q, x, block_bytes=None: budgets.append(block_bytes)
+                        or column(q, x, block_bytes=block_bytes))
+    w, values, rest = norm.offset_decomposition(b, block_bytes=2048)(4)
+    assert budgets == [2048] and rest == {}
+    assert float((w * values).sum()) == pytest.approx(float(norm.offsets_[4]), abs=1e-14)

@@ -172,3 +172,86 @@ def test_l2n_converges_on_clustered_embeddings(seed, n_images, captions):
     Q = norm.plan_.numpy()
     np.testing.assert_allclose(Q.sum(1), 1, atol=1e-11)
     np.testing.assert_allclose(Q.sum(0), captions, atol=1e-11)
+
+
+# ------------------------------------------------------------------------------------------ mutation-test survivors
+@pytest.mark.filterwarnings("ignore:numItermax reached")
+def test_otn_says_when_the_network_simplex_stops_early(monkeypatch):
+    """POT stops the simplex after numItermax pivots and reports it in its log: OTN refuses that plan, naming POT's
+    warning (with its own cap lowered to 5 pivots, which a 12 x 9 problem needs more than)."""
+    from hubnorm.normalizers import optimal_transport as otm
+
+    q, t, _ = _scores(3, 12, 9)
+    monkeypatch.setattr(otm, "MAX_ITER", 5)
+    with pytest.raises(RuntimeError, match=r"OTN: the network simplex did not finish \(numItermax reached"):
+        _fit("otn", t, q)
+
+
+def test_pot_missing_is_named_with_the_install_command(monkeypatch):
+    import builtins
+
+    from hubnorm.normalizers.plans import import_pot
+
+    real_import = builtins.__import__
+
+    def no_pot(name, *args, **kwargs):
+        if name == "ot" or name.startswith("ot."):
+            raise ImportError("No module named 'ot'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pot)
+    with pytest.raises(ImportError) as info:
+        import_pot()
+    assert str(info.value) == "OTN and L2N solve transport problems with POT: pip install POT"
+
+
+def test_a_bank_larger_and_smaller_than_the_gallery_gathers_its_scores_by_row():
+    for m, n in ((7, 4), (4, 7)):
+        q, t, S = _scores(5, m, n)
+        norm = _fit("otn", t, q)
+        np.testing.assert_allclose(norm.bank_scores_.numpy(), S, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(norm.plan_.numpy(), _lp_plan(S) * m, atol=1e-9)
+
+
+def test_rows_are_recognised_within_a_tolerance_relative_to_the_score_scale():
+    """A row is a fitted one when every entry is within ROW_TOLERANCE[dtype] * max|bank| of it: scaled scores keep
+    the same relative tolerance, an all-zero bank uses an absolute one, and a dtype without a tolerance of its own
+    (float16) is matched at float64's (1e-9): its fitted rows only."""
+    from hubnorm.normalizers.plans import ROW_TOLERANCE
+
+    _, _, S = _scores(8, 6, 5)
+    for scale in (1e3, 1e-3):
+        norm = hn.make_normalizer("otn")
+        norm.bank_scores_ = torch.from_numpy(S * scale)
+        tol = ROW_TOLERANCE[torch.float64] * float(np.abs(S * scale).max())
+        near = torch.from_numpy(S[[2]] * scale) + 0.9 * tol        # every entry moved by 0.9 tol, the same way
+        rows, dup = norm._fitted_rows(near)
+        assert rows.tolist() == [2] and dup == {}
+        far = torch.from_numpy(S[[2]] * scale)
+        far[0, 1] += 1.5 * tol
+        with pytest.raises(ValueError, match="OptimalTransportNormalization is transductive: row 0 of these scores"):
+            norm._fitted_rows(far)
+    norm = hn.make_normalizer("otn")
+    norm.bank_scores_ = torch.zeros(3, 4, dtype=torch.float64)
+    norm.bank_scores_[1, 0] = 0.0
+    assert norm._fitted_rows(torch.full((1, 4), 0.5e-9, dtype=torch.float64))[0].tolist() in ([0], [-1])
+    with pytest.raises(ValueError, match="is transductive"):
+        norm._fitted_rows(torch.full((1, 4), 1.5e-9, dtype=torch.float64))
+    norm = hn.make_normalizer("otn")
+    norm.bank_scores_ = torch.from_numpy(S)
+    half = torch.from_numpy(S[[4, 1]]).to(torch.float16)
+    assert norm._fitted_rows(half)[0].tolist() == [4, 1]
+    with pytest.raises(ValueError, match="is transductive"):
+        norm._fitted_rows(half + torch.tensor(0.01, dtype=torch.float16))
+
+
+def test_duplicate_rows_are_marked_and_scores_keep_the_input_dtype():
+    q, t, S = _scores(4, 6, 5)
+    dup = np.vstack([q, q[:1]])
+    norm = _fit("otn", t, dup)
+    rows, duplicates = norm._fitted_rows(norm.bank_scores_[[0, 3]].clone())
+    assert rows.tolist() == [-1, 3] and sorted(duplicates[0].tolist()) == [0, 6]
+    norm32 = _fit("otn", t.astype(np.float32), q.astype(np.float32))
+    out = norm32.normalize_scores(norm32.bank_scores_.clone())
+    assert out.dtype == torch.float32
+    np.testing.assert_array_equal(out.numpy(), norm32.plan_.numpy())
