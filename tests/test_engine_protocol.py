@@ -83,3 +83,115 @@ def test_a_stray_member_is_found(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def fit_blocks(self, engine):\n    return engine.inputs['targets']\n")
     assert list(_engine_uses(f)) == [("inputs", 2)]
+
+
+# ------------------------------------------------------------------ LocalEngine, member by member (mutation survivors)
+from hubnorm.blocks import Chunk, Embeddings, Iteration, Reduction, Scores  # noqa: E402
+
+
+def _raw(rng, n, d=4, scale=1.0):
+    return torch.from_numpy(rng.standard_normal((n, d)) * scale)
+
+
+def test_local_engine_defaults_and_what_it_reads_its_dtype_from():
+    rng = np.random.default_rng(0)
+    bank = _raw(rng, 5)
+    e = LocalEngine({"query_bank": bank})                      # no targets: dtype and device of the first input
+    assert (e.dtype, e.device, e.plain, e.block_bytes, e.sweep_bytes) == (torch.float64, torch.device("cpu"), False,
+                                                                           None, None)
+    t32 = _raw(rng, 3).float()
+    e = LocalEngine({"query_bank": bank, "targets": t32}, block_bytes=123, sweep_bytes=456, backend="torch")
+    assert (e.dtype, e.block_bytes, e.sweep_bytes, e.backend) == (torch.float32, 123, 456, "torch")
+    empty = LocalEngine({"targets": None})
+    assert (empty.dtype, empty.device, empty.inputs) == (torch.float32, torch.device("cpu"), {})
+    with pytest.raises(ValueError, match=r"backend must be one of \[.*\] or None; got 'gpu'"):
+        LocalEngine({"targets": t32}, backend="gpu")
+
+
+def test_local_engine_answers_sizes_norms_bounds_and_rows():
+    rng = np.random.default_rng(1)
+    t, qb = _raw(rng, 6, scale=2.0), _raw(rng, 4, scale=0.5)
+    e = LocalEngine({"targets": t, "query_bank": qb, "target_bank": None})
+    assert (e.size("targets"), e.size("query_bank"), e.size("target_bank")) == (6, 4, None)
+    assert e.max_norm("targets") == pytest.approx(float(np.linalg.norm(t.numpy(), axis=1).max()), rel=1e-15)
+    bound = e.score_bound(Scores("query_bank", ("targets", "query_bank")))
+    want = np.linalg.norm(qb.numpy(), axis=1).max() * max(np.linalg.norm(t.numpy(), axis=1).max(),
+                                                          np.linalg.norm(qb.numpy(), axis=1).max())
+    assert bound == pytest.approx(float(want), rel=1e-15)
+    assert torch.equal(e.take_rows("targets", torch.tensor([4, 1])), t[[4, 1]])
+    assert e.spans("targets") is True and e.to_tensor(t) is t
+    assert torch.equal(e.tensor(("targets", "query_bank")), torch.cat([t, qb]))
+    with pytest.raises(ValueError, match=r"^this fit has no target_bank \(needed as target_bank\)$"):
+        e.tensor("target_bank")
+    with pytest.raises(ValueError, match=r"^this fit has no target_bank \(needed as targets ; target_bank\)$"):
+        e.tensor(("targets", "target_bank"))
+
+
+def test_local_engine_shares_score_blocks_only_within_its_sweep_budget():
+    t = torch.zeros(2, 3)
+    assert LocalEngine({"targets": t}).shared("k", 10) is None                  # not a sweep
+    assert LocalEngine({"targets": t}).shared("k", 10, budget=100) is None      # not a sweep, whatever the budget
+    e = LocalEngine({"targets": t}, sweep_bytes=100)
+    first = e.shared("k", 100)
+    assert first == {} and e.shared("k", 50) is first and e.shared("other", 1) is not first
+    assert e.shared("k", 101) is None                                            # larger than the budget
+    assert e.shared("k", 150, budget=200) is first and e.shared("k", 150, budget=120) is None
+    assert e.shared("k", 150, budget=None) is None
+
+
+class _Probe(Reduction):
+    """A reduction that records the chunk it is handed (row and column terms, cache)."""
+
+    def __init__(self, source, axis=0, row_terms=None, col_terms=None, cache=None):
+        self.source, self.axis, self.row_terms, self.col_terms = source, axis, row_terms, col_terms
+        if cache is not None:
+            self.cache = cache
+
+    def partial(self, s, chunk):
+        return s.sum(dim=self.axis)
+
+    def merge(self, a, b):
+        return a + b
+
+    def finalize(self, p, n):
+        return p
+
+
+def test_local_engine_hands_reductions_the_whole_inputs_with_their_terms():
+    rng = np.random.default_rng(2)
+    t, qb = _raw(rng, 5), _raw(rng, 7)
+    e = LocalEngine({"targets": t, "query_bank": qb}, block_bytes=999, backend="torch")
+    rt, ct, cache = torch.arange(7.0), torch.arange(5.0), {}
+    chunk, n = e.chunk(_Probe(Scores("query_bank", "targets"), axis=0, row_terms=rt, col_terms=ct, cache=cache))
+    assert n == 7 and chunk.rows is qb and chunk.cols is t
+    assert chunk.row_terms is rt and chunk.col_terms is ct and chunk.cache is cache
+    assert (chunk.block_bytes, chunk.backend, chunk.row_start, chunk.col_start) == (999, "torch", 0, 0)
+    chunk, n = e.chunk(_Probe(Scores("query_bank", "targets"), axis=1))
+    assert n == 5 and chunk.row_terms is None and chunk.col_terms is None and chunk.cache is None
+    chunk, n = e.chunk(_Probe(Embeddings("query_bank")))
+    assert n == 7 and chunk.rows is qb and chunk.cols is None and (chunk.block_bytes, chunk.backend) == (999, "torch")
+
+
+class _Count(Iteration):
+    """Three steps adding one; ``fused`` answers at once with a marker."""
+
+    def __init__(self):
+        self.fused_calls = 0
+
+    def fused(self, engine):
+        self.fused_calls += 1
+        return "fused"
+
+    def start(self, engine):
+        return 0
+
+    def step(self, engine, state):
+        return state + 1, state + 1 >= 3
+
+
+def test_local_engine_runs_the_fused_form_unless_plain():
+    t = torch.zeros(2, 3)
+    it = _Count()
+    assert LocalEngine({"targets": t}).iterate(it) == "fused" and it.fused_calls == 1
+    it = _Count()
+    assert LocalEngine({"targets": t}, plain=True).iterate(it) == 3 and it.fused_calls == 0
