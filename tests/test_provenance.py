@@ -267,3 +267,172 @@ def test_bad_input_is_refused_with_its_name(data):
     st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
     with pytest.raises(ValueError, match="use no bank"):
         st.evaluate(None, certificate=True)
+
+
+# ------------------------------------------------------------------ from the module's mutation survivors
+def test_fingerprint_names_kinds_and_the_content_cache(data):
+    pv._CACHE.clear()
+    x = data["caption_bank"]
+    a = pv.fingerprint(x, "a")
+    b = pv.fingerprint(x.copy(), "b")                 # same content: the sketch is reused, under the new name
+    assert (a.name, b.name) == ("a", "b") and b.signatures is a.signatures and b.digests is a.digests
+    assert b.sha256 == a.sha256 and b.bits == 512 and b.kind == "embeddings"
+    firsts = [pv.fingerprint(x + np.float32(i + 1), f"x{i}") for i in range(pv._CACHE_SIZE)]   # evicts `a`
+    assert len(pv._CACHE) == pv._CACHE_SIZE
+    assert pv.fingerprint(x, "c").signatures is not a.signatures            # the oldest entry went first
+    assert pv.fingerprint(x + np.float32(pv._CACHE_SIZE), "d").signatures is firsts[-1].signatures
+
+
+def test_fingerprint_reads_blocks_of_the_budget_it_is_given(data, monkeypatch):
+    seen = []
+    rows = pv.block_rows
+    monkeypatch.setattr(pv, "block_rows", lambda *a: seen.append(a) or rows(*a))
+    pv._CACHE.clear()
+    pv.fingerprint(data["caption_bank"], "bank", bits=128, block_bytes=5000)
+    assert seen == [(D + 128, 8, 5000)]
+    seen.clear()
+    task = _task(data)
+    task.fit(hn.InvertedSoftmax(block_bytes=7000))
+    assert (D + 512, 8, 7000) in seen
+
+
+def test_score_rows_are_sketched_after_centring_and_zero_projections_are_zero_bits():
+    rng = np.random.default_rng(3)
+    row = rng.standard_normal((1, 40))
+    shifted = pv.fingerprint(np.vstack([row, row + 0.3]), "s", kind="scores")
+    assert np.array_equal(shifted.signatures[0], shifted.signatures[1])       # the same shape of score row
+    assert not np.array_equal(shifted.digests[0], shifted.digests[1])         # not the same row
+    plain = pv.fingerprint(np.vstack([row, row + 0.3]), "e")
+    assert not np.array_equal(plain.signatures[0], plain.signatures[1])
+    zero = pv.fingerprint(np.zeros((1, 8)), "z", bits=64)
+    assert not zero.signatures.any()
+
+
+def test_bits_must_be_a_positive_multiple_of_64(data):
+    x = data["caption_bank"][:3]
+    for bad in (0, -64, 100, True, "512", 64.0):
+        with pytest.raises(ValueError, match=r"^bits must be a positive multiple of 64; got "):
+            pv.fingerprint(x, "bank", bits=bad)
+    assert pv.fingerprint(x, "bank", bits=64).signatures.shape == (3, 8)
+    with pytest.raises(ValueError, match=r"^bank holds non-finite values \(rows 0-2\); a fingerprint needs finite rows$"):
+        pv.fingerprint(np.full((3, 4), np.inf), "bank")
+
+
+def _fp(sig_rows, name="f", bits=64):
+    sig = np.asarray(sig_rows, dtype=np.uint8)
+    n = len(sig)
+    dig = np.arange(n * 16, dtype=np.uint8).reshape(n, 16) + (0 if name == "bank" else 1)
+    return pv.Fingerprint(name, n, 3, "0" * 64, dig, sig, "embeddings", bits)
+
+
+def test_compare_at_the_threshold_and_its_report():
+    limit = pv.near_threshold(64)                                            # floor(64 acos(0.98) / pi) = 4
+    assert limit == 4
+    bank = _fp([[0] * 8], "bank")
+    at = np.zeros(8, dtype=np.uint8)
+    at[0] = 0b1111                                                           # 4 bits apart: a near duplicate
+    past = np.zeros(8, dtype=np.uint8)
+    past[0] = 0b11111                                                        # 5 bits apart: not one
+    got = pv.compare(bank, _fp([at, past], "test"))
+    assert (got["near"], got["near_examples"], got["max_hamming"], got["exact"]) == (1, [[0, 0]], 4, 0)
+    assert pv.compare(bank, _fp([past], "test"), near_cosine=0.97)["near"] == 1   # a looser threshold
+    with pytest.raises(ValueError, match=r"^near_cosine must be in \(0, 1\); got 0.0$"):
+        pv.compare(bank, bank, near_cosine=0.0)
+    with pytest.raises(ValueError, match=r"^a \(embeddings, dim 3, 64 bits\) and b \(scores, dim 3, 64 bits\) are not "
+                                         r"comparable: fingerprint both with the same kind and bits, from rows of the "
+                                         r"same width$"):
+        pv.compare(dataclasses_replace(_fp([[0] * 8], "a")), dataclasses_replace(_fp([[0] * 8], "b"), kind="scores"))
+
+
+def dataclasses_replace(fp, **kw):
+    import dataclasses
+
+    return dataclasses.replace(fp, **kw)
+
+
+def test_examples_are_the_first_five(data):
+    bank = data["caption_bank"].copy()
+    bank[:7] = data["captions"][10:17]
+    task = _task(data, caption_bank=bank)
+    (f,) = hn.evaluate(task.fit(hn.InvertedSoftmax()), task, certificate=True)["certificate"].findings
+    assert f["exact"] == 7 and f["exact_examples"] == [[10 + i, i] for i in range(5)]
+
+
+def test_certificate_names_its_parts(data):
+    task = _task(data)
+    norm = task.fit(hn.DualInvertedSoftmax())
+    cert = pv.certify(norm, task)
+    assert cert.method == repr(norm) and cert.not_compared == []
+    assert {k: (v.name, v.kind) for k, v in cert.test.items()} == {"queries": ("queries", "embeddings"),
+                                                                  "targets": ("targets", "embeddings")}
+    assert {k: v.name for k, v in cert.banks.items()} == {"query_bank": "query_bank", "target_bank": "target_bank"}
+    pos = hn.Positives.from_labels(data["c2i"], 120)
+    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]), pos,
+                      direction="t2i")
+    sc = st.evaluate(hn.InvertedSoftmax(), certificate=True)["certificate"]
+    assert (sc.test["queries"].name, sc.test["queries"].kind, sc.banks["query_bank"].name) == ("queries", "scores",
+                                                                                               "query_bank")
+    with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted on embeddings but task holds scores: certify "
+                                         r"it on a task of the kind it was fitted on$"):
+        pv.certify(task.fit(hn.InvertedSoftmax()), st)
+
+
+def test_a_method_without_a_query_bank_records_none_on_scores(data):
+    pos = hn.Positives.from_labels(data["c2i"], 120)
+    bare = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
+    with_bank = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]),
+                             pos, direction="t2i")
+    for st in (bare, with_bank):
+        raw = hn.make_normalizer("raw")
+        cert = st.evaluate(raw, certificate=True)["certificate"]
+        assert raw.provenance_ == {} and cert.findings == [] and cert.verdict == "no test row in any bank"
+
+
+def test_refusals_say_what_to_do(data):
+    task = _task(data)
+    with pytest.raises(ValueError, match=r"^InvertedSoftmax has no record of its banks \(provenance_\): fit it with "
+                                         r"Normalizer.fit, RetrievalTask.fit, a ScoreTask or "
+                                         r"hubnorm.distributed.fit_offsets \(a normalizer fitted by a grid sweep, or "
+                                         r"by hand, has none\)$"):
+        pv.certify(hn.InvertedSoftmax(), task)                                 # never fitted
+    pos = hn.Positives.from_labels(data["c2i"], 120)
+    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
+    with pytest.raises(ValueError, match=r"^certificate=True certifies a fitted normalizer's banks; the raw scores "
+                                         r"\(normalizer=None\) use no bank$"):
+        st.evaluate(None, certificate=True)
+
+
+def test_check_certificate_recomputes_with_the_saved_threshold(data, tmp_path):
+    rng = np.random.default_rng(21)
+    bank = data["caption_bank"].copy()
+    bank[5] = _at_cosine(data["captions"][[44]], 0.95, rng)[0]              # near at 0.9, not at 0.98
+    task = _task(data, caption_bank=bank)
+    norm = task.fit(hn.InvertedSoftmax())
+    loose = pv.certify(norm, task, near_cosine=0.9)
+    assert loose.findings[0]["near_examples"] == [[44, 5]]
+    assert pv.certify(norm, task).findings[0]["near"] == 0
+    back = pv.check_certificate(loose.save(tmp_path / "loose.json"))
+    assert back.findings == loose.findings and back.not_compared == [] and back.method == loose.method
+    assert set(back.test) == {"queries", "targets"} and set(back.banks) == {"query_bank"}
+    assert np.array_equal(back.banks["query_bank"].signatures, loose.banks["query_bank"].signatures)
+    text = (tmp_path / "loose.json").read_text(encoding="utf-8")
+    assert text == json.dumps(json.loads(text), indent=1, sort_keys=True)   # sorted keys, one-space indent
+    body = json.loads(text)
+    body["findings"].append(dict(body["findings"][0], near_cosine=0.98))
+    body["sha256"] = pv._body_hash(body)
+    (tmp_path / "two.json").write_text(json.dumps(body))
+    with pytest.raises(ValueError, match="its findings use different near-duplicate thresholds"):
+        pv.check_certificate(tmp_path / "two.json")
+
+
+def test_a_failed_save_leaves_no_temporary_file(data, tmp_path, monkeypatch):
+    task = _task(data)
+    cert = pv.certify(task.fit(hn.InvertedSoftmax()), task)
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pv.os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        cert.save(tmp_path / "c.json")
+    assert list(tmp_path.iterdir()) == []

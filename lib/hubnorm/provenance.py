@@ -305,18 +305,14 @@ def certify(normalizer, task, *, near_cosine: float = NEAR_COSINE) -> Certificat
         test = {"queries": fingerprint(task.engine.matrix("queries", "targets"), "queries", kind="scores")}
     else:
         test = {"queries": fingerprint(task.queries, "queries"), "targets": fingerprint(task.targets, "targets")}
-    findings, not_compared = [], []
-    if kind == "scores" and getattr(normalizer, "uses_target_bank", "unused") != "unused" \
-            and "target_bank" not in banks:
+    other = sorted({fp.kind for fp in banks.values()} - {kind})
+    if other:
+        raise ValueError(f"{type(normalizer).__name__} was fitted on {other[0]} but task holds {kind}: certify it on "
+                         "a task of the kind it was fitted on")
+    not_compared = []
+    if kind == "scores" and normalizer.uses_target_bank != "unused":
         not_compared.append("target_bank: a score-matrix fit records the query bank's score rows only")
-    for bank_name, test_name in PAIRS:
-        if bank_name not in banks:
-            continue
-        if test_name not in test:
-            not_compared.append(f"{bank_name}: its rows are not comparable with the test {test_name} "
-                                "(score matrices over other columns)")
-            continue
-        findings.append(compare(banks[bank_name], test[test_name], near_cosine=near_cosine))
+    findings = [compare(banks[b], test[t], near_cosine=near_cosine) for b, t in PAIRS if b in banks]
     return Certificate(repr(normalizer), test, dict(banks), findings, not_compared)
 
 
@@ -330,7 +326,7 @@ def requested_certificate(normalizer, task, certificate) -> Optional[Certificate
     if normalizer is None:
         raise ValueError("certificate=True certifies a fitted normalizer's banks; the raw scores (normalizer=None) "
                          "use no bank")
-    return certify(normalizer, task, near_cosine=NEAR_COSINE)
+    return certify(normalizer, task)
 
 
 def check_certificate(path: Union[str, os.PathLike]) -> Certificate:
