@@ -56,7 +56,7 @@ def test_fingerprint_hashes_are_those_of_the_float32_rows(data):
     assert fp.digests[3].tobytes() == hashlib.blake2b(x[3].tobytes(), digest_size=16).digest()
     assert fp.summary() == {"name": "bank", "kind": "embeddings", "rows": 150, "sha256": whole[:12]}
     # the sign sketch: bit b of row i is [x_i . r_b > 0] for the seeded directions (bit order of np.packbits)
-    r = np.random.default_rng([0, D, 512]).standard_normal((D, 512))
+    r = np.random.default_rng([0, D, 512]).standard_normal((D, 512), dtype=np.float32).astype(np.float64)
     bits = np.unpackbits(fp.signatures, axis=1)
     agree = (bits == (x.astype(np.float64) @ r > 0)).mean()
     assert agree > 0.999   # float32 products may flip a sign within rounding of 0, nothing more
@@ -392,8 +392,8 @@ def test_refusals_say_what_to_do(data):
     task = _task(data)
     with pytest.raises(ValueError, match=r"^InvertedSoftmax has no record of its banks \(provenance_\): fit it with "
                                          r"Normalizer.fit, RetrievalTask.fit, a ScoreTask or "
-                                         r"hubnorm.distributed.fit_offsets \(a normalizer fitted by a grid sweep, or "
-                                         r"by hand, has none\)$"):
+                                         r"hubnorm.distributed.fit_offsets \(a normalizer fitted by a grid sweep, on a "
+                                         r"prebuilt bank index, or by hand, has none\)$"):
         pv.certify(hn.InvertedSoftmax(), task)                                 # never fitted
     pos = hn.Positives.from_labels(data["c2i"], 120)
     st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
@@ -436,3 +436,62 @@ def test_a_failed_save_leaves_no_temporary_file(data, tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         cert.save(tmp_path / "c.json")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_review_findings_stay_fixed(data, tmp_path):
+    """A prebuilt bank index records nothing (its rows are not the bank this fit saw); a file edited consistently in
+    one field is refused; an unchecked target bank is named in the verdict; shared arrays are read-only; the
+    threshold of an exact integer is that integer; an exact copy names the first place of a row copied twice."""
+    pytest.importorskip("faiss")
+    from hubnorm.index import BankIndex, FaissNNN
+
+    task = _task(data)
+    built = BankIndex(np.asarray(data["captions"], dtype=np.float32), nlist=4)      # built on the test queries
+    clean = _unit(np.random.default_rng(4).standard_normal((240, D)))            # a clean bank of the same shape
+    norm = FaissNNN(k=4, bank_index=built, nprobe=4).fit(task.targets, clean)
+    assert norm.provenance_ is None
+    with pytest.raises(ValueError, match="prebuilt bank index"):
+        pv.certify(norm, task)
+
+    bank = data["caption_bank"].copy()
+    bank[3] = bank[8] = data["captions"][12]
+    t = _task(data, caption_bank=bank)
+    cert = pv.certify(t.fit(hn.InvertedSoftmax()), t)
+    assert cert.findings[0]["exact_examples"] == [[12, 3]]
+    path = cert.save(tmp_path / "c.json")
+    body = json.loads(path.read_text())
+    body["leak_free"] = True
+    body["sha256"] = pv._body_hash(body)
+    path.write_text(json.dumps(body))
+    with pytest.raises(ValueError, match="do not follow"):
+        pv.check_certificate(path)
+    body = json.loads(cert.save(tmp_path / "d.json").read_text())
+    body["test"] = {"q": body["test"]["queries"], "targets": body["test"]["targets"]}
+    body["sha256"] = pv._body_hash(body)
+    (tmp_path / "d.json").write_text(json.dumps(body))
+    with pytest.raises(ValueError, match=r"its test rows are \['q', 'targets'\]"):
+        pv.check_certificate(tmp_path / "d.json")
+    del body["findings"]
+    body["sha256"] = pv._body_hash(body)
+    (tmp_path / "d.json").write_text(json.dumps(body))
+    with pytest.raises(ValueError, match="a part is missing or malformed"):
+        pv.check_certificate(tmp_path / "d.json")
+
+    pos = hn.Positives.from_labels(data["c2i"], 120)
+    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"],
+                                                  data["image_bank"]), pos, direction="t2i")
+    dual = st.evaluate(hn.DualInvertedSoftmax(), certificate=True)["certificate"]
+    assert dual.leak_free and dual.verdict == "no test row in the compared banks; not compared: target_bank"
+    back = pv.check_certificate(dual.save(tmp_path / "dual.json"))
+    assert back.verdict == dual.verdict
+
+    fp = pv.fingerprint(data["caption_bank"], "bank")
+    with pytest.raises(ValueError, match="read-only"):
+        fp.digests[0, 0] = 1
+    assert pv.near_threshold(64, math.cos(math.pi / 64)) == 1
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        pv.fingerprint(data["caption_bank"], "bank", seed=-1)
+    with pytest.raises(TypeError, match="bank must be a hubnorm.provenance.Fingerprint"):
+        pv.compare(object(), fp)
+    with pytest.raises(ValueError, match="near_cosine must be in"):
+        pv.compare(fp, fp, near_cosine="0.9")

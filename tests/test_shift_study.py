@@ -219,3 +219,23 @@ def test_plot_shift_draws_one_panel_per_method_with_bands_and_stars(world):
     star = [c for c in axes[1].collections if type(c).__name__ == "PathCollection"]   # scatter, not a band
     assert sorted(tuple(map(float, c.get_offsets()[0])) for c in star) == [(0.0, 5.78), (1.0, 4.88)]
     plt.close(fig)
+
+
+def test_review_findings_on_the_shift_study_stay_fixed(world):
+    task, out = world["task"], world["bank_out"]
+    df = shift_study(task, out, methods=["is"], shares=(0.0, 1.0), n_boot=10, label=None)
+    assert len(stops_helping(df)) == 1                                 # a missing label is a group too
+    with pytest.raises(ValueError, match="several rows for one"):
+        stops_helping(pd.concat([df, df]))
+    with pytest.raises(TypeError, match="shares must be a list"):
+        shift_study(task, out, methods=["is"], shares=0.5)
+    with pytest.raises(TypeError, match="the parameters of is must be a dict"):
+        shift_study(task, out, methods={"is": None})
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        shift_study(task, out, methods=["is"], seed=-1)
+    with pytest.raises(ValueError, match="size does not apply to side='gallery'"):
+        shift_study(task, world["gallery_out"], side="gallery", methods=["is"], size=10)
+    with pytest.raises(ValueError, match="shares must be distinct numbers"):
+        shift_study(task, out, methods=["is"], shares=("0", 1.0))
+    with pytest.raises(ValueError, match=r"share must be in \[0, 1\]; got '0.5'"):
+        shifted_rows(np.zeros((4, 2)), np.zeros((4, 2)), "0.5", 2)

@@ -12,22 +12,28 @@ Fingerprint of a set of rows X (n x d), computed block by block (never more than
   ``[x . r_b > 0]`` for fixed Gaussian directions ``r_b`` (seeded; the same for every fingerprint of a dimension).
   Two rows at angle ``theta`` differ in a bit with probability ``theta / pi``, so the Hamming distance ``h`` estimates
   the cosine as ``cos(pi h / bits)``. A *near duplicate* is a pair with ``h <= bits * arccos(near_cosine) / pi``:
-  estimated cosine at least ``near_cosine`` (default 0.98; with 512 bits a pair at cosine 0.995 is missed with
-  probability about 1e-5, a pair at 0.95 is flagged with probability about 0.3%).
+  estimated cosine at least ``near_cosine`` (default 0.98; with 512 bits, exact binomial figures: a pair at cosine
+  0.995 is missed with probability 1.4e-4, one at 0.99 with 2.7%, one at 0.98 half the time; a pair at 0.95 is
+  flagged with probability 0.14%). The sketch is a screen for copies and near copies, not a cosine measurement.
 
 Rows of score matrices (a bank's scores against the gallery) are fingerprinted after subtracting each row's mean,
-so that near duplicates are judged by the shape of their score rows.
+so that near duplicates are judged by the shape of their score rows. The threshold then applies to the cosine of
+centred score rows, which runs higher than that of the embeddings behind them: close paraphrases (embedding
+cosine about 0.97) can be flagged on score matrices, never missed copies.
 
 :func:`certify` compares a fitted normalizer's bank fingerprints with the test queries (and the test targets with
 the target bank): exact copies by digest, near duplicates by Hamming distance (faiss's binary flat index, the
 field's exact Hamming search). :meth:`Certificate.save` writes it as JSON with its own sha256;
 :func:`check_certificate` reads that file alone, verifies the hash, recomputes every finding from the stored
-digests and signatures and raises ``ValueError`` when they disagree with the stored verdict.
+digests and signatures and raises ``ValueError`` when they disagree with the stored verdict. That is a check of
+consistency (a file damaged, or edited in one place and not the others), not of authenticity: the hash is not a
+signature, and someone who rewrites the whole file consistently is not detected.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -36,7 +42,7 @@ import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -52,9 +58,14 @@ NEAR_COSINE = 0.98
 PAIRS = (("query_bank", "queries"), ("target_bank", "targets"))
 
 
+@functools.lru_cache(maxsize=2)
 def _directions(dim: int, bits: int, seed: int) -> torch.Tensor:
-    """The fixed Gaussian directions (dim x bits, float64) of the sign sketch: the same on every machine."""
-    return torch.from_numpy(np.random.default_rng([seed, dim, bits]).standard_normal((dim, bits)))
+    """The fixed Gaussian directions (dim x bits, float32) of the sign sketch: the same on every machine, made once
+    per (dim, bits, seed) and kept for the next fingerprints (``dim * bits * 4`` bytes: 200 MB for the score rows of
+    a 100,000-item gallery)."""
+    r = torch.from_numpy(np.random.default_rng([seed, dim, bits]).standard_normal((dim, bits), dtype=np.float32))
+    r.requires_grad_(False)
+    return r
 
 
 def _as_rows(x, name: str):
@@ -136,6 +147,8 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
         raise ValueError(f"kind must be 'embeddings' or 'scores'; got {kind!r}")
     if not isinstance(bits, int) or isinstance(bits, bool) or bits <= 0 or bits % 64:
         raise ValueError(f"bits must be a positive multiple of 64; got {bits!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     block, n, d, costly = _as_rows(x, name)
     size = block_rows(d + bits, 8, block_bytes)
 
@@ -148,14 +161,15 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
             yield r0, r1, b
 
     whole = hashlib.sha256(f"{n}x{d}:float32".encode())
-    if not costly:   # rows in memory: hash first, and reuse the sketch of the same content
+    if not costly:   # rows in memory: hash first, and reuse the sketch of the same content (rows read from disk
+        #              or a cluster are read once, hashed and sketched in the same pass, never reused)
         for _, _, b in blocks():
             whole.update(b.tobytes())
         key = (whole.hexdigest(), kind, bits, seed)
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return replace(_CACHE[key], name=name)
-    r = _directions(d, bits, seed).to(torch.float32)
+    r = _directions(d, bits, seed)
     digests = np.empty((n, 16), dtype=np.uint8)
     signatures = np.empty((n, bits // 8), dtype=np.uint8)
     for r0, r1, b in blocks():     # rows read from disk or a cluster: one pass, hash included
@@ -168,6 +182,8 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
             v = v - v.mean(dim=1, keepdim=True)
         signatures[r0:r1] = np.packbits((v @ r > 0).numpy(), axis=1)
     key = (whole.hexdigest(), kind, bits, seed)
+    digests.setflags(write=False)      # shared by every fingerprint of the same content (the cache)
+    signatures.setflags(write=False)
     out = Fingerprint(name, n, d, key[0], digests, signatures, kind, bits)
     _CACHE[key] = out
     while len(_CACHE) > _CACHE_SIZE:
@@ -177,19 +193,27 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
 
 def near_threshold(bits: int, near_cosine: float = NEAR_COSINE) -> int:
     """The largest Hamming distance between two ``bits``-bit sketches that counts as a near duplicate."""
-    return int(math.floor(bits * math.acos(near_cosine) / math.pi))
+    return int(math.floor(bits * math.acos(near_cosine) / math.pi + 1e-9))   # an exact integer stays itself
 
 
 def compare(bank: Fingerprint, test: Fingerprint, *, near_cosine: float = NEAR_COSINE) -> Dict[str, object]:
     """Which test rows are in ``bank``: exact copies (same digest) and near duplicates (sketches within
     :func:`near_threshold`), with up to five example pairs ``(test_row, bank_row)`` of each."""
-    if not 0.0 < near_cosine < 1.0:
+    for name, fp in (("bank", bank), ("test", test)):
+        if not isinstance(fp, Fingerprint):
+            raise TypeError(f"{name} must be a hubnorm.provenance.Fingerprint (from fingerprint(...)); got "
+                            f"{type(fp).__name__}")
+    if isinstance(near_cosine, bool) or not isinstance(near_cosine, (int, float, np.floating)) \
+            or not 0.0 < near_cosine < 1.0:
         raise ValueError(f"near_cosine must be in (0, 1); got {near_cosine!r}")
+    near_cosine = float(near_cosine)
     if (bank.dim, bank.bits, bank.kind) != (test.dim, test.bits, test.kind):
         raise ValueError(f"{bank.name} ({bank.kind}, dim {bank.dim}, {bank.bits} bits) and {test.name} "
                          f"({test.kind}, dim {test.dim}, {test.bits} bits) are not comparable: fingerprint both "
                          "with the same kind and bits, from rows of the same width")
-    index = {row.tobytes(): i for i, row in enumerate(bank.digests)}
+    index = {}
+    for i, row in enumerate(bank.digests):
+        index.setdefault(row.tobytes(), i)   # a row copied twice into the bank: its first place
     exact = [(t, index[row.tobytes()]) for t, row in enumerate(test.digests) if row.tobytes() in index]
     import faiss   # exact Hamming search over the packed sketches
 
@@ -204,10 +228,14 @@ def compare(bank: Fingerprint, test: Fingerprint, *, near_cosine: float = NEAR_C
             "exact_examples": [list(p) for p in exact[:5]], "near_examples": [list(p) for p in near[:5]]}
 
 
-def verdict(findings: List[Dict[str, object]]) -> str:
-    """One line: "no test row in any bank", or which banks hold how many test rows (query-aware)."""
+def verdict(findings: List[Dict[str, object]], not_compared: Sequence[str] = ()) -> str:
+    """One line: "no test row in any bank" (or "in the compared banks", naming what was not compared), or which
+    banks hold how many test rows (query-aware)."""
     leaks = [f for f in findings if f["exact"] or f["near"]]
     if not leaks:
+        if not_compared:
+            return ("no test row in the compared banks; not compared: "
+                    + "; ".join(str(n).split(":")[0] for n in not_compared))
         return "no test row in any bank"
     return "QUERY-AWARE: " + "; ".join(
         f"{f['exact']} of {f['test_rows']} test {f['test']} exactly and {f['near']} more as near duplicates "
@@ -227,7 +255,7 @@ class Certificate:
 
     @property
     def verdict(self) -> str:
-        return verdict(self.findings)
+        return verdict(self.findings, self.not_compared)
 
     @property
     def leak_free(self) -> bool:
@@ -269,6 +297,8 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
     from .engine import LocalEngine
 
     out: Dict[str, Fingerprint] = {}
+    if getattr(normalizer, "bank_index", None) is not None:   # offsets searched in an index built elsewhere (FaissNNN):
+        return None                                            # its rows are not the bank this fit was given
     if isinstance(engine, LocalEngine):
         for name in ("query_bank", "target_bank"):
             if engine.has(name):
@@ -292,7 +322,7 @@ def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
     if prov is None:
         raise ValueError(f"{type(normalizer).__name__} has no record of its banks (provenance_): fit it with "
                          "Normalizer.fit, RetrievalTask.fit, a ScoreTask or hubnorm.distributed.fit_offsets (a "
-                         "normalizer fitted by a grid sweep, or by hand, has none)")
+                         "normalizer fitted by a grid sweep, on a prebuilt bank index, or by hand, has none)")
     return prov
 
 
@@ -341,14 +371,23 @@ def check_certificate(path: Union[str, os.PathLike]) -> Certificate:
         raise ValueError(f"certificate {path}: not a {FORMAT} file")
     if body.get("sha256") != _body_hash(body):
         raise ValueError(f"certificate {path}: its content does not match its sha256: the file was altered")
-    test = {k: Fingerprint.from_json(v) for k, v in body["test"].items()}
-    banks = {k: Fingerprint.from_json(v) for k, v in body["banks"].items()}
-    stored = body["findings"]
+    try:
+        test = {k: Fingerprint.from_json(v) for k, v in body["test"].items()}
+        banks = {k: Fingerprint.from_json(v) for k, v in body["banks"].items()}
+        stored, not_compared = list(body["findings"]), list(body["not_compared"])
+        kinds = {fp.kind for fp in test.values()}
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ValueError(f"certificate {path}: a part is missing or malformed ({type(e).__name__}: {e})") from None
+    expected = {"scores": {"queries"}, "embeddings": {"queries", "targets"}}
+    if len(kinds) != 1 or set(test) != expected.get(next(iter(kinds)), set()):
+        raise ValueError(f"certificate {path}: its test rows are {sorted(test)} of kind {sorted(kinds)}; a "
+                         "certificate holds the test queries and targets (embeddings) or the test queries (scores)")
     cosines = {f.get("near_cosine") for f in stored}
     if len(cosines) > 1:
         raise ValueError(f"certificate {path}: its findings use different near-duplicate thresholds")
     cos = cosines.pop() if cosines else NEAR_COSINE
     redone = [compare(banks[b], test[t], near_cosine=cos) for b, t in PAIRS if b in banks and t in test]
-    if json.loads(json.dumps(redone)) != stored or verdict(redone) != body["verdict"]:
+    if json.loads(json.dumps(redone)) != stored or verdict(redone, not_compared) != body["verdict"] \
+            or body.get("leak_free") is not (not any(f["exact"] or f["near"] for f in redone)):
         raise ValueError(f"certificate {path}: its findings do not follow from its fingerprints")
-    return Certificate(body["method"], test, banks, redone, list(body["not_compared"]))
+    return Certificate(body["method"], test, banks, redone, not_compared)

@@ -111,6 +111,8 @@ def shifted_rows(inside: np.ndarray, outside: np.ndarray, share: float, size: in
     and row ``i`` is ``outside[i]`` for the first ``round(share * size)`` items of one permutation, else
     ``inside[i]`` (the positives keep their meaning)."""
     inside, outside = np.asarray(inside), np.asarray(outside)
+    if isinstance(share, (str, bytes, bool)) or not isinstance(share, (int, float, np.integer, np.floating)):
+        raise ValueError(f"share must be in [0, 1]; got {share!r}")
     share = float(share)
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share must be in [0, 1]; got {share!r}")
@@ -153,6 +155,9 @@ def _methods(methods, task: RetrievalTask) -> Dict[str, dict]:
         if getattr(NORMALIZERS[name], "transductive", False):
             raise ValueError(f"{name} is transductive (fitted on the test queries themselves): it has no bank to "
                              "shift; leave it out of a shift study")
+        if not isinstance(params, Mapping):
+            raise TypeError(f"the parameters of {name} must be a dict (e.g. {{'tau': 0.02}}, or {{}} for the "
+                            f"defaults); got {params!r}")
         out[name] = dict(params)
     if not out:
         raise ValueError("methods is empty: name at least one registered method")
@@ -176,10 +181,21 @@ def shift_study(task: RetrievalTask, outside, *, side: str = "query_bank", metho
     the gallery), bank rows. :func:`stops_helping` reads where each method's gain ends."""
     if side not in SHIFT_SIDES:
         raise ValueError(f"side must be one of {SHIFT_SIDES}; got {side!r}")
+    if isinstance(shares, (str, bytes)) or not hasattr(shares, "__iter__"):
+        raise TypeError(f"shares must be a list of numbers in [0, 1], e.g. [0, 0.5, 1]; got {shares!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
+    k = check_positive_int(k, "k")
+    if side == "gallery" and size is not None:
+        raise ValueError("size does not apply to side='gallery' (every gallery row is kept, shifted or not): "
+                         "leave it None")
     if not isinstance(task, RetrievalTask):
         raise TypeError(f"task must be a hubnorm.RetrievalTask; got {type(task).__name__}")
     spec = _methods(methods, task)
     n_boot = check_positive_int(n_boot, "n_boot")
+    if any(isinstance(x, (str, bytes, bool)) or not isinstance(x, (int, float, np.integer, np.floating))
+           for x in shares):
+        raise ValueError(f"shares must be distinct numbers in [0, 1]; got {list(shares)}")
     shares = [float(s) for s in shares]
     if not shares or any(not 0.0 <= s <= 1.0 for s in shares) or len(set(shares)) != len(shares):
         raise ValueError(f"shares must be distinct numbers in [0, 1]; got {list(shares)}")
@@ -228,9 +244,13 @@ def stops_helping(study: pd.DataFrame) -> pd.DataFrame:
     need = {"label", "side", "share", "method", "gain lo"}
     if not need <= set(study.columns):
         raise ValueError(f"study must be a shift_study table; missing columns {sorted(need - set(study.columns))}")
+    keys = ["label", "side", "method", "share"]
+    if study.duplicated(keys).any():
+        raise ValueError("study has several rows for one (label, side, method, share): give each study of a "
+                         "concatenated table its own label")
     out = []
     ordered = study.sort_values("share", kind="stable")
-    for (label, side, method), part in ordered.groupby(["label", "side", "method"], sort=False):
+    for (label, side, method), part in ordered.groupby(["label", "side", "method"], sort=False, dropna=False):
         stop = part.loc[part["gain lo"] <= 0, "share"]
         out.append({"label": label, "side": side, "method": method,
                     "helps at first share": bool(part["gain lo"].iloc[0] > 0),

@@ -168,12 +168,12 @@ class Normalizer:
             raise self.non_finite_error(offsets.dtype)
         provenance = of_engine(self, engine)   # what the offsets saw (hubnorm.provenance.certify)
         device = engine.device if device is None else device
-        self.provenance_ = provenance
         for key, value in fitted.items():
             setattr(self, key, value.to(device) if isinstance(value, torch.Tensor) else value)
         if targets is not None:
             self.targets_ = targets.to(device)
         self.device_ = device
+        self.provenance_ = provenance
         return self
 
     def local_engine(self, targets, query_bank=None, target_bank=None, *, sweep_bytes: Optional[int] = None
