@@ -292,8 +292,9 @@ def _body_hash(body: Dict[str, object]) -> str:
 def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
     """The fingerprints of the banks ``normalizer`` was fitted on through ``engine`` (its ``provenance_``): the
     in-memory banks it uses, the Dask engine's banks (one more pass over them, a block at a time), or the query
-    bank's score rows over the gallery of a score-matrix engine; None for an engine that does not expose its bank
-    rows, so that :func:`certify` says so."""
+    bank's score rows over the gallery of a score-matrix engine (sketched when a certificate first asks, so that
+    a fit reads its stored matrices in its own order only); None for an engine that does not expose its bank rows,
+    so that :func:`certify` says so."""
     from .engine import LocalEngine
 
     out: Dict[str, Fingerprint] = {}
@@ -304,10 +305,11 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
             if engine.has(name):
                 out[name] = fingerprint(engine.tensor(name), name, block_bytes=engine.block_bytes)
         return out
-    if hasattr(engine, "has_matrix"):   # stored score matrices (hubnorm.scores.ScoreEngine)
+    if hasattr(engine, "has_matrix"):   # stored score matrices (hubnorm.scores.ScoreEngine): sketched when a
+        #                                 certificate asks (a stored matrix is read in the fit's own order only)
         if normalizer.uses_query_bank != "unused" and engine.has_matrix("query_bank", "targets"):
-            out["query_bank"] = fingerprint(engine.matrix("query_bank", "targets"), "query_bank", kind="scores",
-                                            block_bytes=engine.block_bytes)
+            matrix, budget = engine.matrix("query_bank", "targets"), engine.block_bytes
+            out["query_bank"] = lambda: fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget)
         return out
     banks = getattr(engine, "banks", None)   # the Dask engine: its banks as Dask arrays, read a block at a time
     if isinstance(banks, dict):
@@ -319,6 +321,9 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
 def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
     """The fingerprints a fitted ``normalizer`` recorded of its banks (``provenance_``); ValueError when it has none."""
     prov = getattr(normalizer, "provenance_", None)
+    if prov is not None and any(callable(v) for v in prov.values()):   # deferred sketches of stored score rows
+        prov = {k: v() if callable(v) else v for k, v in prov.items()}
+        normalizer.provenance_ = prov
     if prov is None:
         raise ValueError(f"{type(normalizer).__name__} has no record of its banks (provenance_): fit it with "
                          "Normalizer.fit, RetrievalTask.fit, a ScoreTask or hubnorm.distributed.fit_offsets (a "
