@@ -151,8 +151,10 @@ def test_bad_arguments_are_refused_with_their_names(world):
         shift_study(object(), out)
     with pytest.raises(TypeError, match="one string"):
         shift_study(task, out, methods="nnn")
-    with pytest.raises(ValueError, match="unknown method 'raw'"):
+    with pytest.raises(ValueError, match="raw uses no bank"):
         shift_study(task, out, methods=["raw"])
+    with pytest.raises(ValueError, match="unknown method 'nnnn'"):
+        shift_study(task, out, methods=["nnnn"])
     with pytest.raises(ValueError, match="otn is transductive"):
         shift_study(task, out, methods=["otn"])
     with pytest.raises(ValueError, match="methods is empty"):

@@ -137,9 +137,13 @@ def shifted_rows(inside: np.ndarray, outside: np.ndarray, share: float, size: in
     return rows[rng.permutation(size)]
 
 
+def _uses_a_bank(cls) -> bool:
+    return cls.uses_query_bank != "unused" or cls.uses_target_bank != "unused"
+
+
 def _methods(methods, task: RetrievalTask) -> Dict[str, dict]:
     if methods is None:   # every registered method that fits on banks, and whose required banks the task holds
-        return {name: {} for name, cls in NORMALIZERS.items() if name != "raw"
+        return {name: {} for name, cls in NORMALIZERS.items() if _uses_a_bank(cls)
                 and not getattr(cls, "transductive", False)
                 and not (cls.uses_query_bank == "required" and task.query_bank is None)
                 and not (cls.uses_target_bank == "required" and task.target_bank is None)}
@@ -149,9 +153,11 @@ def _methods(methods, task: RetrievalTask) -> Dict[str, dict]:
     items = methods.items() if isinstance(methods, Mapping) else ((m, {}) for m in methods)
     out = {}
     for name, params in items:
-        if name not in NORMALIZERS or name == "raw":
-            raise ValueError(f"unknown method {name!r} for a shift study; registered methods: "
-                             f"{sorted(n for n in NORMALIZERS if n != 'raw')}")
+        if name not in NORMALIZERS:
+            raise ValueError(f"unknown method {name!r} for a shift study; registered methods: {sorted(NORMALIZERS)}")
+        if not _uses_a_bank(NORMALIZERS[name]):
+            raise ValueError(f"{name} uses no bank: a shift study has nothing to shift for it (it is the baseline "
+                             "every gain is measured against)")
         if getattr(NORMALIZERS[name], "transductive", False):
             raise ValueError(f"{name} is transductive (fitted on the test queries themselves): it has no bank to "
                              "shift; leave it out of a shift study")
