@@ -21,6 +21,7 @@ from ..normalizers.base import EXECUTION_OPTIONS
 from ..registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from ..retrieval import RetrievalTask
 from ..selection import k_limit
+from .protocol import note
 from ..sweeps import iteration_table
 
 __all__ = ["distinct_fractions", "subsample_rows", "sinkhorn_iterations",
@@ -218,15 +219,20 @@ def shift_study(task: RetrievalTask, outside, *, side: str = "query_bank", metho
     m = task.n_queries
     boot = np.random.default_rng([seed, 1]).integers(0, m, size=(n_boot, m))
     rows = []
+    outside = outside.astype(inside.dtype)
+    raw_hit = None
     for share in shares:
-        moved = shifted_rows(inside, outside.astype(inside.dtype), share, size, seed, aligned=side == "gallery")
+        moved = shifted_rows(inside, outside, share, size, seed, aligned=side == "gallery")
         t = dataclasses.replace(task, **{"targets" if side == "gallery" else side: moved})
-        _, raw_ranks = evaluate(make_normalizer("raw").fit(t.targets), t, return_ranks=True)
-        raw_hit = (raw_ranks < 1).astype(np.float64)   # ranks are 0-based
+        if raw_hit is None or side == "gallery":   # the raw scores move only with the gallery
+            _, raw_ranks = evaluate(make_normalizer("raw").fit(t.targets), t, return_ranks=True)
+            raw_hit = (raw_ranks < 1).astype(np.float64)   # ranks are 0-based
         for name, params in spec.items():
             norm = make_normalizer(name, **params)
             limit = k_limit(name, t)
             if "k" not in params and limit is not None and norm.k > limit:   # a default k larger than the bank
+                note(f"shift study: {name}'s default k={norm.k} is larger than this input allows ({limit}); using "
+                     f"k={limit} (the params column says so)")
                 norm = norm.clone(k=limit)
             t.fit(norm)
             _, ranks = evaluate(norm, t, return_ranks=True)
