@@ -564,9 +564,11 @@ else:
 def nnn_bank_gains(dataset, model):
     """NNN Table 1, t2i R@1: NNN's gain over raw with the data set's own training captions as the bank (share 0)
     and with the other data set's (share 1, cross-dataset)."""
+    if not (dataset and model):   # data of no declared data set, or a model the paper does not report: no stars
+        return pd.DataFrame(columns=["bank", "share", "gain"])
     dataset = compare.paper_dataset("nnn-chowdhury2024", dataset)   # the paper's name of this data set
     pub = compare.published("nnn-chowdhury2024", "1", dataset=dataset, direction="t2i", metric="R@1", model=model,
-                            method=["raw", "nnn"]) if model else pd.DataFrame()
+                            method=["raw", "nnn"])
     if not len(pub) or "raw" not in set(pub["method"]):
         return pd.DataFrame(columns=["bank", "share", "gain"])
     raw_r1 = pub.loc[pub["method"] == "raw", "value"].iloc[0]
