@@ -161,12 +161,13 @@ chosen_rows = []
 for choice in selection[selection["normalizer"] == "nnn"].itertuples():
     pub = pub_chosen[(pub_chosen["direction"] == choice.direction) & (pub_chosen["setting"] == choice.setting)]
     pub_params = dict(zip(pub["metric"], pub["value"]))
-    chosen_rows.append({"direction": choice.direction, "setting": choice.setting, "this run": pr.fmt_params(choice.params),
+    chosen_rows.append({"direction": choice.direction, "setting": choice.setting, "bank": choice.bank,
+                        "this run": pr.fmt_params(choice.params),
                         "published (NNN Tables A1/A2)": (f"alpha={pub_params['alpha']:g}, k={int(pub_params['k'])}"
                                                          if {"alpha", "k"} <= set(pub_params) else "-")})
 chosen_table = pd.DataFrame(chosen_rows)
 run.save_table(chosen_table, "nnn_chosen_vs_published", caption=f"NNN's (alpha, k) chosen on val beside the paper's "
-               f"(Tables A1/A2, {model}, {dataset}); this run = {label}.")
+               f"(Tables A1/A2, {model}, {dataset}); this run = {label}.", data=label)
 
 # %% tags=["nbval-check-output"]
 nb.show(chosen_table, ["direction", "setting", "this run", "published (NNN Tables A1/A2)"])
@@ -430,7 +431,7 @@ def classic_rows(tests, vals, data_label):
             cfitted = ctask.fit(hn.make_normalizer(cm, **cparams))
             cscores = hn.evaluate(cfitted, ctask, ks=(1, 5))
             out.append({"data": data_label, "direction": d, "method": cname, "params": pr.fmt_params(cparams),
-                        "R@1": cscores["R@1"], "R@5": cscores["R@5"],
+                        "bank": cscores["bank"], "R@1": cscores["R@1"], "R@5": cscores["R@5"],
                         "skewness N_10": hn.hubness(cfitted, k=10, queries=ctask.queries)["skewness"]})
     return out
 

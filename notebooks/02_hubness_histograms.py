@@ -98,15 +98,18 @@ print(f"NNN reference bank: {bank.n_images} images / {bank.n_captions} captions;
 # ## 1 · Captions matched per image (NNN Fig. 2 / A2, Table 3)
 
 # %%
-fitted, r1 = {}, {}
+fitted, r1, marks = {}, {}, {}
 for d in directions:
     fitted[d] = {"Original": tasks[d].fit(hn.make_normalizer("raw")),
                  "NNN": tasks[d].fit(hn.make_normalizer("nnn", **pr.clamp_params("nnn", nnn_params, tasks[d])))}
-    r1[d] = {m: hn.evaluate(n, tasks[d])["R@1"] for m, n in fitted[d].items()}
+    scores = {m: hn.evaluate(n, tasks[d]) for m, n in fitted[d].items()}
+    r1[d] = {m: s["R@1"] for m, s in scores.items()}
+    marks[d] = {m: s["bank"] for m, s in scores.items()}   # what each fit's bank was (query-aware or not)
 occ1 = {d: studies.occurrence_frame(fitted[d], tasks[d], k=1) for d in directions}
 stats1 = pd.concat([studies.occurrence_stats(occ1[d], 1, tasks[d].n_queries).assign(direction=d) for d in directions],
                    ignore_index=True)
 stats1["R@1"] = [r1[d][m] for d, m in zip(stats1["direction"], stats1["method"])]
+stats1["bank"] = [marks[d][m] for d, m in zip(stats1["direction"], stats1["method"])]
 
 # %% tags=["nbval-check-output"]
 nb.show(stats1, ["direction", "method", "expected", "kurtosis", "mad", "max", "skewness", "antihub_share", "R@1"])
@@ -114,10 +117,12 @@ nb.show(stats1, ["direction", "method", "expected", "kurtosis", "mad", "max", "s
 # %%
 t2 = stats1[stats1["direction"] == "t2i"].set_index("method")
 ours = pd.DataFrame([
-    {"direction": "t2i", "method": m, "metric": metric, "value": t2.loc[name, col]}
+    {"direction": "t2i", "method": m, "metric": metric, "value": t2.loc[name, col], "bank": t2.loc[name, "bank"]}
     for m, name in (("raw", "Original"), ("nnn", "NNN"))
     for metric, col in (("kurtosis", "kurtosis"), ("mae", "mad"), ("max", "max"))
-] + [{"direction": "t2i", "method": "nnn", "metric": "delta R@1", "value": r1["t2i"]["NNN"] - r1["t2i"]["Original"]}]) if "t2i" in directions else pd.DataFrame(columns=["direction", "method", "metric", "value"])
+] + [{"direction": "t2i", "method": "nnn", "metric": "delta R@1", "value": r1["t2i"]["NNN"] - r1["t2i"]["Original"],
+      "bank": t2.loc["NNN", "bank"]}]) if "t2i" in directions else pd.DataFrame(columns=["direction", "method", "metric",
+                                                                                        "value", "bank"])
 table3 = compare.beside_published(ours, "nnn-chowdhury2024", "3", on=["direction", "method"], model=model, dataset=dataset,
                                   metrics=["kurtosis", "mae", "max", "delta R@1"], label=label,
                                   source_note=f"NNN paper Table 3 ({model}, {dataset}, t2i)")
@@ -186,7 +191,7 @@ stats10["R@1"] = [hn.evaluate(agn[m] if b == agn_bank else fitted10[m], task_qa)
                   for m, b in zip(stats10["method"], stats10["bank"])]
 ours5 = pd.DataFrame({"direction": "t2i", "method": stats10["method"].str.lower().replace({"original": "raw"}),
                       "setting": stats10["bank"].replace({"test queries (query-aware)": "query-aware (bank = test queries)"}),
-                      "metric": "skewness", "value": stats10["skewness"]})
+                      "metric": "skewness", "value": stats10["skewness"], "bank": stats10["bank"]})
 table5 = compare.beside_published(ours5, "dbsn-pan2025", "5", on=["direction", "method", "setting"], model=dbsn_model,
                                   dataset=dataset, metrics=["skewness"], label=label,
                                   source_note=f"DBSN paper Table 5 ({dbsn_model}, {dataset})")
@@ -322,11 +327,13 @@ for real_label, rds in reals.items():   # sections 1 and 2 on each real set, the
     rfit = {d: {"Original": rtasks[d].fit(hn.make_normalizer("raw")),
                 "NNN": rtasks[d].fit(hn.make_normalizer("nnn", **pr.clamp_params("nnn", nnn_params, rtasks[d])))}
             for d in directions}
-    rr1 = {d: {m: hn.evaluate(n, rtasks[d])["R@1"] for m, n in rfit[d].items()} for d in directions}
+    rscores = {d: {m: hn.evaluate(n, rtasks[d]) for m, n in rfit[d].items()} for d in directions}
+    rr1 = {d: {m: s["R@1"] for m, s in rscores[d].items()} for d in directions}
     rocc1 = {d: studies.occurrence_frame(rfit[d], rtasks[d], k=1) for d in directions}
     rstats1 = pd.concat([studies.occurrence_stats(rocc1[d], 1, rtasks[d].n_queries).assign(direction=d)
                          for d in directions], ignore_index=True)
     rstats1["R@1"] = [rr1[d][m] for d, m in zip(rstats1["direction"], rstats1["method"])]
+    rstats1["bank"] = [rscores[d][m]["bank"] for d, m in zip(rstats1["direction"], rstats1["method"])]
     rqa = pr.make_tasks(rtest, None, directions=["t2i"])["t2i"]        # query-aware: the test queries are the bank
     ragn_task = pr.make_tasks(rtest, rbank, directions=["t2i"])["t2i"]  # query-agnostic: the training bank
     rfit10 = {"Original": rqa.fit(hn.make_normalizer("raw")),
@@ -345,19 +352,20 @@ for real_label, rds in reals.items():   # sections 1 and 2 on each real set, the
     rmodel, rdbsn = model, dbsn_model   # the published CLIP rows, as beside the synthetic run
     near = pr.nearest_published(rds)   # its nearest published data set (the release declares it)
     r2 = rstats1[rstats1["direction"] == "t2i"].set_index("method")
-    rours = pd.DataFrame([{"direction": "t2i", "method": m, "metric": metric, "value": r2.loc[name, col]}
+    rours = pd.DataFrame([{"direction": "t2i", "method": m, "metric": metric, "value": r2.loc[name, col],
+                           "bank": r2.loc[name, "bank"]}
                           for m, name in (("raw", "Original"), ("nnn", "NNN"))
                           for metric, col in (("kurtosis", "kurtosis"), ("mae", "mad"), ("max", "max"))]
-                         + [{"direction": "t2i", "method": "nnn", "metric": "delta R@1",
+                         + [{"direction": "t2i", "method": "nnn", "metric": "delta R@1", "bank": r2.loc["NNN", "bank"],
                              "value": rr1["t2i"]["NNN"] - rr1["t2i"]["Original"]}]) if "t2i" in directions else \
-        pd.DataFrame(columns=["direction", "method", "metric", "value"])
+        pd.DataFrame(columns=["direction", "method", "metric", "value", "bank"])
     rtable3 = compare.beside_published(rours, "nnn-chowdhury2024", "3", on=["direction", "method"], model=rmodel,
                                        dataset=near, metrics=["kurtosis", "mae", "max", "delta R@1"], label=real_label,
                                        source_note=f"NNN paper Table 3 ({rmodel}, {near}, t2i)")
     rours5 = pd.DataFrame({"direction": "t2i", "method": rstats10["method"].str.lower().replace({"original": "raw"}),
                            "setting": rstats10["bank"].replace({"test queries (query-aware)":
                                                                 "query-aware (bank = test queries)"}),
-                           "metric": "skewness", "value": rstats10["skewness"]})
+                           "metric": "skewness", "value": rstats10["skewness"], "bank": rstats10["bank"]})
     rtable5 = compare.beside_published(rours5, "dbsn-pan2025", "5", on=["direction", "method", "setting"],
                                        model=rdbsn, dataset=near, metrics=["skewness"], label=real_label,
                                        source_note=f"DBSN paper Table 5 ({rdbsn}, {near})")
@@ -365,8 +373,9 @@ for real_label, rds in reals.items():   # sections 1 and 2 on each real set, the
                                table5=rtable5, model=rmodel, dbsn_model=rdbsn, dataset=near)
 gains_r1, gains_hub = [], []
 for data, res in by_data.items():   # R@1 beside NNN Tables A6/A7, then the gains of each published join
-    r1_rows = pd.DataFrame([{"direction": d, "method": m, "R@1": res["r1"][d][name]} for d in directions
-                            for m, name in (("raw", "Original"), ("nnn", "NNN"))])
+    r1_rows = pd.DataFrame([{"direction": d, "method": m, "R@1": res["r1"][d][name],
+                             "bank": res["stats1"].set_index(["direction", "method"]).loc[(d, name), "bank"]}
+                            for d in directions for m, name in (("raw", "Original"), ("nnn", "NNN"))])
     joined_r1 = compare.beside_published(r1_rows, "nnn-chowdhury2024", ["A6", "A7"], on=["direction", "method"],
                                          model=res["model"], dataset=res["dataset"], label=data, rows="ours",
                                          setting=["none", f"bank={res['dataset']} train 20%"], names=hn.DISPLAY_NAMES,

@@ -267,21 +267,22 @@ for fraction, draw in progress(draws, desc="query-bank sweep"):
     gap_queries = nn_gap(task.queries, bank)                             # (d) test queries -> bank
     for method, name in methods.items():
         normalizer = t.fit(hn.make_normalizer(name, **params[method]))  # fit on this bank, evaluate on test
+        scores = hn.evaluate(normalizer, t, ks=(1,))                     # R@1, and the mark of the bank it saw
         rows.append({"fraction": fraction, "seed": draw, "bank_queries": len(bank), "method": method,
-                     "R@1": hn.evaluate(normalizer, t, ks=(1,))["R@1"],
+                     "R@1": scores["R@1"], "bank": scores["bank"],
                      skew_col: hn.hubness(normalizer, k=hub_k, queries=t.queries)["skewness"],
                      "gap bank->targets": gaps["DBSN" if method == "DBSN" else "IS and SN"],
                      "gap test queries->bank": gap_queries})
 qb = pd.DataFrame(rows)
-summary = qb.groupby(["fraction", "bank_queries", "method"], sort=False)[
+summary = qb.groupby(["fraction", "bank_queries", "method", "bank"], sort=False)[
     ["R@1", skew_col, "gap bank->targets", "gap test queries->bank"]].mean().reset_index()
-summary = summary.groupby(["fraction", "method"], sort=False).agg(
+summary = summary.groupby(["fraction", "method", "bank"], sort=False).agg(
     {"bank_queries": "mean", "R@1": "mean", skew_col: "mean", "gap bank->targets": "mean",
      "gap test queries->bank": "mean"}).reset_index().sort_values(["fraction", "method"], ascending=[False, True])
 summary.insert(1, "share", [f"1/{round(1 / f)}" if f < 1 else "1" for f in summary["fraction"]])
 run.save_table(summary, "dbsn_fig7_query_bank_size",
            caption=f"t2i, mean over {len(dbsn_seeds)} seeded bank draws; bank = fraction of {len(task.query_bank)} "
-                   f"training captions; test queries: {task.n_queries}. this run = {label}.")
+                   f"training captions; test queries: {task.n_queries}. this run = {label}.", data=label)
 
 # %% tags=["nbval-check-output"]
 print(f"full query bank: {len(task.query_bank)} training captions; target bank: {len(task.target_bank)} training "
@@ -392,12 +393,13 @@ for real_label, rds in reals.items():   # Part B's calls on each real set
             t = rtask.with_banks(query_bank=bank, target_bank=rtask.target_bank)  # all its training images
             for method, name in methods.items():
                 normalizer = t.fit(hn.make_normalizer(name, **params[method]))
+                scores = hn.evaluate(normalizer, t, ks=(1,))
                 rows.append({"fraction": fraction, "seed": draw, "bank_queries": len(bank), "method": method,
-                             "R@1": hn.evaluate(normalizer, t, ks=(1,))["R@1"],
+                             "R@1": scores["R@1"], "bank": scores["bank"],
                              skew_col: hn.hubness(normalizer, k=hub_k, queries=t.queries)["skewness"]})
     real_qb[real_label] = pd.DataFrame(rows)
 real_summary = pd.concat([
-    q.groupby(["fraction", "method"], sort=False)[["bank_queries", "R@1", skew_col]].mean().reset_index().assign(
+    q.groupby(["fraction", "method", "bank"], sort=False)[["bank_queries", "R@1", skew_col]].mean().reset_index().assign(
         data=data, **{"bank / test queries": lambda x: x["bank_queries"] / real_raw[data]["test queries"],
                       "raw R@1": real_raw[data]["R@1"], "gain": lambda x: x["R@1"] - real_raw[data]["R@1"],
                       f"raw {skew_col}": real_raw[data][skew_col]})
@@ -489,12 +491,13 @@ for bank_name, captions in source_banks.items():
     bank = studies.subsample_rows(captions, size / len(captions), seed=seed)   # the same size for every source
     t = task.with_banks(query_bank=bank, target_bank=None)
     normalizer = t.fit(hn.make_normalizer("sn", **params["SN"]))           # SN with this bank (Fig. 8)
-    rows.append({"query bank": bank_name, "bank_queries": len(bank), "R@1": hn.evaluate(normalizer, t, ks=(1,))["R@1"],
+    scores = hn.evaluate(normalizer, t, ks=(1,))
+    rows.append({"query bank": bank_name, "bank_queries": len(bank), "R@1": scores["R@1"], "bank": scores["bank"],
                  skew_col: hn.hubness(normalizer, k=hub_k, queries=t.queries)["skewness"],
                  "gap bank->targets": nn_gap(bank, t.targets), "gap test queries->bank": nn_gap(t.queries, bank)})
 fig8 = pd.DataFrame(rows)
 run.save_table(fig8, "dbsn_fig8_query_bank_source", caption=f"t2i, SN (tau={sn_tau}) with query banks of "
-               f"{size} captions from each source; {label}.")
+               f"{size} captions from each source; {label}.", data=label)
 
 # %% tags=["nbval-check-output"]
 nb.show(fig8, ["query bank", "bank_queries", "R@1", skew_col, "gap bank->targets", "gap test queries->bank"],
@@ -554,7 +557,7 @@ shift = pd.concat([studies.shift_study(task, pool, side="query_bank", shares=shi
                   or [pd.DataFrame()], ignore_index=True)
 if len(shift):
     run.save_table(shift, "query_bank_shift", caption=f"t2i R@1 gain over raw (95% paired bootstrap CI) as the query "
-                   f"bank moves to another pool in steps; every method refitted per step; {label}.")
+                   f"bank moves to another pool in steps; every method refitted per step; {label}.", data=label)
     nb.show(shift.pivot_table(index="method", columns=["label", "share"], values="gain", sort=False).reset_index(),
             digits=2)
 else:

@@ -334,11 +334,12 @@ tableA8 = compare.beside_published(tab4, "dbsn-pan2025", "A8", model="ft CLIP", 
 gains_a8 = compare.gains(tableA8, raw="raw")
 gains_a8 = gains_a8[gains_a8["metric"] == "R@1"]
 gains_a7_a8 = gains_a8.rename(columns={"published gain": "published gain (ft CLIP, A8)", "gain": "gain (this run)"})[
-    ["method", "setting", "published gain (ft CLIP, A8)", "gain (this run)"]]
-gains_a7_a8.insert(2, f"published gain ({model}, A7)",   # Table A7's gain of the same (method, setting)
+    ["method", "setting", "bank", "published gain (ft CLIP, A8)", "gain (this run)"]]
+gains_a7_a8.insert(3, f"published gain ({model}, A7)",   # Table A7's gain of the same (method, setting)
                    a7_gain.set_index(["method", "setting"])["published gain"].reindex(pd.MultiIndex.from_frame(gains_a7_a8[["method", "setting"]])).to_numpy())
 run.save_table(gains_a7_a8, "dbsn_tableA7_A8_gains", caption=f"R@1 gain over the raw scores per bank: published "
-               f"for zero-shot ({model}, Table A7) and fine-tuned CLIP (Table A8) on {dataset}; this run = {label}.")
+               f"for zero-shot ({model}, Table A7) and fine-tuned CLIP (Table A8) on {dataset}; this run = {label}.",
+               data=label)
 
 # %% tags=["nbval-check-output"]
 nb.show(tab4, ["method", "setting", "params", "R@1", "R@5", "R@10", "MdR", "MnR"])
@@ -410,7 +411,8 @@ sweep = pd.concat([
     hn.grid_search(m, task, {"tau": taus}, query_aware=qa).table.assign(method=hn.DISPLAY_NAMES[m], bank=bank_name)
     for task, qa, bank_name in ((t2i_qa, True, "test queries (query-aware)"), (t2i_val, False, "query bank"))
     for m in ("is", "sn")], ignore_index=True)
-run.save_table(sweep, "dbsn_fig6_tau_sweep", caption=f"R@1 (t2i) over tau; query bank = validation captions. {label}.")
+run.save_table(sweep, "dbsn_fig6_tau_sweep", caption=f"R@1 (t2i) over tau; query bank = validation captions. {label}.",
+               data=label)
 real_sweeps = {}   # the same sweep on each real set (its validation captions as the query bank)
 for real_label, rds in reals.items():
     r_val = pr.make_tasks(rds.split("test"), rds.split("val"), directions=["t2i"])["t2i"]
@@ -509,7 +511,8 @@ if not fast and train_iteration_methods:
                                       converged=converged_max, tol=converged_tol, fixed=cache).assign(bank="training banks")
     it = pd.concat([it, it2], ignore_index=True)
 run.save_table(it.drop(columns=["fit_s"]), "sinkhorn_iterations",
-           caption=f"R@1 (t2i) after T Sinkhorn iterations and to convergence (tol {converged_tol}). {label}.")
+           caption=f"R@1 (t2i) after T Sinkhorn iterations and to convergence (tol {converged_tol}). {label}.",
+           data=label)
 
 # %% tags=["nbval-check-output"]
 nb.show(it, ["bank", "method", "setting", "iterations run", "R@1"])

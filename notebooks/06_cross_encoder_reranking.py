@@ -88,6 +88,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, rerank_cost as rc, rerank_study as rs, studies
 from hubnorm import rerank as rr
+from hubnorm.provenance import bank_mark, rows_mark
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "rerank-geigle2021": ["Table 1", "Table 3", "Table 4", "Table 5", "Table 8", "Table 11"],
@@ -132,6 +133,7 @@ for m, (name, params) in FIRST.items():
     for d in DIRS:
         p = params.get(d, params) if name == "is" else params
         fitted[(m, d)] = tasks[d].fit(hn.make_normalizer(name, **pr.clamp_params(name, p, tasks[d])))
+marks = {key: bank_mark(f, tasks[key[1]]) for key, f in fitted.items()}   # what each first stage's bank was
 
 has_ce = cross_encoder == "blip" or rs.can_simulate(test)
 if not has_ce:
@@ -154,11 +156,12 @@ print(label, "|", CE_LABEL if has_ce else "no cross-encoder",
 # %%
 first_ranks = {key: rr.first_stage_topk(f, tasks[key[1]].queries, max(k_values), positives=tasks[key[1]].positives)[2]
                for key, f in fitted.items()}
-ceil = pd.DataFrame([{"direction": d, "first stage": m, "R@1": hn.recall_at_k(first_ranks[(m, d)], 1),
+ceil = pd.DataFrame([{"direction": d, "first stage": m, "bank": marks[(m, d)],
+                      "R@1": hn.recall_at_k(first_ranks[(m, d)], 1),
                       **{f"R@{k} (ceiling)": hn.recall_at_k(first_ranks[(m, d)], k) for k in k_values}}
                      for d in DIRS for m in FIRST])
 caption = f"First-stage R@1 and R@k (the ceiling of reranking the top-k); {label}."
-run.save_table(ceil, "first_stage_ceilings", caption=caption)
+run.save_table(ceil, "first_stage_ceilings", caption=caption, data=label)
 nb.show(ceil, caption=caption)
 
 # %% [markdown]
@@ -176,13 +179,14 @@ if has_ce:
         for k in k_values:
             res = results[("Original", d, k)] = rr.rerank(fitted[("Original", d)], tasks[d], ces[d], k=k)
             rows.append({"direction": d, "k": str(k), **{f"R@{K}": hn.recall_at_k(res.ranks, K) for K in (1, 5, 10)},
-                         "ceiling R@k": res.ceiling, "pairs/query": res.pairs_per_query})
+                         "ceiling R@k": res.ceiling, "pairs/query": res.pairs_per_query,
+                         "bank": marks[("Original", d)]})
         full = rs.full_gallery_recall(tasks[d], ces[d], every=ce_full_every)
         rows.append({"direction": d, "k": "all", **{f"R@{K}": full[f"R@{K}"] for K in (1, 5, 10)},
-                     "ceiling R@k": 100.0, "pairs/query": full["pairs/query"]})
+                     "ceiling R@k": 100.0, "pairs/query": full["pairs/query"], "bank": "none"})   # no bank
     t8 = pd.DataFrame(rows)
     caption = f"Table 8: raw first stage, top-k reranked by the {CE_LABEL}; k = all: the cross-encoder alone; {label}."
-    run.save_table(t8, "table8_k_ablation", caption=caption)
+    run.save_table(t8, "table8_k_ablation", caption=caption, data=label)
     nb.show(t8, caption=caption)
 else:
     pr.note("Table 8 skipped (no cross-encoder for this data)")
@@ -269,9 +273,10 @@ if has_ce:
     rows = []
     for d in DIRS:
         by_k = t8[t8.direction == d].set_index("k")
-        rows.append({"direction": d, "method": "EMB",
+        rows.append({"direction": d, "method": "EMB", "bank": marks[("Original", d)],
                      **{f"R@{K}": hn.recall_at_k(first_ranks[("Original", d)], K) for K in (1, 5, 10)}})
-        rows += [{"direction": d, "method": m, **{f"R@{K}": by_k.loc[k, f"R@{K}"] for K in (1, 5, 10)}}
+        rows += [{"direction": d, "method": m, "bank": by_k.loc[k, "bank"],
+                  **{f"R@{K}": by_k.loc[k, f"R@{K}"] for K in (1, 5, 10)}}
                  for m, k in (("CE", "all"), ("Co", "20")) if k in by_k.index]
     ours1 = pd.DataFrame(rows)
     table1 = compare.beside_published(ours1, "rerank-geigle2021", "1", on=["direction", "method"],
@@ -319,19 +324,21 @@ if distractor_source:
             for gallery, f, t in (("test", fitted[(m, d)], tasks[d]), ("test + distractors", f_big, big[d])):
                 ranks = first_ranks[(m, d)] if gallery == "test" else \
                     rr.first_stage_topk(f, t.queries, max(k_values), positives=t.positives)[2]
+                mark = marks[(m, d)] if gallery == "test" else bank_mark(f, t)
                 rows.append({"direction": d, "first stage": m, "gallery": gallery, "targets": t.n_targets,
-                             "stage": "alone", **{f"R@{K}": hn.recall_at_k(ranks, K) for K in (1, 5, 10)}})
+                             "stage": "alone", "bank": mark, **{f"R@{K}": hn.recall_at_k(ranks, K) for K in (1, 5, 10)}})
                 ce_d = (ces if gallery == "test" else ces_big).get(d)
                 if ce_d is not None:
                     res = rr.rerank(f, t, ce_d, k=20)
                     rows.append({"direction": d, "first stage": m, "gallery": gallery, "targets": t.n_targets,
-                                 "stage": "+ Co (k = 20)", **{f"R@{K}": hn.recall_at_k(res.ranks, K) for K in (1, 5, 10)}})
+                                 "stage": "+ Co (k = 20)", "bank": mark,
+                                 **{f"R@{K}": hn.recall_at_k(res.ranks, K) for K in (1, 5, 10)}})
     t5 = pd.DataFrame(rows)
     caption = (f"Table 5 analog: every first stage alone and reranked (k = 20), on the test gallery and with "
                f"{len(distractors.images)} images / {len(distractors.captions)} captions of "
                f"{pr.dataset_key(distractor_source, other)} as distractors; {label}"
                + (f", {CE_LABEL}" if ces_big else "") + ".")
-    run.save_table(t5, "table5_distractors", caption=caption)
+    run.save_table(t5, "table5_distractors", caption=caption, data=label)
     nb.show(t5, caption=caption)
 else:
     pr.note("Table 5 skipped: no distractor data for this run (pass distractor_source='<source>' of the same "
@@ -423,8 +430,8 @@ if has_ce:
         variants += [(f"NORM_ADD lambda={lam}", lam, "minmax") for lam in lambdas]
         for setting, comb, norm in variants:
             r = base.recombine(comb, norm)
-            rows += [{"direction": d, "setting": setting, "metric": f"R@{K}", "value": hn.recall_at_k(r.ranks, K)}
-                     for K in (1, 5, 10)]
+            rows += [{"direction": d, "setting": setting, "metric": f"R@{K}", "value": hn.recall_at_k(r.ranks, K),
+                      "bank": marks[("Original", d)]} for K in (1, 5, 10)]
     ours11 = pd.DataFrame(rows)
     table11 = compare.beside_published(ours11, "rerank-geigle2021", "11", on=["direction", "setting"],
                                        metrics=["R@1", "R@5", "R@10"], rows="ours", model="SEP+Co-OSCAR",
@@ -508,7 +515,7 @@ for hw in ("V100", "CPU"):
         t3[f"published {hw} {n}"] = [rc.format_seconds(p[m]) for m in t3["model"]]
 caption = (f"Table 3: latency of one query, k = 20. This run: cost model from BLIP ITM base unit costs measured on "
            f"{cm.machine}. Published: OSCAR, 1 V100 / CPU.")
-run.save_table(t3, "table3_latency", caption=caption)
+run.save_table(t3, "table3_latency", caption=caption, data="none (unit costs measured on this CPU)", bank="none")
 nb.show(t3, caption=caption)
 
 # %%
@@ -520,7 +527,7 @@ for n in ("1k", "5k", "100k"):
     t4[f"published V100 {n}"] = [rc.format_seconds(p[m]) for m in t4["model"]]
 caption = (f"Table 4: evaluating t2i on n images x 5 captions, k = 20 (this CPU: {cm.machine}, extrapolated from "
            "measured unit costs; published: 1 V100, batch 512).")
-run.save_table(t4, "table4_evaluation_time", caption=caption)
+run.save_table(t4, "table4_evaluation_time", caption=caption, data="none (unit costs measured on this CPU)", bank="none")
 nb.show(t4, caption=caption)
 speed = {n: cm.per_query(n, 20)["CE"] / cm.per_query(n, 20)["Co"] for n in (50_000, 1_000_000)}
 print("full cross-encoder / retrieve-and-rerank, per query: "
@@ -542,7 +549,7 @@ if has_ce:
             for k in k_values:
                 res = results.get((m, d, k)) or rr.rerank(fitted[(m, d)], tasks[d], ces[d], k=k)
                 results[(m, d, k)] = res
-                rows.append({"direction": d, "first stage": m, "k": k,
+                rows.append({"direction": d, "first stage": m, "k": k, "bank": marks[(m, d)],
                              "first-stage R@1": hn.recall_at_k(res.first_stage_ranks, 1), "ceiling R@k": res.ceiling,
                              "reranked R@1": hn.recall_at_k(res.ranks, 1)})
     grid = pd.DataFrame(rows)
@@ -551,7 +558,7 @@ if has_ce:
     grid["gain before rerank"] = grid["first-stage R@1"].to_numpy() - orig.loc[idx, "first-stage R@1"].to_numpy()
     grid["gain after rerank"] = grid["reranked R@1"].to_numpy() - orig.loc[idx, "reranked R@1"].to_numpy()
     caption = f"First stage x k -> R@1 after reranking by the {CE_LABEL}; gains against Original; {label}."
-    run.save_table(grid, "grid_first_stage_x_k", caption=caption)
+    run.save_table(grid, "grid_first_stage_x_k", caption=caption, data=label)
     nb.show(grid, caption=caption)
 
 # %%
@@ -620,7 +627,8 @@ if has_ce:
                                      alphas=ce_nnn_alphas, k=nnn_k, bank_query_ids=bank_rows)
     caption = (f"NNN on {CE_LABEL} scores over the top-20 (t2i); bias from {bank_rows.size} reference captions x 20 "
                f"candidates; {label}.")
-    run.save_table(nnn_ce, "nnn_on_cross_encoder", caption=caption)
+    run.save_table(nnn_ce, "nnn_on_cross_encoder", caption=caption, data=label,
+                   bank=rows_mark(train.captions[bank_rows], tasks["t2i"].queries))   # the bias's caption bank
     nb.show(nnn_ce, caption=caption)
 
 # %% [markdown]

@@ -90,6 +90,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
 from hubnorm import listwise as lw
+from hubnorm.provenance import bank_mark
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "listwise-li2023": ["Table V", "Table VI", "Fig. 5", "Fig. 6", "Fig. 7", "Fig. 8"],
@@ -164,10 +165,10 @@ for d, task in tasks.items():
         fitted = task.fit(hn.make_normalizer(method, **params))                        # on the training banks
         scores = lw.listwise_metrics(fitted.score(task.queries), task.positives, relevance[d], ndcg_ks=ndcg_ks,
                                      recall_ks=recall_ks)                              # R@K and NDCG@K, in %
-        rows.append({"direction": d, "method": name, **scores})
+        rows.append({"direction": d, "method": name, "bank": bank_mark(fitted, task), **scores})
 norm_table = pd.DataFrame(rows)
 caption = f"R@K and NDCG@K (%), banks from the training split; {label}; relevance: {rel_label}."
-run.save_table(norm_table, "normalizers", caption=caption)
+run.save_table(norm_table, "normalizers", caption=caption, data=label)
 nb.show(norm_table, caption=caption)
 
 # %% [markdown]
@@ -176,7 +177,7 @@ nb.show(norm_table, caption=caption)
 # and NDCG@K side by side.
 
 # %%
-by_method = norm_table.set_index(["direction", "method"])
+by_method = norm_table.drop(columns="bank").set_index(["direction", "method"])   # the numbers only
 gain = by_method.sub(by_method.xs("Original", level="method"), level="direction")   # each method minus Original
 change = gain.drop(index="Original", level="method").reset_index().melt(
     id_vars=["direction", "method"], var_name="measure", value_name="gain")
@@ -231,7 +232,7 @@ rsum = adapter_df[adapter_df.metric == "R"].groupby("method", sort=False)["value
 adapter_table["RSUM"] = adapter_table["method"].map(rsum)
 caption = (f"Adapter analog (residual linear maps on frozen embeddings; not Li et al.'s models), {steps} steps, "
            f"batch {bs}: R@K and NDCG@K (%) on the test split, RSUM over both directions; {label}; {rel_label}.")
-run.save_table(adapter_table, "adapter", caption=caption)
+run.save_table(adapter_table, "adapter", caption=caption, data=label, bank="none")   # raw cosine of the adapted embeddings
 
 # %% tags=["nbval-check-output"]
 print(f"{label}: adapter analog, {steps} steps, batch {bs}")
@@ -261,7 +262,7 @@ delta = delta.rename(columns={"published": "published (Table V, Flickr30K)"}).as
     **{"published (Table VI, COCO)": delta_vi["published"].to_numpy()})
 run.save_table(delta, "adapter_delta_vs_published",
                caption=f"Gain from adding S-NDCG (tau={tau:g}) to the triplet loss, in points: published (Tables V and "
-                       "VI) vs this run.")
+                       "VI) vs this run.", bank="none")
 nb.show(delta, ["direction", "metric", "published (Table V, Flickr30K)", "published (Table VI, COCO)", "this run"],
         caption=f"(triplet + S-NDCG) minus triplet; published: Li et al. Tables V and VI; this run: {label}")
 

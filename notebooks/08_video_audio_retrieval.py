@@ -75,6 +75,7 @@ from hubnorm import forensics as fx, media
 from hubnorm.data import clip_index, real_galleries
 from hubnorm.experiments import compare, figures, notebook as nb, protocol as pr, studies
 from hubnorm.progress import progress
+from hubnorm.provenance import bank_mark
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "dbsn-pan2025": ["Table 1", "Table 3", "Table 4", "Table 5", "Table 6", "Table A9", "Table A10", "Fig. 5",
@@ -286,12 +287,12 @@ for ds_name, (rows_a9, data_a9) in a9_parts.items():
                                                 metrics=["R@1"], label=data_a9, rows="ours",
                                                 source_note=f"DBSN Table {table_id} ({model_a9}, {ds_name})")
              for table_id, model_a9 in (("A9", "CLIP4Clip"), ("A10", "X-Pool"))}
-    joined = parts["A9"][["setting", "method", "published", "this run"]].rename(
+    joined = parts["A9"][["setting", "method", "bank", "published", "this run"]].rename(
         columns={"published": "published A9 (CLIP4Clip)", "this run": "R@1 (this run)"})
-    joined.insert(3, "published A10 (X-Pool)", parts["A10"]["published"].to_numpy())   # rows="ours": same rows
+    joined.insert(4, "published A10 (X-Pool)", parts["A10"]["published"].to_numpy())   # rows="ours": same rows
     a9_tables.append(joined.assign(dataset=ds_name, run=data_a9))
 if a9_tables:
-    a9 = pd.concat(a9_tables, ignore_index=True)[["dataset", "setting", "method", "published A9 (CLIP4Clip)",
+    a9 = pd.concat(a9_tables, ignore_index=True)[["dataset", "setting", "method", "bank", "published A9 (CLIP4Clip)",
                                                   "published A10 (X-Pool)", "R@1 (this run)", "run"]]
     caption = (f"DBSN Tables A9 / A10 analog: R@1 with each bank on both video presets, beside CLIP4Clip's (A9) and "
                f"X-Pool's (A10) published R@1; {', '.join(v[1] for v in a9_parts.values())}.")
@@ -318,7 +319,8 @@ for method, params in plan_methods.items():
     res = main.tasks[fwd].evaluate(normalizer, query_aware=True)          # bank = the test queries
     t6_rows.append({"direction": fwd, "method": "hn" if method == "hungarian" else method, "setting": QA, **res,
                     "sparsity": getattr(normalizer, "sparsity", 0.0)})
-tab6 = pd.DataFrame(t6_rows, columns=["direction", "method", "setting", "R@1", "R@5", "R@10", "MdR", "MnR", "sparsity"])
+tab6 = pd.DataFrame(t6_rows, columns=["direction", "method", "setting", "bank", "R@1", "R@5", "R@10", "MdR", "MnR",
+                                     "sparsity"])
 if len(tab6):
     table6 = compare.beside_published(tab6, "dbsn-pan2025", "6", model=pub_model, dataset=main.dataset,
                                       metrics=["R@1", "R@5", "R@10", "MdR", "MnR", "sparsity"], label=label,
@@ -357,10 +359,11 @@ skew_rows = [table1[table1["direction"] == fwd].assign(dataset=main.dataset or "
 if len(table3):
     skew_rows.append(table3)
 table5 = pd.concat(skew_rows, ignore_index=True)
-table5 = table5[table5["method"].isin(["raw", "is", "sn"])][["dataset", "direction", "method", f"skew N_{hub_k}"]]
+table5 = table5[table5["method"].isin(["raw", "is", "sn"])][["dataset", "direction", "method", "bank", f"skew N_{hub_k}"]]
 pub5 = compare.published("dbsn-pan2025", "5", metric="skewness")
 pub5 = pub5[pub5["dataset"].isin(table5["dataset"])]
-run.save_table(table5, "dbsn_table5_skewness", caption=f"Skewness of N_{hub_k} (queries = captions); {label}.")
+run.save_table(table5, "dbsn_table5_skewness", caption=f"Skewness of N_{hub_k} (queries = captions); {label}.",
+               data="; ".join([label] + [a.label for a in audio if len(table3)]))
 
 # %% tags=["nbval-check-output"]
 nb.show(table5)
@@ -405,9 +408,10 @@ hub = int(np.argmax(counts["raw"]))
 neighbours = pd.concat([fx.hub_neighbours(t_hub.blocks(norm), hub, t_hub.positives, k=hub_k).assign(method=name)
                         for name, norm in tail_norms.items()], ignore_index=True)
 fig_a11 = fx.neighbour_counts(neighbours)   # per method: N_k of the hub, matched and mismatched queries
+fig_a11["bank"] = fig_a11["method"].map({name: bank_mark(norm, t_hub) for name, norm in tail_norms.items()})
 caption = (f"DBSN Fig. A11 analog: the queries with target {hub} (the largest raw N_{hub_k}) among their top-{hub_k}, "
            f"raw and after IS / SN; {label}.")
-run.save_table(fig_a11, "fig_a11_hub_neighbours", caption=caption)
+run.save_table(fig_a11, "fig_a11_hub_neighbours", caption=caption, data=label)
 nb.show(fig_a11, caption=caption)
 nb.show(neighbours[neighbours["method"] == "raw"].drop(columns="method").head(25), digits=3,
         caption=f"Its 25 closest raw neighbour queries (matched: the target is the query's true match).")
@@ -500,7 +504,8 @@ for real_label, rds in reals.items():
     ], ignore_index=True).assign(**{"test clips": t.n_targets, "test captions": t.n_queries})
     real_tables[real_label] = rtab
     run.save_table(rtab, "real_audiocaps_clap", caption=f"t2a on the test half ({t.n_targets} clips, {t.n_queries} "
-                   f"captions); banks = the other clips and their captions; query-aware rows labelled; {real_label}.")
+                   f"captions); banks = the other clips and their captions; query-aware rows labelled; {real_label}.",
+                   data=real_label)
     pub = dict(model="zs CLAP", dataset="audiocaps", metrics=compare.METRICS, label=real_label)
     with_bank = compare.beside_published(rtab[rtab["setting"] != QA], "dbsn-pan2025", "3", on=["direction", "method"],
                                          setting=["none", QA], source_note="DBSN Table 3 (zs CLAP, AudioCaps, full "
@@ -569,16 +574,17 @@ shift_rows = []
 for real_label, (test_half, bank_captions, bank_ids) in halves.items():
     clean = real_tables[real_label]
     clean = clean[clean["setting"] != QA]   # section 6's bank rows: the clean gallery
-    shift_rows += [{"data": real_label, "condition": "clean", "method": m, "R@1": v}
-                   for m, v in zip(clean["method"], clean["R@1"])]
+    shift_rows += [{"data": real_label, "condition": "clean", "method": m, "R@1": v, "bank": b}
+                   for m, v, b in zip(clean["method"], clean["R@1"], clean["bank"])]
     galleries = real_galleries(reals[real_label].meta["release"], download=False)
     for cond in SHIFTS:
         g = galleries[cond].astype(np.float64)
         g /= np.linalg.norm(g, axis=1, keepdims=True)
         t = audio_task(test_half, bank_captions, g[clip_index(bank_ids)], items=g[clip_index(test_half.image_ids)])
         for m, norm in {"raw": None, **bank_methods()}.items():
-            shift_rows.append({"data": real_label, "condition": cond, "method": m, "R@1": t.evaluate(norm)["R@1"]})
-shift = pd.DataFrame(shift_rows, columns=["data", "condition", "method", "R@1"])
+            res = t.evaluate(norm)
+            shift_rows.append({"data": real_label, "condition": cond, "method": m, "R@1": res["R@1"], "bank": res["bank"]})
+shift = pd.DataFrame(shift_rows, columns=["data", "condition", "method", "R@1", "bank"])
 if len(shift):
     run.save_table(shift, "real_audio_shift", caption="t2a R@1 per gallery condition (the same clips, distorted; text "
                    "queries unchanged); each method fitted against the distorted gallery; " + ", ".join(halves) + ".")

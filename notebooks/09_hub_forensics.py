@@ -84,6 +84,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import adversarial as adv, forensics as fx, label_free as lf
 from hubnorm.experiments import notebook as nb, protocol as pr
+from hubnorm.provenance import bank_mark, rows_mark
 
 REPRODUCES = {"dbsn-pan2025": ["Fig. A10"]}  # the papers' numbered tables and figures computed here (README's coverage table)
 run = nb.setup("09", seed=seed, params=globals(), reproduces=REPRODUCES)
@@ -127,7 +128,8 @@ expl = {name: fx.explain_target(f, hub, query_bank=task.query_bank, queries=task
 rows = []
 for name, e in expl.items():
     w = np.sort(e.weights)[::-1]
-    rows.append({"method": name, "offset": e.offset, "identity error": e.identity_error, "remainder": e.remainder,
+    rows.append({"method": name, "bank": bank_mark(fitted[name], task), "offset": e.offset,
+                 "identity error": e.identity_error, "remainder": e.remainder,
                  "bank queries with weight": int((e.weights > 1e-12).sum()),
                  "weight of the top 10": float(w[:10].sum() / w.sum()),
                  f"N_{hub_k} raw": e.n_k["raw"], f"N_{hub_k} after": e.n_k[e.method],
@@ -135,7 +137,7 @@ for name, e in expl.items():
                  "true match first, of those won raw": int((e.rank_change.loc[e.rank_change["won raw"],
                                                             f"true-match rank {e.method}"] == 0).sum())})
 explain_table = pd.DataFrame(rows)
-run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub (image {hub}) explained; {label}.")
+run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub (image {hub}) explained; {label}.", data=label)
 
 # %% tags=["nbval-check-output"]
 print(f"hub: image {hub}, N_{hub_k} = {n_k_raw[hub]} (expected {hub_k * task.n_queries / task.n_targets:.1f})")
@@ -184,9 +186,10 @@ neighbours = pd.concat([fx.hub_neighbours(f.iter_scores(task.queries), hub, task
                         for name, f in {"raw": raw, **fitted}.items()], ignore_index=True)
 own = int(sum(hub in task.positives.of(q) for q in range(task.n_queries)))
 fig_a10 = fx.neighbour_counts(neighbours)   # per method: N_k of the hub, matched and mismatched queries
+fig_a10["bank"] = fig_a10["method"].map({name: bank_mark(f, task) for name, f in {"raw": raw, **fitted}.items()})
 caption = (f"DBSN Fig. A10 analog: the test queries with the hub (image {hub}, {own} captions of its own) among their "
            f"top-{hub_k}, raw and after each method; {label}.")
-run.save_table(fig_a10, "fig_a10_hub_neighbours", caption=caption)
+run.save_table(fig_a10, "fig_a10_hub_neighbours", caption=caption, data=label)
 nb.show(fig_a10, caption=caption)
 top = neighbours[neighbours["method"] == "raw"].sort_values("score", ascending=False).head(25)
 texts = getattr(test, "caption_texts", None)
@@ -231,8 +234,9 @@ for eps in budgets:
         det_rows.append({"budget": eps, "statistic": stat, **adv.detection_scores(found["flagged"], idx)})
 planted_table = pd.concat(planted_rows, ignore_index=True)
 detector_table = pd.DataFrame(det_rows)
-run.save_table(planted_table, "planted_hubs", caption=f"{n_plant} planted hubs ({construction}); {label}.")
-run.save_table(detector_table, "planted_detector", caption=f"Bank-only detector (robust z > 3.5); {label}.")
+run.save_table(planted_table, "planted_hubs", caption=f"{n_plant} planted hubs ({construction}); {label}.", data=label)
+run.save_table(detector_table, "planted_detector", caption=f"Bank-only detector (robust z > 3.5); {label}.", data=label,
+               bank=rows_mark(task.query_bank, task.queries))   # the detector reads the query bank
 
 # %% tags=["nbval-check-output"]
 nb.show(planted_table, ["budget", "method", "R@1 clean", "R@1 attacked", "damage", "captured@1 %", "captured@10 %"])
@@ -291,15 +295,18 @@ for name, (m, _) in methods.items():
     grid_v = pr.clamp_grid(m, grid, val_task)
     sel = hn.grid_search(m, val_task, grid_v)
     for how, params in (("label-free", choice.best_params), ("labelled", sel.best_params)):
-        r = hn.positive_ranks(task.fit(hn.make_normalizer(m, **params)), task.positives, task.queries)
+        f = task.fit(hn.make_normalizer(m, **params))
+        r = hn.positive_ranks(f, task.positives, task.queries)
         lo, hi = hn.bootstrap_ci(r, n_boot=n_boot, seed=seed)
-        lf_rows.append({"method": name, "choice": how, "params": pr.fmt_params(params), "R@1": hn.recall_at_k(r, 1),
+        lf_rows.append({"method": name, "choice": how, "params": pr.fmt_params(params), "bank": bank_mark(f, task),
+                        "R@1": hn.recall_at_k(r, 1),
                         "lo": lo, "hi": hi, "criterion gain": choice.gain if how == "label-free" else np.nan,
                         "predicted to help": lf.predict_benefit(choice) if how == "label-free" else None})
 raw_r1 = hn.recall_at_k(raw_ranks, 1)
 raw_ci = hn.bootstrap_ci(raw_ranks, n_boot=n_boot, seed=seed)
 lf_table = pd.DataFrame(lf_rows)
-run.save_table(lf_table, "label_free", caption=f"Label-free vs labelled choice, t2i R@1 on test (raw {raw_r1:.2f}); {label}.")
+run.save_table(lf_table, "label_free", caption=f"Label-free vs labelled choice, t2i R@1 on test (raw {raw_r1:.2f}); {label}.",
+               data=label)
 
 # %% tags=["nbval-check-output"]
 print(f"raw R@1 {raw_r1:.2f} [{raw_ci[0]:.2f}, {raw_ci[1]:.2f}]")
@@ -406,7 +413,8 @@ for real_label, rds in reals.items():
         nk[name] = hn.k_occurrence(rtask.fit(hn.make_normalizer(m, **pr.clamp_params(m, p, rtask))), hub_k,
                                    queries=rtask.queries)
     for j in np.argsort(-nk["raw"], kind="stable")[:5]:
-        hub_rows.append({"data": real_label, "image": str(rtest.image_ids[j]) if rtest.image_ids else f"test image {j}",
+        hub_rows.append({"data": real_label, "bank": rows_mark(rtask.query_bank, rtask.queries),
+                         "image": str(rtest.image_ids[j]) if rtest.image_ids else f"test image {j}",
                          "fair share": hub_k * rtask.n_queries / rtask.n_targets,
                          **{f"N_{hub_k} {name}": int(v[j]) for name, v in nk.items()}})
     # label-free against labelled choice (section 3's calls), with the paired interval of their difference
@@ -420,7 +428,8 @@ for real_label, rds in reals.items():
                        for p in (choice.best_params, sel.best_params))
         paired = hn.bootstrap_ci(np.arange(rtask.n_queries), n_boot=n_boot, seed=seed,   # resample queries once
                                  statistic=lambda i: hn.recall_at_k(r_lf[i], 1) - hn.recall_at_k(r_lab[i], 1))
-        real_lf_rows.append({"data": real_label, "method": name, "raw R@1": real_raw[real_label][0],
+        real_lf_rows.append({"data": real_label, "method": name, "bank": rows_mark(rtask.query_bank, rtask.queries),
+                             "raw R@1": real_raw[real_label][0],
                              "label-free": pr.fmt_params(choice.best_params), "labelled": pr.fmt_params(sel.best_params),
                              "label-free R@1": hn.recall_at_k(r_lf, 1), "labelled R@1": hn.recall_at_k(r_lab, 1),
                              "difference": hn.recall_at_k(r_lf, 1) - hn.recall_at_k(r_lab, 1),

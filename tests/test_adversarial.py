@@ -221,8 +221,9 @@ def test_attacked_task_and_the_report_by_hand(data):
     assert att.n_targets == task.n_targets + 2 and np.array_equal(att.targets[-2:], p.items)
     nnn = hn.NearestNeighborNormalization(alpha=0.75, k=8)
     rep = adv.planted_hub_report(task, p, {"NNN": nnn}, capture_k=(1, 3))
-    assert rep.columns.tolist() == ["method", "R@1 clean", "R@1 attacked", "damage", "captured@1 %", "captured@3 %"]
-    assert rep["method"].tolist() == ["raw", "NNN"]
+    assert rep.columns.tolist() == ["method", "R@1 clean", "R@1 attacked", "damage", "bank", "captured@1 %",
+                                    "captured@3 %"]
+    assert rep["method"].tolist() == ["raw", "NNN"] and rep["bank"].tolist() == ["none", "query-agnostic"]
     for name, norm in (("raw", hn.Identity()), ("NNN", nnn)):
         row = rep.set_index("method").loc[name]
         clean = hn.evaluate(task.fit(norm.clone()), task)["R@1"]

@@ -305,8 +305,9 @@ def test_evaluate_passes_its_options_on():
     task = hn.RetrievalTask(q, t, hn.Positives.from_labels(np.arange(30), 30))
     raw = task.fit(hn.Identity())
     out, ranks = hn.evaluate(raw, task, return_ranks=True)
-    assert sorted(out) == ["MdR", "MnR", "R@1", "R@10", "R@5"]              # no interval unless n_boot is given
-    assert hn.evaluate(raw, task, ks=(2,)).keys() == {"R@2", "MdR", "MnR"}
+    assert sorted(out) == ["MdR", "MnR", "R@1", "R@10", "R@5", "bank"]      # no interval unless n_boot is given
+    assert out["bank"] == "none"                                            # the raw scores use no bank
+    assert hn.evaluate(raw, task, ks=(2,)).keys() == {"R@2", "MdR", "MnR", "bank"}
     boot = hn.evaluate(raw, task, ks=(1,), n_boot=50, seed=3)
     assert (boot["R@1 lo"], boot["R@1 hi"]) == hn.bootstrap_ci(ranks, n_boot=50, seed=3)
     assert (boot["R@1 lo"], boot["R@1 hi"]) != hn.bootstrap_ci(ranks, n_boot=50, seed=0)

@@ -117,9 +117,9 @@ def test_the_run_summary_gathers_the_claims_and_gains_of_the_notebooks_that_ran(
                  columns=reporting.CLAIM_COLUMNS).to_csv(claims_dir / "03.csv", index=False)
     pd.DataFrame([["04", "left over", "PASS", "", "x"]],   # a notebook this run did not run: not gathered
                  columns=reporting.CLAIM_COLUMNS).to_csv(claims_dir / "04.csv", index=False)
-    g = pd.DataFrame([["synthetic analog (a)", "t2i", "NNN", "bank", "R@1", 60.0, 66.0, 6.0, 58.8, 64.6, 5.8,
-                       6.0 / 5.8, "NNN Table 1"],
-                      ["real: B", "t2i", "NNN", "bank", "R@1", 57.0, 60.0, 3.0, 58.8, 64.6, 5.8, 3.0 / 5.8,
+    g = pd.DataFrame([["synthetic analog (a)", "t2i", "NNN", "bank", "query-agnostic", "R@1", 60.0, 66.0, 6.0, 58.8,
+                       64.6, 5.8, 6.0 / 5.8, "NNN Table 1"],
+                      ["real: B", "t2i", "NNN", "bank", "QUERY-AWARE", "R@1", 57.0, 60.0, 3.0, 58.8, 64.6, 5.8, 3.0 / 5.8,
                        "NNN Table 1"]], columns=compare.GAIN_COLUMNS)
     g.to_csv(tables / "01_gains.csv", index=False)
     out = reporting.write_summary(tmp_path, [("01_main", "ok"), ("02_hist", "skipped: needs images"),
@@ -131,7 +131,8 @@ def test_the_run_summary_gathers_the_claims_and_gains_of_the_notebooks_that_ran(
     assert "All lines: 2 PASS / 1 DIFFERS." in text
     assert "- synthetic analog (a): 2 PASS / 0 DIFFERS" in text and "- real: B: 0 PASS / 1 DIFFERS" in text
     assert "a / claim" in text and "left over" not in text   # table cells escaped; 04 did not run
-    assert "| 01 | synthetic analog (a) | t2i | NNN | bank | R@1 | 60.00 | 66.00 | 6.00 | 5.80 | 1.03 |" in text
+    assert ("| 01 | synthetic analog (a) | t2i | NNN | bank | query-agnostic | R@1 | 60.00 | 66.00 | 6.00 | 5.80 | 1.03 |"
+            in text) and "| NNN | bank | QUERY-AWARE | R@1 | 57.00 |" in text
     assert "- real: B, R@1: 0.52 over 1 gains" in text
     claims = pd.read_csv(tmp_path / "SUMMARY.csv")
     assert len(claims) == 3 and set(claims["notebook"].astype(str).str.zfill(2)) == {"01", "03"}

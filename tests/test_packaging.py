@@ -251,7 +251,7 @@ SMOKE = textwrap.dedent("""
     nnn = task.fit(hn.make_normalizer("nnn", alpha=0.75, k=16, device="cpu"))
     res = hn.evaluate(nnn, task)
     assert 0 <= res["R@1"] <= 100 and str(nnn.device_) == "cpu", res
-    Run("smoke").save_table(__import__("pandas").DataFrame([raw, res]), "table")   # tabulate (to_markdown)
+    Run("smoke").save_table(__import__("pandas").DataFrame([raw, res]), "table", data="synthetic")   # tabulate
     csv = results_dir("tables") / "smoke_table.csv"
     assert csv.exists() and csv.with_suffix(".md").exists()
     print("SMOKE-OK", hn.__file__, round(raw["R@1"], 2), round(res["R@1"], 2))

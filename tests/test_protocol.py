@@ -228,9 +228,10 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
     fig, ax = plt.subplots()
     ax.plot([0, 1])
     assert run.save_figure(fig, "line") is None
-    run.save_table(pd.DataFrame({"a": [1.234]}), "tab")
+    run.save_table(pd.DataFrame({"a": [1.234]}), "tab", data="d", bank="none")
     assert (tmp_path / "figures" / "07_line.png").exists() and (tmp_path / "figures" / "07_line.pdf").exists()
-    assert (tmp_path / "tables" / "07_tab.md").read_text().strip().endswith("1.23 |")
+    assert (tmp_path / "tables" / "07_tab.md").read_text().strip().endswith("1.23 | d      | none   |")
+    assert pd.read_csv(tmp_path / "tables" / "07_tab.csv").columns.tolist() == ["a", "data", "bank"]
     with pytest.raises(ValueError, match="prefix"):
         notebook.setup("")
     with pytest.raises(TypeError, match="seed"):

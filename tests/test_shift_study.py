@@ -86,8 +86,9 @@ def test_endpoints_are_the_pure_inputs_and_the_ci_is_the_paired_bootstrap(world,
     df = shift_study(task, outside, side=side, methods=methods, shares=(0.0, 0.5, 1.0), n_boot=300, seed=2,
                      label="toy")
     assert list(df.columns) == ["label", "side", "share", "method", "params", "R@1", "R@1 lo", "R@1 hi", "raw R@1", "gain",
-                                "gain lo", "gain hi", "skewness", "bank rows"]
+                                "gain lo", "gain hi", "skewness", "bank rows", "bank"]
     assert len(df) == 6 and set(df["side"]) == {side} and set(df["label"]) == {"toy"}
+    assert set(df["bank"]) == {"query-agnostic"}   # no test row in any of the mixed banks
     key = "targets" if side == "gallery" else side
     pure_in = getattr(task, key)
     n = len(pure_in) if side == "gallery" else min(len(pure_in), len(outside))

@@ -235,8 +235,10 @@ def planted_hub_report(task: RetrievalTask, planted: PlantedHubs, methods: Mappi
         else:
             r_clean = evaluate(task.fit(norm.clone()), task)["R@1"]
         attacked = att.fit(norm.clone())
-        r_att = evaluate(attacked, att)["R@1"]
-        row = {"method": name, "R@1 clean": r_clean, "R@1 attacked": r_att, "damage": r_clean - r_att}
+        out = evaluate(attacked, att)
+        r_att = out["R@1"]
+        row = {"method": name, "R@1 clean": r_clean, "R@1 attacked": r_att, "damage": r_clean - r_att,
+               "bank": out["bank"]}
         for k, share in _captured(attacked, att, planted_idx, capture_k).items():
             row[f"captured@{k} %"] = 100.0 * share
         rows.append(row)

@@ -19,7 +19,7 @@ import torch
 
 from .kernels import block_rows, counts_namespace, iter_blocks
 from ._validation import check_chunk_size, check_positive_int
-from .provenance import requested_certificate
+from .provenance import QUERY_AGNOSTIC, QUERY_AWARE, bank_mark, note_recalls, note_result, requested_certificate
 from .retrieval import Positives, RetrievalTask
 
 ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
@@ -133,8 +133,13 @@ def _count_ahead(s: torch.Tensor, best: torch.Tensor, best_col: torch.Tensor) ->
 
 def recall_at_k(ranks: np.ndarray, k: int) -> float:
     """R@K in percent: the share of queries whose best positive ranks in the top ``k``."""
-    ranks = _check_ranks(ranks)
-    k = check_positive_int(k, "k")
+    value = _recall(_check_ranks(ranks), check_positive_int(k, "k"))
+    note_recalls((value,))   # the ledger of computed R@K (hubnorm.provenance.unmarked_query_aware)
+    return value
+
+
+def _recall(ranks: np.ndarray, k: int) -> float:
+    """R@K of checked ranks (the bootstrap's resamples: not numbers a table shows, so not in the ledger)."""
     return float(100.0 * np.mean(ranks < k))
 
 
@@ -182,13 +187,15 @@ def _summaries(ranks: np.ndarray, ks: Sequence[int]) -> List[Dict[str, float]]:
     recall = {k: 100.0 * (np.count_nonzero(ranks < k, axis=1) / m) for k in ks}
     mdr = np.floor(np.median(ranks, axis=1)) + 1
     mnr = ranks.sum(axis=1, dtype=np.float64) / m + 1
+    for k in ks:
+        note_recalls(recall[k])
     return [{**{f"R@{k}": float(recall[k][g]) for k in ks}, "MdR": float(mdr[g]), "MnR": float(mnr[g])}
             for g in range(ranks.shape[0])]
 
 
 def bootstrap_ci(
     ranks: np.ndarray,
-    statistic: Callable[[np.ndarray], float] = lambda r: recall_at_k(r, 1),
+    statistic: Callable[[np.ndarray], float] = lambda r: _recall(r, 1),
     *,
     n_boot: int = 1000,
     level: float = 0.95,
@@ -205,6 +212,17 @@ def bootstrap_ci(
         stats[b] = statistic(ranks[rng.integers(0, ranks.size, ranks.size)])
     lo, hi = np.quantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])
     return float(lo), float(hi)
+
+
+def marked(result: Dict[str, float], normalizer, task, certificate=None) -> str:
+    """The ``bank`` mark of ``result`` (:func:`hubnorm.provenance.bank_mark`; from ``certificate`` when one was
+    made), recorded with its R@K values in the ledger that saved tables are checked against."""
+    if certificate is not None:
+        mark = QUERY_AGNOSTIC if certificate.leak_free else QUERY_AWARE
+    else:
+        mark = bank_mark(normalizer, task)
+    note_result(result, mark)
+    return mark
 
 
 def evaluate(
@@ -225,16 +243,22 @@ def evaluate(
     fitted on; ``.verdict``, ``.leak_free``, ``.save(path)``, checkable later with
     :func:`hubnorm.provenance.check_certificate`).
 
+    ``out["bank"]`` marks what the fit's banks were, read from its record of them and not from what the caller
+    meant: "QUERY-AWARE" (a test query in the query bank, or a test target in the target bank, exactly or as a
+    near duplicate), "query-agnostic", "none" (the raw scores, a method without a bank) or "unrecorded"
+    (:func:`hubnorm.provenance.bank_mark`). Tables carry it in their ``bank`` column.
+
     Returns a dict (and the rank array when ``return_ranks``).
     """
     cert = requested_certificate(normalizer, task, certificate)
     ranks = positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
     out = summarize_ranks(ranks, ks)
+    out["bank"] = marked(out, normalizer, task, cert)
     if cert is not None:
         out["certificate"] = cert
     if n_boot:
         for k in ks:
-            lo, hi = bootstrap_ci(ranks, lambda r, k=k: recall_at_k(r, k), n_boot=n_boot, seed=seed)
+            lo, hi = bootstrap_ci(ranks, lambda r, k=k: _recall(r, k), n_boot=n_boot, seed=seed)
             out[f"R@{k} lo"], out[f"R@{k} hi"] = lo, hi
     return (out, ranks) if return_ranks else out
 

@@ -38,8 +38,9 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -215,17 +216,57 @@ def compare(bank: Fingerprint, test: Fingerprint, *, near_cosine: float = NEAR_C
     for i, row in enumerate(bank.digests):
         index.setdefault(row.tobytes(), i)   # a row copied twice into the bank: its first place
     exact = [(t, index[row.tobytes()]) for t, row in enumerate(test.digests) if row.tobytes() in index]
-    import faiss   # exact Hamming search over the packed sketches
-
-    flat = faiss.IndexBinaryFlat(bank.bits)
-    flat.add(np.ascontiguousarray(bank.signatures))
-    dist, nearest = flat.search(np.ascontiguousarray(test.signatures), 1)
+    dist, nearest = nearest_hamming(bank.signatures, test.signatures)
     limit = near_threshold(bank.bits, near_cosine)
     exact_rows = {t for t, _ in exact}
     near = [(t, int(nearest[t, 0])) for t in np.flatnonzero(dist[:, 0] <= limit).tolist() if t not in exact_rows]
     return {"bank": bank.name, "test": test.name, "test_rows": test.rows, "bank_rows": bank.rows,
             "exact": len(exact), "near": len(near), "near_cosine": near_cosine, "max_hamming": limit,
             "exact_examples": [list(p) for p in exact[:5]], "near_examples": [list(p) for p in near[:5]]}
+
+
+def nearest_hamming(bank: np.ndarray, test: np.ndarray, *, use_faiss: Optional[bool] = None):
+    """For every packed sketch of ``test`` (rows of uint8), the smallest Hamming distance to a row of ``bank`` and
+    that row (the first such row on a tie): ``(dist, nearest)``, each ``(len(test), 1)``. faiss's exact binary flat
+    index where faiss is installed (``use_faiss=None``), else the same search in numpy, block by block (bit counts
+    of the XOR of 64-bit words); ``tests/test_provenance_marks.py`` proves the two equal."""
+    bank, test = np.ascontiguousarray(bank, dtype=np.uint8), np.ascontiguousarray(test, dtype=np.uint8)
+    if use_faiss is None:
+        try:
+            import faiss  # noqa: F401
+            use_faiss = True
+        except ImportError:   # faiss is an optional dependency: the numpy search gives the same answer
+            use_faiss = False
+    if use_faiss:
+        import faiss
+
+        flat = faiss.IndexBinaryFlat(bank.shape[1] * 8)
+        flat.add(bank)
+        dist, nearest = flat.search(test, 1)
+        return dist.astype(np.int64), nearest.astype(np.int64)
+    words_b, words_t = bank.view(np.uint64), test.view(np.uint64)   # a multiple of 64 bits (fingerprint's rule)
+    dist = np.empty((len(test), 1), dtype=np.int64)
+    nearest = np.empty((len(test), 1), dtype=np.int64)
+    step_t, step_b = 256, 4096
+    for t0 in range(0, len(test), step_t):
+        t = words_t[t0:t0 + step_t]
+        best = np.full(len(t), np.iinfo(np.int64).max, dtype=np.int64)
+        arg = np.zeros(len(t), dtype=np.int64)
+        for b0 in range(0, len(bank), step_b):
+            d = _popcount(t[:, None, :] ^ words_b[None, b0:b0 + step_b, :]).sum(axis=2, dtype=np.int64)
+            j = d.argmin(axis=1)
+            dj = d[np.arange(len(t)), j]
+            better = dj < best   # strictly: the first row keeps a tie, as faiss's search does
+            best[better], arg[better] = dj[better], b0 + j[better]
+        dist[t0:t0 + len(t), 0], nearest[t0:t0 + len(t), 0] = best, arg
+    return dist, nearest
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    """Set bits of every uint64 in ``x`` (numpy's bitwise_count where it has one, numpy 2; bytes summed otherwise)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    return np.unpackbits(x.view(np.uint8), axis=-1).reshape(*x.shape, 64).sum(axis=-1)
 
 
 def verdict(findings: List[Dict[str, object]], not_compared: Sequence[str] = ()) -> str:
@@ -331,10 +372,31 @@ def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
     return prov
 
 
+#: comparisons by content (bank and test hashes, names, kind, bits, threshold): every evaluation of a study that
+#: refits on the same bank compares the same rows again, so the faiss search runs once per pair of contents
+_COMPARED: "OrderedDict[tuple, Dict[str, object]]" = OrderedDict()
+_COMPARED_SIZE = 64
+
+
+def _compare_once(bank: Fingerprint, test: Fingerprint, near_cosine: float) -> Dict[str, object]:
+    """:func:`compare`, remembered by content (``_COMPARED``); a copy, so that a caller may change it."""
+    key = (bank.sha256, bank.name, test.sha256, test.name, bank.kind, bank.bits, repr(near_cosine))
+    if key not in _COMPARED:
+        _COMPARED[key] = compare(bank, test, near_cosine=near_cosine)
+        while len(_COMPARED) > _COMPARED_SIZE:
+            _COMPARED.popitem(last=False)
+    _COMPARED.move_to_end(key)
+    return json.loads(json.dumps(_COMPARED[key]))
+
+
 def certify(normalizer, task, *, near_cosine: float = NEAR_COSINE) -> Certificate:
     """The no-leak certificate of a fitted ``normalizer`` on ``task`` (a RetrievalTask or a ScoreTask): the test
     queries compared with the query bank, the test gallery with the target bank (module docstring)."""
-    banks = bank_fingerprints(normalizer)
+    return _certify(normalizer, task, bank_fingerprints(normalizer), near_cosine)
+
+
+def _certify(normalizer, task, banks: Dict[str, Fingerprint], near_cosine: float) -> Certificate:
+    """:func:`certify` with the bank fingerprints given (those of a fit, or of a sweep's engine)."""
     kind = "scores" if hasattr(getattr(task, "engine", None), "has_matrix") else "embeddings"
     if kind == "scores":
         test = {"queries": fingerprint(task.engine.matrix("queries", "targets"), "queries", kind="scores")}
@@ -347,7 +409,7 @@ def certify(normalizer, task, *, near_cosine: float = NEAR_COSINE) -> Certificat
     not_compared = []
     if kind == "scores" and normalizer.uses_target_bank != "unused":
         not_compared.append("target_bank: a score-matrix fit records the query bank's score rows only")
-    findings = [compare(banks[b], test[t], near_cosine=near_cosine) for b, t in PAIRS if b in banks]
+    findings = [_compare_once(banks[b], test[t], near_cosine) for b, t in PAIRS if b in banks]
     return Certificate(repr(normalizer), test, dict(banks), findings, not_compared)
 
 
@@ -362,6 +424,94 @@ def requested_certificate(normalizer, task, certificate) -> Optional[Certificate
         raise ValueError("certificate=True certifies a fitted normalizer's banks; the raw scores (normalizer=None) "
                          "use no bank")
     return certify(normalizer, task)
+
+
+# ------------------------------------------------------------------------------------------- marks of results
+#: what a result's ``bank`` column says (:func:`bank_mark`): the test queries (or test targets), exactly or as near
+#: duplicates, in a bank the offsets saw; no such row; no bank at all (the raw scores, or a method without one); a
+#: fit with no record of its banks (a grid sweep's fit, FaissNNN on a prebuilt bank index)
+QUERY_AWARE, QUERY_AGNOSTIC, NO_BANK, UNRECORDED = "QUERY-AWARE", "query-agnostic", "none", "unrecorded"
+MARKS = (QUERY_AWARE, QUERY_AGNOSTIC, NO_BANK, UNRECORDED)
+
+
+def bank_mark(normalizer, task, *, engine=None) -> str:
+    """The mark a result of ``normalizer`` on ``task`` carries in its ``bank`` column, from the fit's record of its
+    banks (not from what the caller meant to pass): :data:`QUERY_AWARE` when :func:`certify` finds a test query in
+    the query bank or a test target in the target bank (exact copies or near duplicates), :data:`QUERY_AGNOSTIC`
+    when it finds none, :data:`NO_BANK` for the raw scores (``None``, a score tensor) or a fit that used no bank,
+    :data:`UNRECORDED` for a fit with no record (``provenance_`` None). Comparisons are remembered by content, so
+    a study that evaluates many fits on the same bank compares its rows once. ``engine``: the engine a grid sweep
+    fitted ``normalizer``'s settings through (a sweep's fits keep no record; its engine's banks are read instead).
+    """
+    if normalizer is None or isinstance(normalizer, (torch.Tensor, np.ndarray)):
+        return NO_BANK
+    prov = getattr(normalizer, "provenance_", None) if engine is None else of_engine(normalizer, engine)
+    if prov is None:
+        return UNRECORDED
+    if not prov:
+        return NO_BANK
+    if engine is None:
+        prov = bank_fingerprints(normalizer)   # deferred score rows resolved (and kept) once
+    else:
+        prov = {k: v() if callable(v) else v for k, v in prov.items()}
+    return QUERY_AGNOSTIC if _certify(normalizer, task, prov, NEAR_COSINE).leak_free else QUERY_AWARE
+
+
+def rows_mark(bank, queries) -> str:
+    """:func:`bank_mark` for a bank given as rows, where no normalizer keeps a record (a bias computed from a
+    cross-encoder's scores of the bank rows, ``hubnorm.rerank``): :data:`QUERY_AWARE` when a row of ``queries`` is
+    in ``bank`` exactly or as a near duplicate, else :data:`QUERY_AGNOSTIC`."""
+    found = _compare_once(fingerprint(bank, "query_bank"), fingerprint(queries, "queries"), NEAR_COSINE)
+    return QUERY_AWARE if found["exact"] or found["near"] else QUERY_AGNOSTIC
+
+
+# The ledger of R@K values computed in this process (hubnorm.evaluation notes every one), and of those that came
+# from a query-aware fit (hubnorm.evaluate notes them with their mark): a saved table that shows a value only a
+# query-aware fit produced, in a row whose bank column does not say QUERY-AWARE, is refused (check_marked).
+_RECALLS: "Counter[float]" = Counter()
+_QUERY_AWARE_RECALLS: "Counter[float]" = Counter()
+
+
+def note_recalls(values) -> None:
+    """Record R@K values (percent) as computed (every call of :func:`hubnorm.recall_at_k` and its batch forms)."""
+    _RECALLS.update(float(v) for v in values)
+
+
+def note_result(result: Dict[str, object], mark: str) -> None:
+    """Record an evaluation's R@K values under its ``mark`` (``hubnorm.evaluate`` and ``ScoreTask.evaluate``)."""
+    if mark == QUERY_AWARE:
+        _QUERY_AWARE_RECALLS.update(float(v) for k, v in result.items() if _RECALL_COLUMN.fullmatch(str(k)))
+
+
+def clear_ledger() -> None:
+    """Forget the recorded values (a notebook's ``setup`` starts its own ledger)."""
+    _RECALLS.clear()
+    _QUERY_AWARE_RECALLS.clear()
+
+
+#: the columns of a saved table whose values are R@K numbers: ``R@K``, and the joined tables' ``this run`` and
+#: ``normalized`` (hubnorm.experiments.compare)
+_RECALL_COLUMN = re.compile(r"R@\d+")
+_VALUE_COLUMNS = ("this run", "normalized")
+
+
+def unmarked_query_aware(table) -> List[str]:
+    """The cells of ``table`` (a DataFrame with a ``bank`` column) that show an R@K value which, in this process,
+    only a query-aware fit produced, in a row whose ``bank`` does not say query-aware (in any case): one line per
+    cell. A value that any other computation also produced is not counted (it cannot be told apart); values rounded
+    before the table was built are not recognised."""
+    if "bank" not in table.columns:
+        raise ValueError(f"the table has no 'bank' column; columns: {list(table.columns)}")
+    out = []
+    columns = [c for c in table.columns if _RECALL_COLUMN.fullmatch(str(c)) or c in _VALUE_COLUMNS]
+    for i, row in enumerate(table[columns + ["bank"]].itertuples(index=False)):
+        if QUERY_AWARE.lower() in str(row[-1]).lower():   # "QUERY-AWARE", or a label such as "test queries
+            continue                                     # (query-aware)"
+        for col, v in zip(columns, row[:-1]):
+            if isinstance(v, (float, np.floating)) and _QUERY_AWARE_RECALLS[float(v)] \
+                    and _QUERY_AWARE_RECALLS[float(v)] == _RECALLS[float(v)]:
+                out.append(f"row {i}, column {col!r}: {float(v)!r} (bank {row[-1]!r})")
+    return out
 
 
 def check_certificate(path: Union[str, os.PathLike]) -> Certificate:

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat
-from .evaluation import positive_ranks, summarize_ranks
+from .evaluation import marked, positive_ranks, summarize_ranks
 from .hubness import hubness_stats, k_occurrence
 from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
 from .provenance import requested_certificate
@@ -637,11 +637,15 @@ class ScoreTask:
     def evaluate(self, normalizer=None, *, fit: bool = True, query_aware: bool = False,
                  ks=(1, 5, 10), certificate: bool = False) -> Dict[str, object]:
         """R@K, MdR, MnR of ``normalizer`` (fitted here unless ``fit=False``; None: the raw scores);
-        ``certificate=True`` adds the no-leak certificate of the fit (as :func:`hubnorm.evaluate`)."""
+        ``certificate=True`` adds the no-leak certificate of the fit; ``out["bank"]`` marks its banks (both as
+        :func:`hubnorm.evaluate`)."""
+        if not isinstance(certificate, (bool, np.bool_)):   # before a fit, not after it
+            raise TypeError(f"certificate must be True or False; got {certificate!r}")
         if normalizer is not None and fit:
             self.fit(normalizer, query_aware=query_aware)
         cert = requested_certificate(normalizer, self, certificate)
         out = summarize_ranks(self.ranks(normalizer), ks)
+        out["bank"] = marked(out, normalizer, self, cert)
         if cert is not None:
             out["certificate"] = cert
         return out

@@ -43,6 +43,7 @@ from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
 from .kernels import counts_namespace, scratch_bytes
 from .normalizers.base import Identity
 from .progress import progress
+from .provenance import bank_mark, note_result
 from .registry import NORMALIZERS, make_normalizer
 from .retrieval import RetrievalTask
 
@@ -470,8 +471,8 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
     norms = [make_normalizer(method, **fixed, **p) for p in points]
     ref = norms[0]
     cls = type(ref)
-    engine = SweepEngine(ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank,
-                                          sweep_bytes=SWEEP_CACHE_BYTES))
+    local = ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank, sweep_bytes=SWEEP_CACHE_BYTES)
+    engine = SweepEngine(local)
     fitted = cls.fit_grid(norms, engine)
     if cls.is_offset:
         H = torch.stack([f["offsets_"] for f in fitted])
@@ -479,7 +480,8 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
                                  lines=offset_lines(points, H))
     else:
         rows = _evaluate_fitted(task, norms, fitted, engine, metric_ks)
-    return pd.DataFrame([{**p, **r} for p, r in zip(points, rows)])
+    mark = marked_rows(rows, ref, task, local)
+    return pd.DataFrame([{**p, **r, "bank": mark} for p, r in zip(points, rows)])
 
 
 def _evaluate_fitted(task, norms, fitted, engine, metric_ks) -> List[Dict[str, float]]:
@@ -558,8 +560,18 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
         settings.append(("to convergence", converged, conv[0][1], conv[0][0], conv[0][2]))
     H = torch.stack([s[3] for s in settings])
     rows = _evaluate_offsets(task, H, metric_ks, False, norm.chunk_size, engine.device, norm.check_normalized)
-    return pd.DataFrame([{"setting": s[0], "T max": int(s[1]), "iterations run": int(s[2]), **r, "fit_s": s[4]}
-                         for s, r in zip(settings, rows)])
+    mark = marked_rows(rows, norm, task, engine)
+    return pd.DataFrame([{"setting": s[0], "T max": int(s[1]), "iterations run": int(s[2]), **r, "fit_s": s[4],
+                          "bank": mark} for s, r in zip(settings, rows)])
+
+
+def marked_rows(rows: Sequence[Mapping[str, float]], normalizer, task: RetrievalTask, engine) -> str:
+    """The ``bank`` mark of a sweep's rows (:func:`hubnorm.provenance.bank_mark` of the banks in ``engine``),
+    recorded with their R@K values as ``hubnorm.evaluate`` records its results."""
+    mark = bank_mark(normalizer, task, engine=engine)
+    for r in rows:
+        note_result(r, mark)
+    return mark
 
 
 class _ReplayScores:

@@ -12,6 +12,7 @@ from typing import Mapping, Optional, Sequence, Union
 import pandas as pd
 from pandas.api import types as pdt
 
+from ..provenance import UNRECORDED
 from .reporting import GAIN_COLUMNS, beside_published as _merge_published, load_published
 
 __all__ = ["beside_published", "published", "side_by_side", "to_long", "wide_by", "gains", "GAIN_COLUMNS",
@@ -191,11 +192,24 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
                 .rename(columns={"value": "published ±"}))
         out = out.merge(half, on=on + ["metric"], how="left")
         out = out.merge(ours[on + ["metric", "95% CI", "half-width"]], on=on + ["metric"], how="left")
+    if "bank" in results.columns and "bank" not in on:   # what each of our rows' banks were, carried beside it
+        out = _with_bank(out, results if delta is None else results[results["method"] == delta[0]], on)
     if names is not None and "method" in out.columns:
         out["method"] = out["method"].map(lambda m: names.get(m, m))
     if sort_by:
         out = out.sort_values(list(sort_by), kind="stable")
     return out.reset_index(drop=True)
+
+
+def _with_bank(out: pd.DataFrame, ours: pd.DataFrame, on: Sequence[str]) -> pd.DataFrame:
+    """``out`` with the ``bank`` mark of our row of the same keys (``on``); two marks under one key are joined
+    with " / "; a row only the paper has gets an empty mark (it shows no number of ours)."""
+    keys = [c for c in on if c in out.columns]
+    marks = (ours.groupby(keys, dropna=False, sort=False)["bank"]
+             .agg(lambda b: " / ".join(dict.fromkeys(str(v) for v in b))).reset_index())
+    out = out.merge(marks, on=keys, how="left")
+    out["bank"] = out["bank"].fillna("")
+    return out
 
 
 def _check_setting_keys(setting_keys, on) -> None:
@@ -366,7 +380,8 @@ def gains(joined: pd.DataFrame, *, raw: str = "raw", data: Optional[str] = None)
             ours, pub = float(row["this run"]), float(row["published"])
             gain, pub_gain = ours - r_ours, pub - r_pub
             rows.append({"data": data if data is not None else row["run"], "direction": direction,
-                         "method": row["method"], "setting": row.get("setting", ""), "metric": metric,
+                         "method": row["method"], "setting": row.get("setting", ""),
+                         "bank": row["bank"] if "bank" in part.columns else UNRECORDED, "metric": metric,
                          "raw scores": r_ours,
                          "normalized": ours, "gain": gain, "published raw": r_pub, "published": pub,
                          "published gain": pub_gain,

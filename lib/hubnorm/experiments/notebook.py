@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from ..progress import progress
+from ..provenance import QUERY_AWARE, clear_ledger, unmarked_query_aware
 from .reporting import CLAIM_COLUMNS, results_dir
 
 __all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "data_label", "CLAIM_COLUMNS",
@@ -85,8 +86,18 @@ class Run:
         if caption:
             (out / f"{stem}.txt").write_text(caption.strip() + "\n")
 
-    def save_table(self, df: pd.DataFrame, name: str, *, caption: Optional[str] = None, digits: int = 2) -> None:
-        """Save ``df`` as ``results/tables/<prefix>_<name>.csv`` and ``.md`` (Markdown rounded to ``digits``)."""
+    def save_table(self, df: pd.DataFrame, name: str, *, caption: Optional[str] = None, digits: int = 2,
+                   data: Optional[str] = None, bank: Optional[str] = None) -> None:
+        """Save ``df`` as ``results/tables/<prefix>_<name>.csv`` and ``.md`` (Markdown rounded to ``digits``).
+
+        Every saved table says what its numbers saw (:data:`PROVENANCE_COLUMNS`): ``data``, the data they were
+        computed on (a ``data`` column, or the ``run`` column of a :mod:`~hubnorm.experiments.compare` table, or
+        the ``data=`` label for all rows), and ``bank``, what the normalizer's banks were: the marks of
+        :func:`hubnorm.provenance.bank_mark` that ``hubnorm.evaluate`` returns (a ``bank`` column, or ``bank=`` for
+        all rows, e.g. "none" for a table of raw scores or timings). ValueError when either is missing, and when a
+        row shows an R@K value that only a query-aware fit of this run produced without "QUERY-AWARE" in its
+        ``bank`` (:func:`hubnorm.provenance.unmarked_query_aware`)."""
+        df = with_provenance(df, name, data=data, bank=bank)
         out = results_dir("tables")
         stem = f"{self.prefix}_{name}"
         df.to_csv(out / f"{stem}.csv", index=False)
@@ -102,6 +113,37 @@ class Run:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+
+#: the columns every saved table carries (:meth:`Run.save_table`)
+PROVENANCE_COLUMNS = ("data", "bank")
+
+
+def with_provenance(df: pd.DataFrame, name: str, *, data: Optional[str] = None,
+                    bank: Optional[str] = None) -> pd.DataFrame:
+    """``df`` with its provenance columns (:meth:`Run.save_table`'s rules), checked; a copy when one is added."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"table {name!r} must be a pandas DataFrame; got {type(df).__name__}")
+    for col, value in (("data", data), ("bank", bank)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{col}= must be a non-empty label for every row of table {name!r}; got {value!r}")
+        has = col in df.columns or (col == "data" and "run" in df.columns)
+        if has and value is not None:
+            raise ValueError(f"table {name!r} has a {col!r} column and {col}={value!r} was also given: keep one")
+        if not has and value is None:
+            hint = ("the data set label, e.g. data=label" if col == "data" else
+                    "the bank column hubnorm.evaluate returns (result['bank']), or bank='none' for a table with "
+                    "no normalized number")
+            raise ValueError(f"table {name!r} has no {col!r} column: every saved table says {' and '.join(PROVENANCE_COLUMNS)} "
+                             f"(hubnorm.experiments.notebook.PROVENANCE_COLUMNS); add the column or pass {hint}")
+        if value is not None:
+            df = df.assign(**{col: value})
+    unmarked = unmarked_query_aware(df)
+    if unmarked:
+        raise ValueError(f"table {name!r} shows numbers only a query-aware fit produced, in rows not marked "
+                         f"{QUERY_AWARE!r} in their bank column: " + "; ".join(unmarked[:5])
+                         + ". Carry the bank mark hubnorm.evaluate returns (result['bank']) into the row")
+    return df
 
 
 def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = None,
@@ -135,6 +177,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     np.random.seed(int(seed))
     torch.manual_seed(int(seed))
     _CHECKS.clear()
+    clear_ledger()   # this notebook's query-aware results only (hubnorm.provenance.unmarked_query_aware)
     for stale in results_dir("tables").glob(f"{prefix}_gains*.csv"):   # this run's gains only (save_gains writes
         stale.unlink()                                                   # them again)
     claims = results_dir("claims") / f"{prefix}.csv"   # this run's lines only: an earlier run's go

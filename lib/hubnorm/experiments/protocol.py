@@ -29,6 +29,7 @@ from ..evaluation import evaluate
 from ..hubness import hubness_stats, k_occurrence
 from ..normalizers.base import EXECUTION_OPTIONS
 from ..progress import progress
+from ..provenance import NO_BANK
 from ..registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from ..retrieval import DIRECTIONS, RetrievalTask, build_tasks
 from ..selection import PAPER_GRIDS, grid_search, k_limit
@@ -531,11 +532,12 @@ def select_parameters(
 
     Returns one row per (direction, method) with ``direction, method`` (the label), ``normalizer`` (the registry
     name), ``params`` (the chosen parameters, a dict for ``hubnorm.make_normalizer(normalizer, **params)``),
-    ``chosen`` (the same, printed), ``val <metric>``, ``grid points``, ``engine``, ``tied`` and the ``extra``
-    columns.
+    ``chosen`` (the same, printed), ``val <metric>``, ``grid points``, ``engine``, ``tied``, ``bank`` (the mark of
+    the fits the choice was made on, :func:`hubnorm.provenance.bank_mark`) and the ``extra`` columns.
     """
     fixed = fixed or {}
     chosen: Dict[str, Dict[str, dict]] = {d: {} for d in val_tasks}
+    banks: Dict[str, Dict[str, str]] = {d: {} for d in val_tasks}   # the bank mark of each choice's fits
     rows = []
     jobs = [(d, lab, name) for d in val_tasks for lab, name in method_items(methods)]
     for direction, label, name in progress(jobs, desc="selection on val", disable=not show_progress):
@@ -545,20 +547,22 @@ def select_parameters(
         if reuse and label in reuse:
             params = {**base, **chosen[direction][reuse[label]]}
             row.update({"chosen": fmt_params(params) + f" (as {reuse[label]})", f"val {metric}": np.nan,
-                        "grid points": 0, "engine": "-", "tied": 0})
+                        "grid points": 0, "engine": "-", "tied": 0, "bank": banks[direction][reuse[label]]})
         elif grid:
             grid = clamp_grid(name, grid, val_tasks[direction])
             sel = grid_search(name, val_tasks[direction], grid, metric=metric, fixed=base)
             params = {**base, **sel.best_params}
             row.update({"chosen": fmt_params(sel.best_params), f"val {metric}": sel.best_score,
-                        "grid points": len(sel.table), "engine": sel.engine, "tied": sel.n_tied})
+                        "grid points": len(sel.table), "engine": sel.engine, "tied": sel.n_tied,
+                        "bank": " / ".join(dict.fromkeys(sel.table["bank"]))})
             if sel.tie_note:
                 note(f"{label} {direction}: {sel.tie_note} ({fmt_params(sel.best_params)})")
         else:
             params = base
             row.update({"chosen": fmt_params(params) or "(none)", f"val {metric}": np.nan, "grid points": 0,
-                        "engine": "-", "tied": 0})
+                        "engine": "-", "tied": 0, "bank": NO_BANK})   # nothing fitted to choose them
         chosen[direction][label] = params
+        banks[direction][label] = row["bank"]
         row["params"] = params
         rows.append({**row, **dict(extra or {})})
     return pd.DataFrame(rows)

@@ -169,8 +169,8 @@ CLAIM_COLUMNS = ["notebook", "claim", "status", "detail", "data"]
 
 #: Columns of :func:`hubnorm.experiments.compare.gains` (and of every ``results/tables/<prefix>_gains*.csv`` that
 #: :func:`write_summary` gathers into ``results/SUMMARY.md``).
-GAIN_COLUMNS = ["data", "direction", "method", "setting", "metric", "raw scores", "normalized", "gain", "published raw",
-                "published", "published gain", "ratio", "published source"]
+GAIN_COLUMNS = ["data", "direction", "method", "setting", "bank", "metric", "raw scores", "normalized", "gain",
+                "published raw", "published", "published gain", "ratio", "published source"]
 
 #: What :func:`write_summary` writes into the results folder of a run.
 SUMMARY_FILES = ("SUMMARY.md", "SUMMARY.csv", "SUMMARY_gains.csv")
@@ -204,7 +204,7 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
     claims = claims[CLAIM_COLUMNS].fillna({"detail": "", "data": ""})
     gains = read_run_tables(results, prefixes, "gains")
     gains = pd.DataFrame(columns=["notebook"] + GAIN_COLUMNS) if gains.empty else gains[["notebook"] + GAIN_COLUMNS]
-    gains = gains.fillna({"setting": "", "published source": ""})
+    gains = gains.fillna({"setting": "", "bank": "", "published source": ""})
     claims.to_csv(results / "SUMMARY.csv", index=False)
     gains.to_csv(results / "SUMMARY_gains.csv", index=False)
 
@@ -230,11 +230,11 @@ def write_summary(results: Path, notebooks, *, title: str = "run_all.sh") -> Pat
     if len(gains):
         lines += ["`ratio` = our gain / the published gain (1: the size the paper reports; a published gain comes "
                   "from the paper's full-size test set, ours from the data named in the row).", "",
-                  "| notebook | data | direction | method | setting | metric | raw | normalized | gain "
-                  "| published gain | ratio |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| notebook | data | direction | method | setting | bank | metric | raw | normalized | gain "
+                  "| published gain | ratio |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in gains.iterrows():
             cells = [str(r["notebook"]), str(r["data"]), str(r["direction"]), str(r["method"]), str(r["setting"]),
-                     str(r["metric"]), *(f"{v:.2f}" if pd.notna(v) else "-" for v in (
+                     str(r["bank"]), str(r["metric"]), *(f"{v:.2f}" if pd.notna(v) else "-" for v in (
                          r["raw scores"], r["normalized"], r["gain"], r["published gain"], r["ratio"]))]
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         lines += ["", "Median ratio per data and metric:", ""]

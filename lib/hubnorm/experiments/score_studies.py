@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..blocks import limit_of
+from ..provenance import NO_BANK, QUERY_AWARE, bank_mark
 from ..registry import make_normalizer
 from ..scores import ScoreMatrix, ScoreTask
 
@@ -210,6 +211,20 @@ def _setting(task: ScoreTask, query_aware: bool) -> str:
     return "test queries (query-aware)" if query_aware else f"bank ({task.size('query_bank')} queries)"
 
 
+def _bank_label(task: ScoreTask, query_aware: bool, mark: str) -> str:
+    """A row's ``bank``: the bank it was meant to use (:func:`_setting`), and QUERY-AWARE where the fit's record
+    says that bank holds test queries (``mark``, :func:`hubnorm.provenance.bank_mark`); "-" for the raw scores."""
+    if mark == NO_BANK:
+        return "-"
+    if mark == QUERY_AWARE and not query_aware:
+        return f"{_setting(task, query_aware)}: QUERY-AWARE (it holds test queries)"
+    return _setting(task, query_aware)
+
+
+def _without_mark(res: Mapping[str, object]) -> Dict[str, object]:
+    return {k: v for k, v in res.items() if k != "bank"}
+
+
 def methods_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], *, hub_k: int = 10,
                   query_aware: Optional[bool] = None, notes: Optional[List[str]] = None,
                   skipped: Optional[Dict[str, str]] = None) -> pd.DataFrame:
@@ -227,9 +242,8 @@ def methods_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
             if not _fit_or_skip(task, name, norm, qa, skipped):
                 continue
             res = task.evaluate(norm, fit=False)
-            bank = "-" if norm is None else _setting(task, qa)
-            rows.append({"run": run.label, "direction": d, "method": name, "bank": bank,
-                         **res, f"skew N_{hub_k}": task.hubness(norm, k=hub_k)["skewness"]})
+            rows.append({"run": run.label, "direction": d, "method": name, "bank": _bank_label(task, qa, res["bank"]),
+                         **_without_mark(res), f"skew N_{hub_k}": task.hubness(norm, k=hub_k)["skewness"]})
     return pd.DataFrame(rows)
 
 
@@ -248,10 +262,10 @@ def hubness_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
             if not _fit_or_skip(task, name, norm, qa, skipped):
                 continue
             h = task.hubness(norm, k=k)
-            rows.append({"run": run.label, "direction": d, "method": name, f"skew N_{k}": h["skewness"],
-                         f"max N_{k}": h["max"], "anti-hubs %": 100 * h["antihub_share"],
-                         "hubs %": 100 * h["hub_share"],
-                         "R@1": task.evaluate(norm, fit=False)["R@1"]})
+            res = task.evaluate(norm, fit=False)
+            rows.append({"run": run.label, "direction": d, "method": name, "bank": _bank_label(task, qa, res["bank"]),
+                         f"skew N_{k}": h["skewness"], f"max N_{k}": h["max"], "anti-hubs %": 100 * h["antihub_share"],
+                         "hubs %": 100 * h["hub_share"], "R@1": res["R@1"]})
     return pd.DataFrame(rows)
 
 
@@ -261,7 +275,8 @@ def k_curve(task: ScoreTask, alpha: float, ks: Sequence[int], *, query_aware: bo
     rows = []
     for k in sorted(int(k) for k in ks if int(k) <= n):
         res = task.evaluate(make_normalizer("nnn", alpha=alpha, k=k), query_aware=query_aware)
-        rows.append({"direction": task.direction, "alpha": alpha, "k": k, **res})
+        rows.append({"direction": task.direction, "alpha": alpha, "k": k, **_without_mark(res),
+                     "bank": _bank_label(task, query_aware, res["bank"])})
     return pd.DataFrame(rows)
 
 
@@ -311,7 +326,8 @@ def bank_size_table(task: ScoreTask, methods: Sequence[Tuple[str, Mapping]], fra
                     continue
                 res = sub.evaluate(norm, fit=False)
                 rows.append({"direction": task.direction, "fraction": float(frac), "bank queries": size,
-                             "seed": seed, "method": name, "R@1": res["R@1"], "R@5": res["R@5"], "MdR": res["MdR"]})
+                             "seed": seed, "method": name, "R@1": res["R@1"], "R@5": res["R@5"], "MdR": res["MdR"],
+                             "bank": _bank_label(sub, False, res["bank"])})
     return pd.DataFrame(rows)
 
 
@@ -326,7 +342,7 @@ def tau_sweep(task: ScoreTask, taus: Sequence[float], names: Sequence[str] = ("i
                 norm.n_iter = int(sn_iter)
             res = task.evaluate(norm, query_aware=query_aware)
             rows.append({"direction": task.direction, "method": name, "tau": float(tau), "R@1": res["R@1"],
-                         "R@5": res["R@5"]})
+                         "R@5": res["R@5"], "bank": _bank_label(task, query_aware, res["bank"])})
     return pd.DataFrame(rows)
 
 
@@ -340,6 +356,7 @@ def recall_at_k(task: ScoreTask, methods: Mapping[str, object], ks: Sequence[int
             task.fit(norm, query_aware=query_aware)
         ranks = task.ranks(norm)
         rows.append({"direction": task.direction, "method": name,
+                     "bank": _bank_label(task, query_aware, bank_mark(norm, task)),
                      **{f"R@{k}": 100.0 * float(np.mean(ranks < int(k))) for k in ks}})
     return pd.DataFrame(rows)
 
@@ -353,6 +370,8 @@ def hub_table(task: ScoreTask, methods: Mapping[str, object], *, k: int = 10, to
     order = np.lexsort((np.arange(raw.size), -raw))[:top]     # largest N_k first, ties by index
     out = pd.DataFrame({"target": order, **{f"N_{k} {name}": counts[name][order] for name in counts}})
     out.insert(0, "direction", task.direction)
+    marks = [_bank_label(task, query_aware, bank_mark(norm, task)) for norm in methods.values() if norm is not None]
+    out["bank"] = " / ".join(dict.fromkeys(marks)) or "-"   # the banks of the methods' columns
     return out
 
 
@@ -542,14 +561,14 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                             continue
                         res = task.evaluate(norm, fit=False)
                         rows.append({"run": label, "direction": d, "method": name,
-                                     "bank": "-" if norm is None else _setting(task, qa), **res})
+                                     "bank": _bank_label(task, qa, res["bank"]), **_without_mark(res)})
             df = pd.DataFrame(rows).drop_duplicates(["direction", "method", "bank"])
             save(df, "qa_vs_bank", "IS, SN and the dual-bank methods with the test queries or the folder's bank")
             show(df, ["run", "direction", "bank", "method", "R@1", "R@5", "R@10", "MdR", "MnR"])
         if section == "tau_sweep":
             taus = params.get("taus") or [0.005, 0.01, 0.015, 0.02, 0.025]
             qa = not sims.has_bank(first)
-            df = tau_sweep(task0, taus, ("is", "sn"), query_aware=qa).assign(run=label, bank=_setting(task0, qa))
+            df = tau_sweep(task0, taus, ("is", "sn"), query_aware=qa).assign(run=label)
             save(df, "tau_sweep", f"R@1 of IS and SN over the temperature, {first}")
             show(df, ["run", "direction", "bank", "method", "tau", "R@1", "R@5"])
             fig, ax = plt.subplots(figsize=(6.5, 3.8))
@@ -566,7 +585,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 qa = not sims.has_bank(d)
                 ms = {m: _clamped(n, task, qa, notes) for m, n in
                       score_methods(params, by_dir[d], names=HUBNESS_SHOWN).items()}
-                parts.append(recall_at_k(task, ms, ks, query_aware=qa).assign(run=label, bank=_setting(task, qa)))
+                parts.append(recall_at_k(task, ms, ks, query_aware=qa).assign(run=label))
             df = pd.concat(parts, ignore_index=True)
             save(df, "first_stage_recall", "R@k of the first stages (the reranking ceiling), test scores")
             show(df, ["run", "direction", "bank", "method"] + [f"R@{k}" for k in ks])

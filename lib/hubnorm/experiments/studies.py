@@ -235,7 +235,7 @@ def shift_study(task: RetrievalTask, outside, *, side: str = "query_bank", metho
                      f"k={limit} (the params column says so)")
                 norm = norm.clone(k=limit)
             t.fit(norm)
-            _, ranks = evaluate(norm, t, return_ranks=True)
+            scores, ranks = evaluate(norm, t, return_ranks=True)
             hit = (ranks < 1).astype(np.float64)
             diff = hit - raw_hit
             r_lo, r_hi = np.quantile(hit[boot].mean(1), [0.025, 0.975]) * 100
@@ -245,7 +245,8 @@ def shift_study(task: RetrievalTask, outside, *, side: str = "query_bank", metho
                                              if p in type(norm).parameters and p not in EXECUTION_OPTIONS), "R@1": hit.mean() * 100,
                          "R@1 lo": r_lo, "R@1 hi": r_hi, "raw R@1": raw_hit.mean() * 100,
                          "gain": diff.mean() * 100, "gain lo": g_lo, "gain hi": g_hi,
-                         "skewness": hubness(norm, k=k, queries=t.queries)["skewness"], "bank rows": size})
+                         "skewness": hubness(norm, k=k, queries=t.queries)["skewness"], "bank rows": size,
+                         "bank": scores["bank"]})
     return pd.DataFrame(rows)
 
 

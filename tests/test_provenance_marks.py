@@ -1,0 +1,221 @@
+"""The bank mark every result carries, and the saved tables that must show it.
+
+``hubnorm.evaluate`` (and ``ScoreTask.evaluate``, and the sweeps) mark each result with what its fit's banks were,
+read from the fit's record and not from what the caller meant: the expected marks here follow from how each bank
+was built (test rows copied in by hand, near copies at a known cosine, clean banks). A notebook's ``save_table``
+refuses a table without its provenance columns, and one that shows a number only a query-aware fit produced in a
+row not marked so.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import hubnorm as hn
+from hubnorm import provenance as pv
+from hubnorm.experiments import compare
+from hubnorm.experiments.notebook import PROVENANCE_COLUMNS, with_provenance
+
+D = 48
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    images = _unit(rng.standard_normal((80, D)))
+    captions = _unit(images.repeat(2, 0) + 0.1 * rng.standard_normal((160, D)))
+    return {"images": images, "captions": captions, "c2i": np.arange(160) // 2,
+            "caption_bank": _unit(rng.standard_normal((100, D))), "image_bank": _unit(rng.standard_normal((60, D)))}
+
+
+def _task(data, caption_bank=None):
+    return hn.build_tasks(data["images"], data["captions"], data["c2i"],
+                          caption_bank=data["caption_bank"] if caption_bank is None else caption_bank,
+                          image_bank=data["image_bank"], directions=["t2i"])["t2i"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_ledger():
+    pv.clear_ledger()
+    yield
+    pv.clear_ledger()
+
+
+def test_evaluate_marks_what_the_banks_were_not_what_was_meant(data):
+    task = _task(data)
+    assert hn.evaluate(task.fit(hn.Identity()), task)["bank"] == "none"
+    assert hn.evaluate(task.fit(hn.InvertedSoftmax()), task)["bank"] == "query-agnostic"
+    assert hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task)["bank"] == "QUERY-AWARE"
+    # the test captions handed in by hand as the bank (no query_aware flag): marked all the same
+    leaky = _task(data, caption_bank=np.concatenate([data["caption_bank"], data["captions"][:5]]))
+    assert hn.evaluate(leaky.fit(hn.NearestNeighborNormalization(k=4)), leaky)["bank"] == "QUERY-AWARE"
+    # one near copy (cosine 0.997) among 100 clean rows is enough
+    bank = data["caption_bank"].copy()
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal(D)
+    x = data["captions"][9].astype(np.float64)
+    u -= (u @ x) * x
+    bank[50] = (0.997 * x + math.sqrt(1 - 0.997 ** 2) * u / np.linalg.norm(u)).astype(np.float32)
+    near = _task(data, caption_bank=bank)
+    assert hn.evaluate(near.fit(hn.InvertedSoftmax()), near)["bank"] == "QUERY-AWARE"
+    # a fit with no record of its banks says so, never "query-agnostic"
+    norm = task.fit(hn.InvertedSoftmax())
+    norm.provenance_ = None
+    assert hn.evaluate(norm, task)["bank"] == "unrecorded"
+    # the mark agrees with the certificate when one is asked for
+    out = hn.evaluate(leaky.fit(hn.InvertedSoftmax()), leaky, certificate=True)
+    assert out["bank"] == "QUERY-AWARE" and not out["certificate"].leak_free
+
+
+def test_a_gallery_copied_into_the_target_bank_is_query_aware_too(data):
+    images = data["image_bank"].copy()
+    images[:4] = data["images"][10:14]
+    task = hn.build_tasks(data["images"], data["captions"], data["c2i"], caption_bank=data["caption_bank"],
+                          image_bank=images, directions=["t2i"])["t2i"]
+    assert hn.evaluate(task.fit(hn.DualInvertedSoftmax()), task)["bank"] == "QUERY-AWARE"
+    assert hn.evaluate(task.fit(hn.InvertedSoftmax()), task)["bank"] == "query-agnostic"   # uses no target bank
+
+
+def test_score_matrices_with_the_test_captions_as_their_bank_are_marked(data):
+    caps, images = data["captions"], data["images"]
+    pos = hn.Positives.from_labels(data["c2i"], 80)
+    clean = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"]), pos, direction="t2i")
+    assert clean.evaluate(None)["bank"] == "none"
+    assert clean.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"
+    assert clean.evaluate(hn.InvertedSoftmax(), query_aware=True)["bank"] == "QUERY-AWARE"
+    handed_in = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, caps.copy()), pos, direction="t2i")
+    assert handed_in.evaluate(hn.SinkhornNormalization())["bank"] == "QUERY-AWARE"
+
+
+def test_score_task_refuses_a_bad_certificate_before_fitting(data):
+    pos = hn.Positives.from_labels(data["c2i"], 80)
+    task = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]), pos,
+                        direction="t2i")
+    norm = hn.InvertedSoftmax()
+    with pytest.raises(TypeError, match=r"certificate must be True or False; got 'yes'"):
+        task.evaluate(norm, certificate="yes")
+    assert not hasattr(norm, "offsets_")   # nothing was fitted
+
+
+def test_sweeps_mark_their_rows(data):
+    from hubnorm.sweeps import iteration_table, sweep_table
+
+    task = _task(data)
+    points = [{"tau": 0.05}, {"tau": 0.1}]
+    agnostic = sweep_table(task, "is", points)
+    aware = sweep_table(task, "is", points, query_aware=True)
+    assert agnostic["bank"].tolist() == ["query-agnostic"] * 2 and aware["bank"].tolist() == ["QUERY-AWARE"] * 2
+    assert iteration_table(task, "sn", [2], query_aware=True)["bank"].tolist() == ["QUERY-AWARE"]
+    assert iteration_table(task, "sn", [2])["bank"].tolist() == ["query-agnostic"]
+
+
+def test_save_table_needs_both_provenance_columns():
+    assert PROVENANCE_COLUMNS == ("data", "bank")
+    df = pd.DataFrame({"method": ["raw"], "R@1": [50.0]})
+    with pytest.raises(ValueError, match=r"table 't' has no 'data' column: .* data=label"):
+        with_provenance(df, "t", bank="none")
+    with pytest.raises(ValueError, match=r"table 't' has no 'bank' column: .* bank='none' for a table with no "):
+        with_provenance(df, "t", data="synthetic")
+    out = with_provenance(df, "t", data="synthetic", bank="none")
+    assert out[["data", "bank"]].values.tolist() == [["synthetic", "none"]] and "data" not in df.columns
+    # a compare table's run column is its data column
+    assert with_provenance(df.assign(run="real: x"), "t", bank="none")["run"].tolist() == ["real: x"]
+    with pytest.raises(ValueError, match=r"has a 'bank' column and bank='none' was also given"):
+        with_provenance(df.assign(bank="none"), "t", data="x", bank="none")
+    with pytest.raises(ValueError, match=r"data= must be a non-empty label .* got ' '"):
+        with_provenance(df, "t", data=" ", bank="none")
+    with pytest.raises(TypeError, match=r"table 't' must be a pandas DataFrame; got list"):
+        with_provenance([1], "t", data="x", bank="none")
+
+
+def test_a_query_aware_number_without_its_mark_is_refused(data):
+    rng = np.random.default_rng(8)
+    hard = dict(data, captions=_unit(data["images"].repeat(2, 0) + 0.9 * rng.standard_normal((160, D))))
+    task = _task(hard)
+    qa = hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task)
+    ag = hn.evaluate(task.fit(hn.InvertedSoftmax()), task)
+    assert qa["R@1"] != ag["R@1"]
+    good = pd.DataFrame([{"method": "is", **qa}, {"method": "is", **ag}])
+    with_provenance(good, "t", data="synthetic")                          # marked rows pass
+    forged = good.assign(bank="query-agnostic")                            # the mark lost on the way
+    with pytest.raises(ValueError, match=r"table 't' shows numbers only a query-aware fit produced.*row 0, column "
+                                         r"'R@1'"):
+        with_provenance(forged, "t", data="synthetic")
+    assert pv.unmarked_query_aware(forged)[0].startswith("row 0, column 'R@1'")
+    assert all(line.startswith("row 0") for line in pv.unmarked_query_aware(forged))   # row 1 is not query-aware
+    # in a compare table's value columns too
+    joined = pd.DataFrame({"method": ["is"], "this run": [qa["R@1"]], "run": ["x"], "bank": ["none"]})
+    assert pv.unmarked_query_aware(joined) == [f"row 0, column 'this run': {qa['R@1']!r} (bank 'none')"]
+    # a value that a query-agnostic computation also produced cannot be told apart: not refused
+    hn.recall_at_k(np.array([0] * int(round(qa["R@1"] * 160 / 100)) + [5] * (160 - int(round(qa["R@1"] * 160 / 100)))), 1)
+    assert pv.unmarked_query_aware(forged.iloc[:1][["method", "R@1", "bank"]]) == []
+    pv.clear_ledger()
+    assert pv.unmarked_query_aware(forged) == []
+    with pytest.raises(ValueError, match=r"the table has no 'bank' column"):
+        pv.unmarked_query_aware(pd.DataFrame({"R@1": [1.0]}))
+
+
+def test_joined_and_gain_tables_carry_each_rows_mark(data):
+    task = _task(data)
+    rows = []
+    for name, qa in (("raw", False), ("is", False), ("sn", True)):
+        norm = task.fit(hn.make_normalizer(name), query_aware=qa)
+        rows.append({"direction": "t2i", "method": name, "setting": "none" if name == "raw" else "x",
+                     **hn.evaluate(norm, task)})
+    res = pd.DataFrame(rows)
+    joined = compare.beside_published(res, "nnn-chowdhury2024", "-", label="synthetic", on=("direction", "method",
+                                                                                            "setting"))
+    assert dict(zip(joined["method"], joined["bank"])) == {"raw": "none", "is": "query-agnostic", "sn": "QUERY-AWARE"}
+    gains = compare.gains(joined.assign(published=1.0))
+    assert dict(zip(gains["method"], gains["bank"])) == {"is": "query-agnostic", "sn": "QUERY-AWARE"}
+    assert set(compare.gains(joined.drop(columns="bank").assign(published=1.0))["bank"]) == {"unrecorded"}
+    delta = compare.beside_published(res.assign(setting="x"), "nnn-chowdhury2024", "-", label="synthetic",
+                                     delta=("sn", "raw"))
+    assert delta["bank"].tolist() == ["QUERY-AWARE"]
+
+
+def test_the_numpy_hamming_search_equals_faiss(monkeypatch):
+    """The seam behind near-duplicate detection: faiss's exact binary search where faiss is installed, numpy's
+    otherwise (faiss is optional). Both against a brute-force count of differing bits, ties included."""
+    rng = np.random.default_rng(4)
+    bank = rng.integers(0, 256, size=(5000, 64), dtype=np.uint8)
+    bank[4200] = bank[17]                                   # a tie: the first row wins
+    test = rng.integers(0, 256, size=(300, 64), dtype=np.uint8)
+    test[:3] = bank[[17, 4999, 4096]]                        # exact copies, across the bank's blocks of 4096
+    test[3] = bank[10]
+    test[3, 5] ^= np.uint8(0b101)                            # two bits flipped
+    bits = np.unpackbits(bank, axis=1).astype(np.int16)
+    brute = np.array([np.abs(bits - b).sum(1) for b in np.unpackbits(test, axis=1).astype(np.int16)])
+    want_d, want_i = brute.min(1), brute.argmin(1)          # argmin: the first row on a tie
+    d, i = pv.nearest_hamming(bank, test, use_faiss=False)
+    assert d[:, 0].tolist() == want_d.tolist() and i[:, 0].tolist() == want_i.tolist()
+    assert d[:4, 0].tolist() == [0, 0, 0, 2] and i[:4, 0].tolist() == [17, 4999, 4096, 10]
+    pytest.importorskip("faiss")
+    fd, fi = pv.nearest_hamming(bank, test, use_faiss=True)
+    assert fd[:, 0].tolist() == want_d.tolist() and fi[:, 0].tolist() == want_i.tolist()
+    monkeypatch.delattr(np, "bitwise_count", raising=False)   # numpy 1.x: bytes counted instead
+    d1, i1 = pv.nearest_hamming(bank[:600], test[:40], use_faiss=False)
+    assert d1[:, 0].tolist() == brute[:40, :600].min(1).tolist() and i1[:, 0].tolist() == brute[:40, :600].argmin(1).tolist()
+
+
+def test_marks_need_no_faiss(data, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_faiss(name, *args, **kwargs):
+        if name == "faiss":
+            raise ImportError("no faiss here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_faiss)
+    pv._COMPARED.clear()
+    task = _task(data)
+    assert hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task)["bank"] == "QUERY-AWARE"
+    assert hn.evaluate(task.fit(hn.InvertedSoftmax()), task)["bank"] == "query-agnostic"
