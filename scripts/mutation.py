@@ -214,6 +214,15 @@ def mutation_score(counts: dict) -> float:
     return (counts["killed"] + counts["timeout"]) / scored if scored else float("nan")
 
 
+def _row_score(row: dict) -> float:
+    """A summary row's score from its counts (the CSV's score column is rounded to 3 digits: 0.9146 is stored as
+    0.915, which would print as 92% beside a run that printed 91%); the stored score where a count is missing."""
+    try:
+        return mutation_score({k: int(row[k]) for k in ("killed", "survived", "timeout", "no tests")})
+    except (KeyError, TypeError, ValueError):
+        return float(row["score"])
+
+
 #: the last digits of the mutant numbers ``--sample K`` tests: the first K (spread over 0-9; mutmut numbers a function's
 #: mutants from 1, so every function's first mutant is in every sample)
 SAMPLE_DIGITS = "1627384950"
@@ -388,7 +397,7 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
              "graph metadata), listed on the module's page.",
              "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for r in merged:
-        cells = [f"{float(r[c]):.0%}" if c == "score" else str(r.get(c, "")) for c in shown]
+        cells = [f"{_row_score(r):.0%}" if c == "score" else str(r.get(c, "")) for c in shown]
         cells[shown.index("sample")] = cells[shown.index("sample")] or "all"   # rows of runs before --sample
         i = shown.index("timeouts rechecked")
         cells[i] = cells[i] or ("not rechecked" if int(r.get("timeout") or 0) else "none")

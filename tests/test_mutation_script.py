@@ -72,23 +72,27 @@ def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_kee
     def row(module, killed):
         return {"module": module, "tests": 1, "test files": ["tests/test_m.py"], "mutants": 10, "killed": killed,
                 "survived": 9 - killed - 1, "timeout": 1, "no tests": 1, "suspicious": 0,
-                "score": (killed + 1) / 9, "seconds": 1.0, "survivors": {f"{module}.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"},
+                "score": (killed + 1) / 10, "seconds": 1.0, "survivors": {f"{module}.x_f__mutmut_1": "--- a\n+++ b\n-x\n+y"},
                 **({"timeouts rechecked": "1 rerun: 0 survived, 0 killed, 1 timed out again"} if module == "a" else {})}
 
     mutation.write_report([row("m", 6)], tmp_path / "r", ["m"])
     mutation.write_report([row("a", 8)], tmp_path / "r", ["a"])
     md = (tmp_path / "r" / "summary.md").read_text()
-    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 78% | not rechecked | 0 | 1.0 |" in md
-    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 100% | 1 rerun: 0 survived, 0 killed, 1 timed out again | 0 | 1.0 |" in md
+    assert "| [m](m.md) | 1 | 10 | all | 6 | 2 | 1 | 1 | 0 | 70% | not rechecked | 0 | 1.0 |" in md
+    assert "| [a](a.md) | 1 | 10 | all | 8 | 0 | 1 | 1 | 0 | 90% | 1 rerun: 0 survived, 0 killed, 1 timed out again | 0 | 1.0 |" in md
     assert md.index("[a](a.md)") < md.index("[m](m.md)")
     page = (tmp_path / "r" / "m.md").read_text()
     assert "```diff" in page and "`tests/test_m.py`" in page and "scripts/mutation.py m`" in page
     assert "Timeouts rechecked in a fresh process (see `recheck_timeouts`): not done" in page
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
-    assert lines[2].startswith("m,1,10,,6,2,1,1,0,0.778") and len(lines) == 3
+    assert lines[2].startswith("m,1,10,,6,2,1,1,0,0.700") and len(lines) == 3
     mutation.write_report([row("m", 8)], tmp_path / "r", ["m"])     # a rerun replaces the module's row
     lines = (tmp_path / "r" / "summary.csv").read_text().splitlines()
-    assert len(lines) == 3 and lines[2].startswith("m,1,10,,8,0,1,1,0,1.000")
+    assert len(lines) == 3 and lines[2].startswith("m,1,10,,8,0,1,1,0,0.900")
+    # the summary's percentage comes from the counts, not from the CSV's 3-digit score (0.9146 stored as 0.915)
+    r = dict(row("p", 0), killed=814, survived=76, timeout=0, **{"no tests": 0}, score=814 / 890)   # 0.91461
+    mutation.write_report([r], tmp_path / "r", ["p"])
+    assert "| 0 | 91% |" in (tmp_path / "r" / "summary.md").read_text()
 
 
 def test_lines_marked_no_mutate_are_counted_and_listed(mutation, tmp_path, monkeypatch):
