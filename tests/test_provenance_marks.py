@@ -219,3 +219,21 @@ def test_marks_need_no_faiss(data, monkeypatch):
     task = _task(data)
     assert hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task)["bank"] == "QUERY-AWARE"
     assert hn.evaluate(task.fit(hn.InvertedSoftmax()), task)["bank"] == "query-agnostic"
+
+
+def test_score_rows_are_compared_only_over_the_gallery_they_were_fitted_on(data):
+    caps, images = data["captions"], data["images"]
+    pos = hn.Positives.from_labels(data["c2i"], 80)
+    task = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"]), pos, direction="t2i")
+    shuffled = images[np.random.default_rng(1).permutation(80)]            # the same width, another column order
+    other = hn.ScoreTask(hn.matrices_from_embeddings(caps, shuffled, data["caption_bank"]), pos, direction="t2i")
+    norm = task.fit(hn.InvertedSoftmax(), query_aware=True)
+    assert pv.certify(norm, task).findings[0]["exact"] == 160
+    with pytest.raises(ValueError, match=r"fitted on score rows over another gallery .* certify it on the task it "
+                                         r"was fitted from"):
+        pv.certify(norm, other)
+    assert pv.bank_mark(norm, other) == "unrecorded" and pv.bank_mark(norm, task) == "QUERY-AWARE"
+    # a bank subset of the same task keeps its gallery (score_studies.bank_subset)
+    from hubnorm.experiments.score_studies import bank_subset
+    sub = bank_subset(task, np.arange(40))
+    assert sub.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"

@@ -40,6 +40,7 @@ import math
 import os
 import re
 import tempfile
+import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -108,6 +109,9 @@ class Fingerprint:
     signatures: np.ndarray     # (rows, bits / 8) uint8
     kind: str = "embeddings"   # or "scores" (rows of a score matrix, each centred)
     bits: int = BITS
+    #: score rows only: a weak reference to the test matrix whose gallery they are over (gallery_of); in process
+    #: only, not saved with a certificate
+    over: Optional[object] = field(default=None, compare=False, repr=False)
 
     def summary(self) -> Dict[str, object]:
         """The short form shown beside a result: name, kind, rows and the first 12 hex digits of the content hash."""
@@ -350,13 +354,34 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
         #                                 certificate asks (a stored matrix is read in the fit's own order only)
         if normalizer.uses_query_bank != "unused" and engine.has_matrix("query_bank", "targets"):
             matrix, budget = engine.matrix("query_bank", "targets"), engine.block_bytes
-            out["query_bank"] = lambda: fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget)
+            gallery = gallery_of(engine)   # the columns those score rows are over
+
+            def deferred():
+                return replace(fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget), over=gallery)
+            out["query_bank"] = deferred
         return out
     banks = getattr(engine, "banks", None)   # the Dask engine: its banks as Dask arrays, read a block at a time
     if isinstance(banks, dict):
         return {name: fingerprint(banks[name], name, block_bytes=engine.block_bytes)
                 for name in ("query_bank", "target_bank") if name in banks}
     return None
+
+
+def gallery_of(engine):
+    """What identifies the columns of a score-matrix engine's rows: a weak reference to its stored test matrix
+    (queries x targets, in either orientation), so that score rows fingerprinted over one gallery are never compared
+    with score rows over another of the same width; None for an engine without one."""
+    for key in (("queries", "targets"), ("targets", "queries")):
+        if key in (getattr(engine, "matrices", None) or {}):
+            return weakref.ref(engine.matrices[key])
+    return None
+
+
+def _same_gallery(banks: Dict[str, Fingerprint], task) -> bool:
+    """Whether the score rows among ``banks`` are over ``task``'s gallery (embeddings: always)."""
+    over = [fp.over for fp in banks.values() if fp.over is not None]
+    here = gallery_of(getattr(task, "engine", None))
+    return all(ref() is not None and here is not None and ref() is here() for ref in over)
 
 
 def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
@@ -399,6 +424,10 @@ def _certify(normalizer, task, banks: Dict[str, Fingerprint], near_cosine: float
     """:func:`certify` with the bank fingerprints given (those of a fit, or of a sweep's engine)."""
     kind = "scores" if hasattr(getattr(task, "engine", None), "has_matrix") else "embeddings"
     if kind == "scores":
+        if not _same_gallery(banks, task):
+            raise ValueError(f"{type(normalizer).__name__} was fitted on score rows over another gallery (another "
+                             "score task's test matrix): its bank rows can only be compared with test rows over the "
+                             "same gallery; certify it on the task it was fitted from")
         test = {"queries": fingerprint(task.engine.matrix("queries", "targets"), "queries", kind="scores")}
     else:
         test = {"queries": fingerprint(task.queries, "queries"), "targets": fingerprint(task.targets, "targets")}
@@ -454,6 +483,8 @@ def bank_mark(normalizer, task, *, engine=None) -> str:
         prov = bank_fingerprints(normalizer)   # deferred score rows resolved (and kept) once
     else:
         prov = {k: v() if callable(v) else v for k, v in prov.items()}
+    if not _same_gallery(prov, task):   # score rows over another gallery: nothing to compare them with
+        return UNRECORDED
     return QUERY_AGNOSTIC if _certify(normalizer, task, prov, NEAR_COSINE).leak_free else QUERY_AWARE
 
 
