@@ -237,3 +237,21 @@ def test_score_rows_are_compared_only_over_the_gallery_they_were_fitted_on(data)
     from hubnorm.experiments.score_studies import bank_subset
     sub = bank_subset(task, np.arange(40))
     assert sub.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"
+
+
+def test_review_findings_marks_never_claim_more_than_was_compared(data):
+    caps, images = data["captions"], data["images"]
+    pos = hn.Positives.from_labels(data["c2i"], 80)
+    # a score-matrix fit's target bank is not compared: its mark cannot say query-agnostic (here it holds the gallery)
+    st = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"], images.copy()), pos,
+                      direction="t2i")
+    assert st.evaluate(hn.DualInvertedSoftmax())["bank"] == "unrecorded"
+    assert st.evaluate(hn.DualInvertedSoftmax(), certificate=True)["bank"] == "unrecorded"
+    assert st.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"       # its only bank was compared
+    # a fit on embeddings evaluated on score matrices: evaluated as before, marked unrecorded (no error)
+    task = _task(data)
+    emb = task.fit(hn.InvertedSoftmax())
+    plain = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"]), pos, direction="t2i")
+    assert plain.evaluate(emb, fit=False)["bank"] == "unrecorded"
+    # the raw scores: the same mark with or without a certificate
+    assert hn.evaluate(task.fit(hn.Identity()), task, certificate=True)["bank"] == "none"

@@ -19,7 +19,7 @@ import torch
 
 from .kernels import block_rows, counts_namespace, iter_blocks
 from ._validation import check_chunk_size, check_positive_int
-from .provenance import QUERY_AGNOSTIC, QUERY_AWARE, bank_mark, note_recalls, note_result, requested_certificate
+from .provenance import bank_mark, certificate_mark, note_recalls, note_result, requested_certificate
 from .retrieval import Positives, RetrievalTask
 
 ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
@@ -218,7 +218,7 @@ def marked(result: Dict[str, float], normalizer, task, certificate=None) -> str:
     """The ``bank`` mark of ``result`` (:func:`hubnorm.provenance.bank_mark`; from ``certificate`` when one was
     made), recorded with its R@K values in the ledger that saved tables are checked against."""
     if certificate is not None:
-        mark = QUERY_AGNOSTIC if certificate.leak_free else QUERY_AWARE
+        mark = certificate_mark(certificate)
     else:
         mark = bank_mark(normalizer, task)
     note_result(result, mark)

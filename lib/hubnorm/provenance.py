@@ -239,7 +239,7 @@ def nearest_hamming(bank: np.ndarray, test: np.ndarray, *, use_faiss: Optional[b
         try:
             import faiss  # noqa: F401
             use_faiss = True
-        except ImportError:   # faiss is an optional dependency: the numpy search gives the same answer
+        except Exception:   # faiss is optional (or a build that fails to load): the numpy search gives the same answer
             use_faiss = False
     if use_faiss:
         import faiss
@@ -485,7 +485,20 @@ def bank_mark(normalizer, task, *, engine=None) -> str:
         prov = {k: v() if callable(v) else v for k, v in prov.items()}
     if not _same_gallery(prov, task):   # score rows over another gallery: nothing to compare them with
         return UNRECORDED
-    return QUERY_AGNOSTIC if _certify(normalizer, task, prov, NEAR_COSINE).leak_free else QUERY_AWARE
+    kind = "scores" if hasattr(getattr(task, "engine", None), "has_matrix") else "embeddings"
+    if any(fp.kind != kind for fp in prov.values()):   # fitted on embeddings, evaluated on scores (or the reverse)
+        return UNRECORDED
+    return certificate_mark(_certify(normalizer, task, prov, NEAR_COSINE))
+
+
+def certificate_mark(cert: "Certificate") -> str:
+    """The mark a certificate gives: QUERY-AWARE when it found a test row in a bank; query-agnostic only when every
+    bank the fit used was compared (a score-matrix fit's target bank is not: unrecorded); none without banks."""
+    if not cert.leak_free:
+        return QUERY_AWARE
+    if not cert.banks:
+        return NO_BANK
+    return UNRECORDED if cert.not_compared else QUERY_AGNOSTIC
 
 
 def rows_mark(bank, queries) -> str:
