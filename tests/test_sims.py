@@ -66,7 +66,13 @@ def test_sims_folder_equals_embeddings(tmp_path, name, params):
     for d, e in (("t2v", "t2i"), ("v2t", "i2t")):
         got = tasks[d].evaluate(hn.make_normalizer(name, **params))
         want = hn.evaluate(emb[e].fit(hn.make_normalizer(name, **params)), emb[e])
+        got_bank, want_bank = got.pop("bank"), want.pop("bank")
         assert got == pytest.approx(want, abs=1e-12), (d, got, want)
+        assert want_bank == ("none" if name == "raw" else "query-agnostic")
+        # A target bank given as scores is compared with nothing (no test column rows to compare it to), so the
+        # score-matrix path can only say it was not recorded; the query bank is compared on both paths.
+        uses_target_bank = name in ("dbsn", "dualdis")
+        assert got_bank == ("unrecorded" if uses_target_bank else want_bank), (d, name, got_bank)
         assert tasks[d].meta["source"] == "synthetic"
 
 
