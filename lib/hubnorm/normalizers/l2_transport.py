@@ -13,7 +13,9 @@ than about ``reg``); default ``reg = 0.05``.
 
 Solved in float64: POT's L-BFGS on the smooth dual (``ot.smooth.smooth_ot_dual``, ``reg_type="l2"``) as the start,
 then a damped semismooth Newton method on the same dual (Newton directions on the current support, Armijo
-backtracking: globally convergent on this convex, piecewise quadratic function) until both marginals hold to
+backtracking: globally convergent on this convex, piecewise quadratic function; where the decrease Armijo asks for
+is below float64 rounding of the dual's value, a step is accepted when it lowers the marginals' error) until both
+marginals hold to
 1e-13 of a query's mass (or float64 rounding at a tiny ``reg``), and the linear optimality conditions solved exactly on the settled support, so the plan
 does not depend on where the iterations stopped. Transductive: see :mod:`hubnorm.normalizers.plans`.
 
@@ -54,8 +56,9 @@ def _support_system(support):
 
 def _newton(S, f, g, gamma, a, b, tol):
     """Damped semismooth Newton on the dual (a convex, piecewise quadratic function): Newton directions on the
-    current support (a small ridge keeps them defined), Armijo backtracking; globally convergent. Returns the
-    potentials when the marginals' error is below ``tol``, else None."""
+    current support (a small ridge keeps them defined), Armijo backtracking (below the value's rounding: the
+    marginals' error decides); globally convergent. Returns the potentials when the marginals' error is below
+    ``tol``, else None."""
     from scipy import sparse
     from scipy.sparse.linalg import spsolve
 
@@ -71,10 +74,16 @@ def _newton(S, f, g, gamma, a, b, tol):
         if not np.isfinite(slope) or slope >= 0:
             d, slope = -grad, -float(grad @ grad)           # a gradient step where the direction fails
         t = 1.0
+        rounding = 64 * np.finfo(float).eps * max(1.0, abs(value))   # what float64 can resolve of the dual's value
         while t > 1e-12:
             f_new, g_new = f + t * d[:m], g + t * d[m:]
             v_new, grad_new, x_new = _dual(S, f_new, g_new, gamma, a, b)
             if v_new <= value + 1e-4 * t * slope:
+                break
+            # near the optimum the decrease Armijo asks for is below the rounding of the value: there the step is
+            # judged by the marginals' error it leaves (the gradient), which float64 still resolves
+            if -1e-4 * t * slope <= rounding and v_new <= value + rounding \
+                    and np.abs(grad_new).max() < np.abs(grad).max():
                 break
             t *= 0.5
         else:
