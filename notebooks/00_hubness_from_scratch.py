@@ -73,6 +73,7 @@ from scipy import special, stats
 import hubnorm as hn
 from hubnorm.experiments import notebook as nb
 from hubnorm.experiments import protocol as pr
+from hubnorm.provenance import bank_mark
 
 run = nb.setup("00", seed=seed, params=globals())
 
@@ -134,7 +135,7 @@ for ax, d in zip(np.atleast_1d(axes), dims):
 axes[0].set_ylabel("number of points (log scale)")
 fig.suptitle(f"k-occurrence of {n_points} i.i.d. Gaussian points (dashed: the mean, k = {k})", fontsize=11)
 fig.tight_layout()
-run.save_figure(fig, "toy_k_occurrence")
+run.save_figure(fig, "toy_k_occurrence", data="toy: i.i.d. Gaussian points", bank="none")
 plt.show()
 
 # %% [markdown] tags=[]
@@ -199,7 +200,7 @@ axes[1].set_ylabel(f"$N_{{{k}}}$")
 rho = stats.spearmanr(toy[d_hi]["n_k"], toy[d_hi]["to_mean"])[0]
 axes[1].set_title(f"(b) d = {d_hi}: central points are hubs (Spearman {rho:.2f})", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "toy_concentration")
+run.save_figure(fig, "toy_concentration", data="toy: i.i.d. Gaussian points", bank="none")
 plt.show()
 
 # %% [markdown] tags=[]
@@ -306,7 +307,7 @@ ax.set_xlabel("cosine similarity")
 ax.set_title("(b) cosine of matched and of unmatched caption-image pairs", fontsize=10)
 ax.legend(fontsize=8)
 fig.tight_layout()
-run.save_figure(fig, "modality_gap")
+run.save_figure(fig, "modality_gap", caption=f"The modality gap; {label}.", data=label, bank="none")
 plt.show()
 
 # %% [markdown] tags=[]
@@ -371,7 +372,8 @@ ax.set_xlabel("margin: true-image cosine minus best non-match cosine")
 ax.set_ylabel("captions")
 ax.set_title("(b) the margin per caption (left of the line: R@1 missed)", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "match_vs_best_nonmatch")
+run.save_figure(fig, "match_vs_best_nonmatch", caption=f"Raw cosine margins per caption; {label}.", data=label,
+                bank="none")
 plt.show()
 
 # %% [markdown] tags=[]
@@ -448,7 +450,7 @@ ax.set_title(f"text→image, {label}: Spearman {stats.spearmanr(n_k_raw, central
              fontsize=9)
 ax.legend(fontsize=8)
 fig.tight_layout()
-run.save_figure(fig, "hub_vs_centrality")
+run.save_figure(fig, "hub_vs_centrality", data=label, bank="none")
 plt.show()
 
 # %% [markdown] tags=[]
@@ -624,7 +626,8 @@ ax.set_ylabel("offset $h_t$ (minus its mean)")
 ax.set_title("(b) each method's offset against the image's centrality", fontsize=10)
 ax.legend(fontsize=8, markerscale=3)
 fig.tight_layout()
-run.save_figure(fig, "methods_effect")
+run.save_figure(fig, "methods_effect", caption=f"N_{k} and offsets of NNN, IS and SN; {label}.", data=label,
+                bank=[bank_mark(m, task) for m in methods.values()])   # what each method's bank was
 plt.show()
 
 # %% [markdown] tags=[]
@@ -671,7 +674,7 @@ for name, r in reals.items():   # each real set: its test split, the same method
                                                                                              query_bank=bank_c),
         "IS": hn.InvertedSoftmax(tau=is_tau).fit(t.images, query_bank=bank_c),
         "SN": hn.SinkhornNormalization(tau=sn_tau, n_iter=sn_iter).fit(t.images, query_bank=bank_c)})
-data_rows, method_rows, ratio_of = [], [], {}
+data_rows, method_rows, ratio_of, marks = [], [], {}, set()
 for name, (img, cap, c2i, fitted) in sets.items():   # §3, §4 and §6.5 on each data set, with the same calls
     sc = cap @ img.T
     pos = sc[np.arange(len(cap)), c2i]
@@ -686,8 +689,10 @@ for name, (img, cap, c2i, fitted) in sets.items():   # §3, §4 and §6.5 on eac
         f"max N_{k} / expected": n_k_data.max() / expected,
         f"anti-hubs (N_{k} = 0) %": 100.0 * np.mean(n_k_data == 0),
         "Spearman(N_k, centrality)": stats.spearmanr(n_k_data, img @ mu_c)[0]})
-    positives = hn.build_tasks(img, cap, c2i, directions=("t2i",))["t2i"].positives
+    set_task = hn.build_tasks(img, cap, c2i, directions=("t2i",))["t2i"]
+    positives = set_task.positives
     for mname, method in fitted.items():
+        marks.add(bank_mark(method, set_task))
         normalised = method.score(cap)
         n_k_m = hn.k_occurrence(normalised, k)
         ratio_of[(name, mname)] = n_k_m / expected
@@ -715,7 +720,8 @@ fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=4, 
            bbox_to_anchor=(0.5, 1.02))
 fig.tight_layout(rect=(0, 0, 1, 0.93))
 run.save_figure(fig, "real_k_occurrence", caption=f"N_{k} / expected count of every test image, raw and after "
-                "NNN / IS / SN (text→image), for the main data and each real release.")
+                "NNN / IS / SN (text→image), for the main data and each real release.", data=list(sets),
+                bank=sorted(marks))
 plt.show()
 
 # %% [markdown] tags=[]

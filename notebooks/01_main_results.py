@@ -277,7 +277,8 @@ fig.legend(handles, names, loc="upper center", ncol=3, fontsize=8, bbox_to_ancho
 fig.suptitle(f"R@1 with 95% bootstrap CI — this run: {label}", fontsize=10, y=1.08)
 fig.tight_layout()
 run.save_figure(fig, "main_results_r1", caption=f"R@1 per method and direction with 95% bootstrap CIs on a zoomed "
-                f"axis; dashed/band: raw R@1 and its CI; grey: NNN paper. this run = {label}.")
+                f"axis; dashed/band: raw R@1 and its CI; grey: NNN paper. this run = {label}.", data=label,
+                bank=results["bank"])
 plt.show()
 
 # %% [markdown]
@@ -475,7 +476,7 @@ axes[0][-1].legend(handles, labels, title="direction", loc="upper left", bbox_to
 fig.suptitle("Classic (LS, MP, DSL) and bank-based (NNN, IS, SN) hubness reductions", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "classic_methods", caption="R@1 gain over the raw scores of NNN, IS, SN, LS, MP and DSL, per "
-                "data set.")
+                f"data set: {'; '.join(cdata)}.", data=classic_table["data"], bank=classic_table["bank"])
 plt.show()
 
 # %% [markdown]

@@ -150,7 +150,8 @@ for ax, d in zip(axes[0], directions):
 fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper right", fontsize=9, frameon=False)
 fig.suptitle(f"Hubness before/after NNN (cf. NNN Fig. 2 / A2) — {label}", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence histograms, raw vs NNN; {label}.")
+run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence histograms, raw vs NNN; {label}.",
+                data=label, bank=stats1["bank"])
 plt.show()
 
 # %% [markdown]
@@ -214,7 +215,8 @@ sk = stats10[stats10["bank"] != agn_bank].set_index("method")["skewness"]
 ax.set_title("skewness: " + ", ".join(f"{m} {v:.2f}" for m, v in sk.items()) + " (query-aware)", fontsize=10)
 fig.suptitle(f"k-occurrence distribution (cf. DBSN Fig. 4) — {label}", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "dbsn_k_occurrence_top10", caption=f"N_{hub_k} histograms raw/IS/SN (query-aware); {label}.")
+run.save_figure(fig, "dbsn_k_occurrence_top10", caption=f"N_{hub_k} histograms raw/IS/SN (query-aware); {label}.",
+                data=label, bank=stats10.loc[stats10["bank"] != agn_bank, "bank"])   # the query-aware fits
 plt.show()
 
 # %% [markdown]
@@ -262,7 +264,8 @@ fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper center",
            bbox_to_anchor=(0.45, 0.02))   # below the panels, never over the points
 fig.suptitle(f"t-SNE of the test embeddings (cf. DBSN Fig. A9) — {label}", fontsize=10)
 run.save_figure(fig, "dbsn_fig_a9_tsne", caption=f"t-SNE of test images and one caption per image; images coloured by "
-                f"N_{hub_k} raw and after SN (query-aware); the ten largest raw hubs circled; {label}.")
+                f"N_{hub_k} raw and after SN (query-aware); the ten largest raw hubs circled; {label}.", data=label,
+                bank=stats10.loc[stats10["method"].isin(["Original", "SN"]) & (stats10["bank"] != agn_bank), "bank"])
 plt.show()
 
 # %%
@@ -426,7 +429,8 @@ fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=3, 
            bbox_to_anchor=(0.5, 1.02))
 fig.tight_layout(rect=(0, 0, 1, 0.93))
 run.save_figure(fig, "k_occurrence_by_data", caption=f"N_{hub_k} / expected count per image (t2i), raw and "
-                "query-aware IS / SN, for the main data and each real release.")
+                f"query-aware IS / SN, for the main data and each real release: {'; '.join(by_data)}.",
+                data=list(by_data), bank=hub10.loc[~hub10["bank"].str.startswith("reference bank"), "bank"])
 plt.show()
 
 # %% [markdown]

@@ -227,7 +227,8 @@ fig.tight_layout(h_pad=2.5)
 fig.legend(handles, [f"{n} NNN" if n in directions else n for n in names], loc="upper center", ncol=4, fontsize=9,
            bbox_to_anchor=(0.5, 0.0), frameon=False)   # below the panels
 run.save_figure(fig, "nnn_r1_vs_k", caption=f"R@1 over k at alpha={alpha}: this run ({label}) and the NNN paper (COCO); "
-                "right: the gain over the raw scores at each k for every data set and the paper.")
+                "right: the gain over the raw scores at each k for every data set and the paper.", data=gains["data"],
+                bank=["none", *curve["bank"], *(b for c in real_curve.values() for b in c["bank"])])
 plt.show()
 
 # %% [markdown]
@@ -299,7 +300,8 @@ for ax in axes.ravel()[len(panels):]:
     ax.set_axis_off()
 fig.tight_layout()
 run.save_figure(fig, "nnn_alpha_k_heatmap", caption=f"NNN hyperparameter grid: R@1 on val over alpha x k; {label}"
-                + (" and the real sets beside it." if len(panels) > len(heat_directions) else "."))
+                + (" and the real sets beside it." if len(panels) > len(heat_directions) else "."),
+                data=[p["data"] for p in panels], bank=[b for p in panels for b in p["table"]["bank"]])
 plt.show()
 
 # %% [markdown]

@@ -211,7 +211,8 @@ fig.suptitle("NNN vs bank size (cf. Tables A12-A15)", fontsize=10)
 fig.tight_layout()
 fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=9, bbox_to_anchor=(0.5, 0.0),
            frameon=False)   # below the panels
-run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-bank size; {nb.names(list(panels))}.")
+run.save_figure(fig, "nnn_bank_fraction", caption=f"R@1 of NNN over reference-bank size; {nb.names(list(panels))}.",
+                data=list(panels), bank=pd.concat(panels.values())["bank"])
 plt.show()
 
 # %% [markdown]
@@ -340,7 +341,8 @@ for ax in axes:
 fig.suptitle(f"Query-bank size (cf. DBSN Fig. 7; mean ± sd over {len(dbsn_seeds)} draws) — {label}", fontsize=10)
 fig.tight_layout(rect=(0, 0, 1, 0.9))
 fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, bbox_to_anchor=(0.5, 0.95), frameon=False)
-run.save_figure(fig, "dbsn_query_bank_size", caption=f"IS vs SN vs DBSN over query-bank size, t2i; {label}.")
+run.save_figure(fig, "dbsn_query_bank_size", caption=f"IS vs SN vs DBSN over query-bank size, t2i; {label}.",
+                data=label, bank=qb["bank"])
 plt.show()
 
 # %% [markdown]
@@ -439,7 +441,8 @@ fig.tight_layout()
 fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=3, fontsize=9,
            bbox_to_anchor=(0.5, 0.0), frameon=False)   # below the panels
 run.save_figure(fig, "dbsn_query_bank_size_real", caption=f"R@1 and skewness of N_{hub_k} over the query bank "
-                f"relative to the test queries, t2i; {nb.names(list(columns))}.")
+                f"relative to the test queries, t2i; {nb.names(list(columns))}.", data=list(columns),
+                bank=["none", *(b for sm, _ in columns.values() for b in sm["bank"])])   # "none": the raw lines
 plt.show()
 
 # %% [markdown]
@@ -515,7 +518,7 @@ axes[0].legend(title="query bank", fontsize=8, loc="best")
 fig.suptitle(f"SN with query banks from different sources, t2i (cf. DBSN Fig. 8); {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "dbsn_fig8_query_bank_source", caption="R@1 against the skewness and the two gaps, per "
-                "query-bank source.")
+                f"query-bank source; {label}.", data=label, bank=fig8["bank"])
 plt.show()
 
 # %% [markdown]
@@ -588,7 +591,7 @@ if len(shift):
                                    f"cross-dataset bank); {label}")
     run.save_figure(fig, "query_bank_shift", caption="R@1 gain over the raw scores (95% paired bootstrap CI "
                     "bands) per method as the query bank moves to another pool; stars: the NNN paper's gains with an "
-                    "in-distribution and a cross-dataset bank.")
+                    f"in-distribution and a cross-dataset bank; {label}.", data=label, bank=shift["bank"])
     plt.show()
     stops = studies.stops_helping(shift)
     nb.show(stops)

@@ -183,7 +183,8 @@ fig.legend(*axes[1, 0].get_legend_handles_labels(), loc="outside lower center", 
 fig.suptitle(f"Sinkhorn plan on {m_plan} bank captions × {n_plan} test images (τ = {sn_tau:g}) — {label}",
              fontsize=10)
 run.save_figure(fig, "sinkhorn_plan_marginals", caption=f"Transport plan and its marginals after T = 0, 1, 10 "
-                f"Sinkhorn iterations on a {m_plan} x {n_plan} sub-problem; {label}.")
+                f"Sinkhorn iterations on a {m_plan} x {n_plan} sub-problem; {label}.", data=label,
+                bank="training captions (query-agnostic)")   # the plan's rows: a sample of the training captions
 plt.show()
 
 # %% [markdown]
@@ -439,7 +440,8 @@ for row, (data, sw_data) in zip(axes, panels.items()):
 fig.suptitle("IS vs SN over τ, t2i (cf. DBSN Fig. 6)", fontsize=10)
 fig.tight_layout()
 fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper right", fontsize=9, frameon=False)
-run.save_figure(fig, "dbsn_tau_sweep", caption=f"R@1 over tau for IS and SN, t2i; {nb.names(list(panels))}.")
+run.save_figure(fig, "dbsn_tau_sweep", caption=f"R@1 over tau for IS and SN, t2i; {nb.names(list(panels))}.",
+                data=list(panels), bank=pd.concat(panels.values())["bank"])
 plt.show()
 
 # %% [markdown]
@@ -590,7 +592,8 @@ if plans:
     ax.legend(title="method", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(label, fontsize=9)
     fig.tight_layout()
-    run.save_figure(fig, "dbsn_table6_plan_density", caption="Targets reached per query by the sparse plans.")
+    run.save_figure(fig, "dbsn_table6_plan_density", caption=f"Targets reached per query by the sparse plans "
+                    f"(query-aware); {label}.", data=label, bank=tab6["bank"])
     plt.show()
 
 # %% [markdown]

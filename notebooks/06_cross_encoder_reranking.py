@@ -210,7 +210,8 @@ if has_ce:
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle(label, fontsize=10)
     fig.tight_layout()
-    run.save_figure(fig, "table8_k_ablation", caption="Recall after reranking the raw bi-encoder's top-k.")
+    run.save_figure(fig, "table8_k_ablation", caption=f"Recall after reranking the raw bi-encoder's top-k; {label}.",
+                    data=label, bank=t8["bank"])
     plt.show()
 
 # %% [markdown]
@@ -354,7 +355,8 @@ if t5 is not None:
     g.set_axis_labels("first stage (and reranking)", "R@1 (%)")
     g.figure.suptitle(f"Table 5 analog: a gallery with distractors ({label})", fontsize=10)
     run.save_figure(g.figure, "table5_distractors", caption="R@1 of every first stage, alone and reranked, on the "
-                    "test gallery and with another data set's test items as distractors.")
+                    f"test gallery and with another data set's test items as distractors; {label}.", data=label,
+                    bank=t5["bank"])
     plt.show()
 
 # %% [markdown]
@@ -467,7 +469,8 @@ if has_ce:
                bbox_to_anchor=(0.5, 1.06))
     fig.suptitle(f"Score combination, {CE_LABEL}; {label}", fontsize=10, y=1.12)
     fig.tight_layout()
-    run.save_figure(fig, "table11_score_combination", caption="R@1 over the weight lambda of the first-stage score.")
+    run.save_figure(fig, "table11_score_combination", caption=f"R@1 over the weight lambda of the first-stage score; "
+                    f"{label}.", data=label, bank=ours11["bank"])
     plt.show()
 
 # %% [markdown]
@@ -572,7 +575,8 @@ if has_ce:
         ax.tick_params(axis="y", rotation=0)
     fig.suptitle(f"{CE_LABEL}; {label}", fontsize=10)
     fig.tight_layout()
-    run.save_figure(fig, "grid_first_stage_x_k", caption="R@1 gain of each first stage over Original, after reranking.")
+    run.save_figure(fig, "grid_first_stage_x_k", caption=f"R@1 gain of each first stage over Original, after "
+                    f"reranking; {label}.", data=label, bank=grid["bank"])
     plt.show()
 
 # %% [markdown]
@@ -666,7 +670,8 @@ if has_ce:
     ax.set_title(f"NNN Fig. A1 analog: {CE_LABEL}, one caption per image\n{label}", fontsize=9)
     fig.tight_layout()
     run.save_figure(fig, "nnn_fig_a1_ce_matches", caption="Captions matched per image by the cross-encoder over the "
-                    "whole gallery, raw and with NNN's bias; two-sample Kolmogorov-Smirnov test.")
+                    f"whole gallery, raw and with NNN's bias; two-sample Kolmogorov-Smirnov test; {label}.", data=label,
+                    bank=["none", rows_mark(train.captions[bank_rows], tasks["t2i"].queries)])   # raw; the bias's bank
     plt.show()
     nb.notice(f"Largest number of captions won by one image: raw {int(wins['raw'].max())}, with NNN "
               f"{int(list(wins.values())[1].max())}; images winning none: raw {int((wins['raw'] == 0).sum())}, with NNN "

@@ -192,7 +192,8 @@ axes[1].get_legend().remove()
 axes[0].legend(title="", fontsize=8)
 fig.suptitle(label, fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "ndcg_vs_recall_gain", caption=f"Change of R@K and NDCG@K against the raw cosine; {label}.")
+run.save_figure(fig, "ndcg_vs_recall_gain", caption=f"Change of R@K and NDCG@K against the raw cosine; {label}.",
+                data=label, bank=norm_table["bank"])
 plt.show()
 
 # %% [markdown]
@@ -283,7 +284,7 @@ ax.legend(fontsize=8, loc="best")
 ax.set_title(f"Fig. 8 analog: RSUM over tau ({label})", fontsize=9)
 fig.tight_layout()
 run.save_figure(fig, "fig8_tau", caption="RSUM of the adapter trained with triplet + S-NDCG at each tau, beside the "
-                "triplet baseline (Li et al. Fig. 8 analog).")
+                "triplet baseline (Li et al. Fig. 8 analog).", data=label, bank="none")   # raw cosine of adapted embeddings
 plt.show()
 
 # %%
@@ -318,7 +319,7 @@ axes[2].legend(fontsize=8)
 fig.suptitle(f"Adapter analog, not Li et al.'s models; {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "training_curves", caption=f"Adapter training: batch NDCG, approximation error per tau, "
-                f"triplet loss; {label}.")
+                f"triplet loss; {label}.", data=label, bank="none")
 plt.show()
 
 # %%

@@ -155,7 +155,8 @@ for row, e in zip(axes, expl.values()):
 fig.suptitle(f"Why image {hub} is a hub, per method — {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "explain_hub", caption=f"Contributions of bank captions to the hub's offset, and the true-match "
-                                            f"ranks of the queries it wins, raw vs each method; {label}.")
+                                            f"ranks of the queries it wins, raw vs each method; {label}.",
+                data=label, bank=explain_table["bank"])
 plt.show()
 
 # %% [markdown]
@@ -252,7 +253,8 @@ for ax in axes:
     ax.set_xlabel("budget (chord distance from a real image)")
 fig.suptitle(f"{n_plant} planted hubs ({construction}) — {label}", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "planted_hubs", caption=f"Capture share and R@1 damage of planted hubs, raw and per method; {label}.")
+run.save_figure(fig, "planted_hubs", caption=f"Capture share and R@1 damage of planted hubs, raw and per method; {label}.",
+                data=label, bank=planted_table["bank"])
 plt.show()
 
 # %% [markdown]
@@ -325,7 +327,8 @@ ax.set_ylabel("t2i R@1 on test (%)")
 ax.legend(fontsize=8, frameon=False)
 ax.set_title(f"Label-free vs labelled choice — {label}", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "label_free", caption=f"R@1 with 95% bootstrap intervals of both choices; {label}.")
+run.save_figure(fig, "label_free", caption=f"R@1 with 95% bootstrap intervals of both choices; {label}.", data=label,
+                bank=["none", *lf_table["bank"]])   # "none": the raw band
 plt.show()
 
 # %% [markdown]
@@ -487,7 +490,7 @@ if reals:
                title=f"N_{hub_k}:", title_fontsize=9, bbox_to_anchor=(0.35, 0.0))   # below the panels
     run.save_figure(fig, "real_hubs_label_free", caption="Real sets: N_k of the largest raw hubs, raw and after each "
                     "method (left); label-free minus labelled t2i R@1 with its paired 95% interval (right); "
-                    + ", ".join(reals) + ".")
+                    + ", ".join(reals) + ".", data=list(reals), bank=[*real_hubs["bank"], *real_lf["bank"]])
     plt.show()
 
 # %% [markdown]

@@ -214,6 +214,7 @@ class Figure:
     png: bytes
     saved_as: Optional[str] = None   # results/figures/<stem>.png when the cell saves it (run.save_figure)
     caption: Optional[str] = None    # results/figures/<stem>.txt when present
+    said: Optional[str] = None       # what it was drawn from: results/figures/<stem>.json's data and bank
 
     @property
     def anchor(self) -> str:
@@ -237,6 +238,23 @@ class ComparisonTable:
 def _is_comparison(table_html: str) -> bool:
     heads = {h.strip().lower() for h in re.findall(r"<th[^>]*>(.*?)</th>", table_html, flags=re.S)}
     return "published" in heads and "this run" in heads
+
+
+def _figure_provenance(path: Path) -> Optional[str]:
+    """"data: ...; bank: ..." from a figure's provenance record (``Run.save_figure`` writes it), or None when the
+    build has none. A record that is not what save_figure writes is an error naming the file."""
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        data, bank = record["data"], record["bank"]
+        if not (isinstance(data, list) and isinstance(bank, list) and data and bank
+                and all(isinstance(v, str) for v in data + bank)):
+            raise ValueError("data and bank must be non-empty lists of labels")
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a figure provenance record written by Run.save_figure ({e}); run the "
+                         f"notebook again to rewrite it") from None
+    return f"data: {'; '.join(data)} · bank: {', '.join(bank)}"
 
 
 def scan_notebook(nb: dict, stem: str, captions: Optional[Path] = None) -> tuple[list[Figure], list[ComparisonTable]]:
@@ -267,6 +285,7 @@ def scan_notebook(nb: dict, stem: str, captions: Optional[Path] = None) -> tuple
                 txt = captions / f"{prefix}_{name}.txt"
                 if txt.is_file():
                     fig.caption = txt.read_text().strip()
+                fig.said = _figure_provenance(captions / f"{prefix}_{name}.json")
             figures.append(fig)
         for out in cell.get("outputs", []) or []:
             h = (out.get("data") or {}).get("text/html")
@@ -724,7 +743,9 @@ def gallery_page(figures: list[Figure], stage: Stage) -> str:
     lines = ["# Figure gallery", "",
              "Every figure the notebooks draw, in course order. Each one links to the cell that draws it; the caption "
              "is the one saved with the figure (`results/figures/*.txt`) when this build found it, else the section "
-             f"heading above the cell. Outputs shown: {stage.origin}.", ""]
+             "heading above the cell; in italics, the data it was drawn from and the marks of its normalizers' banks "
+             "(QUERY-AWARE: a test query or test target in a bank; `results/figures/*.json`). "
+             f"Outputs shown: {stage.origin}.", ""]
     current = None
     for f in figures:
         if f.notebook != current:
@@ -739,7 +760,8 @@ def gallery_page(figures: list[Figure], stage: Stage) -> str:
         lines += [f":::{{figure}} {img}", f":alt: {saved or _plain(f.section)} ({_plain(f.title)})",
                   f":target: notebooks/{f.notebook}.html#{f.anchor}", "",
                   where + (f": {_md_literal(saved)}" if saved else "")
-                  + (f" (`{f.saved_as}.png`)" if f.saved_as else ""),
+                  + (f" (`{f.saved_as}.png`)" if f.saved_as else "")
+                  + (f" *{_md_literal(f.said)}*" if f.said else ""),
                   ":::", ""]
     if current is not None:
         lines += ["::::", ""]

@@ -216,7 +216,7 @@ def test_save_figure_tidies_checks_and_raises_in_error_mode(tmp_path, monkeypatc
     ax.bar([0, 1], [0.0, 2.0], label="b")
     ax.legend(loc="center")
     monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "error")
-    run.save_figure(fig, "tidied")   # both defects have a remedy: saved without an error
+    run.save_figure(fig, "tidied", data="d", bank="none")   # both defects have a remedy: saved without an error
     assert (tmp_path / "figures" / "99_tidied.png").is_file()
     fig, axes = plt.subplots(1, 2, figsize=(8, 2.5))
     axes[1].set_ylabel("a very long y label that is taller than its axes, clean minus attacked")
@@ -230,13 +230,13 @@ def test_save_figure_tidies_checks_and_raises_in_error_mode(tmp_path, monkeypatc
         in capsys.readouterr().out
     monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "loud")
     with pytest.raises(ValueError, match="HUBNORM_FIGURE_CHECK must be one of"):
-        run.save_figure(fig, "collide")
+        run.save_figure(fig, "collide", data="d", bank="none")
 
 
 def figures_check_without_relayout(run, fig, monkeypatch):
     """save_figure with the constrained-layout remedy disabled (it would fix the collision)."""
     monkeypatch.setattr(figures, "_text_overlaps", lambda f: [])
-    run.save_figure(fig, "collide")
+    run.save_figure(fig, "collide", data="d", bank="none")
 
 
 def test_a_line_with_gaps_is_sampled_only_where_drawn():

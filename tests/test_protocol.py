@@ -227,7 +227,7 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
     assert run.prefix == "07" and run.seed == 3
     fig, ax = plt.subplots()
     ax.plot([0, 1])
-    assert run.save_figure(fig, "line") is None
+    assert run.save_figure(fig, "line", data="d", bank="none") is None
     run.save_table(pd.DataFrame({"a": [1.234]}), "tab", data="d", bank="none")
     assert (tmp_path / "figures" / "07_line.png").exists() and (tmp_path / "figures" / "07_line.pdf").exists()
     assert (tmp_path / "tables" / "07_tab.md").read_text().strip().endswith("1.23 | d      | none   |")

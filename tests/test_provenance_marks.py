@@ -255,3 +255,120 @@ def test_review_findings_marks_never_claim_more_than_was_compared(data):
     assert plain.evaluate(emb, fit=False)["bank"] == "unrecorded"
     # the raw scores: the same mark with or without a certificate
     assert hn.evaluate(task.fit(hn.Identity()), task, certificate=True)["bank"] == "none"
+    # a score matrix computed elsewhere (here normalized with the test captions as the bank): its banks are
+    # unknown, so it is never marked "none" (raw) nor query-agnostic
+    leaked = task.fit(hn.InvertedSoftmax(), query_aware=True).score(task.queries)
+    for scores in (leaked, np.asarray(leaked)):
+        assert hn.evaluate(scores, task)["bank"] == "unrecorded"
+
+
+# ------------------------------------------------------------------------------------------------- saved figures
+def _figure(values=(1.0, 2.0), title=""):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar(["a", "b"], list(values))
+    ax.set_title(title)
+    return fig
+
+
+def test_save_figure_needs_data_and_bank_and_writes_them_beside_the_figure(tmp_path, monkeypatch):
+    import json
+
+    from PIL import Image
+
+    from hubnorm.experiments.notebook import Run
+
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    run = Run(prefix="99")
+    with pytest.raises(ValueError, match=r"figure 'f': data= is required.*data=label"):
+        run.save_figure(_figure(), "f", bank="none")
+    with pytest.raises(ValueError, match=r"figure 'f': bank= is required.*bank='none'"):
+        run.save_figure(_figure(), "f", data="real: a set")
+    with pytest.raises(ValueError, match=r"every bank label must be a non-empty string; got ''"):
+        run.save_figure(_figure(), "f", data="real: a set", bank=["none", ""])
+    with pytest.raises(ValueError, match=r"bank= has no label"):
+        run.save_figure(_figure(), "f", data="real: a set", bank=[])
+    assert not (tmp_path / "figures" / "99_f.png").exists()   # nothing written before the checks pass
+    run.save_figure(_figure(), "f", data="real: a set", caption="A caption.",
+                    bank=pd.Series(["none", "query-agnostic", "none"]))   # a table's column: its distinct labels
+    record = json.loads((tmp_path / "figures" / "99_f.json").read_text())
+    assert record == {"figure": "99_f", "data": ["real: a set"], "bank": ["none", "query-agnostic"],
+                      "caption": "A caption."}
+    said = "data: real: a set. bank: none, query-agnostic"
+    assert Image.open(tmp_path / "figures" / "99_f.png").text["Description"] == said
+    assert b"none, query-agnostic" in (tmp_path / "figures" / "99_f.pdf").read_bytes()
+    assert (tmp_path / "figures" / "99_f.txt").read_text() == "A caption.\n"
+    run.save_figure(_figure(), "f", data="real: a set", bank="none")     # saved again without a caption:
+    assert not (tmp_path / "figures" / "99_f.txt").exists()              # the old caption goes with it
+    assert json.loads((tmp_path / "figures" / "99_f.json").read_text())["caption"] is None
+
+
+def test_a_figure_must_say_what_a_reader_needs_to_know(tmp_path, monkeypatch):
+    from hubnorm.experiments.notebook import Run
+
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    run = Run(prefix="99")
+    with pytest.raises(ValueError, match=r"figure 'q' shows query-aware results .* put 'query-aware' in its title"):
+        run.save_figure(_figure(), "q", data="real: a set", bank=["none", "QUERY-AWARE"])
+    run.save_figure(_figure(title="IS (query-aware)"), "q", data="real: a set", bank=["none", "QUERY-AWARE"])
+    run.save_figure(_figure(), "q", data="real: a set", bank="test queries (query-aware)",
+                    caption="IS with the test queries as the bank (query-aware).")
+    with pytest.raises(ValueError, match=r"figure 's' is drawn from synthetic data .* put the data label"):
+        run.save_figure(_figure(), "s", data=["real: a set", "synthetic analog (seed 0)"], bank="none")
+    run.save_figure(_figure(), "s", data="synthetic analog (seed 0)", bank="none", caption="x; synthetic analog.")
+
+
+def test_a_figure_that_draws_a_query_aware_number_without_its_mark_is_refused(data, tmp_path, monkeypatch):
+    from hubnorm.experiments.notebook import Run
+
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
+    run = Run(prefix="99")
+    rng = np.random.default_rng(8)
+    task = _task(dict(data, captions=_unit(data["images"].repeat(2, 0) + 0.9 * rng.standard_normal((160, D)))))
+    qa = hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task)
+    ag = hn.evaluate(task.fit(hn.InvertedSoftmax()), task)
+    assert qa["bank"] == "QUERY-AWARE" and qa["R@1"] != ag["R@1"]
+    run.save_figure(_figure([ag["R@1"], 50.0]), "ok", data="real: a set", bank=ag["bank"])
+    with pytest.raises(ValueError, match=r"figure 'forged' draws R@K values only a query-aware fit .*"
+                                         + f"{qa['R@1']:.4g}"):
+        run.save_figure(_figure([ag["R@1"], qa["R@1"]]), "forged", data="real: a set", bank=["none", ag["bank"]])
+    run.save_figure(_figure([ag["R@1"], qa["R@1"]], title="IS, query-aware and not"), "marked", data="real: a set",
+                    bank=[ag["bank"], qa["bank"]])
+
+
+def test_plotted_values_reads_what_each_kind_of_plot_draws():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from hubnorm.experiments.figures import plotted_values
+
+    fig, axes = plt.subplots(1, 5, figsize=(12, 3))
+    axes[0].plot([1.5, 2.5], [11.25, 12.75])                                  # a line: x and y
+    axes[1].barh(["a", "b"], [21.5, 22.5])                                    # horizontal bars: their widths
+    axes[2].scatter([31.5], [32.25])                                          # a scatter point: its offsets
+    axes[3].errorbar([0.0], [41.0], yerr=[[0.5], [1.25]], fmt="none")        # an error bar: its ends
+    sns.heatmap(np.array([[51.5, 52.5]]), ax=axes[4], cbar=False)             # a heat map: its cells
+    got = set(np.round(plotted_values(fig), 6))
+    assert {1.5, 2.5, 11.25, 12.75, 21.5, 22.5, 31.5, 32.25, 40.5, 42.25, 51.5, 52.5} <= got
+    assert plotted_values(plt.figure()).size == 0
+    plt.close("all")
+
+
+def test_comparisons_are_remembered_apart_for_other_sketches_and_kinds(monkeypatch):
+    rng = np.random.default_rng(5)
+    bank, test = _unit(rng.standard_normal((30, D))), _unit(rng.standard_normal((20, D)))
+    calls = []
+    monkeypatch.setattr(pv, "compare", lambda b, t, near_cosine: calls.append((b.bits, t.bits)) or {"n": len(calls)})
+    monkeypatch.setattr(pv, "_COMPARED", type(pv._COMPARED)())
+    fp = lambda x, name, **kw: pv.fingerprint(x, name, **kw)  # noqa: E731
+    first = pv._compare_once(fp(bank, "query_bank"), fp(test, "queries"), 0.99)
+    assert pv._compare_once(fp(bank, "query_bank"), fp(test, "queries"), 0.99) == first and len(calls) == 1
+    pv._compare_once(fp(bank, "query_bank", seed=1), fp(test, "queries", seed=1), 0.99)   # other directions
+    pv._compare_once(fp(bank, "query_bank"), fp(test, "queries", bits=128), 0.99)         # a shorter test sketch
+    pv._compare_once(fp(bank, "query_bank"), fp(test, "queries"), 0.98)                   # another threshold
+    assert len(calls) == 4 and calls[2] == (pv.BITS, 128)

@@ -278,6 +278,25 @@ def test_scan_finds_figures_captions_tables_and_the_run_label(tmp_path):
     assert hubsite.run_label(rehearsal)[0] == "synthetic"
 
 
+def test_the_gallery_says_what_each_figure_was_drawn_from(tmp_path):
+    import json
+
+    (tmp_path / "09_a_curve.json").write_text(json.dumps({"figure": "09_a_curve", "caption": None,
+                                                          "data": ["synthetic analog (seed 0)", "real: COCO"],
+                                                          "bank": ["none", "QUERY-AWARE"]}))
+    nb = _nb(_md("# 09 · Toy"), _code("run.save_figure(fig, \"a_curve\", data=label,\n  bank=t['bank'])", _png()),
+             _code("plt.show()", _png()))
+    figures, _ = hubsite.scan_notebook(nb, "09_toy", captions=tmp_path)
+    assert [f.said for f in figures] == [
+        "data: synthetic analog (seed 0); real: COCO · bank: none, QUERY-AWARE", None]   # unsaved: no record
+    stage = hubsite.Stage(tmp_path / "src", hubsite.Repo("https://github.com/o/n"), tmp_path, tmp_path, "x")
+    page = hubsite.gallery_page(figures, stage)
+    assert "(`09_a_curve.png`) *data: synthetic analog (seed 0); real: COCO · bank: none, QUERY-AWARE*" in page
+    (tmp_path / "09_a_curve.json").write_text(json.dumps({"data": "one label", "bank": ["none"]}))
+    with pytest.raises(ValueError, match=r"09_a_curve.json: not a figure provenance record .*run the notebook again"):
+        hubsite.scan_notebook(nb, "09_toy", captions=tmp_path)
+
+
 def test_rewrite_links_keeps_pages_and_sends_files_to_the_repository():
     repo = hubsite.Repo("https://github.com/o/n")
     pages = {"README.md", "docs/methods.md", "notebooks/01_x.ipynb"}

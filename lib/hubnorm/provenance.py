@@ -403,9 +403,16 @@ _COMPARED: "OrderedDict[tuple, Dict[str, object]]" = OrderedDict()
 _COMPARED_SIZE = 64
 
 
+def _sketch_hash(fp: Fingerprint) -> str:
+    """A hash of ``fp``'s sign sketches: the same rows sketched with other directions (another seed) compare
+    differently, so they are remembered apart."""
+    return hashlib.blake2b(np.ascontiguousarray(fp.signatures).tobytes(), digest_size=16).hexdigest()
+
+
 def _compare_once(bank: Fingerprint, test: Fingerprint, near_cosine: float) -> Dict[str, object]:
     """:func:`compare`, remembered by content (``_COMPARED``); a copy, so that a caller may change it."""
-    key = (bank.sha256, bank.name, test.sha256, test.name, bank.kind, bank.bits, repr(near_cosine))
+    key = (bank.sha256, bank.name, bank.kind, bank.bits, _sketch_hash(bank),
+           test.sha256, test.name, test.kind, test.bits, _sketch_hash(test), repr(near_cosine))
     if key not in _COMPARED:
         _COMPARED[key] = compare(bank, test, near_cosine=near_cosine)
         while len(_COMPARED) > _COMPARED_SIZE:
@@ -467,13 +474,16 @@ def bank_mark(normalizer, task, *, engine=None) -> str:
     """The mark a result of ``normalizer`` on ``task`` carries in its ``bank`` column, from the fit's record of its
     banks (not from what the caller meant to pass): :data:`QUERY_AWARE` when :func:`certify` finds a test query in
     the query bank or a test target in the target bank (exact copies or near duplicates), :data:`QUERY_AGNOSTIC`
-    when it finds none, :data:`NO_BANK` for the raw scores (``None``, a score tensor) or a fit that used no bank,
-    :data:`UNRECORDED` for a fit with no record (``provenance_`` None). Comparisons are remembered by content, so
-    a study that evaluates many fits on the same bank compares its rows once. ``engine``: the engine a grid sweep
-    fitted ``normalizer``'s settings through (a sweep's fits keep no record; its engine's banks are read instead).
+    when it finds none, :data:`NO_BANK` for the raw scores (``None``) or a fit that used no bank, :data:`UNRECORDED`
+    for a fit with no record (``provenance_`` None) and for a score matrix computed elsewhere (its banks unknown).
+    Comparisons are remembered by content, so a study that evaluates many fits on the same bank compares its rows
+    once. ``engine``: the engine a grid sweep fitted ``normalizer``'s settings through (a sweep's fits keep no
+    record; its engine's banks are read instead).
     """
-    if normalizer is None or isinstance(normalizer, (torch.Tensor, np.ndarray)):
+    if normalizer is None:
         return NO_BANK
+    if isinstance(normalizer, (torch.Tensor, np.ndarray)):   # scores computed elsewhere: by whatever banks they saw
+        return UNRECORDED
     prov = getattr(normalizer, "provenance_", None) if engine is None else of_engine(normalizer, engine)
     if prov is None:
         return UNRECORDED
@@ -552,10 +562,16 @@ def unmarked_query_aware(table) -> List[str]:
         if QUERY_AWARE.lower() in str(row[-1]).lower():   # "QUERY-AWARE", or a label such as "test queries
             continue                                     # (query-aware)"
         for col, v in zip(columns, row[:-1]):
-            if isinstance(v, (float, np.floating)) and _QUERY_AWARE_RECALLS[float(v)] \
-                    and _QUERY_AWARE_RECALLS[float(v)] == _RECALLS[float(v)]:
+            if isinstance(v, (float, np.floating)) and only_query_aware(v):
                 out.append(f"row {i}, column {col!r}: {float(v)!r} (bank {row[-1]!r})")
     return out
+
+
+def only_query_aware(value) -> bool:
+    """Whether ``value`` is an R@K number that, in this process, only query-aware fits produced (every time it was
+    computed, it came from an evaluation marked :data:`QUERY_AWARE`)."""
+    v = float(value)
+    return bool(_QUERY_AWARE_RECALLS[v]) and _QUERY_AWARE_RECALLS[v] == _RECALLS[v]
 
 
 def check_certificate(path: Union[str, os.PathLike]) -> Certificate:

@@ -101,6 +101,46 @@ def _texts(fig) -> List[Tuple[str, object]]:
     return unique
 
 
+def shown_words(fig) -> str:
+    """Every visible text of ``fig`` (titles, labels, tick labels, legends, annotations), joined by newlines: what
+    a reader of the figure can read on it."""
+    return "\n".join(str(t.get_text()) for _, t in _texts(fig))
+
+
+def plotted_values(fig) -> np.ndarray:
+    """The numbers ``fig`` draws, as a flat float array: every line's x and y data, every bar's height and width
+    (and its y and x, for horizontal bars and stacked ones), every scatter point's and error bar's coordinates.
+    What a saved figure shows, for :func:`hubnorm.provenance.only_query_aware` to read."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.patches import Rectangle
+
+    parts = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            parts += [np.ravel(line.get_xdata()), np.ravel(line.get_ydata())]
+        for patch in ax.patches:
+            if isinstance(patch, Rectangle):
+                parts.append(np.array([patch.get_x(), patch.get_y(), patch.get_width(), patch.get_height()]))
+        for coll in ax.collections:
+            if isinstance(coll, PathCollection):   # a scatter: its points are the offsets (its path is the marker)
+                parts.append(np.ravel(coll.get_offsets()))
+            else:                                  # error bars, bands: the paths' vertices
+                parts += [np.ravel(path.vertices) for path in coll.get_paths()]
+            colours = coll.get_array()             # a heat map's cells (seaborn's heatmap, pcolormesh)
+            if colours is not None:
+                parts.append(np.ma.filled(np.ma.asarray(colours, dtype=float), np.nan).ravel())
+        for image in ax.images:                    # imshow
+            parts.append(np.ma.filled(np.ma.asarray(image.get_array(), dtype=float), np.nan).ravel())
+    values = []
+    for p in parts:
+        try:
+            a = np.asarray(p, dtype=float).ravel()
+        except (TypeError, ValueError):   # categorical axes hold strings
+            continue
+        values.append(a[np.isfinite(a)])
+    return np.concatenate(values) if values else np.zeros(0)
+
+
 def _overlap(a, b, slack: float = SLACK_PX) -> bool:
     return (min(a.x1, b.x1) - max(a.x0, b.x0) > slack) and (min(a.y1, b.y1) - max(a.y0, b.y0) > slack)
 

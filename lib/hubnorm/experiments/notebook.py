@@ -3,7 +3,8 @@
 >>> from hubnorm.experiments import notebook as nb
 >>> run = nb.setup("01", seed=0)          # seeds, torch threads, float64, seaborn theme, inline figures
 >>> nb.show(table)                        # a rendered table (HTML in Jupyter, aligned text elsewhere)
->>> run.save_figure(fig, "recall_vs_k")   # results/figures/01_recall_vs_k.png + .pdf (and shown inline)
+>>> run.save_figure(fig, "recall_vs_k", data=label, bank=table["bank"])   # results/figures/01_recall_vs_k.png,
+>>>                                       # .pdf and .json (what it was drawn from), and shown inline
 >>> run.save_table(table, "main")         # results/tables/01_main.csv + .md
 >>> nb.check("NNN raises R@1", ours > raw, f"{raw:.2f} -> {ours:.2f}")   # PASS/DIFFERS line
 >>> nb.notice(f"NNN {nb.change(raw, ours, 'R@1')}.")    # "NNN raises R@1 from 60.04 to 66.42." (words from numbers)
@@ -60,15 +61,25 @@ class Run:
     #: (its own declaration: README's coverage table is generated from it, ``site/hubsite.py sync``)
     reproduces: Dict[str, List[str]] = field(default_factory=dict)
 
-    def save_figure(self, fig, name: str, *, caption: Optional[str] = None) -> None:
+    def save_figure(self, fig, name: str, *, caption: Optional[str] = None, data=None, bank=None) -> None:
         """Save ``fig`` as ``results/figures/<prefix>_<name>.png`` (150 dpi) and ``.pdf``; it stays shown inline.
 
-        First the figure is tidied and its layout checked (:mod:`hubnorm.experiments.figures`: a legend over data
+        Every saved figure says what its numbers saw, as every saved table does: ``data``, the data it was drawn
+        from, and ``bank``, the marks of its normalizers' banks (:func:`hubnorm.provenance.bank_mark`); each a label
+        or a sequence of them (a table's ``data`` / ``bank`` column, e.g. ``bank=table["bank"]``). They are written
+        beside the figure (``<stem>.json``, with the caption) and into the PNG's and PDF's metadata, and checked
+        (:func:`figure_provenance`): a figure with a query-aware result must say "query-aware" where a reader sees
+        it (on the figure or in its caption), one drawn from synthetic data must say "synthetic", and one that
+        draws an R@K value only a query-aware fit of this run produced must be marked query-aware. ValueError
+        otherwise, naming the fix.
+
+        Then the figure is tidied and its layout checked (:mod:`hubnorm.experiments.figures`: a legend over data
         moves beside the axes, zero bars get a mark, overlapping texts are laid out again); a problem that remains
         (text over text, a legend over data, an invisible bar) is printed as a NOTE, or raised with
         ``HUBNORM_FIGURE_CHECK=error`` (the test suite's setting)."""
         from .figures import CHECK_ENV, check_mode, layout_problems, tidy
 
+        record = figure_provenance(fig, name, data=data, bank=bank, caption=caption)
         out = results_dir("figures")
         stem = f"{self.prefix}_{name}"
         mode = check_mode()
@@ -81,10 +92,15 @@ class Run:
                 if mode == "error":
                     raise ValueError(f"{msg} ({CHECK_ENV}=error; fix the figure's code)")
                 print(f"NOTE: {msg}")
-        fig.savefig(out / f"{stem}.png", dpi=150, bbox_inches="tight")
-        fig.savefig(out / f"{stem}.pdf", bbox_inches="tight")
+        said = f"data: {'; '.join(record['data'])}. bank: {', '.join(record['bank'])}"
+        fig.savefig(out / f"{stem}.png", dpi=150, bbox_inches="tight", metadata={"Description": said})
+        fig.savefig(out / f"{stem}.pdf", bbox_inches="tight", metadata={"Subject": said})
+        caption_file = out / f"{stem}.txt"
         if caption:
-            (out / f"{stem}.txt").write_text(caption.strip() + "\n")
+            caption_file.write_text(caption.strip() + "\n")
+        elif caption_file.exists():   # an earlier run's caption is not this figure's
+            caption_file.unlink()
+        _write_json(out / f"{stem}.json", {"figure": stem, **record})
 
     def save_table(self, df: pd.DataFrame, name: str, *, caption: Optional[str] = None, digits: int = 2,
                    data: Optional[str] = None, bank: Optional[str] = None) -> None:
@@ -144,6 +160,63 @@ def with_provenance(df: pd.DataFrame, name: str, *, data: Optional[str] = None,
                          f"{QUERY_AWARE!r} in their bank column: " + "; ".join(unmarked[:5])
                          + ". Carry the bank mark hubnorm.evaluate returns (result['bank']) into the row")
     return df
+
+
+def _labels(value, what: str, name: str) -> List[str]:
+    """A label or a sequence of labels (a table column) as its distinct labels, in first-seen order."""
+    if isinstance(value, str):
+        value = [value]
+    elif value is None or not hasattr(value, "__iter__"):
+        raise ValueError(f"figure {name!r}: {what}= is required, a label or a sequence of labels (e.g. a table's "
+                         f"{what!r} column); got {value!r}. " + (
+                             "Pass the data set label, e.g. data=label" if what == "data" else
+                             "Pass the bank marks of what it draws (result['bank'] of hubnorm.evaluate, a table's "
+                             "bank column), or bank='none' for a figure with no normalized number"))
+    labels = []
+    for v in value:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError(f"figure {name!r}: every {what} label must be a non-empty string; got {v!r}")
+        if v.strip() not in labels:
+            labels.append(v.strip())
+    if not labels:
+        raise ValueError(f"figure {name!r}: {what}= has no label; pass at least one")
+    return labels
+
+
+def figure_provenance(fig, name: str, *, data, bank, caption: Optional[str] = None) -> Dict[str, object]:
+    """The provenance record of a figure (:meth:`Run.save_figure`), checked: ``{"data": [...], "bank": [...],
+    "caption": ...}``. ValueError when ``data`` or ``bank`` is missing; when a bank says query-aware and neither the
+    figure's texts nor the caption say "query-aware"; when a data label says synthetic and neither says
+    "synthetic"; when the figure draws an R@K value only a query-aware fit of this run produced and no bank says
+    query-aware (:func:`hubnorm.provenance.only_query_aware`)."""
+    from ..provenance import only_query_aware
+    from .figures import plotted_values, shown_words
+
+    data, bank = _labels(data, "data", name), _labels(bank, "bank", name)
+    seen = (shown_words(fig) + "\n" + (caption or "")).lower()
+    aware = any(QUERY_AWARE.lower() in b.lower() for b in bank)
+    if aware and QUERY_AWARE.lower() not in seen:
+        raise ValueError(f"figure {name!r} shows query-aware results (bank {bank}) but says so nowhere a reader "
+                         "sees: put 'query-aware' in its title, legend or caption")
+    if any("synthetic" in d.lower() for d in data) and "synthetic" not in seen:
+        raise ValueError(f"figure {name!r} is drawn from synthetic data ({data}) but says so nowhere a reader "
+                         "sees: put the data label (it says 'synthetic') in its title or caption")
+    if not aware:
+        drawn = [v for v in np.unique(plotted_values(fig)) if only_query_aware(v)]
+        if drawn:
+            raise ValueError(f"figure {name!r} draws R@K values only a query-aware fit of this run produced "
+                             f"({', '.join(f'{v:.4g}' for v in drawn[:5])}) but its bank={bank} does not say "
+                             "query-aware: pass the bank marks of what it draws")
+    return {"data": data, "bank": bank, "caption": caption.strip() if caption else None}
+
+
+def _write_json(path, record) -> None:
+    """Write ``record`` as JSON to ``path`` atomically (a temporary file beside it, then renamed)."""
+    import json
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
 
 
 def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = None,
