@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import hubnorm as hn
+from hubnorm import provenance as pv
 from hubnorm.experiments import score_studies as ss
 from hubnorm.data.sims import write_sims
 from hubnorm.evaluation import summarize_ranks
@@ -114,6 +115,8 @@ def test_k_curve_tau_sweep_recall_and_hubs_equal_the_embeddings_path(tmp_path):
     for row in rec.to_dict("records"):
         _, _, _, ranks = _oracle(data, "t2v", row["method"], _method_params(row["method"]))
         assert [row[f"R@{k}"] for k in (1, 2, 3)] == pytest.approx([100 * np.mean(ranks < k) for k in (1, 2, 3)], abs=TOL)
+        # in the ledger of computed R@K values, so a saved table's query-aware check can tell them apart
+        assert all(pv._RECALLS[row[f"R@{k}"]] for k in (1, 2, 3))
     hubs = ss.hub_table(run.tasks["t2v"], {"raw": None, "sn": hn.make_normalizer("sn", tau=0.05)}, k=5, top=4)
     _, _, raw_nk, _ = _oracle(data, "t2v", "raw", {}, k=5)
     _, _, sn_nk, _ = _oracle(data, "t2v", "sn", {"tau": 0.05}, k=5)

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..blocks import limit_of
+from ..evaluation import recall_at_k as ranks_recall
 from ..provenance import NO_BANK, QUERY_AWARE, bank_mark
 from ..registry import make_normalizer
 from ..scores import ScoreMatrix, ScoreTask
@@ -357,7 +358,7 @@ def recall_at_k(task: ScoreTask, methods: Mapping[str, object], ks: Sequence[int
         ranks = task.ranks(norm)
         rows.append({"direction": task.direction, "method": name,
                      "bank": _bank_label(task, query_aware, bank_mark(norm, task)),
-                     **{f"R@{k}": 100.0 * float(np.mean(ranks < int(k))) for k in ks}})
+                     **{f"R@{k}": ranks_recall(ranks, int(k)) for k in ks}})   # (in the ledger of R@K values)
     return pd.DataFrame(rows)
 
 
