@@ -213,6 +213,9 @@ def topk_similarity(
         backend = topk_backend(a.dtype, a.device)
     elif backend not in TOPK_BACKENDS:
         raise ValueError(f"backend must be one of {list(TOPK_BACKENDS)} or None; got {backend!r}")
+    if k == 0:   # nothing to find: the same empty result from every backend, whatever the bank's size
+        return (torch.empty((a.shape[0], 0), dtype=a.dtype, device=a.device),
+                torch.empty((a.shape[0], 0), dtype=torch.long, device=a.device))
     if backend == "faiss":
         return _topk_faiss(a, b, k, block_bytes)
     if backend == "numpy":
