@@ -277,7 +277,8 @@ fig.legend(handles, names, loc="upper center", ncol=3, fontsize=8, bbox_to_ancho
 fig.suptitle(f"R@1 with 95% bootstrap CI — this run: {label}", fontsize=10, y=1.08)
 fig.tight_layout()
 run.save_figure(fig, "main_results_r1", caption=f"R@1 per method and direction with 95% bootstrap CIs on a zoomed "
-                f"axis; dashed/band: raw R@1 and its CI; grey: NNN paper. this run = {label}.", data=label,
+                f"axis; dashed/band: raw R@1 and its CI; grey: NNN paper. this run = {label}.",
+                data=[label] + ([f"{pr.run_label(cross)} (NNN's cross-dataset bank)"] if cross_source else []),
                 bank=results["bank"])
 plt.show()
 

@@ -518,7 +518,8 @@ axes[0].legend(title="query bank", fontsize=8, loc="best")
 fig.suptitle(f"SN with query banks from different sources, t2i (cf. DBSN Fig. 8); {label}", fontsize=10)
 fig.tight_layout()
 run.save_figure(fig, "dbsn_fig8_query_bank_source", caption="R@1 against the skewness and the two gaps, per "
-                f"query-bank source; {label}.", data=label, bank=fig8["bank"])
+                f"query-bank source; {label}.", data=[label] + ([f"{pr.run_label(cross)} (query bank)"] if cross_source
+                                                               else []), bank=fig8["bank"])
 plt.show()
 
 # %% [markdown]
@@ -547,13 +548,15 @@ nb.notice(*[f"{b}: R@1 {r['R@1']:.2f}, skewness {r[skew_col]:.2f}, gap bank → 
 # data set's training captions and with the other data set's (cross-dataset) as the bank.
 
 # %%
-shift_pools = {}
+shift_pools, shift_sets = {}, []   # the pools, and the data sets they come from
 if cross_source:
     shift_pools[f"to {pr.dataset_key(cross_source, cross)} train"] = cross.split("train").captions
+    shift_sets.append(cross)
 if pr.is_synthetic(ds):
     twin = pr.prepare_dataset(source, seed=seed + 1, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
                               source_kwargs=source_kwargs, note_small=False)   # same generator, other content
     shift_pools[f"to {dataset} train, seed {seed + 1}"] = twin.split("train").captions
+    shift_sets.append(twin)
 shift = pd.concat([studies.shift_study(task, pool, side="query_bank", shares=shift_shares, n_boot=shift_boot,
                                        seed=seed, label=name)
                    for name, pool in progress(shift_pools.items(), desc="Part D shifts", total=len(shift_pools))]
@@ -591,7 +594,8 @@ if len(shift):
                                    f"cross-dataset bank); {label}")
     run.save_figure(fig, "query_bank_shift", caption="R@1 gain over the raw scores (95% paired bootstrap CI "
                     "bands) per method as the query bank moves to another pool; stars: the NNN paper's gains with an "
-                    f"in-distribution and a cross-dataset bank; {label}.", data=label, bank=shift["bank"])
+                    f"in-distribution and a cross-dataset bank; {label}.", bank=shift["bank"],
+                    data=[label, *(f"{pr.run_label(d)} (query-bank pool)" for d in shift_sets)])
     plt.show()
     stops = studies.stops_helping(shift)
     nb.show(stops)

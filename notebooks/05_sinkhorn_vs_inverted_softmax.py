@@ -82,6 +82,7 @@ from scipy import stats
 
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm.provenance import rows_mark
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "dbsn-pan2025": ["Table 2", "Table 4", "Table 6", "Table A7", "Table A8", "Fig. 6"],
@@ -184,7 +185,7 @@ fig.suptitle(f"Sinkhorn plan on {m_plan} bank captions × {n_plan} test images (
              fontsize=10)
 run.save_figure(fig, "sinkhorn_plan_marginals", caption=f"Transport plan and its marginals after T = 0, 1, 10 "
                 f"Sinkhorn iterations on a {m_plan} x {n_plan} sub-problem; {label}.", data=label,
-                bank="training captions (query-agnostic)")   # the plan's rows: a sample of the training captions
+                bank=rows_mark(bank_plan, test.captions))   # the plan's rows: a sample of the training captions
 plt.show()
 
 # %% [markdown]

@@ -355,8 +355,8 @@ if t5 is not None:
     g.set_axis_labels("first stage (and reranking)", "R@1 (%)")
     g.figure.suptitle(f"Table 5 analog: a gallery with distractors ({label})", fontsize=10)
     run.save_figure(g.figure, "table5_distractors", caption="R@1 of every first stage, alone and reranked, on the "
-                    f"test gallery and with another data set's test items as distractors; {label}.", data=label,
-                    bank=t5["bank"])
+                    f"test gallery and with another data set's test items as distractors; {label}.",
+                    data=[label, f"{pr.run_label(other)} (distractors)"], bank=t5["bank"])
     plt.show()
 
 # %% [markdown]

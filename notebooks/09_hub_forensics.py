@@ -490,7 +490,7 @@ if reals:
                title=f"N_{hub_k}:", title_fontsize=9, bbox_to_anchor=(0.35, 0.0))   # below the panels
     run.save_figure(fig, "real_hubs_label_free", caption="Real sets: N_k of the largest raw hubs, raw and after each "
                     "method (left); label-free minus labelled t2i R@1 with its paired 95% interval (right); "
-                    + ", ".join(reals) + ".", data=list(reals), bank=[*real_hubs["bank"], *real_lf["bank"]])
+                    + ", ".join(reals) + ".", data=list(reals), bank=["none", *real_hubs["bank"], *real_lf["bank"]])
     plt.show()
 
 # %% [markdown]

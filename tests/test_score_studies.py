@@ -175,3 +175,26 @@ def test_run_notebook_refuses_a_bad_hub_k(bad):
     """hub_k (the k of N_k; notebook 00 passes its ``k``) is checked before any file is read."""
     with pytest.raises(ValueError, match="hub_k"):
         ss.run_notebook("00", "sims:/nonexistent-folder", None, {}, hub_k=bad)
+
+
+@pytest.mark.parametrize("prefix", ["01", "02", "03", "05"])
+def test_a_folder_with_the_test_matrix_only_runs_and_says_query_aware(tmp_path, monkeypatch, prefix):
+    """No bank matrix: the test queries serve as the bank, so every figure of the run is query-aware and must say so
+    (the suite's HUBNORM_FIGURE_CHECK=error refuses one that does not)."""
+    import json
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from hubnorm.experiments import notebook as nb
+    from test_sims import _embeddings
+
+    caps, items, c2i, _, _ = _embeddings(0)
+    write_sims(tmp_path / "f", {"test": caps @ items.T}, modalities=("text", "video"), dataset="example",
+               synthetic=True, labels=c2i)
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "error")
+    run = nb.setup(prefix, seed=0)
+    ss.run_notebook(prefix, f"sims:{tmp_path / 'f'}", run, {}, stop=False)
+    records = [json.loads(p.read_text()) for p in (tmp_path / "results" / "figures").glob(f"{prefix}_*.json")]
+    assert records and all(any("query-aware" in b.lower() for b in r["bank"]) for r in records)
+    assert all("QUERY-AWARE" in r["caption"] for r in records)

@@ -104,7 +104,8 @@ def _texts(fig) -> List[Tuple[str, object]]:
 def shown_words(fig) -> str:
     """Every visible text of ``fig`` (titles, labels, tick labels, legends, annotations), joined by newlines: what
     a reader of the figure can read on it."""
-    return "\n".join(str(t.get_text()) for _, t in _texts(fig))
+    titles = [leg.get_title() for leg in fig.legends]   # (not among _texts: the layout check leaves them out)
+    return "\n".join(str(t.get_text()) for t in [t for _, t in _texts(fig)] + [t for t in titles if _visible_text(t)])
 
 
 def plotted_values(fig) -> np.ndarray:
@@ -116,6 +117,8 @@ def plotted_values(fig) -> np.ndarray:
 
     parts = []
     for ax in fig.axes:
+        if getattr(ax, "_colorbar", None) is not None:   # a colour bar's levels are not data
+            continue
         for line in ax.get_lines():
             parts += [np.ravel(line.get_xdata()), np.ravel(line.get_ydata())]
         for patch in ax.patches:

@@ -428,7 +428,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from .notebook import show
+    from .notebook import marks_note, show
 
     if prefix not in SECTIONS:
         raise ValueError(f"notebook {prefix!r} has no sims branch; known: {sorted(SECTIONS)}")
@@ -476,7 +476,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             ax.legend(fontsize=7, ncol=5)
             _fig_title(ax, "R@1 per method, fixed parameters", label)
             fig.tight_layout()
-            run.save_figure(fig, "sims_r1_by_method", caption=f"R@1 per method; {label}.", data=label, bank=df["bank"])
+            run.save_figure(fig, "sims_r1_by_method", caption=f"R@1 per method; {label}. {marks_note(df['bank'])}",
+                            data=label, bank=df["bank"])
             plt.show()
         elif section in ("hubness", "histograms") and "hubness" not in tables:
             keep = lambda d: score_methods(params, by_dir[d], names=HUBNESS_SHOWN)  # noqa: E731
@@ -496,8 +497,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 ax.legend(fontsize=8)
                 _fig_title(ax, f"{d}: distribution of N_{hub_k}", label)
             fig.tight_layout()
-            run.save_figure(fig, "sims_nk_distribution", caption=f"ECDF of N_{hub_k} per method; {label}.", data=label,
-                            bank=tables["hubness"]["bank"])
+            run.save_figure(fig, "sims_nk_distribution", caption=f"ECDF of N_{hub_k} per method; {label}. "
+                            f"{marks_note(tables['hubness']['bank'])}", data=label, bank=tables["hubness"]["bank"])
             plt.show()
         if section == "k_curve":
             alpha = float(params.get("alpha", 0.75))
@@ -521,8 +522,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             ax.set_ylabel("R@1 (%)")
             _fig_title(ax, f"NNN over k, α = {alpha} (dashed: raw)", label)
             fig.tight_layout()
-            run.save_figure(fig, "sims_nnn_r1_vs_k", caption=f"R@1 of NNN over k; {label}.", data=label,
-                            bank=["none", *df["bank"]])   # "none": the raw lines
+            run.save_figure(fig, "sims_nnn_r1_vs_k", caption=f"R@1 of NNN over k; {label}. {marks_note(df['bank'])}",
+                            data=label, bank=["none", *df["bank"]])   # "none": the raw lines
             plt.show()
         if section == "bank_size":
             parts = []
@@ -551,8 +552,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 ax.set_ylabel("R@1 (%)")
                 _fig_title(ax, f"{first}: R@1 over query-bank size (dashed: raw)", label)
                 fig.tight_layout()
-                run.save_figure(fig, "sims_bank_sizes", caption=f"R@1 over bank subsets; {label}.", data=label,
-                                bank=["none", *df["bank"]])
+                run.save_figure(fig, "sims_bank_sizes", caption=f"R@1 over bank subsets; {label}. {marks_note(df['bank'])}",
+                                data=label, bank=["none", *df["bank"]])
                 plt.show()
             else:
                 print(f"NOTE: {first}: the folder has no bank x gallery scores, so no query-bank size can be studied.")
@@ -580,8 +581,8 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             ax.set_ylabel("R@1 (%)")
             _fig_title(ax, f"{first}: IS vs SN over τ", label)
             fig.tight_layout()
-            run.save_figure(fig, "sims_tau_sweep", caption=f"R@1 over the temperature; {label}.", data=label,
-                            bank=df["bank"])
+            run.save_figure(fig, "sims_tau_sweep", caption=f"R@1 over the temperature; {label}. {marks_note(df['bank'])}",
+                            data=label, bank=df["bank"])
             plt.show()
         if section == "recall":
             ks = sorted({1, 5, 10, *[int(k) for k in (params.get("k_values") or params.get("recall_ks") or [])]})
