@@ -70,9 +70,10 @@ class Run:
         or a sequence of them (a table's ``data`` / ``bank`` column, e.g. ``bank=table["bank"]``). They are written
         beside the figure (``<stem>.json``, with the caption) and into the PNG's and PDF's metadata, and checked
         (:func:`figure_provenance`): a figure with a query-aware result must say "query-aware" where a reader sees
-        it (on the figure or in its caption), one drawn from synthetic data must say "synthetic", and one that
-        draws an R@K value only a query-aware fit of this run produced must be marked query-aware. ValueError
-        otherwise, naming the fix.
+        it (on the figure or in its caption) and one drawn from synthetic data must say "synthetic" (an error
+        under ``HUBNORM_FIGURE_CHECK=error``, the test suite's setting; otherwise the caption gets the marks it
+        lacks and a NOTE says so); one that draws an R@K value only a query-aware fit of this run produced must be
+        marked query-aware (a ValueError in every mode, naming the fix).
 
         Then the figure is tidied and its layout checked (:mod:`hubnorm.experiments.figures`: a legend over data
         moves beside the axes, zero bars get a mark, overlapping texts are laid out again); a problem that remains
@@ -240,15 +241,12 @@ def figure_provenance(fig, name: str, *, data, bank, caption: Optional[str] = No
 
 
 def _write_json(path, record) -> None:
-    """Write ``record`` as JSON to ``path`` atomically (a temporary file beside it, then renamed)."""
+    """Write ``record`` as JSON to ``path`` atomically (:func:`hubnorm.data.cache.atomic_write_bytes`)."""
     import json
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    from ..data.cache import atomic_write_bytes
+
+    atomic_write_bytes(path, (json.dumps(record, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Optional[int] = None,
