@@ -12,7 +12,8 @@ and are skipped here with the reason when ``torch.cuda.is_available()`` is False
 * the open_clip encoder (random-init ``ViT-S-32``) and the BLIP ITM cross-encoder (random-init small config) on
   ``cuda`` vs ``cpu``.
 
-Tolerances were set before any GPU run (none has run yet): float32 scores 1e-4 (sums of 128 products of unit
+Tolerances were set before any GPU run (the first, on an NVIDIA H200 on 2026-12-04, passed them all:
+benchmarks/reports/gpu_tests.log): float32 scores 1e-4 (sums of 128 products of unit
 vectors); encoders 1e-3 cosine / 2e-3 absolute, because cuDNN convolutions default to TF32
 (``torch.backends.cudnn.allow_tf32``) and attention kernels differ between devices.
 
@@ -214,6 +215,26 @@ def test_kernels_on_gpu_match_the_plain_forms(monkeypatch):
             for name in ("LSE_SLAB_BYTES", "DEVICE_SCRATCH_BYTES"):
                 m.setattr(kernels, name, 3 * raw.shape[1] * raw.element_size())
             assert torch.equal(kernels.block_logsumexp(raw, scale, sh).nan_to_num(), got.nan_to_num())
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_hamming_search_on_gpu_equals_the_cpu():
+    """The near-duplicate search of the query-aware certificate (``provenance.nearest_hamming``, the default on a
+    CUDA machine) on the device against a brute-force count of differing bits on the CPU, ties included (the first
+    bank row wins), in one block and in blocks of one bank row. Exact: every value is an integer <= 512."""
+    from hubnorm.provenance import nearest_hamming
+    rng = np.random.default_rng(1)
+    bank = rng.integers(0, 256, size=(3000, 64), dtype=np.uint8)
+    bank[2500] = bank[7]
+    test = rng.integers(0, 256, size=(200, 64), dtype=np.uint8)
+    test[:2] = bank[[7, 2999]]
+    bits = np.unpackbits(bank, axis=1).astype(np.int16)
+    brute = np.array([np.abs(bits - b).sum(1) for b in np.unpackbits(test, axis=1).astype(np.int16)])
+    for kw in ({}, {"block_bytes": 4 * 150}):
+        d, i = nearest_hamming(bank, test, backend="torch", device=DEV, **kw)
+        assert d[:, 0].tolist() == brute.min(1).tolist() and i[:, 0].tolist() == brute.argmin(1).tolist()
+    assert i[:2, 0].tolist() == [7, 2999]
 
 
 # ------------------------------------------------------------------------------------------ faiss on GPU

@@ -183,28 +183,52 @@ def test_joined_and_gain_tables_carry_each_rows_mark(data):
     assert delta["bank"].tolist() == ["QUERY-AWARE"]
 
 
-def test_the_numpy_hamming_search_equals_faiss(monkeypatch):
-    """The seam behind near-duplicate detection: faiss's exact binary search where faiss is installed, numpy's
-    otherwise (faiss is optional). Both against a brute-force count of differing bits, ties included."""
+def test_the_torch_hamming_search_equals_faiss():
+    """The seam behind near-duplicate detection: faiss's exact binary search where faiss is installed, a +-1 matrix
+    product in torch otherwise (and on a GPU). Both against a brute-force count of differing bits, ties included,
+    the torch one also in many small blocks (a tie across blocks: the earlier block keeps it)."""
     rng = np.random.default_rng(4)
     bank = rng.integers(0, 256, size=(5000, 64), dtype=np.uint8)
     bank[4200] = bank[17]                                   # a tie: the first row wins
     test = rng.integers(0, 256, size=(300, 64), dtype=np.uint8)
-    test[:3] = bank[[17, 4999, 4096]]                        # exact copies, across the bank's blocks of 4096
+    test[:3] = bank[[17, 4999, 4096]]                        # exact copies, across the bank's blocks
     test[3] = bank[10]
     test[3, 5] ^= np.uint8(0b101)                            # two bits flipped
+    test[4] = bank[33]
+    test[4, 0] ^= np.uint8(1)                               # one bit from row 33 ...
+    bank[34] = bank[33]
+    bank[34, 1] ^= np.uint8(1)                              # ... and one bit from row 34: a tie at distance 1
     bits = np.unpackbits(bank, axis=1).astype(np.int16)
     brute = np.array([np.abs(bits - b).sum(1) for b in np.unpackbits(test, axis=1).astype(np.int16)])
     want_d, want_i = brute.min(1), brute.argmin(1)          # argmin: the first row on a tie
-    d, i = pv.nearest_hamming(bank, test, use_faiss=False)
-    assert d[:, 0].tolist() == want_d.tolist() and i[:, 0].tolist() == want_i.tolist()
-    assert d[:4, 0].tolist() == [0, 0, 0, 2] and i[:4, 0].tolist() == [17, 4999, 4096, 10]
+    assert want_i[4] == 33 and want_d[4] == 1
+    for kw in ({}, {"block_bytes": 4 * 217}):                # one block; blocks of 217 test rows x 1 bank row
+        d, i = pv.nearest_hamming(bank, test, backend="torch", device="cpu", **kw)
+        assert d.dtype == i.dtype == np.int64 and d.shape == i.shape == (300, 1)
+        assert d[:, 0].tolist() == want_d.tolist() and i[:, 0].tolist() == want_i.tolist()
+    assert d[:5, 0].tolist() == [0, 0, 0, 2, 1] and i[:5, 0].tolist() == [17, 4999, 4096, 10, 33]
+    d0, i0 = pv.nearest_hamming(bank, test[:0], backend="torch")
+    assert d0.shape == i0.shape == (0, 1)
     pytest.importorskip("faiss")
-    fd, fi = pv.nearest_hamming(bank, test, use_faiss=True)
+    fd, fi = pv.nearest_hamming(bank, test, backend="faiss")
     assert fd[:, 0].tolist() == want_d.tolist() and fi[:, 0].tolist() == want_i.tolist()
-    monkeypatch.delattr(np, "bitwise_count", raising=False)   # numpy 1.x: bytes counted instead
-    d1, i1 = pv.nearest_hamming(bank[:600], test[:40], use_faiss=False)
-    assert d1[:, 0].tolist() == brute[:40, :600].min(1).tolist() and i1[:, 0].tolist() == brute[:40, :600].argmin(1).tolist()
+    ad, ai = pv.nearest_hamming(bank, test)                  # the default: faiss on a CPU-only machine
+    assert ad[:, 0].tolist() == want_d.tolist() and ai[:, 0].tolist() == want_i.tolist()
+
+
+def test_the_hamming_search_refuses_bad_input():
+    rng = np.random.default_rng(5)
+    bank = rng.integers(0, 256, size=(10, 64), dtype=np.uint8)
+    with pytest.raises(ValueError, match="backend must be None, 'faiss' or 'torch'"):
+        pv.nearest_hamming(bank, bank, backend="numpy")
+    with pytest.raises(ValueError, match="same multiple of 64 bits"):
+        pv.nearest_hamming(bank, bank[:, :32])
+    with pytest.raises(ValueError, match="same multiple of 64 bits"):
+        pv.nearest_hamming(bank[:, :4], bank[:, :4])
+    with pytest.raises(ValueError, match="bank non-empty"):
+        pv.nearest_hamming(bank[:0], bank)
+    with pytest.raises(ValueError, match="device="):
+        pv.nearest_hamming(bank, bank, device="gpu0")
 
 
 def test_marks_need_no_faiss(data, monkeypatch):
