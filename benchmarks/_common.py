@@ -147,9 +147,9 @@ def dense_sinkhorn64(S, tau, n_iter):
     return g
 
 
-def write_report(name: str, title: str, intro: str, rows, notes=(), out_dir=None):
+def write_report(name: str, title: str, intro: str, rows, notes=(), out_dir=None, echo: bool = True):
     """``reports/<name>.md`` (intro, table, notes) and ``reports/<name>.csv`` from a list of dicts
-    (``out_dir`` instead of benchmarks/reports when given)."""
+    (``out_dir`` instead of benchmarks/reports when given); ``echo``: also print the report."""
     out = Path(out_dir) if out_dir is not None else REPORTS
     out.mkdir(parents=True, exist_ok=True)
     cols = []
@@ -174,4 +174,5 @@ def write_report(name: str, title: str, intro: str, rows, notes=(), out_dir=None
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if echo:
+        print("\n".join(lines))

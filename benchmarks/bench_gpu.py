@@ -114,7 +114,9 @@ def nnn_section(size, device, args, rows, notes):
         t_one, _ = timed(lambda: a @ b.T, device, args.reps)
         rows.append({"section": "1 exact NNN", "run": f"one unblocked GEMM a @ b.T ({shape})", "seconds": t_one,
                      "ratio": t_one / t_bare})
-    r_exact = hn.evaluate(exact, task)
+    t_eval, r_exact = timed(lambda: hn.evaluate(exact, task), torch.device("cpu"))
+    rows.append({"section": "1 exact NNN", "run": f"hn.evaluate of that fit ({te.captions.shape[0]:,} queries: R@1 "
+                 "and the query-aware certificate, bank sketches compared on the device)", "seconds": t_eval})
     if args.cpu_reference:
         t_cpu, _ = timed(lambda: task.fit(hn.NearestNeighborNormalization(alpha=alpha, k=k, device="cpu")),
                          torch.device("cpu"))
@@ -225,23 +227,33 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     size = TINY if args.tiny else FULL
     rows, notes = [], [gpu_line(device)]
-    task = None
+    name = "gpu" if not args.tiny else "gpu_tiny"
+    if args.tiny:
+        notes.append("TINY DRY RUN: toy sizes, not a measurement")
+    t0 = time.perf_counter()
+
+    def report(done: str, final: bool = False) -> None:
+        """The report so far, written after every section: a lease that ends mid-run keeps what was measured."""
+        print(f"bench_gpu: {done} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        partial = [] if final else [f"PARTIAL: written after {done}; the run had not finished"]
+        write_report(name, "GPU: exact NNN vs bare GEMM, faiss GPU IVF vs exact, streaming DBSN, run_all.sh",
+                     f"Device: {gpu_line(device)}. Times: minimum of {args.reps} runs after a warm-up, with "
+                     "torch.cuda.synchronize() around each; ratios and speed-ups are taken within this one run.",
+                     rows, notes + partial, out_dir=args.out_dir, echo=final)
+
     if "nnn" not in args.skip or "faiss" not in args.skip:
         task, exact, r_exact, t_exact, alpha, k = nnn_section(size, device, args, rows, notes)
+        report("section 1 (exact NNN)")
         if "faiss" not in args.skip:
             faiss_section(size, device, args, rows, notes, task, exact, r_exact, t_exact, alpha, k)
+            report("section 2 (faiss IVF)")
         del task, exact
     if "dbsn" not in args.skip:
         dbsn_section(size, device, args, rows, notes)
+        report("section 3 (DBSN)")
     if args.run_all and not args.tiny:
         run_all_section(rows, notes)
-    if args.tiny:
-        notes.append("TINY DRY RUN: toy sizes, not a measurement")
-    name = "gpu" if not args.tiny else "gpu_tiny"
-    write_report(name, "GPU: exact NNN vs bare GEMM, faiss GPU IVF vs exact, streaming DBSN, run_all.sh",
-                 f"Device: {gpu_line(device)}. Times: minimum of {args.reps} runs after a warm-up, with "
-                 "torch.cuda.synchronize() around each; ratios and speed-ups are taken within this one run.",
-                 rows, notes, out_dir=args.out_dir)
+    report("every section", final=True)
     return 0
 
 

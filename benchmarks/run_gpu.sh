@@ -6,7 +6,10 @@
 #
 #   bash benchmarks/run_gpu.sh [--dry-run] [bench_gpu.py arguments, e.g. --reps 1 --skip dbsn --cpu-reference]
 #
-# Writes into HUBNORM_GPU_OUT (default benchmarks/reports): gpu_tests.log, gpu.md and gpu.csv.
+# Writes into HUBNORM_GPU_OUT (default benchmarks/reports): gpu_tests.log, gpu.md and gpu.csv; the report is
+# rewritten after every section (marked PARTIAL until the last), so a run stopped by a time limit keeps what it
+# measured. On a machine whose image lacks POT (the one third-party need of `import hubnorm` beyond torch,
+# numpy, scipy, pandas, tqdm, tabulate, pyyaml), install its wheel first.
 # PYTHON: the interpreter (default ../.venv/bin/python, else python3); it needs torch with CUDA, numpy, scipy,
 # pandas, tqdm, tabulate, pyyaml and pytest (requirements-gpu.txt adds faiss's GPU build; without faiss section 2 is
 # skipped with the reason). hubnorm is imported from lib/ when that interpreter has not installed it.

@@ -27,7 +27,8 @@ def test_tiny_dry_run_writes_every_section(tmp_path):
     for section in ("1 exact NNN", "2 faiss IVF", "3 DBSN"):
         assert section in csv, section
     assert "bare float32 GEMMs" in md and "TINY DRY RUN" in md and "vs CPU dense float64" in md
-    assert "logsumexp_similarity scale 20" in md and "log-sum-exp blocks" in md
+    assert "logsumexp_similarity scale 20" in md and "log-sum-exp blocks" in md and "hn.evaluate of that fit" in md
+    assert "PARTIAL" not in md and "bench_gpu: section 1 (exact NNN)" in out.stdout
     assert not (BENCH / "reports" / "gpu_tiny.md").exists(), "the dry run must not write into benchmarks/reports"
 
 
