@@ -11,7 +11,7 @@
 # measured. On a machine whose image lacks POT (the one third-party need of `import hubnorm` beyond torch,
 # numpy, scipy, pandas, tqdm, tabulate, pyyaml), install its wheel first.
 # PYTHON: the interpreter (default ../.venv/bin/python, else python3); it needs torch with CUDA, numpy, scipy,
-# pandas, tqdm, tabulate, pyyaml and pytest (requirements-gpu.txt adds faiss's GPU build; without faiss section 2 is
+# pandas, tqdm, tabulate, pyyaml, POT and pytest (requirements-gpu.txt adds faiss's GPU build; without faiss section 2 is
 # skipped with the reason). hubnorm is imported from lib/ when that interpreter has not installed it.
 # HUBNORM_GPU_RUN_ALL=0 leaves out the run_all.sh section (a machine without the notebook tools).
 # --dry-run: the same steps on the CPU at toy sizes (HUBNORM_GPU_TEST_DEVICE=cpu, bench_gpu.py --device cpu --tiny),
