@@ -66,6 +66,30 @@ def test_fingerprint_hashes_are_those_of_the_float32_rows(data):
     fz = pv.fingerprint(z, "z")
     z[1, 0] = 0.0
     assert pv.fingerprint(z[1:], "z").digests[0].tobytes() == fz.digests[1].tobytes()
+    assert pv.fingerprint(z, "z").sha256 == fz.sha256   # the whole-set hash too
+
+
+def test_fingerprint_of_read_only_rows_and_negative_zeros_in_some_blocks(data):
+    """Rows hashed where they lie (no copy): a read-only array gives the same fingerprint as a writable copy,
+    without a warning and untouched; -0.0 in one block of many hashes as 0.0 there and nowhere else."""
+    import warnings
+
+    x = np.array(data["captions"][:64], dtype=np.float32)
+    x[5, 0] = 0.0
+    want = pv.fingerprint(x.copy(), "w", block_bytes=4096)
+    pv._CACHE.clear()
+    ro = x.copy()
+    ro[5, 0] = -0.0
+    ro.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = pv.fingerprint(ro, "r", block_bytes=4096)
+    assert got.sha256 == want.sha256 and np.array_equal(got.digests, want.digests)
+    assert np.array_equal(got.signatures, want.signatures)
+    assert np.signbit(ro[5, 0]) and not ro.flags.writeable   # the caller's rows as they were
+    other = x.copy()
+    other[40, -1] = 1.0                                      # a change in another block (its last value)
+    assert pv.fingerprint(other, "o", block_bytes=4096).sha256 != want.sha256
 
 
 def test_fingerprint_is_the_same_in_any_block_size_and_from_torch(data):

@@ -159,17 +159,20 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
 
     def blocks():
         for r0, r1 in iter_blocks(n, size):
-            b = np.ascontiguousarray(block(r0, r1), dtype=np.float32) + np.float32(0.0)   # -0.0 -> 0.0
+            b = np.ascontiguousarray(block(r0, r1), dtype=np.float32)   # the rows themselves where they are float32
             if not np.isfinite(b).all():
                 raise ValueError(f"{name} holds non-finite values (rows {r0}-{r1 - 1}); a fingerprint needs finite "
                                  "rows")
+            zero = b == 0
+            if zero.any():                        # -0.0 -> 0.0 (a copy only where a block holds a zero)
+                b = np.where(zero, np.float32(0.0), b)
             yield r0, r1, b
 
     whole = hashlib.sha256(f"{n}x{d}:float32".encode())
     if not costly:   # rows in memory: hash first, and reuse the sketch of the same content (rows read from disk
         #              or a cluster are read once, hashed and sketched in the same pass, never reused)
         for _, _, b in blocks():
-            whole.update(b.tobytes())
+            whole.update(memoryview(b).cast("B"))   # the bytes, without a copy
         key = (whole.hexdigest(), kind, bits, seed)
         if key in _CACHE:
             _CACHE.move_to_end(key)
@@ -179,10 +182,10 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
     signatures = np.empty((n, bits // 8), dtype=np.uint8)
     for r0, r1, b in blocks():     # rows read from disk or a cluster: one pass, hash included
         if costly:
-            whole.update(b.tobytes())
+            whole.update(memoryview(b).cast("B"))
         for i, row in enumerate(b):
             digests[r0 + i] = np.frombuffer(hashlib.blake2b(row.tobytes(), digest_size=16).digest(), np.uint8)
-        v = torch.from_numpy(b)
+        v = torch.from_numpy(b if b.flags.writeable else b.copy())   # the caller's read-only rows stay theirs
         if kind == "scores":
             v = v - v.mean(dim=1, keepdim=True)
         signatures[r0:r1] = np.packbits((v @ r > 0).numpy(), axis=1)
