@@ -14,8 +14,9 @@ __all__ = ["nn_gap", "centroid_distance", "embedding_statistics", "bank_statisti
 
 
 def nn_gap(a: np.ndarray, b: np.ndarray, *, block: int = 4096) -> float:
-    """Nearest-neighbour distribution gap ``1 - mean_{x in a} max_{y in b} cos(x, y)``: how far the points of
-    ``a`` are from the closest point of ``b`` (0 when every point of ``a`` has a copy in ``b``). Not symmetric."""
+    """Nearest-neighbour distribution gap ``1 - mean_{x in a} max_{y in b} x . y``: how far the points of ``a`` are
+    from the closest point of ``b`` (0 when every point of ``a`` has a copy in ``b``). Not symmetric. The inner
+    product is the cosine for unit-length rows (embeddings here are); other rows are taken as they are."""
     ta, tb = torch.as_tensor(np.asarray(a)), torch.as_tensor(np.asarray(b))
     if ta.ndim != 2 or tb.ndim != 2 or ta.shape[1] != tb.shape[1] or not len(ta) or not len(tb):
         raise ValueError(f"a and b must be non-empty 2-D arrays of the same width; got {tuple(ta.shape)} and {tuple(tb.shape)}")
@@ -133,7 +134,9 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
         out[f"{tag}_{tag}_cos"] = float((s_sum @ s_sum - len(x)) / (len(x) * (len(x) - 1)))
     sh = _spectrum(torch.cat([img, cap]))
     out["joint_pc1_share"], out["joint_pc2_share"] = float(sh[0]), float(sh[1])
-    groups = [torch.nonzero(c2i == j).squeeze(1) for j in range(n)] if m > n else []
+    counts = np.bincount(c2i.numpy(), minlength=n)   # the captions of each image with more than one
+    order, ends = np.argsort(c2i.numpy(), kind="stable"), np.cumsum(counts)
+    groups = [torch.from_numpy(order[ends[j] - counts[j]:ends[j]]) for j in np.flatnonzero(counts > 1)]
     same = [float(((cap[g].sum(0) @ cap[g].sum(0)) - len(g)) / (len(g) * (len(g) - 1))) for g in groups if len(g) > 1]
     out["same_image_cap_cos"] = float(np.mean(same)) if same else float("nan")
     scores = {"t2i": (cap, img, mu_c), "i2t": (img, cap, mu_i)}

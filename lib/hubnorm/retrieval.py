@@ -98,7 +98,7 @@ class Positives:
         lens = [len(x) for x in lists]
         indices = np.concatenate([_as_int64(np.asarray(x).reshape(-1), "lists") for x in lists]) if lists \
             else np.zeros(0, np.int64)
-        return cls(np.concatenate([[0], np.cumsum(lens)]), indices, n_targets)
+        return cls(np.concatenate([[0], np.cumsum(lens, dtype=np.int64)]), indices, n_targets)   # [] too
 
     def subset(self, queries: ArrayLike) -> "Positives":
         """The positives of a subset of queries (same targets)."""

@@ -1,0 +1,355 @@
+"""Unit checks of hubnorm.retrieval aimed at what its mutation run (benchmarks/reports/mutation/retrieval.md) found
+unchecked by tests/test_retrieval.py: the direction names and their guard; every guard of ``Positives`` (indptr,
+indices, n_targets, empty queries, float and torch indices) by its own message and at its boundary (0 queries, the
+last valid target, ``n_targets`` 1); the CSR layout of ``from_labels`` / ``from_groups`` / ``from_lists`` /
+``subset`` against hand-written lists (``from_groups`` keeps every query's targets in ascending order); the guards
+of ``RetrievalTask`` and ``build_tasks`` by their messages (which input, which count); ``has``, ``fit`` (which bank
+goes where), ``with_banks`` and ``with_distractors`` (dtype, positives, meta); torch inputs and banks.
+
+Mutation run (``--tests tests/test_retrieval.py`` [+ this file]): 280 -> 475 of 508 killed (55% -> 94%). The 33
+survivors change nothing a caller can observe on a CPU:
+
+* ``device="cpu"`` -> ``None`` / dropped in ``as_embeddings`` (``RetrievalTask.__post_init__`` 5/8/16/20/52/56,
+  ``with_distractors`` 4/8, ``build_tasks`` 7/10/17/21/35/39): the default device is the CPU here (observable
+  only on an accelerator);
+* ``from_groups_16`` (``kind="STABLE"``): numpy reads the sort kind case-insensitively;
+* ``from_lists_10/13`` (``reshape(None)`` / ``reshape(-2)``): the same 1-D array for the lists it accepts;
+* ``with_distractors_15/18/19/20``: the empty-distractors branch is unreachable (``as_embeddings`` refuses 0 rows
+  and 0 columns first); ``_25/27/29`` (``astype`` copy flag): the same values;
+* ``build_tasks_86`` (direction left at its default "t2i"), ``_89/_91`` (``from_labels`` without ``n_targets``):
+  every image has a caption (checked above), so ``max + 1`` is the number of images.
+
+The helper that wrote this file found ``Positives.from_lists([])`` (and ``subset([])``) failing on a float64
+``np.cumsum([])``; mended, and pinned by ``test_no_queries``.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm import retrieval
+from hubnorm.retrieval import DIRECTION_NAMES, DIRECTIONS, MODALITY_LETTERS, Positives, RetrievalTask, build_tasks
+
+
+def _unit(rng, n, d, dtype=np.float32):
+    x = rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(dtype)
+
+
+def _csr(p):
+    return [p.of(i).tolist() for i in range(p.n_queries)]
+
+
+# ------------------------------------------------------------------------------------------------- directions
+
+def test_direction_names_by_hand():
+    assert DIRECTIONS == ("t2i", "i2t")
+    assert MODALITY_LETTERS == {"text": "t", "image": "i", "video": "v", "audio": "a"}
+    assert DIRECTION_NAMES == ("t2i", "i2t", "t2v", "v2t", "t2a", "a2t", "i2v", "i2a", "v2i", "v2a", "a2i", "a2v")
+
+
+@pytest.mark.parametrize("name", DIRECTION_NAMES)
+def test_check_direction_returns_the_name(name):
+    assert retrieval.check_direction(name) == name
+
+
+@pytest.mark.parametrize("bad", ["t2t", "T2I", "", "i2i", 5, None, ("t2i",)])
+def test_check_direction_rejects(bad):
+    msg = ("direction must be one of t2i, i2t, t2v, v2t, t2a, a2t, i2v, i2a, v2i, v2a, a2i, a2v (query modality "
+           "first: t2v is text-to-video; letters {'text': 't', 'image': 'i', 'video': 'v', 'audio': 'a'}); got "
+           + repr(bad))
+    with pytest.raises(ValueError, match="^" + re.escape(msg) + "$"):
+        retrieval.check_direction(bad)
+
+
+# -------------------------------------------------------------------------------------------------- Positives
+
+def test_positives_layout_and_types():
+    p = Positives(np.array([0, 2, 3], np.int32), np.array([4, 1, 0], np.int16), np.int64(5))
+    assert p.indptr.dtype == np.int64 and p.indices.dtype == np.int64
+    assert type(p.n_targets) is int and p.n_targets == 5
+    assert p.n_queries == 2 and len(p) == 2
+    assert _csr(p) == [[4, 1], [0]]
+    np.testing.assert_array_equal(p.query_of_entry, [0, 0, 1])
+
+
+def test_positives_torch_indices_and_boundaries():
+    p = Positives(torch.tensor([0, 1, 3]), torch.tensor([0, 2, 1]), 3)   # index n_targets - 1 is valid
+    assert _csr(p) == [[0], [2, 1]] and p.indices.dtype == np.int64
+    one = Positives([0, 1], [0], 1)                                         # a single target is enough
+    assert one.n_targets == 1 and _csr(one) == [[0]]
+    none = Positives([0], np.zeros(0), 3)          # no query at all; an empty float array holds no float index
+    assert none.n_queries == 0 and none.indices.dtype == np.int64 and none.query_of_entry.size == 0
+
+
+@pytest.mark.parametrize("n_targets", [0, -1, True, 2.0, "3", None])
+def test_positives_n_targets_guard(n_targets):
+    with pytest.raises(TypeError, match=r"^Positives\.n_targets must be a positive integer; got "
+                                        + re.escape(repr(n_targets)) + "$"):
+        Positives([0, 1], [0], n_targets)
+
+
+@pytest.mark.parametrize("indptr,indices", [([], []), ([1, 2], [0]), ([0, 2, 1], [0, 1]), ([0, 1], [0, 1]),
+                                            ([0, 2], [0]), ([[0, 1]], [0]), ([0, 2, 1], [0])])
+def test_positives_indptr_guard(indptr, indices):
+    with pytest.raises(ValueError, match=r"^Positives\.indptr must start at 0, never decrease, and end at "
+                                         r"len\(indices\)$"):
+        Positives(np.array(indptr, np.int64), np.array(indices, np.int64), 3)
+
+
+@pytest.mark.parametrize("indptr,first", [([0, 1, 1, 2], 1), ([0, 0, 1], 0), ([0, 1, 2, 2, 2], 2)])
+def test_positives_empty_query(indptr, first):
+    with pytest.raises(ValueError, match=rf"^query {first} has no positive target: every query needs at least one$"):
+        Positives(indptr, list(range(indptr[-1])), 3)
+
+
+@pytest.mark.parametrize("indices,lo,hi", [([0, 3], 0, 3), ([-1, 2], -1, 2), ([5, 1], 1, 5)])
+def test_positives_target_range(indices, lo, hi):
+    with pytest.raises(ValueError, match=rf"^positive target indices must lie in \[0, 3\); got range \[{lo}, {hi}\]$"):
+        Positives([0, 1, 2], indices, 3)
+
+
+@pytest.mark.parametrize("which", ["indptr", "indices"])
+def test_positives_float_indices_refused(which):
+    args = {"indptr": np.array([0, 1]), "indices": np.array([0])}
+    args[which] = args[which].astype(np.float64)
+    with pytest.raises(TypeError, match=rf"^Positives\.{which} must hold integers; got dtype float64\. Float indices "
+                                        r"are never truncated: convert exact integral values with "
+                                        r"\.astype\(np\.int64\) after checking them$"):
+        Positives(args["indptr"], args["indices"], 2)
+
+
+def test_float_tensors_that_require_grad_are_refused_as_indices():
+    # read through .detach() like every tensor: the dtype is what is refused, not the autograd graph
+    grad = torch.tensor([0.0], requires_grad=True)
+    with pytest.raises(TypeError, match=r"^Positives\.indices must hold integers; got dtype float32\."):
+        Positives([0, 1], grad, 2)
+    with pytest.raises(TypeError, match=r"^labels must hold integers; got dtype float32$"):
+        Positives.from_labels(grad)
+
+
+def test_from_labels():
+    p = Positives.from_labels([2, 0, 2])
+    assert p.n_targets == 3 and _csr(p) == [[2], [0], [2]]
+    np.testing.assert_array_equal(p.indptr, [0, 1, 2, 3])
+    wide = Positives.from_labels(torch.tensor([1, 0]), np.int64(6))
+    assert wide.n_targets == 6 and type(wide.n_targets) is int and _csr(wide) == [[1], [0]]
+
+
+@pytest.mark.parametrize("bad,err,msg", [
+    ([], ValueError, r"^labels must be a non-empty 1-D array of integer indices; got shape \(0,\)$"),
+    ([[0, 1]], ValueError, r"^labels must be a non-empty 1-D array of integer indices; got shape \(1, 2\)$"),
+    ([0.0, 1.0], TypeError, r"^labels must hold integers; got dtype float64$"),
+    ([0, -2, 1], ValueError, r"^labels must be >= 0; got -2$"),
+])
+def test_from_labels_guards(bad, err, msg):
+    with pytest.raises(err, match=msg):
+        Positives.from_labels(np.array(bad))
+
+
+def test_from_groups_keeps_each_querys_targets_ascending():
+    rng = np.random.default_rng(4)
+    owner = rng.integers(0, 3, 300)
+    p = Positives.from_groups(owner, 3)
+    assert p.n_targets == 300 and p.n_queries == 3
+    assert _csr(p) == [np.flatnonzero(owner == q).tolist() for q in range(3)]
+    small = Positives.from_groups(torch.tensor([1, 0, 1, 2, 0]), 3)
+    assert _csr(small) == [[1, 4], [0, 2], [3]]
+    np.testing.assert_array_equal(small.indptr, [0, 2, 4, 5])
+
+
+def test_from_groups_guards():
+    with pytest.raises(ValueError, match=r"^owner index 3 is out of range for 3 queries$"):
+        Positives.from_groups([0, 1, 3, 2], 3)
+    with pytest.raises(ValueError, match=r"^query 2 has no positive target"):   # the last query owns nothing
+        Positives.from_groups([0, 1, 1], 3)
+    with pytest.raises(ValueError, match=r"^owner must be >= 0; got -1$"):
+        Positives.from_groups([0, -1], 2)
+    with pytest.raises(TypeError, match=r"^owner must hold integers; got dtype float64$"):
+        Positives.from_groups(np.array([0.0, 1.0]), 2)
+
+
+def test_from_lists():
+    p = Positives.from_lists([[4, 1], np.array([0]), (2, 3, 0)], 5)
+    assert _csr(p) == [[4, 1], [0], [2, 3, 0]] and p.n_targets == 5
+    np.testing.assert_array_equal(p.indptr, [0, 2, 3, 6])
+    with pytest.raises(TypeError, match=r"^lists must hold integers; got dtype float64"):
+        Positives.from_lists([[1], [0.5]], 2)
+
+
+def test_subset():
+    p = Positives.from_lists([[4, 1], [0], [2, 3]], 5)
+    sub = p.subset(np.array([2, 0, 2]))
+    assert _csr(sub) == [[2, 3], [4, 1], [2, 3]] and sub.n_targets == 5
+    assert _csr(p.subset(torch.tensor([1]))) == [[0]]
+    for bad, lo, hi in (([0, 3], 0, 3), ([-1], -1, -1)):
+        with pytest.raises(ValueError, match=rf"^queries must lie in \[0, 3\); got range \[{lo}, {hi}\]$"):
+            p.subset(bad)
+    with pytest.raises(TypeError, match=r"^queries must hold integers"):
+        p.subset(np.array([0.0]))
+
+
+def test_no_queries():
+    empty = Positives.from_lists([], 5)
+    assert empty.n_queries == 0 and empty.n_targets == 5 and empty.indptr.dtype == np.int64
+    np.testing.assert_array_equal(empty.indptr, [0])
+    sub = Positives.from_lists([[4, 1], [0]], 5).subset([])
+    assert sub.n_queries == 0 and sub.n_targets == 5 and _csr(sub) == []
+
+
+# ---------------------------------------------------------------------------------------------- RetrievalTask
+
+def _task_inputs(seed=0, nq=4, nt=3, d=5, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    return _unit(rng, nq, d, dtype), _unit(rng, nt, d, dtype), Positives.from_labels([0, 1, 2, 1], nt)
+
+
+def test_task_guards():
+    q, t, pos = _task_inputs()
+    with pytest.raises(ValueError, match="^direction must be one of"):
+        RetrievalTask(q, t, pos, direction="x2y")
+    with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives \(use Positives\.from_labels / "
+                                        r"from_groups\)$"):
+        RetrievalTask(q, t, [0, 1, 2, 1])
+    with pytest.raises(ValueError, match=r"^positives cover 3 queries but there are 4 queries$"):
+        RetrievalTask(q, t, Positives.from_labels([0, 1, 2], 3))
+    with pytest.raises(ValueError, match=r"^positives refer to 4 targets but there are 3 targets$"):
+        RetrievalTask(q, t, Positives.from_labels([0, 1, 2, 1], 4))
+    with pytest.raises(ValueError, match=r"^targets has dimension 4 but the other embeddings have 5"):
+        RetrievalTask(q, t[:, :4] / np.linalg.norm(t[:, :4], axis=1, keepdims=True), pos)
+    with pytest.raises(TypeError, match=r"^queries must be a numpy array or a torch tensor"):
+        RetrievalTask(q.tolist(), t, pos)
+    rng = np.random.default_rng(1)
+    for name in ("query_bank", "target_bank"):
+        with pytest.raises(ValueError, match=rf"^{name} has dimension 6 but the other embeddings have 5"):
+            RetrievalTask(q, t, pos, **{name: _unit(rng, 2, 6)})
+        with pytest.raises(ValueError, match=rf"^{name}"):
+            RetrievalTask(q, t, pos, **{name: 2 * _unit(rng, 2, 5)})   # rows not L2-normalised
+
+
+def test_task_accessors_fit_and_banks():
+    q, t, pos = _task_inputs()
+    rng = np.random.default_rng(2)
+    qb, tb = _unit(rng, 6, 5), _unit(rng, 7, 5)
+    task = RetrievalTask(q, t, pos, query_bank=qb, direction="v2a")
+    assert task.n_queries == 4 and task.n_targets == 3 and task.meta == {} and task.direction == "v2a"
+    assert task.has("queries") and task.has("targets") and task.has("query_bank") and not task.has("target_bank")
+    with pytest.raises(ValueError, match=r"^a task holds the inputs queries, targets, query_bank, target_bank; "
+                                         r"got 'bank'$"):
+        task.has("bank")
+    assert RetrievalTask(q, t, pos).direction == "t2i"
+
+    class Recorder:
+        def fit(self, targets, *, query_bank=None, target_bank=None):
+            self.args = (targets, query_bank, target_bank)
+            return self
+
+    with_tb = task.with_banks(target_bank=tb)
+    assert with_tb.query_bank is None and with_tb.target_bank is tb and task.query_bank is qb
+    assert with_tb.queries is q and with_tb.positives is pos and with_tb.direction == "v2a"
+    both = task.with_banks(qb, tb)
+    rec = both.fit(Recorder())
+    assert rec.args[0] is t and rec.args[1] is qb and rec.args[2] is tb
+    rec = both.fit(Recorder(), query_aware=True)
+    assert rec.args[0] is t and rec.args[1] is q and rec.args[2] is tb
+    assert task.with_banks().query_bank is None
+
+
+def test_with_distractors():
+    q, t, pos = _task_inputs()
+    rng = np.random.default_rng(3)
+    extra = _unit(rng, 2, 5, np.float64)
+    task = RetrievalTask(q, t, pos, meta={"dataset": "x"})
+    more = task.with_distractors(extra)
+    assert more.targets.dtype == np.float32 and more.targets.shape == (5, 5)
+    np.testing.assert_array_equal(more.targets[:3], t)
+    np.testing.assert_array_equal(more.targets[3:], extra.astype(np.float32))
+    assert more.positives.n_targets == 5 and _csr(more.positives) == _csr(pos)
+    assert more.meta == {"dataset": "x", "distractors": 2} and task.meta == {"dataset": "x"}
+    assert more.queries is q and more.n_targets == 5
+    one = task.with_distractors(torch.as_tensor(extra[:1]))
+    assert one.n_targets == 4 and one.meta["distractors"] == 1 and one.positives.n_targets == 4
+    with pytest.raises(ValueError, match=r"^distractors has dimension 4 but the other embeddings have 5"):
+        task.with_distractors(np.ones((2, 4), np.float32) / 2)
+    with pytest.raises(ValueError, match=r"^distractors is empty"):
+        task.with_distractors(np.zeros((0, 5), np.float32))
+
+
+# ------------------------------------------------------------------------------------------------ build_tasks
+
+def _pair(seed=0, n=3, m=5, d=4):
+    rng = np.random.default_rng(seed)
+    return _unit(rng, n, d), _unit(rng, m, d)
+
+
+def test_build_tasks_layout_and_meta():
+    imgs, caps = _pair()
+    c2i = np.array([2, 0, 1, 1, 2])
+    meta = {"dataset": "toy"}
+    tasks = build_tasks(imgs, caps, c2i, meta=meta)
+    assert list(tasks) == ["t2i", "i2t"]
+    t2i, i2t = tasks["t2i"], tasks["i2t"]
+    assert t2i.direction == "t2i" and i2t.direction == "i2t"
+    assert _csr(t2i.positives) == [[2], [0], [1], [1], [2]] and t2i.positives.n_targets == 3
+    assert _csr(i2t.positives) == [[1], [2, 3], [0, 4]] and i2t.positives.n_targets == 5
+    assert t2i.query_bank is None and t2i.target_bank is None and i2t.query_bank is None
+    assert t2i.meta == {"dataset": "toy"} and t2i.meta is not meta
+    assert build_tasks(imgs, caps, c2i)["t2i"].meta == {}
+    only = build_tasks(imgs, caps, c2i, directions=["i2t"])
+    assert list(only) == ["i2t"]
+
+
+def test_build_tasks_torch_inputs_and_banks():
+    imgs, caps = _pair(1)
+    rng = np.random.default_rng(5)
+    ib, cb = _unit(rng, 6, 4), _unit(rng, 7, 4)
+    tasks = build_tasks(torch.from_numpy(imgs), torch.from_numpy(caps), torch.tensor([0, 1, 2, 0, 1]),
+                        image_bank=torch.from_numpy(ib), caption_bank=torch.from_numpy(cb))
+    t2i, i2t = tasks["t2i"], tasks["i2t"]
+    assert isinstance(t2i.queries, np.ndarray) and isinstance(t2i.target_bank, np.ndarray)
+    np.testing.assert_array_equal(t2i.queries, caps)
+    np.testing.assert_array_equal(t2i.targets, imgs)
+    np.testing.assert_array_equal(t2i.query_bank, cb)
+    np.testing.assert_array_equal(t2i.target_bank, ib)
+    np.testing.assert_array_equal(i2t.query_bank, ib)
+    np.testing.assert_array_equal(i2t.target_bank, cb)
+
+
+def test_build_tasks_guards():
+    imgs, caps = _pair(2)
+    c2i = np.array([0, 1, 2, 0, 1])
+    with pytest.raises(TypeError, match=r"^embeddings must be numpy arrays or torch tensors; got list$"):
+        build_tasks(imgs.tolist(), caps, c2i)
+    with pytest.raises(TypeError, match=r"^embeddings must be numpy arrays or torch tensors; got list$"):
+        build_tasks(imgs, caps, c2i, image_bank=imgs.tolist())
+    with pytest.raises(ValueError, match=r"^images must be 2-D"):
+        build_tasks(imgs[0], caps, c2i)
+    with pytest.raises(ValueError, match=r"^captions has dimension 3 but the other embeddings have 4"):
+        build_tasks(imgs, caps[:, :3] / np.linalg.norm(caps[:, :3], axis=1, keepdims=True), c2i)
+    for name in ("image_bank", "caption_bank"):
+        with pytest.raises(ValueError, match=rf"^{name} has dimension 3 but the other embeddings have 4"):
+            build_tasks(imgs, caps, c2i, **{name: np.full((2, 3), 3 ** -0.5, np.float32)})
+    with pytest.raises(ValueError, match=r"^caption_to_image has 4 entries but there are 5 captions: pass one image "
+                                         r"index per caption$"):
+        build_tasks(imgs, caps, c2i[:4])
+    with pytest.raises(ValueError, match=r"^caption_to_image refers to image 3 but there are only 3 images$"):
+        build_tasks(imgs, caps, np.array([0, 1, 2, 3, 1]))
+    with pytest.raises(ValueError, match=r"^2 image\(s\) have no caption \(first: 1\): drop them or add captions$"):
+        build_tasks(imgs, caps, np.array([0, 0, 0, 0, 0]))
+    with pytest.raises(ValueError, match=r"^caption_to_image must be >= 0"):
+        build_tasks(imgs, caps, np.array([0, 1, 2, -1, 1]))
+    with pytest.raises(ValueError, match=r"^unknown direction 't2v': use 't2i' or 'i2t'$"):
+        build_tasks(imgs, caps, c2i, directions=("t2i", "t2v"))
+
+
+def test_build_tasks_feeds_the_methods():
+    imgs, caps = _pair(3, n=4, m=8, d=6)
+    c2i = np.arange(8) % 4
+    task = hn.build_tasks(imgs, caps, c2i)["t2i"]
+    S = caps.astype(np.float64) @ imgs.astype(np.float64).T
+    ranks = hn.positive_ranks(task.fit(hn.Identity(device="cpu")), task.positives, caps)
+    ref = [int(np.sum(S[i] > S[i, c2i[i]])) for i in range(8)]
+    np.testing.assert_array_equal(ranks, ref)
