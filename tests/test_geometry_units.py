@@ -379,3 +379,13 @@ def test_embedding_statistics_one_caption_per_image_warns_nothing():
         got = embedding_statistics(img, cap, np.arange(12))
     assert np.isnan(got["same_image_cap_cos"])
 
+
+def test_embedding_statistics_needs_ten_of_each():
+    c2i = np.arange(9)
+    img, cap = _problem(23, 9, 4, c2i)
+    with pytest.raises(ValueError, match=r"^embedding_statistics needs at least 10 images and 10 captions .*got 9 "
+                                         r"images and 9 captions$"):
+        embedding_statistics(img, cap, c2i)
+    c2i = np.arange(10)
+    img, cap = _problem(23, 10, 4, c2i)
+    assert np.isfinite(embedding_statistics(img, cap, c2i)["skew_N10_t2i"])

@@ -91,6 +91,9 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
     n, m = len(img), len(cap)
     if img.shape[1] != cap.shape[1] or c2i.shape != (m,) or int(c2i.min()) < 0 or int(c2i.max()) >= n:
         raise ValueError("images (n x d), captions (m x d) and caption_to_image (m values in [0, n)) do not fit together")
+    if min(n, m) < 10:
+        raise ValueError(f"embedding_statistics needs at least 10 images and 10 captions (its hubness statistics "
+                         f"count N_10); got {n} images and {m} captions")
     mu_i, mu_c = img.mean(0), cap.mean(0)
     matched = (cap * img[c2i]).sum(1)
     tot = tot2 = 0.0
