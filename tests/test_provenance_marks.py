@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import hubnorm as hn
 from hubnorm import provenance as pv
@@ -216,6 +217,40 @@ def test_the_torch_hamming_search_equals_faiss():
     assert ad[:, 0].tolist() == want_d.tolist() and ai[:, 0].tolist() == want_i.tolist()
 
 
+def test_the_hamming_search_picks_its_backend_and_returns_int64_columns(monkeypatch):
+    """Which backend runs (both give the same answer, so only a spy tells): faiss by default on a CPU where it is
+    installed, torch when asked or when faiss cannot be imported; one int64 column each, for any integer input."""
+    import builtins
+
+    faiss = pytest.importorskip("faiss")
+    rng = np.random.default_rng(6)
+    bank = rng.integers(0, 256, size=(50, 64), dtype=np.uint8)
+    test = rng.integers(0, 256, size=(7, 64), dtype=np.uint8)
+    want_d, want_i = pv.nearest_hamming(bank, test, backend="torch", device="cpu")
+    calls, real = [], faiss.IndexBinaryFlat
+    monkeypatch.setattr(faiss, "IndexBinaryFlat", lambda d: calls.append(d) or real(d))
+    for kw, used in (({}, not torch.cuda.is_available()), ({"backend": "faiss"}, True), ({"backend": "torch"}, False),
+                     ({"device": "cpu"}, True), ({"backend": "torch", "device": "cpu"}, False)):
+        calls.clear()
+        d, i = pv.nearest_hamming(bank.astype(np.int64), test.astype(np.int64), **kw)   # byte values as int64
+        assert calls == ([512] if used else []), kw
+        assert d.shape == i.shape == (7, 1) and d.dtype == i.dtype == np.int64, kw
+        assert np.array_equal(d, want_d) and np.array_equal(i, want_i), kw
+    d0, i0 = pv.nearest_hamming(bank, test[:0])
+    assert d0.shape == i0.shape == (0, 1) and d0.dtype == i0.dtype == np.int64
+    real_import = builtins.__import__
+
+    def no_faiss(name, *args, **kwargs):
+        if name == "faiss":
+            raise ImportError("no faiss here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_faiss)
+    calls.clear()
+    d, i = pv.nearest_hamming(bank, test)
+    assert calls == [] and np.array_equal(d, want_d) and np.array_equal(i, want_i)
+
+
 def test_the_hamming_search_refuses_bad_input():
     rng = np.random.default_rng(5)
     bank = rng.integers(0, 256, size=(10, 64), dtype=np.uint8)
@@ -225,6 +260,9 @@ def test_the_hamming_search_refuses_bad_input():
         pv.nearest_hamming(bank, bank[:, :32])
     with pytest.raises(ValueError, match="same multiple of 64 bits"):
         pv.nearest_hamming(bank[:, :4], bank[:, :4])
+    for one_d in ((bank, bank[0]), (bank[0], bank)):
+        with pytest.raises(ValueError, match="same multiple of 64 bits"):
+            pv.nearest_hamming(*one_d)
     with pytest.raises(ValueError, match="bank non-empty"):
         pv.nearest_hamming(bank[:0], bank)
     with pytest.raises(ValueError, match="device="):
