@@ -30,7 +30,8 @@ def _dense_reference(img, cap, c2i, knn=5):
         g = x @ x.T
         iu = np.triu_indices(len(x), 1)
         out[f"{tag}_{tag}_cos"] = g[iu].mean()
-        ck = np.array([np.sort(np.delete(g[i], i))[-knn] for i in range(len(x))])
+        k = min(knn, len(x) - 1)   # as the library: at most the other rows
+        ck = np.array([np.sort(np.delete(g[i], i))[-k] for i in range(len(x))])
         out[f"{tag}_knn_cv"] = ck.std() / (1 - ck).mean()
     both = np.concatenate([img, cap])
     ev = np.linalg.eigvalsh(np.cov(both.T, bias=True))[::-1]

@@ -184,6 +184,21 @@ def test_joined_and_gain_tables_carry_each_rows_mark(data):
     assert delta["bank"].tolist() == ["QUERY-AWARE"]
 
 
+@pytest.fixture
+def no_faiss(monkeypatch):
+    """``import faiss`` fails, as on a machine without it (faiss is optional)."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def refuse(name, *args, **kwargs):
+        if name == "faiss":
+            raise ImportError("no faiss here")
+        return real_import(name, *args, **kwargs)
+
+    return lambda: monkeypatch.setattr(builtins, "__import__", refuse)
+
+
 def test_the_torch_hamming_search_equals_faiss():
     """The seam behind near-duplicate detection: faiss's exact binary search where faiss is installed, a +-1 matrix
     product in torch otherwise (and on a GPU). Both against a brute-force count of differing bits, ties included,
@@ -217,11 +232,9 @@ def test_the_torch_hamming_search_equals_faiss():
     assert ad[:, 0].tolist() == want_d.tolist() and ai[:, 0].tolist() == want_i.tolist()
 
 
-def test_the_hamming_search_picks_its_backend_and_returns_int64_columns(monkeypatch):
+def test_the_hamming_search_picks_its_backend_and_returns_int64_columns(monkeypatch, no_faiss):
     """Which backend runs (both give the same answer, so only a spy tells): faiss by default on a CPU where it is
     installed, torch when asked or when faiss cannot be imported; one int64 column each, for any integer input."""
-    import builtins
-
     faiss = pytest.importorskip("faiss")
     rng = np.random.default_rng(6)
     bank = rng.integers(0, 256, size=(50, 64), dtype=np.uint8)
@@ -238,14 +251,7 @@ def test_the_hamming_search_picks_its_backend_and_returns_int64_columns(monkeypa
         assert np.array_equal(d, want_d) and np.array_equal(i, want_i), kw
     d0, i0 = pv.nearest_hamming(bank, test[:0])
     assert d0.shape == i0.shape == (0, 1) and d0.dtype == i0.dtype == np.int64
-    real_import = builtins.__import__
-
-    def no_faiss(name, *args, **kwargs):
-        if name == "faiss":
-            raise ImportError("no faiss here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_faiss)
+    no_faiss()
     calls.clear()
     d, i = pv.nearest_hamming(bank, test)
     assert calls == [] and np.array_equal(d, want_d) and np.array_equal(i, want_i)
@@ -269,17 +275,8 @@ def test_the_hamming_search_refuses_bad_input():
         pv.nearest_hamming(bank, bank, device="gpu0")
 
 
-def test_marks_need_no_faiss(data, monkeypatch):
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_faiss(name, *args, **kwargs):
-        if name == "faiss":
-            raise ImportError("no faiss here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_faiss)
+def test_marks_need_no_faiss(data, no_faiss):
+    no_faiss()
     pv._COMPARED.clear()
     task = _task(data)
     assert hn.evaluate(task.fit(hn.InvertedSoftmax(), query_aware=True), task)["bank"] == "QUERY-AWARE"
