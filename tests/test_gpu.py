@@ -222,7 +222,8 @@ def test_kernels_on_gpu_match_the_plain_forms(monkeypatch):
 def test_hamming_search_on_gpu_equals_the_cpu():
     """The near-duplicate search of the query-aware certificate (``provenance.nearest_hamming``, the default on a
     CUDA machine) on the device against a brute-force count of differing bits on the CPU, ties included (the first
-    bank row wins), in one block and in blocks of one bank row. Exact: every value is an integer <= 512."""
+    bank row wins), in one block and in parts of 2 test rows x blocks of 75 bank rows. Exact: every value is an
+    integer <= 512."""
     from hubnorm.provenance import nearest_hamming
     rng = np.random.default_rng(1)
     bank = rng.integers(0, 256, size=(3000, 64), dtype=np.uint8)

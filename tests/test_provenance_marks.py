@@ -218,7 +218,7 @@ def test_the_torch_hamming_search_equals_faiss():
     brute = np.array([np.abs(bits - b).sum(1) for b in np.unpackbits(test, axis=1).astype(np.int16)])
     want_d, want_i = brute.min(1), brute.argmin(1)          # argmin: the first row on a tie
     assert want_i[4] == 33 and want_d[4] == 1
-    for kw in ({}, {"block_bytes": 4 * 217}):                # one block; blocks of 217 test rows x 1 bank row
+    for kw in ({}, {"block_bytes": 4 * 217}):                # one block; parts of 3 test rows x blocks of 72 bank rows
         d, i = pv.nearest_hamming(bank, test, backend="torch", device="cpu", **kw)
         assert d.dtype == i.dtype == np.int64 and d.shape == i.shape == (300, 1)
         assert d[:, 0].tolist() == want_d.tolist() and i[:, 0].tolist() == want_i.tolist()
