@@ -29,6 +29,7 @@ def test_tiny_dry_run_writes_every_section(tmp_path):
     assert "bare float32 GEMMs" in md and "TINY DRY RUN" in md and "vs CPU dense float64" in md
     assert "logsumexp_similarity scale 20" in md and "log-sum-exp blocks" in md and "hn.evaluate of that fit" in md
     assert "PARTIAL" not in md and "bench_gpu: section 1 (exact NNN)" in out.stdout
+    assert "matrix (one pass; the peer)" in md and "one bare GEMM pass over the same matrix, same run" in md
     assert not (BENCH / "reports" / "gpu_tiny.md").exists(), "the dry run must not write into benchmarks/reports"
 
 

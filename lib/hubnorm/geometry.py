@@ -140,7 +140,7 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
     counts = np.bincount(c2i.numpy(), minlength=n)   # the captions of each image with more than one
     order, ends = np.argsort(c2i.numpy(), kind="stable"), np.cumsum(counts)
     groups = [torch.from_numpy(order[ends[j] - counts[j]:ends[j]]) for j in np.flatnonzero(counts > 1)]
-    same = [float(((cap[g].sum(0) @ cap[g].sum(0)) - len(g)) / (len(g) * (len(g) - 1))) for g in groups if len(g) > 1]
+    same = [float(((cap[g].sum(0) @ cap[g].sum(0)) - len(g)) / (len(g) * (len(g) - 1))) for g in groups]
     out["same_image_cap_cos"] = float(np.mean(same)) if same else float("nan")
     scores = {"t2i": (cap, img, mu_c), "i2t": (img, cap, mu_i)}
     for d, (q, t, mu_q) in scores.items():
