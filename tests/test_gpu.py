@@ -238,6 +238,18 @@ def test_hamming_search_on_gpu_equals_the_cpu():
     assert i[:2, 0].tolist() == [7, 2999]
 
 
+@pytest.mark.gpu
+@needs_cuda
+def test_provenance_of_a_fit_on_gpu_is_that_of_the_cpu_fit(task):
+    """The fingerprints a fit records (hashes, per-row digests, sketches) are the same on the device as on the CPU:
+    a bank held on the GPU is fingerprinted from the caller's host rows (``LocalEngine.host``), and the host rows
+    are those the device holds."""
+    fits = [hn.InvertedSoftmax(device=d).fit(task.targets, query_bank=task.query_bank) for d in ("cpu", DEV)]
+    a, b = (f.provenance_["query_bank"] for f in fits)
+    assert a.sha256 == b.sha256 and np.array_equal(a.digests, b.digests) and np.array_equal(a.signatures, b.signatures)
+    assert hn.provenance.fingerprint(torch.from_numpy(np.asarray(task.query_bank)).to(DEV), "q").sha256 == a.sha256
+
+
 # ------------------------------------------------------------------------------------------ faiss on GPU
 
 @pytest.fixture(scope="module")

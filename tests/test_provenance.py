@@ -519,3 +519,23 @@ def test_review_findings_stay_fixed(data, tmp_path):
         pv.compare(object(), fp)
     with pytest.raises(ValueError, match="near_cosine must be in"):
         pv.compare(fp, fp, near_cosine="0.9")
+
+
+def test_a_bank_held_on_a_device_is_fingerprinted_from_the_callers_host_rows(data, monkeypatch):
+    """A fit on a GPU fingerprints the caller's host rows of a bank, not a copy of the device tensor back (2 GB at a
+    1M-caption bank; bench_gpu.py's first lease): same hashes either way. Checked on the CPU with the seam itself
+    (LocalEngine's ``host``), and that a CPU fit passes no host rows (its tensors are the caller's memory)."""
+    from hubnorm.engine import LocalEngine
+    bank = data["caption_bank"]
+    nrm = hn.InvertedSoftmax()
+    engine = LocalEngine({"targets": torch.from_numpy(data["images"]), "query_bank": torch.from_numpy(bank.copy())},
+                         host={"query_bank": bank, "target_bank": data["image_bank"]})
+    assert set(engine.host) == {"query_bank"}                        # only inputs the engine holds
+    assert engine.host_rows("query_bank") is bank and engine.host_rows("targets") is engine.tensor("targets")
+    seen = []
+    real = pv.fingerprint
+    monkeypatch.setattr(pv, "fingerprint", lambda x, name, **kw: seen.append(x) or real(x, name, **kw))
+    fps = pv.of_engine(nrm, engine)
+    assert len(seen) == 1 and seen[0] is bank and fps["query_bank"].sha256 == real(torch.from_numpy(bank), "q").sha256
+    cpu = nrm.local_engine(data["images"], query_bank=bank)
+    assert cpu.host == {} and cpu.host_rows("query_bank").data_ptr() == torch.from_numpy(bank).data_ptr()

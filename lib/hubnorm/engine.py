@@ -45,11 +45,16 @@ class LocalEngine:
             kernels are tested against (``tests/method_checks.py``).
         backend: the top-k kernel (:data:`hubnorm.kernels.TOPK_BACKENDS`); None: :func:`hubnorm.kernels.topk_backend`
             of the inputs' dtype and device (the attribute ``backend`` holds the choice).
+        host: ``{name: rows}``, the caller's rows in host memory of an input the engine holds on a device (the same
+            values): what :meth:`host_rows` reads instead of copying the device tensor back (a fit's provenance
+            fingerprint of a GPU bank).
     """
 
     def __init__(self, inputs: Dict[str, Optional[torch.Tensor]], *, block_bytes: Optional[int] = None,
-                 sweep_bytes: Optional[int] = None, plain: bool = False, backend: Optional[str] = None):
+                 sweep_bytes: Optional[int] = None, plain: bool = False, backend: Optional[str] = None,
+                 host: Optional[Dict[str, object]] = None):
         self.inputs = {k: v for k, v in inputs.items() if v is not None}
+        self.host = {k: v for k, v in (host or {}).items() if k in self.inputs and v is not None}
         first = self.inputs.get("targets", next(iter(self.inputs.values()), None))
         self.dtype = first.dtype if first is not None else torch.float32
         self.device = first.device if first is not None else torch.device("cpu")
@@ -83,6 +88,11 @@ class LocalEngine:
         if names not in self._concat:
             self._concat[names] = torch.cat([self.inputs[n] for n in names], dim=0)
         return self._concat[names]
+
+    def host_rows(self, name: str):
+        """The rows of input ``name`` in host memory: the caller's own (``host``) when the engine holds them on a
+        device, else the tensor itself."""
+        return self.host.get(name, self.tensor(name))
 
     def max_norm(self, name: str) -> float:
         return float(torch.linalg.vector_norm(self.tensor(name), dim=1).max())

@@ -183,8 +183,9 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
     for r0, r1, b in blocks():     # rows read from disk or a cluster: one pass, hash included
         if costly:
             whole.update(memoryview(b).cast("B"))
-        for i, row in enumerate(b):
-            digests[r0 + i] = np.frombuffer(hashlib.blake2b(row.tobytes(), digest_size=16).digest(), np.uint8)
+        raw, width = memoryview(b).cast("B"), 4 * d     # each row's bytes in place, one digest call per row
+        digests[r0:r1] = np.frombuffer(b"".join([hashlib.blake2b(raw[o:o + width], digest_size=16).digest()
+                                                 for o in range(0, (r1 - r0) * width, width)]), np.uint8).reshape(-1, 16)
         v = torch.from_numpy(b if b.flags.writeable else b.copy())   # the caller's read-only rows stay theirs
         if kind == "scores":
             v = v - v.mean(dim=1, keepdim=True)
@@ -377,7 +378,7 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
     if isinstance(engine, LocalEngine):
         for name in ("query_bank", "target_bank"):
             if engine.has(name):
-                out[name] = fingerprint(engine.tensor(name), name, block_bytes=engine.block_bytes)
+                out[name] = fingerprint(engine.host_rows(name), name, block_bytes=engine.block_bytes)
         return out
     if hasattr(engine, "has_matrix"):   # stored score matrices (hubnorm.scores.ScoreEngine): sketched when a
         #                                 certificate asks (a stored matrix is read in the fit's own order only)

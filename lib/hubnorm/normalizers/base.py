@@ -43,6 +43,13 @@ from .._validation import (
 )
 
 
+def _on_host(x) -> bool:
+    """Whether ``x`` is rows in this process's memory (a numpy array that is not a memory map, a CPU tensor)."""
+    if isinstance(x, torch.Tensor):
+        return x.device.type == "cpu"
+    return isinstance(x, np.ndarray) and not isinstance(x, np.memmap)
+
+
 def _on_dask(x) -> bool:
     """A Dask array (duck-typed, Dask is not imported) or a folder of ``.npy`` bank shards."""
     return type(x).__module__.split(".")[0] == "dask" or (isinstance(x, (str, os.PathLike)) and os.path.isdir(x))
@@ -195,7 +202,9 @@ class Normalizer:
         if target_bank is not None and self.uses_target_bank != "unused":
             tb = as_embeddings(target_bank, "target_bank", device=device, dtype=dtype, dim=t.shape[1],
                                check_normalized=check_normalized)
-        engine = LocalEngine({"targets": t, "query_bank": qb, "target_bank": tb},
+        given = {"targets": targets, "query_bank": query_bank, "target_bank": target_bank}
+        host = {k: v for k, v in given.items() if t.device.type != "cpu" and _on_host(v)}   # read for provenance
+        engine = LocalEngine({"targets": t, "query_bank": qb, "target_bank": tb}, host=host,
                              block_bytes=getattr(self, "block_bytes", None), sweep_bytes=sweep_bytes)
         self.check_limits(engine)
         return engine
