@@ -8,6 +8,7 @@ the saved certificate re-read from its file alone.
 import hashlib
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -539,3 +540,40 @@ def test_a_bank_held_on_a_device_is_fingerprinted_from_the_callers_host_rows(dat
     assert len(seen) == 1 and seen[0] is bank and fps["query_bank"].sha256 == real(torch.from_numpy(bank), "q").sha256
     cpu = nrm.local_engine(data["images"], query_bank=bank)
     assert cpu.host == {} and cpu.host_rows("query_bank").data_ptr() == torch.from_numpy(bank).data_ptr()
+
+
+def test_a_stored_score_matrix_is_sketched_once_until_its_file_changes(data, tmp_path, monkeypatch):
+    """Rows of a read-only memory-mapped score matrix are fingerprinted once per file state and view
+    (``provenance._STORED``): a second evaluation of the same stored test matrix reads nothing; another selection of
+    rows or columns, another orientation, a rewritten file, or a map opened for writing is read again, and every
+    fingerprint equals that of the rows held in memory."""
+    from hubnorm.scores import ScoreMatrix
+    path = tmp_path / "test.npy"
+    scores = (data["captions"] @ data["images"].T).astype(np.float32)
+    np.save(path, scores)
+    pv._STORED.clear()
+    pv._CACHE.clear()
+    m = ScoreMatrix(np.load(path, mmap_mode="r"), "test.npy")
+    first = pv.fingerprint(m, "queries", kind="scores")
+    assert first.sha256 == pv.fingerprint(scores, "q", kind="scores").sha256
+    reads = []
+    real_block = ScoreMatrix.block
+    monkeypatch.setattr(ScoreMatrix, "block", lambda self, *a: reads.append(a) or real_block(self, *a))
+    again = pv.fingerprint(m, "again", kind="scores")
+    assert reads == [] and again.name == "again" and again.signatures is first.signatures
+    sub = m.take(rows=np.arange(0, 240, 3))
+    assert pv.fingerprint(sub, "sub", kind="scores").sha256 == pv.fingerprint(scores[::3], "s", kind="scores").sha256
+    assert pv.fingerprint(m.T, "t", kind="scores").sha256 == pv.fingerprint(scores.T, "t", kind="scores").sha256
+    assert pv.fingerprint(m, "e", kind="embeddings").kind == "embeddings"       # kind is part of the key
+    reads.clear()
+    np.save(path, scores[::-1])                                                # rewritten: read again
+    os.utime(path, ns=(1, 1))
+    fresh = pv.fingerprint(ScoreMatrix(np.load(path, mmap_mode="r"), "test.npy"), "queries", kind="scores")
+    assert reads and fresh.sha256 == pv.fingerprint(scores[::-1], "r", kind="scores").sha256 != first.sha256
+    reads.clear()
+    rw = ScoreMatrix(np.load(path, mmap_mode="r+"), "test.npy")
+    pv.fingerprint(rw, "rw", kind="scores")
+    once = len(reads)
+    pv.fingerprint(rw, "rw", kind="scores")                                    # writable: never remembered
+    assert once > 0 and len(reads) == 2 * once and pv._stored_key(rw) is None
+    assert pv._stored_key(scores) is None and pv._stored_key(ScoreMatrix(scores)) is None

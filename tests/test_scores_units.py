@@ -139,6 +139,24 @@ def test_ranks_and_evaluate_of_a_task_are_those_of_the_dense_matrix():
     assert fitted != task.evaluate(None)
 
 
+def test_hubnorm_evaluate_takes_a_score_task_as_task_evaluate_does():
+    """One evaluate: ``hn.evaluate(normalizer, score_task)`` is what ``ScoreTask.evaluate(..., fit=False)`` returns
+    (it calls it), raw scores with ``None``, bootstrap intervals and ranks of the dense matrix, chunked or not; a task
+    of another type is refused by name."""
+    S, labels, task = _task(block_bytes=8 * 30 * 4)
+    want = np.array([(S[i] > S[i, labels[i]]).sum() for i in range(len(S))])
+    raw, ranks = hn.evaluate(None, task, ks=(1, 5), return_ranks=True, chunk_size=7)
+    assert np.array_equal(ranks, want) and raw == task.evaluate(None, ks=(1, 5)) and raw["bank"] == "none"
+    norm = hn.make_normalizer("is", tau=0.05)
+    task.fit(norm, query_aware=True)
+    assert hn.evaluate(norm, task) == task.evaluate(norm, fit=False)
+    boot = hn.evaluate(norm, task, ks=(1,), n_boot=50, seed=3)
+    assert boot["R@1 lo"] <= boot["R@1"] <= boot["R@1 hi"] and boot == hn.evaluate(norm, task, ks=(1,), n_boot=50,
+                                                                                    seed=3)
+    assert _error(TypeError, hn.evaluate, norm, {"queries": S}) == (
+        "task must be a hubnorm.RetrievalTask (embeddings) or a hubnorm.ScoreTask (score matrices); got dict")
+
+
 # ----------------------------------------------------------------------------------------------- the engine's guards
 def test_the_engine_refuses_keys_sizes_and_dtypes_it_cannot_read():
     S = np.zeros((4, 3))

@@ -227,7 +227,7 @@ def marked(result: Dict[str, float], normalizer, task, certificate=None) -> str:
 
 def evaluate(
     normalizer,
-    task: RetrievalTask,
+    task,
     *,
     ks: Sequence[int] = (1, 5, 10),
     n_boot: int = 0,
@@ -236,7 +236,9 @@ def evaluate(
     return_ranks: bool = False,
     certificate: bool = False,
 ):
-    """R@K, MdR and MnR of a *fitted* normalizer on ``task``; with ``n_boot`` > 0 also a 95% CI per R@K.
+    """R@K, MdR and MnR of a *fitted* normalizer on ``task`` (a :class:`RetrievalTask` of embeddings or a
+    :class:`hubnorm.ScoreTask` of score matrices; ``normalizer=None``: the raw scores of a ScoreTask); with
+    ``n_boot`` > 0 also a 95% CI per R@K.
 
     ``certificate=True`` adds ``out["certificate"]``, the no-leak certificate of the fit
     (:func:`hubnorm.provenance.certify`: the test queries and gallery compared with the banks the normalizer was
@@ -250,8 +252,15 @@ def evaluate(
 
     Returns a dict (and the rank array when ``return_ranks``).
     """
-    cert = requested_certificate(normalizer, task, certificate)
-    ranks = positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
+    if isinstance(task, RetrievalTask):
+        cert = requested_certificate(normalizer, task, certificate)
+        ranks = positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
+    elif callable(getattr(task, "ranks", None)) and hasattr(task, "engine"):   # a hubnorm.ScoreTask (score matrices)
+        cert = requested_certificate(normalizer, task, certificate)
+        ranks = task.ranks(normalizer, chunk_size=chunk_size)
+    else:
+        raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings) or a hubnorm.ScoreTask (score "
+                        f"matrices); got {type(task).__name__}")
     out = summarize_ranks(ranks, ks)
     out["bank"] = marked(out, normalizer, task, cert)
     if cert is not None:

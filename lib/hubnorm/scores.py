@@ -44,10 +44,9 @@ import numpy as np
 import torch
 
 from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat
-from .evaluation import marked, positive_ranks, summarize_ranks
+from .evaluation import evaluate, positive_ranks
 from .hubness import hubness_stats, k_occurrence
 from .kernels import DEFAULT_BLOCK_BYTES, block_rows, block_shape, iter_blocks
-from .provenance import requested_certificate
 from .retrieval import Positives, check_direction
 
 #: The inputs a score matrix may connect, and how errors name them.
@@ -626,29 +625,23 @@ class ScoreTask:
         """The whole normalised test score matrix (small problems; ``blocks`` otherwise)."""
         return torch.cat([s for _, s in self.blocks(normalizer)], dim=0)
 
-    def ranks(self, normalizer=None) -> np.ndarray:
+    def ranks(self, normalizer=None, *, chunk_size: Optional[int] = None) -> np.ndarray:
         """0-based rank of every query's best positive (the rule of :func:`hubnorm.positive_ranks`)."""
         out = np.empty(self.n_queries, dtype=np.int64)
-        for q0, s in self.blocks(normalizer):
+        for q0, s in self.blocks(normalizer, chunk_size):
             q1 = q0 + s.shape[0]
             out[q0:q1] = positive_ranks(s, self.positives.subset(np.arange(q0, q1)))
         return out
 
     def evaluate(self, normalizer=None, *, fit: bool = True, query_aware: bool = False,
                  ks=(1, 5, 10), certificate: bool = False) -> Dict[str, object]:
-        """R@K, MdR, MnR of ``normalizer`` (fitted here unless ``fit=False``; None: the raw scores);
-        ``certificate=True`` adds the no-leak certificate of the fit; ``out["bank"]`` marks its banks (both as
-        :func:`hubnorm.evaluate`)."""
+        """:func:`hubnorm.evaluate` of ``normalizer`` on this task, fitted here first unless ``fit=False`` (None: the
+        raw scores): R@K, MdR, MnR, ``out["bank"]``, and with ``certificate=True`` the no-leak certificate."""
         if not isinstance(certificate, (bool, np.bool_)):   # before a fit, not after it
             raise TypeError(f"certificate must be True or False; got {certificate!r}")
         if normalizer is not None and fit:
             self.fit(normalizer, query_aware=query_aware)
-        cert = requested_certificate(normalizer, self, certificate)
-        out = summarize_ranks(self.ranks(normalizer), ks)
-        out["bank"] = marked(out, normalizer, self, cert)
-        if cert is not None:
-            out["certificate"] = cert
-        return out
+        return evaluate(normalizer, self, ks=ks, certificate=certificate)
 
     def k_occurrence(self, normalizer=None, k: int = 10) -> np.ndarray:
         counts = None
