@@ -41,6 +41,7 @@ import io
 import json
 import errno
 import os
+import random
 import socket
 import tempfile
 import time
@@ -575,10 +576,17 @@ def write_content_entry(key: str, document: dict, embeddings: np.ndarray, *, lab
     return folder
 
 
+#: attempts at publishing an entry that other processes keep replacing, with a random pause before each retry (up to
+#: 2 ms, then 4, 8, ...: drawn from the operating system, so two forked writers in lockstep fall out of it)
+PUBLISH_ATTEMPTS = 8
+
+
 def _publish(tmp: Path, folder: Path, verify) -> None:
     """Rename the complete folder ``tmp`` to ``folder`` in one step. An existing ``folder`` that ``verify()`` accepts
     wins (a concurrent writer of the same key); one that fails verification is moved aside and replaced."""
-    for _ in range(5):
+    for attempt in range(PUBLISH_ATTEMPTS):
+        if attempt:
+            time.sleep(random.SystemRandom().uniform(0.0, 0.001 * 2 ** attempt))
         try:
             os.rename(tmp, folder)
             _fsync_dir(folder.parent)
