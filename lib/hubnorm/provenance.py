@@ -211,8 +211,9 @@ def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, see
         if costly:
             whole.update(memoryview(b).cast("B"))
         raw, width = memoryview(b).cast("B"), 4 * d     # each row's bytes in place, one digest call per row
-        digests[r0:r1] = np.frombuffer(b"".join([hashlib.blake2b(raw[o:o + width], digest_size=16).digest()
-                                                 for o in range(0, (r1 - r0) * width, width)]), np.uint8).reshape(-1, 16)
+        row_digests = b"".join([hashlib.blake2b(raw[o:o + width], digest_size=16).digest()
+                                for o in range(0, (r1 - r0) * width, width)])
+        digests[r0:r1] = np.frombuffer(row_digests, np.uint8).reshape(-1, 16)
         v = torch.from_numpy(b if b.flags.writeable else b.copy())   # the caller's read-only rows stay theirs
         if kind == "scores":
             v = v - v.mean(dim=1, keepdim=True)
