@@ -85,10 +85,11 @@ def tests_for(name: str) -> list:
     dotted, stem = f"hubnorm.{name}", name.rsplit(".", 1)[-1]
     parent = "hubnorm" + ("." + name.rsplit(".", 1)[0] if "." in name else "")
     exported = sorted(n for n, mod in hubnorm._EXPORTS.items() if mod == name)
-    alternatives = [rf"\b{re.escape(dotted)}\b", rf"from {re.escape(parent)} import [^\n]*\b{re.escape(stem)}\b"]
+    listed = r"(?:\([^)]*|[^\n(]*)"   # the names of an import: on its line, or in parentheses over several
+    alternatives = [rf"\b{re.escape(dotted)}\b", rf"from {re.escape(parent)} import {listed}\b{re.escape(stem)}\b"]
     if exported:
         names = "|".join(map(re.escape, exported))
-        alternatives += [rf"\b(?:hn|hubnorm)\.(?:{names})\b", rf"from hubnorm import [^\n]*\b(?:{names})\b"]
+        alternatives += [rf"\b(?:hn|hubnorm)\.(?:{names})\b", rf"from hubnorm import {listed}\b(?:{names})\b"]
     if parent != "hubnorm" and not name.startswith("normalizers."):
         # a module of a subpackage reached through the names its package re-exports (``from hubnorm.index import
         # BankIndex`` reaches hubnorm.index.ivf)
@@ -97,7 +98,7 @@ def tests_for(name: str) -> list:
                         if getattr(getattr(package, n, None), "__module__", None) == dotted)
         if public:
             names = "|".join(map(re.escape, public))
-            alternatives += [rf"from {re.escape(parent)} import [^\n]*\b(?:{names})\b",
+            alternatives += [rf"from {re.escape(parent)} import {listed}\b(?:{names})\b",
                              rf"\b{re.escape(parent)}\.(?:{names})\b"]
     if name.startswith("normalizers."):   # tests reach a method by its class or its registry name ("nnn")
         source = module_path(name).read_text()
@@ -119,7 +120,8 @@ def tests_for(name: str) -> list:
         if f.name in STRUCTURAL | HEAVY:
             continue
         generic = name.startswith("normalizers.") and f.name in REGISTRY_WIDE
-        if generic or f.name.startswith(f"test_{stem}") or pattern.search(f.read_text()):
+        own = f.name.startswith((f"test_{stem}", f"test_{name.replace('.', '_')}"))   # test_rerank_simulated_units.py
+        if generic or own or pattern.search(f.read_text()):
             out.append(f"tests/{f.name}")
     return out
 

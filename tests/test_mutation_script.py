@@ -33,6 +33,12 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     assert "tests/test_fast_paths.py" not in mutation.tests_for("index.engine")
     # a method module's shared machinery (plans.py registers no method): reached through the methods built on it
     assert "tests/test_transport_plans.py" in mutation.tests_for("normalizers.plans")
+    # names imported in parentheses over several lines (test_rerank_pipeline.py takes SimulatedCrossEncoder so from
+    # the rerank package), and a test file named after the dotted module (test_rerank_simulated_units.py)
+    sim = mutation.tests_for("rerank.simulated")
+    assert "tests/test_rerank_pipeline.py" in sim and "tests/test_rerank_simulated_units.py" in sim
+    assert "tests/test_mutation_script.py" not in sim
+    assert "tests/test_rerank_pipeline.py" in mutation.tests_for("rerank.pipeline")
     with pytest.raises(SystemExit, match="no module 'nosuch'"):
         mutation.module_path("nosuch")
     assert mutation.module_path("normalizers.nnn") == REPO / "lib" / "hubnorm" / "normalizers" / "nnn.py"

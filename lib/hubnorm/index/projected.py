@@ -83,8 +83,10 @@ class ProjectedBankIndex:
     3. re-rank: the float32 inner products ``<q, x>`` of each query with its pool's rows (the bank itself, not a
        copy, when it is float32 numpy) and their top-``k``.
 
-    The values returned are exact inner products of the rows returned. With ``nprobe = nlist`` and a pool of at
-    least ``n`` rows every row is re-ranked: the result is the exact top-``k``.
+    The values returned are exact inner products of the rows returned. With a ``Flat`` code, ``nprobe = nlist`` and
+    a pool of at least ``n`` rows every row is re-ranked: the result is the exact top-``k``. The fast-scan codes may
+    hand back fewer candidates than the pool asks for (``-1`` ids: seen for a few queries with ``PQ..x4fs`` at a pool
+    of ``n``); those places stay ``-inf`` with index ``-1``, never a wrong row.
 
     Parameters:
         vectors: the bank (n x d). queries: the rows the projection is fitted on (m x d; for NNN the targets).
