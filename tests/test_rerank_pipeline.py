@@ -13,11 +13,12 @@ from hubnorm.rerank import (
 
 
 class MatrixCE(CrossEncoder):
-    """A cross-encoder that looks its scores up in a dense matrix (counts its calls)."""
+    """A cross-encoder that looks its scores up in a dense matrix (``direction=None``: it declares none)."""
 
     def __init__(self, scores, direction="t2i", cache_dir=None, model_id="matrix-ce"):
         self.S = np.asarray(scores, dtype=float)
-        self.direction = direction
+        if direction is not None:
+            self.direction = direction
         self.model_id = model_id
         super().__init__([f"q{i}" for i in range(self.S.shape[0])], [f"t{j}" for j in range(self.S.shape[1])],
                          cache_dir=cache_dir)

@@ -35,21 +35,7 @@ import torch
 import hubnorm as hn
 from hubnorm.rerank import CrossEncoder, RerankResult, combine_scores, first_stage_topk, nnn_bias_from_pairs, rerank
 from hubnorm.rerank import pipeline as pl
-
-
-class MatrixCE(CrossEncoder):
-    """Scores looked up in a dense matrix."""
-
-    def __init__(self, scores, direction="t2i", cache_dir=None, model_id="matrix-ce"):
-        self.S = np.asarray(scores, dtype=float)
-        if direction is not None:
-            self.direction = direction
-        self.model_id = model_id
-        super().__init__([f"q{i}" for i in range(self.S.shape[0])], [f"t{j}" for j in range(self.S.shape[1])],
-                         cache_dir=cache_dir)
-
-    def _score_uncached(self, q, t):
-        return self.S[q, t]
+from test_rerank_pipeline import MatrixCE   # scores looked up in a dense matrix
 
 
 class NoDirectionCE(MatrixCE):
