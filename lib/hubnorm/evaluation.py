@@ -252,15 +252,13 @@ def evaluate(
 
     Returns a dict (and the rank array when ``return_ranks``).
     """
-    if isinstance(task, RetrievalTask):
-        cert = requested_certificate(normalizer, task, certificate)
-        ranks = positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
-    elif callable(getattr(task, "ranks", None)) and hasattr(task, "engine"):   # a hubnorm.ScoreTask (score matrices)
-        cert = requested_certificate(normalizer, task, certificate)
-        ranks = task.ranks(normalizer, chunk_size=chunk_size)
-    else:
+    on_scores = not isinstance(task, RetrievalTask)   # a hubnorm.ScoreTask (a layer above: known by what it has)
+    if on_scores and not (callable(getattr(task, "ranks", None)) and hasattr(task, "engine")):
         raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings) or a hubnorm.ScoreTask (score "
                         f"matrices); got {type(task).__name__}")
+    cert = requested_certificate(normalizer, task, certificate)
+    ranks = task.ranks(normalizer, chunk_size=chunk_size) if on_scores else \
+        positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
     out = summarize_ranks(ranks, ks)
     out["bank"] = marked(out, normalizer, task, cert)
     if cert is not None:
