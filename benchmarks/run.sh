@@ -14,6 +14,7 @@ $PY bench_faiss_nnn.py
 $PY bench_sinkhorn.py
 # the certificate's near-duplicate search: faiss vs a torch +-1 product (CPU, CUDA) vs numpy bit counts
 $PY bench_hamming.py
+$PY bench_score_certificate.py
 # float64 SN in memory: kernel-domain vs log-domain iterations, and POT
 $PY bench_sinkhorn64.py
 # why every timed peer starts after an idle interval: OpenBLAS threads spin-wait after a call
