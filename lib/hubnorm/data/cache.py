@@ -41,7 +41,6 @@ import io
 import json
 import errno
 import os
-import random
 import socket
 import tempfile
 import time
@@ -576,17 +575,16 @@ def write_content_entry(key: str, document: dict, embeddings: np.ndarray, *, lab
     return folder
 
 
-#: attempts at publishing an entry that other processes keep replacing, with a random pause before each retry (up to
-#: 2 ms, then 4, 8, ...: drawn from the operating system, so two forked writers in lockstep fall out of it)
+#: attempts at publishing an entry that other processes keep replacing. No pause between them: a pause after moving
+#: another writer's entry aside is the window in which that writer publishes its next one (a random back-off
+#: there made two writers of one split entry lose every attempt)
 PUBLISH_ATTEMPTS = 8
 
 
 def _publish(tmp: Path, folder: Path, verify) -> None:
     """Rename the complete folder ``tmp`` to ``folder`` in one step. An existing ``folder`` that ``verify()`` accepts
     wins (a concurrent writer of the same key); one that fails verification is moved aside and replaced."""
-    for attempt in range(PUBLISH_ATTEMPTS):
-        if attempt:
-            time.sleep(random.SystemRandom().uniform(0.0, 0.001 * 2 ** attempt))
+    for _ in range(PUBLISH_ATTEMPTS):
         try:
             os.rename(tmp, folder)
             _fsync_dir(folder.parent)
