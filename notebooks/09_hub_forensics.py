@@ -296,10 +296,14 @@ for name, (m, _) in methods.items():
     choice = lf.label_free_select_task(m, task, grid=grid)
     grid_v = pr.clamp_grid(m, grid, val_task)
     sel = hn.grid_search(m, val_task, grid_v)
+    choice_fits = {}   # the two choices often agree: each distinct choice is fitted and evaluated once
     for how, params in (("label-free", choice.best_params), ("labelled", sel.best_params)):
-        f = task.fit(hn.make_normalizer(m, **params))
-        r = hn.positive_ranks(f, task.positives, task.queries)
-        lo, hi = hn.bootstrap_ci(r, n_boot=n_boot, seed=seed)
+        key = tuple(sorted(params.items()))
+        if key not in choice_fits:
+            f = task.fit(hn.make_normalizer(m, **params))
+            r = hn.positive_ranks(f, task.positives, task.queries)
+            choice_fits[key] = f, r, hn.bootstrap_ci(r, n_boot=n_boot, seed=seed)
+        f, r, (lo, hi) = choice_fits[key]
         lf_rows.append({"method": name, "choice": how, "params": pr.fmt_params(params), "bank": bank_mark(f, task),
                         "R@1": hn.recall_at_k(r, 1),
                         "lo": lo, "hi": hi, "criterion gain": choice.gain if how == "label-free" else np.nan,
