@@ -78,7 +78,7 @@ def evaluate_listwise(
         tasks: ``{"t2i": task, "i2t": task}`` (e.g. from :meth:`EmbeddingDataset.tasks`).
         relevance: ``{"t2i": (n_captions, n_images), "i2t": (n_images, n_captions)}`` graded relevance.
         methods: display name -> an unfitted normalizer (cloned per direction), or a dict direction -> normalizer
-            (e.g. IS with tau 0.02 for t2i and 0.01 for i2t).
+            (e.g. NNN with k 128 for t2i and 16 for i2t, as NNN Tables A1-A2 chose).
         query_aware: fit with the test queries as the query bank (transductive; labelled in the output).
         labels: extra constant columns (e.g. ``{"source": "synthetic", "relevance": "latent"}``).
     Returns:

@@ -72,7 +72,7 @@ def inverted_softmax_plain(targets: torch.Tensor, bank: torch.Tensor, tau: float
 
 
 class InvertedSoftmax(Normalizer):
-    """IS / QBNorm with temperature ``tau`` (0.02 for t2i and 0.01 for i2t in the DBSN code; QBNorm beta=20 is tau=0.05).
+    """IS / QBNorm with temperature ``tau`` (DBSN Sec. 4.3: 0.02 in both directions; QBNorm beta=20 is tau=0.05).
 
     Fitted attributes: ``offsets_`` (``hbar(t) + tau log|B|``, see the module docstring).
     """
