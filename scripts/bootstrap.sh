@@ -14,6 +14,21 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   kernelspec_ok || install_kernelspec
   exit 0
 fi
+# the environment takes about 7 GB (benchmarks/reports/setup.md: torch's CUDA build and its libraries): refuse
+# before a long install that would end in "No space left on device" halfway through
+need_gb=8
+where=$(dirname "$VENV")
+[ -d "$VENV" ] && where=$VENV   # an existing folder, or a link to a folder on another disk
+if [ ! -x "$VENV/bin/python" ] && [ -d "$where" ]; then
+  free_kb=$(df -Pk "$where/" 2>/dev/null | awk 'NR==2 {print $4}')
+  if [ -n "$free_kb" ] && [ "$free_kb" -eq "$free_kb" ] 2>/dev/null && [ "$free_kb" -lt $((need_gb * 1024 * 1024)) ]; then
+    echo "[bootstrap] error: the environment needs about $need_gb GB; $((free_kb / 1024 / 1024)) GB are free where" \
+      "$VENV goes ($(cd "$where" && pwd -P)). Free some space (pip's cache may hold gigabytes: pip cache purge)," \
+      "or link $VENV to an empty folder on a disk with room (mkdir /big/disk/hubnorm-venv &&" \
+      "ln -s /big/disk/hubnorm-venv $VENV) and run again." >&2
+    exit 1
+  fi
+fi
 echo "[bootstrap] creating $VENV and installing pinned requirements (minutes; time and size measured: benchmarks/reports/setup.md)..." >&2
 # pip prints one harmless warning per package on machines whose pip.conf lists absent local indexes: hide those
 pip_q() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }

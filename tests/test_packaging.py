@@ -392,3 +392,31 @@ def test_the_docs_name_only_paths_that_exist():
             if not glob.glob(str(root / path)):
                 missing.append(f"{md.relative_to(root)}: {path}")
     assert not missing, "paths quoted in the docs that do not exist:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("free_gb, expect_rc", [(2, 1), (50, 3)])
+def test_bootstrap_refuses_a_disk_without_room_before_installing(tmp_path, free_gb, expect_rc):
+    """A CI run once died after 46 s with pip's "No space left on device": scripts/bootstrap.sh now measures the
+    free space where .venv goes first and stops with the amount and the way out. With room it goes on (to the
+    venv step: here a stand-in python that exits 3)."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("scripts/bootstrap.sh", "requirements.txt", "pyproject.toml"):
+        shutil.copy(REPO / name, repo / name)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "df").write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                             f"echo '/dev/x 100000000 1 {free_gb * 1024 * 1024} 1% /'\n")
+    (fake / "python-standin").write_text("#!/bin/sh\nexit 3\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHON": str(fake / "python-standin")}
+    env.pop("HUBNORM_VENV", None)
+    proc = subprocess.run(["bash", "scripts/bootstrap.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == expect_rc, proc.stderr
+    if expect_rc == 1:
+        assert f"needs about 8 GB; {free_gb} GB are free" in proc.stderr and "pip cache purge" in proc.stderr
+        assert "creating .venv" not in proc.stderr and not (repo / ".venv").exists()
+    else:
+        assert "creating .venv" in proc.stderr
