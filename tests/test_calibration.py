@@ -249,3 +249,47 @@ def test_the_spread_statistics_are_fitted_where_the_report_says_so():
         for preset in ("flickr30k", "coco", "flickr30k-isotropic", "coco-isotropic"):
             assert not cal.fitted(preset, key)
     assert cal.fitted("flickr30k", "gain_nnn_t2i") and not cal.fitted("audiocaps-clap", "query_bank_gap")
+
+
+def _calibrate_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("calibrate_synthetic", REPO / "scripts" / "calibrate_synthetic.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gains(rows):
+    cols = ["notebook", "data", "direction", "method", "setting", "metric", "gain", "published gain", "ratio"]
+    return pd.DataFrame([dict(zip(cols, r)) for r in rows]).assign(preset="flickr30k")
+
+
+def test_the_report_shows_every_notebooks_r1_gains_only_with_the_metric_named(tmp_path, monkeypatch):
+    """A median-rank row in the R@1 table read as an R@1 gain of +0.00 (notebook 08's rows in the report before):
+    the section keeps the R@1 rows, names the metric, and a rerun replaces that section and nothing else."""
+    script = _calibrate_script()
+    gains = _gains([("08", "synthetic analog", "t2v", "is", "qa", "R@1", 9.1, 4.2, 9.1 / 4.2),
+                    ("08", "synthetic analog", "t2v", "is", "qa", "MdR", 0.0, float("nan"), float("nan")),
+                    ("01", "real: COCO", "t2i", "nnn", "bank", "R@1", 4.0, 5.8, 4.0 / 5.8)])
+    lines = script.notebook_gains_section(pd.concat([gains, gains.assign(preset="flickr30k-isotropic")]))
+    rows = [x for x in lines if x.startswith("| 0")]
+    assert rows == ["| 08 | synthetic analog | t2v | is | qa | +4.20 | +9.10 | 2.17 |",
+                    "| 01 | real: COCO | t2i | nnn | bank | +5.80 | +4.00 | 0.69 |"]
+    assert "| published R@1 gain | R@1 gain | ratio |" in lines[5]
+    assert "- synthetic analog: median ratio 2.17 over 1 gains" in "\n".join(lines)
+    assert lines[0] == script.NB_GAINS_START and lines[-2] == script.NB_GAINS_END
+
+    before = "# report\n\nintro\n\n## Every notebook's gains beside the published ones (the default run)\n\nold | MdR\n\n"
+    after = "The numbers of the tables: `x.csv`.\n"
+    out = tmp_path / "report.md"
+    out.write_text(before + after)
+    monkeypatch.setattr(script, "claims", lambda presets: (None, gains))
+    first = script.notebook_gains_only(out)
+    assert first.startswith("# report\n\nintro\n\n" + script.NB_GAINS_START) and first.endswith("\n\n" + after)
+    assert "old | MdR" not in first and "+9.10" in first
+    monkeypatch.setattr(script, "claims", lambda presets: (None, gains.assign(gain=[1.5, 0.0, 2.5])))
+    second = script.notebook_gains_only(out)   # with the markers now: the section alone is replaced
+    head, tail = first.split(script.NB_GAINS_START)[0], first.split(script.NB_GAINS_END)[1]
+    assert second.startswith(head + script.NB_GAINS_START) and second.endswith(script.NB_GAINS_END + tail)
+    assert "+1.50" in second and "+2.50" in second and "+9.10" not in second
