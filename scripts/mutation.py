@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import hashlib
 import importlib
 import io
 import json
@@ -161,16 +162,35 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
         shutil.copy2(src, dst)
         top.add(Path(rel[len("lib/"):] if rel.startswith("lib/hubnorm/") else rel).parts[0])
     target = f"hubnorm/{'/'.join(name.split('.'))}.py"
-    config = "\n".join([
-        "", "[tool.mutmut]",
-        f"source_paths = [{target!r}]",
-        "also_copy = [" + ", ".join(repr(t + ("/" if (WORK / t).is_dir() else "")) for t in sorted(top)) + "]",
-        "pytest_add_cli_args_test_selection = [" + ", ".join(repr(t) for t in tests) + "]",
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]', ""])
-    with open(WORK / "pyproject.toml", "a") as fh:
-        fh.write(config.replace("'", '"'))
+    # the configuration goes into setup.cfg (mutmut reads it when pyproject.toml has no [tool.mutmut]): pyproject.toml
+    # stays a byte copy, so that scripts/bootstrap.sh, run by the tests that start run_all.sh, finds the environment
+    # up to date (see venv_link) instead of installing a new one into the workspace (6.4 GB, measured)
+    options = {"source_paths": [target],
+               "also_copy": [t + ("/" if (WORK / t).is_dir() else "") for t in sorted(top)],
+               "pytest_add_cli_args_test_selection": list(tests),
+               "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]}
+    (WORK / "setup.cfg").write_text("[mutmut]\n" + "".join(
+        f"{key} =\n" + "".join(f"    {v}\n" for v in values) for key, values in options.items()))
     (WORK / "mutants").mkdir()   # exists before the interpreter starts: see the module docstring
+    venv_link(WORK / "mutants")
     return WORK
+
+
+def venv_link(folder: Path) -> bool:
+    """Link ``folder/.venv`` to the project's environment when that environment is installed from this tree's
+    requirements.txt and pyproject.toml (its stamp, written by scripts/bootstrap.sh, matches them): the tests that
+    start run_all.sh from the workspace then reuse it, with the mutated package first on PYTHONPATH. Without a
+    matching stamp no link is made (bootstrap there would reinstall into the project's environment) and those tests
+    would set up an environment of their own: a warning says so. Returns whether the link was made."""
+    venv = REPO / ".venv"
+    stamp = venv / ".hubnorm-installed"
+    want = hashlib.sha256((REPO / "requirements.txt").read_bytes() + (REPO / "pyproject.toml").read_bytes()).hexdigest()
+    if not stamp.is_file() or stamp.read_text().strip() != want:
+        print(f"warning: {venv} is missing or older than requirements.txt / pyproject.toml (run scripts/bootstrap.sh): "
+              "tests that start run_all.sh would install an environment into the workspace", file=sys.stderr)
+        return False
+    (folder / ".venv").symlink_to(venv, target_is_directory=True)
+    return True
 
 
 def excluded_lines(name: str) -> list:
@@ -302,9 +322,9 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
     not) left in the workspace for this module and recheck its timeouts (``--recheck``)."""
     if reuse:
         ws = WORK
-        cfg = ws / "pyproject.toml"
+        cfg = ws / "setup.cfg"
         target = f"hubnorm/{'/'.join(name.split('.'))}.py"
-        if not cfg.is_file() or f'source_paths = ["{target}"]' not in cfg.read_text():
+        if not cfg.is_file() or f"source_paths =\n    {target}\n" not in cfg.read_text():
             raise SystemExit(f"error: --recheck {name}: the workspace {WORK} holds no mutmut run of {name}")
     else:
         ws = workspace(name, tests, jobs)

@@ -2,6 +2,7 @@
 change touches, the workspace it builds, the report it writes."""
 
 import importlib.util
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -65,12 +66,45 @@ def test_the_workspace_puts_the_package_at_its_root_with_a_mutmut_configuration(
     ws = mutation.workspace("hubness", ["tests/test_hubness.py"], 2)
     assert (ws / "hubnorm" / "hubness.py").read_bytes() == (REPO / "lib" / "hubnorm" / "hubness.py").read_bytes()
     assert (ws / "tests" / "test_hubness.py").is_file() and (ws / "mutants").is_dir()
-    import tomllib
+    from configparser import ConfigParser
 
-    config = tomllib.loads((ws / "pyproject.toml").read_text())["tool"]["mutmut"]
+    parser = ConfigParser()
+    parser.read(ws / "setup.cfg")
+    config = {k: [x for x in v.split("\n") if x] for k, v in parser["mutmut"].items()}   # mutmut's own reading
     assert config["source_paths"] == ["hubnorm/hubness.py"]
     assert config["pytest_add_cli_args_test_selection"] == ["tests/test_hubness.py"]
     assert "hubnorm/" in config["also_copy"] and "tests/" in config["also_copy"]
+    assert config["pytest_add_cli_args"] == ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]
+    # pyproject.toml a byte copy: bootstrap.sh in the workspace finds the environment up to date
+    assert (ws / "pyproject.toml").read_bytes() == (REPO / "pyproject.toml").read_bytes()
+
+
+@pytest.mark.parametrize("stamp_matches", [True, False])
+def test_the_workspace_reuses_the_project_environment_only_when_it_is_up_to_date(mutation, monkeypatch, tmp_path,
+                                                                                 stamp_matches, capsys):
+    """A test that starts run_all.sh from the workspace ran scripts/bootstrap.sh there, which installed a whole
+    environment (6.4 GB) into .mutation/: the workspace now links the project's .venv, when its stamp says it was
+    installed from these requirements (else bootstrap there would reinstall into the project's environment)."""
+    import hashlib
+
+    repo = tmp_path / "repo"
+    (repo / ".venv").mkdir(parents=True)
+    for name in ("requirements.txt", "pyproject.toml"):
+        (repo / name).write_text(f"{name}\n")
+    digest = hashlib.sha256(b"requirements.txt\npyproject.toml\n").hexdigest()
+    (repo / ".venv" / ".hubnorm-installed").write_text((digest if stamp_matches else "0" * 64) + "\n")
+    monkeypatch.setattr(mutation, "REPO", repo)
+    folder = tmp_path / "mutants"
+    folder.mkdir()
+    assert mutation.venv_link(folder) is stamp_matches
+    if stamp_matches:
+        assert (folder / ".venv").is_symlink() and (folder / ".venv").resolve() == (repo / ".venv").resolve()
+        # the digest scripts/bootstrap.sh computes: cat requirements.txt pyproject.toml | sha256sum
+        out = subprocess.run("cat requirements.txt pyproject.toml | sha256sum", shell=True, cwd=repo,
+                             capture_output=True, text=True, check=True).stdout
+        assert out.split()[0] == digest
+    else:
+        assert not (folder / ".venv").exists() and "run scripts/bootstrap.sh" in capsys.readouterr().err
 
 
 def test_the_report_scores_killed_and_timeouts_over_every_decided_mutant_and_keeps_other_modules_rows(mutation,
@@ -225,7 +259,7 @@ def test_recheck_names_one_module_whose_run_is_in_the_workspace(mutation, tmp_pa
     with pytest.raises(SystemExit, match="holds no mutmut run of hubness"):
         mutation.main(["hubness", "--recheck"])
     (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "pyproject.toml").write_text('[tool.mutmut]\nsource_paths = ["hubnorm/selection.py"]\n')
+    (tmp_path / "ws" / "setup.cfg").write_text("[mutmut]\nsource_paths =\n    hubnorm/selection.py\n")
     with pytest.raises(SystemExit, match="holds no mutmut run of hubness"):
         mutation.main(["hubness", "--recheck"])
 
