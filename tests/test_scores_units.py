@@ -1,6 +1,23 @@
 """The pieces of hubnorm.scores a user meets one by one, against values computed by hand or densely here: a stored
 matrix's sub-matrices (transposed, chained), the hubness of a score task over many blocks, what a task holds, the
-seeded bank subsets, positives from index pairs, and the guards by their whole messages."""
+seeded bank subsets, positives from index pairs, and the guards by their whole messages; then what mutation testing
+found unchecked: default labels and arguments, the engine's block shapes and reading paths (plain, and the fast path's
+one read of a matrix of either order) seen through a probe reduction, and the one read's finiteness check.
+
+Survivors judged equivalent (no test can tell them apart):
+- ``ScoreMatrix.block``: ``order="C"`` -> ``order="c"`` (NumPy accepts either case).
+- ``ScoreEngine._load``: ``itemsize <= 4`` -> ``<= 5`` (float itemsizes are 2, 4 and 8); ``checked=True`` -> ``False``
+  for the strip reader ``src`` (only its ``_stored`` is called, which checks nothing); ``check_finite_block(blk,
+  m.label, a0, 0)`` with the ``0`` dropped (the default ``c0``).
+- ``ScoreEngine._resident_block``: default ``copy=True`` -> ``False`` (every caller passes ``copy``); ``lo < hi`` ->
+  ``lo <= hi`` (an empty piece joins the concatenation: the same values).
+- ``ScoreEngine.reduce``: ``getattr(red, "read_only", False)`` -> default ``None`` (every Reduction has
+  ``read_only``).
+- ``fit_scores``: ``engine.has_matrix(rows, col)`` -> ``has_matrix(rows, None)`` (``engine.matrix(rows, col)`` is then
+  asked, and returns the matrix or raises the same error).
+- ``normalized_blocks``: ``normalize_scores(s, None)`` -> ``normalize_scores(s)`` (None is the default).
+- ``sample_index``: ``replace=False`` -> ``replace=None`` (falsy as well).
+"""
 
 from __future__ import annotations
 
@@ -297,3 +314,306 @@ def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
     with pytest.raises(ValueError) as e:
         fit_scores(hn.make_normalizer("dbsn", tau=0.05), eng, query_aware=True)
     assert "which is missing" in str(e.value) and str(e.value).endswith(": add bank_rows_x_bank_cols")
+
+
+# ----------------------------------------------------------------------------------------------- what mutation found
+# (the survivors of `scripts/mutation.py scores --sample 3`: default labels, the engine's block shapes and reading
+# paths seen through a probe reduction, the fast path's one read, and the guards by their whole messages)
+from hubnorm.blocks import Embeddings, Reduction, Scores, TopKResult   # noqa: E402
+from hubnorm.scores import ProductScores, check_finite_block, fit_scores, needed_matrices   # noqa: E402
+
+
+class _Probe(Reduction):
+    """Sums of the scores along ``axis`` (float64), recording every block an engine hands it: where it lies, its
+    shape and dtype, its side-vector slices and budget, and the block itself. ``zero``: the partial then zeroes its
+    block in place (as a partial that modifies its block may); ``whole``: what ``reduce_scores`` returns (else
+    NotImplemented, the engine's own loop)."""
+
+    def __init__(self, source, axis=0, *, dtype=None, row_terms=None, col_terms=None, whole_rows=False,
+                 read_only=False, zero=False, whole=NotImplemented):
+        self.source, self.axis, self.dtype = source, axis, dtype
+        self.row_terms, self.col_terms, self.whole_rows, self.read_only = row_terms, col_terms, whole_rows, read_only
+        self.zero, self.whole, self.seen = zero, whole, []
+
+    def partial(self, s, chunk):
+        self.seen.append({"at": (chunk.row_start, chunk.col_start), "shape": tuple(s.shape), "dtype": s.dtype,
+                          "row_terms": chunk.row_terms, "col_terms": chunk.col_terms, "bytes": chunk.block_bytes,
+                          "block": s})
+        out = s.to(torch.float64).sum(dim=self.axis)
+        if self.zero:
+            s.mul_(0)
+        return out
+
+    def merge(self, a, b):
+        return a + b
+
+    def finalize(self, p, n):
+        return p, n
+
+    def reduce_scores(self, s, n, block_bytes=None):
+        return self.whole if self.whole is NotImplemented else (self.whole, n, tuple(s.shape), block_bytes)
+
+
+def _S(n_q=7, n_t=5, seed=6, dtype=np.float64, order="C"):
+    return np.array(_rng(seed).standard_normal((n_q, n_t)), dtype=dtype, order=order)
+
+
+def test_default_labels_and_whole_messages_of_a_stored_matrix():
+    assert _error(ValueError, ScoreMatrix, np.zeros((0, 3))) == "score matrix is empty (shape (0, 3))"
+    assert _error(ValueError, ScoreMatrix, np.zeros((2, 0)), "f.npy") == "f.npy is empty (shape (2, 0))"
+    assert _error(TypeError, ScoreMatrix, [[1.0]]) == ("score matrix must be a numpy array, a memory map or a torch "
+                                                        "tensor; got list")
+    assert _error(ValueError, ScoreMatrix, np.zeros(3), "v") == "v must be 2-D (rows x columns); got shape (3,)"
+    assert _error(TypeError, ScoreMatrix, np.zeros((2, 2), dtype=int), "i") == ("i must hold floating-point scores; "
+                                                                                 "got dtype int64")
+    assert _error(ValueError, ScoreMatrix, ScoreMatrix(np.ones((2, 2))), index=([0], None)) == (
+        "pass index= to ScoreMatrix.take, not to a copy of a ScoreMatrix")
+    t = ScoreMatrix(torch.ones(2, 3, requires_grad=True))
+    assert isinstance(t.data, np.ndarray) and t.label == "score matrix" and t.shape == (2, 3)
+    assert ScoreMatrix(np.ones((2, 2), dtype=np.float16)).dtype == torch.float32
+    assert _dense(ScoreMatrix(_S()).T).flags.c_contiguous
+
+
+def test_a_non_finite_cell_is_named_from_the_block_origin_by_default():
+    s = torch.zeros(3, 4, dtype=torch.float64)
+    s[1, 2] = float("inf")
+    assert _error(ValueError, check_finite_block, s, "lbl") == (
+        "lbl holds a non-finite score (NaN or inf) at row 1, column 2: a score matrix must be finite; recompute it, "
+        "or drop that row")
+    assert "at row 11, column 22" in _error(ValueError, check_finite_block, s, "lbl", 10, 20)
+    check_finite_block(torch.zeros(2, 2), "fine")           # finite: nothing raised
+
+
+def test_product_scores_defaults_tensors_with_gradients_and_float32_blocks():
+    rng = _rng(7)
+    q, t = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
+    assert _error(ValueError, ProductScores, q[:0], t) == "score matrix is empty (shape (0, 5))"
+    p = ProductScores(torch.from_numpy(q).requires_grad_(True), t)      # detached, not np.asarray'd
+    assert p.label == "score matrix" and p.shape == (4, 5) and p.dtype == torch.float64 and p.rows_contiguous
+    blk = p.block(1, 3, 0, 5, torch.float32)
+    assert blk.dtype == torch.float32 and np.allclose(blk.numpy(), (q @ t.T)[1:3], atol=1e-6)
+    assert np.array_equal(_dense(p.T), t @ q.T)
+    assert np.array_equal(_dense(p.take([3, 0], [4])), (q @ t.T)[[3, 0]][:, [4]])
+
+
+def test_the_engine_defaults_and_what_it_answers_for_a_score_task():
+    S = _S()
+    T = _rng(8).standard_normal((3, 5))
+    eng = ScoreEngine({("query_bank", "targets"): None, ("queries", "targets"): S, ("target_bank", "targets"): T})
+    assert eng.plain is False and eng.resident_bytes == 2 * 2**30 and eng.block_bytes is None
+    assert sorted(eng.matrices) == [("queries", "targets"), ("target_bank", "targets")]   # None skipped, not the end
+    assert eng.size("target_bank") == 3 and eng.size("query_bank") is None
+    assert eng.has_matrix("targets", "queries") and eng.has_matrix("queries", "targets")
+    assert not eng.has_matrix("query_bank", "targets")
+    assert _error(ValueError, eng.matrix, "query_bank", "targets") == (
+        "this score task has no query bank x gallery (targets) score matrix (query_bank x targets)")
+    assert eng.spans("queries") is True and eng.shared("k", 10) is None and eng.to_tensor(S) is S
+    for f in (eng.max_norm, eng.take_rows):
+        assert _error(ValueError, f, ["queries", "targets"]).startswith("this step needs the embeddings of queries ; "
+                                                                         "targets, but a score task")
+    for key in (frozenset({"queries", "targets"}), ("queries", "targets", "query_bank"), ("queries", "bank")):
+        assert _error(ValueError, ScoreEngine, {key: S}).startswith(f"score matrix key {key!r} must be a pair")
+    m, flipped = eng._stored("targets", "queries")
+    assert m is eng.matrices[("queries", "targets")] and flipped is True
+    m, flipped = eng._stored("queries", "targets")
+    assert m is eng.matrices[("queries", "targets")] and flipped is False
+    assert "no query bank x gallery" in _error(ValueError, eng._stored, "query_bank", "targets")
+
+
+def test_the_block_shape_rules_at_hand_computed_sizes():
+    eng = ScoreEngine({("queries", "targets"): _S()}, block_bytes=59996)
+    assert eng._block_shape(100, 10, 8, True, True) == (749, 10)            # whole rows: 59996 // 80
+    assert eng._block_shape(100, 10, 8, True, False) == (749, 10)
+    assert eng._block_shape(5000, 10, 4, False, True) == (1499, 10)         # strips of rows: 59996 // 40
+    assert eng._block_shape(5000, 3, 4, False, False) == (5000, 2)          # strips of columns: 59996 // 20000
+    # one line over the budget: 2-D tiles (59996 // 4 = 14999 cells: 3 columns, 14999 // 3 rows)
+    assert eng._block_shape(5000, 20000, 4, False, True) == (4999, 3)
+    assert eng._block_shape(20000, 3, 4, False, False) == (4999, 3)
+    assert ScoreEngine({("queries", "targets"): _S()})._block_shape(10, 10, 8, False, True) == (2**27 // 80, 10)
+
+
+def test_the_tiles_of_a_matrix_follow_the_dtype_and_its_contiguous_axis():
+    eng = ScoreEngine({("queries", "targets"): _S()}, block_bytes=40)
+    assert eng._tiles(10, 5, False, torch.float32) == [((r, r + 2), (0, 5)) for r in range(0, 10, 2)]
+    assert eng._tiles(10, 5, False) == [((r, r + 1), (0, 5)) for r in range(10)]     # the engine's float64
+    assert eng._tiles(10, 5, False, torch.float32, False) == [((0, 10), (c, c + 1)) for c in range(5)]
+
+
+def test_a_plain_engine_hands_every_block_to_a_reduction_with_its_place_terms_and_budget():
+    S = _S()
+    rt, ct = np.arange(7.0), np.arange(5.0) * 10
+    eng = ScoreEngine({("queries", "targets"): S}, plain=True, block_bytes=8 * 5 * 2)   # 2 rows a block
+    red = _Probe(Scores("queries", "targets"), 0, row_terms=rt, col_terms=ct)
+    (total, n) = eng.reduce(red)
+    assert n == 7 and np.allclose(total.numpy(), S.sum(0), rtol=0, atol=1e-12)
+    assert [b["at"] for b in red.seen] == [(0, 0), (2, 0), (4, 0), (6, 0)]
+    assert [b["shape"] for b in red.seen] == [(2, 5), (2, 5), (2, 5), (1, 5)]
+    for b in red.seen:
+        r0 = b["at"][0]
+        assert np.array_equal(b["row_terms"].numpy(), rt[r0:r0 + b["shape"][0]]) and b["bytes"] == 80
+        assert np.array_equal(b["col_terms"].numpy(), ct) and b["dtype"] == torch.float64
+    assert eng.blocks_read == 4 and eng.largest_block == 10
+    red = _Probe(Scores("queries", "targets"), 1, dtype=torch.float32)
+    (total, n) = eng.reduce(red)
+    assert n == 5 and np.allclose(total.numpy(), S.sum(1), atol=1e-5)
+    assert {b["dtype"] for b in red.seen} == {torch.float32} and red.seen[0]["row_terms"] is None
+    # read transposed (a C-order matrix by its columns): strips of whole columns of the matrix as read
+    red = _Probe(Scores("targets", "queries"), 0)
+    (total, n) = eng.reduce(red)
+    assert n == 5 and np.allclose(total.numpy(), S.sum(1), atol=1e-12)
+    assert [b["shape"] for b in red.seen] == [(5, 2), (5, 2), (5, 2), (5, 1)]
+    # whole rows on request, at the engine's budget
+    red = _Probe(Scores("queries", "targets"), 1, whole_rows=True)
+    eng.reduce(red)
+    assert [b["shape"] for b in red.seen] == [(2, 5), (2, 5), (2, 5), (1, 5)]
+    assert _error(ValueError, eng.reduce, _Probe(Embeddings("queries"))).startswith(
+        "this step needs the embeddings of queries, but a score task holds only score matrices")
+
+
+def test_the_fast_path_reads_a_matrix_once_and_hands_out_copies_or_views():
+    S = _S()
+    eng = ScoreEngine({("queries", "targets"): S}, block_bytes=8 * 5 * 2)
+    got = eng.reduce(_Probe(Scores("queries", "targets"), 0, whole="kernel"))
+    assert got == ("kernel", 7, (7, 5), 80)                                 # one resident matrix: the kernel
+    assert np.array_equal(eng.resident("queries", "targets").numpy(), S)
+    assert np.array_equal(eng.resident("targets", "queries").numpy(), S.T)
+    assert eng.blocks_read == 4 and eng.largest_block == 10                 # the one read, by strips of 2 rows
+    red = _Probe(Scores("queries", "targets"), 0, zero=True, row_terms=np.ones(7))   # terms: the block loop
+    total, n = eng.reduce(red)
+    assert n == 7 and np.allclose(total.numpy(), S.sum(0)) and eng.blocks_read == 4   # nothing read again
+    assert [b["shape"] for b in red.seen] == [(2, 5), (2, 5), (2, 5), (1, 5)]
+    assert np.array_equal(eng.resident("queries", "targets").numpy(), S)    # the zeroed blocks were copies
+    red = _Probe(Scores("queries", "targets"), 1, read_only=True, col_terms=np.ones(5))
+    eng.reduce(red)
+    base = eng.resident("queries", "targets").untyped_storage().data_ptr()
+    assert all(b["block"].untyped_storage().data_ptr() == base for b in red.seen)   # read-only: views
+    eng.release()
+    assert eng._res == {}
+
+
+def test_a_float32_matrix_kept_in_memory_is_read_in_the_engines_dtype():
+    S = _S(dtype=np.float32)
+    eng = ScoreEngine({("queries", "targets"): S}, block_bytes=8 * 5 * 2)
+    assert eng.resident("queries", "targets").dtype == torch.float32
+    red = _Probe(Scores("queries", "targets"), 0, row_terms=np.zeros(7))
+    total, _ = eng.reduce(red)
+    assert {b["dtype"] for b in red.seen} == {torch.float64}
+    assert np.allclose(total.numpy(), S.astype(np.float64).sum(0), atol=1e-12)
+    vals = torch.tensor([[2.5]], dtype=torch.float32)
+    out = eng._engine_dtype(TopKResult(vals, torch.tensor([[3]])))
+    assert out.values.dtype == torch.float64 and out.indices.tolist() == [[3]] and float(out.values) == 2.5
+    same = TopKResult(torch.tensor([[1.0]], dtype=torch.float64), None)
+    assert eng._engine_dtype(same) is same
+
+
+def test_a_matrix_is_kept_in_memory_up_to_resident_bytes():
+    S = _S()                                                                # 7 x 5 float64: 280 bytes
+    assert ScoreEngine({("queries", "targets"): S}, resident_bytes=280).resident("queries", "targets") is not None
+    assert ScoreEngine({("queries", "targets"): S}, resident_bytes=279).resident("queries", "targets") is None
+    assert ScoreEngine({("queries", "targets"): S}, plain=True).resident("queries", "targets") is None
+    wide = _S(3, 40)                                                        # 960 bytes: rows / columns < 1
+    assert ScoreEngine({("queries", "targets"): wide}, resident_bytes=959).resident("queries", "targets") is None
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_one_read_keeps_sub_matrices_of_either_order(order):
+    S = _S(8, 6, order=order)
+    m = ScoreMatrix(S, "s").take([0, 2, 3, 7], [1, 4, 5])
+    eng = ScoreEngine({("queries", "targets"): m}, block_bytes=8 * 4 * 2)
+    want = S[[0, 2, 3, 7]][:, [1, 4, 5]]
+    assert np.array_equal(eng.resident("queries", "targets").numpy(), want)
+    assert np.array_equal(eng.resident("targets", "queries").numpy(), want.T)
+    assert m.bound == np.abs(want).max()
+
+
+@pytest.mark.parametrize("order, transposed", [("C", False), ("F", False), ("C", True), ("F", True)])
+def test_the_one_read_names_the_first_non_finite_cell_of_the_matrix(order, transposed):
+    S = _S(8, 6, order=order)
+    S[5, 3] = np.inf                                  # +inf alone: the smallest score stays finite
+    m = ScoreMatrix(S, "the file s.npy")
+    m = m.T if transposed else m
+    eng = ScoreEngine({("queries", "targets"): m}, block_bytes=8 * 8 * 2)   # strips of 2 stored lines
+    row, col = (3, 5) if transposed else (5, 3)
+    assert _error(ValueError, eng.resident, "queries", "targets") == (
+        f"the file s.npy holds a non-finite score (NaN or inf) at row {row}, column {col}: a score matrix must be "
+        "finite; recompute it, or drop that row")
+    checked = ScoreMatrix(S, "c", checked=True)
+    assert np.isinf(ScoreEngine({("queries", "targets"): checked}).resident("queries", "targets").numpy()).sum() == 1
+
+
+def test_the_bound_of_a_matrix_read_block_by_block_counts_its_blocks():
+    S = _S(dtype=np.float32)
+    eng = ScoreEngine({("queries", "targets"): S}, plain=True, block_bytes=4 * 5 * 2)
+    assert eng.score_bound(Scores("queries", "targets")) == pytest.approx(np.abs(S).max())
+    assert eng.blocks_read == 4 and eng.largest_block == 10
+    eng.score_bound(Scores("queries", "targets"))                          # known: not read again
+    assert eng.blocks_read == 4
+
+
+def test_normalized_blocks_are_sized_by_the_dtype_and_budget():
+    S, labels, task = _task(block_bytes=8 * 30 * 4)                         # 4 float64 rows of 30
+    assert [q0 for q0, _ in task.blocks()] == list(range(0, 40, 4))
+    t32 = ScoreTask({("queries", "targets"): S.astype(np.float32)}, hn.Positives.from_labels(labels, 30),
+                    block_bytes=8 * 30 * 4, dtype=torch.float32)
+    assert [q0 for q0, _ in t32.blocks()] == list(range(0, 40, 8))
+    bad = S.copy()
+    bad[13, 7] = np.nan
+    t = ScoreTask({("queries", "targets"): bad}, hn.Positives.from_labels(labels, 30), block_bytes=8 * 30 * 4)
+    assert "at row 13, column 7:" in _error(ValueError, t.score)
+
+
+def test_the_hubness_of_a_task_counts_the_top_10_by_default():
+    S, _, task = _task()
+    n_k = np.zeros(S.shape[1])
+    for row in S:
+        n_k[np.argsort(-row, kind="stable")[:10]] += 1
+    assert np.array_equal(task.k_occurrence(), n_k) and n_k.sum() == 400
+    assert task.hubness() == hn.hubness_stats(n_k, 10, 40)
+
+
+def test_a_method_that_reads_embeddings_is_refused_by_its_class_name():
+    dn = hn.make_normalizer("dn")
+    msg = _error(ValueError, needed_matrices, dn)
+    assert msg.startswith(f"{type(dn).__name__} reads the embeddings of ") and "a score task (sims: source)" in msg
+
+
+def test_a_query_aware_fit_drops_every_matrix_of_the_bank():
+    S, labels, _ = _task()
+    eng = ScoreEngine({("queries", "targets"): S, ("query_bank", "targets"): _rng(5).standard_normal((12, 30)),
+                       ("query_bank", "target_bank"): _rng(6).standard_normal((12, 4))})
+    norm = fit_scores(hn.make_normalizer("is", tau=0.05), eng, query_aware=True)
+    used = norm.score_engine_
+    assert used.size("query_bank") == 40 and ("query_bank", "target_bank") not in used.matrices
+    assert used.size("target_bank") is None
+
+
+def test_sims_tasks_default_seed_and_a_real_folder(tmp_path):
+    from hubnorm.data.sims import write_sims
+    from hubnorm.scores import sims_tasks
+
+    rng = _rng(9)
+    test, bank = rng.standard_normal((6, 3)), rng.standard_normal((8, 3))
+    write_sims(tmp_path, {"test": test, "bank_rows": bank}, labels=np.array([0, 0, 1, 1, 2, 2]), dataset="r")
+    tasks = sims_tasks(tmp_path, bank_queries=3)
+    assert tasks["t2v"].meta["source"] == "real" and tasks["t2v"].meta["dataset"] == "r"
+    keep = sample_index(8, 3, 0)
+    assert np.array_equal(_dense(tasks["t2v"].engine.matrix("query_bank", "targets")), bank[keep])
+    assert not np.array_equal(keep, sample_index(8, 3, 1))
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_reduction_over_two_column_matrices_reads_them_side_by_side(plain):
+    B, X = _S(6, 5, seed=10), _S(6, 3, seed=11)                              # bank x targets, bank x target bank
+    mats = {("query_bank", "targets"): B, ("query_bank", "target_bank"): X, ("queries", "targets"): _S(4, 5)}
+    eng = ScoreEngine(mats, plain=plain, block_bytes=8 * 8 * 2)
+    both = np.concatenate([B, X], axis=1)
+    red = _Probe(Scores("query_bank", ("targets", "target_bank")), 1, col_terms=np.arange(8.0))
+    total, n = eng.reduce(red)
+    assert n == 8 and np.allclose(total.numpy(), both.sum(1), rtol=0, atol=1e-12)
+    assert [b["shape"] for b in red.seen] == [(2, 8)] * 3
+    assert all(np.array_equal(b["col_terms"].numpy(), np.arange(8.0)) for b in red.seen)
+    red = _Probe(Scores("query_bank", ("targets", "target_bank")), 0)
+    total, n = eng.reduce(red)
+    assert n == 6 and np.allclose(total.numpy(), both.sum(0), rtol=0, atol=1e-12)
+    assert np.array_equal(eng.read(Scores("query_bank", ("targets", "target_bank")), 1, 3, 4, 7, torch.float64).numpy(),
+                          both[1:3, 4:7])

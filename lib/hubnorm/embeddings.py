@@ -17,7 +17,10 @@ import numpy as np
 
 from .retrieval import RetrievalTask, build_tasks
 
-__all__ = ["EmbeddingSplit", "EmbeddingDataset"]
+__all__ = ["EmbeddingSplit", "EmbeddingDataset", "CAPTION_EXTRA"]
+
+#: The prefix of the keys of :attr:`EmbeddingSplit.extras` that hold one entry per caption (the others: per image).
+CAPTION_EXTRA = "caption_"
 
 
 @dataclass
@@ -29,7 +32,8 @@ class EmbeddingSplit:
     caption_to_image: np.ndarray
     image_ids: Optional[List[str]] = None
     caption_texts: Optional[List[str]] = None
-    #: optional latent info for synthetic data (e.g. topic of each image / caption)
+    #: optional latent info for synthetic data: one entry per image (``"topic"``, ``"latent"``), or per caption under
+    #: a key that starts with :data:`CAPTION_EXTRA` (``"caption_topic"``); the key, not the length, says which
     extras: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -47,6 +51,15 @@ class EmbeddingSplit:
                 f"caption_to_image refers to image {self.caption_to_image.max()} but there are only "
                 f"{len(self.images)} image embeddings"
             )
+        for key, value in self.extras.items():
+            per, n = ("caption", self.n_captions) if self._per_caption(key) else ("image", self.n_images)
+            if len(value) != n:
+                raise ValueError(f"extras[{key!r}] has {len(value)} entries but the split has {n} {per}s: an extra is "
+                                 f"per image, or per caption when its key starts with {CAPTION_EXTRA!r}")
+
+    @staticmethod
+    def _per_caption(key: str) -> bool:
+        return str(key).startswith(CAPTION_EXTRA)
 
     @property
     def n_images(self) -> int:
@@ -68,7 +81,7 @@ class EmbeddingSplit:
             caption_to_image=remap[self.caption_to_image[keep]],
             image_ids=None if self.image_ids is None else [self.image_ids[i] for i in image_idx],
             caption_texts=None if self.caption_texts is None else [self.caption_texts[j] for j in keep],
-            extras={k: (v[image_idx] if len(v) == self.n_images else v[keep]) for k, v in self.extras.items()},
+            extras={k: (v[keep] if self._per_caption(k) else v[image_idx]) for k, v in self.extras.items()},
         )
 
 
