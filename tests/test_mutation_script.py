@@ -74,7 +74,13 @@ def test_the_workspace_puts_the_package_at_its_root_with_a_mutmut_configuration(
     assert config["source_paths"] == ["hubnorm/hubness.py"]
     assert config["pytest_add_cli_args_test_selection"] == ["tests/test_hubness.py"]
     assert "hubnorm/" in config["also_copy"] and "tests/" in config["also_copy"]
-    assert config["pytest_add_cli_args"] == ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]
+    deselected = config["pytest_add_cli_args"][5:]
+    assert config["pytest_add_cli_args"][:5] == ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]
+    assert deselected[::2] == ["--deselect"] * len(mutation.KERNEL_TESTS) and deselected[1::2] == list(
+        mutation.KERNEL_TESTS)
+    for node in mutation.KERNEL_TESTS:   # each names a test that exists (a renamed test would run again, and fail)
+        path, name = node.split("::")
+        assert f"\ndef {name}(" in (REPO / path).read_text(), node
     # pyproject.toml a byte copy: bootstrap.sh in the workspace finds the environment up to date
     assert (ws / "pyproject.toml").read_bytes() == (REPO / "pyproject.toml").read_bytes()
 
