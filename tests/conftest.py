@@ -48,6 +48,16 @@ def shared_path(*parts) -> Path:
     return p
 
 
+def load_script(relative: str, name: str):
+    """A script of the repository (``scripts/mutation.py``) imported as a module ``name``, for its unit tests."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def unit_rows(rng, n, d, dtype=np.float32):
     x = rng.standard_normal((n, d)).astype(dtype)
     return x / np.linalg.norm(x, axis=1, keepdims=True)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, shared_path
+from conftest import REPO, load_script, shared_path
 from hubnorm.experiments import calibration as cal
 from hubnorm.geometry import bank_statistics, embedding_statistics
 
@@ -252,12 +252,7 @@ def test_the_spread_statistics_are_fitted_where_the_report_says_so():
 
 
 def _calibrate_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("calibrate_synthetic", REPO / "scripts" / "calibrate_synthetic.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/calibrate_synthetic.py", "calibrate_synthetic")
 
 
 def _gains(rows):

@@ -245,13 +245,18 @@ def test_losses_table():
 
 
 # ---------------------------------------------------------------------------------------------- adapter_study
-def test_adapter_study_configurations_and_frames():
-    imgs, caps, c2i = _pairs(7, n_img=20, d=6)
+def _study_inputs(seed, *, n_img, d, n_train):
+    """A train / test split of ``_pairs``, the test split's content relevance and the train split's batch relevance."""
+    imgs, caps, c2i = _pairs(seed, n_img=n_img, d=d)
     split = hn.EmbeddingSplit(images=hn.l2_normalize(imgs.astype(np.float32)),
                               caption_to_image=c2i, captions=hn.l2_normalize(caps.astype(np.float32)))
-    train, test = split.subset_images(np.arange(12)), split.subset_images(np.arange(12, 20))
+    train, test = split.subset_images(np.arange(n_train)), split.subset_images(np.arange(n_train, n_img))
     rel = {d: hn.listwise.content_relevance(test.images, test.caption_to_image, d) for d in ("t2i", "i2t")}
-    fn = hn.listwise.batch_relevance_fn(train, content=train.images)
+    return train, test, rel, hn.listwise.batch_relevance_fn(train, content=train.images)
+
+
+def test_adapter_study_configurations_and_frames():
+    train, test, rel, fn = _study_inputs(7, n_img=20, d=6, n_train=12)
     runs, df = ad.adapter_study(train, test, rel, fn, taus=(0.2, 0.03), tau=0.05, ndcg_ks=(3,), recall_ks=(2,),
                                 steps=2, batch_size=4, lr=0.01, seed=5, log_every=1, margin=0.1)
     assert list(runs) == ["triplet", "sndcg (tau=0.05)", "triplet+sndcg (tau=0.2)", "triplet+sndcg (tau=0.03)"]
@@ -276,12 +281,7 @@ def test_adapter_study_configurations_and_frames():
 
 
 def test_adapter_study_default_taus_and_metrics():
-    imgs, caps, c2i = _pairs(8, n_img=14, d=4)
-    split = hn.EmbeddingSplit(images=hn.l2_normalize(imgs.astype(np.float32)),
-                              caption_to_image=c2i, captions=hn.l2_normalize(caps.astype(np.float32)))
-    train, test = split.subset_images(np.arange(8)), split.subset_images(np.arange(8, 14))
-    rel = {d: hn.listwise.content_relevance(test.images, test.caption_to_image, d) for d in ("t2i", "i2t")}
-    fn = hn.listwise.batch_relevance_fn(train, content=train.images)
+    train, test, rel, fn = _study_inputs(8, n_img=14, d=4, n_train=8)
     runs, df = ad.adapter_study(train, test, rel, fn, steps=1, batch_size=3)
     assert list(runs) == ["triplet", "sndcg (tau=0.01)", "triplet+sndcg (tau=0.1)", "triplet+sndcg (tau=0.01)",
                           "triplet+sndcg (tau=0.001)"]

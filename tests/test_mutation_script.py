@@ -1,22 +1,20 @@
 """scripts/mutation.py without mutmut (CI does not install it): which tests it runs for a module, which modules a
 change touches, the workspace it builds, the report it writes."""
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def mutation():
-    spec = importlib.util.spec_from_file_location("mutation_script", REPO / "scripts" / "mutation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/mutation.py", "mutation_script")
 
 
 def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(mutation):
