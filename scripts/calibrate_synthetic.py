@@ -55,7 +55,8 @@ FREE = [("spectrum_decay", 0, 3, 0), ("detail_decay", 0, 2, 0), ("noise_decay", 
         ("caption_noise_sigma", 0, 1.2, 0), ("image_semantic", 0.03, 3, 1), ("image_noise", 0.03, 1, 1),
         ("text_semantic", 0.05, 4, 1), ("text_noise", 0.01, 1, 1), ("caption_noise", 0.1, 12, 1),
         ("caption_shared", 0, 0.95, 0), ("modality_cos", -0.7, 0.7, 0), ("bias_std", 0, 0.25, 0),
-        ("caption_bias_std", 0, 0.25, 0), ("image_style_share", 0, 0.95, 0), ("text_style_share", 0, 0.95, 0)]
+        ("caption_bias_std", 0, 0.25, 0), ("image_style_share", 0, 0.95, 0), ("text_style_share", 0, 0.95, 0),
+        ("caption_error_norm", -1, 1, 0)]
 #: free parameters of one preset's fit beyond :data:`FREE`: the text-audio geometry (LAION-CLAP) differs from CLIP's in
 #: how far the items of one modality sit from their centre (CLIP's fixed image_mean / text_mean do not fit it)
 FREE_EXTRA = {"audiocaps-clap": [("image_mean", 0.02, 0.9, 1), ("text_mean", 0.02, 0.9, 1)]}
@@ -533,6 +534,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", choices=FIT_PRESETS, help="refit this preset's free parameters (prints them)")
     ap.add_argument("--maxfev", type=int, default=1500, help="objective evaluations of the fit")
+    ap.add_argument("--free", nargs="+", metavar="PARAMETER",
+                    help="with --fit: refit only these free parameters (the others keep the preset's values)")
+    ap.add_argument("--start", nargs="+", metavar="NAME=VALUE", default=[],
+                    help="with --fit: start the named free parameters here instead of at the preset's values")
     ap.add_argument("--claims", action="store_true", help="also run the notebooks on the presets (minutes)")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per preset at the real sets' sizes")
     ap.add_argument("--full-seeds", type=int, default=5, help="seeds of the full-size test sets")
@@ -575,8 +580,23 @@ def main(argv=None) -> int:
     if args.fit:
         cfg = PRESETS[args.fit]
         FREE.extend(FREE_EXTRA.get(args.fit, []))
+        names = [f[0] for f in FREE]
+        unknown = [p for p in (args.free or []) if p not in names]
+        if unknown:
+            ap.error(f"--free: {unknown} are not free parameters of {args.fit}; choose from {names}")
+        if args.free:
+            FREE[:] = [f for f in FREE if f[0] in args.free]
+        start = {f[0]: getattr(cfg, f[0]) for f in FREE}
+        for item in args.start:
+            name, _, value = item.partition("=")
+            if name not in start:
+                ap.error(f"--start: {name!r} is not among the parameters being fitted {list(start)}")
+            try:
+                start[name] = float(value)
+            except ValueError:
+                ap.error(f"--start: {item!r} is not NAME=NUMBER")
         fixed = {k: v for k, v in cfg.to_dict().items() if k not in {f[0] for f in FREE}}
-        params = fit(args.fit, {f[0]: getattr(cfg, f[0]) for f in FREE}, fixed, args.maxfev)
+        params = fit(args.fit, start, fixed, args.maxfev)
         print(json.dumps(params, indent=1))
         return 0
     text = report(range(args.seeds), range(args.full_seeds), args.claims, args.out.with_suffix(".csv"),

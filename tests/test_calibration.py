@@ -9,6 +9,7 @@
   statistics than the earlier isotropic ones (the reason they replaced them).
 """
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +289,37 @@ def test_the_report_shows_every_notebooks_r1_gains_only_with_the_metric_named(tm
     head, tail = first.split(script.NB_GAINS_START)[0], first.split(script.NB_GAINS_END)[1]
     assert second.startswith(head + script.NB_GAINS_START) and second.endswith(script.NB_GAINS_END + tail)
     assert "+1.50" in second and "+2.50" in second and "+9.10" not in second
+
+
+def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, capsys):
+    """``--fit PRESET --free ... --start NAME=VALUE``: the others keep the preset's values (they go to ``fixed``)."""
+    script = _calibrate_script()
+    seen = {}
+
+    def fake_fit(preset, start, fixed, maxfev):
+        seen.update(preset=preset, start=start, fixed=fixed, maxfev=maxfev)
+        return dict(start)
+
+    monkeypatch.setattr(script, "fit", fake_fit)
+    assert script.main(["--fit", "coco", "--free", "caption_noise", "caption_error_norm", "--start",
+                        "caption_error_norm=0.5", "--maxfev", "7"]) == 0
+    coco = script.PRESETS["coco"]
+    assert seen["start"] == {"caption_noise": coco.caption_noise, "caption_error_norm": 0.5}
+    assert seen["maxfev"] == 7 and seen["preset"] == "coco"
+    assert "caption_noise" not in seen["fixed"] and seen["fixed"]["text_semantic"] == coco.text_semantic
+    assert script.GeneratorConfig(**seen["fixed"], **seen["start"]).caption_error_norm == 0.5
+    assert '"caption_error_norm": 0.5' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--free", "hub_scale"],
+     r"--free: \['hub_scale'\] are not free parameters of coco; choose from \['spectrum_decay'"),
+    (["--start", "hub_scale=1"], r"--start: 'hub_scale' is not among the parameters being fitted \['spectrum_decay'"),
+    (["--free", "caption_noise", "--start", "caption_noise=big"], r"--start: 'caption_noise=big' is not NAME=NUMBER"),
+])
+def test_fit_options_name_the_parameter_that_is_wrong(argv, message, monkeypatch, capsys):
+    script = _calibrate_script()
+    monkeypatch.setattr(script, "fit", lambda *a: pytest.fail("fit must not start"))
+    with pytest.raises(SystemExit):
+        script.main(["--fit", "coco", *argv])
+    assert re.search(message, capsys.readouterr().err)

@@ -133,13 +133,15 @@ def _ref_block(cfg, geo, seed, code, block, n):
         e = math.sqrt(cfg.caption_shared) * shared[img_of] + math.sqrt(1 - cfg.caption_shared) * indep
         sig = cfg.caption_noise_sigma
         cn = cfg.caption_noise * np.exp(sig * rng.standard_normal(n) - sig ** 2 / 2)[img_of]
+        gam = cfg.caption_error_norm   # the semantic weight: the preset's mean error at 0, the caption's own at 1
+        w = np.sqrt(cfg.text_semantic / ((1 + cfg.caption_noise) ** (1 - gam) * (1 + cn) ** gam))
         b = cfg.caption_bias_std * rng.standard_normal(m)
         noise = rng.standard_normal((m, dn), dtype=np.float32).astype(np.float64) * geo["noise"][::-1]
         a = cfg.text_style_share
         zeta = math.sqrt(a) * geo["txt_styles"][rng.choice(cfg.n_styles, size=m, p=geo["spop"])] \
             + math.sqrt(1 - a) * noise
         y = (math.sqrt(cfg.text_mean) * u_t + b[:, None] * u_i
-             + math.sqrt(cfg.text_semantic / (1 + cfg.caption_noise)) * (z[img_of] + np.sqrt(cn)[:, None] * e) @ P
+             + w[:, None] * (z[img_of] + np.sqrt(cn)[:, None] * e) @ P
              + math.sqrt(cfg.text_noise) * zeta @ Nz)
         return x, y, topics, z, g
     w = cfg.topic_weight
@@ -214,7 +216,9 @@ def test_presets_match_the_float64_reference(preset, split):
     _assert_matches_reference(cfg, split, 260 if split == "test" else 7, seed=2)   # test: two RNG blocks
 
 
-@pytest.mark.parametrize("cfg", [CLUSTERED_ALL, ISOTROPIC_ALL], ids=["clustered", "isotropic"])
+@pytest.mark.parametrize("cfg", [CLUSTERED_ALL, CLUSTERED_ALL.replace(caption_error_norm=0.7),
+                                 CLUSTERED_ALL.replace(caption_error_norm=-1.0), ISOTROPIC_ALL],
+                         ids=["clustered", "clustered-own-error", "clustered-negative-error-norm", "isotropic"])
 def test_every_term_matches_the_float64_reference(cfg):
     s = _assert_matches_reference(cfg, "test", 300, seed=5)
     np.testing.assert_allclose(np.linalg.norm(s.images, axis=1), 1.0, atol=1e-6)
@@ -481,6 +485,27 @@ def test_config_non_negative_reals(field, value, shown):
 def test_config_shares(field, value, shown):
     with pytest.raises(ValueError, match=rf"^{field} must be in \[0, 1\]; got {shown}$"):
         GeneratorConfig(**{field: value})
+
+
+@pytest.mark.parametrize("value", [-1.01, 1.01, math.nan])
+def test_config_caption_error_norm(value):
+    with pytest.raises(ValueError, match=rf"^caption_error_norm must be in \[-1, 1\]; got {value}$"):
+        GeneratorConfig(caption_error_norm=value)
+    assert GeneratorConfig(caption_error_norm=-1.0).caption_error_norm == -1.0
+    assert GeneratorConfig(caption_error_norm=1.0).caption_error_norm == 1.0
+
+
+def test_caption_error_norm_changes_nothing_when_every_caption_has_the_mean_error():
+    """With no variation of the description error (``caption_noise_sigma = 0``) a caption's own error is the
+    preset's mean, so ``caption_error_norm`` cannot change a byte; with variation it changes the captions only."""
+    flat = CLUSTERED_ALL.replace(caption_noise_sigma=0.0)
+    a = generate_split(flat, "test", 40, seed=3)
+    b = generate_split(flat.replace(caption_error_norm=0.8), "test", 40, seed=3)
+    np.testing.assert_allclose(b.captions, a.captions, rtol=0, atol=2e-7)
+    c = generate_split(CLUSTERED_ALL, "test", 40, seed=3)
+    d = generate_split(CLUSTERED_ALL.replace(caption_error_norm=0.8), "test", 40, seed=3)
+    np.testing.assert_array_equal(d.images, c.images)
+    assert np.abs(d.captions - c.captions).max() > 1e-2
 
 
 @pytest.mark.parametrize("value", [-1.01, 1.01, math.nan])

@@ -39,8 +39,13 @@ centrality only loosely). The model draws:
 * small per-item pulls across the gap (``bias_std`` for images towards ``u_T``, ``caption_bias_std`` for
   captions towards ``u_I``);
 * ``x_i = normalize(sqrt(image_mean) u_I + g_i u_T + sqrt(image_semantic) P z_i + sqrt(image_noise * nu_i) xi_i)``,
-  ``y_j = normalize(sqrt(text_mean) u_T + b_j u_I + sqrt(text_semantic / (1 + caption_noise)) P (z_i + sqrt(cn_i) e_j)
-  + sqrt(text_noise) zeta_j)``, the errors ``e_j`` drawn with the detail spectrum.
+  ``y_j = normalize(sqrt(text_mean) u_T + b_j u_I + sqrt(text_semantic / w_j) P (z_i + sqrt(cn_i) e_j)
+  + sqrt(text_noise) zeta_j)``, the errors ``e_j`` drawn with the detail spectrum, with the weight
+  ``w_j = (1 + caption_noise) ** (1 - gamma) * (1 + cn_i) ** gamma`` (``gamma = caption_error_norm``): at 0 every
+  caption's semantic part is scaled by the preset's mean error, so a noisier caption's semantic part is longer and,
+  after normalisation, its cosine to its image and its mean cosine to the other images fall together; at 1 by its
+  own error, which keeps the length of the semantic part about constant (in real CLIP embeddings the two cosines
+  are about uncorrelated: statistic ``cap_match_rho`` of :func:`hubnorm.geometry.embedding_statistics`).
 
 Hubs and anti-hubs are not planted: they emerge from this geometry, as in real data. The free parameters were
 fitted to statistics of the raw embeddings only (``scripts/calibrate_synthetic.py --fit``); no normalizer and no
@@ -132,6 +137,7 @@ class GeneratorConfig:
     image_noise_sigma: float = 0.0
     caption_noise_sigma: float = 0.0
     caption_bias_std: float = 0.0
+    caption_error_norm: float = 0.0
     n_styles: int = 32
     style_zipf: float = 1.0
     image_style_share: float = 0.0
@@ -163,6 +169,8 @@ class GeneratorConfig:
             v = getattr(self, f)
             if not 0 <= v <= 1:
                 raise ValueError(f"{f} must be in [0, 1]; got {v!r}")
+        if not -1 <= self.caption_error_norm <= 1:
+            raise ValueError(f"caption_error_norm must be in [-1, 1]; got {self.caption_error_norm!r}")
         if not -1 <= self.modality_cos <= 1:
             raise ValueError(f"modality_cos must be in [-1, 1]; got {self.modality_cos}")
         if self.image_mean + self.image_semantic + self.image_noise + self.hub_scale <= 0:
@@ -325,7 +333,11 @@ def _block_clustered(cfg: GeneratorConfig, geo: _Geometry, seed: int, split_code
     b = cfg.caption_bias_std * rng.standard_normal(m)  # a caption's pull towards the image-cloud centre u_I
     cap[:, 0] = np.sqrt(cfg.text_mean) * u_txt[0] + b
     cap[:, 1] = np.sqrt(cfg.text_mean) * u_txt[1]
-    cap[:, 2:r + 2] = np.sqrt(cfg.text_semantic / (1 + cfg.caption_noise)) * zc
+    semantic = np.sqrt(cfg.text_semantic / (1 + cfg.caption_noise))
+    if cfg.caption_error_norm:  # how far a caption's own description error, not the preset's mean, sets its weight
+        semantic = semantic * ((1 + cfg.caption_noise) / (1 + cn)) ** (cfg.caption_error_norm / 2)
+        semantic = semantic[:, None]
+    cap[:, 2:r + 2] = semantic * zc
     cap[:, r + 2:] = rng.standard_normal((m, dn), dtype=np.float32)
     cap[:, r + 2:] *= geo.noise_sd[::-1].astype(np.float32)  # text noise: other leading directions than image noise
     a = cfg.text_style_share  # the caption's phrasing (length, template): a cluster of the modality noise
