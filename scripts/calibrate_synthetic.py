@@ -40,6 +40,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
+from hubnorm.data.cache import atomic_write_bytes  # noqa: E402
 from hubnorm.experiments import calibration as cal  # noqa: E402
 from hubnorm.experiments.reporting import run_folder_name  # noqa: E402
 from hubnorm.geometry import embedding_statistics  # noqa: E402
@@ -74,6 +75,15 @@ MEDIA_COMMAND = ["`scripts/calibrate_synthetic.py --fit-media`"]
 #: statistics whose residual is a log ratio (scale-free quantities)
 LOG_STATS = {"img_participation_ratio", "cap_participation_ratio", "kurt_N1_t2i", "max_N1_t2i", "img_centrality_sd",
              "cap_centrality_sd"}
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write a report file in one step (a temporary file, then a rename): an interrupted run leaves the old file."""
+    atomic_write_bytes(Path(path), text.encode("utf-8"))
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    _write_text(path, df.to_csv(index=False))
 
 
 # ------------------------------------------------------------------------------------------------ fit
@@ -239,7 +249,7 @@ def notebook_gains_only(out: Path) -> str:
         b = text.index("The numbers of the tables:")
         block += "\n"
     text = text[:a] + block + text[b:]
-    out.write_text(text)
+    _write_text(out, text)
     return text
 
 
@@ -394,8 +404,8 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path, paper_seeds=(0,)
     lines = lines[:4] + ["## Summary", ""] + summary + [""] + lines[4:]
     gain_lines, paper_gains, matched = gain_section(seeds, paper_seeds)
     gains_out = csv_out.with_name(csv_out.stem + "_gains.csv")
-    pd.concat([paper_gains, matched.assign(section="matched-size headroom")], ignore_index=True).to_csv(
-        gains_out, index=False)
+    _write_csv(pd.concat([paper_gains, matched.assign(section="matched-size headroom")], ignore_index=True),
+               gains_out)
     lines += gain_lines + [f"The numbers of this section: `{gains_out.name}`.", ""]
     cfg_lines = ["## Presets", ""]
     for name, cfg in PRESETS.items():
@@ -418,9 +428,9 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path, paper_seeds=(0,)
         lines += ["", "Counts: " + "; ".join(f"`{p}` {int(r.get('PASS', 0))} PASS / {int(r.get('DIFFERS', 0))} DIFFERS"
                                               for p, r in counts.iterrows()), ""]
         lines += notebook_gains_section(nb_gains)
-    pd.concat(tables, ignore_index=True).to_csv(csv_out, index=False)
+    _write_csv(pd.concat(tables, ignore_index=True), csv_out)
     full_out = full_seeds_csv(csv_out)
-    per_seed.to_csv(full_out, index=False)
+    _write_csv(per_seed, full_out)
     lines += [f"The numbers of the tables: `{csv_out.name}`, and the full-size statistics of each seed: "
               f"`{full_out.name}` (`tests/test_calibration.py` recomputes them; their scores are computed in float64, "
               "so that the neighbour counts do not depend on the CPU's summation order).", ""]
@@ -497,8 +507,8 @@ def media_only(out: Path, csv_out: Path, seeds) -> str:
         text = text[:i] + block + "\n\n" + text[i:]
     old = pd.read_csv(csv_out)
     old = old[~old["preset"].isin(MEDIA_REPORTED)]
-    pd.concat([old, tab], ignore_index=True).to_csv(csv_out, index=False)
-    out.write_text(text)
+    _write_csv(pd.concat([old, tab], ignore_index=True), csv_out)
+    _write_text(out, text)
     return text
 
 
@@ -568,7 +578,7 @@ def main(argv=None) -> int:
         return 0
     if args.full_seeds_only:
         full_out = full_seeds_csv(args.out.with_suffix(".csv"))
-        full_seed_rows(range(args.full_seeds)).to_csv(full_out, index=False)
+        _write_csv(full_seed_rows(range(args.full_seeds)), full_out)
         print(f"wrote {full_out}")
         return 0
     if args.notebook_gains_only:
@@ -601,7 +611,7 @@ def main(argv=None) -> int:
         return 0
     text = report(range(args.seeds), range(args.full_seeds), args.claims, args.out.with_suffix(".csv"),
                   paper_seeds=range(args.paper_seeds))
-    args.out.write_text(text)
+    _write_text(args.out, text)
     print(text)
     return 0
 

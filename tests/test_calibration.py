@@ -323,3 +323,20 @@ def test_fit_options_name_the_parameter_that_is_wrong(argv, message, monkeypatch
     with pytest.raises(SystemExit):
         script.main(["--fit", "coco", *argv])
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_an_interrupted_report_write_leaves_the_old_report(tmp_path, monkeypatch):
+    """The report files are replaced in one step: a write that fails midway leaves the previous file, no stray file."""
+    script = _calibrate_script()
+    out = tmp_path / "report.md"
+    out.write_text("# the old report\n")
+    script._write_text(out, "# the new report\n")
+    assert out.read_text() == "# the new report\n"
+
+    def broken(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        script._write_csv(pd.DataFrame({"a": [1]}), out)
+    assert out.read_text() == "# the new report\n" and [p.name for p in tmp_path.iterdir()] == ["report.md"]
