@@ -323,13 +323,13 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
 
         enc = str(ds.meta.get("model") or "")
         name = published_model_name(enc, ds.meta.get("pretrained")) if enc else None
-        if name is None and ("clip-vit-base-patch32" in enc.lower() or enc.lower().startswith("vit-b-32")):
+        if name is None and "clip-vit-base-patch32" in enc.lower():   # the transformers name of OpenAI's CLIP
             name = "CLIP"
         if name is None:
             note(f"the papers report no rows for the model {enc or '(unknown)'!r}: no published numbers are shown "
                  "(pass model='CLIP' or another published name to compare anyway; run_all.sh --param model=CLIP)")
             return None
-    renames = next((v for pid, v in _MODEL_NAMES_IN_PAPER.items() if pid.split("-")[0] == paper), None)
+    renames = next((v for pid, v in _MODEL_NAMES_IN_PAPER.items() if paper in (pid, pid.split("-")[0])), None)
     return name if renames is None else renames.get(name)
 
 
