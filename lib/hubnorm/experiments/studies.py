@@ -35,7 +35,7 @@ def fraction_size(fraction: float, n_rows: int) -> int:
 
 
 def distinct_fractions(fractions: Sequence[float], n_rows: int, *, what: str = "fraction",
-                       unit: str = "rows") -> List[float]:
+                       unit: str = "row") -> List[float]:
     """The ``fractions`` that give distinct subsample sizes of ``n_rows`` rows, in the given order: a fraction whose
     size (:func:`fraction_size`, clamped to at least one row) equals that of an earlier one is dropped with a
     NOTE naming both, so two clamped values are never run, plotted or compared as if they were different."""
