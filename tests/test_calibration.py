@@ -309,6 +309,12 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     assert "caption_noise" not in seen["fixed"] and seen["fixed"]["text_semantic"] == coco.text_semantic
     assert script.GeneratorConfig(**seen["fixed"], **seen["start"]).caption_error_norm == 0.5
     assert '"caption_error_norm": 0.5' in capsys.readouterr().out
+    # without --free the fit is the committed presets' one: caption_error_norm stays fixed at the preset's 0
+    script = _calibrate_script()   # main() narrows the module's FREE list: a fresh copy
+    monkeypatch.setattr(script, "fit", fake_fit)
+    assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
+    assert "caption_error_norm" not in seen["start"] and seen["fixed"]["caption_error_norm"] == 0.0
+    assert "caption_error_norm" not in {f[0] for f in script.FREE}
 
 
 @pytest.mark.parametrize("argv, message", [

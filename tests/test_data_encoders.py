@@ -174,6 +174,8 @@ def test_published_model_names_exist_in_the_published_table():
              ("ViT-B-16-SigLIP", "webli"): "SigLIP", ("hf-hub:timm/ViT-B-16-SigLIP", None): "SigLIP",
              ("blip-itm-base-coco", "hf"): "BLIP ft. COCO", ("Salesforce/blip-itm-base-flickr", "hf"): "BLIP ft. Flickr",
              ("synthetic", None): "CLIP", ("synthetic-rehearsal", "seed0"): "CLIP",
+             ("openai/clip-vit-base-patch32", None): "CLIP", ("openai/clip-vit-base-patch32", "none"): None,
+             ("openai/clip-vit-base-patch32, random initialisation", None): None,
              ("ViT-B-32-quickgelu", "none"): None, (BLIP_TINY, "none"): None, ("blip-itm-large-coco", "hf"): None,
              ("ViT-L-14", "openai"): None, ("ViT-B-16-SigLIP2", "webli"): None, (TINY_SIGLIP, "none"): None}
     for (model, tag), want in cases.items():

@@ -19,7 +19,8 @@ PUBLISHED_MODELS = {
 def published_model_name(model: str, pretrained: Optional[str] = None) -> Optional[str]:
     """The published table's ``model`` value to show beside results of ``model`` (None: no published row).
 
-    * ``ViT-B-32`` / ``ViT-B-32-quickgelu`` with OpenAI weights (or ``pretrained`` not given) -> ``"CLIP"``;
+    * ``ViT-B-32`` / ``ViT-B-32-quickgelu`` with OpenAI weights (or ``pretrained`` not given), and OpenAI's own
+      transformers checkpoint ``openai/clip-vit-base-patch32`` -> ``"CLIP"``;
     * open_clip SigLIP (v1) models (``ViT-B-16-SigLIP``, ``hf-hub:timm/ViT-B-16-SigLIP``, ...) -> ``"SigLIP"``;
     * ``blip-itm-base-coco`` / ``Salesforce/blip-itm-base-coco`` -> ``"BLIP ft. COCO"``, ``...-flickr`` ->
       ``"BLIP ft. Flickr"`` (the large BLIP checkpoints have no published row here);
@@ -45,7 +46,7 @@ def published_model_name(model: str, pretrained: Optional[str] = None) -> Option
         return None
     if "siglip" in base and "siglip2" not in base:
         return "SigLIP"
-    if base in ("vit-b-32", "vit-b-32-quickgelu") and tag in (None, "openai"):
+    if base in ("vit-b-32", "vit-b-32-quickgelu", "clip-vit-base-patch32") and tag in (None, "openai"):
         return "CLIP"
     return None
 

@@ -323,8 +323,6 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
 
         enc = str(ds.meta.get("model") or "")
         name = published_model_name(enc, ds.meta.get("pretrained")) if enc else None
-        if name is None and "clip-vit-base-patch32" in enc.lower():   # the transformers name of OpenAI's CLIP
-            name = "CLIP"
         if name is None:
             note(f"the papers report no rows for the model {enc or '(unknown)'!r}: no published numbers are shown "
                  "(pass model='CLIP' or another published name to compare anyway; run_all.sh --param model=CLIP)")
