@@ -16,7 +16,8 @@ same size (the references recorded in :data:`hubnorm.experiments.calibration.REA
 statistics (R@1 both directions, k-occurrence skewness, kurtosis and maximum). No normalizer is run inside the
 objective and no claim of a paper (which method beats which) is part of it: ``--claims`` looks at the claims only
 afterwards, on the presets as fitted. Random draws are fixed during a fit (common random numbers), so the objective
-is a deterministic function of the parameters; Nelder-Mead from the documented start point.
+is a deterministic function of the parameters; Nelder-Mead (the committed presets) or trust-region least squares
+(``--method least-squares``) from the documented start point.
 
 Every number computed here is on SYNTHETIC data; the references are real embeddings and published values.
 """
@@ -152,26 +153,78 @@ def _full_stats(preset: str, cfg: GeneratorConfig, seed: int = 0) -> dict:
             "skew_N10_t2i": float(sps.skew(n10)), "kurt_N1_t2i": float(sps.kurtosis(n1)), "max_N1_t2i": float(n1.max())}
 
 
-def fit(preset: str, start: dict, fixed: dict, maxfev: int) -> dict:
+#: the cap of one statistic's residual (in tolerances) in the objective: one wild statistic cannot dominate
+RESIDUAL_CAP = 5.0
+#: the fit's search methods (``--method``)
+FIT_METHODS = ("nelder-mead", "least-squares")
+
+
+def capped(r: np.ndarray) -> np.ndarray:
+    """The residuals the least-squares fit minimises: ``cap * tanh(r / cap)``, a smooth form of the Nelder-Mead
+    objective's capped square ``min(r ** 2, cap ** 2)`` (equal to ``r`` for small residuals, never beyond the cap)."""
+    return RESIDUAL_CAP * np.tanh(np.asarray(r, np.float64) / RESIDUAL_CAP)
+
+
+def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelder-mead") -> dict:
+    """Minimise the capped squared residuals of ``preset``'s statistics over the :data:`FREE` parameters (the others
+    ``fixed``), from ``start``, within ``maxfev`` objective evaluations; returns the best parameters seen.
+
+    ``method``: "nelder-mead" (the committed presets' fits) or "least-squares" (scipy's trust-region reflective
+    least squares on :func:`capped` residuals with a forward-difference Jacobian: one Jacobian costs as many
+    evaluations as there are free parameters, and a step uses the whole residual vector rather than its sum, so
+    it needs far fewer evaluations in 20 dimensions). Both print every improvement as ``objective VALUE {params}``
+    (a line ``--start`` can resume from) and count every evaluation, the Jacobian's included, against ``maxfev``."""
     from scipy import optimize
 
+    if method not in FIT_METHODS:
+        raise ValueError(f"method must be one of {FIT_METHODS}; got {method!r}")
+    if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
+        raise ValueError(f"maxfev (objective evaluations) must be a positive integer; got {maxfev!r}")
     best = [np.inf, None]
+    calls = [0]
+    keys: list = []
 
-    def objective(x):
+    class Budget(Exception):
+        pass
+
+    def residual_vector(x):
+        if calls[0] >= maxfev:
+            raise Budget
+        calls[0] += 1
         try:
             r = residuals(preset, GeneratorConfig(**fixed, **_to_params(x)))
         except ValueError:
-            return 1e6
-        value = float(sum(min(t * t, 25.0) for t in r.values()))  # a capped square: one wild statistic cannot dominate
+            return np.full(len(keys), RESIDUAL_CAP) if keys else None
+        if not keys:
+            keys.extend(r)
+        t = np.array([r[k] for k in keys], np.float64)
+        value = float(np.sum(np.minimum(t * t, RESIDUAL_CAP ** 2)))
         if value < best[0]:
-            best[0], best[1] = value, x.copy()
+            best[0], best[1] = value, np.array(x, np.float64).copy()
             print(f"objective {value:8.2f}  {json.dumps({k: round(v, 4) for k, v in _to_params(x).items()})}", flush=True)
-        return value
+        return t
+
+    def objective(x):
+        t = residual_vector(x)
+        return 1e6 if t is None else float(np.sum(np.minimum(t * t, RESIDUAL_CAP ** 2)))
 
     x0 = _from_params(start)
-    simplex = np.vstack([x0] + [x0 + 0.8 * np.eye(len(x0))[i] for i in range(len(x0))])
-    optimize.minimize(objective, x0, method="Nelder-Mead",
-                      options=dict(initial_simplex=simplex, maxfev=maxfev, adaptive=True, xatol=1e-3, fatol=1e-3))
+    try:
+        if method == "nelder-mead":
+            simplex = np.vstack([x0] + [x0 + 0.8 * np.eye(len(x0))[i] for i in range(len(x0))])
+            optimize.minimize(objective, x0, method="Nelder-Mead",
+                              options=dict(initial_simplex=simplex, maxfev=maxfev, adaptive=True, xatol=1e-3,
+                                           fatol=1e-3))
+        else:
+            if residual_vector(x0) is None:
+                raise ValueError(f"the start point of {preset}'s fit is not a valid generator configuration")
+            # a forward difference of 0.1 in the logistic coordinates (about 2.5% of a parameter's range at its
+            # middle): smaller steps would difference the objective's discrete counts (R@1, N_k), not its trend
+            optimize.least_squares(lambda x: capped(residual_vector(x)), x0, method="trf", jac="2-point",
+                                   diff_step=0.1 / np.maximum(1.0, np.abs(x0)), x_scale=1.0, max_nfev=maxfev,
+                                   xtol=1e-3, ftol=1e-4)
+    except Budget:
+        pass
     return _to_params(best[1])
 
 
@@ -546,6 +599,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", choices=FIT_PRESETS, help="refit this preset's free parameters (prints them)")
     ap.add_argument("--maxfev", type=int, default=1500, help="objective evaluations of the fit")
+    ap.add_argument("--method", choices=FIT_METHODS, default="nelder-mead",
+                    help="with --fit: the search (least-squares: far fewer evaluations in 20 dimensions)")
     ap.add_argument("--free", nargs="+", metavar="PARAMETER",
                     help="with --fit: refit only these free parameters (the others keep the preset's values)")
     ap.add_argument("--start", nargs="+", metavar="NAME=VALUE", default=[],
@@ -609,7 +664,7 @@ def main(argv=None) -> int:
             except ValueError:
                 ap.error(f"--start: {item!r} is not NAME=NUMBER")
         fixed = {k: v for k, v in cfg.to_dict().items() if k not in {f[0] for f in FREE}}
-        params = fit(args.fit, start, fixed, args.maxfev)
+        params = fit(args.fit, start, fixed, args.maxfev, args.method)
         print(json.dumps(params, indent=1))
         return 0
     text = report(range(args.seeds), range(args.full_seeds), args.claims, args.out.with_suffix(".csv"),

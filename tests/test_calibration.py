@@ -9,6 +9,7 @@
   statistics than the earlier isotropic ones (the reason they replaced them).
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -296,8 +297,8 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     script = _calibrate_script()
     seen = {}
 
-    def fake_fit(preset, start, fixed, maxfev):
-        seen.update(preset=preset, start=start, fixed=fixed, maxfev=maxfev)
+    def fake_fit(preset, start, fixed, maxfev, method):
+        seen.update(preset=preset, start=start, fixed=fixed, maxfev=maxfev, method=method)
         return dict(start)
 
     monkeypatch.setattr(script, "fit", fake_fit)
@@ -305,7 +306,7 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
                         "caption_error_norm=0.5", "--maxfev", "7"]) == 0
     coco = script.PRESETS["coco"]
     assert seen["start"] == {"caption_noise": coco.caption_noise, "caption_error_norm": 0.5}
-    assert seen["maxfev"] == 7 and seen["preset"] == "coco"
+    assert seen["maxfev"] == 7 and seen["preset"] == "coco" and seen["method"] == "nelder-mead"
     assert "caption_noise" not in seen["fixed"] and seen["fixed"]["text_semantic"] == coco.text_semantic
     assert script.GeneratorConfig(**seen["fixed"], **seen["start"]).caption_error_norm == 0.5
     assert '"caption_error_norm": 0.5' in capsys.readouterr().out
@@ -315,6 +316,79 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
     assert "caption_error_norm" not in seen["start"] and seen["fixed"]["caption_error_norm"] == 0.0
     assert "caption_error_norm" not in {f[0] for f in script.FREE}
+    assert script.main(["--fit", "coco", "--maxfev", "3", "--method", "least-squares"]) == 0
+    assert seen["method"] == "least-squares"
+
+
+#: tolerances of the stand-in statistics (one per free parameter of the tests below)
+_TOL = {"caption_noise": 1.0, "bias_std": 0.02, "caption_shared": 0.1}
+
+
+def _quadratic_residuals(target):
+    """A stand-in for ``residuals``: each free parameter's distance from ``target`` in tolerances (:data:`_TOL`),
+    and one statistic far off (30 tolerances) whatever the parameters, which the cap must keep from dominating."""
+    def residuals(preset, cfg):
+        out = {name: (getattr(cfg, name) - value) / _TOL[name] for name, value in target.items()}
+        return {**out, "wild": 30.0}
+    return residuals
+
+
+@pytest.mark.parametrize("method", ["nelder-mead", "least-squares"])
+def test_fit_methods_find_a_known_optimum_within_the_evaluation_budget(method, monkeypatch, capsys):
+    script = _calibrate_script()
+    script.FREE[:] = [f for f in script.FREE if f[0] in ("caption_noise", "bias_std", "caption_shared")]
+    target = {"caption_noise": 3.0, "bias_std": 0.02, "caption_shared": 0.4}
+    monkeypatch.setattr(script, "residuals", _quadratic_residuals(target))
+    coco = script.PRESETS["coco"]
+    start = {"caption_noise": 6.0, "bias_std": 0.1, "caption_shared": 0.7}
+    fixed = {k: v for k, v in coco.to_dict().items() if k not in start}
+    calls = []
+    inner = script.residuals
+    monkeypatch.setattr(script, "residuals", lambda p, c: calls.append(1) or inner(p, c))
+    got = script.fit("coco", start, fixed, 400, method)
+    assert len(calls) <= 400
+    for name, value in target.items():
+        assert got[name] == pytest.approx(value, abs=0.2 * _TOL[name])   # within a fifth of a tolerance
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("objective")]
+    values = [float(ln.split()[1]) for ln in lines]
+    assert values == sorted(values, reverse=True) and values[-1] < values[0]   # only improvements are printed
+    assert values[-1] == pytest.approx(25.0, abs=0.1)   # the wild statistic costs its cap (5 ** 2), no more
+
+
+def test_fit_stops_at_maxfev_and_returns_the_best_point_seen(monkeypatch, capsys):
+    script = _calibrate_script()
+    script.FREE[:] = [f for f in script.FREE if f[0] in ("caption_noise", "bias_std")]
+    monkeypatch.setattr(script, "residuals", _quadratic_residuals({"caption_noise": 3.0, "bias_std": 0.02}))
+    coco = script.PRESETS["coco"]
+    start = {"caption_noise": 6.0, "bias_std": 0.1}
+    fixed = {k: v for k, v in coco.to_dict().items() if k not in start}
+    for method in script.FIT_METHODS:
+        calls = []
+        inner = script.residuals
+        monkeypatch.setattr(script, "residuals", lambda p, c, inner=inner: calls.append(1) or inner(p, c))
+        got = script.fit("coco", start, fixed, 5, method)
+        monkeypatch.setattr(script, "residuals", inner)
+        assert len(calls) == 5, method
+        last = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("objective")][-1]
+        assert json.loads(last[last.index("{"):]) == {k: round(v, 4) for k, v in got.items()}
+
+
+def test_fit_checks_its_method_and_budget():
+    script = _calibrate_script()
+    with pytest.raises(ValueError, match=r"method must be one of \('nelder-mead', 'least-squares'\); got 'lm'"):
+        script.fit("coco", {}, {}, 10, "lm")
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="maxfev .* must be a positive integer"):
+            script.fit("coco", {}, {}, bad)
+
+
+def test_capped_residuals_are_the_identity_near_zero_and_bounded_by_the_cap():
+    script = _calibrate_script()
+    r = np.array([-1e-3, 0.0, 0.5, 4.0, 30.0, -1e6])
+    c = script.capped(r)
+    assert c[:3] == pytest.approx(r[:3], rel=0.01)
+    assert np.all(np.abs(c) <= script.RESIDUAL_CAP) and c[-1] == pytest.approx(-script.RESIDUAL_CAP)
+    assert np.all(np.diff(script.capped(np.linspace(-50, 50, 101))) > 0)   # monotone: the order of residuals kept
 
 
 @pytest.mark.parametrize("argv, message", [
