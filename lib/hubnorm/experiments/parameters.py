@@ -347,7 +347,7 @@ def validate(prefix: str, namespace: Mapping[str, Any]) -> Dict[str, Any]:
         checked[name] = value
         problem = rule.check(value)
         if problem:
-            type_only &= "must be a" in problem and "got" in problem and any(
+            type_only &= ("must be a" in problem or "must be True or False" in problem) and "got" in problem and any(
                 t in problem for t in ("an integer;", "finite number;", "a list;", "a dict;", "True or False"))
             problems.append((name, problem))
     for name, problem in _cross_checks(prefix, checked):
