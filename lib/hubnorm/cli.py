@@ -869,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("choose", parents=[src], help="the method and parameters, with the gain to expect",
                        description="Held-out choice (default): choose on half of the test queries, measure the "
-                       "gain on the other half (95%% paired bootstrap CI). --label-free: read no label.")
+                       "gain on the other half (95% paired bootstrap CI). --label-free: read no label.")
     c.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="methods to compare (default nnn,is,sn,dbsn)")
     c.add_argument("--grid", action="append", default=[], metavar="[METHOD.]PARAM=V1,V2",
                    help="replace a paper grid (e.g. nnn.k=8,16,32)")
