@@ -1,0 +1,511 @@
+"""hubnorm.experiments.score_studies, unit by unit: parameter look-up and defaults, the clamp NOTE, bank labels, the
+hubness / k-curve / bank-size / tau / recall / hub tables against hand counts from the score matrices (float64
+numpy, not the library's helpers), the cell skipper with a fake IPython shell, and every notebook's sims branch with
+a recording run object (its tables equal the study functions called directly)."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+import hubnorm as hn
+from hubnorm import provenance as pv
+from hubnorm.data.sims import write_sims
+from hubnorm.experiments import score_studies as ss
+
+from test_sims import write_example
+
+matplotlib.use("Agg")
+LABEL = "synthetic analog (sims folder example)"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sims") / "full"
+    data = write_example(path)
+    return path, data
+
+
+def _run(folder, directions=("t2i", "i2t")):
+    return ss.load_sims_run(f"sims:{folder[0]}", directions)
+
+
+def _n_k(scores, k):
+    """k-occurrence from a score matrix (queries x targets), float64, by a full argsort."""
+    top = np.argsort(-np.asarray(scores, dtype=np.float64), axis=1, kind="stable")[:, :k]
+    return np.bincount(top.ravel(), minlength=scores.shape[1])
+
+
+def _skew(x):
+    x = np.asarray(x, dtype=np.float64)
+    d = x - x.mean()
+    return float(np.mean(d ** 3) / np.mean(d ** 2) ** 1.5)
+
+
+# ---------------------------------------------------------------------------------------------- parameters
+def test_param_reads_the_first_given_name_dotted_names_and_per_direction_values():
+    p = {"a": None, "b": 3, "n": {"k": 7}, "t": {"t2i": 0.1, "i2t": 0.2}, "z": 0}
+    assert ss._param(p, ("a", "b"), 9) == 3                 # None counts as not given
+    assert ss._param(p, ("n.k",), 9) == 7
+    assert ss._param(p, ("n.x", "b"), 9) == 3
+    assert ss._param({"n": 5}, ("n.k", ), 9) == 9          # the outer value is not a mapping
+    assert ss._param(p, ("t",), 9, "i2t") == 0.2
+    assert ss._param(p, ("t",), 9) == 0.1                   # no direction: t2i
+    assert ss._param({"t": {"i2t": 1}}, ("t",), 9, "t2i") == 9
+    assert ss._param({}, ("q", "n.k"), 9) == 9
+    assert ss._param(p, ("z", "b"), 9) == 0                 # 0 is a value
+    assert ss._param(p, ("b", "n.k"), 9) == 3               # the first name wins
+
+
+def _attrs(norm):
+    return None if norm is None else {k: getattr(norm, k) for k in type(norm).parameters
+                                      if k in ("alpha", "k", "tau", "n_iter", "beta_query", "beta_target")}
+
+
+def test_score_methods_defaults_are_the_papers_fixed_parameters():
+    got = ss.score_methods()
+    assert list(got) == list(ss.SHOWN)
+    assert {n: (None if m is None else type(m).name) for n, m in got.items()} == {n: None if n == "raw" else n
+                                                                                   for n in ss.SHOWN}
+    assert {n: _attrs(m) for n, m in got.items()} == {
+        "raw": None, "nnn": {"alpha": 0.75, "k": 16}, "is": {"tau": 0.02}, "dis": {"tau": 0.02, "k": 1},
+        "csls": {"k": 10}, "sn": {"tau": 0.01, "n_iter": 10}, "dbsn": {"tau": 0.01, "n_iter": 10},
+        "dualis": {"beta_query": 50.0, "beta_target": 50.0},
+        "dualdis": {"beta_query": 50.0, "beta_target": 50.0, "k": 1}}
+    assert list(ss.score_methods(None, extra=False)) == ["raw", "nnn", "is", "dis", "csls", "sn"]
+    assert list(ss.score_methods({}, names=("sn", "raw", "dbsn", "nope"))) == ["sn", "raw", "dbsn"]
+    assert list(ss.score_methods({}, extra=False, names=("dbsn", "is"))) == ["is"]
+
+
+def test_score_methods_read_a_notebooks_globals_by_direction():
+    params = {"nnn_params": {"alpha": 0.5, "k": 3}, "is_tau": {"t2i": 0.03, "i2t": 0.04}, "sn_tau": {"i2t": 0.07},
+              "sn_iter": 5, "dual_betas": {"beta_query": 7.0, "beta_target": 8.0}}
+    got = {n: _attrs(m) for n, m in ss.score_methods(params, "i2t").items()}
+    assert got["nnn"] == {"alpha": 0.5, "k": 3} and got["is"] == {"tau": 0.04} and got["dis"] == {"tau": 0.04, "k": 1}
+    assert got["sn"] == {"tau": 0.07, "n_iter": 5} and got["dbsn"] == {"tau": 0.07, "n_iter": 5}
+    assert got["dualis"] == {"beta_query": 7.0, "beta_target": 8.0}
+    t2i = {n: _attrs(m) for n, m in ss.score_methods(params).items()}
+    assert t2i["is"] == {"tau": 0.03} and t2i["sn"]["tau"] == 0.01       # t2i missing from sn_tau: the default
+    both = {"alpha": 0.6, "nnn_k": 5, "dualis_params": {"beta_query": 1.0, "beta_target": 2.0},
+            "dual_betas": {"beta_query": 7.0, "beta_target": 8.0}}
+    got = {n: _attrs(m) for n, m in ss.score_methods(both).items()}
+    assert got["nnn"] == {"alpha": 0.6, "k": 5} and got["dualdis"] == {"beta_query": 1.0, "beta_target": 2.0, "k": 1}
+    assert ss._param({"nnn_alpha": 0.1, "nnn_params": {"alpha": 0.2}, "alpha": 0.3},
+                     ("nnn_alpha", "nnn_params.alpha", "alpha"), 0) == 0.1
+    assert _attrs(ss.score_methods({"nnn_params": {"alpha": 0.2}, "alpha": 0.3})["nnn"])["alpha"] == 0.2
+
+
+# ---------------------------------------------------------------------------------------------- clamp and labels
+def test_clamped_cuts_k_to_the_bank_and_says_so(folder):
+    task = _run(folder).tasks["t2v"]
+    assert task.size("query_bank") == 60 and task.n_queries == 48
+    notes = []
+    assert ss._clamped(None, task, False, notes) is None and notes == []
+    nnn = ss._clamped(hn.make_normalizer("nnn", k=100), task, False, notes)
+    assert nnn.k == 60
+    assert notes == ["nnn k=100 is larger than its limit here (60: query_bank): k=60 is used"]
+    notes.clear()
+    csls = ss._clamped(hn.make_normalizer("csls", k=50), task, True, notes)   # the test queries: 48; targets: 24
+    assert csls.k == 24 and notes == ["csls k=50 is larger than its limit here (24: query_bank, targets): k=24 is used"]
+    notes.clear()
+    same = ss._clamped(hn.make_normalizer("nnn", k=48), task, True, notes)
+    assert same.k == 48 and notes == []                                      # at the limit: kept
+    assert ss._clamped(hn.make_normalizer("nnn", k=49), task, True, notes).k == 48
+
+
+def test_bank_labels(folder):
+    task = _run(folder).tasks["t2v"]
+    assert ss._bank_size(task, True) == 48 and ss._bank_size(task, False) == 60
+    assert ss._setting(task, True) == "test queries (query-aware)"
+    assert ss._setting(task, False) == "bank (60 queries)"
+    assert ss._bank_label(task, False, pv.NO_BANK) == "-" and ss._bank_label(task, True, pv.NO_BANK) == "-"
+    assert ss._bank_label(task, False, pv.QUERY_AWARE) == "bank (60 queries): QUERY-AWARE (it holds test queries)"
+    assert ss._bank_label(task, True, pv.QUERY_AWARE) == "test queries (query-aware)"
+    assert ss._bank_label(task, False, "query-agnostic") == "bank (60 queries)"
+    assert ss._without_mark({"bank": 1, "R@1": 2.0}) == {"R@1": 2.0}
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def _raw(data, direction):
+    caps, items, c2i, _, _ = data
+    if direction == "t2v":
+        return caps @ items.T, c2i[:, None] == np.arange(len(items))[None, :]
+    return items @ caps.T, np.arange(len(items))[:, None] == c2i[None, :]
+
+
+def _r_at(scores, pos, k):
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return 100 * float(np.mean(np.take_along_axis(pos, order, axis=1).any(axis=1)))
+
+
+def test_hubness_table_raw_rows_equal_hand_counts(folder):
+    run = _run(folder)
+    table = ss.hubness_table(run, lambda d: {"raw": None, "nnn": hn.make_normalizer("nnn", k=4)}, k=5)
+    assert list(table.columns) == ["run", "direction", "method", "bank", "skew N_5", "max N_5", "anti-hubs %",
+                                   "hubs %", "R@1"]
+    assert list(table["method"]) == ["raw", "nnn", "raw", "nnn"] and set(table["run"]) == {LABEL}
+    assert list(table["bank"]) == ["-", "bank (60 queries)", "-", "bank (40 queries)"]
+    for row in table[table["method"] == "raw"].to_dict("records"):
+        scores, pos = _raw(folder[1], row["direction"])
+        n_k = _n_k(scores, 5)
+        assert row["max N_5"] == n_k.max() and row["skew N_5"] == pytest.approx(_skew(n_k), abs=1e-12)
+        assert row["anti-hubs %"] == pytest.approx(100 * np.mean(n_k == 0), abs=1e-12)
+        assert row["hubs %"] == pytest.approx(100 * np.mean(n_k >= 2 * 5 * scores.shape[0] / scores.shape[1]),
+                                              abs=1e-12)
+        assert row["R@1"] == pytest.approx(_r_at(scores, pos, 1), abs=1e-12)
+    assert (table["hubs %"] > 0).any() and (table["anti-hubs %"] > 0).any()
+
+
+def test_methods_table_query_aware_choice_and_hub_k(folder):
+    run = _run(folder)
+    notes, skipped = [], {}
+    qa = ss.methods_table(run, lambda d: {"raw": None, "is": hn.make_normalizer("is", tau=0.05),
+                                          "nnn": hn.make_normalizer("nnn", k=100)},
+                          hub_k=3, query_aware=True, notes=notes, skipped=skipped)
+    assert list(qa["bank"]) == ["-", "test queries (query-aware)", "test queries (query-aware)"] * 2
+    assert notes == ["nnn k=100 is larger than its limit here (48: query_bank): k=48 is used",
+                     "nnn k=100 is larger than its limit here (24: query_bank): k=24 is used"] and skipped == {}
+    for row in qa[qa["method"] == "raw"].to_dict("records"):
+        scores, pos = _raw(folder[1], row["direction"])
+        assert row["skew N_3"] == pytest.approx(_skew(_n_k(scores, 3)), abs=1e-12)
+        assert row["R@5"] == pytest.approx(_r_at(scores, pos, 5), abs=1e-12)
+    bank = ss.methods_table(run, lambda d: {"is": hn.make_normalizer("is", tau=0.05)})
+    assert list(bank["bank"]) == ["bank (60 queries)", "bank (40 queries)"] and "skew N_10" in bank
+    forced = ss.methods_table(run, lambda d: {"is": hn.make_normalizer("is", tau=0.05)}, query_aware=False)
+    assert list(forced["bank"]) == list(bank["bank"])
+    want = [run.tasks[d].evaluate(hn.make_normalizer("is", tau=0.05), query_aware=True)["R@1"] for d in run.tasks]
+    assert list(qa[qa["method"] == "is"]["R@1"]) == pytest.approx(want, abs=1e-12)
+
+
+def test_k_curve_keeps_the_ks_up_to_the_bank_in_order(folder):
+    task = _run(folder).tasks["t2v"]
+    qa = ss.k_curve(task, 0.5, ["4", 2, 48, 49], query_aware=True)
+    assert list(qa["k"]) == [2, 4, 48] and set(qa["alpha"]) == {0.5} and set(qa["direction"]) == {"t2v"}
+    assert set(qa["bank"]) == {"test queries (query-aware)"}
+    for row in qa.to_dict("records"):
+        want = task.evaluate(hn.make_normalizer("nnn", alpha=0.5, k=row["k"]), query_aware=True)
+        assert row["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and row["MdR"] == want["MdR"]
+    bank = ss.k_curve(task, 0.75, [60, 61])
+    assert list(bank["k"]) == [60] and list(bank["bank"]) == ["bank (60 queries)"]
+
+
+def test_bank_subset_cuts_the_bank_rows_only(folder):
+    task = _run(folder).tasks["t2v"]
+    sub = ss.bank_subset(task, [5, 2, 9])
+    assert sub.size("query_bank") == 3 and sub.n_queries == task.n_queries and sub.direction == "t2v"
+    for key, m in task.engine.matrices.items():
+        if "query_bank" not in key:
+            assert sub.engine.matrices[key] is m                       # the other matrices are not copied
+    assert {k for k in sub.engine.matrices} == {k if k[1] != "query_bank" else k[::-1] for k in task.engine.matrices}
+
+
+def test_bank_size_table_rounds_fractions_and_uses_one_seed_for_the_whole_bank(folder):
+    task = _run(folder).tasks["t2v"]
+    notes = []
+    table = ss.bank_size_table(task, [("is", {"tau": 0.05}), ("nnn", {"k": 16})], [1.0, 0.125, 0.001], seeds=[5, 6],
+                               notes=notes)
+    got = list(zip(table["fraction"], table["bank queries"], table["seed"], table["method"]))
+    assert got == [(1.0, 60, 5, "is"), (1.0, 60, 5, "nnn"), (0.125, 8, 5, "is"), (0.125, 8, 5, "nnn"),
+                   (0.125, 8, 6, "is"), (0.125, 8, 6, "nnn"), (0.001, 1, 5, "is"), (0.001, 1, 5, "nnn"),
+                   (0.001, 1, 6, "is"), (0.001, 1, 6, "nnn")]
+    assert list(table.columns) == ["direction", "fraction", "bank queries", "seed", "method", "R@1", "R@5", "MdR",
+                                   "bank"]
+    assert list(table["bank"]) == ["bank (60 queries)"] * 2 + ["bank (8 queries)"] * 4 + ["bank (1 queries)"] * 4
+    assert notes == ["nnn k=16 is larger than its limit here (8: query_bank): k=8 is used"] * 2 + \
+        ["nnn k=16 is larger than its limit here (1: query_bank): k=1 is used"] * 2
+    whole = task.evaluate(hn.make_normalizer("is", tau=0.05))
+    assert (table["R@1"][0], table["R@5"][0], table["MdR"][0]) == pytest.approx(
+        (whole["R@1"], whole["R@5"], whole["MdR"]), abs=1e-12)
+    rows = np.random.default_rng(6).choice(60, 8, replace=False)
+    sub = ss.bank_subset(task, rows).evaluate(hn.make_normalizer("is", tau=0.05))
+    assert table["R@1"][4] == pytest.approx(sub["R@1"], abs=1e-12)
+
+
+def test_bank_size_table_skips_a_method_whose_matrix_is_missing(tmp_path):
+    caps, items, c2i, bank_caps, _ = write_example(tmp_path / "full")
+    write_sims(tmp_path / "f", {"test": caps @ items.T, "bank_rows": bank_caps @ items.T}, modalities=("text", "video"),
+               dataset="example", synthetic=True, labels=c2i)
+    task = ss.load_sims_run(f"sims:{tmp_path / 'f'}").tasks["t2v"]
+    skipped = {}
+    table = ss.bank_size_table(task, [("dbsn", {"tau": 0.05}), ("is", {"tau": 0.05})], [1.0], skipped=skipped)
+    assert list(table["method"]) == ["is"] and list(skipped) == ["dbsn (t2v)"]
+    assert "bank_rows_x_bank_cols" in skipped["dbsn (t2v)"]
+
+
+def test_tau_sweep_and_recall_at_k(folder):
+    task = _run(folder).tasks["t2v"]
+    sweep = ss.tau_sweep(task, [0.01, "0.05"], ("sn", "is"), query_aware=True, sn_iter=1)
+    assert list(zip(sweep["method"], sweep["tau"])) == [("sn", 0.01), ("sn", 0.05), ("is", 0.01), ("is", 0.05)]
+    assert set(sweep["bank"]) == {"test queries (query-aware)"} and set(sweep["direction"]) == {"t2v"}
+    for row in sweep.to_dict("records"):
+        extra = {"n_iter": 1} if row["method"] == "sn" else {}
+        want = task.evaluate(hn.make_normalizer(row["method"], tau=row["tau"], **extra), query_aware=True)
+        assert (row["R@1"], row["R@5"]) == pytest.approx((want["R@1"], want["R@5"]), abs=1e-12)
+    default = ss.tau_sweep(task, [0.05])
+    assert list(default["method"]) == ["is", "sn"] and set(default["bank"]) == {"bank (60 queries)"}
+    want = task.evaluate(hn.make_normalizer("sn", tau=0.05, n_iter=10))
+    assert default["R@1"][1] == pytest.approx(want["R@1"], abs=1e-12)
+    scores, pos = _raw(folder[1], "t2v")
+    rec = ss.recall_at_k(task, {"raw": None, "is": hn.make_normalizer("is", tau=0.05)}, ["2", 7], query_aware=True)
+    assert list(rec.columns) == ["direction", "method", "bank", "R@2", "R@7"]
+    assert list(rec["bank"]) == ["-", "test queries (query-aware)"]
+    assert [rec["R@2"][0], rec["R@7"][0]] == pytest.approx([_r_at(scores, pos, 2), _r_at(scores, pos, 7)], abs=1e-12)
+
+
+def test_hub_table_orders_the_largest_raw_hubs_and_labels_the_banks(folder):
+    task = _run(folder).tasks["t2v"]
+    scores, _ = _raw(folder[1], "t2v")
+    n_k = _n_k(scores, 10)
+    top = sorted(range(n_k.size), key=lambda i: (-n_k[i], i))[:10]
+    table = ss.hub_table(task, {"raw": None})
+    assert list(table.columns) == ["direction", "target", "N_10 raw", "bank"]
+    assert list(table["target"]) == top and list(table["N_10 raw"]) == list(n_k[top])
+    assert set(table["bank"]) == {"-"} and set(table["direction"]) == {"t2v"}
+    two = ss.hub_table(task, {"raw": None, "is": hn.make_normalizer("is", tau=0.05),
+                              "sn": hn.make_normalizer("sn", tau=0.05)}, k=3, top=5, query_aware=True)
+    n3 = _n_k(scores, 3)
+    top3 = sorted(range(n3.size), key=lambda i: (-n3[i], i))[:5]
+    assert list(two["target"]) == top3 and set(two["bank"]) == {"test queries (query-aware)"}
+    is_nk = task.k_occurrence(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), 3)
+    assert list(two["N_3 is"]) == list(is_nk[top3])
+    bank = ss.hub_table(task, {"is": hn.make_normalizer("is", tau=0.05)}, top=2)
+    assert set(bank["bank"]) == {"bank (60 queries)"} and len(bank) == 2
+
+
+# ---------------------------------------------------------------------------------------------- the cell skipper
+class _Shell:
+    def __init__(self):
+        self.input_transformers_cleanup = []
+
+
+def test_skip_cell_passes_the_cells_that_restart_a_notebook(monkeypatch):
+    import IPython
+
+    shell = _Shell()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    assert ss.skip_rest("the rest reads embeddings") is None
+    ss.skip_rest("again")
+    assert shell.input_transformers_cleanup == [ss._skip_cell]           # installed once
+    assert ss._skip_cell(["x = 1\n", "y = 2\n"]) == [
+        "pass  # skipped: this run reads a sims: folder (score matrices only); see the NOTE above\n"]
+    assert ss._skip_cell(["resource = 1\n"])[0].startswith("pass")
+    assert ss._skip_cell(["sources = 1\n"])[0].startswith("pass")
+    assert shell.input_transformers_cleanup == [ss._skip_cell]
+    for cell in (["x = 1\n", "source = 'sims:/a'\n"], ["run = nb.setup('01')\n"],
+                 ["score_studies.run_notebook('01', source, run, globals())\n"]):
+        shell.input_transformers_cleanup[:] = [ss._skip_cell]
+        assert ss._skip_cell(cell) == cell
+        assert shell.input_transformers_cleanup == []                    # uninstalled: the notebook runs again
+    ss._uninstall()                                                      # not installed: nothing to remove
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    ss._uninstall()
+    with pytest.raises(SystemExit):
+        ss.skip_rest("no shell")
+
+
+def test_skip_rest_exits_in_a_shell_without_input_transformers(monkeypatch, capsys):
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    with pytest.raises(SystemExit) as stop:
+        ss.skip_rest("why")
+    assert stop.value.code == 0 and capsys.readouterr().out == "NOTE: why\n"
+
+
+# ---------------------------------------------------------------------------------------------- run_notebook
+class _Recorder:
+    """The notebook ``run`` object, recording what the sims branch saves."""
+
+    def __init__(self):
+        self.tables, self.figures = {}, {}
+
+    def save_table(self, df, name, caption):
+        self.tables[name] = (df.copy(), caption)
+
+    def save_figure(self, fig, name, caption, data, bank):
+        import matplotlib.pyplot as plt
+
+        self.figures[name] = (caption, data, list(bank), [a.get_title() for a in fig.axes],
+                              [a.get_xlabel() for a in fig.axes], [a.get_ylabel() for a in fig.axes],
+                              [a.get_xscale() for a in fig.axes])
+        plt.close(fig)
+
+
+PARAMS = {"nnn_params": {"alpha": 0.5, "k": 4}, "is_tau": {"t2i": 0.05, "i2t": 0.03}, "sn_tau": 0.05, "sn_iter": 5,
+          "dualis_params": {"beta_query": 20.0, "beta_target": 10.0}}
+
+
+def _nb(folder, prefix, params, capsys, **kw):
+    rec = _Recorder()
+    tables = ss.run_notebook(prefix, f"sims:{folder[0]}", rec, params, stop=False, **kw)
+    out = capsys.readouterr().out
+    assert out.startswith(f"this run: {LABEL}\nNOTE: a sims: folder holds score matrices only; {ss.NEEDS[prefix]}.\n")
+    assert "NOTE: directions t2i = t2v, i2t = v2t (the notebook's names for this folder's text-query and item-query " \
+           "directions).\n" in out
+    assert "NOTE: no validation split in a sims folder: no hyperparameter is selected; every method runs at this " \
+           "notebook's fixed parameters (the papers' defaults); no published rows are compared with a sims run.\n" in out
+    assert "no bank x gallery" not in out
+    assert set(rec.tables) == {f"sims_{n}" for n in tables}
+    for name, df in tables.items():
+        assert rec.tables[f"sims_{name}"][0].equals(df) and rec.tables[f"sims_{name}"][1].endswith(f"; {LABEL}.")
+    return rec, tables, out
+
+
+def _same(a, b):
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=False, atol=1e-12,
+                                  rtol=0)
+
+
+def test_run_notebook_01_methods_per_direction_parameters(folder, capsys):
+    rec, tables, out = _nb(folder, "01", dict(PARAMS, hub_k=5), capsys)
+    run = _run(folder)
+    by_dir = {"t2v": "t2i", "v2t": "i2t"}
+    want = ss.methods_table(run, lambda d: ss.score_methods(PARAMS, by_dir[d], names=ss.SHOWN), hub_k=5)
+    _same(tables["methods"], want)
+    assert rec.tables["sims_methods"][1] == f"Score-only methods at fixed parameters, test scores; {LABEL}."
+    cap, data, bank, titles, xl, yl, _ = rec.figures["sims_r1_by_method"]
+    assert cap == f"R@1 per method; {LABEL}. " and data == LABEL and bank == list(want["bank"])
+    assert titles == [f"R@1 per method, fixed parameters — {LABEL}"] and yl == ["R@1 (%)"]
+    assert list(rec.figures) == ["sims_r1_by_method"]
+    assert not re.search(r"NOTE: .* is not run on this folder", out)
+
+
+def test_run_notebook_00_and_02_hubness_and_histograms(folder, capsys):
+    rec, tables, out = _nb(folder, "00", {"hub_k": 3, "nnn_k": 100}, capsys)
+    assert list(tables) == ["hubness"] and rec.figures == {}
+    run = _run(folder)
+    want = ss.hubness_table(run, lambda d: ss.score_methods({"nnn_k": 100}, "t2i", names=ss.HUBNESS_SHOWN), k=3)
+    _same(tables["hubness"], want)
+    assert rec.tables["sims_hubness"][1] == f"Hubness of the test scores (N_3) per method; {LABEL}."
+    assert out.count("NOTE: nnn k=100 is larger than its limit here (60: query_bank): k=60 is used\n") == 1
+    assert "NOTE: nnn k=100 is larger than its limit here (40: query_bank): k=40 is used\n" in out
+    rec, tables, out = _nb(folder, "02", {}, capsys, hub_k=4)
+    assert list(tables) == ["hubness"] and "skew N_4" in tables["hubness"]
+    cap, data, bank, titles, xl, _, _ = rec.figures["sims_nk_distribution"]
+    assert cap == f"ECDF of N_4 per method; {LABEL}. " and data == LABEL and bank == list(tables["hubness"]["bank"])
+    assert titles == [f"t2v: distribution of N_4 — {LABEL}", f"v2t: distribution of N_4 — {LABEL}"]
+    assert xl == ["N_4 (queries that rank the target in their top 4)"] * 2
+    _, tables, _ = _nb(folder, "00", {"hub_k": None}, capsys)
+    assert "skew N_10" in tables["hubness"]
+
+
+def test_run_notebook_03_k_curve(folder, capsys):
+    rec, tables, out = _nb(folder, "03", {"alpha": "0.5", "ks": [2, 1, 50]}, capsys)
+    run = _run(folder)
+    parts = [ss.k_curve(t, 0.5, [2, 1, 50]).assign(run=LABEL, **{"raw R@1": t.evaluate(None)["R@1"]})
+             for t in run.tasks.values()]
+    _same(tables["nnn_k_curve"], pd.concat(parts, ignore_index=True))
+    assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 50, 1, 2]
+    assert "NOTE: v2t: k above the bank size (40 queries) is left out of the k curve\n" in out and "t2v: k above" not in out
+    assert rec.tables["sims_nnn_k_curve"][1] == f"R@1 of NNN over k at alpha = 0.5 (test scores, fixed alpha); {LABEL}."
+    cap, data, bank, titles, _, yl, xs = rec.figures["sims_nnn_r1_vs_k"]
+    assert bank == ["none", *tables["nnn_k_curve"]["bank"]] and cap == f"R@1 of NNN over k; {LABEL}. "
+    assert titles == [f"NNN over k, α = 0.5 (dashed: raw) — {LABEL}"] and yl == ["R@1 (%)"] and xs == ["log"]
+    _, tables, _ = _nb(folder, "03", {}, capsys)
+    assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16, 32]
+    assert set(tables["nnn_k_curve"]["alpha"]) == {0.75}
+
+
+def test_run_notebook_04_bank_sizes(folder, capsys):
+    params = {"nnn_params": {"alpha": 0.5, "k": 4}, "is_tau": 0.05, "sn_tau": 0.05, "nnn_fractions": [1.0, 0.5],
+              "seed": 1, "dbsn_fractions": [0.25], "dbsn_seeds": [2, 3]}
+    rec, tables, out = _nb(folder, "04", params, capsys)
+    task = _run(folder).tasks["t2v"]
+    nnn = ss.bank_size_table(task, [("nnn", {"alpha": 0.5, "k": 4})], [1.0, 0.5], [1])
+    fams = ss.bank_size_table(task, [("is", {"tau": 0.05}), ("sn", {"tau": 0.05}), ("dbsn", {"tau": 0.05})], [0.25],
+                              [2, 3])
+    want = pd.concat([nnn.assign(part="A: NNN"), fams.assign(part="B: IS / SN / DBSN")], ignore_index=True)
+    want.insert(0, "run", LABEL)
+    want["raw R@1"] = task.evaluate(None)["R@1"]
+    _same(tables["bank_sizes"], want)
+    assert rec.tables["sims_bank_sizes"][1] == f"R@1 with seeded subsets of the bank rows, t2v; {LABEL}."
+    cap, data, bank, titles, _, yl, xs = rec.figures["sims_bank_sizes"]
+    assert bank == ["none", *want["bank"]] and cap == f"R@1 over bank subsets; {LABEL}. " and xs == ["log"]
+    assert titles == [f"t2v: R@1 over query-bank size (dashed: raw) — {LABEL}"] and yl == ["R@1 (%)"]
+    _, tables, _ = _nb(folder, "04", {}, capsys)
+    df = tables["bank_sizes"]
+    assert sorted(set(df[df["part"] == "A: NNN"]["fraction"])) == [0.1, 0.2, 0.5, 1.0]
+    assert sorted(set(df[df["part"] != "A: NNN"]["fraction"])) == [1 / 64, 1 / 16, 1 / 4] and set(df["seed"]) == {0}
+    nnn_default = ss.bank_size_table(task, [("nnn", {"alpha": 0.75, "k": 16})], [0.5], [0])
+    assert df[(df["part"] == "A: NNN") & (df["fraction"] == 0.5)]["R@1"].iloc[0] == pytest.approx(
+        nnn_default["R@1"][0], abs=1e-12)
+    is_default = ss.bank_size_table(task, [("is", {"tau": 0.02}), ("sn", {"tau": 0.01})], [0.25], [0])
+    got = df[(df["part"] != "A: NNN") & (df["fraction"] == 0.25)]
+    assert list(got["R@1"])[:2] == pytest.approx(list(is_default["R@1"]), abs=1e-12)
+
+
+def test_run_notebook_05_query_aware_vs_bank_and_tau_sweep(folder, capsys):
+    rec, tables, out = _nb(folder, "05", dict(PARAMS, taus=[0.01, 0.05]), capsys)
+    qvb = tables["qa_vs_bank"]
+    assert list(zip(qvb["direction"], qvb["method"], qvb["bank"])) == [
+        ("t2v", "raw", "-"), ("t2v", "is", "test queries (query-aware)"), ("t2v", "sn", "test queries (query-aware)"),
+        ("t2v", "is", "bank (60 queries)"), ("t2v", "sn", "bank (60 queries)"), ("t2v", "dbsn", "bank (60 queries)"),
+        ("t2v", "dualis", "bank (60 queries)"),
+        ("v2t", "raw", "-"), ("v2t", "is", "test queries (query-aware)"), ("v2t", "sn", "test queries (query-aware)"),
+        ("v2t", "is", "bank (40 queries)"), ("v2t", "sn", "bank (40 queries)"), ("v2t", "dbsn", "bank (40 queries)"),
+        ("v2t", "dualis", "bank (40 queries)")]
+    run = _run(folder)
+    v2t = run.tasks["v2t"]
+    want = v2t.evaluate(hn.make_normalizer("is", tau=0.03), query_aware=True)     # i2t's temperature
+    got = qvb[(qvb["direction"] == "v2t") & (qvb["method"] == "is")].iloc[0]
+    assert got["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and got["MnR"] == pytest.approx(want["MnR"], abs=1e-12)
+    assert set(qvb["run"]) == {LABEL} and "bank" in qvb and "R@10" in qvb
+    assert rec.tables["sims_qa_vs_bank"][1] == (f"IS, SN and the dual-bank methods with the test queries or the "
+                                                f"folder's bank; {LABEL}.")
+    _same(tables["tau_sweep"], ss.tau_sweep(run.tasks["t2v"], [0.01, 0.05], ("is", "sn")).assign(run=LABEL))
+    assert rec.tables["sims_tau_sweep"][1] == f"R@1 of IS and SN over the temperature, t2v; {LABEL}."
+    cap, data, bank, titles, _, yl, _ = rec.figures["sims_tau_sweep"]
+    assert cap == f"R@1 over the temperature; {LABEL}. " and bank == list(tables["tau_sweep"]["bank"])
+    assert titles == [f"t2v: IS vs SN over τ — {LABEL}"] and yl == ["R@1 (%)"]
+    _, tables, _ = _nb(folder, "05", {}, capsys)
+    assert list(tables["tau_sweep"]["tau"]) == [0.005, 0.01, 0.015, 0.02, 0.025] * 2
+
+
+def test_run_notebook_06_07_recall_and_09_hubs(folder, capsys):
+    run = _run(folder)
+    _, tables, _ = _nb(folder, "06", dict(PARAMS, k_values=[3], recall_ks=[7]), capsys)
+    by_dir = {"t2v": "t2i", "v2t": "i2t"}
+    parts = [ss.recall_at_k(t, {m: ss._clamped(n, t, False, []) for m, n in
+                                ss.score_methods(PARAMS, by_dir[d], names=ss.HUBNESS_SHOWN).items()}, [1, 3, 5, 10])
+             .assign(run=LABEL) for d, t in run.tasks.items()]
+    _same(tables["first_stage_recall"], pd.concat(parts, ignore_index=True))
+    _, tables, _ = _nb(folder, "07", {"recall_ks": [7, 5]}, capsys)
+    assert [c for c in tables["first_stage_recall"] if c.startswith("R@")] == ["R@1", "R@5", "R@7", "R@10"]
+    rec, tables, out = _nb(folder, "09", dict(PARAMS, hub_k=4), capsys)
+    t2v = run.tasks["t2v"]
+    want = ss.hub_table(t2v, {m: ss._clamped(n, t2v, False, []) for m, n in
+                              ss.score_methods(PARAMS, "t2i", names=ss.HUBNESS_SHOWN).items()}, k=4)
+    want.insert(0, "run", LABEL)
+    _same(tables["raw_hubs"], want)
+    assert rec.tables["sims_raw_hubs"][1] == f"The largest N_4 of the raw scores and after each method, t2v; {LABEL}."
+
+
+def test_run_notebook_one_direction_a_folder_without_banks_and_the_stop(tmp_path, folder, capsys):
+    rec = _Recorder()
+    tables = ss.run_notebook("09", f"sims:{folder[0]}", rec, {"directions": ["i2t"], "hub_k": 3}, stop=False)
+    out = capsys.readouterr().out
+    assert "NOTE: directions i2t = v2t (" in out and set(tables["raw_hubs"]["direction"]) == {"v2t"}
+    caps, items, c2i, _, _ = folder[1]
+    write_sims(tmp_path / "f", {"test": caps @ items.T}, modalities=("text", "video"), dataset="example",
+               synthetic=True, labels=c2i)
+    with pytest.raises(SystemExit) as stop:
+        ss.run_notebook("04", f"sims:{tmp_path / 'f'}", _Recorder(), {"directions": ["t2v"]})
+    out = capsys.readouterr().out
+    assert stop.value.code == 0
+    assert "NOTE: directions" not in out
+    assert ("NOTE: t2v: the folder has no bank x gallery scores for this direction, so the test queries serve as the "
+            "bank (query-aware, labelled so); for a query bank, ") in out
+    assert "NOTE: t2v: the folder has no bank x gallery scores, so no query-bank size can be studied.\n" in out
+    assert out.endswith("NOTE: the remaining cells of this notebook read embeddings, so they are skipped in this sims: "
+                        "run (re-run the parameters cell with another source to run them)\n")
+    rec = _Recorder()
+    ss.run_notebook("01", f"sims:{tmp_path / 'f'}", rec, {}, stop=False)
+    out = capsys.readouterr().out
+    assert "NOTE: dbsn (t2v) is not run on this folder: " in out and "NOTE: dualis (v2t) is not run on this folder: " in out
+    assert rec.figures["sims_r1_by_method"][0].startswith(f"R@1 per method; {LABEL}. Bank marks: ")
+    with pytest.raises(ValueError, match=r"notebook '08' has no sims branch; known: \['00', '01'"):
+        ss.run_notebook("08", f"sims:{folder[0]}", rec, {})
