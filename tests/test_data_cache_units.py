@@ -762,9 +762,16 @@ def test_publish_other_errors_propagate_and_endless_replacement_gives_up(tmp_pat
         folder.mkdir()
         (folder / "f").write_text("y")
     monkeypatch.setattr(cache.os, "rename", always_taken)
+    # an entry that is always replaced (verify=None): after moving one aside, the entry found again is newer: kept
+    cache._publish(tmp, folder, None)
+    assert sum(1 for s, _ in calls if s == tmp) == 2 and (folder / "f").read_text() == "y" and tmp.exists()
+    calls.clear()
+
+    def never_valid():
+        raise cache.CacheError("bad", reason="corrupt")
     with pytest.raises(cache.CacheError, match="could not publish the cache entry .*: other processes keep "
                                                "replacing it; rerun") as err:
-        cache._publish(tmp, folder, None)
+        cache._publish(tmp, folder, never_valid)   # every entry found fails verification: replaced until give-up
     assert err.value.reason == "corrupt" and sum(1 for s, _ in calls if s == tmp) == cache.PUBLISH_ATTEMPTS == 8
 
 

@@ -252,6 +252,37 @@ def _split_writer(folder, seed):
             assert err.reason == "missing", err
 
 
+def test_a_replaced_entry_yields_to_one_published_after_it(tmp_path, monkeypatch):
+    """``_publish(verify=None)``: a writer that moved the old entry aside and then finds a new one in its place (another
+    writer published it meanwhile) keeps that newer entry instead of taking turns with its writer until it gives up."""
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    (folder / "who").write_text("old")
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "who").write_text("ours")
+    publishes = []
+    remove = cache._remove_tree
+
+    def remove_then_another_writer_publishes(path):
+        remove(path)
+        if not folder.exists():    # the other writer renames its complete entry into place, every time it can
+            theirs = tmp_path / f"theirs{len(publishes)}"
+            theirs.mkdir()
+            (theirs / "who").write_text(f"theirs{len(publishes)}")
+            os.rename(theirs, folder)
+            publishes.append(1)
+
+    monkeypatch.setattr(cache, "_remove_tree", remove_then_another_writer_publishes)
+    cache._publish(ours, folder, None)
+    assert (folder / "who").read_text() == "theirs0" and len(publishes) == 1
+    assert ours.exists()           # ours is left to the caller, which removes it
+    # without a race, a stale entry is replaced by ours
+    monkeypatch.setattr(cache, "_remove_tree", remove)
+    cache._publish(ours, folder, None)
+    assert (folder / "who").read_text() == "ours" and not ours.exists()
+
+
 def _run_two(target, *args):
     """Run ``target(*args, seed)`` in two forked processes at once; both must succeed."""
     import multiprocessing as mp

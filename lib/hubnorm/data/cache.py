@@ -583,7 +583,12 @@ PUBLISH_ATTEMPTS = 8
 
 def _publish(tmp: Path, folder: Path, verify) -> None:
     """Rename the complete folder ``tmp`` to ``folder`` in one step. An existing ``folder`` that ``verify()`` accepts
-    wins (a concurrent writer of the same key); one that fails verification is moved aside and replaced."""
+    wins (a concurrent writer of the same key); one that fails verification is moved aside and replaced.
+
+    ``verify=None`` (an entry that is always replaced, last writer wins): once this call has moved an entry aside, an
+    entry found in its place again was published by another writer after ours was complete, so it is the newer one
+    and ours is dropped (two writers replacing each other's entries would otherwise take turns without end)."""
+    replaced = False
     for _ in range(PUBLISH_ATTEMPTS):
         try:
             os.rename(tmp, folder)
@@ -594,6 +599,8 @@ def _publish(tmp: Path, folder: Path, verify) -> None:
                 raise
             if not folder.exists():
                 continue    # another writer moved the entry aside meanwhile: try to rename ours again
+        if verify is None and replaced:
+            return          # a newer entry than ours (see above): ours is dropped by the caller
         try:
             if verify is None:
                 raise CacheError("replace", reason="stale")
@@ -606,6 +613,7 @@ def _publish(tmp: Path, folder: Path, verify) -> None:
             except FileNotFoundError:
                 continue    # another writer moved it: try to rename ours again
             _remove_tree(trash)
+            replaced = True
     raise CacheError(f"could not publish the cache entry {folder}: other processes keep replacing it; rerun",
                      reason="corrupt")
 
