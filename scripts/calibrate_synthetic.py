@@ -187,7 +187,18 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
     class Budget(Exception):
         pass
 
+    last: dict = {}   # the previous point and its residuals: scipy's first call repeats the start point
+
     def residual_vector(x):
+        key = np.asarray(x, np.float64).tobytes()
+        if key in last:
+            return last[key]
+        t = _evaluate(x)
+        last.clear()
+        last[key] = t
+        return t
+
+    def _evaluate(x):
         if calls[0] >= maxfev:
             raise Budget
         calls[0] += 1

@@ -365,10 +365,11 @@ def test_fit_stops_at_maxfev_and_returns_the_best_point_seen(monkeypatch, capsys
     for method in script.FIT_METHODS:
         calls = []
         inner = script.residuals
-        monkeypatch.setattr(script, "residuals", lambda p, c, inner=inner: calls.append(1) or inner(p, c))
+        monkeypatch.setattr(script, "residuals", lambda p, c, inner=inner: calls.append(c) or inner(p, c))
         got = script.fit("coco", start, fixed, 5, method)
         monkeypatch.setattr(script, "residuals", inner)
         assert len(calls) == 5, method
+        assert all(a != b for a, b in zip(calls, calls[1:])), method   # no point evaluated twice in a row
         last = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("objective")][-1]
         assert json.loads(last[last.index("{"):]) == {k: round(v, 4) for k, v in got.items()}
 
