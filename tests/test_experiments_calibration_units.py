@@ -539,6 +539,15 @@ def test_paper_size_data_of_an_image_preset(monkeypatch):
     assert seen == [("msrvtt", 3, 0), ("msrvtt", 3, None)]
 
 
+def test_paper_size_data_draws_the_papers_captions_per_image(monkeypatch):
+    # the paper's test split's captions per image (FULL_SIZES), not the preset's default (5 for both today)
+    monkeypatch.setitem(cal.FULL_SIZES, "coco", (4, 2))
+    monkeypatch.setitem(cal.PAPER_TRAIN, "coco", 3)
+    data = cal._paper_size_data("coco", 0, "train")
+    assert data.items.shape[0] == 4 and data.captions.shape[0] == 8
+    assert list(data.caption_to_item) == [0, 0, 1, 1, 2, 2, 3, 3] and data.bank_captions.shape[0] == 6
+
+
 def _with_decoy_paper(monkeypatch):
     """load_published with a decoy paper listed first whose rows copy every other paper's keys (value 999): a
     reader that does not filter by paper picks the decoy's values."""

@@ -559,7 +559,7 @@ def _paper_size_data(preset: str, seed: int, bank: str):
         return make_media(preset, seed=seed, n_train=0 if bank == "qa" else None)
     n, c = FULL_SIZES[preset]
     n_train = 0 if bank == "qa" else PAPER_TRAIN[preset]
-    ds = make_dataset(preset, seed=seed, n_train_images=n_train, n_test_images=n, n_val_images=0)
+    ds = make_dataset(preset, seed=seed, n_train_images=n_train, n_test_images=n, n_val_images=0, captions_per_image=c)
     test = ds.splits["test"]
     data = MediaData(name=ds.name, modalities=("text", "image"), items=test.images, captions=test.captions,
                      caption_to_item=test.caption_to_image, synthetic=True, meta={"preset": preset, "seed": seed})
