@@ -165,6 +165,12 @@ def capped(r: np.ndarray) -> np.ndarray:
     return RESIDUAL_CAP * np.tanh(np.asarray(r, np.float64) / RESIDUAL_CAP)
 
 
+def capped_square_sum(r: np.ndarray) -> float:
+    """The Nelder-Mead objective: ``sum(min(r ** 2, cap ** 2))`` over the residuals (the fit's one definition)."""
+    r = np.asarray(r, np.float64)
+    return float(np.sum(np.minimum(r * r, RESIDUAL_CAP ** 2)))
+
+
 def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelder-mead") -> dict:
     """Minimise the capped squared residuals of ``preset``'s statistics over the :data:`FREE` parameters (the others
     ``fixed``), from ``start``, within ``maxfev`` objective evaluations; returns the best parameters seen.
@@ -209,7 +215,7 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
         if not keys:
             keys.extend(r)
         t = np.array([r[k] for k in keys], np.float64)
-        value = float(np.sum(np.minimum(t * t, RESIDUAL_CAP ** 2)))
+        value = capped_square_sum(t)
         if value < best[0]:
             best[0], best[1] = value, np.array(x, np.float64).copy()
             print(f"objective {value:8.2f}  {json.dumps({k: round(v, 4) for k, v in _to_params(x).items()})}", flush=True)
@@ -217,7 +223,7 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
 
     def objective(x):
         t = residual_vector(x)
-        return 1e6 if t is None else float(np.sum(np.minimum(t * t, RESIDUAL_CAP ** 2)))
+        return 1e6 if t is None else capped_square_sum(t)
 
     x0 = _from_params(start)
     try:

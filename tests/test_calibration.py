@@ -392,6 +392,14 @@ def test_capped_residuals_are_the_identity_near_zero_and_bounded_by_the_cap():
     assert np.all(np.diff(script.capped(np.linspace(-50, 50, 101))) > 0)   # monotone: the order of residuals kept
 
 
+def test_capped_square_sum_by_hand():
+    script = _calibrate_script()
+    cap2 = script.RESIDUAL_CAP ** 2
+    assert script.capped_square_sum(np.array([1.0, -2.0, 0.5])) == pytest.approx(1 + 4 + 0.25)
+    assert script.capped_square_sum(np.array([3.0, -100.0, script.RESIDUAL_CAP + 1e-9])) == pytest.approx(9 + 2 * cap2)
+    assert script.capped_square_sum(np.array([])) == 0.0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--free", "hub_scale"],
      r"--free: \['hub_scale'\] are not free parameters of coco; choose from \['spectrum_decay'"),
