@@ -371,6 +371,14 @@ def test_validate_raises_value_error_when_a_problem_is_not_a_type(ns):
     assert type(err.value) is ValueError
 
 
+@pytest.mark.parametrize("ns", [{"alpha": float("nan")}, {"alpha": math.inf}, {"nnn_params": {"alpha": float("nan"), "k": 4}}])
+def test_a_number_that_is_not_finite_is_a_value_error_not_a_type_error(ns):
+    # a float NaN has the right type and a wrong value (the message is the type check's: "must be a finite number")
+    with pytest.raises(ValueError, match="must be a finite number; got float") as err:
+        validate("03", ns)
+    assert type(err.value) is ValueError
+
+
 def test_a_cross_check_makes_a_type_problem_a_value_error():
     with pytest.raises(ValueError) as err:
         validate("00", {"seed": "x", "k": 30, "n_points": 20})

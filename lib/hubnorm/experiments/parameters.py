@@ -37,6 +37,14 @@ class Rule:
 
 
 # ---------------------------------------------------------------------------------------------- value checks
+class TypeProblem(str):
+    """A check's problem that is a wrong type (:func:`validate` raises TypeError when every problem is one)."""
+
+
+def _wrong_type(what: str, v) -> TypeProblem:
+    return TypeProblem(f"must be {what}; got {type(v).__name__} {v!r}")
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -48,7 +56,7 @@ def _is_num(v) -> bool:
 def _int(lo: Optional[int] = None, hi: Optional[int] = None):
     def check(v):
         if not _is_int(v):
-            return f"must be an integer; got {type(v).__name__} {v!r}"
+            return _wrong_type("an integer", v)
         if lo is not None and v < lo:
             return f"must be >= {lo}; got {v}"
         if hi is not None and v > hi:
@@ -59,8 +67,9 @@ def _int(lo: Optional[int] = None, hi: Optional[int] = None):
 
 def _num(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_open: bool = False):
     def check(v):
-        if not _is_num(v):
-            return f"must be a finite number; got {type(v).__name__} {v!r}"
+        if not _is_num(v):   # a number that is not finite has the right type and a wrong value
+            problem = f"must be a finite number; got {type(v).__name__} {v!r}"
+            return problem if isinstance(v, (int, float)) and not isinstance(v, bool) else TypeProblem(problem)
         if lo is not None and (v <= lo if lo_open else v < lo):
             return f"must be {'>' if lo_open else '>='} {lo:g}; got {v!r}"
         if hi is not None and v > hi:
@@ -78,14 +87,14 @@ def _choice(values: Iterable[Any]):
 
 
 def _bool(v):
-    return None if isinstance(v, bool) else f"must be True or False; got {type(v).__name__} {v!r}"
+    return None if isinstance(v, bool) else _wrong_type("True or False", v)
 
 
 def _list(elem, *, min_len: int = 1, max_len: Optional[int] = None, unique: bool = True,
           must_contain: Sequence = ()):
     def check(v):
         if not isinstance(v, (list, tuple)):
-            return f"must be a list; got {type(v).__name__} {v!r}"
+            return _wrong_type("a list", v)
         if len(v) < min_len:
             return f"must hold at least {min_len} value{'s' if min_len > 1 else ''}; got {list(v)!r}"
         if max_len is not None and len(v) > max_len:
@@ -119,7 +128,7 @@ def _either(*checks):
 def _dict(fields: Optional[Mapping[str, Callable]] = None, *, required: Sequence[str] = (), open_: bool = False):
     def check(v):
         if not isinstance(v, Mapping):
-            return f"must be a dict; got {type(v).__name__} {v!r}"
+            return _wrong_type("a dict", v)
         if fields is None:
             return None if all(isinstance(k, str) for k in v) else f"must have string keys; got {dict(v)!r}"
         unknown = [k for k in v if k not in fields]
@@ -132,7 +141,7 @@ def _dict(fields: Optional[Mapping[str, Callable]] = None, *, required: Sequence
             if k in fields:
                 problem = fields[k](x)
                 if problem:
-                    return f"[{k!r}] {problem}"
+                    return type(problem)(f"[{k!r}] {problem}")   # a wrong type inside stays a wrong type
         return None
     return check
 
@@ -347,8 +356,7 @@ def validate(prefix: str, namespace: Mapping[str, Any]) -> Dict[str, Any]:
         checked[name] = value
         problem = rule.check(value)
         if problem:
-            type_only &= ("must be a" in problem or "must be True or False" in problem) and "got" in problem and any(
-                t in problem for t in ("an integer;", "finite number;", "a list;", "a dict;", "True or False"))
+            type_only &= isinstance(problem, TypeProblem)
             problems.append((name, problem))
     for name, problem in _cross_checks(prefix, checked):
         type_only = False
