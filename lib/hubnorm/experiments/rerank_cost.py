@@ -166,7 +166,7 @@ def measure_topk_seconds(n: int, *, dim: int = 256, k: int = 20, chunk: int = 10
             else:
                 v = torch.cat([best_v, v], 1)
                 i = torch.cat([best_i, i + start], 1)
-                best_v, pos = v.topk(k, dim=1)
+                best_v, pos = v.topk(min(k, v.shape[1]), dim=1)   # fewer than k candidates when chunk < k
                 best_i = i.gather(1, pos)
         times.append(clock() - t0)
     return float(np.median(times))

@@ -157,7 +157,9 @@ def nnn_on_cross_encoder(base: RerankResult, first_stage, bank_queries, bank_ce:
     number of extra pairs.
     """
     bank_queries = np.asarray(bank_queries)
-    ids = np.arange(len(bank_queries)) if bank_query_ids is None else np.asarray(bank_query_ids, dtype=np.int64)
+    ids = np.arange(len(bank_queries)) if bank_query_ids is None else np.asarray(bank_query_ids)
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):   # never truncated (0.9 is not query 0)
+        raise TypeError(f"bank_query_ids must hold integer indices; got dtype {ids.dtype}")
     if ids.shape != (len(bank_queries),):
         raise ValueError(f"bank_query_ids needs one id per bank query ({len(bank_queries)}); got shape {ids.shape}")
     kc = base.k
