@@ -314,10 +314,13 @@ def mutation_env(ws: Path) -> dict:
     """The environment of mutmut and of the rechecks. mutmut forks each mutant's test run from a process that has run
     the tests once, and a thread pool started before a fork is dead in the child: one BLAS / OpenMP thread (an
     OpenMP pool hangs the child), and Dask's synchronous scheduler (a forked child that computes on the threaded
-    scheduler's pool waits forever: every mutant whose tests fit a Dask bank "timed out")."""
+    scheduler's pool waits forever: every mutant whose tests fit a Dask bank "timed out"). ``OMP_THREAD_LIMIT=1``
+    as well: a test that asks torch for several threads (``torch.set_num_threads(3)``) has the parent start an OpenMP
+    pool, and a forked child that asks again spins forever in that dead pool; with the limit the pool never grows
+    past the calling thread, while ``torch.get_num_threads()`` still reports the number asked for."""
     env = dict(os.environ, PYTHONPATH=str(ws / "mutants"), HUBNORM_PROGRESS="0", MPLBACKEND="Agg",
-               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               DASK_SCHEDULER="synchronous")
+               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", OMP_THREAD_LIMIT="1", MKL_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", DASK_SCHEDULER="synchronous")
     shared = REPO.parent / "shared" / "data"
     if "HUBNORM_SHARED_DATA" not in env and shared.is_dir():
         env["HUBNORM_SHARED_DATA"] = str(shared)

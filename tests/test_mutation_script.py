@@ -279,3 +279,35 @@ def test_the_mutation_environment_has_no_thread_pool_a_fork_would_kill(mutation,
     import subprocess
     import sys
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode == 0
+
+
+_FORK_AFTER_THREADS = """
+import os, sys, torch
+torch.set_num_threads(3)
+a = torch.randn(300, 300, dtype=torch.float64)
+(a @ a).sum()
+torch.set_num_threads(1)
+pid = os.fork()
+if pid == 0:
+    torch.set_num_threads(3)
+    assert torch.get_num_threads() == 3
+    (a @ a).sum()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_the_mutation_environment_lets_a_forked_child_ask_torch_for_threads(mutation, tmp_path):
+    """A parent that has run torch on 3 threads, then a forked child that asks for 3 again (as
+    tests/test_listwise_adapter_units.py's thread-pinning test does in mutmut's forks): without OMP_THREAD_LIMIT the
+    child spins forever in the parent's dead OpenMP pool (measured: killed after 20 s); with it the child finishes
+    and still reads back the 3 threads it asked for."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    env = mutation.mutation_env(tmp_path)
+    assert env["OMP_THREAD_LIMIT"] == "1"
+    env.pop("PYTHONPATH")
+    proc = subprocess.run([sys.executable, "-c", _FORK_AFTER_THREADS], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
