@@ -1,7 +1,29 @@
 """hubnorm.experiments.score_studies, unit by unit: parameter look-up and defaults, the clamp NOTE, bank labels, the
 hubness / k-curve / bank-size / tau / recall / hub tables against hand counts from the score matrices (float64
 numpy, not the library's helpers), the cell skipper with a fake IPython shell, and every notebook's sims branch with
-a recording run object (its tables equal the study functions called directly)."""
+a recording run object (its tables equal the study functions called directly; its figures' plotted data, sizes,
+fonts, legends and reference lines recorded through a fake seaborn).
+
+seaborn is replaced by a recorder (:class:`_Seaborn`) and ``Figure.tight_layout`` by a no-op in every test: they were
+most of the time of a notebook branch, which mutation testing reruns for every mutant of :func:`run_notebook`.
+
+Mutants left alive on purpose (mutation run ``--sample 2``; no behaviour can change):
+
+- ``task.evaluate(norm, fit=False)`` -> ``fit=None`` (methods_table, bank_size_table): ``ScoreTask.evaluate`` fits
+  only when ``fit`` is truthy.
+- ``_clamped(..., sub, False, notes)`` -> ``None`` (bank_size_table): ``_clamped`` reads ``query_aware`` only as a
+  truth value (:func:`_bank_size`).
+- ``np.asarray(rows, dtype=np.int64)`` -> ``np.asarray(rows)`` (bank_subset): integer rows are int64 already, and
+  ``ScoreMatrix.take`` cuts float row numbers the same way (checked by hand).
+- ``score_methods(params, by_dir[d], names=SHOWN)`` -> without ``names`` (run_notebook): score_methods' own order
+  is SHOWN.
+- ``("hubness", "histograms")`` -> ``("hubness", "HISTOGRAMS")`` (run_notebook): notebook 02's hubness section always
+  runs before its histograms, so the hubness table exists when the histograms are drawn.
+- ``df.groupby("direction", sort=False)`` -> ``sort=None`` (run_notebook, the k curve's raw lines): pandas treats
+  None as False (checked with the directions in reverse order).
+- the NNN ``bank_size_table`` call of notebook 04 without ``skipped=skipped`` (run_notebook): NNN needs only the
+  bank x gallery matrix, whose presence this branch has just checked (``has_bank``), so its fit is never skipped.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +33,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import hubnorm as hn
 from hubnorm import provenance as pv
@@ -20,6 +43,7 @@ from hubnorm.experiments import score_studies as ss
 from test_sims import write_example
 
 matplotlib.use("Agg")
+torch.set_num_threads(1)   # before any torch op: a forked test process (mutmut) can hang in OpenMP
 LABEL = "synthetic analog (sims folder example)"
 
 
@@ -318,10 +342,10 @@ def test_skip_rest_exits_in_a_shell_without_input_transformers(monkeypatch, caps
 
 # ---------------------------------------------------------------------------------------------- run_notebook
 class _Recorder:
-    """The notebook ``run`` object, recording what the sims branch saves."""
+    """The notebook ``run`` object, recording what the sims branch saves (each figure's texts, sizes and lines)."""
 
     def __init__(self):
-        self.tables, self.figures = {}, {}
+        self.tables, self.figures, self.looks = {}, {}, {}
 
     def save_table(self, df, name, caption):
         self.tables[name] = (df.copy(), caption)
@@ -332,7 +356,61 @@ class _Recorder:
         self.figures[name] = (caption, data, list(bank), [a.get_title() for a in fig.axes],
                               [a.get_xlabel() for a in fig.axes], [a.get_ylabel() for a in fig.axes],
                               [a.get_xscale() for a in fig.axes])
+        self.looks[name] = {"size": tuple(fig.get_size_inches()), "axes": fig.axes,
+                            "title size": [a.title.get_fontsize() for a in fig.axes],
+                            "legend": [None if a.get_legend() is None else
+                                       (a.get_legend().prop.get_size(), a.get_legend()._ncols,
+                                        [t.get_text() for t in a.get_legend().get_texts()]) for a in fig.axes],
+                            "lines": [[(list(ln.get_ydata()), ln.get_linestyle(), ln.get_linewidth(), ln.get_color())
+                                       for ln in a.lines if ln.get_label().startswith("_")] for a in fig.axes],
+                            "x base": [getattr(a.xaxis.get_transform(), "base", None) for a in fig.axes]}
         plt.close(fig)
+
+
+PALETTE = [(0.1, 0.2, 0.3), (0.4, 0.5, 0.6), (0.7, 0.8, 0.9)]
+
+
+class _Seaborn:
+    """seaborn as the sims branch calls it: each plot recorded (its data and arguments), a named column that the data
+    lacks refused as seaborn does, an ECDF drawn as one labelled line (for the legend). Fast: no layout."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _plot(self, kind, data, kw):
+        missing = [kw[a] for a in ("x", "y", "hue") if a in kw and kw[a] not in data]
+        if missing:
+            raise ValueError(f"{kind}: no column {missing}")
+        self.calls.append((kind, data.copy(), kw))
+        for level in dict.fromkeys(data[kw["hue"]]) if "hue" in kw else ():   # the legend's entries
+            kw["ax"].plot([], [], label=str(level))
+
+    def barplot(self, data=None, **kw):
+        self._plot("barplot", data, kw)
+
+    def lineplot(self, data=None, **kw):
+        self._plot("lineplot", data, kw)
+
+    def ecdfplot(self, data, **kw):
+        self.calls.append(("ecdfplot", np.asarray(data).copy(), kw))
+        kw["ax"].plot([0, 1], [0, 1], label=kw.get("label"))
+
+    def color_palette(self):
+        return list(PALETTE)
+
+
+@pytest.fixture(autouse=True)
+def sns(monkeypatch):
+    """The fake seaborn (the sims branch imports it inside :func:`run_notebook`), and no tight layout (slow, and
+    nothing checked here depends on it)."""
+    import sys
+
+    import matplotlib.figure
+
+    fake = _Seaborn()
+    monkeypatch.setitem(sys.modules, "seaborn", fake)
+    monkeypatch.setattr(matplotlib.figure.Figure, "tight_layout", lambda self, *a, **k: None)
+    return fake
 
 
 PARAMS = {"nnn_params": {"alpha": 0.5, "k": 4}, "is_tau": {"t2i": 0.05, "i2t": 0.03}, "sn_tau": 0.05, "sn_iter": 5,
@@ -347,7 +425,8 @@ def _nb(folder, prefix, params, capsys, **kw):
     assert "NOTE: directions t2i = t2v, i2t = v2t (the notebook's names for this folder's text-query and item-query " \
            "directions).\n" in out
     assert "NOTE: no validation split in a sims folder: no hyperparameter is selected; every method runs at this " \
-           "notebook's fixed parameters (the papers' defaults); no published rows are compared with a sims run.\n" in out
+           "notebook's fixed parameters (the papers' defaults); no published rows are compared with a sims " \
+           "run.\n" in out
     assert "no bank x gallery" not in out
     assert set(rec.tables) == {f"sims_{n}" for n in tables}
     for name, df in tables.items():
@@ -400,7 +479,8 @@ def test_run_notebook_03_k_curve(folder, capsys):
              for t in run.tasks.values()]
     _same(tables["nnn_k_curve"], pd.concat(parts, ignore_index=True))
     assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 50, 1, 2]
-    assert "NOTE: v2t: k above the bank size (40 queries) is left out of the k curve\n" in out and "t2v: k above" not in out
+    assert "NOTE: v2t: k above the bank size (40 queries) is left out of the k curve\n" in out
+    assert "t2v: k above" not in out
     assert rec.tables["sims_nnn_k_curve"][1] == f"R@1 of NNN over k at alpha = 0.5 (test scores, fixed alpha); {LABEL}."
     cap, data, bank, titles, _, yl, xs = rec.figures["sims_nnn_r1_vs_k"]
     assert bank == ["none", *tables["nnn_k_curve"]["bank"]] and cap == f"R@1 of NNN over k; {LABEL}. "
@@ -467,7 +547,10 @@ def test_run_notebook_05_query_aware_vs_bank_and_tau_sweep(folder, capsys):
 
 def test_run_notebook_06_07_recall_and_09_hubs(folder, capsys):
     run = _run(folder)
-    _, tables, _ = _nb(folder, "06", dict(PARAMS, k_values=[3], recall_ks=[7]), capsys)
+    rec, tables, out = _nb(folder, "06", dict(PARAMS, k_values=[3], recall_ks=[7]), capsys)
+    assert rec.tables["sims_first_stage_recall"][1] == (f"R@k of the first stages (the reranking ceiling), test "
+                                                        f"scores; {LABEL}.")
+    assert re.search(r"^ *run +direction +bank +method +R@1 +R@3 +R@5 +R@10$", out, flags=re.M)   # the shown columns
     by_dir = {"t2v": "t2i", "v2t": "i2t"}
     parts = [ss.recall_at_k(t, {m: ss._clamped(n, t, False, []) for m, n in
                                 ss.score_methods(PARAMS, by_dir[d], names=ss.HUBNESS_SHOWN).items()}, [1, 3, 5, 10])
@@ -505,7 +588,268 @@ def test_run_notebook_one_direction_a_folder_without_banks_and_the_stop(tmp_path
     rec = _Recorder()
     ss.run_notebook("01", f"sims:{tmp_path / 'f'}", rec, {}, stop=False)
     out = capsys.readouterr().out
-    assert "NOTE: dbsn (t2v) is not run on this folder: " in out and "NOTE: dualis (v2t) is not run on this folder: " in out
+    assert "NOTE: dbsn (t2v) is not run on this folder: " in out
+    assert "NOTE: dualis (v2t) is not run on this folder: " in out
     assert rec.figures["sims_r1_by_method"][0].startswith(f"R@1 per method; {LABEL}. Bank marks: ")
     with pytest.raises(ValueError, match=r"notebook '08' has no sims branch; known: \['00', '01'"):
         ss.run_notebook("08", f"sims:{folder[0]}", rec, {})
+
+
+# ---------------------------------------------------------------------------------------------- the figures, drawn
+def test_run_notebook_01_draws_r1_bars_per_direction_and_method(folder, capsys, sns):
+    rec, tables, _ = _nb(folder, "01", PARAMS, capsys)
+    [(kind, data, kw)] = sns.calls
+    ax = rec.looks["sims_r1_by_method"]["axes"][0]
+    assert kind == "barplot" and data.equals(tables["methods"])
+    assert kw == {"x": "direction", "y": "R@1", "hue": "method", "ax": ax}
+    looks = rec.looks["sims_r1_by_method"]
+    assert looks["size"] == (7, 3.6) and looks["title size"] == [9]
+    assert looks["legend"] == [(7, 5, list(ss.SHOWN))]
+    assert "skew N_10" in tables["methods"]                                # hub_k: the default 10
+
+
+def test_run_notebook_02_draws_the_ecdf_of_each_methods_n_k(folder, capsys, sns):
+    rec, tables, _ = _nb(folder, "02", {"hub_k": 3, "nnn_params": {"alpha": 0.5, "k": 4}}, capsys)
+    assert [c[0] for c in sns.calls] == ["ecdfplot"] * 10
+    axes = rec.looks["sims_nk_distribution"]["axes"]
+    run = _run(folder)
+    for i, (d, task) in enumerate(run.tasks.items()):
+        calls = sns.calls[5 * i:5 * i + 5]
+        assert [c[2]["label"] for c in calls] == list(ss.HUBNESS_SHOWN) and all(c[2]["ax"] is axes[i] for c in calls)
+        scores, _ = _raw(folder[1], d)
+        assert list(calls[0][1]) == list(_n_k(scores, 3))                 # raw: counted by hand
+        nnn = task.k_occurrence(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4)), 3)   # the folder's bank
+        assert list(calls[1][1]) == list(nnn)
+        aware = task.k_occurrence(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4), query_aware=True), 3)
+        assert list(nnn) != list(aware)
+        assert list(calls[1][1]) != list(calls[0][1])
+    looks = rec.looks["sims_nk_distribution"]
+    assert looks["size"] == (11, 3.6) and looks["title size"] == [9, 9]
+    assert looks["legend"] == [(8, 1, list(ss.HUBNESS_SHOWN))] * 2
+    assert list(tables) == ["hubness"]
+
+
+def test_run_notebook_03_draws_the_k_curve_with_dashed_raw_lines(folder, capsys, sns):
+    rec, tables, _ = _nb(folder, "03", {"ks": [1, 4], "directions": ["i2t", "t2i"]}, capsys)
+    assert list(tables) == ["nnn_k_curve"] and list(tables["nnn_k_curve"]["direction"]) == ["v2t"] * 2 + ["t2v"] * 2
+    assert list(tables["nnn_k_curve"].index) == [0, 1, 2, 3]                 # one table, numbered afresh
+    [(kind, data, kw)] = sns.calls
+    looks = rec.looks["sims_nnn_r1_vs_k"]
+    assert kind == "lineplot" and data.equals(tables["nnn_k_curve"])
+    assert kw == {"x": "k", "y": "R@1", "hue": "direction", "marker": "o", "ax": looks["axes"][0]}
+    run = _run(folder, ("i2t", "t2i"))
+    raws = [t.evaluate(None)["R@1"] for t in run.tasks.values()]       # v2t first: the palette's first colour
+    assert raws[0] != raws[1]
+    assert looks["lines"] == [[([r, r], "--", 1, PALETTE[i]) for i, r in enumerate(raws)]]
+    assert looks["x base"] == [2] and looks["size"] == (6.5, 3.8) and looks["title size"] == [9]
+
+
+def test_run_notebook_03_default_ks_reach_128_on_a_large_bank(tmp_path, capsys, sns):
+    rng = np.random.default_rng(3)
+    test = rng.normal(size=(12, 10))
+    write_sims(tmp_path / "big", {"test": test, "bank_rows": rng.normal(size=(130, 10))},
+               modalities=("text", "image"), dataset="example", synthetic=False, labels=np.arange(12) % 10)
+    rec = _Recorder()
+    tables = ss.run_notebook("03", f"sims:{tmp_path / 'big'}", rec, {"directions": ["t2i"]}, stop=False)
+    out = capsys.readouterr().out
+    assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert set(tables["nnn_k_curve"]["direction"]) == {"t2i"} and "k above the bank size" not in out
+    assert "NOTE: directions" not in out                              # t2i is this folder's own name
+    assert out.startswith("this run: real data (example, released score matrices)\n")
+
+
+def test_run_notebook_04_draws_r1_over_bank_queries(folder, capsys, sns):
+    params = {"nnn_fractions": [1.0, 0.5], "dbsn_fractions": [0.5], "dbsn_seeds": [4], "nnn_params": {"k": 40}}
+    rec, tables, out = _nb(folder, "04", params, capsys)
+    assert "NOTE: nnn k=40 is larger than its limit here (30: query_bank): k=30 is used\n" in out   # the half bank
+    [(kind, data, kw)] = sns.calls
+    looks = rec.looks["sims_bank_sizes"]
+    assert kind == "lineplot" and data.equals(tables["bank_sizes"])
+    assert kw == {"x": "bank queries", "y": "R@1", "hue": "method", "marker": "o", "errorbar": None,
+                  "ax": looks["axes"][0]}
+    raw = _run(folder).tasks["t2v"].evaluate(None)["R@1"]
+    assert looks["lines"] == [[([raw, raw], "--", 1, "k")]]
+    assert looks["x base"] == [10] and looks["size"] == (6.5, 3.8) and looks["title size"] == [9]
+    df = tables["bank_sizes"]
+    assert list(tables) == ["bank_sizes"] and list(df.index) == list(range(5))
+    assert list(df.columns) == ["run", "direction", "fraction", "bank queries", "seed", "method", "R@1", "R@5", "MdR",
+                                "bank", "part", "raw R@1"]
+    assert list(zip(df["part"], df["method"], df["bank queries"], df["seed"])) == [
+        ("A: NNN", "nnn", 60, 0), ("A: NNN", "nnn", 30, 0), ("B: IS / SN / DBSN", "is", 30, 4),
+        ("B: IS / SN / DBSN", "sn", 30, 4), ("B: IS / SN / DBSN", "dbsn", 30, 4)]
+    task = _run(folder).tasks["t2v"]
+    want = ss.bank_size_table(task, [("is", {"tau": 0.02}), ("sn", {"tau": 0.01}), ("dbsn", {"tau": 0.01})], [0.5],
+                              [4])
+    assert list(df["R@1"][2:]) == pytest.approx(list(want["R@1"]), abs=1e-12)
+
+
+def test_run_notebook_05_draws_r1_over_the_temperature(folder, capsys, sns):
+    rec, tables, _ = _nb(folder, "05", {"taus": [0.01, 0.05]}, capsys)
+    [(kind, data, kw)] = sns.calls
+    looks = rec.looks["sims_tau_sweep"]
+    assert kind == "lineplot" and data.equals(tables["tau_sweep"])
+    assert kw == {"x": "tau", "y": "R@1", "hue": "method", "marker": "o", "ax": looks["axes"][0]}
+    assert looks["size"] == (6.5, 3.8) and looks["title size"] == [9] and looks["lines"] == [[]]
+    assert list(tables) == ["qa_vs_bank", "tau_sweep"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])
+def test_run_notebook_refuses_a_hub_k_that_is_not_a_positive_integer(folder, bad):
+    with pytest.raises(ValueError, match=re.escape(f"hub_k (the k of N_k) must be a positive integer; got {bad!r}")):
+        ss.run_notebook("00", f"sims:{folder[0]}", _Recorder(), {}, stop=False, hub_k=bad)
+    with pytest.raises(ValueError, match=re.escape(f"must be a positive integer; got {bad!r}")):
+        ss.run_notebook("00", f"sims:{folder[0]}", _Recorder(), {"hub_k": bad}, stop=False)
+
+
+def test_run_notebook_takes_a_numpy_hub_k_as_an_int(folder, capsys):
+    tables = ss.run_notebook("00", f"sims:{folder[0]}", _Recorder(), {"hub_k": np.int64(2)}, stop=False)
+    assert "skew N_2" in tables["hubness"] and type(tables["hubness"]["max N_2"][0]) is not str
+    tables = ss.run_notebook("00", f"sims:{folder[0]}", _Recorder(), {"hub_k": 2}, stop=False, hub_k=np.int32(1))
+    assert "skew N_1" in tables["hubness"]
+
+
+# ---------------------------------------------------------------------------------------------- study functions, more
+def _dense(m):
+    return m.block(0, m.shape[0], 0, m.shape[1], torch.float64).numpy()
+
+
+@pytest.fixture(scope="module")
+def handed_in(tmp_path_factory, folder):
+    """A sims folder whose bank rows are the test rows (a bank that holds the test queries), and one with the test
+    matrix only (no bank)."""
+    caps, items, c2i, _, _ = folder[1]
+    base = tmp_path_factory.mktemp("sims_more")
+    write_sims(base / "copy", {"test": caps @ items.T, "bank_rows": caps @ items.T}, modalities=("text", "video"),
+               dataset="example", synthetic=True, labels=c2i)
+    write_sims(base / "test_only", {"test": caps @ items.T}, modalities=("text", "video"), dataset="example",
+               synthetic=True, labels=c2i)
+    return base
+
+
+def test_hubness_table_defaults_a_folder_without_bank_and_the_skipped_methods(folder, handed_in):
+    run = _run(folder)
+    table = ss.hubness_table(run, lambda d: {"raw": None})
+    assert [c for c in table.columns if "N_" in c] == ["skew N_10", "max N_10"]
+    scores, _ = _raw(folder[1], "t2v")
+    assert table["max N_10"][0] == _n_k(scores, 10).max()
+    bare = ss.load_sims_run(f"sims:{handed_in / 'test_only'}")
+    skipped = {}
+    table = ss.hubness_table(bare, lambda d: {"is": hn.make_normalizer("is", tau=0.05),
+                                              "dbsn": hn.make_normalizer("dbsn", tau=0.05)}, k=3, skipped=skipped)
+    assert list(table["method"]) == ["is", "is"] and list(table["bank"]) == ["test queries (query-aware)"] * 2
+    assert list(skipped) == ["dbsn (t2v)", "dbsn (v2t)"]
+    task = bare.tasks["t2v"]
+    want = task.hubness(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), k=3)
+    assert table["skew N_3"][0] == pytest.approx(want["skewness"], abs=1e-12)
+    assert list(ss.hubness_table(bare, lambda d: {"dbsn": hn.make_normalizer("dbsn")})) == []   # no rows, no error
+
+
+def test_the_tables_fit_each_method_once(folder, monkeypatch):
+    run = _run(folder)
+    fits = []
+    for d, task in run.tasks.items():
+        fit = task.fit
+        monkeypatch.setattr(task, "fit", lambda norm, _fit=fit, _d=d, **kw: fits.append(_d) or _fit(norm, **kw))
+    ss.hubness_table(run, lambda d: {"raw": None, "is": hn.make_normalizer("is", tau=0.05)})
+    assert fits == ["t2v", "v2t"]
+    fits.clear()
+    ss.methods_table(run, lambda d: {"raw": None, "is": hn.make_normalizer("is", tau=0.05)})
+    assert fits == ["t2v", "v2t"]
+
+
+def test_bank_subset_cuts_a_bank_given_as_columns_and_keeps_the_hints(folder):
+    caps, items, c2i, bank_caps, _ = folder[1]
+    task = _run(folder).tasks["t2v"]
+    sub = ss.bank_subset(task, [5, 2, 9])
+    assert sub.hints == task.hints and sub.meta == task.meta and sub.hints is not task.hints
+    want = bank_caps[[2, 5, 9]] @ items.T
+    np.testing.assert_allclose(_dense(sub.engine.matrices[("query_bank", "targets")]), want, rtol=0, atol=1e-6)
+    cols = hn.ScoreTask({("queries", "targets"): caps @ items.T, ("targets", "query_bank"): items @ bank_caps.T},
+                        task.positives, direction="t2v")
+    cut = ss.bank_subset(cols, np.array([9, 5, 2]))
+    assert set(cut.engine.matrices) == {("queries", "targets"), ("query_bank", "targets")}
+    np.testing.assert_allclose(_dense(cut.engine.matrices[("query_bank", "targets")]), want, rtol=0, atol=1e-12)
+    assert cut.size("query_bank") == 3
+
+
+def test_bank_size_table_needs_a_bank_and_cuts_k_without_a_notes_list(folder, handed_in):
+    bare = ss.load_sims_run(f"sims:{handed_in / 'test_only'}").tasks["t2v"]
+    with pytest.raises(ValueError, match=re.escape(
+            "the t2v task has no query bank (bank x gallery scores): the query-bank study needs the manifest role "
+            "'bank_rows' (text queries) or 'bank_cols' (item queries)")):
+        ss.bank_size_table(bare, [("is", {})], [1.0])
+    task = _run(folder).tasks["t2v"]
+    table = ss.bank_size_table(task, [("nnn", {"k": 16})], [0.1], seeds=[1])      # 6 rows: k=6, no notes list given
+    want = ss.bank_subset(task, np.random.default_rng(1).choice(60, 6, replace=False)).evaluate(
+        hn.make_normalizer("nnn", k=6))
+    assert list(table["bank queries"]) == [6] and table["R@1"][0] == pytest.approx(want["R@1"], abs=1e-12)
+
+
+def test_tau_sweep_labels_a_bank_that_holds_the_test_queries(handed_in):
+    task = ss.load_sims_run(f"sims:{handed_in / 'copy'}").tasks["t2v"]
+    sweep = ss.tau_sweep(task, [0.05], ("is",))
+    assert list(sweep["bank"]) == ["bank (48 queries): QUERY-AWARE (it holds test queries)"]
+
+
+# ---------------------------------------------------------------------------------------------- the run
+def test_is_sims_and_load_sims_run_refuse_other_sources(folder):
+    assert ss.is_sims(f"sims:{folder[0]}") and not ss.is_sims("emb:x") and not ss.is_sims(None)
+    assert not ss.is_sims(["sims:x"])
+    with pytest.raises(ValueError, match=re.escape("source must be 'sims:<folder>'; got 'emb:x'")):
+        ss.load_sims_run("emb:x")
+
+
+def test_sims_run_names_the_text_query_direction_whatever_the_folder_order(tmp_path):
+    write_example(tmp_path / "vt", modalities=("video", "text"))
+    run = ss.load_sims_run(f"sims:{tmp_path / 'vt'}")
+    assert run.directions == ["t2v", "v2t"] and run.alias == {"t2i": "t2v", "i2t": "v2t"}
+    assert run.label == LABEL and run.synthetic is True and run.modalities == ("video", "text")
+    assert run.has_bank("t2v") and run.has_bank("v2t")
+    assert ss.load_sims_run(f"sims:{tmp_path / 'vt'}", ["i2t"]).directions == ["v2t"]
+    one = ss.load_sims_run(f"sims:{tmp_path / 'vt'}", ["v2t", "t2i"])
+    assert one.directions == ["v2t", "t2v"] and one.alias == {"t2i": "t2v"}
+    with pytest.raises(ValueError, match=re.escape("directions ['x2y']: this sims folder holds ['v2t', 't2v']; pass "
+                                                   "'t2i' (text queries, t2v) and/or 'i2t' (v2t)")):
+        ss.load_sims_run(f"sims:{tmp_path / 'vt'}", ["x2y"])
+
+
+def test_sims_run_has_bank_per_direction(folder, handed_in):
+    bare = ss.load_sims_run(f"sims:{handed_in / 'test_only'}")
+    assert not bare.has_bank("t2v") and not bare.has_bank("v2t")
+    copy = ss.load_sims_run(f"sims:{handed_in / 'copy'}")
+    assert copy.has_bank("t2v") and not copy.has_bank("v2t")
+
+
+def test_run_notebook_00_reads_per_direction_temperatures(folder, capsys):
+    params = {"is_tau": {"t2i": 0.01, "i2t": 1.0}, "hub_k": 3}
+    _, tables, _ = _nb(folder, "00", params, capsys)
+    df = tables["hubness"]
+    run = _run(folder)
+    for d, tau, other in (("t2v", 0.01, 1.0), ("v2t", 1.0, 0.01)):
+        task = run.tasks[d]
+        got = df[(df["direction"] == d) & (df["method"] == "is")]["skew N_3"].iloc[0]
+        want, wrong = (task.hubness(task.fit(hn.make_normalizer("is", tau=t)), k=3)["skewness"] for t in (tau, other))
+        assert got == pytest.approx(want, abs=1e-12) and got != pytest.approx(wrong, abs=1e-6)
+
+
+def test_run_notebook_on_a_folder_without_bank_or_with_some_bank_matrices(handed_in, capsys):
+    bare = f"sims:{handed_in / 'test_only'}"
+    tables = ss.run_notebook("05", bare, _Recorder(), {"taus": [0.05]}, stop=False)
+    qa = "test queries (query-aware)"
+    assert list(zip(tables["qa_vs_bank"]["direction"], tables["qa_vs_bank"]["method"], tables["qa_vs_bank"]["bank"])) \
+        == [(d, m, "-" if m == "raw" else qa) for d in ("t2v", "v2t") for m in ("raw", "is", "sn")]
+    assert list(tables["tau_sweep"]["bank"]) == [qa, qa]
+    tables = ss.run_notebook("06", bare, _Recorder(), {"nnn_params": {"k": 100}}, stop=False)
+    out = capsys.readouterr().out
+    assert "NOTE: nnn k=100 is larger than its limit here (48: query_bank): k=48 is used\n" in out
+    assert set(tables["first_stage_recall"]["bank"]) == {"-", qa}
+    tables = ss.run_notebook("09", bare, _Recorder(), {"hub_k": 2}, stop=False)
+    assert set(tables["raw_hubs"]["bank"]) == {qa}
+    tables = ss.run_notebook("05", f"sims:{handed_in / 'copy'}", _Recorder(), {"taus": [0.05]}, stop=False)
+    out = capsys.readouterr().out
+    assert "NOTE: dbsn (t2v) is not run on this folder: " in out
+    assert "NOTE: dualis (t2v) is not run on this folder: " in out
+    qvb = tables["qa_vs_bank"]
+    assert list(qvb[qvb["direction"] == "t2v"]["method"]) == ["raw", "is", "sn", "is", "sn"]
+    assert list(qvb[qvb["direction"] == "t2v"]["bank"])[3:] == [
+        "bank (48 queries): QUERY-AWARE (it holds test queries)"] * 2
