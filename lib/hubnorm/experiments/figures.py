@@ -205,7 +205,7 @@ def _legend_covers(ax, renderer) -> List[str]:
             break
     for line in ax.lines:
         if line.get_visible() and line.get_label() != "_hubnorm_zero_mark":
-            xy = line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+            xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2))
             if line.get_linestyle() in ("None", "none", "", " "):
                 hit = _segments_hit(box, xy, samples=1) if len(xy) else False
             else:
@@ -229,7 +229,7 @@ def _zero_marked(ax, rect, vertical: bool) -> bool:
     base = rect.get_y() if vertical else rect.get_x()
     lo, hi = min(x0, x1), max(x0, x1)
     for line in ax.lines:
-        xs, ys = (np.asarray(v, dtype=float) for v in line.get_data())
+        xs, ys = np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2).T   # (category names as numbers)
         along, across = (xs, ys) if vertical else (ys, xs)
         if len(along) and np.allclose(across, base) and along.min() <= lo + 1e-9 and along.max() >= hi - 1e-9:
             return True
