@@ -21,5 +21,7 @@ $PY bench_sinkhorn64.py
 $PY bench_blas_spin.py
 # float32 vs float64: every table of notebooks 04 and 05 compared at the printed precision
 $PY bench_float32.py
+# notebook 07's caption encoding: batch size and precision of the sentence encoder
+$PY bench_text_encoding.py
 # Dask backend (needs the distributed extra): 1 vs 2 workers on a 1.6 GB sharded bank
 $PY -c "import distributed" 2>/dev/null && $PY bench_distributed.py
