@@ -406,7 +406,10 @@ class World:
         monkeypatch.setattr(reporting, "run_folder_name",
                             lambda changed: "_".join(f"{k}-{v}" for k, v in sorted(changed.items())))
         for var in ("HUBNORM_REHEARSAL_SCALE", "HUBNORM_FORBID_SYNTHETIC", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-            monkeypatch.delenv(var, raising=False)
+            # set, then removed: monkeypatch records the variable's state before the test (a plain delenv of an
+            # absent variable records nothing, and what the runner then sets would outlive the test)
+            monkeypatch.setenv(var, "")
+            monkeypatch.delenv(var)
         monkeypatch.setenv("PYTHONHASHSEED", "7")
         monkeypatch.setenv("HUBNORM_RESULTS", "/unchanged")
 
