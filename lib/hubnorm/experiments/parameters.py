@@ -68,8 +68,8 @@ def _int(lo: Optional[int] = None, hi: Optional[int] = None):
 def _num(lo: Optional[float] = None, hi: Optional[float] = None, *, lo_open: bool = False):
     def check(v):
         if not _is_num(v):   # a number that is not finite has the right type and a wrong value
-            problem = f"must be a finite number; got {type(v).__name__} {v!r}"
-            return problem if isinstance(v, (int, float)) and not isinstance(v, bool) else TypeProblem(problem)
+            problem = _wrong_type("a finite number", v)
+            return str(problem) if isinstance(v, (int, float)) and not isinstance(v, bool) else problem
         if lo is not None and (v <= lo if lo_open else v < lo):
             return f"must be {'>' if lo_open else '>='} {lo:g}; got {v!r}"
         if hi is not None and v > hi:
