@@ -187,6 +187,12 @@ def _segments_hit(box, xy: np.ndarray, samples: int = 8) -> bool:
     return bool(inside.any())
 
 
+def _line_points(line) -> np.ndarray:
+    """A line's points in data coordinates as an (n, 2) float array: category names read as their positions
+    (``get_data`` would return the names themselves)."""
+    return np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2)
+
+
 def _legend_covers(ax, renderer) -> List[str]:
     leg = ax.get_legend()
     if leg is None or not leg.get_visible():
@@ -205,7 +211,7 @@ def _legend_covers(ax, renderer) -> List[str]:
             break
     for line in ax.lines:
         if line.get_visible() and line.get_label() != "_hubnorm_zero_mark":
-            xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2))
+            xy = line.get_transform().transform(_line_points(line))
             if line.get_linestyle() in ("None", "none", "", " "):
                 hit = _segments_hit(box, xy, samples=1) if len(xy) else False
             else:
@@ -229,7 +235,7 @@ def _zero_marked(ax, rect, vertical: bool) -> bool:
     base = rect.get_y() if vertical else rect.get_x()
     lo, hi = min(x0, x1), max(x0, x1)
     for line in ax.lines:
-        xs, ys = np.asarray(line.get_xydata(), dtype=float).reshape(-1, 2).T   # (category names as numbers)
+        xs, ys = _line_points(line).T
         along, across = (xs, ys) if vertical else (ys, xs)
         if len(along) and np.allclose(across, base) and along.min() <= lo + 1e-9 and along.max() >= hi - 1e-9:
             return True
