@@ -71,6 +71,7 @@ steps = 150
 batch_size = 64
 lr = 1e-4
 log_every = 10
+text_precision = "fp32"  # the sentence encoder of RSC (real caption texts): "fp32", or "amp_bf16" (bfloat16 autocast, about 0.6x the time on a CPU with native bfloat16; the paper profiles use it)
 
 # %% [markdown]
 # Parameters: `source` is "synthetic:flickr30k", "synthetic:coco" or "local:<folder>" (real embeddings; RSC needs
@@ -142,7 +143,7 @@ elif test.caption_texts is None or train.caption_texts is None:  # no caption te
                                     == np.asarray(a)[:, None]).astype(np.float64)
     rel_label = "binary relevance (ground-truth pairs only: no caption texts)"
 else:  # real captions; a rehearsal cache has placeholder captions and no latents: RSC runs on them for the timing
-    encoder = lw.load_text_encoder()
+    encoder = lw.load_text_encoder(precision=text_precision)   # the cache written by `encode-texts --precision`
     relevance, rel_label = lw.relevance_for_split(test, encoder=encoder)
     train_relevance = lw.batch_relevance_fn(train, encoder=encoder)
     if pr.is_synthetic(ds):

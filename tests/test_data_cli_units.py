@@ -493,7 +493,7 @@ def test_encode_texts_of_a_cache_source(texts_env, capsys):
     assert cli.main(["encode-texts", "cache:coco:M:P", "--cache-dir", "/c", "--text-model", "tm", "--device", "cpu",
                      "--batch-size", "7"]) == 0
     assert e.load.calls == [(("cache:coco:M:P",), {"splits": ("test", "train"), "cache_dir": "/c"})]
-    assert e.loader.calls == [(("tm",), {"device": "cpu", "batch_size": 7})]
+    assert e.loader.calls == [(("tm",), {"device": "cpu", "batch_size": 7, "precision": "fp32"})]
     assert [(c[0][0], c[1]) for c in e.encode.calls] == [
         (["t0", "t1", "t2"], {"cache_dir": "/c", "desc": "test captions"}),
         ([f"t{i}" for i in range(1200)], {"cache_dir": "/c", "desc": "train captions"})]
@@ -519,7 +519,7 @@ def test_encode_texts_of_a_rehearsal_cache_reads_its_own_folder(texts_env):
                      "test"]) == 0
     assert e.load.calls == [(("cache:coco:synthetic-rehearsal:seed0",),
                              {"splits": ("test",), "cache_dir": Path("/c") / "rehearsal"})]
-    assert e.loader.calls == [((None,), {"device": "cpu", "batch_size": 64})]
+    assert e.loader.calls == [((None,), {"device": "cpu", "batch_size": 64, "precision": "fp32"})]
     assert e.encode.calls[0][1]["cache_dir"] == "/c"
     assert cli.main(["encode-texts", "cache:coco:synthetic-rehearsal:seed0", "--split", "test"]) == 0
     assert e.load.calls[1] == (("cache:coco:synthetic-rehearsal:seed0",), {"splits": ("test",)})
@@ -709,3 +709,15 @@ def test_help_texts_match_the_reviewed_snapshot():
     want = json.loads(HELP_SNAPSHOT.read_text())
     for name in sorted(set(got) | set(want)):
         assert got.get(name) == want.get(name), name
+
+
+def test_encode_texts_passes_the_precision(texts_env):
+    assert cli.main(["encode-texts", "cache:coco:M:P", "--precision", "amp_bf16", "--split", "test"]) == 0
+    assert texts_env.loader.calls[-1][1]["precision"] == "amp_bf16"
+    with pytest.raises(SystemExit):   # argparse: not one of the encoders' precisions
+        cli.main(["encode-texts", "cache:coco:M:P", "--precision", "float16"])
+
+
+def test_the_cli_precisions_are_the_encoders():
+    from hubnorm.data.encoders.base import PRECISIONS
+    assert cli._PRECISIONS == PRECISIONS

@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -382,3 +383,59 @@ def test_folder_sha256_keys_on_names_and_sizes(tmp_path):
     assert _folder_sha256(a) == _reference_sha256(a) and _folder_sha256(b) == _reference_sha256(b)
     (tmp_path / "empty").mkdir()
     assert _folder_sha256(tmp_path / "empty") == hashlib.sha256().hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ precision
+def test_precision_is_part_of_the_identity_unless_fp32(fakes, monkeypatch):
+    from hubnorm.data.encoders import base
+    monkeypatch.setattr(base, "native_bfloat16", lambda: True)
+    fp32 = SentenceEncoder().build().identity()
+    assert "precision" not in fp32   # entries cached before the option existed keep their key
+    amp = SentenceEncoder(precision="amp_bf16").build()
+    assert amp.precision == "amp_bf16" and amp.identity() == {**fp32, "precision": "amp_bf16"}
+    assert load_text_encoder(precision="amp_bf16").precision == "amp_bf16"
+    assert load_text_encoder().precision == "fp32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        SentenceEncoder(precision="float16")
+
+
+def test_a_cast_precision_casts_the_built_model(fakes, monkeypatch):
+    import torch
+    from hubnorm.data.encoders import base
+    monkeypatch.setattr(base, "native_bfloat16", lambda: True)
+    casts = []
+    monkeypatch.setattr(_ST, "to", lambda self, dtype: casts.append(dtype) or self, raising=False)
+    SentenceEncoder(precision="amp_bf16").build()
+    assert casts == []   # autocast: the weights stay float32
+    SentenceEncoder(precision="bf16").build()
+    SentenceEncoder(precision="fp16").build()
+    assert casts == [torch.bfloat16, torch.float16]
+    with pytest.raises(ValueError, match="cast your SentenceTransformer yourself"):
+        SentenceEncoder(_ST("x"), precision="bf16")
+    assert SentenceEncoder(_ST("x"), precision="amp_bf16").precision == "amp_bf16"
+
+
+def test_bfloat16_on_a_cpu_without_it_warns(monkeypatch):
+    from hubnorm.data.encoders import base
+    monkeypatch.setattr(base, "native_bfloat16", lambda: False)
+    for precision in ("bf16", "amp_bf16"):
+        with pytest.warns(RuntimeWarning, match="without native bfloat16 .* slower"):
+            SentenceEncoder(precision=precision)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SentenceEncoder(precision="fp32")
+        SentenceEncoder(precision="amp")
+        monkeypatch.setattr(base, "native_bfloat16", lambda: True)
+        SentenceEncoder(precision="amp_bf16")
+
+
+def test_native_bfloat16_reads_the_cpu_checks(monkeypatch):
+    import torch
+    from hubnorm.data.encoders.base import native_bfloat16
+    for avx, amx, expected in ((True, False, True), (False, True, True), (False, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx: v, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v, raising=False)
+        assert native_bfloat16() is expected
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert native_bfloat16() is False   # a torch without the checks: assume none

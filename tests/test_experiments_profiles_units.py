@@ -394,3 +394,21 @@ def test_a_notebook_key_is_a_quoted_two_digit_number(num):
     doc["notebooks"][num] = {}
     _fails(doc, f"profiles file: notebooks.{num} must be a notebook's two-digit number in quotes (e.g. \"06\"); "
                 f"got {num!r}")
+
+
+def test_a_preparation_field_must_be_a_parameter_of_every_profile_that_prepares_it():
+    doc = _doc()
+    doc["preparations"]["other"]["command"] = ["{python}", "enc", "{source}", "--precision", "{text_precision}"]
+    _fails(doc, "profiles file: profiles.rehearse-x.parameters must set text_precision (the command of preparation "
+                "'other' uses them); got " + repr(doc["profiles"]["rehearse-x"]["parameters"]))
+    doc["profiles"]["rehearse-x"]["parameters"]["text_precision"] = "amp_bf16"
+    assert check_profiles(doc).preparations["other"].command[-1] == "{text_precision}"
+
+
+def test_the_shipped_preparations_are_filled_from_the_paper_parameters():
+    from hubnorm.experiments.profiles import load_profiles
+    p = load_profiles()
+    cmd = p.preparations["caption-embeddings"].command
+    assert cmd[-2:] == ("--precision", "{text_precision}")
+    for name in ("paper-flickr30k", "paper-coco", "rehearse-flickr30k", "rehearse-coco"):
+        assert p.profiles[name].parameters["text_precision"] == "amp_bf16", name

@@ -358,7 +358,7 @@ class Clock:
 
 def _profiles() -> Profiles:
     prep = Preparation("prep", "caption vectors", "making the things of {source} for {notebook}",
-                       ("{python}", "-m", "enc", "{source}", "--for", "{notebook}"))
+                       ("{python}", "-m", "enc", "{source}", "--for", "{notebook}", "--n", "{n}"))
     return Profiles(
         profiles={"default": Profile("default", "", {}, ("emb", "lat")),
                   "big": Profile("big", "big", {"source": "cache:x:{rehearsal_tag}", "n": 3,
@@ -548,7 +548,7 @@ def test_run_a_profile_that_rehearses_prepares_and_skips(world, capsys, monkeypa
     assert world.calls == [
         (["/py", "-m", "hubnorm.data", "rehearse", "--profile", "rh1", "--scale", "0.5"], {"cwd": world.root}),
         (["/py", "-m", "hubnorm.data", "rehearse", "--profile", "rh2", "--scale", "0.5"], {"cwd": world.root}),
-        (["/py", "-m", "enc", "cache:x:seed0-scale0.5", "--for", "03_gamma"], {"cwd": world.root})]
+        (["/py", "-m", "enc", "cache:x:seed0-scale0.5", "--for", "03_gamma", "--n", "3"], {"cwd": world.root})]
     assert [nb.stem for nb, _, _ in world.ran] == ["01_alpha", "03_gamma", "04_delta"]
     assert all(p == params for _, p, _ in world.ran)
     assert world.fetches == []                                                 # the default profile's only
@@ -579,7 +579,8 @@ def test_run_a_failed_preparation_is_reported_and_the_notebooks_still_run(world,
     assert err == "run_all.sh: the caption vectors could not be prepared (above); 03_gamma will say why\n"
     assert out.splitlines()[:2] == ["run_all.sh: making the things of  for 03_gamma",
                                     f"run_all.sh: profile nosrc -> {world.results}/ns/ (1 notebook matching --only 3)"]
-    assert world.calls == [(["/py", "-m", "enc", "", "--for", "03_gamma"], {"cwd": world.root})]
+    # "nosrc" sets no n: its {n} stays (check_profiles refuses such a file; these Profiles are built by hand)
+    assert world.calls == [(["/py", "-m", "enc", "", "--for", "03_gamma", "--n", "{n}"], {"cwd": world.root})]
     assert [nb.stem for nb, _, _ in world.ran] == ["03_gamma"]
 
 

@@ -3,6 +3,7 @@ the adapter analog, and input errors."""
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -431,6 +432,26 @@ def test_minilm_loads_offline_and_ranks_paraphrases_closer(minilm):
     assert e.shape == (3, 384) and e.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
     assert e[0] @ e[1] > e[0] @ e[2] + 0.3 and e[0] @ e[1] > e[1] @ e[2] + 0.3
+
+
+@pytest.mark.slow
+def test_minilm_in_bfloat16_autocast_agrees_with_float32(minilm):
+    """The paper profiles encode notebook 07's captions with precision='amp_bf16' (benchmarks/reports/
+    text_encoding.md: max |1 - cos| 2.6e-5 on 3,000 Flickr8k captions): the same embeddings to 1e-4 in cosine,
+    and the same nearest caption for each of a few captions of two topics (on any CPU: without native bfloat16 it
+    is emulated, slower, not different)."""
+    texts = ["A dog runs across the grass.", "A puppy is running on a lawn.", "Two dogs play with a ball in a park.",
+             "Stock markets fell sharply on Monday.", "Shares dropped as investors sold.", "The index closed lower."]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # a CPU without native bfloat16
+        amp = lw.load_text_encoder(precision="amp_bf16")
+    ref = lw.encode_texts(texts, minilm, cache=False)
+    got = lw.encode_texts(texts, amp, cache=False)
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    cos = np.sum(got * ref, axis=1)
+    assert np.abs(1 - cos).max() < 1e-4 and np.abs(1 - cos).max() > 0   # bfloat16 did run (not the float32 path)
+    off = lambda e: np.where(np.eye(len(texts), dtype=bool), -np.inf, e @ e.T)  # noqa: E731
+    np.testing.assert_array_equal(off(got).argmax(1), off(ref).argmax(1))
 
 
 @pytest.mark.slow

@@ -30,6 +30,8 @@ from ..data.rehearse import PROFILES_FILE, read_profiles_file, rehearsal_profile
 
 __all__ = ["Profile", "NotebookNeeds", "Preparation", "Profiles", "load_profiles", "PROFILES_FILE"]
 
+#: the fields the runner fills in every preparation's command; any other ``{name}`` is a profile parameter
+PREPARATION_FIELDS = {"python", "source", "notebook"}
 SECTIONS = {"paper_parameters", "needs", "preparations", "profiles", "own_source", "notebooks", "rehearsal"}
 SOURCE_KINDS = ("synthetic", "cache", "local", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -163,6 +165,12 @@ def check_profiles(data: Mapping, path: str = "") -> Profiles:
         for p, v in prof["parameters"].items():
             if isinstance(v, str) and "{rehearsal_tag}" in v and not rehearse:
                 raise _err(f"{key}.parameters.{p}", "uses {rehearsal_tag} but the profile rehearses nothing", v)
+        for prep in prepares:   # a preparation's {parameter} fields are the profile's parameters
+            fields = set(re.findall(r"\{(\w+)\}", " ".join(preps[prep].command))) - PREPARATION_FIELDS
+            missing = sorted(fields - set(prof["parameters"]))
+            if missing:
+                raise _err(f"{key}.parameters", f"must set {', '.join(missing)} (the command of preparation "
+                           f"{prep!r} uses them)", prof["parameters"])
         profiles[name] = Profile(name, results, dict(prof["parameters"]), offers, prepares, rehearse)
     if profiles["default"].results != "" or profiles["default"].rehearse:
         raise _err("profiles.default", "must write to the results root itself (results: '') and rehearse nothing",

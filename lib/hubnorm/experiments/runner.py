@@ -386,7 +386,8 @@ class Runner:
             if not users:
                 continue
             prep = p.preparations[prep_name]
-            fields = {"source": source, "notebook": users[0].stem, "python": self.python}
+            fields = {**{k: v for k, v in params.items() if isinstance(v, (str, int, float))},   # e.g. text_precision
+                      "source": source, "notebook": users[0].stem, "python": self.python}
             t0 = time.time()
             _say(f"run_all.sh: {_fill(prep.start, **fields)}")
             if subprocess.run(_fill(list(prep.command), **fields), cwd=self.root).returncode == 0:

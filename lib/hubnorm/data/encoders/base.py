@@ -33,6 +33,14 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX tiles), so that bfloat16 is faster than
+    float32 on it (elsewhere torch emulates it, and it is slower)."""
+    cpu = getattr(torch, "cpu", None)
+    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(bool(check()) for check in checks if check is not None)
+
+
 def package_versions(*packages: str) -> dict:
     """``{package: version}`` from package metadata (no import); "not installed" for a missing one."""
     from importlib import metadata
@@ -96,6 +104,9 @@ class Encoder:
         # a bad device ("cuda" without CUDA, "cuda:7", "gpu") fails here with a ValueError naming the fix
         self.device = default_device() if device is None else str(resolve_device(device))
         self.precision = precision
+        if precision in ("bf16", "amp_bf16") and self.device == "cpu" and not native_bfloat16():
+            warnings.warn(f"precision={precision!r} on a CPU without native bfloat16 (AVX512-BF16 or AMX) is slower "
+                          f"than 'fp32', not faster; pass precision='fp32'", RuntimeWarning, stacklevel=2)
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.progress = progress
