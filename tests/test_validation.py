@@ -229,6 +229,33 @@ def test_unit_rows():
         v.unit_rows(np.array([[0.0, 0.0], [1.0, 0.0]]), "rows")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("block", [1, 3, 7, 10**6])
+def test_unit_rows_in_blocks_gives_the_bits_of_the_plain_computation(monkeypatch, dtype, block):
+    """The blocks of unit_rows are an optimisation (one full-size allocation): the same bits as the whole-matrix
+    float64 computation, for every input dtype, block size and output dtype; and the errors come in the plain
+    order (a NaN anywhere before a zero row anywhere)."""
+    monkeypatch.setattr(v, "UNIT_ROWS_BLOCK", block)
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((11, 6)) * rng.lognormal(0, 3, size=(11, 1))
+    for x in (base, base.astype(np.float32), np.round(base * 10).astype(np.int64) + 1, base.tolist(),
+              torch.tensor(base, dtype=torch.float32), np.asfortranarray(base)):
+        x64 = np.asarray(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+        plain = (x64 / np.linalg.norm(x64, axis=1, keepdims=True)).astype(dtype)
+        got = v.unit_rows(x, "rows", dtype=dtype)
+        assert got.dtype == dtype and got.shape == plain.shape
+        np.testing.assert_array_equal(got, plain)
+    bad = base.copy()
+    bad[1] = 0.0
+    bad[9, 2] = np.inf
+    with pytest.raises(ValueError, match="rows contain NaN or Inf"):   # the later NaN/Inf row wins over the zero row
+        v.unit_rows(bad, "rows", dtype=dtype)
+    bad[9, 2] = 1.0
+    with pytest.raises(ValueError, match="rows contain an all-zero row"):
+        v.unit_rows(bad, "rows", dtype=dtype)
+    assert v.unit_rows(np.array([[True, False]]), "rows").tolist() == [[1.0, 0.0]]
+
+
 def test_resolve_device_with_gpus_present(monkeypatch):
     """The CUDA and MPS branches on a machine that has them (simulated: this check runs on any machine)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
