@@ -67,6 +67,7 @@ cross_seed: int = 1  # seed of a synthetic cross-dataset source
 cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
 shift_shares: list = [0.0, 0.25, 0.5, 0.75, 1.0]  # Part D: share of the query bank drawn from the other distribution at each step
 shift_boot: int = 200  # Part D: bootstrap resamples of each gain's 95% CI
+shift_size = None  # Part D: query-bank rows at every share (None: the smaller pool, here the training captions); the paper profiles use 5000, the test queries' number
 
 # %%
 import matplotlib.pyplot as plt
@@ -558,7 +559,7 @@ if pr.is_synthetic(ds):
     shift_pools[f"to {dataset} train, seed {seed + 1}"] = twin.split("train").captions
     shift_sets.append(twin)
 shift = pd.concat([studies.shift_study(task, pool, side="query_bank", shares=shift_shares, n_boot=shift_boot,
-                                       seed=seed, label=name)
+                                       size=shift_size, seed=seed, label=name)
                    for name, pool in progress(shift_pools.items(), desc="Part D shifts", total=len(shift_pools))]
                   or [pd.DataFrame()], ignore_index=True)
 if len(shift):

@@ -272,6 +272,8 @@ SCHEMA: Dict[str, Rule] = {
     "dbsn_seeds": R("list", "a non-empty list of distinct integers >= 0", _list(_int(0)), "[0, 1]"),
     "shift_shares": R("list", "a list of at least two distinct numbers in [0, 1] (the share of the bank drawn from "
                       "the other distribution at each step)", _list(_num(0, 1), min_len=2), "[0, 0.5, 1]"),
+    "shift_size": R("None", "None or an integer >= 1 (query-bank rows at every share; at most the smaller pool)",
+                    _optional(_int(1)), "5000"),
     "shift_boot": R("int", "an integer >= 1 (bootstrap resamples of each gain's CI)", _int(1), "100"),
     # 05
     "taus": R("None", "None or a non-empty list of distinct temperatures > 0", _optional(_list(_POS))),
