@@ -145,7 +145,10 @@ elif test.caption_texts is None or train.caption_texts is None:  # no caption te
 else:  # real captions; a rehearsal cache has placeholder captions and no latents: RSC runs on them for the timing
     encoder = lw.load_text_encoder(precision=text_precision)   # the cache written by `encode-texts --precision`
     relevance, rel_label = lw.relevance_for_split(test, encoder=encoder)
-    train_relevance = lw.batch_relevance_fn(train, encoder=encoder)
+    # the adapter's batches reach only some training images (the same seeded draws in every run below): encode
+    # their captions only
+    drawn = lw.drawn_images(train.caption_to_image, steps=steps, batch_size=min(batch_size, train.n_images), seed=seed)
+    train_relevance = lw.batch_relevance_fn(train, encoder=encoder, images=drawn)
     if pr.is_synthetic(ds):
         rel_label += " of the rehearsal's placeholder captions (timing only: meaningless relevance)"
 nb.show(pr.describe(ds), caption=f"{label}; relevance: {rel_label}")

@@ -300,3 +300,33 @@ def test_adapter_study_type_guard():
     with pytest.raises(TypeError, match=r"^test must be an EmbeddingSplit \(images, captions, caption_to_image\); "
                                         r"got dict$"):
         ad.adapter_study(split, {"images": 1}, {}, None)
+
+
+@pytest.mark.parametrize("steps, bs, seed", [(3, 4, 0), (5, 2, 7), (1, 12, 1)])
+def test_drawn_images_are_the_images_the_training_batches_hold(steps, bs, seed):
+    imgs, caps, c2i = _pairs(seed=2)
+    seen = []
+    rel = _rel_fn(imgs, c2i)
+
+    def recording(a, b):
+        seen.append(np.asarray(a).copy())
+        assert set(c2i[np.asarray(b)]) <= set(np.asarray(a).tolist())   # a batch's captions are of its images
+        return rel(a, b)
+    ad.train_adapter(imgs, caps, c2i, relevance_fn=recording, loss="triplet+sndcg", steps=steps, batch_size=bs,
+                     seed=seed, log_every=1)
+    assert len(seen) == steps + 1
+    np.testing.assert_array_equal(ad.drawn_images(c2i, steps=steps, batch_size=bs, seed=seed),
+                                  np.unique(np.concatenate(seen)))
+    assert hn.listwise.drawn_images is ad.drawn_images
+
+
+def test_drawn_images_guards():
+    c2i = np.array([0, 0, 1, 2])
+    for kw in ({"steps": 0}, {"batch_size": 0}, {"steps": 1.5}, {"batch_size": True}):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            ad.drawn_images(c2i, **{"steps": 2, "batch_size": 2, **kw})
+    with pytest.raises(ValueError, match="batch_size 4 exceeds the number of training images 3"):
+        ad.drawn_images(c2i, batch_size=4)
+    with pytest.raises(ValueError, match="image 1 has no caption"):
+        ad.drawn_images(np.array([0, 2, 2]), batch_size=2)
+    assert ad.drawn_images(c2i, steps=50, batch_size=3).tolist() == [0, 1, 2]   # every image, each once

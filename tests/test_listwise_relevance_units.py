@@ -296,3 +296,36 @@ def test_batch_relevance_fn_rsc_and_content(monkeypatch):
     np.testing.assert_allclose(fz(a, b), _ref_content(z, split.caption_to_image)[np.ix_(a, b)], rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match=r"^content contain NaN or Inf$"):
         relevance.batch_relevance_fn(split, content=np.full((7, 4), np.nan))
+
+
+def test_batch_relevance_fn_on_a_subset_of_images_equals_all_captions(monkeypatch):
+    """images=: only those images' captions are encoded, and every pair among them has the relevance computed
+    from all captions (RSC reads an image's own captions and the caption asked about)."""
+    split, g, texts = _split(8)
+    enc = _NamedEncoder(g, texts)
+    full = relevance.batch_relevance_fn(split, encoder=enc)
+    encoded = []
+    real = relevance.encode_texts
+    monkeypatch.setattr(relevance, "encode_texts",
+                        lambda t, encoder=None, **kw: encoded.append((list(t), kw.get("desc"))) or real(t, encoder, **kw))
+    c2i = split.caption_to_image
+    keep = [5, 1, 1, 6]                                   # unsorted, repeated: the images 1, 5, 6
+    sub = relevance.batch_relevance_fn(split, encoder=enc, images=keep)
+    caps = np.flatnonzero(np.isin(c2i, [1, 5, 6]))
+    assert encoded == [([texts[i] for i in caps], "encoding the captions of 3 training images")]
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        a = rng.choice([1, 5, 6], size=rng.integers(1, 4))
+        b = rng.choice(caps, size=rng.integers(1, 6))
+        np.testing.assert_array_equal(sub(a, b), full(a, b))
+    outside_image = int(np.setdiff1d(np.arange(split.n_images), [1, 5, 6])[0])
+    outside_caption = int(np.flatnonzero(c2i == outside_image)[0])
+    for a, b in (([outside_image], caps[:2]), ([1], [outside_caption])):
+        with pytest.raises(ValueError, match=r"outside the images given to batch_relevance_fn \(images=\)"):
+            sub(np.array(a), np.array(b))
+    with pytest.raises(ValueError, match="images must be a non-empty"):
+        relevance.batch_relevance_fn(split, encoder=enc, images=[])
+    with pytest.raises(ValueError, match="images"):
+        relevance.batch_relevance_fn(split, encoder=enc, images=[split.n_images])
+    with pytest.raises(ValueError, match="content relevance encodes nothing"):
+        relevance.batch_relevance_fn(split, content=np.ones((split.n_images, 3)), images=[1])

@@ -15,7 +15,7 @@ Image-Text Retrieval", 2023), split by concern:
 >>> lw.metric_table(df)                                         # R@1 R@5 R@10 NDCG@5 NDCG@10 NDCG@20
 """
 
-from .adapter import LOSSES, AdapterRun, LinearAdapter, adapter_study, train_adapter
+from .adapter import LOSSES, AdapterRun, LinearAdapter, adapter_study, drawn_images, train_adapter
 from .losses import hard_rank, smooth_ndcg, smooth_ndcg_loss, smooth_rank, triplet_loss
 from .metrics import evaluate_listwise, listwise_metrics, metric_table, ndcg_at_ks, top_candidates
 from .relevance import (DEFAULT_TEXT_ENCODER, RSC, SentenceEncoder, batch_relevance_fn, content_relevance,
@@ -26,5 +26,5 @@ __all__ = [
     "rsc_from_texts", "content_relevance", "relevance_for_split", "batch_relevance_fn", "listwise_metrics",
     "ndcg_at_ks",
     "top_candidates", "evaluate_listwise", "metric_table", "smooth_rank", "hard_rank", "smooth_ndcg",
-    "smooth_ndcg_loss", "triplet_loss", "LinearAdapter", "AdapterRun", "train_adapter", "adapter_study", "LOSSES",
+    "smooth_ndcg_loss", "triplet_loss", "LinearAdapter", "AdapterRun", "train_adapter", "drawn_images", "adapter_study", "LOSSES",
 ]

@@ -188,16 +188,44 @@ def relevance_for_split(split, directions: Sequence[str] = DIRECTIONS, *, encode
     return {d: rel[d] for d in directions}, label
 
 
-def batch_relevance_fn(split, *, encoder: Optional[TextEncoder] = None, content=None) -> RelevanceFn:
+def batch_relevance_fn(split, *, encoder: Optional[TextEncoder] = None, content=None, images=None) -> RelevanceFn:
     """A ``relevance_fn(image_idx, caption_idx) -> (B, B')`` (i2t orientation) for
     :func:`hubnorm.listwise.train_adapter` on ``split``: RSC with the captions encoded once (default), or
-    :func:`content_relevance` of ``content`` when given."""
+    :func:`content_relevance` of ``content`` when given.
+
+    ``images`` (RSC only): the images the batches will hold (e.g. :func:`hubnorm.listwise.drawn_images` of the
+    training settings); only their captions are encoded, the relevance of every pair among them is the same as with
+    all captions (an image's RSC reads its own captions and the caption asked about), and a pair outside them is a
+    ValueError. Default: every image."""
     c2i, n = split.caption_to_image, split.n_images
     if content is not None:
+        if images is not None:
+            raise ValueError("images selects the captions to encode for RSC; content relevance encodes nothing: "
+                             "leave images None")
         z = unit_rows(content, "content", np.float64)
         return lambda a, b: content_relevance(z, c2i, "i2t", images=a, captions=b)
     if split.caption_texts is None:
         raise _no_texts_error()
-    rsc = RSC(encode_texts(split.caption_texts, load_text_encoder() if encoder is None else encoder, desc="encoding "
-                           "training captions"), c2i, n)     # normalised and grouped once, not once per batch
-    return lambda a, b: rsc(a, b, "i2t")
+    encoder = load_text_encoder() if encoder is None else encoder
+    if images is None:
+        rsc = RSC(encode_texts(split.caption_texts, encoder, desc="encoding training captions"), c2i, n)
+        return lambda a, b: rsc(a, b, "i2t")     # normalised and grouped once, not once per batch
+    keep = np.unique(index_array(images, "images", n))
+    caps = np.flatnonzero(np.isin(c2i, keep))   # every caption of those images, in split order
+    local_image = np.full(n, -1, dtype=np.int64)
+    local_image[keep] = np.arange(keep.size)
+    local_caption = np.full(c2i.size, -1, dtype=np.int64)
+    local_caption[caps] = np.arange(caps.size)
+    texts = [split.caption_texts[i] for i in caps]
+    rsc = RSC(encode_texts(texts, encoder, desc=f"encoding the captions of {keep.size:,} training images"),
+              local_image[c2i[caps]], keep.size)
+
+    def relevance(a, b):
+        la = local_image[index_array(a, "image_idx", n)]
+        lb = local_caption[index_array(b, "caption_idx", c2i.size)]
+        if (la < 0).any() or (lb < 0).any():
+            raise ValueError("relevance asked for an image or caption outside the images given to batch_relevance_fn"
+                             " (images=): build it with images=None (all), or with drawn_images() of the same steps, "
+                             "batch_size and seed as the training")
+        return rsc(la, lb, "i2t")
+    return relevance
