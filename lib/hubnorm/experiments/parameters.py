@@ -311,6 +311,8 @@ SCHEMA: Dict[str, Rule] = {
                         for x in v.values()) else f"must be a non-empty {{label: [name, {{params}}]}}; got {v!r}"),
     "n_planted": R("int", "an integer >= 1 (planted items)", _int(1)),
     "budgets": R("list", "a non-empty list of distinct chord distances in (0, 2]", _list(_num(0, 2, lo_open=True))),
+    "sinkhorn_cache_dtype": R("None", "None (the embeddings' dtype) or 'float16'", _optional(_choice(("float16",))),
+                              "float16"),
     "text_precision": R("str", "'fp32', 'fp16', 'bf16', 'amp' or 'amp_bf16'",
                         _choice(("fp32", "fp16", "bf16", "amp", "amp_bf16"))),
     "construction": R("str", "'gradient' or 'mean'", _choice(("gradient", "mean"))),
