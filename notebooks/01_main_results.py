@@ -421,13 +421,16 @@ classic = {"raw": ("raw", {}), "NNN": ("nnn", None), "IS": ("is", {"tau": 0.02})
            "LS": ("ls", None), "MP": ("mp", {}), "MP (empirical)": ("mp", {"form": "empirical"}), "DSL": ("dsl", None)}
 
 
-def classic_rows(tests, vals, data_label):
-    """One row per direction and method of ``classic`` on one data set: NNN's and LS's parameters chosen on val."""
+def classic_rows(tests, vals, data_label, nnn_chosen=None):
+    """One row per direction and method of ``classic`` on one data set: NNN's and LS's parameters chosen on val
+    (``nnn_chosen``: NNN's choice per direction already made on these val tasks, section 2)."""
     out = []
     for d in directions:
         ctask, cval = tests[d], vals[d]
         for cname, (cm, cparams) in classic.items():
-            if cm in ("nnn", "ls", "dsl"):   # chosen on val, by R@1 (section 2's rule)
+            if cm == "nnn" and nnn_chosen and d in nnn_chosen:
+                cparams = nnn_chosen[d]   # section 2's search, on the same val split with the same grid
+            elif cm in ("nnn", "ls", "dsl"):   # chosen on val, by R@1 (section 2's rule)
                 cgrid = grids["nnn"] if cm == "nnn" else {"k": [5, 10, 20, 50]}   # LS, DSL: around k = 10
                 cparams = hn.grid_search(cm, cval, pr.clamp_grid(cm, cgrid, cval)).best_params
             cfitted = ctask.fit(hn.make_normalizer(cm, **cparams))
@@ -438,7 +441,8 @@ def classic_rows(tests, vals, data_label):
     return out
 
 
-crows = classic_rows(test_tasks, val_tasks, label)
+crows = classic_rows(test_tasks, val_tasks, label,
+                     {r.direction: r.params for r in selection[selection["method"] == "nnn"].itertuples()})
 for real_label, rds in reals.items():   # the real column: each set's whole training part as the bank (section 7)
     rbank = pr.reference_split(rds, "train", 1.0, seed=seed, note_small=False)
     crows += classic_rows(*(pr.make_tasks(rds.split(s), rbank, directions=directions) for s in ("test", "val")),

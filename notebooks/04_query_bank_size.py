@@ -556,7 +556,7 @@ shift_pools, shift_sets = {}, []   # the pools, and the data sets they come from
 if cross_source:
     shift_pools[f"to {pr.dataset_key(cross_source, cross)} train"] = cross.split("train").captions
     shift_sets.append(cross)
-if pr.is_synthetic(ds):
+if source.startswith("synthetic:"):   # the generator itself (a cache of synthetic rows, e.g. a rehearsal, has no twin)
     twin = pr.prepare_dataset(source, seed=seed + 1, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
                               source_kwargs=source_kwargs, note_small=False)   # same generator, other content
     shift_pools[f"to {dataset} train, seed {seed + 1}"] = twin.split("train").captions
