@@ -53,6 +53,7 @@ model: str = "auto"  # published NNN rows beside ours: "auto" follows the embedd
 dataset = None  # published dataset "flickr30k" or "coco"; None: the one the source declares (a local: folder's model_info.json), else none
 directions: list = ["t2i", "i2t"]
 seed: int = 0
+dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale; the paper profiles use it)
 bank_fraction: float = 0.2  # share of the training split used as the reference bank (NNN: 0.2); 1.0 takes the whole training part
 fast: bool = True  # True: the reduced grids listed below; False: the paper grids (hubnorm.PAPER_GRIDS)
 n_boot: int = 200  # bootstrap resamples for the 95% confidence intervals
@@ -70,7 +71,7 @@ REPRODUCES = {  # the papers' numbered tables and figures computed here (README'
     "nnn-chowdhury2024": ["Table 1", "Table 2", "Table A1", "Table A2", "Table A6", "Table A7", "Table A8",
                           "Table A9", "Table A10", "Table A11"],
 }
-run = nb.setup("01", seed=seed, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
+run = nb.setup("01", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next

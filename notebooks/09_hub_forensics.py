@@ -63,6 +63,7 @@ source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", 
 synthetic_sizes: dict = {"n_train_images": 1000, "n_val_images": 500, "n_test_images": 500}  # synthetic generator only
 source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 seed: int = 0
+dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale; the paper profiles use it)
 hub_k: int = 10  # the k of N_k
 methods: dict = {"NNN": ("nnn", {"alpha": 0.75, "k": 16}), "IS": ("is", {"tau": 0.02}), "SN": ("sn", {"tau": 0.01})}  # fixed settings of sections 1-2
 n_planted: int = 3  # crafted items appended to the gallery
@@ -87,7 +88,7 @@ from hubnorm.experiments import notebook as nb, protocol as pr
 from hubnorm.provenance import bank_mark, rows_mark
 
 REPRODUCES = {"dbsn-pan2025": ["Fig. A10"]}  # the papers' numbered tables and figures computed here (README's coverage table)
-run = nb.setup("09", seed=seed, params=globals(), reproduces=REPRODUCES)
+run = nb.setup("09", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)
 
 # %% [markdown]
 # **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
