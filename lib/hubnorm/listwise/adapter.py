@@ -81,6 +81,13 @@ def _torch_threads(n: Optional[int]):
         torch.set_num_threads(old)
 
 
+def _positive_ints(**values) -> None:
+    """The training schedule's counts (steps, batch_size, log_every) are positive integers, else a ValueError."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+
+
 def _draw(gen: torch.Generator, n_images: int, counts: np.ndarray, batch_size: int):
     """One training batch: ``batch_size`` distinct images and, for each, the position of one of its captions among
     its own (``counts``: captions per image)."""
@@ -94,9 +101,7 @@ def drawn_images(caption_to_image, *, steps: int = 300, batch_size: int = 128, s
     each once): its batches come from the same seeded generator, so relevance needs only these images and their
     captions (:func:`hubnorm.listwise.batch_relevance_fn`'s ``images``: at Flickr30k's 29,000 training images,
     300 steps of 128 images reach about 2 in 3)."""
-    for name, v in (("steps", steps), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    _positive_ints(steps=steps, batch_size=batch_size)
     c2i = index_array(caption_to_image, "caption_to_image")
     counts = np.bincount(c2i)
     if batch_size > counts.size:
@@ -152,9 +157,7 @@ def train_adapter(
     w_trip, w_sndcg = LOSSES[loss]
     if w_sndcg and relevance_fn is None:
         raise ValueError(f"loss {loss!r} needs relevance_fn(image_idx, caption_idx) -> in-batch relevance")
-    for name, v in (("steps", steps), ("batch_size", batch_size), ("log_every", log_every)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    _positive_ints(steps=steps, batch_size=batch_size, log_every=log_every)
     if batch_size < 2:
         raise ValueError("batch_size must be at least 2 (in-batch negatives)")
     if not (math.isfinite(lr) and lr > 0):
