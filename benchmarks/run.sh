@@ -23,5 +23,8 @@ $PY bench_blas_spin.py
 $PY bench_float32.py
 # notebook 07's caption encoding: batch size and precision of the sentence encoder
 $PY bench_text_encoding.py
+# scores as input: memory-mapped bank matrices against embeddings, and a 3 GB fit against one read of the file
+$PY bench_scores.py
+$PY bench_scores_read.py
 # Dask backend (needs the distributed extra): 1 vs 2 workers on a 1.6 GB sharded bank
 $PY -c "import distributed" 2>/dev/null && $PY bench_distributed.py

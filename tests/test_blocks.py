@@ -463,7 +463,11 @@ def test_the_reductions_hand_their_settings_to_the_kernels(monkeypatch):
     TopK(Scores("a", "b"), 3).reduce_chunk(Chunk(rows, cols, block_bytes=4096, backend="numpy"))
     assert seen["topk_similarity"] == {"block_bytes": 4096, "backend": "numpy"}
     TopK(Scores("a", "b"), 3).reduce_scores(s, 23, block_bytes=2048)
-    assert seen["topk_scores"] == {"block_bytes": 2048}
+    assert seen["topk_scores"] == {"block_bytes": 2048, "visit": None}
+    strips = []
+    TopK(Scores("a", "b"), 3).reduce_scores(s, 23, block_bytes=2048, visit=lambda b, r0: strips.append(r0))
+    assert seen["topk_scores"]["visit"] is not None and strips[0] == 0 and strips == sorted(set(strips))
+    assert LogMeanExp(Scores("a", "b"), 2.0).reduce_scores(s, 23, visit=lambda b, r0: None) is NotImplemented
     red = LogMeanExp(Scores("query_bank", "targets"), 1e5, unit=1.0)
     red.prepare(_engine(rows, cols))
     cache = {}

@@ -256,3 +256,50 @@ def test_log_mean_exp_names_scale_by_default_and_sizes_by_row_norms():
     assert K.log_mean_exp_similarity(a, b, 50.0).dtype == torch.float32
     with pytest.raises(ValueError, match="^scale is too extreme"):
         K.log_mean_exp_similarity(a[:4], b[:6], 1e3, unit=1e-20)
+
+
+def _topk_cases():
+    g = torch.Generator().manual_seed(3)
+    rand = torch.randn(400, 23, generator=g, dtype=torch.float64)
+    ties = torch.randint(0, 5, (400, 23), generator=g).double()              # many equal scores
+    rising = torch.arange(400, dtype=torch.float64)[:, None].repeat(1, 23)    # every later block beats the running
+    falling = rising.flip(0)                                                  # no later block has a candidate
+    mixed = rand.clone()
+    mixed[300:, 4] += 10.0                                                    # one column's winners come late
+    neg = rand.clone()
+    neg[:, 7] = -math.inf                                                     # a column of -inf (fewer than k finite)
+    neg[11, 7] = 0.5
+    return {"random": rand, "ties": ties, "rising": rising, "falling": falling, "late column": mixed, "-inf": neg}
+
+
+@pytest.mark.parametrize("case", list(_topk_cases()))
+@pytest.mark.parametrize("k", [1, 6, 40])
+@pytest.mark.parametrize("block_rows", [3, 17, 400])
+def test_topk_of_given_scores_over_rows_equals_dense_topk(case, k, block_rows):
+    """dim 0: the running top-k of the first block and the above-threshold candidates of later blocks (or a block's
+    own top-k when a quarter of it passes) equal the dense top-k: same values, indices of those values."""
+    s = _topk_cases()[case]
+    for x in (s, s.float()):
+        v, i = K.topk_scores(x, k, 0, block_bytes=block_rows * 23 * x.element_size())
+        want = x.T.topk(k, dim=1).values
+        assert torch.equal(v, want), case
+        assert torch.equal(x.T.gather(1, i), v) and bool((i >= 0).all())
+        rows_per_col = [set(r.tolist()) for r in i]
+        assert all(len(r) == k for r in rows_per_col)                          # k distinct rows per column
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_kernels_stream_a_transposed_view_along_its_stored_rows(dim, monkeypatch):
+    stored = _unit(31, seed=8) @ _unit(9, seed=9).T                           # C order: rows are contiguous
+    s = stored.T                                                               # as read: a transposed view
+    v, i = K.topk_scores(s, 3, dim, block_bytes=64)
+    want = (s if dim == 1 else s.T).topk(3, dim=1)
+    assert torch.equal(v, want.values) and torch.equal(i, want.indices)
+    lse = K.logsumexp_scores(s, 5.0, dim, block_bytes=64)
+    torch.testing.assert_close(lse, torch.logsumexp(5.0 * s, dim=dim), rtol=0, atol=1e-12)
+    seen = []
+    real = torch.Tensor.topk
+    monkeypatch.setattr(torch.Tensor, "topk", lambda self, *a, **kw: (seen.append(self.is_contiguous()),
+                                                                       real(self, *a, **kw))[1])
+    K.topk_scores(s, 3, dim, block_bytes=64)
+    assert seen and seen[0]                                                    # blocks of stored rows, contiguous

@@ -168,16 +168,23 @@ def test_torch_logsumexp_blocks_fit_block_bytes_in_both_passes(monkeypatch):
 
 @pytest.mark.parametrize("dim", [0, 1])
 def test_logsumexp_scores_blocks_fit_block_bytes(dim):
-    """20 x 7 scores under 168 bytes: 3 rows of 7 float64 values a block (2 left), 6 rows when computed in float32."""
+    """20 x 7 scores under 168 bytes: 3 rows of 7 float64 values a block (2 left), 6 rows when computed in float32
+    (each block copied once into the kernel's slab buffer)."""
     s = _unit(20, d=4, seed=3) @ _unit(7, d=4, seed=4).T
-    watched, log = _watched(s, "logsumexp")
+    watched, log = _watched(s, "copy_")
     got = K.logsumexp_scores(watched, 5.0, dim, block_bytes=168).as_subclass(torch.Tensor)
     assert log == [(3, 7)] * 6 + [(2, 7)]
     torch.testing.assert_close(got, torch.logsumexp(5.0 * s, dim=dim), rtol=0, atol=1e-12)
-    watched, log = _watched(s, "logsumexp")
+    watched, log = _watched(s, "copy_")
     got = K.logsumexp_scores(watched, 5.0, dim, dtype=torch.float32, block_bytes=168).as_subclass(torch.Tensor)
     assert log == [(6, 7)] * 3 + [(2, 7)]
     torch.testing.assert_close(got, torch.logsumexp(5.0 * s, dim=dim), rtol=0, atol=2e-5)
+    slab = K.LSE_SLAB_BYTES // (7 * 8)                          # the cache-sized slab caps a larger budget
+    big = _unit(slab + 5, d=4, seed=5) @ _unit(7, d=4, seed=4).T
+    watched, log = _watched(big, "copy_")
+    got = K.logsumexp_scores(watched, 5.0, dim).as_subclass(torch.Tensor)
+    assert log == [(slab, 7), (5, 7)]
+    torch.testing.assert_close(got, torch.logsumexp(5.0 * big, dim=dim), rtol=0, atol=1e-12)
 
 
 def test_bank_column_blocks_fit_block_bytes():

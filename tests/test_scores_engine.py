@@ -129,18 +129,46 @@ def test_a_single_non_finite_cell_is_refused_with_its_position(S, value, orienta
             eng.resident("query_bank", "targets")
 
 
-def test_the_resident_budget_at_its_boundary(S):
-    nbytes = S.size * 8
-    eng = ScoreEngine({("query_bank", "targets"): S}, resident_bytes=nbytes)
-    assert eng.resident("query_bank", "targets") is not None
-    eng = ScoreEngine({("query_bank", "targets"): S}, resident_bytes=nbytes - 1)
-    assert eng.resident("query_bank", "targets") is None
-    eng = ScoreEngine({("query_bank", "targets"): S.astype(np.float32)}, resident_bytes=S.size * 4)
-    assert eng.resident("query_bank", "targets").dtype == torch.float32
-    wide = np.ascontiguousarray(np.tile(S, (1, 3)))          # 29 x 39: a budget of n_a / n_b would keep it
-    eng = ScoreEngine({("query_bank", "targets"): wide}, resident_bytes=wide.size * 8 // 2)
-    assert eng.resident("query_bank", "targets") is None
-    assert ScoreEngine({("query_bank", "targets"): S}, plain=True).resident("query_bank", "targets") is None
+def test_the_copy_budget_at_its_boundary_and_views_at_any_size(S):
+    key = ("query_bank", "targets")
+    half = S.astype(np.float16)                               # not viewable: read into a float32 copy
+    nbytes = S.size * 4
+    kept = ScoreEngine({key: half}, resident_bytes=nbytes).resident(*key)
+    assert kept.dtype == torch.float32 and torch.equal(kept, torch.from_numpy(half.astype(np.float32)))
+    assert ScoreEngine({key: half}, resident_bytes=nbytes - 1).resident(*key) is None
+    wide = np.ascontiguousarray(np.tile(half, (1, 3)))       # 29 x 39: a budget of n_a / n_b would keep it
+    assert ScoreEngine({key: wide}, resident_bytes=wide.size * 4 // 2).resident(*key) is None
+    subset = ScoreMatrix(S).take(rows=np.arange(0, 29, 2))   # an indexed subset: copied, within the budget
+    assert ScoreEngine({key: subset}, resident_bytes=15 * 13 * 8 - 1).resident(*key) is None
+    assert torch.equal(ScoreEngine({key: subset}).resident(*key), torch.from_numpy(S[::2]))
+    # a native float32 / float64 array (a memory map too) is a view at any budget but 0, never a copy
+    for arr in (S, S.astype(np.float32), np.asfortranarray(S)):
+        view = ScoreEngine({key: arr}, resident_bytes=1).resident(*key)
+        assert np.shares_memory(view.numpy(), arr) and view.dtype == torch.from_numpy(arr).dtype
+        assert torch.equal(view, torch.from_numpy(np.ascontiguousarray(arr)))
+    back = ScoreEngine({key[::-1]: S}).resident(*key)         # given the other way round: the transposed view
+    assert np.shares_memory(back.numpy(), S) and torch.equal(back, torch.from_numpy(S).T)
+    assert ScoreEngine({key: S}, resident_bytes=0).resident(*key) is None
+    assert ScoreEngine({key: S}, plain=True).resident(*key) is None
+
+
+def test_a_view_is_checked_once_and_names_the_stored_cell(S):
+    key = ("query_bank", "targets")
+    m = ScoreMatrix(S, "bank.npy")
+    eng = ScoreEngine({key: m}, block_bytes=13 * 8 * 5)
+    eng.resident(*key)
+    assert eng.blocks_read == 6 and m.checked and m.bound == float(np.abs(S).max())   # one pass: 29 rows by 5
+    eng.release()
+    eng.resident(*key)
+    assert eng.blocks_read == 6                               # known finite with its bound: no second pass
+    for order, transposed, cell in (("C", False, (7, 3)), ("F", False, (7, 3)), ("C", True, (3, 7)),
+                                    ("F", True, (3, 7))):
+        bad = np.array(S, order=order)
+        bad[7, 3] = np.nan
+        eng = ScoreEngine({key: ScoreMatrix(bad, "bank.npy", transposed=transposed)})
+        with pytest.raises(ValueError, match=rf"bank.npy holds a non-finite score .* at row {cell[0]}, column "
+                                             rf"{cell[1]}:"):
+            eng.resident(*key)
 
 
 def test_blocks_read_counts_every_read(S):
@@ -173,3 +201,31 @@ def test_task_defaults_and_ks(emb):
     np.testing.assert_array_equal(task.k_occurrence(), task.k_occurrence(k=10))
     assert task.hubness() == task.hubness(k=10)
     assert not np.array_equal(task.k_occurrence(k=10), task.k_occurrence(k=11))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_top_k_fit_checks_a_view_in_its_own_pass(tmp_path, order, transposed, bad):
+    """NNN's top-k reads an unchecked memory map once: its strips are checked as the kernel reads them (no pass of
+    its own before), and a non-finite score deep in the matrix is named by its cell as the task reads it."""
+    rng = np.random.default_rng(2)
+    S = np.array(rng.standard_normal((61, 7)), order=order)
+    path = tmp_path / "bank.npy"
+    np.save(path, S.T if transposed else S)                   # stored as given: read back transposed or not
+    stored = np.load(path, mmap_mode="r")
+    m = ScoreMatrix(stored, "bank.npy", transposed=transposed)
+    key = ("query_bank", "targets")
+    eng = ScoreEngine({key: m}, block_bytes=7 * 8 * 4)
+    assert not m.checked
+    fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)
+    one_pass = ScoreEngine({key: ScoreMatrix(stored, "bank.npy", transposed=transposed)}, block_bytes=7 * 8 * 4)
+    one_pass.resident(*key)                                     # the checking pass alone
+    assert m.checked and eng.blocks_read == one_pass.blocks_read > 1   # checked, and read once, not twice
+    S2 = S.copy()
+    S2[53, 4] = bad
+    np.save(path, S2.T if transposed else S2)
+    eng = ScoreEngine({key: ScoreMatrix(np.load(path, mmap_mode="r"), "bank.npy", transposed=transposed)},
+                      block_bytes=7 * 8 * 4)
+    with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score \(NaN or inf\) at row 53, column 4:"):
+        fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)

@@ -265,10 +265,13 @@ class Reduction:
         ``finalize(reduce_chunk(chunk))``."""
         return self.finalize(self.reduce_chunk(chunk), n)
 
-    def reduce_scores(self, s: torch.Tensor, n: int, block_bytes: Optional[int] = None):
+    def reduce_scores(self, s: torch.Tensor, n: int, block_bytes: Optional[int] = None, visit=None):
         """The result from the whole score matrix ``s`` given in memory (an engine over released score matrices,
         :class:`hubnorm.scores.ScoreEngine`): a kernel of :mod:`hubnorm.kernels`, or ``NotImplemented`` (the
-        engine then runs the plain block loop over ``s``)."""
+        engine then runs the plain block loop over ``s``). ``visit``: ``s`` is not yet known to be finite, and the
+        kernel calls ``visit(strip, first_row)`` on every strip it reads, before using it (the engine's check, see
+        :func:`hubnorm.kernels.topk_scores`); a kernel that cannot returns ``NotImplemented`` when it is given
+        (the engine then checks ``s`` first and asks again without it)."""
         return NotImplemented
 
 
@@ -381,11 +384,11 @@ class TopK(Reduction):
         v, i = _pad_topk(v, i, self.k)  # a chunk of fewer than k reduced items (a small bank chunk on Dask)
         return TopKResult(v, i if self.indices else None)
 
-    def reduce_scores(self, s, n, block_bytes=None):
+    def reduce_scores(self, s, n, block_bytes=None, visit=None):
         if not self.fast:
             return NotImplemented
         kk = min(self.k, s.shape[self.axis])
-        v, i = topk_scores(s, kk, self.axis, block_bytes=block_bytes)
+        v, i = topk_scores(s, kk, self.axis, block_bytes=block_bytes, visit=visit)
         v, i = _pad_topk(v, i, self.k)
         return TopKResult(v, i if self.indices else None)
 
@@ -434,7 +437,9 @@ class LogMeanExp(Reduction):
         return logsumexp_similarity(a, b, self.scale, block_bytes=chunk.block_bytes, dtype=self.work,
                                     shared_blocks=chunk.cache)
 
-    def reduce_scores(self, s, n, block_bytes=None):
+    def reduce_scores(self, s, n, block_bytes=None, visit=None):
+        if visit is not None:   # prepare() took the bound, so the matrix was checked: never reached by an engine
+            return NotImplemented
         return self.finalize(logsumexp_scores(s, self.scale, self.axis, dtype=self.work, block_bytes=block_bytes), n)
 
 

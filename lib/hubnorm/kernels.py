@@ -40,7 +40,7 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
-from typing import Iterator, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -669,35 +669,87 @@ def _logsumexp_numpy(a, b, scale, b_shift, block_bytes, dtype, shared_blocks):
     return torch.from_numpy(out)
 
 
-def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int] = None
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+#: Bytes of one strip of a given score matrix that :func:`topk_scores` filters at a time (a cache-sized slice of
+#: its block, so the filter's passes after the first read find it in cache).
+TOPK_FILTER_BYTES = 8 * 2**20
+
+
+def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int] = None,
+                visit: Optional[Callable[[torch.Tensor, int], None]] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` largest entries of a *given* score matrix ``s`` along ``dim`` (0: per column, over the rows; 1: per
-    row), as ``(values, indices)`` of shape ``(kept items, k)``, sorted in decreasing order. The reduced axis is
-    streamed in blocks of ``block_bytes`` (slices of ``s``: rows for ``dim=0``), each block's top-``k`` merged
-    into a running top-``k``; the values are the entries themselves (exact in the input dtype).
-    Plain form: ``s.topk(k, dim=dim)`` (transposed for ``dim=0``). Ties may keep any of the tied indices."""
+    row), as ``(values, indices)`` of shape ``(kept items, k)``, sorted in decreasing order; the values are the
+    entries themselves (exact in the input dtype). Plain form: ``s.topk(k, dim=dim)`` (transposed for ``dim=0``).
+    Ties may keep any of the tied indices.
+
+    ``dim=1``: blocks of whole rows of at most ``block_bytes``, each a full top-``k``. ``dim=0``: the first block of
+    rows gives every column its top-``k``; the rest is read in strips of at most :data:`TOPK_FILTER_BYTES`, and a
+    strip contributes only its entries above the column's running k-th largest (``strip - threshold`` into a reused
+    buffer, its row maxima, then the few rows with a positive one): those are exactly the entries that can change
+    the top-``k`` (an entry equal to the threshold is a tie). The survivors are packed per column and merged into the
+    running top-``k`` of their columns. A strip where a quarter or more survive (rows sorted ascending) takes its own
+    top-``k`` instead; a -inf among a column's top-``k`` turns the filter off (its padding could not be told apart).
+
+    ``visit``: when given, ``visit(strip, first_row)`` is called on every block (``dim=1``) or strip (``dim=0``)
+    before it is used, in order (an engine checks it finite there, raising on a non-finite score, and counts its
+    reads). Without it ``s`` must be finite where it is not -inf (the engines check it): a NaN after the first block
+    is never a candidate. A transposed view (``s.T`` contiguous, e.g. a memory map read transposed) is streamed
+    along its stored rows, and ``visit`` receives strips of those."""
+    if not s.is_contiguous() and s.T.is_contiguous():
+        return topk_scores(s.T, k, 1 - dim, block_bytes=block_bytes, visit=visit)
     x = s if dim == 1 else s.T
     n_keep, n_red = x.shape
     k = int(k)
+
+    def check(blk, r0):
+        if visit is not None:
+            visit(blk, r0)
+
     if dim == 1:   # whole rows are in memory: blocks of kept rows, each a full top-k
         rows = block_rows(n_red, s.element_size(), block_bytes)
         vals, idx = [], []
         for a0, a1 in iter_blocks(n_keep, rows):
+            check(x[a0:a1], a0)
             v, i = x[a0:a1].topk(k, dim=1)
             vals.append(v)
             idx.append(i)
         return torch.cat(vals), torch.cat(idx)
-    # dim == 0: blocks of reduced rows of s (contiguous), top-k over each block's rows, merged per column
-    size = max(k, block_rows(n_keep, s.element_size(), block_bytes))
-    run_v = run_i = None
-    for r0, r1 in iter_blocks(n_red, size):
-        kk = min(k, r1 - r0)
-        v, i = s[r0:r1].topk(kk, dim=0)            # kk x columns
-        v, i = v.T, i.T + r0
-        if run_v is None:
-            run_v, run_i = v, i
-        else:
-            run_v, run_i = _merge_topk(run_v, run_i, v, i, k)
+    first = min(n_red, max(k, block_rows(n_keep, s.element_size(), block_bytes)))
+    check(s[:first], 0)
+    v, i = s[:first].topk(min(k, first), dim=0)
+    run_v, run_i = v.T.contiguous(), i.T.contiguous()
+    strip = max(1, min(first, block_rows(n_keep, s.element_size(), TOPK_FILTER_BYTES)))
+    thr = buf = None
+    for r0, r1 in iter_blocks(n_red - first, strip):
+        r0, r1 = r0 + first, r1 + first
+        blk = s[r0:r1]
+        if thr is None and run_v.shape[1] == k:
+            thr = run_v.amin(dim=1)
+            if not bool(torch.isfinite(thr).all()):   # a -inf among the top-k: no filter
+                thr = False
+        if thr is None or thr is False:
+            check(blk, r0)
+            v, i = blk.topk(min(k, r1 - r0), dim=0)
+            run_v, run_i = _merge_topk(run_v, run_i, v.T, i.T + r0, k)
+            continue
+        if buf is None:
+            buf = torch.empty((strip, n_keep), dtype=s.dtype, device=s.device)
+        check(blk, r0)
+        d = torch.sub(blk, thr, out=buf[:r1 - r0])
+        cand = (d.amax(dim=1) > 0).nonzero().squeeze(1)
+        if cand.numel() == 0:
+            continue
+        rr, cc = (d[cand] > 0).nonzero(as_tuple=True)
+        if 4 * rr.numel() >= blk.numel():
+            v, i = blk.topk(min(k, r1 - r0), dim=0)
+            run_v, run_i = _merge_topk(run_v, run_i, v.T, i.T + r0, k)
+            thr = run_v.amin(dim=1)
+            continue
+        rr = cand[rr]
+        cols, slot = torch.unique(cc, return_inverse=True)
+        cv, ci = pack_rows(slot, rr + r0, blk[rr, cc], cols.numel(), -torch.inf)
+        mv, mi = _merge_topk(run_v[cols], run_i[cols], cv, ci, k)
+        run_v[cols], run_i[cols] = mv, mi
+        thr[cols] = mv.amin(dim=1)
     run_v, p = run_v.sort(dim=1, descending=True)   # fewer than k rows in all: the caller pads
     return run_v, run_i.gather(1, p)
 
@@ -705,25 +757,32 @@ def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int]
 def logsumexp_scores(s: torch.Tensor, scale: float, dim: int, *, dtype: Optional[torch.dtype] = None,
                      block_bytes: Optional[int] = None) -> torch.Tensor:
     """``logsumexp(scale * s, dim)`` of a *given* score matrix ``s``, in float64, its blocks computed in ``dtype``
-    (default: ``s``'s; the caller picks it with :func:`log_mean_exp_dtype`). The reduced axis is streamed in
-    blocks of ``block_bytes`` (rows of ``s`` for ``dim=0``, whole rows for ``dim=1``); partials are merged with
-    ``logaddexp`` in float64. Plain form: ``torch.logsumexp(scale * s.double(), dim=dim)``."""
+    (default: ``s``'s; the caller picks it with :func:`log_mean_exp_dtype`). ``s`` is read in slabs of whole rows
+    of at most ``block_bytes`` and :data:`LSE_SLAB_BYTES` (cache-sized), each copied into one reused buffer in
+    ``dtype`` and scaled there, then ``max + log(sum(exp(x - max)))`` in place along ``dim`` (the formula of
+    ``torch.logsumexp``, without its block-sized temporaries); for ``dim=0`` the slabs' partials are merged with
+    ``logaddexp`` in float64. ``s`` must be finite (the engines check it). Plain form:
+    ``torch.logsumexp(scale * s.double(), dim=dim)``. A transposed view (``s.T`` contiguous) is streamed along its
+    stored rows."""
+    if not s.is_contiguous() and s.T.is_contiguous():
+        return logsumexp_scores(s.T, scale, 1 - dim, dtype=dtype, block_bytes=block_bytes)
     dt = s.dtype if dtype is None else dtype
     item = max(4, torch.empty((), dtype=dt).element_size())
     n_r, n_c = s.shape
-    size = block_rows(n_c, item, block_bytes)
-    if dim == 1:
-        out = torch.empty(n_r, dtype=torch.float64, device=s.device)
-        for r0, r1 in iter_blocks(n_r, size):
-            blk = s[r0:r1].to(dt, copy=True).mul_(scale)
-            out[r0:r1] = torch.logsumexp(blk, dim=1).to(torch.float64)
-        return out
+    size = min(block_rows(n_c, item, block_bytes), block_rows(n_c, item, LSE_SLAB_BYTES))
+    buf = torch.empty((min(size, n_r), n_c), dtype=dt, device=s.device)   # one reused slab: no fresh memory
+    out = torch.empty(n_r, dtype=torch.float64, device=s.device) if dim == 1 else None
     acc = None
     for r0, r1 in iter_blocks(n_r, size):
-        blk = s[r0:r1].to(dt, copy=True).mul_(scale)
-        part = torch.logsumexp(blk, dim=0).to(torch.float64)
-        acc = part if acc is None else torch.logaddexp(acc, part)
-    return acc
+        x = buf[:r1 - r0]
+        x.copy_(s[r0:r1]).mul_(scale)                       # converted first, then scaled in dt
+        m = x.amax(dim=dim, keepdim=True)
+        part = (torch.log(x.sub_(m).exp_().sum(dim=dim, keepdim=True)).add_(m)).squeeze(dim).to(torch.float64)
+        if dim == 1:
+            out[r0:r1] = part
+        else:
+            acc = part if acc is None else torch.logaddexp(acc, part)
+    return out if dim == 1 else acc
 
 
 #: A kernel result is accepted when its rounding error, in score units, is predicted below this.

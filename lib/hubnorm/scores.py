@@ -7,10 +7,12 @@ a ``sim_matrix``). Every method whose fit is a function of score matrices (:mod:
 engine protocol as :class:`hubnorm.engine.LocalEngine`, but its score blocks are read from the given matrices
 (numpy arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors) instead of being computed as
 ``rows @ cols.T``. Blocks are read along a matrix's contiguous axis, at most ``block_bytes`` at a time. The fast
-path (the default) reads a stored matrix once per fit into memory when it fits ``resident_bytes`` (one pass that
-also checks it finite and takes its largest ``|s|``) and runs the reductions on it through the kernels of
-:mod:`hubnorm.kernels` (top-k, log-sum-exp over given scores; float32 for float32 matrices where the precision
-rules allow); a larger matrix is streamed by every reduction. ``plain=True`` runs every reduction by its plain
+path (the default) runs the reductions through the kernels of :mod:`hubnorm.kernels` (top-k, log-sum-exp over
+given scores; float32 for float32 matrices where the precision rules allow) on the matrix in memory: a native
+float32 / float64 array or memory map of any size as a zero-copy view (read by the kernels strip by strip from the
+page cache; checked finite by the top-k kernel as it reads it, or by one pass that also takes its largest ``|s|``),
+any other (a seeded subset, float16) read once per fit into a copy when it fits ``resident_bytes``; a larger one
+is streamed by every reduction (``benchmarks/reports/scores_read.md``). ``plain=True`` runs every reduction by its plain
 block loop (``partial`` / ``merge`` / ``finalize``), reading every block from the matrix: the reference the fast
 path is tested against. Score matrices computed from embeddings (:class:`ProductScores`) are computed block by
 block when read, never whole.
@@ -37,6 +39,7 @@ Use::
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, Mapping, Optional, Tuple
 
@@ -209,14 +212,15 @@ class ScoreEngine:
         hints: ``{(rows, cols): text}`` appended to the error of a missing matrix (where to add it).
         plain: run every reduction by its plain block loop, reading each block from the matrix every time (the
             reference the fast path is tested against, ``tests/test_scores_fast.py``).
-        resident_bytes: the fast path (``plain=False``, the default) reads a stored matrix (array or memory map)
-            of at most this many bytes once per fit, in one pass of blocks along its contiguous axis (checking it
-            finite and taking its largest ``|s|`` on the way), keeps it in memory in its own dtype until the fit
-            ends, and runs the reductions on it through the kernels of :mod:`hubnorm.kernels`
-            (:func:`~hubnorm.kernels.topk_scores`, :func:`~hubnorm.kernels.logsumexp_scores`; float32 blocks for a
-            float32 matrix where the working-dtype rules keep the result to
-            :data:`~hubnorm.kernels.PRECISION_TARGET`). A larger matrix is streamed block by block by every
-            reduction. None: :data:`DEFAULT_RESIDENT_BYTES`; 0: never resident.
+        resident_bytes: the fast path (``plain=False``, the default) runs the reductions through the kernels of
+            :mod:`hubnorm.kernels` (:func:`~hubnorm.kernels.topk_scores`, :func:`~hubnorm.kernels.logsumexp_scores`;
+            float32 blocks for a float32 matrix where the working-dtype rules keep the result to
+            :data:`~hubnorm.kernels.PRECISION_TARGET`) on the matrix in memory. A native float32 / float64 array or
+            memory map (C or Fortran order, not a subset) is a zero-copy view whatever its size (:meth:`_view`);
+            another stored matrix (a subset, float16) of at most this many bytes is read once per fit into a copy
+            in its own dtype, in one pass of blocks along its contiguous axis (checking it finite and taking its
+            largest ``|s|`` on the way), kept until the fit ends. A larger one is streamed block by block by every
+            reduction. None: :data:`DEFAULT_RESIDENT_BYTES`; 0: neither views nor copies (every reduction streams).
 
     ``blocks_read`` / ``largest_block``: how many blocks were read and the most cells one held (a test reads them to
     show that a matrix larger than the budget is never read in a larger block).
@@ -233,6 +237,7 @@ class ScoreEngine:
         self.plain = bool(plain)
         self.resident_bytes = DEFAULT_RESIDENT_BYTES if resident_bytes is None else int(resident_bytes)
         self._res: Dict[Pair, Optional[torch.Tensor]] = {}
+        self._views: set = set()   # ids of the stored matrices kept as views (checked by _check or a kernel)
         self.hints = dict(hints or {})
         self.matrices: Dict[Pair, ScoreMatrix] = {}
         self.sizes: Dict[str, Tuple[int, str]] = {}
@@ -330,9 +335,11 @@ class ScoreEngine:
             return self.matrices[(cols, rows)], True
         return self.matrix(rows, cols), False  # raises, naming the matrix
 
-    def resident(self, rows: str, cols: str) -> Optional[torch.Tensor]:
+    def resident(self, rows: str, cols: str, *, check: bool = True) -> Optional[torch.Tensor]:
         """The ``rows x cols`` matrix in memory (read once per fit; a view when read transposed), or None when the
-        fast path does not keep it (``plain``, larger than ``resident_bytes``, or computed from embeddings)."""
+        fast path does not keep it (``plain``, not viewable and larger than ``resident_bytes``, ``resident_bytes``
+        0, or computed from embeddings). A view (:meth:`_view`) is checked finite first unless ``check=False`` (then the
+        caller has its kernel check it, :meth:`finite_check`, or calls :meth:`_check`)."""
         if self.plain:
             return None
         key = (rows, cols) if (rows, cols) in self.matrices else (cols, rows)
@@ -341,13 +348,19 @@ class ScoreEngine:
         x = self._res[key]
         if x is None:
             return None
+        if check:
+            self._check(self._stored(rows, cols)[0])
         return x if key == (rows, cols) else x.T
 
     def _load(self, m: ScoreMatrix) -> Optional[torch.Tensor]:
-        """``m`` read into memory in its stored dtype by strips of whole stored rows (contiguous on disk), checked
-        finite and its largest ``|s|`` taken in the same pass; None when it is not kept."""
-        if m.data is None:
+        """``m`` in memory: a view of its stored array when it can be one (:meth:`_view`), else read into memory in
+        its stored dtype by strips of whole stored rows (contiguous on disk), checked finite and its largest
+        ``|s|`` taken in the same pass; None when it is not kept."""
+        if m.data is None or self.resident_bytes <= 0:
             return None
+        view = self._view(m)
+        if view is not None:
+            return view
         item = m.data.dtype.itemsize if m.data.dtype.itemsize <= 4 else 8
         dt = m.dtype
         n_a, n_b = m.data_shape
@@ -377,6 +390,62 @@ class ScoreEngine:
         if m.bound is None:
             m.bound = big
         return buf.T if flip != m.transposed else buf
+
+    def _view(self, m: ScoreMatrix) -> Optional[torch.Tensor]:
+        """A zero-copy tensor view of ``m``'s stored array, oriented as stored under its key, when the array is
+        native float32 / float64, C- or Fortran-ordered and not a subset (``index``): a memory map stays a memory
+        map, so a matrix of any size is read by the kernels strip by strip along its contiguous axis from the page
+        cache, never copied. It is checked finite either by the kernel that reads it first (a top-k,
+        :meth:`finite_check`) or by one pass of :meth:`_check` that also takes its largest ``|s|`` (the first read
+        of a cold file; the kernels' pass then finds it cached). None when the array cannot be viewed (the copy of
+        :meth:`_load` or the streamed loop serve it)."""
+        d = m.data
+        if any(i is not None for i in m.index) or d.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) \
+                or not (d.flags.c_contiguous or d.flags.f_contiguous):
+            return None
+        t = self._quiet(d)
+        self._views.add(id(m))
+        return t.T if m.transposed else t
+
+    def finite_check(self, m: ScoreMatrix):
+        """``visit(strip, first_row)`` for a kernel reading the view of ``m`` (strips of its contiguous stored rows):
+        counts the read and checks the strip finite, raising the ValueError that names the first non-finite cell of
+        ``m`` as read; returns the strip's ``(min, max)``."""
+        flip = not m.data.flags.c_contiguous    # Fortran order: strips are stored columns
+
+        def visit(blk, a0):
+            self.blocks_read += 1
+            self.largest_block = max(self.largest_block, blk.numel())
+            lo, hi = (float(v) for v in torch.aminmax(blk))
+            if not (math.isfinite(lo) and math.isfinite(hi)) and not m.checked:
+                if flip != m.transposed:
+                    check_finite_block(blk.T, m.label, 0, a0)
+                else:
+                    check_finite_block(blk, m.label, a0, 0)
+            return lo, hi
+        return visit
+
+    def _check(self, m: ScoreMatrix) -> None:
+        """One pass over the view of ``m`` (strips along its contiguous axis) that checks it finite and takes its
+        largest ``|s|``, unless both are known (a copy of :meth:`_load` checked itself while it was read)."""
+        if id(m) not in self._views or (m.checked and m.bound is not None):
+            return
+        t = self._quiet(m.data)
+        base = t if m.data.flags.c_contiguous else t.T
+        visit = self.finite_check(m)
+        big = 0.0
+        for a0, a1 in iter_blocks(base.shape[0], block_rows(base.shape[1], base.element_size(), self.block_bytes)):
+            lo, hi = visit(base[a0:a1], a0)
+            big = max(big, abs(lo), abs(hi))
+        m.checked, m.bound = True, big
+
+    @staticmethod
+    def _quiet(d: np.ndarray) -> torch.Tensor:
+        """``torch.from_numpy`` of a possibly read-only array (a memory map opened with mode "r": torch warns that
+        it is not writable; nothing writes into these views)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(d)
 
     def release(self) -> None:
         """Drop the matrices kept in memory (the end of a fit)."""
@@ -450,12 +519,22 @@ class ScoreEngine:
         n_r = parts[0][2].shape[0]
         n = n_r if red.axis == 0 else n_c
         if not self.plain:
-            res = [self.resident(src.rows, col) for col in src.col_names]
+            res = [self.resident(src.rows, col, check=False) for col in src.col_names]
             if all(x is not None for x in res):
+                stored = [self._stored(src.rows, col)[0] for col in src.col_names]
                 if len(res) == 1 and red.row_terms is None and red.col_terms is None and not red.whole_rows:
-                    out = red.reduce_scores(res[0], n, self.block_bytes)
+                    # an unchecked view is checked by the kernel's own pass where it can (top-k), else first
+                    visit = self.finite_check(stored[0]) if id(stored[0]) in self._views and \
+                        not stored[0].checked else None
+                    out = red.reduce_scores(res[0], n, self.block_bytes, visit=visit)
+                    if out is NotImplemented and visit is not None:
+                        self._check(stored[0])
+                        out = red.reduce_scores(res[0], n, self.block_bytes)
                     if out is not NotImplemented:
+                        stored[0].checked = True
                         return self._engine_dtype(out)
+                for m in stored:
+                    self._check(m)
                 in_mem = [(a, b, x) for (a, b, _), x in zip(parts, res)]
                 rows_contig = all(x.is_contiguous() for x in res)
                 copy = not getattr(red, "read_only", False)   # a partial that modifies its block gets a copy
