@@ -620,3 +620,56 @@ def test_a_reduction_over_two_column_matrices_reads_them_side_by_side(plain):
     assert n == 6 and np.allclose(total.numpy(), both.sum(0), rtol=0, atol=1e-12)
     assert np.array_equal(eng.read(Scores("query_bank", ("targets", "target_bank")), 1, 3, 4, 7, torch.float64).numpy(),
                           both[1:3, 4:7])
+
+
+# ------------------------------------------------------------------------------------------------ score / topk
+@pytest.mark.parametrize("name, params", [("is", {"tau": 0.1}), ("nnn", {"k": 3, "alpha": 0.5}),
+                                          ("csls", {"k": 2}), ("sn", {"tau": 0.1})])
+def test_a_normalizer_fitted_from_matrices_scores_and_ranks_raw_test_scores(name, params):
+    """score / topk of a normalizer fitted by ScoreTask take the raw test scores and give what the task gives."""
+    rng = np.random.default_rng(4)
+    S, B = rng.standard_normal((13, 9)), rng.standard_normal((40, 9))
+    task = ScoreTask({("queries", "targets"): S, ("query_bank", "targets"): B},
+                     hn.Positives.from_labels(np.arange(13) % 9, 9))
+    norm = task.fit(hn.make_normalizer(name, **params))
+    want = task.score(norm)
+    for given in (S, torch.from_numpy(S), np.asfortranarray(S), S.tolist()):
+        got = norm.score(given, chunk_size=4)                       # blocks of 4 queries
+        assert torch.equal(got, want)
+    v, i = norm.topk(S, 3)
+    ref_v, ref_i = want.sort(dim=1, descending=True, stable=True)    # ties: the lowest target first
+    assert torch.equal(i, ref_i[:, :3]) and torch.equal(v, ref_v[:, :3])
+    before = S.copy()
+    norm.score(S)
+    assert np.array_equal(S, before)                                 # the caller's scores are never modified
+
+
+def test_raw_test_scores_are_checked_and_a_refit_never_mixes_two_fits():
+    rng = np.random.default_rng(5)
+    S, B = rng.standard_normal((6, 4)), rng.standard_normal((20, 4))
+    task = ScoreTask({("queries", "targets"): S, ("query_bank", "targets"): B},
+                     hn.Positives.from_labels(np.arange(6) % 4, 4))
+    norm = task.fit(hn.InvertedSoftmax(tau=0.1))
+    with pytest.raises(ValueError, match=r"fitted from score matrices over 4 targets: score / topk take the raw test "
+                                         r"scores \(queries x 4 targets.*got shape \(6, 5\)"):
+        norm.score(rng.standard_normal((6, 5)))
+    with pytest.raises(TypeError, match="floating-point array; got dtype int64"):
+        norm.score(np.ones((2, 4), dtype=np.int64))
+    bad = S.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        norm.topk(bad, 2)
+    with pytest.raises(ValueError, match=r"k=5 is larger than the number of targets \(4\)"):
+        norm.topk(S, 5)
+    with pytest.raises(hn.NotFittedError, match="fitted from score matrices .* needs a fit on embeddings"):
+        norm.augment_targets()
+    # fitted on embeddings first, then from matrices: the old target embeddings are gone, not mixed in
+    t = torch.nn.functional.normalize(torch.randn(4, 3, dtype=torch.float64), dim=1)
+    qb = torch.nn.functional.normalize(torch.randn(20, 3, dtype=torch.float64), dim=1)
+    twice = hn.InvertedSoftmax(tau=0.1).fit(t, query_bank=qb)
+    assert hasattr(twice, "targets_")
+    task.fit(twice)
+    assert not hasattr(twice, "targets_") and torch.equal(twice.score(S), norm.score(S))
+    twice.fit(t, query_bank=qb)                                      # and back: embeddings again
+    assert hasattr(twice, "targets_") and not hasattr(twice, "score_engine_")
+    assert twice.score(t).shape == (4, 4)

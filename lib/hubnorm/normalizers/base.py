@@ -175,6 +175,8 @@ class Normalizer:
             raise self.non_finite_error(offsets.dtype)
         provenance = of_engine(self, engine)   # what the offsets saw (hubnorm.provenance.certify)
         device = engine.device if device is None else device
+        for stale in ("targets_", "score_engine_"):   # what an earlier fit on other inputs left: never mixed in
+            self.__dict__.pop(stale, None)
         for key, value in fitted.items():
             setattr(self, key, value.to(device) if isinstance(value, torch.Tensor) else value)
         if targets is not None:
@@ -282,8 +284,40 @@ class Normalizer:
             spec.check(getattr(self, name), name)
 
     def _check_fitted(self) -> None:
+        """NotFittedError unless fitted on embeddings (the target embeddings are kept for scoring)."""
         if not hasattr(self, "targets_"):
+            if hasattr(self, "score_engine_"):
+                raise NotFittedError(f"{type(self).__name__} was fitted from score matrices (ScoreTask.fit): it holds "
+                                     "no target embeddings; score / topk take the raw test scores, anything else "
+                                     "needs a fit on embeddings (fit(targets, query_bank, ...))")
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(targets, query_bank, ...) first")
+
+    def _from_scores(self) -> bool:
+        """Fitted from score matrices (:func:`hubnorm.scores.fit_scores`): ``score`` / ``topk`` take raw test
+        scores (queries x targets) instead of query embeddings."""
+        return hasattr(self, "score_engine_") and not hasattr(self, "targets_")
+
+    def _test_scores(self, scores) -> torch.Tensor:
+        """Raw test scores given to a normalizer fitted from score matrices, checked: floating point, 2-D, one
+        column per target of the fit, finite; in the fit's dtype (the caller's array is never modified)."""
+        name, n = type(self).__name__, self.score_engine_.size("targets")
+        t = scores.detach().cpu() if isinstance(scores, torch.Tensor) else None
+        if t is None:
+            arr = np.asarray(scores)
+            if arr.dtype.kind != "f":
+                raise TypeError(f"{name} was fitted from score matrices: score / topk take the raw test scores as a "
+                                f"floating-point array; got dtype {arr.dtype}")
+            t = torch.from_numpy(arr)
+        if not torch.is_floating_point(t):
+            raise TypeError(f"{name} was fitted from score matrices: score / topk take the raw test scores as a "
+                            f"floating-point array; got dtype {t.dtype}")
+        if t.ndim != 2 or t.shape[1] != n:
+            raise ValueError(f"{name} was fitted from score matrices over {n} targets: score / topk take the raw test "
+                             f"scores (queries x {n} targets, as ScoreTask holds them), not query embeddings; got "
+                             f"shape {tuple(t.shape)}")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"the raw test scores given to {name}.score / topk hold a non-finite value (NaN or inf)")
+        return t.to(self.score_engine_.dtype)
 
     # ------------------------------------------------------------------ scoring
     def _as_queries(self, queries: ArrayLike) -> torch.Tensor:
@@ -303,7 +337,16 @@ class Normalizer:
         return s
 
     def iter_scores(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
-        """Yield ``(start_row, scores)`` blocks of the normalised ``m x n`` score matrix."""
+        """Yield ``(start_row, scores)`` blocks of the normalised ``m x n`` score matrix. ``queries``: the query
+        embeddings, or for a normalizer fitted from score matrices (``ScoreTask.fit``) the raw test scores
+        (``m x n``), normalised as ``ScoreTask`` does."""
+        if self._from_scores():
+            s = self._test_scores(queries)
+            size = check_chunk_size(chunk_size) or getattr(self, "chunk_size", None) or \
+                block_rows(s.shape[1], s.element_size())
+            for q0, q1 in iter_blocks(s.shape[0], size):
+                yield q0, self.normalize_scores(s[q0:q1].clone(), None)
+            return
         q = self._as_queries(queries)
         size = check_chunk_size(chunk_size) or getattr(self, "chunk_size", None) or block_rows(self.targets_.shape[0], q.element_size())
         for q0, q1 in iter_blocks(q.shape[0], size):
@@ -311,6 +354,7 @@ class Normalizer:
 
     def score(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> torch.Tensor:
         """The full normalised ``m x n`` score matrix (for small problems; use ``topk`` or ``iter_scores`` at scale).
+        ``queries``: the query embeddings, or the raw test scores for a normalizer fitted from score matrices.
 
         Rows are comparable within a row only: a row's ranking is what the method defines.
         """
@@ -321,10 +365,13 @@ class Normalizer:
         """Top-``k`` normalised scores and target indices per query, blocked over queries.
 
         Exact ties are broken by the lowest target index first, as in :func:`hubnorm.positive_ranks` (a stable
-        sort by decreasing score): ``topk(q, k)[1][i, r]`` is the target of rank ``r`` of query ``i``.
+        sort by decreasing score): ``topk(q, k)[1][i, r]`` is the target of rank ``r`` of query ``i``. ``queries``:
+        the query embeddings, or the raw test scores for a normalizer fitted from score matrices.
         """
-        self._check_fitted()
-        k = check_positive_int(k, "k", maximum=self.targets_.shape[0], max_name="the number of targets")
+        if not self._from_scores():
+            self._check_fitted()
+        n = self.score_engine_.size("targets") if self._from_scores() else self.targets_.shape[0]
+        k = check_positive_int(k, "k", maximum=n, max_name="the number of targets")
         vals, idx = [], []
         for _, s in self.iter_scores(queries, chunk_size):
             v, i = stable_topk(s, k)
