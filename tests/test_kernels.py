@@ -303,3 +303,15 @@ def test_kernels_stream_a_transposed_view_along_its_stored_rows(dim, monkeypatch
                                                                        real(self, *a, **kw))[1])
     K.topk_scores(s, 3, dim, block_bytes=64)
     assert seen and seen[0]                                                    # blocks of stored rows, contiguous
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logsumexp_of_given_scores_subtracts_the_maximum(dim, dtype):
+    """At a scale where exp overflows (1000 * s up to 1000) the slab kernel still equals torch.logsumexp: it
+    exponentiates x - max, never x."""
+    s = _unit(23, seed=1) @ _unit(11, seed=2).T
+    got = K.logsumexp_scores(s.to(dtype), 1000.0, dim, dtype=dtype, block_bytes=64 * 11)
+    want = torch.logsumexp(1000.0 * s.to(dtype).double(), dim=dim)
+    assert bool(torch.isfinite(got).all())
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-9 if dtype == torch.float64 else 2e-3)
