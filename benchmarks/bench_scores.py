@@ -43,6 +43,17 @@ def clustered(n, d, rng, centres, chunk=65536):
     return out
 
 
+def synthetic_gallery(n_test, dim, seed=0):
+    """The seeded generator, 2,000 cluster centres, ``n_test`` clustered unit targets and one query per target
+    (a noisy copy): what the score-matrix benchmarks compute their matrices from."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((2000, dim)).astype(np.float32)
+    targets = clustered(n_test, dim, rng, centres)
+    queries = targets + 8.0 * rng.standard_normal(targets.shape).astype(np.float32) / np.sqrt(dim)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return rng, centres, targets, queries
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-bank", type=int, default=180_000)
@@ -54,11 +65,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     load_start = load_average()
-    rng = np.random.default_rng(0)
-    centres = rng.standard_normal((2000, args.dim)).astype(np.float32)
-    targets = clustered(args.n_test, args.dim, rng, centres)
-    queries = targets + 8.0 * rng.standard_normal(targets.shape).astype(np.float32) / np.sqrt(args.dim)
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    rng, centres, targets, queries = synthetic_gallery(args.n_test, args.dim)
     bank = clustered(args.n_bank, args.dim, rng, centres)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)

@@ -33,14 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import Timer, load_average, write_report
+from bench_scores import clustered, synthetic_gallery
 
 import hubnorm as hn
 from hubnorm.scores import ScoreTask
-
-
-def clustered(n, d, rng, centres):
-    x = centres[rng.integers(0, len(centres), n)] + 1.5 * rng.standard_normal((n, d)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def evict(path: Path) -> None:
@@ -63,11 +59,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     load_start = load_average()
-    rng = np.random.default_rng(0)
-    centres = rng.standard_normal((2000, args.dim)).astype(np.float32)
-    targets = clustered(args.n_test, args.dim, rng, centres)
-    queries = targets + 8.0 * rng.standard_normal(targets.shape).astype(np.float32) / np.sqrt(args.dim)
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    rng, centres, targets, queries = synthetic_gallery(args.n_test, args.dim)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     bank_file = work / "bank.npy"
@@ -104,28 +96,22 @@ def main():
         slow = [(f"{m} fit (streamed loop)", fit(m, resident_bytes=0)) for m in methods]
         read()  # warm-up: thread pools, the page cache
         times = {(c, p[0]): [] for c in ("cold", "warm") for p in peers + slow}
+
+        def timed(cond, label, fn):   # the file evicted (cold) or just read (warm), then one timed run
+            evict(bank_file) if cond == "cold" else read()
+            with Timer() as t:
+                fn()
+            times[(cond, label)].append(t.seconds)
+
         for cond in ("cold", "warm"):
             for r in range(args.rounds):
-                order = peers if r % 2 == 0 else peers[::-1]
-                for label, fn in order:
-                    if cond == "cold":
-                        evict(bank_file)
-                    else:
-                        read()
-                    with Timer() as t:
-                        fn()
-                    times[(cond, label)].append(t.seconds)
+                for label, fn in (peers if r % 2 == 0 else peers[::-1]):
+                    timed(cond, label, fn)
                 print(f"{cond} round {r + 1}: " + ", ".join(f"{lb} {times[(cond, lb)][-1]:.2f}s" for lb, _ in peers),
                       flush=True)
             for label, fn in slow:
-                if cond == "cold":
-                    evict(bank_file)
-                else:
-                    read()
-                with Timer() as t:
-                    fn()
-                times[(cond, label)].append(t.seconds)
-                print(f"{cond} {label}: {t.seconds:.2f}s", flush=True)
+                timed(cond, label, fn)
+                print(f"{cond} {label}: {times[(cond, label)][-1]:.2f}s", flush=True)
         for m in methods:   # the two paths fit the same offsets
             np.testing.assert_allclose(fitted[(m, False)], fitted[(m, True)], rtol=0, atol=1e-6)
     finally:
