@@ -154,13 +154,21 @@ def test_the_copy_budget_at_its_boundary_and_views_at_any_size(S):
 
 def test_a_view_is_checked_once_and_names_the_stored_cell(S):
     key = ("query_bank", "targets")
-    m = ScoreMatrix(S, "bank.npy")
+    data = S.copy()
+    m = ScoreMatrix(data, "bank.npy")
     eng = ScoreEngine({key: m}, block_bytes=13 * 8 * 5)
     eng.resident(*key)
-    assert eng.blocks_read == 6 and m.checked and m.bound == float(np.abs(S).max())   # one pass: 29 rows by 5
-    eng.release()
+    assert eng.blocks_read == 6 and m.bound == float(np.abs(S).max())   # one pass: 29 rows by 5
     eng.resident(*key)
-    assert eng.blocks_read == 6                               # known finite with its bound: no second pass
+    assert eng.blocks_read == 6                               # checked in this fit: no second pass
+    eng.release()                                             # the end of a fit
+    data[20, 1] = np.inf                                      # the array changed between two fits
+    with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score .* at row 20, column 1:"):
+        eng.resident(*key)
+    trusted = ScoreMatrix(S, "bank.npy", checked=True, bound=9.0)   # a sims folder's scan: never read again
+    eng = ScoreEngine({key: trusted})
+    eng.resident(*key)
+    assert eng.blocks_read == 0
     for order, transposed, cell in (("C", False, (7, 3)), ("F", False, (7, 3)), ("C", True, (3, 7)),
                                     ("F", True, (3, 7))):
         bad = np.array(S, order=order)
@@ -217,11 +225,10 @@ def test_a_top_k_fit_checks_a_view_in_its_own_pass(tmp_path, order, transposed, 
     m = ScoreMatrix(stored, "bank.npy", transposed=transposed)
     key = ("query_bank", "targets")
     eng = ScoreEngine({key: m}, block_bytes=7 * 8 * 4)
-    assert not m.checked
     fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)
     one_pass = ScoreEngine({key: ScoreMatrix(stored, "bank.npy", transposed=transposed)}, block_bytes=7 * 8 * 4)
     one_pass.resident(*key)                                     # the checking pass alone
-    assert m.checked and eng.blocks_read == one_pass.blocks_read > 1   # checked, and read once, not twice
+    assert eng.blocks_read == one_pass.blocks_read > 1           # checked while read once, not read twice
     S2 = S.copy()
     S2[53, 4] = bad
     np.save(path, S2.T if transposed else S2)

@@ -238,6 +238,7 @@ class ScoreEngine:
         self.resident_bytes = DEFAULT_RESIDENT_BYTES if resident_bytes is None else int(resident_bytes)
         self._res: Dict[Pair, Optional[torch.Tensor]] = {}
         self._views: set = set()   # ids of the stored matrices kept as views (checked by _check or a kernel)
+        self._checked: set = set()  # ids of the views checked finite in this fit (checked again by the next fit)
         self.hints = dict(hints or {})
         self.matrices: Dict[Pair, ScoreMatrix] = {}
         self.sizes: Dict[str, Tuple[int, str]] = {}
@@ -425,10 +426,15 @@ class ScoreEngine:
             return lo, hi
         return visit
 
+    def _known_finite(self, m: ScoreMatrix) -> bool:
+        """``m`` was checked finite: by whoever built it (a sims folder's scan) or in this fit."""
+        return m.checked or id(m) in self._checked
+
     def _check(self, m: ScoreMatrix) -> None:
         """One pass over the view of ``m`` (strips along its contiguous axis) that checks it finite and takes its
-        largest ``|s|``, unless both are known (a copy of :meth:`_load` checked itself while it was read)."""
-        if id(m) not in self._views or (m.checked and m.bound is not None):
+        largest ``|s|``, unless both are known (a copy of :meth:`_load` checked itself while it was read). A view is
+        checked once per fit: an array changed between two fits is checked again."""
+        if id(m) not in self._views or (self._known_finite(m) and m.bound is not None):
             return
         t = self._quiet(m.data)
         base = t if m.data.flags.c_contiguous else t.T
@@ -437,7 +443,8 @@ class ScoreEngine:
         for a0, a1 in iter_blocks(base.shape[0], block_rows(base.shape[1], base.element_size(), self.block_bytes)):
             lo, hi = visit(base[a0:a1], a0)
             big = max(big, abs(lo), abs(hi))
-        m.checked, m.bound = True, big
+        self._checked.add(id(m))
+        m.bound = big
 
     @staticmethod
     def _quiet(d: np.ndarray) -> torch.Tensor:
@@ -448,8 +455,9 @@ class ScoreEngine:
             return torch.from_numpy(d)
 
     def release(self) -> None:
-        """Drop the matrices kept in memory (the end of a fit)."""
+        """Drop the matrices kept in memory and what this fit checked (the end of a fit)."""
         self._res.clear()
+        self._checked.clear()
 
     def _resident_block(self, parts, r0, r1, c0, c1, dtype, copy=True) -> torch.Tensor:
         pieces = []
@@ -525,13 +533,14 @@ class ScoreEngine:
                 if len(res) == 1 and red.row_terms is None and red.col_terms is None and not red.whole_rows:
                     # an unchecked view is checked by the kernel's own pass where it can (top-k), else first
                     visit = self.finite_check(stored[0]) if id(stored[0]) in self._views and \
-                        not stored[0].checked else None
+                        not self._known_finite(stored[0]) else None
                     out = red.reduce_scores(res[0], n, self.block_bytes, visit=visit)
                     if out is NotImplemented and visit is not None:
                         self._check(stored[0])
                         out = red.reduce_scores(res[0], n, self.block_bytes)
                     if out is not NotImplemented:
-                        stored[0].checked = True
+                        if visit is not None:
+                            self._checked.add(id(stored[0]))
                         return self._engine_dtype(out)
                 for m in stored:
                     self._check(m)
