@@ -544,7 +544,8 @@ def test_a_bank_held_on_a_device_is_fingerprinted_from_the_callers_host_rows(dat
 
 def test_a_stored_score_matrix_is_sketched_once_until_its_file_changes(data, tmp_path, monkeypatch):
     """Rows of a read-only memory-mapped score matrix are fingerprinted once per file state and view
-    (``provenance._STORED``): a second evaluation of the same stored test matrix reads nothing; another selection of
+    (``provenance._STORED``): a second evaluation of the same stored test matrix reads nothing, nor does the same file
+    mapped again; a view at another position in the file, another selection of
     rows or columns, another orientation, a rewritten file, or a map opened for writing is read again, and every
     fingerprint equals that of the rows held in memory."""
     from hubnorm.scores import ScoreMatrix
@@ -561,6 +562,12 @@ def test_a_stored_score_matrix_is_sketched_once_until_its_file_changes(data, tmp
     monkeypatch.setattr(ScoreMatrix, "block", lambda self, *a: reads.append(a) or real_block(self, *a))
     again = pv.fingerprint(m, "again", kind="scores")
     assert reads == [] and again.name == "again" and again.signatures is first.signatures
+    reopened = ScoreMatrix(np.load(path, mmap_mode="r"), "test.npy")             # the same file mapped again
+    assert pv.fingerprint(reopened, "re", kind="scores").signatures is first.signatures and reads == []
+    shifted = ScoreMatrix(np.load(path, mmap_mode="r")[1:], "test.npy")          # another position in the file
+    assert pv.fingerprint(shifted, "sh", kind="scores").sha256 == pv.fingerprint(scores[1:], "s", kind="scores").sha256
+    assert len(reads) > 0
+    reads.clear()
     sub = m.take(rows=np.arange(0, 240, 3))
     assert pv.fingerprint(sub, "sub", kind="scores").sha256 == pv.fingerprint(scores[::3], "s", kind="scores").sha256
     assert pv.fingerprint(m.T, "t", kind="scores").sha256 == pv.fingerprint(scores.T, "t", kind="scores").sha256

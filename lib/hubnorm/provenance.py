@@ -37,6 +37,7 @@ import functools
 import hashlib
 import json
 import math
+import mmap
 import os
 import re
 import tempfile
@@ -141,7 +142,8 @@ _CACHE_SIZE = 8
 
 
 #: fingerprints of score matrices read from read-only memory maps, by the file's identity and state (device, inode,
-#: size, modification time), the mapping's view (address, shape, strides, dtype) and the rows / columns a score
+#: size, modification time), the mapping's view (its first element's offset in the file, shape, strides, dtype: a map
+#: of the same file opened again finds it) and the rows / columns a score
 #: matrix selects from it: every evaluation of a study on the same stored test matrix would otherwise read and
 #: sketch it again (an evaluation at 25,000 x 5,000: 2.1 s without the memo, 0.28 s with it, same run:
 #: benchmarks/reports/score_certificate.md); a file rewritten since is read again
@@ -155,11 +157,25 @@ def _stored_key(x) -> Optional[tuple]:
     if not (hasattr(x, "block") and hasattr(x, "index") and isinstance(data, np.memmap) and data.mode == "r"
             and getattr(data, "filename", None)):
         return None
+    position = _file_position(data)
+    if position is None:
+        return None
     st = os.stat(data.filename)
     index = tuple(None if i is None else hashlib.sha256(np.ascontiguousarray(i, dtype=np.int64)).hexdigest()
                   for i in x.index)
-    return (str(data.filename), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data.__array_interface__["data"][0],
+    return (str(data.filename), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, position,
             data.shape, data.strides, data.dtype.str, index, bool(getattr(x, "transposed", False)))
+
+
+def _file_position(data: np.memmap) -> Optional[int]:
+    """The byte offset in its file of a memory map's first element (a view of a map included): the same for every
+    map of the file opened again, unlike the address the map lands at; None when numpy keeps no map for it."""
+    mm = getattr(data, "_mmap", None)
+    if mm is None:
+        return None
+    base = np.frombuffer(mm, np.uint8).ctypes.data
+    start = data.offset - data.offset % mmap.ALLOCATIONGRANULARITY   # where numpy's map of the file begins
+    return int(data.__array_interface__["data"][0] - base + start)
 
 
 def fingerprint(x, name: str, *, kind: str = "embeddings", bits: int = BITS, seed: int = SEED,
