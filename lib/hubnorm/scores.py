@@ -376,17 +376,10 @@ class ScoreEngine:
         buf = torch.empty((n_a, n_b), dtype=dt)
         out = buf.numpy()
         big = 0.0
+        visit = self.finite_check(m)
         for a0, a1 in iter_blocks(n_a, block_rows(n_b, max(4, item), self.block_bytes)):
             np.copyto(out[a0:a1], src._stored(a0, a1, 0, n_b), casting="same_kind")   # the one read of these rows
-            blk = buf[a0:a1]
-            self.blocks_read += 1
-            self.largest_block = max(self.largest_block, blk.numel())
-            lo, hi = (float(v) for v in torch.aminmax(blk))       # one pass: finite (NaN / inf propagate) and |s|
-            if not (math.isfinite(lo) and math.isfinite(hi)) and not m.checked:
-                if flip != m.transposed:
-                    check_finite_block(blk.T, m.label, 0, a0)
-                else:
-                    check_finite_block(blk, m.label, a0, 0)
+            lo, hi = visit(buf[a0:a1], a0)                        # one pass: finite (NaN / inf propagate) and |s|
             big = max(big, abs(lo), abs(hi))
         if m.bound is None:
             m.bound = big
@@ -409,10 +402,10 @@ class ScoreEngine:
         return t.T if m.transposed else t
 
     def finite_check(self, m: ScoreMatrix):
-        """``visit(strip, first_row)`` for a kernel reading the view of ``m`` (strips of its contiguous stored rows):
-        counts the read and checks the strip finite, raising the ValueError that names the first non-finite cell of
-        ``m`` as read; returns the strip's ``(min, max)``."""
-        flip = not m.data.flags.c_contiguous    # Fortran order: strips are stored columns
+        """``visit(strip, first_row)`` for whoever reads ``m`` by strips of its contiguous stored rows (a kernel on
+        its view, :meth:`_check`, the copy of :meth:`_load`): counts the read and checks the strip finite, raising the
+        ValueError that names the first non-finite cell of ``m`` as read; returns the strip's ``(min, max)``."""
+        flip = m.data.flags.f_contiguous and not m.data.flags.c_contiguous   # Fortran order: strips are columns
 
         def visit(blk, a0):
             self.blocks_read += 1
