@@ -44,7 +44,7 @@
 # contains NAME (e.g. --only 03 or --only hubness). --quiet: summary lines only. --site: then build the website
 # from this run's executed notebooks (scripts/build_site.sh --notebooks <outputs>; docs/site.md).
 # A thin wrapper: the profiles, their parameters and results folders, and what each notebook needs are data
-# (lib/hubnorm/data/profiles.yaml); the runner, hubnorm.experiments.runner, reads them and runs the notebooks.
+# (tools/hubnorm_tools/profiles.yaml); the runner, tools/hubnorm_tools/runner.py, reads them and runs the notebooks.
 set -uo pipefail
 caller_dir=$PWD
 cd "$(dirname "$0")"
@@ -55,4 +55,4 @@ for a in "$@"; do
 done
 bash scripts/bootstrap.sh || { echo "run_all.sh: scripts/bootstrap.sh failed" >&2; exit 1; }
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1} PYTHONHASHSEED=0
-exec .venv/bin/python -m hubnorm.experiments.runner --root "$PWD" --caller-dir "$caller_dir" "$@"
+exec .venv/bin/python -m hubnorm_tools.runner --root "$PWD" --caller-dir "$caller_dir" "$@"

@@ -32,7 +32,7 @@ def run_all(results: Path, extra) -> dict:
     """Per-notebook seconds of one default run (the runner's summary lines), and its total wall time."""
     env = {**os.environ, "HUBNORM_PROGRESS": "0", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"}
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "hubnorm.experiments.runner", "--root", str(REPO), "--results",
+    proc = subprocess.run([sys.executable, "-m", "hubnorm_tools.runner", "--root", str(REPO), "--results",
                            str(results), "--quiet", "--keep-going", *extra], cwd=REPO, env=env, capture_output=True,
                           text=True)
     wall = time.time() - t0

@@ -269,7 +269,7 @@ def claims(presets) -> tuple:
             out = Path(tmp) / preset
             print(f"  claims: every notebook on synthetic:{preset}", flush=True)
             env = {**os.environ, "HUBNORM_PROGRESS": "0"}
-            subprocess.run([sys.executable, "-m", "hubnorm.experiments.runner", "--root", str(REPO), "--results",
+            subprocess.run([sys.executable, "-m", "hubnorm_tools.runner", "--root", str(REPO), "--results",
                             str(out), "--keep-going", "--quiet", "--param", f"source=synthetic:{preset}"],
                            cwd=REPO, env=env, check=False)
             out = out / f"params-{run_folder_name({'source': f'synthetic:{preset}'})}"   # the runner's folder

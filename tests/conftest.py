@@ -17,7 +17,7 @@ SHARED_DATA = Path(os.environ.get("HUBNORM_SHARED_DATA", REPO.parent / "shared" 
 # Every Jupyter kernel of the test run -- nbval's, papermill's in this process, run_all.sh's and scripts' in
 # subprocesses (they inherit the environment) -- talks over Unix domain sockets in a private folder of the process
 # that starts it, not TCP ports: kernels started at the same moment by parallel test workers (run_tests.sh) could
-# otherwise be handed the same free port ("Address already in use"). hubnorm.experiments.jupyter_ipc; it falls back
+# otherwise be handed the same free port ("Address already in use"). hubnorm_tools.jupyter_ipc; it falls back
 # to TCP, with a warning, where Unix sockets cannot work.
 IPC_PROVISIONER = "hubnorm-ipc"
 if any(ep.name == IPC_PROVISIONER for ep in entry_points(group="jupyter_client.kernel_provisioners")):

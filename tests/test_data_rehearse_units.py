@@ -1,5 +1,5 @@
 """Unit checks of hubnorm.data.rehearse aimed at what its mutation run found unchecked: every guard of the
-rehearsal section (``rehearsal_profiles``, ``_count``) and of ``read_profiles_file``, ``scaled_sizes`` and
+rehearsal section (``rehearsal_profiles``, ``_count``) and of ``read_rehearsal_file``, ``scaled_sizes`` and
 ``rehearse`` by its own message and at its boundary (5 and 6 captions per image accepted, one caption fewer or more
 refused; a scale of exactly 1 accepted, 0 refused; seed 0 and a NumPy integer seed accepted), the scaled sizes by
 hand (Python's rounding of halves, the one image a split keeps, the extra captions that cannot exceed the images),
@@ -11,14 +11,14 @@ and the caption rows kept from the generator's 6-caption split (checked against 
 two chunks against one chunk, the entries kept on a rerun and rewritten with ``force`` or when corrupt, and the
 lines it prints.
 
-Most checks use a tiny rehearsal profile (:data:`TINY`, put in place of the profiles file's section through the
+Most checks use a tiny rehearsal profile (:data:`TINY`, put in place of the rehearsal-sizes file's section through the
 module's ``_file_profiles`` seam) so that writing a cache takes well under a second; the package's own file is read
 by the tests of the file itself.
 
 Mutation run (``--tests tests/test_data_cli_units.py tests/test_data_pipeline_units.py tests/test_data_rehearse.py
 tests/test_own_data.py`` [+ this file], with ``PYTEST_ADDOPTS='-m "not slow"'``): 274 killed + 2 timeouts of 483
 (57%) -> 465 killed of 483 (96%). The 18 survivors are equivalent mutants (no behaviour can tell them apart):
-- ``read_profiles_file`` (4): ``where.open("r", encoding="utf-8")`` -> ``encoding=None``, no encoding,
+- ``read_rehearsal_file`` (4): ``where.open("r", encoding="utf-8")`` -> ``encoding=None``, no encoding,
   ``"UTF-8"``, or no mode: the same codec where the locale's encoding is UTF-8 (here: C.UTF-8); "r" is the default;
 - ``scaled_sizes`` (1): ``if scale != 1`` -> ``if scale != 2``: at scale 1 the scaling branch gives the same sizes
   (``max(1, round(n))`` is n, and the extra captions never exceed the images);
@@ -74,37 +74,37 @@ def _fails(data, message: str) -> None:
         rh.rehearsal_profiles(data)
 
 
-# ------------------------------------------------------------------------------------------ read_profiles_file
-def test_read_profiles_file_default_and_given(tmp_path):
-    data = rh.read_profiles_file()
-    assert isinstance(data, dict) and {"profiles", "notebooks", "rehearsal"} <= set(data)
+# ----------------------------------------------------------------------------------------- read_rehearsal_file
+def test_read_rehearsal_file_default_and_given(tmp_path):
+    data = rh.read_rehearsal_file()
+    assert isinstance(data, dict) and set(data) == {"rehearsal"}
     path = tmp_path / "p.yaml"
     path.write_text("rehearsal: {a: 1}\nneeds: {}\n", encoding="utf-8")
-    assert rh.read_profiles_file(path) == {"rehearsal": {"a": 1}, "needs": {}}
-    assert rh.read_profiles_file(str(path)) == {"rehearsal": {"a": 1}, "needs": {}}
+    assert rh.read_rehearsal_file(path) == {"rehearsal": {"a": 1}, "needs": {}}
+    assert rh.read_rehearsal_file(str(path)) == {"rehearsal": {"a": 1}, "needs": {}}
 
 
-def test_read_profiles_file_without_pyyaml_says_how_to_install_it(monkeypatch):
+def test_read_rehearsal_file_without_pyyaml_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "yaml", None)   # ``import yaml`` then raises ImportError
-    message = "reading the run profiles needs PyYAML: pip install 'hubnorm[data]'"
+    message = "reading the rehearsal sizes needs PyYAML: pip install pyyaml"
     with pytest.raises(ImportError, match="^" + re.escape(message) + "$") as err:
-        rh.read_profiles_file()
+        rh.read_rehearsal_file()
     assert isinstance(err.value.__cause__, ImportError)
 
 
-def test_read_profiles_file_errors_name_the_file(tmp_path):
+def test_read_rehearsal_file_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("rehearsal: [1, 2\n", encoding="utf-8")
     with pytest.raises(ValueError, match="^" + re.escape(f"{bad}: not valid YAML (")) as err:
-        rh.read_profiles_file(bad)
+        rh.read_rehearsal_file(bad)
     assert err.value.__cause__ is None and err.value.__suppress_context__ and str(err.value).endswith(")")
     for text in ("- rehearsal\n- needs\n", "", "just a string\n"):
         bad.write_text(text, encoding="utf-8")
-        with pytest.raises(ValueError, match="^" + re.escape(f"{bad}: must be a mapping of sections (profiles, "
-                                                             "notebooks, rehearsal, ...)") + "$"):
-            rh.read_profiles_file(str(bad))
+        with pytest.raises(ValueError, match="^" + re.escape(f"{bad}: must be a mapping with the section "
+                                                             "rehearsal") + "$"):
+            rh.read_rehearsal_file(str(bad))
     with pytest.raises(FileNotFoundError):
-        rh.read_profiles_file(tmp_path / "missing.yaml")
+        rh.read_rehearsal_file(tmp_path / "missing.yaml")
 
 
 # ------------------------------------------------------------------------------------------ rehearsal_profiles
@@ -116,7 +116,7 @@ def test_the_files_rehearsal_section():
         "paper-coco": {"dataset": "coco", "preset": "coco",
                        "splits": {"train": (113287, 566747), "val": (5000, 25010), "test": (5000, 25010)}}}
     assert rh.rehearsal_profiles() is profiles   # read once
-    assert rh.rehearsal_profiles(rh.read_profiles_file()) == profiles
+    assert rh.rehearsal_profiles(rh.read_rehearsal_file()) == profiles
     assert rh.PROFILES == profiles
     assert "PROFILES" in rh.__all__
 
@@ -141,7 +141,7 @@ def test_a_valid_section_becomes_integer_pairs():
 @pytest.mark.parametrize("section", [None, {}, [], "p"])
 def test_the_section_must_be_a_non_empty_mapping(section):
     data = {} if section is None else {"rehearsal": section}
-    _fails(data, "profiles file: rehearsal must be a non-empty mapping of paper profiles to split sizes")
+    _fails(data, "rehearsal sizes: rehearsal must be a non-empty mapping of paper profiles to split sizes")
 
 
 @pytest.mark.parametrize("prof, got", [
@@ -151,7 +151,7 @@ def test_the_section_must_be_a_non_empty_mapping(section):
     ("coco", "'coco'"),
 ])
 def test_a_profile_has_exactly_three_keys(prof, got):
-    _fails({"rehearsal": {"p": prof}}, f"profiles file: rehearsal.p must have exactly the keys dataset, preset, "
+    _fails({"rehearsal": {"p": prof}}, f"rehearsal sizes: rehearsal.p must have exactly the keys dataset, preset, "
                                         f"splits; got {got}")
 
 
@@ -159,13 +159,13 @@ def test_a_profile_has_exactly_three_keys(prof, got):
 def test_dataset_must_be_a_name(dataset):
     data = _section(test=[1, 5])
     data["rehearsal"]["p"]["dataset"] = dataset
-    _fails(data, f"profiles file: rehearsal.p.dataset must be a dataset name; got {dataset!r}")
+    _fails(data, f"rehearsal sizes: rehearsal.p.dataset must be a dataset name; got {dataset!r}")
 
 
 def test_preset_must_be_a_generator_preset():
     data = _section(test=[1, 5])
     data["rehearsal"]["p"]["preset"] = "imagenet"
-    _fails(data, f"profiles file: rehearsal.p.preset must be a preset of hubnorm.synthetic ({sorted(PRESETS)}); "
+    _fails(data, f"rehearsal sizes: rehearsal.p.preset must be a preset of hubnorm.synthetic ({sorted(PRESETS)}); "
                  "got 'imagenet'")
 
 
@@ -173,20 +173,20 @@ def test_preset_must_be_a_generator_preset():
 def test_splits_must_be_a_non_empty_mapping(splits):
     data = _section()
     data["rehearsal"]["p"]["splits"] = splits
-    _fails(data, "profiles file: rehearsal.p.splits must map split names to [images, captions]")
+    _fails(data, "rehearsal sizes: rehearsal.p.splits must map split names to [images, captions]")
 
 
 @pytest.mark.parametrize("pair", [[1], [1, 5, 6], "15", 5, None, {1: 5}])
 def test_a_split_is_a_pair(pair):
-    _fails(_section(test=pair), f"profiles file: rehearsal.p.splits.test must be [images, captions]; got {pair!r}")
+    _fails(_section(test=pair), f"rehearsal sizes: rehearsal.p.splits.test must be [images, captions]; got {pair!r}")
 
 
 @pytest.mark.parametrize("bad", [0, -2, True, 2.0, "2", None])
 def test_counts_are_positive_integers(bad):
     _fails(_section(val=[1, 5], test=[bad, 10]),
-           f"profiles file: rehearsal.p.splits.test[0] (images) must be a positive integer; got {bad!r}")
+           f"rehearsal sizes: rehearsal.p.splits.test[0] (images) must be a positive integer; got {bad!r}")
     _fails(_section(test=[2, bad]),
-           f"profiles file: rehearsal.p.splits.test[1] (captions) must be a positive integer; got {bad!r}")
+           f"rehearsal sizes: rehearsal.p.splits.test[1] (captions) must be a positive integer; got {bad!r}")
 
 
 def test_count_accepts_one_and_returns_an_int():
@@ -205,7 +205,7 @@ def test_between_five_and_six_captions_per_image(n_img, n_cap, ok):
     if ok:
         assert rh.rehearsal_profiles(data)["p"]["splits"] == {"test": (n_img, n_cap)}
     else:
-        _fails(data, f"profiles file: rehearsal.p.splits.test has {n_cap} captions for {n_img} images; the generator "
+        _fails(data, f"rehearsal sizes: rehearsal.p.splits.test has {n_cap} captions for {n_img} images; the generator "
                      "makes between 5 and 6 captions per image")
 
 

@@ -1,4 +1,4 @@
-"""``hubnorm.experiments.jupyter_ipc`` in small pieces, without starting a kernel (``tests/test_jupyter_ipc.py`` starts
+"""``hubnorm_tools.jupyter_ipc`` in small pieces, without starting a kernel (``tests/test_jupyter_ipc.py`` starts
 real ones): ``_prefix_in``'s shape; :func:`socket_dir` choosing the first usable parent in order (the variable, the
 temporary folder, /tmp), skipping an empty, missing or too long one (the length rule at its boundary, the rejected
 folder removed), cached per process (also when there is none), None without Unix sockets, its folder private and
@@ -34,8 +34,8 @@ pytest.importorskip("jupyter_client")
 
 from traitlets.config import Configurable  # noqa: E402
 
-from hubnorm.experiments import jupyter_ipc  # noqa: E402
-from hubnorm.experiments.jupyter_ipc import IPCProvisioner  # noqa: E402
+from hubnorm_tools import jupyter_ipc  # noqa: E402
+from hubnorm_tools.jupyter_ipc import IPCProvisioner  # noqa: E402
 
 
 @pytest.fixture
@@ -269,7 +269,7 @@ def test_main_refuses_another_command_and_explains_itself(capsys):
     with pytest.raises(SystemExit):
         jupyter_ipc.main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert out.startswith("usage: python -m hubnorm.experiments.jupyter_ipc [-h]")
+    assert out.startswith("usage: python -m hubnorm_tools.jupyter_ipc [-h]")
     for text in ["Install this environment's Jupyter kernel with its channels on Unix domain sockets (the "
                  "hubnorm-ipc provisioner).", "{install-kernelspec}",
                  "--prefix PREFIX environment prefix (default: this Python's, sys.prefix)",

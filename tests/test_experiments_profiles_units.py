@@ -1,4 +1,4 @@
-"""Unit checks of hubnorm.experiments.profiles (``check_profiles``, ``load_profiles``, :class:`Profiles`'
+"""Unit checks of hubnorm_tools.profiles (``check_profiles``, ``load_profiles``, :class:`Profiles`'
 ``notebook`` / ``offers``, ``offered_by_text``) aimed at what its mutation run found unchecked: the runner's tests
 that read the profiles file in this process start run_all.sh in a Jupyter kernel (deselected in mutation runs), so
 the baseline reached no function of the module.
@@ -24,9 +24,8 @@ import re
 
 import pytest
 
-from hubnorm.data.rehearse import PROFILES_FILE
-from hubnorm.experiments.profiles import (NotebookNeeds, Preparation, Profile, Profiles, check_profiles,
-                                          load_profiles, offered_by_text)
+from hubnorm_tools.profiles import (PROFILES_FILE, NotebookNeeds, Preparation, Profile, Profiles, check_profiles,
+                                   load_profiles, offered_by_text)
 
 NEED_LINE = "needs embeddings; a sims: folder holds score matrices only ({offered_by} runs on it)"
 
@@ -55,15 +54,23 @@ def _doc() -> dict:
     })
 
 
+def _check(doc, path: str = ""):
+    """check_profiles of a :func:`_doc` document: its ``rehearsal`` entry is passed as the rehearsal sizes."""
+    if isinstance(doc, dict) and "rehearsal" in doc:
+        doc = dict(doc)
+        return check_profiles(doc, path, {"rehearsal": doc.pop("rehearsal")})
+    return check_profiles(doc, path)
+
+
 def _fails(doc, message: str) -> None:
-    """check_profiles(doc) raises a ValueError whose whole text is ``message``."""
+    """_check(doc) raises a ValueError whose whole text is ``message``."""
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        check_profiles(doc)
+        _check(doc)
 
 
 # ------------------------------------------------------------------------------------------ a valid document
 def test_a_valid_document_becomes_the_checked_profiles():
-    p = check_profiles(_doc(), "/some/profiles.yaml")
+    p = _check(_doc(), "/some/profiles.yaml")
     assert isinstance(p, Profiles) and p.path == "/some/profiles.yaml"
     assert p.needs == {"embeddings": NEED_LINE, "latents": "needs latents"}
     assert p.preparations == {
@@ -86,7 +93,7 @@ def test_a_valid_document_becomes_the_checked_profiles():
 
 def test_the_checked_profiles_are_copies_not_the_document():
     doc = _doc()
-    p = check_profiles(doc)
+    p = _check(doc)
     doc["needs"]["embeddings"] = "changed"
     doc["profiles"]["default"]["parameters"]["n"] = 99
     assert p.needs["embeddings"] == NEED_LINE and p.profiles["default"].parameters == {"n": 3,
@@ -96,12 +103,12 @@ def test_the_checked_profiles_are_copies_not_the_document():
 def test_path_defaults_to_empty_and_paper_parameters_may_be_absent():
     doc = _doc()
     del doc["paper_parameters"]
-    p = check_profiles(doc)
+    p = _check(doc)
     assert p.path == ""
 
 
 def test_notebook_by_number_prefix_else_the_default():
-    p = check_profiles(_doc())
+    p = _check(_doc())
     assert p.notebook("06_cross_encoder_reranking") == NotebookNeeds(("embeddings", "latents"), ("other",))
     assert p.notebook("07_rsc") == NotebookNeeds(("embeddings",), ("caption-embeddings",))
     assert p.notebook("03_k_ablation") is p.default_notebook
@@ -112,7 +119,7 @@ def test_notebook_by_number_prefix_else_the_default():
 
 
 def test_offers_of_a_profile_and_of_an_own_source_run():
-    p = check_profiles(_doc())
+    p = _check(_doc())
     assert p.offers("default") == ("embeddings", "latents")
     assert p.offers("rehearse-x") == ("embeddings",)
     assert p.offers("default", "sims:/data/my-sims") == ("latents",)    # the own_source entry of its kind
@@ -139,9 +146,13 @@ def test_load_profiles_reads_the_package_file_and_a_given_file(tmp_path):
     assert set(p.profiles["rehearse-coco"].rehearse) <= set(p.rehearsal)
     yaml = pytest.importorskip("yaml")
     path = tmp_path / "profiles.yaml"
-    path.write_text(yaml.safe_dump(_doc()), encoding="utf-8")
+    doc = _doc()
+    del doc["rehearsal"]   # a file holds no rehearsal sizes: a profile rehearses the library's paper profiles
+    doc["profiles"]["rehearse-x"]["rehearse"] = ["paper-coco"]
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     q = load_profiles(path)
-    assert q.path == str(path) and q == check_profiles(_doc(), str(path))
+    assert q.path == str(path) and q == check_profiles(doc, str(path))
+    assert set(q.rehearsal) == {"paper-flickr30k", "paper-coco"}
     assert load_profiles(str(path)).path == str(path)
 
 
@@ -154,11 +165,16 @@ def test_top_level_keys():
     doc = _doc()
     doc["zeta"] = doc["alpha"] = 1
     _fails(doc, "profiles file: (top level) has unknown key(s) ['alpha', 'zeta']; known: ['needs', 'notebooks', "
-                "'own_source', 'paper_parameters', 'preparations', 'profiles', 'rehearsal']")
+                "'own_source', 'paper_parameters', 'preparations', 'profiles']")
     doc = _doc()
-    del doc["rehearsal"]
+    del doc["own_source"]
     doc["zeta"] = 1   # missing is reported before unknown
-    _fails(doc, "profiles file: (top level) lacks the key(s) ['rehearsal']")
+    _fails(doc, "profiles file: (top level) lacks the key(s) ['own_source']")
+    doc = _doc()
+    sizes = {"rehearsal": doc.pop("rehearsal")}
+    doc["rehearsal"] = sizes["rehearsal"]   # the rehearsal sizes are the library's, never a section of this file
+    with pytest.raises(ValueError, match=r"^profiles file: \(top level\) has unknown key\(s\) \['rehearsal'\]"):
+        check_profiles(doc, "", sizes)
 
 
 # ------------------------------------------------------------------------------------------------ needs
@@ -187,7 +203,7 @@ def test_preparations():
     doc["preparations"] = {}
     doc["profiles"]["rehearse-x"]["prepares"] = []
     doc["notebooks"] = {"default": {"needs": ["embeddings"], "uses": []}}
-    assert check_profiles(doc).preparations == {}   # no preparation at all is fine
+    assert _check(doc).preparations == {}   # no preparation at all is fine
     doc = _doc()
     del doc["preparations"]["other"]["command"]
     _fails(doc, "profiles file: preparations.other lacks the key(s) ['command']")
@@ -219,7 +235,7 @@ def test_a_preparation_command_must_be_an_argv(command):
 def test_rehearsal_section_is_checked_by_the_rehearsal_module():
     doc = _doc()
     doc["rehearsal"]["paper-x"]["splits"]["test"] = [10, 49]
-    _fails(doc, "profiles file: rehearsal.paper-x.splits.test has 49 captions for 10 images; the generator makes "
+    _fails(doc, "rehearsal sizes: rehearsal.paper-x.splits.test has 49 captions for 10 images; the generator makes "
                 "between 5 and 6 captions per image")
 
 
@@ -247,7 +263,7 @@ def test_plain_profile_names_are_accepted():
     doc = _doc()
     for name in ("a", "A.b_c-9", "9x"):
         doc["profiles"][name] = copy.deepcopy(doc["profiles"]["rehearse-x"])
-    assert {"a", "A.b_c-9", "9x"} <= set(check_profiles(doc).profiles)
+    assert {"a", "A.b_c-9", "9x"} <= set(_check(doc).profiles)
 
 
 def test_profile_keys():
@@ -274,7 +290,7 @@ def test_results_must_be_a_folder_name(results):
 def test_a_non_default_profile_may_write_to_the_root():
     doc = _doc()
     doc["profiles"]["rehearse-x"]["results"] = ""
-    assert check_profiles(doc).profiles["rehearse-x"].results == ""
+    assert _check(doc).profiles["rehearse-x"].results == ""
 
 
 @pytest.mark.parametrize("parameters", [["fast"], None, {1: "x"}, {"a": 1, 2: "x"}])
@@ -320,7 +336,7 @@ def test_rehearsal_tag_needs_a_rehearsal():
     doc = _doc()   # no {rehearsal_tag} in a string: nothing to rehearse is fine (the default's list value has one)
     del doc["profiles"]["rehearse-x"]["rehearse"]
     doc["profiles"]["rehearse-x"]["parameters"]["source"] = "cache:flickr30k:m:p"
-    assert check_profiles(doc).profiles["rehearse-x"].rehearse == ()
+    assert _check(doc).profiles["rehearse-x"].rehearse == ()
 
 
 def test_default_profile_writes_to_the_root_and_rehearses_nothing():
@@ -354,7 +370,7 @@ def test_own_source():
     _fails(doc, "profiles file: own_source.offers.cache[0] must be one of ['embeddings', 'latents']; got 'images'")
     doc = _doc()
     doc["own_source"]["offers"] = {k: ["embeddings"] for k in ("synthetic", "cache", "local", "sims")}
-    assert set(check_profiles(doc).own_source_offers) == {"synthetic", "cache", "local", "sims"}
+    assert set(_check(doc).own_source_offers) == {"synthetic", "cache", "local", "sims"}
 
 
 # ------------------------------------------------------------------------------------------------ notebooks
@@ -402,11 +418,11 @@ def test_a_preparation_field_must_be_a_parameter_of_every_profile_that_prepares_
     _fails(doc, "profiles file: profiles.rehearse-x.parameters must set text_precision (the command of preparation "
                 "'other' uses them); got " + repr(doc["profiles"]["rehearse-x"]["parameters"]))
     doc["profiles"]["rehearse-x"]["parameters"]["text_precision"] = "amp_bf16"
-    assert check_profiles(doc).preparations["other"].command[-1] == "{text_precision}"
+    assert _check(doc).preparations["other"].command[-1] == "{text_precision}"
 
 
 def test_the_shipped_preparations_are_filled_from_the_paper_parameters():
-    from hubnorm.experiments.profiles import load_profiles
+    from hubnorm_tools.profiles import load_profiles
     p = load_profiles()
     cmd = p.preparations["caption-embeddings"].command
     assert cmd[-2:] == ("--precision", "{text_precision}")

@@ -1,10 +1,10 @@
-"""``hubnorm.experiments.runner`` (run_all.sh's notebook runner) in small pieces, without running a notebook
+"""``hubnorm_tools.runner`` (run_all.sh's notebook runner) in small pieces, without running a notebook
 (``tests/test_runner_safety.py``, ``tests/test_run_profiles.py`` and ``tests/test_site.py`` run real ones through
 papermill and run_all.sh): the flags and their errors, the ``--source`` folder names and locks, the rehearsal scale,
 parameter filling, the terminal form of TeX, the streamed and tailed output of a notebook, and :meth:`Runner.run`,
 :meth:`Runner._fetch_real` and :meth:`Runner._run_notebook` with fakes for every process they start (``subprocess``
 and ``time`` of the module replaced by recorders, the notebook step by a recorder), on a small profiles table built
-here (:class:`~hubnorm.experiments.profiles.Profiles`), so that each line printed, each command and each exit status
+here (:class:`~hubnorm_tools.profiles.Profiles`), so that each line printed, each command and each exit status
 is checked against its hand-written form. Every test carries a 15 s ``timeout`` mark: a hang guard for the mutants
 that loop forever (``parse_args``' index not moving), not a timing check (each test takes milliseconds).
 
@@ -44,8 +44,8 @@ from types import SimpleNamespace
 import pytest
 
 from hubnorm.experiments import reporting
-from hubnorm.experiments import runner as rn
-from hubnorm.experiments.profiles import NotebookNeeds, Preparation, Profile, Profiles
+from hubnorm_tools import runner as rn
+from hubnorm_tools.profiles import NotebookNeeds, Preparation, Profile, Profiles
 
 # a guard against hangs, not a timing check: every test here takes milliseconds (far below the limit even on a loaded
 # machine), and a mutant that loops forever (parse_args' index not moving, a stream read that never ends) fails after

@@ -1,4 +1,4 @@
-"""Jupyter kernels over Unix domain sockets (hubnorm.experiments.jupyter_ipc), as the test run starts them.
+"""Jupyter kernels over Unix domain sockets (hubnorm_tools.jupyter_ipc), as the test run starts them.
 
 Parallel test workers start notebook kernels at the same moment; over TCP two of them could be handed the same free
 port. tests/conftest.py selects the ``hubnorm-ipc`` provisioner for every kernel of the run (environment variable,
@@ -24,7 +24,7 @@ pytest.importorskip("jupyter_client")
 pytest.importorskip("papermill")
 pytest.importorskip("nbval")
 
-from hubnorm.experiments import jupyter_ipc  # noqa: E402
+from hubnorm_tools import jupyter_ipc  # noqa: E402
 
 #: a cell that prints what the kernel itself was started with
 PROBE = ("import json, ipykernel.connect\ninfo = json.loads(ipykernel.connect.get_connection_info())\n"

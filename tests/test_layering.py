@@ -49,8 +49,9 @@ def _absolute(relative: str, package: str) -> str:
     return ".".join(base + ([rest] if rest else []))
 
 
-def experiments_references(source: str, module: str, is_package: bool = False) -> list:
-    """``(line, what)`` for every reference of ``source`` (the text of module ``module``) to the experiments layer."""
+def experiments_references(source: str, module: str, is_package: bool = False, layer: str = EXPERIMENTS) -> list:
+    """``(line, what)`` for every reference of ``source`` (the text of module ``module``) to the experiments layer
+    (or to the package ``layer``)."""
     package = module if is_package else module.rsplit(".", 1)[0]
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -73,7 +74,7 @@ def experiments_references(source: str, module: str, is_package: bool = False) -
                 if len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and name != "__import__":
                     pkg = node.args[1].value if isinstance(node.args[1].value, str) else pkg
                 targets = [_absolute(text, pkg) if text.startswith(".") else text]
-        found += [(node.lineno, t) for t in targets if _is_experiments(t)]
+        found += [(node.lineno, t) for t in targets if t == layer or t.startswith(layer + ".")]
     return found
 
 
@@ -101,6 +102,17 @@ def test_no_core_module_imports_the_experiments_layer():
                                                    path.name == "__init__.py"):
             bad.append(f"{path.relative_to(LIB)}:{line} imports {target}")
     assert not bad, "the core must not import hubnorm.experiments:\n" + "\n".join(bad)
+
+
+def test_no_hubnorm_module_imports_the_checkouts_tooling():
+    """hubnorm (core and experiments) never imports ``hubnorm_tools`` (tools/: run_all.sh's runner, its profiles, the
+    kernel provisioner), which is not part of the package: ``pip install hubnorm`` works without it."""
+    bad = [f"{path.relative_to(LIB)}:{line} imports {target}" for path in sorted(PKG.rglob("*.py"))
+           for line, target in experiments_references(path.read_text(encoding="utf-8"), _module(path),
+                                                      path.name == "__init__.py", layer="hubnorm_tools")]
+    assert not bad, "hubnorm must not import the checkout's tooling:\n" + "\n".join(bad)
+    assert experiments_references("def f():\n    from hubnorm_tools import runner\n", "hubnorm.cli",
+                                  layer="hubnorm_tools")   # the scan sees it
 
 
 @pytest.mark.parametrize("module, is_pkg, source", [
@@ -158,7 +170,7 @@ def test_importing_the_core_loads_no_experiments_module():
 _LAZY_PROBE = r"""
 import json, sys
 import hubnorm, hubnorm.data
-from hubnorm.experiments import profiles
+from hubnorm_tools import profiles
 profiles.load_profiles()
 light = {"torch": "torch" in sys.modules}
 import hubnorm.normalizers
@@ -174,8 +186,9 @@ def test_import_hubnorm_and_the_runner_profiles_load_without_torch_and_every_nam
     name is imported on first use), so the runner and the CLIs start in a fraction of a second; every name of both
     ``__all__`` lists then resolves, the root's normalizer names are exactly ``hubnorm.normalizers.__all__``, a
     submodule is reachable as an attribute and ``dir()`` lists every public name."""
+    tools = LIB.parent / "tools"
     out = subprocess.run([sys.executable, "-c", _LAZY_PROBE], capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, "PYTHONPATH": str(LIB), "HF_HUB_OFFLINE": "1"})
+                         env={**__import__("os").environ, "PYTHONPATH": f"{LIB}:{tools}", "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["torch"] is False, "import hubnorm / hubnorm.data / the run profiles imported torch"

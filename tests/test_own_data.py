@@ -187,7 +187,7 @@ def test_run_all_source_sims_runs_a_notebook_end_to_end_and_skips_none(tmp_path)
     under the folder's label, with the NOTE on what needs embeddings. Every notebook on a sims folder of each
     manifest (synthetic and real) runs in tests/test_notebook_matrix.py (in this process, no kernel start each), so
     the ten kernel starts of a full run here added time and no coverage of a (notebook, input) pair."""
-    from hubnorm.experiments.profiles import load_profiles
+    from hubnorm_tools.profiles import load_profiles
     from test_sims import write_example
 
     profiles = load_profiles()

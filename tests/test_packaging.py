@@ -173,8 +173,10 @@ def _uv() -> list:
 
 
 def _clean_env(venv: Path) -> dict:
+    # JUPYTER_DEFAULT_PROVISIONER_NAME too: the test suite's kernel provisioner is the checkout's tooling
+    # (tools/hubnorm_tools), not part of the wheel, so a user's fresh venv starts its kernels the default way
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "HUBNORM_", "PIP_"))}
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "HUBNORM_", "PIP_", "JUPYTER_DEFAULT_PROVISIONER"))}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
     env.update(OMP_NUM_THREADS="1", MPLBACKEND="Agg", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -401,7 +403,8 @@ def test_bootstrap_refuses_a_disk_without_room_before_installing(tmp_path, free_
     venv step: here a stand-in python that exits 3)."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for name in ("scripts/bootstrap.sh", "requirements.txt", "pyproject.toml"):
+    (repo / "tools").mkdir()
+    for name in ("scripts/bootstrap.sh", "requirements.txt", "pyproject.toml", "tools/pyproject.toml"):
         shutil.copy(REPO / name, repo / name)
     fake = tmp_path / "bin"
     fake.mkdir()

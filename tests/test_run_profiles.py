@@ -1,5 +1,5 @@
-"""Run profiles as data: the profiles file (lib/hubnorm/data/profiles.yaml) is checked with errors naming the key,
-rehearse.py reads its sizes from it, the runner behind run_all.sh knows no notebook and no profile by name, and every
+"""Run profiles as data: the profiles file (tools/hubnorm_tools/profiles.yaml) is checked with errors naming the key,
+the rehearsal sizes are the library's (hubnorm/data/rehearsal.yaml, one copy), the runner behind run_all.sh knows no notebook and no profile by name, and every
 profile of ``run_all.sh --help`` starts its first notebook.
 
 Time (2-core machine, quiet): the file checks ~2 s; ``test_every_profile_starts_its_first_notebook`` ~2-3 min in all
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hubnorm.experiments import profiles as pf
-from hubnorm.experiments.runner import own_source_slug, parse_args, Usage
+from hubnorm_tools import profiles as pf
+from hubnorm_tools.runner import own_source_slug, parse_args, Usage
 
 # the module itself: the attribute hubnorm.data.rehearse (so also `import hubnorm.data.rehearse as rh`) is the function
 rh = importlib.import_module("hubnorm.data.rehearse")
@@ -30,7 +30,17 @@ NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py"))
 
 
 def _raw() -> dict:
-    return yaml.safe_load((REPO / "lib" / "hubnorm" / "data" / "profiles.yaml").read_text())
+    """The run profiles (tools) with the library's rehearsal sizes under ``rehearsal``."""
+    data = yaml.safe_load((REPO / "tools" / "hubnorm_tools" / "profiles.yaml").read_text())
+    assert "rehearsal" not in data, "the rehearsal sizes live in hubnorm/data/rehearsal.yaml only"
+    data.update(yaml.safe_load((REPO / "lib" / "hubnorm" / "data" / "rehearsal.yaml").read_text()))
+    return data
+
+
+def _check(data):
+    """check_profiles of a :func:`_raw` document: the run profiles, the rehearsal sizes passed beside them."""
+    data = dict(data)
+    return pf.check_profiles(data, "", {"rehearsal": data.pop("rehearsal")})
 
 
 def _help_profiles() -> list:
@@ -48,13 +58,13 @@ def test_the_file_holds_every_profile_of_the_help_and_nothing_else():
         assert prof.results == ("" if name == "default" else name)
 
 
-def test_rehearsal_sizes_come_from_the_profiles_file():
+def test_rehearsal_sizes_come_from_the_librarys_file():
     raw = _raw()["rehearsal"]
     assert rh.PROFILES == {k: {"dataset": v["dataset"], "preset": v["preset"],
                                "splits": {s: tuple(n) for s, n in v["splits"].items()}} for k, v in raw.items()}
     assert rh.scaled_sizes("paper-coco")["train"] == tuple(raw["paper-coco"]["splits"]["train"])
     src = (REPO / "lib" / "hubnorm" / "data" / "rehearse.py").read_text()
-    assert "113287" not in src and "29000" not in src, "the sizes live in profiles.yaml only"
+    assert "113287" not in src and "29000" not in src, "the sizes live in rehearsal.yaml only"
     run_all = (REPO / "run_all.sh").read_text()
     assert "paper-coco" not in run_all.split("set -uo pipefail", 1)[1], "run_all.sh is a thin wrapper"
 
@@ -106,12 +116,14 @@ def _mutate(path, value):
 ])
 def test_a_bad_profiles_file_is_an_error_naming_the_key(path, value, match):
     with pytest.raises(ValueError, match=match):
-        pf.check_profiles(_mutate(path, value))
+        _check(_mutate(path, value))
 
 
 def test_a_bad_profiles_file_stops_the_runner_with_the_key(tmp_path, monkeypatch):
     bad = tmp_path / "profiles.yaml"
-    bad.write_text(yaml.safe_dump(_mutate(("profiles", "paper-coco", "offers"), ["pixels"])))
+    doc = _mutate(("profiles", "paper-coco", "offers"), ["pixels"])
+    del doc["rehearsal"]
+    bad.write_text(yaml.safe_dump(doc))
     with pytest.raises(ValueError, match=r"profiles\.paper-coco\.offers\[0\]"):
         pf.load_profiles(bad)
     bad.write_text("profiles: [unclosed")
@@ -121,7 +133,7 @@ def test_a_bad_profiles_file_stops_the_runner_with_the_key(tmp_path, monkeypatch
 
 def test_the_runner_has_no_notebook_or_profile_specific_branch():
     """The runner's code names no notebook number, no profile and no dataset: those are data."""
-    src = (REPO / "lib" / "hubnorm" / "experiments" / "runner.py").read_text()
+    src = (REPO / "tools" / "hubnorm_tools" / "runner.py").read_text()
     tree = ast.parse(src)
     doc = ast.get_docstring(tree)
     strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
@@ -212,7 +224,7 @@ def test_skips_come_from_the_notebooks_needs_with_the_old_lines(args, line, tmp_
 def test_the_real_column_is_fetched_once_and_a_missing_release_is_one_note(monkeypatch, capsys, tmp_path):
     """run_all.sh fetches the real releases once (``fetch-real --optional``); what it cannot get is ONE NOTE for the
     whole run, and the notebooks' own NOTE lines about it are then not streamed again."""
-    from hubnorm.experiments import runner as rn
+    from hubnorm_tools import runner as rn
     from hubnorm.experiments.reporting import REAL_MISSING_NOTE
 
     lines = ("coco500-clip-b16: cached (1 file, sha256 checked) -> /x\n"

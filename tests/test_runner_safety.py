@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hubnorm.experiments import runner as rn
+from hubnorm_tools import runner as rn
 
 
 def test_two_sources_of_the_same_name_get_two_folders(tmp_path):
@@ -55,7 +55,7 @@ def test_a_killed_runner_takes_its_notebook_process_with_it(tmp_path):
     pidfile = tmp_path / "child.pid"
     script.write_text(textwrap.dedent(f"""
         import subprocess, sys, time
-        from hubnorm.experiments.runner import _die_with_parent
+        from hubnorm_tools.runner import _die_with_parent
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=_die_with_parent)
         open({str(pidfile)!r}, "w").write(str(child.pid))
         time.sleep(120)

@@ -394,7 +394,7 @@ def test_terminal_noise_pattern_catches_each_kind():
 
 
 def test_the_terminal_shows_inline_math_as_plain_text():
-    from hubnorm.experiments.runner import plain_tex
+    from hubnorm_tools.runner import plain_tex
 
     line = (r"the best cell is $\alpha$ = 1, $k$ = 256: $N_{10}$ and $\mathrm{R@1}$ over $m\times n$, "
             r"$\tau\,\log n$; cost 5$")

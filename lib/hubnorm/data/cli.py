@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "sizes of a paper profile into a separate, labelled cache root, and print the cache: source "
                        "to run the profile on. Use it to check a machine before downloading and encoding real data. "
                        "Everything written is labelled synthetic.")
-    from .rehearse import rehearsal_profiles   # the sizes: section `rehearsal` of hubnorm/data/profiles.yaml
+    from .rehearse import rehearsal_profiles   # the sizes: hubnorm/data/rehearsal.yaml
     r.add_argument("--profile", required=True, choices=tuple(rehearsal_profiles()))
     r.add_argument("--cache-dir", help="rehearsal cache root (default: <cache root>/rehearsal)")
     r.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")

@@ -33,25 +33,26 @@ from .paths import PathLike, cache_root
 REHEARSAL_MODEL = "synthetic-rehearsal"
 REHEARSAL_SOURCE = "synthetic-rehearsal"
 
-#: The run-profiles file (package data): its ``rehearsal`` section holds the Karpathy split sizes (images,
-#: captions) of the paper profiles; ``run_all.sh``'s runner reads the same file (hubnorm.experiments.profiles).
-PROFILES_FILE = resources.files("hubnorm.data") / "profiles.yaml"
+#: The paper profiles' Karpathy split sizes (package data, section ``rehearsal``): what a rehearsal cache holds;
+#: ``run_all.sh``'s run profiles name these profiles (``tools/hubnorm_tools/profiles.yaml``).
+REHEARSAL_FILE = resources.files("hubnorm.data") / "rehearsal.yaml"
 
 
-def read_profiles_file(path=None) -> dict:
-    """The parsed run-profiles file (``path``, default :data:`PROFILES_FILE`), a mapping; a clear error otherwise."""
+def read_rehearsal_file(path=None) -> dict:
+    """The parsed rehearsal-sizes file (``path``, default :data:`REHEARSAL_FILE`), a mapping; a clear error
+    otherwise."""
     try:
         import yaml
-    except ImportError as exc:   # pragma: no cover - pyyaml is in the data and notebooks extras
-        raise ImportError("reading the run profiles needs PyYAML: pip install 'hubnorm[data]'") from exc
-    where = PROFILES_FILE if path is None else Path(path)
+    except ImportError as exc:   # pragma: no cover - pyyaml is a dependency
+        raise ImportError("reading the rehearsal sizes needs PyYAML: pip install pyyaml") from exc
+    where = REHEARSAL_FILE if path is None else Path(path)
     with where.open("r", encoding="utf-8") as fh:
         try:
             data = yaml.safe_load(fh)
         except yaml.YAMLError as exc:
             raise ValueError(f"{where}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: must be a mapping of sections (profiles, notebooks, rehearsal, ...)")
+        raise ValueError(f"{where}: must be a mapping with the section rehearsal")
     return data
 
 
@@ -62,38 +63,39 @@ def _count(v, key: str) -> int:
 
 
 def rehearsal_profiles(data: Optional[dict] = None) -> Dict[str, dict]:
-    """The ``rehearsal`` section of the run-profiles file, checked: ``{profile: {"dataset", "preset", "splits":
-    {split: (images, captions)}}}`` with between 5 and 6 captions per image. An error names the key."""
+    """The ``rehearsal`` section of the rehearsal-sizes file (or of ``data``), checked: ``{profile: {"dataset",
+    "preset", "splits": {split: (images, captions)}}}`` with between 5 and 6 captions per image. An error names the
+    key."""
     if data is None:
         return _file_profiles()
     from ..synthetic import PRESETS
 
     section = data.get("rehearsal")
     if not isinstance(section, dict) or not section:
-        raise ValueError("profiles file: rehearsal must be a non-empty mapping of paper profiles to split sizes")
+        raise ValueError("rehearsal sizes: rehearsal must be a non-empty mapping of paper profiles to split sizes")
     out = {}
     for name, prof in section.items():
         key = f"rehearsal.{name}"
         if not isinstance(prof, dict) or set(prof) != {"dataset", "preset", "splits"}:
-            raise ValueError(f"profiles file: {key} must have exactly the keys dataset, preset, splits; got "
+            raise ValueError(f"rehearsal sizes: {key} must have exactly the keys dataset, preset, splits; got "
                              f"{sorted(prof) if isinstance(prof, dict) else prof!r}")
         if not isinstance(prof["dataset"], str) or not prof["dataset"]:
-            raise ValueError(f"profiles file: {key}.dataset must be a dataset name; got {prof['dataset']!r}")
+            raise ValueError(f"rehearsal sizes: {key}.dataset must be a dataset name; got {prof['dataset']!r}")
         if prof["preset"] not in PRESETS:
-            raise ValueError(f"profiles file: {key}.preset must be a preset of hubnorm.synthetic "
+            raise ValueError(f"rehearsal sizes: {key}.preset must be a preset of hubnorm.synthetic "
                              f"({sorted(PRESETS)}); got {prof['preset']!r}")
         splits = prof["splits"]
         if not isinstance(splits, dict) or not splits:
-            raise ValueError(f"profiles file: {key}.splits must map split names to [images, captions]")
+            raise ValueError(f"rehearsal sizes: {key}.splits must map split names to [images, captions]")
         sizes = {}
         for split, pair in splits.items():
             sk = f"{key}.splits.{split}"
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-                raise ValueError(f"profiles file: {sk} must be [images, captions]; got {pair!r}")
-            n_img, n_cap = _count(pair[0], f"profiles file: {sk}[0] (images)"), \
-                _count(pair[1], f"profiles file: {sk}[1] (captions)")
+                raise ValueError(f"rehearsal sizes: {sk} must be [images, captions]; got {pair!r}")
+            n_img, n_cap = _count(pair[0], f"rehearsal sizes: {sk}[0] (images)"), \
+                _count(pair[1], f"rehearsal sizes: {sk}[1] (captions)")
             if not 5 * n_img <= n_cap <= 6 * n_img:
-                raise ValueError(f"profiles file: {sk} has {n_cap} captions for {n_img} images; the generator "
+                raise ValueError(f"rehearsal sizes: {sk} has {n_cap} captions for {n_img} images; the generator "
                                  "makes between 5 and 6 captions per image")
             sizes[split] = (n_img, n_cap)
         out[name] = {"dataset": prof["dataset"], "preset": prof["preset"], "splits": sizes}
@@ -102,10 +104,10 @@ def rehearsal_profiles(data: Optional[dict] = None) -> Dict[str, dict]:
 
 @functools.lru_cache(maxsize=1)
 def _file_profiles() -> Dict[str, dict]:
-    return rehearsal_profiles(read_profiles_file())
+    return rehearsal_profiles(read_rehearsal_file())
 
 
-def __getattr__(name):   # PROFILES: read from the run-profiles file when first asked for
+def __getattr__(name):   # PROFILES: read from the rehearsal-sizes file when first asked for
     if name == "PROFILES":
         return rehearsal_profiles()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -233,5 +235,5 @@ def rehearsal_meta(manifest: dict) -> dict:
             "description": manifest.get("description", "SYNTHETIC rehearsal data; not real embeddings")}
 
 
-__all__ = ["PROFILES", "PROFILES_FILE", "read_profiles_file", "rehearsal_profiles", "rehearse", "cache_spec",
+__all__ = ["PROFILES", "REHEARSAL_FILE", "read_rehearsal_file", "rehearsal_profiles", "rehearse", "cache_spec",
            "scaled_sizes", "default_rehearsal_root", "rehearsal_meta", "pretrained_tag"]

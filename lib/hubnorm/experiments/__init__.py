@@ -17,11 +17,10 @@ Modules (imported by name, e.g. ``from hubnorm.experiments import notebook as nb
 - :mod:`.calibration`: how close the synthetic presets come to real and published statistics;
 - :mod:`.rerank_study` and :mod:`.rerank_cost`: notebook 06's cross-encoder study and the rerank cost model
   (Geigle et al. Tables 3-4);
-- :mod:`.profiles` and :mod:`.runner`: ``run_all.sh``'s run profiles as data (``hubnorm/data/profiles.yaml``: the
-  profiles, what each notebook needs, the rehearsal sizes) and the runner that executes the notebooks;
-- :mod:`.jupyter_ipc`: a Jupyter kernel provisioner putting kernels on Unix domain sockets instead of TCP ports
-  (the test suite selects it: parallel workers' kernels never collide on a port).
+
+The runner behind ``run_all.sh``, its run profiles and the test suite's Jupyter kernel provisioner are tooling of the
+checkout, not of this package (``tools/hubnorm_tools``).
 """
 
-__all__ = ["calibration", "compare", "notebook", "parameters", "profiles", "protocol", "reporting", "rerank_cost",
-           "rerank_study", "runner", "studies"]
+__all__ = ["calibration", "compare", "notebook", "parameters", "protocol", "reporting", "rerank_cost", "rerank_study",
+           "studies"]

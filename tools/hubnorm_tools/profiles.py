@@ -1,22 +1,22 @@
-"""Run profiles as data: ``hubnorm/data/profiles.yaml`` read and checked for the runner behind ``run_all.sh``.
+"""Run profiles as data: ``profiles.yaml`` beside this module, read and checked for the runner behind ``run_all.sh``.
 
-The file (package data of :mod:`hubnorm.data`, beside the rehearsal sizes it also holds) has these sections:
+The file has these sections:
 
 - ``profiles``: ``{name: {results, parameters, offers, prepares, [rehearse]}}``: the results folder under the
   results root (``""``: the root itself), the notebooks' parameters (each notebook receives the ones it declares;
   ``{rehearsal_tag}`` in a string is the rehearsal cache's tag, ``seed0``), what the run's data offers (checked
   against each notebook's ``needs``), the preparations it runs before the notebooks, and the rehearsal caches it
-  writes first (names of the ``rehearsal`` section);
+  writes first (paper profiles of the library's rehearsal sizes, :func:`hubnorm.data.rehearse.rehearsal_profiles`);
 - ``own_source``: ``{offers: {kind: [...]}}``: what a ``--source`` run offers, by source kind, where it differs
   from the default profile;
 - ``needs``: ``{need: line}``: the line printed when a notebook is skipped for lack of it (``{offered_by}``: the
   notebooks the run does offer enough for);
 - ``preparations``: ``{name: {what, start, command}}``;
-- ``notebooks``: ``{"NN": {needs, uses}}`` (by number prefix; ``default`` for every notebook not listed);
-- ``rehearsal``: the Karpathy split sizes (:func:`hubnorm.data.rehearse.rehearsal_profiles` checks them).
+- ``notebooks``: ``{"NN": {needs, uses}}`` (by number prefix; ``default`` for every notebook not listed).
 
 :func:`load_profiles` checks every key; an error is a :class:`ValueError` naming the key (``profiles.paper-coco.
-offers[1]``) and what it must be. Nothing here knows a notebook or a profile by name.
+offers[1]``) and what it must be. Nothing here knows a notebook or a profile by name. This is tooling of the
+checkout (``tools/``, installed beside hubnorm by ``scripts/bootstrap.sh``), not part of the hubnorm package.
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ..data.rehearse import PROFILES_FILE, read_profiles_file, rehearsal_profiles
+from hubnorm.data.rehearse import rehearsal_profiles
 
-__all__ = ["Profile", "NotebookNeeds", "Preparation", "Profiles", "load_profiles", "PROFILES_FILE"]
+#: The run-profiles file of run_all.sh.
+PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
+
+__all__ = ["Profile", "NotebookNeeds", "Preparation", "Profiles", "load_profiles", "read_profiles_file", "PROFILES_FILE"]
 
 #: the fields the runner fills in every preparation's command; any other ``{name}`` is a profile parameter
 PREPARATION_FIELDS = {"python", "source", "notebook"}
-SECTIONS = {"paper_parameters", "needs", "preparations", "profiles", "own_source", "notebooks", "rehearsal"}
+SECTIONS = {"paper_parameters", "needs", "preparations", "profiles", "own_source", "notebooks"}
 SOURCE_KINDS = ("synthetic", "cache", "local", "sims")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -116,8 +119,10 @@ def _keys(value, key: str, required, optional=()) -> dict:
     return value
 
 
-def check_profiles(data: Mapping, path: str = "") -> Profiles:
-    """Check the parsed profiles file ``data``; returns :class:`Profiles`. Every error names its key."""
+def check_profiles(data: Mapping, path: str = "", rehearsal: Optional[Mapping] = None) -> Profiles:
+    """Check the parsed profiles file ``data``; returns :class:`Profiles`. Every error names its key.
+    ``rehearsal``: the paper profiles' split sizes a profile may rehearse (``{"rehearsal": {...}}``, checked by
+    :func:`hubnorm.data.rehearse.rehearsal_profiles`; None: the library's file)."""
     _keys(data, "(top level)", SECTIONS - {"paper_parameters"}, {"paper_parameters"})
     needs_sec = data["needs"]
     if not isinstance(needs_sec, dict) or not needs_sec:
@@ -141,7 +146,7 @@ def check_profiles(data: Mapping, path: str = "") -> Profiles:
             raise _err(f"{key}.command", "must be a non-empty list of strings (an argv)", cmd)
         preps[name] = Preparation(name, prep["what"], prep["start"], tuple(cmd))
 
-    rehearsal = rehearsal_profiles(dict(data))
+    rehearsal = rehearsal_profiles(None if rehearsal is None else dict(rehearsal))
 
     if not isinstance(data["profiles"], dict) or "default" not in data["profiles"]:
         raise _err("profiles", "must be a mapping of profile names that includes 'default'",
@@ -206,8 +211,23 @@ def check_profiles(data: Mapping, path: str = "") -> Profiles:
     return Profiles(profiles, needs, preps, own_offers, notebooks, rehearsal, path, base)
 
 
+def read_profiles_file(path=None) -> dict:
+    """The parsed run-profiles file (``path``, default :data:`PROFILES_FILE`), a mapping; a clear error otherwise."""
+    import yaml
+
+    where = PROFILES_FILE if path is None else Path(path)
+    with where.open("r", encoding="utf-8") as fh:
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{where}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be a mapping of sections (profiles, notebooks, needs, ...)")
+    return data
+
+
 def load_profiles(path=None) -> Profiles:
-    """Read and check the profiles file (``path``, default the package's ``hubnorm/data/profiles.yaml``)."""
+    """Read and check the profiles file (``path``, default :data:`PROFILES_FILE`)."""
     where = PROFILES_FILE if path is None else Path(path)
     return check_profiles(read_profiles_file(path), str(where))
 

@@ -12,8 +12,8 @@ inherit the environment) -- without a Jupyter config file (papermill, nbclient a
 
     JUPYTER_DEFAULT_PROVISIONER_NAME=hubnorm-ipc
 
-jupyter_client reads that variable for every kernel spec that names no provisioner of its own, and hubnorm
-registers the name (entry point group ``jupyter_client.kernel_provisioners`` in pyproject.toml). The test suite sets
+jupyter_client reads that variable for every kernel spec that names no provisioner of its own, and the checkout's
+tooling registers the name (entry point group ``jupyter_client.kernel_provisioners`` in ``tools/pyproject.toml``). The test suite sets
 it (``tests/conftest.py``). The project's own kernel spec names it too: ``scripts/bootstrap.sh`` installs the
 ``.venv``'s ``python3`` kernel with ``{"kernel_provisioner": {"provisioner_name": "hubnorm-ipc"}}`` in its metadata
 (:func:`install_kernelspec`), so ``run_all.sh``, a direct ``papermill`` run and JupyterLab started from ``.venv``
@@ -124,7 +124,7 @@ def install_kernelspec(prefix: Optional[str] = None, name: str = "python3") -> s
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hubnorm.experiments.jupyter_ipc",
+    parser = argparse.ArgumentParser(prog="python -m hubnorm_tools.jupyter_ipc",
                                      description="Install this environment's Jupyter kernel with its channels on "
                                                  "Unix domain sockets (the hubnorm-ipc provisioner).")
     parser.add_argument("command", choices=["install-kernelspec"])

@@ -1,10 +1,11 @@
 """The runner behind ``bash run_all.sh``: execute ``notebooks/[0-9][0-9]_*.ipynb`` with papermill for a run profile.
 
 ``run_all.sh`` prints its help, runs ``scripts/bootstrap.sh`` and then ``exec``\\ s
-``python -m hubnorm.experiments.runner --root <checkout> --caller-dir <where it was called> <its arguments>``; the
+``python -m hubnorm_tools.runner --root <checkout> --caller-dir <where it was called> <its arguments>``; the
 flags, the help text and the terminal output are run_all.sh's (see its header). The profiles, their parameters,
-results folders and preparations, and what each notebook needs, are data (``hubnorm/data/profiles.yaml``, checked by
-:mod:`hubnorm.experiments.profiles`): this module knows no profile and no notebook by name.
+results folders and preparations, and what each notebook needs, are data (``profiles.yaml`` beside this module,
+checked by :mod:`hubnorm_tools.profiles`): this module knows no profile and no notebook by name. It is tooling of
+the checkout (``tools/``), not part of the hubnorm package.
 
 Two options for tests, not in run_all.sh's help: ``--max-notebooks N`` runs at most the first ``N`` selected
 notebooks (the ones ``--only`` keeps, skipped ones not counted), and ``$HUBNORM_REHEARSAL_SCALE`` (a number in
@@ -167,7 +168,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 def _rehearsal_tag() -> tuple:
-    from ..data.rehearse import pretrained_tag
+    from hubnorm.data.rehearse import pretrained_tag
 
     raw = os.environ.get("HUBNORM_REHEARSAL_SCALE", "")
     if not raw:
@@ -348,7 +349,7 @@ class Runner:
             if own:
                 changed.pop("source", None)
             if changed:   # a folder of its own, named by what changed: never mixed into the default run's
-                from .reporting import run_folder_name
+                from hubnorm.experiments.reporting import run_folder_name
 
                 name = run_folder_name(changed)
                 results = (results.with_name(f"{results.name}+{name}") if own
@@ -366,7 +367,7 @@ class Runner:
         results.mkdir(parents=True, exist_ok=True)
         if own:
             (results / SOURCE_FILE).write_text(own + "\n")
-        from .reporting import write_manifest
+        from hubnorm.experiments.reporting import write_manifest
 
         write_manifest(results, profile=profile_name, source=own or params.get("source", None), parameters=params,
                        changed=changed, only=o["only"] or None, command=["run_all.sh", *self.argv])
@@ -437,7 +438,7 @@ class Runner:
                     break
         _say(f"run_all.sh: total {int(time.time() - start_all)}s")
         if statuses:
-            from .reporting import write_summary
+            from hubnorm.experiments.reporting import write_summary
 
             summary = write_summary(results, statuses, title=f"run_all.sh (profile {profile_name}"
                                     + (f", source {own}" if own else "") + ")")
@@ -462,7 +463,7 @@ class Runner:
         fetch-real --optional``: cached, from ``$HUBNORM_REAL_MIRROR``, or downloaded by pinned commit and sha256).
         One line says which are there; those that are not get ONE NOTE for the whole run (the notebooks' own NOTE
         lines about them are then not repeated in the terminal; their executed copies keep them)."""
-        from .reporting import REAL_MISSING_NOTE
+        from hubnorm.experiments.reporting import REAL_MISSING_NOTE
 
         t0 = time.time()
         proc = subprocess.run([self.python, "-m", "hubnorm.data", "fetch-real", "--optional", "--no-progress"],
@@ -515,7 +516,7 @@ class Runner:
         proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         prefix = f"  {name[:2]}| "
-        from .reporting import REAL_MISSING_NOTE
+        from hubnorm.experiments.reporting import REAL_MISSING_NOTE
 
         skip = (REAL_MISSING_NOTE.encode(),) if getattr(self, "real_noted", False) else ()
         streamer = _Streamer(proc, log, prefix, show=not quiet, skip=skip)
