@@ -11,7 +11,7 @@ import torch
 import hubnorm
 from hubnorm.blocks import ENGINE_MEMBERS, Engine
 from hubnorm.engine import LocalEngine
-from hubnorm.scores import ScoreEngine, matrices_from_embeddings
+from hubnorm.scores import matrices_from_embeddings
 from hubnorm.sweeps import SweepEngine
 
 LIB = Path(hubnorm.__file__).parent
@@ -28,8 +28,8 @@ def _engines():
     rng = np.random.default_rng(0)
     t, qb, q = _unit(rng, 20), _unit(rng, 60), _unit(rng, 10)
     local = LocalEngine({"targets": t, "query_bank": qb, "target_bank": None})
-    out = {"LocalEngine": local, "SweepEngine": SweepEngine(local),
-           "ScoreEngine": ScoreEngine(matrices_from_embeddings(q.numpy(), t.numpy(), qb.numpy()))}
+    stored = LocalEngine(matrices=matrices_from_embeddings(q.numpy(), t.numpy(), qb.numpy()))
+    out = {"LocalEngine": local, "SweepEngine": SweepEngine(local), "LocalEngine over score matrices": stored}
     try:
         from hubnorm.index import IndexEngine
         out["IndexEngine"] = IndexEngine({"targets": t, "query_bank": qb})
@@ -43,7 +43,8 @@ def _engines():
     return out
 
 
-@pytest.mark.parametrize("name", ["LocalEngine", "SweepEngine", "ScoreEngine", "IndexEngine", "DaskEngine"])
+@pytest.mark.parametrize("name", ["LocalEngine", "SweepEngine", "LocalEngine over score matrices", "IndexEngine",
+                                  "DaskEngine"])
 def test_every_engine_implements_the_protocol(name):
     engines = _engines()
     if name not in engines:
@@ -195,3 +196,30 @@ def test_local_engine_runs_the_fused_form_unless_plain():
     assert LocalEngine({"targets": t}).iterate(it) == "fused" and it.fused_calls == 1
     it = _Count()
     assert LocalEngine({"targets": t}, plain=True).iterate(it) == 3 and it.fused_calls == 0
+
+
+def test_one_engine_reads_blocks_from_embeddings_or_from_stored_matrices():
+    """The one in-process engine: a reduction whose inputs are all embeddings is computed from them (a stored
+    matrix given beside them is not read), one over an input given only as a matrix is read from the matrix; sizes
+    of matrices and embeddings must agree; a stored-only engine names what needs embeddings."""
+    from hubnorm.blocks import Scores, TopK
+
+    rng = np.random.default_rng(3)
+    t, qb = _unit(rng, 12), _unit(rng, 30)
+    scores = (qb @ t.T).numpy()
+    red = TopK(Scores("query_bank", ("targets",)), k=4, axis=0)
+    from_embeddings = LocalEngine({"targets": t, "query_bank": qb}).reduce(red)
+    stored = LocalEngine(matrices={("query_bank", "targets"): scores})
+    assert torch.allclose(stored.reduce(red).values, from_embeddings.values, atol=1e-12, rtol=0)
+    assert stored.blocks_read > 0 and stored.has("query_bank") and stored.size("query_bank") == 30
+    both = LocalEngine({"targets": t, "query_bank": qb}, matrices={("query_bank", "targets"): np.zeros_like(scores)})
+    assert torch.equal(both.reduce(red).values, from_embeddings.values) and both.blocks_read == 0
+    with pytest.raises(ValueError, match=r"has 30 query bank items but the query_bank embeddings have 29 rows"):
+        LocalEngine({"targets": t, "query_bank": qb[:29]}, matrices={("query_bank", "targets"): scores})
+    with pytest.raises(ValueError, match=r"^this step needs the embeddings of query_bank, but a score task holds only"):
+        stored.tensor("query_bank")
+    with pytest.raises(ValueError, match=r"^this fit has no query_bank"):
+        LocalEngine({"targets": t}).tensor("query_bank")
+    assert stored.dtype == torch.float64 and LocalEngine({"targets": t.float()}).dtype == torch.float32
+    with pytest.raises(TypeError, match=r"^dtype must be torch.float32 or torch.float64"):
+        LocalEngine(matrices={("query_bank", "targets"): scores}, dtype=torch.float16)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import hubnorm as hn
-from hubnorm.scores import ScoreEngine, fit_scores, matrices_from_embeddings
+from hubnorm.engine import LocalEngine
+from hubnorm.scores import fit_scores, matrices_from_embeddings
 from hubnorm.normalizers.base import NotFittedError
 
 da = pytest.importorskip("dask.array")
@@ -39,7 +40,7 @@ def _paths(data):
     return {
         "in memory": lambda norm: norm.fit(t, query_bank=qb),
         "dask": lambda norm: norm.fit(t, query_bank=da.from_array(qb, chunks=64)),
-        "score matrices": lambda norm: fit_scores(norm, ScoreEngine(mats)),
+        "score matrices": lambda norm: fit_scores(norm, LocalEngine(matrices=mats)),
     }
 
 

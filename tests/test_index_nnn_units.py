@@ -111,16 +111,21 @@ def test_the_boundaries_are_accepted(params):
     assert norm.check_params() is norm
 
 
-def test_a_dask_engine_is_refused_by_its_message():
+def test_a_dask_engine_and_score_matrices_are_refused_by_the_message():
     from hubnorm.engine import LocalEngine
 
     class NotLocal:
         inputs = {}
         block_bytes = None
+        matrices = {}
     assert not isinstance(NotLocal(), LocalEngine)
-    with pytest.raises(TypeError, match=r"^FaissNNN indexes an in-memory query bank: load the bank \(bank.compute\(\)\) "
-                                        r"or fit NearestNeighborNormalization on Dask$"):
+    message = (r"^FaissNNN indexes an in-memory query bank of embeddings: load the bank \(bank.compute\(\)\), or fit "
+               r"NearestNeighborNormalization on Dask or on score matrices$")
+    with pytest.raises(TypeError, match=message):
         FaissNNN(k=3).fit_blocks(NotLocal())
+    stored = LocalEngine(matrices={("query_bank", "targets"): np.ones((4, 3))})   # a LocalEngine over score matrices
+    with pytest.raises(TypeError, match=message):
+        FaissNNN(k=3).fit_blocks(stored)
 
 
 # ------------------------------------------------------------------------------------------------ the fit

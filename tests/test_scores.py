@@ -10,7 +10,8 @@ import torch
 
 import hubnorm as hn
 from hubnorm.retrieval import Positives
-from hubnorm.scores import ScoreEngine, ScoreMatrix, ScoreTask, matrices_from_embeddings
+from hubnorm.engine import LocalEngine
+from hubnorm.scores import ScoreMatrix, ScoreTask, matrices_from_embeddings
 
 from method_checks import unit_rows
 
@@ -88,7 +89,7 @@ def test_memory_mapped_bank_larger_than_block_budget(tmp_path):
     budget = 400 * 40 * 8 // 20
     for name, params in [("nnn", {"k": 8}), ("is", {"tau": 0.05}), ("dis", {"tau": 0.05}), ("csls", {"k": 5}),
                          ("sn", {"tau": 0.05}), ("dbsn", {"tau": 0.05})]:
-        engine = ScoreEngine(mats, block_bytes=budget)
+        engine = LocalEngine(matrices=mats, block_bytes=budget)
         norm = hn.scores.fit_scores(hn.make_normalizer(name, **params), engine)
         ref = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
         np.testing.assert_allclose(norm.offsets_.numpy(), ref.offsets_.numpy(), rtol=0, atol=1e-12, err_msg=name)

@@ -1,4 +1,5 @@
-"""The engine over stored score matrices (``hubnorm.scores.ScoreEngine``) on its own: each shared reduction along
+"""The engine over stored score matrices (``hubnorm.engine.LocalEngine`` given ``matrices=``) on its own: each shared
+reduction along
 both axes against the dense float64 form, on every read path (resident in memory, streamed in blocks, the plain
 loop; a matrix given in the other orientation and read transposed), the guards of a stored matrix at a single bad
 cell, the resident budget at its boundary, and what ``fit_scores`` / ``ScoreTask`` pass on. The survivors of the
@@ -14,7 +15,8 @@ import torch
 
 import hubnorm as hn
 from hubnorm.blocks import LogMeanExp, LogSumExp, Moments, Scores, TopK
-from hubnorm.scores import ScoreEngine, ScoreMatrix, ScoreTask, fit_scores, matrices_from_embeddings
+from hubnorm.engine import LocalEngine
+from hubnorm.scores import ScoreMatrix, ScoreTask, fit_scores, matrices_from_embeddings
 
 PATHS = {"resident": {}, "streamed": {"resident_bytes": 0, "block_bytes": 256},
          "plain": {"plain": True, "block_bytes": 256}}
@@ -39,8 +41,9 @@ def S(emb):
 def _engines(S, **extra):
     """The bank x targets matrix given as such and given transposed (read transposed)."""
     for path, kw in PATHS.items():
-        yield f"{path}", ScoreEngine({("query_bank", "targets"): S}, **kw, **extra)
-        yield f"{path} transposed", ScoreEngine({("targets", "query_bank"): np.ascontiguousarray(S.T)}, **kw, **extra)
+        yield f"{path}", LocalEngine(matrices={("query_bank", "targets"): S}, **kw, **extra)
+        yield f"{path} transposed", LocalEngine(matrices={("targets", "query_bank"): np.ascontiguousarray(S.T)}, **kw,
+                                                **extra)
 
 
 # ------------------------------------------------------------------------------------------------ reductions
@@ -73,7 +76,8 @@ def test_concatenated_columns(emb):
     src = Scores("query_bank", ("targets", "target_bank"))
     want = torch.logsumexp(torch.from_numpy(7.0 * full), dim=1) - math.log(full.shape[1])
     for kw in PATHS.values():
-        eng = ScoreEngine({("query_bank", "targets"): qb @ t.T, ("target_bank", "query_bank"): tb @ qb.T}, **kw)
+        eng = LocalEngine(matrices={("query_bank", "targets"): qb @ t.T, ("target_bank", "query_bank"): tb @ qb.T},
+                          **kw)
         torch.testing.assert_close(eng.reduce(LogMeanExp(src, 7.0, axis=1)), want, rtol=1e-12, atol=1e-12)
         m0 = eng.reduce(Moments(src, axis=0))[0]
         torch.testing.assert_close(m0, torch.from_numpy(full.mean(axis=0)), rtol=1e-12, atol=1e-14)
@@ -83,7 +87,7 @@ def test_float32_matrices_give_values_in_the_engines_dtype(S):
     s32 = S.astype(np.float32)
     for dtype in (torch.float64, torch.float32):
         for kw in PATHS.values():
-            eng = ScoreEngine({("query_bank", "targets"): s32}, dtype=dtype, **kw)
+            eng = LocalEngine(matrices={("query_bank", "targets"): s32}, dtype=dtype, **kw)
             top = eng.reduce(TopK(Scores("query_bank", "targets"), 3, axis=0, indices=True))
             assert top.values.dtype == dtype
             want = torch.from_numpy(s32.T).topk(3, dim=1)
@@ -93,7 +97,7 @@ def test_float32_matrices_give_values_in_the_engines_dtype(S):
 
 # ------------------------------------------------------------------------------------------------ the matrices
 def test_a_matrix_given_in_the_other_orientation_serves_both(S):
-    eng = ScoreEngine({("targets", "query_bank"): S.T})
+    eng = LocalEngine(matrices={("targets", "query_bank"): S.T})
     assert eng.has_matrix("query_bank", "targets") and eng.has_matrix("targets", "query_bank")
     assert not eng.has_matrix("query_bank", "target_bank")
     assert eng.matrix("query_bank", "targets").shape == S.shape
@@ -102,10 +106,11 @@ def test_a_matrix_given_in_the_other_orientation_serves_both(S):
     assert eng.size("query_bank") == 29 and eng.size("targets") == 13 and eng.size("queries") is None
     with pytest.raises(ValueError, match=r"no query bank x target bank score matrix \(query_bank x target_bank\)$"):
         eng.matrix("query_bank", "target_bank")
-    hinted = ScoreEngine({("targets", "query_bank"): S.T}, hints={("target_bank", "query_bank"): "add bank_cols.npy"})
+    hinted = LocalEngine(matrices={("targets", "query_bank"): S.T}, hints={("target_bank",
+                         "query_bank"): "add bank_cols.npy"})
     with pytest.raises(ValueError, match=r"\(query_bank x target_bank\): add bank_cols.npy"):
         hinted.matrix("query_bank", "target_bank")
-    assert ScoreEngine({("query_bank", "targets"): S}).plain is False
+    assert LocalEngine(matrices={("query_bank", "targets"): S}).plain is False
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
@@ -119,12 +124,12 @@ def test_a_single_non_finite_cell_is_refused_with_its_position(S, value, orienta
         key, data = ("targets", "query_bank"), np.ascontiguousarray(bad.T)
     elif orientation == "fortran":
         data = np.asfortranarray(bad)
-    eng = ScoreEngine({key: ScoreMatrix(data, "bank.npy")}, **PATHS[path])
+    eng = LocalEngine(matrices={key: ScoreMatrix(data, "bank.npy")}, **PATHS[path])
     with pytest.raises(ValueError, match="bank.npy holds a non-finite score"):
         fit_scores(hn.InvertedSoftmax(tau=0.05), eng)
     if path == "resident":   # the one read of the fast path names the stored cell
         stored = (5, 21) if orientation == "transposed" else (21, 5)
-        eng = ScoreEngine({key: ScoreMatrix(data, "bank.npy")})
+        eng = LocalEngine(matrices={key: ScoreMatrix(data, "bank.npy")})
         with pytest.raises(ValueError, match=rf"at row {stored[0]}, column {stored[1]}:"):
             eng.resident("query_bank", "targets")
 
@@ -133,30 +138,30 @@ def test_the_copy_budget_at_its_boundary_and_views_at_any_size(S):
     key = ("query_bank", "targets")
     half = S.astype(np.float16)                               # not viewable: read into a float32 copy
     nbytes = S.size * 4
-    kept = ScoreEngine({key: half}, resident_bytes=nbytes).resident(*key)
+    kept = LocalEngine(matrices={key: half}, resident_bytes=nbytes).resident(*key)
     assert kept.dtype == torch.float32 and torch.equal(kept, torch.from_numpy(half.astype(np.float32)))
-    assert ScoreEngine({key: half}, resident_bytes=nbytes - 1).resident(*key) is None
+    assert LocalEngine(matrices={key: half}, resident_bytes=nbytes - 1).resident(*key) is None
     wide = np.ascontiguousarray(np.tile(half, (1, 3)))       # 29 x 39: a budget of n_a / n_b would keep it
-    assert ScoreEngine({key: wide}, resident_bytes=wide.size * 4 // 2).resident(*key) is None
+    assert LocalEngine(matrices={key: wide}, resident_bytes=wide.size * 4 // 2).resident(*key) is None
     subset = ScoreMatrix(S).take(rows=np.arange(0, 29, 2))   # an indexed subset: copied, within the budget
-    assert ScoreEngine({key: subset}, resident_bytes=15 * 13 * 8 - 1).resident(*key) is None
-    assert torch.equal(ScoreEngine({key: subset}).resident(*key), torch.from_numpy(S[::2]))
+    assert LocalEngine(matrices={key: subset}, resident_bytes=15 * 13 * 8 - 1).resident(*key) is None
+    assert torch.equal(LocalEngine(matrices={key: subset}).resident(*key), torch.from_numpy(S[::2]))
     # a native float32 / float64 array (a memory map too) is a view at any budget but 0, never a copy
     for arr in (S, S.astype(np.float32), np.asfortranarray(S)):
-        view = ScoreEngine({key: arr}, resident_bytes=1).resident(*key)
+        view = LocalEngine(matrices={key: arr}, resident_bytes=1).resident(*key)
         assert np.shares_memory(view.numpy(), arr) and view.dtype == torch.from_numpy(arr).dtype
         assert torch.equal(view, torch.from_numpy(np.ascontiguousarray(arr)))
-    back = ScoreEngine({key[::-1]: S}).resident(*key)         # given the other way round: the transposed view
+    back = LocalEngine(matrices={key[::-1]: S}).resident(*key)         # given the other way round: the transposed view
     assert np.shares_memory(back.numpy(), S) and torch.equal(back, torch.from_numpy(S).T)
-    assert ScoreEngine({key: S}, resident_bytes=0).resident(*key) is None
-    assert ScoreEngine({key: S}, plain=True).resident(*key) is None
+    assert LocalEngine(matrices={key: S}, resident_bytes=0).resident(*key) is None
+    assert LocalEngine(matrices={key: S}, plain=True).resident(*key) is None
 
 
 def test_a_view_is_checked_once_and_names_the_stored_cell(S):
     key = ("query_bank", "targets")
     data = S.copy()
     m = ScoreMatrix(data, "bank.npy")
-    eng = ScoreEngine({key: m}, block_bytes=13 * 8 * 5)
+    eng = LocalEngine(matrices={key: m}, block_bytes=13 * 8 * 5)
     eng.resident(*key)
     assert eng.blocks_read == 6 and m.bound == float(np.abs(S).max())   # one pass: 29 rows by 5
     eng.resident(*key)
@@ -166,21 +171,21 @@ def test_a_view_is_checked_once_and_names_the_stored_cell(S):
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score .* at row 20, column 1:"):
         eng.resident(*key)
     trusted = ScoreMatrix(S, "bank.npy", checked=True, bound=9.0)   # a sims folder's scan: never read again
-    eng = ScoreEngine({key: trusted})
+    eng = LocalEngine(matrices={key: trusted})
     eng.resident(*key)
     assert eng.blocks_read == 0
     for order, transposed, cell in (("C", False, (7, 3)), ("F", False, (7, 3)), ("C", True, (3, 7)),
                                     ("F", True, (3, 7))):
         bad = np.array(S, order=order)
         bad[7, 3] = np.nan
-        eng = ScoreEngine({key: ScoreMatrix(bad, "bank.npy", transposed=transposed)})
+        eng = LocalEngine(matrices={key: ScoreMatrix(bad, "bank.npy", transposed=transposed)})
         with pytest.raises(ValueError, match=rf"bank.npy holds a non-finite score .* at row {cell[0]}, column "
                                              rf"{cell[1]}:"):
             eng.resident(*key)
 
 
 def test_blocks_read_counts_every_read(S):
-    eng = ScoreEngine({("query_bank", "targets"): S}, resident_bytes=0, block_bytes=13 * 8 * 5)
+    eng = LocalEngine(matrices={("query_bank", "targets"): S}, resident_bytes=0, block_bytes=13 * 8 * 5)
     eng.reduce(Moments(Scores("query_bank", "targets"), axis=0))
     assert eng.blocks_read == 6 and eng.largest_block == 5 * 13       # 29 rows in strips of 5
     eng.reduce(Moments(Scores("query_bank", "targets"), axis=0))
@@ -191,13 +196,14 @@ def test_blocks_read_counts_every_read(S):
 def test_query_aware_fit_uses_the_test_scores_as_the_bank(emb):
     q, t, qb = emb["queries"], emb["targets"], emb["query_bank"]
     mats = matrices_from_embeddings(q, t, qb)
-    aware = fit_scores(hn.InvertedSoftmax(tau=0.05), ScoreEngine(mats), query_aware=True)
+    aware = fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices=mats), query_aware=True)
     want = hn.InvertedSoftmax(tau=0.05).fit(t, query_bank=q)
     np.testing.assert_allclose(aware.offsets, want.offsets, rtol=0, atol=1e-12)
-    agnostic = fit_scores(hn.InvertedSoftmax(tau=0.05), ScoreEngine(mats))
+    agnostic = fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices=mats))
     assert np.abs(agnostic.offsets - aware.offsets).max() > 1e-3
     with pytest.raises(ValueError, match=r"needs the query bank x gallery \(targets\) score matrix"):
-        fit_scores(hn.InvertedSoftmax(tau=0.05), ScoreEngine({("queries", "targets"): mats[("queries", "targets")]}))
+        fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices={("queries", "targets"): mats[("queries",
+                                                             "targets")]}))
 
 
 def test_task_defaults_and_ks(emb):
@@ -224,15 +230,16 @@ def test_a_top_k_fit_checks_a_view_in_its_own_pass(tmp_path, order, transposed, 
     stored = np.load(path, mmap_mode="r")
     m = ScoreMatrix(stored, "bank.npy", transposed=transposed)
     key = ("query_bank", "targets")
-    eng = ScoreEngine({key: m}, block_bytes=7 * 8 * 4)
+    eng = LocalEngine(matrices={key: m}, block_bytes=7 * 8 * 4)
     fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)
-    one_pass = ScoreEngine({key: ScoreMatrix(stored, "bank.npy", transposed=transposed)}, block_bytes=7 * 8 * 4)
+    one_pass = LocalEngine(matrices={key: ScoreMatrix(stored, "bank.npy", transposed=transposed)},
+                           block_bytes=7 * 8 * 4)
     one_pass.resident(*key)                                     # the checking pass alone
     assert eng.blocks_read == one_pass.blocks_read > 1           # checked while read once, not read twice
     S2 = S.copy()
     S2[53, 4] = bad
     np.save(path, S2.T if transposed else S2)
-    eng = ScoreEngine({key: ScoreMatrix(np.load(path, mmap_mode="r"), "bank.npy", transposed=transposed)},
+    eng = LocalEngine(matrices={key: ScoreMatrix(np.load(path, mmap_mode="r"), "bank.npy", transposed=transposed)},
                       block_bytes=7 * 8 * 4)
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score \(NaN or inf\) at row 53, column 4:"):
         fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)

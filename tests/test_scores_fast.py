@@ -1,4 +1,5 @@
-"""The fast score path (hubnorm.scores.ScoreEngine, plain=False): a stored matrix read once per fit, its reductions
+"""The fast score path (hubnorm.engine.LocalEngine over stored matrices, plain=False): a stored matrix read once per
+fit, its reductions
 through the kernels of hubnorm.kernels (topk_scores, logsumexp_scores), float32 where the precision rules allow.
 Tested equal to the plain block loop (plain=True): float64 matrices to 1e-12 (top-k values exactly, indices up to
 ties), float32 matrices to the kernels' precision target."""
@@ -13,7 +14,8 @@ import torch
 
 import hubnorm as hn
 from hubnorm.kernels import PRECISION_TARGET, logsumexp_scores, topk_scores
-from hubnorm.scores import ScoreEngine, ScoreMatrix, fit_scores, matrices_from_embeddings
+from hubnorm.engine import LocalEngine
+from hubnorm.scores import ScoreMatrix, fit_scores, matrices_from_embeddings
 
 from method_checks import unit_rows
 
@@ -56,7 +58,7 @@ def _mats(tmp_path, dtype=np.float64, seed=0):
 
 
 def _fit(mats, name, params, **kw):
-    engine = ScoreEngine(mats, block_bytes=30 * 8 * 64, **kw)
+    engine = LocalEngine(matrices=mats, block_bytes=30 * 8 * 64, **kw)
     return fit_scores(hn.make_normalizer(name, **params), engine), engine
 
 
@@ -101,7 +103,7 @@ def test_larger_than_resident_budget_is_streamed(tmp_path):
     mats = _mats(tmp_path)
     budget = 30 * 8 * 64
     for name, params in METHODS[:5]:
-        engine = ScoreEngine(mats, block_bytes=budget, resident_bytes=0)
+        engine = LocalEngine(matrices=mats, block_bytes=budget, resident_bytes=0)
         got = fit_scores(hn.make_normalizer(name, **params), engine)
         want, _ = _fit(mats, name, params, plain=True)
         np.testing.assert_allclose(got.offsets_.numpy(), want.offsets_.numpy(), rtol=0, atol=1e-12, err_msg=name)
@@ -112,11 +114,12 @@ def test_resident_read_checks_nan_and_bounds(tmp_path):
     mats = _mats(tmp_path)
     bank = np.array(mats[("query_bank", "targets")])
     bank[123, 7] = np.nan
-    engine = ScoreEngine({**mats, ("query_bank", "targets"): ScoreMatrix(bank, "bank.npy")}, block_bytes=30 * 8 * 64)
+    engine = LocalEngine(matrices={**mats, ("query_bank", "targets"): ScoreMatrix(bank, "bank.npy")},
+                         block_bytes=30 * 8 * 64)
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score .* row 123, column 7"):
         fit_scores(hn.make_normalizer("is", tau=0.05), engine)
     t = ScoreMatrix(np.asfortranarray(mats[("target_bank", "query_bank")]), "tb.npy").T   # Fortran order, transposed
-    e = ScoreEngine({**mats, ("query_bank", "target_bank"): t}, block_bytes=30 * 8 * 64)
+    e = LocalEngine(matrices={**mats, ("query_bank", "target_bank"): t}, block_bytes=30 * 8 * 64)
     x = e.resident("query_bank", "target_bank")
     assert torch.equal(x, torch.from_numpy(np.asarray(mats[("target_bank", "query_bank")]).T.copy()))
     assert e.score_bound(hn.blocks.Scores("query_bank", "target_bank")) == float(np.abs(x.numpy()).max())
@@ -140,7 +143,7 @@ def test_sinkhorn_blocks_handle_underflowing_columns(plain, dtype):
     for _ in range(3):
         f = tau * np.log(1 / m) - tau * logsumexp((S + g) / tau, axis=1)
         g = tau * np.log(1 / n) - tau * logsumexp((S + f[:, None]) / tau, axis=0)
-    engine = ScoreEngine({("query_bank", "targets"): S.astype(dtype)}, block_bytes=n * 8 * 64, plain=plain)
+    engine = LocalEngine(matrices={("query_bank", "targets"): S.astype(dtype)}, block_bytes=n * 8 * 64, plain=plain)
     got = fit_scores(hn.make_normalizer("sn", tau=tau, n_iter=3), engine).offsets_.double().numpy()
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, g, rtol=0, atol=1e-9 if dtype == np.float64 else 1e-5)

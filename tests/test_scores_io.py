@@ -13,7 +13,7 @@ import pytest
 import hubnorm as hn
 from hubnorm import media
 from hubnorm.data.sims import SimsError, load_sims, scan_npy, write_sims
-from hubnorm.scores import ProductScores, ScoreEngine, ScoreMatrix, ScoreTask, matrices_from_embeddings
+from hubnorm.scores import ProductScores, ScoreMatrix, ScoreTask, matrices_from_embeddings
 
 from test_sims import write_example
 

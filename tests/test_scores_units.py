@@ -6,12 +6,13 @@ one read of a matrix of either order) seen through a probe reduction, and the on
 
 Survivors judged equivalent (no test can tell them apart):
 - ``ScoreMatrix.block``: ``order="C"`` -> ``order="c"`` (NumPy accepts either case).
-- ``ScoreEngine._load``: ``itemsize <= 4`` -> ``<= 5`` (float itemsizes are 2, 4 and 8); ``checked=True`` -> ``False``
+- ``LocalEngine._load`` (stored matrices): ``itemsize <= 4`` -> ``<= 5`` (float itemsizes are 2, 4 and 8);
+  ``checked=True`` -> ``False``
   for the strip reader ``src`` (only its ``_stored`` is called, which checks nothing); ``check_finite_block(blk,
   m.label, a0, 0)`` with the ``0`` dropped (the default ``c0``).
-- ``ScoreEngine._resident_block``: default ``copy=True`` -> ``False`` (every caller passes ``copy``); ``lo < hi`` ->
+- ``LocalEngine._resident_block``: default ``copy=True`` -> ``False`` (every caller passes ``copy``); ``lo < hi`` ->
   ``lo <= hi`` (an empty piece joins the concatenation: the same values).
-- ``ScoreEngine.reduce``: ``getattr(red, "read_only", False)`` -> default ``None`` (every Reduction has
+- ``LocalEngine._reduce_stored``: ``getattr(red, "read_only", False)`` -> default ``None`` (every Reduction has
   ``read_only``).
 - ``fit_scores``: ``engine.has_matrix(rows, col)`` -> ``has_matrix(rows, None)`` (``engine.matrix(rows, col)`` is then
   asked, and returns the matrix or raises the same error).
@@ -27,7 +28,8 @@ import torch
 from scipy import stats
 
 import hubnorm as hn
-from hubnorm.scores import (ScoreEngine, ScoreMatrix, ScoreTask, bank_subsets, positives_from_pairs, sample_index)
+from hubnorm.engine import LocalEngine
+from hubnorm.scores import (ScoreMatrix, ScoreTask, bank_subsets, positives_from_pairs, sample_index)
 
 
 def _rng(seed=0):
@@ -178,18 +180,18 @@ def test_hubnorm_evaluate_takes_a_score_task_as_task_evaluate_does():
 def test_the_engine_refuses_keys_sizes_and_dtypes_it_cannot_read():
     S = np.zeros((4, 3))
     with pytest.raises(ValueError) as e:
-        ScoreEngine({("queries", "queries"): S})
+        LocalEngine(matrices={("queries", "queries"): S})
     assert str(e.value) == ("score matrix key ('queries', 'queries') must be a pair of two different inputs among "
                             "['queries', 'query_bank', 'target_bank', 'targets']")
     with pytest.raises(ValueError) as e:
-        ScoreEngine({("queries", "targets"): S, ("query_bank", "targets"): np.zeros((2, 5))})
+        LocalEngine(matrices={("queries", "targets"): S, ("query_bank", "targets"): np.zeros((2, 5))})
     assert str(e.value) == ("the query_bank x targets score matrix has 5 gallery (targets) items but the queries x "
                             "targets score matrix has 3: the matrices of one task must share their rows and columns "
                             "(same order)")
     with pytest.raises(TypeError) as e:
-        ScoreEngine({("queries", "targets"): S}, dtype=torch.float16)
+        LocalEngine(matrices={("queries", "targets"): S}, dtype=torch.float16)
     assert str(e.value) == "dtype must be torch.float32 or torch.float64; got torch.float16"
-    eng = ScoreEngine({("queries", "targets"): S, ("query_bank", "targets"): None},
+    eng = LocalEngine(matrices={("queries", "targets"): S, ("query_bank", "targets"): None},
                       hints={("targets", "target_bank"): "add bank_cols_x_test_cols"})
     assert not eng.has("query_bank") and eng.size("queries") == 4
     with pytest.raises(ValueError) as e:
@@ -302,7 +304,8 @@ def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
 
     S, labels, _ = _task()
     bank = _rng(5).standard_normal((12, 30))
-    eng = ScoreEngine({("queries", "targets"): S, ("query_bank", "targets"): bank}, block_bytes=4096, plain=True,
+    eng = LocalEngine(matrices={("queries", "targets"): S, ("query_bank", "targets"): bank}, block_bytes=4096,
+                      plain=True,
                       resident_bytes=0, hints={("query_bank", "target_bank"): "add bank_rows_x_bank_cols"})
     norm = fit_scores(hn.make_normalizer("is", tau=0.05), eng, query_aware=True)
     used = norm.score_engine_
@@ -320,7 +323,8 @@ def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
 # (the survivors of `scripts/mutation.py scores --sample 3`: default labels, the engine's block shapes and reading
 # paths seen through a probe reduction, the fast path's one read, and the guards by their whole messages)
 from hubnorm.blocks import Embeddings, Reduction, Scores, TopKResult   # noqa: E402
-from hubnorm.scores import ProductScores, check_finite_block, fit_scores, needed_matrices   # noqa: E402
+from hubnorm.matrices import check_finite_block   # noqa: E402
+from hubnorm.scores import ProductScores, fit_scores, needed_matrices   # noqa: E402
 
 
 class _Probe(Reduction):
@@ -401,7 +405,8 @@ def test_product_scores_defaults_tensors_with_gradients_and_float32_blocks():
 def test_the_engine_defaults_and_what_it_answers_for_a_score_task():
     S = _S()
     T = _rng(8).standard_normal((3, 5))
-    eng = ScoreEngine({("query_bank", "targets"): None, ("queries", "targets"): S, ("target_bank", "targets"): T})
+    eng = LocalEngine(matrices={("query_bank", "targets"): None, ("queries", "targets"): S, ("target_bank",
+                      "targets"): T})
     assert eng.plain is False and eng.resident_bytes == 2 * 2**30 and eng.block_bytes is None
     assert sorted(eng.matrices) == [("queries", "targets"), ("target_bank", "targets")]   # None skipped, not the end
     assert eng.size("target_bank") == 3 and eng.size("query_bank") is None
@@ -410,11 +415,12 @@ def test_the_engine_defaults_and_what_it_answers_for_a_score_task():
     assert _error(ValueError, eng.matrix, "query_bank", "targets") == (
         "this score task has no query bank x gallery (targets) score matrix (query_bank x targets)")
     assert eng.spans("queries") is True and eng.shared("k", 10) is None and eng.to_tensor(S) is S
-    for f in (eng.max_norm, eng.take_rows):
+    for f in (eng.max_norm, lambda names: eng.take_rows(names, torch.zeros(1, dtype=torch.long)), eng.tensor):
         assert _error(ValueError, f, ["queries", "targets"]).startswith("this step needs the embeddings of queries ; "
                                                                          "targets, but a score task")
     for key in (frozenset({"queries", "targets"}), ("queries", "targets", "query_bank"), ("queries", "bank")):
-        assert _error(ValueError, ScoreEngine, {key: S}).startswith(f"score matrix key {key!r} must be a pair")
+        assert _error(ValueError, lambda m: LocalEngine(matrices=m), {key: S}).startswith(
+            f"score matrix key {key!r} must be a pair")
     m, flipped = eng._stored("targets", "queries")
     assert m is eng.matrices[("queries", "targets")] and flipped is True
     m, flipped = eng._stored("queries", "targets")
@@ -423,7 +429,7 @@ def test_the_engine_defaults_and_what_it_answers_for_a_score_task():
 
 
 def test_the_block_shape_rules_at_hand_computed_sizes():
-    eng = ScoreEngine({("queries", "targets"): _S()}, block_bytes=59996)
+    eng = LocalEngine(matrices={("queries", "targets"): _S()}, block_bytes=59996)
     assert eng._block_shape(100, 10, 8, True, True) == (749, 10)            # whole rows: 59996 // 80
     assert eng._block_shape(100, 10, 8, True, False) == (749, 10)
     assert eng._block_shape(5000, 10, 4, False, True) == (1499, 10)         # strips of rows: 59996 // 40
@@ -431,11 +437,12 @@ def test_the_block_shape_rules_at_hand_computed_sizes():
     # one line over the budget: 2-D tiles (59996 // 4 = 14999 cells: 3 columns, 14999 // 3 rows)
     assert eng._block_shape(5000, 20000, 4, False, True) == (4999, 3)
     assert eng._block_shape(20000, 3, 4, False, False) == (4999, 3)
-    assert ScoreEngine({("queries", "targets"): _S()})._block_shape(10, 10, 8, False, True) == (2**27 // 80, 10)
+    assert LocalEngine(matrices={("queries", "targets"): _S()})._block_shape(10, 10, 8, False, True) == (2**27 // 80,
+                       10)
 
 
 def test_the_tiles_of_a_matrix_follow_the_dtype_and_its_contiguous_axis():
-    eng = ScoreEngine({("queries", "targets"): _S()}, block_bytes=40)
+    eng = LocalEngine(matrices={("queries", "targets"): _S()}, block_bytes=40)
     assert eng._tiles(10, 5, False, torch.float32) == [((r, r + 2), (0, 5)) for r in range(0, 10, 2)]
     assert eng._tiles(10, 5, False) == [((r, r + 1), (0, 5)) for r in range(10)]     # the engine's float64
     assert eng._tiles(10, 5, False, torch.float32, False) == [((0, 10), (c, c + 1)) for c in range(5)]
@@ -444,7 +451,7 @@ def test_the_tiles_of_a_matrix_follow_the_dtype_and_its_contiguous_axis():
 def test_a_plain_engine_hands_every_block_to_a_reduction_with_its_place_terms_and_budget():
     S = _S()
     rt, ct = np.arange(7.0), np.arange(5.0) * 10
-    eng = ScoreEngine({("queries", "targets"): S}, plain=True, block_bytes=8 * 5 * 2)   # 2 rows a block
+    eng = LocalEngine(matrices={("queries", "targets"): S}, plain=True, block_bytes=8 * 5 * 2)   # 2 rows a block
     red = _Probe(Scores("queries", "targets"), 0, row_terms=rt, col_terms=ct)
     (total, n) = eng.reduce(red)
     assert n == 7 and np.allclose(total.numpy(), S.sum(0), rtol=0, atol=1e-12)
@@ -474,7 +481,7 @@ def test_a_plain_engine_hands_every_block_to_a_reduction_with_its_place_terms_an
 
 def test_the_fast_path_reads_a_matrix_once_and_hands_out_copies_or_views():
     S = _S()
-    eng = ScoreEngine({("queries", "targets"): S}, block_bytes=8 * 5 * 2)
+    eng = LocalEngine(matrices={("queries", "targets"): S}, block_bytes=8 * 5 * 2)
     got = eng.reduce(_Probe(Scores("queries", "targets"), 0, whole="kernel"))
     assert got == ("kernel", 7, (7, 5), 80)                                 # one resident matrix: the kernel
     assert np.array_equal(eng.resident("queries", "targets").numpy(), S)
@@ -495,7 +502,7 @@ def test_the_fast_path_reads_a_matrix_once_and_hands_out_copies_or_views():
 
 def test_a_float32_matrix_kept_in_memory_is_read_in_the_engines_dtype():
     S = _S(dtype=np.float32)
-    eng = ScoreEngine({("queries", "targets"): S}, block_bytes=8 * 5 * 2)
+    eng = LocalEngine(matrices={("queries", "targets"): S}, block_bytes=8 * 5 * 2)
     assert eng.resident("queries", "targets").dtype == torch.float32
     red = _Probe(Scores("queries", "targets"), 0, row_terms=np.zeros(7))
     total, _ = eng.reduce(red)
@@ -510,19 +517,22 @@ def test_a_float32_matrix_kept_in_memory_is_read_in_the_engines_dtype():
 
 def test_a_matrix_is_copied_into_memory_up_to_resident_bytes_and_viewed_beyond():
     S = _S().astype(np.float16)                           # 7 x 5 float16, copied as float32: 140 bytes
-    assert ScoreEngine({("queries", "targets"): S}, resident_bytes=140).resident("queries", "targets") is not None
-    assert ScoreEngine({("queries", "targets"): S}, resident_bytes=139).resident("queries", "targets") is None
-    assert ScoreEngine({("queries", "targets"): S}, plain=True).resident("queries", "targets") is None
+    assert LocalEngine(matrices={("queries", "targets"): S}, resident_bytes=140).resident("queries",
+                       "targets") is not None
+    assert LocalEngine(matrices={("queries", "targets"): S}, resident_bytes=139).resident("queries", "targets") is None
+    assert LocalEngine(matrices={("queries", "targets"): S}, plain=True).resident("queries", "targets") is None
     wide = _S(3, 40).astype(np.float16)                   # 480 bytes: rows / columns < 1
-    assert ScoreEngine({("queries", "targets"): wide}, resident_bytes=479).resident("queries", "targets") is None
-    assert ScoreEngine({("queries", "targets"): _S()}, resident_bytes=1).resident("queries", "targets") is not None
+    assert LocalEngine(matrices={("queries", "targets"): wide}, resident_bytes=479).resident("queries",
+                       "targets") is None
+    assert LocalEngine(matrices={("queries", "targets"): _S()}, resident_bytes=1).resident("queries",
+                       "targets") is not None
 
 
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_the_one_read_keeps_sub_matrices_of_either_order(order):
     S = _S(8, 6, order=order)
     m = ScoreMatrix(S, "s").take([0, 2, 3, 7], [1, 4, 5])
-    eng = ScoreEngine({("queries", "targets"): m}, block_bytes=8 * 4 * 2)
+    eng = LocalEngine(matrices={("queries", "targets"): m}, block_bytes=8 * 4 * 2)
     want = S[[0, 2, 3, 7]][:, [1, 4, 5]]
     assert np.array_equal(eng.resident("queries", "targets").numpy(), want)
     assert np.array_equal(eng.resident("targets", "queries").numpy(), want.T)
@@ -535,18 +545,19 @@ def test_the_one_read_names_the_first_non_finite_cell_of_the_matrix(order, trans
     S[5, 3] = np.inf                                  # +inf alone: the smallest score stays finite
     m = ScoreMatrix(S, "the file s.npy")
     m = m.T if transposed else m
-    eng = ScoreEngine({("queries", "targets"): m}, block_bytes=8 * 8 * 2)   # strips of 2 stored lines
+    eng = LocalEngine(matrices={("queries", "targets"): m}, block_bytes=8 * 8 * 2)   # strips of 2 stored lines
     row, col = (3, 5) if transposed else (5, 3)
     assert _error(ValueError, eng.resident, "queries", "targets") == (
         f"the file s.npy holds a non-finite score (NaN or inf) at row {row}, column {col}: a score matrix must be "
         "finite; recompute it, or drop that row")
     checked = ScoreMatrix(S, "c", checked=True)
-    assert np.isinf(ScoreEngine({("queries", "targets"): checked}).resident("queries", "targets").numpy()).sum() == 1
+    assert np.isinf(LocalEngine(matrices={("queries", "targets"): checked}).resident("queries",
+                                "targets").numpy()).sum() == 1
 
 
 def test_the_bound_of_a_matrix_read_block_by_block_counts_its_blocks():
     S = _S(dtype=np.float32)
-    eng = ScoreEngine({("queries", "targets"): S}, plain=True, block_bytes=4 * 5 * 2)
+    eng = LocalEngine(matrices={("queries", "targets"): S}, plain=True, block_bytes=4 * 5 * 2)
     assert eng.score_bound(Scores("queries", "targets")) == pytest.approx(np.abs(S).max())
     assert eng.blocks_read == 4 and eng.largest_block == 10
     eng.score_bound(Scores("queries", "targets"))                          # known: not read again
@@ -582,7 +593,7 @@ def test_a_method_that_reads_embeddings_is_refused_by_its_class_name():
 
 def test_a_query_aware_fit_drops_every_matrix_of_the_bank():
     S, labels, _ = _task()
-    eng = ScoreEngine({("queries", "targets"): S, ("query_bank", "targets"): _rng(5).standard_normal((12, 30)),
+    eng = LocalEngine(matrices={("queries", "targets"): S, ("query_bank", "targets"): _rng(5).standard_normal((12, 30)),
                        ("query_bank", "target_bank"): _rng(6).standard_normal((12, 4))})
     norm = fit_scores(hn.make_normalizer("is", tau=0.05), eng, query_aware=True)
     used = norm.score_engine_
@@ -608,7 +619,7 @@ def test_sims_tasks_default_seed_and_a_real_folder(tmp_path):
 def test_a_reduction_over_two_column_matrices_reads_them_side_by_side(plain):
     B, X = _S(6, 5, seed=10), _S(6, 3, seed=11)                              # bank x targets, bank x target bank
     mats = {("query_bank", "targets"): B, ("query_bank", "target_bank"): X, ("queries", "targets"): _S(4, 5)}
-    eng = ScoreEngine(mats, plain=plain, block_bytes=8 * 8 * 2)
+    eng = LocalEngine(matrices=mats, plain=plain, block_bytes=8 * 8 * 2)
     both = np.concatenate([B, X], axis=1)
     red = _Probe(Scores("query_bank", ("targets", "target_bank")), 1, col_terms=np.arange(8.0))
     total, n = eng.reduce(red)

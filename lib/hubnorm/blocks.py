@@ -266,10 +266,10 @@ class Reduction:
         return self.finalize(self.reduce_chunk(chunk), n)
 
     def reduce_scores(self, s: torch.Tensor, n: int, block_bytes: Optional[int] = None, visit=None):
-        """The result from the whole score matrix ``s`` given in memory (an engine over released score matrices,
-        :class:`hubnorm.scores.ScoreEngine`): a kernel of :mod:`hubnorm.kernels`, or ``NotImplemented`` (the
-        engine then runs the plain block loop over ``s``). ``visit``: ``s`` is not yet known to be finite, and the
-        kernel calls ``visit(strip, first_row)`` on every strip it reads, before using it (the engine's check, see
+        """The result from the whole score matrix ``s`` given in memory (:class:`hubnorm.engine.LocalEngine` over
+        released score matrices): a kernel of :mod:`hubnorm.kernels`, or ``NotImplemented`` (the engine then runs
+        the plain block loop over ``s``). ``visit``: ``s`` is not yet known to be finite, and the kernel calls
+        ``visit(strip, first_row)`` on every strip it reads, before using it (the engine's check, see
         :func:`hubnorm.kernels.topk_scores`); a kernel that cannot returns ``NotImplemented`` when it is given
         (the engine then checks ``s`` first and asks again without it)."""
         return NotImplemented
@@ -561,9 +561,9 @@ class Iteration:
 @runtime_checkable
 class Engine(Protocol):
     """What a method's ``fit_blocks`` may ask of the engine that runs it: the interface every engine implements
-    (in process :class:`hubnorm.engine.LocalEngine` and its sweep and faiss-index forms, :class:`hubnorm.distributed.
-    DaskEngine`, :class:`hubnorm.scores.ScoreEngine` over stored matrices). Where the blocks come from and where
-    they are reduced is the engine's business; a method sees only this. ``tests/test_engine_protocol.py`` checks
+    (in process :class:`hubnorm.engine.LocalEngine` over embeddings or stored score matrices, and its sweep and
+    faiss-index forms, :class:`hubnorm.distributed.DaskEngine`). Where the blocks come from and where they are
+    reduced is the engine's business; a method sees only this. ``tests/test_engine_protocol.py`` checks
     that every engine implements it and that the methods' files use nothing else (``base_dtype``, the dtype a
     stored matrix was written in, is optional and asked with ``hasattr``)."""
 

@@ -22,7 +22,8 @@ functions here are the optimised implementations they call, each proven equal to
 * :func:`topk_scores`, :func:`logsumexp_scores` -- the same reductions over a *given* score matrix (released
   similarity matrices, :mod:`hubnorm.scores`): streamed blocks of the matrix in memory, float32 where the
   precision rules allow. Plain forms: ``s.topk(k, dim)``, ``torch.logsumexp(scale * s, dim)``. Tests:
-  ``tests/test_scores_fast.py`` (equal to the plain block loop of :class:`hubnorm.scores.ScoreEngine`).
+  ``tests/test_scores_fast.py`` (equal to the plain block loop of :class:`hubnorm.engine.LocalEngine` over stored
+  matrices).
 * :func:`working_dtype`, :func:`log_mean_exp_dtype` -- the precision rules (float32 or float64 working dtype).
 * :func:`pack_rows`, :func:`block_rows`, :func:`block_shape`, :func:`iter_blocks`, :func:`topk_partition`: block
   bookkeeping shared with :mod:`hubnorm.blocks`, ``hubnorm.index`` and the benchmarks.

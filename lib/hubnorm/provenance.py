@@ -423,13 +423,13 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
     if getattr(normalizer, "bank_index", None) is not None:   # offsets searched in an index built elsewhere (FaissNNN):
         return None                                            # its rows are not the bank this fit was given
     if isinstance(engine, LocalEngine):
-        for name in ("query_bank", "target_bank"):
-            if engine.has(name):
+        for name in ("query_bank", "target_bank"):   # banks given as embeddings
+            if name in engine.inputs:
                 out[name] = fingerprint(engine.host_rows(name), name, block_bytes=engine.block_bytes)
-        return out
-    if hasattr(engine, "has_matrix"):   # stored score matrices (hubnorm.scores.ScoreEngine): sketched when a
-        #                                 certificate asks (a stored matrix is read in the fit's own order only)
-        if normalizer.uses_query_bank != "unused" and engine.has_matrix("query_bank", "targets"):
+        # a query bank given as stored score rows over the gallery: sketched when a certificate asks (a stored matrix
+        # is read in the fit's own order only)
+        if "query_bank" not in out and normalizer.uses_query_bank != "unused" \
+                and engine.has_matrix("query_bank", "targets"):
             matrix, budget = engine.matrix("query_bank", "targets"), engine.block_bytes
             gallery = gallery_of(engine)   # the columns those score rows are over
 

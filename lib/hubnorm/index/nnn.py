@@ -94,9 +94,9 @@ class FaissNNN(NearestNeighborNormalization):
             raise ValueError("code sets the projected index's codes: give projection_dim too (or leave code None)")
 
     def fit_blocks(self, engine):
-        if not isinstance(engine, LocalEngine):
-            raise TypeError("FaissNNN indexes an in-memory query bank: load the bank (bank.compute()) or fit "
-                            "NearestNeighborNormalization on Dask")
+        if not isinstance(engine, LocalEngine) or engine.matrices:
+            raise TypeError("FaissNNN indexes an in-memory query bank of embeddings: load the bank (bank.compute()), "
+                            "or fit NearestNeighborNormalization on Dask or on score matrices")
         index_engine = IndexEngine(engine.inputs, bank_index=self.bank_index, nlist=self.nlist, nprobe=self.nprobe,
                                    recall_target=self.recall_target, sample_size=self.sample_size,
                                    use_gpu=self.use_gpu, seed=self.seed, scan=self.scan, block_bytes=engine.block_bytes,
