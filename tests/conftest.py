@@ -25,7 +25,7 @@ if any(ep.name == IPC_PROVISIONER for ep in entry_points(group="jupyter_client.k
 elif os.environ.get("PYTEST_XDIST_WORKER"):
     raise RuntimeError(f"the Jupyter kernel provisioner '{IPC_PROVISIONER}' is not registered in this environment, "
                        "and parallel test workers need it (TCP ports of kernels started together can collide): "
-                       "run bash scripts/bootstrap.sh (it reinstalls hubnorm when pyproject.toml changed)")
+                       "run bash scripts/bootstrap.sh (it installs the checkout's tooling, tools/, beside hubnorm)")
 
 # Every test process (each parallel worker) writes notebook results -- nbval's runs of notebooks/*.ipynb, notebooks a
 # test runs without its own HUBNORM_RESULTS, their subprocesses -- into a folder of its own, removed at exit: never

@@ -223,3 +223,11 @@ def test_one_engine_reads_blocks_from_embeddings_or_from_stored_matrices():
     assert stored.dtype == torch.float64 and LocalEngine({"targets": t.float()}).dtype == torch.float32
     with pytest.raises(TypeError, match=r"^dtype must be torch.float32 or torch.float64"):
         LocalEngine(matrices={("query_bank", "targets"): scores}, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"^dtype torch.float32 differs from the embeddings' torch.float64"):
+        LocalEngine({"targets": t}, dtype=torch.float32)
+    assert LocalEngine({"targets": t}, dtype=torch.float64).dtype == torch.float64
+    mixed = LocalEngine({"targets": t}, matrices={("query_bank", "targets"): scores})
+    with pytest.raises(ValueError, match=r"^this fit has no query_bank"):   # it holds embeddings: not "only scores"
+        mixed.tensor("query_bank")
+    with pytest.raises(ValueError, match=r"^a sweep's engine runs over embeddings"):
+        SweepEngine(stored)

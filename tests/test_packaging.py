@@ -155,6 +155,7 @@ def test_published_numbers_are_package_data():
     assert list(df.columns[:len(PUBLISHED_COLUMNS)]) == PUBLISHED_COLUMNS and len(df) > 0
     globs = PYPROJECT["tool"]["setuptools"]["package-data"]["hubnorm"]
     assert "published/*.csv" in globs and "experiments/cross_encoder_latency.csv" in globs
+    assert "rehearsal.yaml" in PYPROJECT["tool"]["setuptools"]["package-data"]["hubnorm.data"]   # the paper sizes
     # the copy shipped for installed packages is the committed benchmark report (bench_cross_encoder writes both)
     assert PACKAGED_LATENCY.read_text() == LATENCY_REPORT.read_text(), (
         "cp benchmarks/reports/cross_encoder_latency.csv lib/hubnorm/experiments/")
@@ -247,6 +248,10 @@ SMOKE = textwrap.dedent("""
     pub = load_published("nnn-chowdhury2024", "A6")                             # package data
     assert len(pub) > 0 and {{"paper", "table", "value"}} <= set(pub.columns)
     assert load_cost_model().pair_s > 0                                          # package data (rerank cost)
+    from hubnorm.data.rehearse import rehearsal_profiles
+    assert set(rehearsal_profiles()) == {{"paper-flickr30k", "paper-coco"}}        # package data (rehearsal sizes)
+    import importlib.util
+    assert importlib.util.find_spec("hubnorm_tools") is None                      # the checkout's tooling: not shipped
     ds = make_dataset("flickr30k", n_test_images=100, n_train_images=300, dim=128, seed=0)
     task = ds.tasks()["t2i"]
     raw = hn.evaluate(task.fit(hn.make_normalizer("raw", device="cpu")), task)
@@ -382,7 +387,7 @@ def test_the_docs_name_only_paths_that_exist():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    pattern = re.compile(r"`((?:lib|data|notebooks|benchmarks|scripts|tests|site|docs)/[\w./*+-]+)`")
+    pattern = re.compile(r"`((?:lib|data|notebooks|benchmarks|scripts|tests|site|docs|tools)/[\w./*+-]+)`")
     docs = sorted((root / "docs").glob("*.md")) + [root / "README.md", root / "notebooks" / "README.md",
                                                   root / "data" / "README.md"]
     missing = []

@@ -400,6 +400,8 @@ def test_product_scores_defaults_tensors_with_gradients_and_float32_blocks():
     assert blk.dtype == torch.float32 and np.allclose(blk.numpy(), (q @ t.T)[1:3], atol=1e-6)
     assert np.array_equal(_dense(p.T), t @ q.T)
     assert np.array_equal(_dense(p.take([3, 0], [4])), (q @ t.T)[[3, 0]][:, [4]])
+    named = ProductScores(q, t, "the bank x gallery scores")
+    assert named.take([1]).label == named.take(None, [2]).label == named.T.label == "the bank x gallery scores"
 
 
 def test_the_engine_defaults_and_what_it_answers_for_a_score_task():

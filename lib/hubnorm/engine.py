@@ -93,6 +93,9 @@ class LocalEngine:
         first = self.inputs.get("targets", next(iter(self.inputs.values()), None))
         if dtype is not None and dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}")
+        if dtype is not None and first is not None and dtype != first.dtype:
+            raise ValueError(f"dtype {dtype} differs from the embeddings' {first.dtype}: dtype sets how stored matrices "
+                             "are read; cast the embeddings instead (or leave dtype None)")
         self.dtype = dtype if dtype is not None else first.dtype if first is not None else \
             torch.float64 if matrices else torch.float32
         self.device = first.device if first is not None else torch.device("cpu")
@@ -153,7 +156,7 @@ class LocalEngine:
             names = (names,)
         names = tuple(names)
         missing = [n for n in names if n not in self.inputs]
-        if missing and self.matrices:
+        if missing and self.matrices and not self.inputs:
             raise ValueError(f"this step needs the embeddings of {' ; '.join(names)}, but a score task holds only "
                              "score matrices: run it from embeddings (local:, cache: or synthetic: sources)")
         if missing:

@@ -70,8 +70,11 @@ class SweepEngine(LocalEngine):
     """
 
     def __init__(self, engine: LocalEngine):
+        if engine.matrices:
+            raise ValueError("a sweep's engine runs over embeddings; an engine over stored score matrices fits each "
+                             "grid point on its own (ScoreTask.fit)")
         super().__init__(engine.inputs, block_bytes=engine.block_bytes, sweep_bytes=engine.sweep_bytes,
-                         plain=engine.plain, backend=engine.backend)
+                         plain=engine.plain, backend=engine.backend, host=engine.host)
         self._norms: Dict[object, float] = {}
 
     def max_norm(self, name) -> float:
