@@ -37,31 +37,23 @@
 # `docs/teaching.md`.
 
 # %% tags=["parameters"]
-# random seed for every draw in this notebook
-seed = 0
-# dimensions of the random-point toy
-dims = [2, 10, 100, 1000]
-# points per toy cloud
-n_points = 2000
-# neighbourhood size of the k-occurrence N_k
-k = 10
-# image-caption embeddings: "synthetic:flickr30k" (default), "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
-source = "synthetic:flickr30k"
-# sizes for the synthetic generator only: training images (the reference bank, 5 captions each) and test images
-synthetic_sizes = {"n_train_images": 1000, "n_test_images": 1000, "n_val_images": 0}
-# extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-source_kwargs = {}
+seed = 0  # int at least 0 -- random seed for every draw in this notebook
+dims = [2, 10, 100, 1000]  # list of int at least 2 -- dimensions of the random-point toy
+n_points = 2000  # int at least 20 -- points per toy cloud
+k = 10  # int at least 1, < n_points -- neighbourhood size of the k-occurrence N_k
+source = "synthetic:flickr30k"  # source -- image-caption embeddings: "synthetic:flickr30k" (default), "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+synthetic_sizes = {"n_train_images": 1000, "n_test_images": 1000, "n_val_images": 0}  # sizes -- sizes for the synthetic generator only: training images (the reference bank, 5 captions each) and test images
+source_kwargs = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 # caps for large real data sets (seeded subsets): this notebook holds dense caption x image matrices
-max_test_images = 1000
-max_bank_captions = 10000
-# real embeddings beside the synthetic ones (§6.6): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
-real_sources = ["auto"]
+max_test_images = 1000  # int at least 2
+max_bank_captions = 10000  # int at least 2
+real_sources = ["auto"]  # real sources -- real embeddings beside the synthetic ones (§6.6): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 # method parameters (the papers' defaults)
-nnn_alpha = 0.75
-nnn_k = 16
-is_tau = 0.02
-sn_tau = 0.01
-sn_iter = 10
+nnn_alpha = 0.75  # > 0
+nnn_k = 16  # int at least 1
+is_tau = 0.02  # > 0
+sn_tau = 0.01  # > 0
+sn_iter = 10  # int at least 1
 
 # %% tags=[]
 import matplotlib.pyplot as plt

@@ -41,22 +41,22 @@
 # > embedding model, different content statistics.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
-synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic generator only (ignored for real data)
-source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-cross_source: str = "auto"  # reference bank from another dataset (NNN Table 2): "auto" (synthetic run: the other preset; real run: none), a source string, or None
-cross_sizes: dict = {"n_train_images": 5000, "n_test_images": 1}  # sizes of the cross-dataset source when it is synthetic
-cross_seed: int = 1  # seed of a synthetic cross-dataset source: another seed draws other topics and images
-cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (section 7): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
-model: str = "auto"  # published NNN rows beside ours: "auto" follows the embeddings (CLIP for synthetic data), or "CLIP", "SigLIP", "BLIP ft. COCO", ...
-dataset = None  # published dataset "flickr30k" or "coco"; None: the one the source declares (a local: folder's model_info.json), else none
-directions: list = ["t2i", "i2t"]
-seed: int = 0
-dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale; the paper profiles use it)
-bank_fraction: float = 0.2  # share of the training split used as the reference bank (NNN: 0.2); 1.0 takes the whole training part
-fast: bool = True  # True: the reduced grids listed below; False: the paper grids (hubnorm.PAPER_GRIDS)
-n_boot: int = 200  # bootstrap resamples for the 95% confidence intervals
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+synthetic_sizes: dict = {"n_train_images": 5000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
+source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+cross_source: str = "auto"  # 'auto' | 'none' | None | source -- reference bank from another dataset (NNN Table 2): "auto" (synthetic run: the other preset; real run: none), a source string, or None
+cross_sizes: dict = {"n_train_images": 5000, "n_test_images": 1}  # sizes -- sizes of the cross-dataset source when it is synthetic
+cross_seed: int = 1  # at least 0 -- seed of a synthetic cross-dataset source: another seed draws other topics and images
+cross_kwargs: dict = {}  # dict -- extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
+real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (section 7): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
+model: str = "auto"  # 'auto' | published nnn model -- published NNN rows beside ours: "auto" follows the embeddings (CLIP for synthetic data), or "CLIP", "SigLIP", "BLIP ft. COCO", ...
+dataset = None  # None | 'unknown' | published nnn dataset -- published dataset "flickr30k" or "coco"; None: the one the source declares (a local: folder's model_info.json), else none
+directions: list = ["t2i", "i2t"]  # list of 't2i' | 'i2t'
+seed: int = 0  # at least 0
+dtype: str = "float64"  # 'float64' | 'float32' -- float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale; the paper profiles use it)
+bank_fraction: float = 0.2  # in (0, 1] -- share of the training split used as the reference bank (NNN: 0.2); 1.0 takes the whole training part
+fast: bool = True  # bool -- True: the reduced grids listed below; False: the paper grids (hubnorm.PAPER_GRIDS)
+n_boot: int = 200  # at least 10 -- bootstrap resamples for the 95% confidence intervals
 
 # %%
 import matplotlib.pyplot as plt

@@ -38,20 +38,20 @@
 # > of the changes, not the values.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
-synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic generator only (ignored for real data)
-source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-model: str = "auto"  # NNN Table 3 rows: "auto" follows the embeddings, or "CLIP", "BLIP"
-dbsn_model: str = "auto"  # DBSN Table 5 row: "auto" follows the embeddings, or "zs CLIP", "ft CLIP"
-dataset = None  # "flickr30k" / "coco"; None: read from `source`
-directions: list = ["t2i", "i2t"]
-seed: int = 0
-bank_fraction: float = 0.2
-nnn_params: dict = {"alpha": 0.75, "k": 16}
-is_tau: float = 0.02  # DBSN Sec. 4.3: tau 0.02 for IS and 0.01 for SN, both directions
-sn_tau: float = 0.01
-hub_k: int = 10
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (section 4): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+synthetic_sizes: dict = {"n_train_images": 5000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
+source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+model: str = "auto"  # 'auto' | published nnn model -- NNN Table 3 rows: "auto" follows the embeddings, or "CLIP", "BLIP"
+dbsn_model: str = "auto"  # 'auto' | published dbsn model -- DBSN Table 5 row: "auto" follows the embeddings, or "zs CLIP", "ft CLIP"
+dataset = None  # None | 'unknown' | published nnn dataset -- "flickr30k" / "coco"; None: read from `source`
+directions: list = ["t2i", "i2t"]  # list of 't2i' | 'i2t'
+seed: int = 0  # at least 0
+bank_fraction: float = 0.2  # in (0, 1]
+nnn_params: dict = {"alpha": 0.75, "k": 16}  # {alpha: > 0, k: int at least 1}
+is_tau: float = 0.02  # > 0 -- DBSN Sec. 4.3: tau 0.02 for IS and 0.01 for SN, both directions
+sn_tau: float = 0.01  # > 0
+hub_k: int = 10  # at least 1
+real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (section 4): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 
 # %%
 import matplotlib.pyplot as plt

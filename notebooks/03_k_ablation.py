@@ -39,21 +39,21 @@
 # the largest $k$ is a large share of the bank.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
-synthetic_sizes: dict = {"n_train_images": 5000}  # sizes for the synthetic generator only (ignored for real data)
-source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-model: str = "auto"  # published rows of Tables A3/A4: "auto" follows the embeddings, or a published name
-directions: list = ["t2i", "i2t"]
-seed: int = 0
-bank_fraction: float = 0.2
-alpha: float = 0.75
-ks: list = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-index_k: int = 128  # NNN's k of the Table A5 timing (exhaustive vs a faiss index)
-fast: bool = True  # True: coarser alpha grid and a t2i-only heat map
-heat_directions = None  # None: ["t2i"] when fast else all directions
-flat_from: int = 16  # the claim "R@1 is flat in k beyond flat_from": its R@1 range over k at or above flat_from is at most flat_tol points
-flat_tol: float = 1.0
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (curves, gains, heat map): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+synthetic_sizes: dict = {"n_train_images": 5000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
+source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+model: str = "auto"  # 'auto' | published nnn model -- published rows of Tables A3/A4: "auto" follows the embeddings, or a published name
+directions: list = ["t2i", "i2t"]  # list of 't2i' | 'i2t'
+seed: int = 0  # at least 0
+bank_fraction: float = 0.2  # in (0, 1]
+alpha: float = 0.75  # > 0
+ks: list = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # list of int at least 1
+index_k: int = 128  # at least 1 -- NNN's k of the Table A5 timing (exhaustive vs a faiss index)
+fast: bool = True  # bool -- True: coarser alpha grid and a t2i-only heat map
+heat_directions = None  # None | subset of directions -- None: ["t2i"] when fast else all directions
+flat_from: int = 16  # at least 1 -- the claim "R@1 is flat in k beyond flat_from": its R@1 range over k at or above flat_from is at most flat_tol points
+flat_tol: float = 1.0  # at least 0
+real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (curves, gains, heat map): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 
 # %%
 import textwrap

@@ -44,31 +44,31 @@
 # > Default source: synthetic — **synthetic analogs**, not reproductions.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
-synthetic_sizes: dict = {"n_train_images": 3000, "n_test_images": 300}  # sizes for the synthetic generator only (ignored for real data)
-source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (the real-column cells of Parts A and B): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
-model: str = "auto"  # published rows of Tables A12-A15: "auto" follows the embeddings, or a published name
-dataset = None  # "flickr30k" / "coco"; None: read from `source`
-directions: list = ["t2i", "i2t"]
-seed: int = 0
-nnn_params: dict = {"alpha": 0.75, "k": 16}
-nnn_fractions: list = [1.0, 0.5, 0.2, 0.1]
-dbsn_fractions = [1/4, 1/8, 1/16, 1/32, 1/64, 1/128, 1/256, 1/512, 1/1024]  # query-bank sizes as fractions of the training captions (1/4 gives a bank larger than the test queries)
-dbsn_seeds: list = [0, 1, 2]
-dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale)
-sinkhorn_cache_gb: float = 2.0  # SN/DBSN keep the bank x target scores in memory up to this size, else recompute them every iteration
-sinkhorn_cache_dtype = None  # that cache's dtype: None (the embeddings' own) or "float16" (half the bytes: offsets within about 1e-5 of float64; the paper profiles keep the 145,000 x 30,000 DBSN scores whole so)
-is_tau: float = 0.02
-sn_tau: float = 0.01
-hub_k: int = 10
-cross_source: str = "auto"  # Part C's bank from another data set (DBSN Fig. 8): "auto" (synthetic run: the other preset; real run: none), a source string, or None
-cross_sizes: dict = {"n_train_images": 3000, "n_test_images": 1}  # sizes of the cross-dataset source when it is synthetic
-cross_seed: int = 1  # seed of a synthetic cross-dataset source
-cross_kwargs: dict = {}  # extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
-shift_shares: list = [0.0, 0.25, 0.5, 0.75, 1.0]  # Part D: share of the query bank drawn from the other distribution at each step
-shift_boot: int = 200  # Part D: bootstrap resamples of each gain's 95% CI
-shift_size = None  # Part D: query-bank rows at every share (None: the smaller pool, here the training captions); the paper profiles use 5000, the test queries' number
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+synthetic_sizes: dict = {"n_train_images": 3000, "n_test_images": 300}  # sizes -- sizes for the synthetic generator only (ignored for real data)
+source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (the real-column cells of Parts A and B): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
+model: str = "auto"  # 'auto' | published nnn model -- published rows of Tables A12-A15: "auto" follows the embeddings, or a published name
+dataset = None  # None | 'unknown' | published nnn dataset -- "flickr30k" / "coco"; None: read from `source`
+directions: list = ["t2i", "i2t"]  # list of 't2i' | 'i2t'
+seed: int = 0  # at least 0
+nnn_params: dict = {"alpha": 0.75, "k": 16}  # {alpha: > 0, k: int at least 1}
+nnn_fractions: list = [1.0, 0.5, 0.2, 0.1]  # list of number in (0, 1]
+dbsn_fractions = [1/4, 1/8, 1/16, 1/32, 1/64, 1/128, 1/256, 1/512, 1/1024]  # list of number in (0, 1] -- query-bank sizes as fractions of the training captions (1/4 gives a bank larger than the test queries)
+dbsn_seeds: list = [0, 1, 2]  # list of int at least 0
+dtype: str = "float64"  # 'float64' | 'float32' -- float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale)
+sinkhorn_cache_gb: float = 2.0  # at least 0 -- SN/DBSN keep the bank x target scores in memory up to this size, else recompute them every iteration
+sinkhorn_cache_dtype = None  # None | 'float16' -- that cache's dtype: None (the embeddings' own) or "float16" (half the bytes: offsets within about 1e-5 of float64; the paper profiles keep the 145,000 x 30,000 DBSN scores whole so)
+is_tau: float = 0.02  # > 0
+sn_tau: float = 0.01  # > 0
+hub_k: int = 10  # at least 1
+cross_source: str = "auto"  # 'auto' | 'none' | None | source -- Part C's bank from another data set (DBSN Fig. 8): "auto" (synthetic run: the other preset; real run: none), a source string, or None
+cross_sizes: dict = {"n_train_images": 3000, "n_test_images": 1}  # sizes -- sizes of the cross-dataset source when it is synthetic
+cross_seed: int = 1  # at least 0 -- seed of a synthetic cross-dataset source
+cross_kwargs: dict = {}  # dict -- extra arguments of the cross-dataset loader (e.g. {"splits": ["train"]} for a cache: source)
+shift_shares: list = [0.0, 0.25, 0.5, 0.75, 1.0]  # list of number in [0, 1], length at least 2 -- Part D: share of the query bank drawn from the other distribution at each step
+shift_boot: int = 200  # at least 1 -- Part D: bootstrap resamples of each gain's 95% CI
+shift_size = None  # None | int at least 1 -- Part D: query-bank rows at every share (None: the smaller pool, here the training captions); the paper profiles use 5000, the test queries' number
 
 # %%
 import matplotlib.pyplot as plt

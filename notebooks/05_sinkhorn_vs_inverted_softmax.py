@@ -51,28 +51,28 @@
 # > Default source: synthetic — **synthetic analogs**, not reproductions.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
-synthetic_sizes: dict = {"n_train_images": 2000}  # sizes for the synthetic generator only (ignored for real data)
-source_kwargs: dict = {}  # extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-real_sources: list = ["auto"]  # real embeddings beside a synthetic run (the real-column cells of sections 2-4 and 6): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
-model: str = "auto"  # DBSN rows: "auto" follows the embeddings, or "zs CLIP", "ft CLIP", "zs ALBEF"
-dataset = None  # "flickr30k" / "coco"; None: read from `source`
-directions: list = ["t2i", "i2t"]
-seed: int = 0
-is_tau: float = 0.02  # DBSN Sec. 4.3: tau 0.02 for IS and 0.01 for SN, both directions
-sn_tau: float = 0.01
-dualis_params: dict = {"beta_query": 50.0, "beta_target": 10.0}
-taus = None  # None: 0.005 ... 0.025 (5 values when fast, 9 otherwise)
-iterations: list = [1, 3, 10, 30]
-converged_max: int = 1000  # "to convergence": at most converged_max iterations, until the offsets move less than converged_tol
-converged_tol: float = 1e-6
-fast: bool = True  # True: 5 temperatures and the iteration study for SN only
-train_iteration_methods: list = ["sn", "dbsn"]  # when not fast: iteration study on the training banks for these methods
-dtype: str = "float64"  # float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale)
-sinkhorn_cache_gb: float = 2.0  # SN/DBSN keep up to this many GB of bank x target scores across iterations (the rest is recomputed)
-sinkhorn_cache_dtype = None  # that cache's dtype: None (the embeddings' own) or "float16" (half the bytes: offsets within about 1e-5 of float64; the paper profiles keep the 145,000 x 30,000 DBSN scores whole so)
-plan_size: list = [24, 16]  # the transport-plan picture (section 1): bank captions x test images of the small sub-problem
-l2n_reg: float = 0.05  # L2N's coefficient (section 6; on the scale of a score difference: smaller is sparser, towards OTN)
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+synthetic_sizes: dict = {"n_train_images": 2000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
+source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
+real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (the real-column cells of sections 2-4 and 6): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
+model: str = "auto"  # 'auto' | published dbsn model -- DBSN rows: "auto" follows the embeddings, or "zs CLIP", "ft CLIP", "zs ALBEF"
+dataset = None  # None | 'unknown' | published dbsn dataset -- "flickr30k" / "coco"; None: read from `source`
+directions: list = ["t2i", "i2t"]  # list of 't2i' | 'i2t'
+seed: int = 0  # at least 0
+is_tau: float = 0.02  # > 0 -- DBSN Sec. 4.3: tau 0.02 for IS and 0.01 for SN, both directions
+sn_tau: float = 0.01  # > 0
+dualis_params: dict = {"beta_query": 50.0, "beta_target": 10.0}  # {beta_query: at least 0, beta_target: at least 0}
+taus = None  # None | list of > 0 -- None: 0.005 ... 0.025 (5 values when fast, 9 otherwise)
+iterations: list = [1, 3, 10, 30]  # list of int at least 1, contains 10
+converged_max: int = 1000  # at least 10 -- "to convergence": at most converged_max iterations, until the offsets move less than converged_tol
+converged_tol: float = 1e-6  # > 0
+fast: bool = True  # bool -- True: 5 temperatures and the iteration study for SN only
+train_iteration_methods: list = ["sn", "dbsn"]  # list of 'sn' | 'dbsn', may be empty -- when not fast: iteration study on the training banks for these methods
+dtype: str = "float64"  # 'float64' | 'float32' -- float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale)
+sinkhorn_cache_gb: float = 2.0  # at least 0 -- SN/DBSN keep up to this many GB of bank x target scores across iterations (the rest is recomputed)
+sinkhorn_cache_dtype = None  # None | 'float16' -- that cache's dtype: None (the embeddings' own) or "float16" (half the bytes: offsets within about 1e-5 of float64; the paper profiles keep the 145,000 x 30,000 DBSN scores whole so)
+plan_size: list = [24, 16]  # list of int at least 2, length 2, may repeat -- the transport-plan picture (section 1): bank captions x test images of the small sub-problem
+l2n_reg: float = 0.05  # > 0 -- L2N's coefficient (section 6; on the scale of a score difference: smaller is sparser, towards OTN)
 
 # %%
 import matplotlib.pyplot as plt

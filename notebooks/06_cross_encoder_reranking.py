@@ -49,24 +49,24 @@
 # > only, no images.
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
-synthetic_sizes = {"n_train_images": 4000}
-source_kwargs = {}
-seed = 0
-cross_encoder = "simulated"
-image_dir = None
-k_values = [10, 20, 50]
-lambdas = [0.1, 0.5, 0.9]
-query_bank_fraction = 0.2
-nnn_alpha = 0.75
-nnn_k = 16
-is_tau = {"t2i": 0.02, "i2t": 0.01}
-sn_tau = 0.01
-sn_iter = 10
-ce_nnn_alphas = [0.25, 0.5, 1.0]
-ce_full_every = 5
-distractor_source = "auto"  # Table 5's distractors: "auto" (synthetic run: the other preset's test split; real run: none), None, or a source string
-distractor_sizes = {"n_train_images": 0, "n_val_images": 0}  # sizes of a synthetic distractor source (its test split is used)
+source = "synthetic:flickr30k"  # source -- or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
+synthetic_sizes = {"n_train_images": 4000}  # sizes
+source_kwargs = {}  # dict
+seed = 0  # int at least 0
+cross_encoder = "simulated"  # 'simulated' | 'blip'
+image_dir = None  # None | str
+k_values = [10, 20, 50]  # list of int at least 1
+lambdas = [0.1, 0.5, 0.9]  # list of number in [0, 1]
+query_bank_fraction = 0.2  # in (0, 1]
+nnn_alpha = 0.75  # > 0
+nnn_k = 16  # int at least 1
+is_tau = {"t2i": 0.02, "i2t": 0.01}  # {t2i: > 0, i2t: > 0}
+sn_tau = 0.01  # > 0
+sn_iter = 10  # int at least 1
+ce_nnn_alphas = [0.25, 0.5, 1.0]  # list of number at least 0
+ce_full_every = 5  # int at least 1
+distractor_source = "auto"  # 'auto' | 'none' | None | source -- Table 5's distractors: "auto" (synthetic run: the other preset's test split; real run: none), None, or a source string
+distractor_sizes = {"n_train_images": 0, "n_val_images": 0}  # sizes -- sizes of a synthetic distractor source (its test split is used)
 
 # %% [markdown]
 # Parameters: `cross_encoder` is "simulated" (synthetic sources only) or "blip" (real BLIP ITM weights; needs the

@@ -53,25 +53,25 @@
 # > `source="real:flickr8k-100x5-clip-b32"` (RSC relevance from its captions).
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"  # or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
-synthetic_sizes = {"n_train_images": 2000}
-source_kwargs = {}
-seed = 0
-ndcg_ks = [5, 10, 20]
-recall_ks = [1, 5, 10]
-nnn_alpha = 0.75
-nnn_k = 16
-is_tau = {"t2i": 0.02, "i2t": 0.01}
-sn_tau = 0.01
-sn_iter = 10
-taus = [0.1, 0.01, 0.001]
-tau = 0.01
-margin = 0.2
-steps = 150
-batch_size = 64
-lr = 1e-4
-log_every = 10
-text_precision = "fp32"  # the sentence encoder of RSC (real caption texts): "fp32", or "amp_bf16" (bfloat16 autocast, about 0.6x the time on a CPU with native bfloat16; the paper profiles use it)
+source = "synthetic:flickr30k"  # source -- or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
+synthetic_sizes = {"n_train_images": 2000}  # sizes
+source_kwargs = {}  # dict
+seed = 0  # int at least 0
+ndcg_ks = [5, 10, 20]  # list of int at least 1
+recall_ks = [1, 5, 10]  # list of int at least 1
+nnn_alpha = 0.75  # > 0
+nnn_k = 16  # int at least 1
+is_tau = {"t2i": 0.02, "i2t": 0.01}  # {t2i: > 0, i2t: > 0}
+sn_tau = 0.01  # > 0
+sn_iter = 10  # int at least 1
+taus = [0.1, 0.01, 0.001]  # list of > 0
+tau = 0.01  # > 0
+margin = 0.2  # at least 0
+steps = 150  # int at least 1
+batch_size = 64  # int at least 2
+lr = 1e-4  # > 0
+log_every = 10  # int at least 1
+text_precision = "fp32"  # 'fp32' | 'fp16' | 'bf16' | 'amp' | 'amp_bf16' -- the sentence encoder of RSC (real caption texts): "fp32", or "amp_bf16" (bfloat16 autocast, about 0.6x the time on a CPU with native bfloat16; the paper profiles use it)
 
 # %% [markdown]
 # Parameters: `source` is "synthetic:flickr30k", "synthetic:coco" or "local:<folder>" (real embeddings; RSC needs

@@ -46,23 +46,23 @@
 # > column of this notebook is sections 6 and 7.
 
 # %% tags=["parameters"]
-source: str = "synthetic:msrvtt"  # "synthetic:msrvtt" / "synthetic:didemo" (video), "synthetic:audiocaps" / "synthetic:clotho" (audio), "sims:<folder>" (released score matrices) or "local:<folder>" (embeddings)
-audio_sources: list = ["auto"]  # Table 3's sources; ["auto"]: the two synthetic audio presets when `source` is synthetic, none otherwise; [] skips Table 3
-real_sources: list = ["auto"]  # real text-audio embeddings beside a synthetic run (sections 6-7): ["auto"] (the cached LAION-CLAP AudioCaps release), [] (none), or ["real:audiocaps-clap"]
-n_train: int = 1000  # training videos of a synthetic preset (their captions are the banks; MSR-VTT has 9,000)
-bank_queries: int = 5000  # at most this many bank queries per direction (a seeded subset; None: all)
-target_bank: int = 1000  # at most this many target-bank items for DBSN and DualIS (None: all)
-item_modality: str = "auto"  # for embeddings sources: "video", "audio" or "image" ("auto": image)
-model: str = "auto"  # published rows: "auto" follows the source, or a published model name (e.g. "CLIP4Clip")
-seed: int = 0
-is_tau: float = 0.02  # IS / DIS temperature: the DBSN paper's text and its query-aware video script (its bank scripts use 0.01)
-sn_tau: float = 0.01  # SN / DBSN temperature (DBSN code)
-dual_betas: dict = {"beta_query": 50.0, "beta_target": 50.0}  # DualIS inverse temperatures
-hub_k: int = 10  # k of the k-occurrence N_k (Table 5)
-l2n_reg: float = 0.05  # L2N's coefficient (Table 6), on the scale of a score difference (notebook 05's default)
-shift_shares: list = [0.0, 0.25, 0.5, 0.75, 1.0]  # section 7's graded shift: share of the test clips distorted at each step
-shift_boot: int = 200  # section 7's graded shift: bootstrap resamples of each gain's 95% CI
-other_video_source = "auto"  # Tables A9 / A10: the other video data set's banks ("auto": synthetic:didemo for synthetic:msrvtt and back; None skips; or a source)
+source: str = "synthetic:msrvtt"  # source -- "synthetic:msrvtt" / "synthetic:didemo" (video), "synthetic:audiocaps" / "synthetic:clotho" (audio), "sims:<folder>" (released score matrices) or "local:<folder>" (embeddings)
+audio_sources: list = ["auto"]  # list of 'auto' | source, may be empty -- Table 3's sources; ["auto"]: the two synthetic audio presets when `source` is synthetic, none otherwise; [] skips Table 3
+real_sources: list = ["auto"]  # real sources -- real text-audio embeddings beside a synthetic run (sections 6-7): ["auto"] (the cached LAION-CLAP AudioCaps release), [] (none), or ["real:audiocaps-clap"]
+n_train: int = 1000  # at least 1 -- training videos of a synthetic preset (their captions are the banks; MSR-VTT has 9,000)
+bank_queries: int = 5000  # None | at least 1 -- at most this many bank queries per direction (a seeded subset; None: all)
+target_bank: int = 1000  # None | at least 1 -- at most this many target-bank items for DBSN and DualIS (None: all)
+item_modality: str = "auto"  # 'auto' | 'video' | 'audio' | 'image' -- for embeddings sources: "video", "audio" or "image" ("auto": image)
+model: str = "auto"  # 'auto' | published dbsn model -- published rows: "auto" follows the source, or a published model name (e.g. "CLIP4Clip")
+seed: int = 0  # at least 0
+is_tau: float = 0.02  # > 0 -- IS / DIS temperature: the DBSN paper's text and its query-aware video script (its bank scripts use 0.01)
+sn_tau: float = 0.01  # > 0 -- SN / DBSN temperature (DBSN code)
+dual_betas: dict = {"beta_query": 50.0, "beta_target": 50.0}  # {beta_query: at least 0, beta_target: at least 0} -- DualIS inverse temperatures
+hub_k: int = 10  # at least 1 -- k of the k-occurrence N_k (Table 5)
+l2n_reg: float = 0.05  # > 0 -- L2N's coefficient (Table 6), on the scale of a score difference (notebook 05's default)
+shift_shares: list = [0.0, 0.25, 0.5, 0.75, 1.0]  # list of number in [0, 1], length at least 2 -- section 7's graded shift: share of the test clips distorted at each step
+shift_boot: int = 200  # at least 1 -- section 7's graded shift: bootstrap resamples of each gain's 95% CI
+other_video_source = "auto"  # 'auto' | 'none' | None | source -- Tables A9 / A10: the other video data set's banks ("auto": synthetic:didemo for synthetic:msrvtt and back; None skips; or a source)
 
 # %%
 import matplotlib.pyplot as plt

@@ -8,7 +8,8 @@ stderr as a note, so a profile can set a parameter that only some notebooks have
 ``python scripts/notebook_params.py --merge BASE [--params FILE] [--param NAME=VALUE ...]``: print (JSON) the
 YAML mapping ``BASE`` updated with the mapping in ``FILE`` (YAML or JSON) and then each ``NAME=VALUE`` (``VALUE``
 read as YAML: ``1.0``, ``[t2i]``, ``CLIP``, ``null``). A name that no notebook (``notebooks/[0-9][0-9]_*.ipynb``)
-declares is an error naming the declared ones; values are checked by each notebook itself (hubnorm.experiments.parameters).
+declares is an error naming the declared ones; values are checked by each notebook itself, against the rules of
+its parameters cell (hubnorm.experiments.parameters).
 """
 
 import glob

@@ -108,7 +108,7 @@ def run_notebook_source(py_path: Path, parameters: Optional[dict] = None, *, cwd
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ns = {"__name__": "__main__"}
+    ns = {"__name__": "__main__", "__file__": str(py_path)}   # as `python NN_name.py` (nb.setup reads its cell)
     t0 = time.perf_counter()
     old = Path.cwd()
     os.chdir(cwd or py_path.parent)

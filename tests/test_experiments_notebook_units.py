@@ -462,17 +462,49 @@ def test_setup_refuses_bad_arguments_before_changing_anything(quiet_setup, tmp_p
 def test_setup_validates_the_parameters_first(quiet_setup, monkeypatch, tmp_path):
     seen = []
 
-    def validate(prefix, params):
-        seen.append((prefix, params))
+    def validate(prefix, cell, params):
+        seen.append((prefix, cell, params))
         raise ValueError("parameter alpha is bad")
 
     monkeypatch.setattr(parameters_module, "validate", validate)
     nb.setup("97")
     assert seen == []
-    params = {"alpha": 2}
+    params = {"alpha": 2, "In": ["", "alpha = 2  # > 0\n", "run = nb.setup('96', params=globals())"]}
     with pytest.raises(ValueError, match="parameter alpha is bad"):
         nb.setup("96", params=params)
-    assert seen == [("96", params)] and not (tmp_path / "results" / "claims" / "96.csv").exists()
+    assert seen == [("96", "alpha = 2  # > 0\n", params)] and not (tmp_path / "results" / "claims" / "96.csv").exists()
+
+
+def test_setup_says_how_to_call_it_without_a_parameters_cell(quiet_setup, tmp_path):
+    with pytest.raises(ValueError, match=r"reads the notebook's parameters cell from IPython's In .* or from "
+                                         r"__file__ \(python NN_name.py\); params has neither"):
+        nb.setup("96", params={"alpha": 2})
+    assert not (tmp_path / "results" / "claims" / "96.csv").exists()
+
+
+PARAMS_CELL = "# the defaults\nalpha: float = 0.5  # > 0 -- NNN's alpha\nk = (\n  3)  # int at least 1\n"
+
+
+def test_parameters_cell_is_the_latest_cell_run_that_declares_rules():
+    edited = PARAMS_CELL.replace("> 0", "in (0, 1]")
+    injected = "# Parameters\nalpha = 0.7\n"
+    setup_cell = "import x  # the notebook's setup\nrun = nb.setup('07', params=globals())"
+    ns = {"In": ["", PARAMS_CELL, injected, setup_cell]}
+    assert nb.parameters_cell(ns) == PARAMS_CELL                    # papermill's injected cell has no rules
+    assert nb.parameters_cell({"In": ["", PARAMS_CELL, "x = 1  # a later cell run first", edited, "y = 2",
+                                      setup_cell]}) == edited       # the edited cell, run again
+    assert nb.parameters_cell({"_ih": [PARAMS_CELL], "In": [edited]}) == PARAMS_CELL   # IPython's _ih first
+    assert nb.parameters_cell({"In": [None, "alpha = (", PARAMS_CELL, "alpha = ("]}) == PARAMS_CELL
+
+
+def test_parameters_cell_of_a_script_run_is_its_files_parameters_cell(tmp_path):
+    py = tmp_path / "96_x.py"
+    py.write_text('# %% [markdown]\n# alpha = 1  # > 0\n\n# %% tags=["parameters"]\n' + PARAMS_CELL +
+                  "\n# %%\nrun = nb.setup('96', params=globals())\n")
+    assert nb.parameters_cell({"__file__": str(py), "In": ["x = 1"]}) == PARAMS_CELL + "\n"
+    py.write_text("alpha = 1  # > 0\n")
+    with pytest.raises(ValueError, match="no `# %% tags=\\[\"parameters\"\\]` cell"):
+        nb.parameters_cell({"__file__": str(py)})
 
 
 # ------------------------------------------------------------------------------------- papermill's parameters
@@ -519,8 +551,8 @@ def test_a_run_with_its_results_folder_or_without_parameters_stays_put(papermill
 
 
 def test_setup_sends_a_direct_papermill_run_to_its_own_folder(papermill_run, quiet_setup, monkeypatch):
-    monkeypatch.setattr(parameters_module, "validate", lambda prefix, params: None)
-    nb.setup("07", params=NAMESPACE)
+    monkeypatch.setattr(parameters_module, "validate", lambda prefix, cell, params: None)
+    nb.setup("07", params={**NAMESPACE, "In": ["alpha = 0.5  # > 0\n", *NAMESPACE["In"]]})
     assert (papermill_run / "MANIFEST.json").is_file() and (papermill_run / "claims" / "07.csv").is_file()
 
 

@@ -1,24 +1,11 @@
-"""Unit checks of hubnorm.experiments.parameters, the validation every notebook runs on its parameters at its top,
-aimed at what its mutation run found unchecked: each rule factory (``_int``, ``_num``, ``_choice``, ``_bool``,
-``_list``, ``_optional``, ``_either``, ``_dict``) and each source rule called directly, at its boundaries and with
-its whole message; ``rule_for``'s ``"NN:name"`` override; the cross-parameter rules of notebooks 00 and 03; and
-``validate``'s skipping, its returned ``{name: value}``, its TypeError-versus-ValueError choice and the full text of
-each error line (``_example`` for a rule without an example), and ``markdown``.
+"""Unit checks of hubnorm.experiments.parameters, the rule language of the notebooks' parameters cells: each form of
+a rule (types, bounds open and closed, a bound naming another parameter, alternatives, lists and their options,
+dicts of fields, the named types) parsed from its text and checked at its boundaries with its whole message;
+``cell_rules`` (a cell's lines, their rules and help, the errors naming a line); ``validate``'s returned
+``{name: value}``, its TypeError-versus-ValueError choice and the full text of each error line; ``markdown``.
 
-The factories are called here, not only reached through :data:`SCHEMA`: the rules in SCHEMA are built once at import,
-so a changed factory would not change them.
-
-A bug these checks found: ``validate`` raised ValueError, not TypeError, for a bool parameter given a non-bool
-(``fast=1``): its "every problem is a type" test required ``"must be a"`` in the problem, which ``_bool``'s "must be
-True or False" does not contain, so its own ``"True or False"`` alternative could never count (elsewhere in the
-package "must be True or False" is a TypeError). Fixed in ``validate``; checked by the ``fast`` case of
-``test_validate_raises_type_error_when_every_problem_is_a_type``.
-
-Mutation run (``--tests tests/test_parameters.py`` [+ this file]): 123 of 319 killed (39%; 7 reached by no test) ->
-323 of 324 killed (the fix adds 5 mutants). Equivalent survivor kept:
-
-- ``validate``: ``type_only = False`` -> ``type_only = None`` after a cross-parameter problem: both are falsy and
-  ``type_only`` is only read as a condition afterwards.
+The rules are parsed here from their text, as ``nb.setup`` parses them from a notebook's cell: a changed parser
+changes what these accept.
 """
 
 from __future__ import annotations
@@ -28,10 +15,14 @@ import math
 import pytest
 
 from hubnorm.experiments import parameters as P
-from hubnorm.experiments.parameters import SCHEMA, Rule, markdown, rule_for, validate
+from hubnorm.experiments.parameters import cell_rules, markdown, parse, validate
 
 SOURCE_MSG = ("must be a source string 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', "
               "'local:<folder>', 'sims:<folder>' or 'real:<release>'; got {!r}")
+
+
+def check(rule: str, value, ns=None, kind=None):
+    return parse(rule, kind)[1](value, ns or {})
 
 
 def _releases():
@@ -40,7 +31,7 @@ def _releases():
     return sorted(RELEASES)
 
 
-# ------------------------------------------------------------------------------------------------ type tests
+# ------------------------------------------------------------------------------------------------ types
 def test_is_int_and_is_num_reject_bools_and_non_finite_numbers():
     assert P._is_int(0) and P._is_int(-3)
     assert not P._is_int(True) and not P._is_int(1.0) and not P._is_int("1")
@@ -49,188 +40,104 @@ def test_is_int_and_is_num_reject_bools_and_non_finite_numbers():
         assert not P._is_num(bad), bad
 
 
-# ------------------------------------------------------------------------------------------------ _int
-def test_int_rejects_non_integers_by_type_and_value():
-    check = P._int()
-    assert check(True) == "must be an integer; got bool True"
-    assert check(2.0) == "must be an integer; got float 2.0"
-    assert check("3") == "must be an integer; got str '3'"
-    assert check(-10 ** 9) is None and check(10 ** 9) is None   # no bound at all
+def test_int_rejects_non_integers_as_wrong_types():
+    for value, got in ((True, "bool True"), (2.0, "float 2.0"), ("3", "str '3'")):
+        problem = check("int", value)
+        assert problem == f"must be an integer; got {got}" and isinstance(problem, P.TypeProblem)
+    assert check("int", -10 ** 9) is None and check("int", 10 ** 9) is None   # no bound at all
 
 
-def test_int_bounds_are_inclusive():
-    check = P._int(2, 5)
-    assert check(2) is None and check(5) is None and check(3) is None
-    assert check(1) == "must be >= 2; got 1"
-    assert check(6) == "must be <= 5; got 6"
-    assert P._int(0)(0) is None and P._int(0)(-1) == "must be >= 0; got -1"
-    assert P._int(hi=0)(0) is None and P._int(hi=0)(1) == "must be <= 0; got 1"
-    assert P._int(hi=0)(-7) is None
+def test_number_rejects_non_numbers_by_type_and_non_finite_numbers_by_value():
+    assert check("number", "3") == "must be a finite number; got str '3'"
+    assert isinstance(check("float", True), P.TypeProblem)
+    for bad in (float("nan"), float("inf")):
+        problem = check("number", bad)
+        assert problem == f"must be a finite number; got float {bad}" and not isinstance(problem, P.TypeProblem)
+    assert check("number", -1e300) is None and check("float", 7) is None   # an int is a number
 
 
-# ------------------------------------------------------------------------------------------------ _num
-def test_num_rejects_non_finite_and_non_numbers():
-    check = P._num()
-    assert check("3") == "must be a finite number; got str '3'"
-    assert check(True) == "must be a finite number; got bool True"
-    assert check(float("nan")) == "must be a finite number; got float nan"
-    assert check(float("inf")) == "must be a finite number; got float inf"
-    assert check(-1e300) is None and check(7) is None
+def test_bool_str_list_dict():
+    assert check("bool", True) is None and check("bool", False) is None
+    assert check("bool", 1) == "must be True or False; got int 1"
+    assert check("str", "x") is None and check("str", 3) == "must be a string; got int 3"
+    assert check("str", "") == "must not be empty; got ''" and not isinstance(check("str", ""), P.TypeProblem)
+    assert check("list", (1,)) is None and check("list", "ab") == "must be a list; got str 'ab'"
+    assert check("dict", {}) is None and check("dict", {"a": object()}) is None
+    assert check("dict", {"a": 1, 2: 3}) == "must have string keys; got {'a': 1, 2: 3}"
+    assert check("dict", [("a", 1)]) == "must be a dict; got list [('a', 1)]"
 
 
-def test_num_closed_and_open_lower_bounds():
-    closed = P._num(0.5)
-    assert closed(0.5) is None
-    assert closed(0.25) == "must be >= 0.5; got 0.25"
-    opened = P._num(0.5, lo_open=True)
-    assert opened(0.5) == "must be > 0.5; got 0.5"
-    assert opened(0.5000001) is None
-    assert opened(0.25) == "must be > 0.5; got 0.25"
-    assert P._num(0)(0) is None           # closed by default
-    assert P._num(0)(-0.0001) == "must be >= 0; got -0.0001"
+# ------------------------------------------------------------------------------------------------ bounds
+def test_bounds_at_least_and_at_most_are_inclusive():
+    assert check("int at least 2, at most 5", 2) is None and check("int at least 2, at most 5", 5) is None
+    assert check("int at least 2, at most 5", 1) == "must be >= 2; got 1"
+    assert check("int at least 2, at most 5", 6) == "must be <= 5; got 6"
+    assert check("at least 0", 0) is None and check("at least 0", -0.0001) == "must be >= 0; got -0.0001"
+    assert check("at least 0.5", 0.5) is None and check("at least 0.5", 0.25) == "must be >= 0.5; got 0.25"
 
 
-def test_num_upper_bound_is_inclusive():
-    check = P._num(0, 2, lo_open=True)
-    assert check(2) is None and check(2.0) is None
-    assert check(2.5) == "must be <= 2; got 2.5"
-    assert check(0) == "must be > 0; got 0"
-    assert P._num(hi=1)(-5) is None and P._num(hi=1)(1.01) == "must be <= 1; got 1.01"
+def test_strict_bounds_are_open():
+    assert check("> 0.5", 0.5) == "must be > 0.5; got 0.5"
+    assert check("> 0.5", 0.5000001) is None and check("> 0.5", 0.25) == "must be > 0.5; got 0.25"
+    assert check("< 3", 3) == "must be < 3; got 3" and check("< 3", 2.9) is None
 
 
-# ------------------------------------------------------------------------------------------------ _choice, _bool
-def test_choice_accepts_only_the_strings_listed():
-    check = P._choice(v for v in ("a", "b"))   # a generator: kept as a tuple, usable on every call
-    assert check("a") is None and check("b") is None and check("a") is None
-    assert check("c") == "must be one of ['a', 'b']; got 'c'"
-    assert check(None) == "must be one of ['a', 'b']; got None"
-    numbers = P._choice((1, 2))
-    assert numbers(1) == "must be one of [1, 2]; got 1"   # strings only
+def test_intervals_open_and_closed_at_either_end():
+    assert check("in (0, 1]", 1) is None and check("in (0, 1]", 1e-9) is None
+    assert check("in (0, 1]", 0) == "must be > 0; got 0" and check("in (0, 1]", 1.01) == "must be <= 1; got 1.01"
+    assert check("in [0, 1]", 0) is None and check("in [0, 1)", 1) == "must be < 1; got 1"
+    assert check("in [0.5, 2]", 0.4) == "must be >= 0.5; got 0.4"
 
 
-def test_bool_accepts_only_true_and_false():
-    assert P._bool(True) is None and P._bool(False) is None
-    assert P._bool(1) == "must be True or False; got int 1"
-    assert P._bool("True") == "must be True or False; got str 'True'"
+def test_a_bound_checks_an_int_where_the_parameter_or_the_rule_says_int():
+    assert check("at least 1", 2.5) is None
+    assert check("at least 1", 2.5, kind="int") == "must be an integer; got float 2.5"
+    assert check("int at least 1", 2.5) == "must be an integer; got float 2.5"
+    assert check("at least 1", "2") == "must be a finite number; got str '2'"   # the type comes before the bound
+    assert parse("at least 1", "int")[0] == "int" and parse("at least 1", "float")[0] == "float"
+    assert parse("at least 1")[0] == "float" and parse("int at least 1")[0] == "int"
 
 
-# ------------------------------------------------------------------------------------------------ _list
-def test_list_type_and_length_guards():
-    check = P._list(P._int())
-    assert check("ab") == "must be a list; got str 'ab'"
-    assert check({1: 2}) == "must be a list; got dict {1: 2}"
-    assert check([]) == "must hold at least 1 value; got []"
-    assert check((4,)) is None and check([4]) is None
-    two = P._list(P._int(), min_len=2, max_len=3)
-    assert two([1]) == "must hold at least 2 values; got [1]"
-    assert two([1, 2]) is None and two((1, 2, 3)) is None
-    assert two((1, 2, 3, 4)) == "must hold at most 3 values; got [1, 2, 3, 4]"
-    assert P._list(P._int(), min_len=0)([]) is None
-    assert P._list(P._int())(list(range(1000))) is None   # no upper bound by default
+def test_a_bound_naming_another_parameter():
+    assert check("int at least 1, < n_points", 40, {"n_points": 40}) == "must be < n_points (40); got 40"
+    assert check("int at least 1, < n_points", 39, {"n_points": 40}) is None
+    assert check("int at least 1, < n_points", 0, {"n_points": 40}) == "must be >= 1; got 0"   # in order
+    assert check("< n_points", 50, {}) is None and check("< n_points", 50, {"n_points": "40"}) is None
 
 
-def test_list_names_the_first_invalid_entry_without_its_got_part():
-    check = P._list(P._int(1))
-    assert check([1, 0, -1]) == "has an invalid entry 0: must be >= 1"
-    assert check([2, "x"]) == "has an invalid entry 'x': must be an integer"
-    assert check([0, 0]) == "has an invalid entry 0: must be >= 1"   # entries are checked before repeats
+def test_rules_that_do_not_parse():
+    for bad in ("", ">= 1", "at least", "int str", "int, str", "in (0 1]", "foo", "list of", "{a}"):
+        with pytest.raises((ValueError, SyntaxError)):
+            parse(bad)
 
 
-def test_list_repeats_and_must_contain():
-    check = P._list(P._num())
-    assert check([1, 2, 1]) == "must not repeat a value; got [1, 2, 1]"
-    assert check([1, 1.0]) is None                 # distinct by repr
-    assert P._list(P._num(), unique=False)([3, 3]) is None
-    needs = P._list(P._int(1), must_contain=(10, 20))
-    assert needs([10, 20, 1]) is None
-    assert needs([1, 20]) == "must contain [10] (the value the paper's claim is checked at); got [1, 20]"
-    assert needs((1,)) == "must contain [10, 20] (the value the paper's claim is checked at); got [1]"
+# ------------------------------------------------------------------------------------------------ alternatives
+def test_choices_are_the_strings_listed():
+    rule = "'a' | 'b'"
+    assert check(rule, "a") is None and check(rule, "b") is None
+    assert check(rule, "c") == "must be one of ['a', 'b']; got 'c'"
+    assert check(rule, None) == "must be one of ['a', 'b']; got None"
+    assert parse(rule)[0] == "str"
 
 
-# ------------------------------------------------------------------------------------------------ _optional, _either
-def test_optional_passes_none_and_checks_anything_else():
-    check = P._optional(P._int(1))
-    assert check(None) is None and check(3) is None
-    assert check(0) == "must be >= 1; got 0"
+def test_none_or_a_rule_reports_the_rule():
+    assert check("None | int at least 1", None) is None and check("None | int at least 1", 3) is None
+    assert check("None | int at least 1", 0) == "must be >= 1; got 0"
+    assert isinstance(check("None | int at least 1", "x"), P.TypeProblem)
+    assert check("None | 'float16'", "x") == "must be one of ['float16']; got 'x'"
+    assert parse("None | int at least 1")[0] == "int" and parse("None")[0] == "None"
 
 
-def test_either_passes_when_one_check_passes_and_reports_the_last_problem():
-    check = P._either(P._choice(("auto",)), P._source)
-    assert check("auto") is None
-    assert check("synthetic:tiny") is None
-    assert check("bogus") == SOURCE_MSG.format("bogus")
-    reversed_ = P._either(P._source, P._choice(("auto",)))
-    assert reversed_("bogus") == "must be one of ['auto']; got 'bogus'"
-    three = P._either(P._choice(("a",)), P._choice(("b",)), P._int())
-    assert three("b") is None and three(3) is None
-    assert three("c") == "must be an integer; got str 'c'"
-
-
-# ------------------------------------------------------------------------------------------------ _dict
-def test_dict_without_fields_needs_string_keys_only():
-    check = P._dict()
-    assert check({}) is None and check({"a": object()}) is None
-    assert check({"a": 1, 2: 3}) == "must have string keys; got {'a': 1, 2: 3}"
-    assert check([("a", 1)]) == "must be a dict; got list [('a', 1)]"
-
-
-def test_dict_with_fields_unknown_missing_and_bad_values():
-    check = P._dict({"b": P._int(1), "a": P._num(0)}, required=("a",))
-    assert check({"a": 0, "b": 1}) is None
-    assert check({"a": 0}) is None
-    assert check({"a": 0, "z": 1}) == "has unknown key(s) ['z']; known: ['a', 'b']"
-    assert check({"b": 1}) == "needs the key(s) ['a']"
-    assert check({"a": 0, "b": 0}) == "['b'] must be >= 1; got 0"
-    assert check({"a": "x", "b": 0}) == "['a'] must be a finite number; got str 'x'"
-    assert check(3) == "must be a dict; got int 3"
-    both = P._dict({"a": P._int(), "b": P._int()}, required=("a", "b"))
-    assert both({}) == "needs the key(s) ['a', 'b']"
-
-
-def test_open_dict_allows_and_ignores_unknown_keys():
-    check = P._dict({"a": P._int(1)}, open_=True)
-    assert check({"a": 1, "z": "anything"}) is None
-    assert check({"z": 0}) is None
-    assert check({"a": 0, "z": 1}) == "['a'] must be >= 1; got 0"
-
-
-# ------------------------------------------------------------------------------------------------ sources
-def test_source_needs_a_known_kind_and_something_after_it():
-    for ok in ("synthetic:tiny", "cache:coco:ViT-B-32:openai", "local:/x", "sims:/y", "real:coco500-clip-b16"):
-        assert P._source(ok) is None, ok
-    for bad in ("synthetic:", "real:", "sims:", "bogus:x", "synthetic", 3, None):
-        assert P._source(bad) == SOURCE_MSG.format(bad), bad
-
-
-def test_real_source_must_name_a_release():
-    releases = _releases()
-    msg = f"must be 'real:<release>', <release> one of {releases}; got {{!r}}"
-    assert P._real_source(f"real:{releases[0]}") is None
-    for bad in ("real:nope", releases[0], f"local:{releases[0]}", f"real:{releases[0]}x", 5, "real:"):
-        assert P._real_source(bad) == msg.format(bad), bad
-
-
-def test_real_sources_auto_alone_or_release_sources():
-    rel = _releases()[0]
-    assert P._real_sources(["auto"]) is None and P._real_sources(("auto",)) is None
-    assert P._real_sources([]) is None
-    assert P._real_sources([f"real:{rel}"]) is None
-    assert P._real_sources(["auto", f"real:{rel}"]) == \
-        f"must be ['auto'] alone, or a list of 'real:<release>' strings without 'auto'; got ['auto', 'real:{rel}']"
-    assert P._real_sources(("auto", "auto")) == \
-        "must be ['auto'] alone, or a list of 'real:<release>' strings without 'auto'; got ['auto', 'auto']"
-    assert P._real_sources("auto") == "must be a list; got str 'auto'"
-    assert P._real_sources(["real:nope"]).startswith("has an invalid entry 'real:nope': must be 'real:<release>'")
-
-
-def test_cross_source_allows_auto_none_and_sources():
+def test_alternatives_pass_when_one_passes_and_report_the_last_problem():
+    rule = "'auto' | 'none' | None | source"
     for ok in (None, "auto", "none", "local:/x"):
-        assert P._cross_source(ok) is None, ok
+        assert check(rule, ok) is None, ok
     for bad in ("Auto", "", "nothing"):
-        assert P._cross_source(bad) == SOURCE_MSG.format(bad), bad
+        assert check(rule, bad) == SOURCE_MSG.format(bad), bad
+    assert check("'a' | str | number at least 5", 3) == "must be >= 5; got 3"
 
 
-def test_published_reads_the_named_column_and_paper_when_checked(monkeypatch):
+def test_published_names_are_read_when_checked(monkeypatch):
     from hubnorm.experiments import protocol
 
     calls = []
@@ -239,168 +146,246 @@ def test_published_reads_the_named_column_and_paper_when_checked(monkeypatch):
         calls.append((column, paper))
         return ["Zeta", "Alpha"]
 
-    check = P._published("dataset", "dbsn", ("auto", "unknown"))
+    rule = parse("None | 'auto' | published dbsn dataset")[1]
     monkeypatch.setattr(protocol, "published_names", fake)
-    assert check("Alpha") is None and check("auto") is None and check("unknown") is None
-    assert check("beta") == "must be one of ['auto', 'unknown', 'Zeta', 'Alpha']; got 'beta'"
-    assert check(1) == "must be one of ['auto', 'unknown', 'Zeta', 'Alpha']; got 1"
-    assert calls == [("dataset", "dbsn")] * 5
-    assert P._published("model", "nnn")("auto") == "must be one of ['Zeta', 'Alpha']; got 'auto'"   # no extra
+    assert rule("Alpha", {}) is None and rule("auto", {}) is None and rule(None, {}) is None
+    assert rule("beta", {}) == "must be one of ['auto', 'Zeta', 'Alpha']; got 'beta'"
+    assert rule(1, {}) == "must be one of ['auto', 'Zeta', 'Alpha']; got 1"
+    assert calls[-1] == ("dataset", "dbsn")
+    assert check("published nnn model", "auto") == "must be one of ['Zeta', 'Alpha']; got 'auto'"   # no extra
     assert calls[-1] == ("model", "nnn")
 
 
 def test_published_against_the_package_tables():
-    assert P._published("model", "nnn", ("auto",))("CLIP") is None
-    assert P._published("model", "dbsn")("zs CLIP") is None
-    assert P._published("model", "dbsn")("CLIP") is not None
-    assert P._published("dataset", "nnn")("coco") is None
+    assert check("'auto' | published nnn model", "CLIP") is None
+    assert check("published dbsn model", "zs CLIP") is None and check("published dbsn model", "CLIP") is not None
+    assert check("published nnn dataset", "coco") is None
 
 
-# ------------------------------------------------------------------------------------------------ rules
-def test_R_builds_a_rule_with_every_field():
-    def check(v):
-        return None
-
-    rule = P.R("int", "an integer", check, "7")
-    assert rule == Rule("int", "an integer", check, "7")
-    assert (rule.kind, rule.text, rule.check, rule.example) == ("int", "an integer", check, "7")
-    assert P.R("str", "t", check).example == ""
-
-
-def test_rule_for_prefers_the_notebook_override():
-    assert rule_for("06", "is_tau") is SCHEMA["06:is_tau"]
-    assert rule_for("01", "is_tau") is SCHEMA["is_tau"]
-    assert rule_for("00", "k") is SCHEMA["00:k"]
-    assert rule_for("01", "k") is None
-    assert rule_for("01", "no_such_parameter") is None
+# ------------------------------------------------------------------------------------------------ lists
+def test_list_type_and_length():
+    rule = "list of int"
+    assert check(rule, "ab") == "must be a list; got str 'ab'"
+    assert check(rule, {1: 2}) == "must be a list; got dict {1: 2}"
+    assert check(rule, []) == "must hold at least 1 value; got []"
+    assert check(rule, (4,)) is None and check(rule, list(range(1000))) is None   # no upper bound by default
+    assert check("list of int, may be empty", []) is None
+    two = "list of int, length at least 2"
+    assert check(two, [1]) == "must hold at least 2 values; got [1]" and check(two, [1, 2, 3]) is None
+    exact = "list of int at least 2, length 2, may repeat"
+    assert check(exact, [24, 16]) is None and check(exact, [3, 3]) is None
+    assert check(exact, [1, 2, 3]) == "must hold at most 2 values; got [1, 2, 3]"
+    assert check(exact, [2]) == "must hold at least 2 values; got [2]"
 
 
-def test_example_per_kind():
-    def rule(kind):
-        return Rule(kind, "", P._bool)
-
-    assert [P._example(rule(k)) for k in ("int", "float", "bool", "str", "list", "dict", "None", "other")] == \
-        ["1", "0.5", "True", "'...'", "[...]", "'{...}'", "...", "..."]
-
-
-# ------------------------------------------------------------------------------------------------ cross checks
-def test_cross_checks_of_notebook_00():
-    assert P._cross_checks("00", {"k": 40, "n_points": 40}) == \
-        [("k", "must be smaller than n_points (40); got 40")]
-    assert P._cross_checks("00", {"k": 39, "n_points": 40}) == []
-    assert P._cross_checks("00", {"k": 50.0, "n_points": 40}) == []   # a wrong type is the rule's problem
-    assert P._cross_checks("00", {"k": 50, "n_points": "40"}) == []
-    assert P._cross_checks("00", {"k": 50}) == [] and P._cross_checks("00", {"n_points": 5}) == []
-    assert P._cross_checks("01", {"k": 50, "n_points": 40}) == []
+def test_list_names_the_first_invalid_entry_without_its_got_part():
+    rule = "list of int at least 1"
+    assert check(rule, [1, 0, -1]) == "has an invalid entry 0: must be >= 1"
+    assert check(rule, [2, "x"]) == "has an invalid entry 'x': must be an integer"
+    assert check(rule, [0, 0]) == "has an invalid entry 0: must be >= 1"   # entries are checked before repeats
+    assert check("list of 't2i' | 'i2t'", ["x2y"]) == "has an invalid entry 'x2y': must be one of ['t2i', 'i2t']"
+    assert check("list of number in (0, 2]", [2, 0]) == "has an invalid entry 0: must be > 0"
 
 
-def test_cross_checks_of_notebook_03():
-    assert P._cross_checks("03", {"directions": ["t2i"], "heat_directions": ["i2t", "t2i"]}) == \
-        [("heat_directions", "must be among directions ['t2i']; got ['i2t']")]
-    assert P._cross_checks("03", {"directions": ["t2i", "i2t"], "heat_directions": ["i2t"]}) == []
-    assert P._cross_checks("03", {"directions": ["t2i"], "heat_directions": None}) == []
-    assert P._cross_checks("03", {"directions": "t2i", "heat_directions": ["i2t"]}) == []
-    assert P._cross_checks("03", {"heat_directions": ["i2t"]}) == []
-    assert P._cross_checks("04", {"directions": ["t2i"], "heat_directions": ["i2t"]}) == []
+def test_list_repeats_and_contains():
+    assert check("list of number", [1, 2, 1]) == "must not repeat a value; got [1, 2, 1]"
+    assert check("list of number", [1, 1.0]) is None                 # distinct by repr
+    assert check("list of number, may repeat", [3, 3]) is None
+    needs = "list of int at least 1, contains 10, contains 20"
+    assert check(needs, [10, 20, 1]) is None
+    assert check(needs, [1, 20]) == "must contain [10]; got [1, 20]"
+    assert check(needs, (1,)) == "must contain [10, 20]; got [1]"
+
+
+def test_list_of_takes_the_rest_of_the_rule():
+    rule = "None | list of 'auto' | source, may be empty"
+    assert check(rule, None) is None and check(rule, []) is None and check(rule, ["auto", "local:/x"]) is None
+    assert check(rule, ["bogus"]) == "has an invalid entry 'bogus': " + SOURCE_MSG.format("bogus").split("; got")[0]
+    assert parse(rule)[0] == "list"
+
+
+def test_subset_of_another_list_parameter():
+    rule = "None | subset of directions"
+    assert check(rule, ["i2t"], {"directions": ["t2i", "i2t"]}) is None and check(rule, None) is None
+    assert check(rule, ["i2t", "t2i"], {"directions": ["t2i"]}) == \
+        "has an invalid entry 'i2t': must be among directions ['t2i']"
+    assert check(rule, [], {"directions": ["t2i"]}) == "must hold at least 1 value; got []"
+    assert check(rule, ["x", "x"], {"directions": "t2i"}) == "must not repeat a value; got ['x', 'x']"
+    assert check(rule, ["x"], {}) is None   # directions of the wrong type: its own rule reports it
+
+
+# ------------------------------------------------------------------------------------------------ dicts
+def test_dict_of_fields_needs_exactly_these_keys():
+    rule = "{a: at least 0, b: int at least 1}"
+    assert check(rule, {"a": 0, "b": 1}) is None
+    assert check(rule, {"a": 0}) == "needs the key(s) ['b']"
+    assert check(rule, {}) == "needs the key(s) ['a', 'b']"
+    assert check(rule, {"a": 0, "b": 1, "z": 1}) == "has unknown key(s) ['z']; known: ['a', 'b']"
+    assert check(rule, {"a": 0, "b": 0}) == "['b'] must be >= 1; got 0"
+    problem = check(rule, {"a": "x", "b": 1})
+    assert problem == "['a'] must be a finite number; got str 'x'" and isinstance(problem, P.TypeProblem)
+    assert check(rule, 3) == "must be a dict; got int 3" and parse(rule)[0] == "dict"
+
+
+def test_sizes_fields_are_optional_integers():
+    assert check("sizes", {}) is None and check("sizes", {"n_train_images": 0, "n_test_images": 1}) is None
+    assert check("sizes", {"n_test_images": 0}) == "['n_test_images'] must be >= 1; got 0"
+    assert check("sizes", {"n_train_images": -1}) == "['n_train_images'] must be >= 0; got -1"
+    assert check("sizes", {"n_train_image": 5}).startswith("has unknown key(s) ['n_train_image']")
+
+
+# ------------------------------------------------------------------------------------------------ named types
+def test_source_needs_a_known_kind_and_something_after_it():
+    for ok in ("synthetic:coco", "cache:f:m:p", "local:/x", "sims:/y", "real:z"):
+        assert check("source", ok) is None, ok
+    for bad in ("synthetic:", "local:", "foo:bar", "", 3, None, "Synthetic:coco"):
+        assert check("source", bad) == SOURCE_MSG.format(bad), bad
+
+
+def test_real_sources_auto_alone_or_release_sources():
+    rel = _releases()[0]
+    assert check("real sources", ["auto"]) is None and check("real sources", ("auto",)) is None
+    assert check("real sources", []) is None and check("real sources", [f"real:{rel}"]) is None
+    assert check("real sources", ["auto", f"real:{rel}"]) == \
+        f"must be ['auto'] alone, or a list of 'real:<release>' strings without 'auto'; got ['auto', 'real:{rel}']"
+    assert check("real sources", "auto") == "must be a list; got str 'auto'"
+    assert check("real sources", ["real:nope"]).startswith("has an invalid entry 'real:nope': must be 'real:<release>'")
+    msg = f"must be 'real:<release>', <release> one of {_releases()}; got {{!r}}"
+    for bad in ("real:nope", rel, f"local:{rel}", f"real:{rel}x", 5, "real:"):
+        assert P._real_source(bad, {}) == msg.format(bad), bad
+
+
+def test_offset_methods():
+    assert check("offset methods", {"NNN": ("nnn", {"alpha": 1}), "IS": ["is", {}]}) is None
+    for bad in ({}, {"NNN": "nnn"}, {"NNN": ("nnn",)}, {"NNN": (1, {})}, {"NNN": ("nnn", [])}, [("nnn", {})]):
+        assert check("offset methods", bad) == f"must be a non-empty {{label: [name, {{params}}]}}; got {bad!r}"
+
+
+# ------------------------------------------------------------------------------------------------ cells
+CELL = '''# a comment line
+seed: int = 0  # at least 0 -- the seed
+k = 10  # int at least 1, < n_points
+n_points: int = 40  # at least 20 -- points -- per cloud
+grid: dict = {"a": [1,
+                    2]}  # dict -- a grid
+dtype = "float64"  # 'float64' | 'float32'
+'''
+
+
+def test_cell_rules_reads_each_line_its_rule_help_and_default():
+    rules = cell_rules(CELL)
+    assert list(rules) == ["seed", "k", "n_points", "grid", "dtype"]
+    assert (rules["seed"].kind, rules["seed"].rule, rules["seed"].help, rules["seed"].default) == \
+        ("int", "at least 0", "the seed", "0")
+    assert (rules["k"].kind, rules["k"].rule, rules["k"].help) == ("int", "int at least 1, < n_points", "")
+    assert rules["n_points"].help == "points -- per cloud"
+    assert (rules["grid"].rule, rules["grid"].default) == ("dict", "{'a': [1, 2]}")
+    assert rules["dtype"].kind == "str"
+    assert [r.example for r in rules.values()] == ["0", "10", "40", "\"{'a': [1, 2]}\"", "float64"]
+
+
+@pytest.mark.parametrize("line,words", [
+    ("x = 1  ", "line 2 `x = 1`: every line of a parameters cell must be `name: type = default  # RULE -- help`"),
+    ("x = 1  # >= 1", "line 2 `x = 1  # >= 1`: its rule '>= 1': cannot read"),
+    ("import os  # dict", "line 2 `import os  # dict`: every line"),
+    ("a, b = 1, 2  # dict", "line 2 `a, b = 1, 2  # dict`: every line"),
+    ("x: float = 1  # int at least 1",
+     "line 2 `x: float = 1  # int at least 1`: annotated float, its rule's type is int"),
+])
+def test_cell_rules_names_a_line_it_cannot_take(line, words):
+    with pytest.raises(ValueError) as err:
+        cell_rules(f"seed = 0  # int\n{line}\n", "notebook 42's parameters cell")
+    assert str(err.value).startswith("notebook 42's parameters cell, ") and words in str(err.value), str(err.value)
+
+
+def test_is_parameters_cell():
+    assert P.is_parameters_cell(CELL)
+    for not_one in ("# Parameters\nalpha = 0.7\n", "x = 1\nimport os  # comment", "", "# only a comment",
+                    "alpha = (", "f(x)  # call", "x = '''\n"):
+        assert not P.is_parameters_cell(not_one), not_one
+
+
+def test_notebook_cell_is_the_tagged_percent_cell():
+    text = '# %% [markdown]\n# x = 1  # int\n\n# %% tags=["parameters"]\nx = 1  # int\n\n# %%\ny = 2\n'
+    assert P.notebook_cell(text) == "x = 1  # int\n\n"
+    assert P.notebook_cell('# %% tags=["parameters"]\nx = 1  # int\n') == "x = 1  # int\n"
+    with pytest.raises(ValueError, match="no `# %% tags="):
+        P.notebook_cell("# %%\nx = 1  # int\n")
 
 
 # ------------------------------------------------------------------------------------------------ validate
 def test_validate_returns_the_checked_parameters_only():
-    ns = {"seed": 3, "fast": True, "_seed": -1, "__name__": "x", "np": object(), "unknown": [1]}
-    assert validate("01", ns) == {"seed": 3, "fast": True}
-    assert validate("01", {}) == {}
-
-
-def test_validate_never_checks_a_private_name_even_when_a_rule_matches_it(monkeypatch):
-    """IPython's ``_``, ``_1``, ``_i`` ... are not parameters, whatever SCHEMA holds."""
-    monkeypatch.setitem(SCHEMA, "_x", SCHEMA["seed"])
-    monkeypatch.setitem(SCHEMA, "01:_y", SCHEMA["seed"])
-    assert validate("01", {"_x": -1, "_y": "bad", "seed": 0}) == {"seed": 0}
-
-
-def test_validate_skips_private_and_unknown_names_but_goes_on():
-    with pytest.raises(ValueError, match="parameter seed must be >= 0"):
-        validate("01", {"_hidden": 1, "foo": 2, "seed": -1})
+    ns = {"seed": 3, "dtype": "float32", "_seed": -1, "__name__": "x", "np": object(), "unknown": [1]}
+    assert validate("01", CELL, ns) == {"seed": 3, "dtype": "float32"}
+    assert validate("01", CELL, {}) == {}
 
 
 def test_validate_error_line_in_full():
     with pytest.raises(ValueError) as err:
-        validate("01", {"seed": -1})
-    assert str(err.value) == ("notebook 01 parameter seed must be >= 0; got -1; expected an integer >= 0 "
-                              "(pass e.g. -p seed 1)")
-    with pytest.raises(ValueError) as err:
-        validate("05", {"n_boot": 9})
-    # no example in the rule: the kind's example
-    assert str(err.value) == ("notebook 05 parameter n_boot must be >= 10; got 9; expected an integer >= 10 "
-                              "(bootstrap resamples) (pass e.g. -p n_boot 1)")
-
-
-def test_validate_uses_the_notebook_override_in_the_message():
+        validate("01", CELL, {"seed": -1})
+    assert str(err.value) == \
+        "notebook 01 parameter seed must be >= 0; got -1; expected at least 0 (pass e.g. -p seed 0)"
     with pytest.raises(TypeError) as err:
-        validate("06", {"is_tau": 0.5})
-    assert str(err.value) == ("notebook 06 parameter is_tau must be a dict; got float 0.5; expected "
-                              "{'t2i': number > 0, 'i2t': number > 0} (pass e.g. -p is_tau '{...}')")
-    assert validate("01", {"is_tau": 0.5}) == {"is_tau": 0.5}
+        validate("06", CELL, {"grid": 0.5})
+    assert str(err.value) == ("notebook 06 parameter grid must be a dict; got float 0.5; expected dict "
+                              "(pass e.g. -p grid \"{'a': [1, 2]}\")")
 
 
 def test_validate_lists_every_problem_one_per_line_in_order():
     with pytest.raises(ValueError) as err:
-        validate("00", {"seed": -1, "dtype": "float16", "k": 5, "n_points": 5})
+        validate("00", CELL, {"seed": -1, "dtype": "float16", "k": 5, "n_points": 5})
     lines = str(err.value).split("\n")
-    assert len(lines) == 4
-    assert lines[0].startswith("notebook 00 parameter seed must be >= 0; got -1")
-    assert lines[1] == ("notebook 00 parameter dtype must be one of ['float64', 'float32']; got 'float16'; expected "
-                        "'float64' or 'float32' (pass e.g. -p dtype '...')")
-    assert lines[2].startswith("notebook 00 parameter n_points must be >= 20; got 5")
-    assert lines[3] == ("notebook 00 parameter k must be smaller than n_points (5); got 5; expected an integer >= 1 "
-                        "(smaller than n_points) (pass e.g. -p k 1)")
+    assert lines == [
+        "notebook 00 parameter seed must be >= 0; got -1; expected at least 0 (pass e.g. -p seed 0)",
+        "notebook 00 parameter k must be < n_points (5); got 5; expected int at least 1, < n_points "
+        "(pass e.g. -p k 10)",
+        "notebook 00 parameter n_points must be >= 20; got 5; expected at least 20 (pass e.g. -p n_points 40)",
+        "notebook 00 parameter dtype must be one of ['float64', 'float32']; got 'float16'; expected "
+        "'float64' | 'float32' (pass e.g. -p dtype float64)"]
 
 
-@pytest.mark.parametrize("name,value", [("seed", 1.5), ("alpha", "x"), ("dims", 3), ("nnn_params", 3), ("fast", 1),
-                                        ("nnn_params", {"alpha": "x", "k": 1})])
-def test_validate_raises_type_error_when_every_problem_is_a_type(name, value):
-    with pytest.raises(TypeError, match=f"notebook 03 parameter {name} "):
-        validate("03", {name: value})
+@pytest.mark.parametrize("ns", [{"seed": 1.5}, {"n_points": "x"}, {"grid": 3}, {"seed": True, "grid": [1]},
+                                {"k": 5.0, "n_points": 5.0}])
+def test_validate_raises_type_error_when_every_problem_is_a_type(ns):
+    with pytest.raises(TypeError, match=f"notebook 03 parameter {next(iter(ns))} "):
+        validate("03", CELL, ns)
 
 
-@pytest.mark.parametrize("ns", [{"seed": -1}, {"source": "bogus"}, {"image_dir": ""}, {"dtype": "x"},
-                                {"seed": -1, "fast": 1}, {"fast": 1, "seed": -1}, {"dims": [1]}])
+@pytest.mark.parametrize("ns", [{"seed": -1}, {"dtype": "x"}, {"seed": -1, "grid": 1}, {"grid": 1, "seed": -1},
+                                {"k": 50, "n_points": 40}, {"seed": "x", "k": 50, "n_points": 20}])
 def test_validate_raises_value_error_when_a_problem_is_not_a_type(ns):
     with pytest.raises(ValueError) as err:
-        validate("03", ns)
+        validate("03", CELL, ns)
     assert type(err.value) is ValueError
 
 
-@pytest.mark.parametrize("ns", [{"alpha": float("nan")}, {"alpha": math.inf}, {"nnn_params": {"alpha": float("nan"), "k": 4}}])
-def test_a_number_that_is_not_finite_is_a_value_error_not_a_type_error(ns):
-    # a float NaN has the right type and a wrong value (the message is the type check's: "must be a finite number")
+def test_a_bound_naming_a_parameter_of_the_wrong_type_is_left_to_that_ones_rule():
+    with pytest.raises(TypeError) as err:   # not also "k must be < n_points (2.0)": a value problem
+        validate("00", CELL, {"k": 10, "n_points": 2.0})
+    assert str(err.value).count("\n") == 0
+    with pytest.raises(ValueError, match=r"parameter k must be < n_points \(5\)"):   # n_points' value is wrong
+        validate("00", CELL, {"k": 10, "n_points": 5})
+
+
+@pytest.mark.parametrize("value", [float("nan"), math.inf])
+def test_a_number_that_is_not_finite_is_a_value_error_not_a_type_error(value):
     with pytest.raises(ValueError, match="must be a finite number; got float") as err:
-        validate("03", ns)
+        validate("03", "alpha = 0.5  # > 0\n", {"alpha": value})
     assert type(err.value) is ValueError
-
-
-def test_a_cross_check_makes_a_type_problem_a_value_error():
-    with pytest.raises(ValueError) as err:
-        validate("00", {"seed": "x", "k": 30, "n_points": 20})
-    assert type(err.value) is ValueError
-    assert "parameter seed must be an integer" in str(err.value) and "parameter k must be smaller" in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------------ markdown
-def test_markdown_has_the_header_and_one_row_per_rule():
-    text = markdown()
-    assert text.endswith(" |\n") and not text.endswith("\n\n")
-    lines = text.split("\n")[:-1]
-    assert lines[:8] == [
-        "# Notebook parameters", "",
-        "Generated from `hubnorm.experiments.parameters.SCHEMA` (`python -m hubnorm.experiments.parameters > "
-        "docs/parameters.md`): the",
-        "rules every notebook checks at its top (`nb.setup(..., params=globals())`). `NN:name` is a rule of",
-        "notebook NN only. Defaults and one-line help: `papermill --help-notebook notebooks/NN_name.ipynb`.", "",
-        "| parameter | type | valid values |", "|---|---|---|"]
-    rows = lines[8:]
-    assert len(rows) == len(SCHEMA)
-    assert rows[0] == f"| `source` | str | {SCHEMA['source'].text} |"
-    assert "| `06:is_tau` | dict | {'t2i': number > 0, 'i2t': number > 0} |" in rows
-    assert "| `seed` | int | an integer >= 0 |" in rows
-    assert markdown({"01": ["seed"]}) == text
+def test_markdown_has_the_header_and_a_table_per_notebook(tmp_path):
+    (tmp_path / "01_b.py").write_text('# %% tags=["parameters"]\n' + CELL + "\n# %%\nx = 1\n")
+    (tmp_path / "00_a.py").write_text('# %% tags=["parameters"]\nalpha = 0.5  # > 0 -- a | b\n')
+    (tmp_path / "x_c.py").write_text("not a notebook")
+    text = markdown(tmp_path)
+    assert text.startswith("# Notebook parameters\n\nGenerated from the notebooks' parameters cells") and \
+        text.endswith(" |\n")
+    assert "- ``list of RULE``: a non-empty list of distinct values;" in text   # the language, from the docstring
+    lines = text.split("\n")
+    a, b = lines.index("## 00_a"), lines.index("## 01_b")
+    assert a < b and lines[a + 2:a + 5] == ["| parameter | type | default | rule | help |", "|---|---|---|---|---|",
+                                            "| `alpha` | float | `0.5` | `> 0` | a \\| b |"]
+    assert "| `dtype` | str | `'float64'` | `'float64' \\| 'float32'` |  |" in lines
+    assert len([ln for ln in lines[b:] if ln.startswith("| `")]) == 5

@@ -9,7 +9,7 @@ layer imports the core, the core never imports ``hubnorm.experiments`` (``tests/
 Modules (imported by name, e.g. ``from hubnorm.experiments import notebook as nb, protocol as pr``):
 
 - :mod:`.notebook`: set-up, display, figure/table saving, PASS/DIFFERS lines and generated notices;
-- :mod:`.parameters`: the notebooks' parameters, declared once, and their validation;
+- :mod:`.parameters`: the rule language of the notebooks' parameters cells, and their validation;
 - :mod:`.protocol`: data preparation, run labels, the select-and-evaluate loop of NNN App. B, trimming;
 - :mod:`.studies`: the loops behind the papers' tables (bank fractions, iterations, k-occurrence tables);
 - :mod:`.compare` and :mod:`.reporting`: the published numbers (package data ``hubnorm/published/*.csv``), the

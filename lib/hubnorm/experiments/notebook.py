@@ -38,7 +38,7 @@ from ..provenance import QUERY_AWARE, clear_ledger, unmarked_query_aware
 from .reporting import CLAIM_COLUMNS, results_dir
 
 __all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "data_label", "CLAIM_COLUMNS",
-           "marks_note",
+           "marks_note", "parameters_cell",
            "notice", "order_word",
            "change", "changes", "trends", "names", "ranking", "recall_noise", "progress"]
 
@@ -256,8 +256,9 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     library warnings, set the seaborn theme and show figures inline. ``prefix`` is the notebook's number
     (figures and tables are saved under it); ``dtype`` is recorded as ``run.dtype`` for the notebook to pass on
     (``hubnorm.experiments.protocol.prepare_dataset(..., dtype=run.dtype)``). ``params`` (the notebook's ``globals()``):
-    every notebook parameter in it is checked first against its declared rule (:mod:`hubnorm.experiments.parameters`), so
-    a bad value stops the notebook at its top with an error naming the parameter and the fix. ``reproduces``: the
+    every parameter of the notebook's parameters cell (:func:`parameters_cell`) is checked first against the rule its
+    line declares (:mod:`hubnorm.experiments.parameters`), so a bad value stops the notebook at its top with an error
+    naming the parameter and the fix. ``reproduces``: the
     papers' numbered tables and figures the notebook computes, ``{paper id: ["Table 1", "Fig. 2", ...]}`` (the
     notebook's declaration, read by ``site/hubsite.py sync`` for README's coverage table)."""
     if not isinstance(prefix, str) or not prefix:
@@ -271,7 +272,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     if params is not None:
         from .parameters import validate
 
-        validate(prefix, params)
+        validate(prefix, parameters_cell(params), params)
         _direct_run_results(prefix, params)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer; got {seed!r}")
@@ -302,6 +303,29 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
 
     mpl.rcParams.update({"figure.dpi": 90, "savefig.dpi": 150, "figure.autolayout": False})
     return Run(prefix=prefix, seed=int(seed), dtype=dtype, reproduces={k: list(v) for k, v in reproduces.items()})
+
+
+def parameters_cell(namespace: Mapping[str, object]) -> str:
+    """The source of the parameters cell of the notebook whose ``globals()`` is ``namespace``.
+
+    In an IPython kernel (papermill, nbval, JupyterLab, Colab) ``_ih`` (also ``In``) holds the source of every cell
+    run so far: the parameters cell is the most recent one whose statements all assign a name and declare rules
+    in their comments (papermill's injected ``# Parameters`` cell has none and follows it; a cell edited and run
+    again is the more recent). Outside IPython (``python NN_name.py``) it is the ``# %% tags=["parameters"]`` cell
+    of ``namespace["__file__"]``. Neither: ValueError saying how to call ``nb.setup``."""
+    from pathlib import Path
+
+    from .parameters import is_parameters_cell, notebook_cell
+
+    cells = namespace.get("_ih") or namespace.get("In") or []
+    found = next((src for src in reversed(cells) if isinstance(src, str) and is_parameters_cell(src)), None)
+    if found is not None:
+        return found
+    if namespace.get("__file__"):
+        return notebook_cell(Path(str(namespace["__file__"])).read_text(encoding="utf-8"))
+    raise ValueError("nb.setup(..., params=globals()) reads the notebook's parameters cell from IPython's In (a "
+                     "notebook run in Jupyter, papermill or nbval) or from __file__ (python NN_name.py); params has "
+                     "neither: pass the notebook's own globals(), after running its parameters cell")
 
 
 def injected_parameters(namespace: Mapping[str, object]) -> Dict[str, object]:
