@@ -223,8 +223,13 @@ def test_one_engine_reads_blocks_from_embeddings_or_from_stored_matrices():
     assert stored.dtype == torch.float64 and LocalEngine({"targets": t.float()}).dtype == torch.float32
     with pytest.raises(TypeError, match=r"^dtype must be torch.float32 or torch.float64"):
         LocalEngine(matrices={("query_bank", "targets"): scores}, dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"^dtype torch.float32 differs from the embeddings' torch.float64"):
+    with pytest.raises(ValueError, match=r"^dtype torch.float32 differs from the embeddings' torch.float64: dtype "
+                                         r"sets how stored matrices are read; cast the embeddings instead \(or leave "
+                                         r"dtype None\)$"):
         LocalEngine({"targets": t}, dtype=torch.float32)
+    from hubnorm.kernels import topk_backend
+    for x in (t, t.float()):   # the top-k kernel follows the embeddings' dtype
+        assert LocalEngine({"targets": x}).backend == topk_backend(x.dtype, x.device)
     assert LocalEngine({"targets": t}, dtype=torch.float64).dtype == torch.float64
     mixed = LocalEngine({"targets": t}, matrices={("query_bank", "targets"): scores})
     with pytest.raises(ValueError, match=r"^this fit has no query_bank"):   # it holds embeddings: not "only scores"
