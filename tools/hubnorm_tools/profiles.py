@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from hubnorm.data.rehearse import rehearsal_profiles
+from hubnorm.data.rehearse import read_mapping_file, rehearsal_profiles
 
 #: The run-profiles file of run_all.sh.
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
@@ -213,17 +213,8 @@ def check_profiles(data: Mapping, path: str = "", rehearsal: Optional[Mapping] =
 
 def read_profiles_file(path=None) -> dict:
     """The parsed run-profiles file (``path``, default :data:`PROFILES_FILE`), a mapping; a clear error otherwise."""
-    import yaml
-
-    where = PROFILES_FILE if path is None else Path(path)
-    with where.open("r", encoding="utf-8") as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{where}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: must be a mapping of sections (profiles, notebooks, needs, ...)")
-    return data
+    return read_mapping_file(PROFILES_FILE if path is None else path,
+                             "a mapping of sections (profiles, notebooks, needs, ...)")
 
 
 def load_profiles(path=None) -> Profiles:

@@ -38,22 +38,28 @@ REHEARSAL_SOURCE = "synthetic-rehearsal"
 REHEARSAL_FILE = resources.files("hubnorm.data") / "rehearsal.yaml"
 
 
-def read_rehearsal_file(path=None) -> dict:
-    """The parsed rehearsal-sizes file (``path``, default :data:`REHEARSAL_FILE`), a mapping; a clear error
-    otherwise."""
+def read_mapping_file(where, what: str) -> dict:
+    """The YAML file ``where`` parsed (``yaml.safe_load``), which must be a mapping (``what`` says of what, for the
+    error); a ValueError naming the file otherwise. Read by this module (the rehearsal sizes) and by run_all.sh's
+    runner (its run profiles)."""
     try:
         import yaml
     except ImportError as exc:   # pragma: no cover - pyyaml is a dependency
         raise ImportError("reading the rehearsal sizes needs PyYAML: pip install pyyaml") from exc
-    where = REHEARSAL_FILE if path is None else Path(path)
-    with where.open("r", encoding="utf-8") as fh:
+    with (where if hasattr(where, "open") else Path(where)).open("r", encoding="utf-8") as fh:   # a path or package data
         try:
             data = yaml.safe_load(fh)
         except yaml.YAMLError as exc:
             raise ValueError(f"{where}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: must be a mapping with the section rehearsal")
+        raise ValueError(f"{where}: must be {what}")
     return data
+
+
+def read_rehearsal_file(path=None) -> dict:
+    """The parsed rehearsal-sizes file (``path``, default :data:`REHEARSAL_FILE`), a mapping; a clear error
+    otherwise."""
+    return read_mapping_file(REHEARSAL_FILE if path is None else path, "a mapping with the section rehearsal")
 
 
 def _count(v, key: str) -> int:
@@ -235,5 +241,5 @@ def rehearsal_meta(manifest: dict) -> dict:
             "description": manifest.get("description", "SYNTHETIC rehearsal data; not real embeddings")}
 
 
-__all__ = ["PROFILES", "REHEARSAL_FILE", "read_rehearsal_file", "rehearsal_profiles", "rehearse", "cache_spec",
+__all__ = ["PROFILES", "REHEARSAL_FILE", "read_rehearsal_file", "read_mapping_file", "rehearsal_profiles", "rehearse", "cache_spec",
            "scaled_sizes", "default_rehearsal_root", "rehearsal_meta", "pretrained_tag"]
