@@ -794,3 +794,23 @@ def test_notice_joins_the_sentences_under_its_title(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "IPython.display", None)
     nb.notice("A.", "B.")
     assert capsys.readouterr().out == "In this run: A. B.\n"
+
+
+def test_parameters_cell_under_nbval_is_the_tagged_cell_of_the_notebook_in_the_working_folder(tmp_path, monkeypatch):
+    """nbval runs cells without history (no In), in the notebook's folder: the cell tagged "parameters" of the one
+    <prefix>_*.ipynb there; a later assignment cell with a comment that is no rule is never taken for it."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": PARAMS_CELL.splitlines(True)}
+    (tmp_path / "96_x.ipynb").write_text(json.dumps({"cells": [{"cell_type": "markdown", "metadata": {},
+                                                                "source": ["alpha = 1  # > 0"]}, cell]}))
+    assert nb.parameters_cell({}, "96") == PARAMS_CELL
+    assert nb.parameters_cell({"In": ["", PARAMS_CELL, "x = 1  # a later cell run first"]}) == PARAMS_CELL
+    for ns, prefix in (({}, None), ({}, "95")):
+        with pytest.raises(ValueError, match=r"In \(a notebook run in Jupyter or papermill\), the one "
+                                             rf"{prefix or 'NN'}_\*\.ipynb in the working folder \(nbval\)"):
+            nb.parameters_cell(ns, prefix)
+    (tmp_path / "96_y.ipynb").write_text(json.dumps({"cells": [cell]}))   # two candidates: none is guessed
+    with pytest.raises(ValueError, match="params has neither"):
+        nb.parameters_cell({}, "96")

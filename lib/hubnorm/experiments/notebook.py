@@ -272,7 +272,7 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     if params is not None:
         from .parameters import validate
 
-        validate(prefix, parameters_cell(params), params)
+        validate(prefix, parameters_cell(params, prefix), params)
         _direct_run_results(prefix, params)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer; got {seed!r}")
@@ -305,27 +305,46 @@ def setup(prefix: str, *, seed: int = 0, dtype: str = "float64", threads: Option
     return Run(prefix=prefix, seed=int(seed), dtype=dtype, reproduces={k: list(v) for k, v in reproduces.items()})
 
 
-def parameters_cell(namespace: Mapping[str, object]) -> str:
-    """The source of the parameters cell of the notebook whose ``globals()`` is ``namespace``.
+def parameters_cell(namespace: Mapping[str, object], prefix: Optional[str] = None) -> str:
+    """The source of the parameters cell of the notebook whose ``globals()`` is ``namespace`` (notebook ``prefix``).
 
-    In an IPython kernel (papermill, nbval, JupyterLab, Colab) ``_ih`` (also ``In``) holds the source of every cell
-    run so far: the parameters cell is the most recent one whose statements all assign a name and declare rules
-    in their comments (papermill's injected ``# Parameters`` cell has none and follows it; a cell edited and run
-    again is the more recent). Outside IPython (``python NN_name.py``) it is the ``# %% tags=["parameters"]`` cell
-    of ``namespace["__file__"]``. Neither: ValueError saying how to call ``nb.setup``."""
+    In an IPython kernel (papermill, JupyterLab, Colab) ``_ih`` (also ``In``) holds the source of every cell run so
+    far: the parameters cell is the most recent one whose statements all assign a name and whose comments declare
+    rules that parse (papermill's injected ``# Parameters`` cell has none and follows it; a cell edited and run again
+    is the more recent). Outside IPython (``python NN_name.py``) it is the ``# %% tags=["parameters"]`` cell of
+    ``namespace["__file__"]``. nbval runs cells without history (``store_history=False``), in the notebook's folder:
+    there it is the cell tagged ``parameters`` of the one ``<prefix>_*.ipynb`` in the working folder. None of these:
+    ValueError saying how to call ``nb.setup``."""
+    import json
     from pathlib import Path
 
-    from .parameters import is_parameters_cell, notebook_cell
+    from .parameters import cell_rules, is_parameters_cell, notebook_cell
+
+    def declares(src) -> bool:
+        if not isinstance(src, str) or not is_parameters_cell(src):
+            return False
+        try:
+            return bool(cell_rules(src))
+        except ValueError:
+            return False
 
     cells = namespace.get("_ih") or namespace.get("In") or []
-    found = next((src for src in reversed(cells) if isinstance(src, str) and is_parameters_cell(src)), None)
+    found = next((src for src in reversed(cells) if declares(src)), None)
     if found is not None:
         return found
     if namespace.get("__file__"):
         return notebook_cell(Path(str(namespace["__file__"])).read_text(encoding="utf-8"))
+    hits = sorted(Path.cwd().glob(f"{prefix}_*.ipynb")) if prefix else []
+    if len(hits) == 1:
+        cells = json.loads(hits[0].read_text(encoding="utf-8")).get("cells", [])
+        tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+        if tagged:
+            src = tagged[0].get("source", "")
+            return "".join(src) if isinstance(src, list) else src
     raise ValueError("nb.setup(..., params=globals()) reads the notebook's parameters cell from IPython's In (a "
-                     "notebook run in Jupyter, papermill or nbval) or from __file__ (python NN_name.py); params has "
-                     "neither: pass the notebook's own globals(), after running its parameters cell")
+                     f"notebook run in Jupyter or papermill), the one {prefix or 'NN'}_*.ipynb in the working folder "
+                     "(nbval) or from __file__ (python NN_name.py); params has neither: pass the notebook's own "
+                     "globals(), after running its parameters cell")
 
 
 def injected_parameters(namespace: Mapping[str, object]) -> Dict[str, object]:
