@@ -609,7 +609,9 @@ def readme_setup_block(report: Path = SETUP_REPORT) -> str:
 
 
 def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
-    """{path: content} of every file derived from the repository address and the notebooks' cells."""
+    """{path: content} of every file derived from the repository address and the notebooks' cells (README's
+    generated blocks, docs/coverage.md, docs/parameters.md, docs/install.md's block, CITATION.cff, the Colab
+    copies)."""
     repo = repo or repository()
     notebooks = discover_notebooks(REPO / "notebooks")
     out: dict[Path, str] = {}
@@ -621,6 +623,9 @@ def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     readme = _replace_block(readme, "setup", readme_setup_block(), "README.md")
     out[REPO / "README.md"] = readme
     out[REPO / "docs" / "coverage.md"] = coverage_page(notebooks) + "\n"
+    from hubnorm.experiments.parameters import markdown as parameters_page   # the notebooks' parameters cells
+
+    out[REPO / "docs" / "parameters.md"] = parameters_page(REPO / "notebooks")
     install = (REPO / "docs" / "install.md").read_text()
     out[REPO / "docs" / "install.md"] = _replace_block(install, "install", install_block(repo), "docs/install.md")
     cff = (REPO / "CITATION.cff").read_text()

@@ -65,7 +65,7 @@ def test_papermill_sees_the_types_the_rules_declare(ipynb):
 
 def test_docs_parameters_reference_is_generated_from_the_cells():
     assert (REPO / "docs" / "parameters.md").read_text(encoding="utf-8") == P.markdown(REPO / "notebooks"), \
-        "docs/parameters.md is stale: python -m hubnorm.experiments.parameters notebooks > docs/parameters.md"
+        "docs/parameters.md is stale: .venv/bin/python site/hubsite.py sync"
 
 
 #: The probe cases of issue 23: (notebook, parameter, bad value, words the error must contain).

@@ -378,8 +378,8 @@ def markdown(folder) -> str:
     """The parameter reference (``docs/parameters.md``): a table per notebook ``folder/NN_*.py``."""
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731
     lines = ["# Notebook parameters", "",
-             "Generated from the notebooks' parameters cells (`python -m hubnorm.experiments.parameters notebooks > "
-             "docs/parameters.md`):", "each line `name: type = default  # RULE -- help` declares a parameter and "
+             "Generated from the notebooks' parameters cells (`python site/hubsite.py sync` writes it with the other "
+             "generated files):", "each line `name: type = default  # RULE -- help` declares a parameter and "
              "its rule, which the notebook checks", "at its top (`nb.setup(\"NN\", ..., params=globals())`). The "
              "rule language (`hubnorm.experiments.parameters`):", ""]
     lines += __doc__.split("RULE, with")[1].split(":func:")[0].strip().split("\n")[2:]
