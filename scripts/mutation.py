@@ -74,6 +74,8 @@ KERNEL_TESTS = ("tests/test_own_data.py::"
 #: tests that reach every registered method through the registry, naming none (the generic method checks, the
 #: invariants, the registry's errors): part of every ``normalizers.*`` module's tests
 REGISTRY_WIDE = {"test_method_checks.py", "test_invariants.py", "test_errors.py"}
+#: what scripts/bootstrap.sh installs from, in the order of its stamp's digest (cat ... | sha256sum)
+INSTALL_FILES = ("requirements.txt", "pyproject.toml", "tools/pyproject.toml")
 STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked", "segfault")
 
 
@@ -186,15 +188,15 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
 
 def venv_link(folder: Path) -> bool:
     """Link ``folder/.venv`` to the project's environment when that environment is installed from this tree's
-    requirements.txt and pyproject.toml (its stamp, written by scripts/bootstrap.sh, matches them): the tests that
+    :data:`INSTALL_FILES` (its stamp, written by scripts/bootstrap.sh, matches them): the tests that
     start run_all.sh from the workspace then reuse it, with the mutated package first on PYTHONPATH. Without a
     matching stamp no link is made (bootstrap there would reinstall into the project's environment) and those tests
     would set up an environment of their own: a warning says so. Returns whether the link was made."""
     venv = REPO / ".venv"
     stamp = venv / ".hubnorm-installed"
-    want = hashlib.sha256((REPO / "requirements.txt").read_bytes() + (REPO / "pyproject.toml").read_bytes()).hexdigest()
+    want = hashlib.sha256(b"".join((REPO / f).read_bytes() for f in INSTALL_FILES)).hexdigest()
     if not stamp.is_file() or stamp.read_text().strip() != want:
-        print(f"warning: {venv} is missing or older than requirements.txt / pyproject.toml (run scripts/bootstrap.sh): "
+        print(f"warning: {venv} is missing or older than {' / '.join(INSTALL_FILES)} (run scripts/bootstrap.sh): "
               "tests that start run_all.sh would install an environment into the workspace", file=sys.stderr)
         return False
     (folder / ".venv").symlink_to(venv, target_is_directory=True)

@@ -1,6 +1,7 @@
 """scripts/mutation.py without mutmut (CI does not install it): which tests it runs for a module, which modules a
 change touches, the workspace it builds, the report it writes."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -93,9 +94,10 @@ def test_the_workspace_reuses_the_project_environment_only_when_it_is_up_to_date
 
     repo = tmp_path / "repo"
     (repo / ".venv").mkdir(parents=True)
-    for name in ("requirements.txt", "pyproject.toml"):
+    (repo / "tools").mkdir()
+    for name in ("requirements.txt", "pyproject.toml", "tools/pyproject.toml"):
         (repo / name).write_text(f"{name}\n")
-    digest = hashlib.sha256(b"requirements.txt\npyproject.toml\n").hexdigest()
+    digest = hashlib.sha256(b"requirements.txt\npyproject.toml\ntools/pyproject.toml\n").hexdigest()
     (repo / ".venv" / ".hubnorm-installed").write_text((digest if stamp_matches else "0" * 64) + "\n")
     monkeypatch.setattr(mutation, "REPO", repo)
     folder = tmp_path / "mutants"
@@ -103,8 +105,10 @@ def test_the_workspace_reuses_the_project_environment_only_when_it_is_up_to_date
     assert mutation.venv_link(folder) is stamp_matches
     if stamp_matches:
         assert (folder / ".venv").is_symlink() and (folder / ".venv").resolve() == (repo / ".venv").resolve()
-        # the digest scripts/bootstrap.sh computes: cat requirements.txt pyproject.toml | sha256sum
-        out = subprocess.run("cat requirements.txt pyproject.toml | sha256sum", shell=True, cwd=repo,
+        # the digest scripts/bootstrap.sh computes: cat requirements.txt pyproject.toml tools/pyproject.toml | sha256sum
+        want = re.search(r"want=\$\(cat ([^|]+) \|", (REPO / "scripts" / "bootstrap.sh").read_text())[1]
+        assert tuple(want.split()) == mutation.INSTALL_FILES
+        out = subprocess.run(f"cat {want} | sha256sum", shell=True, cwd=repo,
                              capture_output=True, text=True, check=True).stdout
         assert out.split()[0] == digest
     else:

@@ -230,7 +230,8 @@ def _pair_repo(tmp_path: Path) -> Path:
     (root / "notebooks").mkdir()
     for name in ("refresh_notebooks.sh", "bootstrap.sh", "notebook_pair.py", "strip_notebook_metadata.py"):
         shutil.copy2(REPO / "scripts" / name, root / "scripts" / name)
-    for name in ("requirements.txt", "pyproject.toml"):
+    (root / "tools").mkdir()
+    for name in ("requirements.txt", "pyproject.toml", "tools/pyproject.toml"):
         shutil.copy2(REPO / name, root / name)
     os.symlink(REPO / ".venv", root / ".venv")   # bootstrap.sh finds its stamp and returns at once
     py = root / "notebooks" / "99_demo.py"
