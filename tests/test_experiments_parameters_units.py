@@ -389,3 +389,46 @@ def test_markdown_has_the_header_and_a_table_per_notebook(tmp_path):
                                             "| `alpha` | float | `0.5` | `> 0` | a \\| b |"]
     assert "| `dtype` | str | `'float64'` | `'float64' \\| 'float32'` |  |" in lines
     assert len([ln for ln in lines[b:] if ln.startswith("| `")]) == 5
+
+
+# ------------------------------------------------------------------------------ the rule reader's edges (mutation run)
+def test_the_splitter_keeps_quoted_and_bracketed_separators():
+    assert P._split("'a|b' | 'c'", "|") == ["'a|b'", "'c'"]
+    assert P._split('"x,y", (0, 1], {a: 1, b: 2}', ",") == ['"x,y"', "(0, 1]", "{a: 1, b: 2}"]
+    assert P._split("[(1, 2), 3], 4", ",") == ["[(1, 2), 3]", "4"]
+    kind, check = P.parse("'a|b' | 'c'")
+    assert kind == "str" and check("a|b", {}) is None and check("a", {}) is not None
+
+
+def test_rule_reader_edges():
+    assert P.parse("at least 1000000", "int")[1](5, {}) == "must be >= 1000000; got 5"   # an int shown as written
+    assert P.parse("{alpha: > 0, k: int at least 1}")[1]({"alpha": 1}, {}) == "needs the key(s) ['k']"
+    sizes = P.parse("sizes")[1]   # a named dict whose keys are each optional
+    assert sizes({"n_train_images": 5}, {}) is None and sizes({}, {}) is None
+    either = P.parse("at least 1 | dict")[1]
+    assert either(3, {}) is None and either({}, {}) is None and either("x", {}) == "must be a dict; got str 'x'"
+    assert P.parse("int, int at least 2")[1](1, {}) == "must be >= 2; got 1"   # one type, said twice
+    for bad, message in (("{a: > 0", "cannot read '{a: > 0' (a bound: > 0, < name, at least 1, at most 2, in (0, 1])"),
+                         ("int, str", "two types in 'int, str'"), ("", "cannot read ''")):
+        with pytest.raises(ValueError) as e:
+            P.parse(bad)
+        assert str(e.value) == message
+    mode = P.parse("{mode: 'a:b' | 'c'}")[1]   # a field's rule may hold a colon
+    assert mode({"mode": "a:b"}, {}) is None and mode({"mode": "a"}, {}) is not None
+    assert P.parse("{'alpha': > 0}")[1]({"alpha": 0}, {}) == "['alpha'] must be > 0; got 0"   # a quoted key
+    assert P.parse('"a" | "b"')[1]("a", {}) is None
+    assert P.parse("at least 1 | 'a'")[0] == "float" and P.parse("None | 'a'")[0] == "str"
+    rules = P.cell_rules("x = 1  #> 0 -- h\n")   # no space after '#'
+    assert rules["x"].check(0, {}) == "must be > 0; got 0" and rules["x"].check(1, {}) is None
+
+
+def test_errors_name_the_notebook_and_the_file(tmp_path):
+    with pytest.raises(ValueError) as e:
+        P.validate("07", "x = 1\n", {})
+    assert str(e.value).startswith("notebook 07's parameters cell, line 1 `x = 1`: every line of a parameters cell")
+    with pytest.raises(ValueError) as e:
+        P.notebook_cell("x = 1")
+    assert str(e.value) == 'no `# %% tags=["parameters"]` cell'
+    (tmp_path / "96_x.py").write_text('# %% tags=["parameters"]\nx = 1\n\n# %%\nrun = 1\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^96_x\.py, line 1 `x = 1`: every line"):
+        P.markdown(tmp_path)
