@@ -812,5 +812,13 @@ def test_parameters_cell_under_nbval_is_the_tagged_cell_of_the_notebook_in_the_w
                                              rf"{prefix or 'NN'}_\*\.ipynb in the working folder \(nbval\)"):
             nb.parameters_cell(ns, prefix)
     (tmp_path / "96_y.ipynb").write_text(json.dumps({"cells": [cell]}))   # two candidates: none is guessed
-    with pytest.raises(ValueError, match="params has neither"):
+    with pytest.raises(ValueError, match="params has neither: pass the notebook's own globals\\(\\), after running "
+                                         "its parameters cell$"):
         nb.parameters_cell({}, "96")
+    (tmp_path / "96_y.ipynb").unlink()
+    (tmp_path / "96_x.ipynb").write_text(json.dumps({"cells": [dict(cell, source=PARAMS_CELL)]}))   # source as text
+    assert nb.parameters_cell({}, "96") == PARAMS_CELL
+    for doc in ({}, {"cells": [{"cell_type": "code", "metadata": {}, "source": "x = 1"}]}):   # no cells, untagged
+        (tmp_path / "96_x.ipynb").write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match="params has neither"):
+            nb.parameters_cell({}, "96")
