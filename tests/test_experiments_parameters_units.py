@@ -328,7 +328,7 @@ def test_validate_error_line_in_full():
     with pytest.raises(TypeError) as err:
         validate("06", CELL, {"grid": 0.5})
     assert str(err.value) == ("notebook 06 parameter grid must be a dict; got float 0.5; expected dict "
-                              "(pass e.g. -p grid \"{'a': [1, 2]}\")")
+                              "(pass e.g. -y \"grid: {'a': [1, 2]}\")")
 
 
 def test_validate_lists_every_problem_one_per_line_in_order():

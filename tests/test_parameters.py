@@ -94,7 +94,10 @@ def test_bad_parameter_values_are_named_errors(prefix, name, value, words):
     with pytest.raises((ValueError, TypeError)) as err:
         _validate(prefix, {name: value})
     msg = str(err.value)
-    assert f"notebook {prefix} parameter {name} " in msg and words in msg and "pass e.g. -p" in msg, msg
+    assert f"notebook {prefix} parameter {name} " in msg and words in msg, msg
+    # papermill's -p passes a list or dict as a string: those are shown with -y (YAML)
+    how = f'pass e.g. -y "{name}: ' if isinstance(value, (list, dict)) else f"pass e.g. -p {name} "
+    assert how in msg, msg
 
 
 def test_cross_parameter_rules():

@@ -304,6 +304,12 @@ class Param(NamedTuple):
         text = self.default[1:-1] if re.fullmatch(r"'[^'\\]*'", self.default) else self.default
         return text if re.fullmatch(r"[\w.:/+-]+", text) else f'"{text}"'
 
+    @property
+    def how_to_pass(self) -> str:
+        """papermill's option that passes the default: ``-p name value``, or for a list or dict (``-p`` passes
+        those as a string) ``-y "name: value"`` (YAML)."""
+        return f'-y "{self.name}: {self.default}"' if self.kind in ("list", "dict") else f"-p {self.name} {self.example}"
+
 
 def _statements(source: str) -> Iterator[Tuple[ast.stmt, Optional[str]]]:
     """Each statement of ``source`` with the comment of its last line (papermill's help)."""
@@ -369,7 +375,7 @@ def validate(prefix: str, cell: str, values: Mapping[str, Any]) -> Dict[str, Any
     problems = [(name, p) for name, v in checked.items() for p in [alone[name] or rules[name].check(v, known)] if p]
     if problems:
         lines = [f"notebook {prefix} parameter {name} {problem}; expected {rules[name].rule} "
-                 f"(pass e.g. -p {name} {rules[name].example})" for name, problem in problems]
+                 f"(pass e.g. {rules[name].how_to_pass})" for name, problem in problems]
         raise (TypeError if all(isinstance(p, TypeProblem) for _, p in problems) else ValueError)("\n".join(lines))
     return checked
 
