@@ -1,4 +1,4 @@
-"""What the no-leak mark costs an evaluation of a score-matrix task (``hn.evaluate`` of a ``ScoreTask`` over
+"""What the no-leak mark costs an evaluation of a score-matrix task (``hn.evaluate`` of a ``RetrievalTask`` of score matrices over
 memory-mapped ``.npy`` matrices, as a ``sims:`` folder gives them).
 
     python benchmarks/bench_score_certificate.py [--queries 25000] [--targets 5000] [--bank 20000] [--rounds 3]
@@ -23,7 +23,7 @@ from _common import Timer, write_report
 
 import hubnorm as hn
 from hubnorm import provenance
-from hubnorm.scores import ScoreMatrix, ScoreTask
+from hubnorm.matrices import ScoreMatrix
 
 
 def main(argv=None) -> int:
@@ -42,9 +42,10 @@ def main(argv=None) -> int:
             np.save(Path(tmp) / f"{name}.npy", (rng.standard_normal((rows, d)).astype(np.float32) @ t.T) / d)
         test = np.load(Path(tmp) / "test.npy", mmap_mode="r")
         bank = np.load(Path(tmp) / "bank.npy", mmap_mode="r")
-        task = ScoreTask({("queries", "targets"): ScoreMatrix(test, "test.npy"),
-                          ("query_bank", "targets"): ScoreMatrix(bank, "bank.npy")},
-                         hn.Positives.from_labels(np.arange(m) % n, n), direction="t2i", dtype=torch.float32)
+        task = hn.RetrievalTask(scores={("queries", "targets"): ScoreMatrix(test, "test.npy"),
+                                        ("query_bank", "targets"): ScoreMatrix(bank, "bank.npy")},
+                                positives=hn.Positives.from_labels(np.arange(m) % n, n), direction="t2i",
+                                dtype=torch.float32)
         norm = task.fit(hn.InvertedSoftmax(tau=0.02))
         first = hn.evaluate(norm, task)          # the bank's score rows are sketched here, once
 
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
 
         peers = [("hn.evaluate (stored matrix's fingerprint remembered: the default)", lambda: hn.evaluate(norm, task)),
                  ("hn.evaluate, fingerprints cleared first (every evaluation before 2026-12-04)", cold),
-                 ("task.ranks alone (R@K without the bank mark)", lambda: task.ranks(norm)),
+                 ("hn.positive_ranks alone (R@K without the bank mark)",
+                  lambda: hn.positive_ranks(task.blocks(norm), task.positives)),
                  ("one bare read pass over the test file", read_pass)]
         best = {name: float("inf") for name, _ in peers}
         for _ in range(args.rounds):

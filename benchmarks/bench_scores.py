@@ -8,7 +8,7 @@ computed once before the rounds. Peers, timed in alternating rounds in the same 
 peer once; medians over rounds, ratios taken within each round):
 
 * ``bare pass``: ``np.load(bank.npy, mmap_mode="r").sum()`` -- reading the matrix once, nothing else;
-* ``scores``: ``ScoreTask({test, bank}).evaluate(method)`` (the fast path: the bank matrix read once per fit,
+* ``scores``: ``hn.evaluate(task.fit(method), task)`` of a ``RetrievalTask(scores={test, bank})`` (the fast path: the bank matrix read once per fit,
   top-k / log-sum-exp through :mod:`hubnorm.kernels`, float32 where the precision rules allow), fit + evaluate;
 * ``scores (plain)``: the same with ``plain=True`` (every reduction by its plain block loop, every block re-read
   from the memory map in the engine's float64) -- the loop the fast path replaces, timed once per method;
@@ -31,7 +31,6 @@ import torch
 from _common import Timer, load_average, write_report
 
 import hubnorm as hn
-from hubnorm.scores import ScoreTask
 
 
 def clustered(n, d, rng, centres, chunk=65536):
@@ -81,9 +80,9 @@ def main():
         emb_task = hn.RetrievalTask(t_q, t_t, pos)
 
         def open_task(plain=False):
-            return ScoreTask({("queries", "targets"): np.load(work / "test.npy", mmap_mode="r"),
-                              ("query_bank", "targets"): np.load(work / "bank.npy", mmap_mode="r")}, pos,
-                             plain=plain)
+            return hn.RetrievalTask(scores={("queries", "targets"): np.load(work / "test.npy", mmap_mode="r"),
+                                            ("query_bank", "targets"): np.load(work / "bank.npy", mmap_mode="r")},
+                                    positives=pos, plain=plain)
 
         methods = {"NNN": ("nnn", {"k": 128, "alpha": 0.75}), "IS": ("is", {"tau": 0.02}),
                    "DIS": ("dis", {"tau": 0.02, "k": 1}), "SN": ("sn", {"tau": 0.01, "n_iter": 10})}
@@ -94,7 +93,8 @@ def main():
         results = {}
 
         def scores(name, params, plain=False):
-            return open_task(plain).evaluate(hn.make_normalizer(name, **params))
+            task = open_task(plain)
+            return hn.evaluate(task.fit(hn.make_normalizer(name, **params)), task)
 
         def embeddings(name, params):
             norm = hn.make_normalizer(name, **params).fit(t_t, query_bank=t_b)
@@ -150,7 +150,7 @@ def main():
                  f"Load average (1/5/15 min) before the first round: {load_start} (2 cores, shared machine). "
                  f"`{' '.join(['python benchmarks/bench_scores.py'] + [f'--rounds {args.rounds}'])}`",
                  rows,
-                 notes=["scores (fast): ScoreTask's default engine (the bank matrix read once per fit, top-k / "
+                 notes=["scores (fast): the task's default engine (the bank matrix read once per fit, top-k / "
                         "log-sum-exp kernels of hubnorm.kernels, float32 where the precision rules allow); "
                         "scores (plain): plain=True, every reduction's block loop re-reading the memory map in float64 "
                         "(timed once, after the rounds).",

@@ -8,7 +8,7 @@ order reversed every other round; medians over rounds, ratios taken within each 
 
 * ``read``: one sequential pass over the file through ``np.load(..., mmap_mode="r")`` (strips of 16 MB summed in
   float32, numpy's vectorised sum): what reading the matrix once costs, nothing else;
-* ``NNN fit`` / ``IS fit``: ``ScoreTask(...).fit(method)`` with the default engine (a stored float32 / float64 array
+* ``NNN fit`` / ``IS fit``: ``RetrievalTask(scores=...).fit(method)`` with the default engine (a stored float32 / float64 array
   is a zero-copy view of the memory map, streamed strip by strip by the kernels of :mod:`hubnorm.kernels`: NNN's
   top-k checks each strip finite as it reads it and takes only the entries above each column's running k-th
   largest, one pass; IS first takes the matrix's bound in a checking pass, which the working-dtype rules need,
@@ -18,7 +18,7 @@ order reversed every other round; medians over rounds, ratios taken within each 
   the views; timed once per condition, it takes several times longer).
 
 Cold: ``posix_fadvise(POSIX_FADV_DONTNEED)`` on the file before each peer (the kernel drops its clean pages), so
-every peer starts from storage. The evaluation (``ScoreTask.evaluate``) is not timed here: its provenance
+every peer starts from storage. The evaluation (``hn.evaluate``) is not timed here: its provenance
 fingerprint of the bank (a digest and a sign sketch per row, for the no-leak check) costs more than the fit on a
 matrix this size (the report's notes give it).
 """
@@ -36,7 +36,6 @@ from _common import Timer, load_average, write_report
 from bench_scores import clustered, synthetic_gallery
 
 import hubnorm as hn
-from hubnorm.scores import ScoreTask
 
 
 def evict(path: Path) -> None:
@@ -75,8 +74,9 @@ def main():
         pos = hn.Positives.from_labels(np.arange(args.n_test), args.n_test)
 
         def task(**engine):
-            return ScoreTask({("queries", "targets"): np.load(work / "test.npy"),
-                              ("query_bank", "targets"): np.load(bank_file, mmap_mode="r")}, pos, **engine)
+            return hn.RetrievalTask(scores={("queries", "targets"): np.load(work / "test.npy"),
+                                            ("query_bank", "targets"): np.load(bank_file, mmap_mode="r")},
+                                    positives=pos, **engine)
 
         def read():
             x = np.load(bank_file, mmap_mode="r")
@@ -132,7 +132,7 @@ def main():
              f"{load_start}.")
     notes = ["read: np.load(bank.npy, mmap_mode='r') summed in float32 in 16 MB strips, the one pass every fit "
              "needs at least.",
-             "NNN (k = 16, alpha = 0.75) and IS (tau = 0.02) fits: ScoreTask(...).fit with the default engine (a "
+             "NNN (k = 16, alpha = 0.75) and IS (tau = 0.02) fits: RetrievalTask(scores=...).fit with the default engine (a "
              "zero-copy view of the memory map; NNN: one pass, the top-k kernel checking each strip as it reads it; "
              "IS: a checking pass that takes the bound, then the log-sum-exp pass, which finds the file cached); "
              "streamed loop: resident_bytes=0 (the plain block loop in float64, the path of a matrix above the copy "

@@ -19,6 +19,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+import hubnorm as hn  # noqa: E402
 from hubnorm.data.sims import SimsError, load_sims  # noqa: E402
 from hubnorm.scores import sims_tasks  # noqa: E402
 from sims_mistakes import MISTAKES, right_spec, write_spec  # noqa: E402
@@ -33,7 +34,7 @@ def outcome(folder: Path, expected: str | None = None):
         warnings.simplefilter("always")
         try:
             tasks = sims_tasks(load_sims(folder))
-            r1 = next(iter(tasks.values())).evaluate(None)["R@1"]
+            r1 = hn.evaluate(None, next(iter(tasks.values())))["R@1"]
         except SimsError as exc:
             named = expected is None or re.search(expected, str(exc)) is not None
             return ("clear error" if named else "error (other reason)"), str(exc).split(": ", 1)[-1][:110]

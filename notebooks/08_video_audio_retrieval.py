@@ -32,7 +32,7 @@
 #
 # **What we compute.** The same methods, from **score matrices**: video and audio work usually releases similarity
 # matrices, not embeddings (QB-Norm's pickles, CLIP4Clip's `sim_matrix`). Every method here is a function of
-# scores (`hubnorm.scores.ScoreTask`): IS, $\hat S_{ij} = S_{ij} - \tau \log \tfrac{1}{|B|}\sum_{b \in B}
+# scores (a `hn.RetrievalTask` given `scores=`, the same task as for embeddings): IS, $\hat S_{ij} = S_{ij} - \tau \log \tfrac{1}{|B|}\sum_{b \in B}
 # e^{s(b, t_j)/\tau}$; DIS, the same for queries whose raw top-1 target is in the activation set $A$ (QB-Norm);
 # SN / DBSN, the Sinkhorn column potentials of the bank x target (or bank x [target; target bank]) scores;
 # DualIS, a product of a query-bank and a target-bank inverted softmax. `source` takes a synthetic video or audio
@@ -96,9 +96,9 @@ def methods_qa():
 def evaluate_all(task, methods, *, query_aware, setting):
     rows = []
     for name, norm in methods.items():
-        res = task.evaluate(norm, query_aware=query_aware)
+        res = hn.evaluate(task.fit(norm, query_aware=query_aware), task)   # None: the raw scores
         rows.append({"direction": task.direction, "method": name, "setting": "none" if norm is None else setting,
-                     **res, f"skew N_{hub_k}": task.hubness(norm, k=hub_k)["skewness"]})
+                     **res, f"skew N_{hub_k}": hn.hubness(task.blocks(norm), k=hub_k)["skewness"]})
     return pd.DataFrame(rows)
 
 
@@ -318,7 +318,7 @@ if main.tasks[fwd].n_queries * main.tasks[fwd].n_targets > 25_000_000:   # a pla
     plan_methods = {}
 for method, params in plan_methods.items():
     normalizer = hn.make_normalizer(method, **params)
-    res = main.tasks[fwd].evaluate(normalizer, query_aware=True)          # bank = the test queries
+    res = hn.evaluate(main.tasks[fwd].fit(normalizer, query_aware=True), main.tasks[fwd])   # bank = the test queries
     t6_rows.append({"direction": fwd, "method": "hn" if method == "hungarian" else method, "setting": QA, **res,
                     "sparsity": getattr(normalizer, "sparsity", 0.0)})
 tab6 = pd.DataFrame(t6_rows, columns=["direction", "method", "setting", "bank", "R@1", "R@5", "R@10", "MdR", "MnR",
@@ -374,9 +374,7 @@ nb.show(pub5, ["dataset", "model", "method", "value"])
 # %%
 counts, tail_norms = {}, {"raw": None, "IS": hn.InvertedSoftmax(tau=is_tau), "SN": hn.SinkhornNormalization(tau=sn_tau)}
 for name, norm in tail_norms.items():
-    if norm is not None:
-        main.tasks[fwd].fit(norm, query_aware=True)
-    counts[name] = main.tasks[fwd].k_occurrence(norm, k=hub_k)
+    counts[name] = hn.k_occurrence(main.tasks[fwd].blocks(main.tasks[fwd].fit(norm, query_aware=True)), hub_k)
 fig, ax = plt.subplots(figsize=(6, 3.8))
 for name, c in counts.items():
     sns.ecdfplot(c, ax=ax, label=f"{name} (skew {pd.Series(c).skew():.2f})", complementary=True)
@@ -488,8 +486,8 @@ def audio_task(test_half, bank_captions, bank_items, items=None):
     matrices are computed once, whole (``hn.matrices_from_embeddings``), as a released score matrix would be."""
     items = test_half.images if items is None else items
     positives = hn.Positives.from_labels(test_half.caption_to_image, len(items))  # each caption's one clip
-    return hn.ScoreTask(hn.matrices_from_embeddings(test_half.captions, items, bank_captions, bank_items), positives,
-                        direction="t2a", meta={"dataset": "audiocaps"})
+    return hn.RetrievalTask(scores=hn.matrices_from_embeddings(test_half.captions, items, bank_captions, bank_items),
+                            positives=positives, direction="t2a", meta={"dataset": "audiocaps"})
 
 
 def bank_methods():
@@ -530,7 +528,7 @@ run.save_gains(all_gains, caption="Gain over the raw scores per table, method an
 bank_verdicts = {}   # what the no-leak certificate finds in the other clips' captions (hubnorm.provenance)
 for real_label, (test_half, bank_captions, bank_ids) in halves.items():
     t = audio_task(test_half, bank_captions, None)   # the query bank alone (IS fits on it)
-    bank_verdicts[real_label] = t.evaluate(hn.InvertedSoftmax(tau=is_tau), certificate=True)["certificate"].verdict
+    bank_verdicts[real_label] = hn.evaluate(t.fit(hn.InvertedSoftmax(tau=is_tau)), t, certificate=True)["certificate"].verdict
 for real_label, rtab in real_tables.items():
     print(real_label)
     print(f"certificate of the bank rows (IS with the other clips' captions): {bank_verdicts[real_label]}")
@@ -596,7 +594,7 @@ for real_label, (test_half, bank_captions, bank_ids) in halves.items():
         g /= np.linalg.norm(g, axis=1, keepdims=True)
         t = audio_task(test_half, bank_captions, g[clip_index(bank_ids)], items=g[clip_index(test_half.image_ids)])
         for m, norm in {"raw": None, **bank_methods()}.items():
-            res = t.evaluate(norm)
+            res = hn.evaluate(t.fit(norm), t)
             shift_rows.append({"data": real_label, "condition": cond, "method": m, "R@1": res["R@1"], "bank": res["bank"]})
 shift = pd.DataFrame(shift_rows, columns=["data", "condition", "method", "R@1", "bank"])
 if len(shift):

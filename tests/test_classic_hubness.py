@@ -89,11 +89,12 @@ def test_dissimlocal_equals_the_formula(data, k):
 
 
 def test_dissimlocal_needs_embeddings_on_the_score_path():
-    from hubnorm.scores import ScoreTask, matrices_from_embeddings
+    from hubnorm.scores import matrices_from_embeddings
 
     rng = np.random.default_rng(0)
     q, t, qb = unit_rows(rng, 12, 6), unit_rows(rng, 9, 6), unit_rows(rng, 20, 6)
-    task = ScoreTask(matrices_from_embeddings(q, t, qb), hn.Positives.from_labels(np.arange(12) % 9, 9), direction="t2i")
+    task = hn.RetrievalTask(scores=matrices_from_embeddings(q, t, qb),
+                            positives=hn.Positives.from_labels(np.arange(12) % 9, 9), direction="t2i")
     with pytest.raises(ValueError, match="embedding"):
         task.fit(hn.DisSimLocal(k=3))
 

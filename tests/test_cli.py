@@ -120,8 +120,8 @@ def test_random_retrieval_is_no_hubness():
     labels = np.repeat(np.arange(n_items), per)
     s = rng.standard_normal((n_items * per, n_items))
     s[np.arange(len(labels)), labels] += 2.0
-    task = hn.ScoreTask({("queries", "targets"): s.T.copy()}, hn.Positives.from_groups(labels, n_items),
-                        direction="i2t")
+    task = hn.RetrievalTask(scores={("queries", "targets"): s.T.copy()},
+                            positives=hn.Positives.from_groups(labels, n_items), direction="i2t")
     rep = cli.diagnose_direction(cli.Direction("i2t", task), k=10)
     assert rep["hubness"]["expected"] == 2.0
     assert all(v["verdict"] == "ok" for v in rep["verdicts"].values()), rep["verdicts"]
@@ -212,13 +212,13 @@ def test_the_halves_keep_the_texts_of_one_item_together():
 
 def test_choose_keeps_the_raw_scores_when_no_point_beats_them():
     """Queries equal to their targets: raw R@1 is 100 on every half, a method can only tie it: keep raw."""
-    from hubnorm.scores import ScoreTask, score_matrices
+    from hubnorm.scores import score_matrices
 
     rng = np.random.default_rng(0)
     unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
     targets, bank = unit(rng.standard_normal((30, 16))), unit(rng.standard_normal((60, 16)))
     positives = hn.Positives.from_labels(np.arange(30), 30)
-    task = ScoreTask(score_matrices(targets, targets, bank), positives, direction="t2i")
+    task = hn.RetrievalTask(scores=score_matrices(targets, targets, bank), positives=positives, direction="t2i")
     d = cli.Direction("t2i", task, targets, targets, bank)
     rep = cli.choose_labelled(d, ["is"], {"*": {"tau": [0.05]}}, progress=False)
     assert rep["table"][0]["R@1 selection half"] == rep["raw R@1 selection half"] == 100.0

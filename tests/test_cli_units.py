@@ -35,7 +35,8 @@ import pytest
 
 import hubnorm as hn
 from hubnorm import cli
-from hubnorm.scores import ScoreTask, score_matrices
+from hubnorm import RetrievalTask
+from hubnorm.scores import score_matrices
 
 
 def unit(x):
@@ -49,8 +50,8 @@ def direction(name="t2i", n_items=8, per=2, dim=6, bank=20, seed=0, noise=0.8, i
     labels = np.repeat(np.arange(n_items), per)
     queries = unit(items[labels] + noise * rng.standard_normal((len(labels), dim)))
     qbank, tbank = unit(rng.standard_normal((bank, dim))), unit(rng.standard_normal((bank // 2, dim)))
-    task = ScoreTask(score_matrices(queries, items, qbank, tbank), hn.Positives.from_labels(labels, n_items),
-                     direction=name)
+    task = RetrievalTask(scores=score_matrices(queries, items, qbank, tbank),
+                         positives=hn.Positives.from_labels(labels, n_items), direction=name)
     bank_info = {"kind": "embeddings", "split": "train", "query_bank": {"rows": bank, "sha256": cli.digest(qbank)},
                  "target_bank": {"rows": bank // 2, "sha256": cli.digest(tbank)}}
     return cli.Direction(name, task, queries, items, qbank, tbank, [f"item-{i}" for i in range(n_items)] if ids
@@ -182,7 +183,7 @@ def test_the_hub_flag_and_the_top1_of_a_task_with_a_hub_and_ties():
     """4 queries, 3 targets: target 0 is every query's first choice, query 3 ties targets 1 and 2 second."""
     s = np.array([[0.9, 0.5, 0.1], [0.8, 0.1, 0.6], [0.7, 0.3, 0.2], [0.9, 0.4, 0.4]])
     pos = hn.Positives.from_labels(np.array([0, 2, 1, 1]), 3)
-    task = ScoreTask({("queries", "targets"): s}, pos, direction="t2i")
+    task = RetrievalTask(scores={("queries", "targets"): s}, positives=pos, direction="t2i")
     rep = cli.diagnose_direction(cli.Direction("t2i", task), k=1, hubs=3)
     # N_1 = (4, 0, 0), mean 4/3: target 0 a hub (4 >= 8/3); every top-1 is target 0, right for query 0 only
     assert [(h["target"], h["n_k"], h["hub"], h["top1_wins"], h["wrong_top1_wins"]) for h in rep["hubs"]] == \
@@ -508,20 +509,21 @@ def test_choose_labelled_keeps_raw_on_a_tie_and_refuses_too_few_queries(monkeypa
     # every query equal to its target: raw R@1 is 100, a method can only tie it
     rng = np.random.default_rng(0)
     targets, bank = unit(rng.standard_normal((6, 5))), unit(rng.standard_normal((12, 5)))
-    task = ScoreTask(score_matrices(targets, targets, bank), hn.Positives.from_labels(np.arange(6), 6), direction="t2i")
+    task = RetrievalTask(scores=score_matrices(targets, targets, bank),
+                         positives=hn.Positives.from_labels(np.arange(6), 6), direction="t2i")
     d = cli.Direction("t2i", task, targets, targets, bank)
     rep = cli.choose_labelled(d, ["is", "sn"], {"*": {"tau": [0.05]}}, progress=False)
     assert rep["method"] == "raw" and rep["params"] == {} and rep["best_method"] == "is"   # the first of equals
     assert rep["best_params"] == {"tau": 0.05} and rep["expected gain R@1"] == 0.0
-    few = ScoreTask(score_matrices(targets[:3], targets[:3], bank), hn.Positives.from_labels(np.arange(3), 3),
-                    direction="i2t")
+    few = RetrievalTask(scores=score_matrices(targets[:3], targets[:3], bank),
+                        positives=hn.Positives.from_labels(np.arange(3), 3), direction="i2t")
     with pytest.raises(ValueError, match=r"^i2t: 3 test queries are too few to choose on one half and measure on the "
                                          r"other$"):
         cli.choose_labelled(cli.Direction("i2t", few), ["is"], {}, progress=False)
     with pytest.raises(ValueError, match="too few"):   # 2 queries: one group on each side
-        cli.choose_labelled(cli.Direction("i2t", ScoreTask(score_matrices(targets[:2], targets[:2], bank),
-                                                           hn.Positives.from_labels(np.arange(2), 2),
-                                                           direction="i2t")), ["is"], {}, progress=False)
+        cli.choose_labelled(cli.Direction("i2t", RetrievalTask(scores=score_matrices(targets[:2], targets[:2], bank),
+                                                               positives=hn.Positives.from_labels(np.arange(2), 2),
+                                                               direction="i2t")), ["is"], {}, progress=False)
 
 
 def fake_label_free(monkeypatch, values):
@@ -1321,7 +1323,8 @@ def test_top1_of_normalised_scores():
 def test_the_hub_factor_is_two():
     """6 queries, 3 targets, k = 1: N_1 = (5, 1, 0), mean 2: target 0 is a hub (5 >= 4), though not 3x the mean."""
     s = np.array([[0.9, 0.1, 0.0]] * 5 + [[0.1, 0.9, 0.0]])
-    task = ScoreTask({("queries", "targets"): s}, hn.Positives.from_labels(np.zeros(6, int), 3), direction="t2i")
+    task = RetrievalTask(scores={("queries", "targets"): s}, positives=hn.Positives.from_labels(np.zeros(6, int), 3),
+                         direction="t2i")
     rep = cli.diagnose_direction(cli.Direction("t2i", task), k=1, hubs=2)
     assert [(h["target"], h["n_k"], h["hub"]) for h in rep["hubs"]] == [(0, 5, True), (1, 1, False)]
 
@@ -1384,7 +1387,8 @@ def test_choose_labelled_passes_its_seed_and_the_chosen_ranks_to_the_interval(mo
 def test_choose_labelled_needs_two_groups_on_each_side_and_no_more():
     rng = np.random.default_rng(0)
     targets, bank = unit(rng.standard_normal((4, 5))), unit(rng.standard_normal((12, 5)))
-    task = ScoreTask(score_matrices(targets, targets, bank), hn.Positives.from_labels(np.arange(4), 4), direction="t2i")
+    task = RetrievalTask(scores=score_matrices(targets, targets, bank),
+                         positives=hn.Positives.from_labels(np.arange(4), 4), direction="t2i")
     rep = cli.choose_labelled(cli.Direction("t2i", task), ["is"], {}, progress=False)
     assert (rep["selection queries"], rep["estimation queries"]) == (2, 2)
 

@@ -251,9 +251,9 @@ def test_retrieval_task_errors():
         hn.RetrievalTask(Q, T, pos, direction="text2image")
     with pytest.raises(TypeError, match="positives must be a hubnorm.Positives"):
         hn.RetrievalTask(Q, T, np.arange(12) % 10)
-    with pytest.raises(ValueError, match="positives cover 11 queries but there are 12"):
+    with pytest.raises(ValueError, match="positives are 11 queries x 10 targets but the embeddings are 12 queries"):
         hn.RetrievalTask(Q, T, hn.Positives.from_labels(np.arange(11) % 10, 10))
-    with pytest.raises(ValueError, match="positives refer to 11 targets but there are 10"):
+    with pytest.raises(ValueError, match="positives are 12 queries x 11 targets but the embeddings are 12 queries x 10"):
         hn.RetrievalTask(Q, T, hn.Positives.from_labels(np.arange(12) % 10, 11))
 
 

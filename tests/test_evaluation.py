@@ -347,3 +347,29 @@ def test_finite_scores_whose_sum_overflows_are_ranked():
         assert not np.isfinite(S.sum(dtype=np.float32))
     pos = hn.Positives.from_labels(np.array([1, 0]), 3)
     assert hn.positive_ranks(S, pos).tolist() == [1, 2]
+
+
+def test_a_stream_of_score_blocks_is_read_like_the_matrix():
+    """``positive_ranks`` / ``k_occurrence`` of a stream of ``(start, block)`` (what ``RetrievalTask.blocks``
+    yields) equal those of the whole matrix; blocks out of order, a non-finite block or queries beside a stream
+    are refused."""
+    rng = np.random.default_rng(5)
+    s = torch.from_numpy(rng.standard_normal((10, 6)))
+    pos = hn.Positives.from_labels(np.arange(10) % 6, 6)
+
+    def stream(order=(0, 4, 8)):
+        return ((q0, s[q0:q0 + 4]) for q0 in order)
+
+    np.testing.assert_array_equal(hn.positive_ranks(stream(), pos), hn.positive_ranks(s, pos))
+    np.testing.assert_array_equal(hn.k_occurrence(stream(), 2), hn.k_occurrence(s, 2))
+    with pytest.raises(ValueError, match=r"^score blocks must follow each other row by row: a block starts at row 8, "
+                                         r"expected 4$"):
+        hn.positive_ranks(stream((0, 8, 4)), pos)
+    with pytest.raises(ValueError, match=r"^queries are read by a normalizer; a stream of score blocks already holds"):
+        hn.k_occurrence(stream(), 2, queries=s)
+    bad = s.clone()
+    bad[5, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"^scores contain NaN \(first in query row 5\)"):
+        hn.positive_ranks(((q0, bad[q0:q0 + 4]) for q0 in (0, 4, 8)), pos)
+    with pytest.raises(ValueError, match=r"^scores have 8 rows but positives has 10 queries$"):
+        hn.positive_ranks(stream((0, 4)), pos)

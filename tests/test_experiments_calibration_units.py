@@ -440,25 +440,56 @@ def test_media_calibration_table_from_stand_in_statistics(monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ media and paper sizes
 class _FakeTask:
-    """A stand-in ScoreTask: R@1 of the raw scores ``raw``, of a normalizer ``(method, params)`` ``gain[method]``
-    more; records every call."""
+    """A stand-in RetrievalTask: R@1 of the raw scores ``raw``, of a normalizer ``(method, params)``
+    ``gain[method]`` more; with :func:`_fake_metrics` (``hubnorm.evaluate`` / ``hubnorm.hubness`` replaced) records
+    every call: ``("evaluate", norm, ks, query_aware)`` of the norm fitted by ``task.fit(norm, query_aware=...)``,
+    ``("hubness", norm, k)`` of ``task.blocks(norm)``."""
 
     def __init__(self, raw, gain, calls, skew=0.0):
         self.raw, self.gain, self.calls, self.skew = raw, gain, calls, skew
 
-    def evaluate(self, norm, ks, query_aware=False):
-        self.calls.append(("evaluate", norm, tuple(ks), query_aware))
-        return {"R@1": self.raw if norm is None else self.raw + self.gain[norm[0]]}
+    def fit(self, norm, *, query_aware=False):
+        return None if norm is None else _Fitted(norm, query_aware, self)
 
-    def hubness(self, norm, k):
-        self.calls.append(("hubness", norm, k))
-        return {"skewness": self.skew}
+    def blocks(self, norm=None):
+        return _Blocks(self, norm)
+
+
+class _Fitted:
+    """What ``_FakeTask.fit`` returns: the normalizer, the bank it was fitted with, and the task it was fitted on."""
+
+    def __init__(self, norm, query_aware, task):
+        self.norm, self.query_aware, self.task = norm, query_aware, task
+
+
+class _Blocks:
+    def __init__(self, task, norm):
+        self.task, self.norm = task, norm
+
+
+def _fake_metrics(monkeypatch):
+    """``hubnorm.evaluation.evaluate`` and ``hubnorm.hubness.hubness`` replaced by recorders of ``_FakeTask`` calls."""
+    import importlib
+
+    def evaluate(norm, task, *, ks=(1, 5, 10)):
+        assert norm is None or norm.task is task                  # fitted on the task it is evaluated on
+        base, qa = (None, False) if norm is None else (norm.norm, norm.query_aware)
+        task.calls.append(("evaluate", base, tuple(ks), qa))
+        return {"R@1": task.raw if base is None else task.raw + task.gain[base[0]]}
+
+    def hubness(blocks, k):
+        blocks.task.calls.append(("hubness", blocks.norm, k))
+        return {"skewness": blocks.task.skew}
+
+    monkeypatch.setattr(importlib.import_module("hubnorm.evaluation"), "evaluate", evaluate)
+    monkeypatch.setattr(importlib.import_module("hubnorm.hubness"), "hubness", hubness)
 
 
 def test_media_statistics_reads_r1_and_the_forward_skewness(monkeypatch):
     import hubnorm.media as media
 
     made, calls = [], []
+    _fake_metrics(monkeypatch)
     monkeypatch.setattr(media, "make_media", lambda preset, seed, n_train: made.append((preset, seed, n_train)) or seed)
     monkeypatch.setattr(media, "media_tasks", lambda data: {"t2a": _FakeTask(10.0 + data, {}, calls, skew=data / 2),
                                                             "a2t": _FakeTask(20.0 + data, {}, calls)})
@@ -473,6 +504,7 @@ def test_paper_size_gains_from_stand_in_tasks(monkeypatch):
     import hubnorm.registry as registry
 
     built, calls = [], []
+    _fake_metrics(monkeypatch)
     monkeypatch.setattr(cal, "_paper_size_data", lambda preset, seed, bank: (preset, seed, bank))
     monkeypatch.setattr(registry, "make_normalizer", lambda method, **params: (method, params))
 
@@ -593,6 +625,7 @@ def test_paper_size_gains_of_every_preset_and_no_warning_for_one_seed(monkeypatc
     import hubnorm.media as media
     import hubnorm.registry as registry
 
+    _fake_metrics(monkeypatch)
     monkeypatch.setattr(cal, "_paper_size_data", lambda preset, seed, bank: (preset, seed, bank))
     monkeypatch.setattr(registry, "make_normalizer", lambda method, **params: (method, params))
     monkeypatch.setattr(media, "media_tasks", lambda data, seed, **limits: {

@@ -9,8 +9,6 @@ most of the time of a notebook branch, which mutation testing reruns for every m
 
 Mutants left alive on purpose (mutation run ``--sample 2``; no behaviour can change):
 
-- ``task.evaluate(norm, fit=False)`` -> ``fit=None`` (methods_table, bank_size_table): ``ScoreTask.evaluate`` fits
-  only when ``fit`` is truthy.
 - ``_clamped(..., sub, False, notes)`` -> ``None`` (bank_size_table): ``_clamped`` reads ``query_aware`` only as a
   truth value (:func:`_bank_size`).
 - ``np.asarray(rows, dtype=np.int64)`` -> ``np.asarray(rows)`` (bank_subset): integer rows are int64 already, and
@@ -201,7 +199,8 @@ def test_methods_table_query_aware_choice_and_hub_k(folder):
     assert list(bank["bank"]) == ["bank (60 queries)", "bank (40 queries)"] and "skew N_10" in bank
     forced = ss.methods_table(run, lambda d: {"is": hn.make_normalizer("is", tau=0.05)}, query_aware=False)
     assert list(forced["bank"]) == list(bank["bank"])
-    want = [run.tasks[d].evaluate(hn.make_normalizer("is", tau=0.05), query_aware=True)["R@1"] for d in run.tasks]
+    want = [hn.evaluate(t.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), t)["R@1"]
+            for t in run.tasks.values()]
     assert list(qa[qa["method"] == "is"]["R@1"]) == pytest.approx(want, abs=1e-12)
 
 
@@ -211,7 +210,7 @@ def test_k_curve_keeps_the_ks_up_to_the_bank_in_order(folder):
     assert list(qa["k"]) == [2, 4, 48] and set(qa["alpha"]) == {0.5} and set(qa["direction"]) == {"t2v"}
     assert set(qa["bank"]) == {"test queries (query-aware)"}
     for row in qa.to_dict("records"):
-        want = task.evaluate(hn.make_normalizer("nnn", alpha=0.5, k=row["k"]), query_aware=True)
+        want = hn.evaluate(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=row["k"]), query_aware=True), task)
         assert row["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and row["MdR"] == want["MdR"]
     bank = ss.k_curve(task, 0.75, [60, 61])
     assert list(bank["k"]) == [60] and list(bank["bank"]) == ["bank (60 queries)"]
@@ -241,12 +240,13 @@ def test_bank_size_table_rounds_fractions_and_uses_one_seed_for_the_whole_bank(f
     assert list(table["bank"]) == ["bank (60 queries)"] * 2 + ["bank (8 queries)"] * 4 + ["bank (1 queries)"] * 4
     assert notes == ["nnn k=16 is larger than its limit here (8: query_bank): k=8 is used"] * 2 + \
         ["nnn k=16 is larger than its limit here (1: query_bank): k=1 is used"] * 2
-    whole = task.evaluate(hn.make_normalizer("is", tau=0.05))
+    whole = hn.evaluate(task.fit(hn.make_normalizer("is", tau=0.05)), task)
     assert (table["R@1"][0], table["R@5"][0], table["MdR"][0]) == pytest.approx(
         (whole["R@1"], whole["R@5"], whole["MdR"]), abs=1e-12)
     rows = np.random.default_rng(6).choice(60, 8, replace=False)
-    sub = ss.bank_subset(task, rows).evaluate(hn.make_normalizer("is", tau=0.05))
-    assert table["R@1"][4] == pytest.approx(sub["R@1"], abs=1e-12)
+    sub = ss.bank_subset(task, rows)
+    assert table["R@1"][4] == pytest.approx(hn.evaluate(sub.fit(hn.make_normalizer("is", tau=0.05)), sub)["R@1"],
+                                            abs=1e-12)
 
 
 def test_bank_size_table_skips_a_method_whose_matrix_is_missing(tmp_path):
@@ -267,11 +267,12 @@ def test_tau_sweep_and_recall_at_k(folder):
     assert set(sweep["bank"]) == {"test queries (query-aware)"} and set(sweep["direction"]) == {"t2v"}
     for row in sweep.to_dict("records"):
         extra = {"n_iter": 1} if row["method"] == "sn" else {}
-        want = task.evaluate(hn.make_normalizer(row["method"], tau=row["tau"], **extra), query_aware=True)
+        want = hn.evaluate(task.fit(hn.make_normalizer(row["method"], tau=row["tau"], **extra), query_aware=True),
+                           task)
         assert (row["R@1"], row["R@5"]) == pytest.approx((want["R@1"], want["R@5"]), abs=1e-12)
     default = ss.tau_sweep(task, [0.05])
     assert list(default["method"]) == ["is", "sn"] and set(default["bank"]) == {"bank (60 queries)"}
-    want = task.evaluate(hn.make_normalizer("sn", tau=0.05, n_iter=10))
+    want = hn.evaluate(task.fit(hn.make_normalizer("sn", tau=0.05, n_iter=10)), task)
     assert default["R@1"][1] == pytest.approx(want["R@1"], abs=1e-12)
     scores, pos = _raw(folder[1], "t2v")
     rec = ss.recall_at_k(task, {"raw": None, "is": hn.make_normalizer("is", tau=0.05)}, ["2", 7], query_aware=True)
@@ -294,7 +295,7 @@ def test_hub_table_orders_the_largest_raw_hubs_and_labels_the_banks(folder):
     n3 = _n_k(scores, 3)
     top3 = sorted(range(n3.size), key=lambda i: (-n3[i], i))[:5]
     assert list(two["target"]) == top3 and set(two["bank"]) == {"test queries (query-aware)"}
-    is_nk = task.k_occurrence(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), 3)
+    is_nk = hn.k_occurrence(task.blocks(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True)), 3)
     assert list(two["N_3 is"]) == list(is_nk[top3])
     bank = ss.hub_table(task, {"is": hn.make_normalizer("is", tau=0.05)}, top=2)
     assert set(bank["bank"]) == {"bank (60 queries)"} and len(bank) == 2
@@ -475,7 +476,7 @@ def test_run_notebook_00_and_02_hubness_and_histograms(folder, capsys):
 def test_run_notebook_03_k_curve(folder, capsys):
     rec, tables, out = _nb(folder, "03", {"alpha": "0.5", "ks": [2, 1, 50]}, capsys)
     run = _run(folder)
-    parts = [ss.k_curve(t, 0.5, [2, 1, 50]).assign(run=LABEL, **{"raw R@1": t.evaluate(None)["R@1"]})
+    parts = [ss.k_curve(t, 0.5, [2, 1, 50]).assign(run=LABEL, **{"raw R@1": hn.evaluate(None, t)["R@1"]})
              for t in run.tasks.values()]
     _same(tables["nnn_k_curve"], pd.concat(parts, ignore_index=True))
     assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 50, 1, 2]
@@ -500,7 +501,7 @@ def test_run_notebook_04_bank_sizes(folder, capsys):
                               [2, 3])
     want = pd.concat([nnn.assign(part="A: NNN"), fams.assign(part="B: IS / SN / DBSN")], ignore_index=True)
     want.insert(0, "run", LABEL)
-    want["raw R@1"] = task.evaluate(None)["R@1"]
+    want["raw R@1"] = hn.evaluate(None, task)["R@1"]
     _same(tables["bank_sizes"], want)
     assert rec.tables["sims_bank_sizes"][1] == f"R@1 with seeded subsets of the bank rows, t2v; {LABEL}."
     cap, data, bank, titles, _, yl, xs = rec.figures["sims_bank_sizes"]
@@ -530,7 +531,7 @@ def test_run_notebook_05_query_aware_vs_bank_and_tau_sweep(folder, capsys):
         ("v2t", "dualis", "bank (40 queries)")]
     run = _run(folder)
     v2t = run.tasks["v2t"]
-    want = v2t.evaluate(hn.make_normalizer("is", tau=0.03), query_aware=True)     # i2t's temperature
+    want = hn.evaluate(v2t.fit(hn.make_normalizer("is", tau=0.03), query_aware=True), v2t)     # i2t's temperature
     got = qvb[(qvb["direction"] == "v2t") & (qvb["method"] == "is")].iloc[0]
     assert got["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and got["MnR"] == pytest.approx(want["MnR"], abs=1e-12)
     assert set(qvb["run"]) == {LABEL} and "bank" in qvb and "R@10" in qvb
@@ -618,9 +619,9 @@ def test_run_notebook_02_draws_the_ecdf_of_each_methods_n_k(folder, capsys, sns)
         assert [c[2]["label"] for c in calls] == list(ss.HUBNESS_SHOWN) and all(c[2]["ax"] is axes[i] for c in calls)
         scores, _ = _raw(folder[1], d)
         assert list(calls[0][1]) == list(_n_k(scores, 3))                 # raw: counted by hand
-        nnn = task.k_occurrence(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4)), 3)   # the folder's bank
+        nnn = hn.k_occurrence(task.blocks(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4))), 3)   # the folder's bank
         assert list(calls[1][1]) == list(nnn)
-        aware = task.k_occurrence(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4), query_aware=True), 3)
+        aware = hn.k_occurrence(task.blocks(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4), query_aware=True)), 3)
         assert list(nnn) != list(aware)
         assert list(calls[1][1]) != list(calls[0][1])
     looks = rec.looks["sims_nk_distribution"]
@@ -638,7 +639,7 @@ def test_run_notebook_03_draws_the_k_curve_with_dashed_raw_lines(folder, capsys,
     assert kind == "lineplot" and data.equals(tables["nnn_k_curve"])
     assert kw == {"x": "k", "y": "R@1", "hue": "direction", "marker": "o", "ax": looks["axes"][0]}
     run = _run(folder, ("i2t", "t2i"))
-    raws = [t.evaluate(None)["R@1"] for t in run.tasks.values()]       # v2t first: the palette's first colour
+    raws = [hn.evaluate(None, t)["R@1"] for t in run.tasks.values()]       # v2t first: the palette's first colour
     assert raws[0] != raws[1]
     assert looks["lines"] == [[([r, r], "--", 1, PALETTE[i]) for i, r in enumerate(raws)]]
     assert looks["x base"] == [2] and looks["size"] == (6.5, 3.8) and looks["title size"] == [9]
@@ -667,7 +668,7 @@ def test_run_notebook_04_draws_r1_over_bank_queries(folder, capsys, sns):
     assert kind == "lineplot" and data.equals(tables["bank_sizes"])
     assert kw == {"x": "bank queries", "y": "R@1", "hue": "method", "marker": "o", "errorbar": None,
                   "ax": looks["axes"][0]}
-    raw = _run(folder).tasks["t2v"].evaluate(None)["R@1"]
+    raw = hn.evaluate(None, _run(folder).tasks["t2v"])["R@1"]
     assert looks["lines"] == [[([raw, raw], "--", 1, "k")]]
     assert looks["x base"] == [10] and looks["size"] == (6.5, 3.8) and looks["title size"] == [9]
     df = tables["bank_sizes"]
@@ -739,7 +740,7 @@ def test_hubness_table_defaults_a_folder_without_bank_and_the_skipped_methods(fo
     assert list(table["method"]) == ["is", "is"] and list(table["bank"]) == ["test queries (query-aware)"] * 2
     assert list(skipped) == ["dbsn (t2v)", "dbsn (v2t)"]
     task = bare.tasks["t2v"]
-    want = task.hubness(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), k=3)
+    want = hn.hubness(task.blocks(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True)), k=3)
     assert table["skew N_3"][0] == pytest.approx(want["skewness"], abs=1e-12)
     assert list(ss.hubness_table(bare, lambda d: {"dbsn": hn.make_normalizer("dbsn")})) == []   # no rows, no error
 
@@ -764,8 +765,9 @@ def test_bank_subset_cuts_a_bank_given_as_columns_and_keeps_the_hints(folder):
     assert sub.hints == task.hints and sub.meta == task.meta and sub.hints is not task.hints
     want = bank_caps[[2, 5, 9]] @ items.T
     np.testing.assert_allclose(_dense(sub.engine.matrices[("query_bank", "targets")]), want, rtol=0, atol=1e-6)
-    cols = hn.ScoreTask({("queries", "targets"): caps @ items.T, ("targets", "query_bank"): items @ bank_caps.T},
-                        task.positives, direction="t2v")
+    cols = hn.RetrievalTask(scores={("queries", "targets"): caps @ items.T,
+                                    ("targets", "query_bank"): items @ bank_caps.T},
+                            positives=task.positives, direction="t2v")
     cut = ss.bank_subset(cols, np.array([9, 5, 2]))
     assert set(cut.engine.matrices) == {("queries", "targets"), ("query_bank", "targets")}
     np.testing.assert_allclose(_dense(cut.engine.matrices[("query_bank", "targets")]), want, rtol=0, atol=1e-12)
@@ -780,8 +782,8 @@ def test_bank_size_table_needs_a_bank_and_cuts_k_without_a_notes_list(folder, ha
         ss.bank_size_table(bare, [("is", {})], [1.0])
     task = _run(folder).tasks["t2v"]
     table = ss.bank_size_table(task, [("nnn", {"k": 16})], [0.1], seeds=[1])      # 6 rows: k=6, no notes list given
-    want = ss.bank_subset(task, np.random.default_rng(1).choice(60, 6, replace=False)).evaluate(
-        hn.make_normalizer("nnn", k=6))
+    sub = ss.bank_subset(task, np.random.default_rng(1).choice(60, 6, replace=False))
+    want = hn.evaluate(sub.fit(hn.make_normalizer("nnn", k=6)), sub)
     assert list(table["bank queries"]) == [6] and table["R@1"][0] == pytest.approx(want["R@1"], abs=1e-12)
 
 
@@ -828,7 +830,8 @@ def test_run_notebook_00_reads_per_direction_temperatures(folder, capsys):
     for d, tau, other in (("t2v", 0.01, 1.0), ("v2t", 1.0, 0.01)):
         task = run.tasks[d]
         got = df[(df["direction"] == d) & (df["method"] == "is")]["skew N_3"].iloc[0]
-        want, wrong = (task.hubness(task.fit(hn.make_normalizer("is", tau=t)), k=3)["skewness"] for t in (tau, other))
+        want, wrong = (hn.hubness(task.blocks(task.fit(hn.make_normalizer("is", tau=t))), k=3)["skewness"]
+                       for t in (tau, other))
         assert got == pytest.approx(want, abs=1e-12) and got != pytest.approx(wrong, abs=1e-6)
 
 

@@ -7,8 +7,9 @@ import torch
 
 import hubnorm as hn
 from hubnorm.engine import LocalEngine
-from hubnorm.scores import fit_scores, matrices_from_embeddings
+from hubnorm.scores import matrices_from_embeddings
 from hubnorm.normalizers.base import NotFittedError
+from hubnorm.retrieval import fit_scores
 
 da = pytest.importorskip("dask.array")
 
@@ -81,7 +82,7 @@ def test_tasks_carry_every_direction_name(data, direction):
     task = hn.RetrievalTask(data["queries"], data["targets"], pos, query_bank=data["query_bank"], direction=direction)
     assert task.has("query_bank") and not task.has("target_bank") and task.has("queries")
     mats = matrices_from_embeddings(data["queries"], data["targets"], data["query_bank"])
-    st = hn.scores.ScoreTask(mats, pos, direction=direction)
+    st = hn.RetrievalTask(scores=mats, positives=pos, direction=direction)
     assert st.has("query_bank") and not st.has("target_bank")
     # the same fit and the same ranks from embeddings and from matrices, whatever the label
     emb = task.fit(hn.InvertedSoftmax(tau=0.05))
@@ -96,7 +97,7 @@ def test_an_unknown_direction_is_refused_by_both_task_kinds(data, bad):
         hn.RetrievalTask(data["queries"], data["targets"], pos, direction=bad)
     mats = matrices_from_embeddings(data["queries"], data["targets"])
     with pytest.raises(ValueError, match="direction must be one of"):
-        hn.scores.ScoreTask(mats, pos, direction=bad)
+        hn.RetrievalTask(scores=mats, positives=pos, direction=bad)
     task = hn.RetrievalTask(data["queries"], data["targets"], pos)
     with pytest.raises(ValueError, match="a task holds the inputs"):
         task.has("bank")

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+import hubnorm as hn
 from hubnorm import media
 from hubnorm.data.sims import load_sims, write_sims
 from hubnorm.scores import bank_subsets, sims_tasks
@@ -96,7 +97,7 @@ def test_media_tasks_take_labels_of_any_integer_type():
     d = media.make_media("clotho", n_train=3, n_test=8)
     d.caption_to_item = d.caption_to_item.astype(np.int32)
     tasks = media.media_tasks(d)
-    ranks = tasks["t2a"].ranks()
+    ranks = hn.positive_ranks(tasks["t2a"].blocks(), tasks["t2a"].positives)
     s = d.captions.astype(np.float64) @ d.items.astype(np.float64).T
     want = [(s[i] > s[i, d.caption_to_item[i]]).sum() for i in range(len(s))]
     assert ranks.tolist() == want

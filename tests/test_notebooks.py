@@ -161,7 +161,7 @@ METHOD_CALLS = {
     "05": (".fit(", "hn.evaluate(", "hn.grid_search(", "compare.beside_published("),
     "06": (".fit(", "rr.rerank(", "hn.recall_at_k(", "compare.beside_published("),
     "07": (".fit(", "lw.listwise_metrics(", "compare.beside_published("),
-    "08": ("task.evaluate(", "compare.beside_published("),
+    "08": (".fit(", "hn.evaluate(", "compare.beside_published("),
 }
 #: The same rule per section, for notebooks whose sections each run a study of their own: (notebook, words of
 #: the section's "## " heading) -> the calls that section's code cells must make.

@@ -223,21 +223,22 @@ def test_clean_certificate_round_trip(data, tmp_path):
 def test_score_matrices_are_certified_by_their_score_rows(data):
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 120)
-    clean = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"], data["image_bank"]), pos,
-                         direction="t2i")
-    out = clean.evaluate(hn.InvertedSoftmax(), certificate=True)
+    clean = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"], data["image_bank"]),
+                             positives=pos, direction="t2i")
+    out = hn.evaluate(clean.fit(hn.InvertedSoftmax()), clean, certificate=True)
     assert out["certificate"].leak_free and out["certificate"].banks["query_bank"].kind == "scores"
     assert out["certificate"].not_compared == []
-    assert clean.evaluate(hn.InvertedSoftmax(), query_aware=True,
-                          certificate=True)["certificate"].findings[0]["exact"] == 240
+    assert hn.evaluate(clean.fit(hn.InvertedSoftmax(), query_aware=True), clean,
+                       certificate=True)["certificate"].findings[0]["exact"] == 240
     rng = np.random.default_rng(5)
     bank = data["caption_bank"].copy()
     bank[3:5] = caps[[7, 8]]
     bank[9] = _at_cosine(caps[[70]], 0.999, rng)[0]
-    leaky = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, bank, data["image_bank"]), pos, direction="t2i")
-    (f,) = leaky.evaluate(hn.InvertedSoftmax(), certificate=True)["certificate"].findings
+    leaky = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, bank, data["image_bank"]), positives=pos,
+                             direction="t2i")
+    (f,) = hn.evaluate(leaky.fit(hn.InvertedSoftmax()), leaky, certificate=True)["certificate"].findings
     assert (f["exact"], f["near"], f["exact_examples"], f["near_examples"]) == (2, 1, [[7, 3], [8, 4]], [[70, 9]])
-    dual = clean.evaluate(hn.DualInvertedSoftmax(), certificate=True)["certificate"]
+    dual = hn.evaluate(clean.fit(hn.DualInvertedSoftmax()), clean, certificate=True)["certificate"]
     assert dual.not_compared == ["target_bank: a score-matrix fit records the query bank's score rows only"]
 
 
@@ -289,9 +290,10 @@ def test_bad_input_is_refused_with_its_name(data):
     with pytest.raises(TypeError, match="certificate must be True or False"):
         hn.evaluate(norm, task, certificate="yes")
     pos = hn.Positives.from_labels(data["c2i"], 120)
-    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
+    st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"]), positives=pos,
+                          direction="t2i")
     with pytest.raises(ValueError, match="use no bank"):
-        st.evaluate(None, certificate=True)
+        hn.evaluate(None, st, certificate=True)
 
 
 # ------------------------------------------------------------------ from the module's mutation survivors
@@ -392,9 +394,9 @@ def test_certificate_names_its_parts(data):
                                                                   "targets": ("targets", "embeddings")}
     assert {k: v.name for k, v in cert.banks.items()} == {"query_bank": "query_bank", "target_bank": "target_bank"}
     pos = hn.Positives.from_labels(data["c2i"], 120)
-    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]), pos,
-                      direction="t2i")
-    sc = st.evaluate(hn.InvertedSoftmax(), certificate=True)["certificate"]
+    st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]),
+                          positives=pos, direction="t2i")
+    sc = hn.evaluate(st.fit(hn.InvertedSoftmax()), st, certificate=True)["certificate"]
     assert (sc.test["queries"].name, sc.test["queries"].kind, sc.banks["query_bank"].name) == ("queries", "scores",
                                                                                                "query_bank")
     with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted on embeddings but task holds scores: certify "
@@ -404,27 +406,30 @@ def test_certificate_names_its_parts(data):
 
 def test_a_method_without_a_query_bank_records_none_on_scores(data):
     pos = hn.Positives.from_labels(data["c2i"], 120)
-    bare = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
-    with_bank = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]),
-                             pos, direction="t2i")
+    bare = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"]), positives=pos,
+                            direction="t2i")
+    with_bank = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"],
+                                                                    data["caption_bank"]),
+                                 positives=pos, direction="t2i")
     for st in (bare, with_bank):
         raw = hn.make_normalizer("raw")
-        cert = st.evaluate(raw, certificate=True)["certificate"]
+        cert = hn.evaluate(st.fit(raw), st, certificate=True)["certificate"]
         assert raw.provenance_ == {} and cert.findings == [] and cert.verdict == "no test row in any bank"
 
 
 def test_refusals_say_what_to_do(data):
     task = _task(data)
     with pytest.raises(ValueError, match=r"^InvertedSoftmax has no record of its banks \(provenance_\): fit it with "
-                                         r"Normalizer.fit, RetrievalTask.fit, a ScoreTask or "
+                                         r"Normalizer.fit, RetrievalTask.fit \(embeddings or score matrices\) or "
                                          r"hubnorm.distributed.fit_offsets \(a normalizer fitted by a grid sweep, on a "
                                          r"prebuilt bank index, or by hand, has none\)$"):
         pv.certify(hn.InvertedSoftmax(), task)                                 # never fitted
     pos = hn.Positives.from_labels(data["c2i"], 120)
-    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"]), pos, direction="t2i")
+    st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"]), positives=pos,
+                          direction="t2i")
     with pytest.raises(ValueError, match=r"^certificate=True certifies a fitted normalizer's banks; the raw scores "
                                          r"\(normalizer=None\) use no bank$"):
-        st.evaluate(None, certificate=True)
+        hn.evaluate(None, st, certificate=True)
 
 
 def test_check_certificate_recomputes_with_the_saved_threshold(data, tmp_path):
@@ -503,9 +508,9 @@ def test_review_findings_stay_fixed(data, tmp_path):
         pv.check_certificate(tmp_path / "d.json")
 
     pos = hn.Positives.from_labels(data["c2i"], 120)
-    st = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"],
-                                                  data["image_bank"]), pos, direction="t2i")
-    dual = st.evaluate(hn.DualInvertedSoftmax(), certificate=True)["certificate"]
+    st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"],
+                                                             data["image_bank"]), positives=pos, direction="t2i")
+    dual = hn.evaluate(st.fit(hn.DualInvertedSoftmax()), st, certificate=True)["certificate"]
     assert dual.leak_free and dual.verdict == "no test row in the compared banks; not compared: target_bank"
     back = pv.check_certificate(dual.save(tmp_path / "dual.json"))
     assert back.verdict == dual.verdict
@@ -548,7 +553,7 @@ def test_a_stored_score_matrix_is_sketched_once_until_its_file_changes(data, tmp
     mapped again; a view at another position in the file, another selection of
     rows or columns, another orientation, a rewritten file, or a map opened for writing is read again, and every
     fingerprint equals that of the rows held in memory."""
-    from hubnorm.scores import ScoreMatrix
+    from hubnorm.matrices import ScoreMatrix
     path = tmp_path / "test.npy"
     scores = (data["captions"] @ data["images"].T).astype(np.float32)
     np.save(path, scores)

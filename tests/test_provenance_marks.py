@@ -1,10 +1,10 @@
 """The bank mark every result carries, and the saved tables that must show it.
 
-``hubnorm.evaluate`` (and ``ScoreTask.evaluate``, and the sweeps) mark each result with what its fit's banks were,
-read from the fit's record and not from what the caller meant: the expected marks here follow from how each bank
-was built (test rows copied in by hand, near copies at a known cosine, clean banks). A notebook's ``save_table``
-refuses a table without its provenance columns, and one that shows a number only a query-aware fit produced in a
-row not marked so.
+``hubnorm.evaluate`` (on tasks of embeddings and of score matrices alike, and the sweeps) mark each result with
+what its fit's banks were, read from the fit's record and not from what the caller meant: the expected marks here
+follow from how each bank was built (test rows copied in by hand, near copies at a known cosine, clean banks). A
+notebook's ``save_table`` refuses a table without its provenance columns, and one that shows a number only a
+query-aware fit produced in a row not marked so.
 """
 
 import math
@@ -89,22 +89,27 @@ def test_a_gallery_copied_into_the_target_bank_is_query_aware_too(data):
 def test_score_matrices_with_the_test_captions_as_their_bank_are_marked(data):
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 80)
-    clean = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"]), pos, direction="t2i")
-    assert clean.evaluate(None)["bank"] == "none"
-    assert clean.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"
-    assert clean.evaluate(hn.InvertedSoftmax(), query_aware=True)["bank"] == "QUERY-AWARE"
-    handed_in = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, caps.copy()), pos, direction="t2i")
-    assert handed_in.evaluate(hn.SinkhornNormalization())["bank"] == "QUERY-AWARE"
+    clean = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"]), positives=pos,
+                             direction="t2i")
+    assert hn.evaluate(None, clean)["bank"] == "none"
+    assert hn.evaluate(clean.fit(hn.InvertedSoftmax()), clean)["bank"] == "query-agnostic"
+    assert hn.evaluate(clean.fit(hn.InvertedSoftmax(), query_aware=True), clean)["bank"] == "QUERY-AWARE"
+    handed_in = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, caps.copy()), positives=pos,
+                                 direction="t2i")
+    assert hn.evaluate(handed_in.fit(hn.SinkhornNormalization()), handed_in)["bank"] == "QUERY-AWARE"
 
 
 def test_score_task_refuses_a_bad_certificate_before_fitting(data):
     pos = hn.Positives.from_labels(data["c2i"], 80)
-    task = hn.ScoreTask(hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]), pos,
-                        direction="t2i")
+    task = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]),
+                            positives=pos, direction="t2i")
     norm = hn.InvertedSoftmax()
+    # the fit is the caller's step now: evaluate checks the certificate before it reads the normalizer at all
     with pytest.raises(TypeError, match=r"certificate must be True or False; got 'yes'"):
-        task.evaluate(norm, certificate="yes")
+        hn.evaluate(norm, task, certificate="yes")
     assert not hasattr(norm, "offsets_")   # nothing was fitted
+    with pytest.raises(TypeError, match=r"certificate must be True or False; got 'yes'"):
+        hn.evaluate(task.fit(norm), task, certificate="yes")
 
 
 def test_sweeps_mark_their_rows(data):
@@ -286,9 +291,11 @@ def test_marks_need_no_faiss(data, no_faiss):
 def test_score_rows_are_compared_only_over_the_gallery_they_were_fitted_on(data):
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 80)
-    task = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"]), pos, direction="t2i")
+    task = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"]), positives=pos,
+                            direction="t2i")
     shuffled = images[np.random.default_rng(1).permutation(80)]            # the same width, another column order
-    other = hn.ScoreTask(hn.matrices_from_embeddings(caps, shuffled, data["caption_bank"]), pos, direction="t2i")
+    other = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, shuffled, data["caption_bank"]), positives=pos,
+                             direction="t2i")
     norm = task.fit(hn.InvertedSoftmax(), query_aware=True)
     assert pv.certify(norm, task).findings[0]["exact"] == 160
     with pytest.raises(ValueError, match=r"fitted on score rows over another gallery .* certify it on the task it "
@@ -298,23 +305,24 @@ def test_score_rows_are_compared_only_over_the_gallery_they_were_fitted_on(data)
     # a bank subset of the same task keeps its gallery (score_studies.bank_subset)
     from hubnorm.experiments.score_studies import bank_subset
     sub = bank_subset(task, np.arange(40))
-    assert sub.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"
+    assert hn.evaluate(sub.fit(hn.InvertedSoftmax()), sub)["bank"] == "query-agnostic"
 
 
 def test_review_findings_marks_never_claim_more_than_was_compared(data):
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 80)
     # a score-matrix fit's target bank is not compared: its mark cannot say query-agnostic (here it holds the gallery)
-    st = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"], images.copy()), pos,
-                      direction="t2i")
-    assert st.evaluate(hn.DualInvertedSoftmax())["bank"] == "unrecorded"
-    assert st.evaluate(hn.DualInvertedSoftmax(), certificate=True)["bank"] == "unrecorded"
-    assert st.evaluate(hn.InvertedSoftmax())["bank"] == "query-agnostic"       # its only bank was compared
+    st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"], images.copy()),
+                          positives=pos, direction="t2i")
+    assert hn.evaluate(st.fit(hn.DualInvertedSoftmax()), st)["bank"] == "unrecorded"
+    assert hn.evaluate(st.fit(hn.DualInvertedSoftmax()), st, certificate=True)["bank"] == "unrecorded"
+    assert hn.evaluate(st.fit(hn.InvertedSoftmax()), st)["bank"] == "query-agnostic"   # its only bank was compared
     # a fit on embeddings evaluated on score matrices: evaluated as before, marked unrecorded (no error)
     task = _task(data)
     emb = task.fit(hn.InvertedSoftmax())
-    plain = hn.ScoreTask(hn.matrices_from_embeddings(caps, images, data["caption_bank"]), pos, direction="t2i")
-    assert plain.evaluate(emb, fit=False)["bank"] == "unrecorded"
+    plain = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"]), positives=pos,
+                             direction="t2i")
+    assert hn.evaluate(emb, plain)["bank"] == "unrecorded"
     # the raw scores: the same mark with or without a certificate
     assert hn.evaluate(task.fit(hn.Identity()), task, certificate=True)["bank"] == "none"
     # a score matrix computed elsewhere (here normalized with the test captions as the bank): its banks are

@@ -212,12 +212,17 @@ def test_task_guards():
     with pytest.raises(ValueError, match="^direction must be one of"):
         RetrievalTask(q, t, pos, direction="x2y")
     with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives \(use Positives\.from_labels / "
-                                        r"from_groups\)$"):
+                                        r"from_groups / hubnorm\.positives_from_pairs\); got list$"):
         RetrievalTask(q, t, [0, 1, 2, 1])
-    with pytest.raises(ValueError, match=r"^positives cover 3 queries but there are 4 queries$"):
+    with pytest.raises(ValueError, match=r"^positives are 3 queries x 3 targets but the embeddings are 4 queries x 3 "
+                                         r"targets: pass the positives of these queries and targets$"):
         RetrievalTask(q, t, Positives.from_labels([0, 1, 2], 3))
-    with pytest.raises(ValueError, match=r"^positives refer to 4 targets but there are 3 targets$"):
+    with pytest.raises(ValueError, match=r"^positives are 4 queries x 4 targets but the embeddings are 4 queries x 3 "
+                                         r"targets"):
         RetrievalTask(q, t, Positives.from_labels([0, 1, 2, 1], 4))
+    with pytest.raises(ValueError, match=r"^a task needs the test queries and targets as embeddings \(queries=, "
+                                         r"targets=\) or the test score matrix"):
+        RetrievalTask(q, None, pos)
     with pytest.raises(ValueError, match=r"^targets has dimension 4 but the other embeddings have 5"):
         RetrievalTask(q, t[:, :4] / np.linalg.norm(t[:, :4], axis=1, keepdims=True), pos)
     with pytest.raises(TypeError, match=r"^queries must be a numpy array or a torch tensor"):
@@ -353,3 +358,127 @@ def test_build_tasks_feeds_the_methods():
     ranks = hn.positive_ranks(task.fit(hn.Identity(device="cpu")), task.positives, caps)
     ref = [int(np.sum(S[i] > S[i, c2i[i]])) for i in range(8)]
     np.testing.assert_array_equal(ranks, ref)
+
+
+# ---------------------------------------------------------------------------------------------- a task of scores
+# One RetrievalTask holds embeddings or score matrices; every check below compares the two kinds on the same data
+# (the matrices are the float64 products of the embeddings) or pins a guard of the scores kind by its message.
+
+def _both_kinds(seed=0, nq=9, nt=7, nb=11, d=6):
+    rng = np.random.default_rng(seed)
+    q, t, qb = _unit(rng, nq, d, np.float64), _unit(rng, nt, d, np.float64), _unit(rng, nb, d, np.float64)
+    pos = Positives.from_labels(np.arange(nq) % nt, nt)
+    emb = RetrievalTask(q, t, pos, query_bank=qb, direction="t2v")
+    mats = {("queries", "targets"): q @ t.T, ("query_bank", "targets"): qb @ t.T}
+    return emb, RetrievalTask(scores=mats, positives=pos, direction="t2v"), mats
+
+
+def test_scores_task_accessors():
+    emb, sc, mats = _both_kinds()
+    assert (emb.kind, sc.kind) == ("embeddings", "scores") and emb.engine is None
+    for name, n in (("queries", 9), ("targets", 7), ("query_bank", 11), ("target_bank", None)):
+        assert emb.size(name) == sc.size(name) == n and emb.has(name) == sc.has(name) == (n is not None)
+    assert (sc.n_queries, sc.n_targets) == (9, 7)
+    np.testing.assert_array_equal(sc.matrix("targets", "queries").block(0, 7, 0, 9, torch.float64).numpy(),
+                                  mats[("queries", "targets")].T)
+    with pytest.raises(ValueError, match=r"^this task holds embeddings, not score matrices"):
+        emb.matrix("queries", "targets")
+    with pytest.raises(ValueError, match=r"^a task holds the inputs queries, targets, query_bank, target_bank; "
+                                         r"got 'bank'$"):
+        sc.has("bank")
+    # the test matrix given transposed serves as well
+    flipped = RetrievalTask(scores={("targets", "queries"): mats[("queries", "targets")].T}, positives=sc.positives)
+    assert (flipped.n_queries, flipped.n_targets) == (9, 7)
+
+
+def test_scores_task_guards():
+    emb, sc, mats = _both_kinds()
+    pos = sc.positives
+    with pytest.raises(ValueError, match=r"^a task holds embeddings or score matrices, not both; got scores= and "
+                                         r"queries, targets: pass the embeddings alone"):
+        RetrievalTask(emb.queries, emb.targets, pos, scores=mats)
+    with pytest.raises(ValueError, match=r"^a task given as scores needs the test score matrix \(queries x targets\)"):
+        RetrievalTask(scores={("query_bank", "targets"): mats[("query_bank", "targets")]}, positives=pos)
+    with pytest.raises(TypeError, match=r"^scores must be a dict \{\(rows, cols\): matrix\}; got list$"):
+        RetrievalTask(scores=[mats[("queries", "targets")]], positives=pos)
+    with pytest.raises(ValueError, match=r"^positives are 9 queries x 8 targets but the queries x targets score matrix "
+                                         r"is 9 queries x 7 targets"):
+        RetrievalTask(scores=mats, positives=Positives.from_labels(np.arange(9) % 7, 8))
+    with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives"):
+        RetrievalTask(scores=mats)
+    for call in (lambda: sc.with_banks(), lambda: sc.with_distractors(emb.targets)):
+        with pytest.raises(ValueError, match=r"adds embeddings; this task holds score matrices"):
+            call()
+    with pytest.raises(TypeError, match=r"^query_aware must be True or False; got 'yes'$"):
+        sc.fit(hn.InvertedSoftmax(tau=0.1), query_aware="yes")
+
+
+@pytest.mark.parametrize("query_aware", [False, True])
+def test_both_kinds_fit_score_and_evaluate_alike(query_aware):
+    emb, sc, _ = _both_kinds()
+    for method in (hn.InvertedSoftmax(tau=0.1), hn.NearestNeighborNormalization(alpha=0.5, k=3),
+                   hn.SinkhornNormalization(tau=0.1)):
+        a, b = emb.fit(method.clone(), query_aware=query_aware), sc.fit(method.clone(), query_aware=query_aware)
+        np.testing.assert_allclose(b.offsets_.numpy(), a.offsets_.numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(sc.score(b).numpy(), emb.score(a).numpy(), rtol=0, atol=1e-12)
+        assert hn.evaluate(a, emb) == hn.evaluate(b, sc)
+        np.testing.assert_array_equal(hn.k_occurrence(emb.blocks(a), 3), hn.k_occurrence(sc.blocks(b), 3))
+    # the raw scores: no fit (fit(None) is None), the same blocks of both kinds, at any block size
+    assert emb.fit(None) is None and sc.fit(None, query_aware=query_aware) is None
+    raw = emb.queries @ emb.targets.T
+    for task in (emb, sc):
+        np.testing.assert_allclose(torch.cat([s for _, s in task.blocks(None, chunk_size=4)]).numpy(), raw,
+                                   rtol=0, atol=1e-15)
+        assert [q0 for q0, _ in task.blocks(chunk_size=4)] == [0, 4, 8]
+        assert hn.evaluate(None, task)["bank"] == "none"
+    np.testing.assert_array_equal(hn.positive_ranks(raw, emb.positives),
+                                  hn.positive_ranks(sc.blocks(), sc.positives))
+
+
+def test_blocks_refuse_a_normalizer_fitted_on_another_gallery():
+    emb, sc, _ = _both_kinds()
+    other, other_sc, _ = _both_kinds(seed=1, nt=5)
+    for task, fitted in ((emb, other.fit(hn.InvertedSoftmax(tau=0.1))), (sc, other_sc.fit(hn.InvertedSoftmax(tau=0.1)))):
+        with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted on a gallery of 5 targets but this task "
+                                             r"has 7: fit it on this task"):
+            next(task.blocks(fitted))
+    with pytest.raises(hn.NotFittedError):
+        next(emb.blocks(hn.InvertedSoftmax(tau=0.1)))
+
+
+def test_score_methods_refuse_what_a_scores_task_lacks():
+    emb, sc, mats = _both_kinds()
+    with pytest.raises(ValueError, match=r"^DistributionNormalization reads the embeddings of query_bank"):
+        sc.fit(hn.DistributionNormalization())
+    no_bank = RetrievalTask(scores={("queries", "targets"): mats[("queries", "targets")]}, positives=sc.positives,
+                            hints={("query_bank", "targets"): "add the bank rows"})
+    with pytest.raises(ValueError, match=r"^InvertedSoftmax needs the query bank x gallery \(targets\) score matrix "
+                                         r"\(query_bank x targets\), which is missing\..*add the bank rows"):
+        no_bank.fit(hn.InvertedSoftmax(tau=0.1))
+    # query-aware: the test score matrix serves as the bank's, so the same fit as the embeddings' query-aware one
+    a = emb.fit(hn.InvertedSoftmax(tau=0.1), query_aware=True)
+    b = no_bank.fit(hn.InvertedSoftmax(tau=0.1), query_aware=True)
+    np.testing.assert_allclose(b.offsets_.numpy(), a.offsets_.numpy(), rtol=0, atol=1e-12)
+    assert hn.evaluate(b, no_bank)["bank"] == "QUERY-AWARE"
+
+
+def test_blocks_refuse_a_fit_of_the_other_kind_that_would_misread_the_scores():
+    """A normalizer fitted from score matrices reads raw test scores: given a task of embeddings whose dimension
+    equals the number of targets it would read the embeddings as scores; one that scores with query embeddings (DN)
+    cannot score a task of matrices. Both are refused by name (found by the migration's helper)."""
+    rng = np.random.default_rng(0)
+    pos = Positives.from_labels(np.arange(6) % 4, 4)
+    st = RetrievalTask(scores={("queries", "targets"): rng.standard_normal((6, 4)),
+                               ("query_bank", "targets"): rng.standard_normal((10, 4))}, positives=pos)
+    from_scores = st.fit(hn.InvertedSoftmax(tau=0.1))
+    assert from_scores.fitted_from_scores()
+    x = _unit(rng, 15, 4, np.float64)
+    et = RetrievalTask(x[:6], x[6:10], pos, query_bank=x[10:])   # d = 4 = the number of targets
+    with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted from score matrices; this task holds "
+                                         r"embeddings: fit it on this task"):
+        hn.evaluate(from_scores, et)
+    assert not et.fit(hn.InvertedSoftmax(tau=0.1)).fitted_from_scores()
+    dn = et.fit(hn.make_normalizer("dn"))
+    with pytest.raises(ValueError, match=r"^DistributionNormalization scores with the embeddings of queries; this "
+                                         r"task holds score matrices only"):
+        hn.evaluate(dn, st)

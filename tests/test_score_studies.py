@@ -92,7 +92,7 @@ def test_bank_subsets_equal_the_embeddings_path_on_the_same_rows(tmp_path):
     v2t = ss.load_sims_run(f"sims:{tmp_path}").tasks["v2t"]
     rows = np.array([3, 1, 7, 20, 11])
     sub = ss.bank_subset(v2t, rows)
-    got = sub.evaluate(hn.make_normalizer("dbsn", tau=0.05))
+    got = hn.evaluate(sub.fit(hn.make_normalizer("dbsn", tau=0.05)), sub)
     want, _, _, _ = _oracle(data, "v2t", "dbsn", {"tau": 0.05}, bank_rows=rows)
     assert got.pop("bank") == "unrecorded"   # DBSN on scores: its target bank is not compared, so not "query-agnostic"
     assert got == pytest.approx(want, abs=TOL)

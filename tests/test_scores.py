@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import hubnorm as hn
-from hubnorm.retrieval import Positives
+from hubnorm.retrieval import Positives, RetrievalTask
 from hubnorm.engine import LocalEngine
-from hubnorm.scores import ScoreMatrix, ScoreTask, matrices_from_embeddings
+from hubnorm.matrices import ScoreMatrix
+from hubnorm.scores import matrices_from_embeddings
+from hubnorm.retrieval import fit_scores
 
 from method_checks import unit_rows
 
@@ -59,7 +61,8 @@ def test_scores_equal_embeddings(name, params, direction):
     q, t, qb, tb, pos = _directions()[direction]
     emb = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
     want = emb.score(q).numpy()
-    task = ScoreTask(matrices_from_embeddings(q, t, qb, tb), pos, direction=direction, block_bytes=512)
+    task = RetrievalTask(scores=matrices_from_embeddings(q, t, qb, tb), positives=pos, direction=direction,
+                         block_bytes=512)
     got_norm = task.fit(hn.make_normalizer(name, **params))
     got = task.score(got_norm).numpy()
     assert got.dtype == np.float64
@@ -73,7 +76,7 @@ def test_scores_equal_embeddings(name, params, direction):
                 np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-12, err_msg=key)
     # the metrics agree too (same ranks)
     ranks = hn.positive_ranks(emb, pos, q)
-    np.testing.assert_array_equal(task.ranks(got_norm), ranks)
+    np.testing.assert_array_equal(hn.positive_ranks(task.blocks(got_norm), task.positives), ranks)
 
 
 def test_memory_mapped_bank_larger_than_block_budget(tmp_path):
@@ -90,7 +93,7 @@ def test_memory_mapped_bank_larger_than_block_budget(tmp_path):
     for name, params in [("nnn", {"k": 8}), ("is", {"tau": 0.05}), ("dis", {"tau": 0.05}), ("csls", {"k": 5}),
                          ("sn", {"tau": 0.05}), ("dbsn", {"tau": 0.05})]:
         engine = LocalEngine(matrices=mats, block_bytes=budget)
-        norm = hn.scores.fit_scores(hn.make_normalizer(name, **params), engine)
+        norm = fit_scores(hn.make_normalizer(name, **params), engine)
         ref = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
         np.testing.assert_allclose(norm.offsets_.numpy(), ref.offsets_.numpy(), rtol=0, atol=1e-12, err_msg=name)
         assert engine.blocks_read > 1, name
@@ -100,19 +103,21 @@ def test_memory_mapped_bank_larger_than_block_budget(tmp_path):
 def test_missing_inputs_are_named():
     q, t, qb, tb, pos = _directions()["t2v"]
     mats = matrices_from_embeddings(q, t, qb, None)
-    task = ScoreTask(mats, pos, direction="t2v")
-    with pytest.raises(ValueError, match="DualBankSinkhornNormalization needs the query bank x target bank score matrix"):
+    task = RetrievalTask(scores=mats, positives=pos, direction="t2v")
+    with pytest.raises(ValueError,
+                       match="DualBankSinkhornNormalization needs the query bank x target bank score matrix"):
         task.fit(hn.make_normalizer("dbsn"))
     with pytest.raises(ValueError, match="target bank x gallery"):
         task.fit(hn.make_normalizer("dualis"))
     with pytest.raises(ValueError, match="reads the embeddings of query_bank"):
         task.fit(hn.make_normalizer("dn"))
-    bare = ScoreTask({("queries", "targets"): mats[("queries", "targets")]}, pos)
+    bare = RetrievalTask(scores={("queries", "targets"): mats[("queries", "targets")]}, positives=pos, direction="t2v")
     with pytest.raises(ValueError, match="needs the query bank x gallery"):
         bare.fit(hn.make_normalizer("is"))
     # the raw scores and the query-aware fit need only the test matrix
-    assert bare.evaluate()["R@1"] == pytest.approx(hn.evaluate(hn.make_normalizer("raw").fit(t), _task(q, t, pos))["R@1"])
-    qa = bare.evaluate(hn.make_normalizer("is", tau=0.05), query_aware=True)
+    assert hn.evaluate(None, bare)["R@1"] == pytest.approx(
+        hn.evaluate(hn.make_normalizer("raw").fit(t), _task(q, t, pos))["R@1"])
+    qa = hn.evaluate(bare.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), bare)
     ref = hn.make_normalizer("is", tau=0.05).fit(t, query_bank=q)
     assert qa["R@1"] == pytest.approx(hn.evaluate(ref, _task(q, t, pos))["R@1"])
 
@@ -127,13 +132,14 @@ def test_bad_matrices_are_refused():
     bad = dict(mats)
     bad[("query_bank", "targets")] = mats[("query_bank", "targets")][:, :-1]
     with pytest.raises(ValueError, match="must share their rows and columns"):
-        ScoreTask(bad, pos)
+        RetrievalTask(scores=bad, positives=pos, direction="t2v")
     nan = mats[("query_bank", "targets")].copy()
     nan[3, 4] = np.nan
-    task = ScoreTask({**mats, ("query_bank", "targets"): ScoreMatrix(nan, "bank.npy")}, pos)
+    task = RetrievalTask(scores={**mats, ("query_bank", "targets"): ScoreMatrix(nan, "bank.npy")}, positives=pos,
+                         direction="t2v")
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score .* row 3, column 4"):
         task.fit(hn.make_normalizer("is"))
     with pytest.raises(ValueError, match="positives are"):
-        ScoreTask(mats, Positives.from_labels(np.arange(len(t)), len(t)))
+        RetrievalTask(scores=mats, positives=Positives.from_labels(np.arange(len(t)), len(t)), direction="t2v")
     with pytest.raises(TypeError, match="floating-point"):
         ScoreMatrix(np.zeros((3, 3), dtype=np.int64))

@@ -2,8 +2,9 @@
 reduction along
 both axes against the dense float64 form, on every read path (resident in memory, streamed in blocks, the plain
 loop; a matrix given in the other orientation and read transposed), the guards of a stored matrix at a single bad
-cell, the resident budget at its boundary, and what ``fit_scores`` / ``ScoreTask`` pass on. The survivors of the
-mutation run of ``hubnorm.scores`` (benchmarks/reports/mutation/scores.md) pointed to each of these."""
+cell, the resident budget at its boundary, and what ``Normalizer.fit_scores`` / a ``RetrievalTask`` of score matrices
+pass on. The survivors of the mutation run of ``hubnorm.scores`` (benchmarks/reports/mutation/scores.md) pointed to
+each of these."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import torch
 import hubnorm as hn
 from hubnorm.blocks import LogMeanExp, LogSumExp, Moments, Scores, TopK
 from hubnorm.engine import LocalEngine
-from hubnorm.scores import ScoreMatrix, ScoreTask, fit_scores, matrices_from_embeddings
+from hubnorm.matrices import ScoreMatrix
+from hubnorm.scores import matrices_from_embeddings
+from hubnorm.retrieval import fit_scores
 
 PATHS = {"resident": {}, "streamed": {"resident_bytes": 0, "block_bytes": 256},
          "plain": {"plain": True, "block_bytes": 256}}
@@ -196,25 +199,26 @@ def test_blocks_read_counts_every_read(S):
 def test_query_aware_fit_uses_the_test_scores_as_the_bank(emb):
     q, t, qb = emb["queries"], emb["targets"], emb["query_bank"]
     mats = matrices_from_embeddings(q, t, qb)
-    aware = fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices=mats), query_aware=True)
+    task = hn.RetrievalTask(scores=mats, positives=hn.Positives.from_labels(np.arange(11) % 13, 13), direction="t2v")
+    aware = task.fit(hn.InvertedSoftmax(tau=0.05), query_aware=True)
     want = hn.InvertedSoftmax(tau=0.05).fit(t, query_bank=q)
     np.testing.assert_allclose(aware.offsets, want.offsets, rtol=0, atol=1e-12)
     agnostic = fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices=mats))
     assert np.abs(agnostic.offsets - aware.offsets).max() > 1e-3
     with pytest.raises(ValueError, match=r"needs the query bank x gallery \(targets\) score matrix"):
         fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices={("queries", "targets"): mats[("queries",
-                                                             "targets")]}))
+                                                                                                   "targets")]}))
 
 
 def test_task_defaults_and_ks(emb):
     q, t, qb = emb["queries"], emb["targets"], emb["query_bank"]
     mats = matrices_from_embeddings(q, t, qb)
     pos = hn.Positives.from_labels(np.arange(11) % 13, 13)
-    task = ScoreTask(mats, pos, direction="t2i")
-    assert set(task.evaluate(None, ks=(1, 3))) >= {"R@1", "R@3"} and "R@5" not in task.evaluate(None, ks=(1, 3))
-    np.testing.assert_array_equal(task.k_occurrence(), task.k_occurrence(k=10))
-    assert task.hubness() == task.hubness(k=10)
-    assert not np.array_equal(task.k_occurrence(k=10), task.k_occurrence(k=11))
+    task = hn.RetrievalTask(scores=mats, positives=pos, direction="t2i")
+    assert set(hn.evaluate(None, task, ks=(1, 3))) >= {"R@1", "R@3"} and "R@5" not in hn.evaluate(None, task, ks=(1, 3))
+    np.testing.assert_array_equal(hn.k_occurrence(task.blocks()), hn.k_occurrence(task.blocks(), k=10))
+    assert hn.hubness(task.blocks()) == hn.hubness(task.blocks(), k=10)
+    assert not np.array_equal(hn.k_occurrence(task.blocks(), k=10), hn.k_occurrence(task.blocks(), k=11))
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

@@ -15,7 +15,9 @@ import torch
 import hubnorm as hn
 from hubnorm.kernels import PRECISION_TARGET, logsumexp_scores, topk_scores
 from hubnorm.engine import LocalEngine
-from hubnorm.scores import ScoreMatrix, fit_scores, matrices_from_embeddings
+from hubnorm.matrices import ScoreMatrix
+from hubnorm.scores import matrices_from_embeddings
+from hubnorm.retrieval import fit_scores
 
 from method_checks import unit_rows
 

@@ -13,7 +13,8 @@ import pytest
 import hubnorm as hn
 from hubnorm import media
 from hubnorm.data.sims import SimsError, load_sims, scan_npy, write_sims
-from hubnorm.scores import ProductScores, ScoreMatrix, ScoreTask, matrices_from_embeddings
+from hubnorm.matrices import ProductScores, ScoreMatrix
+from hubnorm.scores import matrices_from_embeddings
 
 from test_sims import write_example
 
@@ -31,7 +32,7 @@ def test_media_tasks_are_lazy_and_share_the_transpose():
     tasks = media.media_tasks(_media(), bank_queries=50, target_bank=25)
     for t in tasks.values():
         assert all(isinstance(m, ProductScores) for m in t.engine.matrices.values())
-    f, b = tasks["t2v"].test, tasks["v2t"].test
+    f, b = tasks["t2v"].matrix("queries", "targets"), tasks["v2t"].matrix("queries", "targets")
     assert f.a is b.b and f.b is b.a           # v2t's test matrix is t2v's read transposed: nothing recomputed
     assert tasks["t2v"].size("query_bank") == 50 and tasks["v2t"].size("target_bank") == 25
 
@@ -45,9 +46,10 @@ def test_media_tasks_equal_dense_matrices(name, params):
     tasks = media.media_tasks(d)
     for direction, q, t, qb, tb in (("t2v", d.captions, d.items, d.bank_captions, d.bank_items),
                                     ("v2t", d.items, d.captions, d.bank_items, d.bank_captions)):
-        dense = ScoreTask(matrices_from_embeddings(q, t, qb, tb), tasks[direction].positives, direction=direction)
-        got = tasks[direction].evaluate(hn.make_normalizer(name, **params))
-        want = dense.evaluate(hn.make_normalizer(name, **params))
+        dense = hn.RetrievalTask(scores=matrices_from_embeddings(q, t, qb, tb), positives=tasks[direction].positives,
+                                 direction=direction)
+        got = hn.evaluate(tasks[direction].fit(hn.make_normalizer(name, **params)), tasks[direction])
+        want = hn.evaluate(dense.fit(hn.make_normalizer(name, **params)), dense)
         assert got == pytest.approx(want, abs=1e-12), (direction, got, want)
 
 
@@ -62,8 +64,8 @@ def test_sims_bank_subsets_equal_the_embeddings_subsets(tmp_path):
         assert src.tasks[d].size("query_bank") == 25 and src.tasks[d].size("target_bank") == 15
         for name, params in (("is", {"tau": 0.05}), ("dbsn", {"tau": 0.05}),
                              ("dualis", {"beta_query": 20.0, "beta_target": 5.0})):
-            got = src.tasks[d].evaluate(hn.make_normalizer(name, **params))
-            want = emb[d].evaluate(hn.make_normalizer(name, **params))
+            got = hn.evaluate(src.tasks[d].fit(hn.make_normalizer(name, **params)), src.tasks[d])
+            want = hn.evaluate(emb[d].fit(hn.make_normalizer(name, **params)), emb[d])
             assert got == pytest.approx(want, abs=1e-12), (d, name)
 
 
@@ -110,7 +112,8 @@ def test_one_pass_scan_names_the_cell(tmp_path, order):
         scan_npy(path, arr, "matrix 'test'", checksum="0" * 64)
     x[3, 5] = -9.0
     np.save(path, x)
-    assert scan_npy(path, np.load(path, mmap_mode="r"), "m", checksum=hashlib.sha256(path.read_bytes()).hexdigest()) == 9.0
+    digest_now = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert scan_npy(path, np.load(path, mmap_mode="r"), "m", checksum=digest_now) == 9.0
     assert digest != hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -134,8 +137,9 @@ def test_transposed_matrix_is_read_along_its_contiguous_axis(tmp_path, monkeypat
 
     monkeypatch.setattr(ScoreMatrix, "_stored", spy)
     test = np.asarray(rng.standard_normal((5, 6)))
-    task = ScoreTask({("queries", "targets"): test, ("query_bank", "targets"): m},
-                     hn.Positives.from_labels(np.arange(5) % 6, 6), block_bytes=400 * 8 * 2, plain=plain)
+    task = hn.RetrievalTask(scores={("queries", "targets"): test, ("query_bank", "targets"): m},
+                            positives=hn.Positives.from_labels(np.arange(5) % 6, 6), block_bytes=400 * 8 * 2,
+                            plain=plain, direction="t2v")
     was_plain = plain
     plain = task.fit(hn.make_normalizer("is", tau=0.1)).offsets_
     if was_plain:

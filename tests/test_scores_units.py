@@ -14,9 +14,10 @@ Survivors judged equivalent (no test can tell them apart):
   ``lo <= hi`` (an empty piece joins the concatenation: the same values).
 - ``LocalEngine._reduce_stored``: ``getattr(red, "read_only", False)`` -> default ``None`` (every Reduction has
   ``read_only``).
-- ``fit_scores``: ``engine.has_matrix(rows, col)`` -> ``has_matrix(rows, None)`` (``engine.matrix(rows, col)`` is then
-  asked, and returns the matrix or raises the same error).
-- ``normalized_blocks``: ``normalize_scores(s, None)`` -> ``normalize_scores(s)`` (None is the default).
+- ``Normalizer.fit_scores`` (was ``fit_scores``): ``engine.has_matrix(rows, col)`` -> ``has_matrix(rows, None)``
+  (``engine.matrix(rows, col)`` is then asked, and returns the matrix or raises the same error).
+- ``RetrievalTask.blocks`` (was ``normalized_blocks``): ``normalize_scores(s, None)`` -> ``normalize_scores(s)``
+  (None is the default).
 - ``sample_index``: ``replace=False`` -> ``replace=None`` (falsy as well).
 """
 
@@ -29,7 +30,9 @@ from scipy import stats
 
 import hubnorm as hn
 from hubnorm.engine import LocalEngine
-from hubnorm.scores import (ScoreMatrix, ScoreTask, bank_subsets, positives_from_pairs, sample_index)
+from hubnorm.matrices import ScoreMatrix
+from hubnorm.retrieval import RetrievalTask, fit_scores
+from hubnorm.scores import bank_subsets, positives_from_pairs, sample_index
 
 
 def _rng(seed=0):
@@ -83,8 +86,9 @@ def _task(n_q=40, n_t=30, block_bytes=None, **kw):
     S = rng.standard_normal((n_q, n_t))
     S[:, 3] += 1.5          # a hub
     labels = rng.integers(0, n_t, n_q)
-    return S, labels, ScoreTask({("queries", "targets"): S}, hn.Positives.from_labels(labels, n_t),
-                                block_bytes=block_bytes, **kw)
+    kw.setdefault("direction", "t2v")     # ScoreTask's default label
+    return S, labels, RetrievalTask(scores={("queries", "targets"): S}, positives=hn.Positives.from_labels(labels, n_t),
+                                    block_bytes=block_bytes, **kw)
 
 
 @pytest.mark.parametrize("block_bytes", [None, 8 * 30 * 3])     # one block, or blocks of 3 rows
@@ -94,8 +98,8 @@ def test_the_hubness_of_a_task_is_the_k_occurrence_of_its_whole_matrix(block_byt
     n_k = np.zeros(S.shape[1])
     for row in S:
         n_k[np.argsort(-row, kind="stable")[:k]] += 1
-    assert np.array_equal(task.k_occurrence(k=k), n_k)
-    h = task.hubness(k=k)
+    assert np.array_equal(hn.k_occurrence(task.blocks(), k), n_k)
+    h = hn.hubness(task.blocks(), k)
     assert h["skewness"] == pytest.approx(stats.skew(n_k), abs=1e-12)
     assert h == hn.hubness_stats(n_k, k, S.shape[0])
     # of the normalised scores: a normalizer fitted on the task (query-aware IS)
@@ -105,38 +109,43 @@ def test_the_hubness_of_a_task_is_the_k_occurrence_of_its_whole_matrix(block_byt
     n_z = np.zeros(S.shape[1])
     for row in Z:
         n_z[np.argsort(-row, kind="stable")[:k]] += 1
-    assert np.array_equal(task.k_occurrence(norm, k=k), n_z) and not np.array_equal(n_z, n_k)
+    assert np.array_equal(hn.k_occurrence(task.blocks(norm), k), n_z) and not np.array_equal(n_z, n_k)
 
 
 def test_what_a_task_holds_and_the_guards_of_a_task():
     S, labels, task = _task()
     bank = _rng(2).standard_normal((12, 30))
-    full = ScoreTask({("queries", "targets"): S, ("query_bank", "targets"): bank},
-                     hn.Positives.from_labels(labels, 30))
+    full = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): bank},
+                         positives=hn.Positives.from_labels(labels, 30), direction="t2v")
     assert [full.has(n) for n in ("queries", "targets", "query_bank", "target_bank")] == [True, True, True, False]
     assert [task.has(n) for n in ("queries", "targets", "query_bank", "target_bank")] == [True, True, False, False]
     assert (full.n_queries, full.n_targets, full.size("query_bank"), full.size("target_bank")) == (40, 30, 12, None)
     assert _error(ValueError, task.has, "bank") == ("a task holds the inputs queries, targets, query_bank, "
                                                      "target_bank; got 'bank'")
-    assert _error(ValueError, ScoreTask, {("query_bank", "targets"): bank}, hn.Positives.from_labels(labels, 30)) == (
-        "a score task needs the test score matrix (queries x targets): pass matrices={('queries', 'targets'): "
+    assert _error(ValueError, RetrievalTask, scores={("query_bank", "targets"): bank},
+                  positives=hn.Positives.from_labels(labels, 30), direction="t2v") == (
+        "a task given as scores needs the test score matrix (queries x targets): pass scores={('queries', 'targets'): "
         "S_test, ...}")
-    assert _error(TypeError, ScoreTask, {("queries", "targets"): S}, labels) == (
-        "positives must be a hubnorm.Positives (Positives.from_labels / from_groups)")
-    assert _error(ValueError, ScoreTask, {("queries", "targets"): S}, hn.Positives.from_labels(labels, 31)) == (
-        "positives are 40 queries x 31 targets but the queries x targets score matrix is 40 x 30: pass the positives "
-        "of this matrix's rows and columns")
-    assert _error(ValueError, ScoreTask, {("queries", "targets"): S},
-                  hn.Positives.from_labels(labels[:39], 30)).startswith("positives are 39 queries x 30 targets but")
+    assert _error(TypeError, RetrievalTask, scores={("queries", "targets"): S}, positives=labels, direction="t2v") == (
+        "positives must be a hubnorm.Positives (use Positives.from_labels / from_groups / "
+        "hubnorm.positives_from_pairs); got ndarray")
+    assert _error(ValueError, RetrievalTask, scores={("queries", "targets"): S},
+                  positives=hn.Positives.from_labels(labels, 31), direction="t2v") == (
+        "positives are 40 queries x 31 targets but the queries x targets score matrix is 40 queries x 30 targets: "
+        "pass the positives of these queries and targets")
+    assert _error(ValueError, RetrievalTask, scores={("queries", "targets"): S},
+                  positives=hn.Positives.from_labels(labels[:39], 30), direction="t2v").startswith(
+        "positives are 39 queries x 30 targets but")
     with pytest.raises(ValueError, match=r"direction must be one of t2i, i2t, .*got 'x2y'"):
-        ScoreTask({("queries", "targets"): S}, hn.Positives.from_labels(labels, 30), direction="x2y")
+        RetrievalTask(scores={("queries", "targets"): S}, positives=hn.Positives.from_labels(labels, 30),
+                      direction="x2y")
 
 
 def test_a_task_passes_its_reading_options_to_its_engine():
     S, labels, _ = _task()
-    t = ScoreTask({("queries", "targets"): S.astype(np.float32)}, hn.Positives.from_labels(labels, 30),
-                  dtype=torch.float32, block_bytes=4096, plain=True, resident_bytes=0, direction="t2a",
-                  meta={"dataset": "d"})
+    t = RetrievalTask(scores={("queries", "targets"): S.astype(np.float32)},
+                      positives=hn.Positives.from_labels(labels, 30), dtype=torch.float32, block_bytes=4096,
+                      plain=True, resident_bytes=0, direction="t2a", meta={"dataset": "d"})
     e = t.engine
     assert (e.dtype, e.block_bytes, e.plain, e.resident_bytes) == (torch.float32, 4096, True, 0)
     assert t.direction == "t2a" and t.meta == {"dataset": "d"}
@@ -148,32 +157,34 @@ def test_a_task_passes_its_reading_options_to_its_engine():
 def test_ranks_and_evaluate_of_a_task_are_those_of_the_dense_matrix():
     S, labels, task = _task(block_bytes=8 * 30 * 4)
     want = np.array([(S[i] > S[i, labels[i]]).sum() for i in range(len(S))])
-    assert np.array_equal(task.ranks(), want)
-    r = task.evaluate(None, ks=(1, 5))
+    assert np.array_equal(hn.positive_ranks(task.blocks(), task.positives), want)
+    r = hn.evaluate(None, task, ks=(1, 5))
     assert r["R@1"] == pytest.approx(100 * np.mean(want < 1)) and r["R@5"] == pytest.approx(100 * np.mean(want < 5))
     norm = hn.make_normalizer("is", tau=0.05)
     task.fit(norm, query_aware=True)
-    fitted = task.evaluate(norm, fit=False)
-    assert fitted == task.evaluate(hn.make_normalizer("is", tau=0.05), query_aware=True)
-    assert fitted != task.evaluate(None)
+    fitted = hn.evaluate(norm, task)
+    assert fitted == hn.evaluate(task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True), task)
+    assert fitted != hn.evaluate(None, task)
 
 
-def test_hubnorm_evaluate_takes_a_score_task_as_task_evaluate_does():
-    """One evaluate: ``hn.evaluate(normalizer, score_task)`` is what ``ScoreTask.evaluate(..., fit=False)`` returns
-    (it calls it), raw scores with ``None``, bootstrap intervals and ranks of the dense matrix, chunked or not; a task
-    of another type is refused by name."""
+def test_hubnorm_evaluate_takes_a_task_of_score_matrices():
+    """One evaluate: ``hn.evaluate(normalizer, task)`` of a task given as score matrices: raw scores with ``None``,
+    the ranks of the dense (normalised) matrix, chunked or not, bootstrap intervals; a task of another type is refused
+    by name."""
     S, labels, task = _task(block_bytes=8 * 30 * 4)
     want = np.array([(S[i] > S[i, labels[i]]).sum() for i in range(len(S))])
     raw, ranks = hn.evaluate(None, task, ks=(1, 5), return_ranks=True, chunk_size=7)
-    assert np.array_equal(ranks, want) and raw == task.evaluate(None, ks=(1, 5)) and raw["bank"] == "none"
+    assert np.array_equal(ranks, want) and raw == hn.evaluate(None, task, ks=(1, 5)) and raw["bank"] == "none"
     norm = hn.make_normalizer("is", tau=0.05)
     task.fit(norm, query_aware=True)
-    assert hn.evaluate(norm, task) == task.evaluate(norm, fit=False)
+    fitted, ranks = hn.evaluate(norm, task, return_ranks=True)
+    assert fitted == hn.evaluate(norm, task, chunk_size=7)
+    assert np.array_equal(ranks, hn.positive_ranks(task.score(norm), task.positives))
     boot = hn.evaluate(norm, task, ks=(1,), n_boot=50, seed=3)
     assert boot["R@1 lo"] <= boot["R@1"] <= boot["R@1 hi"] and boot == hn.evaluate(norm, task, ks=(1,), n_boot=50,
                                                                                     seed=3)
     assert _error(TypeError, hn.evaluate, norm, {"queries": S}) == (
-        "task must be a hubnorm.RetrievalTask (embeddings) or a hubnorm.ScoreTask (score matrices); got dict")
+        "task must be a hubnorm.RetrievalTask (embeddings or score matrices); got dict")
 
 
 # ----------------------------------------------------------------------------------------------- the engine's guards
@@ -210,7 +221,8 @@ def test_a_bank_subset_is_seeded_sorted_and_never_empty():
     a = sample_index(100, 10, seed=3)
     assert np.array_equal(a, np.sort(np.random.default_rng(3).choice(100, size=10, replace=False)))
     assert np.array_equal(a, np.sort(a)) and len(set(a)) == 10
-    assert sample_index(100, None, 3) is None and sample_index(100, 100, 3) is None and sample_index(100, 250, 3) is None
+    assert sample_index(100, None, 3) is None and sample_index(100, 100, 3) is None
+    assert sample_index(100, 250, 3) is None
     assert len(sample_index(100, 99, 3)) == 99 and len(sample_index(5, 1, 0)) == 1
     with pytest.raises(ValueError) as e:
         sample_index(100, 0, 3)
@@ -277,7 +289,8 @@ def test_a_target_bank_subset_alone_is_applied(tmp_path):
 
 # ----------------------------------------------------------------------------------------------- from embeddings
 def test_product_scores_read_any_array_and_name_what_is_wrong():
-    from hubnorm.scores import ProductScores, score_matrices
+    from hubnorm.matrices import ProductScores
+    from hubnorm.scores import score_matrices
 
     rng = _rng(4)
     q, t = rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
@@ -300,14 +313,13 @@ def test_product_scores_read_any_array_and_name_what_is_wrong():
 
 
 def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
-    from hubnorm.scores import fit_scores
-
     S, labels, _ = _task()
     bank = _rng(5).standard_normal((12, 30))
-    eng = LocalEngine(matrices={("queries", "targets"): S, ("query_bank", "targets"): bank}, block_bytes=4096,
-                      plain=True,
-                      resident_bytes=0, hints={("query_bank", "target_bank"): "add bank_rows_x_bank_cols"})
-    norm = fit_scores(hn.make_normalizer("is", tau=0.05), eng, query_aware=True)
+    task = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): bank},
+                         positives=hn.Positives.from_labels(labels, 30), direction="t2v", block_bytes=4096,
+                         plain=True, resident_bytes=0,
+                         hints={("query_bank", "target_bank"): "add bank_rows_x_bank_cols"})
+    norm = task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True)
     used = norm.score_engine_
     assert (used.block_bytes, used.plain, used.resident_bytes) == (4096, True, 0)
     assert used.size("query_bank") == 40                      # the test queries, not the bank of 12
@@ -315,7 +327,7 @@ def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
     want = -(np.log(np.exp(dense - dense.max(0)).mean(0)) + dense.max(0)) * 0.05   # -tau log mean_q exp(s / tau)
     assert np.allclose(norm.offsets, want)
     with pytest.raises(ValueError) as e:
-        fit_scores(hn.make_normalizer("dbsn", tau=0.05), eng, query_aware=True)
+        task.fit(hn.make_normalizer("dbsn", tau=0.05), query_aware=True)
     assert "which is missing" in str(e.value) and str(e.value).endswith(": add bank_rows_x_bank_cols")
 
 
@@ -324,7 +336,7 @@ def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
 # paths seen through a probe reduction, the fast path's one read, and the guards by their whole messages)
 from hubnorm.blocks import Embeddings, Reduction, Scores, TopKResult   # noqa: E402
 from hubnorm.matrices import check_finite_block   # noqa: E402
-from hubnorm.scores import ProductScores, fit_scores, needed_matrices   # noqa: E402
+from hubnorm.matrices import ProductScores   # noqa: E402
 
 
 class _Probe(Reduction):
@@ -569,12 +581,14 @@ def test_the_bound_of_a_matrix_read_block_by_block_counts_its_blocks():
 def test_normalized_blocks_are_sized_by_the_dtype_and_budget():
     S, labels, task = _task(block_bytes=8 * 30 * 4)                         # 4 float64 rows of 30
     assert [q0 for q0, _ in task.blocks()] == list(range(0, 40, 4))
-    t32 = ScoreTask({("queries", "targets"): S.astype(np.float32)}, hn.Positives.from_labels(labels, 30),
-                    block_bytes=8 * 30 * 4, dtype=torch.float32)
+    t32 = RetrievalTask(scores={("queries", "targets"): S.astype(np.float32)},
+                        positives=hn.Positives.from_labels(labels, 30), block_bytes=8 * 30 * 4, dtype=torch.float32,
+                        direction="t2v")
     assert [q0 for q0, _ in t32.blocks()] == list(range(0, 40, 8))
     bad = S.copy()
     bad[13, 7] = np.nan
-    t = ScoreTask({("queries", "targets"): bad}, hn.Positives.from_labels(labels, 30), block_bytes=8 * 30 * 4)
+    t = RetrievalTask(scores={("queries", "targets"): bad}, positives=hn.Positives.from_labels(labels, 30),
+                      block_bytes=8 * 30 * 4, direction="t2v")
     assert "at row 13, column 7:" in _error(ValueError, t.score)
 
 
@@ -583,21 +597,26 @@ def test_the_hubness_of_a_task_counts_the_top_10_by_default():
     n_k = np.zeros(S.shape[1])
     for row in S:
         n_k[np.argsort(-row, kind="stable")[:10]] += 1
-    assert np.array_equal(task.k_occurrence(), n_k) and n_k.sum() == 400
-    assert task.hubness() == hn.hubness_stats(n_k, 10, 40)
+    assert np.array_equal(hn.k_occurrence(task.blocks()), n_k) and n_k.sum() == 400
+    assert hn.hubness(task.blocks()) == hn.hubness_stats(n_k, 10, 40)
 
 
 def test_a_method_that_reads_embeddings_is_refused_by_its_class_name():
     dn = hn.make_normalizer("dn")
-    msg = _error(ValueError, needed_matrices, dn)
-    assert msg.startswith(f"{type(dn).__name__} reads the embeddings of ") and "a score task (sims: source)" in msg
+    S, _, task = _task()
+    msg = _error(ValueError, fit_scores, dn, LocalEngine(matrices={("queries", "targets"): S}))
+    assert msg.startswith(f"{type(dn).__name__} reads the embeddings of ")
+    assert "a task given as score matrices (a sims: source)" in msg
+    assert _error(ValueError, task.fit, hn.make_normalizer("dn")) == msg
 
 
 def test_a_query_aware_fit_drops_every_matrix_of_the_bank():
     S, labels, _ = _task()
-    eng = LocalEngine(matrices={("queries", "targets"): S, ("query_bank", "targets"): _rng(5).standard_normal((12, 30)),
-                       ("query_bank", "target_bank"): _rng(6).standard_normal((12, 4))})
-    norm = fit_scores(hn.make_normalizer("is", tau=0.05), eng, query_aware=True)
+    task = RetrievalTask(scores={("queries", "targets"): S,
+                                 ("query_bank", "targets"): _rng(5).standard_normal((12, 30)),
+                                 ("query_bank", "target_bank"): _rng(6).standard_normal((12, 4))},
+                         positives=hn.Positives.from_labels(labels, 30), direction="t2v")
+    norm = task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True)
     used = norm.score_engine_
     assert used.size("query_bank") == 40 and ("query_bank", "target_bank") not in used.matrices
     assert used.size("target_bank") is None
@@ -639,11 +658,12 @@ def test_a_reduction_over_two_column_matrices_reads_them_side_by_side(plain):
 @pytest.mark.parametrize("name, params", [("is", {"tau": 0.1}), ("nnn", {"k": 3, "alpha": 0.5}),
                                           ("csls", {"k": 2}), ("sn", {"tau": 0.1})])
 def test_a_normalizer_fitted_from_matrices_scores_and_ranks_raw_test_scores(name, params):
-    """score / topk of a normalizer fitted by ScoreTask take the raw test scores and give what the task gives."""
+    """score / topk of a normalizer fitted by a task of score matrices take the raw test scores and give what the
+    task gives."""
     rng = np.random.default_rng(4)
     S, B = rng.standard_normal((13, 9)), rng.standard_normal((40, 9))
-    task = ScoreTask({("queries", "targets"): S, ("query_bank", "targets"): B},
-                     hn.Positives.from_labels(np.arange(13) % 9, 9))
+    task = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): B},
+                         positives=hn.Positives.from_labels(np.arange(13) % 9, 9), direction="t2v")
     norm = task.fit(hn.make_normalizer(name, **params))
     want = task.score(norm)
     for given in (S, torch.from_numpy(S), np.asfortranarray(S), S.tolist()):
@@ -660,8 +680,8 @@ def test_a_normalizer_fitted_from_matrices_scores_and_ranks_raw_test_scores(name
 def test_raw_test_scores_are_checked_and_a_refit_never_mixes_two_fits():
     rng = np.random.default_rng(5)
     S, B = rng.standard_normal((6, 4)), rng.standard_normal((20, 4))
-    task = ScoreTask({("queries", "targets"): S, ("query_bank", "targets"): B},
-                     hn.Positives.from_labels(np.arange(6) % 4, 4))
+    task = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): B},
+                         positives=hn.Positives.from_labels(np.arange(6) % 4, 4), direction="t2v")
     norm = task.fit(hn.InvertedSoftmax(tau=0.1))
     with pytest.raises(ValueError, match=r"fitted from score matrices over 4 targets: score / topk take the raw test "
                                          r"scores \(queries x 4 targets.*got shape \(6, 5\)"):

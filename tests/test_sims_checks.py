@@ -38,7 +38,7 @@ def test_the_right_folder_of_the_catalogue_loads(tmp_path):
     """The catalogue's mistakes start from a folder that is right (so each refusal is the mistake's)."""
     write_spec(tmp_path, right_spec())
     tasks = sims_tasks(load_sims(tmp_path))
-    assert tasks["t2v"].evaluate(None)["R@1"] > 20 and tasks["t2v"].meta["flags"] == []
+    assert hn.evaluate(None, tasks["t2v"])["R@1"] > 20 and tasks["t2v"].meta["flags"] == []
 
 
 def test_consistency_false_warns_and_the_results_carry_the_flag(tmp_path):

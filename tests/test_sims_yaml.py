@@ -31,8 +31,9 @@ def test_yaml_manifest_equals_json(tmp_path, name):
     a, b = load_sims(js), load_sims(ym)
     assert a.manifest == b.manifest == man
     for d in ("t2v", "v2t"):
-        got = sims_tasks(b)[d].evaluate(hn.make_normalizer("dbsn", tau=0.05))
-        want = sims_tasks(a)[d].evaluate(hn.make_normalizer("dbsn", tau=0.05))
+        tb, ta = sims_tasks(b)[d], sims_tasks(a)[d]
+        got = hn.evaluate(tb.fit(hn.make_normalizer("dbsn", tau=0.05)), tb)
+        want = hn.evaluate(ta.fit(hn.make_normalizer("dbsn", tau=0.05)), ta)
         assert got == want
 
 

@@ -136,11 +136,11 @@ def test_embeddings_and_score_matrices_give_the_same_query_aware_results(name):
     task = hn.RetrievalTask(q, t, pos)
     emb = task.fit(hn.make_normalizer(name), query_aware=True)
     from_emb = hn.evaluate(emb, task)
-    st = hn.ScoreTask({("queries", "targets"): q @ t.T}, pos, direction="t2i")
+    st = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=pos, direction="t2i")
     scores = hn.make_normalizer(name)
     with pytest.raises(hn.NotFittedError, match="not fitted"):
         scores.sparsity
-    from_scores = st.evaluate(scores, query_aware=True)
+    from_scores = hn.evaluate(st.fit(scores, query_aware=True), st)
     for key in ("R@1", "R@5", "R@10", "MdR", "MnR"):
         assert from_emb[key] == pytest.approx(from_scores[key], abs=1e-9), key
     assert scores.sparsity == emb.sparsity > 0.5   # Table 6's last column, from either input

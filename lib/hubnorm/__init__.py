@@ -6,7 +6,10 @@ Data flow: load -> encode/cache -> scores -> normalize -> evaluate -> plot.
 >>> tasks = hn.build_tasks(images, captions, caption_to_image, image_bank=train_imgs, caption_bank=train_caps)
 >>> nnn = tasks["t2i"].fit(hn.NearestNeighborNormalization(alpha=0.75, k=16))
 >>> hn.evaluate(nnn, tasks["t2i"])            # {'R@1': ..., 'R@5': ..., 'R@10': ..., 'MdR': ..., 'MnR': ...}
->>> hn.hubness(nnn, k=10, queries=tasks["t2i"].queries)
+>>> hn.hubness(tasks["t2i"].blocks(nnn), k=10)   # any measure reads the task's (normalised) score blocks
+>>> video = hn.RetrievalTask(scores={("queries", "targets"): S_test, ("query_bank", "targets"): S_bank},
+...                          positives=hn.positives_from_pairs(rows, cols, *S_test.shape), direction="t2v")
+>>> hn.evaluate(video.fit(hn.InvertedSoftmax(tau=0.05)), video)   # the same path from score matrices
 >>> hn.grid_search("nnn", val_task)       # NNN App. B selection: the one public way to choose parameters
 """
 
@@ -30,7 +33,7 @@ _EXPORTS = {
                     "normalizers"),   # hubnorm.normalizers.__all__ (tests/test_packaging.py keeps them equal)
     **dict.fromkeys(["DISPLAY_NAMES", "NORMALIZERS", "make_normalizer"], "registry"),
     **dict.fromkeys(["DIRECTIONS", "DIRECTION_NAMES", "Positives", "RetrievalTask", "build_tasks"], "retrieval"),
-    **dict.fromkeys(["ScoreTask", "matrices_from_embeddings"], "scores"),
+    **dict.fromkeys(["matrices_from_embeddings", "positives_from_pairs", "sims_tasks"], "scores"),
     **dict.fromkeys(["PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split"], "selection"),
     **dict.fromkeys(["EmbeddingDataset", "EmbeddingSplit"], "embeddings"),
     "load_embeddings": "datasets",

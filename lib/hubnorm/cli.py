@@ -10,8 +10,9 @@
 ``sims:<folder>`` (score matrices, :mod:`hubnorm.data.sims`). Every direction of the source is run unless
 ``--direction`` names one. Embeddings are read as float64 unit rows.
 
-One path for both kinds: each direction becomes a :class:`hubnorm.scores.ScoreTask` (embeddings through
-:func:`hubnorm.scores.score_matrices`, computed block by block, never a whole bank x gallery matrix), fitted and
+One path for both kinds: each direction becomes a :class:`hubnorm.RetrievalTask` of score matrices (embeddings
+through :class:`hubnorm.matrices.ProductScores`, computed block by block, never a whole bank x gallery matrix),
+fitted and
 evaluated by the library's own engine. The offsets of an offset method ``h`` make the normalised score
 ``S + h``; ``<[q, 1], [t, h]> = q . t + h`` (NNN paper, Sec. 3.1) lets any inner-product index serve it.
 
@@ -70,7 +71,7 @@ class Direction:
     them (``queries``, ``targets``, ``query_bank``, ``target_bank``; None for a ``sims:`` folder)."""
 
     name: str
-    task: object   # hubnorm.scores.ScoreTask
+    task: object   # hubnorm.RetrievalTask (of score matrices)
     queries: Optional[np.ndarray] = None
     targets: Optional[np.ndarray] = None
     query_bank: Optional[np.ndarray] = None
@@ -183,7 +184,7 @@ def _matrix_bank(task) -> dict:
     man, _ = read_manifest(Path(task.meta["folder"]))
     sums = man.get("checksums") or {}
     bank = {}
-    for (rows, cols), m in task.matrices.items():
+    for (rows, cols), m in task.scores.items():
         if (rows, cols) == ("queries", "targets"):
             continue
         path = Path(m.label)
@@ -233,13 +234,13 @@ def null_statistics(n_queries: int, n_targets: int, k: int, hub_factor: float = 
 
 
 def diagnose_direction(d: Direction, *, k: int = 10, hubs: int = 10) -> dict:
-    from .evaluation import summarize_ranks
-    from .hubness import hubness_stats
+    from .evaluation import positive_ranks, summarize_ranks
+    from .hubness import hubness_stats, k_occurrence
 
     task = d.task
     if k > task.n_targets:
         raise ValueError(f"--k {k} exceeds the gallery size {task.n_targets} of {d.name}: choose a smaller k")
-    n_k = task.k_occurrence(None, k)
+    n_k = k_occurrence(task.blocks(), k)
     stats = hubness_stats(n_k, k, task.n_queries)
     top1 = _top1(task)
     pos = task.positives
@@ -257,7 +258,8 @@ def diagnose_direction(d: Direction, *, k: int = 10, hubs: int = 10) -> dict:
                     "verdict": verdict(s, float(stats[s]) - null[s]), "warn_from": THRESHOLDS[s][0],
                     "fail_from": THRESHOLDS[s][1], "what": THRESHOLDS[s][2]} for s in THRESHOLDS}
     return {"direction": d.name, "n_queries": int(task.n_queries), "n_targets": int(task.n_targets), "k": int(k),
-            "raw_recall": {m: float(v) for m, v in summarize_ranks(task.ranks(None), (1, 5, 10)).items()},
+            "raw_recall": {m: float(v) for m, v in
+                           summarize_ranks(positive_ranks(task.blocks(), task.positives), (1, 5, 10)).items()},
             "hubness": {s: float(v) for s, v in stats.items()}, "verdicts": verdicts,
             "verdict": max((v["verdict"] for v in verdicts.values()), key=_LEVELS.index),
             "hubs": hub_rows, "n_k_counts": np.bincount(n_k.astype(np.int64)).tolist()}
@@ -460,6 +462,7 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     raw on the other, *estimation* half (paired bootstrap CI over groups)."""
     import itertools
 
+    from .evaluation import positive_ranks
     from .progress import progress as bar
     from .registry import make_normalizer
 
@@ -469,7 +472,7 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     if len(np.unique(groups[sel])) < 2 or len(np.unique(groups[est])) < 2:
         raise ValueError(f"{d.name}: {task.n_queries} test queries are too few to choose on one half and measure on "
                          "the other")
-    raw = task.ranks(None)
+    raw = positive_ranks(task.blocks(), task.positives)
     points = []
     for m in methods:
         grid = _grid(m, grids, task)
@@ -479,7 +482,7 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     for m, params in bar(points, desc=f"choose {d.name}", disable=not progress):
         norm = make_normalizer(m, **params)
         task.fit(norm)
-        ranks = task.ranks(norm)
+        ranks = positive_ranks(task.blocks(norm), task.positives)
         rows.append({"method": m, "params": params, "R@1 selection half": 100.0 * float(np.mean(ranks[sel] == 0)),
                      "_ranks": ranks})
     raw_sel = 100.0 * float(np.mean(raw[sel] == 0))

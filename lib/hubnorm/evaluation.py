@@ -12,6 +12,7 @@ Ranks are computed block by block from the normaliser's score blocks: the m x n 
 from __future__ import annotations
 
 import math
+from collections import abc
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -26,13 +27,28 @@ ScoreSource = Union[np.ndarray, torch.Tensor, "Normalizer"]  # noqa: F821
 
 
 def iter_score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
-    """Row blocks ``(start, scores)`` of a fitted normalizer's scores (needs ``queries``) or of an (m, n) matrix.
+    """Row blocks ``(start, scores)`` of a fitted normalizer's scores (needs ``queries``), of an (m, n) matrix, or
+    of a stream of such blocks (:meth:`hubnorm.RetrievalTask.blocks`: a task's test scores, from embeddings or
+    from score matrices).
 
     The one entry point through which every evaluator (:func:`positive_ranks`, :func:`hubnorm.k_occurrence`,
     the re-ranking pipeline) reads scores, so the checks are the same everywhere: every block must be finite
-    (a NaN or an infinite score has no rank: ValueError naming the first bad row).
+    (a NaN or an infinite score has no rank: ValueError naming the first bad row), and a stream's blocks must
+    follow each other row by row.
     """
     chunk_size = check_chunk_size(chunk_size)
+    if isinstance(scores, abc.Iterator):
+        if queries is not None:
+            raise ValueError("queries are read by a normalizer; a stream of score blocks already holds the scores")
+        expected = 0
+        for q0, s in scores:
+            if q0 != expected:
+                raise ValueError(f"score blocks must follow each other row by row: a block starts at row {q0}, "
+                                 f"expected {expected}")
+            _check_finite_block(s, q0, "scores")
+            expected = q0 + s.shape[0]
+            yield q0, s
+        return
     if hasattr(scores, "iter_scores"):
         if queries is None:
             raise ValueError("queries are needed to score with a normalizer: pass queries=...")
@@ -79,7 +95,8 @@ def positive_ranks(
     """0-based rank of every query's best positive (see module docstring for ties).
 
     Args:
-        scores: a fitted normalizer (then pass ``queries``) or a precomputed (m, n) score matrix.
+        scores: a fitted normalizer (then pass ``queries``), a precomputed (m, n) score matrix, or the blocks of
+            a task (``task.blocks(normalizer)``).
         positives: the positive targets of each query.
     """
     if not isinstance(positives, Positives):
@@ -236,9 +253,9 @@ def evaluate(
     return_ranks: bool = False,
     certificate: bool = False,
 ):
-    """R@K, MdR and MnR of a *fitted* normalizer on ``task`` (a :class:`RetrievalTask` of embeddings or a
-    :class:`hubnorm.ScoreTask` of score matrices; ``normalizer=None``: the raw scores of a ScoreTask); with
-    ``n_boot`` > 0 also a 95% CI per R@K.
+    """R@K, MdR and MnR of a *fitted* normalizer on ``task`` (a :class:`RetrievalTask` of embeddings or of score
+    matrices; ``normalizer=None``: the raw scores; an (m, n) array: scores computed elsewhere); with ``n_boot`` > 0
+    also a 95% CI per R@K.
 
     ``certificate=True`` adds ``out["certificate"]``, the no-leak certificate of the fit
     (:func:`hubnorm.provenance.certify`: the test queries and gallery compared with the banks the normalizer was
@@ -252,13 +269,14 @@ def evaluate(
 
     Returns a dict (and the rank array when ``return_ranks``).
     """
-    on_scores = not isinstance(task, RetrievalTask)   # a hubnorm.ScoreTask (a layer above: known by what it has)
-    if on_scores and not (callable(getattr(task, "ranks", None)) and hasattr(task, "engine")):
-        raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings) or a hubnorm.ScoreTask (score "
-                        f"matrices); got {type(task).__name__}")
+    if not isinstance(task, RetrievalTask):
+        raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings or score matrices); got "
+                        f"{type(task).__name__}")
     cert = requested_certificate(normalizer, task, certificate)
-    ranks = task.ranks(normalizer, chunk_size=chunk_size) if on_scores else \
-        positive_ranks(normalizer, task.positives, task.queries, chunk_size=chunk_size)
+    if isinstance(normalizer, (np.ndarray, torch.Tensor)):   # scores computed elsewhere (marked "unrecorded")
+        ranks = positive_ranks(normalizer, task.positives, chunk_size=chunk_size)
+    else:
+        ranks = positive_ranks(task.blocks(normalizer, chunk_size), task.positives)
     out = summarize_ranks(ranks, ks)
     out["bank"] = marked(out, normalizer, task, cert)
     if cert is not None:

@@ -250,7 +250,7 @@ def plot_explanation(expl: TargetExplanation, axes=None, *, top: int = 15):
 
 def hub_neighbours(blocks, target: int, positives: Positives, k: int = 10) -> pd.DataFrame:
     """The queries whose top-``k`` holds ``target``, from ``(start_row, scores)`` blocks of a (normalised) query x
-    target score matrix (``normalizer.iter_scores(queries)`` or ``ScoreTask.blocks(normalizer)``): one row per such
+    target score matrix (``normalizer.iter_scores(queries)`` or ``task.blocks(normalizer)``): one row per such
     query with its score for ``target``, the 0-based rank of ``target`` in its list (ties: lower index first, the
     rule of :func:`hubnorm.positive_ranks`) and ``matched`` (``target`` is one of its positives). Their number is
     ``N_k(target)``; sorted by decreasing score (DBSN Figs. A10 / A11 show the most retrieved item with them)."""

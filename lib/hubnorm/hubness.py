@@ -35,7 +35,8 @@ def k_occurrence(scores, k: int = 10, queries=None, *, chunk_size: Optional[int]
     Exact ties at the ``k``-th place go to the lowest target index (the rank rule of ``positive_ranks``).
 
     Args:
-        scores: a fitted normalizer (then pass ``queries``) or a precomputed (m, n) score matrix.
+        scores: a fitted normalizer (then pass ``queries``), a precomputed (m, n) score matrix, or the blocks of a
+            task (``task.blocks(normalizer)``: from embeddings or from score matrices alike).
         k: neighbourhood size.
     Returns:
         (n,) int64 array; it sums to ``k * m``.

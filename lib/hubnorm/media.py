@@ -24,8 +24,9 @@ preset         sizes (test; bank)                         published baseline fit
 =============  =========================================  ===============================  ==========================
 
 :func:`make_media` draws one preset (every array float32, labelled synthetic); :func:`media_tasks` turns test
-items, captions and banks (synthetic, ``local:`` embeddings, or anything else) into :class:`hubnorm.scores.ScoreTask`
-objects of both directions, the same objects a ``sims:`` folder gives (:func:`hubnorm.scores.sims_tasks`), so one
+items, captions and banks (synthetic, ``local:`` embeddings, or anything else) into :class:`hubnorm.RetrievalTask`
+objects of score matrices, both directions, the same objects a ``sims:`` folder gives
+(:func:`hubnorm.scores.sims_tasks`), so one
 notebook runs on embeddings and on released matrices alike.
 """
 
@@ -39,7 +40,9 @@ import numpy as np
 
 from ._validation import unit_rows
 from .data.sims import LETTERS
-from .scores import ProductScores, ScoreTask, bank_subsets, positives_from_pairs
+from .matrices import ProductScores
+from .retrieval import RetrievalTask
+from .scores import bank_subsets, positives_from_pairs
 from .synthetic import make_dataset
 
 
@@ -152,10 +155,10 @@ def make_media(preset: str = "msrvtt", *, seed: int = 0, n_train: Optional[int] 
 
 
 def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_bank: Optional[int] = None,
-                seed: int = 0, block_bytes: Optional[int] = None) -> Dict[str, ScoreTask]:
-    """Both directions of ``data`` as :class:`~hubnorm.scores.ScoreTask` objects.
+                seed: int = 0, block_bytes: Optional[int] = None) -> Dict[str, RetrievalTask]:
+    """Both directions of ``data`` as :class:`~hubnorm.RetrievalTask` objects of score matrices.
 
-    The score matrices are :class:`~hubnorm.scores.ProductScores` (float64 dot products computed block by block
+    The score matrices are :class:`~hubnorm.matrices.ProductScores` (float64 dot products computed block by block
     when a reduction reads them, never a whole bank x gallery matrix); the second direction's test matrix holds the
     first's factors swapped, and it reads the bank x bank matrix transposed (``.T``; nothing is copied). ``bank_queries`` / ``target_bank``: at
     most this many query-bank / target-bank items per direction, a seeded subset (the rule of
@@ -197,7 +200,8 @@ def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_b
             pos = positives_from_pairs(np.arange(len(c2i)), c2i, len(c2i), len(data.items))
         else:
             pos = positives_from_pairs(c2i, np.arange(len(c2i)), len(data.items), len(c2i))
-        out[d] = ScoreTask(mats[d], pos, direction=d, meta=dict(meta, direction=d), block_bytes=block_bytes)
+        out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=mats[d],
+                               block_bytes=block_bytes)
     return out
 
 
@@ -222,7 +226,7 @@ def published_dataset(name: Optional[str]) -> Optional[str]:
 class MediaSource:
     """What :func:`load_media` read: the tasks of both directions and how to label them."""
 
-    tasks: Dict[str, ScoreTask]
+    tasks: Dict[str, RetrievalTask]
     label: str
     synthetic: bool
     dataset: Optional[str]      # the published rows' dataset key (None: none)

@@ -469,7 +469,8 @@ def bank_fingerprints(normalizer) -> Dict[str, Fingerprint]:
         normalizer.provenance_ = prov
     if prov is None:
         raise ValueError(f"{type(normalizer).__name__} has no record of its banks (provenance_): fit it with "
-                         "Normalizer.fit, RetrievalTask.fit, a ScoreTask or hubnorm.distributed.fit_offsets (a "
+                         "Normalizer.fit, RetrievalTask.fit (embeddings or score matrices) or "
+                         "hubnorm.distributed.fit_offsets (a "
                          "normalizer fitted by a grid sweep, on a prebuilt bank index, or by hand, has none)")
     return prov
 
@@ -499,20 +500,20 @@ def _compare_once(bank: Fingerprint, test: Fingerprint, near_cosine: float) -> D
 
 
 def certify(normalizer, task, *, near_cosine: float = NEAR_COSINE) -> Certificate:
-    """The no-leak certificate of a fitted ``normalizer`` on ``task`` (a RetrievalTask or a ScoreTask): the test
-    queries compared with the query bank, the test gallery with the target bank (module docstring)."""
+    """The no-leak certificate of a fitted ``normalizer`` on ``task`` (a RetrievalTask of embeddings or of scores): the
+    test queries compared with the query bank, the test gallery with the target bank (module docstring)."""
     return _certify(normalizer, task, bank_fingerprints(normalizer), near_cosine)
 
 
 def _certify(normalizer, task, banks: Dict[str, Fingerprint], near_cosine: float) -> Certificate:
     """:func:`certify` with the bank fingerprints given (those of a fit, or of a sweep's engine)."""
-    kind = "scores" if hasattr(getattr(task, "engine", None), "has_matrix") else "embeddings"
+    kind = task.kind
     if kind == "scores":
         if not _same_gallery(banks, task):
             raise ValueError(f"{type(normalizer).__name__} was fitted on score rows over another gallery (another "
                              "score task's test matrix): its bank rows can only be compared with test rows over the "
                              "same gallery; certify it on the task it was fitted from")
-        test = {"queries": fingerprint(task.engine.matrix("queries", "targets"), "queries", kind="scores")}
+        test = {"queries": fingerprint(task.matrix("queries", "targets"), "queries", kind="scores")}
     else:
         test = {"queries": fingerprint(task.queries, "queries"), "targets": fingerprint(task.targets, "targets")}
     other = sorted({fp.kind for fp in banks.values()} - {kind})
@@ -572,7 +573,7 @@ def bank_mark(normalizer, task, *, engine=None) -> str:
         prov = {k: v() if callable(v) else v for k, v in prov.items()}
     if not _same_gallery(prov, task):   # score rows over another gallery: nothing to compare them with
         return UNRECORDED
-    kind = "scores" if hasattr(getattr(task, "engine", None), "has_matrix") else "embeddings"
+    kind = task.kind
     if any(fp.kind != kind for fp in prov.values()):   # fitted on embeddings, evaluated on scores (or the reverse)
         return UNRECORDED
     return certificate_mark(_certify(normalizer, task, prov, NEAR_COSINE))
@@ -609,7 +610,7 @@ def note_recalls(values) -> None:
 
 
 def note_result(result: Dict[str, object], mark: str) -> None:
-    """Record an evaluation's R@K values under its ``mark`` (``hubnorm.evaluate`` and ``ScoreTask.evaluate``)."""
+    """Record an evaluation's R@K values under its ``mark`` (``hubnorm.evaluate``)."""
     if mark == QUERY_AWARE:
         _QUERY_AWARE_RECALLS.update(float(v) for k, v in result.items() if _RECALL_COLUMN.fullmatch(str(k)))
 

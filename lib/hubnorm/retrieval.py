@@ -1,10 +1,13 @@
-"""One retrieval model for every direction.
+"""One retrieval model for every direction and for both kinds of input.
 
 A :class:`RetrievalTask` holds the test queries, the gallery (targets), which targets are correct for each
-query (:class:`Positives`, several per query allowed), and the optional reference banks. Text-to-image and
+query (:class:`Positives`, several per query allowed), and the optional reference banks, either as embeddings or
+as score matrices (``scores=``: what video and audio work usually releases); fitting, scoring and every measure
+run the same way on both (``task.fit``, ``task.blocks``, :func:`hubnorm.evaluate`). Text-to-image and
 image-to-text tasks are both built from (image embeddings, caption embeddings, caption-to-image index) by
 :func:`build_tasks`; the caption-to-image index is explicit because COCO's Karpathy test split has 10 images
-with 6 captions (never assume ``caption // 5``).
+with 6 captions (never assume ``caption // 5``); :func:`hubnorm.scores.sims_tasks` builds both directions of a
+folder of score matrices.
 
 Conventions (docs/methods.md): t2i queries are captions and targets images; its query bank is training captions and
 its target bank training images. For i2t the roles swap.
@@ -12,12 +15,17 @@ its target bank training images. For i2t the roles swap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Dict, Optional, Sequence
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
-from ._validation import ArrayLike, as_embeddings
+from ._validation import ArrayLike, as_embeddings, check_chunk_size
+from .blocks import Embeddings
+from .engine import LocalEngine
+from .kernels import block_rows, iter_blocks
+from .matrices import INPUT_LABELS, Pair, ScoreMatrix
 
 #: The image-text directions (what :func:`build_tasks` builds from images, captions and their index).
 DIRECTIONS = ("t2i", "i2t")
@@ -129,69 +137,197 @@ def _as_index_array(x: ArrayLike, name: str) -> np.ndarray:
 
 
 _INPUTS = ("queries", "targets", "query_bank", "target_bank")
+#: the test score matrix of a task given as scores
+TEST = ("queries", "targets")
 
 
 @dataclass
 class RetrievalTask:
-    """Queries, targets, positives, and the reference banks of one retrieval direction.
+    """Queries, targets, positives, and the reference banks of one retrieval direction, as embeddings or as score
+    matrices.
 
-    ``query_bank`` holds reference items of the query modality, ``target_bank`` of the target modality.
+    **Embeddings**: ``queries`` (m x d), ``targets`` (n x d), optional ``query_bank`` / ``target_bank``: reference
+    items of the query / target modality (t2i: training captions / training images).
+
+    **Score matrices** (``scores=``): ``{(rows, cols): matrix}`` named by those four inputs:
+    ``("queries", "targets")`` is the test score matrix (required), ``("query_bank", "targets")`` the bank-query x
+    gallery scores (QB-Norm's "training captions x test videos"), ``("query_bank", "target_bank")`` the bank x bank
+    scores (DBSN's extra columns), ``("target_bank", "targets")`` the target-bank x gallery scores (DualIS's
+    intra-modal factor); a matrix given for ``(a, b)`` also serves ``(b, a)``, read transposed block by block.
+    numpy arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors and :class:`hubnorm.matrices
+    .ScoreMatrix` / :class:`~hubnorm.matrices.ProductScores` are read block by block by one
+    :class:`hubnorm.engine.LocalEngine` (``dtype``: how blocks are read; ``block_bytes``, ``resident_bytes``,
+    ``plain``: its memory budget, copies and plain loops; ``hints``: what an error about a missing matrix adds).
+    Every method whose fit reads only scores (:mod:`hubnorm.blocks`) fits from them; one that reads embeddings
+    (DN) is refused with a ``ValueError`` naming them.
+
+    A task holds one kind or the other, never both (which would decide the ranking is then ambiguous).
+    ``positives``: the positive targets of every query (:class:`Positives`, several per query allowed).
     ``direction``: any of :data:`DIRECTION_NAMES` (``t2i``, ``i2t``, ``t2v``, ``v2t``, ``t2a``, ``a2t``): the
     arithmetic is the same for every modality pair, the name labels the results.
     ``meta`` carries free-form labels (dataset, source: "synthetic" or "real", split, model).
+
+    The one way through a task: ``task.fit(normalizer)`` then ``hubnorm.evaluate(normalizer, task)``;
+    ``task.blocks(normalizer)`` streams the (normalised) test scores for any other measure
+    (``hubnorm.k_occurrence(task.blocks(normalizer), 10)``).
     """
 
-    queries: np.ndarray
-    targets: np.ndarray
-    positives: Positives
+    queries: Optional[np.ndarray] = None
+    targets: Optional[np.ndarray] = None
+    positives: Optional[Positives] = None
     query_bank: Optional[np.ndarray] = None
     target_bank: Optional[np.ndarray] = None
     direction: str = "t2i"
     meta: Dict[str, object] = field(default_factory=dict)
+    _: KW_ONLY
+    scores: Optional[Mapping[Pair, object]] = None
+    hints: Dict[Pair, str] = field(default_factory=dict)
+    dtype: torch.dtype = torch.float64
+    block_bytes: Optional[int] = None
+    resident_bytes: Optional[int] = None
+    plain: bool = False
 
     def __post_init__(self):
         check_direction(self.direction)
-        q = as_embeddings(self.queries, "queries", device="cpu")
-        t = as_embeddings(self.targets, "targets", device="cpu", dim=q.shape[1])
         if not isinstance(self.positives, Positives):
-            raise TypeError("positives must be a hubnorm.Positives (use Positives.from_labels / from_groups)")
-        if self.positives.n_queries != q.shape[0]:
-            raise ValueError(f"positives cover {self.positives.n_queries} queries but there are {q.shape[0]} queries")
-        if self.positives.n_targets != t.shape[0]:
-            raise ValueError(f"positives refer to {self.positives.n_targets} targets but there are {t.shape[0]} targets")
-        for name in ("query_bank", "target_bank"):
-            bank = getattr(self, name)
-            if bank is not None:
-                as_embeddings(bank, name, device="cpu", dim=q.shape[1])
+            raise TypeError("positives must be a hubnorm.Positives (use Positives.from_labels / from_groups / "
+                            f"hubnorm.positives_from_pairs); got {type(self.positives).__name__}")
+        if self.scores is not None:
+            self._init_scores()
+            m, n, what = self.n_queries, self.n_targets, f"{self.engine.matrix(*TEST).label} is"
+        else:
+            if self.queries is None or self.targets is None:
+                raise ValueError("a task needs the test queries and targets as embeddings (queries=, targets=) or "
+                                 "the test score matrix (scores={('queries', 'targets'): S_test, ...})")
+            q = as_embeddings(self.queries, "queries", device="cpu")
+            t = as_embeddings(self.targets, "targets", device="cpu", dim=q.shape[1])
+            for name in ("query_bank", "target_bank"):
+                bank = getattr(self, name)
+                if bank is not None:
+                    as_embeddings(bank, name, device="cpu", dim=q.shape[1])
+            self.engine = None
+            m, n, what = q.shape[0], t.shape[0], "the embeddings are"
+        if self.positives.n_queries != m or self.positives.n_targets != n:
+            raise ValueError(f"positives are {self.positives.n_queries} queries x {self.positives.n_targets} targets "
+                             f"but {what} {m} queries x {n} targets: pass the positives of these queries and targets")
+
+    def _init_scores(self) -> None:
+        given = [name for name in _INPUTS if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"a task holds embeddings or score matrices, not both; got scores= and "
+                             f"{', '.join(given)}: pass the embeddings alone (every score is then a product of "
+                             "them) or the matrices alone")
+        if not isinstance(self.scores, Mapping):
+            raise TypeError(f"scores must be a dict {{(rows, cols): matrix}}; got {type(self.scores).__name__}")
+        if TEST not in self.scores and TEST[::-1] not in self.scores:
+            raise ValueError("a task given as scores needs the test score matrix (queries x targets): pass "
+                             "scores={('queries', 'targets'): S_test, ...}")
+        self.engine = LocalEngine(matrices=self.scores, dtype=self.dtype, block_bytes=self.block_bytes,
+                                  hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes)
+
+    @property
+    def kind(self) -> str:
+        """``"embeddings"`` or ``"scores"``: what the task holds."""
+        return "embeddings" if self.engine is None else "scores"
 
     def has(self, name: str) -> bool:
         """Whether the task holds the input ``name`` (``"queries"``, ``"targets"``, ``"query_bank"``,
-        ``"target_bank"``): a method that needs a bank asks before it fits."""
+        ``"target_bank"``) as embeddings or in a score matrix: a method that needs a bank asks before it fits."""
         if name not in _INPUTS:
             raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
-        return getattr(self, name) is not None
+        return getattr(self, name) is not None if self.engine is None else self.engine.size(name) is not None
+
+    def size(self, name: str) -> Optional[int]:
+        """How many items the input ``name`` has (None when the task does not hold it)."""
+        if not self.has(name):
+            return None
+        return len(getattr(self, name)) if self.engine is None else self.engine.size(name)
+
+    def matrix(self, rows: str, cols: str) -> ScoreMatrix:
+        """The stored score matrix ``rows x cols`` of a task given as scores (read transposed when given as
+        ``cols x rows``)."""
+        if self.engine is None:
+            raise ValueError("this task holds embeddings, not score matrices: its scores are products of them")
+        return self.engine.matrix(rows, cols)
 
     @property
     def n_queries(self) -> int:
-        return len(self.queries)
+        return self.size("queries")
 
     @property
     def n_targets(self) -> int:
-        return len(self.targets)
+        return self.size("targets")
 
     def fit(self, normalizer, *, query_aware: bool = False):
-        """Fit ``normalizer`` on this task's gallery and banks; ``query_aware=True`` uses the test queries as the
-        query bank (transductive: label such results)."""
-        bank = self.queries if query_aware else self.query_bank
-        return normalizer.fit(self.targets, query_bank=bank, target_bank=self.target_bank)
+        """Fit ``normalizer`` on this task's gallery and banks and return it; ``query_aware=True`` uses the test
+        queries as the query bank (transductive: label such results; from scores, the test score matrix then
+        serves as the bank's). ``None`` (the raw scores, nothing to fit) returns None, so that
+        ``hubnorm.evaluate(task.fit(method), task)`` reads the same for every row of a table."""
+        if not isinstance(query_aware, (bool, np.bool_)):
+            raise TypeError(f"query_aware must be True or False; got {query_aware!r}")
+        if normalizer is None:
+            return None
+        if self.engine is None:
+            bank = self.queries if query_aware else self.query_bank
+            return normalizer.fit(self.targets, query_bank=bank, target_bank=self.target_bank)
+        engine = self.engine
+        if query_aware:
+            mats = {k: m for k, m in engine.matrices.items() if "query_bank" not in k}
+            mats[("query_bank", "targets")] = engine.matrix(*TEST)
+            engine = LocalEngine(matrices=mats, dtype=engine.dtype, block_bytes=engine.block_bytes,
+                                 hints=engine.hints, plain=engine.plain, resident_bytes=engine.resident_bytes)
+        return fit_scores(normalizer, engine)
+
+    def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
+        """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),
+        row block by row block: the queries' scores from embeddings, or the test score matrix's blocks. A
+        normalizer fitted on another gallery is refused. ``normalizer`` may be any fitted scorer with ``iter_scores``
+        (embeddings) or ``normalize_scores`` (score matrices); a :class:`hubnorm.Normalizer` is checked further."""
+        chunk_size = check_chunk_size(chunk_size)
+        is_normalizer = hasattr(normalizer, "n_fitted_targets")
+        if is_normalizer:
+            fitted_n = normalizer.n_fitted_targets()
+            if fitted_n != self.n_targets:
+                raise ValueError(f"{type(normalizer).__name__} was fitted on a gallery of {fitted_n} targets but this "
+                                 f"task has {self.n_targets}: fit it on this task (task.fit(normalizer))")
+        if self.engine is None:
+            if normalizer is not None:
+                if is_normalizer and normalizer.fitted_from_scores():
+                    raise ValueError(f"{type(normalizer).__name__} was fitted from score matrices; this task holds "
+                                     "embeddings: fit it on this task (task.fit(normalizer)) or score a task of the "
+                                     "matrices it was fitted from")
+                yield from normalizer.iter_scores(self.queries, chunk_size)
+                return
+            q, t = (torch.as_tensor(np.asarray(x)) for x in (self.queries, self.targets))
+            size = chunk_size or block_rows(t.shape[0], t.element_size())
+            for q0, q1 in iter_blocks(q.shape[0], size):
+                yield q0, q[q0:q1] @ t.T
+            return
+        if is_normalizer:
+            reads = [inp.name for inp in normalizer.inputs.score if isinstance(inp, Embeddings)]
+            if reads:
+                raise ValueError(f"{type(normalizer).__name__} scores with the embeddings of {', '.join(reads)}; this "
+                                 "task holds score matrices only: run it on a task of embeddings")
+        test = self.engine.matrix(*TEST)
+        m, n = test.shape
+        size = chunk_size or block_rows(n, torch.empty((), dtype=self.dtype).element_size(), self.block_bytes)
+        for q0, q1 in iter_blocks(m, size):
+            s = test.block(q0, q1, 0, n, self.dtype)
+            yield q0, (s if normalizer is None else normalizer.normalize_scores(s, None))
+
+    def score(self, normalizer=None) -> torch.Tensor:
+        """The whole (normalised) test score matrix, for small problems (``blocks`` otherwise)."""
+        return torch.cat([s for _, s in self.blocks(normalizer)], dim=0)
 
     def with_banks(self, query_bank=None, target_bank=None) -> "RetrievalTask":
+        self._embeddings_only("with_banks")
         return replace(self, query_bank=query_bank, target_bank=target_bank)
 
     def with_distractors(self, distractors: ArrayLike) -> "RetrievalTask":
         """The same queries, positives and banks against a larger gallery: ``distractors`` (items of the target
         modality from other data, d x dim) follow the targets and are never a positive (Geigle et al. Table 5:
         the test queries against their test gallery merged with other data sets' test items)."""
+        self._embeddings_only("with_distractors")
         extra = as_embeddings(distractors, "distractors", device="cpu", dim=self.targets.shape[1]).numpy()
         if extra.shape[0] == 0:
             raise ValueError("distractors must hold at least one item (an empty array adds nothing)")
@@ -199,6 +335,40 @@ class RetrievalTask:
         positives = Positives(self.positives.indptr, self.positives.indices, self.positives.n_targets + len(extra))
         return replace(self, targets=targets, positives=positives,
                        meta={**self.meta, "distractors": int(len(extra))})
+
+    def _embeddings_only(self, what: str) -> None:
+        if self.engine is not None:
+            raise ValueError(f"{what} adds embeddings; this task holds score matrices: build a task with the "
+                             "matrices you need instead")
+
+
+def fit_scores(normalizer, engine: LocalEngine):
+    """Fit ``normalizer`` on the stored score matrices of ``engine`` (a :class:`hubnorm.engine.LocalEngine` given
+    ``matrices=``; :meth:`RetrievalTask.fit` of a task of score matrices builds it) and return it: the parameters
+    and the matrices the method reads are checked (a ValueError names a missing one, or the embeddings a method such
+    as DN reads), then the one fit lifecycle, :meth:`hubnorm.Normalizer.fit_engine`; the matrices read into memory
+    for the fit are released after it. The fitted normalizer scores raw test scores (``score`` / ``topk`` /
+    ``iter_scores`` take the queries x targets matrix)."""
+    normalizer.check_params()
+    name = type(normalizer).__name__
+    for inp in tuple(normalizer.inputs.fit) + tuple(normalizer.inputs.score):
+        if isinstance(inp, Embeddings):
+            raise ValueError(f"{name} reads the embeddings of {inp.name} ({INPUT_LABELS[inp.name]}), not only "
+                             "scores: a task given as score matrices (a sims: source) cannot run it; run it from "
+                             "embeddings (local:, cache: or synthetic: sources)")
+        if not inp.required or inp.rows == "queries":
+            continue
+        for col in inp.col_names:
+            if not engine.has_matrix(inp.rows, col):
+                try:
+                    engine.matrix(inp.rows, col)
+                except ValueError as e:
+                    raise ValueError(f"{name} needs the {INPUT_LABELS[inp.rows]} x {INPUT_LABELS[col]} score "
+                                     f"matrix ({inp.rows} x {col}), which is missing. {e}") from None
+    try:
+        return normalizer.fit_engine(engine)
+    finally:
+        engine.release()   # the matrices read into memory for this fit
 
 
 def build_tasks(

@@ -1,205 +1,36 @@
-"""Scores as input: fit and evaluate a method from precomputed score matrices instead of embeddings.
+"""Scores as input: build retrieval tasks from precomputed score matrices instead of embeddings.
 
 Video-text and text-audio retrieval work usually releases similarity matrices, not embeddings (QB-Norm publishes
 pickled "training captions x test videos" and "test captions x test videos" matrices; CLIP4Clip-style code writes
-a ``sim_matrix``). Every method whose fit is a function of score matrices (:mod:`hubnorm.blocks`: its
-``inputs`` lists only :class:`~hubnorm.blocks.Scores`) runs here unchanged, on the same engine as from embeddings
-(:class:`hubnorm.engine.LocalEngine`, given ``matrices=`` instead of embeddings: its score blocks are then read from
-the matrices -- numpy arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors -- instead of computed as
-``rows @ cols.T``; views, copies and kernels are the engine's business, ``benchmarks/reports/scores_read.md``).
-Score matrices computed from embeddings (:class:`~hubnorm.matrices.ProductScores`) are computed block by block when
-read, never whole.
+a ``sim_matrix``). A :class:`hubnorm.RetrievalTask` given ``scores={(rows, cols): matrix}`` holds them; every method
+whose fit is a function of score matrices (:mod:`hubnorm.blocks`: its ``inputs`` lists only
+:class:`~hubnorm.blocks.Scores`) fits from them on the same engine as from embeddings
+(:class:`hubnorm.engine.LocalEngine`, given ``matrices=``: its score blocks are read from the matrices -- numpy
+arrays, ``np.load(..., mmap_mode="r")`` memory maps, torch tensors -- instead of computed as ``rows @ cols.T``;
+views, copies and kernels are the engine's business, ``benchmarks/reports/scores_read.md``).
 
-The matrices are named by the engine's inputs (``docs/methods.md``: ``queries``, ``targets``, ``query_bank``,
-``target_bank``): ``("queries", "targets")`` is the test score matrix (test queries x gallery),
-``("query_bank", "targets")`` the bank-query x gallery scores (QB-Norm's "training captions x test videos"),
-``("query_bank", "target_bank")`` the bank-query x target-bank scores (DBSN's extra columns),
-``("target_bank", "targets")`` the target-bank x gallery scores (DualIS's intra-modal factor). A matrix given
-for ``(a, b)`` also serves ``(b, a)`` (read transposed, block by block).
-
-What each method needs follows from its declared inputs; a method that reads embeddings (DN: bank means) or a
-matrix this task lacks (DBSN: the bank-query x target-bank scores) is refused with a ``ValueError`` naming it.
-With the matrices computed from embeddings, every score-only method gives the same fitted attributes and the
-same normalised scores as from the embeddings (``tests/test_scores.py``: float64, 1e-12, both directions).
+This module builds such tasks: :func:`sims_tasks` (both directions of a ``sims:`` folder), :func:`score_matrices`
+(the matrices of embeddings, computed block by block when read: :class:`~hubnorm.matrices.ProductScores`, never
+whole), :func:`positives_from_pairs` and the seeded bank subsets (:func:`sample_index`, :func:`bank_subsets`).
+With the matrices computed from embeddings, every score-only method gives the same fitted attributes and the same
+normalised scores as from the embeddings (``tests/test_scores.py``: float64, 1e-12, both directions).
 
 Use::
 
-    task = ScoreTask({("queries", "targets"): S_test, ("query_bank", "targets"): S_bank}, positives,
-                     direction="t2v")
-    task.evaluate(hubnorm.InvertedSoftmax(tau=0.05))      # {"R@1": ..., "R@5": ..., ..., "MnR": ...}
+    task = RetrievalTask(scores={("queries", "targets"): S_test, ("query_bank", "targets"): S_bank},
+                         positives=positives, direction="t2v")
+    hubnorm.evaluate(task.fit(hubnorm.InvertedSoftmax(tau=0.05)), task)   # {"R@1": ..., ..., "MnR": ...}
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, Iterator, Mapping, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 
-from .blocks import Embeddings
-from .engine import DEFAULT_RESIDENT_BYTES, LocalEngine
-from .evaluation import evaluate, positive_ranks
-from .hubness import hubness_stats, k_occurrence
-from .kernels import block_rows, iter_blocks
-from .matrices import INPUT_LABELS, Pair, ProductScores, ScoreMatrix
-from .retrieval import Positives, check_direction
-
-
-# ====================================================================================================== methods
-def needed_matrices(normalizer) -> Tuple[Tuple[Pair, bool], ...]:
-    """The score matrices ``normalizer``'s fit reads, as ``((rows, col), required)``; ValueError naming the
-    embeddings when it reads embeddings (DN)."""
-    out = []
-    for inp in tuple(normalizer.inputs.fit) + tuple(normalizer.inputs.score):
-        if isinstance(inp, Embeddings):
-            raise ValueError(f"{type(normalizer).__name__} reads the embeddings of {inp.name} ({INPUT_LABELS[inp.name]}), "
-                             "not only scores: a score task (sims: source) cannot run it; run it from embeddings "
-                             "(local:, cache: or synthetic: sources)")
-        for col in inp.col_names:
-            out.append(((inp.rows, col), inp.required))
-    return tuple(out)
-
-
-def fit_scores(normalizer, engine: LocalEngine, *, query_aware: bool = False):
-    """Fit ``normalizer`` on the score matrices of ``engine``; returns it (scored by :func:`normalized_blocks`).
-
-    ``query_aware``: use the test queries as the query bank (the test score matrix serves as the bank's; label
-    the result transductive)."""
-    needed = needed_matrices(normalizer)
-    if query_aware:  # the test score matrix serves as the bank's (a transductive fit)
-        mats = {k: m for k, m in engine.matrices.items() if "query_bank" not in k}
-        mats[("query_bank", "targets")] = engine.matrix("queries", "targets")
-        engine = LocalEngine(matrices=mats, dtype=engine.dtype, block_bytes=engine.block_bytes, hints=engine.hints,
-                             plain=engine.plain, resident_bytes=engine.resident_bytes)
-    normalizer.check_params()
-    for (rows, col), required in needed:
-        if required and rows != "queries" and not engine.has_matrix(rows, col):
-            try:
-                engine.matrix(rows, col)
-            except ValueError as e:
-                raise ValueError(f"{type(normalizer).__name__} needs the {INPUT_LABELS[rows]} x {INPUT_LABELS[col]} "
-                                 f"score matrix ({rows} x {col}), which is missing. {e}") from None
-    try:
-        normalizer.fit_engine(engine)
-    finally:
-        engine.release()   # the matrices read into memory for this fit
-    normalizer.score_engine_ = engine
-    return normalizer
-
-
-def normalized_blocks(normalizer, test: ScoreMatrix, *, dtype: torch.dtype = torch.float64,
-                      chunk_size: Optional[int] = None, block_bytes: Optional[int] = None
-                      ) -> Iterator[Tuple[int, torch.Tensor]]:
-    """``(start_row, block)`` of the normalised test scores of a :func:`fit_scores`-fitted ``normalizer`` (or of the
-    raw scores when ``normalizer`` is None), read from ``test`` (test queries x gallery) block by block."""
-    m, n = test.shape
-    item = torch.empty((), dtype=dtype).element_size()
-    size = chunk_size or block_rows(n, item, block_bytes)
-    for q0, q1 in iter_blocks(m, size):
-        s = test.block(q0, q1, 0, n, dtype)
-        yield q0, (s if normalizer is None else normalizer.normalize_scores(s, None))
-
-
-# ====================================================================================================== tasks
-@dataclass
-class ScoreTask:
-    """One retrieval direction given as score matrices.
-
-    ``matrices``: ``{(rows, cols): matrix}`` (see the module docstring); ``("queries", "targets")`` is required.
-    ``positives``: the positive targets of each test query (:class:`hubnorm.Positives`: several captions per video
-    and several videos per caption allowed). ``direction``: a label such as ``"t2v"``, ``"v2t"``, ``"t2a"``,
-    ``"a2t"`` (or ``"t2i"``). ``meta``: free-form labels (dataset, source). ``hints``: where a missing matrix would
-    come from (the sims loader names the manifest role).
-    """
-
-    matrices: Dict[Pair, object]
-    positives: Positives
-    direction: str = "t2v"
-    meta: Dict[str, object] = field(default_factory=dict)
-    hints: Dict[Pair, str] = field(default_factory=dict)
-    block_bytes: Optional[int] = None
-    dtype: torch.dtype = torch.float64
-    plain: bool = False
-    resident_bytes: Optional[int] = None
-
-    def __post_init__(self):
-        check_direction(self.direction)
-        if ("queries", "targets") not in self.matrices:
-            raise ValueError("a score task needs the test score matrix (queries x targets): pass "
-                             "matrices={('queries', 'targets'): S_test, ...}")
-        if not isinstance(self.positives, Positives):
-            raise TypeError("positives must be a hubnorm.Positives (Positives.from_labels / from_groups)")
-        self.engine = LocalEngine(matrices=self.matrices, dtype=self.dtype, block_bytes=self.block_bytes,
-                                  hints=self.hints,
-                                  plain=self.plain, resident_bytes=self.resident_bytes)
-        m, n = self.test.shape
-        if self.positives.n_queries != m or self.positives.n_targets != n:
-            raise ValueError(f"positives are {self.positives.n_queries} queries x {self.positives.n_targets} targets but "
-                             f"{self.test.label} is {m} x {n}: pass the positives of this matrix's rows and columns")
-
-    @property
-    def test(self) -> ScoreMatrix:
-        return self.engine.matrix("queries", "targets")
-
-    def has(self, name: str) -> bool:
-        """Whether a score matrix of the input ``name`` is given (``"queries"``, ``"targets"``, ``"query_bank"``,
-        ``"target_bank"``): the question :meth:`hubnorm.RetrievalTask.has` answers for embeddings."""
-        if name not in ("queries", "targets", "query_bank", "target_bank"):
-            raise ValueError(f"a task holds the inputs queries, targets, query_bank, target_bank; got {name!r}")
-        return any(name in key for key in self.matrices)
-
-    @property
-    def n_queries(self) -> int:
-        return self.test.shape[0]
-
-    @property
-    def n_targets(self) -> int:
-        return self.test.shape[1]
-
-    def size(self, name: str) -> Optional[int]:
-        return self.engine.size(name)
-
-    def fit(self, normalizer, *, query_aware: bool = False):
-        """Fit ``normalizer`` from this task's matrices (``query_aware``: the test queries as the bank)."""
-        return fit_scores(normalizer, self.engine, query_aware=query_aware)
-
-    def blocks(self, normalizer=None, chunk_size: Optional[int] = None):
-        return normalized_blocks(normalizer, self.test, dtype=self.dtype, chunk_size=chunk_size,
-                                 block_bytes=self.block_bytes)
-
-    def score(self, normalizer=None) -> torch.Tensor:
-        """The whole normalised test score matrix (small problems; ``blocks`` otherwise)."""
-        return torch.cat([s for _, s in self.blocks(normalizer)], dim=0)
-
-    def ranks(self, normalizer=None, *, chunk_size: Optional[int] = None) -> np.ndarray:
-        """0-based rank of every query's best positive (the rule of :func:`hubnorm.positive_ranks`)."""
-        out = np.empty(self.n_queries, dtype=np.int64)
-        for q0, s in self.blocks(normalizer, chunk_size):
-            q1 = q0 + s.shape[0]
-            out[q0:q1] = positive_ranks(s, self.positives.subset(np.arange(q0, q1)))
-        return out
-
-    def evaluate(self, normalizer=None, *, fit: bool = True, query_aware: bool = False,
-                 ks=(1, 5, 10), certificate: bool = False) -> Dict[str, object]:
-        """:func:`hubnorm.evaluate` of ``normalizer`` on this task, fitted here first unless ``fit=False`` (None: the
-        raw scores): R@K, MdR, MnR, ``out["bank"]``, and with ``certificate=True`` the no-leak certificate."""
-        if not isinstance(certificate, (bool, np.bool_)):   # before a fit, not after it
-            raise TypeError(f"certificate must be True or False; got {certificate!r}")
-        if normalizer is not None and fit:
-            self.fit(normalizer, query_aware=query_aware)
-        return evaluate(normalizer, self, ks=ks, certificate=certificate)
-
-    def k_occurrence(self, normalizer=None, k: int = 10) -> np.ndarray:
-        counts = None
-        for _, s in self.blocks(normalizer):
-            c = k_occurrence(s, k)
-            counts = c if counts is None else counts + c
-        return counts
-
-    def hubness(self, normalizer=None, k: int = 10) -> Dict[str, float]:
-        """Hubness of the (normalised) test scores: skewness of ``N_k`` and the rest of :func:`hubnorm.hubness`."""
-        return hubness_stats(self.k_occurrence(normalizer, k), k, self.n_queries)
+from .matrices import Pair, ProductScores, ScoreMatrix
+from .retrieval import Positives, RetrievalTask
 
 
 def matrices_from_embeddings(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, np.ndarray]:
@@ -268,9 +99,10 @@ def bank_subsets(n_rows_bank: Optional[int], n_cols_bank: Optional[int], bank_qu
 
 def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dtype: torch.dtype = torch.float64,
                bank_queries: Optional[int] = None, target_bank: Optional[int] = None,
-               seed: int = 0) -> Dict[str, "ScoreTask"]:
+               seed: int = 0) -> Dict[str, RetrievalTask]:
     """Both retrieval directions of a sims folder (``hubnorm.data.sims``: a path, ``"sims:<folder>"`` or a loaded
-    :class:`~hubnorm.data.sims.SimsFolder`) as :class:`ScoreTask` objects keyed by direction (e.g. ``t2v``, ``v2t``).
+    :class:`~hubnorm.data.sims.SimsFolder`) as :class:`~hubnorm.RetrievalTask` objects of score matrices keyed by
+    direction (e.g. ``t2v``, ``v2t``).
 
     The test matrix's rows are the queries of the first direction and its columns those of the second; the banks
     follow (``bank_rows`` is the first direction's query bank, ``bank_cols`` the second's; the bank x bank matrix
@@ -315,11 +147,10 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
                 given[key] = m.T if transposed else m
         hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
         pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
-        out[d] = ScoreTask(given, pos, direction=d, meta=dict(meta, direction=d), hints=hints,
-                           block_bytes=block_bytes, dtype=dtype)
+        out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
+                               block_bytes=block_bytes, dtype=dtype)
     return out
 
 
-__all__ = ["sims_tasks", "sample_index", "bank_subsets", "positives_from_pairs", "ScoreMatrix", "ScoreTask",
-           "fit_scores", "normalized_blocks", "needed_matrices",
-           "matrices_from_embeddings", "score_matrices", "ProductScores", "INPUT_LABELS", "DEFAULT_RESIDENT_BYTES"]
+__all__ = ["sims_tasks", "sample_index", "bank_subsets", "positives_from_pairs", "matrices_from_embeddings",
+           "score_matrices"]

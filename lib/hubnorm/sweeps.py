@@ -72,7 +72,7 @@ class SweepEngine(LocalEngine):
     def __init__(self, engine: LocalEngine):
         if engine.matrices:
             raise ValueError("a sweep's engine runs over embeddings; an engine over stored score matrices fits each "
-                             "grid point on its own (ScoreTask.fit)")
+                             "grid point on its own (RetrievalTask.fit)")
         super().__init__(engine.inputs, block_bytes=engine.block_bytes, sweep_bytes=engine.sweep_bytes,
                          plain=engine.plain, backend=engine.backend, host=engine.host)
         self._norms: Dict[object, float] = {}

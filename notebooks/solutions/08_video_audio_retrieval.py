@@ -17,7 +17,7 @@ import numpy as np
 
 import hubnorm as hn
 from hubnorm import media
-from hubnorm.scores import ScoreTask, matrices_from_embeddings
+from hubnorm.scores import matrices_from_embeddings
 
 
 def _data(n_train: int = 60, n_test: int = 150, seed: int = 0) -> media.MediaData:
@@ -52,9 +52,10 @@ def exercise_1(beta: float = 20.0, k: int = 1) -> dict:
     test, bank = d.captions @ d.items.T, d.bank_captions @ d.items.T
     ref = qb_norm(bank, test, beta, k)
     pos = hn.Positives.from_labels(d.caption_to_item, len(d.items))
-    task = ScoreTask({("queries", "targets"): test, ("query_bank", "targets"): bank}, pos, direction="t2v")
+    task = hn.RetrievalTask(scores={("queries", "targets"): test, ("query_bank", "targets"): bank}, positives=pos,
+                            direction="t2v")
     dis = task.fit(hn.DynamicInvertedSoftmax(tau=1.0 / beta, k=k))
-    ours, theirs = task.ranks(dis), hn.positive_ranks(ref, pos)
+    ours, theirs = hn.positive_ranks(task.blocks(dis), pos), hn.positive_ranks(ref, pos)
     assert np.array_equal(ours, theirs)
     gated = np.isin(test.argmax(axis=1), np.unique(np.argsort(-bank, axis=1)[:, :k]))
     return {"queries": len(ours), "gated queries": int(gated.sum()), "R@1 QB-Norm": hn.recall_at_k(theirs, 1),
@@ -72,7 +73,8 @@ def exercise_2(tau: float = 0.02) -> dict:
     """
     d = _data()
     pos = hn.Positives.from_labels(d.caption_to_item, len(d.items))
-    task = ScoreTask(matrices_from_embeddings(d.captions, d.items, d.bank_captions), pos, direction="t2v")
+    task = hn.RetrievalTask(scores=matrices_from_embeddings(d.captions, d.items, d.bank_captions), positives=pos,
+                            direction="t2v")
     s_is = task.score(task.fit(hn.InvertedSoftmax(tau=tau), query_aware=True)).numpy()
     s_dis = task.score(task.fit(hn.DynamicInvertedSoftmax(tau=tau, k=1), query_aware=True)).numpy()
     assert np.array_equal(s_is, s_dis)
@@ -96,12 +98,12 @@ def exercise_3() -> dict:
     d = _data()
     tasks = hn.build_tasks(d.items, d.captions, d.caption_to_item, image_bank=d.bank_items, caption_bank=d.bank_captions)
     emb = tasks["t2i"]
-    sc = ScoreTask(matrices_from_embeddings(emb.queries, emb.targets, emb.query_bank, emb.target_bank),
-                   emb.positives, direction="t2v")
+    sc = hn.RetrievalTask(scores=matrices_from_embeddings(emb.queries, emb.targets, emb.query_bank, emb.target_bank),
+                          positives=emb.positives, direction="t2v")
     out = {}
     for name, params in (("is", {"tau": 0.02}), ("sn", {"tau": 0.01}), ("dbsn", {"tau": 0.01})):
         a = hn.evaluate(emb.fit(hn.make_normalizer(name, **params)), emb)["R@1"]
-        b = sc.evaluate(hn.make_normalizer(name, **params))["R@1"]
+        b = hn.evaluate(sc.fit(hn.make_normalizer(name, **params)), sc)["R@1"]
         assert a == b, (name, a, b)
         out[f"R@1 {name} (embeddings = scores)"] = a
     try:
@@ -122,7 +124,8 @@ def quiz() -> dict:
     pos = hn.Positives.from_labels(d.caption_to_item, len(d.items))
     test, bank = d.captions @ d.items.T, d.bank_captions @ d.items.T
     # 1: the training captions x test videos matrix is what IS reduces: ("query_bank", "targets")
-    task = ScoreTask({("queries", "targets"): test, ("query_bank", "targets"): bank}, pos)
+    task = hn.RetrievalTask(scores={("queries", "targets"): test, ("query_bank", "targets"): bank}, positives=pos,
+                            direction="t2v")
     ref = hn.InvertedSoftmax(tau=0.05).fit(d.items, query_bank=d.bank_captions).offsets
     assert np.allclose(task.fit(hn.InvertedSoftmax(tau=0.05)).offsets_.numpy(), ref, atol=1e-12) and QUIZ[1] == "b"
     # 2: DBSN needs the bank-query x target-bank scores; SN runs without them

@@ -459,14 +459,16 @@ def media_published(preset: str) -> Dict[str, Tuple[float, str, bool]]:
 def media_statistics(preset: str, seeds: Iterable[int] = range(3)) -> pd.DataFrame:
     """Raw R@1 both directions and the skewness of N_10 (queries = captions) of the full-size test split of a video /
     audio preset, one row per seed (no banks are drawn)."""
+    from ..evaluation import evaluate
+    from ..hubness import hubness
     from ..media import make_media, media_tasks
 
     rows = []
     for seed in seeds:
         tasks = media_tasks(make_media(preset, seed=int(seed), n_train=0))
         fwd = next(iter(tasks))
-        row = {f"R1_{d}": t.evaluate(None, ks=(1,))["R@1"] for d, t in tasks.items()}
-        row[f"skew_N10_{fwd}"] = tasks[fwd].hubness(None, k=10)["skewness"]
+        row = {f"R1_{d}": evaluate(None, t, ks=(1,))["R@1"] for d, t in tasks.items()}
+        row[f"skew_N10_{fwd}"] = hubness(tasks[fwd].blocks(), k=10)["skewness"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -576,6 +578,7 @@ def paper_size_gains(presets: Optional[Iterable[str]] = None, seeds: Iterable[in
     """The R@1 gain of every row of :data:`PAPER_GAINS` on the synthetic presets at the papers' test sizes (and
     their banks), beside the published gain: one row per (preset, direction, method) with the mean and sd over
     ``seeds`` and ``ratio = synthetic gain / published gain``. Computed after every fit, never inside one."""
+    from ..evaluation import evaluate
     from ..media import media_tasks
     from ..registry import make_normalizer
 
@@ -594,8 +597,9 @@ def paper_size_gains(presets: Optional[Iterable[str]] = None, seeds: Iterable[in
                 if (p, b) != (preset, bank):
                     continue
                 if d not in raws:
-                    raws[d] = tasks[d].evaluate(None, ks=(1,))["R@1"]
-                r1 = tasks[d].evaluate(make_normalizer(method, **params), ks=(1,), query_aware=bank == "qa")["R@1"]
+                    raws[d] = evaluate(None, tasks[d], ks=(1,))["R@1"]
+                fitted = tasks[d].fit(make_normalizer(method, **params), query_aware=bank == "qa")
+                r1 = evaluate(fitted, tasks[d], ks=(1,))["R@1"]
                 gains[i].append(r1 - raws[d])
             del tasks
     rows = []

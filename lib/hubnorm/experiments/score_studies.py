@@ -37,16 +37,19 @@ The study functions are plain (a task in, a DataFrame out) and equal the embeddi
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
 from ..blocks import limit_of
-from ..evaluation import recall_at_k as ranks_recall
+from ..evaluation import evaluate, positive_ranks, recall_at_k as ranks_recall
+from ..hubness import hubness, k_occurrence
 from ..provenance import NO_BANK, QUERY_AWARE, bank_mark
 from ..registry import make_normalizer
-from ..scores import ScoreMatrix, ScoreTask
+from ..matrices import ScoreMatrix
+from ..retrieval import RetrievalTask
 
 __all__ = ["NEEDS", "is_sims", "SimsRun", "load_sims_run", "score_methods", "methods_table", "hubness_table",
            "k_curve", "bank_subset", "bank_size_table", "tau_sweep", "recall_at_k", "hub_table", "run_notebook",
@@ -93,7 +96,8 @@ def is_sims(source) -> bool:
 class SimsRun:
     """The two retrieval tasks of a sims folder, keyed by the folder's direction names, and how to label them.
 
-    ``tasks``: ``{direction: ScoreTask}`` in the order of the notebook's ``directions`` (``t2i`` is the text-query
+    ``tasks``: ``{direction: RetrievalTask}`` (of score matrices) in the order of the notebook's ``directions``
+    (``t2i`` is the text-query
     direction, ``i2t`` the other); ``label``: the run label; ``synthetic``: what the manifest says."""
 
     def __init__(self, media_source, directions: Sequence[str] = ("t2i", "i2t")):
@@ -111,14 +115,14 @@ class SimsRun:
             raise ValueError(f"directions {list(directions)}: this sims folder holds {names}; pass 't2i' (text queries, "
                              f"{text_query}) and/or 'i2t' ({other})")
         self.alias = {k: v for k, v in alias.items() if k in directions}
-        self.tasks: Dict[str, ScoreTask] = {d: tasks[d] for d in dict.fromkeys(wanted)}
+        self.tasks: Dict[str, RetrievalTask] = {d: tasks[d] for d in dict.fromkeys(wanted)}
 
     @property
     def directions(self) -> List[str]:
         return list(self.tasks)
 
     def has_bank(self, direction: str) -> bool:
-        return self.tasks[direction].engine.has_matrix("query_bank", "targets")
+        return self.tasks[direction].has("query_bank")
 
 
 def load_sims_run(source: str, directions: Sequence[str] = ("t2i", "i2t")) -> SimsRun:
@@ -175,11 +179,11 @@ def score_methods(params: Mapping = (), direction_key: str = "t2i", *, extra: bo
     return {name: made[name] for name in (names or made) if name in made}
 
 
-def _bank_size(task: ScoreTask, query_aware: bool) -> int:
+def _bank_size(task: RetrievalTask, query_aware: bool) -> int:
     return task.n_queries if query_aware else (task.size("query_bank") or 0)
 
 
-def _clamped(norm, task: ScoreTask, query_aware: bool, notes: List[str]):
+def _clamped(norm, task: RetrievalTask, query_aware: bool, notes: List[str]):
     """``norm`` with every parameter limited by an input size (NNN's and CSLS's ``k``: the bank) at most that size
     (a NOTE when one is cut)."""
     if norm is None:
@@ -197,7 +201,7 @@ def _clamped(norm, task: ScoreTask, query_aware: bool, notes: List[str]):
     return norm
 
 
-def _fit_or_skip(task: ScoreTask, name: str, norm, query_aware: bool, skipped: Dict[str, str]) -> bool:
+def _fit_or_skip(task: RetrievalTask, name: str, norm, query_aware: bool, skipped: Dict[str, str]) -> bool:
     if norm is None:
         return True
     try:
@@ -208,11 +212,11 @@ def _fit_or_skip(task: ScoreTask, name: str, norm, query_aware: bool, skipped: D
         return False
 
 
-def _setting(task: ScoreTask, query_aware: bool) -> str:
+def _setting(task: RetrievalTask, query_aware: bool) -> str:
     return "test queries (query-aware)" if query_aware else f"bank ({task.size('query_bank')} queries)"
 
 
-def _bank_label(task: ScoreTask, query_aware: bool, mark: str) -> str:
+def _bank_label(task: RetrievalTask, query_aware: bool, mark: str) -> str:
     """A row's ``bank``: the bank it was meant to use (:func:`_setting`), and QUERY-AWARE where the fit's record
     says that bank holds test queries (``mark``, :func:`hubnorm.provenance.bank_mark`); "-" for the raw scores."""
     if mark == NO_BANK:
@@ -242,9 +246,9 @@ def methods_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
             norm = _clamped(norm, task, qa, notes)
             if not _fit_or_skip(task, name, norm, qa, skipped):
                 continue
-            res = task.evaluate(norm, fit=False)
+            res = evaluate(norm, task)
             rows.append({"run": run.label, "direction": d, "method": name, "bank": _bank_label(task, qa, res["bank"]),
-                         **_without_mark(res), f"skew N_{hub_k}": task.hubness(norm, k=hub_k)["skewness"]})
+                         **_without_mark(res), f"skew N_{hub_k}": hubness(task.blocks(norm), k=hub_k)["skewness"]})
     return pd.DataFrame(rows)
 
 
@@ -262,20 +266,20 @@ def hubness_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
             norm = _clamped(norm, task, qa, notes)
             if not _fit_or_skip(task, name, norm, qa, skipped):
                 continue
-            h = task.hubness(norm, k=k)
-            res = task.evaluate(norm, fit=False)
+            h = hubness(task.blocks(norm), k=k)
+            res = evaluate(norm, task)
             rows.append({"run": run.label, "direction": d, "method": name, "bank": _bank_label(task, qa, res["bank"]),
                          f"skew N_{k}": h["skewness"], f"max N_{k}": h["max"], "anti-hubs %": 100 * h["antihub_share"],
                          "hubs %": 100 * h["hub_share"], "R@1": res["R@1"]})
     return pd.DataFrame(rows)
 
 
-def k_curve(task: ScoreTask, alpha: float, ks: Sequence[int], *, query_aware: bool = False) -> pd.DataFrame:
+def k_curve(task: RetrievalTask, alpha: float, ks: Sequence[int], *, query_aware: bool = False) -> pd.DataFrame:
     """R@1 / R@5 / R@10 / MdR of NNN at ``alpha`` for every ``k`` of ``ks`` up to the bank size (test scores)."""
     n = _bank_size(task, query_aware)
     rows = []
     for k in sorted(int(k) for k in ks if int(k) <= n):
-        res = task.evaluate(make_normalizer("nnn", alpha=alpha, k=k), query_aware=query_aware)
+        res = evaluate(task.fit(make_normalizer("nnn", alpha=alpha, k=k), query_aware=query_aware), task)
         rows.append({"direction": task.direction, "alpha": alpha, "k": k, **_without_mark(res),
                      "bank": _bank_label(task, query_aware, res["bank"])})
     return pd.DataFrame(rows)
@@ -287,7 +291,7 @@ def _take_rows(m: ScoreMatrix, rows: np.ndarray) -> ScoreMatrix:
     return m.take(rows=rows)
 
 
-def bank_subset(task: ScoreTask, rows) -> ScoreTask:
+def bank_subset(task: RetrievalTask, rows) -> RetrievalTask:
     """``task`` with its query bank cut to the bank rows ``rows`` (every matrix with the query bank among its axes
     is cut the same way)."""
     rows = np.sort(np.asarray(rows, dtype=np.int64))
@@ -299,11 +303,10 @@ def bank_subset(task: ScoreTask, rows) -> ScoreTask:
             mats[(c, r)] = _take_rows(m.T, rows)
         else:
             mats[(r, c)] = m
-    return ScoreTask(mats, task.positives, direction=task.direction, meta=dict(task.meta), hints=dict(task.hints),
-                     block_bytes=task.block_bytes, dtype=task.dtype)
+    return replace(task, scores=mats, meta=dict(task.meta), hints=dict(task.hints))
 
 
-def bank_size_table(task: ScoreTask, methods: Sequence[Tuple[str, Mapping]], fractions: Sequence[float],
+def bank_size_table(task: RetrievalTask, methods: Sequence[Tuple[str, Mapping]], fractions: Sequence[float],
                     seeds: Sequence[int] = (0,), *, skipped: Optional[Dict[str, str]] = None,
                     notes: Optional[List[str]] = None) -> pd.DataFrame:
     """R@1 of each method with a seeded subset of ``fraction`` of the bank rows (at least 1 row), per seed.
@@ -325,14 +328,14 @@ def bank_size_table(task: ScoreTask, methods: Sequence[Tuple[str, Mapping]], fra
                 norm = _clamped(make_normalizer(name, **p), sub, False, notes)
                 if not _fit_or_skip(sub, name, norm, False, skipped):
                     continue
-                res = sub.evaluate(norm, fit=False)
+                res = evaluate(norm, sub)
                 rows.append({"direction": task.direction, "fraction": float(frac), "bank queries": size,
                              "seed": seed, "method": name, "R@1": res["R@1"], "R@5": res["R@5"], "MdR": res["MdR"],
                              "bank": _bank_label(sub, False, res["bank"])})
     return pd.DataFrame(rows)
 
 
-def tau_sweep(task: ScoreTask, taus: Sequence[float], names: Sequence[str] = ("is", "sn"), *,
+def tau_sweep(task: RetrievalTask, taus: Sequence[float], names: Sequence[str] = ("is", "sn"), *,
               query_aware: bool = False, sn_iter: int = 10) -> pd.DataFrame:
     """R@1 of IS and SN (and DBSN when named and its matrix is given) over the temperatures ``taus``."""
     rows = []
@@ -341,13 +344,13 @@ def tau_sweep(task: ScoreTask, taus: Sequence[float], names: Sequence[str] = ("i
             norm = make_normalizer(name, tau=float(tau))
             if "n_iter" in type(norm).parameters:
                 norm.n_iter = int(sn_iter)
-            res = task.evaluate(norm, query_aware=query_aware)
+            res = evaluate(task.fit(norm, query_aware=query_aware), task)
             rows.append({"direction": task.direction, "method": name, "tau": float(tau), "R@1": res["R@1"],
                          "R@5": res["R@5"], "bank": _bank_label(task, query_aware, res["bank"])})
     return pd.DataFrame(rows)
 
 
-def recall_at_k(task: ScoreTask, methods: Mapping[str, object], ks: Sequence[int], *,
+def recall_at_k(task: RetrievalTask, methods: Mapping[str, object], ks: Sequence[int], *,
                 query_aware: bool = False) -> pd.DataFrame:
     """R@k (%) of each method's normalised test scores for every k of ``ks`` (the reranking ceiling of a first
     stage: the share of queries whose positive is among its top k)."""
@@ -355,19 +358,19 @@ def recall_at_k(task: ScoreTask, methods: Mapping[str, object], ks: Sequence[int
     for name, norm in methods.items():
         if norm is not None:
             task.fit(norm, query_aware=query_aware)
-        ranks = task.ranks(norm)
+        ranks = positive_ranks(task.blocks(norm), task.positives)
         rows.append({"direction": task.direction, "method": name,
                      "bank": _bank_label(task, query_aware, bank_mark(norm, task)),
                      **{f"R@{k}": ranks_recall(ranks, int(k)) for k in ks}})   # (in the ledger of R@K values)
     return pd.DataFrame(rows)
 
 
-def hub_table(task: ScoreTask, methods: Mapping[str, object], *, k: int = 10, top: int = 10,
+def hub_table(task: RetrievalTask, methods: Mapping[str, object], *, k: int = 10, top: int = 10,
               query_aware: bool = False) -> pd.DataFrame:
     """The ``top`` targets with the largest ``N_k`` of the raw test scores, and their ``N_k`` after each method."""
-    counts = {name: task.k_occurrence(None if norm is None else task.fit(norm, query_aware=query_aware), k)
+    counts = {name: k_occurrence(task.blocks(task.fit(norm, query_aware=query_aware)), k)
               for name, norm in methods.items()}
-    raw = task.k_occurrence(None, k)
+    raw = k_occurrence(task.blocks(), k)
     order = np.lexsort((np.arange(raw.size), -raw))[:top]     # largest N_k first, ties by index
     out = pd.DataFrame({"target": order, **{f"N_{k} {name}": counts[name][order] for name in counts}})
     out.insert(0, "direction", task.direction)
@@ -491,7 +494,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 qa = not sims.has_bank(d)
                 for name, norm in score_methods(params, by_dir[d], names=HUBNESS_SHOWN).items():
                     norm = _clamped(norm, task, qa, notes)
-                    counts = task.k_occurrence(None if norm is None else task.fit(norm, query_aware=qa), hub_k)
+                    counts = k_occurrence(task.blocks(task.fit(norm, query_aware=qa)), hub_k)
                     sns.ecdfplot(counts, ax=ax, label=name)
                 ax.set_xlabel(f"N_{hub_k} (queries that rank the target in their top {hub_k})")
                 ax.legend(fontsize=8)
@@ -509,7 +512,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                 n = _bank_size(task, qa)
                 if any(int(k) > n for k in ks):
                     notes.append(f"{d}: k above the bank size ({n} queries) is left out of the k curve")
-                raw = task.evaluate(None)["R@1"]
+                raw = evaluate(None, task)["R@1"]
                 parts.append(k_curve(task, alpha, ks, query_aware=qa).assign(run=label, **{"raw R@1": raw}))
             df = pd.concat(parts, ignore_index=True)
             save(df, "nnn_k_curve", f"R@1 of NNN over k at alpha = {alpha} (test scores, fixed alpha)")
@@ -540,7 +543,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                                        params.get("dbsn_seeds") or [0], skipped=skipped, notes=notes)
                 df = pd.concat([nnn.assign(part="A: NNN"), fig7.assign(part="B: IS / SN / DBSN")], ignore_index=True)
                 df.insert(0, "run", label)
-                df["raw R@1"] = task0.evaluate(None)["R@1"]
+                df["raw R@1"] = evaluate(None, task0)["R@1"]
                 save(df, "bank_sizes", f"R@1 with seeded subsets of the bank rows, {first}")
                 keys = ["part", "method", "fraction", "bank queries"]
                 mean = df.groupby(keys, as_index=False)[["R@1", "R@5", "MdR"]].mean()   # over the seeds
@@ -564,7 +567,7 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
                     for name, norm in score_methods(params, by_dir[d], extra=not qa, names=SINKHORN_SHOWN).items():
                         if not _fit_or_skip(task, name, norm, qa, skipped):
                             continue
-                        res = task.evaluate(norm, fit=False)
+                        res = evaluate(norm, task)
                         rows.append({"run": label, "direction": d, "method": name,
                                      "bank": _bank_label(task, qa, res["bank"]), **_without_mark(res)})
             df = pd.DataFrame(rows).drop_duplicates(["direction", "method", "bank"])

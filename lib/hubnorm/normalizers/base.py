@@ -167,7 +167,8 @@ class Normalizer:
         fitted attributes, placed on ``device`` (default: the engine's). ``targets`` (the gallery embeddings, when
         the engine has them) makes the normalizer score and rank queries itself. The caller has checked the
         parameters and the inputs (``check_params``, ``check_required``) when it built ``engine``; nothing is
-        set on ``self`` unless the fit succeeds. Returns ``self``."""
+        set on ``self`` unless the fit succeeds. Without ``targets`` the normalizer scores raw test scores
+        (:meth:`fitted_from_scores`). Returns ``self``."""
         self.check_limits(engine)
         fitted = self.fit_blocks(engine)
         offsets = fitted.get("offsets_")
@@ -181,9 +182,18 @@ class Normalizer:
             setattr(self, key, value.to(device) if isinstance(value, torch.Tensor) else value)
         if targets is not None:
             self.targets_ = targets.to(device)
+        else:   # no target embeddings (a fit from score matrices): score / topk take raw test scores
+            self.score_engine_ = engine
         self.device_ = device
         self.provenance_ = provenance
         return self
+
+    def n_fitted_targets(self) -> int:
+        """The size of the gallery this normalizer was fitted on (NotFittedError before a fit)."""
+        if self.fitted_from_scores():
+            return self.score_engine_.size("targets")
+        self._check_fitted()
+        return self.targets_.shape[0]
 
     def local_engine(self, targets, query_bank=None, target_bank=None, *, sweep_bytes: Optional[int] = None
                      ) -> LocalEngine:
@@ -287,14 +297,15 @@ class Normalizer:
         """NotFittedError unless fitted on embeddings (the target embeddings are kept for scoring)."""
         if not hasattr(self, "targets_"):
             if hasattr(self, "score_engine_"):
-                raise NotFittedError(f"{type(self).__name__} was fitted from score matrices (ScoreTask.fit): it holds "
+                raise NotFittedError(f"{type(self).__name__} was fitted from score matrices (RetrievalTask.fit): it "
+                                     "holds "
                                      "no target embeddings; score / topk take the raw test scores, anything else "
                                      "needs a fit on embeddings (fit(targets, query_bank, ...))")
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(targets, query_bank, ...) first")
 
-    def _from_scores(self) -> bool:
-        """Fitted from score matrices (:func:`hubnorm.scores.fit_scores`): ``score`` / ``topk`` take raw test
-        scores (queries x targets) instead of query embeddings."""
+    def fitted_from_scores(self) -> bool:
+        """Whether the last fit read score matrices (:func:`hubnorm.retrieval.fit_scores`), not embeddings:
+        ``score`` / ``topk`` then take raw test scores (queries x targets) instead of query embeddings."""
         return hasattr(self, "score_engine_") and not hasattr(self, "targets_")
 
     def _test_scores(self, scores) -> torch.Tensor:
@@ -313,7 +324,8 @@ class Normalizer:
                             f"floating-point array; got dtype {t.dtype}")
         if t.ndim != 2 or t.shape[1] != n:
             raise ValueError(f"{name} was fitted from score matrices over {n} targets: score / topk take the raw test "
-                             f"scores (queries x {n} targets, as ScoreTask holds them), not query embeddings; got "
+                             f"scores (queries x {n} targets, as a task of score matrices holds them), not query "
+                             f"embeddings; got "
                              f"shape {tuple(t.shape)}")
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"the raw test scores given to {name}.score / topk hold a non-finite value (NaN or inf)")
@@ -338,9 +350,9 @@ class Normalizer:
 
     def iter_scores(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """Yield ``(start_row, scores)`` blocks of the normalised ``m x n`` score matrix. ``queries``: the query
-        embeddings, or for a normalizer fitted from score matrices (``ScoreTask.fit``) the raw test scores
-        (``m x n``), normalised as ``ScoreTask`` does."""
-        if self._from_scores():
+        embeddings, or for a normalizer fitted from score matrices (:func:`hubnorm.retrieval.fit_scores`) the raw
+        test scores (``m x n``), normalised as :meth:`hubnorm.RetrievalTask.blocks` does."""
+        if self.fitted_from_scores():
             s = self._test_scores(queries)
             size = check_chunk_size(chunk_size) or getattr(self, "chunk_size", None) or \
                 block_rows(s.shape[1], s.element_size())
@@ -368,9 +380,9 @@ class Normalizer:
         sort by decreasing score): ``topk(q, k)[1][i, r]`` is the target of rank ``r`` of query ``i``. ``queries``:
         the query embeddings, or the raw test scores for a normalizer fitted from score matrices.
         """
-        if not self._from_scores():
+        if not self.fitted_from_scores():
             self._check_fitted()
-        n = self.score_engine_.size("targets") if self._from_scores() else self.targets_.shape[0]
+        n = self.score_engine_.size("targets") if self.fitted_from_scores() else self.targets_.shape[0]
         k = check_positive_int(k, "k", maximum=n, max_name="the number of targets")
         vals, idx = [], []
         for _, s in self.iter_scores(queries, chunk_size):
@@ -383,7 +395,7 @@ class Normalizer:
     @property
     def offsets(self) -> np.ndarray:
         """Per-target additive offsets ``h`` (score = ``S + h``) as a float numpy array (also of a normalizer fitted
-        from score matrices, :func:`hubnorm.scores.fit_scores`, which holds no target embeddings)."""
+        from score matrices, :func:`hubnorm.retrieval.fit_scores`, which holds no target embeddings)."""
         if not hasattr(self, "offsets_"):
             self._check_fitted()
         if not self.is_offset:

@@ -9,7 +9,7 @@ zero (the paper's "sparsity" column), and the zeros of a row tie, ordered by tar
 
 These methods are **transductive**: the plan couples every query of the bank, so it exists only for the rows it
 was fitted on. Fit them with the test queries as the query bank (``query_aware=True`` in
-``task.evaluate`` / ``ScoreTask.evaluate``); scoring recognises each row by its raw scores (equal, to the
+``task.fit``, from embeddings or from score matrices); scoring recognises each row by its raw scores (equal, to the
 precision of the dtype, to a fitted row) and refuses a row that is not one, naming the fix. Identical rows (the
 same query twice) share the mean of their plan rows.
 
