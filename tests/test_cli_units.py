@@ -989,8 +989,8 @@ def test_open_source_of_score_matrices_reads_the_banks_and_the_input_flags(monke
 def test_open_source_refuses_options_a_source_does_not_take(monkeypatch):
     calls, _ = fake_media(monkeypatch, media_data(np.random.default_rng(2)))
     for bad in ("flickr", 5, None):
-        with pytest.raises(ValueError, match=r"^source must look like 'synthetic:flickr30k', 'local:<folder>', "
-                                             r"'real:<release>', 'cache:<dataset>:<model>:<pretrained>' or "
+        with pytest.raises(ValueError, match=r"^source must look like 'synthetic:<preset>', 'cache:<dataset>:<model>:"
+                                             r"<pretrained>', 'local:<folder>', 'real:<release>' or "
                                              rf"'sims:<folder>'; got {re.escape(repr(bad))}$"):
             cli.open_source(bad)
     with pytest.raises(ValueError, match=r"^--source-option \['a', 'b'\]: a sims: folder takes no loader options$"):

@@ -406,9 +406,9 @@ def test_the_bytes_checked_are_the_bytes_loaded(toy, monkeypatch, _isolated):
 def test_unknown_release_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"unknown real release 'nope'; valid: \['audiocaps-clap', 'coco500"):
         hn.load_embeddings("real:nope")
-    with pytest.raises(ValueError, match="'local:<folder>' or 'real:<release>'"):
+    with pytest.raises(ValueError, match="'local:<folder>', 'real:<release>' or 'sims:<folder>'"):
         hn.load_embeddings("coco500-clip-b16")
-    with pytest.raises(ValueError, match="'synthetic', 'cache', 'local' or 'real'"):
+    with pytest.raises(ValueError, match="^unknown source kind 'remote': use 'synthetic:<preset>', "):
         hn.load_embeddings("remote:coco500-clip-b16")
     assert main(["fetch-real", "nope"]) == 2
 

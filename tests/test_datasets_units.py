@@ -1,5 +1,7 @@
-"""``hubnorm.datasets.load_embeddings`` in small pieces: the malformed source refused by its message (not a string, no
-colon), an unknown kind refused by its message, ``HUBNORM_FORBID_SYNTHETIC=1`` refusing synthetic sources only (and
+"""``hubnorm.datasets.load_embeddings`` and the one table of source kinds behind it (``hubnorm.data.sources``) in
+small pieces: the malformed source refused by its message (not a string, no colon), an unknown kind refused by its
+message (both naming every form of the table), a ``sims:`` folder refused by ``load_embeddings`` (it holds score
+matrices), ``HUBNORM_FORBID_SYNTHETIC=1`` refusing synthetic sources only (and
 only for the exact value ``"1"``), and each kind dispatched to its loader with the text after the first colon and the
 keyword arguments unchanged (the loaders replaced here by recorders); one real call of the synthetic generator.
 
@@ -10,17 +12,19 @@ Survivors judged equivalent (no test can tell them apart):
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import numpy as np
 import pytest
 
-import hubnorm.data
 import hubnorm.synthetic
+from hubnorm.data.sources import SOURCE_KINDS, load_source, source_kind
 from hubnorm.datasets import EmbeddingDataset, load_embeddings
 
-_SOURCE_MSG = (r"source must look like 'synthetic:coco', 'synthetic:flickr30k', "
-               r"'cache:<dataset>:<model>:<pretrained>', 'local:<folder>' or 'real:<release>'; got ")
+_FORMS = (r"'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', 'local:<folder>', 'real:<release>' or "
+          r"'sims:<folder>'")
+_SOURCE_MSG = r"source must look like " + _FORMS + "; got "
 
 
 @pytest.fixture
@@ -36,8 +40,9 @@ def recorded(monkeypatch):
 
     monkeypatch.delenv("HUBNORM_FORBID_SYNTHETIC", raising=False)
     monkeypatch.setattr(hubnorm.synthetic, "make_dataset", fake("make_dataset"))
-    for name in ("load_cached_embeddings", "load_local_embeddings", "load_real"):
-        monkeypatch.setattr(hubnorm.data, name, fake(name))
+    for module, name in (("pipeline", "load_cached_embeddings"), ("local", "load_local_embeddings"),
+                         ("real", "load_real"), ("sims", "load_sims")):
+        monkeypatch.setattr(importlib.import_module(f"hubnorm.data.{module}"), name, fake(name))
     return calls
 
 
@@ -49,9 +54,9 @@ def test_a_source_without_a_colon_or_not_a_string_is_refused(source, recorded):
 
 
 def test_an_unknown_kind_is_refused(recorded):
-    with pytest.raises(ValueError, match=r"^unknown source kind 'hub': use 'synthetic', 'cache', 'local' or 'real'$"):
+    with pytest.raises(ValueError, match=r"^unknown source kind 'hub': use " + _FORMS + "$"):
         load_embeddings("hub:coco")
-    with pytest.raises(ValueError, match=r"^unknown source kind '': use 'synthetic', 'cache', 'local' or 'real'$"):
+    with pytest.raises(ValueError, match=r"^unknown source kind '': use " + _FORMS + "$"):
         load_embeddings(":coco")
     with pytest.raises(ValueError, match=r"^unknown source kind 'Synthetic'"):
         load_embeddings("Synthetic:coco")
@@ -98,3 +103,23 @@ def test_a_real_synthetic_dataset_comes_back(monkeypatch):
     assert test.n_images == 3 and train.n_images == 4 and test.images.shape[1] == 70
     again = hubnorm.synthetic.make_dataset("coco", seed=1, n_train_images=4, n_test_images=3, dim=70)
     np.testing.assert_array_equal(ds.splits["test"].captions, again.splits["test"].captions)
+
+
+def test_a_sims_folder_is_a_source_of_scores_not_of_embeddings(recorded):
+    with pytest.raises(ValueError, match=r"^'sims:/x' holds score matrices, not embeddings: load its retrieval tasks "
+                                         r"with hubnorm\.media\.load_media\(source\)"):
+        load_embeddings("sims:/x")
+    assert recorded == []
+    assert load_source("sims:/x", verify=False) == "from load_sims"
+    assert recorded == [("load_sims", ("/x",), {"verify": False})]
+
+
+def test_the_table_of_kinds():
+    """What each kind holds and whether its loader splits the data (seed / val): the rules the loaders' callers
+    (load_media, the hubnorm command, the notebooks' prepare_dataset) read instead of source prefixes."""
+    assert {k: (v.holds, v.splits) for k, v in SOURCE_KINDS.items()} == {
+        "synthetic": ("embeddings", False), "cache": ("embeddings", False), "local": ("embeddings", True),
+        "real": ("embeddings", True), "sims": ("scores", False)}
+    assert all(v.form.startswith(k + ":") for k, v in SOURCE_KINDS.items())
+    kind, rest = source_kind("local:/a:b")
+    assert kind is SOURCE_KINDS["local"] and rest == "/a:b"

@@ -206,8 +206,9 @@ def test_version_comes_from_a_leaf_and_shims_are_gone():
 def test_the_scan_sees_the_known_edges():
     graph = _graph()
     assert "hubnorm.embeddings" in graph["hubnorm.data.local"]
-    assert "hubnorm.synthetic" in graph["hubnorm.datasets"]  # a deferred import counts
-    assert "hubnorm.data" in graph["hubnorm.datasets"]  # an import of a package facade counts
+    assert "hubnorm.synthetic" in graph["hubnorm.data.sources"]  # a deferred import counts
+    assert "hubnorm.data.sources" in graph["hubnorm.datasets"]
+    assert "hubnorm.normalizers" in graph["hubnorm.registry"]  # an import of a package facade counts
     assert "hubnorm.data.local" in graph["hubnorm.data"]  # and the facade's re-exports
     assert len(graph) > 40
 

@@ -37,7 +37,7 @@ def test_synthetic_is_refused_when_forbidden(monkeypatch):
 
 
 def test_bad_sources_are_named():
-    with pytest.raises(ValueError, match="source must be"):
+    with pytest.raises(ValueError, match="^source must look like 'synthetic:<preset>', "):
         media.load_media("msrvtt")
     with pytest.raises(ValueError, match="unknown video/audio preset"):
         media.make_media("youtube")
@@ -161,8 +161,9 @@ def test_load_media_guards_say_what_is_wrong(tmp_path):
     from local_folders import make_folder
 
     for bad in ("msrvtt", 3, None):
-        with pytest.raises(ValueError, match=r"^source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', "
-                                             r"'cache:\.\.\.' or 'real:<release>'; got "):
+        with pytest.raises(ValueError, match=r"^source must look like 'synthetic:<preset>', 'cache:<dataset>:<model>:"
+                                             r"<pretrained>', 'local:<folder>', 'real:<release>' or 'sims:<folder>'; "
+                                             r"got "):
             media.load_media(bad)
     folder = tmp_path / "f"
     shutil.copytree(make_folder(tmp_path, "percap5-texts-clip"), folder)

@@ -167,9 +167,9 @@ def test_a_local_folder_refuses_what_it_cannot_honour(local_folder):
     bare = str(local_folder.parent / "percap5-texts-clip")   # a folder without its kind
     with pytest.raises(ValueError) as e:
         media.load_media(bare)
-    assert str(e.value) == (f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', 'cache:...' or "
-                            f"'real:<release>'; got {bare!r}")
-    with pytest.raises(ValueError, match="source must be"):
+    assert str(e.value) == (f"source must look like 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', "
+                            f"'local:<folder>', 'real:<release>' or 'sims:<folder>'; got {bare!r}")
+    with pytest.raises(ValueError, match="source must look like"):
         media.load_media(None)
 
 

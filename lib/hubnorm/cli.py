@@ -138,16 +138,15 @@ def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
     """Load ``source`` (:func:`hubnorm.media.load_media`, the loader of every source kind: image, video and audio
     embeddings, synthetic presets, ``sims:`` folders) and keep one :class:`Direction` per retrieval direction (all
     of them, or ``directions``), with the embeddings and the banks' provenance."""
+    from .data.sources import source_kind
     from .media import is_preset, load_media
 
-    if not isinstance(source, str) or ":" not in source:
-        raise ValueError(f"source must look like 'synthetic:flickr30k', 'local:<folder>', 'real:<release>', "
-                         f"'cache:<dataset>:<model>:<pretrained>' or 'sims:<folder>'; got {source!r}")
+    kind, _ = source_kind(source)   # one message for every malformed source (hubnorm.data.sources)
     kwargs = dict(options or {})
-    if source.startswith(("local:", "real:")):
+    if kind.splits:
         kwargs.setdefault("seed", seed)   # the seed of the test / train split of a folder or release
         kwargs.setdefault("val", False)   # the whole training split is the reference bank
-    if source.startswith("sims:") and kwargs:
+    if kind.holds == "scores" and kwargs:
         raise ValueError(f"--source-option {sorted(kwargs)}: a sims: folder takes no loader options")
     n_train = kwargs.pop("n_train", None) if is_preset(source) else None   # a video / audio preset's bank size
     if is_preset(source) and kwargs:

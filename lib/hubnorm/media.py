@@ -40,6 +40,7 @@ import numpy as np
 
 from ._validation import unit_rows
 from .data.sims import LETTERS
+from .data.sources import load_source, source_kind
 from .matrices import ProductScores
 from .retrieval import RetrievalTask
 from .scores import bank_subsets, positives_from_pairs
@@ -255,10 +256,7 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     direction, a seeded subset, for every kind of source (:func:`hubnorm.scores.bank_subsets`). ``dataset`` /
     ``model``: the published rows to compare with (None: from the source; a ``real:`` release declares both, a
     ``local:`` folder its data set in ``model_info.json`` as ``"dataset"``, never read from the folder's name)."""
-    if not isinstance(source, str) or ":" not in source:
-        raise ValueError(f"source must be 'synthetic:<preset>', 'sims:<folder>', 'local:<folder>', 'cache:...' or "
-                         f"'real:<release>'; got {source!r}")
-    kind, rest = source.split(":", 1)
+    kind, rest = source_kind(source)   # one message for every malformed source (hubnorm.data.sources)
     preset = is_preset(source)
     if n_train is not None and not preset:
         raise ValueError(f"n_train sets the training items of a synthetic video/audio preset; {source!r} has its own "
@@ -270,13 +268,12 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
                             block_bytes=block_bytes)
         return MediaSource(tasks, f"synthetic analog (synthetic-{rest}, seed {seed}, {data.data_size})", True,
                            dataset or p.dataset, model or p.model, data.modalities, data)
-    if kind == "sims":
+    if kind.holds == "scores":
         from .scores import sims_tasks
-        from .data.sims import load_sims
 
         if source_kwargs:
             raise ValueError(f"source_kwargs apply to embeddings sources, not to a sims: folder; got {source_kwargs!r}")
-        sims = load_sims(rest)
+        sims = load_source(source)
         if item_modality not in ("auto", sims.modalities[1]):
             raise ValueError(f"item_modality={item_modality!r} contradicts {sims.folder}, whose manifest says its columns "
                              f"are {sims.modalities[1]}: pass item_modality='auto' (or fix the manifest)")
@@ -291,12 +288,12 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     from .datasets import load_embeddings
 
     kwargs = dict(source_kwargs or {})
-    if kind == "synthetic":
+    if kind.kind == "synthetic":
         kwargs.setdefault("seed", seed)
     ds = load_embeddings(source, **kwargs)
     test = ds.split("test")
     train = ds.splits.get("train")
-    declared = ds.meta.get("modality") if kind == "real" else None   # what a real: release says its items are
+    declared = ds.meta.get("modality") if kind.kind == "real" else None   # what a real: release says its items are
     if declared and item_modality not in ("auto", declared):
         raise ValueError(f"item_modality={item_modality!r} contradicts {source}, whose items are {declared}: pass "
                          "item_modality='auto'")
@@ -318,10 +315,10 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
         label = f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data.data_size})"
     else:
         label = f"real data ({ds.name}" + (f", {ds.meta['model']}" if ds.meta.get("model") else "") + f", {data.data_size})"
-    if kind == "real":   # the release declares its data set and encoder; never guessed from a name
+    if kind.kind == "real":   # the release declares its data set and encoder; never guessed from a name
         return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
                            data.modalities, data)
-    if kind == "local":   # a folder declares its data set in model_info.json ("dataset"); its name declares nothing
+    if kind.kind == "local":   # a folder declares its data set in model_info.json ("dataset"); its name declares nothing
         declared = ds.meta.get("dataset")
         return MediaSource(tasks, label, ds.source == "synthetic",
                            dataset or (published_dataset(str(declared)) if declared else None),

@@ -18,7 +18,8 @@ encoder of RSC relevance), :mod:`.cache` (npy + JSON manifests: named split entr
 encodings), :mod:`.pipeline` (encode-or-load), :mod:`.rehearse` (synthetic rehearsal caches), :mod:`.models`
 (:func:`published_model_name`), :mod:`.local` (precomputed embedding folders), :mod:`.real` (small public releases of
 real embeddings, fetched by pinned commit and sha256), :mod:`.blip_offline` (BLIP processor and config built
-without downloads). Heavy dependencies (open_clip, pooch) load only when used. Layering: this package imports only
+without downloads), :mod:`.sources` (the one table of source kinds, ``<kind>:<rest>``, and their loaders). Heavy
+dependencies (open_clip, pooch) load only when used. Layering: this package imports only
 leaf modules of hubnorm (``_version``, ``_validation``, ``progress``) and the containers (``embeddings``,
 ``retrieval``, ``synthetic``), never a module above it (``tests/test_import_graph.py``).
 """

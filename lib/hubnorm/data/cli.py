@@ -269,15 +269,15 @@ def _cmd_rehearse(args) -> int:
 
 
 def _load_source(source: str, **kwargs):
-    """The embeddings of a ``cache:`` or ``local:`` source (the ones with caption texts), read by the data layer's
-    own loaders (``hubnorm.load_embeddings`` sits above this package and also reads synthetic sources)."""
-    kind, _, rest = source.partition(":")
+    """The embeddings of a ``cache:`` or ``local:`` source (the ones with caption texts), read by their loaders in
+    the one table of source kinds (:mod:`.sources`)."""
+    from .sources import load_source
+
+    kind = source.partition(":")[0]
     if kind == "cache":
-        from .pipeline import load_cached_embeddings
-        return load_cached_embeddings(rest, **kwargs)
+        return load_source(source, **kwargs)
     if kind == "local":
-        from .local import load_local_embeddings
-        return load_local_embeddings(rest, **{"val": False, **kwargs})   # test/train as notebook 07 reads them
+        return load_source(source, **{"val": False, **kwargs})   # test/train as notebook 07 reads them
     raise ValueError(f"encode-texts reads the caption texts of a 'cache:<dataset>:<model>:<pretrained>' or "
                      f"'local:<folder>' source; got {source!r} (synthetic embeddings have no caption texts)")
 

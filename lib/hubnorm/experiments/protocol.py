@@ -23,6 +23,7 @@ import pandas as pd
 
 from .._validation import unit_rows
 from ..data.registry import cross_dataset
+from ..data.sources import source_kind
 from ..datasets import load_embeddings
 from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from ..evaluation import evaluate
@@ -80,9 +81,10 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     if not isinstance(source, str):
         raise TypeError(f"source must be a string such as 'synthetic:flickr30k' or 'local:/path'; got {source!r}")
     kwargs = dict(source_kwargs or {})
-    if source.startswith(("local:", "real:")):
+    kind, _ = source_kind(source)
+    if kind.splits:
         kwargs.setdefault("val", bool(ensure_val))
-    if source.startswith("synthetic:"):
+    if kind.kind == "synthetic":
         kwargs.update(synthetic_sizes or {})
         kwargs.setdefault("seed", seed)
     ds = load_embeddings(source, **kwargs)

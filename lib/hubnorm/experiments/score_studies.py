@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from ..blocks import limit_of
+from ..data.sources import source_kind
 from ..evaluation import evaluate, positive_ranks, recall_at_k as ranks_recall
 from ..hubness import hubness, k_occurrence
 from ..provenance import NO_BANK, QUERY_AWARE, bank_mark
@@ -89,7 +90,10 @@ SECTIONS: Dict[str, Sequence[str]] = {
 
 def is_sims(source) -> bool:
     """True when ``source`` names a sims folder (``"sims:<folder>"``)."""
-    return isinstance(source, str) and source.startswith("sims:")
+    try:
+        return source_kind(source)[0].holds == "scores"
+    except ValueError:   # not a source name at all: the loaders name the mistake
+        return False
 
 
 # ---------------------------------------------------------------------------------------------- the data
