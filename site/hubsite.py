@@ -608,10 +608,42 @@ def readme_setup_block(report: Path = SETUP_REPORT) -> str:
             "[benchmarks/reports/setup.md](benchmarks/reports/setup.md)).")
 
 
+EXERCISES_INDEX = REPO / "notebooks" / "solutions" / "EXERCISES.md"
+_EXERCISE = re.compile(r"^(\d+)\. \[(?P<kind>[a-z -]+)\] \*\*(?P<title>.+?)\*\*", re.M)
+
+
+def _markdown_section(nb: dict, heading: str) -> str:
+    """The markdown cells of ``nb`` from the cell whose ``## `` heading starts with ``heading`` to the next ``## ``."""
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    m = re.search(rf"^## {re.escape(heading)}[^\n]*\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    return m.group(1) if m else ""
+
+
+def exercises_index(notebooks: list[Path], index: Path = EXERCISES_INDEX) -> str:
+    """notebooks/solutions/EXERCISES.md: its own introduction (the text before the first notebook's section), then
+    per notebook the exercises of its ``## Exercises`` section (number, kind, title, the solution function) and the
+    size of its ``## Quiz`` (``tests/test_exercises.py`` checks the solutions and quizzes behind them)."""
+    intro = index.read_text().split("\n## ", 1)[0].rstrip() + "\n"
+    parts = [intro]
+    for p in notebooks:
+        stem = p.stem
+        if not (index.parent / f"{stem}.py").is_file():   # a notebook without exercises
+            continue
+        nb = json.loads(p.read_text())
+        lines = [f"## {stem}", ""]
+        for m in _EXERCISE.finditer(_markdown_section(nb, "Exercises")):
+            lines.append(f"{m[1]}. [{m['kind']}] **{m['title']}** Solution: `solutions/{stem}.py`, "
+                         f"`exercise_{m[1]}()`.")
+        quiz = re.findall(r"^(\d+)\. ", _markdown_section(nb, "Quiz"), flags=re.M)
+        lines += ["", f"Self-check quiz: {len(quiz)} questions (`QUIZ` and `quiz()` in `solutions/{stem}.py`)."]
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
 def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     """{path: content} of every file derived from the repository address and the notebooks' cells (README's
     generated blocks, docs/coverage.md, docs/parameters.md, docs/install.md's block, CITATION.cff, the Colab
-    copies)."""
+    copies, notebooks/solutions/EXERCISES.md's index)."""
     repo = repo or repository()
     notebooks = discover_notebooks(REPO / "notebooks")
     out: dict[Path, str] = {}
@@ -626,6 +658,7 @@ def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     from hubnorm.experiments.parameters import markdown as parameters_page   # the notebooks' parameters cells
 
     out[REPO / "docs" / "parameters.md"] = parameters_page(REPO / "notebooks")
+    out[EXERCISES_INDEX] = exercises_index(notebooks)
     install = (REPO / "docs" / "install.md").read_text()
     out[REPO / "docs" / "install.md"] = _replace_block(install, "install", install_block(repo), "docs/install.md")
     cff = (REPO / "CITATION.cff").read_text()

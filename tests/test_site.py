@@ -819,3 +819,32 @@ def test_readme_setup_sentence_comes_from_the_measured_report(tmp_path):
     assert text.startswith("Measured: the `.venv` set-up took 5.6 min and 6.8 GB of pinned packages, then "
                            "`run_all.sh` 8.1 min and `run_tests.sh` 18 min"), text
     assert "2026-12-02, x86_64, 2 cores" in text and "pip cache ~/.cache/pip present" in text
+
+
+def test_the_exercises_index_is_read_from_the_notebooks(tmp_path):
+    """EXERCISES.md keeps its introduction and lists each notebook's exercises (kind, title, solution function) and
+    quiz size as the notebook states them: an exercise added to a notebook appears in the index, a notebook without
+    a solutions module has no section."""
+    index = tmp_path / "solutions" / "EXERCISES.md"
+    index.parent.mkdir()
+    index.write_text("# Index\n\nIntro text.\n\n## 99_old\n\nstale\n")
+    (index.parent / "98_new.py").write_text("QUIZ = {}\n")
+    cells = [{"cell_type": "markdown", "source": ["## Exercises\n", "1. [derive] **First.** Text.\n",
+                                                 "2. [write a function] **Second one.** More.\n"]},
+             {"cell_type": "markdown", "source": ["## Quiz\n", "1. a?\n", "2. b?\n", "3. c?\n"]},
+             {"cell_type": "markdown", "source": ["## Appendix\n", "1. not a question\n"]}]
+    for stem in ("98_new", "97_plain"):
+        (tmp_path / f"{stem}.ipynb").write_text(json.dumps({"cells": cells}))
+    text = hubsite.exercises_index([tmp_path / "97_plain.ipynb", tmp_path / "98_new.ipynb"], index)
+    assert text == ("# Index\n\nIntro text.\n\n## 98_new\n\n"
+                    "1. [derive] **First.** Solution: `solutions/98_new.py`, `exercise_1()`.\n"
+                    "2. [write a function] **Second one.** Solution: `solutions/98_new.py`, `exercise_2()`.\n\n"
+                    "Self-check quiz: 3 questions (`QUIZ` and `quiz()` in `solutions/98_new.py`).\n")
+
+
+def test_the_syllabus_has_a_row_for_every_notebook():
+    """docs/teaching.md's syllabus is written by hand (prerequisites, goals, study time): a notebook added without
+    its row is caught here, and a row of a notebook that no longer exists too."""
+    names = {p.stem for p in hubsite.discover_notebooks(REPO / "notebooks")}
+    rows = set(re.findall(r"^\| \d\d \| `(\d\d_\w+)` \|", (REPO / "docs" / "teaching.md").read_text(), flags=re.M))
+    assert names and rows == names, f"syllabus rows {sorted(rows)} != notebooks {sorted(names)}"
