@@ -19,6 +19,10 @@ survivors change nothing a caller can observe on a CPU:
 * ``build_tasks_86`` (direction left at its default "t2i"), ``_89/_91`` (``from_labels`` without ``n_targets``):
   every image has a caption (checked above), so ``max + 1`` is the number of images.
 
+Tasks of score matrices (issue 43: one task for both kinds; a 3-in-10 sample with tests/test_scores_units.py and
+tests/test_evaluation.py: 243 of 742 tested, 232 killed, 95%): the survivors are those above plus
+``blocks_86`` (``normalize_scores(s, None)`` -> ``normalize_scores(s)``: None is the default).
+
 The helper that wrote this file found ``Positives.from_lists([])`` (and ``subset([])``) failing on a float64
 ``np.cumsum([])``; mended, and pinned by ``test_no_queries``.
 """
@@ -31,6 +35,7 @@ import torch
 
 import hubnorm as hn
 from hubnorm import retrieval
+from hubnorm.blocks import Scores
 from hubnorm.retrieval import DIRECTION_NAMES, DIRECTIONS, MODALITY_LETTERS, Positives, RetrievalTask, build_tasks
 
 
@@ -395,7 +400,8 @@ def test_scores_task_guards():
     emb, sc, mats = _both_kinds()
     pos = sc.positives
     with pytest.raises(ValueError, match=r"^a task holds embeddings or score matrices, not both; got scores= and "
-                                         r"queries, targets: pass the embeddings alone"):
+                                         r"queries, targets: pass the embeddings alone \(every score is then a "
+                                         r"product of them\) or the matrices alone$"):
         RetrievalTask(emb.queries, emb.targets, pos, scores=mats)
     with pytest.raises(ValueError, match=r"^a task given as scores needs the test score matrix \(queries x targets\)"):
         RetrievalTask(scores={("query_bank", "targets"): mats[("query_bank", "targets")]}, positives=pos)
@@ -406,8 +412,10 @@ def test_scores_task_guards():
         RetrievalTask(scores=mats, positives=Positives.from_labels(np.arange(9) % 7, 8))
     with pytest.raises(TypeError, match=r"^positives must be a hubnorm\.Positives"):
         RetrievalTask(scores=mats)
-    for call in (lambda: sc.with_banks(), lambda: sc.with_distractors(emb.targets)):
-        with pytest.raises(ValueError, match=r"adds embeddings; this task holds score matrices"):
+    for name, call in (("with_banks", lambda: sc.with_banks()),
+                       ("with_distractors", lambda: sc.with_distractors(emb.targets))):
+        with pytest.raises(ValueError, match=rf"^{name} adds embeddings; this task holds score matrices: build a "
+                                             r"task with the matrices you need instead$"):
             call()
     with pytest.raises(TypeError, match=r"^query_aware must be True or False; got 'yes'$"):
         sc.fit(hn.InvertedSoftmax(tau=0.1), query_aware="yes")
@@ -475,10 +483,44 @@ def test_blocks_refuse_a_fit_of_the_other_kind_that_would_misread_the_scores():
     x = _unit(rng, 15, 4, np.float64)
     et = RetrievalTask(x[:6], x[6:10], pos, query_bank=x[10:])   # d = 4 = the number of targets
     with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted from score matrices; this task holds "
-                                         r"embeddings: fit it on this task"):
+                                         r"embeddings: fit it on this task \(task\.fit\(normalizer\)\) or score a "
+                                         r"task of the matrices it was fitted from$"):
         hn.evaluate(from_scores, et)
     assert not et.fit(hn.InvertedSoftmax(tau=0.1)).fitted_from_scores()
     dn = et.fit(hn.make_normalizer("dn"))
     with pytest.raises(ValueError, match=r"^DistributionNormalization scores with the embeddings of queries; this "
                                          r"task holds score matrices only"):
         hn.evaluate(dn, st)
+
+
+
+def test_blocks_follow_the_chunk_size_and_the_task_budget():
+    """Row blocks of both kinds: ``chunk_size`` reaches a normalizer's scoring, and without it the task's
+    ``block_bytes`` sizes the raw blocks by the number of targets (3 targets x 8 bytes x 2 rows), not by the
+    embedding dimension (12)."""
+    rng = np.random.default_rng(4)
+    q, t, qb = _unit(rng, 5, 12, np.float64), _unit(rng, 3, 12, np.float64), _unit(rng, 6, 12, np.float64)
+    pos = Positives.from_labels(np.arange(5) % 3, 3)
+    emb = RetrievalTask(q, t, pos, query_bank=qb, block_bytes=3 * 8 * 2)
+    sc = RetrievalTask(scores={("queries", "targets"): q @ t.T, ("query_bank", "targets"): qb @ t.T}, positives=pos,
+                       block_bytes=3 * 8 * 2)
+    for task in (emb, sc):
+        assert [q0 for q0, _ in task.blocks()] == [0, 2, 4]
+        fitted = task.fit(hn.InvertedSoftmax(tau=0.1))
+        assert [q0 for q0, _ in task.blocks(fitted, chunk_size=4)] == [0, 4]
+
+
+class _OptionalFirst(hn.InvertedSoftmax):
+    """InvertedSoftmax reading, first, an optional target-bank matrix it does without (a method of a user's)."""
+
+    inputs = hn.InvertedSoftmax.inputs.__class__(
+        fit=(Scores("target_bank", "targets", required=False),) + tuple(hn.InvertedSoftmax.inputs.fit))
+
+
+def test_the_matrix_checks_skip_optional_inputs_and_go_on_to_the_required_ones():
+    emb, sc, mats = _both_kinds()
+    fitted = sc.fit(_OptionalFirst(tau=0.1))           # no target-bank matrix: optional, fitted all the same
+    np.testing.assert_allclose(fitted.offsets_.numpy(), sc.fit(hn.InvertedSoftmax(tau=0.1)).offsets_.numpy())
+    no_bank = RetrievalTask(scores={("queries", "targets"): mats[("queries", "targets")]}, positives=sc.positives)
+    with pytest.raises(ValueError, match=r"^_OptionalFirst needs the query bank x gallery \(targets\) score matrix"):
+        no_bank.fit(_OptionalFirst(tau=0.1))          # the required bank matrix after the optional one is checked

@@ -165,7 +165,9 @@ class RetrievalTask:
     ``positives``: the positive targets of every query (:class:`Positives`, several per query allowed).
     ``direction``: any of :data:`DIRECTION_NAMES` (``t2i``, ``i2t``, ``t2v``, ``v2t``, ``t2a``, ``a2t``): the
     arithmetic is the same for every modality pair, the name labels the results.
-    ``meta`` carries free-form labels (dataset, source: "synthetic" or "real", split, model).
+    ``meta`` carries free-form labels (dataset, source: "synthetic" or "real", split, model). ``block_bytes`` also
+    sizes the row blocks of the raw scores of a task of embeddings (a normalizer's blocks follow its own
+    ``chunk_size`` / ``block_bytes``).
 
     The one way through a task: ``task.fit(normalizer)`` then ``hubnorm.evaluate(normalizer, task)``;
     ``task.blocks(normalizer)`` streams the (normalised) test scores for any other measure
@@ -299,7 +301,7 @@ class RetrievalTask:
                 yield from normalizer.iter_scores(self.queries, chunk_size)
                 return
             q, t = (torch.as_tensor(np.asarray(x)) for x in (self.queries, self.targets))
-            size = chunk_size or block_rows(t.shape[0], t.element_size())
+            size = chunk_size or block_rows(t.shape[0], t.element_size(), self.block_bytes)
             for q0, q1 in iter_blocks(q.shape[0], size):
                 yield q0, q[q0:q1] @ t.T
             return
