@@ -69,30 +69,23 @@ REPRODUCES = {  # the papers' numbered tables and figures computed here (README'
 run = nb.setup("02", seed=seed, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
-# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
-# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.experiments.score_studies`).
+# **Any source.** The tasks below are the test split against the reference bank, as embeddings or, with
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's own bank rows). Every
+# cell runs on both; the one that needs embeddings (the t-SNE map) says so in a NOTE.
 
 # %%
-from hubnorm.experiments import score_studies
-
-if score_studies.is_sims(source):
-    sims_tables = score_studies.run_notebook("02", source, run, globals())
-
-# %%
-ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
-dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed
-label = nb.data_label(pr.run_label(ds))  # names the data of every PASS/DIFFERS line below
-model = pr.published_model(ds, model)
-dbsn_model = pr.published_model(ds, dbsn_model, paper="dbsn")
-test = ds.split("test")
-bank = pr.reference_split(ds, "train", bank_fraction, seed=seed)
-tasks = pr.make_tasks(test, bank, directions=directions)
+src = pr.open_data(source, directions=directions, bank_fraction=bank_fraction, seed=seed, dtype=run.dtype,
+                   synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
+tasks = src.tasks  # {direction: the test queries and gallery with the reference bank}
+dataset = pr.published_dataset(source, src.ds, dataset)  # declared by the source (or this parameter)
+label = nb.data_label(src.label)  # names the data of every PASS/DIFFERS line below
+model = pr.published_model(src.ds, model)
+dbsn_model = pr.published_model(src.ds, dbsn_model, paper="dbsn")
 
 # %% tags=["nbval-check-output"]
 print("this run:", label)
-nb.show(pr.describe(ds))
-print(f"NNN reference bank: {bank.n_images} images / {bank.n_captions} captions; NNN parameters {nnn_params}")
+nb.show(src.describe())
+print(f"NNN reference bank: {src.bank_words}; NNN parameters {nnn_params}")
 
 # %% [markdown]
 # ## 1 · Captions matched per image (NNN Fig. 2 / A2, Table 3)
@@ -150,8 +143,8 @@ for ax, d in zip(axes[0], directions):
 fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper right", fontsize=9, frameon=False)
 fig.suptitle(f"Hubness before/after NNN (cf. NNN Fig. 2 / A2) — {label}", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence histograms, raw vs NNN; {label}.",
-                data=label, bank=stats1["bank"])
+run.save_figure(fig, "nnn_captions_per_image", caption=f"Top-1 k-occurrence histograms, raw vs NNN; {label}. "
+                + nb.marks_note(stats1["bank"]), data=label, bank=stats1["bank"])
 plt.show()
 
 # %% [markdown]
@@ -173,7 +166,7 @@ nb.notice(*[
 # query-agnostic variants with NNN's reference bank (20% of the training captions) for reference.
 
 # %%
-task_qa = pr.make_tasks(test, None, directions=["t2i"])["t2i"]
+task_qa = src.all_tasks["t2i"]   # query-aware fits: the test queries are the bank
 fitted10 = {
     "Original": task_qa.fit(hn.make_normalizer("raw")),
     "IS": task_qa.fit(hn.make_normalizer("is", tau=is_tau), query_aware=True),
@@ -182,10 +175,10 @@ fitted10 = {
 occ10 = studies.occurrence_frame(fitted10, task_qa, k=hub_k)
 stats10 = studies.occurrence_stats(occ10, hub_k, task_qa.n_queries).assign(bank="test queries (query-aware)")
 stats10.loc[stats10["method"] == "Original", "bank"] = "none"
-agn_task = tasks["t2i"] if "t2i" in tasks else pr.make_tasks(test, bank, directions=["t2i"])["t2i"]
+agn_task = src.all_tasks["t2i"]   # query-agnostic fits: the reference bank
 agn = {"IS": agn_task.fit(hn.make_normalizer("is", tau=is_tau)),
        "SN": agn_task.fit(hn.make_normalizer("sn", tau=sn_tau))}
-agn_bank = f"reference bank ({bank_fraction:.0%} of train)"
+agn_bank = src.bank_name("t2i")
 stats10 = pd.concat([stats10, studies.occurrence_stats(studies.occurrence_frame(agn, agn_task, k=hub_k), hub_k, agn_task.n_queries)
                      .assign(bank=agn_bank)], ignore_index=True)
 stats10["R@1"] = [hn.evaluate(agn[m] if b == agn_bank else fitted10[m], task_qa)["R@1"]
@@ -242,39 +235,42 @@ nb.notice(
 # regions.
 
 # %%
-from sklearn.manifold import TSNE
+if src.needs_embeddings("the t-SNE map of the test embeddings (DBSN Fig. A9)"):
+    from sklearn.manifold import TSNE
 
-first_caption = np.unique(test.caption_to_image, return_index=True)[1]   # one caption per image
-points = np.concatenate([test.images, test.captions[first_caption]])
-perplexity = min(30.0, (len(points) - 1) / 3)   # t-SNE needs fewer neighbours than points (a small data set)
-xy = TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=seed).fit_transform(points)
-img_xy, cap_xy = xy[: test.n_images], xy[test.n_images:]
-n10 = occ10.pivot(index="target", columns="method", values="N_k")
-hubs = n10["Original"].nlargest(10).index.to_numpy()
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharex=True, sharey=True)
-for ax, m in zip(axes, ("Original", "SN")):
-    ax.scatter(cap_xy[:, 0], cap_xy[:, 1], s=4, c="lightgrey", label="captions")
-    sc = ax.scatter(img_xy[:, 0], img_xy[:, 1], s=6, c=n10[m].to_numpy(), cmap="viridis",
-                    vmin=0, vmax=n10["Original"].max())
-    ax.scatter(img_xy[hubs, 0], img_xy[hubs, 1], s=60, facecolors="none", edgecolors="red", lw=1.2,
-               label="10 largest raw hubs")
-    ax.set(title=f"{'raw' if m == 'Original' else m}: images coloured by N_{hub_k}", xticks=[], yticks=[])
-fig.colorbar(sc, ax=axes, label=f"N_{hub_k}", shrink=0.85)
-fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper center", ncol=2,
-           bbox_to_anchor=(0.45, 0.02))   # below the panels, never over the points
-fig.suptitle(f"t-SNE of the test embeddings (cf. DBSN Fig. A9) — {label}", fontsize=10)
-run.save_figure(fig, "dbsn_fig_a9_tsne", caption=f"t-SNE of test images and one caption per image; images coloured by "
-                f"N_{hub_k} raw and after SN (query-aware); the ten largest raw hubs circled; {label}.", data=label,
-                bank=stats10.loc[stats10["method"].isin(["Original", "SN"]) & (stats10["bank"] != agn_bank), "bank"])
-plt.show()
+    first_caption = np.unique(src.test.caption_to_image, return_index=True)[1]   # one caption per image
+    points = np.concatenate([src.test.images, src.test.captions[first_caption]])
+    perplexity = min(30.0, (len(points) - 1) / 3)   # t-SNE needs fewer neighbours than points (a small data set)
+    xy = TSNE(n_components=2, init="pca", perplexity=perplexity, random_state=seed).fit_transform(points)
+    img_xy, cap_xy = xy[: src.test.n_images], xy[src.test.n_images:]
+    n10 = occ10.pivot(index="target", columns="method", values="N_k")
+    hubs = n10["Original"].nlargest(10).index.to_numpy()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharex=True, sharey=True)
+    for ax, m in zip(axes, ("Original", "SN")):
+        ax.scatter(cap_xy[:, 0], cap_xy[:, 1], s=4, c="lightgrey", label="captions")
+        sc = ax.scatter(img_xy[:, 0], img_xy[:, 1], s=6, c=n10[m].to_numpy(), cmap="viridis",
+                        vmin=0, vmax=n10["Original"].max())
+        ax.scatter(img_xy[hubs, 0], img_xy[hubs, 1], s=60, facecolors="none", edgecolors="red", lw=1.2,
+                   label="10 largest raw hubs")
+        ax.set(title=f"{'raw' if m == 'Original' else m}: images coloured by N_{hub_k}", xticks=[], yticks=[])
+    fig.colorbar(sc, ax=axes, label=f"N_{hub_k}", shrink=0.85)
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper center", ncol=2,
+               bbox_to_anchor=(0.45, 0.02))   # below the panels, never over the points
+    fig.suptitle(f"t-SNE of the test embeddings (cf. DBSN Fig. A9) — {label}", fontsize=10)
+    run.save_figure(fig, "dbsn_fig_a9_tsne", caption=f"t-SNE of test images and one caption per image; images "
+                    f"coloured by N_{hub_k} raw and after SN (query-aware); the ten largest raw hubs circled; {label}.",
+                    data=label, bank=stats10.loc[stats10["method"].isin(["Original", "SN"])
+                                                 & (stats10["bank"] != agn_bank), "bank"])
+    plt.show()
 
 # %%
-centre = test.captions.mean(0) / np.linalg.norm(test.captions.mean(0))   # the caption centroid (unit)
-closeness = test.images @ centre                                          # cosine of each image to it
-nb.notice(f"The ten largest raw hubs have N_{hub_k} {', '.join(str(int(v)) for v in n10.loc[hubs, 'Original'])} "
-          f"raw and {', '.join(str(int(v)) for v in n10.loc[hubs, 'SN'])} after SN.",
-          f"In the embedding space (not on the map), their mean cosine to the caption centroid is "
-          f"{closeness[hubs].mean():.3f}, against {closeness.mean():.3f} for all test images.")
+if src.has_embeddings:
+    centre = src.test.captions.mean(0) / np.linalg.norm(src.test.captions.mean(0))   # the caption centroid
+    closeness = src.test.images @ centre                                        # cosine of each image to it
+    nb.notice(f"The ten largest raw hubs have N_{hub_k} {', '.join(str(int(v)) for v in n10.loc[hubs, 'Original'])} "
+              f"raw and {', '.join(str(int(v)) for v in n10.loc[hubs, 'SN'])} after SN.",
+              f"In the embedding space (not on the map), their mean cosine to the caption centroid is "
+              f"{closeness[hubs].mean():.3f}, against {closeness.mean():.3f} for all test images.")
 
 # %% [markdown]
 # ## 3 · Does the run show the papers' findings?
@@ -322,8 +318,8 @@ nb.check("t2i, query-aware: skewness of N_10 falls raw > IS > SN", sk["Original"
 
 # %%
 reals = pr.load_real_sets(pr.real_sources(real_sources, source), seed=seed, dtype=run.dtype)
-by_data = {label: dict(stats1=stats1, stats10=stats10, occ1=occ1, occ10=occ10, r1=r1, table3=table3, table5=table5,
-                       model=model, dbsn_model=dbsn_model, dataset=dataset)}
+by_data = {label: dict(agn=agn_bank, stats1=stats1, stats10=stats10, occ1=occ1, occ10=occ10, r1=r1, table3=table3,
+                       table5=table5, model=model, dbsn_model=dbsn_model, dataset=dataset)}
 for real_label, rds in reals.items():   # sections 1 and 2 on each real set, the same calls
     rtest, rbank = rds.split("test"), pr.reference_split(rds, "train", 1.0, seed=seed)  # the whole training part
     rtasks = pr.make_tasks(rtest, rbank, directions=directions)
@@ -372,7 +368,7 @@ for real_label, rds in reals.items():   # sections 1 and 2 on each real set, the
     rtable5 = compare.beside_published(rours5, "dbsn-pan2025", "5", on=["direction", "method", "setting"],
                                        model=rdbsn, dataset=near, metrics=["skewness"], label=real_label,
                                        source_note=f"DBSN paper Table 5 ({rdbsn}, {near})")
-    by_data[real_label] = dict(stats1=rstats1, stats10=rstats10, occ1=rocc1, occ10=rocc10, r1=rr1, table3=rtable3,
+    by_data[real_label] = dict(agn=ragn_bank, stats1=rstats1, stats10=rstats10, occ1=rocc1, occ10=rocc10, r1=rr1, table3=rtable3,
                                table5=rtable5, model=rmodel, dbsn_model=rdbsn, dataset=near)
 gains_r1, gains_hub = [], []
 for data, res in by_data.items():   # R@1 beside NNN Tables A6/A7, then the gains of each published join
@@ -387,7 +383,7 @@ for data, res in by_data.items():   # R@1 beside NNN Tables A6/A7, then the gain
     if "t2i" in directions:   # Table 3 is text -> image only
         gains_hub.append(compare.gains(res["table3"][res["table3"]["metric"] == "kurtosis"], raw="raw")
                          .assign(setting="top-1 captions per image"))
-    qa = res["table5"][~res["table5"]["setting"].str.startswith("reference bank")]   # the paper's setting only
+    qa = res["table5"][res["table5"]["setting"] != res["agn"]]   # the paper's setting only (query-aware)
     gains_hub.append(compare.gains(qa, raw="raw"))
 gains_r1, gains_hub = pd.concat(gains_r1, ignore_index=True), pd.concat(gains_hub, ignore_index=True)
 gains_hub["method"] = gains_hub["method"].map(lambda m: hn.DISPLAY_NAMES.get(m, m))
@@ -430,7 +426,8 @@ fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=3, 
 fig.tight_layout(rect=(0, 0, 1, 0.93))
 run.save_figure(fig, "k_occurrence_by_data", caption=f"N_{hub_k} / expected count per image (t2i), raw and "
                 f"query-aware IS / SN, for the main data and each real release: {'; '.join(by_data)}.",
-                data=list(by_data), bank=hub10.loc[~hub10["bank"].str.startswith("reference bank"), "bank"])
+                data=list(by_data), bank=hub10.loc[hub10["bank"] != hub10["data"].map(lambda d: by_data[d]["agn"]),
+                                                   "bank"])
 plt.show()
 
 # %% [markdown]
@@ -443,7 +440,7 @@ plt.show()
 sentences = []
 for data, res in by_data.items():
     st1 = res["stats1"].set_index(["direction", "method"])
-    qa_sk = res["stats10"][~res["stats10"]["bank"].str.startswith("reference bank")].set_index("method")["skewness"]
+    qa_sk = res["stats10"][res["stats10"]["bank"] != res["agn"]].set_index("method")["skewness"]
     t2 = ((f"NNN {nb.change(st1.loc[('t2i', 'Original'), 'kurtosis'], st1.loc[('t2i', 'NNN'), 'kurtosis'], 'the kurtosis of $N_1$')}"
            f" and {nb.change(st1.loc[('t2i', 'Original'), 'max'], st1.loc[('t2i', 'NNN'), 'max'], 'the largest $N_1$', digits=0)}; ")
           if "t2i" in directions else "")
@@ -454,7 +451,7 @@ nb.notice(*sentences)
 for data in reals:
     res = by_data[data]
     st1 = res["stats1"].set_index(["direction", "method"])
-    qa_sk = res["stats10"][~res["stats10"]["bank"].str.startswith("reference bank")].set_index("method")["skewness"]
+    qa_sk = res["stats10"][res["stats10"]["bank"] != res["agn"]].set_index("method")["skewness"]
     print(f"{data}:")
     if "t2i" in directions:
         for col, name in (("kurtosis", "kurtosis"), ("mad", "mean absolute deviation"), ("max", "max")):
@@ -517,7 +514,7 @@ for data in reals:
 nb.check_summary()
 print(f"standard error of a skewness over {task_qa.n_targets} targets: about {np.sqrt(6 / task_qa.n_targets):.3f}")
 # the same query-aware methods, measured with top-1 instead of top-10 lists (the paper does not print its k)
-skew1 = {m: hn.hubness(f, k=1, queries=task_qa.queries)["skewness"] for m, f in fitted10.items()}
+skew1 = {m: hn.hubness(task_qa.blocks(f), k=1)["skewness"] for m, f in fitted10.items()}
 print("skewness of N_1 (top-1 lists), query-aware: " + ", ".join(f"{m} {v:.2f}" for m, v in skew1.items()))
 
 # %% [markdown]

@@ -37,6 +37,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import hubnorm as hn
 from hubnorm.embeddings import EmbeddingDataset, EmbeddingSplit
@@ -839,3 +840,67 @@ def test_select_parameters_joins_the_bank_marks_of_the_grid(ds, monkeypatch):
     row = sel.iloc[0]
     assert row["bank"] == "query-agnostic / QUERY-AWARE" and row["engine"] == "fake" and row["tied"] == 2
     assert row["params"] == {"alpha": 0.5, "k": 2} and row["chosen"] == "k=2" and row["grid points"] == 3
+
+
+# ---------------------------------------------------------------------------------------------- open_data
+def test_open_data_on_embeddings_is_prepare_dataset_and_make_tasks(capsys):
+    src = ex.open_data("synthetic:flickr30k", directions=["i2t"], bank_fraction=0.5, seed=1,
+                       synthetic_sizes={"n_train_images": 40, "n_test_images": 30, "n_val_images": 0, "dim": 96})
+    ds = ex.prepare_dataset("synthetic:flickr30k", seed=1, synthetic_sizes={"n_train_images": 40, "n_test_images": 30,
+                                                                           "n_val_images": 0, "dim": 96})
+    bank = ex.reference_split(ds, "train", 0.5, seed=1)
+    want = ex.make_tasks(ds.split("test"), bank)
+    assert list(src.tasks) == ["i2t"] and list(src.all_tasks) == ["t2i", "i2t"] and src.has_embeddings
+    for d in ("t2i", "i2t"):
+        for name in ("queries", "targets", "query_bank", "target_bank"):
+            np.testing.assert_array_equal(getattr(src.all_tasks[d], name), getattr(want[d], name))
+    assert src.label == ex.run_label(ds) and src.bank_words == "14 images / 70 captions" == \
+        f"{bank.n_images} images / {bank.n_captions} captions"   # half of the 27 training images left beside val
+    assert src.bank_name("i2t") == "reference bank (50% of train)"
+    pd.testing.assert_frame_equal(src.describe(), ex.describe(ds))
+    capsys.readouterr()
+    assert src.needs_embeddings("a map") and capsys.readouterr().out == ""
+
+
+def _sims_folder(path, with_bank):
+    from hubnorm.data.sims import write_sims
+
+    rng = np.random.default_rng(0)
+    caps, items, bank = (rng.standard_normal((n, 8)) for n in (12, 6, 20))
+    mats = {"test": caps @ items.T, **({"bank_rows": bank @ items.T} if with_bank else {})}
+    write_sims(path, mats, modalities=("text", "video"), dataset="example", synthetic=True,
+               labels=np.arange(12) % 6)
+    return mats
+
+
+def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
+    mats = _sims_folder(tmp_path / "f", with_bank=True)
+    src = ex.open_data(f"sims:{tmp_path / 'f'}", directions=["t2i", "i2t"], bank_fraction=0.2)
+    out = capsys.readouterr().out
+    assert "NOTE: bank_fraction = 0.2 is not applied to a sims: folder" in out
+    assert "no bank x gallery scores for this direction" in out and "i2t:" in out and "t2i: the folder" not in out
+    assert not src.has_embeddings and src.ds is None and src.test is None and src.bank is None
+    t2i, i2t = src.all_tasks["t2i"], src.all_tasks["i2t"]
+    assert (t2i.direction, i2t.direction) == ("t2v", "v2t") and t2i.kind == "scores"
+    np.testing.assert_allclose(t2i.matrix("query_bank", "targets").block(0, 20, 0, 6, torch.float64).numpy(),
+                               mats["bank_rows"])
+    # the video-query direction has no bank rows: its test queries serve as the bank, and its name says so
+    np.testing.assert_allclose(i2t.matrix("query_bank", "targets").block(0, 6, 0, 12, torch.float64).numpy(),
+                               mats["test"].T)
+    assert src.test_as_bank == ("i2t",)
+    assert src.bank_name("t2i") == "the folder's bank rows"
+    assert src.bank_name("i2t") == "test queries (query-aware: the folder has no bank rows)"
+    assert src.bank_words == "the folder's bank rows (t2i: 20, i2t: 6)"
+    assert list(src.describe()["query_bank"]) == [20, 6]
+    assert hn.evaluate(i2t.fit(hn.InvertedSoftmax(tau=0.1)), i2t)["bank"] == "QUERY-AWARE"
+    assert not src.needs_embeddings("the t-SNE map")
+    assert capsys.readouterr().out == (f"NOTE: the t-SNE map needs embeddings; sims:{tmp_path / 'f'} holds score "
+                                       "matrices only, so it is not shown\n")
+    with pytest.raises(ValueError, match=r"^source_kwargs apply to embeddings sources, not to a sims: folder"):
+        ex.open_data(f"sims:{tmp_path / 'f'}", source_kwargs={"val": False})
+
+
+def test_published_model_of_a_run_without_embeddings_is_none_with_a_note(capsys):
+    assert ex.published_model(None) is None
+    assert "NOTE: the source names no encoder (score matrices)" in capsys.readouterr().out
+    assert ex.published_model(None, "CLIP") == "CLIP"

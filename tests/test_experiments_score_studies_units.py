@@ -454,7 +454,7 @@ def test_run_notebook_01_methods_per_direction_parameters(folder, capsys):
     assert not re.search(r"NOTE: .* is not run on this folder", out)
 
 
-def test_run_notebook_00_and_02_hubness_and_histograms(folder, capsys):
+def test_run_notebook_00_hubness(folder, capsys):
     rec, tables, out = _nb(folder, "00", {"hub_k": 3, "nnn_k": 100}, capsys)
     assert list(tables) == ["hubness"] and rec.figures == {}
     run = _run(folder)
@@ -463,12 +463,8 @@ def test_run_notebook_00_and_02_hubness_and_histograms(folder, capsys):
     assert rec.tables["sims_hubness"][1] == f"Hubness of the test scores (N_3) per method; {LABEL}."
     assert out.count("NOTE: nnn k=100 is larger than its limit here (60: query_bank): k=60 is used\n") == 1
     assert "NOTE: nnn k=100 is larger than its limit here (40: query_bank): k=40 is used\n" in out
-    rec, tables, out = _nb(folder, "02", {}, capsys, hub_k=4)
-    assert list(tables) == ["hubness"] and "skew N_4" in tables["hubness"]
-    cap, data, bank, titles, xl, _, _ = rec.figures["sims_nk_distribution"]
-    assert cap == f"ECDF of N_4 per method; {LABEL}. " and data == LABEL and bank == list(tables["hubness"]["bank"])
-    assert titles == [f"t2v: distribution of N_4 — {LABEL}", f"v2t: distribution of N_4 — {LABEL}"]
-    assert xl == ["N_4 (queries that rank the target in their top 4)"] * 2
+    rec, tables, out = _nb(folder, "00", {}, capsys, hub_k=4)
+    assert list(tables) == ["hubness"] and "skew N_4" in tables["hubness"] and rec.figures == {}
     _, tables, _ = _nb(folder, "00", {"hub_k": None}, capsys)
     assert "skew N_10" in tables["hubness"]
 
@@ -607,27 +603,6 @@ def test_run_notebook_01_draws_r1_bars_per_direction_and_method(folder, capsys, 
     assert looks["size"] == (7, 3.6) and looks["title size"] == [9]
     assert looks["legend"] == [(7, 5, list(ss.SHOWN))]
     assert "skew N_10" in tables["methods"]                                # hub_k: the default 10
-
-
-def test_run_notebook_02_draws_the_ecdf_of_each_methods_n_k(folder, capsys, sns):
-    rec, tables, _ = _nb(folder, "02", {"hub_k": 3, "nnn_params": {"alpha": 0.5, "k": 4}}, capsys)
-    assert [c[0] for c in sns.calls] == ["ecdfplot"] * 10
-    axes = rec.looks["sims_nk_distribution"]["axes"]
-    run = _run(folder)
-    for i, (d, task) in enumerate(run.tasks.items()):
-        calls = sns.calls[5 * i:5 * i + 5]
-        assert [c[2]["label"] for c in calls] == list(ss.HUBNESS_SHOWN) and all(c[2]["ax"] is axes[i] for c in calls)
-        scores, _ = _raw(folder[1], d)
-        assert list(calls[0][1]) == list(_n_k(scores, 3))                 # raw: counted by hand
-        nnn = hn.k_occurrence(task.blocks(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4))), 3)   # the folder's bank
-        assert list(calls[1][1]) == list(nnn)
-        aware = hn.k_occurrence(task.blocks(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=4), query_aware=True)), 3)
-        assert list(nnn) != list(aware)
-        assert list(calls[1][1]) != list(calls[0][1])
-    looks = rec.looks["sims_nk_distribution"]
-    assert looks["size"] == (11, 3.6) and looks["title size"] == [9, 9]
-    assert looks["legend"] == [(8, 1, list(ss.HUBNESS_SHOWN))] * 2
-    assert list(tables) == ["hubness"]
 
 
 def test_run_notebook_03_draws_the_k_curve_with_dashed_raw_lines(folder, capsys, sns):

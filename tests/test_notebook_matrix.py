@@ -17,6 +17,7 @@ later notebook joins the matrix automatically.
 import contextlib
 import csv
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -137,7 +138,8 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
         assert not claims, f"a synthetic claim on real data: {claims[:3]}"
     tables = sorted((tmp_path / "tables").glob(f"{nn}_*.csv"))
     assert tables and all(label in t.read_text() for t in tables if "_sims_" in t.name)
-    if nn == "08":    # runs in full on score matrices
+    if "score_studies.run_notebook(" not in py.read_text():   # its own cells run on score matrices (02, 08)
+        assert "NOTE: the remaining cells of this notebook read embeddings" not in out
         return
     assert f"NOTE: a sims: folder holds score matrices only; {NEEDS[nn]}." in out
     assert "NOTE: no validation split in a sims folder" in out
@@ -161,3 +163,30 @@ def test_notebook_09_plants_what_the_gallery_holds_and_says_so(folders, tmp_path
     assert "NOTE: n_planted = 100000 is more than the" in out
     captions = " ".join(p.read_text() for p in (tmp_path / "tables").glob("09_planted_hubs*"))
     assert captions and "100000" not in captions
+
+
+@pytest.mark.slow
+def test_notebook_02_on_a_folder_without_bank_rows_marks_every_figure_query_aware(tmp_path, monkeypatch):
+    """Notebook 02 runs its own cells on score matrices (protocol.open_data); a folder with the test matrix only gives
+    no bank, so the test queries serve as the bank: every fit is query-aware and every figure and table must say so
+    (HUBNORM_FIGURE_CHECK=error and the ledger of query-aware R@K refuse one that does not); the embeddings-only
+    t-SNE map is left out with a NOTE."""
+    from hubnorm.data.sims import write_sims
+    from test_sims import _embeddings
+
+    caps, items, c2i, _, _ = _embeddings(0)
+    write_sims(tmp_path / "f", {"test": caps @ items.T}, modalities=("text", "video"), dataset="example",
+               synthetic=True, labels=c2i)
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "error")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_notebook_source(REPO / "notebooks" / "02_hubness_histograms.py", {"source": f"sims:{tmp_path / 'f'}"})
+    out = buf.getvalue()
+    for d, role in (("t2i", "bank_rows"), ("i2t", "bank_cols")):
+        assert (f"NOTE: {d}: the folder has no bank x gallery scores for this direction, so the test queries serve "
+                f"as the bank (query-aware, labelled so); for a query bank, add the role '{role}'") in out
+    assert "NOTE: the t-SNE map of the test embeddings (DBSN Fig. A9) needs embeddings" in out
+    records = [json.loads(p.read_text()) for p in (tmp_path / "results" / "figures").glob("02_*.json")]
+    assert len(records) == 3 and all(any("query-aware" in b.lower() for b in r["bank"]) for r in records)

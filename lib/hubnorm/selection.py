@@ -101,10 +101,10 @@ def _metric_ks(metric: str, ks: Sequence[int]) -> tuple:
 
 
 def _sizes(task: RetrievalTask, query_aware: bool):
-    bank = task.queries if query_aware else task.query_bank
-    sizes = {"query_bank": None if bank is None else len(bank), "targets": task.n_targets,
-             "target_bank": None if task.target_bank is None else len(task.target_bank),
-             "queries": task.n_queries}
+    """The sizes of ``task``'s inputs (embeddings or score matrices alike); query-aware, the queries are the bank."""
+    sizes = {name: task.size(name) for name in ("queries", "targets", "query_bank", "target_bank")}
+    if query_aware:
+        sizes["query_bank"] = sizes["queries"]
     return sizes.get
 
 

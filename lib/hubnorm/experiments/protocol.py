@@ -16,6 +16,7 @@ them; :func:`cross_dataset_source` never pairs real embeddings with a synthetic 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -42,7 +43,8 @@ __all__ = [
     "cross_dataset_source",
     "reference_split", "make_tasks", "clamp_params", "clamp_grid", "paper_or_fast_grid", "fmt_params",
     "run_methods", "select_parameters", "select_and_evaluate", "note", "method_items", "params_for",
-    "REAL_DEFAULTS", "real_sources", "load_real_sets", "nearest_published",
+    "REAL_DEFAULTS", "real_sources", "load_real_sets", "nearest_published", "is_sims", "SimsRun", "load_sims_run",
+    "RunData", "open_data",
 ]
 
 METRICS = ("R@1", "R@5", "R@10", "MdR", "MnR")
@@ -104,6 +106,148 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
             for attr in ("images", "captions"):
                 setattr(split, attr, unit_rows(getattr(split, attr), f"{source} {sname} {attr}", np_dtype))
     return ds
+
+
+def is_sims(source) -> bool:
+    """True when ``source`` names a sims folder (``"sims:<folder>"``)."""
+    try:
+        return source_kind(source)[0].holds == "scores"
+    except ValueError:   # not a source name at all: the loaders name the mistake
+        return False
+
+
+class SimsRun:
+    """The two retrieval tasks of a sims folder, keyed by the folder's direction names, and how to label them.
+
+    ``tasks``: ``{direction: RetrievalTask}`` (of score matrices) in the order of the notebook's ``directions``
+    (``t2i`` is the text-query
+    direction, ``i2t`` the other); ``label``: the run label; ``synthetic``: what the manifest says."""
+
+    def __init__(self, media_source, directions: Sequence[str] = ("t2i", "i2t")):
+        self.label = media_source.label
+        self.synthetic = bool(media_source.synthetic)
+        self.modalities = tuple(media_source.modalities)
+        tasks = dict(media_source.tasks)
+        names = list(tasks)
+        text_query = next((d for d in names if d.startswith("t2")), names[0])
+        other = next(d for d in names if d != text_query)
+        alias = {"t2i": text_query, "i2t": other}
+        wanted = [alias.get(d, d) for d in directions]
+        unknown = [d for d in wanted if d not in tasks]
+        if unknown:
+            raise ValueError(f"directions {list(directions)}: this sims folder holds {names}; pass 't2i' (text queries, "
+                             f"{text_query}) and/or 'i2t' ({other})")
+        self.alias = {k: v for k, v in alias.items() if k in directions}
+        self.tasks: Dict[str, RetrievalTask] = {d: tasks[d] for d in dict.fromkeys(wanted)}
+
+    @property
+    def directions(self) -> List[str]:
+        return list(self.tasks)
+
+    def has_bank(self, direction: str) -> bool:
+        return self.tasks[direction].has("query_bank")
+
+
+def load_sims_run(source: str, directions: Sequence[str] = ("t2i", "i2t")) -> SimsRun:
+    """Read ``"sims:<folder>"`` (checked, memory-mapped) as a :class:`SimsRun`."""
+    from ..media import load_media
+
+    if not is_sims(source):
+        raise ValueError(f"source must be 'sims:<folder>'; got {source!r}")
+    return SimsRun(load_media(source), directions)
+
+
+@dataclass
+class RunData:
+    """What a notebook reads of its ``source``, for any kind of source: ``all_tasks`` (``{"t2i": task, "i2t": task}``:
+    the test split against the reference bank, of embeddings or of score matrices), ``tasks`` (those of the
+    notebook's ``directions``) and ``label``; for a source of embeddings also the dataset, its test split and the
+    reference bank (``ds``, ``test``, ``bank``: a seeded ``bank_fraction`` of the training images with their
+    captions); for released score matrices (``sims:``) these are None and the bank is the folder's own bank rows."""
+
+    source: str
+    label: str
+    all_tasks: Dict[str, RetrievalTask]
+    directions: Tuple[str, ...]
+    ds: Optional[EmbeddingDataset] = None
+    test: Optional[EmbeddingSplit] = None
+    bank: Optional[EmbeddingSplit] = None
+    bank_fraction: float = 1.0
+    test_as_bank: Tuple[str, ...] = ()   # directions of a sims: folder without bank rows (the test queries serve)
+
+    @property
+    def tasks(self) -> Dict[str, RetrievalTask]:
+        return {d: self.all_tasks[d] for d in self.directions}
+
+    @property
+    def has_embeddings(self) -> bool:
+        return self.ds is not None
+
+    @property
+    def bank_words(self) -> str:
+        """The reference bank in words: "1,000 images / 5,000 captions" or the folder's bank rows."""
+        if self.bank is not None:
+            return f"{self.bank.n_images} images / {self.bank.n_captions} captions"
+        rows = {d: t.size("query_bank") for d, t in self.all_tasks.items()}
+        return "the folder's bank rows (" + ", ".join(f"{d}: {n or 'none'}" for d, n in rows.items()) + ")"
+
+    def bank_name(self, direction: str = "t2i") -> str:
+        """How tables name the bank of ``direction``'s query-agnostic fits: "reference bank (20% of train)", the
+        folder's bank rows, or, for a folder without them, the test queries (query-aware)."""
+        if self.bank is not None:
+            return f"reference bank ({self.bank_fraction:.0%} of train)"
+        if direction in self.test_as_bank:
+            return "test queries (query-aware: the folder has no bank rows)"
+        return "the folder's bank rows"
+
+    def describe(self) -> pd.DataFrame:
+        """Images and captions per split (:func:`describe`), or the items of each direction's score matrices."""
+        if self.ds is not None:
+            return describe(self.ds)
+        return pd.DataFrame([{"direction": d, **{n: t.size(n) for n in ("queries", "targets", "query_bank")}}
+                             for d, t in self.all_tasks.items()])
+
+    def needs_embeddings(self, what: str) -> bool:
+        """True for a run on embeddings; for score matrices prints one NOTE naming ``what`` needs embeddings and
+        returns False (the notebook's cell then shows nothing of it)."""
+        if self.ds is None:
+            note(f"{what} needs embeddings; {self.source} holds score matrices only, so it is not shown")
+        return self.ds is not None
+
+
+def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fraction: float = 1.0, seed: int = 0,
+              dtype: Optional[str] = "float64", synthetic_sizes: Optional[Mapping[str, int]] = None,
+              source_kwargs: Optional[Mapping[str, object]] = None) -> RunData:
+    """The tasks of both directions on ``source``, any kind: embeddings through :func:`prepare_dataset` (the test
+    split against a seeded ``bank_fraction`` of the training images with their captions, :func:`reference_split`),
+    score matrices (``sims:<folder>``) through :func:`load_sims_run` with the folder's bank (``t2i`` names its
+    text-query direction, ``i2t`` the other). ``directions``: the ones the notebook shows (``RunData.tasks``)."""
+    directions = tuple(directions)
+    if source_kind(source)[0].holds == "scores":
+        if source_kwargs:
+            raise ValueError(f"source_kwargs apply to embeddings sources, not to a sims: folder; got {source_kwargs!r}")
+        sims = load_sims_run(source, DIRECTIONS)
+        if bank_fraction != 1:
+            note(f"bank_fraction = {bank_fraction} is not applied to a sims: folder: its bank is the folder's own bank "
+                 "rows (all of them)")
+        tasks, test_as_bank = {}, []
+        for d in DIRECTIONS:
+            task = sims.tasks[sims.alias[d]]
+            if not task.has("query_bank"):   # the test queries serve as the bank: transductive, marked so
+                if d in directions:
+                    note(f"{d}: the folder has no bank x gallery scores for this direction, so the test queries serve "
+                         f"as the bank (query-aware, labelled so); for a query bank, "
+                         f"{task.hints[('query_bank', 'targets')]}")
+                test = task.matrix("queries", "targets")
+                task = replace(task, scores={**task.scores, ("query_bank", "targets"): test},
+                               meta=dict(task.meta), hints=dict(task.hints))
+                test_as_bank.append(d)
+            tasks[d] = task
+        return RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank))
+    ds = prepare_dataset(source, seed=seed, dtype=dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
+    test = ds.split("test")
+    bank = reference_split(ds, "train", bank_fraction, seed=seed)
+    return RunData(source, run_label(ds), make_tasks(test, bank), directions, ds, test, bank, bank_fraction)
 
 
 def describe(ds: EmbeddingDataset) -> pd.DataFrame:
@@ -301,7 +445,7 @@ def published_dataset(source: str, ds: Optional[EmbeddingDataset] = None, datase
     return key
 
 
-def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
+def published_model(ds: Optional[EmbeddingDataset], model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
     """The ``model`` column of the published tables to show beside this run.
 
     ``"auto"`` follows the embeddings: synthetic data (calibrated to real zero-shot CLIP statistics) and real CLIP
@@ -318,6 +462,10 @@ def published_model(ds: EmbeddingDataset, model: Optional[str] = "auto", *, pape
             raise ValueError(f"model={model!r} is not a model of the published tables ({_paper_id(paper)}); known: "
                              f"{known}, or 'auto' to follow the embeddings")
         return model
+    if ds is None:   # score matrices: no encoder is known
+        note("the source names no encoder (score matrices): no published numbers are shown (pass model='CLIP' or "
+             "another published name to compare anyway)")
+        return None
     if is_synthetic(ds):
         name = "CLIP"
     else:

@@ -44,19 +44,20 @@ import numpy as np
 import pandas as pd
 
 from ..blocks import limit_of
-from ..data.sources import source_kind
 from ..evaluation import evaluate, positive_ranks, recall_at_k as ranks_recall
 from ..hubness import hubness, k_occurrence
 from ..provenance import NO_BANK, QUERY_AWARE, bank_mark
 from ..registry import make_normalizer
 from ..matrices import ScoreMatrix
 from ..retrieval import RetrievalTask
+from .protocol import SimsRun, is_sims, load_sims_run
 
 __all__ = ["NEEDS", "is_sims", "SimsRun", "load_sims_run", "score_methods", "methods_table", "hubness_table",
            "k_curve", "bank_subset", "bank_size_table", "tau_sweep", "recall_at_k", "hub_table", "run_notebook",
            "skip_rest"]
 
-#: What each notebook cannot compute from score matrices, and why (the NOTE of a sims run).
+#: What each notebook cannot compute from score matrices, and why (the NOTE of a sims run). Notebooks 02 and 08 run
+#: their own cells on score matrices (``protocol.open_data``) and have no entry.
 NEEDS: Dict[str, str] = {
     "00": "skipped: sections 3-4 (the modality gap, the caption cloud's centre, the hub and anti-hub pictures) and "
           "DN of section 6 need embeddings; shown: the hubness of the test scores, raw and after NNN, IS, CSLS and SN "
@@ -64,8 +65,6 @@ NEEDS: Dict[str, str] = {
     "01": "skipped: DN (it needs the bank means of embeddings), the cross-dataset bank of NNN Table 2 (another data "
           "set's embeddings), the hyperparameter selection on a held-out split and its bootstrap intervals (a sims "
           "folder has no validation split); shown: every score-only method at fixed parameters, both directions",
-    "02": "skipped: the published rows (NNN Table 3, DBSN Table 5); shown: the hubness of the test scores and the "
-          "distribution of N_k, raw and after NNN, IS, CSLS and SN (all from scores)",
     "03": "skipped: the alpha x k heat map (it needs a held-out split; a sims folder has none); shown: R@1 of NNN over "
           "k on the test scores at the fixed alpha",
     "04": "skipped: the published rows (NNN Tables A12-A15); shown: NNN, IS, SN and DBSN with seeded subsets of the "
@@ -83,59 +82,9 @@ NEEDS: Dict[str, str] = {
 }
 
 SECTIONS: Dict[str, Sequence[str]] = {
-    "00": ("hubness",), "01": ("methods",), "02": ("hubness", "histograms"), "03": ("k_curve",),
+    "00": ("hubness",), "01": ("methods",), "03": ("k_curve",),
     "04": ("bank_size",), "05": ("qa_vs_bank", "tau_sweep"), "06": ("recall",), "07": ("recall",), "09": ("hubs",),
 }
-
-
-def is_sims(source) -> bool:
-    """True when ``source`` names a sims folder (``"sims:<folder>"``)."""
-    try:
-        return source_kind(source)[0].holds == "scores"
-    except ValueError:   # not a source name at all: the loaders name the mistake
-        return False
-
-
-# ---------------------------------------------------------------------------------------------- the data
-class SimsRun:
-    """The two retrieval tasks of a sims folder, keyed by the folder's direction names, and how to label them.
-
-    ``tasks``: ``{direction: RetrievalTask}`` (of score matrices) in the order of the notebook's ``directions``
-    (``t2i`` is the text-query
-    direction, ``i2t`` the other); ``label``: the run label; ``synthetic``: what the manifest says."""
-
-    def __init__(self, media_source, directions: Sequence[str] = ("t2i", "i2t")):
-        self.label = media_source.label
-        self.synthetic = bool(media_source.synthetic)
-        self.modalities = tuple(media_source.modalities)
-        tasks = dict(media_source.tasks)
-        names = list(tasks)
-        text_query = next((d for d in names if d.startswith("t2")), names[0])
-        other = next(d for d in names if d != text_query)
-        alias = {"t2i": text_query, "i2t": other}
-        wanted = [alias.get(d, d) for d in directions]
-        unknown = [d for d in wanted if d not in tasks]
-        if unknown:
-            raise ValueError(f"directions {list(directions)}: this sims folder holds {names}; pass 't2i' (text queries, "
-                             f"{text_query}) and/or 'i2t' ({other})")
-        self.alias = {k: v for k, v in alias.items() if k in directions}
-        self.tasks: Dict[str, RetrievalTask] = {d: tasks[d] for d in dict.fromkeys(wanted)}
-
-    @property
-    def directions(self) -> List[str]:
-        return list(self.tasks)
-
-    def has_bank(self, direction: str) -> bool:
-        return self.tasks[direction].has("query_bank")
-
-
-def load_sims_run(source: str, directions: Sequence[str] = ("t2i", "i2t")) -> SimsRun:
-    """Read ``"sims:<folder>"`` (checked, memory-mapped) as a :class:`SimsRun`."""
-    from ..media import load_media
-
-    if not is_sims(source):
-        raise ValueError(f"source must be 'sims:<folder>'; got {source!r}")
-    return SimsRun(load_media(source), directions)
 
 
 # ---------------------------------------------------------------------------------------------- methods
@@ -486,27 +435,12 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             run.save_figure(fig, "sims_r1_by_method", caption=f"R@1 per method; {label}. {marks_note(df['bank'])}",
                             data=label, bank=df["bank"])
             plt.show()
-        elif section in ("hubness", "histograms") and "hubness" not in tables:
+        elif section == "hubness":
             keep = lambda d: score_methods(params, by_dir[d], names=HUBNESS_SHOWN)  # noqa: E731
             df = hubness_table(sims, keep, k=hub_k, notes=notes, skipped=skipped)
             save(df, "hubness", f"Hubness of the test scores (N_{hub_k}) per method")
             show(df, ["run", "direction", "method", f"skew N_{hub_k}", f"max N_{hub_k}", "anti-hubs %", "hubs %",
                       "R@1"])
-        if section == "histograms":
-            fig, axes = plt.subplots(1, len(sims.tasks), figsize=(5.5 * len(sims.tasks), 3.6), squeeze=False)
-            for ax, (d, task) in zip(axes[0], sims.tasks.items()):
-                qa = not sims.has_bank(d)
-                for name, norm in score_methods(params, by_dir[d], names=HUBNESS_SHOWN).items():
-                    norm = _clamped(norm, task, qa, notes)
-                    counts = k_occurrence(task.blocks(task.fit(norm, query_aware=qa)), hub_k)
-                    sns.ecdfplot(counts, ax=ax, label=name)
-                ax.set_xlabel(f"N_{hub_k} (queries that rank the target in their top {hub_k})")
-                ax.legend(fontsize=8)
-                _fig_title(ax, f"{d}: distribution of N_{hub_k}", label)
-            fig.tight_layout()
-            run.save_figure(fig, "sims_nk_distribution", caption=f"ECDF of N_{hub_k} per method; {label}. "
-                            f"{marks_note(tables['hubness']['bank'])}", data=label, bank=tables["hubness"]["bank"])
-            plt.show()
         if section == "k_curve":
             alpha = float(params.get("alpha", 0.75))
             ks = params.get("ks") or [1, 2, 4, 8, 16, 32, 64, 128]

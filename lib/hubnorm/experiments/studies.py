@@ -83,10 +83,11 @@ def sinkhorn_iterations(task: RetrievalTask, methods: Sequence[str] = ("sn", "db
 
 
 def occurrence_frame(fitted: Mapping[str, object], task: RetrievalTask, k: int) -> pd.DataFrame:
-    """Long table of N_k per target for several fitted normalizers: columns ``method, target, N_k``."""
+    """Long table of N_k per target for several fitted normalizers: columns ``method, target, N_k`` (a task of
+    embeddings or of score matrices)."""
     frames = []
     for label, norm in fitted.items():
-        n_k = k_occurrence(norm, k, task.queries)
+        n_k = k_occurrence(task.blocks(norm), k)
         frames.append(pd.DataFrame({"method": label, "target": np.arange(n_k.size), "N_k": n_k}))
     return pd.concat(frames, ignore_index=True)
 
