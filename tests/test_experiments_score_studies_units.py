@@ -204,18 +204,6 @@ def test_methods_table_query_aware_choice_and_hub_k(folder):
     assert list(qa[qa["method"] == "is"]["R@1"]) == pytest.approx(want, abs=1e-12)
 
 
-def test_k_curve_keeps_the_ks_up_to_the_bank_in_order(folder):
-    task = _run(folder).tasks["t2v"]
-    qa = ss.k_curve(task, 0.5, ["4", 2, 48, 49], query_aware=True)
-    assert list(qa["k"]) == [2, 4, 48] and set(qa["alpha"]) == {0.5} and set(qa["direction"]) == {"t2v"}
-    assert set(qa["bank"]) == {"test queries (query-aware)"}
-    for row in qa.to_dict("records"):
-        want = hn.evaluate(task.fit(hn.make_normalizer("nnn", alpha=0.5, k=row["k"]), query_aware=True), task)
-        assert row["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and row["MdR"] == want["MdR"]
-    bank = ss.k_curve(task, 0.75, [60, 61])
-    assert list(bank["k"]) == [60] and list(bank["bank"]) == ["bank (60 queries)"]
-
-
 def test_bank_subset_cuts_the_bank_rows_only(folder):
     task = _run(folder).tasks["t2v"]
     sub = ss.bank_subset(task, [5, 2, 9])
@@ -469,24 +457,6 @@ def test_run_notebook_00_hubness(folder, capsys):
     assert "skew N_10" in tables["hubness"]
 
 
-def test_run_notebook_03_k_curve(folder, capsys):
-    rec, tables, out = _nb(folder, "03", {"alpha": "0.5", "ks": [2, 1, 50]}, capsys)
-    run = _run(folder)
-    parts = [ss.k_curve(t, 0.5, [2, 1, 50]).assign(run=LABEL, **{"raw R@1": hn.evaluate(None, t)["R@1"]})
-             for t in run.tasks.values()]
-    _same(tables["nnn_k_curve"], pd.concat(parts, ignore_index=True))
-    assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 50, 1, 2]
-    assert "NOTE: v2t: k above the bank size (40 queries) is left out of the k curve\n" in out
-    assert "t2v: k above" not in out
-    assert rec.tables["sims_nnn_k_curve"][1] == f"R@1 of NNN over k at alpha = 0.5 (test scores, fixed alpha); {LABEL}."
-    cap, data, bank, titles, _, yl, xs = rec.figures["sims_nnn_r1_vs_k"]
-    assert bank == ["none", *tables["nnn_k_curve"]["bank"]] and cap == f"R@1 of NNN over k; {LABEL}. "
-    assert titles == [f"NNN over k, α = 0.5 (dashed: raw) — {LABEL}"] and yl == ["R@1 (%)"] and xs == ["log"]
-    _, tables, _ = _nb(folder, "03", {}, capsys)
-    assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16, 32]
-    assert set(tables["nnn_k_curve"]["alpha"]) == {0.75}
-
-
 def test_run_notebook_04_bank_sizes(folder, capsys):
     params = {"nnn_params": {"alpha": 0.5, "k": 4}, "is_tau": 0.05, "sn_tau": 0.05, "nnn_fractions": [1.0, 0.5],
               "seed": 1, "dbsn_fractions": [0.25], "dbsn_seeds": [2, 3]}
@@ -603,35 +573,6 @@ def test_run_notebook_01_draws_r1_bars_per_direction_and_method(folder, capsys, 
     assert looks["size"] == (7, 3.6) and looks["title size"] == [9]
     assert looks["legend"] == [(7, 5, list(ss.SHOWN))]
     assert "skew N_10" in tables["methods"]                                # hub_k: the default 10
-
-
-def test_run_notebook_03_draws_the_k_curve_with_dashed_raw_lines(folder, capsys, sns):
-    rec, tables, _ = _nb(folder, "03", {"ks": [1, 4], "directions": ["i2t", "t2i"]}, capsys)
-    assert list(tables) == ["nnn_k_curve"] and list(tables["nnn_k_curve"]["direction"]) == ["v2t"] * 2 + ["t2v"] * 2
-    assert list(tables["nnn_k_curve"].index) == [0, 1, 2, 3]                 # one table, numbered afresh
-    [(kind, data, kw)] = sns.calls
-    looks = rec.looks["sims_nnn_r1_vs_k"]
-    assert kind == "lineplot" and data.equals(tables["nnn_k_curve"])
-    assert kw == {"x": "k", "y": "R@1", "hue": "direction", "marker": "o", "ax": looks["axes"][0]}
-    run = _run(folder, ("i2t", "t2i"))
-    raws = [hn.evaluate(None, t)["R@1"] for t in run.tasks.values()]       # v2t first: the palette's first colour
-    assert raws[0] != raws[1]
-    assert looks["lines"] == [[([r, r], "--", 1, PALETTE[i]) for i, r in enumerate(raws)]]
-    assert looks["x base"] == [2] and looks["size"] == (6.5, 3.8) and looks["title size"] == [9]
-
-
-def test_run_notebook_03_default_ks_reach_128_on_a_large_bank(tmp_path, capsys, sns):
-    rng = np.random.default_rng(3)
-    test = rng.normal(size=(12, 10))
-    write_sims(tmp_path / "big", {"test": test, "bank_rows": rng.normal(size=(130, 10))},
-               modalities=("text", "image"), dataset="example", synthetic=False, labels=np.arange(12) % 10)
-    rec = _Recorder()
-    tables = ss.run_notebook("03", f"sims:{tmp_path / 'big'}", rec, {"directions": ["t2i"]}, stop=False)
-    out = capsys.readouterr().out
-    assert list(tables["nnn_k_curve"]["k"]) == [1, 2, 4, 8, 16, 32, 64, 128]
-    assert set(tables["nnn_k_curve"]["direction"]) == {"t2i"} and "k above the bank size" not in out
-    assert "NOTE: directions" not in out                              # t2i is this folder's own name
-    assert out.startswith("this run: real data (example, released score matrices)\n")
 
 
 def test_run_notebook_04_draws_r1_over_bank_queries(folder, capsys, sns):

@@ -208,8 +208,8 @@ def test_run_all_source_sims_runs_a_notebook_end_to_end_and_skips_none(tmp_path)
     text = "\n".join(json.dumps(c.get("outputs", [])) for c in cells if c["cell_type"] == "code")
     assert "synthetic analog (sims folder example)" in text
     assert "real data" not in text, "a synthetic folder's run says 'real data'"
-    assert "NOTE: a sims: folder holds score matrices only; skipped:" in text
-    assert "synthetic analog (sims folder example)" in (out / "tables" / "03_sims_nnn_k_curve.csv").read_text()
+    assert "NOTE: the alpha x k grid on the held-out split (section 2) needs embeddings" in text   # its own cells
+    assert "synthetic analog (sims folder example)" in (out / "tables" / "03_gains.csv").read_text()
 
 
 # ---------------------------------------------------------------------------------------------- CLI and cache

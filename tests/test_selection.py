@@ -3,6 +3,7 @@
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import hubnorm as hn
@@ -421,3 +422,27 @@ def test_holdout_split_bounds_defaults_and_messages():
                      ({"n_items": 10, "size": 3, "seed": "0"}, "seed")):
         with pytest.raises(TypeError, match=rf"^{name} must be an integer; got "):
             hn.holdout_split(**kw)
+
+
+def test_grid_search_on_a_task_of_score_matrices_fits_every_point_and_agrees_with_embeddings():
+    """A task given as score matrices has no sweep engine: grid_search fits each point (engine 'auto' or
+    'reference'), with the same table as the embeddings' sweep (the matrices are their float64 products); asking
+    for the sweep is refused by name."""
+    from hubnorm.scores import matrices_from_embeddings
+
+    rng = np.random.default_rng(3)
+    q, t, qb = (hn.l2_normalize(rng.standard_normal((n, 8))) for n in (30, 12, 40))
+    pos = hn.Positives.from_labels(np.arange(30) % 12, 12)
+    emb = hn.RetrievalTask(q, t, pos, query_bank=qb)
+    sc = hn.RetrievalTask(scores=matrices_from_embeddings(q, t, qb), positives=pos)
+    grid = {"alpha": [0.5, 1.0], "k": [1, 4]}
+    a, b = hn.grid_search("nnn", emb, grid), hn.grid_search("nnn", sc, grid)
+    assert (a.engine, b.engine) == ("sweep", "reference") and a.best_params == b.best_params
+    cols = ["alpha", "k", "R@1", "R@5", "R@10", "MdR"]
+    pd.testing.assert_frame_equal(a.table[cols], b.table[cols])
+    with pytest.raises(ValueError, match=r"^a task of score matrices fits every point on its own: use engine='auto'"):
+        hn.grid_search("nnn", sc, grid, engine="sweep")
+    no_bank = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=pos)
+    with pytest.raises(ValueError, match=r"^'nnn' needs a query bank"):
+        hn.grid_search("nnn", no_bank, grid)
+    assert hn.grid_search("nnn", no_bank, {"alpha": [0.5], "k": [1]}, query_aware=True).engine == "reference"

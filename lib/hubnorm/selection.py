@@ -144,7 +144,8 @@ def grid_search(
         fixed: parameters passed to every grid point (e.g. ``{"n_iter": 10}``).
         query_aware: fit with the validation queries as the query bank (transductive).
         ks: the R@K columns of the table.
-        engine: ``"auto"`` (sweep when possible), ``"sweep"`` (require it) or ``"reference"`` (plain loop).
+        engine: ``"auto"`` (sweep when possible; a task of score matrices: the plain loop), ``"sweep"`` (require
+            it) or ``"reference"`` (plain loop).
         progress: show a progress bar over grid points (reference engine).
 
     Returns:
@@ -172,9 +173,9 @@ def grid_search(
     # validate every point with the normalizer's own checks before computing anything
     for params in points:
         make_normalizer(method, **fixed, **params).check_params()
-    bank = validation.queries if query_aware else validation.query_bank
+    has_bank = validation.has("queries" if query_aware else "query_bank")
     uses_bank = NORMALIZERS[method].uses_query_bank
-    if uses_bank == "required" and bank is None:
+    if uses_bank == "required" and not has_bank:
         raise ValueError(f"{method!r} needs a query bank: build the validation task with one, or query_aware=True")
     for param in names:
         limit = param_limit(method, param, validation, query_aware=query_aware)
@@ -184,10 +185,12 @@ def grid_search(
                              "task: drop those values (hubnorm.experiments.protocol.clamp_grid does it and reports what it "
                              "dropped)")
 
-    sweep = engine != "reference" and can_sweep(method, grid, fixed)
+    on_scores = validation.kind == "scores"   # a task of score matrices: one fit per point (no sweep engine)
+    sweep = engine != "reference" and not on_scores and can_sweep(method, grid, fixed)
     if engine == "sweep" and not sweep:
-        raise ValueError(f"no one-pass sweep for method {method!r} with grid {sorted(grid)} and fixed "
-                         f"{sorted(fixed)}: use engine='auto' or 'reference'")
+        why = "a task of score matrices fits every point on its own" if on_scores else \
+            f"no one-pass sweep for method {method!r} with grid {sorted(grid)} and fixed {sorted(fixed)}"
+        raise ValueError(f"{why}: use engine='auto' or 'reference'")
     full = metric == "MnR"
     if sweep:
         table = sweep_table(validation, method, points, fixed=fixed, metric_ks=ks, full=full, query_aware=query_aware)

@@ -207,6 +207,13 @@ class RunData:
         return pd.DataFrame([{"direction": d, **{n: t.size(n) for n in ("queries", "targets", "query_bank")}}
                              for d, t in self.all_tasks.items()])
 
+    def split_tasks(self, split: str) -> Optional[Dict[str, RetrievalTask]]:
+        """The tasks of another split of the embeddings (``"val"``: the held-out split) against the same reference
+        bank, for the notebook's directions; None for score matrices (a sims: folder holds its test split only)."""
+        if self.ds is None:
+            return None
+        return make_tasks(self.ds.split(split), self.bank, directions=self.directions)
+
     def needs_embeddings(self, what: str) -> bool:
         """True for a run on embeddings; for score matrices prints one NOTE naming ``what`` needs embeddings and
         returns False (the notebook's cell then shows nothing of it)."""

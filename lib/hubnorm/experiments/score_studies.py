@@ -53,11 +53,11 @@ from ..retrieval import RetrievalTask
 from .protocol import SimsRun, is_sims, load_sims_run
 
 __all__ = ["NEEDS", "is_sims", "SimsRun", "load_sims_run", "score_methods", "methods_table", "hubness_table",
-           "k_curve", "bank_subset", "bank_size_table", "tau_sweep", "recall_at_k", "hub_table", "run_notebook",
+           "bank_subset", "bank_size_table", "tau_sweep", "recall_at_k", "hub_table", "run_notebook",
            "skip_rest"]
 
-#: What each notebook cannot compute from score matrices, and why (the NOTE of a sims run). Notebooks 02 and 08 run
-#: their own cells on score matrices (``protocol.open_data``) and have no entry.
+#: What each notebook cannot compute from score matrices, and why (the NOTE of a sims run). Notebooks 02, 03 and 08
+#: run their own cells on score matrices (``protocol.open_data``) and have no entry.
 NEEDS: Dict[str, str] = {
     "00": "skipped: sections 3-4 (the modality gap, the caption cloud's centre, the hub and anti-hub pictures) and "
           "DN of section 6 need embeddings; shown: the hubness of the test scores, raw and after NNN, IS, CSLS and SN "
@@ -65,8 +65,6 @@ NEEDS: Dict[str, str] = {
     "01": "skipped: DN (it needs the bank means of embeddings), the cross-dataset bank of NNN Table 2 (another data "
           "set's embeddings), the hyperparameter selection on a held-out split and its bootstrap intervals (a sims "
           "folder has no validation split); shown: every score-only method at fixed parameters, both directions",
-    "03": "skipped: the alpha x k heat map (it needs a held-out split; a sims folder has none); shown: R@1 of NNN over "
-          "k on the test scores at the fixed alpha",
     "04": "skipped: the published rows (NNN Tables A12-A15); shown: NNN, IS, SN and DBSN with seeded subsets of the "
           "folder's bank rows (all from scores)",
     "05": "skipped: the transport-plan picture, the Sinkhorn iteration study and the validation-bank rows of Table 4 "
@@ -82,7 +80,7 @@ NEEDS: Dict[str, str] = {
 }
 
 SECTIONS: Dict[str, Sequence[str]] = {
-    "00": ("hubness",), "01": ("methods",), "03": ("k_curve",),
+    "00": ("hubness",), "01": ("methods",),
     "04": ("bank_size",), "05": ("qa_vs_bank", "tau_sweep"), "06": ("recall",), "07": ("recall",), "09": ("hubs",),
 }
 
@@ -224,17 +222,6 @@ def hubness_table(run: SimsRun, methods: Callable[[str], Mapping[str, object]], 
             rows.append({"run": run.label, "direction": d, "method": name, "bank": _bank_label(task, qa, res["bank"]),
                          f"skew N_{k}": h["skewness"], f"max N_{k}": h["max"], "anti-hubs %": 100 * h["antihub_share"],
                          "hubs %": 100 * h["hub_share"], "R@1": res["R@1"]})
-    return pd.DataFrame(rows)
-
-
-def k_curve(task: RetrievalTask, alpha: float, ks: Sequence[int], *, query_aware: bool = False) -> pd.DataFrame:
-    """R@1 / R@5 / R@10 / MdR of NNN at ``alpha`` for every ``k`` of ``ks`` up to the bank size (test scores)."""
-    n = _bank_size(task, query_aware)
-    rows = []
-    for k in sorted(int(k) for k in ks if int(k) <= n):
-        res = evaluate(task.fit(make_normalizer("nnn", alpha=alpha, k=k), query_aware=query_aware), task)
-        rows.append({"direction": task.direction, "alpha": alpha, "k": k, **_without_mark(res),
-                     "bank": _bank_label(task, query_aware, res["bank"])})
     return pd.DataFrame(rows)
 
 
@@ -441,31 +428,6 @@ def run_notebook(prefix: str, source: str, run, params: Mapping, *, stop: bool =
             save(df, "hubness", f"Hubness of the test scores (N_{hub_k}) per method")
             show(df, ["run", "direction", "method", f"skew N_{hub_k}", f"max N_{hub_k}", "anti-hubs %", "hubs %",
                       "R@1"])
-        if section == "k_curve":
-            alpha = float(params.get("alpha", 0.75))
-            ks = params.get("ks") or [1, 2, 4, 8, 16, 32, 64, 128]
-            parts = []
-            for d, task in sims.tasks.items():
-                qa = not sims.has_bank(d)
-                n = _bank_size(task, qa)
-                if any(int(k) > n for k in ks):
-                    notes.append(f"{d}: k above the bank size ({n} queries) is left out of the k curve")
-                raw = evaluate(None, task)["R@1"]
-                parts.append(k_curve(task, alpha, ks, query_aware=qa).assign(run=label, **{"raw R@1": raw}))
-            df = pd.concat(parts, ignore_index=True)
-            save(df, "nnn_k_curve", f"R@1 of NNN over k at alpha = {alpha} (test scores, fixed alpha)")
-            show(df, ["run", "direction", "alpha", "k", "R@1", "R@5", "R@10", "MdR", "raw R@1"])
-            fig, ax = plt.subplots(figsize=(6.5, 3.8))
-            sns.lineplot(data=df, x="k", y="R@1", hue="direction", marker="o", ax=ax)
-            for i, (d, v) in enumerate(df.groupby("direction", sort=False)["raw R@1"].first().items()):
-                ax.axhline(v, ls="--", lw=1, color=sns.color_palette()[i])
-            ax.set_xscale("log", base=2)
-            ax.set_ylabel("R@1 (%)")
-            _fig_title(ax, f"NNN over k, α = {alpha} (dashed: raw)", label)
-            fig.tight_layout()
-            run.save_figure(fig, "sims_nnn_r1_vs_k", caption=f"R@1 of NNN over k; {label}. {marks_note(df['bank'])}",
-                            data=label, bank=["none", *df["bank"]])   # "none": the raw lines
-            plt.show()
         if section == "bank_size":
             parts = []
             if sims.has_bank(first):
