@@ -318,7 +318,7 @@ def load_media(source: str, *, seed: int = 0, n_train: Optional[int] = None, ban
     if kind.kind == "real":   # the release declares its data set and encoder; never guessed from a name
         return MediaSource(tasks, label, False, dataset or ds.meta.get("dataset"), model or ds.meta.get("model"),
                            data.modalities, data)
-    if kind.kind == "local":   # a folder declares its data set in model_info.json ("dataset"); its name declares nothing
+    if kind.kind == "local":   # a folder declares its data set in model_info.json ("dataset"), never its name
         declared = ds.meta.get("dataset")
         return MediaSource(tasks, label, ds.source == "synthetic",
                            dataset or (published_dataset(str(declared)) if declared else None),

@@ -135,8 +135,8 @@ class SimsRun:
         wanted = [alias.get(d, d) for d in directions]
         unknown = [d for d in wanted if d not in tasks]
         if unknown:
-            raise ValueError(f"directions {list(directions)}: this sims folder holds {names}; pass 't2i' (text queries, "
-                             f"{text_query}) and/or 'i2t' ({other})")
+            raise ValueError(f"directions {list(directions)}: this sims folder holds {names}; pass 't2i' (text "
+                             f"queries, {text_query}) and/or 'i2t' ({other})")
         self.alias = {k: v for k, v in alias.items() if k in directions}
         self.tasks: Dict[str, RetrievalTask] = {d: tasks[d] for d in dict.fromkeys(wanted)}
 
@@ -452,7 +452,8 @@ def published_dataset(source: str, ds: Optional[EmbeddingDataset] = None, datase
     return key
 
 
-def published_model(ds: Optional[EmbeddingDataset], model: Optional[str] = "auto", *, paper: str = "nnn") -> Optional[str]:
+def published_model(ds: Optional[EmbeddingDataset], model: Optional[str] = "auto", *,
+                    paper: str = "nnn") -> Optional[str]:
     """The ``model`` column of the published tables to show beside this run.
 
     ``"auto"`` follows the embeddings: synthetic data (calibrated to real zero-shot CLIP statistics) and real CLIP
