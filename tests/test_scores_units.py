@@ -86,7 +86,7 @@ def _task(n_q=40, n_t=30, block_bytes=None, **kw):
     S = rng.standard_normal((n_q, n_t))
     S[:, 3] += 1.5          # a hub
     labels = rng.integers(0, n_t, n_q)
-    kw.setdefault("direction", "t2v")     # ScoreTask's default label
+    kw.setdefault("direction", "t2v")     # a video label (the tests of score matrices)
     return S, labels, RetrievalTask(scores={("queries", "targets"): S}, positives=hn.Positives.from_labels(labels, n_t),
                                     block_bytes=block_bytes, **kw)
 
