@@ -373,3 +373,24 @@ def test_a_stream_of_score_blocks_is_read_like_the_matrix():
         hn.positive_ranks(((q0, bad[q0:q0 + 4]) for q0 in (0, 4, 8)), pos)
     with pytest.raises(ValueError, match=r"^scores have 8 rows but positives has 10 queries$"):
         hn.positive_ranks(stream((0, 4)), pos)
+
+
+def test_a_stream_of_blocks_must_cover_the_gallery_in_two_dimensional_blocks_and_evaluate_names_a_bad_normalizer():
+    """Found by the pre-stop review: a narrower last block was counted over fewer targets by k_occurrence, numpy and
+    1-D blocks failed with AttributeError / IndexError, and evaluate of a list said 'no attribute iter_scores'."""
+    rng = np.random.default_rng(6)
+    s = rng.standard_normal((20, 16))
+    with pytest.raises(ValueError, match=r"^score block at row 10 has 15 targets, the blocks before it 16: every "
+                                         r"block of a stream covers the whole gallery$"):
+        hn.k_occurrence(iter([(0, torch.from_numpy(s[:10])), (10, torch.from_numpy(s[10:, :15]))]), 5)
+    np.testing.assert_array_equal(hn.k_occurrence(iter([(0, s[:10]), (10, s[10:])]), 5), hn.k_occurrence(s, 5))
+    with pytest.raises(ValueError, match=r"^score block at row 0 must be a 2-D array \(queries x targets\)"):
+        hn.k_occurrence(iter([(0, s[0])]), 5)
+    with pytest.raises(TypeError, match=r"^a stream of score blocks yields \(start_row, block\) pairs; got ndarray$"):
+        hn.k_occurrence(iter([s]), 5)
+    q = hn.l2_normalize(rng.standard_normal((6, 4)))
+    task = hn.RetrievalTask(q, q, hn.Positives.from_labels(np.arange(6), 6))
+    for bad in (s.tolist(), "nnn"):
+        with pytest.raises(TypeError, match=r"^normalizer must be a fitted hubnorm normalizer \(task\.fit\(method\)\), "
+                                             r"None \(the raw scores\) or an \(m, n\) score array; got "):
+            hn.evaluate(bad, task)

@@ -904,3 +904,24 @@ def test_published_model_of_a_run_without_embeddings_is_none_with_a_note(capsys)
     assert ex.published_model(None) is None
     assert "NOTE: the source names no encoder (score matrices)" in capsys.readouterr().out
     assert ex.published_model(None, "CLIP") == "CLIP"
+
+
+def test_a_bank_x_bank_matrix_alone_is_no_query_bank_and_directions_are_checked(tmp_path, capsys):
+    """Found by the pre-stop review: a folder with the bank x bank scores but no bank x gallery scores of one
+    direction counted as having its bank, so its methods were skipped instead of fitted query-aware."""
+    from hubnorm.data.sims import write_sims
+
+    rng = np.random.default_rng(1)
+    caps, items, bank_c, bank_i = (rng.standard_normal((n, 8)) for n in (12, 6, 20, 9))
+    write_sims(tmp_path / "f", {"test": caps @ items.T, "bank_rows": bank_c @ items.T,
+                                "bank_rows_x_bank_cols": bank_c @ bank_i.T},
+               modalities=("text", "video"), dataset="example", synthetic=True, labels=np.arange(12) % 6)
+    sims = ex.load_sims_run(f"sims:{tmp_path / 'f'}")
+    assert sims.has_bank("t2v") and not sims.has_bank("v2t")
+    src = ex.open_data(f"sims:{tmp_path / 'f'}")
+    assert src.test_as_bank == ("i2t",) and src.bank_name("i2t").startswith("test queries (query-aware")
+    assert "NOTE: i2t: the folder has no bank x gallery scores" in capsys.readouterr().out
+    assert hn.evaluate(src.tasks["i2t"].fit(hn.InvertedSoftmax(tau=0.1)), src.tasks["i2t"])["bank"] == "QUERY-AWARE"
+    for bad in (["x"], "t2i", [], ["t2v"]):
+        with pytest.raises(ValueError, match=r"^directions must be a non-empty list of \['t2i', 'i2t'\]"):
+            ex.open_data(f"sims:{tmp_path / 'f'}", directions=bad)

@@ -445,4 +445,13 @@ def test_grid_search_on_a_task_of_score_matrices_fits_every_point_and_agrees_wit
     no_bank = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=pos)
     with pytest.raises(ValueError, match=r"^'nnn' needs a query bank"):
         hn.grid_search("nnn", no_bank, grid)
-    assert hn.grid_search("nnn", no_bank, {"alpha": [0.5], "k": [1]}, query_aware=True).engine == "reference"
+    aware = hn.grid_search("nnn", no_bank, {"alpha": [0.5], "k": [1, 4]}, query_aware=True)
+    want = hn.grid_search("nnn", emb, {"alpha": [0.5], "k": [1, 4]}, query_aware=True)
+    assert aware.engine == "reference" and set(aware.table["bank"]) == {"QUERY-AWARE"}
+    pd.testing.assert_frame_equal(aware.table[cols], want.table[cols])
+    # k is limited by the bank's size on score matrices as on embeddings (40 bank rows; query-aware: 30 queries)
+    from hubnorm.experiments.protocol import clamp_grid
+    assert clamp_grid("nnn", {"alpha": [0.5], "k": [1, 40, 41]}, sc) == {"alpha": [0.5], "k": [1, 40]}
+    assert clamp_grid("nnn", {"alpha": [0.5], "k": [30, 31]}, no_bank, query_aware=True)["k"] == [30]
+    with pytest.raises(ValueError, match=r"grid\['k'\] has \[41\] > 40"):
+        hn.grid_search("nnn", sc, {"alpha": [0.5], "k": [41]})

@@ -40,8 +40,20 @@ def iter_score_blocks(scores: ScoreSource, queries=None, chunk_size: Optional[in
     if isinstance(scores, abc.Iterator):
         if queries is not None:
             raise ValueError("queries are read by a normalizer; a stream of score blocks already holds the scores")
-        expected = 0
-        for q0, s in scores:
+        expected, width = 0, None
+        for item in scores:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise TypeError(f"a stream of score blocks yields (start_row, block) pairs; got {type(item).__name__}")
+            q0, s = item
+            if isinstance(s, np.ndarray):
+                s = torch.from_numpy(s)
+            if not isinstance(s, torch.Tensor) or s.ndim != 2:
+                raise ValueError(f"score block at row {q0} must be a 2-D array (queries x targets); got "
+                                 f"{getattr(s, 'shape', type(s).__name__)}")
+            width = s.shape[1] if width is None else width
+            if s.shape[1] != width:
+                raise ValueError(f"score block at row {q0} has {s.shape[1]} targets, the blocks before it {width}: "
+                                 "every block of a stream covers the whole gallery")
             if q0 != expected:
                 raise ValueError(f"score blocks must follow each other row by row: a block starts at row {q0}, "
                                  f"expected {expected}")
@@ -273,6 +285,10 @@ def evaluate(
         raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings or score matrices); got "
                         f"{type(task).__name__}")
     cert = requested_certificate(normalizer, task, certificate)
+    if normalizer is not None and not isinstance(normalizer, (np.ndarray, torch.Tensor)) and not (
+            hasattr(normalizer, "iter_scores") or hasattr(normalizer, "normalize_scores")):
+        raise TypeError(f"normalizer must be a fitted hubnorm normalizer (task.fit(method)), None (the raw scores) or "
+                        f"an (m, n) score array; got {type(normalizer).__name__}")
     if isinstance(normalizer, (np.ndarray, torch.Tensor)):   # scores computed elsewhere (marked "unrecorded")
         ranks = positive_ranks(normalizer, task.positives, chunk_size=chunk_size)
     else:

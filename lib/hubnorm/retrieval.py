@@ -283,7 +283,8 @@ class RetrievalTask:
     def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),
         row block by row block: the queries' scores from embeddings, or the test score matrix's blocks. A
-        normalizer fitted on another gallery is refused. ``normalizer`` may be any fitted scorer with ``iter_scores``
+        normalizer fitted on a gallery of another size is refused (one of the same size is not told apart: fit it
+        on the task you score). ``normalizer`` may be any fitted scorer with ``iter_scores``
         (embeddings) or ``normalize_scores`` (score matrices); a :class:`hubnorm.Normalizer` is checked further."""
         chunk_size = check_chunk_size(chunk_size)
         is_normalizer = hasattr(normalizer, "n_fitted_targets")

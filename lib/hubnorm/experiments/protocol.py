@@ -145,7 +145,9 @@ class SimsRun:
         return list(self.tasks)
 
     def has_bank(self, direction: str) -> bool:
-        return self.tasks[direction].has("query_bank")
+        """Whether the folder gives the bank x gallery scores of ``direction`` (a bank x bank matrix alone is not a
+        query bank: the test queries then serve)."""
+        return self.tasks[direction].engine.has_matrix("query_bank", "targets")
 
 
 def load_sims_run(source: str, directions: Sequence[str] = ("t2i", "i2t")) -> SimsRun:
@@ -229,6 +231,9 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
     split against a seeded ``bank_fraction`` of the training images with their captions, :func:`reference_split`),
     score matrices (``sims:<folder>``) through :func:`load_sims_run` with the folder's bank (``t2i`` names its
     text-query direction, ``i2t`` the other). ``directions``: the ones the notebook shows (``RunData.tasks``)."""
+    if isinstance(directions, str) or not all(d in DIRECTIONS for d in directions) or not directions:
+        raise ValueError(f"directions must be a non-empty list of {list(DIRECTIONS)} (t2i: the text-query direction of "
+                         f"any source, i2t the other); got {directions!r}")
     directions = tuple(directions)
     if source_kind(source)[0].holds == "scores":
         if source_kwargs:
@@ -240,14 +245,14 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
         tasks, test_as_bank = {}, []
         for d in DIRECTIONS:
             task = sims.tasks[sims.alias[d]]
-            if not task.has("query_bank"):   # the test queries serve as the bank: transductive, marked so
+            if not sims.has_bank(sims.alias[d]):   # the test queries serve as the bank: transductive, marked so
                 if d in directions:
                     note(f"{d}: the folder has no bank x gallery scores for this direction, so the test queries serve "
                          f"as the bank (query-aware, labelled so); for a query bank, "
                          f"{task.hints[('query_bank', 'targets')]}")
-                test = task.matrix("queries", "targets")
-                task = replace(task, scores={**task.scores, ("query_bank", "targets"): test},
-                               meta=dict(task.meta), hints=dict(task.hints))
+                kept = {k: m for k, m in task.scores.items() if "query_bank" not in k}   # a bank x bank matrix's
+                kept[("query_bank", "targets")] = task.matrix("queries", "targets")      # rows are not these queries
+                task = replace(task, scores=kept, meta=dict(task.meta), hints=dict(task.hints))
                 test_as_bank.append(d)
             tasks[d] = task
         return RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank))
