@@ -524,3 +524,16 @@ def test_the_matrix_checks_skip_optional_inputs_and_go_on_to_the_required_ones()
     no_bank = RetrievalTask(scores={("queries", "targets"): mats[("queries", "targets")]}, positives=sc.positives)
     with pytest.raises(ValueError, match=r"^_OptionalFirst needs the query bank x gallery \(targets\) score matrix"):
         no_bank.fit(_OptionalFirst(tau=0.1))          # the required bank matrix after the optional one is checked
+
+
+def test_test_as_bank_is_the_query_aware_fit_of_a_task_of_matrices():
+    """One mechanism for 'the test queries are the bank' on score matrices: task.fit(query_aware=True) fits on
+    task.test_as_bank(), whose query bank is the test score matrix and which drops the old bank's matrices."""
+    emb, sc, _ = _both_kinds()
+    qa = sc.test_as_bank()
+    assert qa.size("query_bank") == sc.n_queries and qa.meta == sc.meta and qa.meta is not sc.meta
+    np.testing.assert_allclose(qa.fit(hn.InvertedSoftmax(tau=0.1)).offsets_.numpy(),
+                               sc.fit(hn.InvertedSoftmax(tau=0.1), query_aware=True).offsets_.numpy(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"^test_as_bank builds a task of score matrices; a task of embeddings takes "
+                                         r"fit\(\.\.\., query_aware=True\)$"):
+        emb.test_as_bank()

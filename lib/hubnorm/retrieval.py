@@ -272,13 +272,18 @@ class RetrievalTask:
         if self.engine is None:
             bank = self.queries if query_aware else self.query_bank
             return normalizer.fit(self.targets, query_bank=bank, target_bank=self.target_bank)
-        engine = self.engine
-        if query_aware:
-            mats = {k: m for k, m in engine.matrices.items() if "query_bank" not in k}
-            mats[("query_bank", "targets")] = engine.matrix(*TEST)
-            engine = LocalEngine(matrices=mats, dtype=engine.dtype, block_bytes=engine.block_bytes,
-                                 hints=engine.hints, plain=engine.plain, resident_bytes=engine.resident_bytes)
-        return fit_scores(normalizer, engine)
+        return fit_scores(normalizer, (self.test_as_bank() if query_aware else self).engine)
+
+    def test_as_bank(self) -> "RetrievalTask":
+        """This task of score matrices with its test queries as the query bank: the test score matrix serves as the
+        bank's, and a matrix of the old query bank (a bank x bank matrix) is left out, its rows being other queries
+        (what a query-aware fit reads; a folder without bank rows uses it)."""
+        if self.engine is None:
+            raise ValueError("test_as_bank builds a task of score matrices; a task of embeddings takes "
+                             "fit(..., query_aware=True)")
+        mats = {k: m for k, m in self.engine.matrices.items() if "query_bank" not in k}
+        mats[("query_bank", "targets")] = self.engine.matrix(*TEST)
+        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints))
 
     def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),

@@ -16,7 +16,7 @@ them; :func:`cross_dataset_source` never pairs real embeddings with a synthetic 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -250,9 +250,7 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
                     note(f"{d}: the folder has no bank x gallery scores for this direction, so the test queries serve "
                          f"as the bank (query-aware, labelled so); for a query bank, "
                          f"{task.hints[('query_bank', 'targets')]}")
-                kept = {k: m for k, m in task.scores.items() if "query_bank" not in k}   # a bank x bank matrix's
-                kept[("query_bank", "targets")] = task.matrix("queries", "targets")      # rows are not these queries
-                task = replace(task, scores=kept, meta=dict(task.meta), hints=dict(task.hints))
+                task = task.test_as_bank()
                 test_as_bank.append(d)
             tasks[d] = task
         return RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank))
