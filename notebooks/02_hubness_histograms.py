@@ -163,7 +163,8 @@ nb.notice(*[
 # %% [markdown]
 # ## 2 · Top-10 k-occurrence skewness: IS vs SN (DBSN Fig. 4, Table 5)
 # Query-aware as in the DBSN paper's Table 5 (the test queries form the bank; transductive, labelled), plus the
-# query-agnostic variants with NNN's reference bank (20% of the training captions) for reference.
+# variants with NNN's reference bank for reference (a share `bank_fraction` of the training split; on a `sims:`
+# folder its bank rows; the `bank` column of the table names it, and says QUERY-AWARE when it is the test queries).
 
 # %%
 task_qa = src.all_tasks["t2i"]   # query-aware fits: the test queries are the bank
