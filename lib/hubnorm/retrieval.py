@@ -285,6 +285,30 @@ class RetrievalTask:
         mats[("query_bank", "targets")] = self.engine.matrix(*TEST)
         return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints))
 
+    def bank_subset(self, rows: ArrayLike) -> "RetrievalTask":
+        """This task with its query bank cut to the bank rows ``rows`` (any order; read in sorted order): for
+        embeddings, those rows of ``query_bank``; for score matrices, those rows of every matrix with the query bank
+        on an axis (a stored matrix reads only them). The same rows give the same task of either kind."""
+        n_bank = self.size("query_bank")
+        if not n_bank:
+            raise ValueError(f"the {self.direction} task has no query bank to cut (for score matrices: the "
+                             "bank x gallery scores, manifest role 'bank_rows' or 'bank_cols')")
+        rows = np.unique(_as_index_array(rows, "rows"))
+        if rows[-1] >= n_bank:
+            raise ValueError(f"rows must be bank rows in [0, {n_bank}); got row {rows[-1]}")
+        if self.engine is None:
+            bank = self.query_bank
+            return replace(self, query_bank=bank[torch.as_tensor(rows)] if torch.is_tensor(bank) else bank[rows])
+        mats = {}
+        for (r, c), m in self.engine.matrices.items():
+            if r == "query_bank":
+                mats[(r, c)] = m.take(rows=rows)
+            elif c == "query_bank":
+                mats[(c, r)] = m.T.take(rows=rows)
+            else:
+                mats[(r, c)] = m
+        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints))
+
     def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),
         row block by row block: the queries' scores from embeddings, or the test score matrix's blocks. A

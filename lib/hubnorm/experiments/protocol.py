@@ -16,7 +16,7 @@ them; :func:`cross_dataset_source` never pairs real embeddings with a synthetic 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -200,7 +200,7 @@ class RunData:
             return f"reference bank ({self.bank_fraction:.0%} of train)"
         if direction in self.test_as_bank:
             return "test queries (query-aware: the folder has no bank rows)"
-        return "the folder's bank rows"
+        return "the folder's bank rows" if self.bank_fraction == 1 else f"{self.bank_fraction:.0%} of the folder's bank rows"
 
     def describe(self) -> pd.DataFrame:
         """Images and captions per split (:func:`describe`), or the items of each direction's score matrices."""
@@ -215,6 +215,26 @@ class RunData:
         if self.ds is None:
             return None
         return make_tasks(self.ds.split(split), self.bank, directions=self.directions)
+
+    def with_bank_fraction(self, fraction: float, seed: int = 0) -> "RunData":
+        """The same test tasks with a seeded ``fraction`` of the bank: for embeddings, that share of the training
+        images with their captions (:func:`reference_split`, as ``open_data(bank_fraction=fraction)``); for score
+        matrices, that share of each direction's bank rows (at least one; :meth:`RetrievalTask.bank_subset`). A
+        direction whose test queries serve as the bank keeps them all."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
+        if self.ds is not None:
+            bank = reference_split(self.ds, "train", fraction, seed=seed, note_small=False)
+            return replace(self, all_tasks=make_tasks(self.test, bank), bank=bank, bank_fraction=float(fraction))
+        tasks = {}
+        for d, task in self.all_tasks.items():
+            n_bank = task.size("query_bank")
+            size = max(1, int(round(float(fraction) * n_bank)))
+            if d in self.test_as_bank or size >= n_bank:
+                tasks[d] = task
+            else:
+                tasks[d] = task.bank_subset(np.random.default_rng(seed).choice(n_bank, size, replace=False))
+        return replace(self, all_tasks=tasks, bank_fraction=float(fraction))
 
     def needs_embeddings(self, what: str) -> bool:
         """True for a run on embeddings; for score matrices prints one NOTE naming ``what`` needs embeddings and
