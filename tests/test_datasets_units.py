@@ -69,7 +69,6 @@ def test_an_unknown_kind_is_refused(recorded):
     ("cache:coco:ViT-B-32:openai", "load_cached_embeddings", "coco:ViT-B-32:openai"),
     ("local:/data/my:folder", "load_local_embeddings", "/data/my:folder"),
     ("real:coco500-clip-b16", "load_real", "coco500-clip-b16"),
-    ("real:", "load_real", ""),
 ])
 def test_each_kind_goes_to_its_loader_with_the_rest_and_the_keywords(source, loader, rest, recorded):
     assert load_embeddings(source, seed=3, chunk_size=None) == f"from {loader}"
@@ -123,3 +122,13 @@ def test_the_table_of_kinds():
     assert all(v.form.startswith(k + ":") for k, v in SOURCE_KINDS.items())
     kind, rest = source_kind("local:/a:b")
     assert kind is SOURCE_KINDS["local"] and rest == "/a:b"
+
+
+@pytest.mark.parametrize("source, form", [("local:", "local:<folder>"), ("sims: ", "sims:<folder>"),
+                                          ("synthetic:", "synthetic:<preset>")])
+def test_a_kind_with_nothing_after_its_colon_is_refused_before_any_loader(source, form, recorded):
+    """'local:' would have read the working directory."""
+    with pytest.raises(ValueError, match=f"^source {source!r} names no {source.split(':')[0]} source after the colon: "
+                                         f"use {form}$"):
+        load_source(source)
+    assert recorded == []

@@ -302,9 +302,8 @@ def test_score_rows_are_compared_only_over_the_gallery_they_were_fitted_on(data)
                                          r"was fitted from"):
         pv.certify(norm, other)
     assert pv.bank_mark(norm, other) == "unrecorded" and pv.bank_mark(norm, task) == "QUERY-AWARE"
-    # a bank subset of the same task keeps its gallery (score_studies.bank_subset)
-    from hubnorm.experiments.score_studies import bank_subset
-    sub = bank_subset(task, np.arange(40))
+    # a bank subset of the same task keeps its gallery
+    sub = task.bank_subset(np.arange(40))
     assert hn.evaluate(sub.fit(hn.InvertedSoftmax()), sub)["bank"] == "query-agnostic"
 
 

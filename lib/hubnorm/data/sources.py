@@ -89,6 +89,8 @@ def source_kind(source) -> Tuple[SourceKind, str]:
     kind, _, rest = source.partition(":")
     if kind not in SOURCE_KINDS:
         raise ValueError(f"unknown source kind {kind!r}: use {_forms()}")
+    if not rest.strip():   # 'local:' would read the working directory
+        raise ValueError(f"source {source!r} names no {kind} source after the colon: use {SOURCE_KINDS[kind].form}")
     return SOURCE_KINDS[kind], rest
 
 

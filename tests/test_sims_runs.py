@@ -1,0 +1,173 @@
+"""What the notebooks read of a sims: folder (protocol.SimsRun, open_data) and the bank studies of any source:
+``RetrievalTask.bank_subset`` and ``RunData.with_bank_fraction`` equal the embeddings path on the same rows (float64,
+1e-12); the folder's direction names, labels and banks."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import hubnorm as hn
+from hubnorm.data.sims import write_sims
+from hubnorm.evaluation import summarize_ranks
+from hubnorm.experiments import protocol as pr
+from hubnorm.retrieval import Positives, RetrievalTask
+
+from test_sims import write_example
+
+TOL = 1e-12
+LABEL = "synthetic analog (sims folder example)"
+PARAMS = {"nnn": {"alpha": 0.75, "k": 4}, "is": {"tau": 0.05}, "sn": {"tau": 0.05, "n_iter": 10},
+          "dbsn": {"tau": 0.05, "n_iter": 10}}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sims") / "full"
+    return path, write_example(path)
+
+
+@pytest.fixture(scope="module")
+def test_only(tmp_path_factory, folder):
+    caps, items, c2i, _, _ = folder[1]
+    path = tmp_path_factory.mktemp("sims_bare") / "test_only"
+    write_sims(path, {"test": caps @ items.T}, modalities=("text", "video"), dataset="example", synthetic=True,
+               labels=c2i)
+    return path
+
+
+def _side(data, direction, bank_rows=None):
+    """(queries, targets, query bank, target bank, positives) of one direction, from the embeddings."""
+    caps, items, c2i, bank_caps, bank_items = data
+    if direction == "t2v":
+        q, t, qb, tb, pos = caps, items, bank_caps, bank_items, Positives.from_labels(c2i, len(items))
+    else:
+        q, t, qb, tb, pos = items, caps, bank_items, bank_caps, Positives.from_groups(c2i, len(items))
+    if bank_rows is not None:
+        qb = qb[np.sort(bank_rows)]
+    return q, t, qb, tb, pos
+
+
+def _oracle(data, direction, name, params, bank_rows=None):
+    """R@1/5/10, MdR, MnR of ``name`` fitted from the embeddings (hubnorm's embeddings path, not a task)."""
+    q, t, qb, tb, pos = _side(data, direction, bank_rows)
+    norm = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
+    return summarize_ranks(hn.positive_ranks(norm, pos, q), (1, 5, 10))
+
+
+def _metrics(task, name, params):
+    res = hn.evaluate(task.fit(hn.make_normalizer(name, **params)), task)
+    res.pop("bank")
+    return res
+
+
+@pytest.mark.parametrize("direction", ["t2v", "v2t"])
+@pytest.mark.parametrize("name", list(PARAMS))
+def test_bank_subset_of_score_matrices_equals_the_embeddings_path(folder, direction, name):
+    """The same bank rows cut from the stored matrices (the bank x gallery, and for DBSN the bank x bank matrix,
+    which the v2t side reads transposed) and from the bank embeddings give the same numbers."""
+    path, data = folder
+    task = pr.load_sims_run(f"sims:{path}", ["t2i", "i2t"]).tasks[direction]
+    rows = np.array([31, 3, 17, 0, 8, 22]) if direction == "t2v" else np.array([3, 1, 7, 20, 11])
+    sub = task.bank_subset(rows)
+    assert sub.size("query_bank") == len(rows) and task.size("query_bank") > len(rows)   # the task is not changed
+    assert _metrics(sub, name, PARAMS[name]) == pytest.approx(_oracle(data, direction, name, PARAMS[name], rows),
+                                                              abs=TOL)
+
+
+def test_bank_subset_of_embeddings_equals_that_of_score_matrices(folder):
+    path, data = folder
+    q, t, qb, tb, pos = _side(data, "t2v")
+    emb = RetrievalTask(q, t, pos, query_bank=qb, target_bank=tb, direction="t2v")
+    scores = pr.load_sims_run(f"sims:{path}").tasks["t2v"]
+    rows = np.array([5, 1, 40, 9])
+    for name in ("nnn", "is", "sn"):
+        p = dict(PARAMS[name], **({"k": 3} if name == "nnn" else {}))
+        assert _metrics(emb.bank_subset(rows), name, p) == pytest.approx(_metrics(scores.bank_subset(rows), name, p),
+                                                                         abs=TOL)
+    assert np.array_equal(np.asarray(emb.bank_subset(torch.tensor(rows)).query_bank), qb[np.sort(rows)])
+
+
+def test_bank_subset_refuses_what_is_not_a_set_of_bank_rows(folder, test_only):
+    task = pr.load_sims_run(f"sims:{folder[0]}").tasks["t2v"]
+    n_bank = task.size("query_bank")
+    with pytest.raises(ValueError, match=re.escape(f"rows must be bank rows in [0, {n_bank}); got row {n_bank}")):
+        task.bank_subset([0, n_bank])
+    with pytest.raises(ValueError, match="rows must be >= 0"):
+        task.bank_subset([-1, 2])
+    with pytest.raises(ValueError, match="non-empty 1-D array"):
+        task.bank_subset([])
+    with pytest.raises(TypeError, match="rows must hold integers"):
+        task.bank_subset([0.5, 1.0])
+    bare = pr.load_sims_run(f"sims:{test_only}").tasks["t2v"]
+    with pytest.raises(ValueError, match="the t2v task has no query bank to cut"):
+        bare.bank_subset([0])
+
+
+def test_with_bank_fraction_of_embeddings_is_open_data_at_that_fraction():
+    sizes = {"n_train_images": 60, "n_test_images": 40, "n_val_images": 0}
+    full = pr.open_data("synthetic:flickr30k", synthetic_sizes=sizes, seed=3)
+    part = full.with_bank_fraction(0.25, seed=3)
+    want = pr.open_data("synthetic:flickr30k", synthetic_sizes=sizes, seed=3, bank_fraction=0.25)
+    assert part.bank_fraction == 0.25 and part.bank_words == want.bank_words
+    assert part.bank_name("t2i") == "reference bank (25% of train)"
+    for d in ("t2i", "i2t"):
+        for name in ("raw", "is"):
+            assert hn.evaluate(part.all_tasks[d].fit(hn.make_normalizer(name)), part.all_tasks[d]) == \
+                hn.evaluate(want.all_tasks[d].fit(hn.make_normalizer(name)), want.all_tasks[d])
+    assert full.bank_fraction == 1.0 and full.bank.n_images > part.bank.n_images   # full is unchanged
+
+
+def test_with_bank_fraction_of_score_matrices_takes_a_seeded_share_of_each_banks_rows(folder, test_only):
+    src = pr.open_data(f"sims:{folder[0]}")
+    n = {d: t.size("query_bank") for d, t in src.all_tasks.items()}
+    part = src.with_bank_fraction(0.1, seed=7)
+    assert {d: t.size("query_bank") for d, t in part.all_tasks.items()} == {d: round(0.1 * v) for d, v in n.items()}
+    assert part.bank_name("t2i") == "10% of the folder's bank rows" and src.bank_name("t2i") == "the folder's bank rows"
+    rows = np.random.default_rng(7).choice(n["t2i"], round(0.1 * n["t2i"]), replace=False)
+    assert _metrics(part.all_tasks["t2i"], "is", PARAMS["is"]) == \
+        pytest.approx(_oracle(folder[1], "t2v", "is", PARAMS["is"], rows), abs=TOL)
+    assert src.with_bank_fraction(1e-6).all_tasks["t2i"].size("query_bank") == 1   # at least one row
+    assert src.with_bank_fraction(1.0).all_tasks["t2i"] is src.all_tasks["t2i"]
+    bare = pr.open_data(f"sims:{test_only}")
+    assert bare.with_bank_fraction(0.5).all_tasks["t2i"] is bare.all_tasks["t2i"]   # the test queries serve, all
+    for bad in (0, 1.5, True, "0.5", None):
+        with pytest.raises(ValueError, match=re.escape(f"fraction must be a number in (0, 1]; got {bad!r}")):
+            src.with_bank_fraction(bad)
+
+
+# ---------------------------------------------------------------------------------------------- the folder
+def test_is_sims_and_load_sims_run_refuse_other_sources(folder):
+    assert pr.is_sims(f"sims:{folder[0]}") and not pr.is_sims("emb:x") and not pr.is_sims(None)
+    assert not pr.is_sims(["sims:x"])
+    with pytest.raises(ValueError, match=re.escape("source must be 'sims:<folder>'; got 'emb:x'")):
+        pr.load_sims_run("emb:x")
+
+
+def test_sims_run_names_the_text_query_direction_whatever_the_folder_order(tmp_path):
+    write_example(tmp_path / "vt", modalities=("video", "text"))
+    run = pr.load_sims_run(f"sims:{tmp_path / 'vt'}")
+    assert run.directions == ["t2v", "v2t"] and run.alias == {"t2i": "t2v", "i2t": "v2t"}
+    assert run.label == LABEL and run.synthetic is True and run.modalities == ("video", "text")
+    assert run.has_bank("t2v") and run.has_bank("v2t")
+    assert pr.load_sims_run(f"sims:{tmp_path / 'vt'}", ["i2t"]).directions == ["v2t"]
+    one = pr.load_sims_run(f"sims:{tmp_path / 'vt'}", ["v2t", "t2i"])
+    assert one.directions == ["v2t", "t2v"] and one.alias == {"t2i": "t2v"}
+    with pytest.raises(ValueError, match=re.escape("directions ['x2y']: this sims folder holds ['v2t', 't2v']; pass "
+                                                   "'t2i' (text queries, t2v) and/or 'i2t' (v2t)")):
+        pr.load_sims_run(f"sims:{tmp_path / 'vt'}", ["x2y"])
+
+
+def test_a_real_folder_is_labelled_real_and_a_bare_one_has_no_bank(tmp_path, test_only):
+    caps, items, c2i, _, _ = write_example(tmp_path / "full")
+    write_sims(tmp_path / "real", {"test": items @ caps.T}, modalities=("video", "text"),
+               mask=np.arange(len(items))[:, None] == c2i[None, :], dataset="my-videos", synthetic=False)
+    run = pr.load_sims_run(f"sims:{tmp_path / 'real'}", ["t2i", "i2t"])
+    assert run.alias == {"t2i": "t2v", "i2t": "v2t"} and run.directions == ["t2v", "v2t"]
+    assert run.label == "real data (my-videos, released score matrices)" and not run.synthetic
+    assert not run.has_bank("t2v") and not run.has_bank("v2t")
+    bare = pr.load_sims_run(f"sims:{test_only}")
+    assert not bare.has_bank("t2v") and not bare.has_bank("v2t")
