@@ -890,7 +890,7 @@ def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
     assert src.test_as_bank == ("i2t",)
     assert src.bank_name("t2i") == "the folder's bank rows"
     assert src.bank_name("i2t") == "test queries (query-aware: the folder has no bank rows)"
-    assert src.bank_words == "the folder's bank rows (t2i: 20, i2t: 6)"
+    assert src.bank_words == "the folder's bank rows (t2i: 20, i2t: none, the test queries serve)"
     assert list(src.describe()["query_bank"]) == [20, 6]
     assert hn.evaluate(i2t.fit(hn.InvertedSoftmax(tau=0.1)), i2t)["bank"] == "QUERY-AWARE"
     assert not src.needs_embeddings("the t-SNE map")

@@ -386,8 +386,10 @@ def test_scores_task_accessors():
     assert (sc.n_queries, sc.n_targets) == (9, 7)
     np.testing.assert_array_equal(sc.matrix("targets", "queries").block(0, 7, 0, 9, torch.float64).numpy(),
                                   mats[("queries", "targets")].T)
-    with pytest.raises(ValueError, match=r"^this task holds embeddings, not score matrices"):
-        emb.matrix("queries", "targets")
+    np.testing.assert_allclose(emb.matrix("targets", "queries").block(0, 7, 0, 9, torch.float64).numpy(),
+                               mats[("queries", "targets")].T, rtol=0, atol=1e-12)   # the product of the embeddings
+    with pytest.raises(ValueError, match=r"^this task has no 'target_bank' embeddings"):
+        emb.matrix("queries", "target_bank")
     with pytest.raises(ValueError, match=r"^a task holds the inputs queries, targets, query_bank, target_bank; "
                                          r"got 'bank'$"):
         sc.has("bank")

@@ -171,3 +171,50 @@ def test_a_real_folder_is_labelled_real_and_a_bare_one_has_no_bank(tmp_path, tes
     assert not run.has_bank("t2v") and not run.has_bank("v2t")
     bare = pr.load_sims_run(f"sims:{test_only}")
     assert not bare.has_bank("t2v") and not bare.has_bank("v2t")
+
+
+def test_with_query_bank_fraction_of_embeddings_draws_what_the_dataset_draws():
+    """One seeded generator, t2i first (EmbeddingDataset.tasks(query_bank_fraction=)): the same bank rows, so the same
+    numbers; the target banks stay whole; the bank is named with the share of its queries."""
+    sizes = {"n_train_images": 60, "n_test_images": 40, "n_val_images": 0}
+    src = pr.open_data("synthetic:flickr30k", synthetic_sizes=sizes, seed=2, ensure_val=False)
+    part = src.with_query_bank_fraction(0.3, seed=5)
+    want = src.ds.tasks("test", "train", query_bank_fraction=0.3, seed=5)
+    for d in ("t2i", "i2t"):
+        got = part.all_tasks[d]
+        assert np.array_equal(np.asarray(got.query_bank), np.asarray(want[d].query_bank))
+        assert np.array_equal(np.asarray(got.target_bank), np.asarray(src.all_tasks[d].target_bank))
+        assert hn.evaluate(got.fit(hn.make_normalizer("dbsn")), got) == \
+            hn.evaluate(want[d].fit(hn.make_normalizer("dbsn")), want[d])
+    assert part.bank_name("i2t") == "reference bank (100% of train; 30% of its images as queries)"
+    assert part.bank_words == "60 images / 300 captions (30% as queries: t2i 90 captions, i2t 18 images)"
+    assert src.with_query_bank_fraction(1) is src and src.bank_name("t2i") == "reference bank (100% of train)"
+    with pytest.raises(ValueError, match=re.escape("fraction must be a number in (0, 1]; got 0")):
+        src.with_query_bank_fraction(0)
+
+
+def test_run_data_says_whether_its_data_are_synthetic(folder, tmp_path):
+    assert pr.open_data(f"sims:{folder[0]}").synthetic is True
+    caps, items, c2i, _, _ = folder[1]
+    write_sims(tmp_path / "real", {"test": caps @ items.T}, modalities=("text", "video"), dataset="x", synthetic=False,
+               labels=c2i)
+    assert pr.open_data(f"sims:{tmp_path / 'real'}").synthetic is False
+    sizes = {"n_train_images": 20, "n_test_images": 10, "n_val_images": 0}
+    assert pr.open_data("synthetic:coco", synthetic_sizes=sizes, ensure_val=False).synthetic is True
+
+
+def test_matrix_of_a_task_of_embeddings_is_their_product_and_equals_the_stored_one(folder):
+    path, data = folder
+    q, t, qb, tb, pos = _side(data, "t2v")
+    emb = RetrievalTask(q, t, pos, query_bank=qb, target_bank=tb, direction="t2v")
+    scores = pr.load_sims_run(f"sims:{path}").tasks["t2v"]
+    for rows, cols in (("queries", "targets"), ("query_bank", "targets"), ("query_bank", "target_bank")):
+        a, b = emb.matrix(rows, cols), scores.matrix(rows, cols)
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.block(0, a.shape[0], 0, a.shape[1], torch.float64).numpy(),
+                                   b.block(0, b.shape[0], 0, b.shape[1], torch.float64).numpy(), rtol=0, atol=TOL)
+    with pytest.raises(ValueError, match=r"this task has no 'query_bank' embeddings; it holds "
+                                         r"\['queries', 'targets'\]"):
+        RetrievalTask(q, t, pos, direction="t2v").matrix("query_bank", "targets")
+    with pytest.raises(ValueError, match="this task has no 'bank' embeddings"):
+        emb.matrix("bank", "targets")

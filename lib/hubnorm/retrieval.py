@@ -25,7 +25,7 @@ from ._validation import ArrayLike, as_embeddings, check_chunk_size
 from .blocks import Embeddings
 from .engine import LocalEngine
 from .kernels import block_rows, iter_blocks
-from .matrices import INPUT_LABELS, Pair, ScoreMatrix
+from .matrices import INPUT_LABELS, Pair, ProductScores, ScoreMatrix
 
 #: The image-text directions (what :func:`build_tasks` builds from images, captions and their index).
 DIRECTIONS = ("t2i", "i2t")
@@ -246,11 +246,16 @@ class RetrievalTask:
         return len(getattr(self, name)) if self.engine is None else self.engine.size(name)
 
     def matrix(self, rows: str, cols: str) -> ScoreMatrix:
-        """The stored score matrix ``rows x cols`` of a task given as scores (read transposed when given as
-        ``cols x rows``)."""
-        if self.engine is None:
-            raise ValueError("this task holds embeddings, not score matrices: its scores are products of them")
-        return self.engine.matrix(rows, cols)
+        """The score matrix ``rows x cols`` (``"queries"``, ``"targets"``, ``"query_bank"``, ``"target_bank"``), read
+        block by block when used: of a task given as scores, the stored matrix (read transposed when given as
+        ``cols x rows``); of a task of embeddings, their product (:class:`~hubnorm.matrices.ProductScores`)."""
+        if self.engine is not None:
+            return self.engine.matrix(rows, cols)
+        for name in (rows, cols):
+            if name not in _INPUTS or getattr(self, name) is None:
+                raise ValueError(f"this task has no {name!r} embeddings; it holds "
+                                 f"{[n for n in _INPUTS if getattr(self, n) is not None]}")
+        return ProductScores(getattr(self, rows), getattr(self, cols), f"{rows} x {cols} scores")
 
     @property
     def n_queries(self) -> int:

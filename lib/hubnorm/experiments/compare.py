@@ -99,7 +99,7 @@ def beside_published(results: pd.DataFrame, paper: str, tables: Union[str, Seque
                      source_note: Optional[str] = None, ci: bool = False, names: Optional[Mapping[str, str]] = None,
                      sort_by: Optional[Sequence[str]] = None, setting_keys: Optional[Mapping[str, str]] = None,
                      rows: str = "all", delta: Optional[Sequence[str]] = None, **equals) -> pd.DataFrame:
-    """Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
+    r"""Our results with the published numbers of ``paper``'s ``tables`` beside them: the one call a notebook makes.
 
     Args:
         results: ours, wide (one column per metric, e.g. from ``hubnorm.evaluate`` rows) or long (``metric`` and

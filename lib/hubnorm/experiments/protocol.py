@@ -176,6 +176,13 @@ class RunData:
     bank: Optional[EmbeddingSplit] = None
     bank_fraction: float = 1.0
     test_as_bank: Tuple[str, ...] = ()   # directions of a sims: folder without bank rows (the test queries serve)
+    query_bank_fraction: float = 1.0     # the share of each query bank kept (with_query_bank_fraction)
+    synthetic_scores: bool = False       # a sims: folder whose manifest says "synthetic": true
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether this run's data are synthetic: the generator's embeddings, or a sims: folder declared so."""
+        return is_synthetic(self.ds) if self.ds is not None else self.synthetic_scores
 
     @property
     def tasks(self) -> Dict[str, RetrievalTask]:
@@ -189,18 +196,26 @@ class RunData:
     def bank_words(self) -> str:
         """The reference bank in words: "1,000 images / 5,000 captions" or the folder's bank rows."""
         if self.bank is not None:
-            return f"{self.bank.n_images} images / {self.bank.n_captions} captions"
-        rows = {d: t.size("query_bank") for d, t in self.all_tasks.items()}
-        return "the folder's bank rows (" + ", ".join(f"{d}: {n or 'none'}" for d, n in rows.items()) + ")"
+            words = f"{self.bank.n_images} images / {self.bank.n_captions} captions"
+            if self.query_bank_fraction == 1:
+                return words
+            return words + f" ({self.query_bank_fraction:.0%} as queries: " + ", ".join(
+                f"{d} {t.size('query_bank')} {'captions' if d == 't2i' else 'images'}"
+                for d, t in self.all_tasks.items()) + ")"
+        rows = {d: "none, the test queries serve" if d in self.test_as_bank else t.size("query_bank")
+                for d, t in self.all_tasks.items()}
+        return "the folder's bank rows (" + ", ".join(f"{d}: {n}" for d, n in rows.items()) + ")"
 
     def bank_name(self, direction: str = "t2i") -> str:
         """How tables name the bank of ``direction``'s query-agnostic fits: "reference bank (20% of train)", the
         folder's bank rows, or, for a folder without them, the test queries (query-aware)."""
+        share = "" if self.query_bank_fraction == 1 else f"{self.query_bank_fraction:.0%} of "
         if self.bank is not None:
-            return f"reference bank ({self.bank_fraction:.0%} of train)"
+            return (f"reference bank ({self.bank_fraction:.0%} of train"
+                    + (f"; {share}its {'captions' if direction == 't2i' else 'images'} as queries)" if share else ")"))
         if direction in self.test_as_bank:
             return "test queries (query-aware: the folder has no bank rows)"
-        return "the folder's bank rows" if self.bank_fraction == 1 else f"{self.bank_fraction:.0%} of the folder's bank rows"
+        return f"{share}the folder's bank rows"
 
     def describe(self) -> pd.DataFrame:
         """Images and captions per split (:func:`describe`), or the items of each direction's score matrices."""
@@ -219,22 +234,30 @@ class RunData:
     def with_bank_fraction(self, fraction: float, seed: int = 0) -> "RunData":
         """The same test tasks with a seeded ``fraction`` of the bank: for embeddings, that share of the training
         images with their captions (:func:`reference_split`, as ``open_data(bank_fraction=fraction)``); for score
-        matrices, that share of each direction's bank rows (at least one; :meth:`RetrievalTask.bank_subset`). A
-        direction whose test queries serve as the bank keeps them all."""
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-            raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
-        if self.ds is not None:
-            bank = reference_split(self.ds, "train", fraction, seed=seed, note_small=False)
-            return replace(self, all_tasks=make_tasks(self.test, bank), bank=bank, bank_fraction=float(fraction))
-        tasks = {}
+        matrices, that share of each direction's bank rows (:meth:`with_query_bank_fraction`)."""
+        _check_fraction("fraction", fraction)
+        if self.ds is None:
+            return self.with_query_bank_fraction(fraction, seed)
+        bank = reference_split(self.ds, "train", fraction, seed=seed, note_small=False)
+        return replace(self, all_tasks=make_tasks(self.test, bank), bank=bank, bank_fraction=float(fraction))
+
+    def with_query_bank_fraction(self, fraction: float, seed: int = 0) -> "RunData":
+        """The same test tasks with a seeded ``fraction`` of each direction's *query* bank (at least one row; the
+        target banks stay whole): bank captions for t2i, bank images for i2t, or a sims: folder's bank rows
+        (:meth:`RetrievalTask.bank_subset`). The draws are those of :meth:`EmbeddingDataset.tasks`
+        (``query_bank_fraction``): one seeded generator, t2i first. A direction whose test queries serve as the bank
+        keeps them all."""
+        _check_fraction("fraction", fraction)
+        if fraction == 1:
+            return self
+        rng, tasks = np.random.default_rng(seed), {}
         for d, task in self.all_tasks.items():
-            n_bank = task.size("query_bank")
-            size = max(1, int(round(float(fraction) * n_bank)))
-            if d in self.test_as_bank or size >= n_bank:
+            if d in self.test_as_bank:
                 tasks[d] = task
-            else:
-                tasks[d] = task.bank_subset(np.random.default_rng(seed).choice(n_bank, size, replace=False))
-        return replace(self, all_tasks=tasks, bank_fraction=float(fraction))
+                continue
+            n_bank = task.size("query_bank")
+            tasks[d] = task.bank_subset(rng.choice(n_bank, max(1, int(round(float(fraction) * n_bank))), replace=False))
+        return replace(self, all_tasks=tasks, query_bank_fraction=float(fraction))
 
     def needs_embeddings(self, what: str) -> bool:
         """True for a run on embeddings; for score matrices prints one NOTE naming ``what`` needs embeddings and
@@ -244,13 +267,20 @@ class RunData:
         return self.ds is not None
 
 
+def _check_fraction(name: str, fraction) -> None:
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise ValueError(f"{name} must be a number in (0, 1]; got {fraction!r}")
+
+
 def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fraction: float = 1.0, seed: int = 0,
               dtype: Optional[str] = "float64", synthetic_sizes: Optional[Mapping[str, int]] = None,
-              source_kwargs: Optional[Mapping[str, object]] = None) -> RunData:
+              source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True) -> RunData:
     """The tasks of both directions on ``source``, any kind: embeddings through :func:`prepare_dataset` (the test
     split against a seeded ``bank_fraction`` of the training images with their captions, :func:`reference_split`),
     score matrices (``sims:<folder>``) through :func:`load_sims_run` with the folder's bank (``t2i`` names its
-    text-query direction, ``i2t`` the other). ``directions``: the ones the notebook shows (``RunData.tasks``)."""
+    text-query direction, ``i2t`` the other). ``directions``: the ones the notebook shows (``RunData.tasks``);
+    ``ensure_val=False``: no validation split is held out of a source without one (a notebook that selects nothing
+    keeps the whole training split for its bank)."""
     if isinstance(directions, str) or not all(d in DIRECTIONS for d in directions) or not directions:
         raise ValueError(f"directions must be a non-empty list of {list(DIRECTIONS)} (t2i: the text-query direction of "
                          f"any source, i2t the other); got {directions!r}")
@@ -273,8 +303,10 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
                 task = task.test_as_bank()
                 test_as_bank.append(d)
             tasks[d] = task
-        return RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank))
-    ds = prepare_dataset(source, seed=seed, dtype=dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
+        return RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank),
+                       synthetic_scores=sims.synthetic)
+    ds = prepare_dataset(source, seed=seed, dtype=dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs,
+                         ensure_val=ensure_val)
     test = ds.split("test")
     bank = reference_split(ds, "train", bank_fraction, seed=seed)
     return RunData(source, run_label(ds), make_tasks(test, bank), directions, ds, test, bank, bank_fraction)
