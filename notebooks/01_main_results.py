@@ -26,7 +26,8 @@
 # raises R@1 for every model and dataset tested, also when the reference queries come from another dataset, and
 # is on par with DBNorm's DualIS/DualDIS while costing a $k$-NN lookup instead of a pass over the whole bank.
 #
-# **What we compute.** The same protocol on the embeddings named by `source`:
+# **What we compute.** The same protocol on the embeddings named by `source` (or on released score matrices: see
+# **Any source** below):
 # 1. the reference bank is 20% of the training split (images and their captions, `bank_fraction`);
 # 2. every method's hyperparameters are chosen on the held-out `val` split (the size of the test split, NNN
 #    App. B) by R@1, then evaluated once on `test`, in both directions (t2i = caption→image, i2t = image→caption);
@@ -41,7 +42,7 @@
 # > embedding model, different content statistics.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: the cells run on them at fixed parameters; those that need embeddings or a held-out split say so in a NOTE)
 synthetic_sizes: dict = {"n_train_images": 5000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 cross_source: str = "auto"  # 'auto' | 'none' | None | source -- reference bank from another dataset (NNN Table 2): "auto" (synthetic run: the other preset; real run: none), a source string, or None
@@ -74,34 +75,39 @@ REPRODUCES = {  # the papers' numbered tables and figures computed here (README'
 run = nb.setup("01", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
-# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
-# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.experiments.score_studies`).
-
-# %%
-from hubnorm.experiments import score_studies
-
-if score_studies.is_sims(source):
-    sims_tables = score_studies.run_notebook("01", source, run, globals())
+# **Any source.** The tasks below are the test split against the reference bank, as embeddings or, with
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's own bank rows). Every
+# cell runs on both. A folder of scores has no held-out split, so no hyperparameter is chosen there: every method
+# runs at fixed parameters (the papers' defaults, named in a NOTE); DN, DSL and the cross-dataset bank need
+# embeddings and say so in a NOTE.
 
 # %% [markdown]
 # ## 1 · Data and reference banks
 # The test split is the gallery and the queries; `val` selects hyperparameters (a data set without one holds it out
 # of the training split by one rule, `hubnorm.embeddings.validation_size`: the size of the test split when the
 # training split has at least twice as many images, else a third of it); the reference bank is a seeded 20% of the
-# training images with all their captions (`bank_fraction = 1.0`: the whole training part, e.g. for a small folder) (for t2i the *query* bank is the
-# captions and DualIS's *target* bank the images; for i2t the roles swap).
+# training images with all their captions (`bank_fraction = 1.0`: the whole training part, e.g. for a small
+# folder) (for t2i the *query* bank is the captions and DualIS's *target* bank the images; for i2t the roles swap).
+# A `sims:` folder gives the test scores and, where it has them, the scores of its bank rows (without them the test
+# queries serve as the bank: query-aware, marked so in every table and figure); it has no `val`.
 
 # %%
-ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
+src = pr.open_data(source, directions=directions, bank_fraction=bank_fraction, seed=seed, dtype=run.dtype,
+                   synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
+ds = src.ds  # the embeddings (None for score matrices)
 dataset = pr.published_dataset(source, ds, dataset)  # declared by the source (or this parameter), never guessed
-label = nb.data_label(pr.run_label(ds))  # names the data of every PASS/DIFFERS line below
+label = nb.data_label(src.label)  # names the data of every PASS/DIFFERS line below
 model = pr.published_model(ds, model)  # the published rows follow the embeddings' model
-bank = pr.reference_split(ds, "train", bank_fraction, seed=seed)
-val_tasks = pr.make_tasks(ds.split("val"), bank, directions=directions)
-test_tasks = pr.make_tasks(ds.split("test"), bank, directions=directions)
-in_setting = f"bank={dataset} train {bank_fraction:.0%}"
-cross_source = pr.cross_dataset_source(ds, cross_source)  # never a synthetic bank for a real run
+synthetic = src.synthetic
+test_tasks = src.tasks  # {direction: the test queries and gallery with the reference bank}
+val_tasks = src.split_tasks("val")  # the held-out split (None for score matrices: a sims: folder has none)
+in_setting = (f"bank={dataset} train {bank_fraction:.0%}" if ds is not None   # scores: the folder's bank rows
+              else "bank=" + " / ".join(dict.fromkeys(src.bank_name(d) for d in directions)))
+if cross_source in (None, "", "none", "None") or not src.needs_embeddings(
+        "NNN with a cross-dataset bank (Table 2: the training embeddings of another data set)"):
+    cross_source = None
+else:
+    cross_source = pr.cross_dataset_source(ds, cross_source)  # never a synthetic bank for a real run
 if cross_source:
     cross = pr.prepare_dataset(cross_source, seed=cross_seed, dtype=run.dtype, synthetic_sizes=cross_sizes,
                                source_kwargs=cross_kwargs, note_small=False)  # only its training bank is used
@@ -114,8 +120,15 @@ if cross_source:
 # %% tags=["nbval-check-output"]
 print("this run:", label)
 print("published rows shown beside it:", pr.published_label("nnn", model, dataset))
-nb.show(pr.describe(ds), caption="images and captions per split")
-print(f"reference bank: {bank.n_images} images / {bank.n_captions} captions ({bank_fraction:.0%} of train)")
+nb.show(src.describe(), caption="images and captions per split" if ds is not None else "items per direction")
+if ds is not None:
+    print(f"reference bank: {src.bank_words} ({bank_fraction:.0%} of train)")
+else:
+    print("reference bank: " + "; ".join(f"{d}: {src.bank_name(d)}, {test_tasks[d].size('query_bank')} queries"
+                                         for d in directions))
+    if any(test_tasks[d].direction != d for d in directions):
+        pr.note("directions " + ", ".join(f"{d} = {test_tasks[d].direction}" for d in directions)
+                + " (this notebook's names for the folder's text-query and item-query directions)")
 if cross_source:
     print(f"cross-dataset bank: {pr.run_label(cross)}, {cross_bank.n_images} images / {cross_bank.n_captions} captions")
 
@@ -124,7 +137,9 @@ if cross_source:
 # The paper sweeps $\alpha \in \{0.25, 0.375, \dots, 1.5\}$ and $k \in \{1, 2, 4, \dots, 512\}$ for NNN and a
 # log-spaced grid of the two inverse temperatures for DualIS. With `fast=True` (the default profile) the grids are
 # reduced to the values below and DualDIS reuses DualIS's choice (the paper finds the two alike); `fast=False` uses
-# `hubnorm.PAPER_GRIDS`.
+# `hubnorm.PAPER_GRIDS`. Without a held-out split (a `sims:` folder) nothing is chosen: every method runs at the
+# fixed parameters `FIXED` (the papers' defaults, limited by the bank where it is smaller; a NOTE names them), and the
+# `chosen` column says "fixed". DN needs the bank means of embeddings: a folder of scores leaves it out (a NOTE).
 
 # %%
 FAST_GRIDS = {
@@ -132,25 +147,46 @@ FAST_GRIDS = {
     "dn": {"lam": [0.25, 0.5, 0.75, 1.0]},
     "dualis": {"beta_query": [25.0, 50.0], "beta_target": [0.0, 10.0]},
 }
+FIXED = {  # the parameters of a run without a held-out split (NNN: the paper's in-distribution choice)
+    "nnn": {"alpha": 0.75, "k": 16},
+    "dualis": {"beta_query": 50.0, "beta_target": 50.0},
+    "dualdis": {"beta_query": 50.0, "beta_target": 50.0},
+    "ls": {"k": 10}, "dsl": {"k": 10},   # section 8
+}
 grids = {m: pr.paper_or_fast_grid(m, fast, FAST_GRIDS) for m in ("nnn", "dn", "dualis", "dualdis")}
 reuse = {"dualdis": "dualis"} if fast else {}
-print({m: g for m, g in grids.items() if m not in reuse})
 
-methods = ["raw", "dn", "dualis", "dualdis", "nnn"]
-selection = pr.select_parameters(val_tasks, methods, grids, reuse=reuse,  # hn.grid_search on val, by R@1
-                                 extra={"setting": in_setting})
+methods = ["raw", "dn", "dualis", "dualdis", "nnn"]   # (section 7 runs them all on each real set of embeddings)
+ours = [m for m in methods if m != "dn" or src.needs_embeddings("DN (it subtracts the bank means of the embeddings)")]
+if val_tasks is not None:
+    print({m: g for m, g in grids.items() if m not in reuse})
+    selection = pr.select_parameters(val_tasks, ours, grids, reuse=reuse,  # hn.grid_search on val, by R@1
+                                     extra={"setting": in_setting})
+else:   # no held-out split: no grid is searched, each method keeps its fixed parameters
+    pr.note("no held-out split in a sims: folder, so no hyperparameter is selected: every method runs at fixed "
+            "parameters (the papers' defaults): " + "; ".join(f"{hn.DISPLAY_NAMES[m]} {pr.fmt_params(p)}"
+                                                           for m, p in FIXED.items() if m != "dsl"))  # DSL: section 8
+    parts = []
+    for d in directions:   # k limited by this direction's bank (a NOTE when it is cut)
+        fixed = {m: pr.clamp_params(m, FIXED.get(m, {}), test_tasks[d]) for m in ours}
+        parts.append(pr.select_parameters({d: test_tasks[d]}, ours, {}, fixed=fixed, extra={"setting": in_setting},
+                                          show_progress=False))   # no grid: nothing is fitted, only the rows built
+    selection = pd.concat(parts, ignore_index=True)
+    selection["chosen"] = [f"{c} (fixed)" if p else c for c, p in zip(selection["chosen"], selection["params"])]
 if cross_source:   # NNN alone with the other dataset's bank, its (alpha, k) chosen again (NNN Table 2)
     cross_selection = pr.select_parameters(val_cross, {"nnn (cross)": "nnn"}, {"nnn (cross)": grids["nnn"]},
                                            extra={"setting": cross_setting})
     selection = pd.concat([selection, cross_selection], ignore_index=True)
 
 # %% tags=["nbval-check-output"]
-nb.show(selection, ["direction", "method", "chosen", "val R@1", "grid points", "engine"])
+searched = ["val R@1", "grid points", "engine"] if val_tasks is not None else []   # no search without a val split
+nb.show(selection, ["direction", "method", "chosen", *searched])
 
 # %% [markdown]
 # The paper's own choices (NNN Tables A1 and A2: the $(\alpha, k)$ chosen on its held-out split for the same model,
 # data set and bank) beside ours. Our grid is the reduced one of the default profile, our bank a fifth of a smaller
-# training split: read the direction of a difference (a larger $k$ needs a larger bank), not its size.
+# training split: read the direction of a difference (a larger $k$ needs a larger bank), not its size. (On a `sims:`
+# folder ours are the fixed ones, and the paper's appear only when `model` and `dataset` name a published pair.)
 
 # %%
 from hubnorm.experiments.reporting import load_published
@@ -163,11 +199,12 @@ for choice in selection[selection["normalizer"] == "nnn"].itertuples():
     pub = pub_chosen[(pub_chosen["direction"] == choice.direction) & (pub_chosen["setting"] == choice.setting)]
     pub_params = dict(zip(pub["metric"], pub["value"]))
     chosen_rows.append({"direction": choice.direction, "setting": choice.setting, "bank": choice.bank,
-                        "this run": pr.fmt_params(choice.params),
+                        "this run": pr.fmt_params(choice.params) + ("" if val_tasks is not None else " (fixed)"),
                         "published (NNN Tables A1/A2)": (f"alpha={pub_params['alpha']:g}, k={int(pub_params['k'])}"
                                                          if {"alpha", "k"} <= set(pub_params) else "-")})
 chosen_table = pd.DataFrame(chosen_rows)
-run.save_table(chosen_table, "nnn_chosen_vs_published", caption=f"NNN's (alpha, k) chosen on val beside the paper's "
+how_chosen = "chosen on val" if val_tasks is not None else "fixed (no held-out split)"
+run.save_table(chosen_table, "nnn_chosen_vs_published", caption=f"NNN's (alpha, k) {how_chosen} beside the paper's "
                f"(Tables A1/A2, {model}, {dataset}); this run = {label}.", data=label)
 
 # %% tags=["nbval-check-output"]
@@ -177,13 +214,21 @@ nb.show(chosen_table, ["direction", "setting", "this run", "published (NNN Table
 # ## 3 · Test results (Tables 1/2 and A6/A7)
 # Each chosen normalizer is fitted once on its reference bank (`task.fit`: the bank offsets) and evaluated once on
 # the test queries (`hn.evaluate`). One row per direction and method: R@K in percent, MdR/MnR are 1-based ranks.
+# From score matrices a method runs where the folder gives the matrices it reads (DualIS and DualDIS: the scores of
+# a *target* bank); the others are left out with a NOTE naming the missing matrix.
 
 # %%
 test_sets = {in_setting: test_tasks, **({cross_setting: test_cross} if cross_source else {})}
 rows = []
 for choice in selection.itertuples():  # one chosen method per direction and bank
     task = test_sets[choice.setting][choice.direction]
-    normalizer = task.fit(hn.make_normalizer(choice.normalizer, **choice.params))
+    try:
+        normalizer = task.fit(hn.make_normalizer(choice.normalizer, **choice.params))
+    except ValueError as missing:   # from score matrices: a matrix this folder does not give
+        if task.kind == "embeddings":
+            raise
+        pr.note(f"{hn.DISPLAY_NAMES[choice.normalizer]} ({choice.direction}) is left out: {missing}")
+        continue
     scores = hn.evaluate(normalizer, task, n_boot=n_boot, seed=seed)  # R@1/5/10 with 95% CIs, MdR, MnR
     rows.append({"direction": choice.direction, "method": choice.method, "params": pr.fmt_params(choice.params),
                  "setting": "none" if choice.method == "raw" else choice.setting, **scores})
@@ -203,9 +248,10 @@ main = compare.beside_published(
     ["A6", "A7", "1", "2"] if cross_source else ["A6", "A7"], model=model, dataset=dataset, label=label,
     source_note=f"NNN paper Tables 1/2, A6/A7 ({model}, {dataset})", names=hn.DISPLAY_NAMES,
     sort_by=["direction", "setting", "method"])
-kind = "a SYNTHETIC ANALOG, not a reproduction" if pr.is_synthetic(ds) else "real embeddings"
+kind = ("a SYNTHETIC ANALOG, not a reproduction" if synthetic
+        else "real embeddings" if ds is not None else "real data, released score matrices")
 run.save_table(main, "main_r1_vs_published",
-           caption=f"R@1 (%) per method; hyperparameters chosen on val. this run = {label} ({kind}).")
+           caption=f"R@1 (%) per method; hyperparameters {how_chosen}. this run = {label} ({kind}).")
 
 # %% tags=["nbval-check-output"]
 nb.show(main, ["direction", "method", "setting", "published", "this run"])
@@ -245,6 +291,11 @@ nb.show(ci_table, ["direction", "setting", "metric", "published", "published ±"
 # when the run is synthetic.
 
 # %%
+def with_marks(caption, bank):
+    """``caption``, and the sentence of nb.marks_note when a bank of the figure is query-aware (else nothing)."""
+    return " ".join(filter(None, (caption, nb.marks_note(bank))))
+
+
 plot = results.assign(method=results["method"].map(lambda m: "NNN (cross-dataset bank)" if m == "nnn (cross)"
                                                    else hn.DISPLAY_NAMES.get(m, m)))
 pub_map = main.assign(key=main["method"] + "|" + main["setting"]).set_index(["direction", "key"])["published"]
@@ -252,33 +303,37 @@ order = ["DN", "DualIS", "DualDIS", "NNN", "NNN (cross-dataset bank)"]
 order = [m for m in order if m in set(plot["method"])]
 fig, axes = plt.subplots(1, len(directions), figsize=(5.6 * len(directions), 0.55 * len(order) + 2.0),
                          squeeze=False)
+ARROWS = {"t2i": "text → image", "i2t": "image → text", "t2v": "text → video", "v2t": "video → text",
+          "t2a": "text → audio", "a2t": "audio → text"}   # a sims: folder names its own modalities
 for ax, d in zip(axes[0], directions):
     sub = plot[plot["direction"] == d].set_index("method")
+    shown = [meth for meth in order if meth in sub.index]   # a folder of scores may lack a method in one direction
     raw_row = sub.loc["Original"]
-    y = np.arange(len(order))[::-1]
+    y = np.arange(len(shown))[::-1]
     ax.axvspan(raw_row["R@1 lo"], raw_row["R@1 hi"], color="0.88", zorder=0, label="raw 95% interval")
     ax.axvline(raw_row["R@1"], color="0.35", ls="--", lw=1, label="raw R@1 (this run)")
-    m = sub.loc[order]
+    m = sub.loc[shown]
     ax.errorbar(m["R@1"], y, xerr=[m["R@1"] - m["R@1 lo"], m["R@1 hi"] - m["R@1"]], fmt="o",
                 color=sns.color_palette()[0], ecolor=sns.color_palette()[0], capsize=3, label="this run, 95% CI")
     pubs = np.array([pub_map.get((d, f"{meth.replace(' (cross-dataset bank)', '')}|{sub.loc[meth, 'setting']}"),
-                                 np.nan) for meth in order], dtype=float)
+                                 np.nan) for meth in shown], dtype=float)
     if np.isfinite(pubs).any():
         ax.scatter(pubs, y, marker="D", color="0.45", zorder=3, label=f"published ({model}, {dataset})")
     pub_raw = pub_map.get((d, "Original|none"), np.nan)
     if np.isfinite(pub_raw):
         ax.scatter([pub_raw], [-0.8], marker="o", facecolor="none", edgecolor="0.45", s=60, zorder=3,
                    label="published raw R@1")
-    ax.set_yticks(list(y) + [-0.8], order + ["Original (raw)"])
+    ax.set_yticks(list(y) + [-0.8], shown + ["Original (raw)"])
     ax.set_ylim(-1.3, len(order) - 0.4)
     ax.set_xlabel("R@1 (%), zoomed axis")
-    ax.set_title({"t2i": "text → image", "i2t": "image → text"}[d])
+    ax.set_title(ARROWS.get(test_tasks[d].direction, d))
 handles, names = axes[0][0].get_legend_handles_labels()
 fig.legend(handles, names, loc="upper center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 1.02), frameon=False)
 fig.suptitle(f"R@1 with 95% bootstrap CI — this run: {label}", fontsize=10, y=1.08)
 fig.tight_layout()
-run.save_figure(fig, "main_results_r1", caption=f"R@1 per method and direction with 95% bootstrap CIs on a zoomed "
-                f"axis; dashed/band: raw R@1 and its CI; grey: NNN paper. this run = {label}.",
+run.save_figure(fig, "main_results_r1", caption=with_marks(
+                f"R@1 per method and direction with 95% bootstrap CIs on a zoomed axis; dashed/band: raw R@1 and its "
+                f"CI; grey: NNN paper. this run = {label}.", results["bank"]),
                 data=[label] + ([f"{pr.run_label(cross)} (NNN's cross-dataset bank)"] if cross_source else []),
                 bank=results["bank"])
 plt.show()
@@ -291,14 +346,15 @@ plt.show()
 sentences = []
 for d in directions:
     sub = plot[plot["direction"] == d].set_index("method")
+    shown = [m for m in order if m in sub.index]
     raw_r1 = sub.loc["Original", "R@1"]
-    above = [m for m in order if sub.loc[m, "R@1 lo"] > sub.loc["Original", "R@1 hi"]]
+    above = [m for m in shown if sub.loc[m, "R@1 lo"] > sub.loc["Original", "R@1 hi"]]
     pubs = {m: pub_map.get((d, f"{m.replace(' (cross-dataset bank)', '')}|{sub.loc[m, 'setting']}"), np.nan)
-            for m in order}
+            for m in shown}
     sentences += [
-        f"**{d}:** " + nb.changes({m: (raw_r1, sub.loc[m, "R@1"]) for m in order}, "R@1") + ".",
+        f"**{d}:** " + nb.changes({m: (raw_r1, sub.loc[m, "R@1"]) for m in shown}, "R@1") + ".",
         f"Intervals entirely above the raw interval: {nb.names(above)}.",
-        f"This run orders the methods {nb.ranking({m: sub.loc[m, 'R@1'] for m in order})}"
+        f"This run orders the methods {nb.ranking({m: sub.loc[m, 'R@1'] for m in shown})}"
         + (f"; the paper reports {nb.ranking({m: v for m, v in pubs.items() if np.isfinite(v)})}."
            if any(np.isfinite(v) for v in pubs.values()) else "; the paper has no rows for this model and dataset."),
     ]
@@ -307,7 +363,8 @@ nb.notice(*sentences)
 # %% [markdown]
 # ## 6 · Does the run show the paper's findings?
 # Each line is computed from the numbers above (PASS = the paper's qualitative finding holds in this run,
-# DIFFERS = it does not; neither is hard-coded).
+# DIFFERS = it does not; neither is hard-coded). A method this run could not run (DN from score matrices, DualIS
+# without a target bank) has no line.
 
 # %% tags=["nbval-check-output"]
 r1 = results.set_index(["direction", "method"])["R@1"]
@@ -315,15 +372,19 @@ lo = results.set_index(["direction", "method"])["R@1 lo"]
 hi = results.set_index(["direction", "method"])["R@1 hi"]
 for d in directions:
     g = lambda m: r1[(d, m)]
+    ran = set(results.loc[results["direction"] == d, "method"])
     nb.check(f"{d}: NNN (in-distribution bank) raises R@1 over the raw scores", g("nnn") > g("raw"),
              f"{g('raw'):.2f} -> {g('nnn'):.2f}")
     nb.check(f"{d}: the gain is outside the raw 95% CI", lo[(d, "nnn")] > hi[(d, "raw")],
              f"raw CI upper {hi[(d, 'raw')]:.2f}, NNN CI lower {lo[(d, 'nnn')]:.2f}")
-    nb.check(f"{d}: NNN beats DN", g("nnn") > g("dn"), f"DN {g('dn'):.2f}, NNN {g('nnn'):.2f}")
-    nb.check(f"{d}: NNN is on par with DualIS (within 1 point) or better", g("nnn") >= g("dualis") - 1.0,
-             f"DualIS {g('dualis'):.2f}, NNN {g('nnn'):.2f}")
-    nb.check(f"{d}: DualDIS performs like DualIS (within 1 point)", abs(g("dualdis") - g("dualis")) <= 1.0,
-             f"DualIS {g('dualis'):.2f}, DualDIS {g('dualdis'):.2f}")
+    if "dn" in ran:
+        nb.check(f"{d}: NNN beats DN", g("nnn") > g("dn"), f"DN {g('dn'):.2f}, NNN {g('nnn'):.2f}")
+    if "dualis" in ran:
+        nb.check(f"{d}: NNN is on par with DualIS (within 1 point) or better", g("nnn") >= g("dualis") - 1.0,
+                 f"DualIS {g('dualis'):.2f}, NNN {g('nnn'):.2f}")
+    if {"dualis", "dualdis"} <= ran:
+        nb.check(f"{d}: DualDIS performs like DualIS (within 1 point)", abs(g("dualdis") - g("dualis")) <= 1.0,
+                 f"DualIS {g('dualis'):.2f}, DualDIS {g('dualdis'):.2f}")
     if cross_source:
         nb.check(f"{d}: NNN with the cross-dataset bank still beats the raw scores", g("nnn (cross)") > g("raw"),
                  f"{g('raw'):.2f} -> {g('nnn (cross)'):.2f}")
@@ -339,11 +400,14 @@ for d in directions:
 # images, so their raw R@1 is not comparable with the published one (a small gallery is easier) and a gain there
 # need not be the published full-size gain; each set uses its whole training part as the bank. Read them for the
 # size of a gain that real embeddings give, beside the synthetic one, and the published gain of the nearest published
-# data set (`pr.nearest_published`: COCO for COCO, Flickr30k for Flickr8k).
+# data set (`pr.nearest_published`: COCO for COCO, Flickr30k for Flickr8k). A run on real data (a `cache:` or
+# `local:` source, a real `sims:` folder) is its own real column: `real_sources = ["auto"]` adds none beside it.
 
 # %%
-reals = pr.load_real_sets(pr.real_sources(real_sources, source), seed=seed, dtype=run.dtype)
-real_results, real_gains = {}, [gains.assign(**{"test images": ds.split("test").n_images})]
+real_wanted = pr.real_sources(real_sources, source)   # ["auto"]: the cached releases beside a synthetic: source
+reals = pr.load_real_sets(real_wanted, seed=seed, dtype=run.dtype)
+n_gallery = src.test.n_images if ds is not None else src.all_tasks["t2i"].n_targets   # scores: the t2i gallery
+real_results, real_gains = {}, [gains.assign(**{"test images": n_gallery})]
 for real_label, rds in reals.items():  # the steps of sections 1-3, on each real set
     rbank = pr.reference_split(rds, "train", 1.0, seed=seed)  # the whole training part: these sets are small
     rval, rtest = (pr.make_tasks(rds.split(s), rbank, directions=directions) for s in ("val", "test"))
@@ -382,7 +446,8 @@ nb.notice(*[f"{d}: NNN gains " + nb.names([f"{g:+.2f} on {data} ({n} test images
                                           "full test set)" for data, g, n, p in
                                           zip(part["data"], part["gain"], part["test images"], part["published gain"])])
             + "." for d, part in nnn_gain.groupby("direction", sort=False)] if reals else
-          ["no real set is on this machine: only the synthetic gains are shown (see the NOTE above)."])
+          ["no real set is on this machine: only the synthetic gains are shown (see the NOTE above)."] if real_wanted
+          else ["no real set is shown beside this run (`real_sources`): its gains are those of section 3."])
 for real_label, res in real_results.items():
     rr = res.set_index(["direction", "method"])["R@1"]
     for d in directions:
@@ -412,10 +477,12 @@ for real_label, res in real_results.items():
 # with $\sigma_t$ the distance of target $t$ to its $k$-th nearest bank query, $\sigma_q$ that of $q$ to its
 # $k$-th nearest target, $m, v$ the mean and standard deviation of a query's scores with the targets
 # ($m_q, v_q$) or of a target's scores with the bank ($m_t, v_t$; "MP (empirical)" counts shares instead of
-# Gaussians), and $c_k$ the centroid of the $k$ nearest neighbours on the other side. Same test splits and banks as above (the synthetic
-# run and each real set of section 7); NNN's parameters and the $k$ of LS and DSL are chosen on `val`, IS and SN use the DBSN
-# paper's temperatures, MP has no parameter. No paper of this companion publishes LS or MP on these data sets:
-# there is no published column.
+# Gaussians), and $c_k$ the centroid of the $k$ nearest neighbours on the other side. Same test splits and banks as
+# above (the synthetic run and each real set of section 7); NNN's parameters and the $k$ of LS and DSL are chosen on
+# `val` (without one, on a `sims:` folder, they are the fixed ones of section 2), IS and SN use the DBSN paper's
+# temperatures, MP has no parameter. LS and MP are functions of the scores; DSL's centroids need the embeddings, so a
+# folder of scores leaves DSL out (a NOTE). No paper of this companion publishes LS or MP on these data sets: there
+# is no published column.
 
 # %%
 classic = {"raw": ("raw", {}), "NNN": ("nnn", None), "IS": ("is", {"tau": 0.02}), "SN": ("sn", {"tau": 0.01}),
@@ -424,13 +491,18 @@ classic = {"raw": ("raw", {}), "NNN": ("nnn", None), "IS": ("is", {"tau": 0.02})
 
 def classic_rows(tests, vals, data_label, nnn_chosen=None):
     """One row per direction and method of ``classic`` on one data set: NNN's and LS's parameters chosen on val
-    (``nnn_chosen``: NNN's choice per direction already made on these val tasks, section 2)."""
+    (``nnn_chosen``: NNN's choice per direction already made on these val tasks, section 2); ``vals`` None (score
+    matrices): the fixed parameters of section 2, and no DSL (it reads embeddings)."""
     out = []
     for d in directions:
-        ctask, cval = tests[d], vals[d]
+        ctask, cval = tests[d], (vals or {}).get(d)
         for cname, (cm, cparams) in classic.items():
+            if cm == "dsl" and ctask.kind == "scores":
+                continue   # its centroids are embeddings (the NOTE above)
             if cm == "nnn" and nnn_chosen and d in nnn_chosen:
                 cparams = nnn_chosen[d]   # section 2's search, on the same val split with the same grid
+            elif cm in ("nnn", "ls", "dsl") and cval is None:   # no held-out split: section 2's fixed parameters
+                cparams = pr.clamp_params(cm, FIXED[cm], ctask)
             elif cm in ("nnn", "ls", "dsl"):   # chosen on val, by R@1 (section 2's rule)
                 cgrid = grids["nnn"] if cm == "nnn" else {"k": [5, 10, 20, 50]}   # LS, DSL: around k = 10
                 cparams = hn.grid_search(cm, cval, pr.clamp_grid(cm, cgrid, cval)).best_params
@@ -438,10 +510,11 @@ def classic_rows(tests, vals, data_label, nnn_chosen=None):
             cscores = hn.evaluate(cfitted, ctask, ks=(1, 5))
             out.append({"data": data_label, "direction": d, "method": cname, "params": pr.fmt_params(cparams),
                         "bank": cscores["bank"], "R@1": cscores["R@1"], "R@5": cscores["R@5"],
-                        "skewness N_10": hn.hubness(cfitted, k=10, queries=ctask.queries)["skewness"]})
+                        "skewness N_10": hn.hubness(ctask.blocks(cfitted), k=10)["skewness"]})
     return out
 
 
+src.needs_embeddings("DSL (the centroids of each item's nearest neighbours are embeddings)")  # a NOTE for scores
 crows = classic_rows(test_tasks, val_tasks, label,
                      {r.direction: r.params for r in selection[selection["method"] == "nnn"].itertuples()})
 for real_label, rds in reals.items():   # the real column: each set's whole training part as the bank (section 7)
@@ -481,8 +554,9 @@ for ax in axes[0]:   # one legend for the panels, beside the last
 axes[0][-1].legend(handles, labels, title="direction", loc="upper left", bbox_to_anchor=(1.01, 1))
 fig.suptitle("Classic (LS, MP, DSL) and bank-based (NNN, IS, SN) hubness reductions", fontsize=10)
 fig.tight_layout()
-run.save_figure(fig, "classic_methods", caption="R@1 gain over the raw scores of NNN, IS, SN, LS, MP and DSL, per "
-                f"data set: {'; '.join(cdata)}.", data=classic_table["data"], bank=classic_table["bank"])
+run.save_figure(fig, "classic_methods", caption=with_marks("R@1 gain over the raw scores of NNN, IS, SN, LS, MP and "
+                f"DSL, per data set: {'; '.join(cdata)}.", classic_table["bank"]), data=classic_table["data"],
+                bank=classic_table["bank"])
 plt.show()
 
 # %% [markdown]
@@ -491,11 +565,14 @@ plt.show()
 
 # %%
 ct = classic_table.set_index(["data", "direction", "method"])
-nb.notice(*[f"{cd}, {d}: " + ", ".join(f"{m} {ct.loc[(cd, d, m), 'gain']:+.2f}" for m in classic if m != "raw")
+nb.notice(*[f"{cd}, {d}: " + ", ".join(f"{m} {ct.loc[(cd, d, m), 'gain']:+.2f}" for m in classic
+                                       if m != "raw" and (cd, d, m) in ct.index)   # (no DSL from scores)
             + " R@1 over raw." for cd in cdata for d in directions])
 for cd in cdata:
     for d in directions:
         for m in ("LS", "MP", "DSL"):   # Schnitzer et al. (LS, MP), Hara et al. (DSL): they reduce hubness
+            if (cd, d, m) not in ct.index:
+                continue   # DSL from score matrices
             nb.check(f"{d}: {m} lowers the skewness of N_10 below the raw scores'",
                      bool(ct.loc[(cd, d, m), "skewness N_10"] < ct.loc[(cd, d, "raw"), "skewness N_10"]),
                      f"raw {ct.loc[(cd, d, 'raw'), 'skewness N_10']:.2f}, {m} {ct.loc[(cd, d, m), 'skewness N_10']:.2f}",

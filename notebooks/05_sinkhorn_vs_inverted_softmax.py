@@ -51,7 +51,7 @@
 # > Default source: synthetic — **synthetic analogs**, not reproductions.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: the cells run on them at the fixed temperatures; the validation-bank rows, which need a validation split, say so in a NOTE)
 synthetic_sizes: dict = {"n_train_images": 2000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (the real-column cells of sections 2-4 and 6): ["auto"]: the cached real image-text releases; []: none; or ["real:coco500-clip-b16", ...]
@@ -75,6 +75,8 @@ plan_size: list = [24, 16]  # list of int at least 2, length 2, may repeat -- th
 l2n_reg: float = 0.05  # > 0 -- L2N's coefficient (section 6; on the scale of a score difference: smaller is sparser, towards OTN)
 
 # %%
+import time
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -84,7 +86,7 @@ from scipy import stats
 
 import hubnorm as hn
 from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
-from hubnorm.provenance import rows_mark
+from hubnorm.provenance import QUERY_AWARE, bank_mark
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "dbsn-pan2025": ["Table 2", "Table 4", "Table 6", "Table A7", "Table A8", "Fig. 6"],
@@ -92,48 +94,70 @@ REPRODUCES = {  # the papers' numbered tables and figures computed here (README'
 run = nb.setup("05", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)  # seeds, threads, theme, inline figures
 
 # %% [markdown]
-# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
-# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.experiments.score_studies`).
+# **Any source.** The tasks below are the test split with the whole training split as its banks (training captions
+# and images), as embeddings or, with `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`:
+# the folder's own bank rows and columns stand for the training banks). Every cell runs on both, at the fixed
+# temperatures above (nothing is selected on a held-out split here); the validation-bank rows of Table 4 / A7 need
+# a validation split, which a sims folder does not have, and say so in a NOTE.
 
 # %%
-from hubnorm.experiments import score_studies
-
-if score_studies.is_sims(source):
-    sims_tables = score_studies.run_notebook("05", source, run, globals())
-
-# %%
-ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
-dataset = pr.published_dataset(source, ds, dataset, paper="dbsn")  # declared by the source (or this parameter), never guessed
-label = nb.data_label(pr.run_label(ds))  # names the data of every PASS/DIFFERS line below
-model = pr.published_model(ds, model, paper="dbsn")
-test = ds.split("test")
+src = pr.open_data(source, directions=directions, bank_fraction=1.0, seed=seed, dtype=run.dtype,
+                   synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
+tasks = src.tasks  # {direction: the test queries and gallery with the training banks (a sims folder: its bank rows)}
+dataset = pr.published_dataset(source, src.ds, dataset, paper="dbsn")  # declared by the source (or this parameter)
+label = nb.data_label(src.label)  # names the data of every PASS/DIFFERS line below
+model = pr.published_model(src.ds, model, paper="dbsn")
 taus = taus or ([0.005, 0.01, 0.015, 0.02, 0.025] if fast else [0.005 + 0.0025 * i for i in range(9)])
+if not src.has_embeddings:
+    pr.note(f"no validation split in a sims: folder, so nothing could be selected on one: every method runs at this "
+            f"notebook's fixed parameters (IS and DIS tau = {is_tau:g}, SN and DBSN tau = {sn_tau:g}, DualIS "
+            f"{pr.fmt_params(dualis_params)}: DBSN Sec. 4.3), as on every source")
 
 # %% tags=["nbval-check-output"]
 print("this run:", label)
-nb.show(pr.describe(ds))
+nb.show(src.describe())
 
 # %% [markdown]
 # ## 1 · The transport plan, pictured
 # A sub-problem small enough to look at: `plan_size` = (m bank captions from the training split) × (n test images),
-# drawn at random (seeded), at SN's temperature. For each number of iterations $T$ we take hubnorm's column
-# potentials $g$ after $T$ iterations (`SinkhornNormalization(n_iter=T).offsets`; $T = 0$ is the start, $g = 0$), the
-# row potentials $f$ of the same iteration (computed from the previous $g$, as Alg. A1 does) and the plan
-# $\pi_{ij} = \exp\big((S_{ij} + f_i + g_j)/\tau\big)$. Its row sums should all be $1/m$ and its column sums
+# drawn at random (seeded), at SN's temperature. Its scores $S$ are read from the text-to-image task: products of
+# the embeddings, or the rows and columns of a sims folder's bank x gallery matrix (`task.matrix("query_bank",
+# "targets")`: only these are read; a folder without bank rows lends its test queries, and the picture is then
+# query-aware). For each number of iterations $T$ we take hubnorm's column potentials $g$ after $T$ iterations
+# (`SinkhornNormalization(n_iter=T).offsets`, fitted on $S$ as a task of score matrices; $T = 0$ is the start,
+# $g = 0$), the row potentials $f$ of the same iteration (computed from the previous $g$, as Alg. A1 does) and the
+# plan $\pi_{ij} = \exp\big((S_{ij} + f_i + g_j)/\tau\big)$. Its row sums should all be $1/m$ and its column sums
 # $1/n$: the lower panels show $m \cdot$(row sum) and $n \cdot$(column sum), which are 1 for the uniform marginals.
 
 # %%
 from matplotlib.colors import LogNorm
 from scipy.special import logsumexp
 
+
+def bank_scores(task, rows, cols):
+    """The scores of the bank queries ``rows`` against the gallery items ``cols`` of ``task``: products of its
+    embeddings, or those rows and columns of its stored bank x gallery matrix (a ScoreMatrix reads only them)."""
+    if task.kind == "embeddings":
+        return np.asarray(task.query_bank)[rows] @ np.asarray(task.targets)[cols].T
+    block = task.matrix("query_bank", "targets").take(rows=rows, cols=cols)
+    return block.block(0, len(rows), 0, len(cols), torch.float64).numpy()
+
+
 m_plan, n_plan = (int(v) for v in plan_size)
+task_plan = src.all_tasks["t2i"]   # text queries: its query bank is the training captions (or the folder's bank rows)
 rng_plan = np.random.default_rng(seed)
-train_caps = ds.split("train").captions
-bank_plan = train_caps[np.sort(rng_plan.choice(len(train_caps), min(m_plan, len(train_caps)), replace=False))]
-gallery_plan = test.images[np.sort(rng_plan.choice(test.n_images, min(n_plan, test.n_images), replace=False))]
-m_plan, n_plan = len(bank_plan), len(gallery_plan)
-S_plan = bank_plan @ gallery_plan.T
+n_bank = task_plan.size("query_bank")
+rows_plan = np.sort(rng_plan.choice(n_bank, min(m_plan, n_bank), replace=False))   # bank captions
+cols_plan = np.sort(rng_plan.choice(task_plan.n_targets, min(n_plan, task_plan.n_targets), replace=False))  # gallery
+m_plan, n_plan = len(rows_plan), len(cols_plan)
+S_plan = bank_scores(task_plan, rows_plan, cols_plan)
+# the sub-problem as a task of score matrices: S_plan is its bank x gallery matrix (nothing is ranked here, so its
+# test matrix and positives are placeholders); hubnorm fits SN from scores exactly as from embeddings
+plan_task = hn.RetrievalTask(scores={("query_bank", "targets"): S_plan, ("queries", "targets"): S_plan},
+                             positives=hn.Positives.from_labels(np.zeros(m_plan, dtype=np.int64), n_plan))
+plan_rows = task_plan.bank_subset(rows_plan)   # the whole task with only the plan's bank rows: a fit on it records
+plan_mark = bank_mark(plan_rows.fit(hn.SinkhornNormalization(tau=sn_tau, n_iter=1)), plan_rows)   # what they are
+item = "image" if src.has_embeddings else "item"   # what the gallery holds (a sims folder: images, videos, audio)
 
 
 def row_potentials(g):
@@ -144,7 +168,7 @@ def row_potentials(g):
 def g_after(t):
     if t == 0:
         return np.zeros(n_plan)
-    return hn.SinkhornNormalization(tau=sn_tau, n_iter=t).fit(gallery_plan, query_bank=bank_plan).offsets
+    return plan_task.fit(hn.SinkhornNormalization(tau=sn_tau, n_iter=t)).offsets
 
 
 plan_T = [0, 1, 10]
@@ -167,11 +191,11 @@ for j, t in enumerate(plan_T):
     im = ax.imshow(scaled[t], norm=LogNorm(vmin=vmin, vmax=vmax), cmap="magma", aspect="auto")
     ax.grid(False)
     ax.set_title(f"T = {t}" + (" (start: g = 0)" if t == 0 else f" iteration{'s' if t > 1 else ''}"), fontsize=10)
-    ax.set_xlabel("test image (by mass drawn at T = 0)")
+    ax.set_xlabel(f"test {item} (by mass drawn at T = 0)")
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax = axes[1, j]
     ax.plot(np.arange(n_plan), n_plan * plans[t].sum(axis=0)[col_order], "o-", ms=4,
-            label="n × column sum, per test image")
+            label=f"n × column sum, per test {item}")
     ax.plot(np.arange(m_plan), m_plan * plans[t].sum(axis=1)[row_order], "s--", ms=4, mfc="none",
             label="m × row sum, per bank caption")
     ax.axhline(1.0, color="black", lw=1, ls=":", label="uniform marginal (= 1)")
@@ -183,11 +207,11 @@ hi = max(ax.get_ylim()[1] for ax in axes[1])
 for ax in axes[1]:
     ax.set_ylim(0, hi)   # one scale for the three marginal panels
 fig.legend(*axes[1, 0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=8, frameon=False)
-fig.suptitle(f"Sinkhorn plan on {m_plan} bank captions × {n_plan} test images (τ = {sn_tau:g}) — {label}",
+fig.suptitle(f"Sinkhorn plan on {m_plan} bank captions × {n_plan} test {item}s (τ = {sn_tau:g}) — {label}",
              fontsize=10)
 run.save_figure(fig, "sinkhorn_plan_marginals", caption=f"Transport plan and its marginals after T = 0, 1, 10 "
-                f"Sinkhorn iterations on a {m_plan} x {n_plan} sub-problem; {label}.", data=label,
-                bank=rows_mark(bank_plan, test.captions))   # the plan's rows: a sample of the training captions
+                f"Sinkhorn iterations on a {m_plan} x {n_plan} sub-problem; {label}. " + nb.marks_note([plan_mark]),
+                data=label, bank=plan_mark)   # the plan's rows: a sample of the bank (QUERY-AWARE: test queries)
 plt.show()
 
 # %% [markdown]
@@ -207,8 +231,8 @@ nb.notice(
              f"for the columns and {dev[t][1]:.1e} for the rows." for t in plan_T[1:]),
     f"The row deviation {nb.order_word(dev[plan_T[-1]][1], dev[plan_T[1]][1], ('grows', 'shrinks', 'stays'), digits=None)}"
     f" from $T$ = {plan_T[1]} to $T$ = {plan_T[-1]}.",
-    f"Spearman between an image's column sum at $T = 0$ and its potential $g$ after $T$ = {plan_T[-1]}: "
-    f"{rho_plan:.2f}: the images that drew the most mass at the start get "
+    f"Spearman between a test {item}'s column sum at $T = 0$ and its potential $g$ after $T$ = {plan_T[-1]}: "
+    f"{rho_plan:.2f}: the {item}s that drew the most mass at the start get "
     f"{nb.order_word(rho_plan, 0.0, ('the largest offsets', 'the smallest (most negative) offsets', 'offsets unrelated to it'))}.",
 )
 
@@ -218,14 +242,14 @@ nb.notice(
 # bank and k = 1 equals IS (docs/methods.md).
 
 # %%
-qa_tasks = pr.make_tasks(test, None, directions=directions)
+qa_tasks = tasks   # every fit below passes query_aware=True: the test queries are the bank
 qa_params = {d: {"raw": {}, "is": {"tau": is_tau}, "dis": {"tau": is_tau}, "sn": {"tau": sn_tau}} for d in directions}
 rows = []
 for d, task in qa_tasks.items():
     for method, params in qa_params[d].items():
         normalizer = task.fit(hn.make_normalizer(method, **params), query_aware=True)  # bank = the test queries
         rows.append({"direction": d, "method": method, "params": pr.fmt_params(params), **hn.evaluate(normalizer, task),
-                     "skewness@10": hn.hubness(normalizer, k=10, queries=task.queries)["skewness"]})
+                     "skewness@10": hn.hubness(task.blocks(normalizer), k=10)["skewness"]})
 qa = pd.DataFrame(rows)
 qa["setting"] = np.where(qa["method"] == "raw", "none", "query-aware (bank = test queries)")
 table2 = compare.beside_published(qa, "dbsn-pan2025", "2", model=model, dataset=dataset,
@@ -262,7 +286,7 @@ for real_label, rds in reals.items():   # the calls above on each real set
             normalizer = task.fit(hn.make_normalizer(method, **params), query_aware=True)  # bank = the test queries
             rows.append({"direction": d, "method": method, "params": pr.fmt_params(params),
                          **hn.evaluate(normalizer, task),
-                         "skewness@10": hn.hubness(normalizer, k=10, queries=task.queries)["skewness"],
+                         "skewness@10": hn.hubness(task.blocks(normalizer), k=10)["skewness"],
                          "setting": "none" if method == "raw" else "query-aware (bank = test queries)"})
     real_qa[real_label] = pd.DataFrame(rows)
     joined = compare.beside_published(real_qa[real_label], "dbsn-pan2025", "2", model=model, dataset=near,
@@ -305,7 +329,9 @@ nb.notice(*sentences)
 # %% [markdown]
 # ## 3 · Query-agnostic banks: validation vs training data (Table 4 / A7, t2i)
 # `Bq=val`: the validation captions are the query bank (and, for the dual-bank methods, the validation images the
-# target bank); `Bq=train`: all training captions and images.
+# target bank); `Bq=train`: all training captions and images. A sims folder has no validation split; its rows
+# `Bq=folder` use the folder's bank of text queries (and its bank of gallery items as the target bank, where the
+# folder holds their scores).
 # Table A8 repeats these rows for a CLIP *fine-tuned* on the data set; the last table below sets its gains beside
 # Table A7's (zero-shot CLIP, the model the synthetic presets imitate) and this run's.
 
@@ -315,11 +341,35 @@ cache = {"cache_bytes": int(sinkhorn_cache_gb * 2**30),
          "cache_dtype": {None: None, "float16": torch.float16}[sinkhorn_cache_dtype]}
 bank_params = {"is": {"tau": is_tau}, "dis": {"tau": is_tau}, "sn": {"tau": sn_tau, **cache},
                "dbsn": {"tau": sn_tau, **cache}, "dualis": dualis_params}
+train_split = "train" if src.has_embeddings else "folder"   # the training banks (a sims folder: its bank rows)
+bank_tasks = {}   # {bank: the t2i task of the test split with that bank}
+if src.needs_embeddings("the validation-bank half of Table 4 / A7 (a validation split of the embeddings)"):
+    bank_tasks["val"] = pr.make_tasks(src.test, src.ds.split("val"), directions=["t2i"])["t2i"]
+if "t2i" in src.test_as_bank:
+    pr.note("t2i: the folder has no bank for this direction, so Table 4 / A7 has no query-agnostic rows here (its "
+            "query-aware rows are those of section 2)")
+else:
+    bank_tasks[train_split] = src.all_tasks["t2i"]
+
+
+def fit_bank(task, method, params, bank_split):
+    """``task.fit`` of a query-agnostic method; None with a NOTE where a sims folder lacks a matrix it reads (the
+    dual-bank methods read the target bank's scores)."""
+    try:
+        return task.fit(hn.make_normalizer(method, **params))
+    except ValueError as missing:
+        if task.kind == "embeddings":
+            raise
+        pr.note(f"{hn.DISPLAY_NAMES[method]} ({task.direction}, Bq={bank_split}) is not run: {missing}")
+        return None
+
+
 rows = []
-for bank_split in ("val", "train"):
-    task = pr.make_tasks(test, ds.split(bank_split), directions=["t2i"])["t2i"]
+for bank_split, task in bank_tasks.items():
     for method in bank_methods:
-        normalizer = task.fit(hn.make_normalizer(method, **bank_params[method]))   # query-agnostic: a held-out bank
+        normalizer = fit_bank(task, method, bank_params[method], bank_split)   # query-agnostic: a held-out bank
+        if normalizer is None:
+            continue
         setting = f"Bq={bank_split}, Bt={bank_split}" if method in ("dualis", "dbsn") else f"Bq={bank_split}"
         rows.append({"direction": "t2i", "method": method, "params": pr.fmt_params(bank_params[method]),
                      **hn.evaluate(normalizer, task), "setting": setting})
@@ -329,8 +379,10 @@ tab4 = pd.concat([base, agn], ignore_index=True)
 tableA7 = compare.beside_published(tab4, "dbsn-pan2025", "A7", model=model, dataset=dataset,
                                    metrics=["R@1", "R@5", "R@10", "MdR", "MnR"], label=label,
                                    source_note=f"DBSN paper Table 4 / A7 ({model}, {dataset})")
-run.save_table(tableA7, "dbsn_table4_A7_banks", caption=f"t2i with query-aware, validation and training banks. "
-           f"this run = {label}.")
+BANK_WORDS = {"val": "validation", "train": "training", "folder": "the folder's"}
+BANK_SAID = {"val": "val", "train": "train", "folder": "the folder's"}   # the sentences below
+banks_said = (" and ".join(BANK_WORDS[b] for b in bank_tasks) + " banks") if bank_tasks else "no other bank"
+run.save_table(tableA7, "dbsn_table4_A7_banks", caption=f"t2i with query-aware, {banks_said}. this run = {label}.")
 a7_gain = compare.gains(tableA7, raw="raw").query("metric == 'R@1'")
 gains_a7 = a7_gain[a7_gain["setting"].str.startswith("Bq=")]   # the query-agnostic rows (query-aware: §2, Table 2)
 # the same rows for the FINE-TUNED CLIP of Table A8, beside the zero-shot model's gains of Table A7
@@ -340,7 +392,7 @@ gains_a8 = compare.gains(tableA8, raw="raw")
 gains_a8 = gains_a8[gains_a8["metric"] == "R@1"]
 gains_a7_a8 = gains_a8.rename(columns={"published gain": "published gain (ft CLIP, A8)", "gain": "gain (this run)"})[
     ["method", "setting", "bank", "published gain (ft CLIP, A8)", "gain (this run)"]]
-gains_a7_a8.insert(3, f"published gain ({model}, A7)",   # Table A7's gain of the same (method, setting)
+gains_a7_a8.insert(3, f"published gain ({model or 'no published model'}, A7)",   # A7's gain, same (method, setting)
                    a7_gain.set_index(["method", "setting"])["published gain"].reindex(pd.MultiIndex.from_frame(gains_a7_a8[["method", "setting"]])).to_numpy())
 run.save_table(gains_a7_a8, "dbsn_tableA7_A8_gains", caption=f"R@1 gain over the raw scores per bank: published "
                f"for zero-shot ({model}, Table A7) and fine-tuned CLIP (Table A8) on {dataset}; this run = {label}.",
@@ -352,6 +404,26 @@ nb.show(tableA7[tableA7["metric"] == "R@1"], ["method", "setting", "published", 
 nb.show(gains_a7, ["method", "setting", "raw scores", "normalized", "gain", "published gain", "ratio"])
 nb.show(gains_a7_a8, list(gains_a7_a8.columns), caption="R@1 gain: zero-shot (A7) and fine-tuned (A8) CLIP beside "
         "this run")
+
+# %% [markdown]
+# **The other direction.** The paper's Table 4 is text-to-image. The same query-agnostic fits for image-to-text,
+# with the training banks (the training images as the query bank, their captions as the target bank; on a sims
+# folder its banks of that direction), beside the raw scores:
+
+# %%
+if "i2t" in directions and "i2t" not in src.test_as_bank:
+    task = src.all_tasks["i2t"]
+    rows = [{"direction": "i2t", "method": "raw", "setting": "none", **hn.evaluate(None, task)}]
+    for method in bank_methods:
+        normalizer = fit_bank(task, method, bank_params[method], train_split)
+        if normalizer is not None:
+            setting = f"Bq={train_split}, Bt={train_split}" if method in ("dualis", "dbsn") else f"Bq={train_split}"
+            rows.append({"direction": "i2t", "method": method, "setting": setting, **hn.evaluate(normalizer, task)})
+    nb.show(pd.DataFrame(rows), ["direction", "method", "setting", "bank", "R@1", "R@5", "R@10", "MdR", "MnR"],
+            caption=label)
+elif "i2t" in directions:
+    pr.note("i2t: the folder has no bank for this direction, so image-to-text has no query-agnostic rows here (its "
+            "query-aware rows are those of section 2)")
 
 # %% [markdown]
 # **The real column.** The same banks on each real set: its validation part (83 COCO-500 captions and images;
@@ -396,11 +468,13 @@ if reals:
 # %%
 sentences = []
 for data, g in all_gains[all_gains["setting"].str.startswith("Bq=")].groupby("data", sort=False):
-    for bank_split in ("val", "train"):
+    for bank_split in ("val", "train", "folder"):   # a sims folder: its own banks ("folder")
         gb = g[g["setting"].str.startswith(f"Bq={bank_split}")].set_index("method")
+        if gb.empty:
+            continue
         sentences.append(
-            f"**{'this run' if data == label else data}, {bank_split} banks:** R@1 gain over the raw scores, in "
-            f"points: {nb.ranking(gb['gain'].rename(index=hn.DISPLAY_NAMES))}; the paper's: "
+            f"**{'this run' if data == label else data}, {BANK_SAID[bank_split]} banks:** R@1 gain over the raw "
+            f"scores, in points: {nb.ranking(gb['gain'].rename(index=hn.DISPLAY_NAMES))}; the paper's: "
             f"{nb.ranking(gb['published gain'].dropna().rename(index=hn.DISPLAY_NAMES))}.")
 nb.notice(*sentences)
 
@@ -408,15 +482,28 @@ nb.notice(*sentences)
 # ## 4 · Temperature sweep (Fig. 6, t2i)
 
 # %%
-t2i_qa = qa_tasks["t2i"] if "t2i" in qa_tasks else pr.make_tasks(test, None, directions=["t2i"])["t2i"]
-t2i_train = pr.make_tasks(test, ds.split("train"), directions=["t2i"])["t2i"]
-t2i_val = pr.make_tasks(test, ds.split("val"), directions=["t2i"])["t2i"]
+t2i_qa = src.all_tasks["t2i"]   # fitted with query_aware=True: the test queries are the bank
+sweep_split = "val" if src.has_embeddings else train_split   # the query bank of the sweep (a sims folder: its own)
+sweep_bank = {"val": "validation captions", "folder": "the folder's bank rows"}[sweep_split]
+sweep_tasks = [(t2i_qa, True, "test queries (query-aware)")]
+if sweep_split in bank_tasks:
+    sweep_tasks.append((bank_tasks[sweep_split], False, "query bank"))
+
+
+def named_bank(table, bank_name):
+    """``table`` (a grid_search table) with its ``bank`` column named ``bank_name``, keeping a QUERY-AWARE mark the
+    name does not say (a query bank that holds test queries or near copies of them)."""
+    unsaid = (table["bank"] == QUERY_AWARE) & ("query-aware" not in bank_name.lower())
+    return table.assign(bank=np.where(unsaid, f"{bank_name} (QUERY-AWARE: it holds test queries)", bank_name))
+
+
 # R@1 over tau is the table of hubnorm.grid_search (one score pass shared by every tau)
 sweep = pd.concat([
-    hn.grid_search(m, task, {"tau": taus}, query_aware=qa).table.assign(method=hn.DISPLAY_NAMES[m], bank=bank_name)
-    for task, qa, bank_name in ((t2i_qa, True, "test queries (query-aware)"), (t2i_val, False, "query bank"))
-    for m in ("is", "sn")], ignore_index=True)
-run.save_table(sweep, "dbsn_fig6_tau_sweep", caption=f"R@1 (t2i) over tau; query bank = validation captions. {label}.",
+    named_bank(hn.grid_search(m, task, {"tau": taus}, query_aware=qa).table, bank_name)
+    .assign(method=hn.DISPLAY_NAMES[m])
+    for task, qa, bank_name in sweep_tasks for m in ("is", "sn")], ignore_index=True)
+sweep_banks = list(dict.fromkeys(sweep["bank"]))   # the panels of each data: query-aware, then the query bank
+run.save_table(sweep, "dbsn_fig6_tau_sweep", caption=f"R@1 (t2i) over tau; query bank = {sweep_bank}. {label}.",
                data=label)
 real_sweeps = {}   # the same sweep on each real set (its validation captions as the query bank)
 for real_label, rds in reals.items():
@@ -430,17 +517,19 @@ if reals:
     run.save_table(pd.concat([sw.assign(data=data) for data, sw in real_sweeps.items()]), "dbsn_fig6_tau_sweep_real",
                    caption="R@1 (t2i) over tau on the real sets; query bank = each set's validation captions.")
 panels = {label: sweep, **real_sweeps}   # one row of panels per data: the synthetic run, then each real set
-fig, axes = plt.subplots(len(panels), 2, figsize=(11, 3.9 * len(panels)), squeeze=False)
+fig, axes = plt.subplots(len(panels), len(sweep_banks), figsize=(5.5 * len(sweep_banks), 3.9 * len(panels)),
+                         squeeze=False)
 for row, (data, sw_data) in zip(axes, panels.items()):
-    for ax, bank_name in zip(row, ["test queries (query-aware)", "query bank"]):
+    for ax, bank_name in zip(row, sweep_banks):
         sns.lineplot(data=sw_data[sw_data["bank"] == bank_name], x="tau", y="R@1", hue="method", style="method",
                      markers=True, dashes=True, ax=ax)
         ax.get_legend().remove()
         ax.set_xticks(taus, [f"{t:g}" for t in taus], rotation=30)
         ax.set_xlabel("temperature τ")
         ax.set_ylabel("R@1 (%)")
-        ax.set_title(f"{data}\nbank: " + (bank_name if bank_name != "query bank"
-                                          else "validation captions (query-agnostic)"), fontsize=9)
+        bank_said = sweep_bank if data == label else "validation captions"   # a real set: its validation split
+        ax.set_title(f"{data}\nbank: " + (bank_name if bank_name != "query bank" else f"{bank_said} (query-agnostic)"),
+                     fontsize=9)
 fig.suptitle("IS vs SN over τ, t2i (cf. DBSN Fig. 6)", fontsize=10)
 fig.tight_layout()
 fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper right", fontsize=9, frameon=False)
@@ -458,7 +547,7 @@ plt.show()
 sentences = []
 t_lo = min(taus)
 for data, sw_data in panels.items():   # this run first, then each real set
-    for bank_name in ["test queries (query-aware)", "query bank"]:
+    for bank_name in sweep_banks:
         sw = sw_data[sw_data["bank"] == bank_name].pivot(index="tau", columns="method", values="R@1")
         sentences.append(
             f"**{'this run' if data == label else data}, {bank_name}:** " + "; ".join(
@@ -485,6 +574,8 @@ best_rows = []
 for data, sw_data in panels.items():
     for bank_name, setting in (("test queries (query-aware)", "query-aware (bank = test queries)"),
                                ("query bank", "query bank")):
+        if bank_name not in sweep_banks:   # a sims folder without bank rows: the query-aware sweep only
+            continue
         curve = sw_data[(sw_data["bank"] == bank_name) & (sw_data["method"] == "IS")].set_index("tau")["R@1"]
         best_rows.append({"data": data, "bank": bank_name, "IS best tau, this run": curve.idxmax(),
                           "R@1 there": curve.max(), "IS best tau, published (Sec. 4.4)": pub_best.get(setting)})
@@ -504,17 +595,35 @@ for data in real_sweeps:   # the real column (present only where the releases ar
 # %% [markdown]
 # ## 5 · Sinkhorn iterations: T = 10 (Alg. A1) vs to convergence
 # Every row of a method comes from *one* Sinkhorn run read off at each T (an iteration depends only on the
-# previous offsets, so the potentials after T iterations are those of a fit with `n_iter = T`). On the training
+# previous offsets, so the potentials after T iterations are those of a fit with `n_iter = T`; on a sims folder,
+# whose score matrices that one-run study does not read, each row is such a fit of its own). On the training
 # banks each DBSN iteration is a pass over the (captions x [test ; training] images) matrix: at Flickr30k size
 # 145k x 30k, about 25 s per uncached iteration on 2 CPU cores and well under a second on a GPU, so the paper
 # profiles list only SN in `train_iteration_methods`; add `"dbsn"` where you have a GPU.
 
 # %%
-it = studies.sinkhorn_iterations(t2i_qa, ["sn"], tau=sn_tau, iterations=iterations, converged=converged_max,
-                            tol=converged_tol, query_aware=True, fixed=cache).assign(bank="test queries (query-aware)")
-if not fast and train_iteration_methods:
-    it2 = studies.sinkhorn_iterations(t2i_train, train_iteration_methods, tau=sn_tau, iterations=[10],
-                                      converged=converged_max, tol=converged_tol, fixed=cache).assign(bank="training banks")
+def sinkhorn_iterations_by_fits(task, methods, *, tau, iterations, converged, tol, query_aware=False, fixed=None):
+    """The table of ``studies.sinkhorn_iterations`` from one fit per T and one to convergence (the same offsets),
+    for a task of score matrices."""
+    rows = []
+    for name in methods:
+        for T, tol_T in [(T, None) for T in iterations] + [(converged, tol)]:
+            t0 = time.perf_counter()
+            fitted = task.fit(hn.make_normalizer(name, tau=tau, n_iter=T, tol=tol_T, **(fixed or {})),
+                              query_aware=query_aware)
+            rows.append({"method": hn.DISPLAY_NAMES[name], "setting": f"T={T}" if tol_T is None else "to convergence",
+                         "T max": T, "iterations run": fitted.n_iter_, "R@1": hn.evaluate(fitted, task)["R@1"],
+                         "fit_s": time.perf_counter() - t0})
+    return pd.DataFrame(rows)
+
+
+iteration_study = studies.sinkhorn_iterations if src.has_embeddings else sinkhorn_iterations_by_fits
+it = iteration_study(t2i_qa, ["sn"], tau=sn_tau, iterations=iterations, converged=converged_max,
+                     tol=converged_tol, query_aware=True, fixed=cache).assign(bank="test queries (query-aware)")
+if not fast and train_iteration_methods and train_split in bank_tasks:
+    it2 = iteration_study(bank_tasks[train_split], train_iteration_methods, tau=sn_tau, iterations=[10],
+                          converged=converged_max, tol=converged_tol,
+                          fixed=cache).assign(bank=f"{BANK_WORDS[train_split]} banks")
     it = pd.concat([it, it2], ignore_index=True)
 run.save_table(it.drop(columns=["fit_s"]), "sinkhorn_iterations",
            caption=f"R@1 (t2i) after T Sinkhorn iterations and to convergence (tol {converged_tol}). {label}.",
@@ -590,7 +699,7 @@ if plans:
                 order=buckets, hue_order=list(plans), ax=ax)
     for container in ax.containers:    # every bar labelled, a bar of height zero too
         ax.bar_label(container, fmt="%.0f", fontsize=7, padding=1)
-    ax.set(title=f"t2i, query-aware: how many targets a query's plan row reaches (SN: all {len(task.targets)})",
+    ax.set(title=f"t2i, query-aware: how many targets a query's plan row reaches (SN: all {task.n_targets})",
            xlabel="targets with non-zero plan mass in the query's row")
     ax.title.set_fontsize(9)
     ax.legend(title="method", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -653,16 +762,27 @@ if len(tab6):
     nb.check("t2i: the plans of OTN, L2N and HN are more than 99% zeros (Table 6: 99.9%)",
              bool((r6.drop(index="sn")["sparsity"] > 0.99).all()),
              ", ".join(f"{m} {v:.5f}" for m, v in r6.drop(index="sn")["sparsity"].items()))
-a = agn.set_index(["method", "setting"])["R@1"]
-tr = lambda m: a[(m, "Bq=train, Bt=train" if m in ("dualis", "dbsn") else "Bq=train")]
-va = lambda m: a[(m, "Bq=val, Bt=val" if m in ("dualis", "dbsn") else "Bq=val")]
-nb.check("training banks: DBSN beats SN", tr("dbsn") > tr("sn"), f"SN {tr('sn'):.2f}, DBSN {tr('dbsn'):.2f}")
-nb.check("training banks: DBSN beats DualIS", tr("dbsn") > tr("dualis"), f"DualIS {tr('dualis'):.2f}, DBSN {tr('dbsn'):.2f}")
-nb.check("training banks: DBSN beats IS", tr("dbsn") > tr("is"), f"IS {tr('is'):.2f}, DBSN {tr('dbsn'):.2f}")
-nb.check("DBSN: training banks beat validation banks", tr("dbsn") > va("dbsn"), f"val {va('dbsn'):.2f}, train {tr('dbsn'):.2f}")
-nb.check("query-aware SN beats every query-agnostic method", q.get(("t2i", "sn"), np.nan) > agn["R@1"].max(),
-         f"query-aware SN {q.get(('t2i', 'sn'), np.nan):.2f}, best agnostic {agn['R@1'].max():.2f}")
-for bank_name in ["test queries (query-aware)", "query bank"]:
+a = agn.set_index(["method", "setting"])["R@1"] if len(agn) else pd.Series(dtype=float)   # R@1 by (method, setting)
+
+
+def bank_r1(method, split):
+    """R@1 of ``method`` with the banks of ``split`` (NaN where it did not run: no such bank, or a matrix missing)."""
+    return a.get((method, f"Bq={split}, Bt={split}" if method in ("dualis", "dbsn") else f"Bq={split}"), np.nan)
+
+
+tr = lambda m: bank_r1(m, train_split)  # noqa: E731 (the training banks; a sims folder: its own)
+va = lambda m: bank_r1(m, "val")  # noqa: E731
+for other, name in (("sn", "SN"), ("dualis", "DualIS"), ("is", "IS")):
+    if not np.isnan(tr("dbsn")) and not np.isnan(tr(other)):
+        nb.check(f"{BANK_WORDS[train_split]} banks: DBSN beats {name}", tr("dbsn") > tr(other),
+                 f"{name} {tr(other):.2f}, DBSN {tr('dbsn'):.2f}")
+if not np.isnan(tr("dbsn")) and not np.isnan(va("dbsn")):
+    nb.check("DBSN: training banks beat validation banks", tr("dbsn") > va("dbsn"),
+             f"val {va('dbsn'):.2f}, train {tr('dbsn'):.2f}")
+if len(agn):
+    nb.check("query-aware SN beats every query-agnostic method", q.get(("t2i", "sn"), np.nan) > agn["R@1"].max(),
+             f"query-aware SN {q.get(('t2i', 'sn'), np.nan):.2f}, best agnostic {agn['R@1'].max():.2f}")
+for bank_name in sweep_banks:
     s = sweep[sweep["bank"] == bank_name].pivot(index="tau", columns="method", values="R@1")
     t_lo, t_hi = min(taus), max(taus)
     nb.check(f"{bank_name}: SN at the smallest tau is within 1 point of its best (robust)",
@@ -771,8 +891,11 @@ for real_label in reals:
 nb.check_summary()
 for d in directions:
     print(f"{d}: {nb.recall_noise(qa_tasks[d].n_queries, q[(d, 'raw')])}")
-print(f"training / validation captions (query banks): {ds.split('train').n_captions} / {ds.split('val').n_captions}; "
-      f"test queries (t2i): {test.n_captions}")
+if src.has_embeddings:
+    print(f"training / validation captions (query banks): {src.ds.split('train').n_captions} / "
+          f"{src.ds.split('val').n_captions}; test queries (t2i): {src.test.n_captions}")
+else:
+    print(f"query banks: {src.bank_words}; test queries (t2i): {src.all_tasks['t2i'].n_queries}")
 for real_label, rds in reals.items():   # the same yardsticks for each real set
     raw_r = real_qa[real_label].set_index(["direction", "method"])["R@1"]
     print(f"{real_label}: training / validation captions {rds.split('train').n_captions} / "

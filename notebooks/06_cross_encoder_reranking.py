@@ -41,7 +41,8 @@
 # > `benchmarks/bench_cross_encoder.py`. On real data (`source="local:<folder>"`) the simulated cross-encoder has no
 # > latent truth to read: the notebook says so in a NOTE, skips the reranked numbers and still shows the first
 # > stages, their ceilings and the costs; `cross_encoder="blip"` reranks real data with BLIP ITM (it needs the
-# > image files, `image_dir`, and the caption texts).
+# > image files, `image_dir`, and the caption texts). Released score matrices (`source="sims:<folder>"`) hold
+# > neither images nor latents: the same cells run on them (first stages, ceilings, costs) and a NOTE names the rest.
 #
 # > **NOTE (real column).** Unlike notebooks 00-05, 08 and 09, this one shows no real embeddings beside the
 # > synthetic run: reranking needs a cross-encoder that reads the *images* (BLIP ITM) or the generator's latent
@@ -49,7 +50,7 @@
 # > only, no images.
 
 # %% tags=["parameters"]
-source = "synthetic:flickr30k"  # source -- or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages only, then a NOTE)
+source = "synthetic:flickr30k"  # source -- or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages, ceilings and costs; the rest says so in a NOTE)
 synthetic_sizes = {"n_train_images": 4000}  # sizes
 source_kwargs = {}  # dict
 seed = 0  # int at least 0
@@ -72,15 +73,17 @@ distractor_sizes = {"n_train_images": 0, "n_val_images": 0}  # sizes -- sizes of
 # Parameters: `cross_encoder` is "simulated" (synthetic sources only) or "blip" (real BLIP ITM weights; needs the
 # image files, found under `image_dir` when the data only name them, and the caption texts); `k_values` are the
 # $k$ of their Table 8, `lambdas` the weights of the first-stage score in Table 11; the reference banks of the first
-# stages are `query_bank_fraction` of the training queries (all training targets); NNN uses Table A1's alpha for
-# CLIP/Flickr30k (0.75) with k = 16 (Table A1's k = 128 was chosen for a 29,000-image bank; here the bank is a
-# fifth of a smaller training split), IS and SN the DBSN code defaults; `ce_nnn_alphas` are the NNN weights tried on cross-encoder scores;
+# stages are `query_bank_fraction` of the training queries (all training targets; on a `sims:` folder that share of
+# its bank rows); NNN uses Table A1's alpha for CLIP/Flickr30k (0.75) with k = 16 (Table A1's k = 128 was chosen
+# for a 29,000-image bank; here the bank is a fifth of a smaller training split), IS and SN the DBSN code defaults;
+# `ce_nnn_alphas` are the NNN weights tried on cross-encoder scores;
 # the cross-encoder over the whole gallery runs on every `ce_full_every`-th query (it costs the gallery size in
 # pairs per query); `distractor_source` gives the extra gallery items of Table 5 (the test split of another data
 # set), `distractor_sizes` its sizes when it is synthetic.
 
 # %%
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullLocator
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -97,30 +100,31 @@ REPRODUCES = {  # the papers' numbered tables and figures computed here (README'
 run = nb.setup("06", seed=seed, params=globals(), reproduces=REPRODUCES)
 
 # %% [markdown]
-# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
-# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.experiments.score_studies`).
-
-# %%
-from hubnorm.experiments import score_studies
-
-if score_studies.is_sims(source):
-    sims_tables = score_studies.run_notebook("06", source, run, globals())
+# **Any source.** The tasks below are the test split against the reference banks, as embeddings or, with
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: a share of the folder's own bank
+# rows). Every cell runs on both; what needs embeddings, images or the generator's latents (the cross-encoder, the
+# distractors of Table 5) says so in a NOTE.
 
 # %% [markdown]
 # ## Data, first stages and the cross-encoder
 #
 # Four first stages from the registry, fitted once per direction: the raw cosine (**Original**, the "EMB" of the
 # paper), **NNN**, **IS** (inverted softmax) and **SN** (Sinkhorn). Reference query banks: `query_bank_fraction` of the
-# training queries; no parameter is selected here, so no validation split is held out.
+# training queries (captions for t2i, images for i2t; every training target stays in the target bank); on a `sims:`
+# folder the same share of its bank rows. No parameter is selected here (every source runs at the fixed parameters
+# above), so no validation split is held out.
 
 # %%
-ds = pr.prepare_dataset(source, seed=seed, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs,
-                        ensure_val=False)
-label = pr.run_label(ds)
-test, train = ds.split("test"), ds.split("train")
-tasks = ds.tasks("test", "train", query_bank_fraction=query_bank_fraction, seed=seed)
 DIRS = ("t2i", "i2t")
+src = pr.open_data(source, directions=DIRS, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes,
+                   source_kwargs=source_kwargs, ensure_val=False)   # the whole training split is the banks' pool
+src = src.with_query_bank_fraction(query_bank_fraction, seed=seed)   # a seeded share of each query bank
+if not src.has_embeddings and query_bank_fraction < 1:
+    pr.note(f"query_bank_fraction = {query_bank_fraction} keeps that share of the folder's bank rows, as of the "
+            f"training queries of embeddings: {src.bank_words}")
+ds, test, train = src.ds, src.test, src.bank   # None for score matrices
+tasks = src.tasks  # {direction: the test queries and gallery with the reference banks}
+label = nb.data_label(src.label)  # names the data of every PASS/DIFFERS line below
 n_gallery = min(t.n_targets for t in tasks.values())
 if max(k_values) > n_gallery:
     pr.note(f"k values above the smallest gallery ({n_gallery} targets) dropped from k_values={k_values}")
@@ -135,8 +139,11 @@ for m, (name, params) in FIRST.items():
         fitted[(m, d)] = tasks[d].fit(hn.make_normalizer(name, **pr.clamp_params(name, p, tasks[d])))
 marks = {key: bank_mark(f, tasks[key[1]]) for key, f in fitted.items()}   # what each first stage's bank was
 
-has_ce = cross_encoder == "blip" or rs.can_simulate(test)
-if not has_ce:
+has_ce = src.needs_embeddings("reranking (Tables 1, 8 and 11, the first stage x k grid, NNN on cross-encoder scores "
+                              "and NNN Fig. A1: a cross-encoder reads the images and caption texts, the simulated "
+                              "one the latents kept beside generated embeddings)") \
+    and (cross_encoder == "blip" or rs.can_simulate(test))
+if src.has_embeddings and not has_ce:
     pr.note("this run is on real data and the simulated cross-encoder needs the latent truth of synthetic data: "
             "skipped are Table 8 (reranked recall), Table 11 (score mixing), the first stage x k grid after "
             "reranking and NNN on cross-encoder scores; shown are the first stages, their ceilings R@k and the "
@@ -144,17 +151,17 @@ if not has_ce:
             "and the caption texts).")
 ces = {d: rs.make_cross_encoder(cross_encoder, test, d, seed=seed, image_dir=image_dir) for d in DIRS} if has_ce else {}
 CE_LABEL = {"simulated": "simulated cross-encoder", "blip": "BLIP ITM"}[cross_encoder]
-print(label, "|", CE_LABEL if has_ce else "no cross-encoder",
+print("this run:", label, "|", CE_LABEL if has_ce else "no cross-encoder",
       "|", {d: f"{t.n_queries} queries x {t.n_targets} targets" for d, t in tasks.items()})
 
 # %% [markdown]
 # ## The ceiling: first-stage R@k of every first stage
 #
 # No reranker can place a positive the first stage did not retrieve, so the first stage's R@k caps every reranked
-# R@K with K ≤ k. This table needs no cross-encoder (it is shown on real data too).
+# R@K with K ≤ k. This table needs no cross-encoder: it is shown on every source, released score matrices included.
 
 # %%
-first_ranks = {key: rr.first_stage_topk(f, tasks[key[1]].queries, max(k_values), positives=tasks[key[1]].positives)[2]
+first_ranks = {key: hn.positive_ranks(tasks[key[1]].blocks(f), tasks[key[1]].positives)   # 0-based rank of a positive
                for key, f in fitted.items()}
 ceil = pd.DataFrame([{"direction": d, "first stage": m, "bank": marks[(m, d)],
                       "R@1": hn.recall_at_k(first_ranks[(m, d)], 1),
@@ -163,6 +170,47 @@ ceil = pd.DataFrame([{"direction": d, "first stage": m, "bank": marks[(m, d)],
 caption = f"First-stage R@1 and R@k (the ceiling of reranking the top-k); {label}."
 run.save_table(ceil, "first_stage_ceilings", caption=caption, data=label)
 nb.show(ceil, caption=caption)
+
+# %% [markdown]
+# The same ceiling at every $k$ from 1 to the largest of `k_values` (marked: $k$ = 1 and the $k$ of the table): how
+# fast each first stage's R@k rises, and how far apart the first stages stay as $k$ grows.
+
+# %%
+k_axis = np.arange(1, max(k_values) + 1)
+fig, axes = plt.subplots(1, len(DIRS), figsize=(5.2 * len(DIRS), 3.6), squeeze=False)
+for ax, d in zip(axes[0], DIRS):
+    for (m, mk), ls in zip(zip(FIRST, "os^D"), ("-", "--", "-.", ":")):
+        ax.plot(k_axis, [hn.recall_at_k(first_ranks[(m, d)], int(k)) for k in k_axis], ls=ls, marker=mk,
+                markevery=[0] + [k - 1 for k in k_values], mfc="none", ms=6, lw=1.6, label=m)
+    ax.set(xscale="log", title=d, xlabel="k (candidates a reranker would read; log scale)",
+           ylabel="first-stage R@k (%)")
+    ax.set_xticks([1, *k_values], labels=[str(k) for k in [1, *k_values]])
+    ax.xaxis.set_minor_locator(NullLocator())
+axes[0][0].legend(fontsize=8, loc="lower right")
+fig.suptitle(f"The ceiling of reranking the top k; {label}", fontsize=10)
+fig.tight_layout()
+run.save_figure(fig, "first_stage_ceilings", caption=f"First-stage R@k over k (the ceiling of reranking the top k); "
+                f"{label}. " + nb.marks_note(ceil["bank"]), data=label, bank=ceil["bank"])
+plt.show()
+
+# %% [markdown]
+# **What to notice.** Compare each hubness reduction's gain over Original at $k = 1$ (its R@1 gain) with its gain at
+# the last $k$ of the curve (its gain in ceiling): after reranking the top $k$, only the second is left to it.
+
+# %%
+ceil_by = ceil.set_index(["direction", "first stage"])
+k_top = f"R@{max(k_values)} (ceiling)"
+HUBNESS = [m for m in FIRST if m != "Original"]
+
+
+def gains(d, col):
+    """Each hubness reduction's gain over Original in column ``col`` of the ceiling table, direction ``d``."""
+    return ", ".join(f"{m} {ceil_by.loc[(d, m), col] - ceil_by.loc[(d, 'Original'), col]:+.2f}" for m in HUBNESS)
+
+
+nb.notice(*[f"**{d}:** gain over Original in R@1: {gains(d, 'R@1')}; in R@{max(k_values)}: {gains(d, k_top)} "
+            f"(Original: R@1 {ceil_by.loc[(d, 'Original'), 'R@1']:.2f}, R@{max(k_values)} "
+            f"{ceil_by.loc[(d, 'Original'), k_top]:.2f})." for d in DIRS])
 
 # %% [markdown]
 # ## Table 8: how many candidates to rerank?
@@ -307,8 +355,11 @@ if has_ce:
 # Each hubness reduction is fitted again on the larger gallery, with the same reference banks.
 
 # %%
-distractor_source = pr.cross_dataset_source(ds, distractor_source)   # never synthetic distractors for a real run
 t5 = None
+if src.needs_embeddings("Table 5 (another data set's test embeddings join the gallery as distractors)"):
+    distractor_source = pr.cross_dataset_source(ds, distractor_source)   # never synthetic distractors for a real run
+else:
+    distractor_source = None
 if distractor_source:
     other = pr.prepare_dataset(distractor_source, seed=seed, dtype=run.dtype, synthetic_sizes=distractor_sizes,
                                ensure_val=False, note_small=False)
@@ -341,7 +392,7 @@ if distractor_source:
                + (f", {CE_LABEL}" if ces_big else "") + ".")
     run.save_table(t5, "table5_distractors", caption=caption, data=label)
     nb.show(t5, caption=caption)
-else:
+elif src.has_embeddings:
     pr.note("Table 5 skipped: no distractor data for this run (pass distractor_source='<source>' of the same "
             "model's embeddings of another data set)")
 
@@ -502,7 +553,9 @@ if has_ce:
 # weights, same compute), on the CPU named below; no GPU was used. A pair costs one full ITM forward pass. Per query:
 # EMB = one query embedding + a top-$k$ over $n$ targets; Co = EMB + $k$ pairs; CE = $n$ pairs. Table 4 evaluates t2i
 # over $n$ images with 5 captions each (+ embedding the $n$ gallery images once). These tables do not depend on the
-# data.
+# data and read none of it, so they run on every source, released score matrices included: the top-$k$ costs are
+# the benchmark's, over 256-d vectors (BLIP ITM's embedding size; `benchmarks/reports/cross_encoder_latency.csv`),
+# whatever the dimension of this run's embeddings.
 
 # %%
 cm = rc.load_cost_model()
@@ -710,6 +763,11 @@ if t5 is not None:
 
 # %%
 learned = []
+for d in DIRS:
+    learned.append(
+        f"**Ceiling, {d}:** reranking a first stage's top {max(k_values)} can raise its R@1 at most to its "
+        f"R@{max(k_values)}: " + ", ".join(f"{m} {ceil_by.loc[(d, m), 'R@1']:.2f} → at most "
+                                           f"{ceil_by.loc[(d, m), k_top]:.2f}" for m in FIRST) + ".")
 if has_ce:
     for d in DIRS:
         sub = t8[(t8.direction == d) & (t8.k != "all")].assign(k=lambda x: x["k"].astype(int)).set_index("k")
@@ -748,6 +806,8 @@ nb.notice(*learned, title="What we learned")
 #   ceiling table above bounds both).
 # * `-p source local:<folder>` with real CLIP embeddings: a NOTE lists what is skipped; the ceiling table and the
 #   costs still run, and the ceilings tell you how much any reranker could gain on your data.
+# * `-p source sims:<folder>` with your model's released score matrices: the same ceilings (first stages fitted on
+#   a `query_bank_fraction` share of the folder's bank rows) and costs; try `-p query_bank_fraction 1`.
 
 # %% [markdown]
 # ## Exercises

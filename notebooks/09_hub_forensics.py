@@ -59,7 +59,7 @@
 # > small public releases of real CLIP embeddings (COCO and Flickr8k).
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: the cells run on them; the embeddings-only ones say so in a NOTE)
 synthetic_sizes: dict = {"n_train_images": 1000, "n_val_images": 500, "n_test_images": 500}  # sizes -- synthetic generator only
 source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 seed: int = 0  # at least 0
@@ -87,125 +87,190 @@ from hubnorm import adversarial as adv, forensics as fx, label_free as lf
 from hubnorm.experiments import notebook as nb, protocol as pr
 from hubnorm.provenance import bank_mark, rows_mark
 
-REPRODUCES = {"dbsn-pan2025": ["Fig. A10"]}  # the papers' numbered tables and figures computed here (README's coverage table)
+REPRODUCES = {"dbsn-pan2025": ["Fig. A10"]}  # the papers' tables and figures computed here (README's coverage table)
 run = nb.setup("09", seed=seed, dtype=dtype, params=globals(), reproduces=REPRODUCES)
 
 # %% [markdown]
-# **Released score matrices.** With `source = "sims:<folder>"` (score matrices only, `hubnorm.data.sims`) the next
-# cell shows what this notebook can compute from scores, says in a NOTE what needs embeddings, and skips the
-# remaining cells (`hubnorm.experiments.score_studies`).
+# **Any source.** The task below is the test split (text → image) against the bank, as embeddings or, with
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's text-query direction and
+# its own bank rows; without bank rows the test queries serve as the bank, query-aware and marked so). Every cell
+# runs on both; those that need embeddings say so in a NOTE: the offset decomposition of section 1 (it reads the
+# bank's and the gallery's embeddings), section 2 (planted hubs are crafted gallery embeddings) and section 3 (the
+# mutual criterion reads embeddings, the labelled choice a validation split, which a sims: folder does not have).
+# Section 1's largest hubs and its Fig. A10 analog, and sections 4 and 5, run on any source.
 
 # %%
-from hubnorm.experiments import score_studies
-
-if score_studies.is_sims(source):
-    sims_tables = score_studies.run_notebook("09", source, run, globals())
-
-# %%
-ds = pr.prepare_dataset(source, seed=seed, dtype=run.dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)
-label = nb.data_label(pr.run_label(ds))  # names the data of every PASS/DIFFERS line below
-test, val, bank = ds.split("test"), ds.split("val"), ds.split("train")
-task = pr.make_tasks(test, bank, directions=["t2i"])["t2i"]
-val_task = pr.make_tasks(val, bank, directions=["t2i"])["t2i"]
+src = pr.open_data(source, directions=["t2i"], bank_fraction=1.0, seed=seed, dtype=run.dtype,
+                   synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs)   # bank: the whole training split
+task = src.tasks["t2i"]   # the test captions against the test images (a sims: folder: its text-query direction)
+val_tasks = src.split_tasks("val")   # the labelled selection's split (None for score matrices: a sims: folder has none)
+val_task = val_tasks["t2i"] if val_tasks else None
+label = nb.data_label(src.label)  # names the data of every PASS/DIFFERS line below
+test, val = src.test, (src.ds.split("val") if src.has_embeddings else None)   # the splits' embeddings (or None)
+item, query_words = ("image", "captions") if src.has_embeddings else ("item", "text queries")   # what the rows are
 fitted = {name: task.fit(hn.make_normalizer(m, **pr.clamp_params(m, p, task))) for name, (m, p) in methods.items()}
 raw = task.fit(hn.Identity())
+raw_ranks = hn.positive_ranks(task.blocks(raw), task.positives)   # the true match's rank of every test query, raw
+raw_r1 = hn.recall_at_k(raw_ranks, 1)
+if not src.has_embeddings:
+    pr.note("a sims: folder has no validation split, so no parameter is selected: every method runs at the fixed "
+            "settings of `methods` (" + "; ".join(f"{name} {pr.fmt_params(p)}" for name, (_, p) in methods.items())
+            + ")")
 
 # %% tags=["nbval-check-output"]
 print("this run:", label)
-nb.show(pr.describe(ds))
-print(f"t2i: {task.n_queries} caption queries, {task.n_targets} images; bank {len(task.query_bank)} captions "
-      f"(train split); labelled selection on val ({val_task.n_queries} captions)")
+nb.show(src.describe())
+if src.has_embeddings:
+    print(f"t2i: {task.n_queries} caption queries, {task.n_targets} images; bank {len(task.query_bank)} captions "
+          f"(train split); labelled selection on val ({val_task.n_queries} captions)")
+else:
+    print(f"t2i (the folder's text-query direction): {task.n_queries} text queries, {task.n_targets} items; bank: "
+          f"{src.bank_name('t2i')} ({task.size('query_bank')} queries)")
 
 # %% [markdown]
 # ## 1 · Why is this image a hub?
-# The largest raw hub (the image with the largest $N_{k}$ over the test queries), explained for each method: its
-# offset as contributions of the bank captions, its $N_k$ and the test queries it wins (top-1), raw and after.
+# First the ten largest raw hubs (the targets with the largest $N_{k}$ over the test queries) and their $N_k$ after
+# each method of `methods`, against the fair share $k\,|Q|/n$ (any source). Then the largest of them, explained for
+# each method: its offset as contributions of the bank captions (this reads the embeddings of the bank and the
+# gallery), its $N_k$ and the test queries it wins (top-1), raw and after.
 
 # %%
-n_k_raw = hn.k_occurrence(raw, hub_k, queries=task.queries)
-hub = int(np.argmax(n_k_raw))
-expl = {name: fx.explain_target(f, hub, query_bank=task.query_bank, queries=task.queries, positives=task.positives,
-                                k=hub_k) for name, f in fitted.items()}
-rows = []
-for name, e in expl.items():
-    w = np.sort(e.weights)[::-1]
-    rows.append({"method": name, "bank": bank_mark(fitted[name], task), "offset": e.offset,
-                 "identity error": e.identity_error, "remainder": e.remainder,
-                 "bank queries with weight": int((e.weights > 1e-12).sum()),
-                 "weight of the top 10": float(w[:10].sum() / w.sum()),
-                 f"N_{hub_k} raw": e.n_k["raw"], f"N_{hub_k} after": e.n_k[e.method],
-                 "won raw": len(e.wins["raw"]), "won after": len(e.wins[e.method]),
-                 "true match first, of those won raw": int((e.rank_change.loc[e.rank_change["won raw"],
-                                                            f"true-match rank {e.method}"] == 0).sum())})
-explain_table = pd.DataFrame(rows)
-run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub (image {hub}) explained; {label}.", data=label)
-
-# %% tags=["nbval-check-output"]
-print(f"hub: image {hub}, N_{hub_k} = {n_k_raw[hub]} (expected {hub_k * task.n_queries / task.n_targets:.1f})")
-nb.show(explain_table, ["method", "offset", "bank queries with weight", "weight of the top 10", f"N_{hub_k} raw",
-                        f"N_{hub_k} after", "won raw", "won after", "true match first, of those won raw"], digits=3)
-# The error is float64 rounding (around 1e-16); its exact digits depend on the CPU's summation order, so the
-# checked output states the bound it is under.
-identity_error = explain_table["identity error"].max()
-print("largest identity error |sum w v + r - h|:", "below 1e-12" if identity_error < 1e-12 else f"{identity_error:.1e}")
+n_k = {"raw": hn.k_occurrence(task.blocks(raw), hub_k),
+       **{name: hn.k_occurrence(task.blocks(f), hub_k) for name, f in fitted.items()}}
+n_k_raw = n_k["raw"]
+hub = int(np.argmax(n_k_raw))   # the largest raw hub (ties: the lowest index)
+fair = hub_k * task.n_queries / task.n_targets   # N_k of every target if none were a hub
+largest = np.argsort(-n_k_raw, kind="stable")[:10]
+marks = {name: bank_mark(f, task) for name, f in fitted.items()}
+hubs_table = pd.DataFrame({item: largest, "fair share": fair,
+                           **{f"N_{hub_k} {name}": v[largest] for name, v in n_k.items()},
+                           "bank": " / ".join(dict.fromkeys(marks.values()))})   # the banks of the methods' columns
+run.save_table(hubs_table, "largest_hubs", caption=f"The ten largest raw hubs (t2i test), N_{hub_k} raw and after each "
+               f"method; {label}. " + nb.marks_note(list(marks.values())), data=label)
+nb.show(hubs_table, digits=1)
 
 # %%
-fig, axes = plt.subplots(len(expl), 2, figsize=(11, 3.4 * len(expl)), squeeze=False)
-for row, e in zip(axes, expl.values()):
-    fx.plot_explanation(e, row, top=12)
-fig.suptitle(f"Why image {hub} is a hub, per method — {label}", fontsize=10)
+fig, ax = plt.subplots(figsize=(8, 4.2))
+bars = hubs_table.set_index(hubs_table[item].map(lambda j: f"{item} {j}"))
+bars[[f"N_{hub_k} {name}" for name in n_k]].rename(columns=lambda c: c.split(" ", 1)[1]).plot.barh(ax=ax, width=0.8)
+ax.axvline(fair, color="k", ls="--", lw=1)
+ax.invert_yaxis()   # the largest raw hub on top
+ax.set_xlabel(f"N_{hub_k} over the test queries (dashed: fair share {fair:g})")
+ax.set_ylabel("")
+ax.legend(title=f"N_{hub_k}:", fontsize=8, title_fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
+qa = " (QUERY-AWARE fits)" if any("query-aware" in m.lower() for m in marks.values()) else ""
+ax.set_title(f"The ten largest raw hubs, raw and after each method{qa} — {label}", fontsize=9)
 fig.tight_layout()
-run.save_figure(fig, "explain_hub", caption=f"Contributions of bank captions to the hub's offset, and the true-match "
-                                            f"ranks of the queries it wins, raw vs each method; {label}.",
-                data=label, bank=explain_table["bank"])
+run.save_figure(fig, "largest_hubs", caption=f"N_{hub_k} of the ten largest raw hubs, raw and after each method; "
+                f"{label}. " + nb.marks_note(list(marks.values())), data=label, bank=["none", *marks.values()])
 plt.show()
 
 # %% [markdown]
-# **What to notice.** In the left panels, the number of bank captions that carry the offset (NNN: exactly $k$; IS and SN:
-# a soft neighbourhood whose width $\tau$ sets) and the grey remainder bar. In the right panels, each dot is a
-# query the image wins: its true match's rank raw (horizontal) against after (vertical); dots on the diagonal are
-# unchanged, dots at the bottom now find their true match first.
+# **What to notice.** Each raw bar against the dashed fair share, then the method bars beside it: which hubs each
+# method brings down to the fair share, and whether a method overshoots (a former hub now below its share).
 
 # %%
-et = explain_table.set_index("method")
-nb.notice(
-    f"Image {hub} is the top-1 match of {int(et['won raw'].iloc[0])} test queries raw; after normalisation it wins "
-    + ", ".join(f"{m} {int(et.loc[m, 'won after'])}" for m in et.index) + ".",
-    "Its N_k " + nb.trends({m: (et.loc[m, f'N_{hub_k} raw'], et.loc[m, f'N_{hub_k} after']) for m in et.index},
-                            "", digits=0).strip() + ".",
-    f"The ten heaviest bank captions carry " + ", ".join(f"{100 * et.loc[m, 'weight of the top 10']:.0f}% ({m})"
-                                                           for m in et.index) + " of the weight.",
-)
+after = {name: int(v[hub]) for name, v in n_k.items() if name != "raw"}
+still = {name: int((n_k[name][largest] > 2 * fair).sum()) for name in after}
+nb.notice(f"The largest raw hub, {item} {hub}, is among the top {hub_k} of {int(n_k_raw[hub])} test queries, "
+          f"{n_k_raw[hub] / fair:.1f} times its fair share ({fair:g}); after normalisation "
+          + ", ".join(f"{name} {v}" for name, v in after.items()) + ".",
+          f"Of the ten largest raw hubs, {int((n_k_raw[largest] > 2 * fair).sum())} have more than twice the fair "
+          "share raw; after normalisation " + ", ".join(f"{name} {v}" for name, v in still.items()) + ".")
+
+# %%
+if src.needs_embeddings("section 1, the offset decomposition of the largest hub (it reads the bank's and the "
+                        "gallery's embeddings),"):
+    expl = {name: fx.explain_target(f, hub, query_bank=task.query_bank, queries=task.queries,
+                                    positives=task.positives, k=hub_k) for name, f in fitted.items()}
+    rows = []
+    for name, e in expl.items():
+        w = np.sort(e.weights)[::-1]
+        rows.append({"method": name, "bank": bank_mark(fitted[name], task), "offset": e.offset,
+                     "identity error": e.identity_error, "remainder": e.remainder,
+                     "bank queries with weight": int((e.weights > 1e-12).sum()),
+                     "weight of the top 10": float(w[:10].sum() / w.sum()),
+                     f"N_{hub_k} raw": e.n_k["raw"], f"N_{hub_k} after": e.n_k[e.method],
+                     "won raw": len(e.wins["raw"]), "won after": len(e.wins[e.method]),
+                     "true match first, of those won raw": int((e.rank_change.loc[e.rank_change["won raw"],
+                                                                f"true-match rank {e.method}"] == 0).sum())})
+    explain_table = pd.DataFrame(rows)
+    run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub (image {hub}) explained; {label}.",
+                   data=label)
+
+# %% tags=["nbval-check-output"]
+print(f"hub: {item} {hub}, N_{hub_k} = {n_k_raw[hub]} (expected {hub_k * task.n_queries / task.n_targets:.1f})")
+if src.has_embeddings:   # the decomposition ran
+    nb.show(explain_table, ["method", "offset", "bank queries with weight", "weight of the top 10", f"N_{hub_k} raw",
+                            f"N_{hub_k} after", "won raw", "won after", "true match first, of those won raw"], digits=3)
+    # The error is float64 rounding (around 1e-16); its exact digits depend on the CPU's summation order, so the
+    # checked output states the bound it is under.
+    identity_error = explain_table["identity error"].max()
+    print("largest identity error |sum w v + r - h|:",
+          "below 1e-12" if identity_error < 1e-12 else f"{identity_error:.1e}")
+
+# %%
+if src.has_embeddings:
+    fig, axes = plt.subplots(len(expl), 2, figsize=(11, 3.4 * len(expl)), squeeze=False)
+    for row, e in zip(axes, expl.values()):
+        fx.plot_explanation(e, row, top=12)
+    fig.suptitle(f"Why image {hub} is a hub, per method — {label}", fontsize=10)
+    fig.tight_layout()
+    run.save_figure(fig, "explain_hub", caption=f"Contributions of bank captions to the hub's offset, and the "
+                    f"true-match ranks of the queries it wins, raw vs each method; {label}.",
+                    data=label, bank=explain_table["bank"])
+    plt.show()
+
+# %% [markdown]
+# **What to notice** (with embeddings). In the left panels, the number of bank captions that carry the offset (NNN:
+# exactly $k$; IS and SN: a soft neighbourhood whose width $\tau$ sets) and the grey remainder bar. In the right
+# panels, each dot is a query the image wins: its true match's rank raw (horizontal) against after (vertical); dots on
+# the diagonal are unchanged, dots at the bottom now find their true match first.
+
+# %%
+if src.has_embeddings:
+    et = explain_table.set_index("method")
+    nb.notice(
+        f"Image {hub} is the top-1 match of {int(et['won raw'].iloc[0])} test queries raw; after normalisation it wins "
+        + ", ".join(f"{m} {int(et.loc[m, 'won after'])}" for m in et.index) + ".",
+        "Its N_k " + nb.trends({m: (et.loc[m, f'N_{hub_k} raw'], et.loc[m, f'N_{hub_k} after']) for m in et.index},
+                                "", digits=0).strip() + ".",
+        "The ten heaviest bank captions carry " + ", ".join(f"{100 * et.loc[m, 'weight of the top 10']:.0f}% ({m})"
+                                                               for m in et.index) + " of the weight.",
+    )
 
 # %% [markdown]
 # **DBSN Fig. A10 analog: the hub and its nearest-neighbour queries.** The paper shows the most retrieved item of
 # Flickr30K with the queries that have it among their nearest neighbours, each marked as matched (the item is the
-# query's true match) or mismatched. Here: the test queries with the hub among their top-$k$ ($k$ = `hub_k`), raw and
-# after each method, and how many of them are its own captions.
+# query's true match) or mismatched. Here (any source): the test queries with the hub among their top-$k$
+# ($k$ = `hub_k`), raw and after each method, and how many of them are its own captions.
 
 # %%
-neighbours = pd.concat([fx.hub_neighbours(f.iter_scores(task.queries), hub, task.positives, k=hub_k).assign(method=name)
+neighbours = pd.concat([fx.hub_neighbours(task.blocks(f), hub, task.positives, k=hub_k).assign(method=name)
                         for name, f in {"raw": raw, **fitted}.items()], ignore_index=True)
 own = int(sum(hub in task.positives.of(q) for q in range(task.n_queries)))
 fig_a10 = fx.neighbour_counts(neighbours)   # per method: N_k of the hub, matched and mismatched queries
 fig_a10["bank"] = fig_a10["method"].map({name: bank_mark(f, task) for name, f in {"raw": raw, **fitted}.items()})
-caption = (f"DBSN Fig. A10 analog: the test queries with the hub (image {hub}, {own} captions of its own) among their "
-           f"top-{hub_k}, raw and after each method; {label}.")
+caption = (f"DBSN Fig. A10 analog: the test queries with the hub ({item} {hub}, {own} {query_words} of its own) among "
+           f"their top-{hub_k}, raw and after each method; {label}. " + nb.marks_note(fig_a10["bank"])).strip()
 run.save_table(fig_a10, "fig_a10_hub_neighbours", caption=caption, data=label)
 nb.show(fig_a10, caption=caption)
 top = neighbours[neighbours["method"] == "raw"].sort_values("score", ascending=False).head(25)
-texts = getattr(test, "caption_texts", None)
+texts = getattr(test, "caption_texts", None)   # (no test split of embeddings on a sims: folder: None)
 if texts is not None:   # real data with caption texts: the queries themselves, as the paper prints them
     top = top.assign(caption=[texts[int(q)] for q in top["query"]])
 n_raw = int((neighbours["method"] == "raw").sum())
 nb.show(top.drop(columns="method"), caption=f"The raw hub's {len(top)} closest neighbour queries (of {n_raw} with it "
-        f"in their top-{hub_k}); matched: the hub is the query's true image.", digits=3)
+        f"in their top-{hub_k}); matched: the hub is the query's true {item}.", digits=3)
 
 # %% tags=["nbval-check-output"]
-nb.check("the contributions sum to the offset within 1e-10 (float64) for every method",
-         bool(identity_error < 1e-10), "largest error below 1e-12" if identity_error < 1e-12 else f"largest error {identity_error:.1e}")
+if src.has_embeddings:   # the decomposition ran
+    nb.check("the contributions sum to the offset within 1e-10 (float64) for every method",
+             bool(identity_error < 1e-10),
+             "largest error below 1e-12" if identity_error < 1e-12 else f"largest error {identity_error:.1e}")
 a10 = fig_a10.set_index("method")
-nb.check("the largest raw hub is among the nearest neighbours of more mismatched queries than matched ones (DBSN Fig. A10)",
+nb.check("the largest raw hub is among the nearest neighbours of more mismatched queries than matched ones "
+         "(DBSN Fig. A10)",
          a10.loc["raw", "mismatched"] > a10.loc["raw", "matched"],
          f"{a10.loc['raw', 'mismatched']} mismatched, {a10.loc['raw', 'matched']} matched of "
          f"{a10.loc['raw', 'neighbour queries']} raw neighbours")
@@ -214,49 +279,56 @@ nb.check("the largest raw hub is among the nearest neighbours of more mismatched
 # ## 2 · Planted hubs: capture, damage, detection
 # The attacker holds the validation captions (never the test queries) and turns `n_planted` gallery images into
 # hubs within each budget; the planted items are appended to the gallery. Each method is fitted on the attacked
-# gallery with the same bank.
+# gallery with the same bank. (This needs embeddings: a planted item is a crafted gallery embedding; on score
+# matrices the section says so in a NOTE.)
 
 # %%
-attacker = val.captions
-n_plant = min(n_planted, task.n_targets)   # a gallery cannot lend more images than it holds
-if n_plant < n_planted:
-    pr.note(f"n_planted = {n_planted} is more than the {task.n_targets} gallery images: {n_plant} are planted")
-planted_rows, det_rows = [], []
-clean = None
-for eps in budgets:
-    planted = adv.plant_hubs(task.targets, attacker, n_plant, budget=eps, method=construction, seed=seed)
-    rep = adv.planted_hub_report(task, planted, {n: hn.make_normalizer(m, **pr.clamp_params(m, p, task))
-                                                 for n, (m, p) in methods.items()}, clean_r1=clean)
-    clean = dict(zip(rep["method"], rep["R@1 clean"]))
-    planted_rows.append(rep.assign(budget=eps))
-    att = adv.attacked_task(task, planted)
-    idx = np.arange(task.n_targets, att.n_targets)
-    for stat in ("bias", "n_k"):
-        found = adv.detect_hubs(att.targets, att.query_bank, statistic=stat, k=min(16, len(att.query_bank)))
-        det_rows.append({"budget": eps, "statistic": stat, **adv.detection_scores(found["flagged"], idx)})
-planted_table = pd.concat(planted_rows, ignore_index=True)
-detector_table = pd.DataFrame(det_rows)
-run.save_table(planted_table, "planted_hubs", caption=f"{n_plant} planted hubs ({construction}); {label}.", data=label)
-run.save_table(detector_table, "planted_detector", caption=f"Bank-only detector (robust z > 3.5); {label}.", data=label,
-               bank=rows_mark(task.query_bank, task.queries))   # the detector reads the query bank
+if src.needs_embeddings("section 2, the planted-hub study (a planted item is a crafted gallery embedding, and the "
+                        "bank-only detector reads the bank's embeddings),"):
+    attacker = val.captions
+    n_plant = min(n_planted, task.n_targets)   # a gallery cannot lend more images than it holds
+    if n_plant < n_planted:
+        pr.note(f"n_planted = {n_planted} is more than the {task.n_targets} gallery images: {n_plant} are planted")
+    planted_rows, det_rows = [], []
+    clean = None
+    for eps in budgets:
+        planted = adv.plant_hubs(task.targets, attacker, n_plant, budget=eps, method=construction, seed=seed)
+        rep = adv.planted_hub_report(task, planted, {n: hn.make_normalizer(m, **pr.clamp_params(m, p, task))
+                                                     for n, (m, p) in methods.items()}, clean_r1=clean)
+        clean = dict(zip(rep["method"], rep["R@1 clean"]))
+        planted_rows.append(rep.assign(budget=eps))
+        att = adv.attacked_task(task, planted)
+        idx = np.arange(task.n_targets, att.n_targets)
+        for stat in ("bias", "n_k"):
+            found = adv.detect_hubs(att.targets, att.query_bank, statistic=stat, k=min(16, len(att.query_bank)))
+            det_rows.append({"budget": eps, "statistic": stat, **adv.detection_scores(found["flagged"], idx)})
+    planted_table = pd.concat(planted_rows, ignore_index=True)
+    detector_table = pd.DataFrame(det_rows)
+    run.save_table(planted_table, "planted_hubs", caption=f"{n_plant} planted hubs ({construction}); {label}.",
+                   data=label)
+    run.save_table(detector_table, "planted_detector", caption=f"Bank-only detector (robust z > 3.5); {label}.",
+                   data=label, bank=rows_mark(task.query_bank, task.queries))   # the detector reads the query bank
 
 # %% tags=["nbval-check-output"]
-nb.show(planted_table, ["budget", "method", "R@1 clean", "R@1 attacked", "damage", "captured@1 %", "captured@10 %"])
-nb.show(detector_table, ["budget", "statistic", "flagged", "true positives", "precision", "recall"])
+if src.has_embeddings:
+    nb.show(planted_table, ["budget", "method", "R@1 clean", "R@1 attacked", "damage", "captured@1 %",
+                            "captured@10 %"])
+    nb.show(detector_table, ["budget", "statistic", "flagged", "true positives", "precision", "recall"])
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-sns.barplot(data=planted_table, x="budget", y="captured@1 %", hue="method", ax=axes[0])
-axes[0].set_ylabel("queries whose top-1\nis planted (%)")
-sns.barplot(data=planted_table, x="budget", y="damage", hue="method", ax=axes[1], legend=False)
-axes[1].set_ylabel("R@1 damage (points,\nclean − attacked)")
-for ax in axes:
-    ax.set_xlabel("budget (chord distance from a real image)")
-fig.suptitle(f"{n_plant} planted hubs ({construction}) — {label}", fontsize=10)
-fig.tight_layout()
-run.save_figure(fig, "planted_hubs", caption=f"Capture share and R@1 damage of planted hubs, raw and per method; {label}.",
-                data=label, bank=planted_table["bank"])
-plt.show()
+if src.has_embeddings:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    sns.barplot(data=planted_table, x="budget", y="captured@1 %", hue="method", ax=axes[0])
+    axes[0].set_ylabel("queries whose top-1\nis planted (%)")
+    sns.barplot(data=planted_table, x="budget", y="damage", hue="method", ax=axes[1], legend=False)
+    axes[1].set_ylabel("R@1 damage (points,\nclean − attacked)")
+    for ax in axes:
+        ax.set_xlabel("budget (chord distance from a real image)")
+    fig.suptitle(f"{n_plant} planted hubs ({construction}) — {label}", fontsize=10)
+    fig.tight_layout()
+    run.save_figure(fig, "planted_hubs", caption=f"Capture share and R@1 damage of planted hubs, raw and per method; "
+                    f"{label}.", data=label, bank=planted_table["bank"])
+    plt.show()
 
 # %% [markdown]
 # **What to notice.** The raw bars against the method bars at each budget, in both panels; then the detector
@@ -264,77 +336,84 @@ plt.show()
 # (natural hubs flagged count against it).
 
 # %%
-big = planted_table[planted_table["budget"] == max(budgets)].set_index("method")
-nb.notice(
-    f"At budget {max(budgets):g}: planted items are the top-1 of " + ", ".join(
-        f"{big.loc[m, 'captured@1 %']:.1f}% ({m})" for m in big.index) + " of the test queries.",
-    "R@1 damage by method: " + nb.ranking(big["damage"].to_dict()) + " points.",
-    "Detector recall over the budgets: " + ", ".join(
-        f"{r.statistic} {r.recall:.2f} at {r.budget:g}" for r in detector_table.itertuples()) + ".",
-)
+if src.has_embeddings:
+    big = planted_table[planted_table["budget"] == max(budgets)].set_index("method")
+    nb.notice(
+        f"At budget {max(budgets):g}: planted items are the top-1 of " + ", ".join(
+            f"{big.loc[m, 'captured@1 %']:.1f}% ({m})" for m in big.index) + " of the test queries.",
+        "R@1 damage by method: " + nb.ranking(big["damage"].to_dict()) + " points.",
+        "Detector recall over the budgets: " + ", ".join(
+            f"{r.statistic} {r.recall:.2f} at {r.budget:g}" for r in detector_table.itertuples()) + ".",
+    )
 
 # %% tags=["nbval-check-output"]
-for m in methods:
-    nb.check(f"{m} lowers the share of queries captured by planted hubs at every budget",
-             bool((planted_table[planted_table["method"] == m]["captured@1 %"].to_numpy()
-                   < planted_table[planted_table["method"] == "raw"]["captured@1 %"].to_numpy()).all()),
-             ", ".join(f"{v:.1f}%" for v in planted_table[planted_table["method"] == m]["captured@1 %"]))
-bias_rows = detector_table[detector_table["statistic"] == "bias"]
-nb.check("the bank-only detector flags every planted item (recall 1 at every budget)",
-         bool((bias_rows["recall"] == 1.0).all()), ", ".join(f"{r:.2f}" for r in bias_rows["recall"]))
+if src.has_embeddings:
+    for m in methods:
+        nb.check(f"{m} lowers the share of queries captured by planted hubs at every budget",
+                 bool((planted_table[planted_table["method"] == m]["captured@1 %"].to_numpy()
+                       < planted_table[planted_table["method"] == "raw"]["captured@1 %"].to_numpy()).all()),
+                 ", ".join(f"{v:.1f}%" for v in planted_table[planted_table["method"] == m]["captured@1 %"]))
+    bias_rows = detector_table[detector_table["statistic"] == "bias"]
+    nb.check("the bank-only detector flags every planted item (recall 1 at every budget)",
+             bool((bias_rows["recall"] == 1.0).all()), ", ".join(f"{r:.2f}" for r in bias_rows["recall"]))
 
 # %% [markdown]
 # ## 3 · Label-free choices against labelled choices
 # Label-free: `hubnorm.label_free.label_free_select_task` (the mutual criterion: the gallery, the bank and the test
 # queries' embeddings, no label). Labelled: `hubnorm.grid_search` (NNN App. B) on the labelled validation split. Both
-# evaluated once on test; 95% bootstrap intervals over the test queries.
+# evaluated once on test; 95% bootstrap intervals over the test queries. (This needs embeddings and a validation
+# split; on score matrices only the raw R@1 is printed, and a NOTE says so.)
 
 # %%
 lf_rows = []
-raw_ranks = hn.positive_ranks(raw, task.positives, task.queries)
-for name, (m, _) in methods.items():
-    grid = pr.clamp_grid(m, label_free_grids[m], task)
-    choice = lf.label_free_select_task(m, task, grid=grid)
-    grid_v = pr.clamp_grid(m, grid, val_task)
-    sel = hn.grid_search(m, val_task, grid_v)
-    choice_fits = {}   # the two choices often agree: each distinct choice is fitted and evaluated once
-    for how, params in (("label-free", choice.best_params), ("labelled", sel.best_params)):
-        key = tuple(sorted(params.items()))
-        if key not in choice_fits:
-            f = task.fit(hn.make_normalizer(m, **params))
-            r = hn.positive_ranks(f, task.positives, task.queries)
-            choice_fits[key] = f, r, hn.bootstrap_ci(r, n_boot=n_boot, seed=seed)
-        f, r, (lo, hi) = choice_fits[key]
-        lf_rows.append({"method": name, "choice": how, "params": pr.fmt_params(params), "bank": bank_mark(f, task),
-                        "R@1": hn.recall_at_k(r, 1),
-                        "lo": lo, "hi": hi, "criterion gain": choice.gain if how == "label-free" else np.nan,
-                        "predicted to help": lf.predict_benefit(choice) if how == "label-free" else None})
-raw_r1 = hn.recall_at_k(raw_ranks, 1)
-raw_ci = hn.bootstrap_ci(raw_ranks, n_boot=n_boot, seed=seed)
+if src.needs_embeddings("section 3, the label-free against the labelled choice (the mutual criterion reads the "
+                        "embeddings of the gallery, the bank and the test queries; the labelled one, a validation "
+                        "split),"):
+    for name, (m, _) in methods.items():
+        grid = pr.clamp_grid(m, label_free_grids[m], task)
+        choice = lf.label_free_select_task(m, task, grid=grid)
+        grid_v = pr.clamp_grid(m, grid, val_task)
+        sel = hn.grid_search(m, val_task, grid_v)
+        choice_fits = {}   # the two choices often agree: each distinct choice is fitted and evaluated once
+        for how, params in (("label-free", choice.best_params), ("labelled", sel.best_params)):
+            key = tuple(sorted(params.items()))
+            if key not in choice_fits:
+                f = task.fit(hn.make_normalizer(m, **params))
+                r = hn.positive_ranks(task.blocks(f), task.positives)
+                choice_fits[key] = f, r, hn.bootstrap_ci(r, n_boot=n_boot, seed=seed)
+            f, r, (lo, hi) = choice_fits[key]
+            lf_rows.append({"method": name, "choice": how, "params": pr.fmt_params(params),
+                            "bank": bank_mark(f, task), "R@1": hn.recall_at_k(r, 1),
+                            "lo": lo, "hi": hi, "criterion gain": choice.gain if how == "label-free" else np.nan,
+                            "predicted to help": lf.predict_benefit(choice) if how == "label-free" else None})
+raw_ci = hn.bootstrap_ci(raw_ranks, n_boot=n_boot, seed=seed)   # raw_ranks, raw_r1: the data cell (any source)
 lf_table = pd.DataFrame(lf_rows)
-run.save_table(lf_table, "label_free", caption=f"Label-free vs labelled choice, t2i R@1 on test (raw {raw_r1:.2f}); {label}.",
-               data=label)
+if src.has_embeddings:
+    run.save_table(lf_table, "label_free", caption=f"Label-free vs labelled choice, t2i R@1 on test (raw "
+                   f"{raw_r1:.2f}); {label}.", data=label)
 
 # %% tags=["nbval-check-output"]
 print(f"raw R@1 {raw_r1:.2f} [{raw_ci[0]:.2f}, {raw_ci[1]:.2f}]")
-nb.show(lf_table, ["method", "choice", "params", "R@1", "lo", "hi", "criterion gain", "predicted to help"])
+if src.has_embeddings:
+    nb.show(lf_table, ["method", "choice", "params", "R@1", "lo", "hi", "criterion gain", "predicted to help"])
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 3.8))
-pos = np.arange(len(methods))
-for off, (how, color) in zip((-0.18, 0.18), (("label-free", "tab:green"), ("labelled", "tab:blue"))):
-    d = lf_table[lf_table["choice"] == how]
-    ax.errorbar(pos + off, d["R@1"], yerr=[d["R@1"] - d["lo"], d["hi"] - d["R@1"]], fmt="o", color=color,
-                capsize=4, label=how)
-ax.axhspan(*raw_ci, color="0.85", label="raw (95% interval)")
-ax.set_xticks(pos, list(methods))
-ax.set_ylabel("t2i R@1 on test (%)")
-ax.legend(fontsize=8, frameon=False)
-ax.set_title(f"Label-free vs labelled choice — {label}", fontsize=10)
-fig.tight_layout()
-run.save_figure(fig, "label_free", caption=f"R@1 with 95% bootstrap intervals of both choices; {label}.", data=label,
-                bank=["none", *lf_table["bank"]])   # "none": the raw band
-plt.show()
+if src.has_embeddings:
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    pos = np.arange(len(methods))
+    for off, (how, color) in zip((-0.18, 0.18), (("label-free", "tab:green"), ("labelled", "tab:blue"))):
+        d = lf_table[lf_table["choice"] == how]
+        ax.errorbar(pos + off, d["R@1"], yerr=[d["R@1"] - d["lo"], d["hi"] - d["R@1"]], fmt="o", color=color,
+                    capsize=4, label=how)
+    ax.axhspan(*raw_ci, color="0.85", label="raw (95% interval)")
+    ax.set_xticks(pos, list(methods))
+    ax.set_ylabel("t2i R@1 on test (%)")
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(f"Label-free vs labelled choice — {label}", fontsize=10)
+    fig.tight_layout()
+    run.save_figure(fig, "label_free", caption=f"R@1 with 95% bootstrap intervals of both choices; {label}.",
+                    data=label, bank=["none", *lf_table["bank"]])   # "none": the raw band
+    plt.show()
 
 # %% [markdown]
 # **What to notice.** For each method, the green and blue points and whether their intervals overlap; then both
@@ -342,23 +421,28 @@ plt.show()
 # help ("criterion gain": the share of queries whose retrieval is mutual, minus that share under the raw scores).
 
 # %%
-piv = lf_table.pivot(index="method", columns="choice", values="R@1")
-pred = lf_table[lf_table["choice"] == "label-free"].set_index("method")
-nb.notice(
-    "Label-free against labelled R@1: " + "; ".join(
-        f"{m} {piv.loc[m, 'label-free']:.2f} vs {piv.loc[m, 'labelled']:.2f}" for m in piv.index) + ".",
-    "The label-free choice " + nb.changes({m: (raw_r1, piv.loc[m, "label-free"]) for m in piv.index}, "R@1 over raw") + ".",
-    "Predicted to help: " + ", ".join(f"{m} {'yes' if pred.loc[m, 'predicted to help'] else 'no'}" for m in pred.index) + ".",
-)
+if src.has_embeddings:
+    piv = lf_table.pivot(index="method", columns="choice", values="R@1")
+    pred = lf_table[lf_table["choice"] == "label-free"].set_index("method")
+    nb.notice(
+        "Label-free against labelled R@1: " + "; ".join(
+            f"{m} {piv.loc[m, 'label-free']:.2f} vs {piv.loc[m, 'labelled']:.2f}" for m in piv.index) + ".",
+        "The label-free choice " + nb.changes({m: (raw_r1, piv.loc[m, "label-free"]) for m in piv.index},
+                                              "R@1 over raw") + ".",
+        "Predicted to help: " + ", ".join(f"{m} {'yes' if pred.loc[m, 'predicted to help'] else 'no'}"
+                                          for m in pred.index) + ".",
+    )
 
 # %% tags=["nbval-check-output"]
-for m in methods:
-    a = lf_table[(lf_table["method"] == m) & (lf_table["choice"] == "label-free")].iloc[0]
-    b = lf_table[(lf_table["method"] == m) & (lf_table["choice"] == "labelled")].iloc[0]
-    nb.check(f"{m}: the label-free R@1 lies within the labelled choice's 95% interval", bool(b.lo <= a["R@1"] <= b.hi),
-             f"{a['R@1']:.2f} vs {b['R@1']:.2f} [{b.lo:.2f}, {b.hi:.2f}]")
-    nb.check(f"{m}: the benefit prediction matches the outcome", bool(a["predicted to help"] == (a["R@1"] > raw_r1)),
-             f"predicted {'help' if a['predicted to help'] else 'no help'}, R@1 {raw_r1:.2f} -> {a['R@1']:.2f}")
+if src.has_embeddings:
+    for m in methods:
+        a = lf_table[(lf_table["method"] == m) & (lf_table["choice"] == "label-free")].iloc[0]
+        b = lf_table[(lf_table["method"] == m) & (lf_table["choice"] == "labelled")].iloc[0]
+        nb.check(f"{m}: the label-free R@1 lies within the labelled choice's 95% interval",
+                 bool(b.lo <= a["R@1"] <= b.hi), f"{a['R@1']:.2f} vs {b['R@1']:.2f} [{b.lo:.2f}, {b.hi:.2f}]")
+        nb.check(f"{m}: the benefit prediction matches the outcome",
+                 bool(a["predicted to help"] == (a["R@1"] > raw_r1)),
+                 f"predicted {'help' if a['predicted to help'] else 'no help'}, R@1 {raw_r1:.2f} -> {a['R@1']:.2f}")
 
 # %% [markdown]
 # ## 4 · Over seeds and sets: the two reports
@@ -377,6 +461,7 @@ from hubnorm.experiments.reporting import project_root
 reports = (project_root() or Path(".")) / "benchmarks" / "reports"
 if (reports / "label_free.csv").exists() and (reports / "planted_hubs.csv").exists():
     rep_lf = pd.read_csv(reports / "label_free.csv")
+    rep_lf["set"] = rep_lf["set"].str.replace(" ", ":", n=1)   # each set as its source string: "synthetic:coco"
     nb.show(rep_lf, ["set", "direction", "method", "raw R@1", "label-free R@1 (mutual)", "labelled R@1",
                      "label-free - labelled", "paired 95% CI", "on grid edge", "predictor right",
                      "bank-only - labelled", "bank-only on grid edge"])
@@ -438,11 +523,13 @@ for real_label, rds in reals.items():
                                  statistic=lambda i: hn.recall_at_k(r_lf[i], 1) - hn.recall_at_k(r_lab[i], 1))
         real_lf_rows.append({"data": real_label, "method": name, "bank": rows_mark(rtask.query_bank, rtask.queries),
                              "raw R@1": real_raw[real_label][0],
-                             "label-free": pr.fmt_params(choice.best_params), "labelled": pr.fmt_params(sel.best_params),
+                             "label-free": pr.fmt_params(choice.best_params),
+                             "labelled": pr.fmt_params(sel.best_params),
                              "label-free R@1": hn.recall_at_k(r_lf, 1), "labelled R@1": hn.recall_at_k(r_lab, 1),
                              "difference": hn.recall_at_k(r_lf, 1) - hn.recall_at_k(r_lab, 1),
                              "difference lo": paired[0], "difference hi": paired[1],
-                             **dict(zip(("labelled lo", "labelled hi"), hn.bootstrap_ci(r_lab, n_boot=n_boot, seed=seed))),
+                             **dict(zip(("labelled lo", "labelled hi"),
+                                        hn.bootstrap_ci(r_lab, n_boot=n_boot, seed=seed))),
                              "criterion gain": choice.gain, "predicted to help": lf.predict_benefit(choice)})
     # section 2's attack at the largest budget
     real_n_plant[real_label] = min(n_planted, rtask.n_targets)   # the real galleries are small
@@ -459,8 +546,10 @@ if reals:
                    "raw and after each method; " + ", ".join(reals) + ".")
     run.save_table(real_lf, "real_label_free", caption="Label-free vs labelled choice on real sets, t2i R@1 on test, "
                    "difference with its paired 95% bootstrap interval; " + ", ".join(reals) + ".")
-    run.save_table(real_planted, "real_planted_hubs", caption="/".join(str(n) for n in sorted(set(real_n_plant.values())))
-                   + f" planted hubs ({construction}, budget {max(budgets):g}) in real galleries; " + ", ".join(reals) + ".")
+    run.save_table(real_planted, "real_planted_hubs",
+                   caption="/".join(str(n) for n in sorted(set(real_n_plant.values())))
+                   + f" planted hubs ({construction}, budget {max(budgets):g}) in real galleries; "
+                   + ", ".join(reals) + ".")
     nb.show(real_hubs, ["data", "image", "fair share"] + [f"N_{hub_k} {n}" for n in nk], digits=1)
     nb.show(real_lf, ["data", "method", "raw R@1", "label-free", "labelled", "label-free R@1", "labelled R@1",
                       "difference", "difference lo", "difference hi", "predicted to help"])
@@ -529,7 +618,10 @@ if reals:
                 f"comparisons (by {-min(real_lf['difference'].min(), 0):.2f} points at most), wins in {n_win} and "
                 f"ties in {len(real_lf) - n_lose - n_win}; the mean difference is {real_lf['difference'].mean():+.2f} "
                 "points.")
-nb.notice(*(sent or ["no real set is on this machine: section 5 shows nothing (see the NOTE above)."]))
+nb.notice(*(sent or ["no real set is on this machine: section 5 shows nothing (see the NOTE above)."
+                      if pr.real_sources(real_sources, source) else "no real set is asked for beside this source "
+                      "(`real_sources = [\"auto\"]` adds the cached releases to a synthetic: source only): section 5 "
+                      "shows nothing."]))
 for real_label, d in (real_lf.groupby("data", sort=False) if reals else []):
     raw_real = real_raw[real_label][0]
     for _, r in d.iterrows():
