@@ -114,12 +114,7 @@ def run_notebook_source(py_path: Path, parameters: Optional[dict] = None, *, cwd
     os.chdir(cwd or py_path.parent)
     try:
         for header, body in _cells(py_path.read_text(encoding="utf-8")):
-            try:
-                exec(compile(body, f"{py_path.name}:{header.strip() or 'cell'}", "exec"), ns)
-            except SystemExit as stop:   # hubnorm.experiments.score_studies.skip_rest: the rest of the notebook is skipped
-                if stop.code not in (0, None):
-                    raise
-                break
+            exec(compile(body, f"{py_path.name}:{header.strip() or 'cell'}", "exec"), ns)
             if '"parameters"' in header:
                 ns.update(parameters or {})
             plt.close("all")

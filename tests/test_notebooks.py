@@ -178,12 +178,12 @@ JOIN_PLUMBING = ("compare.side_by_side(", "compare.to_long(", ".merge(", "pr.run
 
 
 def _main_code(ipynb) -> str:
-    """The code of the main section: the code cells before '## Try this', without the sims: cell."""
+    """The code of the main section: the code cells before '## Try this'."""
     code = []
     for c in _read(ipynb).cells:
         if c.cell_type == "markdown" and "## Try this" in c.source:
             break
-        if c.cell_type == "code" and "score_studies.is_sims(" not in c.source:
+        if c.cell_type == "code":
             code.append(c.source)
     return "\n".join(code)
 
