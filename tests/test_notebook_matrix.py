@@ -141,6 +141,25 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
 
 
 @pytest.mark.slow
+def test_notebook_00_on_a_float32_sims_folder_checks_its_equations_to_float32_rounding(tmp_path, monkeypatch):
+    """Released matrices are often float32, which hubnorm reads in float32 (its fast path): notebook 00's check of
+    its numpy equations against the library holds to float32 rounding there (found by review: it asserted 1e-9)."""
+    from test_sims import write_example
+
+    write_example(tmp_path / "f32", dtype=np.float32)
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "error")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_notebook_source(REPO / "notebooks" / "00_hubness_from_scratch.py",
+                            {"source": f"sims:{tmp_path / 'f32'}", **FAST_PARAMS["00"]})
+    out = buf.getvalue()
+    for name in ("NNN", "IS", "SN"):
+        assert f"{name}: numpy offsets match hubnorm (max |difference|" in out and "<= 1e-05)" in out
+
+
+@pytest.mark.slow
 def test_notebook_09_plants_what_the_gallery_holds_and_says_so(folders, tmp_path, monkeypatch):
     """Issue 44: n_planted larger than the gallery planted the whole gallery and captioned the asked number."""
     kind = next(k for k in ALL_KINDS if k in folders)

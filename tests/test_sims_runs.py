@@ -102,6 +102,8 @@ def test_bank_subset_refuses_what_is_not_a_set_of_bank_rows(folder, test_only):
         task.bank_subset([])
     with pytest.raises(TypeError, match="rows must hold integers"):
         task.bank_subset([0.5, 1.0])
+    with pytest.raises(ValueError, match=r"rows must name each bank row once; got 2 repeated \(a sample with"):
+        task.bank_subset([3, 1, 3, 3])
     bare = pr.load_sims_run(f"sims:{test_only}").tasks["t2v"]
     with pytest.raises(ValueError, match="the t2v task has no query bank to cut"):
         bare.bank_subset([0])
@@ -134,9 +136,16 @@ def test_with_bank_fraction_of_score_matrices_takes_a_seeded_share_of_each_banks
     assert src.with_bank_fraction(1.0).all_tasks["t2i"] is src.all_tasks["t2i"]
     bare = pr.open_data(f"sims:{test_only}")
     assert bare.with_bank_fraction(0.5).all_tasks["t2i"] is bare.all_tasks["t2i"]   # the test queries serve, all
-    for bad in (0, 1.5, True, "0.5", None):
-        with pytest.raises(ValueError, match=re.escape(f"fraction must be a number in (0, 1]; got {bad!r}")):
+    for bad, error in ((0, ValueError), (1.5, ValueError), (np.float32(-0.5), ValueError), (True, TypeError),
+                       ("0.5", TypeError), (None, TypeError)):
+        with pytest.raises(error, match=re.escape(f"fraction must be a number in (0, 1]; got {bad!r}")):
             src.with_bank_fraction(bad)
+    assert src.with_bank_fraction(np.float32(0.5)).all_tasks["t2i"].size("query_bank") == round(0.5 * n["t2i"])
+    for cut in (part, src.with_query_bank_fraction(0.5)):   # a share is taken once, of open_data's bank
+        for again in (cut.with_bank_fraction, cut.with_query_bank_fraction):
+            with pytest.raises(ValueError, match="this RunData's bank is already a share of the source's; call it on "
+                                                 "the RunData that open_data returned"):
+                again(0.5)
 
 
 # ---------------------------------------------------------------------------------------------- the folder
@@ -216,5 +225,21 @@ def test_matrix_of_a_task_of_embeddings_is_their_product_and_equals_the_stored_o
     with pytest.raises(ValueError, match=r"this task has no 'query_bank' embeddings; it holds "
                                          r"\['queries', 'targets'\]"):
         RetrievalTask(q, t, pos, direction="t2v").matrix("query_bank", "targets")
-    with pytest.raises(ValueError, match="this task has no 'bank' embeddings"):
-        emb.matrix("bank", "targets")
+    for task in (emb, scores):
+        with pytest.raises(ValueError, match=r"^a task holds the inputs queries, targets, query_bank, target_bank; "
+                                             r"got 'bank'$"):
+            task.matrix("bank", "targets")
+
+
+def test_bank_subset_of_a_task_whose_matrices_hold_the_bank_on_their_columns(folder):
+    """A task built by hand with (targets, query_bank) and (target_bank, query_bank) keys is cut on its columns."""
+    path, data = folder
+    stored = pr.load_sims_run(f"sims:{path}").tasks["t2v"]
+    flipped = {}
+    for (r, c), m in stored.engine.matrices.items():
+        flipped[(c, r) if r == "query_bank" else (r, c)] = m.T if r == "query_bank" else m
+    task = RetrievalTask(scores=flipped, positives=stored.positives, direction="t2v")
+    rows = np.array([2, 9, 30, 14])
+    for name in ("is", "dbsn"):
+        assert _metrics(task.bank_subset(rows), name, PARAMS[name]) == \
+            pytest.approx(_oracle(data, "t2v", name, PARAMS[name], rows), abs=TOL)

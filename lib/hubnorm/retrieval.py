@@ -249,10 +249,13 @@ class RetrievalTask:
         """The score matrix ``rows x cols`` (``"queries"``, ``"targets"``, ``"query_bank"``, ``"target_bank"``), read
         block by block when used: of a task given as scores, the stored matrix (read transposed when given as
         ``cols x rows``); of a task of embeddings, their product (:class:`~hubnorm.matrices.ProductScores`)."""
+        for name in (rows, cols):
+            if name not in _INPUTS:
+                raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
         if self.engine is not None:
             return self.engine.matrix(rows, cols)
         for name in (rows, cols):
-            if name not in _INPUTS or getattr(self, name) is None:
+            if getattr(self, name) is None:
                 raise ValueError(f"this task has no {name!r} embeddings; it holds "
                                  f"{[n for n in _INPUTS if getattr(self, n) is not None]}")
         return ProductScores(getattr(self, rows), getattr(self, cols), f"{rows} x {cols} scores")
@@ -291,14 +294,18 @@ class RetrievalTask:
         return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints))
 
     def bank_subset(self, rows: ArrayLike) -> "RetrievalTask":
-        """This task with its query bank cut to the bank rows ``rows`` (any order; read in sorted order): for
-        embeddings, those rows of ``query_bank``; for score matrices, those rows of every matrix with the query bank
+        """This task with its query bank cut to the bank rows ``rows`` (each once, any order; kept in sorted order):
+        for embeddings, those rows of ``query_bank``; for score matrices, those rows of every matrix with the query bank
         on an axis (a stored matrix reads only them). The same rows give the same task of either kind."""
         n_bank = self.size("query_bank")
         if not n_bank:
             raise ValueError(f"the {self.direction} task has no query bank to cut (for score matrices: the "
                              "bank x gallery scores, manifest role 'bank_rows' or 'bank_cols')")
-        rows = np.unique(_as_index_array(rows, "rows"))
+        given = _as_index_array(rows, "rows")
+        rows = np.unique(given)
+        if rows.size < given.size:
+            raise ValueError(f"rows must name each bank row once; got {given.size - rows.size} repeated (a sample with "
+                             "replacement cannot be a bank: draw without replacement)")
         if rows[-1] >= n_bank:
             raise ValueError(f"rows must be bank rows in [0, {n_bank}); got row {rows[-1]}")
         if self.engine is None:

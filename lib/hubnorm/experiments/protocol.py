@@ -16,6 +16,7 @@ them; :func:`cross_dataset_source` never pairs real embeddings with a synthetic 
 from __future__ import annotations
 
 import time
+import numbers
 from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -231,11 +232,20 @@ class RunData:
             return None
         return make_tasks(self.ds.split(split), self.bank, directions=self.directions)
 
+    def _uncut(self, what: str) -> None:
+        """Shares are taken of the bank open_data gave, once (a share of a share would be named wrongly)."""
+        if self.query_bank_fraction != 1 or (self.ds is None and self.bank_fraction != 1):
+            raise ValueError(f"{what}: this RunData's bank is already a share of the source's; call it on the "
+                             "RunData that open_data returned")
+
     def with_bank_fraction(self, fraction: float, seed: int = 0) -> "RunData":
         """The same test tasks with a seeded ``fraction`` of the bank: for embeddings, that share of the training
-        images with their captions (:func:`reference_split`, as ``open_data(bank_fraction=fraction)``); for score
-        matrices, that share of each direction's bank rows (:meth:`with_query_bank_fraction`)."""
-        _check_fraction("fraction", fraction)
+        images with their captions, both banks at once (:func:`reference_split`, as
+        ``open_data(bank_fraction=fraction)`` without its small-bank NOTE); for score matrices, that share of each
+        direction's bank rows, the folder's query banks (:meth:`with_query_bank_fraction`). Taken once, of the bank
+        ``open_data`` gave."""
+        fraction = _check_fraction("fraction", fraction)
+        self._uncut("with_bank_fraction")
         if self.ds is None:
             return self.with_query_bank_fraction(fraction, seed)
         bank = reference_split(self.ds, "train", fraction, seed=seed, note_small=False)
@@ -247,7 +257,8 @@ class RunData:
         (:meth:`RetrievalTask.bank_subset`). The draws are those of :meth:`EmbeddingDataset.tasks`
         (``query_bank_fraction``): one seeded generator, t2i first. A direction whose test queries serve as the bank
         keeps them all."""
-        _check_fraction("fraction", fraction)
+        fraction = _check_fraction("fraction", fraction)
+        self._uncut("with_query_bank_fraction")
         if fraction == 1:
             return self
         rng, tasks = np.random.default_rng(seed), {}
@@ -267,9 +278,12 @@ class RunData:
         return self.ds is not None
 
 
-def _check_fraction(name: str, fraction) -> None:
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+def _check_fraction(name: str, fraction) -> float:
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+        raise TypeError(f"{name} must be a number in (0, 1]; got {fraction!r}")
+    if not 0 < fraction <= 1:
         raise ValueError(f"{name} must be a number in (0, 1]; got {fraction!r}")
+    return float(fraction)
 
 
 def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fraction: float = 1.0, seed: int = 0,
