@@ -78,7 +78,7 @@ run = nb.setup("01", seed=seed, dtype=dtype, params=globals(), reproduces=REPROD
 # **Any source.** The tasks below are the test split against the reference bank, as embeddings or, with
 # `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's own bank rows). Every
 # cell runs on both. A folder of scores has no held-out split, so no hyperparameter is chosen there: every method
-# runs at fixed parameters (the papers' defaults, named in a NOTE); DN, DSL and the cross-dataset bank need
+# runs at fixed parameters (this notebook's, named in a NOTE); DN, DSL and the cross-dataset bank need
 # embeddings and say so in a NOTE.
 
 # %% [markdown]
@@ -138,7 +138,7 @@ if cross_source:
 # log-spaced grid of the two inverse temperatures for DualIS. With `fast=True` (the default profile) the grids are
 # reduced to the values below and DualDIS reuses DualIS's choice (the paper finds the two alike); `fast=False` uses
 # `hubnorm.PAPER_GRIDS`. Without a held-out split (a `sims:` folder) nothing is chosen: every method runs at the
-# fixed parameters `FIXED` (the papers' defaults, limited by the bank where it is smaller; a NOTE names them), and the
+# fixed parameters `FIXED` (this notebook's, limited by the bank where it is smaller; a NOTE names them), and the
 # `chosen` column says "fixed". DN needs the bank means of embeddings: a folder of scores leaves it out (a NOTE).
 
 # %%
@@ -164,7 +164,7 @@ if val_tasks is not None:
                                      extra={"setting": in_setting})
 else:   # no held-out split: no grid is searched, each method keeps its fixed parameters
     pr.note("no held-out split in a sims: folder, so no hyperparameter is selected: every method runs at fixed "
-            "parameters (the papers' defaults): " + "; ".join(f"{hn.DISPLAY_NAMES[m]} {pr.fmt_params(p)}"
+            "parameters (this notebook's): " + "; ".join(f"{hn.DISPLAY_NAMES[m]} {pr.fmt_params(p)}"
                                                            for m, p in FIXED.items() if m != "dsl"))  # DSL: section 8
     parts = []
     for d in directions:   # k limited by this direction's bank (a NOTE when it is cut)
@@ -426,7 +426,8 @@ for real_label, rds in reals.items():  # the steps of sections 1-3, on each real
                                       names=hn.DISPLAY_NAMES)
     real_gains.append(compare.gains(joined, raw="Original").assign(**{"test images": rds.split("test").n_images}))
 all_gains = pd.concat(real_gains, ignore_index=True)
-run.save_gains(all_gains, caption="R@1 gain over the raw scores per method and data (synthetic and real), beside "
+run.save_gains(all_gains, caption="R@1 gain over the raw scores per method and data "
+               f"({'synthetic and real' if reals else 'this run'}), beside "
                "the published gain (NNN paper Tables A6/A7; for a real set, its nearest published data set).")
 in_distribution = all_gains["setting"] != (cross_setting if cross_source else None)  # not the cross-dataset rows
 if reals:

@@ -39,7 +39,7 @@
 # the largest $k$ is a large share of the bank.
 
 # %% tags=["parameters"]
-source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: what they give, then a NOTE)
+source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: the cells run on them; the embeddings-only ones say so in a NOTE)
 synthetic_sizes: dict = {"n_train_images": 5000}  # sizes -- sizes for the synthetic generator only (ignored for real data)
 source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
 model: str = "auto"  # 'auto' | published nnn model -- published rows of Tables A3/A4: "auto" follows the embeddings, or a published name

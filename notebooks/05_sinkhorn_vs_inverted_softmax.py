@@ -451,7 +451,8 @@ for real_label, rds in reals.items():   # the calls above on each real set
     g = compare.gains(joined, raw="raw")
     real_gains_a7.append(g[g["setting"].str.startswith("Bq=")])   # the query-agnostic rows
 all_gains = pd.concat([gains_qa, gains_a7, *real_gains_qa, *real_gains_a7], ignore_index=True)
-run.save_gains(all_gains, caption="R@1 gain over the raw scores per method, bank and data (synthetic and real), "
+run.save_gains(all_gains, caption="R@1 gain over the raw scores per method, bank and data "
+               f"({'synthetic and real' if reals else 'this run'}), "
                "beside the published gain (DBSN paper Table 2 query-aware, Table 4 / A7 query-agnostic; for a real "
                "set, its nearest published data set).")
 if reals:
@@ -620,8 +621,11 @@ def sinkhorn_iterations_by_fits(task, methods, *, tau, iterations, converged, to
 iteration_study = studies.sinkhorn_iterations if src.has_embeddings else sinkhorn_iterations_by_fits
 it = iteration_study(t2i_qa, ["sn"], tau=sn_tau, iterations=iterations, converged=converged_max,
                      tol=converged_tol, query_aware=True, fixed=cache).assign(bank="test queries (query-aware)")
-if not fast and train_iteration_methods and train_split in bank_tasks:
-    it2 = iteration_study(bank_tasks[train_split], train_iteration_methods, tau=sn_tau, iterations=[10],
+train_methods = [] if fast or train_split not in bank_tasks else [   # on score matrices: those the folder can fit
+    m for m in train_iteration_methods
+    if src.has_embeddings or fit_bank(bank_tasks[train_split], m, {"tau": sn_tau}, train_split)]
+if train_methods:
+    it2 = iteration_study(bank_tasks[train_split], train_methods, tau=sn_tau, iterations=[10],
                           converged=converged_max, tol=converged_tol,
                           fixed=cache).assign(bank=f"{BANK_WORDS[train_split]} banks")
     it = pd.concat([it, it2], ignore_index=True)
