@@ -102,7 +102,8 @@ def test_bank_subset_refuses_what_is_not_a_set_of_bank_rows(folder, test_only):
         task.bank_subset([])
     with pytest.raises(TypeError, match="rows must hold integers"):
         task.bank_subset([0.5, 1.0])
-    with pytest.raises(ValueError, match=r"rows must name each bank row once; got 2 repeated \(a sample with"):
+    with pytest.raises(ValueError, match=r"^rows must name each bank row once; got 2 repeated \(a sample with "
+                                         r"replacement cannot be a bank: draw without replacement\)$"):
         task.bank_subset([3, 1, 3, 3])
     bare = pr.load_sims_run(f"sims:{test_only}").tasks["t2v"]
     with pytest.raises(ValueError, match="the t2v task has no query bank to cut"):
@@ -203,13 +204,15 @@ def test_with_query_bank_fraction_of_embeddings_draws_what_the_dataset_draws():
 
 
 def test_run_data_says_whether_its_data_are_synthetic(folder, tmp_path):
-    assert pr.open_data(f"sims:{folder[0]}").synthetic is True
+    src = pr.open_data(f"sims:{folder[0]}")
+    assert src.synthetic is True and src.source == f"sims:{folder[0]}" and src.label == LABEL
     caps, items, c2i, _, _ = folder[1]
     write_sims(tmp_path / "real", {"test": caps @ items.T}, modalities=("text", "video"), dataset="x", synthetic=False,
                labels=c2i)
     assert pr.open_data(f"sims:{tmp_path / 'real'}").synthetic is False
     sizes = {"n_train_images": 20, "n_test_images": 10, "n_val_images": 0}
-    assert pr.open_data("synthetic:coco", synthetic_sizes=sizes, ensure_val=False).synthetic is True
+    emb = pr.open_data("synthetic:coco", synthetic_sizes=sizes, ensure_val=False)
+    assert emb.synthetic is True and emb.source == "synthetic:coco" and emb.label == pr.run_label(emb.ds)
 
 
 def test_matrix_of_a_task_of_embeddings_is_their_product_and_equals_the_stored_one(folder):
@@ -219,7 +222,7 @@ def test_matrix_of_a_task_of_embeddings_is_their_product_and_equals_the_stored_o
     scores = pr.load_sims_run(f"sims:{path}").tasks["t2v"]
     for rows, cols in (("queries", "targets"), ("query_bank", "targets"), ("query_bank", "target_bank")):
         a, b = emb.matrix(rows, cols), scores.matrix(rows, cols)
-        assert a.shape == b.shape
+        assert a.shape == b.shape and a.label == f"{rows} x {cols} scores"   # how a read error names it
         np.testing.assert_allclose(a.block(0, a.shape[0], 0, a.shape[1], torch.float64).numpy(),
                                    b.block(0, b.shape[0], 0, b.shape[1], torch.float64).numpy(), rtol=0, atol=TOL)
     with pytest.raises(ValueError, match=r"this task has no 'query_bank' embeddings; it holds "
@@ -243,3 +246,19 @@ def test_bank_subset_of_a_task_whose_matrices_hold_the_bank_on_their_columns(fol
     for name in ("is", "dbsn"):
         assert _metrics(task.bank_subset(rows), name, PARAMS[name]) == \
             pytest.approx(_oracle(data, "t2v", name, PARAMS[name], rows), abs=TOL)
+
+
+def test_shares_default_to_seed_0_name_their_call_and_name_the_t2i_bank_by_default(folder):
+    """Found by mutation testing of protocol: the default seed, the refused call's name and bank_name's default."""
+    src = pr.open_data(f"sims:{folder[0]}")
+    n = src.all_tasks["t2i"].size("query_bank")
+    rows = np.random.default_rng(0).choice(n, round(0.25 * n), replace=False)
+    for part in (src.with_bank_fraction(0.25), src.with_query_bank_fraction(0.25)):
+        assert _metrics(part.all_tasks["t2i"], "is", PARAMS["is"]) == \
+            pytest.approx(_oracle(folder[1], "t2v", "is", PARAMS["is"], rows), abs=TOL)
+        for name in ("with_bank_fraction", "with_query_bank_fraction"):
+            with pytest.raises(ValueError, match=f"^{name}: this RunData's bank is already a share"):
+                getattr(part, name)(0.5)
+    sizes = {"n_train_images": 30, "n_test_images": 20, "n_val_images": 0}
+    emb = pr.open_data("synthetic:flickr30k", synthetic_sizes=sizes, ensure_val=False).with_query_bank_fraction(0.5)
+    assert emb.bank_name() == emb.bank_name("t2i") == "reference bank (100% of train; 50% of its captions as queries)"
