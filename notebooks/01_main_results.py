@@ -126,9 +126,6 @@ if ds is not None:
 else:
     print("reference bank: " + "; ".join(f"{d}: {src.bank_name(d)}, {test_tasks[d].size('query_bank')} queries"
                                          for d in directions))
-    if any(test_tasks[d].direction != d for d in directions):
-        pr.note("directions " + ", ".join(f"{d} = {test_tasks[d].direction}" for d in directions)
-                + " (this notebook's names for the folder's text-query and item-query directions)")
 if cross_source:
     print(f"cross-dataset bank: {pr.run_label(cross)}, {cross_bank.n_images} images / {cross_bank.n_captions} captions")
 

@@ -879,6 +879,10 @@ def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "NOTE: bank_fraction = 0.2 is not applied to a sims: folder" in out
     assert "no bank x gallery scores for this direction" in out and "i2t:" in out and "t2i: the folder" not in out
+    assert ("NOTE: directions t2i = t2v, i2t = v2t (the notebook's names for the folder's text-query and item-query "
+            "directions; tables and figures use the notebook's)") in out   # said once, by open_data
+    ex.open_data(f"sims:{tmp_path / 'f'}", directions=["i2t"])
+    assert "NOTE: directions i2t = v2t (" in capsys.readouterr().out
     assert not src.has_embeddings and src.ds is None and src.test is None and src.bank is None
     t2i, i2t = src.all_tasks["t2i"], src.all_tasks["i2t"]
     assert (t2i.direction, i2t.direction) == ("t2v", "v2t") and t2i.kind == "scores"

@@ -306,6 +306,9 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
         if bank_fraction != 1:
             note(f"bank_fraction = {bank_fraction} is not applied to a sims: folder: its bank is the folder's own bank "
                  "rows (all of them)")
+        if any(sims.alias[d] != d for d in directions):   # e.g. a text-video folder: t2v, v2t
+            note("directions " + ", ".join(f"{d} = {sims.alias[d]}" for d in directions) + " (the notebook's names "
+                 "for the folder's text-query and item-query directions; tables and figures use the notebook's)")
         tasks, test_as_bank = {}, []
         for d in DIRECTIONS:
             task = sims.tasks[sims.alias[d]]
