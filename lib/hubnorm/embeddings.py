@@ -121,16 +121,14 @@ class EmbeddingDataset:
         if isinstance(query_bank_fraction, bool) or not isinstance(query_bank_fraction, (int, float)) \
                 or not 0 < query_bank_fraction <= 1:
             raise ValueError(f"query_bank_fraction must be a number in (0, 1]; got {query_bank_fraction!r}")
-        tasks = {}
-        rng = np.random.default_rng(seed)
-        for d in directions:
-            qb, tb = (caption_bank, image_bank) if d == "t2i" else (image_bank, caption_bank)
-            if query_bank_fraction < 1:
-                size = max(1, int(round(query_bank_fraction * len(qb))))
-                qb = qb[np.sort(rng.choice(len(qb), size, replace=False))]
-            cb, ib = (qb, tb) if d == "t2i" else (tb, qb)
-            tasks.update(build_tasks(test.images, test.captions, test.caption_to_image, image_bank=ib,
-                                     caption_bank=cb, directions=(d,), meta={**meta, "query_bank_fraction": query_bank_fraction}))
+        tasks = build_tasks(test.images, test.captions, test.caption_to_image, image_bank=image_bank,
+                            caption_bank=caption_bank, directions=directions,
+                            meta={**meta, "query_bank_fraction": query_bank_fraction})
+        if query_bank_fraction < 1:   # one seeded generator, in the order of the directions
+            rng = np.random.default_rng(seed)
+            for d, task in tasks.items():
+                n = task.size("query_bank")
+                tasks[d] = task.bank_subset(rng.choice(n, max(1, int(round(query_bank_fraction * n))), replace=False))
         return tasks
 
 
