@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -415,10 +416,11 @@ def test_split_by_images_does_not_change_the_callers_meta():
     assert meta == {"model": "m"}
 
 
-@pytest.mark.parametrize("bad", [0, 1, 0.0, 1.0, -0.2, 1.5, True, False, "0.5", None])
+@pytest.mark.parametrize("bad", [0, 1, 0.0, 1.0, -0.2, 1.5, np.float32(1.0), True, False, "0.5", None])
 def test_split_by_images_test_fraction_checks(bad):
-    with pytest.raises(ValueError, match=r"test_fraction must be a number in \(0, 1\) \(the share of images in the "
-                                         rf"test split\); got {bad!r}"):
+    error = ValueError if isinstance(bad, (int, float, np.floating)) and not isinstance(bad, bool) else TypeError
+    with pytest.raises(error, match=r"^test_fraction \(the share of images in the test split\) must be a number in "
+                                    rf"\(0, 1\); got {re.escape(repr(bad))}$"):
         split_by_images(_full(), name="x", test_fraction=bad)
 
 

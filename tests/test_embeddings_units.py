@@ -198,7 +198,8 @@ def test_tasks_keep_at_least_one_bank_row():
 
 @pytest.mark.parametrize("bad", [0, 0.0, -0.5, 1.5, 2, True, False, "0.5", None])
 def test_tasks_refuse_a_fraction_outside_0_1(bad):
-    with pytest.raises(ValueError, match=r"query_bank_fraction must be a number in \(0, 1\]; got " + repr(bad)):
+    error = TypeError if isinstance(bad, (bool, str, type(None))) else ValueError
+    with pytest.raises(error, match=r"query_bank_fraction must be a number in \(0, 1\]; got " + repr(bad)):
         _dataset().tasks(query_bank_fraction=bad)
 
 

@@ -517,8 +517,11 @@ def test_cross_dataset_source_auto_and_explicit(capsys):
 # ------------------------------------------------------------------------------------------------ banks and tasks
 @pytest.mark.parametrize("bad", [True, False, 0, 0.0, -0.5, 1.0001, 2, "0.5", None])
 def test_reference_split_refuses_a_fraction_outside_0_1(bad, ds):
-    with pytest.raises(ValueError, match=rf"^fraction must be a number in \(0, 1\]; got {re_list([bad])[2:-2]}$"):
+    error = TypeError if isinstance(bad, (bool, str, type(None))) else ValueError
+    with pytest.raises(error, match=rf"^fraction must be a number in \(0, 1\]; got {re_list([bad])[2:-2]}$"):
         ex.reference_split(ds, "train", bad)
+    with pytest.raises(error, match=rf"^bank_fraction must be a number in \(0, 1\]; got {re_list([bad])[2:-2]}$"):
+        ex.open_data("synthetic:flickr30k", bank_fraction=bad)   # refused before any loading
 
 
 def test_reference_split_draws_round_fraction_of_the_images_with_their_captions(ds, capsys):

@@ -164,6 +164,17 @@ def check_finite_float(value, name: str, *, minimum: Optional[float] = None) -> 
     return value
 
 
+def check_fraction(value, name: str, *, below_one: bool = False) -> float:
+    """A share in (0, 1] (``below_one``: in (0, 1), where both parts must keep something): a number, not a bool."""
+    interval = "(0, 1)" if below_one else "(0, 1]"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number in {interval}; got {value!r}")
+    share = float(value)
+    if not (0 < share < 1 if below_one else 0 < share <= 1):
+        raise ValueError(f"{name} must be a number in {interval}; got {value!r}")
+    return share
+
+
 def check_chunk_size(value, name: str = "chunk_size") -> Optional[int]:
     if value is None:
         return None

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .retrieval import RetrievalTask, build_tasks
+from ._validation import check_fraction
+from .retrieval import RetrievalTask, build_tasks, query_bank_share
 
 __all__ = ["EmbeddingSplit", "EmbeddingDataset", "CAPTION_EXTRA"]
 
@@ -118,18 +119,11 @@ class EmbeddingDataset:
             return build_tasks(test.images, test.captions, test.caption_to_image, directions=directions, meta=meta)
         ref = self.split(bank)
         caption_bank, image_bank = ref.captions, ref.images
-        if isinstance(query_bank_fraction, bool) or not isinstance(query_bank_fraction, (int, float)) \
-                or not 0 < query_bank_fraction <= 1:
-            raise ValueError(f"query_bank_fraction must be a number in (0, 1]; got {query_bank_fraction!r}")
+        query_bank_fraction = check_fraction(query_bank_fraction, "query_bank_fraction")
         tasks = build_tasks(test.images, test.captions, test.caption_to_image, image_bank=image_bank,
                             caption_bank=caption_bank, directions=directions,
                             meta={**meta, "query_bank_fraction": query_bank_fraction})
-        if query_bank_fraction < 1:   # one seeded generator, in the order of the directions
-            rng = np.random.default_rng(seed)
-            for d, task in tasks.items():
-                n = task.size("query_bank")
-                tasks[d] = task.bank_subset(rng.choice(n, max(1, int(round(query_bank_fraction * n))), replace=False))
-        return tasks
+        return query_bank_share(tasks, query_bank_fraction, seed)
 
 
 def validation_size(n_train: int, n_test: int) -> int:

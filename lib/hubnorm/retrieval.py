@@ -21,7 +21,7 @@ from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._validation import ArrayLike, as_embeddings, check_chunk_size
+from ._validation import ArrayLike, as_embeddings, check_chunk_size, check_fraction
 from .blocks import Embeddings
 from .engine import LocalEngine
 from .kernels import block_rows, iter_blocks
@@ -413,6 +413,36 @@ def fit_scores(normalizer, engine: LocalEngine):
         return normalizer.fit_engine(engine)
     finally:
         engine.release()   # the matrices read into memory for this fit
+
+
+def fraction_size(fraction: float, n_rows: int) -> int:
+    """Rows in a ``fraction`` of ``n_rows`` rows: all of them for a fraction of 1, else ``round(fraction * n_rows)``
+    and at least one."""
+    return int(n_rows) if fraction >= 1 else max(1, int(round(fraction * n_rows)))
+
+
+def share_rows(n_rows: int, fraction: float, seed=0) -> np.ndarray:
+    """The sorted indices of a seeded ``fraction`` of ``n_rows`` rows (:func:`fraction_size` of them, drawn without
+    replacement by ``default_rng(seed)``; ``seed`` may be a running ``numpy.random.Generator``; a fraction of 1 keeps
+    every row and draws nothing). The one draw of every share: a bank's images, its query bank, a study's rows."""
+    fraction = check_fraction(fraction, "fraction")
+    if fraction == 1:
+        return np.arange(int(n_rows))
+    return np.sort(np.random.default_rng(seed).choice(int(n_rows), fraction_size(fraction, n_rows), replace=False))
+
+
+def query_bank_share(tasks: Mapping[str, RetrievalTask], fraction: float, seed: int = 0, *,
+                     keep: Sequence[str] = ()) -> Dict[str, RetrievalTask]:
+    """The ``tasks`` with a seeded ``fraction`` of each one's query bank (:meth:`RetrievalTask.bank_subset`; at
+    least one row; the target banks stay whole): one generator (``default_rng(seed)``) draws the rows, in the order
+    of ``tasks``; a direction named in ``keep`` stays whole and draws nothing. The one draw of a query-bank share
+    (:meth:`hubnorm.EmbeddingDataset.tasks`, ``RunData.with_query_bank_fraction``)."""
+    fraction = check_fraction(fraction, "fraction")
+    rng, out = np.random.default_rng(seed), {}
+    for d, task in tasks.items():
+        keep_all = fraction == 1 or d in keep
+        out[d] = task if keep_all else task.bank_subset(share_rows(task.size("query_bank"), fraction, rng))
+    return out
 
 
 def build_tasks(

@@ -36,6 +36,7 @@ from typing import List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .._validation import check_fraction
 from ..embeddings import EmbeddingDataset, EmbeddingSplit, hold_out_val
 from .paths import PathLike
 
@@ -231,9 +232,8 @@ def split_by_images(full: EmbeddingSplit, *, name: str, meta: Optional[dict] = N
     captions) gives ``"test"`` (``test_fraction`` of them) and ``"train"``; ``val=True`` then holds ``"val"`` out
     of ``"train"`` (:func:`hubnorm.embeddings.hold_out_val`). Returns a ``source="real"`` dataset whose ``meta``
     adds ``test_fraction``, ``seed``, ``n_images`` and ``n_captions`` (of ``full``) to ``meta``."""
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be a number in (0, 1) (the share of images in the test split); "
-                         f"got {test_fraction!r}")
+    test_fraction = check_fraction(test_fraction, "test_fraction (the share of images in the test split)",
+                                   below_one=True)
     n = full.n_images
     n_test = int(round(test_fraction * n))
     if not 0 < n_test < n:

@@ -16,14 +16,13 @@ them; :func:`cross_dataset_source` never pairs real embeddings with a synthetic 
 from __future__ import annotations
 
 import time
-import numbers
 from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
 
-from .._validation import unit_rows
+from .._validation import check_fraction, unit_rows
 from ..data.registry import cross_dataset
 from ..data.sources import source_kind
 from ..datasets import load_embeddings
@@ -34,7 +33,7 @@ from ..normalizers.base import EXECUTION_OPTIONS
 from ..progress import progress
 from ..provenance import NO_BANK
 from ..registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
-from ..retrieval import DIRECTIONS, RetrievalTask, build_tasks
+from ..retrieval import DIRECTIONS, RetrievalTask, build_tasks, query_bank_share, share_rows
 from ..selection import PAPER_GRIDS, grid_search, k_limit
 from ..synthetic import PRESETS
 
@@ -244,7 +243,7 @@ class RunData:
         ``open_data(bank_fraction=fraction)`` without its small-bank NOTE); for score matrices, that share of each
         direction's bank rows, the folder's query banks (:meth:`with_query_bank_fraction`). Taken once, of the bank
         ``open_data`` gave."""
-        fraction = _check_fraction("fraction", fraction)
+        fraction = check_fraction(fraction, "fraction")
         self._uncut("with_bank_fraction")
         if self.ds is None:
             return self.with_query_bank_fraction(fraction, seed)
@@ -257,18 +256,12 @@ class RunData:
         (:meth:`RetrievalTask.bank_subset`). The draws are those of :meth:`EmbeddingDataset.tasks`
         (``query_bank_fraction``): one seeded generator, t2i first. A direction whose test queries serve as the bank
         keeps them all."""
-        fraction = _check_fraction("fraction", fraction)
+        fraction = check_fraction(fraction, "fraction")
         self._uncut("with_query_bank_fraction")
         if fraction == 1:
             return self
-        rng, tasks = np.random.default_rng(seed), {}
-        for d, task in self.all_tasks.items():
-            if d in self.test_as_bank:
-                tasks[d] = task
-                continue
-            n_bank = task.size("query_bank")
-            tasks[d] = task.bank_subset(rng.choice(n_bank, max(1, int(round(float(fraction) * n_bank))), replace=False))
-        return replace(self, all_tasks=tasks, query_bank_fraction=float(fraction))
+        tasks = query_bank_share(self.all_tasks, fraction, seed, keep=self.test_as_bank)
+        return replace(self, all_tasks=tasks, query_bank_fraction=fraction)
 
     def needs_embeddings(self, what: str) -> bool:
         """True for a run on embeddings; for score matrices prints one NOTE naming ``what`` needs embeddings and
@@ -276,14 +269,6 @@ class RunData:
         if self.ds is None:
             note(f"{what} needs embeddings; {self.source} holds score matrices only, so it is not shown")
         return self.ds is not None
-
-
-def _check_fraction(name: str, fraction) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
-        raise TypeError(f"{name} must be a number in (0, 1]; got {fraction!r}")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"{name} must be a number in (0, 1]; got {fraction!r}")
-    return float(fraction)
 
 
 def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fraction: float = 1.0, seed: int = 0,
@@ -299,6 +284,7 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
         raise ValueError(f"directions must be a non-empty list of {list(DIRECTIONS)} (t2i: the text-query direction of "
                          f"any source, i2t the other); got {directions!r}")
     directions = tuple(directions)
+    bank_fraction = check_fraction(bank_fraction, "bank_fraction")
     if source_kind(source)[0].holds == "scores":
         if source_kwargs:
             raise ValueError(f"source_kwargs apply to embeddings sources, not to a sims: folder; got {source_kwargs!r}")
@@ -612,12 +598,8 @@ def reference_split(ds: EmbeddingDataset, split: str = "train", fraction: float 
     (``note_small=False``: no note, for a loop over the banks of a small real set whose size the notebook states
     once)."""
     s = ds.split(split)
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
-    if fraction < 1:
-        n = max(1, int(round(fraction * s.n_images)))
-        idx = np.sort(np.random.default_rng(seed).choice(s.n_images, n, replace=False))
-        s = s.subset_images(idx)
+    if check_fraction(fraction, "fraction") < 1:
+        s = s.subset_images(share_rows(s.n_images, fraction, seed))
     if note_small and s.n_images < SMALL_BANK:
         note(f"the reference bank has only {s.n_images} images / {s.n_captions} captions "
              f"({fraction:.0%} of '{split}'): hubness estimates from so small a bank are noisy, and k is "

@@ -14,12 +14,12 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .._validation import as_embeddings, check_positive_int
+from .._validation import as_embeddings, check_fraction, check_positive_int
 from ..evaluation import evaluate
 from ..hubness import hubness, hubness_stats, k_occurrence
 from ..normalizers.base import EXECUTION_OPTIONS
 from ..registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
-from ..retrieval import RetrievalTask
+from ..retrieval import RetrievalTask, fraction_size, share_rows
 from ..selection import k_limit
 from .protocol import note
 from ..sweeps import iteration_table
@@ -28,17 +28,12 @@ __all__ = ["distinct_fractions", "subsample_rows", "sinkhorn_iterations",
            "occurrence_frame", "occurrence_stats", "SHIFT_SIDES", "shifted_rows", "shift_study", "stops_helping"]
 
 
-def fraction_size(fraction: float, n_rows: int) -> int:
-    """Rows kept by :func:`subsample_rows` (and :func:`hubnorm.experiments.protocol.reference_split`): all of them for a
-    fraction of 1, else ``round(fraction * n_rows)`` clamped to at least one row."""
-    return int(n_rows) if fraction >= 1 else max(1, int(round(fraction * n_rows)))
-
-
 def distinct_fractions(fractions: Sequence[float], n_rows: int, *, what: str = "fraction",
                        unit: str = "row") -> List[float]:
     """The ``fractions`` that give distinct subsample sizes of ``n_rows`` rows, in the given order: a fraction whose
-    size (:func:`fraction_size`, clamped to at least one row) equals that of an earlier one is dropped with a
-    NOTE naming both, so two clamped values are never run, plotted or compared as if they were different."""
+    size (:func:`hubnorm.retrieval.fraction_size`, clamped to at least one row) equals that of an earlier one is
+    dropped with a NOTE naming both, so two clamped values are never run, plotted or compared as if they were
+    different."""
     kept, size_of = [], {}
     for f in fractions:
         size = fraction_size(f, n_rows)
@@ -54,13 +49,9 @@ def distinct_fractions(fractions: Sequence[float], n_rows: int, *, what: str = "
 
 
 def subsample_rows(x: np.ndarray, fraction: float, seed: int = 0) -> np.ndarray:
-    """A seeded random ``fraction`` of the rows of ``x`` (at least one row), in their original order."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be a number in (0, 1]; got {fraction!r}")
-    if fraction == 1:
-        return x
-    n = fraction_size(fraction, len(x))
-    return x[np.sort(np.random.default_rng(seed).choice(len(x), n, replace=False))]
+    """A seeded random ``fraction`` of the rows of ``x`` (:func:`hubnorm.retrieval.share_rows`: at least one row),
+    in their original order."""
+    return x if check_fraction(fraction, "fraction") == 1 else x[share_rows(len(x), fraction, seed)]
 
 
 def sinkhorn_iterations(task: RetrievalTask, methods: Sequence[str] = ("sn", "dbsn"), *, tau: float = 0.01,
