@@ -5,6 +5,7 @@
     .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k  # refit a preset's free parameters (prints them; writes nothing)
     .venv/bin/python scripts/calibrate_synthetic.py --media-only     # rewrite only the video/audio section and its csv rows
     .venv/bin/python scripts/calibrate_synthetic.py --full-seeds-only  # rewrite only the full-size statistics per seed (csv)
+    .venv/bin/python scripts/calibrate_synthetic.py --headroom-by-size-only  # rewrite only the headroom at smaller sizes
     .venv/bin/python scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60
         # refit the video/audio presets' few parameters, write them (and the statistics they give) into the report's
         # video/audio section and csv rows; hubnorm.media's preset values must equal them (tests/test_media_presets.py)
@@ -393,6 +394,103 @@ def gain_section(seeds, paper_seeds) -> tuple:
     return lines, gains.assign(section="paper-size gains"), matched
 
 
+#: The headroom-by-size section of the report sits between these markers (``--headroom-by-size-only`` rewrites it).
+SIZE_START, SIZE_END = "<!-- headroom-by-size:start -->", "<!-- headroom-by-size:end -->"
+#: Shares of a real set's images at which its headroom is measured beside the preset's (1.0: the fitted size).
+SIZE_SHARES = (0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def headroom_size_rows(seeds) -> pd.DataFrame:
+    """The headroom of every real reference of a default preset at smaller sizes of the same set
+    (:func:`hubnorm.experiments.calibration.headroom_by_size`, ``HEADROOM_SPLITS["real"]`` draws; read from the
+    cached releases) beside the preset drawn at those sizes (``HEADROOM_SPLITS["synthetic"]`` splits per seed, mean
+    and sd over ``seeds``), with the band of the main tables. Only the full size is part of a fit: the smaller sizes
+    are out of sample. One row per (preset, reference, size, statistic)."""
+    rows, real_curves = [], {}
+    for preset in REPORTED:
+        for name, ref, _ in cal.references(preset):
+            n_ref, c = ref["n_images"], ref["captions_per_image"]
+            sizes = [max(4, int(round(share * n_ref))) for share in SIZE_SHARES]
+            if name not in real_curves:
+                real_curves[name] = cal.headroom_by_size(*cal.real_arrays(name), sizes).set_index("n_images")
+            cfg = PRESETS[preset].replace(captions_per_image=c)
+            for size in sizes:
+                per = pd.DataFrame([cal.headroom_statistics(
+                    *(lambda sp: (sp.images, sp.captions, sp.caption_to_image))(
+                        generate_split(cfg, "test", size, seed=int(seed))),
+                    splits=range(cal.HEADROOM_SPLITS["synthetic"])) for seed in seeds])
+                for stat in cal.HEADROOM_STATISTICS:
+                    real, mean, sd = real_curves[name].loc[size, stat], per[stat].mean(), per[stat].std(ddof=1)
+                    half, within = cal.band(stat, real, mean, sd)
+                    rows.append({"preset": preset, "reference": name, "n_images": size, "test images": size // 2,
+                                 "captions per image": c, "statistic": stat, "real": real,
+                                 "real split sd": real_curves[name].loc[size, f"{stat} split sd"],
+                                 "synthetic mean": mean,
+                                 "synthetic sd": sd, "band": half, "within": within,
+                                 "fitted size": size == n_ref})
+    return pd.DataFrame(rows)
+
+
+def headroom_size_section(seeds) -> tuple:
+    """The report's lines on the headroom by size (between :data:`SIZE_START` and :data:`SIZE_END`) and its rows."""
+    tab = headroom_size_rows(seeds)
+    out_of_sample = tab[~tab["fitted size"]]
+    lines = [SIZE_START, "## The headroom at smaller sizes of the real sets, out of sample", "",
+             "The headroom statistics (NNN k = 16, alpha = 0.75; IS tau = 0.02; bank = the held-out half's captions "
+             "or images) of each real reference measured again on seeded draws of "
+             f"{', '.join(f'{x:.0%}' for x in SIZE_SHARES[:-1])} of its images "
+             f"(`hubnorm.experiments.calibration.headroom_by_size`, {cal.HEADROOM_SPLITS['real']} draws a size, each "
+             "halved into test images and bank), beside the preset drawn at the same size "
+             f"({cal.HEADROOM_SPLITS['synthetic']} splits per seed; mean (sd) over seeds {list(seeds)}). Only the "
+             "full size (the last row of each set) is a statistic of the fit; the smaller sizes are out of sample. "
+             "How the headroom grows with the gallery is what a set of a few hundred items can say about larger "
+             "ones; nothing is extrapolated. Band: the main tables' rule (1.5 points, or twice the seeds' sd).", "",
+             f"- out of sample: {int(out_of_sample['within'].sum())} of {len(out_of_sample)} cells within the band "
+             f"(all sizes: {int(tab['within'].sum())} of {len(tab)}).", ""]
+    for name, part in tab.groupby("reference", sort=False):
+        curve = part[part["statistic"] == "gain_nnn_t2i"].drop_duplicates("n_images")
+        lines.append(f"- `{name}` (real): NNN text -> image headroom {curve['real'].iloc[0]:+.2f} at "
+                     f"{int(curve['n_images'].iloc[0])} images, {curve['real'].iloc[-1]:+.2f} at "
+                     f"{int(curve['n_images'].iloc[-1])}; one seeded split at that size gives it to within an sd "
+                     f"of {curve['real split sd'].iloc[-1]:.2f} points (a single split cannot tell the headroom "
+                     "more closely).")
+    head = ["preset", "real reference", "images (test)"] + [cal.STATISTICS[k][0].split(", bank")[0].replace(
+        "headroom: R@1 gain of ", "") for k in cal.HEADROOM_STATISTICS]
+    lines += ["", "Each cell: real / synthetic mean (sd); **bold** = outside the band.", "",
+              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (preset, name, size), part in tab.groupby(["preset", "reference", "n_images"], sort=False):
+        cells = []
+        for stat in cal.HEADROOM_STATISTICS:
+            r = part[part["statistic"] == stat].iloc[0]
+            cell = f"{r['real']:+.2f} / {r['synthetic mean']:+.2f} ({r['synthetic sd']:.2f})"
+            cells.append(cell if r["within"] else f"**{cell}**")
+        fit_mark = " (fitted)" if part["fitted size"].iloc[0] else ""
+        lines.append(f"| `{preset}` | {name} | {size} ({size // 2}){fit_mark} | " + " | ".join(cells) + " |")
+    lines += ["", "The numbers of this section: `calibration_synthetic_headroom_by_size.csv`.", SIZE_END]
+    return lines, tab
+
+
+def headroom_by_size_only(out: Path, csv_out: Path, seeds) -> str:
+    """Rewrite only the headroom-by-size section of the report and its csv."""
+    lines, tab = headroom_size_section(seeds)
+    text = out.read_text()
+    block = "\n".join(lines)
+    if SIZE_START in text:
+        a, b = text.index(SIZE_START), text.index(SIZE_END) + len(SIZE_END)
+        text = text[:a] + block + text[b:]
+    else:
+        i = text.index(MEDIA_START)
+        text = text[:i] + block + "\n\n" + text[i:]
+    _write_csv(tab, size_csv(csv_out))
+    _write_text(out, text)
+    return text
+
+
+def size_csv(csv_out: Path) -> Path:
+    """Where the headroom-by-size rows go, beside the report's csv."""
+    return csv_out.with_name(csv_out.stem + "_headroom_by_size.csv")
+
+
 def _fmt(x, stat):
     if isinstance(x, (float, np.floating)) and np.isfinite(x):
         return f"{x:.1f}" if abs(x) >= 20 else f"{x:.3f}" if abs(x) < 1 else f"{x:.2f}"
@@ -479,6 +577,9 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path, paper_seeds=(0,)
     _write_csv(pd.concat([paper_gains, matched.assign(section="matched-size headroom")], ignore_index=True),
                gains_out)
     lines += gain_lines + [f"The numbers of this section: `{gains_out.name}`.", ""]
+    size_lines, size_tab = headroom_size_section(seeds)
+    _write_csv(size_tab, size_csv(csv_out))
+    lines += size_lines + [""]
     cfg_lines = ["## Presets", ""]
     for name, cfg in PRESETS.items():
         cfg_lines.append(f"- `{name}`: " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
@@ -633,6 +734,8 @@ def main(argv=None) -> int:
     ap.add_argument("--notebook-gains-only", action="store_true",
                     help="rewrite only the section of every notebook's R@1 gains (runs the notebooks on flickr30k)")
     ap.add_argument("--media-only", action="store_true", help="rewrite only the video/audio presets' section and rows")
+    ap.add_argument("--headroom-by-size-only", action="store_true",
+                    help="rewrite only the section of the headroom at smaller sizes of the real sets (and its csv)")
     ap.add_argument("--fit-media", nargs="+", choices=MEDIA_REPORTED,
                     help="refit video/audio presets and write their parameters and statistics into the report's "
                          "video/audio section and csv rows")
@@ -660,6 +763,9 @@ def main(argv=None) -> int:
         return 0
     if args.media_only:
         print(media_only(args.out, args.out.with_suffix(".csv"), range(MEDIA_SEEDS)))
+        return 0
+    if args.headroom_by_size_only:
+        print(headroom_by_size_only(args.out, args.out.with_suffix(".csv"), range(args.seeds)))
         return 0
     if args.fit:
         cfg = PRESETS[args.fit]

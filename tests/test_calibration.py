@@ -150,7 +150,7 @@ def test_video_and_audio_presets_are_within_the_band_of_every_fitted_baseline(re
 
 
 # ------------------------------------------------------------------------------------------------ headroom
-def _oracle_gains(images, captions, c2i, split, k=16, alpha=0.75, tau=0.02):
+def _oracle_gains(images, captions, c2i, split, k=16, alpha=0.75, tau=0.02, n_images=None):
     """The headroom protocol written out independently in dense float64 numpy (the papers' equations): NNN
     ``s - alpha * mean(top-k bank scores of the target)``, IS ``s - tau * logsumexp(bank scores / tau)``; R@1 as
     "the positive ranks first" (t2i: the caption's image; i2t: any caption of the image)."""
@@ -159,15 +159,17 @@ def _oracle_gains(images, captions, c2i, split, k=16, alpha=0.75, tau=0.02):
     img = images / np.linalg.norm(images, axis=1, keepdims=True)
     cap = captions / np.linalg.norm(captions, axis=1, keepdims=True)
     n = len(img)
-    perm = np.random.default_rng(split).permutation(n)
-    test, ref = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    size = n if n_images is None else n_images
+    perm = np.random.default_rng(split).permutation(n)[:size]
+    test, ref = np.sort(perm[: size // 2]), np.sort(perm[size // 2:])
     remap = -np.ones(n, int)
     remap[test] = np.arange(len(test))
     qm = remap[c2i] >= 0
+    in_ref = np.isin(c2i, ref)
     out = {}
     for d in ("t2i", "i2t"):
         if d == "t2i":
-            s, bank = cap[qm] @ img[test].T, cap[~qm] @ img[test].T
+            s, bank = cap[qm] @ img[test].T, cap[in_ref] @ img[test].T
             right = lambda sc: np.mean(sc.argmax(1) == remap[c2i[qm]])
         else:
             s, bank = img[test] @ cap[qm].T, img[ref] @ cap[qm].T
@@ -202,6 +204,20 @@ def test_headroom_statistics_equal_an_independent_dense_oracle(captions_per_imag
     per = [_oracle_gains(img, cap, c2i, s)["gain_nnn_t2i"] for s in range(4)]
     assert many["gain_nnn_t2i"] == pytest.approx(np.mean(per), abs=1e-9)
     assert any(abs(v) > 0 for v in per), "the oracle problem must have hubs for NNN to move"
+    # a smaller set drawn from the same one: the first n_images of each split's permutation, halved; captions of
+    # the images left out are in neither the queries nor the bank
+    for split in range(3):
+        got = cal.headroom_statistics(img, cap, c2i, splits=[split], n_images=31)
+        want = _oracle_gains(img, cap, c2i, split, n_images=31)
+        for key in want:
+            assert got[key] == pytest.approx(want[key], abs=1e-9), (split, key)
+    by_size = cal.headroom_by_size(img, cap, c2i, [20, 31, n], splits=range(3))
+    assert by_size["n_images"].tolist() == [20, 31, n]
+    assert by_size.iloc[-1]["gain_nnn_t2i"] == pytest.approx(
+        cal.headroom_statistics(img, cap, c2i, splits=range(3))["gain_nnn_t2i"], abs=1e-12)
+    per_split = [_oracle_gains(img, cap, c2i, s, n_images=31)["gain_is_t2i"] for s in range(3)]
+    assert by_size.iloc[1]["gain_is_t2i"] == pytest.approx(np.mean(per_split), abs=1e-9)
+    assert by_size.iloc[1]["gain_is_t2i split sd"] == pytest.approx(np.std(per_split, ddof=1), abs=1e-9)
 
 
 def test_headroom_statistics_refuse_what_they_cannot_split():
@@ -210,6 +226,10 @@ def test_headroom_statistics_refuse_what_they_cannot_split():
         cal.headroom_statistics(rng.standard_normal((3, 8)), rng.standard_normal((3, 8)), np.arange(3))
     with pytest.raises(ValueError, match="splits must name"):
         cal.headroom_statistics(rng.standard_normal((8, 8)), rng.standard_normal((8, 8)), np.arange(8), splits=[])
+    for bad in (3, 9, 4.0, True, "8"):
+        with pytest.raises(ValueError, match="n_images must be a whole number from 4 to the 8 images"):
+            cal.headroom_statistics(rng.standard_normal((8, 8)), rng.standard_normal((8, 8)), np.arange(8),
+                                    n_images=bad)
 
 
 def test_headroom_statistics_are_in_the_table_of_statistics_with_their_tolerance():
@@ -429,3 +449,73 @@ def test_an_interrupted_report_write_leaves_the_old_report(tmp_path, monkeypatch
     with pytest.raises(OSError, match="disk full"):
         script._write_csv(pd.DataFrame({"a": [1]}), out)
     assert out.read_text() == "# the new report\n" and [p.name for p in tmp_path.iterdir()] == ["report.md"]
+
+
+# ------------------------------------------------------------------------------------------------ headroom by size
+SIZE_CSV = REPO / "data" / "calibration_synthetic_headroom_by_size.csv"
+
+
+@pytest.fixture(scope="module")
+def by_size():
+    if not SIZE_CSV.exists():
+        pytest.fail(f"{SIZE_CSV} is missing: run scripts/calibrate_synthetic.py --headroom-by-size-only")
+    return pd.read_csv(SIZE_CSV)
+
+
+def test_headroom_by_size_at_the_fitted_size_is_the_main_tables(by_size, report):
+    """The last size of every real set is the set itself: its real value is the recorded reference and its synthetic
+    mean the main table's (the same seeds and splits), so the two sections cannot drift apart."""
+    full = by_size[by_size["fitted size"]]
+    assert len(full) == 4 * len({(p, r) for p, r in zip(by_size["preset"], by_size["reference"])})
+    for _, row in full.iterrows():
+        ref = cal.REAL_STATISTICS[row["reference"]]
+        assert row["n_images"] == ref["n_images"] and row["captions per image"] == ref["captions_per_image"]
+        assert row["real"] == pytest.approx(ref["statistics"][row["statistic"]], abs=5e-5)
+        main = report[(report["preset"] == row["preset"]) & (report["statistic"] == row["statistic"])
+                      & (report["reference"] == row["reference"])]
+        assert len(main) == 1, (row["preset"], row["reference"], row["statistic"])
+        assert row["synthetic mean"] == pytest.approx(main[f"{row['preset']} mean"].iloc[0], abs=1e-9)
+    assert (by_size["n_images"] < by_size["reference"].map(lambda r: cal.REAL_STATISTICS[r]["n_images"])).sum() \
+        == 4 * len(by_size[by_size["fitted size"]]) == len(by_size) - len(full)
+
+
+def test_headroom_by_size_within_follows_the_band_rule_and_the_report_counts_it(by_size):
+    for _, row in by_size.iterrows():
+        half, within = cal.band(row["statistic"], row["real"], row["synthetic mean"], row["synthetic sd"])
+        assert row["band"] == pytest.approx(half) and bool(row["within"]) == within
+    text = (REPO / "data" / "calibration_synthetic.md").read_text()
+    out = by_size[~by_size["fitted size"]]
+    assert (f"- out of sample: {int(out['within'].sum())} of {len(out)} cells within the band (all sizes: "
+            f"{int(by_size['within'].sum())} of {len(by_size)})." in text)
+    for name, part in by_size[by_size["statistic"] == "gain_nnn_t2i"].groupby("reference"):
+        part = part.drop_duplicates("n_images").sort_values("n_images")
+        assert (f"- `{name}` (real): NNN text -> image headroom {part['real'].iloc[0]:+.2f} at "
+                f"{int(part['n_images'].iloc[0])} images, {part['real'].iloc[-1]:+.2f} at "
+                f"{int(part['n_images'].iloc[-1])}; one seeded split at that size gives it to within an sd of "
+                f"{part['real split sd'].iloc[-1]:.2f} points" in text)
+
+
+def test_headroom_by_size_synthetic_side_is_recomputed(by_size):
+    """One out-of-sample cell of each default image-text preset, recomputed: the smallest COCO-500 size."""
+    from hubnorm.synthetic import PRESETS, generate_split
+
+    for preset in ("coco", "flickr30k"):
+        row = by_size[(by_size["preset"] == preset) & (by_size["reference"] == "coco-val2017-500-clip-vitb16")
+                      & (by_size["statistic"] == "gain_nnn_t2i")].sort_values("n_images").iloc[0]
+        cfg = PRESETS[preset].replace(captions_per_image=1)
+        per = [cal.headroom_statistics(*(lambda s: (s.images, s.captions, s.caption_to_image))(
+            generate_split(cfg, "test", int(row["n_images"]), seed=seed)),
+            splits=range(cal.HEADROOM_SPLITS["synthetic"]))["gain_nnn_t2i"] for seed in range(5)]
+        assert row["synthetic mean"] == pytest.approx(np.mean(per), abs=1e-9)
+        assert row["synthetic sd"] == pytest.approx(np.std(per, ddof=1), abs=1e-9)
+
+
+@pytest.mark.shared_data
+def test_headroom_by_size_real_side_is_what_the_real_embeddings_give(by_size, tmp_path):
+    """The real curve of COCO-500 at its smallest size, recomputed from the release (200 seeded draws)."""
+    rows = by_size[(by_size["reference"] == "coco-val2017-500-clip-vitb16") & (by_size["preset"] == "coco")]
+    size = int(rows["n_images"].min())
+    got = cal.headroom_by_size(*_real("coco-val2017-500-clip-vitb16", tmp_path), [size]).iloc[0]
+    for _, row in rows[rows["n_images"] == size].iterrows():
+        assert row["real"] == pytest.approx(got[row["statistic"]], abs=1e-9)
+        assert row["real split sd"] == pytest.approx(got[f"{row['statistic']} split sd"], abs=1e-9)

@@ -31,7 +31,8 @@ from .compare import MIN_PUBLISHED_GAIN   # one rule for every ratio to a publis
 
 __all__ = ["REAL_STATISTICS", "STATISTICS", "PUBLISHED_TOLERANCE", "NOT_FITTED", "SPREAD_STATISTICS", "NOT_FITTED_FOR",
            "fitted", "HEADROOM", "HEADROOM_SPLITS", "HEADROOM_STATISTICS", "references",
-           "band", "headroom_statistics", "preset_statistics", "full_size_statistics", "calibration_table"]
+           "band", "headroom_statistics", "headroom_by_size", "preset_statistics", "full_size_statistics",
+           "calibration_table"]
 
 #: Statistic name -> (what it is, tolerance, "abs" or "rel"). Order = the report's order.
 STATISTICS: Dict[str, Tuple[str, float, str]] = {
@@ -184,7 +185,8 @@ HEADROOM_SPLITS = {"real": 200, "synthetic": 12}
 
 
 def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[int] = range(12),
-                        directions: Iterable[str] = ("t2i", "i2t")) -> Dict[str, float]:
+                        directions: Iterable[str] = ("t2i", "i2t"), n_images: Optional[int] = None
+                        ) -> Dict[str, float]:
     """How much a fixed hubness correction gains on a paired set: the mean over seeded splits of the R@1 gain
     (points) of every method of :data:`HEADROOM` over the raw scores, per direction.
 
@@ -194,7 +196,9 @@ def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[
     captions; image -> text: the test images query the test captions, the query bank is the reference images. The
     normalizers are fitted on their bank (never on the test queries) with the parameters of :data:`HEADROOM` (NNN's
     ``k`` limited to the bank size) and scored by :func:`hubnorm.evaluate`, on rows L2-normalised in float64 (the
-    R@1 of a split then does not depend on the CPU). Returns ``gain_<method>_<direction>``
+    R@1 of a split then does not depend on the CPU). ``n_images``: a smaller set of that many images, drawn by the
+    same permutation (its first ``n_images`` entries, halved the same way; None: all images), so that one real set
+    gives the headroom at every size below its own (:func:`headroom_by_size`). Returns ``gain_<method>_<direction>``
     and ``R1_half_<direction>`` (the raw R@1 of the half-size gallery), each a mean over ``splits``.
     """
     from ..evaluation import evaluate
@@ -213,18 +217,23 @@ def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[
     if n < 4 or int(c2i.max()) + 1 != n:
         raise ValueError(f"headroom_statistics needs at least 4 images and caption_to_image indexing all of them; "
                          f"got {n} images and {int(c2i.max()) + 1} indexed")
+    size = n if n_images is None else n_images
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 4 <= size <= n:
+        raise ValueError(f"n_images must be a whole number from 4 to the {n} images given (or None: all); "
+                         f"got {n_images!r}")
     directions, splits = tuple(directions), list(splits)
     if not splits:
         raise ValueError("splits must name at least one seeded split")
     sums: Dict[str, float] = {}
     for split in splits:
-        perm = np.random.default_rng(int(split)).permutation(n)
-        test, ref = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+        perm = np.random.default_rng(int(split)).permutation(n)[:size]
+        test, ref = np.sort(perm[: size // 2]), np.sort(perm[size // 2:])
         remap = np.full(n, -1, np.int64)
         remap[test] = np.arange(test.size)
         in_test = remap[c2i] >= 0
+        in_ref = np.isin(c2i, ref)
         tasks = build_tasks(img[test], cap[in_test], remap[c2i[in_test]], image_bank=img[ref],
-                            caption_bank=cap[~in_test], directions=directions)
+                            caption_bank=cap[in_ref], directions=directions)
         for d, task in tasks.items():
             raw = evaluate(Identity().fit(task.targets), task, ks=(1,))["R@1"]
             sums[f"R1_half_{d}"] = sums.get(f"R1_half_{d}", 0.0) + raw
@@ -236,6 +245,23 @@ def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[
                 key = f"gain_{name}_{d}"
                 sums[key] = sums.get(key, 0.0) + r1 - raw
     return {k: v / len(splits) for k, v in sums.items()}
+
+
+def headroom_by_size(images, captions, caption_to_image, sizes: Iterable[int], *,
+                     splits: Iterable[int] = range(HEADROOM_SPLITS["real"])) -> pd.DataFrame:
+    """The headroom of one paired set at smaller sizes: :func:`headroom_statistics` with ``n_images`` = each of
+    ``sizes`` (a seeded draw of that many images per split, halved into test images and bank), one row per size:
+    ``n_images``, each statistic's mean over ``splits`` and, as ``<statistic> split sd``, how much one split's value
+    varies (what a single seeded split of that size can tell). At the set's own size the means equal
+    :func:`headroom_statistics` of the whole set. How the headroom grows with the gallery is what a real set of 500
+    pairs can say about larger ones: read beside a preset at the same sizes, never extrapolated."""
+    splits, rows = list(splits), []
+    for size in sizes:
+        per = pd.DataFrame([headroom_statistics(images, captions, caption_to_image, splits=[s], n_images=int(size))
+                            for s in splits])
+        rows.append({"n_images": int(size), **per.mean().to_dict(),
+                     **{f"{k} split sd": per[k].std(ddof=1) if len(per) > 1 else float("nan") for k in per}})
+    return pd.DataFrame(rows)
 
 
 #: The headroom statistics (:func:`headroom_statistics`) among :data:`STATISTICS`.
