@@ -539,3 +539,41 @@ def test_test_as_bank_is_the_query_aware_fit_of_a_task_of_matrices():
     with pytest.raises(ValueError, match=r"^test_as_bank builds a task of score matrices; a task of embeddings takes "
                                          r"fit\(\.\.\., query_aware=True\)$"):
         emb.test_as_bank()
+
+
+# ------------------------------------------------------------------------------------------------ shares of rows
+def test_share_rows_is_a_sorted_seeded_draw_without_replacement():
+    got = retrieval.share_rows(10, 0.3, seed=4)
+    want = np.sort(np.random.default_rng(4).choice(10, 3, replace=False))
+    np.testing.assert_array_equal(got, want)
+    assert retrieval.share_rows(10, 0.01).tolist() == retrieval.share_rows(10, 0.01, seed=0).tolist()   # seed 0
+    assert retrieval.share_rows(10, 0.01).size == 1 and retrieval.share_rows(7, 0.5).size == 4   # at least 1; round
+    np.testing.assert_array_equal(retrieval.share_rows(5, 1.0), np.arange(5))
+    rng = np.random.default_rng(9)                                 # a running generator goes on drawing
+    first, second = retrieval.share_rows(20, 0.5, rng), retrieval.share_rows(20, 0.5, rng)
+    ref = np.random.default_rng(9)
+    np.testing.assert_array_equal(first, np.sort(ref.choice(20, 10, replace=False)))
+    np.testing.assert_array_equal(second, np.sort(ref.choice(20, 10, replace=False)))
+    untouched = np.random.default_rng(9)
+    retrieval.share_rows(20, 1, untouched)                         # a fraction of 1 draws nothing
+    assert untouched.integers(1 << 30) == np.random.default_rng(9).integers(1 << 30)
+    for bad, error in ((0, ValueError), (1.5, ValueError), (True, TypeError), ("0.5", TypeError)):
+        with pytest.raises(error, match=re.escape(f"fraction must be a number in (0, 1]; got {bad!r}")):
+            retrieval.share_rows(10, bad)
+
+
+def test_query_bank_share_draws_in_the_order_of_the_tasks_and_keeps_what_it_is_told():
+    rng = np.random.default_rng(0)
+    unit = lambda n: hn.l2_normalize(rng.standard_normal((n, 4)))   # noqa: E731
+    tasks = build_tasks(unit(6), unit(6), np.arange(6), image_bank=unit(10), caption_bank=unit(20))
+    cut = retrieval.query_bank_share(tasks, 0.5, seed=3)
+    draw = np.random.default_rng(3)
+    rows = {"t2i": np.sort(draw.choice(20, 10, replace=False)), "i2t": np.sort(draw.choice(10, 5, replace=False))}
+    for d in ("t2i", "i2t"):
+        np.testing.assert_array_equal(np.asarray(cut[d].query_bank), np.asarray(tasks[d].query_bank)[rows[d]])
+    kept = retrieval.query_bank_share(tasks, 0.5, seed=3, keep=("t2i",))
+    assert kept["t2i"] is tasks["t2i"]
+    np.testing.assert_array_equal(np.asarray(kept["i2t"].query_bank),                # t2i drew nothing
+                                  np.asarray(tasks["i2t"].query_bank)[np.sort(np.random.default_rng(3).choice(
+                                      10, 5, replace=False))])
+    assert all(retrieval.query_bank_share(tasks, 1.0)[d] is tasks[d] for d in tasks)
