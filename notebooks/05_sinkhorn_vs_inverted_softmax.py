@@ -152,9 +152,11 @@ cols_plan = np.sort(rng_plan.choice(task_plan.n_targets, min(n_plan, task_plan.n
 m_plan, n_plan = len(rows_plan), len(cols_plan)
 S_plan = bank_scores(task_plan, rows_plan, cols_plan)
 # the sub-problem as a task of score matrices: S_plan is its bank x gallery matrix (nothing is ranked here, so its
-# test matrix and positives are placeholders); hubnorm fits SN from scores exactly as from embeddings
+# test matrix and positives are placeholders, and check=False skips the checks of a real task's matrices); hubnorm
+# fits SN from scores exactly as from embeddings
 plan_task = hn.RetrievalTask(scores={("query_bank", "targets"): S_plan, ("queries", "targets"): S_plan},
-                             positives=hn.Positives.from_labels(np.zeros(m_plan, dtype=np.int64), n_plan))
+                             positives=hn.Positives.from_labels(np.zeros(m_plan, dtype=np.int64), n_plan),
+                             check=False)
 plan_rows = task_plan.bank_subset(rows_plan)   # the whole task with only the plan's bank rows: a fit on it records
 plan_mark = bank_mark(plan_rows.fit(hn.SinkhornNormalization(tau=sn_tau, n_iter=1)), plan_rows)   # what they are
 item = "image" if src.has_embeddings else "item"   # what the gallery holds (a sims folder: images, videos, audio)

@@ -144,7 +144,7 @@ LAYERS = [
     ("leaves", ["hubnorm._version", "hubnorm._lazy", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels"]),
     ("containers, the block protocol and its engines",
      ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
-      "hubnorm.matrices", "hubnorm.engine", "hubnorm.distributed", "hubnorm.provenance"]),
+      "hubnorm.matrices", "hubnorm.score_checks", "hubnorm.engine", "hubnorm.distributed", "hubnorm.provenance"]),
     ("data", ["hubnorm.data", "hubnorm.data.*"]),
     ("methods", ["hubnorm.normalizers", "hubnorm.normalizers.*", "hubnorm.registry", "hubnorm.index", "hubnorm.index.*",
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),

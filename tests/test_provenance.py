@@ -224,7 +224,7 @@ def test_score_matrices_are_certified_by_their_score_rows(data):
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 120)
     clean = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"], data["image_bank"]),
-                             positives=pos, direction="t2i")
+                             positives=pos, direction="t2i", check=False)
     out = hn.evaluate(clean.fit(hn.InvertedSoftmax()), clean, certificate=True)
     assert out["certificate"].leak_free and out["certificate"].banks["query_bank"].kind == "scores"
     assert out["certificate"].not_compared == []
@@ -235,7 +235,7 @@ def test_score_matrices_are_certified_by_their_score_rows(data):
     bank[3:5] = caps[[7, 8]]
     bank[9] = _at_cosine(caps[[70]], 0.999, rng)[0]
     leaky = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, bank, data["image_bank"]), positives=pos,
-                             direction="t2i")
+                             direction="t2i", check=False)
     (f,) = hn.evaluate(leaky.fit(hn.InvertedSoftmax()), leaky, certificate=True)["certificate"].findings
     assert (f["exact"], f["near"], f["exact_examples"], f["near_examples"]) == (2, 1, [[7, 3], [8, 4]], [[70, 9]])
     dual = hn.evaluate(clean.fit(hn.DualInvertedSoftmax()), clean, certificate=True)["certificate"]
@@ -291,7 +291,7 @@ def test_bad_input_is_refused_with_its_name(data):
         hn.evaluate(norm, task, certificate="yes")
     pos = hn.Positives.from_labels(data["c2i"], 120)
     st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"]), positives=pos,
-                          direction="t2i")
+                          direction="t2i", check=False)
     with pytest.raises(ValueError, match="use no bank"):
         hn.evaluate(None, st, certificate=True)
 
@@ -395,7 +395,7 @@ def test_certificate_names_its_parts(data):
     assert {k: v.name for k, v in cert.banks.items()} == {"query_bank": "query_bank", "target_bank": "target_bank"}
     pos = hn.Positives.from_labels(data["c2i"], 120)
     st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]),
-                          positives=pos, direction="t2i")
+                          positives=pos, direction="t2i", check=False)
     sc = hn.evaluate(st.fit(hn.InvertedSoftmax()), st, certificate=True)["certificate"]
     assert (sc.test["queries"].name, sc.test["queries"].kind, sc.banks["query_bank"].name) == ("queries", "scores",
                                                                                                "query_bank")
@@ -407,10 +407,10 @@ def test_certificate_names_its_parts(data):
 def test_a_method_without_a_query_bank_records_none_on_scores(data):
     pos = hn.Positives.from_labels(data["c2i"], 120)
     bare = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"]), positives=pos,
-                            direction="t2i")
+                            direction="t2i", check=False)
     with_bank = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"],
                                                                     data["caption_bank"]),
-                                 positives=pos, direction="t2i")
+                                 positives=pos, direction="t2i", check=False)
     for st in (bare, with_bank):
         raw = hn.make_normalizer("raw")
         cert = hn.evaluate(st.fit(raw), st, certificate=True)["certificate"]
@@ -426,7 +426,7 @@ def test_refusals_say_what_to_do(data):
         pv.certify(hn.InvertedSoftmax(), task)                                 # never fitted
     pos = hn.Positives.from_labels(data["c2i"], 120)
     st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"]), positives=pos,
-                          direction="t2i")
+                          direction="t2i", check=False)
     with pytest.raises(ValueError, match=r"^certificate=True certifies a fitted normalizer's banks; the raw scores "
                                          r"\(normalizer=None\) use no bank$"):
         hn.evaluate(None, st, certificate=True)
@@ -509,7 +509,8 @@ def test_review_findings_stay_fixed(data, tmp_path):
 
     pos = hn.Positives.from_labels(data["c2i"], 120)
     st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"],
-                                                             data["image_bank"]), positives=pos, direction="t2i")
+                                                             data["image_bank"]), positives=pos, direction="t2i",
+                          check=False)
     dual = hn.evaluate(st.fit(hn.DualInvertedSoftmax()), st, certificate=True)["certificate"]
     assert dual.leak_free and dual.verdict == "no test row in the compared banks; not compared: target_bank"
     back = pv.check_certificate(dual.save(tmp_path / "dual.json"))

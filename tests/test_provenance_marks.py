@@ -90,19 +90,19 @@ def test_score_matrices_with_the_test_captions_as_their_bank_are_marked(data):
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 80)
     clean = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"]), positives=pos,
-                             direction="t2i")
+                             direction="t2i", check=False)
     assert hn.evaluate(None, clean)["bank"] == "none"
     assert hn.evaluate(clean.fit(hn.InvertedSoftmax()), clean)["bank"] == "query-agnostic"
     assert hn.evaluate(clean.fit(hn.InvertedSoftmax(), query_aware=True), clean)["bank"] == "QUERY-AWARE"
     handed_in = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, caps.copy()), positives=pos,
-                                 direction="t2i")
+                                 direction="t2i", check=False)
     assert hn.evaluate(handed_in.fit(hn.SinkhornNormalization()), handed_in)["bank"] == "QUERY-AWARE"
 
 
 def test_score_task_refuses_a_bad_certificate_before_fitting(data):
     pos = hn.Positives.from_labels(data["c2i"], 80)
     task = hn.RetrievalTask(scores=hn.matrices_from_embeddings(data["captions"], data["images"], data["caption_bank"]),
-                            positives=pos, direction="t2i")
+                            positives=pos, direction="t2i", check=False)
     norm = hn.InvertedSoftmax()
     # the fit is the caller's step now: evaluate checks the certificate before it reads the normalizer at all
     with pytest.raises(TypeError, match=r"certificate must be True or False; got 'yes'"):
@@ -292,10 +292,10 @@ def test_score_rows_are_compared_only_over_the_gallery_they_were_fitted_on(data)
     caps, images = data["captions"], data["images"]
     pos = hn.Positives.from_labels(data["c2i"], 80)
     task = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"]), positives=pos,
-                            direction="t2i")
+                            direction="t2i", check=False)
     shuffled = images[np.random.default_rng(1).permutation(80)]            # the same width, another column order
     other = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, shuffled, data["caption_bank"]), positives=pos,
-                             direction="t2i")
+                             direction="t2i", check=False)
     norm = task.fit(hn.InvertedSoftmax(), query_aware=True)
     assert pv.certify(norm, task).findings[0]["exact"] == 160
     with pytest.raises(ValueError, match=r"fitted on score rows over another gallery .* certify it on the task it "
@@ -312,7 +312,7 @@ def test_review_findings_marks_never_claim_more_than_was_compared(data):
     pos = hn.Positives.from_labels(data["c2i"], 80)
     # a score-matrix fit's target bank is not compared: its mark cannot say query-agnostic (here it holds the gallery)
     st = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"], images.copy()),
-                          positives=pos, direction="t2i")
+                          positives=pos, direction="t2i", check=False)
     assert hn.evaluate(st.fit(hn.DualInvertedSoftmax()), st)["bank"] == "unrecorded"
     assert hn.evaluate(st.fit(hn.DualInvertedSoftmax()), st, certificate=True)["bank"] == "unrecorded"
     assert hn.evaluate(st.fit(hn.InvertedSoftmax()), st)["bank"] == "query-agnostic"   # its only bank was compared
@@ -320,7 +320,7 @@ def test_review_findings_marks_never_claim_more_than_was_compared(data):
     task = _task(data)
     emb = task.fit(hn.InvertedSoftmax())
     plain = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, images, data["caption_bank"]), positives=pos,
-                             direction="t2i")
+                             direction="t2i", check=False)
     assert hn.evaluate(emb, plain)["bank"] == "unrecorded"
     # the raw scores: the same mark with or without a certificate
     assert hn.evaluate(task.fit(hn.Identity()), task, certificate=True)["bank"] == "none"

@@ -62,7 +62,7 @@ def test_scores_equal_embeddings(name, params, direction):
     emb = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
     want = emb.score(q).numpy()
     task = RetrievalTask(scores=matrices_from_embeddings(q, t, qb, tb), positives=pos, direction=direction,
-                         block_bytes=512)
+                         block_bytes=512, check=False)
     got_norm = task.fit(hn.make_normalizer(name, **params))
     got = task.score(got_norm).numpy()
     assert got.dtype == np.float64
@@ -103,7 +103,7 @@ def test_memory_mapped_bank_larger_than_block_budget(tmp_path):
 def test_missing_inputs_are_named():
     q, t, qb, tb, pos = _directions()["t2v"]
     mats = matrices_from_embeddings(q, t, qb, None)
-    task = RetrievalTask(scores=mats, positives=pos, direction="t2v")
+    task = RetrievalTask(scores=mats, positives=pos, direction="t2v", check=False)
     with pytest.raises(ValueError,
                        match="DualBankSinkhornNormalization needs the query bank x target bank score matrix"):
         task.fit(hn.make_normalizer("dbsn"))
@@ -111,7 +111,8 @@ def test_missing_inputs_are_named():
         task.fit(hn.make_normalizer("dualis"))
     with pytest.raises(ValueError, match="reads the embeddings of query_bank"):
         task.fit(hn.make_normalizer("dn"))
-    bare = RetrievalTask(scores={("queries", "targets"): mats[("queries", "targets")]}, positives=pos, direction="t2v")
+    bare = RetrievalTask(scores={("queries", "targets"): mats[("queries", "targets")]}, positives=pos, direction="t2v",
+                         check=False)
     with pytest.raises(ValueError, match="needs the query bank x gallery"):
         bare.fit(hn.make_normalizer("is"))
     # the raw scores and the query-aware fit need only the test matrix
@@ -132,14 +133,15 @@ def test_bad_matrices_are_refused():
     bad = dict(mats)
     bad[("query_bank", "targets")] = mats[("query_bank", "targets")][:, :-1]
     with pytest.raises(ValueError, match="must share their rows and columns"):
-        RetrievalTask(scores=bad, positives=pos, direction="t2v")
+        RetrievalTask(scores=bad, positives=pos, direction="t2v", check=False)
     nan = mats[("query_bank", "targets")].copy()
     nan[3, 4] = np.nan
     task = RetrievalTask(scores={**mats, ("query_bank", "targets"): ScoreMatrix(nan, "bank.npy")}, positives=pos,
-                         direction="t2v")
+                         direction="t2v", check=False)
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score .* row 3, column 4"):
         task.fit(hn.make_normalizer("is"))
     with pytest.raises(ValueError, match="positives are"):
-        RetrievalTask(scores=mats, positives=Positives.from_labels(np.arange(len(t)), len(t)), direction="t2v")
+        RetrievalTask(scores=mats, positives=Positives.from_labels(np.arange(len(t)), len(t)), direction="t2v",
+                      check=False)
     with pytest.raises(TypeError, match="floating-point"):
         ScoreMatrix(np.zeros((3, 3), dtype=np.int64))

@@ -88,7 +88,7 @@ def _task(n_q=40, n_t=30, block_bytes=None, **kw):
     labels = rng.integers(0, n_t, n_q)
     kw.setdefault("direction", "t2v")     # a video label (the tests of score matrices)
     return S, labels, RetrievalTask(scores={("queries", "targets"): S}, positives=hn.Positives.from_labels(labels, n_t),
-                                    block_bytes=block_bytes, **kw)
+                                    block_bytes=block_bytes, **kw, check=False)
 
 
 @pytest.mark.parametrize("block_bytes", [None, 8 * 30 * 3])     # one block, or blocks of 3 rows
@@ -116,7 +116,7 @@ def test_what_a_task_holds_and_the_guards_of_a_task():
     S, labels, task = _task()
     bank = _rng(2).standard_normal((12, 30))
     full = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): bank},
-                         positives=hn.Positives.from_labels(labels, 30), direction="t2v")
+                         positives=hn.Positives.from_labels(labels, 30), direction="t2v", check=False)
     assert [full.has(n) for n in ("queries", "targets", "query_bank", "target_bank")] == [True, True, True, False]
     assert [task.has(n) for n in ("queries", "targets", "query_bank", "target_bank")] == [True, True, False, False]
     assert (full.n_queries, full.n_targets, full.size("query_bank"), full.size("target_bank")) == (40, 30, 12, None)
@@ -138,14 +138,14 @@ def test_what_a_task_holds_and_the_guards_of_a_task():
         "positives are 39 queries x 30 targets but")
     with pytest.raises(ValueError, match=r"direction must be one of t2i, i2t, .*got 'x2y'"):
         RetrievalTask(scores={("queries", "targets"): S}, positives=hn.Positives.from_labels(labels, 30),
-                      direction="x2y")
+                      direction="x2y", check=False)
 
 
 def test_a_task_passes_its_reading_options_to_its_engine():
     S, labels, _ = _task()
     t = RetrievalTask(scores={("queries", "targets"): S.astype(np.float32)},
                       positives=hn.Positives.from_labels(labels, 30), dtype=torch.float32, block_bytes=4096,
-                      plain=True, resident_bytes=0, direction="t2a", meta={"dataset": "d"})
+                      plain=True, resident_bytes=0, direction="t2a", meta={"dataset": "d"}, check=False)
     e = t.engine
     assert (e.dtype, e.block_bytes, e.plain, e.resident_bytes) == (torch.float32, 4096, True, 0)
     assert t.direction == "t2a" and t.meta == {"dataset": "d"}
@@ -318,7 +318,7 @@ def test_a_query_aware_fit_keeps_the_tasks_reading_options_and_hints():
     task = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): bank},
                          positives=hn.Positives.from_labels(labels, 30), direction="t2v", block_bytes=4096,
                          plain=True, resident_bytes=0,
-                         hints={("query_bank", "target_bank"): "add bank_rows_x_bank_cols"})
+                         hints={("query_bank", "target_bank"): "add bank_rows_x_bank_cols"}, check=False)
     norm = task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True)
     used = norm.score_engine_
     assert (used.block_bytes, used.plain, used.resident_bytes) == (4096, True, 0)
@@ -583,12 +583,12 @@ def test_normalized_blocks_are_sized_by_the_dtype_and_budget():
     assert [q0 for q0, _ in task.blocks()] == list(range(0, 40, 4))
     t32 = RetrievalTask(scores={("queries", "targets"): S.astype(np.float32)},
                         positives=hn.Positives.from_labels(labels, 30), block_bytes=8 * 30 * 4, dtype=torch.float32,
-                        direction="t2v")
+                        direction="t2v", check=False)
     assert [q0 for q0, _ in t32.blocks()] == list(range(0, 40, 8))
     bad = S.copy()
     bad[13, 7] = np.nan
     t = RetrievalTask(scores={("queries", "targets"): bad}, positives=hn.Positives.from_labels(labels, 30),
-                      block_bytes=8 * 30 * 4, direction="t2v")
+                      block_bytes=8 * 30 * 4, direction="t2v", check=False)
     assert "at row 13, column 7:" in _error(ValueError, t.score)
 
 
@@ -615,7 +615,7 @@ def test_a_query_aware_fit_drops_every_matrix_of_the_bank():
     task = RetrievalTask(scores={("queries", "targets"): S,
                                  ("query_bank", "targets"): _rng(5).standard_normal((12, 30)),
                                  ("query_bank", "target_bank"): _rng(6).standard_normal((12, 4))},
-                         positives=hn.Positives.from_labels(labels, 30), direction="t2v")
+                         positives=hn.Positives.from_labels(labels, 30), direction="t2v", check=False)
     norm = task.fit(hn.make_normalizer("is", tau=0.05), query_aware=True)
     used = norm.score_engine_
     assert used.size("query_bank") == 40 and ("query_bank", "target_bank") not in used.matrices
@@ -663,7 +663,7 @@ def test_a_normalizer_fitted_from_matrices_scores_and_ranks_raw_test_scores(name
     rng = np.random.default_rng(4)
     S, B = rng.standard_normal((13, 9)), rng.standard_normal((40, 9))
     task = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): B},
-                         positives=hn.Positives.from_labels(np.arange(13) % 9, 9), direction="t2v")
+                         positives=hn.Positives.from_labels(np.arange(13) % 9, 9), direction="t2v", check=False)
     norm = task.fit(hn.make_normalizer(name, **params))
     want = task.score(norm)
     for given in (S, torch.from_numpy(S), np.asfortranarray(S), S.tolist()):
@@ -681,7 +681,7 @@ def test_raw_test_scores_are_checked_and_a_refit_never_mixes_two_fits():
     rng = np.random.default_rng(5)
     S, B = rng.standard_normal((6, 4)), rng.standard_normal((20, 4))
     task = RetrievalTask(scores={("queries", "targets"): S, ("query_bank", "targets"): B},
-                         positives=hn.Positives.from_labels(np.arange(6) % 4, 4), direction="t2v")
+                         positives=hn.Positives.from_labels(np.arange(6) % 4, 4), direction="t2v", check=False)
     norm = task.fit(hn.InvertedSoftmax(tau=0.1))
     with pytest.raises(ValueError, match=r"fitted from score matrices over 4 targets: score / topk take the raw test "
                                          r"scores \(queries x 4 targets.*got shape \(6, 5\)"):

@@ -1,4 +1,4 @@
-"""The statistics behind a sims folder's consistency checks (hubnorm.data.sims_checks), accumulated block by block,
+"""The statistics behind a sims folder's consistency checks (hubnorm.score_checks), accumulated block by block,
 against the same statistics of the whole matrix computed here; and each finding's thresholds at their edges."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hubnorm.data import sims_checks as sc
+from hubnorm import score_checks as sc
 
 
 def _feed(stats, x, rows_per_block):
@@ -74,6 +74,14 @@ def test_correlation_is_pearsons_and_nan_when_constant():
     assert sc._corr(a, 3 * a + 1) == pytest.approx(1.0) and np.isnan(sc._corr(a, np.ones(30)))
 
 
+def _findings(folder, stats, pos):
+    """:func:`hubnorm.score_checks.findings` as ``load_sims`` calls it: the files' names, the manifest's fix."""
+    fix = (f"save it with the manifest's first modality ({folder.modalities[0]}) as rows (np.save(path, S.T)), or "
+           "swap the modalities in the manifest")
+    return sc.findings(stats, pos, {role: path.name for role, path in folder.files.items()}, transpose_fix=fix,
+                       modalities=folder.modalities)
+
+
 def _folder(names=("test.npy", "bank_rows.npy"), modalities=("text", "video")):
     return SimpleNamespace(files={"test": Path(names[0]), "bank_rows": Path(names[1]),
                                   "bank_cols": Path("bank_cols.npy"), "bank_rows_x_bank_cols": Path("bb.npy")},
@@ -103,15 +111,15 @@ def _right(n=40, d=16, seed=0):
 
 def test_a_right_square_folder_has_no_finding_and_too_few_items_are_not_judged():
     x, labels, _, _ = _right()
-    assert sc.findings(_folder(), *_stats(x, labels)) == []
+    assert _findings(_folder(), *_stats(x, labels)) == []
     small = x[:sc.MIN_ITEMS - 1, :sc.MIN_ITEMS - 1]
-    assert sc.findings(_folder(), *_stats(np.roll(small, 1, axis=1), np.arange(sc.MIN_ITEMS - 1))) == []
+    assert _findings(_folder(), *_stats(np.roll(small, 1, axis=1), np.arange(sc.MIN_ITEMS - 1))) == []
     assert sc.MIN_ITEMS == 20 and sc.MIN_BANK == 50 and sc.AGREEMENT == 0.5
 
 
 def test_shifted_positives_are_named_with_both_recalls():
     x, labels, _, _ = _right()
-    got = sc.findings(_folder(), *_stats(x, np.roll(labels, 1)))     # row i given the label of row i - 1
+    got = _findings(_folder(), *_stats(x, np.roll(labels, 1)))     # row i given the label of row i - 1
     assert got == ["the positives look shifted: raw R@1 is 0.0 with the given labels and 97.5 when row i takes the "
                    "label of row i+1; fix the positives file so that entry i is the column of row i of test.npy"]
 
@@ -120,8 +128,8 @@ def test_a_transposed_square_matrix_is_named():
     x, labels, _, _ = _right()
     perm = np.random.default_rng(5).permutation(len(labels))
     shuffled = x[perm]             # caption perm[i] in row i: its item is column perm[i]
-    assert sc.findings(_folder(), *_stats(shuffled, perm)) == []
-    got = sc.findings(_folder(), *_stats(shuffled.T, perm))    # saved the other way round, the same positives
+    assert _findings(_folder(), *_stats(shuffled, perm)) == []
+    got = _findings(_folder(), *_stats(shuffled.T, perm))    # saved the other way round, the same positives
     assert len(got) == 1 and got[0].startswith("test.npy looks transposed: raw R@1 is ")
     assert got[0].endswith("read the other way; save it with the manifest's first modality (text) as rows "
                            "(np.save(path, S.T)), or swap the modalities in the manifest")
@@ -130,7 +138,7 @@ def test_a_transposed_square_matrix_is_named():
 def test_chance_level_recall_is_named():
     x, labels, _, _ = _right()
     rng = np.random.default_rng(3)
-    got = sc.findings(_folder(), *_stats(rng.standard_normal(x.shape), labels))
+    got = _findings(_folder(), *_stats(rng.standard_normal(x.shape), labels))
     assert got == ["raw R@1 of test.npy is " + got[0][len("raw R@1 of test.npy is "):].split(",")[0]
                    + ", at chance level (2.50 for random scores): the positives do not belong to this matrix "
                    "(shifted or shuffled rows, another split, or test and bank files swapped); check that row i of "
@@ -141,19 +149,19 @@ def test_a_bank_of_the_test_queries_or_of_other_items_is_named():
     x, labels, items, rng = _right(n=40)
     bank_caps = items[rng.integers(0, 40, 60)] + 0.3 * rng.standard_normal((60, items.shape[1]))
     right = bank_caps @ items.T
-    assert sc.findings(_folder(), *_stats(x, labels, {"bank_rows": right})) == []
+    assert _findings(_folder(), *_stats(x, labels, {"bank_rows": right})) == []
     same = np.concatenate([x, x])                          # the test queries (twice): the same column means
-    got = sc.findings(_folder(), *_stats(x, labels, {"bank_rows": same}))
+    got = _findings(_folder(), *_stats(x, labels, {"bank_rows": same}))
     assert got == ["bank_rows.npy (bank_rows) holds the test queries themselves: every item's mean bank score equals "
                    "its mean test score. A bank of the test queries is a query-aware (transductive) fit: give a bank "
                    "from the training split, or fit with query_aware=True so that the results say so"]
     shuffled = right[:, rng.permutation(40)]
-    got = sc.findings(_folder(), *_stats(x, labels, {"bank_rows": shuffled}))
+    got = _findings(_folder(), *_stats(x, labels, {"bank_rows": shuffled}))
     assert len(got) == 1 and got[0].startswith("bank_rows.npy (bank_rows, bank rows x test columns) does not describe "
                                                "the test items: the correlation of each item's mean bank score with "
                                                "its mean test score is ")
     few = shuffled[:sc.MIN_BANK - 1]                       # too few bank rows to judge
-    assert sc.findings(_folder(), *_stats(x, labels, {"bank_rows": few})) == []
+    assert _findings(_folder(), *_stats(x, labels, {"bank_rows": few})) == []
 
 
 # ----------------------------------------------------------------------------------------------- thresholds
@@ -178,32 +186,32 @@ def _fabricated(n_rows, n_cols, *, hit_rows, per_row=1, shifted=None, best_t=Non
 
 def test_the_shift_rule_at_its_edges():
     # 160 rows: R@1 = 40 rows, the neighbouring labels 50 rows: 1.25 x as many and 10 rows more, both exactly
-    got = sc.findings(_folder(), *_fabricated(160, 160, hit_rows=40, shifted={1: 50}))
+    got = _findings(_folder(), *_fabricated(160, 160, hit_rows=40, shifted={1: 50}))
     assert got and got[0].startswith("the positives look shifted: raw R@1 is 25.0 with the given labels and 31.2 when "
                                      "row i takes the label of row i+1")
-    assert not any("shifted" in f for f in sc.findings(_folder(), *_fabricated(160, 160, hit_rows=40,
+    assert not any("shifted" in f for f in _findings(_folder(), *_fabricated(160, 160, hit_rows=40,
                                                                                shifted={1: 49})))
     assert sc.SHIFT_GAIN == 1.25 and sc.SHIFT_ROWS == 10 and sc.CHANCE_FACTOR == 2.0
 
 
 def test_the_transpose_rule_at_its_edge():
-    got = sc.findings(_folder(), *_fabricated(40, 40, hit_rows=5, best_t=15))     # 3 x as many, exactly
+    got = _findings(_folder(), *_fabricated(40, 40, hit_rows=5, best_t=15))     # 3 x as many, exactly
     assert got[0].startswith("test.npy looks transposed: raw R@1 is 12.5 as given and 37.5 read the other way")
-    assert not any("transposed" in f for f in sc.findings(_folder(), *_fabricated(40, 40, hit_rows=5, best_t=14)))
+    assert not any("transposed" in f for f in _findings(_folder(), *_fabricated(40, 40, hit_rows=5, best_t=14)))
     assert sc.TRANSPOSE_FACTOR == 3.0
 
 
 def test_the_chance_rule_at_its_edge_and_with_every_item_a_positive():
     # 1000 rows x 20 columns, two positives per row: chance = 0.1, its edge 0.2 + 3 sd = 0.2285
-    assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=228, per_row=2))[0].startswith(
+    assert _findings(_folder(), *_fabricated(1000, 20, hit_rows=228, per_row=2))[0].startswith(
         "raw R@1 of test.npy is 22.8, at chance level (10.00 for random scores)")
-    assert sc.findings(_folder(), *_fabricated(1000, 20, hit_rows=229, per_row=2)) == []
-    every = sc.findings(_folder(), *_fabricated(20, 20, hit_rows=20, per_row=20))   # every item a positive
+    assert _findings(_folder(), *_fabricated(1000, 20, hit_rows=229, per_row=2)) == []
+    every = _findings(_folder(), *_fabricated(20, 20, hit_rows=20, per_row=20))   # every item a positive
     assert every == ["raw R@1 of test.npy is 100.0, at chance level (100.00 for random scores): the positives do not "
                      "belong to this matrix (shifted or shuffled rows, another split, or test and bank files "
                      "swapped); check that row i of the positives is row i of the test matrix"]
-    assert sc.findings(_folder(), *_fabricated(20, 20, hit_rows=0))            # 20 items: judged
-    assert sc.findings(_folder(), *_fabricated(19, 40, hit_rows=0)) == []      # 19: too few
+    assert _findings(_folder(), *_fabricated(20, 20, hit_rows=0))            # 20 items: judged
+    assert _findings(_folder(), *_fabricated(19, 40, hit_rows=0)) == []      # 19: too few
 
 
 def _bank_case(n=40, n_bank=60, seed=0, big_positives=True):
@@ -226,7 +234,7 @@ def test_the_bank_rule_reads_the_items_scores_without_their_positives():
     them, or with them counted twice, the bank would not seem to describe the test items)."""
     for seed in range(3):
         x, bank = _bank_case(seed=seed)
-        assert sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank})) == []
+        assert _findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank})) == []
     # the other side: a bank of items scored against the test captions (its columns are the test rows)
     rng = np.random.default_rng(7)
     items = rng.standard_normal((40, 16))
@@ -236,9 +244,9 @@ def test_the_bank_rule_reads_the_items_scores_without_their_positives():
     x[np.arange(40), np.arange(40)] += 50.0 * rng.random(40)
     bank_items = rng.standard_normal((60, 16))
     bank_cols = bank_items @ caps.T / 16 + 0.3 * cpull[None, :]
-    assert sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": bank_cols})) == []
+    assert _findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": bank_cols})) == []
     shuffled = bank_cols[:, rng.permutation(40)]
-    got = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": shuffled}))
+    got = _findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": shuffled}))
     assert len(got) == 1 and got[0].startswith("bank_cols.npy (bank_cols, bank columns x test rows) does not "
                                                "describe the test items")
 
@@ -247,20 +255,20 @@ def test_a_bank_alone_on_the_second_axis_is_judged():
     x, bank = _bank_case(big_positives=False)
     rng = np.random.default_rng(4)
     other = bank[:, rng.permutation(40)]
-    got = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": other}))
+    got = _findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": other}))
     assert len(got) == 1 and got[0].startswith("bank_cols.npy (bank_cols, bank columns x test rows) does not describe "
                                                "the test items")
-    exactly = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": other[:sc.MIN_BANK]}))
+    exactly = _findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": other[:sc.MIN_BANK]}))
     assert len(exactly) == 1 and "bank_rows.npy (bank_rows, bank rows x test columns)" in exactly[0]   # 50 rows: judged
 
 
 def test_a_bank_that_differs_from_the_test_queries_by_a_hair_is_not_the_test_queries():
     x, _ = _bank_case(big_positives=False)
     near = np.concatenate([x, x]) * (1 + 1e-7)          # relative 1e-7: not equal to rounding
-    got = sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": near}))
+    got = _findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": near}))
     assert not any("holds the test queries themselves" in f for f in got)
     same = np.concatenate([x, x])
-    assert any("holds the test queries themselves" in f for f in sc.findings(_folder(), *_stats(
+    assert any("holds the test queries themselves" in f for f in _findings(_folder(), *_stats(
         x, np.arange(40), {"bank_rows": same})))
 
 
@@ -281,13 +289,14 @@ def _captions_items(seed=0, n=40, n_bank=60):
 
 def test_a_square_test_matrix_saved_the_other_way_is_named_by_its_banks():
     x, bank_rows, bank_cols, _, _ = _captions_items()
-    assert sc.findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank_rows, "bank_cols": bank_cols})) == []
-    got = sc.findings(_folder(), *_stats(x.T.copy(), np.arange(40), {"bank_rows": bank_rows}))
+    assert _findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank_rows, "bank_cols": bank_cols})) == []
+    got = _findings(_folder(), *_stats(x.T.copy(), np.arange(40), {"bank_rows": bank_rows}))
     assert len(got) == 1 and got[0].startswith("test.npy looks transposed: bank_rows.npy (bank_rows) describes the "
                                                "test matrix's rows (correlation ")
-    assert ", not its columns (" in got[0] and got[0].endswith("save test.npy with the manifest's first modality "
-                                                                "(text) as rows (np.save(path, S.T))")
-    got = sc.findings(_folder(), *_stats(x.T.copy(), np.arange(40), {"bank_cols": bank_cols}))
+    assert ", not its columns (" in got[0] and got[0].endswith("save it with the manifest's first modality "
+                                                                "(text) as rows (np.save(path, S.T)), or swap the "
+                                                                "modalities in the manifest")
+    got = _findings(_folder(), *_stats(x.T.copy(), np.arange(40), {"bank_cols": bank_cols}))
     assert len(got) == 1 and got[0].startswith("test.npy looks transposed: bank_cols.npy (bank_cols) describes the "
                                                "test matrix's columns (correlation ")
     assert ", not its rows (" in got[0]
@@ -296,17 +305,17 @@ def test_a_square_test_matrix_saved_the_other_way_is_named_by_its_banks():
 def test_a_bank_by_bank_matrix_of_other_items_is_named():
     x, bank_rows, bank_cols, bb, rng = _captions_items(seed=1)
     banks = {"bank_rows": bank_rows, "bank_cols": bank_cols}
-    assert sc.findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols": bb})) == []
-    got = sc.findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols": bb[rng.permutation(60)]}))
+    assert _findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols": bb})) == []
+    got = _findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols": bb[rng.permutation(60)]}))
     assert got == [f"bb.npy (bank_rows_x_bank_cols) does not describe the bank items of bank_rows.npy (bank_rows): "
                    f"the correlation of each bank item's mean score in the two is {got[0].split('two is ')[1].split(' ')[0]} "
                    "(right folders: above 0.5). Its rows must be the rows of bank_rows.npy, in the same order (or the "
                    "whole folder is transposed and the manifest's modalities are swapped)"]
-    got = sc.findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols":
+    got = _findings(_folder(), *_stats(x, np.arange(40), {**banks, "bank_rows_x_bank_cols":
                                                             bb[:, rng.permutation(60)]}))
     assert len(got) == 1 and "bank items of bank_cols.npy (bank_cols)" in got[0] and "Its cols must be" in got[0]
     few = {"bank_rows": bank_rows[:49], "bank_cols": bank_cols[:49], "bank_rows_x_bank_cols": bb[:49, :49][::-1]}
-    assert sc.findings(_folder(), *_stats(x, np.arange(40), few)) == []
+    assert _findings(_folder(), *_stats(x, np.arange(40), few)) == []
 
 
 def test_rows_that_share_positive_columns_are_captions_whatever_the_manifest_says():
@@ -316,8 +325,8 @@ def test_rows_that_share_positive_columns_are_captions_whatever_the_manifest_say
     x = caps @ items.T
     labels = np.arange(40) // 2
     swapped = _folder(modalities=("video", "text"))
-    got = sc.findings(swapped, *_stats(x, labels))
+    got = _findings(swapped, *_stats(x, labels))
     assert got == ["the manifest says the rows of test.npy are video and the columns text, but up to 2 rows share one "
                    "positive column: the rows are the captions. Swap 'modalities' in the manifest (the t2x numbers "
                    "would be labelled x2t)"]
-    assert sc.findings(_folder(modalities=("text", "video")), *_stats(x, labels)) == []
+    assert _findings(_folder(modalities=("text", "video")), *_stats(x, labels)) == []

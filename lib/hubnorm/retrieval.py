@@ -159,7 +159,10 @@ class RetrievalTask:
     :class:`hubnorm.engine.LocalEngine` (``dtype``: how blocks are read; ``block_bytes``, ``resident_bytes``,
     ``plain``: its memory budget, copies and plain loops; ``hints``: what an error about a missing matrix adds).
     Every method whose fit reads only scores (:mod:`hubnorm.blocks`) fits from them; one that reads embeddings
-    (DN) is refused with a ``ValueError`` naming them.
+    (DN) is refused with a ``ValueError`` naming them. ``check``: the matrices are read once as the task is built
+    and refused with a ``ValueError`` when they look wrong (:mod:`hubnorm.score_checks`: a transposed square test
+    matrix, shifted or shuffled positives, a bank matrix of other items or of the test queries themselves, the
+    checks a ``sims:`` folder gets as it is read); ``check=False`` skips that read (matrices already checked).
 
     A task holds one kind or the other, never both (which would decide the ranking is then ambiguous).
     ``positives``: the positive targets of every query (:class:`Positives`, several per query allowed).
@@ -188,6 +191,7 @@ class RetrievalTask:
     block_bytes: Optional[int] = None
     resident_bytes: Optional[int] = None
     plain: bool = False
+    check: bool = True
 
     def __post_init__(self):
         check_direction(self.direction)
@@ -226,6 +230,27 @@ class RetrievalTask:
                              "scores={('queries', 'targets'): S_test, ...}")
         self.engine = LocalEngine(matrices=self.scores, dtype=self.dtype, block_bytes=self.block_bytes,
                                   hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes)
+        if not isinstance(self.check, (bool, np.bool_)):
+            raise TypeError(f"check must be True or False; got {self.check!r}")
+        if self.check:
+            self._check_scores()
+
+    def _check_scores(self) -> None:
+        """The consistency checks of :mod:`hubnorm.score_checks` on the matrices as given (one read of each): a
+        transposed square test matrix, shifted or shuffled positives, a bank matrix of other items or of the test
+        queries themselves. A ValueError names what is wrong and the fix."""
+        from .score_checks import TASK_ROLES, task_findings
+
+        mats = {role: self.engine.matrix(*pair) for role, pair in TASK_ROLES.items()
+                if all(self.engine.size(name) is not None for name in pair)}
+        if mats["test"].shape != (self.positives.n_queries, self.positives.n_targets):
+            return   # __post_init__ names the mismatch of positives and matrix
+        one_each = bool(np.all(np.diff(self.positives.indptr) == 1))
+        pairs = (self.positives.query_of_entry, self.positives.indices)
+        found = task_findings(mats, pairs, self.positives.indices if one_each else None)
+        if found:
+            raise ValueError(f"the score matrices of this {self.direction} task look wrong: " + "; and ".join(found)
+                             + ". If they are right, build the task with check=False")
 
     @property
     def kind(self) -> str:
@@ -291,7 +316,7 @@ class RetrievalTask:
                              "fit(..., query_aware=True)")
         mats = {k: m for k, m in self.engine.matrices.items() if "query_bank" not in k}
         mats[("query_bank", "targets")] = self.engine.matrix(*TEST)
-        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints))
+        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
 
     def bank_subset(self, rows: ArrayLike) -> "RetrievalTask":
         """This task with its query bank cut to the bank rows ``rows`` (each once, any order; kept in sorted order):
@@ -319,7 +344,7 @@ class RetrievalTask:
                 mats[(c, r)] = m.T.take(rows=rows)
             else:
                 mats[(r, c)] = m
-        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints))
+        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
 
     def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),

@@ -148,7 +148,7 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
         hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
         pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
         out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
-                               block_bytes=block_bytes, dtype=dtype)
+                               block_bytes=block_bytes, dtype=dtype, check=False)   # load_sims checked the folder
     return out
 
 

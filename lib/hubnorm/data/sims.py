@@ -54,7 +54,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ..retrieval import MODALITY_LETTERS
-from . import sims_checks
+from .. import score_checks
 from .cache import atomic_write_bytes, npy_bytes
 
 PathLike = Union[str, os.PathLike]
@@ -152,7 +152,7 @@ def scan_npy(path: Path, arr: np.ndarray, what: str, *, checksum: Optional[str] 
     the file: a checksum mismatch first (a changed file explains a NaN), then the first NaN / inf.
 
     ``on_rows(first_row, block)``: called with every block of whole rows (float64) of the same read, when every
-    score is finite (the statistics of :mod:`hubnorm.data.sims_checks`); a Fortran-ordered file has no rows in its
+    score is finite (the statistics of :mod:`hubnorm.score_checks`); a Fortran-ordered file has no rows in its
     byte order, so its blocks are read from the memory map after the pass."""
     if checksum is None and not scan:
         return None
@@ -234,7 +234,7 @@ class SimsFolder:
 def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consistency: bool = True) -> SimsFolder:
     """Read and check a sims folder (module docstring). ``verify``: check the manifest's sha256 checksums;
     ``scan``: scan every matrix for NaN / inf (block by block) and, in the same read, gather the statistics of the
-    consistency checks (:mod:`hubnorm.data.sims_checks`: transposed or mislabelled matrices, shifted positives, a
+    consistency checks (:mod:`hubnorm.score_checks`: transposed or mislabelled matrices, shifted positives, a
     bank of other items or of the test items). ``consistency=False`` turns their findings into warnings, kept in
     the folder's ``flags`` (for an input that is right and trips a check). Every file is read once; a file that
     changes while the folder is read is refused."""
@@ -265,15 +265,15 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
     out.positive_pairs, labels, pos_path = _positives(folder, man, man_path, n_rows, n_cols,
                                                       checksums if verify else {})
     seen_files[str(pos_path)] = _signature(pos_path)
-    stats: Dict[str, sims_checks.MatrixStats] = {}
+    stats: Dict[str, score_checks.MatrixStats] = {}
     pos = None
     if scan:
-        stats["test"] = sims_checks.MatrixStats((n_rows, n_cols))
-        pos = sims_checks.PositiveScores(*out.positive_pairs, (n_rows, n_cols), labels)
+        stats["test"] = score_checks.MatrixStats((n_rows, n_cols))
+        pos = score_checks.PositiveScores(*out.positive_pairs, (n_rows, n_cols), labels)
         stats["test"].hooks.append(pos)
-        for role in [r for r, _, _ in sims_checks.BANK_AXES] + ["bank_rows_x_bank_cols"]:
+        for role in [r for r, _, _ in score_checks.BANK_AXES] + ["bank_rows_x_bank_cols"]:
             if role in out.matrices:
-                stats[role] = sims_checks.MatrixStats(out.matrices[role].shape)
+                stats[role] = score_checks.MatrixStats(out.matrices[role].shape)
     for role in sorted(out.matrices, key=lambda r: r != "test"):
         arr, path = out.matrices[role], out.files[role]
         expected = checksums.get(str(mats[role])) if verify else None
@@ -286,7 +286,10 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
             raise SimsError(f"{name} changed while the folder was read: its matrices and positives may come from "
                             "two versions; load it again once the writer has finished")
     if scan:
-        for msg in sims_checks.findings(out, stats, pos):
+        names = {role: path.name for role, path in out.files.items()}
+        fix = (f"save it with the manifest's first modality ({out.modalities[0]}) as rows (np.save(path, S.T)), or "
+               "swap the modalities in the manifest")
+        for msg in score_checks.findings(stats, pos, names, transpose_fix=fix, modalities=out.modalities):
             if consistency:
                 raise SimsError(f"{folder}: {msg}. If the folder is right, load it with consistency=False (the "
                                 "results then carry this as a flag)")

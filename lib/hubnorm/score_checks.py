@@ -1,10 +1,11 @@
-"""Consistency checks of a sims folder: the mistakes people make with released score matrices.
+"""Consistency checks of score matrices: the mistakes people make with released or hand-built similarity matrices.
 
 A score matrix carries no names: a transposed square matrix, positives shifted by one row, a bank matrix from
 another split or with its columns in another order, or the test queries handed in as the bank all load as
-well-formed arrays and give a wrong R@1 without a word. What gives them away is that the matrices of one folder
-describe the same items: the statistics below are accumulated during the one verifying read of each file
-(:func:`hubnorm.data.sims.scan_npy`) and compared when the folder is loaded.
+well-formed arrays and give a wrong R@1 without a word. What gives them away is that the matrices of one task
+describe the same items: the statistics below are accumulated during one read of each matrix (for a ``sims:``
+folder, the verifying read of each file, :func:`hubnorm.data.sims.scan_npy`; for a
+:class:`hubnorm.RetrievalTask` given ``scores=``, :func:`task_findings` when it is built) and compared.
 
 * **raw R@1 against the positives** — at chance level (at most ``CHANCE_FACTOR`` x the R@1 of random scores, plus
   three binomial standard deviations of it), the
@@ -25,16 +26,17 @@ describe the same items: the statistics below are accumulated during the one ver
 * **the roles of rows and columns** — one positive column per row, with several rows sharing a column, makes the
   rows the captions; a manifest that calls them video, image or audio has its modalities swapped.
 
-Each finding is a :class:`~hubnorm.data.sims.SimsError` naming what is wrong and the fix; ``load_sims(...,
-consistency=False)`` (for an input that is right and trips a check) turns them into warnings, recorded in the
-folder's ``flags`` so that the results carry them. The thresholds are rules stated before looking at any folder
+Each finding names what is wrong and the fix: a :class:`~hubnorm.data.sims.SimsError` for a folder
+(``load_sims(..., consistency=False)``, for an input that is right and trips a check, turns them into warnings,
+recorded in the folder's ``flags`` so that the results carry them), a ``ValueError`` for a task
+(``RetrievalTask(..., check=False)`` skips them). The thresholds are rules stated before looking at any folder
 (the correlation was 0.988 for right folders and at most 0.23 for mismatched ones in the review that asked for
-it); ``tests/test_sims_checks.py`` probes them with realistic mistakes.
+it); ``tests/test_sims_checks.py`` and ``tests/test_task_score_checks.py`` probe them with realistic mistakes.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -134,14 +136,18 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
 BANK_AXES = (("bank_rows", "cols", "bank rows x test columns"), ("bank_cols", "rows", "bank columns x test rows"))
 
 
-def findings(folder, stats: Dict[str, MatrixStats], pos: PositiveScores) -> List[str]:
-    """What is wrong with a loaded folder (messages naming the file and the fix); empty when nothing is."""
+def findings(stats: Dict[str, MatrixStats], pos: PositiveScores, names: Mapping[str, str], *, transpose_fix: str,
+             modalities: Optional[Sequence[str]] = None) -> List[str]:
+    """What is wrong with the matrices of ``stats`` (roles ``test``, ``bank_rows``, ``bank_cols``,
+    ``bank_rows_x_bank_cols``; ``names``: how a message names each), messages naming the matrix and the fix
+    (``transpose_fix``: how to give a transposed test matrix the right way; ``modalities``: of a folder's rows and
+    columns, for the roles check); empty when nothing is."""
     out: List[str] = []
     test = stats["test"]
     n_rows, n_cols = test.shape
     if min(n_rows, n_cols) < MIN_ITEMS:
         return out
-    name = folder.files["test"].name
+    name = names["test"]
     per_row = len(pos.rows) / n_rows
     chance = min(1.0, per_row / n_cols)
     r1 = float(np.mean(pos.best >= test.row_max))
@@ -156,8 +162,7 @@ def findings(folder, stats: Dict[str, MatrixStats], pos: PositiveScores) -> List
         alt = float(np.mean(pos.best_t >= test.col_max))
         if alt >= TRANSPOSE_FACTOR * r1 and alt > CHANCE_FACTOR * chance:
             out.append(f"{name} looks transposed: raw R@1 is {100 * r1:.1f} as given and {100 * alt:.1f} read the "
-                       f"other way; save it with the manifest's first modality ({folder.modalities[0]}) as rows "
-                       "(np.save(path, S.T)), or swap the modalities in the manifest")
+                       f"other way; {transpose_fix}")
             return out
     if r1 <= CHANCE_FACTOR * chance + 3.0 * np.sqrt(chance * (1.0 - chance) / n_rows):   # + 3 binomial sd
         out.append(f"raw R@1 of {name} is {100 * r1:.1f}, at chance level ({100 * chance:.2f} for random scores): "
@@ -173,7 +178,7 @@ def findings(folder, stats: Dict[str, MatrixStats], pos: PositiveScores) -> List
             ref = (test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1)
         full = test.col_mean if axis == "cols" else test.row_mean
         got = bank.col_mean
-        bname = folder.files[role].name
+        bname = names[role]
         if got.shape == full.shape and np.allclose(got, full, rtol=0, atol=1e-9 * max(1.0, float(np.abs(full).max()))):
             out.append(f"{bname} ({role}) holds the test queries themselves: every item's mean bank score equals its "
                        "mean test score. A bank of the test queries is a query-aware (transductive) fit: give a bank "
@@ -187,8 +192,7 @@ def findings(folder, stats: Dict[str, MatrixStats], pos: PositiveScores) -> List
             if c_t >= AGREEMENT:
                 out.append(f"{name} looks transposed: {bname} ({role}) describes the test matrix's "
                            f"{'rows' if axis == 'cols' else 'columns'} (correlation {c_t:.2f}), not its "
-                           f"{'columns' if axis == 'cols' else 'rows'} ({c:.2f}); save {name} with the manifest's first "
-                           f"modality ({folder.modalities[0]}) as rows (np.save(path, S.T))")
+                           f"{'columns' if axis == 'cols' else 'rows'} ({c:.2f}); {transpose_fix}")
                 return out
         if not c >= AGREEMENT:
             out.append(f"{bname} ({role}, {what}) does not describe the test items: the correlation of each item's "
@@ -202,19 +206,50 @@ def findings(folder, stats: Dict[str, MatrixStats], pos: PositiveScores) -> List
             continue
         c = _corr(bank.row_mean, bb.row_mean if axis == "rows" else bb.col_mean)
         if not c >= AGREEMENT:
-            bname = folder.files["bank_rows_x_bank_cols"].name
-            out.append(f"{bname} (bank_rows_x_bank_cols) does not describe the bank items of {folder.files[role].name} "
+            bname = names["bank_rows_x_bank_cols"]
+            out.append(f"{bname} (bank_rows_x_bank_cols) does not describe the bank items of {names[role]} "
                        f"({role}): the correlation of each bank item's mean score in the two is {c:.2f} (right "
-                       f"folders: above {AGREEMENT}). Its {axis} must be the rows of {folder.files[role].name}, in "
+                       f"folders: above {AGREEMENT}). Its {axis} must be the rows of {names[role]}, in "
                        "the same order (or the whole folder is transposed and the manifest's modalities are swapped)")
-    if pos.labels is not None and n_rows > n_cols and folder.modalities[1] == "text" and folder.modalities[0] != "text":
+    if (modalities is not None and pos.labels is not None and n_rows > n_cols and modalities[1] == "text"
+            and modalities[0] != "text"):
         shared = np.bincount(pos.labels, minlength=n_cols).max()
         if shared > 1:
-            out.append(f"the manifest says the rows of {name} are {folder.modalities[0]} and the columns text, but up "
+            out.append(f"the manifest says the rows of {name} are {modalities[0]} and the columns text, but up "
                        f"to {shared} rows share one positive column: the rows are the captions. Swap 'modalities' "
                        "in the manifest (the t2x numbers would be labelled x2t)")
     return out
 
 
-__all__ = ["MatrixStats", "PositiveScores", "findings", "MIN_ITEMS", "MIN_BANK", "AGREEMENT", "CHANCE_FACTOR",
-           "SHIFT_GAIN", "SHIFT_ROWS", "TRANSPOSE_FACTOR", "BANK_AXES"]
+#: a task's score matrices by the roles of :func:`findings`: the test matrix, the query bank x targets matrix (its
+#: columns are the test columns) and the query bank x target bank matrix (its rows are the query bank's)
+TASK_ROLES = {"test": ("queries", "targets"), "bank_rows": ("query_bank", "targets"),
+              "bank_rows_x_bank_cols": ("query_bank", "target_bank")}
+
+
+def task_findings(matrices: Mapping[str, object], pairs: Tuple[np.ndarray, np.ndarray],
+                  labels: Optional[np.ndarray], *, rows_per_block: Optional[int] = None) -> List[str]:
+    """:func:`findings` of a task's score matrices (``matrices``: role of :data:`TASK_ROLES` -> a
+    :class:`hubnorm.matrices.ScoreMatrix`, read once in blocks of whole rows, float64), named by their keys in
+    ``RetrievalTask(scores=...)``; ``pairs``: the (row, column) of every positive; ``labels``: each row's one
+    positive column (None when a row has several). A non-finite score stops the read (the matrix's own check)."""
+    import torch
+
+    stats: Dict[str, MatrixStats] = {}
+    pos = None
+    for role, m in matrices.items():
+        n_rows, n_cols = m.shape
+        stats[role] = MatrixStats((n_rows, n_cols))
+        if role == "test":
+            pos = PositiveScores(*pairs, (n_rows, n_cols), labels)
+            stats[role].hooks.append(pos)
+        step = rows_per_block or max(1, (1 << 22) // max(1, n_cols))
+        for r0 in range(0, n_rows, step):
+            stats[role](r0, m.block(r0, min(n_rows, r0 + step), 0, n_cols, torch.float64).numpy())
+    names = {role: f"scores[{TASK_ROLES[role]!r}]" for role in matrices}
+    return findings(stats, pos, names, transpose_fix="pass its transpose (S.T): its rows must be the queries and "
+                    "its columns the targets")
+
+
+__all__ = ["MatrixStats", "PositiveScores", "findings", "task_findings", "TASK_ROLES", "MIN_ITEMS", "MIN_BANK",
+           "AGREEMENT", "CHANCE_FACTOR", "SHIFT_GAIN", "SHIFT_ROWS", "TRANSPOSE_FACTOR", "BANK_AXES"]
