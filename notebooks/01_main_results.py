@@ -101,8 +101,8 @@ model = pr.published_model(ds, model)  # the published rows follow the embedding
 synthetic = src.synthetic
 test_tasks = src.tasks  # {direction: the test queries and gallery with the reference bank}
 val_tasks = src.split_tasks("val")  # the held-out split (None for score matrices: a sims: folder has none)
-in_setting = (f"bank={dataset} train {bank_fraction:.0%}" if ds is not None   # scores: the folder's bank rows
-              else "bank=" + " / ".join(dict.fromkeys(src.bank_name(d) for d in directions)))
+in_setting = {d: f"bank={dataset} train {bank_fraction:.0%}" if ds is not None   # scores: the folder's bank rows
+              else f"bank={src.bank_name(d)}" for d in directions}                # (or its test queries), per direction
 if cross_source in (None, "", "none", "None") or not src.needs_embeddings(
         "NNN with a cross-dataset bank (Table 2: the training embeddings of another data set)"):
     cross_source = None
@@ -158,7 +158,7 @@ ours = [m for m in methods if m != "dn" or src.needs_embeddings("DN (it subtract
 if val_tasks is not None:
     print({m: g for m, g in grids.items() if m not in reuse})
     selection = pr.select_parameters(val_tasks, ours, grids, reuse=reuse,  # hn.grid_search on val, by R@1
-                                     extra={"setting": in_setting})
+                                     extra={"setting": in_setting[directions[0]]})   # embeddings: one bank
 else:   # no held-out split: no grid is searched, each method keeps its fixed parameters
     pr.note("no held-out split in a sims: folder, so no hyperparameter is selected: every method runs at fixed "
             "parameters (this notebook's): " + "; ".join(f"{hn.DISPLAY_NAMES[m]} {pr.fmt_params(p)}"
@@ -166,7 +166,7 @@ else:   # no held-out split: no grid is searched, each method keeps its fixed pa
     parts = []
     for d in directions:   # k limited by this direction's bank (a NOTE when it is cut)
         fixed = {m: pr.clamp_params(m, FIXED.get(m, {}), test_tasks[d]) for m in ours}
-        parts.append(pr.select_parameters({d: test_tasks[d]}, ours, {}, fixed=fixed, extra={"setting": in_setting},
+        parts.append(pr.select_parameters({d: test_tasks[d]}, ours, {}, fixed=fixed, extra={"setting": in_setting[d]},
                                           show_progress=False))   # no grid: nothing is fitted, only the rows built
     selection = pd.concat(parts, ignore_index=True)
     selection["chosen"] = [f"{c} (fixed)" if p else c for c, p in zip(selection["chosen"], selection["params"])]
@@ -215,7 +215,9 @@ nb.show(chosen_table, ["direction", "setting", "this run", "published (NNN Table
 # a *target* bank); the others are left out with a NOTE naming the missing matrix.
 
 # %%
-test_sets = {in_setting: test_tasks, **({cross_setting: test_cross} if cross_source else {})}
+test_sets = {cross_setting: test_cross} if cross_source else {}   # {setting: {direction: task}}
+for d in directions:
+    test_sets.setdefault(in_setting[d], {})[d] = test_tasks[d]
 rows = []
 for choice in selection.itertuples():  # one chosen method per direction and bank
     task = test_sets[choice.setting][choice.direction]

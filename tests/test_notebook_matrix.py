@@ -215,3 +215,30 @@ def test_notebook_on_a_folder_without_bank_rows_marks_every_figure_query_aware(p
     if py.name[:2] == "02":
         assert "NOTE: the t-SNE map of the test embeddings (DBSN Fig. A9) needs embeddings" in out
         assert len(records) == 3 and all(any("query-aware" in b.lower() for b in r["bank"]) for r in records)
+
+
+@pytest.mark.slow
+def test_notebook_01_names_each_directions_bank_on_a_folder_with_bank_rows_on_one_side(tmp_path, monkeypatch):
+    """A folder with bank rows for its text queries only: t2i fits on the folder's bank rows, i2t on its test queries
+    (query-aware). Each direction's rows name their own bank, never the two joined."""
+    import pandas as pd
+
+    from hubnorm.data.sims import write_sims
+    from test_sims import _embeddings
+
+    caps, items, c2i, bank_caps, _ = _embeddings(0)
+    write_sims(tmp_path / "f", {"test": caps @ items.T, "bank_rows": bank_caps @ items.T},
+               modalities=("text", "image"), dataset="example", synthetic=True, labels=c2i)
+    monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_notebook_source(REPO / "notebooks" / "01_main_results.py",
+                            {"source": f"sims:{tmp_path / 'f'}", **FAST_PARAMS.get("01", {})})
+    assert "Traceback" not in buf.getvalue()
+    rows = pd.read_csv(tmp_path / "results" / "tables" / "01_main_r1_vs_published.csv")
+    fitted = rows[rows["setting"] != "none"]
+    assert set(fitted["direction"]) == {"t2i", "i2t"}
+    assert (fitted.loc[fitted["direction"] == "t2i", "setting"] == "bank=the folder's bank rows").all()
+    assert (fitted.loc[fitted["direction"] == "i2t", "setting"]
+            == "bank=test queries (query-aware: the folder has no bank rows)").all()
