@@ -316,7 +316,7 @@ draws = [(f, s) for f in dbsn_fractions for s in (dbsn_seeds[:1] if f >= 1 else 
 rows = []
 for fraction, draw in progress(draws if study_b else [], desc="query-bank sweep"):
     size = studies.fraction_size(fraction, n_bank)   # a seeded share of the bank rows; the target bank stays whole
-    t = task if size >= n_bank else task.bank_subset(np.random.default_rng(draw).choice(n_bank, size, replace=False))
+    t = task if size >= n_bank else task.bank_subset(studies.subsample_rows(np.arange(n_bank), fraction, seed=draw))
     gaps = {"IS and SN": gap(t, "query_bank", "targets"),                   # (c) bank -> targets
             "DBSN": gap(t, "query_bank", "targets", "target_bank") if "DBSN" in run_methods else np.nan}
     gap_queries = gap(t, "queries", "query_bank")                              # (d) test queries -> bank

@@ -211,6 +211,24 @@ def test_headroom_statistics_equal_an_independent_dense_oracle(captions_per_imag
         want = _oracle_gains(img, cap, c2i, split, n_images=31)
         for key in want:
             assert got[key] == pytest.approx(want[key], abs=1e-9), (split, key)
+    # the captions of the images left out are neither queries nor bank: the tasks hold exactly the drawn images'
+    # captions (caught by hand, not by the oracle, which draws the same way)
+    import hubnorm.retrieval as retrieval
+
+    seen = []
+    real_build = retrieval.build_tasks
+
+    def spy(images, captions, c2i_, **kw):
+        seen.append((len(images), len(captions), len(kw["image_bank"]), len(kw["caption_bank"])))
+        return real_build(images, captions, c2i_, **kw)
+
+    retrieval.build_tasks = spy
+    try:
+        cal.headroom_statistics(img, cap, c2i, splits=[0], n_images=31)
+    finally:
+        retrieval.build_tasks = real_build
+    per = captions_per_image
+    assert seen == [(15, 15 * per, 16, 16 * per)]
     by_size = cal.headroom_by_size(img, cap, c2i, [20, 31, n], splits=range(3))
     assert by_size["n_images"].tolist() == [20, 31, n]
     assert by_size.iloc[-1]["gain_nnn_t2i"] == pytest.approx(
@@ -483,13 +501,33 @@ def test_headroom_by_size_within_follows_the_band_rule_and_the_report_counts_it(
     for _, row in by_size.iterrows():
         half, within = cal.band(row["statistic"], row["real"], row["synthetic mean"], row["synthetic sd"])
         assert row["band"] == pytest.approx(half) and bool(row["within"]) == within
+        assert bool(row["within tolerance"]) == (abs(row["synthetic mean"] - row["real"]) <= 1.5)
     text = (REPO / "data" / "calibration_synthetic.md").read_text()
     out = by_size[~by_size["fitted size"]]
     assert (f"- out of sample: {int(out['within'].sum())} of {len(out)} cells within the band (all sizes: "
-            f"{int(by_size['within'].sum())} of {len(by_size)})." in text)
+            f"{int(by_size['within'].sum())} of {len(by_size)}); {int(out['within tolerance'].sum())} of {len(out)} "
+            f"within the tolerance alone; the band is wider than the tolerance in {int((out['band'] > 1.5).sum())} "
+            "of them;" in text)
+    signs = {k: int((np.sign(g["real"]) == np.sign(g["synthetic mean"])).sum()) for k, g in out.groupby("statistic")}
+    assert (f"IS, item query {signs['gain_is_i2t']} of {int((out['statistic'] == 'gain_is_i2t').sum())}" in text
+            and f"NNN, text query {signs['gain_nnn_t2i']} of " in text)
+    # the table: every cell is the csv's row, bold exactly where it is outside the band
+    section = text[text.index("<!-- headroom-by-size:start -->"):text.index("<!-- headroom-by-size:end -->")]
+    table = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    assert len(table) == len(by_size) // 4
+    for ln, ((preset, name, size), part) in zip(table, by_size.groupby(["preset", "reference", "n_images"],
+                                                                           sort=False)):
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[:3] == [f"`{preset}`", name, f"{size} ({size // 2})" + (" (fitted)" if size ==
+                                                                               cal.REAL_STATISTICS[name]["n_images"]
+                                                                               else "")]
+        for cell, stat in zip(cells[3:], cal.HEADROOM_STATISTICS):
+            r = part[part["statistic"] == stat].iloc[0]
+            want = f"{r['real']:+.2f} / {r['synthetic mean']:+.2f} ({r['synthetic sd']:.2f})"
+            assert cell == (want if r["within"] else f"**{want}**"), (preset, name, size, stat)
     for name, part in by_size[by_size["statistic"] == "gain_nnn_t2i"].groupby("reference"):
         part = part.drop_duplicates("n_images").sort_values("n_images")
-        assert (f"- `{name}` (real): NNN text -> image headroom {part['real'].iloc[0]:+.2f} at "
+        assert (f"- `{name}` (real): NNN text-query headroom {part['real'].iloc[0]:+.2f} at "
                 f"{int(part['n_images'].iloc[0])} images, {part['real'].iloc[-1]:+.2f} at "
                 f"{int(part['n_images'].iloc[-1])}; one seeded split at that size gives it to within an sd of "
                 f"{part['real split sd'].iloc[-1]:.2f} points" in text)

@@ -103,8 +103,8 @@ def test_query_bank_fraction_subsamples_the_query_banks_only():
         assert half[d].meta["query_bank_fraction"] == 0.5
     rows = {tuple(r) for r in full["t2i"].query_bank}
     assert all(tuple(r) in rows for r in half["t2i"].query_bank)   # a subset, not new rows
-    for bad in (0, 1.5, True, "0.5"):
-        with pytest.raises(ValueError, match="query_bank_fraction"):
+    for bad, error in ((0, ValueError), (1.5, ValueError), (True, TypeError), ("0.5", TypeError)):
+        with pytest.raises(error, match="query_bank_fraction"):
             ds.tasks("test", "train", query_bank_fraction=bad)
     with pytest.raises(TypeError):
         ds.tasks("test", "train", bank_fraction=0.5)

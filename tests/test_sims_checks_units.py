@@ -147,8 +147,10 @@ def test_chance_level_recall_is_named():
 
 def test_a_bank_of_the_test_queries_or_of_other_items_is_named():
     x, labels, items, rng = _right(n=40)
+    pull = rng.standard_normal(40)                         # items differ in their mean score (as real ones do)
+    x = x + pull[None, :]
     bank_caps = items[rng.integers(0, 40, 60)] + 0.3 * rng.standard_normal((60, items.shape[1]))
-    right = bank_caps @ items.T
+    right = bank_caps @ items.T + pull[None, :]
     assert _findings(_folder(), *_stats(x, labels, {"bank_rows": right})) == []
     same = np.concatenate([x, x])                          # the test queries (twice): the same column means
     got = _findings(_folder(), *_stats(x, labels, {"bank_rows": same}))
@@ -162,6 +164,56 @@ def test_a_bank_of_the_test_queries_or_of_other_items_is_named():
                                                "its mean test score is ")
     few = shuffled[:sc.MIN_BANK - 1]                       # too few bank rows to judge
     assert _findings(_folder(), *_stats(x, labels, {"bank_rows": few})) == []
+    # a bank whose items' mean scores carry no order (random captions: every item scores about the same on
+    # average over them, as over a centred bank): its columns in any order cannot be told apart, so nothing is said
+    noise = rng.standard_normal((60, items.shape[1])) @ items.T
+    assert sc.reliability(_stats(x, labels, {"bank_rows": noise})[0]["bank_rows"].halves("cols")) < sc.RELIABILITY
+    assert _findings(_folder(), *_stats(x, labels, {"bank_rows": noise[:, rng.permutation(40)]})) == []
+
+
+def test_reliability_is_the_spearman_brown_corrected_split_half_correlation():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(50)
+    b = a + 0.5 * rng.standard_normal(50)
+    r = np.corrcoef(a, b)[0, 1]
+    assert sc.reliability((a, b)) == pytest.approx(2 * r / (1 + r), abs=1e-12)
+    assert sc.reliability((a, -a)) == 0.0 and sc.reliability((a, a)) == pytest.approx(1.0)
+    assert np.isnan(sc.reliability((a, np.ones(50))))
+    assert sc.RELIABILITY == 0.5
+
+
+@pytest.mark.parametrize("r0_rows", [(0, 7), (3, 4), (0, 1)])
+def test_halves_over_blocks_are_the_even_and_odd_means(r0_rows):
+    """Each row's mean over the even and odd columns, each column's over the even and odd rows, whatever the blocks
+    (a block may start on an odd row)."""
+    x = np.random.default_rng(4).standard_normal((11, 5))
+    st = sc.MatrixStats(x.shape)
+    first, step = r0_rows
+    if first:
+        st(0, x[:first])
+    for r0 in range(first, 11, step):
+        st(r0, x[r0:r0 + step])
+    even, odd = st.halves("cols")
+    assert np.allclose(even, x[0::2].mean(0)) and np.allclose(odd, x[1::2].mean(0))
+    even, odd = st.halves("rows")
+    assert np.allclose(even, x[:, 0::2].mean(1)) and np.allclose(odd, x[:, 1::2].mean(1))
+    labels = np.arange(11) % 5
+    pos = sc.PositiveScores(np.arange(11), labels, x.shape, labels)
+    st2 = sc.MatrixStats(x.shape)
+    st2.hooks.append(pos)
+    for r0 in range(0, 11, step):
+        st2(r0, x[r0:r0 + step])
+    mask = np.zeros(x.shape, bool)
+    mask[np.arange(11), labels] = True
+    for axis, (e, o) in (("cols", sc._ref_halves(st2, pos, "cols")), ("rows", sc._ref_halves(st2, pos, "rows"))):
+        for parity, got in ((0, e), (1, o)):
+            if axis == "cols":
+                keep = ~mask & (np.arange(11)[:, None] % 2 == parity)
+                want = (x * keep).sum(0) / np.maximum(keep.sum(0), 1)
+            else:
+                keep = ~mask & (np.arange(5)[None, :] % 2 == parity)
+                want = (x * keep).sum(1) / np.maximum(keep.sum(1), 1)
+            assert np.allclose(got, want), (axis, parity)
 
 
 # ----------------------------------------------------------------------------------------------- thresholds
@@ -254,7 +306,11 @@ def test_the_bank_rule_reads_the_items_scores_without_their_positives():
 def test_a_bank_alone_on_the_second_axis_is_judged():
     x, bank = _bank_case(big_positives=False)
     rng = np.random.default_rng(4)
-    other = bank[:, rng.permutation(40)]
+    cpull = rng.standard_normal(40)                     # the captions (rows) differ in their mean score too
+    x = x + 0.3 * cpull[:, None]
+    bank_cols = rng.standard_normal((60, 40)) / 4 + 0.3 * cpull[None, :]   # other items x the test captions
+    assert _findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": bank_cols})) == []
+    other = bank_cols[:, rng.permutation(40)]
     got = _findings(_folder(), *_stats(x, np.arange(40), {"bank_cols": other}))
     assert len(got) == 1 and got[0].startswith("bank_cols.npy (bank_cols, bank columns x test rows) does not describe "
                                                "the test items")

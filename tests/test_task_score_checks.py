@@ -102,12 +102,52 @@ def test_the_refusal_names_the_matrix_the_fix_and_the_way_out():
         text_query_task(sm.transposed_square(sm.right_spec()))
     msg = str(e.value)   # named by its bank: the bank's items are the test matrix's rows
     assert msg.startswith("the score matrices of this t2v task look wrong: scores[('queries', 'targets')] looks "
-                          "transposed: scores[('query_bank', 'targets')] (bank_rows) describes the test matrix's rows")
-    assert msg.endswith("; pass its transpose (S.T): its rows must be the queries and its columns the targets. If "
-                        "they are right, build the task with check=False")
+                          "transposed: scores[('query_bank', 'targets')] describes the test matrix's rows")
+    assert msg.endswith("; give it the other way round (S.T under its key, or S under the swapped key): the test "
+                        "matrix's rows must be the queries and its columns the targets. If they are right, build the "
+                        "task with check=False")
     with pytest.raises(ValueError, match=r"^the score matrices of this t2v task look wrong: scores\[\('query_bank', "
-                                         r"'targets'\)\] \(bank_rows, bank rows x test columns\) does not describe"):
+                                         r"'targets'\)\] does not describe the test items: .* \(right matrices: above "
+                                         r"0.5\)\. .*: fix the order or score the bank again\. If they are right"):
         text_query_task(sm.bank_rows_columns_permuted(sm.right_spec()))
+    with pytest.raises(ValueError, match=r"^the score matrices of this v2t task look wrong: scores\[\('targets', "
+                                         r"'queries'\)\] \(read transposed\) looks transposed"):
+        item_query_task(sm.transposed_square(sm.right_spec()))   # named by the key it was given under
+
+
+def test_a_task_of_the_dualis_matrices_without_a_bank_x_bank_matrix_is_checked_and_taken():
+    spec = sm.right_spec()
+    m = spec["mats"]
+    pos = hn.Positives.from_labels(spec["labels"], m["test"].shape[1])
+    e = spec["emb"]
+    intra = e["bank_items"] @ e["items"].T                 # target bank x targets (DualIS's intra-modal factor)
+    for extra in ({("query_bank", "targets"): m["bank_rows"], ("target_bank", "targets"): intra},
+                  {("query_bank", "target_bank"): m["bank_rows_x_bank_cols"], ("target_bank", "targets"): intra}):
+        task = hn.RetrievalTask(scores={("queries", "targets"): m["test"], **extra}, positives=pos, direction="t2v")
+        assert task.kind == "scores"
+    bad = {("query_bank", "targets"): sm.bank_rows_columns_permuted(sm.right_spec())["mats"]["bank_rows"],
+           ("target_bank", "targets"): intra}
+    with pytest.raises(ValueError, match="does not describe the test items"):
+        hn.RetrievalTask(scores={("queries", "targets"): m["test"], **bad}, positives=pos, direction="t2v")
+
+
+def test_centred_or_structureless_scores_are_not_refused():
+    """Items whose mean scores carry no order (embeddings centred by the bank's mean, a standard hubness fix, or
+    random ones): the bank checks cannot tell a right bank from a wrong one there, so they say nothing."""
+    e = sm.right_spec()["emb"]
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)   # noqa: E731
+    items, caps = unit(e["items"] - e["bank_items"].mean(0)), unit(e["caps"] - e["bank_caps"].mean(0))
+    bank_items = unit(e["bank_items"] - e["bank_items"].mean(0))
+    bank_caps = unit(e["bank_caps"] - e["bank_caps"].mean(0))
+    pos = hn.Positives.from_labels(np.arange(len(items)).repeat(2), len(items))
+    task = hn.RetrievalTask(scores=hn.matrices_from_embeddings(caps, items, bank_caps, bank_items), positives=pos,
+                            direction="t2v")
+    assert hn.evaluate(None, task, ks=(1,))["R@1"] > 50
+    rng = np.random.default_rng(0)
+    test = rng.standard_normal((400, 200))
+    test[np.arange(400), np.arange(400) // 2] += 3.0      # each caption matches its item; nothing else has an order
+    noise = {("queries", "targets"): test, ("query_bank", "targets"): rng.standard_normal((400, 200))}
+    assert hn.RetrievalTask(scores=noise, positives=pos, direction="t2v").kind == "scores"
 
 
 def test_check_false_takes_the_matrices_as_given_and_check_must_be_a_bool():
@@ -117,6 +157,9 @@ def test_check_false_takes_the_matrices_as_given_and_check_must_be_a_bool():
     for bad in ("no", 0, None):
         with pytest.raises(TypeError, match=f"check must be True or False; got {bad!r}"):
             text_query_task(sm.right_spec(), check=bad)
+        with pytest.raises(TypeError, match=f"check must be True or False; got {bad!r}"):   # embeddings too
+            e = sm.right_spec()["emb"]
+            hn.RetrievalTask(e["caps"], e["items"], hn.Positives.from_labels(np.arange(400) // 2, 200), check=bad)
 
 
 def test_small_matrices_are_not_judged():

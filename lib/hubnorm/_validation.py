@@ -7,6 +7,7 @@ message that names the argument and says how to fix it.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional, Union
 
 import numpy as np
@@ -167,7 +168,7 @@ def check_finite_float(value, name: str, *, minimum: Optional[float] = None) -> 
 def check_fraction(value, name: str, *, below_one: bool = False) -> float:
     """A share in (0, 1] (``below_one``: in (0, 1), where both parts must keep something): a number, not a bool."""
     interval = "(0, 1)" if below_one else "(0, 1]"
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number in {interval}; got {value!r}")
     share = float(value)
     if not (0 < share < 1 if below_one else 0 < share <= 1):

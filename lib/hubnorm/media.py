@@ -202,7 +202,7 @@ def media_tasks(data: MediaData, *, bank_queries: Optional[int] = None, target_b
         else:
             pos = positives_from_pairs(c2i, np.arange(len(c2i)), len(data.items), len(c2i))
         out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=mats[d],
-                               block_bytes=block_bytes, check=False)   # products of the preset's embeddings
+                               block_bytes=block_bytes, check=False)   # products of embeddings: right by construction
     return out
 
 

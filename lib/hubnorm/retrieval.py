@@ -195,6 +195,8 @@ class RetrievalTask:
 
     def __post_init__(self):
         check_direction(self.direction)
+        if not isinstance(self.check, (bool, np.bool_)):
+            raise TypeError(f"check must be True or False; got {self.check!r}")
         if not isinstance(self.positives, Positives):
             raise TypeError("positives must be a hubnorm.Positives (use Positives.from_labels / from_groups / "
                             f"hubnorm.positives_from_pairs); got {type(self.positives).__name__}")
@@ -230,8 +232,6 @@ class RetrievalTask:
                              "scores={('queries', 'targets'): S_test, ...}")
         self.engine = LocalEngine(matrices=self.scores, dtype=self.dtype, block_bytes=self.block_bytes,
                                   hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes)
-        if not isinstance(self.check, (bool, np.bool_)):
-            raise TypeError(f"check must be True or False; got {self.check!r}")
         if self.check:
             self._check_scores()
 
@@ -241,13 +241,14 @@ class RetrievalTask:
         queries themselves. A ValueError names what is wrong and the fix."""
         from .score_checks import TASK_ROLES, task_findings
 
-        mats = {role: self.engine.matrix(*pair) for role, pair in TASK_ROLES.items()
-                if all(self.engine.size(name) is not None for name in pair)}
+        mats = {role: self.engine.matrix(*pair) for role, pair in TASK_ROLES.items() if self.engine.has_matrix(*pair)}
         if mats["test"].shape != (self.positives.n_queries, self.positives.n_targets):
             return   # __post_init__ names the mismatch of positives and matrix
+        names = {role: f"scores[{pair!r}]" if pair in self.engine.matrices else
+                 f"scores[{pair[::-1]!r}] (read transposed)" for role, pair in TASK_ROLES.items() if role in mats}
         one_each = bool(np.all(np.diff(self.positives.indptr) == 1))
         pairs = (self.positives.query_of_entry, self.positives.indices)
-        found = task_findings(mats, pairs, self.positives.indices if one_each else None)
+        found = task_findings(mats, pairs, self.positives.indices if one_each else None, names=names)
         if found:
             raise ValueError(f"the score matrices of this {self.direction} task look wrong: " + "; and ".join(found)
                              + ". If they are right, build the task with check=False")
@@ -446,14 +447,20 @@ def fraction_size(fraction: float, n_rows: int) -> int:
     return int(n_rows) if fraction >= 1 else max(1, int(round(fraction * n_rows)))
 
 
+def sample_rows(n_rows: int, size: int, seed=0) -> np.ndarray:
+    """The sorted indices of ``size`` of ``n_rows`` rows drawn without replacement by ``default_rng(seed)`` (``seed``
+    may be a running ``numpy.random.Generator``): the one draw of every subset of rows in the library."""
+    return np.sort(np.random.default_rng(seed).choice(int(n_rows), int(size), replace=False))
+
+
 def share_rows(n_rows: int, fraction: float, seed=0) -> np.ndarray:
-    """The sorted indices of a seeded ``fraction`` of ``n_rows`` rows (:func:`fraction_size` of them, drawn without
-    replacement by ``default_rng(seed)``; ``seed`` may be a running ``numpy.random.Generator``; a fraction of 1 keeps
-    every row and draws nothing). The one draw of every share: a bank's images, its query bank, a study's rows."""
+    """The sorted indices of a seeded ``fraction`` of ``n_rows`` rows (:func:`fraction_size` of them,
+    :func:`sample_rows`; a fraction of 1 keeps every row and draws nothing): a bank's images, its query bank, a
+    study's rows."""
     fraction = check_fraction(fraction, "fraction")
     if fraction == 1:
         return np.arange(int(n_rows))
-    return np.sort(np.random.default_rng(seed).choice(int(n_rows), fraction_size(fraction, n_rows), replace=False))
+    return sample_rows(n_rows, fraction_size(fraction, n_rows), seed)
 
 
 def query_bank_share(tasks: Mapping[str, RetrievalTask], fraction: float, seed: int = 0, *,

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .matrices import Pair, ProductScores, ScoreMatrix
-from .retrieval import Positives, RetrievalTask
+from .retrieval import Positives, RetrievalTask, sample_rows
 
 
 def matrices_from_embeddings(queries, targets, query_bank=None, target_bank=None) -> Dict[Pair, np.ndarray]:
@@ -81,7 +81,7 @@ def sample_index(n: int, size: Optional[int], seed: int) -> Optional[np.ndarray]
         return None
     if int(size) < 1:
         raise ValueError(f"a bank subset needs at least one item; got {size}")
-    return np.sort(np.random.default_rng(seed).choice(n, size=int(size), replace=False))
+    return sample_rows(n, size, seed)
 
 
 def bank_subsets(n_rows_bank: Optional[int], n_cols_bank: Optional[int], bank_queries: Optional[int],
