@@ -182,36 +182,40 @@ def test_reliability_is_the_spearman_brown_corrected_split_half_correlation():
     assert sc.RELIABILITY == 0.5
 
 
+@pytest.mark.parametrize("shape", [(11, 5), (12, 6)])
 @pytest.mark.parametrize("r0_rows", [(0, 7), (3, 4), (0, 1)])
-def test_halves_over_blocks_are_the_even_and_odd_means(r0_rows):
+def test_halves_over_blocks_are_the_even_and_odd_means(r0_rows, shape):
     """Each row's mean over the even and odd columns, each column's over the even and odd rows, whatever the blocks
-    (a block may start on an odd row)."""
-    x = np.random.default_rng(4).standard_normal((11, 5))
+    (a block may start on an odd row) and the parity of the sizes."""
+    n, m = shape
+    x = np.random.default_rng(4).standard_normal(shape)
     st = sc.MatrixStats(x.shape)
     first, step = r0_rows
     if first:
         st(0, x[:first])
-    for r0 in range(first, 11, step):
+    for r0 in range(first, n, step):
         st(r0, x[r0:r0 + step])
+    with pytest.raises(ValueError, match="axis must be 'rows' or 'cols'; got 'COLS'"):
+        st.halves("COLS")
     even, odd = st.halves("cols")
     assert np.allclose(even, x[0::2].mean(0)) and np.allclose(odd, x[1::2].mean(0))
     even, odd = st.halves("rows")
     assert np.allclose(even, x[:, 0::2].mean(1)) and np.allclose(odd, x[:, 1::2].mean(1))
-    labels = np.arange(11) % 5
-    pos = sc.PositiveScores(np.arange(11), labels, x.shape, labels)
+    labels = np.arange(n) % m
+    pos = sc.PositiveScores(np.arange(n), labels, x.shape, labels)
     st2 = sc.MatrixStats(x.shape)
     st2.hooks.append(pos)
-    for r0 in range(0, 11, step):
+    for r0 in range(0, n, step):
         st2(r0, x[r0:r0 + step])
     mask = np.zeros(x.shape, bool)
-    mask[np.arange(11), labels] = True
+    mask[np.arange(n), labels] = True
     for axis, (e, o) in (("cols", sc._ref_halves(st2, pos, "cols")), ("rows", sc._ref_halves(st2, pos, "rows"))):
         for parity, got in ((0, e), (1, o)):
             if axis == "cols":
-                keep = ~mask & (np.arange(11)[:, None] % 2 == parity)
+                keep = ~mask & (np.arange(n)[:, None] % 2 == parity)
                 want = (x * keep).sum(0) / np.maximum(keep.sum(0), 1)
             else:
-                keep = ~mask & (np.arange(5)[None, :] % 2 == parity)
+                keep = ~mask & (np.arange(m)[None, :] % 2 == parity)
                 want = (x * keep).sum(1) / np.maximum(keep.sum(1), 1)
             assert np.allclose(got, want), (axis, parity)
 
@@ -372,6 +376,56 @@ def test_a_bank_by_bank_matrix_of_other_items_is_named():
     assert len(got) == 1 and "bank items of bank_cols.npy (bank_cols)" in got[0] and "Its cols must be" in got[0]
     few = {"bank_rows": bank_rows[:49], "bank_cols": bank_cols[:49], "bank_rows_x_bank_cols": bb[:49, :49][::-1]}
     assert _findings(_folder(), *_stats(x, np.arange(40), few)) == []
+
+
+def _mean_free(m, axis):
+    """``m`` with every row's (axis 1) or column's (axis 0) mean taken out: items without an order in their means."""
+    return m - m.mean(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("side", ["test", "bank"])
+def test_a_bank_is_not_compared_where_either_sides_means_carry_no_order(side):
+    """Each side of the comparison is gated on its own: with the test items' means (positives left out) or the bank's
+    without an order, a bank of shuffled columns cannot be told from a right one, and nothing is said."""
+    x, bank = _bank_case(big_positives=False)
+    rng = np.random.default_rng(5)
+    shuffled = bank[:, rng.permutation(40)]
+    assert len(_findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": shuffled}))) == 1   # both ordered: named
+    if side == "test":
+        x = x - x.mean(axis=0, keepdims=True) + 0.01 * rng.standard_normal(x.shape)
+        st, pos = _stats(x, np.arange(40), {"bank_rows": shuffled})
+        assert sc.reliability(sc._ref_halves(st["test"], pos, "cols")) < sc.RELIABILITY
+        assert sc.reliability(st["bank_rows"].halves("cols")) >= sc.RELIABILITY
+    else:
+        shuffled = _mean_free(shuffled, 0) + 0.01 * rng.standard_normal(shuffled.shape)
+        st, pos = _stats(x, np.arange(40), {"bank_rows": shuffled})
+        assert sc.reliability(sc._ref_halves(st["test"], pos, "cols")) >= sc.RELIABILITY
+        assert sc.reliability(st["bank_rows"].halves("cols")) < sc.RELIABILITY
+        # a bank that cannot be judged does not stop the other bank's check
+        cpull = rng.standard_normal(40)
+        x2 = x + 0.3 * cpull[:, None]
+        bank_cols = rng.standard_normal((60, 40)) / 4 + 0.3 * cpull[None, :]
+        st, pos = _stats(x2, np.arange(40), {"bank_rows": shuffled, "bank_cols": bank_cols[:, rng.permutation(40)]})
+        got = _findings(_folder(), st, pos)
+        assert len(got) == 1 and got[0].startswith("bank_cols.npy (bank_cols, bank columns x test rows) does not")
+        st, pos = _stats(x, np.arange(40), {"bank_rows": shuffled})
+    assert _findings(_folder(), st, pos) == []
+
+
+@pytest.mark.parametrize("side", ["bank", "bank x bank"])
+def test_a_bank_by_bank_matrix_is_not_compared_where_either_sides_means_carry_no_order(side):
+    x, bank_rows, bank_cols, bb, rng = _captions_items(seed=1)
+    other = bb[rng.permutation(60)]
+    assert len(_findings(_folder(), *_stats(x, np.arange(40), {"bank_rows": bank_rows, "bank_rows_x_bank_cols":
+                                                                 other}))) == 1   # both ordered: named
+    if side == "bank":
+        bank_rows = _mean_free(bank_rows, 1) + 0.01 * rng.standard_normal(bank_rows.shape)
+    else:
+        other = _mean_free(other, 1) + 0.01 * rng.standard_normal(other.shape)
+    st, pos = _stats(x, np.arange(40), {"bank_rows": bank_rows, "bank_rows_x_bank_cols": other})
+    gated = st["bank_rows"].halves("rows") if side == "bank" else st["bank_rows_x_bank_cols"].halves("rows")
+    assert sc.reliability(gated) < sc.RELIABILITY
+    assert not any("bank_rows_x_bank_cols" in f for f in _findings(_folder(), st, pos))
 
 
 def test_rows_that_share_positive_columns_are_captions_whatever_the_manifest_says():

@@ -150,6 +150,27 @@ def test_centred_or_structureless_scores_are_not_refused():
     assert hn.RetrievalTask(scores=noise, positives=pos, direction="t2v").kind == "scores"
 
 
+def test_a_tasks_messages_speak_of_matrices_not_of_files_or_a_manifest():
+    with pytest.raises(ValueError) as e:
+        text_query_task(sm.shift(1)(sm.right_spec()))
+    assert ("; fix the positives so that entry i is the column of row i of scores[('queries', 'targets')]"
+            in str(e.value))
+    with pytest.raises(ValueError) as e:
+        text_query_task(sm.positives_shuffled(sm.right_spec()))
+    assert "(shifted or shuffled rows, another split, or test and bank matrices swapped)" in str(e.value)
+    spec = sm.right_spec()
+    spec["mats"]["bank_rows_x_bank_cols"] = spec["mats"]["bank_rows_x_bank_cols"][::-1].copy()
+    with pytest.raises(ValueError) as e:
+        text_query_task(spec)
+    msg = str(e.value)
+    assert ("scores[('query_bank', 'target_bank')] does not describe the bank items of scores[('query_bank', "
+            "'targets')]: the correlation of each bank item's mean score in the two is ") in msg
+    assert msg.endswith("(right matrices: above 0.5). Its rows must be the rows of scores[('query_bank', 'targets')], "
+                        "in the same order. If they are right, build the task with check=False")
+    for word in ("file", "manifest", "folder", "(bank_rows"):
+        assert word not in msg
+
+
 def test_check_false_takes_the_matrices_as_given_and_check_must_be_a_bool():
     spec = sm.positives_shuffled(sm.right_spec())
     task = text_query_task(spec, check=False)

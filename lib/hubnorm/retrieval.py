@@ -161,8 +161,9 @@ class RetrievalTask:
     Every method whose fit reads only scores (:mod:`hubnorm.blocks`) fits from them; one that reads embeddings
     (DN) is refused with a ``ValueError`` naming them. ``check``: the matrices are read once as the task is built
     and refused with a ``ValueError`` when they look wrong (:mod:`hubnorm.score_checks`: a transposed square test
-    matrix, shifted or shuffled positives, a bank matrix of other items or of the test queries themselves, the
-    checks a ``sims:`` folder gets as it is read); ``check=False`` skips that read (matrices already checked).
+    matrix, shifted or shuffled positives, a bank matrix of other items (judged where the items' mean scores carry
+    an order) or of the test queries themselves: the checks a ``sims:`` folder gets as it is read); ``check=False``
+    skips that read (matrices already checked).
 
     A task holds one kind or the other, never both (which would decide the ranking is then ambiguous).
     ``positives``: the positive targets of every query (:class:`Positives`, several per query allowed).

@@ -95,6 +95,8 @@ class MatrixStats:
 
     def halves(self, axis: str) -> Tuple[np.ndarray, np.ndarray]:
         """Each row's (``axis="rows"``) or column's mean over the even and over the odd columns (rows)."""
+        if axis not in ("rows", "cols"):
+            raise ValueError(f"axis must be 'rows' or 'cols'; got {axis!r}")
         n = self.shape[1] if axis == "rows" else self.shape[0]
         total, even = (self.row_sum, self.row_sum_even) if axis == "rows" else (self.col_sum, self.col_sum_even)
         return even / max((n + 1) // 2, 1), (total - even) / max(n // 2, 1)
@@ -263,78 +265,6 @@ def findings(stats: Dict[str, MatrixStats], pos: PositiveScores, names: Mapping[
                        f"{AGREEMENT}). Its {axis} must be the rows of {names[role]}, in the same order"
                        + (" (or the whole folder is transposed and the manifest's modalities are swapped)" if folder
                           else ""))
-    if (modalities is not None and pos.labels is not None and n_rows > n_cols and modalities[1] == "text"
-            and modalities[0] != "text"):
-        shared = np.bincount(pos.labels, minlength=n_cols).max()
-        if shared > 1:
-            out.append(f"the manifest says the rows of {name} are {modalities[0]} and the columns text, but up "
-                       f"to {shared} rows share one positive column: the rows are the captions. Swap 'modalities' "
-                       "in the manifest (the t2x numbers would be labelled x2t)")
-    return out
-    name = names["test"]
-    per_row = len(pos.rows) / n_rows
-    chance = min(1.0, per_row / n_cols)
-    r1 = float(np.mean(pos.best >= test.row_max))
-    for s, scores in pos.shifted.items():
-        alt = float(np.mean(scores >= test.row_max))
-        if alt >= SHIFT_GAIN * r1 and (alt - r1) * n_rows >= SHIFT_ROWS and alt > CHANCE_FACTOR * chance:
-            out.append(f"the positives look shifted: raw R@1 is {100 * r1:.1f} with the given labels and "
-                       f"{100 * alt:.1f} when row i takes the label of row i{s:+d}; fix the positives file so that "
-                       f"entry i is the column of row i of {name}")
-            return out
-    if pos.square:
-        alt = float(np.mean(pos.best_t >= test.col_max))
-        if alt >= TRANSPOSE_FACTOR * r1 and alt > CHANCE_FACTOR * chance:
-            out.append(f"{name} looks transposed: raw R@1 is {100 * r1:.1f} as given and {100 * alt:.1f} read the "
-                       f"other way; {transpose_fix}")
-            return out
-    if r1 <= CHANCE_FACTOR * chance + 3.0 * np.sqrt(chance * (1.0 - chance) / n_rows):   # + 3 binomial sd
-        out.append(f"raw R@1 of {name} is {100 * r1:.1f}, at chance level ({100 * chance:.2f} for random scores): "
-                   "the positives do not belong to this matrix (shifted or shuffled rows, another split, or test and "
-                   "bank files swapped); check that row i of the positives is row i of the test matrix")
-    for role, axis, what in BANK_AXES:
-        bank = stats.get(role)
-        if bank is None or bank.shape[0] < MIN_BANK:
-            continue
-        if axis == "cols":   # the test items' mean score over the queries they do not match (a bank has no positives)
-            ref = (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1)
-        else:
-            ref = (test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1)
-        full = test.col_mean if axis == "cols" else test.row_mean
-        got = bank.col_mean
-        bname = names[role]
-        if got.shape == full.shape and np.allclose(got, full, rtol=0, atol=1e-9 * max(1.0, float(np.abs(full).max()))):
-            out.append(f"{bname} ({role}) holds the test queries themselves: every item's mean bank score equals its "
-                       "mean test score. A bank of the test queries is a query-aware (transductive) fit: give a bank "
-                       "from the training split, or fit with query_aware=True so that the results say so")
-            continue
-        c = _corr(got, ref)
-        if not c >= AGREEMENT and pos.square:   # a square test matrix may be the transpose of the bank's items
-            other = ((test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1) if axis == "cols"
-                     else (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1))
-            c_t = _corr(got, other)
-            if c_t >= AGREEMENT:
-                out.append(f"{name} looks transposed: {bname} ({role}) describes the test matrix's "
-                           f"{'rows' if axis == 'cols' else 'columns'} (correlation {c_t:.2f}), not its "
-                           f"{'columns' if axis == 'cols' else 'rows'} ({c:.2f}); {transpose_fix}")
-                return out
-        if not c >= AGREEMENT:
-            out.append(f"{bname} ({role}, {what}) does not describe the test items: the correlation of each item's "
-                       f"mean bank score with its mean test score is {c:.2f} (right folders: above {AGREEMENT}). Its "
-                       "columns must be the test matrix's items in the same order, scored by the same model: fix the "
-                       "order or export the bank again")
-    bb = stats.get("bank_rows_x_bank_cols")
-    for role, axis in (("bank_rows", "rows"), ("bank_cols", "cols")) if bb is not None else ():
-        bank = stats.get(role)   # the bank items' mean scores over the test items and over the other bank
-        if bank is None or bank.shape[0] < MIN_BANK:
-            continue
-        c = _corr(bank.row_mean, bb.row_mean if axis == "rows" else bb.col_mean)
-        if not c >= AGREEMENT:
-            bname = names["bank_rows_x_bank_cols"]
-            out.append(f"{bname} (bank_rows_x_bank_cols) does not describe the bank items of {names[role]} "
-                       f"({role}): the correlation of each bank item's mean score in the two is {c:.2f} (right "
-                       f"folders: above {AGREEMENT}). Its {axis} must be the rows of {names[role]}, in "
-                       "the same order (or the whole folder is transposed and the manifest's modalities are swapped)")
     if (modalities is not None and pos.labels is not None and n_rows > n_cols and modalities[1] == "text"
             and modalities[0] != "text"):
         shared = np.bincount(pos.labels, minlength=n_cols).max()
