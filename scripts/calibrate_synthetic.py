@@ -486,17 +486,21 @@ def _size_what(stat: str) -> str:
     return f"{method.upper()}, {'text' if direction == 't2i' else 'item'} query"
 
 
+def replace_section(text: str, lines: list, start: str, end: str, before: str) -> str:
+    """``text`` with the section between the markers ``start`` and ``end`` replaced by ``lines`` (which carry the
+    markers), or, where there is none yet, inserted before the line ``before``."""
+    block = "\n".join(lines)
+    if start in text:
+        a, b = text.index(start), text.index(end) + len(end)
+        return text[:a] + block + text[b:]
+    i = text.index(before)
+    return text[:i] + block + "\n\n" + text[i:]
+
+
 def headroom_by_size_only(out: Path, csv_out: Path, seeds) -> str:
     """Rewrite only the headroom-by-size section of the report and its csv."""
     lines, tab = headroom_size_section(seeds)
-    text = out.read_text()
-    block = "\n".join(lines)
-    if SIZE_START in text:
-        a, b = text.index(SIZE_START), text.index(SIZE_END) + len(SIZE_END)
-        text = text[:a] + block + text[b:]
-    else:
-        i = text.index(MEDIA_START)
-        text = text[:i] + block + "\n\n" + text[i:]
+    text = replace_section(out.read_text(), lines, SIZE_START, SIZE_END, MEDIA_START)
     _write_csv(tab, size_csv(csv_out))
     _write_text(out, text)
     return text
@@ -686,14 +690,7 @@ def round_params(params: dict, digits: int = 4) -> dict:
 def media_only(out: Path, csv_out: Path, seeds) -> str:
     """Rewrite only the video / audio section of the report and its csv rows (the image part stays as it is)."""
     lines, tab = media_section(seeds)
-    text = out.read_text()
-    block = "\n".join(lines)
-    if MEDIA_START in text:
-        a, b = text.index(MEDIA_START), text.index(MEDIA_END) + len(MEDIA_END)
-        text = text[:a] + block + text[b:]
-    else:
-        i = text.index("## Presets")
-        text = text[:i] + block + "\n\n" + text[i:]
+    text = replace_section(out.read_text(), lines, MEDIA_START, MEDIA_END, "## Presets")
     old = pd.read_csv(csv_out)
     old = old[~old["preset"].isin(MEDIA_REPORTED)]
     _write_csv(pd.concat([old, tab], ignore_index=True), csv_out)

@@ -557,3 +557,12 @@ def test_headroom_by_size_real_side_is_what_the_real_embeddings_give(by_size, tm
     for _, row in rows[rows["n_images"] == size].iterrows():
         assert row["real"] == pytest.approx(got[row["statistic"]], abs=1e-9)
         assert row["real split sd"] == pytest.approx(got[f"{row['statistic']} split sd"], abs=1e-9)
+
+
+def test_a_section_is_replaced_between_its_markers_or_inserted_before_the_named_line():
+    cs = _calibrate_script()
+    text = "# R\n\n<!-- a -->\nold\n<!-- b -->\n\n## Presets\n"
+    assert cs.replace_section(text, ["<!-- a -->", "new", "<!-- b -->"], "<!-- a -->", "<!-- b -->", "## Presets") \
+        == "# R\n\n<!-- a -->\nnew\n<!-- b -->\n\n## Presets\n"
+    assert cs.replace_section("# R\n\n## Presets\n", ["<!-- a -->", "x", "<!-- b -->"], "<!-- a -->", "<!-- b -->",
+                              "## Presets") == "# R\n\n<!-- a -->\nx\n<!-- b -->\n\n## Presets\n"
