@@ -161,6 +161,15 @@ def reliability(halves: Tuple[np.ndarray, np.ndarray]) -> float:
     return 2.0 * r / (1.0 + r) if r > 0 else (0.0 if r <= 0 else float("nan"))
 
 
+def _ref_mean(test: MatrixStats, pos: PositiveScores, axis: str) -> np.ndarray:
+    """The test items' per-item mean over the queries they do not match (``axis="cols"``: each column over its
+    non-positive rows; ``"rows"``: each row over its non-positive columns): what a bank's items are compared with."""
+    n_rows, n_cols = test.shape
+    if axis == "cols":
+        return (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1)
+    return (test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1)
+
+
 def _ref_halves(test: MatrixStats, pos: PositiveScores, axis: str) -> Tuple[np.ndarray, np.ndarray]:
     """The test items' per-item mean over the queries they do not match (``axis="cols"``: each column over its
     non-positive rows; ``"rows"``: each row over its non-positive columns), split into its even and odd halves."""
@@ -223,8 +232,7 @@ def findings(stats: Dict[str, MatrixStats], pos: PositiveScores, names: Mapping[
             continue
         bname, tag = names[role], (f" ({role})" if folder else "")
         halves = _ref_halves(test, pos, axis)   # the test items' mean score over the queries they do not match
-        ref = (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1) if axis == "cols" else \
-            (test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1)
+        ref = _ref_mean(test, pos, axis)
         full = test.col_mean if axis == "cols" else test.row_mean
         got = bank.col_mean
         if got.shape == full.shape and np.allclose(got, full, rtol=0, atol=1e-9 * max(1.0, float(np.abs(full).max()))):
@@ -236,8 +244,7 @@ def findings(stats: Dict[str, MatrixStats], pos: PositiveScores, names: Mapping[
             continue   # the items' means carry no order to compare (centred scores, noise): nothing to tell
         c = _corr(got, ref)
         if not c >= AGREEMENT and pos.square:   # a square test matrix may be the transpose of the bank's items
-            other = ((test.row_sum - pos.pos_row_sum) / np.maximum(n_cols - pos.pos_row_n, 1) if axis == "cols"
-                     else (test.col_sum - pos.pos_col_sum) / np.maximum(n_rows - pos.pos_col_n, 1))
+            other = _ref_mean(test, pos, "rows" if axis == "cols" else "cols")
             c_t = _corr(got, other)
             if c_t >= AGREEMENT:
                 out.append(f"{name} looks transposed: {bname}{tag} describes the test matrix's "
