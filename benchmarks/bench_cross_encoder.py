@@ -1,6 +1,6 @@
 """Latency of the BLIP ITM cross-encoder (base architecture, random weights) and of bi-encoder top-k on this machine.
 
-Writes benchmarks/reports/cross_encoder_latency.csv (key,value,unit,note; read by hubnorm.experiments.rerank_cost.load_cost_model)
+Writes benchmarks/reports/cross_encoder_latency.csv (key,value,unit,note; read by hubnorm_companion.rerank_cost.load_cost_model)
 and cross_encoder_latency.md. Random weights: ``BlipForImageTextRetrieval(BlipConfig())`` has exactly the
 architecture of Salesforce/blip-itm-base-coco (ViT-B/16 at 384 px, BERT-base text encoder with cross-attention),
 so the compute per pair is the same as with the real weights; no download is needed.
@@ -33,7 +33,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from hubnorm.experiments.rerank_cost import CostModel, format_seconds, measure_topk_seconds  # noqa: E402
+from hubnorm_companion.rerank_cost import CostModel, format_seconds, measure_topk_seconds  # noqa: E402
 
 OUT = REPO / "benchmarks" / "reports"
 
@@ -164,7 +164,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out / "cross_encoder_latency.csv", index=False)
     if args.out.resolve() == OUT.resolve():  # the default report: refresh the copy shipped as package data too
-        df.to_csv(REPO / "lib" / "hubnorm" / "experiments" / "cross_encoder_latency.csv", index=False)
+        df.to_csv(REPO / "companion" / "hubnorm_companion" / "cross_encoder_latency.csv", index=False)
 
     t_full, t_vision, t_text, t_query = c_full, c_vision, c_text, c_query
     cm = CostModel(pair_s=t_full, query_embed_s=t_query, topk_per_target_s=float(slope), topk_base_s=base,

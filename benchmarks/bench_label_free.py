@@ -35,7 +35,7 @@ import numpy as np
 
 import hubnorm as hn
 from hubnorm import label_free as lf
-from hubnorm.experiments import protocol as pr
+from hubnorm_companion import protocol as pr
 
 TAUS = [0.005, 0.01, 0.015, 0.02, 0.025, 0.05]
 GRIDS = {"nnn": dict(hn.PAPER_GRIDS["nnn"]), "is": {"tau": TAUS}, "sn": {"tau": TAUS}}

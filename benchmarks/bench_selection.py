@@ -11,7 +11,7 @@ import time
 from _common import write_report
 
 import hubnorm as hn
-from hubnorm.experiments import protocol as pr
+from hubnorm_companion import protocol as pr
 from hubnorm.selection import PAPER_GRIDS
 
 

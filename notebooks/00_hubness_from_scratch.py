@@ -65,8 +65,8 @@ from scipy import special, stats
 
 import hubnorm as hn
 from hubnorm.embeddings import EmbeddingSplit
-from hubnorm.experiments import notebook as nb
-from hubnorm.experiments import protocol as pr
+from hubnorm_companion import notebook as nb
+from hubnorm_companion import protocol as pr
 from hubnorm.provenance import bank_mark
 
 run = nb.setup("00", seed=seed, params=globals())

@@ -66,7 +66,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm_companion import compare, notebook as nb, protocol as pr, studies
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "nnn-chowdhury2024": ["Table 1", "Table 2", "Table A1", "Table A2", "Table A6", "Table A7", "Table A8",
@@ -186,7 +186,7 @@ nb.show(selection, ["direction", "method", "chosen", *searched])
 # folder ours are the fixed ones, and the paper's appear only when `model` and `dataset` name a published pair.)
 
 # %%
-from hubnorm.experiments.reporting import load_published
+from hubnorm_companion.reporting import load_published
 
 pub_chosen = load_published("nnn-chowdhury2024")
 pub_chosen = pub_chosen[pub_chosen["table"].astype(str).isin(["A1", "A2"]) & (pub_chosen["model"] == model)

@@ -65,7 +65,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm_companion import compare, notebook as nb, protocol as pr, studies
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
     "nnn-chowdhury2024": ["Table A3", "Table A4", "Table A5"],

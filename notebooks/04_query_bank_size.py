@@ -78,7 +78,7 @@ import seaborn as sns
 import torch
 
 import hubnorm as hn
-from hubnorm.experiments import compare, figures, notebook as nb, protocol as pr, studies
+from hubnorm_companion import compare, figures, notebook as nb, protocol as pr, studies
 from hubnorm.geometry import nn_gap
 from hubnorm.progress import progress
 

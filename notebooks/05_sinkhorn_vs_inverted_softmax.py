@@ -85,7 +85,7 @@ import torch
 from scipy import stats
 
 import hubnorm as hn
-from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm_companion import compare, notebook as nb, protocol as pr, studies
 from hubnorm.provenance import QUERY_AWARE, bank_mark
 
 REPRODUCES = {  # the papers' numbered tables and figures computed here (README's coverage table)
@@ -569,7 +569,7 @@ nb.show(sweep.pivot_table(index=["bank", "method"], columns="tau", values="R@1")
 # uses). Those values, shipped as published data, beside the peak of each IS curve above:
 
 # %%
-from hubnorm.experiments.reporting import load_published
+from hubnorm_companion.reporting import load_published
 
 fig6 = load_published("dbsn-pan2025", "Fig. 6")
 pub_best = fig6[(fig6["method"] == "is") & (fig6["metric"] == "best tau")].set_index("setting")["value"]

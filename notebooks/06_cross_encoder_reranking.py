@@ -89,7 +89,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm.experiments import compare, notebook as nb, protocol as pr, rerank_cost as rc, rerank_study as rs, studies
+from hubnorm_companion import compare, notebook as nb, protocol as pr, rerank_cost as rc, rerank_study as rs, studies
 from hubnorm import rerank as rr
 from hubnorm.provenance import bank_mark, rows_mark
 
@@ -821,7 +821,7 @@ nb.notice(*learned, title="What we learned")
 # 3. [derive] **What reranking costs.** With $n$ targets, a query embedding cost $e$, a top-$k$ search cost
 #    $s(n)$ and a cross-encoder pair cost $c$, write the per-query cost of the cross-encoder alone and of
 #    retrieve-and-rerank, and their ratio. For which $k$ does reranking cost as much as the cross-encoder over the
-#    whole gallery? Check your formulas against `hubnorm.experiments.rerank_cost.load_cost_model().per_query`. Solution:
+#    whole gallery? Check your formulas against `hubnorm_companion.rerank_cost.load_cost_model().per_query`. Solution:
 #    `solutions/06_cross_encoder_reranking.py`, `exercise_3()`.
 
 # %% [markdown]

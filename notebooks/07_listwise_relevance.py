@@ -90,7 +90,7 @@ import pandas as pd
 import seaborn as sns
 
 import hubnorm as hn
-from hubnorm.experiments import compare, notebook as nb, protocol as pr, studies
+from hubnorm_companion import compare, notebook as nb, protocol as pr, studies
 from hubnorm import listwise as lw
 from hubnorm.provenance import bank_mark
 

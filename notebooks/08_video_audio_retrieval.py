@@ -73,7 +73,7 @@ import seaborn as sns
 import hubnorm as hn
 from hubnorm import forensics as fx, media
 from hubnorm.data import clip_index, real_galleries
-from hubnorm.experiments import compare, figures, notebook as nb, protocol as pr, studies
+from hubnorm_companion import compare, figures, notebook as nb, protocol as pr, studies
 from hubnorm.progress import progress
 from hubnorm.provenance import bank_mark
 

@@ -84,7 +84,7 @@ import seaborn as sns
 
 import hubnorm as hn
 from hubnorm import adversarial as adv, forensics as fx, label_free as lf
-from hubnorm.experiments import notebook as nb, protocol as pr
+from hubnorm_companion import notebook as nb, protocol as pr
 from hubnorm.provenance import bank_mark, rows_mark
 
 REPRODUCES = {"dbsn-pan2025": ["Fig. A10"]}  # the papers' tables and figures computed here (README's coverage table)
@@ -456,7 +456,7 @@ if src.has_embeddings:
 # "predictor right" how often the benefit predictor said "helps" exactly when the label-free choice raised R@1.
 
 # %%
-from hubnorm.experiments.reporting import project_root
+from hubnorm_companion.reporting import project_root
 
 reports = (project_root() or Path(".")) / "benchmarks" / "reports"
 if (reports / "label_free.csv").exists() and (reports / "planted_hubs.csv").exists():

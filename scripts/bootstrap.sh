@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Create (or reuse) the project's virtual environment in .venv and install hubnorm (and the checkout's tooling, tools/)
-# into it.
+# Create (or reuse) the project's virtual environment in .venv and install hubnorm, the notebooks' companion package
+# (companion/) and the checkout's tooling (tools/) into it.
 # Idempotent: reinstalls only when requirements.txt or a pyproject.toml changed since the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${HUBNORM_VENV:-.venv}
 stamp="$VENV/.hubnorm-installed"
-want=$(cat requirements.txt pyproject.toml tools/pyproject.toml | sha256sum | cut -c1-64)
+want=$(cat requirements.txt pyproject.toml companion/pyproject.toml tools/pyproject.toml | sha256sum | cut -c1-64)
 # the .venv's kernel names the hubnorm-ipc provisioner (tools/hubnorm_tools/jupyter_ipc.py): no TCP, no warning
 kernelspec_ok() { grep -q '"hubnorm-ipc"' "$VENV/share/jupyter/kernels/python3/kernel.json" 2>/dev/null; }
 install_kernelspec() { "$VENV/bin/python" -m hubnorm_tools.jupyter_ipc install-kernelspec --prefix "$VENV" >/dev/null; }
@@ -36,7 +36,7 @@ pip_q() { "$VENV/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip_q install -q --upgrade pip
 pip_q install -q --no-compile -r requirements.txt
-pip_q install -q --no-deps -e . -e tools   # hubnorm, and the checkout's tooling (run_all.sh's runner)
+pip_q install -q --no-deps -e . -e companion -e tools   # hubnorm, the notebooks' companion, run_all.sh's runner
 # byte-compile the installed packages on every core (pip compiles one file at a time; measured once on this
 # project's 2-core machine, 2026-11-28: 224 s against 110 s + 70 s); imports then read the .pyc files even where
 # PYTHONDONTWRITEBYTECODE is set. A file that is not Python (a template named .py) fails to compile, as it does

@@ -12,8 +12,8 @@
 
 What is fitted, and what is not. ``--fit`` minimises, over the free parameters of the "clustered" model
 (:data:`FREE`), the squared distance between statistics of the RAW synthetic embeddings and their references,
-each divided by its tolerance (:data:`hubnorm.experiments.calibration.STATISTICS`): the statistics of a real CLIP set at the
-same size (the references recorded in :data:`hubnorm.experiments.calibration.REAL_STATISTICS`) and the published full-size
+each divided by its tolerance (:data:`hubnorm_companion.calibration.STATISTICS`): the statistics of a real CLIP set at the
+same size (the references recorded in :data:`hubnorm_companion.calibration.REAL_STATISTICS`) and the published full-size
 statistics (R@1 both directions, k-occurrence skewness, kurtosis and maximum). No normalizer is run inside the
 objective and no claim of a paper (which method beats which) is part of it: ``--claims`` looks at the claims only
 afterwards, on the presets as fitted. Random draws are fixed during a fit (common random numbers), so the objective
@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
 from hubnorm.data.cache import atomic_write_bytes  # noqa: E402
-from hubnorm.experiments import calibration as cal  # noqa: E402
-from hubnorm.experiments.reporting import run_folder_name  # noqa: E402
+from hubnorm_companion import calibration as cal  # noqa: E402
+from hubnorm_companion.reporting import run_folder_name  # noqa: E402
 from hubnorm.geometry import embedding_statistics  # noqa: E402
 from hubnorm.synthetic import PRESETS, GeneratorConfig, generate_split  # noqa: E402
 
@@ -332,7 +332,7 @@ MATCHED_CHECK = (1000, 1)
 
 
 def matched_size_gains(seeds) -> pd.DataFrame:
-    """The headroom statistics (:func:`hubnorm.experiments.calibration.headroom_statistics`) of every reported
+    """The headroom statistics (:func:`hubnorm_companion.calibration.headroom_statistics`) of every reported
     preset (image-text and the text-audio geometry; "t2i" = captions query the items) at :data:`MATCHED_CHECK` (1,000 images x 1 caption: 500 test images, the other 500's captions as the
     bank), mean and sd over ``seeds``; computed after the fit, never part of it."""
     rows = []
@@ -350,7 +350,7 @@ def matched_size_gains(seeds) -> pd.DataFrame:
 
 def gain_section(seeds, paper_seeds) -> tuple:
     """The report's section on the size of the gains, out of sample: the presets at the papers' sizes against every
-    published gain (:func:`hubnorm.experiments.calibration.paper_size_gains`), and the matched-size headroom."""
+    published gain (:func:`hubnorm_companion.calibration.paper_size_gains`), and the matched-size headroom."""
     gains = cal.paper_size_gains(seeds=paper_seeds)
     matched = matched_size_gains(seeds)
     image = gains[gains["preset"].isin(list(REPORTED))]
@@ -402,7 +402,7 @@ SIZE_SHARES = (0.2, 0.4, 0.6, 0.8, 1.0)
 
 def headroom_size_rows(seeds) -> pd.DataFrame:
     """The headroom of every real reference of a default preset at smaller sizes of the same set
-    (:func:`hubnorm.experiments.calibration.headroom_by_size`, ``HEADROOM_SPLITS["real"]`` draws; read from the
+    (:func:`hubnorm_companion.calibration.headroom_by_size`, ``HEADROOM_SPLITS["real"]`` draws; read from the
     cached releases) beside the preset drawn at those sizes (``HEADROOM_SPLITS["synthetic"]`` splits per seed, mean
     and sd over ``seeds``), with the band of the main tables. Only the full size is part of a fit: the smaller sizes
     are out of sample. One row per (preset, reference, size, statistic)."""
@@ -441,7 +441,7 @@ def headroom_size_section(seeds) -> tuple:
              "The headroom statistics (NNN k = 16, alpha = 0.75; IS tau = 0.02; bank = the held-out half's captions "
              "or images) of each real reference measured again on seeded draws of "
              f"{', '.join(f'{x:.0%}' for x in SIZE_SHARES[:-1])} of its images "
-             f"(`hubnorm.experiments.calibration.headroom_by_size`, {cal.HEADROOM_SPLITS['real']} draws a size, each "
+             f"(`hubnorm_companion.calibration.headroom_by_size`, {cal.HEADROOM_SPLITS['real']} draws a size, each "
              "halved into test images and bank), beside the preset drawn at the same size "
              f"({cal.HEADROOM_SPLITS['synthetic']} splits per seed; mean (sd) over seeds {list(seeds)}). Only the "
              "full size (the last row of each set) is a statistic of the fit; the smaller sizes are out of sample. "
@@ -533,7 +533,7 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path, paper_seeds=(0,)
     lines = ["# Calibration of the synthetic presets (hubnorm.synthetic)", "",
              "Written by `scripts/calibrate_synthetic.py`. **Every 'synthetic' number here is computed on synthetic "
              "data**; the references are real CLIP embeddings (measured with `hubnorm.geometry.embedding_statistics`, "
-             "recorded in `hubnorm.experiments.calibration.REAL_STATISTICS`) and published full-size statistics.", ""]
+             "recorded in `hubnorm_companion.calibration.REAL_STATISTICS`) and published full-size statistics.", ""]
     lines += ["## What was fitted, and how", "",
               "The default presets `flickr30k` and `coco` use the **clustered** model (`hubnorm.synthetic`): an "
               "anisotropic semantic space (power-law spectrum), topics of Zipf popularity whose density varies "
@@ -545,7 +545,7 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path, paper_seeds=(0,)
               "N_k). Among the statistics at the real sets' sizes is the **headroom** of the embeddings: the R@1 "
               "that two fixed corrections (NNN with k = 16 and alpha = 0.75, IS with tau = 0.02) gain over the raw "
               "scores with a bank of held-out captions (t2i) or images (i2t), averaged over seeded half splits "
-              "(`hubnorm.experiments.calibration.headroom_statistics`; 200 splits of each real set, 12 per "
+              "(`hubnorm_companion.calibration.headroom_statistics`; 200 splits of each real set, 12 per "
               "synthetic seed): how much a hubness correction can recover is a property of the embeddings, "
               "measured on real ones, with a tolerance of 1.5 points set before the fit. Also among them, per "
               "modality: how much the items differ in their mean cosine to the other modality (`*_centrality_sd`, "
@@ -564,7 +564,7 @@ def report(seeds, full_seeds, with_claims: bool, csv_out: Path, paper_seeds=(0,)
               "Band: a synthetic mean over seeds is *within* when it is within the statistic's tolerance of the "
               "reference, or within twice its own standard deviation over seeds (a single real set of that size "
               "cannot be matched more closely than its sampling noise). Tolerances are set per statistic in "
-              "`hubnorm.experiments.calibration.STATISTICS` and `PUBLISHED_TOLERANCE`, before any claim was looked at.", ""]
+              "`hubnorm_companion.calibration.STATISTICS` and `PUBLISHED_TOLERANCE`, before any claim was looked at.", ""]
     summary, tables = [], []
     per_seed = full_seed_rows(full_seeds)
     for preset, others in REPORTED.items():

@@ -2,6 +2,8 @@
 
     .venv/bin/pip install mutmut==3.8.1                                 # once (not in the default set-up)
     .venv/bin/python scripts/mutation.py hubness cli                   # these modules (lib/hubnorm/<name>.py)
+    .venv/bin/python scripts/mutation.py hubnorm_companion.protocol   # a module of the notebooks' companion
+                                                                        # (companion/hubnorm_companion/<name>.py)
     .venv/bin/python scripts/mutation.py --changed                     # the modules a change touches (vs origin/main,
                                                                         # else HEAD~1): the check before a stop
     .venv/bin/python scripts/mutation.py hubness --report benchmarks/reports/mutation   # + the report folder (a
@@ -55,6 +57,10 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 LIB = REPO / "lib" / "hubnorm"
+#: the notebooks' companion package (a distribution of its own); its modules are named in full:
+#: ``hubnorm_companion.protocol``
+COMPANION = "hubnorm_companion"
+COMPANION_DIR = REPO / "companion" / COMPANION
 WORK = REPO / ".mutation"
 #: tests that read the source tree's layout (lib/hubnorm paths, imports, packaging), not a module's behaviour: they
 #: do not run in the workspace, where the package sits at the root
@@ -75,16 +81,35 @@ KERNEL_TESTS = ("tests/test_own_data.py::"
 #: invariants, the registry's errors): part of every ``normalizers.*`` module's tests
 REGISTRY_WIDE = {"test_method_checks.py", "test_invariants.py", "test_errors.py"}
 #: what scripts/bootstrap.sh installs from, in the order of its stamp's digest (cat ... | sha256sum)
-INSTALL_FILES = ("requirements.txt", "pyproject.toml", "tools/pyproject.toml")
+INSTALL_FILES = ("requirements.txt", "pyproject.toml", "companion/pyproject.toml", "tools/pyproject.toml")
 STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked", "segfault")
 
 
+def in_companion(name: str) -> bool:
+    return name.startswith(COMPANION + ".")
+
+
+def qualified(name: str) -> str:
+    """The importable name: ``hubness`` -> hubnorm.hubness; ``hubnorm_companion.protocol`` stays."""
+    return name if in_companion(name) else f"hubnorm.{name}"
+
+
+def package_file(name: str) -> str:
+    """The module's file relative to the workspace root, where each package sits: hubnorm/hubness.py."""
+    return "/".join(qualified(name).split(".")) + ".py"
+
+
 def module_path(name: str) -> Path:
-    """``hubness`` -> lib/hubnorm/hubness.py; ``normalizers.nnn`` -> lib/hubnorm/normalizers/nnn.py."""
-    path = LIB.joinpath(*name.split(".")).with_suffix(".py")
+    """``hubness`` -> lib/hubnorm/hubness.py; ``normalizers.nnn`` -> lib/hubnorm/normalizers/nnn.py;
+    ``hubnorm_companion.protocol`` -> companion/hubnorm_companion/protocol.py."""
+    if in_companion(name):
+        path = COMPANION_DIR.joinpath(*name.split(".")[1:]).with_suffix(".py")
+    else:
+        path = LIB.joinpath(*name.split(".")).with_suffix(".py")
     if not path.is_file():
         raise SystemExit(f"error: no module {name!r} ({path.relative_to(REPO)} does not exist); name one under "
-                         "lib/hubnorm, e.g. hubness or normalizers.nnn")
+                         f"lib/hubnorm, e.g. hubness or normalizers.nnn, or one of the companion, e.g. "
+                         f"{COMPANION}.protocol")
     return path
 
 
@@ -92,15 +117,15 @@ def tests_for(name: str) -> list:
     """The test files that name module ``name``, or a name ``import hubnorm`` exports from it (``hn.hubness``)."""
     import hubnorm
 
-    dotted, stem = f"hubnorm.{name}", name.rsplit(".", 1)[-1]
-    parent = "hubnorm" + ("." + name.rsplit(".", 1)[0] if "." in name else "")
+    dotted, stem = qualified(name), name.rsplit(".", 1)[-1]
+    parent = dotted.rsplit(".", 1)[0]
     exported = sorted(n for n, mod in hubnorm._EXPORTS.items() if mod == name)
     listed = r"(?:\([^)]*|[^\n(]*)"   # the names of an import: on its line, or in parentheses over several
     alternatives = [rf"\b{re.escape(dotted)}\b", rf"from {re.escape(parent)} import {listed}\b{re.escape(stem)}\b"]
     if exported:
         names = "|".join(map(re.escape, exported))
         alternatives += [rf"\b(?:hn|hubnorm)\.(?:{names})\b", rf"from hubnorm import {listed}\b(?:{names})\b"]
-    if parent != "hubnorm" and not name.startswith("normalizers."):
+    if parent not in ("hubnorm", COMPANION) and not name.startswith("normalizers."):
         # a module of a subpackage reached through the names its package re-exports (``from hubnorm.index import
         # BankIndex`` reaches hubnorm.index.ivf)
         package = importlib.import_module(parent)
@@ -130,7 +155,8 @@ def tests_for(name: str) -> list:
         if f.name in STRUCTURAL | HEAVY:
             continue
         generic = name.startswith("normalizers.") and f.name in REGISTRY_WIDE
-        own = f.name.startswith((f"test_{stem}", f"test_{name.replace('.', '_')}"))   # test_rerank_simulated_units.py
+        own = f.name.startswith((f"test_{stem}", f"test_{name.replace('.', '_')}",   # test_rerank_simulated_units.py
+                                 f"test_companion_{stem}" if in_companion(name) else f"test_{stem}"))
         if generic or own or pattern.search(f.read_text()):
             out.append(f"tests/{f.name}")
     return out
@@ -149,9 +175,18 @@ def changed_modules(base: str | None) -> list:
     names = []
     for line in diff.stdout.split():
         p = REPO / line
-        if p.suffix == ".py" and p.is_file() and p.name != "__init__.py" and "/experiments/" not in line:
+        if p.suffix == ".py" and p.is_file() and p.name != "__init__.py" and p.is_relative_to(LIB):
             names.append(".".join(p.relative_to(LIB).with_suffix("").parts))
     return names
+
+
+def at_root(rel: str) -> str:
+    """Where a file of the tree goes in the workspace: each package at its root (lib/hubnorm/x.py -> hubnorm/x.py,
+    companion/hubnorm_companion/x.py -> hubnorm_companion/x.py), everything else where it is."""
+    for folder in ("lib/hubnorm/", f"companion/{COMPANION}/"):
+        if rel.startswith(folder):
+            return rel[folder.index("/") + 1:]
+    return rel
 
 
 def workspace(name: str, tests: list, jobs: int) -> Path:
@@ -166,11 +201,12 @@ def workspace(name: str, tests: list, jobs: int) -> Path:
         src = REPO / rel
         if not src.is_file():
             continue
-        dst = WORK / (rel[len("lib/"):] if rel.startswith("lib/hubnorm/") else rel)
+        at = at_root(rel)
+        dst = WORK / at
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
-        top.add(Path(rel[len("lib/"):] if rel.startswith("lib/hubnorm/") else rel).parts[0])
-    target = f"hubnorm/{'/'.join(name.split('.'))}.py"
+        top.add(Path(at).parts[0])
+    target = package_file(name)
     # the configuration goes into setup.cfg (mutmut reads it when pyproject.toml has no [tool.mutmut]): pyproject.toml
     # stays a byte copy, so that scripts/bootstrap.sh, run by the tests that start run_all.sh, finds the environment
     # up to date (see venv_link) instead of installing a new one into the workspace (6.4 GB, measured)
@@ -266,7 +302,7 @@ def sample_patterns(name: str, k: Optional[int]) -> list:
         return []
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 9:
         raise SystemExit(f"error: --sample must be a whole number from 1 to 9 (tenths of the mutants); got {k!r}")
-    return [f"hubnorm.{name}.*__mutmut_*{d}" for d in SAMPLE_DIGITS[:k]]
+    return [f"{qualified(name)}.*__mutmut_*{d}" for d in SAMPLE_DIGITS[:k]]
 
 
 #: a timed-out mutant's tests are rerun in a fresh process for at most this long plus ``RECHECK_FACTOR`` times their
@@ -336,7 +372,7 @@ def run_module(name: str, tests: list, jobs: int, log: Path, sample: Optional[in
     if reuse:
         ws = WORK
         cfg = ws / "setup.cfg"
-        target = f"hubnorm/{'/'.join(name.split('.'))}.py"
+        target = package_file(name)
         if not cfg.is_file() or f"source_paths =\n    {target}\n" not in cfg.read_text():
             raise SystemExit(f"error: --recheck {name}: the workspace {WORK} holds no mutmut run of {name}")
     else:
@@ -442,7 +478,7 @@ def write_report(rows: list, folder: Path, argv: list) -> None:
         lines.append("| " + " | ".join(cells) + " |")
     write(folder / "summary.md", "\n".join(lines) + "\n")
     for r in rows:
-        page = [f"# Mutation testing of `hubnorm.{r['module']}`", "",
+        page = [f"# Mutation testing of `{qualified(r['module'])}`", "",
                 f"Command: `.venv/bin/python scripts/mutation.py {' '.join(argv)}`; {old[r['module']]['date']}.",
                 "", f"Tests run: {', '.join(f'`{t}`' for t in r.get('test files', []))}.", "",
                 f"{r['mutants']} mutants (tested: {r.get('sample', 'all')}): {r['killed']} killed, {r['survived']} "
@@ -483,7 +519,8 @@ def test_file(name: str) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description="Mutation testing of hubnorm modules with mutmut (see the docstring).")
-    p.add_argument("modules", nargs="*", help="modules under lib/hubnorm (hubness, cli, normalizers.nnn, ...)")
+    p.add_argument("modules", nargs="*", help="modules under lib/hubnorm (hubness, cli, normalizers.nnn, ...) or of "
+                                              "the companion (hubnorm_companion.protocol, ...)")
     p.add_argument("--changed", nargs="?", const="", default=None, metavar="BASE",
                    help="the library modules changed since BASE (default origin/main, else HEAD~1)")
     p.add_argument("--tests", nargs="+", help="test files to run instead of the ones that name the module")

@@ -9,7 +9,7 @@ stderr as a note, so a profile can set a parameter that only some notebooks have
 YAML mapping ``BASE`` updated with the mapping in ``FILE`` (YAML or JSON) and then each ``NAME=VALUE`` (``VALUE``
 read as YAML: ``1.0``, ``[t2i]``, ``CLIP``, ``null``). A name that no notebook (``notebooks/[0-9][0-9]_*.ipynb``)
 declares is an error naming the declared ones; values are checked by each notebook itself, against the rules of
-its parameters cell (hubnorm.experiments.parameters).
+its parameters cell (hubnorm_companion.parameters).
 """
 
 import glob

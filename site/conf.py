@@ -41,7 +41,7 @@ myst_dmath_double_inline = True
 # MyST-NB: show the saved outputs, never execute; no widget JavaScript from a CDN
 nb_execution_mode = "off"
 nb_merge_streams = True
-# Markdown outputs of code cells (the notebooks' computed "In this run" statements, hubnorm.experiments.notebook.notice) are
+# Markdown outputs of code cells (the notebooks' computed "In this run" statements, hubnorm_companion.notebook.notice) are
 # parsed as MyST like the narrative cells, so their $...$ math is typeset (CommonMark, the default, leaves it raw).
 nb_render_markdown_format = "myst"
 nb_ipywidgets_js = {}

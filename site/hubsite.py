@@ -147,7 +147,7 @@ _LABEL = re.compile(r"(synthetic rehearsal[^\n<|]*|synthetic analog \([^)\n<]*\)
 
 def run_label(nb: dict) -> tuple[str, str]:
     """(kind, label) of the data behind a notebook's numbers: kind is "synthetic", "real" or "unknown". The label
-    is what the notebook printed (``this run: <hubnorm.experiments.protocol.run_label>``), else the first run label in any
+    is what the notebook printed (``this run: <hubnorm_companion.protocol.run_label>``), else the first run label in any
     output, else the ``source`` parameter the notebook ran with."""
     label = None
     texts = list(_output_texts(nb))
@@ -387,21 +387,25 @@ def readme_badges_block(repo: Repo) -> str:
 
 
 def install_block(repo: Repo) -> str:
-    return f'```python\n%pip install "hubnorm[teach] @ {repo.pip}"\n```'
+    """hubnorm with what the notebooks import, and the notebooks' companion package (companion/ in the repository)."""
+    return (f'```python\n%pip install "hubnorm[teach] @ {repo.pip}" '
+            f'"hubnorm-companion @ {repo.pip}#subdirectory=companion"\n```')
 
 
 COLAB_CELL = '''\
 # Colab (and other hosted notebooks): install hubnorm once per session. This is the light install of
 # docs/install.md: requirements-light.txt (the CI pins) without the Jupyter packages the host provides, then the
-# package itself with --no-deps. Skipped where hubnorm is already importable (a local checkout, Binder).
+# package and the notebooks' companion package (companion/) with --no-deps. Skipped where both are already importable
+# (a local checkout, Binder).
 # It takes a few minutes (torch); if Colab then asks to restart the session, restart and run all cells again.
 import importlib.util, subprocess, sys, urllib.request
-if importlib.util.find_spec("hubnorm") is None:
+if importlib.util.find_spec("hubnorm") is None or importlib.util.find_spec("hubnorm_companion") is None:
     REPO = "{url}"
     pins = urllib.request.urlopen("{raw}").read().decode().splitlines()
     pins = [p for p in (l.split("#")[0].strip() for l in pins) if p and p.split("==")[0] not in {{"jupyterlab", "ipykernel", "ipython"}}]
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *pins])
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{{REPO}}"])
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", f"git+{{REPO}}",
+                           f"hubnorm-companion @ git+{{REPO}}#subdirectory=companion"])
     if {{"numpy", "torch", "pandas"}} & set(sys.modules):
         print("hubnorm installed. Restart the session (Runtime > Restart session), then run all cells again.")
 '''
@@ -435,7 +439,7 @@ _CHECK_LINE = re.compile(r"^(PASS|DIFFERS)(?: \(([^\n]*?)\))?: ", re.M)
 
 
 def claim_counts(nb: dict) -> dict[str, list[int]]:
-    """PASS / DIFFERS counts of an executed notebook's check lines (``hubnorm.experiments.notebook.check``), split
+    """PASS / DIFFERS counts of an executed notebook's check lines (``hubnorm_companion.notebook.check``), split
     into the notebook's synthetic run (``"main"``, also lines naming another synthetic data set) and the real column
     (``"real"``: lines ``PASS (real: ...): ...``)."""
     counts = {"main": [0, 0], "real": [0, 0]}
@@ -655,7 +659,7 @@ def generated_files(repo: Optional[Repo] = None) -> dict[Path, str]:
     readme = _replace_block(readme, "setup", readme_setup_block(), "README.md")
     out[REPO / "README.md"] = readme
     out[REPO / "docs" / "coverage.md"] = coverage_page(notebooks) + "\n"
-    from hubnorm.experiments.parameters import markdown as parameters_page   # the notebooks' parameters cells
+    from hubnorm_companion.parameters import markdown as parameters_page   # the notebooks' parameters cells
 
     out[REPO / "docs" / "parameters.md"] = parameters_page(REPO / "notebooks")
     out[EXERCISES_INDEX] = exercises_index(notebooks)
@@ -828,7 +832,7 @@ def comparison_page(tables: list[ComparisonTable], csvs: list[Path], stage: Stag
         lines.append("The notebooks of this build show no published-beside-this-run tables.")
     lines += ["", "## The papers' reference numbers", "",
               "Every published number the notebooks compare with ships with the library as package data "
-              "(`lib/hubnorm/published/*.csv`, read by `hubnorm.experiments.reporting.load_published`), one row per number:", "",
+              "(`lib/hubnorm/published/*.csv`, read by `hubnorm_companion.reporting.load_published`), one row per number:", "",
               "```{toctree}", ":maxdepth: 1", ""] + [f"{p.stem}" for p in csvs] + ["```", ""]
     return "\n".join(lines)
 

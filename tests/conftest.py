@@ -35,7 +35,7 @@ _RESULTS = tempfile.mkdtemp(prefix="hubnorm-test-results-")
 atexit.register(shutil.rmtree, _RESULTS, ignore_errors=True)
 os.environ["HUBNORM_RESULTS"] = _RESULTS
 # every figure a notebook saves under the tests (nbval, the notebook matrix) must pass the layout check
-# (hubnorm.experiments.figures): a problem its remedies leave is an error here, a NOTE in a user's run
+# (hubnorm_companion.figures): a problem its remedies leave is an error here, a NOTE in a user's run
 os.environ.setdefault("HUBNORM_FIGURE_CHECK", "error")
 
 

@@ -1,4 +1,4 @@
-"""The calibration of the synthetic presets (hubnorm.experiments.calibration, data/calibration_synthetic.md).
+"""The calibration of the synthetic presets (hubnorm_companion.calibration, data/calibration_synthetic.md).
 
 - the real references recorded in the package are what the real embeddings give (when the developers' copy is
   present);
@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, load_script, shared_path
-from hubnorm.experiments import calibration as cal
+from hubnorm_companion import calibration as cal
 from hubnorm.geometry import bank_statistics, embedding_statistics
 
 REPORT_CSV = REPO / "data" / "calibration_synthetic.csv"

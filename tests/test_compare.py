@@ -1,4 +1,4 @@
-"""compare.beside_published: the one call that puts the published numbers beside ours (experiments layer).
+"""compare.beside_published: the one call that puts the published numbers beside ours (the companion package).
 
 Rows are matched by table id, direction, method, setting and metric; a number one side lacks is missing (NaN),
 never 0 and never borrowed from another table, direction, method or metric.
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hubnorm.experiments import compare
+from hubnorm_companion import compare
 
 PAPER = "nnn-chowdhury2024"
 IN = "bank=flickr30k train 20%"

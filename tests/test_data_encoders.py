@@ -180,7 +180,7 @@ def test_published_model_names_exist_in_the_published_table():
              ("ViT-L-14", "openai"): None, ("ViT-B-16-SigLIP2", "webli"): None, (TINY_SIGLIP, "none"): None}
     for (model, tag), want in cases.items():
         assert published_model_name(model, tag) == want, (model, tag)
-    from hubnorm.experiments.reporting import load_published
+    from hubnorm_companion.reporting import load_published
     rows = load_published("nnn-chowdhury2024").astype(str).to_dict("records")
     for label in {v for v in cases.values() if v}:
         for direction, table in (("t2i", "1"), ("i2t", "2")):

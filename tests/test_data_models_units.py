@@ -3,7 +3,7 @@
 Every expected label is written by hand from the docstring's rules.
 
 Equivalent mutants left (mutation run of this file with tests/test_data_encoders.py and
-test_experiments_protocol_units.py):
+test_companion_protocol_units.py):
 - ``model.rsplit("/", 1)[-1]`` -> ``rsplit("/")`` / ``rsplit("/", 2)`` (2): the last part after the last "/" is the
   same whatever the number of splits.
 """
@@ -67,7 +67,7 @@ def test_published_model_name(model, pretrained, label):
 
 
 def test_every_label_returned_is_a_published_model_of_the_nnn_table():
-    from hubnorm.experiments.reporting import load_published
+    from hubnorm_companion.reporting import load_published
 
     nnn = set(load_published("nnn-chowdhury2024")["model"])
     assert set(models.PUBLISHED_MODELS) == {"CLIP", "SigLIP", "BLIP ft. COCO", "BLIP ft. Flickr"}

@@ -181,7 +181,7 @@ def test_no_solution_in_notebooks():
 
 
 def test_solution_printouts_are_rounded():
-    from hubnorm.experiments.notebook import readable
+    from hubnorm_companion.notebook import readable
 
     assert readable({"R@1": 77.60000000000001, 0.30000000000000004: (5.120000000000003, 3), "n": 5, "ok": True,
                      "tiny": 1.3877787807814457e-16, "name": "raw", "xs": [84.39999999999999]}) == \

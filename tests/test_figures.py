@@ -1,4 +1,4 @@
-"""The figure layout check and its remedies (hubnorm.experiments.figures), on figures built to have each defect
+"""The figure layout check and its remedies (hubnorm_companion.figures), on figures built to have each defect
 the notebooks' figures had: tick labels that run together, a suptitle over a y label, a legend over bars, bars of
 height zero. Each check must fire on its defect and stay quiet on the clean figure; each remedy must remove it.
 Every saved figure of the notebooks goes through the same check (Run.save_figure; the test suite runs the
@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from hubnorm.experiments import figures  # noqa: E402
+from hubnorm_companion import figures  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -208,7 +208,7 @@ def test_bars_of_height_zero_are_found_and_marked():
 
 
 def test_save_figure_tidies_checks_and_raises_in_error_mode(tmp_path, monkeypatch, capsys):
-    from hubnorm.experiments.notebook import Run
+    from hubnorm_companion.notebook import Run
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     run = Run(prefix="99")
@@ -347,7 +347,7 @@ LONG = ("real data (flickr8k-100x5-clip-vitb32, openai/clip-vit-base-patch32, 50
 
 @pytest.fixture
 def notebook_style():
-    """The notebooks' look (hubnorm.experiments.notebook.setup: seaborn's whitegrid in the notebook context, 11-pt
+    """The notebooks' look (hubnorm_companion.notebook.setup: seaborn's whitegrid in the notebook context, 11-pt
     ticks; 90 dpi on screen)."""
     import seaborn as sns
 

@@ -1,9 +1,9 @@
 """The import graph of hubnorm is layered and acyclic, deferred (function-level) imports and package roots included.
 
-How it is checked: every ``import`` / ``from ... import`` statement anywhere in a module of ``lib/hubnorm``
-(module level or inside a function) that names another hubnorm module becomes an edge of a directed graph.
-Packages are nodes too (their ``__init__`` re-exports are edges, the lazy ones of an ``_EXPORTS`` map included), so a
-cycle through a package facade is caught.
+How it is checked: every ``import`` / ``from ... import`` statement anywhere in a module of ``lib/hubnorm`` or of
+the notebooks' companion package (``companion/hubnorm_companion``, the top layer), module level or inside a function,
+that names another hubnorm module becomes an edge of a directed graph. Packages are nodes too (their ``__init__``
+re-exports are edges, the lazy ones of an ``_EXPORTS`` map included), so a cycle through a package facade is caught.
 
 Two graphs:
 
@@ -23,15 +23,18 @@ from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 PKG = LIB / "hubnorm"
+#: the notebooks' companion package, the layer above the library (its own distribution, companion/)
+COMPANION = LIB.parent / "companion"
 
 
 def _module(path: Path) -> str:
-    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    parts = list(path.relative_to(COMPANION if path.is_relative_to(COMPANION) else LIB).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_module(p): p for p in PKG.rglob("*.py")}
-PACKAGES = {_module(p) for p in PKG.rglob("__init__.py")}
+_FILES = sorted(PKG.rglob("*.py")) + sorted((COMPANION / "hubnorm_companion").rglob("*.py"))
+MODULES = {_module(p): p for p in _FILES}
+PACKAGES = {_module(p) for p in _FILES if p.name == "__init__.py"}
 
 
 def _resolve(here: str, is_pkg: bool, node) -> list:
@@ -152,8 +155,9 @@ LAYERS = [
                       "hubnorm.adversarial", "hubnorm.label_free", "hubnorm.listwise", "hubnorm.listwise.*",
                       "hubnorm.rerank", "hubnorm.rerank.*", "hubnorm.cli"]),
     ("package root", ["hubnorm"]),
-    # the papers' protocols, studies, published comparisons, notebook set-up (tests/test_layering.py)
-    ("experiments", ["hubnorm.experiments", "hubnorm.experiments.*"]),
+    # the notebooks' companion package: the papers' protocols, studies, published comparisons, notebook set-up
+    # (companion/; tests/test_layering.py)
+    ("companion", ["hubnorm_companion", "hubnorm_companion.*"]),
 ]
 
 

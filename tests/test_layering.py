@@ -1,19 +1,19 @@
-"""Two layers, one-way: the core of hubnorm never imports the experiments layer (``hubnorm.experiments``).
+"""Two packages, one-way: the hubnorm library never imports the notebooks' companion package (``hubnorm_companion``).
 
-The core is every module under ``lib/hubnorm`` outside ``lib/hubnorm/experiments/`` (embeddings and tasks,
-normalizers and engines, evaluation and hubness measures, encoders and caches, data loading). The experiments layer
-(the papers' protocols, studies, published comparisons, notebook set-up) imports the core, never the reverse.
+The library is every module under ``lib/hubnorm`` (embeddings and tasks, normalizers and engines, evaluation and
+hubness measures, encoders and caches, data loading): what a user calls on their own data. The companion
+(``companion/hubnorm_companion``: the papers' protocols, studies, published comparisons, notebook set-up and
+figures) is a distribution of its own that imports the library, never the reverse.
 
 Two checks:
 
-* static (:func:`experiments_references`): every ``import`` / ``from ... import`` anywhere in a core module (module
-  level or inside a function, relative imports resolved) and every string passed to ``importlib.import_module``,
-  ``__import__`` or ``importlib.util.find_spec`` (a relative name resolved against its ``package=`` argument or the
-  module's own package) must not name ``hubnorm.experiments`` or a module under it;
-* dynamic: in a fresh interpreter, ``import hubnorm`` and then every importable core module loads no
-  ``hubnorm.experiments*`` module (``sys.modules``).
+* static (:func:`companion_references`): every ``import`` / ``from ... import`` anywhere in a library module
+  (module level or inside a function, relative imports resolved) and every string passed to
+  ``importlib.import_module``, ``__import__`` or ``importlib.util.find_spec`` (a relative name resolved against its
+  ``package=`` argument or the module's own package) must not name ``hubnorm_companion`` or a module under it;
+* dynamic: in a fresh interpreter with only ``lib/`` on the path, ``import hubnorm`` and then every importable
+  library module loads no ``hubnorm_companion*`` module (``sys.modules``).
 """
-
 import ast
 import importlib
 import json
@@ -25,7 +25,7 @@ import pytest
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 PKG = LIB / "hubnorm"
-EXPERIMENTS = "hubnorm.experiments"
+COMPANION = "hubnorm_companion"
 _IMPORTLIB_CALLS = {"import_module", "__import__", "find_spec"}
 
 
@@ -34,8 +34,8 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_experiments(name: str) -> bool:
-    return name == EXPERIMENTS or name.startswith(EXPERIMENTS + ".")
+def _is_companion(name: str) -> bool:
+    return name == COMPANION or name.startswith(COMPANION + ".")
 
 
 def _absolute(relative: str, package: str) -> str:
@@ -49,8 +49,8 @@ def _absolute(relative: str, package: str) -> str:
     return ".".join(base + ([rest] if rest else []))
 
 
-def experiments_references(source: str, module: str, is_package: bool = False, layer: str = EXPERIMENTS) -> list:
-    """``(line, what)`` for every reference of ``source`` (the text of module ``module``) to the experiments layer
+def companion_references(source: str, module: str, is_package: bool = False, layer: str = COMPANION) -> list:
+    """``(line, what)`` for every reference of ``source`` (the text of module ``module``) to the companion
     (or to the package ``layer``)."""
     package = module if is_package else module.rsplit(".", 1)[0]
     found = []
@@ -81,66 +81,65 @@ def experiments_references(source: str, module: str, is_package: bool = False, l
 def _core_modules():
     for path in sorted(PKG.rglob("*.py")):
         name = _module(path)
-        if not _is_experiments(name):
+        if not _is_companion(name):
             yield name, path
 
 
-def test_the_layers_exist_and_split_the_package():
+def test_the_companion_is_a_package_of_its_own():
     core = dict(_core_modules())
-    assert (PKG / "experiments" / "__init__.py").is_file()
+    companion = LIB.parent / "companion" / "hubnorm_companion"
+    assert (companion / "__init__.py").is_file() and (companion.parent / "pyproject.toml").is_file()
+    assert not (PKG / "experiments").exists(), "the notebooks' machinery lives in companion/, not in the library"
     assert {"hubnorm", "hubnorm.normalizers.nnn", "hubnorm.evaluation", "hubnorm.data.cache"} <= set(core)
-    moved = ("protocol", "studies", "compare", "notebook", "reporting", "parameters", "calibration")
-    for name in moved:   # the notebook and paper machinery lives in the experiments layer only
-        assert not (PKG / f"{name}.py").exists() and (PKG / "experiments" / f"{name}.py").is_file(), name
+    moved = ("protocol", "studies", "compare", "notebook", "reporting", "parameters", "calibration", "figures",
+             "rerank_study", "rerank_cost")
+    for name in moved:   # the notebook and paper machinery lives in the companion only
+        assert not (PKG / f"{name}.py").exists() and (companion / f"{name}.py").is_file(), name
     assert not (PKG / "rerank" / "study.py").exists() and not (PKG / "rerank" / "cost.py").exists()
 
 
-def test_no_core_module_imports_the_experiments_layer():
+def test_no_library_module_imports_the_companion():
     bad = []
     for name, path in _core_modules():
-        for line, target in experiments_references(path.read_text(encoding="utf-8"), name,
+        for line, target in companion_references(path.read_text(encoding="utf-8"), name,
                                                    path.name == "__init__.py"):
             bad.append(f"{path.relative_to(LIB)}:{line} imports {target}")
-    assert not bad, "the core must not import hubnorm.experiments:\n" + "\n".join(bad)
+    assert not bad, "the library must not import hubnorm_companion:\n" + "\n".join(bad)
 
 
 def test_no_hubnorm_module_imports_the_checkouts_tooling():
-    """hubnorm (core and experiments) never imports ``hubnorm_tools`` (tools/: run_all.sh's runner, its profiles, the
+    """hubnorm never imports ``hubnorm_tools`` (tools/: run_all.sh's runner, its profiles, the
     kernel provisioner), which is not part of the package: ``pip install hubnorm`` works without it."""
     bad = [f"{path.relative_to(LIB)}:{line} imports {target}" for path in sorted(PKG.rglob("*.py"))
-           for line, target in experiments_references(path.read_text(encoding="utf-8"), _module(path),
+           for line, target in companion_references(path.read_text(encoding="utf-8"), _module(path),
                                                       path.name == "__init__.py", layer="hubnorm_tools")]
     assert not bad, "hubnorm must not import the checkout's tooling:\n" + "\n".join(bad)
-    assert experiments_references("def f():\n    from hubnorm_tools import runner\n", "hubnorm.cli",
+    assert companion_references("def f():\n    from hubnorm_tools import runner\n", "hubnorm.cli",
                                   layer="hubnorm_tools")   # the scan sees it
 
 
 @pytest.mark.parametrize("module, is_pkg, source", [
-    ("hubnorm.rerank.simulated", False, "def f():\n    from ..experiments.rerank_cost import load_cost_model\n"),
-    ("hubnorm", True, "from . import experiments\n"),
-    ("hubnorm.selection", False, "import hubnorm.experiments.protocol as pr\n"),
-    ("hubnorm.selection", False, "from hubnorm.experiments import protocol\n"),
-    ("hubnorm.selection", False, "import importlib\nm = importlib.import_module('hubnorm.experiments.studies')\n"),
-    ("hubnorm.data.cli", False, "from importlib import import_module\nm = import_module('..experiments', 'hubnorm.data')\n"),
-    ("hubnorm.data.cli", False, "import importlib\nm = importlib.import_module('..experiments.notebook', package='hubnorm.data')\n"),
-    ("hubnorm.media", False, "m = __import__('hubnorm.experiments.compare')\n"),
-], ids=["function-level relative", "package root", "absolute", "from-absolute", "importlib string",
-        "import_module relative", "package keyword", "__import__"])
+    ("hubnorm.selection", False, "import hubnorm_companion.protocol as pr\n"),
+    ("hubnorm.selection", False, "def f():\n    from hubnorm_companion import protocol\n"),
+    ("hubnorm.selection", False, "import importlib\nm = importlib.import_module('hubnorm_companion.studies')\n"),
+    ("hubnorm.data.cli", False, "import importlib.util\nimportlib.util.find_spec('hubnorm_companion')\n"),
+    ("hubnorm.media", False, "m = __import__('hubnorm_companion.compare')\n"),
+], ids=["absolute", "function-level from", "importlib string", "find_spec", "__import__"])
 def test_the_scan_sees_every_kind_of_import(module, is_pkg, source):
-    """A test of the test: each way of importing the experiments layer is caught."""
-    assert experiments_references(source, module, is_pkg), source
+    """A test of the test: each way of importing the companion is caught."""
+    assert companion_references(source, module, is_pkg), source
 
 
 def test_the_scan_does_not_flag_core_imports():
     src = "from ..rerank import cost_free\nimport importlib\nimportlib.import_module('hubnorm.data.encode')\n" \
           "from . import experiments_note\n"
-    assert experiments_references(src, "hubnorm.rerank.simulated") == []
+    assert companion_references(src, "hubnorm.rerank.simulated") == []
 
 
 _PROBE = r"""
 import importlib, json, sys
 import hubnorm
-after_root = sorted(m for m in sys.modules if m == "hubnorm.experiments" or m.startswith("hubnorm.experiments."))
+after_root = sorted(m for m in sys.modules if m == "hubnorm_companion" or m.startswith("hubnorm_companion."))
 skipped = {}
 for name in json.loads(sys.argv[1]):   # every core module (found on disk: pkgutil would import the packages)
     try:
@@ -148,14 +147,14 @@ for name in json.loads(sys.argv[1]):   # every core module (found on disk: pkgut
     except ImportError as e:   # an optional dependency (faiss, open_clip, transformers, ...) that is not installed
         if (e.name or "").startswith("hubnorm"):
             raise
-        skipped[info.name] = e.name
-loaded = sorted(m for m in sys.modules if m == "hubnorm.experiments" or m.startswith("hubnorm.experiments."))
+        skipped[name] = e.name
+loaded = sorted(m for m in sys.modules if m == "hubnorm_companion" or m.startswith("hubnorm_companion."))
 print(json.dumps({"after_root": after_root, "loaded": loaded, "skipped": skipped,
                   "core": sorted(m for m in sys.modules if m.startswith("hubnorm"))}))
 """
 
 
-def test_importing_the_core_loads_no_experiments_module():
+def test_importing_the_library_loads_no_companion_module():
     env_path = str(LIB)
     core = [name for name, _ in _core_modules() if not name.endswith("__main__")]
     out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(core)], capture_output=True, text=True, timeout=300,

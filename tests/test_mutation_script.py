@@ -42,13 +42,23 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     with pytest.raises(SystemExit, match="no module 'nosuch'"):
         mutation.module_path("nosuch")
     assert mutation.module_path("normalizers.nnn") == REPO / "lib" / "hubnorm" / "normalizers" / "nnn.py"
+    assert mutation.module_path("hubnorm_companion.protocol") == \
+        REPO / "companion" / "hubnorm_companion" / "protocol.py"
+    assert mutation.qualified("hubnorm_companion.protocol") == "hubnorm_companion.protocol"
+    assert mutation.qualified("normalizers.nnn") == "hubnorm.normalizers.nnn"
+    assert mutation.package_file("hubnorm_companion.protocol") == "hubnorm_companion/protocol.py"
+    assert mutation.at_root("companion/hubnorm_companion/protocol.py") == "hubnorm_companion/protocol.py"
+    assert mutation.at_root("lib/hubnorm/hubness.py") == "hubnorm/hubness.py"
+    assert mutation.at_root("companion/pyproject.toml") == "companion/pyproject.toml"
+    assert "tests/test_companion_protocol_units.py" in mutation.tests_for("hubnorm_companion.protocol")
+    assert mutation.sample_patterns("hubnorm_companion.studies", 1) == ["hubnorm_companion.studies.*__mutmut_*1"]
 
 
 def test_the_changed_modules_are_library_modules_only(mutation, monkeypatch):
     import subprocess
 
     listed = "lib/hubnorm/hubness.py\nlib/hubnorm/normalizers/nnn.py\nlib/hubnorm/__init__.py\n" \
-             "lib/hubnorm/experiments/protocol.py\nlib/hubnorm/schemas/cli.schema.json\n"
+             "companion/hubnorm_companion/protocol.py\nlib/hubnorm/schemas/cli.schema.json\n"
     real_run = subprocess.run
 
     def fake(cmd, *a, **k):
@@ -95,9 +105,11 @@ def test_the_workspace_reuses_the_project_environment_only_when_it_is_up_to_date
     repo = tmp_path / "repo"
     (repo / ".venv").mkdir(parents=True)
     (repo / "tools").mkdir()
-    for name in ("requirements.txt", "pyproject.toml", "tools/pyproject.toml"):
+    (repo / "companion").mkdir()
+    for name in ("requirements.txt", "pyproject.toml", "companion/pyproject.toml", "tools/pyproject.toml"):
         (repo / name).write_text(f"{name}\n")
-    digest = hashlib.sha256(b"requirements.txt\npyproject.toml\ntools/pyproject.toml\n").hexdigest()
+    digest = hashlib.sha256(b"requirements.txt\npyproject.toml\ncompanion/pyproject.toml\ntools/pyproject.toml\n"
+                            ).hexdigest()
     (repo / ".venv" / ".hubnorm-installed").write_text((digest if stamp_matches else "0" * 64) + "\n")
     monkeypatch.setattr(mutation, "REPO", repo)
     folder = tmp_path / "mutants"
@@ -105,7 +117,7 @@ def test_the_workspace_reuses_the_project_environment_only_when_it_is_up_to_date
     assert mutation.venv_link(folder) is stamp_matches
     if stamp_matches:
         assert (folder / ".venv").is_symlink() and (folder / ".venv").resolve() == (repo / ".venv").resolve()
-        # the digest scripts/bootstrap.sh computes: cat requirements.txt pyproject.toml tools/pyproject.toml | sha256sum
+        # the digest scripts/bootstrap.sh computes: cat requirements.txt pyproject.toml companion/pyproject.toml ... | sha256sum
         want = re.search(r"want=\$\(cat ([^|]+) \|", (REPO / "scripts" / "bootstrap.sh").read_text())[1]
         assert tuple(want.split()) == mutation.INSTALL_FILES
         out = subprocess.run(f"cat {want} | sha256sum", shell=True, cwd=repo,
@@ -318,16 +330,19 @@ def test_the_mutation_environment_lets_a_forked_child_ask_torch_for_threads(muta
 
 
 def test_every_library_module_that_defines_a_function_has_a_row_in_the_mutation_report():
-    """The README says so: a new module (or one that gains its first function) gets measured before it lands."""
+    """The README says so: a new module of the library or the companion (or one that gains its first function) gets
+    measured before it lands."""
     import ast
     import csv
 
-    lib = REPO / "lib" / "hubnorm"
     wanted = set()
-    for path in lib.rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(tree)):
-            wanted.add(".".join(path.relative_to(lib).with_suffix("").parts))
+    # the library's modules by their name under hubnorm, the companion's in full (hubnorm_companion.protocol)
+    for root, prefix in ((REPO / "lib" / "hubnorm", ()), (REPO / "companion" / "hubnorm_companion",
+                                                          ("hubnorm_companion",))):
+        for path in root.rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(tree)):
+                wanted.add(".".join(prefix + path.relative_to(root).with_suffix("").parts))
     with open(REPO / "benchmarks" / "reports" / "mutation" / "summary.csv", newline="") as fh:
         rows = {r["module"] for r in csv.DictReader(fh)}
     assert len(wanted) > 80

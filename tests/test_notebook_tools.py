@@ -13,9 +13,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from hubnorm.experiments import notebook as nb
+from hubnorm_companion import notebook as nb
 from hubnorm import progress as progress_module
-from hubnorm.experiments import reporting
+from hubnorm_companion import reporting
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def test_every_check_is_recorded_with_its_data_and_a_new_run_starts_afresh(tmp_p
 def test_the_run_summary_gathers_the_claims_and_gains_of_the_notebooks_that_ran(tmp_path):
     import pandas as pd
 
-    from hubnorm.experiments import compare
+    from hubnorm_companion import compare
 
     tables, claims_dir = tmp_path / "tables", tmp_path / "claims"
     tables.mkdir()
@@ -231,7 +231,8 @@ def _pair_repo(tmp_path: Path) -> Path:
     for name in ("refresh_notebooks.sh", "bootstrap.sh", "notebook_pair.py", "strip_notebook_metadata.py"):
         shutil.copy2(REPO / "scripts" / name, root / "scripts" / name)
     (root / "tools").mkdir()
-    for name in ("requirements.txt", "pyproject.toml", "tools/pyproject.toml"):
+    (root / "companion").mkdir()
+    for name in ("requirements.txt", "pyproject.toml", "companion/pyproject.toml", "tools/pyproject.toml"):
         shutil.copy2(REPO / name, root / name)
     os.symlink(REPO / ".venv", root / ".venv")   # bootstrap.sh finds its stamp and returns at once
     py = root / "notebooks" / "99_demo.py"

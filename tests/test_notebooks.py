@@ -172,7 +172,7 @@ SECTION_CALLS = {
     ("04", "Part B"): ("studies.subsample_rows(", ".fit(", "hn.evaluate(", "hn.hubness("),
 }
 #: Join code and loops that hide the method calls: published keys read out of ``setting`` by hand, hand merges,
-#: and the study loops of the experiments layer.
+#: and the study loops of the companion package.
 JOIN_PLUMBING = ("compare.side_by_side(", "compare.to_long(", ".merge(", "pr.run_methods(", ".str.extract(",
                  "studies.query_bank_sweep(", "studies.bank_fraction_sweep(")
 

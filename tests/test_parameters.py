@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hubnorm.experiments import parameters as P
+from hubnorm_companion import parameters as P
 from local_folders import run_notebook_source
 
 SOURCES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -150,7 +150,7 @@ def test_the_notebook_itself_stops_at_its_top(prefix, name, value, words, tmp_pa
 
 
 def test_hubnorm_threads_is_checked_where_it_is_read(monkeypatch):
-    from hubnorm.experiments import notebook
+    from hubnorm_companion import notebook
 
     for bad in ("99999", "0", "-1", "two", ""):
         monkeypatch.setenv("HUBNORM_THREADS", bad)

@@ -3,7 +3,7 @@
 No real bar is drawn: ``progress._tqdm`` is replaced by :class:`FakeBar`, which records what it is given (a drawn
 tqdm bar can hang in mutmut's forked test process).
 
-Equivalent mutants left (mutation run of this file with tests/test_experiments_protocol_units.py):
+Equivalent mutants left (mutation run of this file with tests/test_companion_protocol_units.py):
 - progress_stream ``os.environ.get("HUBNORM_PROGRESS_FILE", "")`` -> default ``None`` or no default (2): an unset
   variable is falsy either way, and only ``if not path`` reads it.
 - progress ``os.environ.get("HUBNORM_PROGRESS", "1")`` -> default ``None``, no default or ``"XX1XX"`` (3): only

@@ -6,7 +6,7 @@ import pytest
 
 import hubnorm as hn
 from hubnorm import geometry
-from hubnorm.experiments import compare, notebook, protocol as ex, studies
+from hubnorm_companion import compare, notebook, protocol as ex, studies
 from hubnorm.embeddings import EmbeddingDataset, EmbeddingSplit
 
 
@@ -178,7 +178,7 @@ def test_dataset_key():
 
 
 def test_published_numbers_have_the_columns_and_no_duplicates():
-    from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, load_published
+    from hubnorm_companion.reporting import PUBLISHED_COLUMNS, load_published
     df = load_published()
     assert list(df.columns[: len(PUBLISHED_COLUMNS)]) == PUBLISHED_COLUMNS
     for paper in ("nnn-chowdhury2024", "dbsn-pan2025"):
@@ -244,7 +244,7 @@ def test_notebook_setup_and_outputs(tmp_path, monkeypatch):
 
 
 def test_published_files_have_the_columns():
-    from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
+    from hubnorm_companion.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
     for name in ("nnn_chowdhury2024.csv", "dbsn_pan2025.csv"):
         with (PUBLISHED_DIR / name).open("r", encoding="utf-8") as fh:   # package data (importlib.resources)
             df = pd.read_csv(fh)
@@ -269,7 +269,7 @@ def test_published_model_follows_the_embeddings(ds, capsys):
 
 def test_fmt_params_leaves_out_execution_options():
     """The params column of a table names what changes rankings, not memory or device settings."""
-    from hubnorm.experiments.protocol import fmt_params
+    from hubnorm_companion.protocol import fmt_params
     assert fmt_params({"tau": 0.01, "cache_bytes": 2**31, "device": "cpu", "n_iter": 10}) == "tau=0.01, n_iter=10"
 
 
@@ -311,7 +311,7 @@ def test_real_sources_resolve_the_parameter():
 def test_the_real_column_reads_only_the_cache_and_says_once_what_is_missing(tmp_path, monkeypatch, capsys):
     """Nothing is downloaded inside a notebook: without the cached files, no data set and one NOTE naming the
     missing releases and the command that fetches them."""
-    from hubnorm.experiments.reporting import REAL_MISSING_NOTE
+    from hubnorm_companion.reporting import REAL_MISSING_NOTE
 
     monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path / "empty"))
     monkeypatch.setattr("hubnorm.data.real.URL_BASE", "http://127.0.0.1:9")   # any download attempt fails loudly

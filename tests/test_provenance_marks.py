@@ -16,8 +16,8 @@ import torch
 
 import hubnorm as hn
 from hubnorm import provenance as pv
-from hubnorm.experiments import compare
-from hubnorm.experiments.notebook import PROVENANCE_COLUMNS, with_provenance
+from hubnorm_companion import compare
+from hubnorm_companion.notebook import PROVENANCE_COLUMNS, with_provenance
 
 D = 48
 
@@ -348,7 +348,7 @@ def test_save_figure_needs_data_and_bank_and_writes_them_beside_the_figure(tmp_p
 
     from PIL import Image
 
-    from hubnorm.experiments.notebook import Run
+    from hubnorm_companion.notebook import Run
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     run = Run(prefix="99")
@@ -376,7 +376,7 @@ def test_save_figure_needs_data_and_bank_and_writes_them_beside_the_figure(tmp_p
 
 
 def test_a_figure_must_say_what_a_reader_needs_to_know(tmp_path, monkeypatch):
-    from hubnorm.experiments.notebook import Run
+    from hubnorm_companion.notebook import Run
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "error")   # the test suite's setting: the notebooks' figures must say it
@@ -397,7 +397,7 @@ def test_outside_the_test_suite_a_figure_gets_the_marks_it_lacks(tmp_path, monke
     stop; the caption gets the marks and the data label, and a NOTE under the figure says so."""
     import json
 
-    from hubnorm.experiments.notebook import Run, marks_note
+    from hubnorm_companion.notebook import Run, marks_note
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")
@@ -426,7 +426,7 @@ def test_outside_the_test_suite_a_figure_gets_the_marks_it_lacks(tmp_path, monke
 
 
 def test_a_figure_that_draws_a_query_aware_number_without_its_mark_is_refused(data, tmp_path, monkeypatch):
-    from hubnorm.experiments.notebook import Run
+    from hubnorm_companion.notebook import Run
 
     monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path))
     monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")   # refused in every mode
@@ -456,7 +456,7 @@ def test_plotted_values_reads_what_each_kind_of_plot_draws():
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from hubnorm.experiments.figures import plotted_values
+    from hubnorm_companion.figures import plotted_values
 
     fig, axes = plt.subplots(1, 5, figsize=(12, 3))
     axes[0].plot([1.5, 2.5], [11.25, 12.75])                                  # a line: x and y

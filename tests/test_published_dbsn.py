@@ -13,7 +13,7 @@ import re
 import pandas as pd
 import pytest
 
-from hubnorm.experiments.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
+from hubnorm_companion.reporting import PUBLISHED_COLUMNS, PUBLISHED_DIR
 
 from conftest import SHARED_DATA
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import hubnorm as hn
-from hubnorm.experiments.rerank_cost import CostModel
-from hubnorm.experiments.rerank_study import full_gallery_recall, make_cross_encoder, nnn_on_cross_encoder
+from hubnorm_companion.rerank_cost import CostModel
+from hubnorm_companion.rerank_study import full_gallery_recall, make_cross_encoder, nnn_on_cross_encoder
 from hubnorm.rerank import (
     CacheCorruptError, CrossEncoder, PairScoreCache, SimulatedCrossEncoder, combine_scores, first_stage_topk,
     nnn_bias_from_pairs, pair_noise, rerank,

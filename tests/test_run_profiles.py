@@ -227,7 +227,7 @@ def test_the_real_column_is_fetched_once_and_a_missing_release_is_one_note(monke
     """run_all.sh fetches the real releases once (``fetch-real --optional``); what it cannot get is ONE NOTE for the
     whole run, and the notebooks' own NOTE lines about it are then not streamed again."""
     from hubnorm_tools import runner as rn
-    from hubnorm.experiments.reporting import REAL_MISSING_NOTE
+    from hubnorm_companion.reporting import REAL_MISSING_NOTE
 
     lines = ("coco500-clip-b16: cached (1 file, sha256 checked) -> /x\n"
              "NOTE: real release flickr8k-100x5-clip-b32 unavailable: offline\n"

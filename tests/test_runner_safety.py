@@ -169,7 +169,7 @@ def test_runs_with_other_parameters_get_folders_of_their_own_with_a_manifest(tmp
 
 
 def test_run_folder_names_are_readable_sorted_and_never_shared():
-    from hubnorm.experiments.reporting import run_folder_name
+    from hubnorm_companion.reporting import run_folder_name
 
     assert run_folder_name({"seed": 1, "alpha": 0.5}) == "alpha-0.5_seed-1"
     assert run_folder_name({"source": "synthetic:coco"}) == "source-synthetic-coco"
@@ -184,7 +184,7 @@ def test_run_folder_names_are_readable_sorted_and_never_shared():
 
 def test_a_direct_papermill_run_with_parameters_writes_beside_not_into_the_default_results(tmp_path, monkeypatch,
                                                                                           capsys):
-    from hubnorm.experiments import notebook as nb
+    from hubnorm_companion import notebook as nb
 
     (tmp_path / "pyproject.toml").write_text("")
     monkeypatch.chdir(tmp_path)

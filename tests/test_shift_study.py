@@ -1,4 +1,4 @@
-"""The graded shift study (hubnorm.experiments.studies.shift_study): banks or a gallery drawn from a mixture that
+"""The graded shift study (hubnorm_companion.studies.shift_study): banks or a gallery drawn from a mixture that
 moves from the test distribution to another one, every registered method refitted at every step.
 
 Oracles: the mixtures are counted and checked for nesting by hand; the study's endpoints (share 0 and share 1) are
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import hubnorm as hn
-from hubnorm.experiments.figures import plot_shift
-from hubnorm.experiments.studies import SHIFT_SIDES, shift_study, shifted_rows, stops_helping
+from hubnorm_companion.figures import plot_shift
+from hubnorm_companion.studies import SHIFT_SIDES, shift_study, shifted_rows, stops_helping
 from conftest import shared_path
 
 D = 32

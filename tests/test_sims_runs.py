@@ -13,7 +13,7 @@ import torch
 import hubnorm as hn
 from hubnorm.data.sims import write_sims
 from hubnorm.evaluation import summarize_ranks
-from hubnorm.experiments import protocol as pr
+from hubnorm_companion import protocol as pr
 from hubnorm.retrieval import Positives, RetrievalTask
 
 from test_sims import write_example

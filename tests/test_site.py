@@ -42,7 +42,7 @@ import pytest
 
 from conftest import REPO
 
-from hubnorm.experiments import figures
+from hubnorm_companion import figures
 
 spec = importlib.util.spec_from_file_location("hubsite", REPO / "site" / "hubsite.py")
 hubsite = importlib.util.module_from_spec(spec)

@@ -221,7 +221,7 @@ def test_synthetic_preset_matrices_are_taken():
 def test_real_coco500_matrices_are_taken(tmp_path):
     """Real CLIP ViT-B/16 embeddings of COCO val2017 (500 pairs): half the images as the test set, the other half's
     captions and images as the banks, as score matrices in both directions."""
-    from hubnorm.experiments import calibration as cal
+    from hubnorm_companion import calibration as cal
 
     img, cap, c2i = cal.real_arrays("coco-val2017-500-clip-vitb16", mirror=shared_path("embeddings"),
                                     cache_dir=tmp_path / "cache")

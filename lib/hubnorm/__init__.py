@@ -49,5 +49,5 @@ _lazy.keep_functions(__name__, ["hubness"])
 #   hubnorm.geometry, hubnorm.sweeps, hubnorm.label_free, hubnorm.forensics, hubnorm.adversarial, hubnorm.media;
 #   hubnorm.synthetic: the seeded generator; optional dependencies: hubnorm.index (faiss), hubnorm.data (open_clip,
 #   pooch), hubnorm.rerank (transformers), hubnorm.listwise (sentence-transformers).
-# The experiments layer, hubnorm.experiments (the papers' protocols, studies, published comparisons, notebook
-# set-up), imports this core; nothing here imports it (tests/test_layering.py).
+# The notebooks' companion package, hubnorm_companion (companion/: the papers' protocols, studies, published
+# comparisons, notebook set-up), imports this library; nothing here imports it (tests/test_layering.py).

@@ -111,7 +111,7 @@ class EmbeddingDataset:
         ``query_bank_fraction`` < 1 subsamples the *query* banks (captions for t2i, images for i2t) with ``seed``;
         the target banks stay whole (DBSN uses all training targets even when the query bank is subsampled). (The
         notebooks' ``bank_fraction`` is another thing: a share of the training *images* with all their captions,
-        both banks at once, :func:`hubnorm.experiments.protocol.reference_split`.)
+        both banks at once, :func:`hubnorm_companion.protocol.reference_split`.)
         """
         test = self.split(split)
         meta = {"dataset": self.name, "source": self.source, "split": split, "bank": bank, **self.meta}

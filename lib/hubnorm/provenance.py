@@ -622,7 +622,7 @@ def clear_ledger() -> None:
 
 
 #: the columns of a saved table whose values are R@K numbers: ``R@K``, and the joined tables' ``this run`` and
-#: ``normalized`` (hubnorm.experiments.compare)
+#: ``normalized`` (hubnorm_companion.compare)
 _RECALL_COLUMN = re.compile(r"R@\d+")
 _VALUE_COLUMNS = ("this run", "normalized")
 

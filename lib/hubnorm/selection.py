@@ -182,7 +182,7 @@ def grid_search(
         too_big = sorted({int(p[param]) for p in points if limit is not None and int(p[param]) > limit})
         if too_big:
             raise ValueError(f"grid[{param!r}] has {too_big} > {limit}, the largest {param} of {method!r} on this "
-                             "task: drop those values (hubnorm.experiments.protocol.clamp_grid does it and reports what it "
+                             "task: drop those values (hubnorm_companion.protocol.clamp_grid does it and reports what it "
                              "dropped)")
 
     on_scores = validation.kind == "scores"   # a task of score matrices: one fit per point (no sweep engine)

@@ -1,7 +1,7 @@
 """Synthetic paired image-caption embeddings: the embedded default dataset (every output says "synthetic").
 
 The generator imitates the statistics of zero-shot CLIP embeddings that matter for hubness (calibration:
-``scripts/calibrate_synthetic.py``, :mod:`hubnorm.experiments.calibration`, results in ``data/calibration_synthetic.md``).
+``scripts/calibrate_synthetic.py``, :mod:`hubnorm_companion.calibration`, results in ``data/calibration_synthetic.md``).
 It is *not* real data: numbers computed on it illustrate the methods and must be labelled "synthetic".
 
 Two generative models

@@ -181,7 +181,7 @@ def quiz() -> dict:
 
 
 if __name__ == "__main__":
-    from hubnorm.experiments.notebook import readable
+    from hubnorm_companion.notebook import readable
 
     for fn in (exercise_1, exercise_2, exercise_3):
         print(f"== {fn.__name__}\n{fn.__doc__}\n-> {readable(fn())}\n")

@@ -126,7 +126,7 @@ QUIZ = {1: 18125, 2: "b", 3: "b", 4: "b", 5: "a", 6: "a"}
 
 def quiz() -> dict:
     """Verify every answer of ``QUIZ`` by a computation; returns the answers."""
-    from hubnorm.experiments import protocol as pr
+    from hubnorm_companion import protocol as pr
     from hubnorm.geometry import nn_gap
     from hubnorm.normalizers.sinkhorn import sinkhorn_potentials
     import torch
@@ -165,7 +165,7 @@ def quiz() -> dict:
 
 
 if __name__ == "__main__":
-    from hubnorm.experiments.notebook import readable
+    from hubnorm_companion.notebook import readable
 
     for fn in (exercise_1, exercise_2, exercise_3):
         print(f"== {fn.__name__}\n{fn.__doc__}\n-> {readable(fn())}\n")

@@ -98,9 +98,9 @@ def exercise_3(n_values=(1_000, 50_000, 1_000_000), k: int = 20) -> dict:
     ratio is CE / Co = n c / (e + s(n) + k c), about n / k when pairs dominate, i.e. when k c is much larger than
     e + s(n). Reranking costs as much as the whole gallery when e + s(n) + k c = n c, at k = n - (e + s(n)) / c,
     slightly below n: reranking is never dearer than the cross-encoder alone for k < n. These formulas are exactly
-    ``hubnorm.experiments.rerank_cost.load_cost_model().per_query`` (checked below with its measured unit costs).
+    ``hubnorm_companion.rerank_cost.load_cost_model().per_query`` (checked below with its measured unit costs).
     """
-    from hubnorm.experiments.rerank_cost import load_cost_model
+    from hubnorm_companion.rerank_cost import load_cost_model
 
     cm = load_cost_model()
     out = {}
@@ -140,13 +140,13 @@ def quiz() -> dict:
     assert np.array_equal(a.ranks, b.ranks) and QUIZ[5] == "a"
     # 6: NNN on cross-encoder scores: the bias comes from reference queries' cross-encoder scores over their top k
     import inspect
-    from hubnorm.experiments import rerank_study as rs
+    from hubnorm_companion import rerank_study as rs
     assert "bank_queries" in inspect.signature(rs.nnn_on_cross_encoder).parameters and QUIZ[6] == "b"
     return dict(QUIZ)
 
 
 if __name__ == "__main__":
-    from hubnorm.experiments.notebook import readable
+    from hubnorm_companion.notebook import readable
 
     for fn in (exercise_1, exercise_2, exercise_3):
         print(f"== {fn.__name__}\n{fn.__doc__}\n-> {readable(fn())}\n")

@@ -161,7 +161,7 @@ def quiz() -> dict:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from hubnorm.experiments.notebook import readable
+    from hubnorm_companion.notebook import readable
 
     for fn in (exercise_1, exercise_2, exercise_3):
         print(fn.__name__, readable(fn()))

@@ -349,7 +349,7 @@ class Runner:
             if own:
                 changed.pop("source", None)
             if changed:   # a folder of its own, named by what changed: never mixed into the default run's
-                from hubnorm.experiments.reporting import run_folder_name
+                from hubnorm_companion.reporting import run_folder_name
 
                 name = run_folder_name(changed)
                 results = (results.with_name(f"{results.name}+{name}") if own
@@ -367,7 +367,7 @@ class Runner:
         results.mkdir(parents=True, exist_ok=True)
         if own:
             (results / SOURCE_FILE).write_text(own + "\n")
-        from hubnorm.experiments.reporting import write_manifest
+        from hubnorm_companion.reporting import write_manifest
 
         write_manifest(results, profile=profile_name, source=own or params.get("source", None), parameters=params,
                        changed=changed, only=o["only"] or None, command=["run_all.sh", *self.argv])
@@ -438,7 +438,7 @@ class Runner:
                     break
         _say(f"run_all.sh: total {int(time.time() - start_all)}s")
         if statuses:
-            from hubnorm.experiments.reporting import write_summary
+            from hubnorm_companion.reporting import write_summary
 
             summary = write_summary(results, statuses, title=f"run_all.sh (profile {profile_name}"
                                     + (f", source {own}" if own else "") + ")")
@@ -463,7 +463,7 @@ class Runner:
         fetch-real --optional``: cached, from ``$HUBNORM_REAL_MIRROR``, or downloaded by pinned commit and sha256).
         One line says which are there; those that are not get ONE NOTE for the whole run (the notebooks' own NOTE
         lines about them are then not repeated in the terminal; their executed copies keep them)."""
-        from hubnorm.experiments.reporting import REAL_MISSING_NOTE
+        from hubnorm_companion.reporting import REAL_MISSING_NOTE
 
         t0 = time.time()
         proc = subprocess.run([self.python, "-m", "hubnorm.data", "fetch-real", "--optional", "--no-progress"],
@@ -516,7 +516,7 @@ class Runner:
         proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         prefix = f"  {name[:2]}| "
-        from hubnorm.experiments.reporting import REAL_MISSING_NOTE
+        from hubnorm_companion.reporting import REAL_MISSING_NOTE
 
         skip = (REAL_MISSING_NOTE.encode(),) if getattr(self, "real_noted", False) else ()
         streamer = _Streamer(proc, log, prefix, show=not quiet, skip=skip)

@@ -540,7 +540,7 @@ def release_arrays(name: str, *, first_caption: bool = False,
     """The whole release ``name`` as ``(items, captions, caption_to_item)``, unsplit, float32: its distinct images
     (or clips) in order of first appearance and every caption in the release's order; ``first_caption=True`` keeps
     only the first caption of each item (then ``caption_to_item`` is ``0 .. n - 1``). What the calibration of the
-    synthetic presets measures (:mod:`hubnorm.experiments.calibration`); ``fetch_kwargs`` as :func:`obtain_real`."""
+    synthetic presets measures (:mod:`hubnorm_companion.calibration`); ``fetch_kwargs`` as :func:`obtain_real`."""
     rel = release(name)
     if rel.modality == "audio":
         fetched = obtain_real(name, **fetch_kwargs)

@@ -115,7 +115,7 @@ files placed in <data root>/annotations/."""
 #: ``annotations`` / ``images`` (resource names, or "manual" with the ``manual`` text); ``images_layout``; and
 #: optionally ``cross_dataset``: the data set whose training split the papers use as the "other" reference bank
 #: (NNN Table 2: Flickr30k evaluated with a COCO bank and the reverse), read by
-#: ``hubnorm.experiments.protocol.cross_dataset_source``.
+#: ``hubnorm_companion.protocol.cross_dataset_source``.
 DATASETS: Dict[str, dict] = {
     "coco": {
         "description": "MS-COCO 2014, Karpathy split (restval counted as train)",

@@ -10,8 +10,8 @@
 Modules: :mod:`.base` (``CrossEncoder``, on-disk ``PairScoreCache``), :mod:`.blip` (``BlipITMCrossEncoder``:
 BLIP image-text matching via transformers, imported lazily), :mod:`.simulated` (``SimulatedCrossEncoder``),
 :mod:`.pipeline` (``rerank``, ``RerankResult``). The paper's study and cost model (notebook 06) are in the
-experiments layer: :mod:`hubnorm.experiments.rerank_cost` (``CostModel``: Tables 3-4 of the paper) and
-:mod:`hubnorm.experiments.rerank_study` (``make_cross_encoder``, ``full_gallery_recall``, ``nnn_on_cross_encoder``).
+notebooks' companion package: :mod:`hubnorm_companion.rerank_cost` (``CostModel``: Tables 3-4 of the paper) and
+:mod:`hubnorm_companion.rerank_study` (``make_cross_encoder``, ``full_gallery_recall``, ``nnn_on_cross_encoder``).
 """
 
 from .base import CacheCorruptError, CrossEncoder, PairScoreCache, check_pair_ids

@@ -25,8 +25,8 @@ Notebook 06 prints the measured numbers.
 
 Its cost is not its own (microseconds): :attr:`cost_per_pair_s` is the per-pair cost it stands for, passed by the
 caller (None when not given); notebook 06 passes the measured per-pair cost of the real BLIP ITM base architecture
-(``benchmarks/reports/cross_encoder_latency.csv``, read by :mod:`hubnorm.experiments.rerank_cost`) through
-:func:`hubnorm.experiments.rerank_study.make_cross_encoder`.
+(``benchmarks/reports/cross_encoder_latency.csv``, read by :mod:`hubnorm_companion.rerank_cost`) through
+:func:`hubnorm_companion.rerank_study.make_cross_encoder`.
 """
 
 from __future__ import annotations
