@@ -13,6 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPORTS = HERE / "reports"
 sys.path.insert(0, str(HERE.parent / "lib"))
+sys.path.insert(1, str(HERE.parent / "companion"))   # hubnorm_companion (the notebooks' package)
 
 
 def load_average() -> str:

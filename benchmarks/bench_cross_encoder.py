@@ -32,6 +32,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
+sys.path.insert(1, str(REPO / "companion"))   # hubnorm_companion
 
 from hubnorm_companion.rerank_cost import CostModel, format_seconds, measure_topk_seconds  # noqa: E402
 

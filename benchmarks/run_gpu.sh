@@ -39,7 +39,8 @@ case "${HUBNORM_GPU_RUN_ALL:-1}" in
 esac
 dry=0
 if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
-"$PY" -c "import hubnorm" 2>/dev/null || export PYTHONPATH="$(cd ../lib && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c "import hubnorm, hubnorm_companion" 2>/dev/null \
+  || export PYTHONPATH="$(cd ../lib && pwd):$(cd ../companion && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import hubnorm" || { echo "run_gpu.sh: $PY cannot import hubnorm (see docs/install.md)" >&2; exit 2; }
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg PYTHONHASHSEED=0
 if [ "$dry" = 1 ]; then

@@ -41,6 +41,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
+sys.path.insert(1, str(REPO / "companion"))   # hubnorm_companion
 
 from hubnorm.data.cache import atomic_write_bytes  # noqa: E402
 from hubnorm_companion import calibration as cal  # noqa: E402
