@@ -9,9 +9,9 @@
 # Writes into HUBNORM_GPU_OUT (default benchmarks/reports): gpu_tests.log, gpu.md and gpu.csv; the report is
 # rewritten after every section (marked PARTIAL until the last), so a run stopped by a time limit keeps what it
 # measured. On a machine whose image lacks POT (the one third-party need of `import hubnorm` beyond torch,
-# numpy, scipy, pandas, tqdm, tabulate, pyyaml), install its wheel first.
+# numpy, scipy, pandas, tqdm, pyyaml), install its wheel first.
 # PYTHON: the interpreter (default ../.venv/bin/python, else python3); it needs torch with CUDA, numpy, scipy,
-# pandas, tqdm, tabulate, pyyaml, POT and pytest (requirements-gpu.txt adds faiss's GPU build; without faiss section 2 is
+# pandas, tqdm, pyyaml, POT and pytest (requirements-gpu.txt adds faiss's GPU build; without faiss section 2 is
 # skipped with the reason). hubnorm is imported from lib/ when that interpreter has not installed it.
 # HUBNORM_GPU_RUN_ALL=0 leaves out the run_all.sh section (a machine without the notebook tools).
 # --dry-run: the same steps on the CPU at toy sizes (HUBNORM_GPU_TEST_DEVICE=cpu, bench_gpu.py --device cpu --tiny),
@@ -39,8 +39,7 @@ case "${HUBNORM_GPU_RUN_ALL:-1}" in
 esac
 dry=0
 if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
-"$PY" -c "import hubnorm, hubnorm_companion" 2>/dev/null \
-  || export PYTHONPATH="$(cd ../lib && pwd):$(cd ../companion && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c "import hubnorm" 2>/dev/null || export PYTHONPATH="$(cd ../lib && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import hubnorm" || { echo "run_gpu.sh: $PY cannot import hubnorm (see docs/install.md)" >&2; exit 2; }
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg PYTHONHASHSEED=0
 if [ "$dry" = 1 ]; then

@@ -163,20 +163,25 @@ def tests_for(name: str) -> list:
 
 
 def changed_modules(base: str | None) -> list:
-    """Library modules that differ from ``base`` (default: origin/main when it exists, else HEAD~1), committed or not."""
+    """Modules of the library and of the companion that differ from ``base`` (default: origin/main when it exists,
+    else HEAD~1), committed or not; the companion's named in full (``hubnorm_companion.protocol``)."""
     if base is None:
         has_origin = subprocess.run(["git", "rev-parse", "--verify", "-q", "origin/main"], cwd=REPO,
                                     capture_output=True).returncode == 0
         base = "origin/main" if has_origin else "HEAD~1"
-    diff = subprocess.run(["git", "diff", "--name-only", base, "--", "lib/hubnorm"], cwd=REPO, capture_output=True,
-                          text=True)
+    diff = subprocess.run(["git", "diff", "--name-only", base, "--", "lib/hubnorm", f"companion/{COMPANION}"],
+                          cwd=REPO, capture_output=True, text=True)
     if diff.returncode:
         raise SystemExit(f"error: git diff {base} failed: {diff.stderr.strip()}")
     names = []
     for line in diff.stdout.split():
         p = REPO / line
-        if p.suffix == ".py" and p.is_file() and p.name != "__init__.py" and p.is_relative_to(LIB):
+        if p.suffix != ".py" or not p.is_file() or p.name == "__init__.py":
+            continue
+        if p.is_relative_to(LIB):
             names.append(".".join(p.relative_to(LIB).with_suffix("").parts))
+        elif p.is_relative_to(COMPANION_DIR):
+            names.append(".".join((COMPANION, *p.relative_to(COMPANION_DIR).with_suffix("").parts)))
     return names
 
 

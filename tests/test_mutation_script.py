@@ -54,20 +54,22 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     assert mutation.sample_patterns("hubnorm_companion.studies", 1) == ["hubnorm_companion.studies.*__mutmut_*1"]
 
 
-def test_the_changed_modules_are_library_modules_only(mutation, monkeypatch):
+def test_the_changed_modules_are_modules_of_the_library_or_the_companion(mutation, monkeypatch):
     import subprocess
 
     listed = "lib/hubnorm/hubness.py\nlib/hubnorm/normalizers/nnn.py\nlib/hubnorm/__init__.py\n" \
-             "companion/hubnorm_companion/protocol.py\nlib/hubnorm/schemas/cli.schema.json\n"
+             "companion/hubnorm_companion/protocol.py\ncompanion/hubnorm_companion/__init__.py\n" \
+             "lib/hubnorm/schemas/cli.schema.json\nlib/hubnorm/gone.py\n"
     real_run = subprocess.run
 
     def fake(cmd, *a, **k):
         if cmd[:3] == ["git", "diff", "--name-only"]:
+            assert cmd[-3:] == ["--", "lib/hubnorm", "companion/hubnorm_companion"], cmd
             return subprocess.CompletedProcess(cmd, 0, stdout=listed, stderr="")
         return real_run(cmd, *a, **k)
 
     monkeypatch.setattr(mutation.subprocess, "run", fake)
-    assert mutation.changed_modules("HEAD") == ["hubness", "normalizers.nnn"]
+    assert mutation.changed_modules("HEAD") == ["hubness", "normalizers.nnn", "hubnorm_companion.protocol"]
 
 
 def test_the_workspace_puts_the_package_at_its_root_with_a_mutmut_configuration(mutation, monkeypatch, tmp_path):

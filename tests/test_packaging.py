@@ -116,6 +116,13 @@ def test_every_third_party_import_is_declared():
 def test_every_third_party_import_of_the_companion_is_declared():
     base, extras = _declared(COMPANION_PYPROJECT)
     assert "hubnorm" in base, "the companion imports hubnorm: a base dependency"
+    # in step with hubnorm (it uses hubnorm's private helpers): its pin, its version and the package's __version__
+    import hubnorm_companion
+    from hubnorm._version import __version__
+    version = COMPANION_PYPROJECT["project"]["version"]
+    assert version == PYPROJECT["project"]["version"] == __version__ == hubnorm_companion.__version__
+    assert f"hubnorm=={version}" in COMPANION_PYPROJECT["project"]["dependencies"]
+    assert (REPO / "companion" / "LICENSE").read_text() == (REPO / "LICENSE").read_text()   # shipped in its wheel
     imports = _third_party_imports(COMPANION)
     assert {"numpy", "pandas", "matplotlib"} <= set(imports), "the AST scan found too little: it is broken"
     unknown = sorted(set(imports) - set(MODULE_TO_DIST))

@@ -73,10 +73,14 @@ def test_params_per_direction_and_k_clamped_to_the_bank_with_a_note(ds, capsys):
 def test_clamp_grid_reports_what_it_drops(ds, capsys):
     task = ex.make_tasks(ds.split("test"), ex.reference_split(ds, "train", 0.1))["i2t"]
     capsys.readouterr()
-    assert ex.clamp_grid("nnn", {"alpha": [1.0], "k": [1, 4, 8, 64]}, task) == {"alpha": [1.0], "k": [1, 4]}
-    assert "grid k values [8, 64] exceed what this task allows (6)" in capsys.readouterr().out
-    assert ex.clamp_grid("nnn", {"k": [8, 64]}, task) == {"k": [6]}
-    assert ex.clamp_grid("dn", {"lam": [0.5]}, task) == {"lam": [0.5]}
+    assert hn.clamp_grid("nnn", {"alpha": [1.0], "k": [1, 4, 8, 64]}, task) == {"alpha": [1.0], "k": [1, 4]}
+    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [8, 64] exceed what this task allows (6); "
+                                       "searching k in [1, 4]\n")
+    assert hn.clamp_grid("nnn", {"k": [8, 64]}, task) == {"k": [6]}
+    assert hn.clamp_grid("dn", {"lam": (0.5,)}, task) == {"lam": [0.5]}   # as lists
+    assert capsys.readouterr().out == "NOTE: nnn i2t: grid k values [8, 64] exceed what this task allows (6); " \
+                                      "searching k in [6]\n"
+    assert ex.clamp_grid is hn.clamp_grid   # the notebooks' pr.clamp_grid is the library's function
 
 
 def test_select_and_evaluate_agrees_with_grid_search(ds):

@@ -365,8 +365,8 @@ def test_query_aware_limits_read_the_validation_queries(small_tasks):
     ok = hn.grid_search("nnn", task, {"alpha": [0.75], "k": [task.n_queries]}, query_aware=True)
     assert ok.table["k"].tolist() == [task.n_queries]                   # the largest k is allowed
     with pytest.raises(ValueError, match=rf"^grid\['k'\] has \[{task.n_queries + 1}\] > {task.n_queries}, the largest "
-                                         r"k of 'nnn' on this task: drop those values \(hubnorm_companion\.protocol"
-                                         r"\.clamp_grid does it and reports what it dropped\)$"):
+                                         r"k of 'nnn' on this task: drop those values \(hubnorm\.clamp_grid does it and "
+                                         r"reports what it dropped\)$"):
         hn.grid_search("nnn", task, {"alpha": [0.75], "k": [task.n_queries + 1]}, query_aware=True)
 
 
@@ -450,7 +450,7 @@ def test_grid_search_on_a_task_of_score_matrices_fits_every_point_and_agrees_wit
     assert aware.engine == "reference" and set(aware.table["bank"]) == {"QUERY-AWARE"}
     pd.testing.assert_frame_equal(aware.table[cols], want.table[cols])
     # k is limited by the bank's size on score matrices as on embeddings (40 bank rows; query-aware: 30 queries)
-    from hubnorm_companion.protocol import clamp_grid
+    from hubnorm.selection import clamp_grid
     assert clamp_grid("nnn", {"alpha": [0.5], "k": [1, 40, 41]}, sc) == {"alpha": [0.5], "k": [1, 40]}
     assert clamp_grid("nnn", {"alpha": [0.5], "k": [30, 31]}, no_bank, query_aware=True)["k"] == [30]
     with pytest.raises(ValueError, match=r"grid\['k'\] has \[41\] > 40"):

@@ -318,13 +318,14 @@ def test_rewrite_links_keeps_pages_and_sends_files_to_the_repository():
     assert out == "[m](../docs/methods.md) [s](https://github.com/o/n/blob/main/notebooks/solutions/DIFFERS.md)"
 
 
-def test_colab_copy_installs_first_and_skips_where_hubnorm_is_installed(tmp_path):
+def test_colab_copy_installs_first_and_skips_where_hubnorm_and_the_companion_are_installed(tmp_path):
     repo = hubsite.Repo("https://github.com/o/n")
     nb = json.loads(NOTEBOOKS[0].read_text())
     copy = hubsite.colab_notebook(nb, repo)
     assert copy["cells"][0]["source"] == nb["cells"][0]["source"]
     cell = "".join(copy["cells"][1]["source"])
     assert "requirements-light.txt" in cell and "--no-deps" in cell and "git+{REPO}" in cell
+    assert '"hubnorm-companion @ git+{REPO}#subdirectory=companion"' in cell   # the notebooks' companion too
     assert "https://raw.githubusercontent.com/o/n/main/requirements-light.txt" in cell
     assert all(c.get("outputs", []) == [] for c in copy["cells"])
     assert [c["source"] for c in copy["cells"][2:]] == [c["source"] for c in nb["cells"][1:]]
@@ -334,6 +335,11 @@ def test_colab_copy_installs_first_and_skips_where_hubnorm_is_installed(tmp_path
              "urllib.request.urlopen = no; subprocess.check_call = no\n" + cell + "\nprint('skipped')")
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "skipped" in res.stdout, res.stdout + res.stderr
+    # hubnorm importable but not the companion (an older install): the cell installs
+    missing = ("import importlib.util\nfind = importlib.util.find_spec\n"
+               "importlib.util.find_spec = lambda n, *a: None if n == 'hubnorm_companion' else find(n, *a)\n")
+    res = subprocess.run([sys.executable, "-c", missing + probe], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "the install cell tried to install" in res.stderr, res.stdout + res.stderr
 
 
 # ------------------------------------------------------------------------------------------------------------

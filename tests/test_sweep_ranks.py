@@ -118,7 +118,7 @@ def test_a_grouping_that_is_not_a_line_stays_exact():
 def test_grid_search_sweep_equals_reference_with_clamped_k(direction):
     """The tables of the two engines (R@1/5/10, MdR and MnR of every point), with an unsorted alpha grid holding 0
     and a k grid clamped to a small query bank as the notebooks clamp it."""
-    from hubnorm_companion.protocol import clamp_grid
+    from hubnorm import clamp_grid
     task = _task(3, 50, 5, direction, dup=5, bank=40)
     grid = clamp_grid("nnn", {"alpha": ALPHAS, "k": [1, 4, 64, 100000]}, task)
     assert max(grid["k"]) <= len(task.query_bank) < 100000

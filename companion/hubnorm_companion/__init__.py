@@ -23,5 +23,7 @@ The runner behind ``run_all.sh``, its run profiles and the test suite's Jupyter 
 checkout, in a third package (``tools/hubnorm_tools``).
 """
 
+__version__ = "0.1.0"   # companion/pyproject.toml's version, in step with hubnorm's (tests/test_packaging.py)
+
 __all__ = ["calibration", "compare", "notebook", "parameters", "protocol", "reporting", "rerank_cost", "rerank_study",
            "studies"]

@@ -34,7 +34,8 @@ from hubnorm.progress import progress
 from hubnorm.provenance import NO_BANK
 from hubnorm.registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from hubnorm.retrieval import DIRECTIONS, RetrievalTask, build_tasks, query_bank_share, share_rows
-from hubnorm.selection import PAPER_GRIDS, grid_search, k_limit
+from hubnorm.selection import PAPER_GRIDS, clamp_grid, grid_search, k_limit   # clamp_grid: used below, and
+#   by the notebooks as pr.clamp_grid (the function is hubnorm.clamp_grid)
 from hubnorm.synthetic import PRESETS
 
 __all__ = [
@@ -626,22 +627,6 @@ def clamp_params(name: str, params: Mapping, task: RetrievalTask, *, query_aware
         note(f"{name} {task.direction}: k={p['k']} is larger than this task allows ({n}); using k={n}")
         p["k"] = int(n)
     return p
-
-
-def clamp_grid(name: str, grid: Mapping[str, Sequence], task: RetrievalTask, *, query_aware: bool = False) -> Dict[str, list]:
-    """A grid without the ``k`` values the task cannot take (:func:`hubnorm.selection.k_limit`), with a visible
-    note of what was dropped (when every value is too large, the limit itself is used)."""
-    g = {k: list(v) for k, v in grid.items()}
-    n = k_limit(name, task, query_aware=query_aware)
-    if "k" in g and n is not None:
-        keep = [k for k in g["k"] if int(k) <= n]
-        dropped = [k for k in g["k"] if int(k) > n]
-        if dropped:
-            keep = keep or [n]
-            note(f"{name} {task.direction}: grid k values {dropped} exceed what this task allows ({n}); "
-                 f"searching k in {keep}")
-            g["k"] = keep
-    return g
 
 
 def paper_or_fast_grid(method: str, fast: bool, reduced: Optional[Mapping[str, Mapping[str, Sequence]]] = None) -> Dict[str, list]:

@@ -105,7 +105,7 @@ MANIFEST = "MANIFEST.json"
 
 def write_manifest(folder: Path, **fields) -> Path:
     """Write ``folder/MANIFEST.json`` atomically: ``fields`` (parameters, changed, profile, source, ...) with the
-    hubnorm version, the git commit of the project when there is one, and the time (UTC)."""
+    versions of hubnorm and of this package, the git commit of the project when there is one, and the time (UTC)."""
     import datetime
     import subprocess
 
@@ -119,7 +119,9 @@ def write_manifest(folder: Path, **fields) -> Path:
                                     timeout=10).stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
             commit = None
-    record = {**fields, "hubnorm": __version__, "commit": commit,
+    from . import __version__ as companion_version
+
+    record = {**fields, "hubnorm": __version__, "hubnorm_companion": companion_version, "commit": commit,
               "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{MANIFEST}.tmp"

@@ -34,7 +34,7 @@ _EXPORTS = {
     **dict.fromkeys(["DISPLAY_NAMES", "NORMALIZERS", "make_normalizer"], "registry"),
     **dict.fromkeys(["DIRECTIONS", "DIRECTION_NAMES", "Positives", "RetrievalTask", "build_tasks"], "retrieval"),
     **dict.fromkeys(["matrices_from_embeddings", "positives_from_pairs", "sims_tasks"], "scores"),
-    **dict.fromkeys(["PAPER_GRIDS", "SelectionResult", "grid_search", "holdout_split"], "selection"),
+    **dict.fromkeys(["PAPER_GRIDS", "SelectionResult", "clamp_grid", "grid_search", "holdout_split"], "selection"),
     **dict.fromkeys(["EmbeddingDataset", "EmbeddingSplit"], "embeddings"),
     "load_embeddings": "datasets",
 }

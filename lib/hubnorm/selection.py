@@ -122,6 +122,24 @@ def k_limit(method: str, task: RetrievalTask, *, query_aware: bool = False) -> O
     return param_limit(method, "k", task, query_aware=query_aware)
 
 
+def clamp_grid(method: str, grid: Mapping[str, Sequence], task: RetrievalTask, *,
+               query_aware: bool = False) -> Dict[str, list]:
+    """``grid`` without the ``k`` values ``task`` cannot take (:func:`k_limit`), with a printed NOTE of what was
+    dropped; when every value is too large, the limit itself is searched. A grid without ``k``, or a method
+    without it, comes back unchanged (as lists). :func:`grid_search` refuses such values instead."""
+    g = {k: list(v) for k, v in grid.items()}
+    n = k_limit(method, task, query_aware=query_aware)
+    if "k" in g and n is not None:
+        keep = [k for k in g["k"] if int(k) <= n]
+        dropped = [k for k in g["k"] if int(k) > n]
+        if dropped:
+            keep = keep or [n]
+            print(f"NOTE: {method} {task.direction}: grid k values {dropped} exceed what this task allows ({n}); "
+                  f"searching k in {keep}")
+            g["k"] = keep
+    return g
+
+
 def grid_search(
     method: str,
     validation: RetrievalTask,
@@ -182,8 +200,7 @@ def grid_search(
         too_big = sorted({int(p[param]) for p in points if limit is not None and int(p[param]) > limit})
         if too_big:
             raise ValueError(f"grid[{param!r}] has {too_big} > {limit}, the largest {param} of {method!r} on this "
-                             "task: drop those values (hubnorm_companion.protocol.clamp_grid does it and reports what it "
-                             "dropped)")
+                             "task: drop those values (hubnorm.clamp_grid does it and reports what it dropped)")
 
     on_scores = validation.kind == "scores"   # a task of score matrices: one fit per point (no sweep engine)
     sweep = engine != "reference" and not on_scores and can_sweep(method, grid, fixed)

@@ -6,5 +6,6 @@
   (the test suite selects it: parallel workers' kernels never collide on a port).
 
 ``scripts/bootstrap.sh`` installs it into ``.venv`` beside hubnorm (``pip install -e tools``); ``pip install hubnorm``
-does not ship it. It imports hubnorm; hubnorm never imports it (``tests/test_layering.py``).
+does not ship it. It imports hubnorm and the notebooks' companion (``hubnorm_companion.reporting``); neither imports
+it (``tests/test_layering.py``).
 """
