@@ -81,6 +81,10 @@ def test_clamp_grid_reports_what_it_drops(ds, capsys):
     assert capsys.readouterr().out == "NOTE: nnn i2t: grid k values [8, 64] exceed what this task allows (6); " \
                                       "searching k in [6]\n"
     assert ex.clamp_grid is hn.clamp_grid   # the notebooks' pr.clamp_grid is the library's function
+    # the limit itself is allowed, silently; a grid without k is unchanged for a method with k
+    assert hn.clamp_grid("nnn", {"k": [1, 6]}, task) == {"k": [1, 6]}
+    assert hn.clamp_grid("nnn", {"alpha": [0.5]}, task) == {"alpha": [0.5]}
+    assert capsys.readouterr().out == ""
 
 
 def test_select_and_evaluate_agrees_with_grid_search(ds):
