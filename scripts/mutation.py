@@ -527,7 +527,8 @@ def main(argv=None) -> int:
     p.add_argument("modules", nargs="*", help="modules under lib/hubnorm (hubness, cli, normalizers.nnn, ...) or of "
                                               "the companion (hubnorm_companion.protocol, ...)")
     p.add_argument("--changed", nargs="?", const="", default=None, metavar="BASE",
-                   help="the library modules changed since BASE (default origin/main, else HEAD~1)")
+                   help="the library and companion modules changed since BASE (default origin/main, else "
+                        "HEAD~1)")
     p.add_argument("--tests", nargs="+", help="test files to run instead of the ones that name the module")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once (default: cores)")
     p.add_argument("--report", type=Path, help="a folder: update <REPORT>/summary.md/.csv and write <module>.md")
@@ -551,7 +552,7 @@ def main(argv=None) -> int:
     if args.recheck and len(names) != 1:
         raise SystemExit("error: --recheck scores the one module whose run is in the workspace: name exactly one")
     if not names:
-        print("nothing to mutate: name modules, or --changed found no changed library module")
+        print("nothing to mutate: name modules, or --changed found no changed library or companion module")
         return 0
     rows = []
     for name in dict.fromkeys(names):

@@ -9,7 +9,7 @@ aimed at what its mutation run found unchecked.
 - the published-table look-ups (``paper_ids``, ``published_names``, ``dataset_key``, ``published_dataset``,
   ``published_model``, ``published_label``) and their NOTEs and guards, by their own message text;
 - ``reference_split`` (its guard, the rounding of the bank size, the seed, the NOTE at ``SMALL_BANK``),
-  ``clamp_params`` / ``clamp_grid`` at the limit, ``paper_or_fast_grid``, ``fmt_params``, ``params_for``;
+  ``clamp_params`` / ``clamp_grid`` (the library's ``hubnorm.clamp_grid``) at the limit, ``paper_or_fast_grid``, ``fmt_params``, ``params_for``;
 - ``run_methods``, ``select_parameters`` and ``select_and_evaluate`` against a float64 reference of the raw ranks
   and skewness written here, and against ``hubnorm.evaluate`` / ``hubnorm.grid_search`` called with the arguments
   that each keyword should hand on.

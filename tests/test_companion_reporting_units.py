@@ -197,7 +197,7 @@ def test_write_manifest_records_the_fields_version_commit_and_utc_time(tmp_path)
     assert set(record) == {"seed", "source", "changed", "hubnorm", "hubnorm_companion", "commit", "written"}
     assert record["seed"] == 3 and record["source"] == str(tmp_path / "p") and record["changed"] == {"a": 2, "b": 1}
     assert record["hubnorm"] == __version__ and record["commit"] == head
-    assert record["hubnorm_companion"] == __import__("hubnorm_companion").__version__ == "0.1.0"
+    assert record["hubnorm_companion"] == __import__("hubnorm_companion").__version__
     written = datetime.datetime.fromisoformat(record["written"])
     assert written.utcoffset() == datetime.timedelta(0) and written.microsecond == 0
     assert before <= written <= after

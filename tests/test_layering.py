@@ -83,7 +83,7 @@ def test_the_companion_is_a_package_of_its_own():
     core = dict(_core_modules())
     companion = LIB.parent / "companion" / "hubnorm_companion"
     assert (companion / "__init__.py").is_file() and (companion.parent / "pyproject.toml").is_file()
-    left = sorted(p.name for p in (PKG / "experiments").glob("*.py"))   # git leaves an ignored __pycache__ behind
+    left = sorted(p.name for p in (PKG / "experiments").rglob("*.py"))   # git leaves an ignored __pycache__ behind
     assert not left, f"the notebooks' machinery lives in companion/, not in the library: {left}"
     assert {"hubnorm", "hubnorm.normalizers.nnn", "hubnorm.evaluation", "hubnorm.data.cache"} <= set(core)
     moved = ("protocol", "studies", "compare", "notebook", "reporting", "parameters", "calibration", "figures",

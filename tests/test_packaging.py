@@ -23,6 +23,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,8 @@ def test_pin_files_agree():
     assert "pip install --no-deps . ./companion" in (REPO / "binder" / "postBuild").read_text()
     companion = {_name(r) for r in COMPANION_PYPROJECT["project"]["dependencies"]} - {"hubnorm"}
     assert companion <= set(light) and companion <= set(cpu), "the companion's dependencies must be pinned"
+    tools = tomllib.loads((REPO / "tools" / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {"hubnorm", "hubnorm-companion"} <= {_name(r) for r in tools}   # the runner imports both
     for recipe in ("environment.yml", "requirements-gpu.txt", "requirements-light.txt", "scripts/bootstrap.sh"):
         assert "companion" in (REPO / recipe).read_text(), f"{recipe} must install the companion package"
 
@@ -244,6 +247,8 @@ def build_dists(out: Path) -> tuple:
         _run(_uv() + ["build", "--quiet", "--out-dir", out / "dist", tree])
         found = sorted((out / "dist").glob(f"{dist}-*.whl"))
         assert len(found) == 1 and sorted((out / "dist").glob(f"{dist}-*.tar.gz")), list((out / "dist").iterdir())
+        with zipfile.ZipFile(found[0]) as whl:   # each wheel ships the licence
+            assert any(n.endswith(".dist-info/licenses/LICENSE") for n in whl.namelist()), dist
         wheels.append(found[0])
     return tuple(wheels)
 
