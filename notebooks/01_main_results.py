@@ -55,7 +55,7 @@ dataset = None  # None | 'unknown' | published nnn dataset -- published dataset 
 directions: list = ["t2i", "i2t"]  # list of 't2i' | 'i2t'
 seed: int = 0  # at least 0
 dtype: str = "float64"  # 'float64' | 'float32' -- float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale; the paper profiles use it)
-bank_fraction: float = 0.2  # in (0, 1] -- share of the training split used as the reference bank (NNN: 0.2); 1.0 takes the whole training part
+bank_fraction: float = 0.2  # in (0, 1] -- share of the training split (of a sims: folder, its bank rows) used as the reference bank (NNN: 0.2); 1.0 takes all
 fast: bool = True  # bool -- True: the reduced grids listed below; False: the paper grids (hubnorm.PAPER_GRIDS)
 n_boot: int = 200  # at least 10 -- bootstrap resamples for the 95% confidence intervals
 
@@ -76,10 +76,10 @@ run = nb.setup("01", seed=seed, dtype=dtype, params=globals(), reproduces=REPROD
 
 # %% [markdown]
 # **Any source.** The tasks below are the test split against the reference bank, as embeddings or, with
-# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's own bank rows). Every
-# cell runs on both. A folder of scores has no held-out split, so no hyperparameter is chosen there: every method
-# runs at fixed parameters (this notebook's, named in a NOTE); DN, DSL and the cross-dataset bank need
-# embeddings and say so in a NOTE.
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: a seeded `bank_fraction` of the
+# folder's own bank rows). Every cell runs on both. A folder of scores has no held-out split, so no hyperparameter is
+# chosen there: every method runs at fixed parameters (this notebook's, named in a NOTE); DN, DSL and the
+# cross-dataset bank need embeddings and say so in a NOTE.
 
 # %% [markdown]
 # ## 1 · Data and reference banks
@@ -88,8 +88,9 @@ run = nb.setup("01", seed=seed, dtype=dtype, params=globals(), reproduces=REPROD
 # training split has at least twice as many images, else a third of it); the reference bank is a seeded 20% of the
 # training images with all their captions (`bank_fraction = 1.0`: the whole training part, e.g. for a small
 # folder) (for t2i the *query* bank is the captions and DualIS's *target* bank the images; for i2t the roles swap).
-# A `sims:` folder gives the test scores and, where it has them, the scores of its bank rows (without them the test
-# queries serve as the bank: query-aware, marked so in every table and figure); it has no `val`.
+# A `sims:` folder gives the test scores and, where it has them, the scores of its bank rows, of which the reference
+# bank is the same seeded `bank_fraction` (`1.0`: all of them); without them the test queries serve as the bank
+# (query-aware, marked so in every table and figure). A folder has no `val`.
 
 # %%
 src = pr.open_data(source, directions=directions, bank_fraction=bank_fraction, seed=seed, dtype=run.dtype,

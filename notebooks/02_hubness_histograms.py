@@ -70,8 +70,8 @@ run = nb.setup("02", seed=seed, params=globals(), reproduces=REPRODUCES)  # seed
 
 # %% [markdown]
 # **Any source.** The tasks below are the test split against the reference bank, as embeddings or, with
-# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's own bank rows). Every
-# cell runs on both; the one that needs embeddings (the t-SNE map) says so in a NOTE.
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: a seeded `bank_fraction` of the
+# folder's own bank rows). Every cell runs on both; the one that needs embeddings (the t-SNE map) says so in a NOTE.
 
 # %%
 src = pr.open_data(source, directions=directions, bank_fraction=bank_fraction, seed=seed, dtype=run.dtype,
@@ -164,7 +164,8 @@ nb.notice(*[
 # ## 2 · Top-10 k-occurrence skewness: IS vs SN (DBSN Fig. 4, Table 5)
 # Query-aware as in the DBSN paper's Table 5 (the test queries form the bank; transductive, labelled), plus the
 # variants with NNN's reference bank for reference (a share `bank_fraction` of the training split; on a `sims:`
-# folder its bank rows; the `bank` column of the table names it, and says QUERY-AWARE when it is the test queries).
+# folder that share of its bank rows; the `bank` column of the table names it, and says QUERY-AWARE when it is the
+# test queries).
 
 # %%
 task_qa = src.all_tasks["t2i"]   # query-aware fits: the test queries are the bank

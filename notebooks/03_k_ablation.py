@@ -74,9 +74,9 @@ run = nb.setup("03", seed=seed, params=globals(), reproduces=REPRODUCES)  # seed
 
 # %% [markdown]
 # **Any source.** The tasks below are the test split against the reference bank, as embeddings or, with
-# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: the folder's own bank rows). Every
-# cell runs on both; the ones that need embeddings (the held-out split of section 2, the vector index of Table A5)
-# say so in a NOTE.
+# `source = "sims:<folder>"`, as released score matrices (`hubnorm.data.sims`: a seeded `bank_fraction` of the
+# folder's own bank rows). Every cell runs on both; the ones that need embeddings (the held-out split of section 2,
+# the vector index of Table A5) say so in a NOTE.
 
 # %%
 src = pr.open_data(source, directions=directions, bank_fraction=bank_fraction, seed=seed, dtype=run.dtype,

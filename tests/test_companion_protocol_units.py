@@ -878,9 +878,9 @@ def _sims_folder(path, with_bank):
 
 def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
     mats = _sims_folder(tmp_path / "f", with_bank=True)
-    src = ex.open_data(f"sims:{tmp_path / 'f'}", directions=["t2i", "i2t"], bank_fraction=0.2)
+    src = ex.open_data(f"sims:{tmp_path / 'f'}", directions=["t2i", "i2t"])
     out = capsys.readouterr().out
-    assert "NOTE: bank_fraction = 0.2 is not applied to a sims: folder" in out
+    assert "bank_fraction" not in out
     assert "no bank x gallery scores for this direction" in out and "i2t:" in out and "t2i: the folder" not in out
     assert ("NOTE: directions t2i = t2v, i2t = v2t (the notebook's names for the folder's text-query and item-query "
             "directions; tables and figures use the notebook's)") in out   # said once, by open_data
@@ -898,6 +898,20 @@ def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
     assert src.bank_name("t2i") == "the folder's bank rows"
     assert src.bank_name("i2t") == "test queries (query-aware: the folder has no bank rows)"
     assert src.bank_words == "the folder's bank rows (t2i: 20, i2t: none, the test queries serve)"
+    # bank_fraction: a seeded share of the folder's bank rows, as with_bank_fraction takes it (one meaning)
+    part = ex.open_data(f"sims:{tmp_path / 'f'}", directions=["t2i", "i2t"], bank_fraction=0.2, seed=3)
+    assert "bank_fraction" not in capsys.readouterr().out
+    want = src.with_bank_fraction(0.2, seed=3)
+    rows = np.sort(np.random.default_rng(3).choice(20, 4, replace=False))
+    for run in (part, want):
+        got = run.all_tasks["t2i"].matrix("query_bank", "targets").block(0, 4, 0, 6, torch.float64).numpy()
+        np.testing.assert_allclose(np.sort(got, axis=0), np.sort(mats["bank_rows"][rows], axis=0))
+    assert part.bank_words == want.bank_words == \
+        "20% of the folder's bank rows (t2i: 4, i2t: none, the test queries serve)"
+    assert part.bank_name("t2i") == "20% of the folder's bank rows"
+    assert part.all_tasks["i2t"].size("query_bank") == src.all_tasks["i2t"].size("query_bank") == 6   # all serve
+    with pytest.raises(ValueError, match="already a share of the source's"):
+        part.with_bank_fraction(0.5)
     assert list(src.describe()["query_bank"]) == [20, 6]
     assert hn.evaluate(i2t.fit(hn.InvertedSoftmax(tau=0.1)), i2t)["bank"] == "QUERY-AWARE"
     assert not src.needs_embeddings("the t-SNE map")

@@ -205,7 +205,8 @@ class RunData:
                 for d, t in self.all_tasks.items()) + ")"
         rows = {d: "none, the test queries serve" if d in self.test_as_bank else t.size("query_bank")
                 for d, t in self.all_tasks.items()}
-        return "the folder's bank rows (" + ", ".join(f"{d}: {n}" for d, n in rows.items()) + ")"
+        share = "" if self.query_bank_fraction == 1 else f"{self.query_bank_fraction:.0%} of "
+        return share + "the folder's bank rows (" + ", ".join(f"{d}: {n}" for d, n in rows.items()) + ")"
 
     def bank_name(self, direction: str = "t2i") -> str:
         """How tables name the bank of ``direction``'s query-agnostic fits: "reference bank (20% of train)", the
@@ -277,8 +278,9 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
               source_kwargs: Optional[Mapping[str, object]] = None, ensure_val: bool = True) -> RunData:
     """The tasks of both directions on ``source``, any kind: embeddings through :func:`prepare_dataset` (the test
     split against a seeded ``bank_fraction`` of the training images with their captions, :func:`reference_split`),
-    score matrices (``sims:<folder>``) through :func:`load_sims_run` with the folder's bank (``t2i`` names its
-    text-query direction, ``i2t`` the other). ``directions``: the ones the notebook shows (``RunData.tasks``);
+    score matrices (``sims:<folder>``) through :func:`load_sims_run` with a seeded ``bank_fraction`` of the folder's
+    bank rows (``t2i`` names its text-query direction, ``i2t`` the other). Either way it is the bank
+    ``open_data(source).with_bank_fraction(bank_fraction, seed)`` gives. ``directions``: the ones the notebook shows (``RunData.tasks``);
     ``ensure_val=False``: no validation split is held out of a source without one (a notebook that selects nothing
     keeps the whole training split for its bank)."""
     if isinstance(directions, str) or not all(d in DIRECTIONS for d in directions) or not directions:
@@ -290,9 +292,6 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
         if source_kwargs:
             raise ValueError(f"source_kwargs apply to embeddings sources, not to a sims: folder; got {source_kwargs!r}")
         sims = load_sims_run(source, DIRECTIONS)
-        if bank_fraction != 1:
-            note(f"bank_fraction = {bank_fraction} is not applied to a sims: folder: its bank is the folder's own bank "
-                 "rows (all of them)")
         if any(sims.alias[d] != d for d in directions):   # e.g. a text-video folder: t2v, v2t
             note("directions " + ", ".join(f"{d} = {sims.alias[d]}" for d in directions) + " (the notebook's names "
                  "for the folder's text-query and item-query directions; tables and figures use the notebook's)")
@@ -307,8 +306,11 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
                 task = task.test_as_bank()
                 test_as_bank.append(d)
             tasks[d] = task
-        return RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank),
-                       synthetic_scores=sims.synthetic)
+        run = RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank),
+                      synthetic_scores=sims.synthetic)
+        # one meaning of bank_fraction: a seeded share of the source's bank (here the folder's bank rows, as
+        # with_bank_fraction takes it; a direction whose test queries serve as the bank keeps them all)
+        return run.with_bank_fraction(bank_fraction, seed) if bank_fraction != 1 else run
     ds = prepare_dataset(source, seed=seed, dtype=dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs,
                          ensure_val=ensure_val)
     test = ds.split("test")
