@@ -865,6 +865,28 @@ def test_open_data_on_embeddings_is_prepare_dataset_and_make_tasks(capsys):
     assert src.needs_embeddings("a map") and capsys.readouterr().out == ""
 
 
+def test_open_data_hands_its_loader_arguments_to_prepare_dataset(monkeypatch):
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(source, **kw):
+        calls.append((source, kw))
+        raise Stop
+
+    monkeypatch.setattr(ex, "prepare_dataset", fake)
+    with pytest.raises(Stop):
+        ex.open_data("local:/x", seed=4, dtype="float32", synthetic_sizes={"n_test_images": 5},
+                     source_kwargs={"val": False}, ensure_val=False)
+    assert calls == [("local:/x", {"seed": 4, "dtype": "float32", "synthetic_sizes": {"n_test_images": 5},
+                                   "source_kwargs": {"val": False}, "ensure_val": False})]
+    with pytest.raises(Stop):
+        ex.open_data("local:/x")   # the defaults: seed 0, float64, no sizes or loader arguments, a val split
+    assert calls[1] == ("local:/x", {"seed": 0, "dtype": "float64", "synthetic_sizes": None, "source_kwargs": None,
+                                     "ensure_val": True})
+
+
 def _sims_folder(path, with_bank):
     from hubnorm.data.sims import write_sims
 
@@ -913,6 +935,7 @@ def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
     with pytest.raises(ValueError, match="already a share of the source's"):
         part.with_bank_fraction(0.5)
     assert list(src.describe()["query_bank"]) == [20, 6]
+    assert list(src.describe().columns) == ["direction", "queries", "targets", "query_bank"]
     assert hn.evaluate(i2t.fit(hn.InvertedSoftmax(tau=0.1)), i2t)["bank"] == "QUERY-AWARE"
     assert not src.needs_embeddings("the t-SNE map")
     assert capsys.readouterr().out == (f"NOTE: the t-SNE map needs embeddings; sims:{tmp_path / 'f'} holds score "
@@ -923,7 +946,8 @@ def test_open_data_on_score_matrices_keeps_the_folders_bank(tmp_path, capsys):
 
 def test_published_model_of_a_run_without_embeddings_is_none_with_a_note(capsys):
     assert ex.published_model(None) is None
-    assert "NOTE: the source names no encoder (score matrices)" in capsys.readouterr().out
+    assert capsys.readouterr().out == ("NOTE: the source names no encoder (score matrices): no published numbers are "
+                                       "shown (pass model='CLIP' or another published name to compare anyway)\n")
     assert ex.published_model(None, "CLIP") == "CLIP"
 
 

@@ -110,10 +110,12 @@ def test_bank_subset_refuses_what_is_not_a_set_of_bank_rows(folder, test_only):
         bare.bank_subset([0])
 
 
-def test_with_bank_fraction_of_embeddings_is_open_data_at_that_fraction():
+def test_with_bank_fraction_of_embeddings_is_open_data_at_that_fraction(capsys):
     sizes = {"n_train_images": 60, "n_test_images": 40, "n_val_images": 0}
     full = pr.open_data("synthetic:flickr30k", synthetic_sizes=sizes, seed=3)
+    capsys.readouterr()
     part = full.with_bank_fraction(0.25, seed=3)
+    assert capsys.readouterr().out == ""   # no small-bank NOTE: the notebook names the share it takes
     want = pr.open_data("synthetic:flickr30k", synthetic_sizes=sizes, seed=3, bank_fraction=0.25)
     assert part.bank_fraction == 0.25 and part.bank_words == want.bank_words
     assert part.bank_name("t2i") == "reference bank (25% of train)"
@@ -122,6 +124,9 @@ def test_with_bank_fraction_of_embeddings_is_open_data_at_that_fraction():
             assert hn.evaluate(part.all_tasks[d].fit(hn.make_normalizer(name)), part.all_tasks[d]) == \
                 hn.evaluate(want.all_tasks[d].fit(hn.make_normalizer(name)), want.all_tasks[d])
     assert full.bank_fraction == 1.0 and full.bank.n_images > part.bank.n_images   # full is unchanged
+    # a share of the training images is drawn from the whole training split again, not from the share
+    again = want.with_bank_fraction(0.5, seed=3)
+    assert again.bank_words == full.with_bank_fraction(0.5, seed=3).bank_words != want.bank_words
 
 
 def test_with_bank_fraction_of_score_matrices_takes_a_seeded_share_of_each_banks_rows(folder, test_only):

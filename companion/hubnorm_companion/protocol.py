@@ -234,8 +234,9 @@ class RunData:
         return make_tasks(self.ds.split(split), self.bank, directions=self.directions)
 
     def _uncut(self, what: str) -> None:
-        """Shares are taken of the bank open_data gave, once (a share of a share would be named wrongly)."""
-        if self.query_bank_fraction != 1 or (self.ds is None and self.bank_fraction != 1):
+        """Shares of query banks are taken of the bank open_data gave, once (a share of a share would be named
+        wrongly). A share of the training images is always drawn from the whole training split again."""
+        if self.query_bank_fraction != 1:
             raise ValueError(f"{what}: this RunData's bank is already a share of the source's; call it on the "
                              "RunData that open_data returned")
 
@@ -309,8 +310,8 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
         run = RunData(source, sims.label, tasks, directions, test_as_bank=tuple(test_as_bank),
                       synthetic_scores=sims.synthetic)
         # one meaning of bank_fraction: a seeded share of the source's bank (here the folder's bank rows, as
-        # with_bank_fraction takes it; a direction whose test queries serve as the bank keeps them all)
-        return run.with_bank_fraction(bank_fraction, seed) if bank_fraction != 1 else run
+        # with_bank_fraction takes it, the whole bank at 1; a direction whose test queries serve keeps them all)
+        return run.with_bank_fraction(bank_fraction, seed)
     ds = prepare_dataset(source, seed=seed, dtype=dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs,
                          ensure_val=ensure_val)
     test = ds.split("test")
