@@ -155,8 +155,8 @@ def tests_for(name: str) -> list:
         if f.name in STRUCTURAL | HEAVY:
             continue
         generic = name.startswith("normalizers.") and f.name in REGISTRY_WIDE
-        own = f.name.startswith((f"test_{stem}", f"test_{name.replace('.', '_')}",   # test_rerank_simulated_units.py
-                                 f"test_companion_{stem}" if in_companion(name) else f"test_{stem}"))
+        own = f.name.startswith((f"test_{stem}", f"test_{name.replace('.', '_')}")   # test_rerank_simulated_units.py
+                                + ((f"test_companion_{stem}",) if in_companion(name) else ()))
         if generic or own or pattern.search(f.read_text()):
             out.append(f"tests/{f.name}")
     return out

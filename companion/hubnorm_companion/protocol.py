@@ -34,8 +34,8 @@ from hubnorm.progress import progress
 from hubnorm.provenance import NO_BANK
 from hubnorm.registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
 from hubnorm.retrieval import DIRECTIONS, RetrievalTask, build_tasks, query_bank_share, share_rows
-from hubnorm.selection import PAPER_GRIDS, clamp_grid, grid_search, k_limit   # clamp_grid: used below, and
-#   by the notebooks as pr.clamp_grid (the function is hubnorm.clamp_grid)
+# clamp_grid is hubnorm.clamp_grid: used below, and by the notebooks as pr.clamp_grid
+from hubnorm.selection import PAPER_GRIDS, clamp_grid, grid_search, k_limit
 from hubnorm.synthetic import PRESETS
 
 __all__ = [
