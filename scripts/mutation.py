@@ -61,6 +61,8 @@ LIB = REPO / "lib" / "hubnorm"
 #: ``hubnorm_companion.protocol``
 COMPANION = "hubnorm_companion"
 COMPANION_DIR = REPO / "companion" / COMPANION
+#: each package mutated here and where it sits in the tree (the workspace puts each at its root)
+PACKAGES = {"hubnorm": LIB, COMPANION: COMPANION_DIR}
 WORK = REPO / ".mutation"
 #: tests that read the source tree's layout (lib/hubnorm paths, imports, packaging), not a module's behaviour: they
 #: do not run in the workspace, where the package sits at the root
@@ -102,10 +104,8 @@ def package_file(name: str) -> str:
 def module_path(name: str) -> Path:
     """``hubness`` -> lib/hubnorm/hubness.py; ``normalizers.nnn`` -> lib/hubnorm/normalizers/nnn.py;
     ``hubnorm_companion.protocol`` -> companion/hubnorm_companion/protocol.py."""
-    if in_companion(name):
-        path = COMPANION_DIR.joinpath(*name.split(".")[1:]).with_suffix(".py")
-    else:
-        path = LIB.joinpath(*name.split(".")).with_suffix(".py")
+    package, *parts = qualified(name).split(".")
+    path = PACKAGES[package].joinpath(*parts).with_suffix(".py")
     if not path.is_file():
         raise SystemExit(f"error: no module {name!r} ({path.relative_to(REPO)} does not exist); name one under "
                          f"lib/hubnorm, e.g. hubness or normalizers.nnn, or one of the companion, e.g. "
@@ -178,19 +178,19 @@ def changed_modules(base: str | None) -> list:
         p = REPO / line
         if p.suffix != ".py" or not p.is_file() or p.name == "__init__.py":
             continue
-        if p.is_relative_to(LIB):
-            names.append(".".join(p.relative_to(LIB).with_suffix("").parts))
-        elif p.is_relative_to(COMPANION_DIR):
-            names.append(".".join((COMPANION, *p.relative_to(COMPANION_DIR).with_suffix("").parts)))
+        for package, folder in PACKAGES.items():
+            if p.is_relative_to(folder):
+                dotted = ".".join((package, *p.relative_to(folder).with_suffix("").parts))
+                names.append(dotted.removeprefix("hubnorm."))   # the library's modules by their short name
     return names
 
 
 def at_root(rel: str) -> str:
     """Where a file of the tree goes in the workspace: each package at its root (lib/hubnorm/x.py -> hubnorm/x.py,
     companion/hubnorm_companion/x.py -> hubnorm_companion/x.py), everything else where it is."""
-    for folder in ("lib/hubnorm/", f"companion/{COMPANION}/"):
-        if rel.startswith(folder):
-            return rel[folder.index("/") + 1:]
+    for folder in PACKAGES.values():
+        if (REPO / rel).is_relative_to(folder):
+            return (REPO / rel).relative_to(folder.parent).as_posix()
     return rel
 
 

@@ -9,7 +9,7 @@ aimed at what its mutation run found unchecked.
 - the published-table look-ups (``paper_ids``, ``published_names``, ``dataset_key``, ``published_dataset``,
   ``published_model``, ``published_label``) and their NOTEs and guards, by their own message text;
 - ``reference_split`` (its guard, the rounding of the bank size, the seed, the NOTE at ``SMALL_BANK``),
-  ``clamp_params`` / ``clamp_grid`` (the library's ``hubnorm.clamp_grid``) at the limit, ``paper_or_fast_grid``, ``fmt_params``, ``params_for``;
+  ``clamp_params`` at the limit, ``paper_or_fast_grid``, ``fmt_params``, ``params_for``;
 - ``run_methods``, ``select_parameters`` and ``select_and_evaluate`` against a float64 reference of the raw ranks
   and skewness written here, and against ``hubnorm.evaluate`` / ``hubnorm.grid_search`` called with the arguments
   that each keyword should hand on.
@@ -585,22 +585,6 @@ def test_clamp_params_at_the_limit(small_bank_tasks, capsys):
     out = ex.clamp_params("dn", params, i2t)
     assert out == params and out is not params
     assert ex.clamp_params("nnn", {"alpha": 1.0}, i2t) == {"alpha": 1.0}
-
-
-def test_clamp_grid_at_the_limit(small_bank_tasks, capsys):
-    i2t = small_bank_tasks["i2t"]
-    grid = {"alpha": (0.5, 1.0), "k": (1, 6)}
-    out = ex.clamp_grid("nnn", grid, i2t)
-    assert out == {"alpha": [0.5, 1.0], "k": [1, 6]} and all(type(v) is list for v in out.values())
-    assert capsys.readouterr().out == ""
-    assert ex.clamp_grid("nnn", {"k": [1, 7, 6, 20]}, i2t) == {"k": [1, 6]}
-    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [7, 20] exceed what this task allows (6); "
-                                       "searching k in [1, 6]\n")
-    assert ex.clamp_grid("nnn", {"k": [7, 20]}, i2t, query_aware=True) == {"k": [7, 20]}
-    assert ex.clamp_grid("nnn", {"k": [21, 30]}, i2t, query_aware=True) == {"k": [20]}
-    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [21, 30] exceed what this task allows (20); "
-                                       "searching k in [20]\n")
-    assert ex.clamp_grid("dn", {"lam": (0.5,)}, i2t) == {"lam": [0.5]}
 
 
 def test_paper_or_fast_grid():

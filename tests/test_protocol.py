@@ -70,21 +70,8 @@ def test_params_per_direction_and_k_clamped_to_the_bank_with_a_note(ds, capsys):
     assert "k=512 is larger than this task allows (6); using k=6" in capsys.readouterr().out
 
 
-def test_clamp_grid_reports_what_it_drops(ds, capsys):
-    task = ex.make_tasks(ds.split("test"), ex.reference_split(ds, "train", 0.1))["i2t"]
-    capsys.readouterr()
-    assert hn.clamp_grid("nnn", {"alpha": [1.0], "k": [1, 4, 8, 64]}, task) == {"alpha": [1.0], "k": [1, 4]}
-    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [8, 64] exceed what this task allows (6); "
-                                       "searching k in [1, 4]\n")
-    assert hn.clamp_grid("nnn", {"k": [8, 64]}, task) == {"k": [6]}
-    assert hn.clamp_grid("dn", {"lam": (0.5,)}, task) == {"lam": [0.5]}   # as lists
-    assert capsys.readouterr().out == "NOTE: nnn i2t: grid k values [8, 64] exceed what this task allows (6); " \
-                                      "searching k in [6]\n"
-    assert ex.clamp_grid is hn.clamp_grid   # the notebooks' pr.clamp_grid is the library's function
-    # the limit itself is allowed, silently; a grid without k is unchanged for a method with k
-    assert hn.clamp_grid("nnn", {"k": [1, 6]}, task) == {"k": [1, 6]}
-    assert hn.clamp_grid("nnn", {"alpha": [0.5]}, task) == {"alpha": [0.5]}
-    assert capsys.readouterr().out == ""
+def test_the_notebooks_clamp_grid_is_the_librarys():
+    assert ex.clamp_grid is hn.clamp_grid   # tested in test_selection
 
 
 def test_select_and_evaluate_agrees_with_grid_search(ds):

@@ -24,6 +24,32 @@ def _hubby_task(seed=0, n_img=40, per=3, d=16):
     return hn.build_tasks(imgs, caps, c2i, caption_bank=bank)["t2i"]
 
 
+def test_clamp_grid_drops_what_the_task_cannot_take_and_says_so(capsys):
+    """k above the bank's size is dropped with one NOTE naming the values and the limit; when every value is too
+    large the limit itself is searched; the limit is allowed silently; query-aware, the limit is the test queries;
+    a grid without k, or a method without k, comes back unchanged (as lists)."""
+    rng = np.random.default_rng(5)
+    imgs, bank_imgs = unit_rows(rng, 20, 8), unit_rows(rng, 6, 8)
+    i2t = hn.build_tasks(imgs, unit_rows(rng, 100, 8), np.repeat(np.arange(20), 5), image_bank=bank_imgs,
+                         directions=("i2t",))["i2t"]                  # 20 image queries; a bank of 6 images
+    out = hn.clamp_grid("nnn", {"alpha": (0.5, 1.0), "k": (1, 6)}, i2t)
+    assert out == {"alpha": [0.5, 1.0], "k": [1, 6]} and all(type(v) is list for v in out.values())
+    assert capsys.readouterr().out == ""
+    assert hn.clamp_grid("nnn", {"alpha": [1.0], "k": [1, 7, 6, 20]}, i2t) == {"alpha": [1.0], "k": [1, 6]}
+    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [7, 20] exceed what this task allows (6); "
+                                       "searching k in [1, 6]\n")
+    assert hn.clamp_grid("nnn", {"k": [8, 64]}, i2t) == {"k": [6]}
+    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [8, 64] exceed what this task allows (6); "
+                                       "searching k in [6]\n")
+    assert hn.clamp_grid("nnn", {"k": [7, 20]}, i2t, query_aware=True) == {"k": [7, 20]}
+    assert hn.clamp_grid("nnn", {"k": [21, 30]}, i2t, query_aware=True) == {"k": [20]}
+    assert capsys.readouterr().out == ("NOTE: nnn i2t: grid k values [21, 30] exceed what this task allows (20); "
+                                       "searching k in [20]\n")
+    assert hn.clamp_grid("nnn", {"alpha": [0.5]}, i2t) == {"alpha": [0.5]}
+    assert hn.clamp_grid("dn", {"lam": (0.5,)}, i2t) == {"lam": [0.5]}
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.parametrize("metric", ["R@1", "MnR"])
 def test_grid_search_picks_the_best_point(metric):
     task = _hubby_task()
