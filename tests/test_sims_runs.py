@@ -14,7 +14,7 @@ import hubnorm as hn
 from hubnorm.data.sims import write_sims
 from hubnorm.evaluation import summarize_ranks
 from hubnorm_companion import protocol as pr
-from hubnorm.retrieval import Positives, RetrievalTask
+from hubnorm.retrieval import Positives, RetrievalTask, bank_share
 
 from test_sims import write_example
 
@@ -39,8 +39,9 @@ def test_only(tmp_path_factory, folder):
     return path
 
 
-def _side(data, direction, bank_rows=None):
-    """(queries, targets, query bank, target bank, positives) of one direction, from the embeddings."""
+def _side(data, direction, bank_rows=None, target_rows=None):
+    """(queries, targets, query bank, target bank, positives) of one direction, from the embeddings; ``bank_rows`` /
+    ``target_rows``: the rows kept of the query / target bank."""
     caps, items, c2i, bank_caps, bank_items = data
     if direction == "t2v":
         q, t, qb, tb, pos = caps, items, bank_caps, bank_items, Positives.from_labels(c2i, len(items))
@@ -48,12 +49,14 @@ def _side(data, direction, bank_rows=None):
         q, t, qb, tb, pos = items, caps, bank_items, bank_caps, Positives.from_groups(c2i, len(items))
     if bank_rows is not None:
         qb = qb[np.sort(bank_rows)]
+    if target_rows is not None:
+        tb = tb[np.sort(target_rows)]
     return q, t, qb, tb, pos
 
 
-def _oracle(data, direction, name, params, bank_rows=None):
+def _oracle(data, direction, name, params, bank_rows=None, target_rows=None):
     """R@1/5/10, MdR, MnR of ``name`` fitted from the embeddings (hubnorm's embeddings path, not a task)."""
-    q, t, qb, tb, pos = _side(data, direction, bank_rows)
+    q, t, qb, tb, pos = _side(data, direction, bank_rows, target_rows)
     norm = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
     return summarize_ranks(hn.positive_ranks(norm, pos, q), (1, 5, 10))
 
@@ -152,6 +155,55 @@ def test_with_bank_fraction_of_score_matrices_takes_a_seeded_share_of_each_banks
             with pytest.raises(ValueError, match="this RunData's bank is already a share of the source's; call it on "
                                                  "the RunData that open_data returned"):
                 again(0.5)
+
+
+def test_with_bank_fraction_of_score_matrices_cuts_both_banks_with_the_same_rows_in_both_directions(folder):
+    """One meaning of bank_fraction: as a share of training images with their captions cuts both banks of both
+    directions, a folder's share keeps the same bank texts as t2v's query bank and v2t's target bank, and the same
+    bank videos as v2t's query bank and t2v's target bank; DBSN, which reads both, equals the embeddings path on
+    those rows."""
+    path, data = folder
+    src = pr.open_data(f"sims:{path}")
+    part = src.with_bank_fraction(0.3, seed=4)
+    n_text, n_video = src.all_tasks["t2i"].size("query_bank"), src.all_tasks["i2t"].size("query_bank")
+    rng = np.random.default_rng(4)   # one generator: the texts' rows first (t2v's query bank), then the videos'
+    text_rows = rng.choice(n_text, round(0.3 * n_text), replace=False)
+    video_rows = rng.choice(n_video, round(0.3 * n_video), replace=False)
+    t2v, v2t = part.all_tasks["t2i"], part.all_tasks["i2t"]
+    assert (t2v.size("query_bank"), t2v.size("target_bank")) == (len(text_rows), len(video_rows))
+    assert (v2t.size("query_bank"), v2t.size("target_bank")) == (len(video_rows), len(text_rows))
+    assert part.bank_fraction == 0.3 and part.query_bank_fraction == 1.0
+    assert part.bank_name("t2i") == "30% of the folder's bank rows"
+    assert part.bank_words.startswith("30% of the folder's bank rows (t2i: ")
+    for direction, task, qrows, trows in (("t2v", t2v, text_rows, video_rows), ("v2t", v2t, video_rows, text_rows)):
+        for name in ("nnn", "dbsn"):
+            assert _metrics(task, name, PARAMS[name]) == \
+                pytest.approx(_oracle(data, direction, name, PARAMS[name], qrows, trows), abs=TOL), (direction, name)
+    assert src.all_tasks["t2i"].size("target_bank") == n_video   # open_data's RunData is not changed
+
+
+def test_bank_share_and_target_bank_subset(folder):
+    """hubnorm.retrieval.bank_share refuses tasks whose banks of one modality differ; bank_subset cuts the target bank of a task
+    of embeddings as of score matrices, and names the bank it cannot cut."""
+    path, data = folder
+    tasks = pr.load_sims_run(f"sims:{path}").tasks
+    with pytest.raises(ValueError, match=r"^the tasks' banks of modality 't' differ in size \(\d+ and 5 rows, the "
+                                         r"v2t task's target bank\)"):
+        bank_share({"t2v": tasks["t2v"], "v2t": tasks["v2t"].bank_subset(np.arange(5), "target_bank")}, 0.5)
+    kept = bank_share(tasks, 0.5, keep=("t2v", "v2t"))
+    assert all(kept[d] is tasks[d] for d in tasks)
+    q, t, qb, tb, pos = _side(data, "t2v")
+    emb = RetrievalTask(q, t, pos, query_bank=qb, target_bank=tb, direction="t2v")
+    rows = np.array([7, 2, 11])
+    assert np.array_equal(np.asarray(emb.bank_subset(rows, "target_bank").target_bank), tb[np.sort(rows)])
+    assert _metrics(emb.bank_subset(rows, "target_bank"), "dbsn", PARAMS["dbsn"]) == \
+        pytest.approx(_metrics(tasks["t2v"].bank_subset(rows, "target_bank"), "dbsn", PARAMS["dbsn"]), abs=TOL)
+    with pytest.raises(ValueError, match=r"^bank must be 'query_bank' or 'target_bank'; got 'targets'$"):
+        emb.bank_subset(rows, "targets")
+    no_target = RetrievalTask(q, t, pos, query_bank=qb, direction="t2v")
+    with pytest.raises(ValueError, match=r"^the t2v task has no target bank to cut \(for score matrices: manifest "
+                                         r"role 'bank_rows_x_bank_cols', 'bank_cols_x_test_cols' or "):
+        no_target.bank_subset(rows, "target_bank")
 
 
 # ---------------------------------------------------------------------------------------------- the folder

@@ -33,7 +33,7 @@ from hubnorm.normalizers.base import EXECUTION_OPTIONS
 from hubnorm.progress import progress
 from hubnorm.provenance import NO_BANK
 from hubnorm.registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
-from hubnorm.retrieval import DIRECTIONS, RetrievalTask, build_tasks, query_bank_share, share_rows
+from hubnorm.retrieval import DIRECTIONS, RetrievalTask, bank_share, build_tasks, query_bank_share, share_rows
 # clamp_grid is hubnorm.clamp_grid: used below, and by the notebooks as pr.clamp_grid
 from hubnorm.selection import PAPER_GRIDS, clamp_grid, grid_search, k_limit
 from hubnorm.synthetic import PRESETS
@@ -205,13 +205,18 @@ class RunData:
                 for d, t in self.all_tasks.items()) + ")"
         rows = {d: "none, the test queries serve" if d in self.test_as_bank else t.size("query_bank")
                 for d, t in self.all_tasks.items()}
-        share = "" if self.query_bank_fraction == 1 else f"{self.query_bank_fraction:.0%} of "
-        return share + "the folder's bank rows (" + ", ".join(f"{d}: {n}" for d, n in rows.items()) + ")"
+        return self._share() + "the folder's bank rows (" + ", ".join(f"{d}: {n}" for d, n in rows.items()) + ")"
+
+    def _share(self) -> str:
+        """"20% of " when the bank is a share of the source's (query banks, or a folder's banks), else ""."""
+        fraction = self.query_bank_fraction if self.query_bank_fraction != 1 or self.ds is not None \
+            else self.bank_fraction
+        return "" if fraction == 1 else f"{fraction:.0%} of "
 
     def bank_name(self, direction: str = "t2i") -> str:
         """How tables name the bank of ``direction``'s query-agnostic fits: "reference bank (20% of train)", the
         folder's bank rows, or, for a folder without them, the test queries (query-aware)."""
-        share = "" if self.query_bank_fraction == 1 else f"{self.query_bank_fraction:.0%} of "
+        share = self._share()
         if self.bank is not None:
             return (f"reference bank ({self.bank_fraction:.0%} of train"
                     + (f"; {share}its {'captions' if direction == 't2i' else 'images'} as queries)" if share else ")"))
@@ -236,20 +241,25 @@ class RunData:
     def _uncut(self, what: str) -> None:
         """Shares of query banks are taken of the bank open_data gave, once (a share of a share would be named
         wrongly). A share of the training images is always drawn from the whole training split again."""
-        if self.query_bank_fraction != 1:
+        if self.query_bank_fraction != 1 or (self.ds is None and self.bank_fraction != 1):
             raise ValueError(f"{what}: this RunData's bank is already a share of the source's; call it on the "
                              "RunData that open_data returned")
 
     def with_bank_fraction(self, fraction: float, seed: int = 0) -> "RunData":
         """The same test tasks with a seeded ``fraction`` of the bank: for embeddings, that share of the training
         images with their captions, both banks at once (:func:`reference_split`, as
-        ``open_data(bank_fraction=fraction)`` without its small-bank NOTE); for score matrices, that share of each
-        direction's bank rows, the folder's query banks (:meth:`with_query_bank_fraction`). Taken once, of the bank
-        ``open_data`` gave."""
+        ``open_data(bank_fraction=fraction)`` without its small-bank NOTE); for score matrices, that share of the
+        folder's bank items of each modality, both banks at once: the same bank texts are the text-query
+        direction's query bank and the other direction's target bank (:func:`bank_share`). A direction whose test
+        queries serve as the bank keeps them all. Of embeddings it is drawn from the whole training split each time;
+        of score matrices it is taken once, of the bank ``open_data`` gave."""
         fraction = check_fraction(fraction, "fraction")
         self._uncut("with_bank_fraction")
         if self.ds is None:
-            return self.with_query_bank_fraction(fraction, seed)
+            if fraction == 1:
+                return self
+            return replace(self, all_tasks=bank_share(self.all_tasks, fraction, seed, keep=self.test_as_bank),
+                           bank_fraction=float(fraction))
         bank = reference_split(self.ds, "train", fraction, seed=seed, note_small=False)
         return replace(self, all_tasks=make_tasks(self.test, bank), bank=bank, bank_fraction=float(fraction))
 

@@ -320,14 +320,19 @@ class RetrievalTask:
         mats[("query_bank", "targets")] = self.engine.matrix(*TEST)
         return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
 
-    def bank_subset(self, rows: ArrayLike) -> "RetrievalTask":
-        """This task with its query bank cut to the bank rows ``rows`` (each once, any order; kept in sorted order):
-        for embeddings, those rows of ``query_bank``; for score matrices, those rows of every matrix with the query bank
-        on an axis (a stored matrix reads only them). The same rows give the same task of either kind."""
-        n_bank = self.size("query_bank")
+    def bank_subset(self, rows: ArrayLike, bank: str = "query_bank") -> "RetrievalTask":
+        """This task with its ``bank`` ("query_bank", or "target_bank") cut to the bank rows ``rows`` (each once, any
+        order; kept in sorted order): for embeddings, those rows of that bank; for score matrices, those rows of
+        every matrix with that bank on an axis (a stored matrix reads only them). The same rows give the same task of
+        either kind."""
+        if bank not in ("query_bank", "target_bank"):
+            raise ValueError(f"bank must be 'query_bank' or 'target_bank'; got {bank!r}")
+        n_bank = self.size(bank)
         if not n_bank:
-            raise ValueError(f"the {self.direction} task has no query bank to cut (for score matrices: the "
-                             "bank x gallery scores, manifest role 'bank_rows' or 'bank_cols')")
+            roles = "'bank_rows' or 'bank_cols'" if bank == "query_bank" else \
+                "'bank_rows_x_bank_cols', 'bank_cols_x_test_cols' or 'bank_rows_x_test_rows'"
+            raise ValueError(f"the {self.direction} task has no {bank.replace('_', ' ')} to cut (for score matrices: "
+                             f"manifest role {roles})")
         given = _as_index_array(rows, "rows")
         rows = np.unique(given)
         if rows.size < given.size:
@@ -336,13 +341,13 @@ class RetrievalTask:
         if rows[-1] >= n_bank:
             raise ValueError(f"rows must be bank rows in [0, {n_bank}); got row {rows[-1]}")
         if self.engine is None:
-            bank = self.query_bank
-            return replace(self, query_bank=bank[torch.as_tensor(rows)] if torch.is_tensor(bank) else bank[rows])
+            items = getattr(self, bank)
+            return replace(self, **{bank: items[torch.as_tensor(rows)] if torch.is_tensor(items) else items[rows]})
         mats = {}
         for (r, c), m in self.engine.matrices.items():
-            if r == "query_bank":
+            if r == bank:
                 mats[(r, c)] = m.take(rows=rows)
-            elif c == "query_bank":
+            elif c == bank:
                 mats[(c, r)] = m.T.take(rows=rows)
             else:
                 mats[(r, c)] = m
@@ -475,6 +480,37 @@ def query_bank_share(tasks: Mapping[str, RetrievalTask], fraction: float, seed: 
     for d, task in tasks.items():
         keep_all = fraction == 1 or d in keep
         out[d] = task if keep_all else task.bank_subset(share_rows(task.size("query_bank"), fraction, rng))
+    return out
+
+
+def bank_share(tasks: Mapping[str, RetrievalTask], fraction: float, seed: int = 0, *,
+               keep: Sequence[str] = ()) -> Dict[str, RetrievalTask]:
+    """The ``tasks`` with a seeded ``fraction`` of each modality's bank, both banks of every task at once: the bank
+    of modality ``x`` is the query bank of an ``x2y`` task and the target bank of a ``y2x`` one, and the same rows
+    of it are kept in both (as a share of training images with their captions cuts both directions' banks). One
+    generator (``default_rng(seed)``) draws the modalities' rows in the order they first appear in ``tasks``; a
+    direction named in ``keep`` stays whole. Two tasks whose banks of one modality differ in size are refused
+    (they are not the same bank)."""
+    fraction = check_fraction(fraction, "fraction")
+    sizes: Dict[str, int] = {}
+    for d, task in tasks.items():
+        if d in keep:
+            continue
+        for letter, bank in zip(task.direction.split("2"), ("query_bank", "target_bank")):
+            n = task.size(bank)
+            if n and sizes.setdefault(letter, n) != n:
+                raise ValueError(f"the tasks' banks of modality {letter!r} differ in size ({sizes[letter]} and {n} "
+                                 f"rows, the {d} task's {bank.replace('_', ' ')}): a share of one bank needs the "
+                                 "same bank in every direction; cut each task with bank_subset instead")
+    rng = np.random.default_rng(seed)
+    rows = {letter: share_rows(n, fraction, rng) for letter, n in sizes.items()}
+    out = {}
+    for d, task in tasks.items():
+        if fraction != 1 and d not in keep:
+            for letter, bank in zip(task.direction.split("2"), ("query_bank", "target_bank")):
+                if task.size(bank):
+                    task = task.bank_subset(rows[letter], bank)
+        out[d] = task
     return out
 
 
