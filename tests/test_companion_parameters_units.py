@@ -18,7 +18,7 @@ from hubnorm_companion import parameters as P
 from hubnorm_companion.parameters import cell_rules, markdown, parse, validate
 
 SOURCE_MSG = ("must be a source string 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', "
-              "'local:<folder>', 'sims:<folder>' or 'real:<release>'; got {!r}")
+              "'local:<folder>', 'real:<release>' or 'sims:<folder>'; got {!r}")
 
 
 def check(rule: str, value, ns=None, kind=None):
@@ -432,3 +432,16 @@ def test_errors_name_the_notebook_and_the_file(tmp_path):
     (tmp_path / "96_x.py").write_text('# %% tags=["parameters"]\nx = 1\n\n# %%\nrun = 1\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"^96_x\.py, line 1 `x = 1`: every line"):
         P.markdown(tmp_path)
+
+
+def test_a_source_kind_is_one_entry_of_the_librarys_table(monkeypatch):
+    """The notebooks' source check reads hubnorm.data.sources.SOURCE_KINDS: a kind added there is accepted and
+    named, with no second list to edit."""
+    from hubnorm.data import sources
+
+    assert check("source", "demo:x") == SOURCE_MSG.format("demo:x")
+    kind = sources.SourceKind("demo", "demo:<thing>", "embeddings", lambda rest, **kw: None)
+    monkeypatch.setitem(sources.SOURCE_KINDS, "demo", kind)
+    assert check("source", "demo:x") is None
+    assert check("source", "demo:") == SOURCE_MSG.format("demo:").replace(" or 'sims:<folder>'",
+                                                                          ", 'sims:<folder>' or 'demo:<thing>'")

@@ -37,7 +37,6 @@ __all__ = ["Param", "parse", "cell_rules", "is_parameters_cell", "notebook_cell"
 
 #: ``check(value, values)``: the problem of ``value`` (None: valid); ``values``: the cell's parameters, by name.
 Check = Callable[[Any, Mapping[str, Any]], Optional[str]]
-SOURCE_KINDS = ("synthetic:", "cache:", "local:", "sims:", "real:")
 
 
 class TypeProblem(str):
@@ -151,9 +150,13 @@ def _published(paper: str, column: str):
 
 
 def _source(v, ns):
-    return None if isinstance(v, str) and v.startswith(SOURCE_KINDS) and v not in SOURCE_KINDS else \
-        ("must be a source string 'synthetic:<preset>', 'cache:<dataset>:<model>:<pretrained>', "
-         f"'local:<folder>', 'sims:<folder>' or 'real:<release>'; got {v!r}")
+    from hubnorm.data.sources import SOURCE_KINDS   # the kinds' one table (stdlib only: no torch here)
+
+    kinds = [f"{k}:" for k in SOURCE_KINDS]
+    if isinstance(v, str) and v.startswith(tuple(kinds)) and v not in kinds:
+        return None
+    forms = [repr(k.form) for k in SOURCE_KINDS.values()]
+    return f"must be a source string {', '.join(forms[:-1])} or {forms[-1]}; got {v!r}"
 
 
 def _real_source(v, ns):
