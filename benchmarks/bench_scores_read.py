@@ -11,8 +11,8 @@ order reversed every other round; medians over rounds, ratios taken within each 
 * ``NNN fit`` / ``IS fit``: ``RetrievalTask(scores=...).fit(method)`` with the default engine (a stored float32 / float64 array
   is a zero-copy view of the memory map, streamed strip by strip by the kernels of :mod:`hubnorm.kernels`: NNN's
   top-k checks each strip finite as it reads it and takes only the entries above each column's running k-th
-  largest, one pass; IS first takes the matrix's bound in a checking pass, which the working-dtype rules need,
-  then its log-sum-exp pass finds the file cached);
+  largest, one pass; IS's log-sum-exp also checks each strip and takes the matrix's bound, which the working-dtype
+  rules need, in its one pass: computed in float32, and again in float64 only when the bound asks for it);
 * ``... fit (streamed loop)``: the same with ``resident_bytes=0``: every reduction's plain block loop reading the
   matrix block by block in the engine's float64 (the path every matrix larger than the 2 GiB copy budget took before
   the views; timed once per condition, it takes several times longer).
@@ -134,10 +134,15 @@ def main():
              "needs at least.",
              "NNN (k = 16, alpha = 0.75) and IS (tau = 0.02) fits: RetrievalTask(scores=...).fit with the default engine (a "
              "zero-copy view of the memory map; NNN: one pass, the top-k kernel checking each strip as it reads it; "
-             "IS: a checking pass that takes the bound, then the log-sum-exp pass, which finds the file cached); "
+             "IS: one pass too, the log-sum-exp kernel checking each strip and taking the matrix's bound as it reads it, "
+             "in float32, computed again in float64 only when that bound needs it); "
              "streamed loop: resident_bytes=0 (the plain block loop in float64, the path of a matrix above the copy "
              "budget before).",
              "cold: posix_fadvise(DONTNEED) on the file before each peer; warm: the file read once just before.",
+             f"The cold read itself took {min(times[('cold', 'read')]):.2f} to {max(times[('cold', 'read')]):.2f} s "
+             "in this run: the storage's own variance, which is why each ratio is taken within its round and the "
+             "median of the rounds is reported (a cold ratio moves by several tenths between runs of the same code "
+             "on a shared virtual machine; the warm rows are the stable ones).",
              "Offsets of the two paths equal within 1e-6 (asserted).",
              f"Finished {time.strftime('%Y-%m-%d %H:%M')}; load average at the end {load_average()}."]
     write_report("scores_read", "A fit from a memory-mapped bank-score matrix of a few GB vs one read of it",

@@ -16,7 +16,7 @@ from hubnorm.sweeps import SweepEngine
 
 LIB = Path(hubnorm.__file__).parent
 #: Optional members, asked with hasattr (the dtype a stored matrix was written in).
-OPTIONAL = {"base_dtype"}
+OPTIONAL = {"base_dtype", "bound_in_kernel"}   # asked for with getattr: an engine may lack them
 
 
 def _unit(rng, n, d=8):

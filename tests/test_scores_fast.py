@@ -149,3 +149,51 @@ def test_sinkhorn_blocks_handle_underflowing_columns(plain, dtype):
     got = fit_scores(hn.make_normalizer("sn", tau=tau, n_iter=3), engine).offsets_.double().numpy()
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, g, rtol=0, atol=1e-9 if dtype == np.float64 else 1e-5)
+
+
+@pytest.mark.parametrize("dtype,scale_up", [(np.float32, 1.0), (np.float32, 100.0), (np.float64, 1.0)])
+@pytest.mark.parametrize("name,params", [("is", {"tau": 0.05}), ("dis", {"tau": 0.05, "k": 2})])
+def test_log_sum_exp_takes_the_bound_in_its_checking_pass(tmp_path, monkeypatch, dtype, scale_up, name, params):
+    """IS / DIS on an unchecked memory map read it once: the kernel's pass checks it finite and takes its bound
+    (score_bound is never asked), and the offsets equal, bit for bit, those of the two-pass path (the bound taken
+    first). Scores 100x larger need float64 for a float32 matrix: computed again in float64, still equal."""
+    mats = {key: np.asarray(m) * scale_up for key, m in _mats(tmp_path, dtype).items()}
+    path = tmp_path / "bank_big.npy"
+    np.save(path, mats[("query_bank", "targets")].astype(dtype))
+    mats[("query_bank", "targets")] = np.load(path, mmap_mode="r")
+
+    def engine():
+        return LocalEngine(matrices=mats, block_bytes=30 * 8 * 64)
+
+    two_pass = engine()
+    two_pass.score_bound(hn.blocks.Scores("query_bank", ("targets",)))   # the bound known: prepare picks the dtype
+    want = fit_scores(hn.make_normalizer(name, **params), two_pass)
+    one_pass = engine()
+    monkeypatch.setattr(LocalEngine, "score_bound", lambda self, source: pytest.fail("a pass of its own"))
+    got = fit_scores(hn.make_normalizer(name, **params), one_pass)
+    assert got.offsets_.dtype == want.offsets_.dtype
+    assert torch.equal(got.offsets_, want.offsets_)
+    n_strips = math.ceil(500 / (30 * 8 * 64 // (np.dtype(dtype).itemsize * 30)))
+    assert one_pass.blocks_read == n_strips   # one checking pass, within the kernel's
+
+
+def test_log_sum_exp_checking_pass_refuses_a_non_finite_score(tmp_path):
+    mats = _mats(tmp_path, np.float32)
+    bank = np.array(mats[("query_bank", "targets")])
+    bank[321, 4] = -np.inf                       # exp(-inf) = 0: the log-sum-exp alone would not notice
+    path = tmp_path / "bank_inf.npy"
+    np.save(path, bank)
+    engine = LocalEngine(matrices={**mats, ("query_bank", "targets"): np.load(path, mmap_mode="r")},
+                         block_bytes=30 * 8 * 64)
+    assert engine.bound_in_kernel(hn.blocks.LogMeanExp(hn.blocks.Scores("query_bank", ("targets",)), 20.0))
+    with pytest.raises(ValueError, match=r"non-finite score .* row 321, column 4"):
+        fit_scores(hn.make_normalizer("is", tau=0.05), engine)
+
+
+def test_a_deferred_log_mean_exp_needs_the_engines_visit():
+    red = hn.blocks.LogMeanExp(hn.blocks.Scores("query_bank", ("targets",)), 20.0)
+    s = torch.zeros(4, 3)
+    assert red.reduce_scores(s, 4, visit=lambda b, r0: (0.0, 0.0)) is NotImplemented   # not prepared: not deferred
+    red._deferred = True
+    with pytest.raises(RuntimeError, match="the engine gave no visit"):
+        red.reduce_scores(s, 4)

@@ -41,8 +41,8 @@ import torch
 from ._validation import (
     check_finite_float, check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int, check_seed,
 )
-from .kernels import (block_rows, block_shape, iter_blocks, log_mean_exp_dtype, logsumexp_scores, logsumexp_similarity,
-                      topk_scores, topk_similarity)
+from .kernels import (block_rows, block_shape, iter_blocks, log_mean_exp_cheapest, log_mean_exp_dtype,
+                      logsumexp_scores, logsumexp_similarity, topk_scores, topk_similarity)
 
 #: How the limit of a parameter names each input in its error ("k=16 is larger than the query bank size").
 SIZE_NAMES = {"query_bank": "the query bank size", "targets": "the number of targets",
@@ -410,14 +410,21 @@ class LogMeanExp(Reduction):
         self.unit = abs(self.scale) if unit is None else abs(float(unit))
         self.work = None
         self.cache = None
+        self._deferred = False   # prepare() left the working dtype to the kernel's pass (engine.bound_in_kernel)
 
     def prepare(self, engine):
         rows_name, cols = self.source.rows, self.source.col_names
-        smax = engine.score_bound(self.source)
         reduced = engine.size(rows_name) if self.axis == 0 else sum(engine.size(c) for c in cols)
         base = engine.base_dtype(self.source) if hasattr(engine, "base_dtype") else engine.dtype
-        self.work = log_mean_exp_dtype(base, smax, reduced, abs(self.scale), self.unit, self.name)
-        self.dtype = self.work
+        self._dtype_rule = lambda smax: log_mean_exp_dtype(base, smax, reduced, abs(self.scale), self.unit, self.name)
+        self._base = base
+        self._deferred = getattr(engine, "bound_in_kernel", None) is not None and engine.bound_in_kernel(self)
+        if self._deferred:
+            # one pass: the kernel that reads the unchecked stored matrix takes its bound (reduce_scores)
+            self.work = self.dtype = None
+        else:
+            self.work = self._dtype_rule(engine.score_bound(self.source))
+            self.dtype = self.work
         n_cells = engine.size(rows_name) * sum(engine.size(c) for c in cols)
         itemsize = torch.empty((), dtype=engine.dtype).element_size()
         # a sweep's engine keeps the similarity blocks of this score matrix for the next temperature
@@ -438,9 +445,30 @@ class LogMeanExp(Reduction):
                                     shared_blocks=chunk.cache)
 
     def reduce_scores(self, s, n, block_bytes=None, visit=None):
-        if visit is not None:   # prepare() took the bound, so the matrix was checked: never reached by an engine
-            return NotImplemented
-        return self.finalize(logsumexp_scores(s, self.scale, self.axis, dtype=self.work, block_bytes=block_bytes), n)
+        if not self._deferred:   # prepare() took the bound
+            if visit is not None:   # ... so the matrix was checked: never reached by an engine
+                return NotImplemented
+            return self.finalize(logsumexp_scores(s, self.scale, self.axis, dtype=self.work, block_bytes=block_bytes),
+                                 n)
+        if visit is None:
+            raise RuntimeError("LogMeanExp: prepare() left the working dtype to the kernel's checking pass, but the "
+                               "engine gave no visit (its bound_in_kernel and its kernel call disagree)")
+        # The bound is taken in the kernel's own pass (visit checks each slab finite and gives its min and max):
+        # computed in the cheapest dtype, then kept when the bound's rule picks that dtype -- the same numbers as the
+        # two-pass path, bit for bit -- or computed again in the dtype the rule picks (the file is cached by then).
+        big = [0.0]
+
+        def take(strip, r0):
+            lo, hi = visit(strip, r0)
+            big[0] = max(big[0], abs(lo), abs(hi))
+
+        first = log_mean_exp_cheapest(self._base)
+        out = logsumexp_scores(s, self.scale, self.axis, dtype=first, block_bytes=block_bytes, visit=take)
+        self._deferred = False
+        self.work = self.dtype = self._dtype_rule(big[0])
+        if self.work != first:
+            out = logsumexp_scores(s, self.scale, self.axis, dtype=self.work, block_bytes=block_bytes)
+        return self.finalize(out, n)
 
 
 def log_mean_exp(engine, source: Scores, scale: float, *, unit: Optional[float] = None, name: str = "scale",

@@ -466,6 +466,25 @@ class LocalEngine:
                 pieces.append(self._read(m, r0, r1, lo - a, hi - a, dtype))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
+    def _kernel_checks(self, red: Reduction) -> Optional[ScoreMatrix]:
+        """The one stored matrix of ``red`` that its kernel reads whole and checks in its own pass (an unchecked
+        view: :meth:`finite_check`), or None: the conditions under which :meth:`_reduce_stored` hands a kernel
+        ``visit``."""
+        src = red.source
+        if self.plain or self._product(src) or len(src.col_names) != 1 or red.row_terms is not None \
+                or red.col_terms is not None or red.whole_rows \
+                or self.resident(src.rows, src.col_names[0], check=False) is None:
+            return None
+        m = self._stored(src.rows, src.col_names[0])[0]
+        return m if id(m) in self._views and not self._known_finite(m) else None
+
+    def bound_in_kernel(self, red: Reduction) -> bool:
+        """Whether the largest ``|s|`` of ``red``'s scores is not known yet and its kernel will take it in the one
+        pass that checks the matrix (a reduction whose working dtype follows the bound, :class:`hubnorm.blocks
+        .LogMeanExp`, then decides it after that pass instead of asking :meth:`score_bound`, a pass of its own)."""
+        m = self._kernel_checks(red)
+        return m is not None and m.bound is None and (red.source.rows, red.source.col_names[0]) not in self._bound
+
     def _reduce_stored(self, red: Reduction):
         """``reduce`` over stored matrices: the kernels on the matrices in memory, else the plain block loop."""
         src = red.source
@@ -478,9 +497,10 @@ class LocalEngine:
             if all(x is not None for x in res):
                 stored = [self._stored(src.rows, col)[0] for col in src.col_names]
                 if len(res) == 1 and red.row_terms is None and red.col_terms is None and not red.whole_rows:
-                    # an unchecked view is checked by the kernel's own pass where it can (top-k), else first
-                    visit = self.finite_check(stored[0]) if id(stored[0]) in self._views and \
-                        not self._known_finite(stored[0]) else None
+                    # an unchecked view is checked by the kernel's own pass where it can (top-k, log-sum-exp),
+                    # else first
+                    unchecked = self._kernel_checks(red)
+                    visit = None if unchecked is None else self.finite_check(unchecked)
                     out = red.reduce_scores(res[0], n, self.block_bytes, visit=visit)
                     if out is NotImplemented and visit is not None:
                         self._check(stored[0])

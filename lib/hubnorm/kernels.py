@@ -756,7 +756,8 @@ def topk_scores(s: torch.Tensor, k: int, dim: int, *, block_bytes: Optional[int]
 
 
 def logsumexp_scores(s: torch.Tensor, scale: float, dim: int, *, dtype: Optional[torch.dtype] = None,
-                     block_bytes: Optional[int] = None) -> torch.Tensor:
+                     block_bytes: Optional[int] = None,
+                     visit: Optional[Callable[[torch.Tensor, int], object]] = None) -> torch.Tensor:
     """``logsumexp(scale * s, dim)`` of a *given* score matrix ``s``, in float64, its blocks computed in ``dtype``
     (default: ``s``'s; the caller picks it with :func:`log_mean_exp_dtype`). ``s`` is read in slabs of whole rows
     of at most ``block_bytes`` and :data:`LSE_SLAB_BYTES` (cache-sized), each copied into one reused buffer in
@@ -764,9 +765,10 @@ def logsumexp_scores(s: torch.Tensor, scale: float, dim: int, *, dtype: Optional
     ``torch.logsumexp``, without its block-sized temporaries); for ``dim=0`` the slabs' partials are merged with
     ``logaddexp`` in float64. ``s`` must be finite (the engines check it). Plain form:
     ``torch.logsumexp(scale * s.double(), dim=dim)``. A transposed view (``s.T`` contiguous) is streamed along its
-    stored rows."""
+    stored rows. ``visit``: as in :func:`topk_scores`, ``visit(slab, first_row)`` on every slab of stored rows
+    before it is used (an engine checks it finite there and takes its largest ``|s|``)."""
     if not s.is_contiguous() and s.T.is_contiguous():
-        return logsumexp_scores(s.T, scale, 1 - dim, dtype=dtype, block_bytes=block_bytes)
+        return logsumexp_scores(s.T, scale, 1 - dim, dtype=dtype, block_bytes=block_bytes, visit=visit)
     dt = s.dtype if dtype is None else dtype
     item = max(4, torch.empty((), dtype=dt).element_size())
     n_r, n_c = s.shape
@@ -776,6 +778,8 @@ def logsumexp_scores(s: torch.Tensor, scale: float, dim: int, *, dtype: Optional
     acc = None
     for r0, r1 in iter_blocks(n_r, size):
         x = buf[:r1 - r0]
+        if visit is not None:
+            visit(s[r0:r1], r0)
         x.copy_(s[r0:r1]).mul_(scale)                       # converted first, then scaled in dt
         m = x.amax(dim=dim, keepdim=True)
         part = (torch.log(x.sub_(m).exp_().sum(dim=dim, keepdim=True)).add_(m)).squeeze(dim).to(torch.float64)
@@ -838,6 +842,12 @@ def working_dtype(dtype: torch.dtype, magnitude: float, overflow: float = 0.0) -
         if _EPS[dt] * magnitude <= PRECISION_TARGET and overflow < torch.finfo(dt).max / 16:
             return dt
     return None
+
+
+def log_mean_exp_cheapest(dtype: torch.dtype) -> torch.dtype:
+    """The dtype :func:`log_mean_exp_dtype` picks for ``dtype`` when the scores are small: float32 for 16/32-bit
+    inputs, float64 for float64 (a kernel that takes the bound in its own pass computes in it first)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def log_mean_exp_dtype(dtype: torch.dtype, smax: float, n_b: int, scale: float, unit: float, name: str) -> torch.dtype:
