@@ -14,6 +14,8 @@ Each check reads what it needs off the class (its declared ``inputs``, ``paramet
 * plain equals blocked: the fit equals the method's dense ``plain`` form (float64), and equals the fit on a plain
   engine (every reduction by its ``partial`` / ``merge`` / ``finalize`` block loop, never a fast kernel) at tiny
   ``block_bytes``; in float32, the fit through every top-k kernel of the seam (torch, faiss) equals the plain engine;
+* score matrices equal embeddings: the fit from the matrices the embeddings give equals the fit from them (a method
+  that reads embeddings is refused from matrices, naming them);
 * invariants: rankings do not depend on block sizes, a per-row shift changes no rank, scores / top-k / offsets agree;
 * dtype and device: float32 stays float32, float64 stays float64, results on the requested device;
 * sweep equals reference: a small grid over the method's ``sweep_params`` gives the reference engine's table;
@@ -239,6 +241,30 @@ def check_fast_kernels_equal_plain(cls):
                                       f"(block_bytes={block_bytes})")
 
 
+def check_matrices_equal_embeddings(cls):
+    """Fitted from the score matrices its embeddings give (:func:`hubnorm.scores.matrices_from_embeddings`: a
+    released ``sims:`` folder's kind of input), the method equals its fit from the embeddings (float64, 1e-12): the
+    fitted tensors, the normalised test scores and the ranks. A method whose fit reads embeddings (an
+    ``Embeddings`` input, e.g. DN) is refused from matrices with a ValueError naming them."""
+    from hubnorm.scores import matrices_from_embeddings
+
+    q, t, qb, tb = problem(6)
+    q = _queries(cls, q, qb)
+    pos = hn.Positives.from_labels(np.arange(len(q)) % len(t), len(t))
+    task = hn.RetrievalTask(scores=matrices_from_embeddings(q, t, qb, tb), positives=pos, check=False,
+                            block_bytes=8 * 30 * 7)
+    if any(isinstance(x, Embeddings) for x in cls.inputs.fit):
+        with pytest.raises(ValueError, match="reads the embeddings of"):
+            task.fit(make(cls))
+        return
+    ref = fit(cls, t, qb, tb)
+    got = task.fit(make(cls))
+    _close(ref, got, 1e-12, f"{cls.name}: fit from score matrices vs from embeddings")
+    np.testing.assert_allclose(task.score(got).numpy(), ref.score(q).numpy(), rtol=0, atol=1e-12,
+                               err_msg=f"{cls.name}: normalised test scores")
+    np.testing.assert_array_equal(hn.positive_ranks(task.blocks(got), pos), hn.positive_ranks(ref, pos, q))
+
+
 # ---------------------------------------------------------------------------------------------------- invariants
 def check_block_sizes_and_row_shifts(cls):
     """Offsets and ranks do not depend on block or chunk sizes; a per-row shift of the scores changes no rank."""
@@ -342,7 +368,7 @@ def check_dask_equals_in_process(cls):
 
 
 CHECKS = (check_declarations, check_constructor_stores_arguments, check_invalid_parameters, check_limits,
-          check_bad_inputs, check_plain_equals_blocked, check_fast_kernels_equal_plain,
+          check_bad_inputs, check_plain_equals_blocked, check_fast_kernels_equal_plain, check_matrices_equal_embeddings,
           check_block_sizes_and_row_shifts, check_scores_topk_offsets_agree, check_dtypes_and_device,
           check_sweep_equals_reference, check_dask_equals_in_process)
 
