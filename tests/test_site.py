@@ -854,3 +854,11 @@ def test_the_syllabus_has_a_row_for_every_notebook():
     names = {p.stem for p in hubsite.discover_notebooks(REPO / "notebooks")}
     rows = set(re.findall(r"^\| \d\d \| `(\d\d_\w+)` \|", (REPO / "docs" / "teaching.md").read_text(), flags=re.M))
     assert names and rows == names, f"syllabus rows {sorted(rows)} != notebooks {sorted(names)}"
+
+
+def test_the_notebooks_readme_has_a_row_for_every_notebook():
+    """notebooks/README.md's table (paper figure / table, what it shows) is written by hand: a notebook added without
+    its row is caught here, and a row of a notebook that no longer exists too."""
+    names = {p.stem for p in hubsite.discover_notebooks(REPO / "notebooks")}
+    rows = set(re.findall(r"^\| `(\d\d_\w+)` \|", (REPO / "notebooks" / "README.md").read_text(), flags=re.M))
+    assert names and rows == names, f"notebooks/README.md rows {sorted(rows)} != notebooks {sorted(names)}"
