@@ -247,10 +247,9 @@ nb.notice(
 
 # %% tags=[]
 def dense(task, rows="queries"):
-    """The raw (rows x gallery) scores of `task` as one numpy array (small data only): the product of the
-    embeddings (captions @ images.T for the test queries), or the folder's stored matrix, read whole."""
-    if task.kind == "embeddings":
-        return getattr(task, rows) @ task.targets.T
+    """The raw (rows x gallery) scores of `task` as one numpy array (small data only), read whole from
+    `task.matrix`: the product of the embeddings (captions @ images.T for the test queries) or the folder's
+    stored matrix, whichever the task holds."""
     m = task.matrix(rows, "targets")
     return m.block(0, m.shape[0], 0, m.shape[1], torch.float64).numpy()
 

@@ -292,10 +292,9 @@ for method, name in methods.items() if study_b and task.kind == "scores" else []
 
 def gap(t, rows, *cols):
     """gap(rows -> cols) = 1 - the mean over the items of `rows` (an input of task `t`: "queries", "query_bank") of
-    their largest cosine with an item of `cols` ("targets", "target_bank", "query_bank"): hubnorm.geometry.nn_gap of
-    the embeddings, or the same read from the task's score matrices (NaN where the folder lacks one)."""
-    if t.kind == "embeddings":
-        return nn_gap(getattr(t, rows), np.concatenate([getattr(t, c) for c in cols]))
+    their largest cosine with an item of `cols` ("targets", "target_bank", "query_bank"): the formula of
+    hubnorm.geometry.nn_gap, read from `t.matrix` (the embeddings' products, or the folder's stored scores; NaN
+    where the folder lacks one)."""
     try:
         mats = [t.matrix(rows, c) for c in cols]
     except ValueError:   # a matrix the folder does not hold

@@ -135,10 +135,9 @@ from scipy.special import logsumexp
 
 
 def bank_scores(task, rows, cols):
-    """The scores of the bank queries ``rows`` against the gallery items ``cols`` of ``task``: products of its
-    embeddings, or those rows and columns of its stored bank x gallery matrix (a ScoreMatrix reads only them)."""
-    if task.kind == "embeddings":
-        return np.asarray(task.query_bank)[rows] @ np.asarray(task.targets)[cols].T
+    """The scores of the bank queries ``rows`` against the gallery items ``cols`` of ``task``: those rows and
+    columns of its bank x gallery matrix (``task.matrix``: products of its embeddings, or its stored matrix, which
+    reads only them)."""
     block = task.matrix("query_bank", "targets").take(rows=rows, cols=cols)
     return block.block(0, len(rows), 0, len(cols), torch.float64).numpy()
 
