@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hubnorm as hn
-from hubnorm import media
+from hubnorm import media, synthetic
 
 
 def test_presets_have_the_datasets_sizes():
@@ -144,8 +144,8 @@ def test_media_tasks_read_every_matrix_of_both_directions_against_dense_products
 def test_make_media_keeps_the_first_captions_of_each_item_and_labels_the_data():
     d = media.make_media("msrvtt", n_train=3, n_test=4, seed=1)   # 20 training captions per video, 1 per test video
     per = max(media.MEDIA_PRESETS["msrvtt"].train_captions, media.MEDIA_PRESETS["msrvtt"].test_captions)
-    assert media._first(4, per, 1).tolist() == [0, 20, 40, 60]
-    assert media._first(2, 5, 3).tolist() == [0, 1, 2, 5, 6, 7]
+    assert synthetic._first(4, per, 1).tolist() == [0, 20, 40, 60]
+    assert synthetic._first(2, 5, 3).tolist() == [0, 1, 2, 5, 6, 7]
     p = media.MEDIA_PRESETS["msrvtt"]
     assert d.name == "synthetic-msrvtt" and d.modalities == ("text", "video") and d.synthetic
     assert d.meta == {"preset": "msrvtt", "seed": 1, "dataset": p.dataset, "model": p.model, "base": p.base,

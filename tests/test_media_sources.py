@@ -243,3 +243,30 @@ def test_a_sims_folder_refuses_what_it_cannot_honour(tmp_path):
     assert str(e.value) == (f"item_modality='audio' contradicts {folder}, whose manifest says its columns are video: "
                             "pass item_modality='auto' (or fix the manifest)")
     assert media.load_media(f"sims:{folder}", item_modality="video").modalities == ("text", "video")
+
+
+def test_a_video_or_audio_preset_is_a_synthetic_source_like_any_other():
+    """One loader: ``synthetic:<video/audio preset>`` is drawn by the synthetic kind's loader (make_dataset), as
+    embeddings with the preset's captions per item, the data make_media and load_media use; the image-text
+    notebooks' open_data reads it too."""
+    from hubnorm.data.sources import load_source
+    from hubnorm_companion import protocol as pr
+
+    ds = load_source("synthetic:msrvtt", n_train_images=3, n_test_images=4, seed=1)
+    d = media.make_media("msrvtt", n_train=3, n_test=4, seed=1)
+    test, train = ds.split("test"), ds.split("train")
+    assert ds.name == d.name == "synthetic-msrvtt" and ds.source == "synthetic" and "val" not in ds.splits
+    assert (test.n_images, test.n_captions, train.n_images, train.n_captions) == (4, 4, 3, 60)   # 1 and 20 per video
+    assert np.array_equal(test.images, d.items) and np.array_equal(test.captions, d.captions)
+    assert np.array_equal(train.captions, d.bank_captions) and np.array_equal(test.caption_to_image, d.caption_to_item)
+    assert train.caption_to_image.tolist() == np.arange(3).repeat(20).tolist()
+    assert len(train.extras["caption_topic"]) == 60 and len(train.extras["topic"]) == 3
+    assert {k: ds.meta[k] for k in ("preset", "modality", "dataset", "model", "base")} == \
+        {"preset": "msrvtt", "modality": "video", "dataset": "msr-vtt", "model": "CLIP4Clip", "base": "flickr30k"}
+    assert "not real data" in ds.meta["description"]
+    for bad in ({"captions_per_image": 2}, {"n_val_images": 5}, {"caption_noise": 1.0}):
+        with pytest.raises(ValueError, match=r"set by the 'msrvtt' preset"):
+            load_source("synthetic:msrvtt", n_train_images=3, n_test_images=4, **bad)
+    run = pr.open_data("synthetic:audiocaps", synthetic_sizes={"n_train_images": 40, "n_test_images": 10})
+    assert run.all_tasks["t2i"].n_queries == 50 and run.all_tasks["i2t"].n_queries == 10   # 5 captions per clip
+    assert "synthetic-audiocaps" in run.label and run.synthetic

@@ -8,7 +8,9 @@ scale and modality gap are far from CLIP's). Of each preset only the few paramet
 statistics constrain were refitted: zero-shot R@1 in both directions and, for MSR-VTT, the raw skewness of
 ``N_10`` (DBSN Tables 1, 3 and 5; ``data/calibration_synthetic.md``, section "Video and audio presets"). No
 normalizer and no claim is part of the fit. A "video" or "clip" is an image of the generator; its captions are
-captions.
+captions. The presets are defined in :mod:`hubnorm.synthetic` (:data:`MEDIA_PRESETS`) and drawn by its
+``make_dataset``, so ``synthetic:msrvtt`` is a source like ``synthetic:flickr30k`` (``hubnorm.load_embeddings``, the
+notebooks' ``open_data``); :func:`make_media` and :func:`load_media` read the same embeddings.
 
 =============  =========================================  ===============================  ==========================
 preset         sizes (test; bank)                         published baseline fitted        directions
@@ -44,52 +46,7 @@ from .data.sources import load_source, source_kind
 from .matrices import ProductScores
 from .retrieval import RetrievalTask
 from .scores import bank_subsets, positives_from_pairs
-from .synthetic import make_dataset
-
-
-@dataclass(frozen=True)
-class MediaPreset:
-    """One synthetic video or audio preset (module docstring)."""
-
-    name: str
-    modality: str
-    dataset: str            # the dataset key of the published rows (dbsn_pan2025.csv)
-    model: str              # the published model whose zero-shot numbers it is calibrated to
-    n_train: int
-    train_captions: int
-    n_test: int
-    test_captions: int
-    base: str = "flickr30k"
-    overrides: Dict[str, float] = field(default_factory=dict)
-
-    @property
-    def directions(self) -> Tuple[str, str]:
-        m = LETTERS[self.modality]
-        return f"t2{m}", f"{m}2t"
-
-
-#: Parameters refitted per preset, on top of its base geometry (``flickr30k`` or ``audiocaps-clap``; everything else
-#: is the base preset's):
-#: exactly what ``scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60`` wrote into
-#: ``data/calibration_synthetic.csv`` (column "fitted parameters"; ``tests/test_media_presets.py`` compares them).
-_MEDIA_FITTED = {
-    "msrvtt": dict(caption_noise=4.903, caption_bias_std=0.01188, bias_std=0.003317),
-    "didemo": dict(caption_noise=4.985, caption_bias_std=0.01284),
-    "audiocaps": dict(caption_noise=2.575),
-    "clotho": dict(caption_noise=11.12),
-}
-
-MEDIA_PRESETS: Dict[str, MediaPreset] = {
-    "msrvtt": MediaPreset("msrvtt", "video", "msr-vtt", "CLIP4Clip", 9000, 20, 1000, 1,
-                          overrides=_MEDIA_FITTED["msrvtt"]),
-    "didemo": MediaPreset("didemo", "video", "didemo", "CLIP4Clip", 8395, 1, 1004, 1,
-                          overrides=_MEDIA_FITTED["didemo"]),
-    "audiocaps": MediaPreset("audiocaps", "audio", "audiocaps", "zs CLAP", 49838, 1, 975, 5,
-                             base="audiocaps-clap",
-                             overrides=_MEDIA_FITTED["audiocaps"]),
-    "clotho": MediaPreset("clotho", "audio", "clotho", "zs CLAP", 3839, 5, 1045, 5, base="audiocaps-clap",
-                          overrides=_MEDIA_FITTED["clotho"]),
-}
+from .synthetic import MEDIA_PRESETS, MediaPreset, _MEDIA_FITTED, make_dataset  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -123,35 +80,26 @@ class MediaData:
         return f"{a}2{b}", f"{b}2{a}"
 
 
-def _first(n_items: int, per_item: int, keep: int) -> np.ndarray:
-    return (np.arange(n_items)[:, None] * per_item + np.arange(keep)[None, :]).ravel()
-
-
 def make_media(preset: str = "msrvtt", *, seed: int = 0, n_train: Optional[int] = None,
                n_test: Optional[int] = None) -> MediaData:
-    """The synthetic preset ``preset`` (module docstring): test items x ``test_captions`` captions, and banks of
-    ``n_train`` training items (default: the dataset's) with ``train_captions`` captions each (0: no banks)."""
+    """The synthetic preset ``preset`` (module docstring) as test items and captions with their banks: the
+    embeddings of :func:`hubnorm.synthetic.make_dataset` for this preset (``load_embeddings("synthetic:<preset>")``
+    draws the same), ``n_test`` test items x ``test_captions`` captions and ``n_train`` training items (default:
+    the dataset's) with ``train_captions`` captions each (0: no banks)."""
     if preset not in MEDIA_PRESETS:
         raise ValueError(f"unknown video/audio preset {preset!r}; valid: {sorted(MEDIA_PRESETS)}")
     if os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
         raise RuntimeError(f"synthetic data (preset {preset!r}) requested while HUBNORM_FORBID_SYNTHETIC=1: this run "
                            "must use real data")
     p = MEDIA_PRESETS[preset]
-    n_train = p.n_train if n_train is None else int(n_train)
-    n_test = p.n_test if n_test is None else int(n_test)
-    per = max(p.train_captions, p.test_captions)
-    ds = make_dataset(p.base, seed=seed, n_train_images=n_train, n_test_images=n_test, n_val_images=0,
-                      captions_per_image=per, **p.overrides)
+    ds = make_dataset(preset, seed=seed, n_train_images=n_train, n_test_images=n_test)
     test = ds.splits["test"]
-    keep = _first(n_test, per, p.test_captions)
-    out = MediaData(name=f"synthetic-{preset}", modalities=("text", p.modality), items=test.images,
-                    captions=test.captions[keep], caption_to_item=np.arange(n_test).repeat(p.test_captions),
-                    synthetic=True, meta={"preset": preset, "seed": int(seed), "dataset": p.dataset,
-                                          "model": p.model, "base": p.base, "overrides": dict(p.overrides)})
-    if n_train:
-        train = ds.splits["train"]
-        out.bank_items = train.images
-        out.bank_captions = train.captions[_first(n_train, per, p.train_captions)]
+    out = MediaData(name=ds.name, modalities=("text", p.modality), items=test.images, captions=test.captions,
+                    caption_to_item=test.caption_to_image, synthetic=True,
+                    meta={"preset": preset, "seed": int(seed), "dataset": p.dataset, "model": p.model,
+                          "base": p.base, "overrides": dict(p.overrides)})
+    if "train" in ds.splits:
+        out.bank_items, out.bank_captions = ds.splits["train"].images, ds.splits["train"].captions
     return out
 
 

@@ -76,8 +76,8 @@ Generation streams block by block into preallocated float32 arrays, so banks of 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -229,6 +229,56 @@ PRESETS: Dict[str, GeneratorConfig] = {
                                       n_test_images=5000, hub_scale=0.004, bias_std=0.012, caption_noise=4.3,
                                       topic_weight=0.3, caption_shared=0.45),
 }
+
+
+@dataclass(frozen=True)
+class MediaPreset:
+    """One synthetic video or audio preset (module docstring)."""
+
+    name: str
+    modality: str
+    dataset: str            # the dataset key of the published rows (dbsn_pan2025.csv)
+    model: str              # the published model whose zero-shot numbers it is calibrated to
+    n_train: int
+    train_captions: int
+    n_test: int
+    test_captions: int
+    base: str = "flickr30k"
+    overrides: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def directions(self) -> Tuple[str, str]:
+        from .retrieval import MODALITY_LETTERS   # here: the presets load without torch
+
+        m = MODALITY_LETTERS[self.modality]
+        return f"t2{m}", f"{m}2t"
+
+
+#: The video-text and text-audio presets (:mod:`hubnorm.media`'s module docstring): the clustered model with a
+#: dataset's sizes and captions per item, on the base geometry ``base`` with a few parameters refitted
+#: (``overrides``). Parameters refitted per preset, on top of its base geometry (``flickr30k`` or
+#: ``audiocaps-clap``; everything else is the base preset's):
+#: exactly what ``scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60`` wrote into
+#: ``data/calibration_synthetic.csv`` (column "fitted parameters"; ``tests/test_media_presets.py`` compares them).
+_MEDIA_FITTED = {
+    "msrvtt": dict(caption_noise=4.903, caption_bias_std=0.01188, bias_std=0.003317),
+    "didemo": dict(caption_noise=4.985, caption_bias_std=0.01284),
+    "audiocaps": dict(caption_noise=2.575),
+    "clotho": dict(caption_noise=11.12),
+}
+
+MEDIA_PRESETS: Dict[str, MediaPreset] = {
+    "msrvtt": MediaPreset("msrvtt", "video", "msr-vtt", "CLIP4Clip", 9000, 20, 1000, 1,
+                          overrides=_MEDIA_FITTED["msrvtt"]),
+    "didemo": MediaPreset("didemo", "video", "didemo", "CLIP4Clip", 8395, 1, 1004, 1,
+                          overrides=_MEDIA_FITTED["didemo"]),
+    "audiocaps": MediaPreset("audiocaps", "audio", "audiocaps", "zs CLAP", 49838, 1, 975, 5,
+                             base="audiocaps-clap",
+                             overrides=_MEDIA_FITTED["audiocaps"]),
+    "clotho": MediaPreset("clotho", "audio", "clotho", "zs CLAP", 3839, 5, 1045, 5, base="audiocaps-clap",
+                          overrides=_MEDIA_FITTED["clotho"]),
+}
+
 
 
 # ---------------------------------------------------------------------------------------------- geometry
@@ -460,10 +510,12 @@ def _check_size(v, name: str, minimum: int = 0) -> int:
 def make_dataset(preset: str = "coco", *, seed: int = 0, n_train_images: Optional[int] = None,
                  n_test_images: Optional[int] = None, dim: int = 512, chunk_size: Optional[int] = None,
                  **overrides) -> EmbeddingDataset:
-    """The synthetic dataset ``preset`` ("coco" or "flickr30k") with splits "train", "val" and "test".
+    """The synthetic dataset ``preset`` ("coco" or "flickr30k") with splits "train", "val" and "test"; or a
+    video/audio preset of :data:`MEDIA_PRESETS` ("msrvtt", "didemo", "audiocaps", "clotho": its base geometry, its
+    dataset's sizes and captions per item; splits "train" and "test").
 
     Args:
-        preset: name of a calibrated preset in :data:`PRESETS`.
+        preset: name of a calibrated preset in :data:`PRESETS` or :data:`MEDIA_PRESETS`.
         seed: random seed (same seed, same bytes).
         n_train_images: training images (the reference banks; ``captions_per_image`` captions each); preset default
             when None. 0 gives no "train" split.
@@ -478,10 +530,14 @@ def make_dataset(preset: str = "coco", *, seed: int = 0, n_train_images: Optiona
         per-image ``"topic"``, ``"latent"`` (latent content z), ``"genericity"`` (hub strength g) and per-caption
         ``"caption_topic"``.
     """
-    if not isinstance(preset, str) or preset not in PRESETS:
-        raise ValueError(f"unknown synthetic preset {preset!r}; valid presets: {sorted(PRESETS)}")
+    if not isinstance(preset, str) or (preset not in PRESETS and preset not in MEDIA_PRESETS):
+        raise ValueError(f"unknown synthetic preset {preset!r}; valid presets: {sorted(PRESETS)} (image-text) and "
+                         f"{sorted(MEDIA_PRESETS)} (video-text, text-audio)")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    if preset in MEDIA_PRESETS:
+        return _media_dataset(preset, seed=seed, n_train_images=n_train_images, n_test_images=n_test_images, dim=dim,
+                              chunk_size=chunk_size, **overrides)
     base = PRESETS[preset]
     unknown = set(overrides) - {f.name for f in dataclasses.fields(GeneratorConfig)} 
     if unknown:
@@ -508,6 +564,44 @@ def make_dataset(preset: str = "coco", *, seed: int = 0, n_train_images: Optiona
     from .embeddings import EmbeddingDataset
 
     return EmbeddingDataset(name=f"synthetic-{preset}", source="synthetic", splits=splits, meta=meta)
+
+
+def _first(n_items: int, per_item: int, keep: int) -> np.ndarray:
+    """The first ``keep`` captions of each of ``n_items`` items that have ``per_item`` each (item-major order)."""
+    return (np.arange(n_items)[:, None] * per_item + np.arange(keep)[None, :]).ravel()
+
+
+def _media_dataset(preset: str, *, seed: int, n_train_images: Optional[int], n_test_images: Optional[int],
+                   dim: int, chunk_size: Optional[int], **overrides) -> EmbeddingDataset:
+    """A video/audio preset of :data:`MEDIA_PRESETS` as an embeddings dataset: its base geometry with its overrides,
+    drawn with the larger of its captions per item and cut to the first ``test_captions`` / ``train_captions`` of
+    each item; splits "test" and "train" (none with ``n_train_images=0``), no "val"."""
+    p = MEDIA_PRESETS[preset]
+    n_train = p.n_train if n_train_images is None else n_train_images
+    n_test = p.n_test if n_test_images is None else n_test_images
+    taken = set(overrides) & {"captions_per_image", "n_val_images", *p.overrides}
+    if taken:
+        raise ValueError(f"{sorted(taken)} are set by the {preset!r} preset (captions per item, no validation split, "
+                         "its fitted parameters); they cannot be overridden")
+    per = max(p.train_captions, p.test_captions)
+    ds = make_dataset(p.base, seed=seed, n_train_images=n_train, n_test_images=n_test, n_val_images=0,
+                      captions_per_image=per, dim=dim, chunk_size=chunk_size, **p.overrides, **overrides)
+    keep = {"test": p.test_captions, "train": p.train_captions}
+    ds.splits = {k: _keep_captions(v, _first(v.n_images, per, keep[k])) for k, v in ds.splits.items()}
+    ds.name = f"synthetic-{preset}"
+    ds.meta.update(preset=preset, modality=p.modality, dataset=p.dataset, model=p.model, base=p.base,
+                   description=f"synthetic embeddings (preset {preset!r}: {p.modality}-text, the {p.base!r} geometry "
+                               f"with {p.dataset}'s sizes, calibrated to {p.model}'s zero-shot numbers); not real data")
+    return ds
+
+
+def _keep_captions(split: EmbeddingSplit, keep: np.ndarray) -> EmbeddingSplit:
+    """``split`` with only the captions ``keep`` (their per-caption extras too)."""
+    from .embeddings import EmbeddingSplit as Split
+
+    extras = {k: (v[keep] if Split._per_caption(k) else v) for k, v in split.extras.items()}
+    return Split(split.images, split.captions[keep], split.caption_to_image[keep], split.image_ids,
+                 None if split.caption_texts is None else [split.caption_texts[i] for i in keep], extras)
 
 
 # ---------------------------------------------------------------------------------------------- relevance

@@ -2,9 +2,9 @@
 
 Kinds (:data:`SOURCE_KINDS`; :func:`load_source` runs the kind's loader on ``<rest>``):
 
-- ``synthetic:<preset>``: the seeded generator (:mod:`hubnorm.synthetic`: ``coco``, ``flickr30k``; every output made
-  from it is labelled "synthetic"); the video / audio presets (``msrvtt``, ``audiocaps``, ...) are drawn by
-  :func:`hubnorm.media.load_media`;
+- ``synthetic:<preset>``: the seeded generator (:mod:`hubnorm.synthetic`: the image-text presets ``coco``,
+  ``flickr30k``, ... and the video / audio presets ``msrvtt``, ``didemo``, ``audiocaps``, ``clotho``; every output
+  made from it is labelled "synthetic");
 - ``cache:<dataset>:<model>:<pretrained>``: embeddings encoded and cached by this package
   (``python -m hubnorm.data encode ...``; model ``synthetic-rehearsal``: the SYNTHETIC rehearsal cache);
 - ``local:<folder>``: a folder of precomputed embeddings (:mod:`.local`);
