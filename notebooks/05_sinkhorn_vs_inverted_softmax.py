@@ -75,8 +75,6 @@ plan_size: list = [24, 16]  # list of int at least 2, length 2, may repeat -- th
 l2n_reg: float = 0.05  # > 0 -- L2N's coefficient (section 6; on the scale of a score difference: smaller is sparser, towards OTN)
 
 # %%
-import time
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -598,37 +596,22 @@ for data in real_sweeps:   # the real column (present only where the releases ar
 # ## 5 · Sinkhorn iterations: T = 10 (Alg. A1) vs to convergence
 # Every row of a method comes from *one* Sinkhorn run read off at each T (an iteration depends only on the
 # previous offsets, so the potentials after T iterations are those of a fit with `n_iter = T`; on a sims folder,
-# whose score matrices that one-run study does not read, each row is such a fit of its own). On the training
+# whose score matrices that one run does not read, `hubnorm.sweeps.iteration_table` makes each row such a fit of its
+# own). On the training
 # banks each DBSN iteration is a pass over the (captions x [test ; training] images) matrix: at Flickr30k size
 # 145k x 30k, about 25 s per uncached iteration on 2 CPU cores and well under a second on a GPU, so the paper
 # profiles list only SN in `train_iteration_methods`; add `"dbsn"` where you have a GPU.
 
 # %%
-def sinkhorn_iterations_by_fits(task, methods, *, tau, iterations, converged, tol, query_aware=False, fixed=None):
-    """The table of ``studies.sinkhorn_iterations`` from one fit per T and one to convergence (the same offsets),
-    for a task of score matrices."""
-    rows = []
-    for name in methods:
-        for T, tol_T in [(T, None) for T in iterations] + [(converged, tol)]:
-            t0 = time.perf_counter()
-            fitted = task.fit(hn.make_normalizer(name, tau=tau, n_iter=T, tol=tol_T, **(fixed or {})),
-                              query_aware=query_aware)
-            rows.append({"method": hn.DISPLAY_NAMES[name], "setting": f"T={T}" if tol_T is None else "to convergence",
-                         "T max": T, "iterations run": fitted.n_iter_, "R@1": hn.evaluate(fitted, task)["R@1"],
-                         "fit_s": time.perf_counter() - t0})
-    return pd.DataFrame(rows)
-
-
-iteration_study = studies.sinkhorn_iterations if src.has_embeddings else sinkhorn_iterations_by_fits
-it = iteration_study(t2i_qa, ["sn"], tau=sn_tau, iterations=iterations, converged=converged_max,
-                     tol=converged_tol, query_aware=True, fixed=cache).assign(bank="test queries (query-aware)")
+it = studies.sinkhorn_iterations(t2i_qa, ["sn"], tau=sn_tau, iterations=iterations, converged=converged_max,
+                                 tol=converged_tol, query_aware=True, fixed=cache).assign(bank="test queries (query-aware)")
 train_methods = [] if fast or train_split not in bank_tasks else [   # on score matrices: those the folder can fit
     m for m in train_iteration_methods
     if src.has_embeddings or fit_bank(bank_tasks[train_split], m, {"tau": sn_tau}, train_split)]
 if train_methods:
-    it2 = iteration_study(bank_tasks[train_split], train_methods, tau=sn_tau, iterations=[10],
-                          converged=converged_max, tol=converged_tol,
-                          fixed=cache).assign(bank=f"{BANK_WORDS[train_split]} banks")
+    it2 = studies.sinkhorn_iterations(bank_tasks[train_split], train_methods, tau=sn_tau, iterations=[10],
+                                      converged=converged_max, tol=converged_tol,
+                                      fixed=cache).assign(bank=f"{BANK_WORDS[train_split]} banks")
     it = pd.concat([it, it2], ignore_index=True)
 run.save_table(it.drop(columns=["fit_s"]), "sinkhorn_iterations",
            caption=f"R@1 (t2i) after T Sinkhorn iterations and to convergence (tol {converged_tol}). {label}.",

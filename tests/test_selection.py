@@ -481,3 +481,34 @@ def test_grid_search_on_a_task_of_score_matrices_fits_every_point_and_agrees_wit
     assert clamp_grid("nnn", {"alpha": [0.5], "k": [30, 31]}, no_bank, query_aware=True)["k"] == [30]
     with pytest.raises(ValueError, match=r"grid\['k'\] has \[41\] > 40"):
         hn.grid_search("nnn", sc, {"alpha": [0.5], "k": [41]})
+
+
+@pytest.mark.parametrize("method", ["sn", "dbsn"])
+@pytest.mark.parametrize("query_aware", [False, True])
+def test_iteration_table_on_score_matrices_equals_the_embeddings_table(small_tasks, method, query_aware):
+    """One iteration_table for any task: on the score matrices of the same embeddings (each setting a fit of its
+    own there) it gives the embeddings table's settings, iterations run, R@K and bank marks."""
+    from hubnorm.scores import matrices_from_embeddings
+    from hubnorm.sweeps import iteration_table
+    emb = small_tasks["i2t"]
+    sc = hn.RetrievalTask(scores=matrices_from_embeddings(emb.queries, emb.targets, emb.query_bank, emb.target_bank),
+                          positives=emb.positives, direction="i2t", check=False)
+    if method == "dbsn" and query_aware:
+        return   # DBSN's target bank is not the test queries' business: the query-aware study is SN's
+    kw = dict(tau=0.01, converged=400, tol=1e-7, metric_ks=(1, 5), query_aware=query_aware)
+    want = iteration_table(emb, method, [1, 3, 10], **kw)
+    got = iteration_table(sc, method, [1, 3, 10], **kw)
+    cols = ["setting", "T max", "iterations run", "R@1", "R@5", "MdR"]
+    pd.testing.assert_frame_equal(got[cols].iloc[:3], want[cols].iloc[:3])
+    assert (got["fit_s"] > 0).all() and got["setting"].iloc[-1] == "to convergence"
+    # to convergence: the score task's own fit with tol (where the change of the potentials crosses 1e-7 moves by an
+    # iteration or two with the summation order of the two paths)
+    conv = sc.fit(hn.make_normalizer(method, tau=0.01, n_iter=400, tol=1e-7), query_aware=query_aware)
+    ref = hn.evaluate(conv, sc, ks=(1, 5))
+    assert got["iterations run"].iloc[-1] == conv.n_iter_ and abs(conv.n_iter_ - want["iterations run"].iloc[-1]) <= 3
+    assert (got["R@1"].iloc[-1], got["R@5"].iloc[-1]) == (ref["R@1"], ref["R@5"])
+    # each row marked as hubnorm.evaluate marks that fit (score rows are screened by their own sketches: one test
+    # image here has a training image whose centred score row is within the near-copy screen, so a query-agnostic
+    # bank of score matrices can read QUERY-AWARE where its embeddings do not; provenance's docstring says so)
+    assert got["bank"].tolist() == [ref["bank"]] * 4
+    assert want["bank"].tolist() == ["QUERY-AWARE" if query_aware else "query-agnostic"] * 4

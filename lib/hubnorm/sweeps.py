@@ -516,7 +516,8 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     Equal to fitting ``make_normalizer(method, tau=tau, n_iter=T, **fixed)`` once per ``T`` (and once with
     ``n_iter=converged, tol=tol``): an iteration depends on the previous column potentials alone, so the potentials
     after ``T`` iterations of the longest run are those of a fit with ``n_iter=T``; the convergence test is the
-    fit's own (largest change of the potentials below ``tol``, same arithmetic). ``tests/test_selection.py``
+    fit's own (largest change of the potentials below ``tol``, same arithmetic). On a task of score matrices,
+    whose one run would need the banks' embeddings, each setting is such a fit of its own. ``tests/test_selection.py``
     proves the offsets identical. Cost: the largest ``T`` (or the convergence point) instead of the sum of all ``T``.
 
     Returns one row per setting: ``setting`` ("T=10" or "to convergence"), ``T max``, ``iterations run``, the
@@ -536,6 +537,10 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     for name in ("tau", "n_iter", "tol"):
         if name in fixed:
             raise ValueError(f"fixed must not set {name!r}: it is an argument of iteration_table")
+    if task.kind == "scores":
+        return _iteration_table_by_fits(task, method, iterations, tau=tau, converged=converged, tol=tol,
+                                        query_aware=query_aware, fixed=fixed, metric_ks=metric_ks,
+                                        show_progress=show_progress)
     total = max(iterations + [converged or 0])   # iterations of the one run (>= 1: one of the two is given)
     norm = make_normalizer(method, tau=tau, n_iter=total, tol=tol, **fixed)
     engine = norm.local_engine(task.targets, _bank(task, query_aware), task.target_bank)
@@ -566,6 +571,26 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     mark = marked_rows(rows, norm, task, engine)
     return pd.DataFrame([{"setting": s[0], "T max": int(s[1]), "iterations run": int(s[2]), **r, "fit_s": s[4],
                           "bank": mark} for s, r in zip(settings, rows)])
+
+
+def _iteration_table_by_fits(task, method, iterations, *, tau, converged, tol, query_aware, fixed, metric_ks,
+                             show_progress) -> pd.DataFrame:
+    """:func:`iteration_table` on a task of score matrices: one fit per ``T`` and one with ``n_iter=converged,
+    tol=tol`` (the one-run form reads the banks' embeddings; these fits give the same offsets, the equality that
+    form is proven by), each evaluated on the task; ``fit_s`` is that fit's own time."""
+    settings = [(f"T={T}", T, None) for T in iterations]
+    if converged is not None:
+        settings.append(("to convergence", converged, tol))
+    rows = []
+    for label, T, tol_T in progress(settings, desc=f"{method.upper()} fits", disable=not show_progress):
+        t0 = time.perf_counter()
+        fitted = task.fit(make_normalizer(method, tau=tau, n_iter=T, tol=tol_T, **fixed), query_aware=query_aware)
+        seconds = time.perf_counter() - t0
+        r = summarize_ranks(positive_ranks(task.blocks(fitted), task.positives), tuple(metric_ks))
+        mark = marked_rows([r], fitted, task, None)
+        rows.append({"setting": label, "T max": int(T), "iterations run": int(fitted.n_iter_), **r, "fit_s": seconds,
+                     "bank": mark})
+    return pd.DataFrame(rows)
 
 
 def marked_rows(rows: Sequence[Mapping[str, float]], normalizer, task: RetrievalTask, engine) -> str:
