@@ -46,7 +46,7 @@ from .data.sources import load_source, source_kind
 from .matrices import ProductScores
 from .retrieval import RetrievalTask
 from .scores import bank_subsets, positives_from_pairs
-from .synthetic import MEDIA_PRESETS, MediaPreset, _MEDIA_FITTED, make_dataset  # noqa: F401 (re-exported)
+from .synthetic import MEDIA_PRESETS, MediaPreset, make_dataset  # noqa: F401 (MediaPreset: re-exported)
 
 
 @dataclass

@@ -597,9 +597,9 @@ def _media_dataset(preset: str, *, seed: int, n_train_images: Optional[int], n_t
 
 def _keep_captions(split: EmbeddingSplit, keep: np.ndarray) -> EmbeddingSplit:
     """``split`` with only the captions ``keep`` (their per-caption extras too)."""
-    from .embeddings import EmbeddingSplit as Split
+    from .embeddings import CAPTION_EXTRA, EmbeddingSplit as Split
 
-    extras = {k: (v[keep] if Split._per_caption(k) else v) for k, v in split.extras.items()}
+    extras = {k: (v[keep] if str(k).startswith(CAPTION_EXTRA) else v) for k, v in split.extras.items()}
     return Split(split.images, split.captions[keep], split.caption_to_image[keep], split.image_ids,
                  None if split.caption_texts is None else [split.caption_texts[i] for i in keep], extras)
 
