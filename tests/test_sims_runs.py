@@ -183,8 +183,8 @@ def test_with_bank_fraction_of_score_matrices_cuts_both_banks_with_the_same_rows
 
 
 def test_bank_share_and_target_bank_subset(folder):
-    """hubnorm.retrieval.bank_share refuses tasks whose banks of one modality differ; bank_subset cuts the target bank of a task
-    of embeddings as of score matrices, and names the bank it cannot cut."""
+    """hubnorm.retrieval.bank_share refuses tasks whose banks of one modality differ; bank_subset cuts the target
+    bank of a task of embeddings as of score matrices, and names the bank it cannot cut."""
     path, data = folder
     tasks = pr.load_sims_run(f"sims:{path}").tasks
     with pytest.raises(ValueError, match=r"^the tasks' banks of modality 't' differ in size \(\d+ and 5 rows, the "
