@@ -94,6 +94,20 @@ def test_subset_images_renumbers_and_keeps_captions_in_order():
 
 
 
+def test_subset_captions_keeps_every_image_and_the_chosen_captions_in_order():
+    s = _split(n_images=4, c2i=(3, 0, 1, 3, 2, 0), image_ids=["a", "b", "c", "d"],
+               caption_texts=["t0", "t1", "t2", "t3", "t4", "t5"],
+               extras={"topic": np.array([10, 11, 12, 13]), "caption_n": np.array([0, 1, 2, 3, 4, 5])})
+    sub = s.subset_captions([5, 0, 2])
+    np.testing.assert_array_equal(sub.images, s.images)
+    np.testing.assert_array_equal(sub.captions, s.captions[[5, 0, 2]])
+    np.testing.assert_array_equal(sub.caption_to_image, [0, 3, 1])      # image indices unchanged
+    assert sub.image_ids == ["a", "b", "c", "d"] and sub.caption_texts == ["t5", "t0", "t2"]
+    np.testing.assert_array_equal(sub.extras["topic"], [10, 11, 12, 13])
+    np.testing.assert_array_equal(sub.extras["caption_n"], [5, 0, 2])
+    assert s.n_captions == 6 and _split().subset_captions([1]).caption_texts is None
+
+
 def test_an_extra_is_per_caption_by_its_key_not_by_its_length():
     """With as many captions as images, a per-caption extra was indexed by the image indices (its length decided):
     the kept captions of images [2, 0] are captions 0 and 2 here, whose values are [10, 12], not [12, 10]."""

@@ -85,6 +85,18 @@ class EmbeddingSplit:
             extras={k: (v[keep] if self._per_caption(k) else v[image_idx]) for k, v in self.extras.items()},
         )
 
+    def subset_captions(self, caption_idx) -> "EmbeddingSplit":
+        """The split with only the captions ``caption_idx`` (in that order; every image kept, its index unchanged)."""
+        keep = np.asarray(caption_idx, dtype=np.int64)
+        return EmbeddingSplit(
+            images=self.images,
+            captions=self.captions[keep],
+            caption_to_image=self.caption_to_image[keep],
+            image_ids=self.image_ids,
+            caption_texts=None if self.caption_texts is None else [self.caption_texts[j] for j in keep],
+            extras={k: (v[keep] if self._per_caption(k) else v) for k, v in self.extras.items()},
+        )
+
 
 @dataclass
 class EmbeddingDataset:

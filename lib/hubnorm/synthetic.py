@@ -587,21 +587,12 @@ def _media_dataset(preset: str, *, seed: int, n_train_images: Optional[int], n_t
     ds = make_dataset(p.base, seed=seed, n_train_images=n_train, n_test_images=n_test, n_val_images=0,
                       captions_per_image=per, dim=dim, chunk_size=chunk_size, **p.overrides, **overrides)
     keep = {"test": p.test_captions, "train": p.train_captions}
-    ds.splits = {k: _keep_captions(v, _first(v.n_images, per, keep[k])) for k, v in ds.splits.items()}
+    ds.splits = {k: v.subset_captions(_first(v.n_images, per, keep[k])) for k, v in ds.splits.items()}
     ds.name = f"synthetic-{preset}"
     ds.meta.update(preset=preset, modality=p.modality, dataset=p.dataset, model=p.model, base=p.base,
                    description=f"synthetic embeddings (preset {preset!r}: {p.modality}-text, the {p.base!r} geometry "
                                f"with {p.dataset}'s sizes, calibrated to {p.model}'s zero-shot numbers); not real data")
     return ds
-
-
-def _keep_captions(split: EmbeddingSplit, keep: np.ndarray) -> EmbeddingSplit:
-    """``split`` with only the captions ``keep`` (their per-caption extras too)."""
-    from .embeddings import CAPTION_EXTRA, EmbeddingSplit as Split
-
-    extras = {k: (v[keep] if str(k).startswith(CAPTION_EXTRA) else v) for k, v in split.extras.items()}
-    return Split(split.images, split.captions[keep], split.caption_to_image[keep], split.image_ids,
-                 None if split.caption_texts is None else [split.caption_texts[i] for i in keep], extras)
 
 
 # ---------------------------------------------------------------------------------------------- relevance
