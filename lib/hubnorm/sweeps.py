@@ -442,10 +442,14 @@ def _sure_codes(A: torch.Tensor, B: torch.Tensor, level: float, tables: Sequence
 
 def _evaluate_offsets(task, H: torch.Tensor, ks, full, chunk_size, device, check_normalized, lines=None
                       ) -> List[Dict[str, float]]:
-    ks = tuple(int(k) for k in ks)
     ranks = offset_sweep_ranks(task, H, lines=lines, chunk_size=chunk_size, device=device,
                                check_normalized=check_normalized)
-    rows = summarize_rank_rows(ranks, ks)
+    return _rank_rows(ranks, ks, full)
+
+
+def _rank_rows(ranks: np.ndarray, ks, full: bool) -> List[Dict[str, float]]:
+    """The metrics of each row of ``(settings, queries)`` ranks: R@K for ``ks`` and MdR (MnR too with ``full``)."""
+    rows = summarize_rank_rows(ranks, tuple(int(k) for k in ks))
     if not full:
         for res in rows:
             res.pop("MnR")
@@ -581,16 +585,16 @@ def _iteration_table_by_fits(task, method, iterations, *, tau, converged, tol, q
     settings = [(f"T={T}", T, None) for T in iterations]
     if converged is not None:
         settings.append(("to convergence", converged, tol))
-    rows = []
+    fits, ranks = [], []
     for label, T, tol_T in progress(settings, desc=f"{method.upper()} fits", disable=not show_progress):
         t0 = time.perf_counter()
         fitted = task.fit(make_normalizer(method, tau=tau, n_iter=T, tol=tol_T, **fixed), query_aware=query_aware)
-        seconds = time.perf_counter() - t0
-        r = summarize_ranks(positive_ranks(task.blocks(fitted), task.positives), tuple(metric_ks))
-        mark = marked_rows([r], fitted, task, None)
-        rows.append({"setting": label, "T max": int(T), "iterations run": int(fitted.n_iter_), **r, "fit_s": seconds,
-                     "bank": mark})
-    return pd.DataFrame(rows)
+        fits.append((fitted, time.perf_counter() - t0))
+        ranks.append(positive_ranks(task.blocks(fitted), task.positives))
+    rows = _rank_rows(np.stack(ranks), metric_ks, full=False)   # the metrics of the one-run table
+    mark = marked_rows(rows, fits[0][0], task, None)   # every setting fits the same banks: one mark
+    return pd.DataFrame([{"setting": label, "T max": int(T), "iterations run": int(f.n_iter_), **r, "fit_s": sec,
+                          "bank": mark} for (label, T, _), (f, sec), r in zip(settings, fits, rows)])
 
 
 def marked_rows(rows: Sequence[Mapping[str, float]], normalizer, task: RetrievalTask, engine) -> str:
