@@ -208,9 +208,9 @@ class RunData:
         return self._share() + "the folder's bank rows (" + ", ".join(f"{d}: {n}" for d, n in rows.items()) + ")"
 
     def _share(self) -> str:
-        """"20% of " when the bank is a share of the source's (query banks, or a folder's banks), else ""."""
-        fraction = self.query_bank_fraction if self.query_bank_fraction != 1 or self.ds is not None \
-            else self.bank_fraction
+        """"20% of " when the bank is a share of the source's, else "": of its query banks, or of a folder's banks
+        (a share of training images is named as "% of train" instead; a share is never taken of a share)."""
+        fraction = self.query_bank_fraction * (self.bank_fraction if self.ds is None else 1.0)
         return "" if fraction == 1 else f"{fraction:.0%} of "
 
     def bank_name(self, direction: str = "t2i") -> str:
@@ -239,8 +239,9 @@ class RunData:
         return make_tasks(self.ds.split(split), self.bank, directions=self.directions)
 
     def _uncut(self, what: str) -> None:
-        """Shares of query banks are taken of the bank open_data gave, once (a share of a share would be named
-        wrongly). A share of the training images is always drawn from the whole training split again."""
+        """A share of query banks, or of a folder's banks, is taken of the bank open_data gave, once (a share of a
+        share would be named wrongly). A share of the training images is always drawn from the whole training split
+        again."""
         if self.query_bank_fraction != 1 or (self.ds is None and self.bank_fraction != 1):
             raise ValueError(f"{what}: this RunData's bank is already a share of the source's; call it on the "
                              "RunData that open_data returned")
@@ -291,8 +292,8 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
     split against a seeded ``bank_fraction`` of the training images with their captions, :func:`reference_split`),
     score matrices (``sims:<folder>``) through :func:`load_sims_run` with a seeded ``bank_fraction`` of the folder's
     bank rows (``t2i`` names its text-query direction, ``i2t`` the other). Either way it is the bank
-    ``open_data(source).with_bank_fraction(bank_fraction, seed)`` gives. ``directions``: the ones the notebook shows (``RunData.tasks``);
-    ``ensure_val=False``: no validation split is held out of a source without one (a notebook that selects nothing
+    ``open_data(source).with_bank_fraction(bank_fraction, seed)`` gives. ``directions``: the ones the notebook shows
+    (``RunData.tasks``); ``ensure_val=False``: no validation split is held out of a source without one (a notebook that selects nothing
     keeps the whole training split for its bank)."""
     if isinstance(directions, str) or not all(d in DIRECTIONS for d in directions) or not directions:
         raise ValueError(f"directions must be a non-empty list of {list(DIRECTIONS)} (t2i: the text-query direction of "
