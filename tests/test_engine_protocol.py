@@ -70,13 +70,38 @@ def _engine_uses(path: Path):
             yield node.attr, node.lineno
 
 
-def test_methods_use_only_the_protocol():
-    files = sorted((LIB / "normalizers").glob("*.py")) + [LIB / "blocks.py"]
+#: The engines' own modules: they implement the protocol (and may read their own members and their parents').
+ENGINE_MODULES = {"engine.py", "distributed.py", "sweeps.py", "index/engine.py"}
+
+
+def _library_files():
+    return [p for p in sorted(LIB.rglob("*.py")) if p.relative_to(LIB).as_posix() not in ENGINE_MODULES]
+
+
+def test_the_library_uses_only_the_protocol():
+    """Every module but the engines' own — the methods, the fit lifecycle, provenance, the task's fit from score
+    matrices, FaissNNN — asks an engine only what :class:`hubnorm.blocks.Engine` declares."""
+    files = _library_files()
     stray = [f"{p.relative_to(LIB)}:{line}: engine.{attr}" for p in files for attr, line in _engine_uses(p)
              if attr not in ENGINE_MEMBERS and attr not in OPTIONAL]
-    assert not stray, "a method reads an engine member outside hubnorm.blocks.Engine:\n" + "\n".join(stray)
+    assert not stray, "a module reads an engine member outside hubnorm.blocks.Engine:\n" + "\n".join(stray)
     used = {attr for p in files for attr, _ in _engine_uses(p)}
-    assert {"reduce", "iterate", "size", "dtype"} <= used   # the scan sees the methods' engine calls
+    # the scan sees the methods' engine calls, the lifecycle's checks, provenance's and FaissNNN's reads
+    assert {"reduce", "iterate", "size", "dtype", "cannot_read", "fingerprints", "embeddings"} <= used
+    names = {p.relative_to(LIB).as_posix() for p in files}
+    assert {"normalizers/base.py", "normalizers/nnn.py", "blocks.py", "provenance.py", "index/nnn.py",
+            "retrieval.py"} <= names and not names & ENGINE_MODULES
+
+
+def test_nothing_outside_the_engines_asks_what_engine_an_engine_is():
+    """No module but the engines' own branches on an engine's class (``isinstance(engine, ...)``)."""
+    stray = []
+    for p in _library_files():
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and node.args \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id == "engine":
+                stray.append(f"{p.relative_to(LIB)}:{node.lineno}")
+    assert not stray, "isinstance on an engine outside the engines' modules:\n" + "\n".join(stray)
 
 
 def test_a_stray_member_is_found(tmp_path):

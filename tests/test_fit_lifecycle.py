@@ -9,7 +9,6 @@ import hubnorm as hn
 from hubnorm.engine import LocalEngine
 from hubnorm.scores import matrices_from_embeddings
 from hubnorm.normalizers.base import NotFittedError
-from hubnorm.retrieval import fit_scores
 
 da = pytest.importorskip("dask.array")
 
@@ -41,7 +40,7 @@ def _paths(data):
     return {
         "in memory": lambda norm: norm.fit(t, query_bank=qb),
         "dask": lambda norm: norm.fit(t, query_bank=da.from_array(qb, chunks=64)),
-        "score matrices": lambda norm: fit_scores(norm, LocalEngine(matrices=mats)),
+        "score matrices": lambda norm: norm.fit_engine(LocalEngine(matrices=mats)),
     }
 
 
@@ -75,6 +74,60 @@ def test_every_path_sets_the_same_fitted_offsets(data):
                                    fitted["in memory"].score(data["queries"]).numpy(), rtol=0, atol=1e-12)
 
 
+# --------------------------------------------------------------- a grid of one method: the same lifecycle
+def test_a_grid_goes_through_the_lifecycle_and_equals_single_fits(data):
+    """``fit_on_engine`` of several points (the sweeps' and label-free selection's path) sets on each what a fit
+    of its own sets: the same offsets, gallery, device and bank record."""
+    from hubnorm.normalizers.base import fit_on_engine
+
+    t, qb = data["targets"], data["query_bank"]
+    grid = [hn.NearestNeighborNormalization(k=k, alpha=a) for k, a in ((3, 0.5), (8, 0.75), (16, 1.0))]
+    engine = grid[0].local_engine(t, qb)
+    assert fit_on_engine(grid, engine, targets=engine.tensor("targets")) == grid
+    for norm in grid:
+        single = norm.clone().fit(t, query_bank=qb)
+        np.testing.assert_array_equal(norm.offsets_.numpy(), single.offsets_.numpy())
+        assert torch.equal(norm.targets_, single.targets_) and norm.device_ == single.device_
+        assert set(norm.provenance_) == set(single.provenance_) == {"query_bank"}
+        assert norm.provenance_["query_bank"] == single.provenance_["query_bank"]
+        np.testing.assert_array_equal(norm.score(data["queries"]).numpy(), single.score(data["queries"]).numpy())
+
+
+def test_a_grid_with_one_bad_point_sets_nothing_on_any_point(data):
+    from hubnorm.normalizers.base import fit_on_engine
+
+    engine = hn.NearestNeighborNormalization().local_engine(data["targets"], data["query_bank"])
+    grid = [hn.NearestNeighborNormalization(k=4), hn.NearestNeighborNormalization(k=500)]   # 500 > the bank's 200
+    with pytest.raises(ValueError, match="k=500"):
+        fit_on_engine(grid, engine, targets=engine.tensor("targets"))
+    bad = [hn.InvertedSoftmax(tau=0.05), NaNOffsets(tau=0.05)]
+    with pytest.raises(TypeError, match="points of one method"):
+        fit_on_engine(bad, engine)
+    nan = [NaNOffsets(tau=0.05), NaNOffsets(tau=0.1)]
+    with pytest.raises(ValueError, match="non-finite offsets"):
+        fit_on_engine(nan, engine)
+    with pytest.raises(ValueError, match="at least one normalizer"):
+        fit_on_engine([], engine)
+    for norm in grid + bad + nan:
+        assert not any(hasattr(norm, a) for a in ("offsets_", "targets_", "device_", "provenance_")), norm
+
+
+def test_a_sweep_refuses_non_finite_offsets_like_a_fit(data):
+    """A grid point whose offsets are not finite fails the sweep with the fit's error, instead of ranking by NaN."""
+    from hubnorm import sweeps
+    from hubnorm.registry import NORMALIZERS
+
+    pos = hn.Positives.from_labels(np.arange(30) % 40, 40)
+    task = hn.RetrievalTask(data["queries"], data["targets"], pos, query_bank=data["query_bank"])
+    real = NORMALIZERS["is"]
+    NORMALIZERS["is"] = NaNOffsets
+    try:
+        with pytest.raises(ValueError, match=r"NaNOffsets\(tau=0.1\) gives non-finite offsets"):
+            sweeps.sweep_table(task, "is", [{"tau": 0.1}, {"tau": 0.05}])
+    finally:
+        NORMALIZERS["is"] = real
+
+
 # --------------------------------------------------------------- one task model: any direction name, task.has
 @pytest.mark.parametrize("direction", ["t2i", "i2t", "t2v", "v2t", "t2a", "a2t"])
 def test_tasks_carry_every_direction_name(data, direction):
@@ -86,7 +139,7 @@ def test_tasks_carry_every_direction_name(data, direction):
     assert st.has("query_bank") and not st.has("target_bank")
     # the same fit and the same ranks from embeddings and from matrices, whatever the label
     emb = task.fit(hn.InvertedSoftmax(tau=0.05))
-    mat = fit_scores(hn.InvertedSoftmax(tau=0.05), st.engine)
+    mat = hn.InvertedSoftmax(tau=0.05).fit_engine(st.engine)
     np.testing.assert_allclose(mat.offsets_.numpy(), emb.offsets_.numpy(), rtol=0, atol=1e-12)
 
 

@@ -114,10 +114,11 @@ def test_the_boundaries_are_accepted(params):
 def test_a_dask_engine_and_score_matrices_are_refused_by_the_message():
     from hubnorm.engine import LocalEngine
 
-    class NotLocal:
-        inputs = {}
+    class NotLocal:   # what a Dask engine holds in memory: the targets alone (its bank is chunks)
         block_bytes = None
-        matrices = {}
+
+        def embeddings(self):
+            return {"targets": torch.zeros(3, 2)}
     assert not isinstance(NotLocal(), LocalEngine)
     message = (r"^FaissNNN indexes an in-memory query bank of embeddings: load the bank \(bank.compute\(\)\), or fit "
                r"NearestNeighborNormalization on Dask or on score matrices$")

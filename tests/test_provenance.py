@@ -539,9 +539,10 @@ def test_a_bank_held_on_a_device_is_fingerprinted_from_the_callers_host_rows(dat
                          host={"query_bank": bank, "target_bank": data["image_bank"]})
     assert set(engine.host) == {"query_bank"}                        # only inputs the engine holds
     assert engine.host_rows("query_bank") is bank and engine.host_rows("targets") is engine.tensor("targets")
+    from hubnorm import engine as engine_module
     seen = []
     real = pv.fingerprint
-    monkeypatch.setattr(pv, "fingerprint", lambda x, name, **kw: seen.append(x) or real(x, name, **kw))
+    monkeypatch.setattr(engine_module, "fingerprint", lambda x, name, **kw: seen.append(x) or real(x, name, **kw))
     fps = pv.of_engine(nrm, engine)
     assert len(seen) == 1 and seen[0] is bank and fps["query_bank"].sha256 == real(torch.from_numpy(bank), "q").sha256
     cpu = nrm.local_engine(data["images"], query_bank=bank)

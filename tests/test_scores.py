@@ -13,7 +13,6 @@ from hubnorm.retrieval import Positives, RetrievalTask
 from hubnorm.engine import LocalEngine
 from hubnorm.matrices import ScoreMatrix
 from hubnorm.scores import matrices_from_embeddings
-from hubnorm.retrieval import fit_scores
 
 from method_checks import unit_rows
 
@@ -93,7 +92,7 @@ def test_memory_mapped_bank_larger_than_block_budget(tmp_path):
     for name, params in [("nnn", {"k": 8}), ("is", {"tau": 0.05}), ("dis", {"tau": 0.05}), ("csls", {"k": 5}),
                          ("sn", {"tau": 0.05}), ("dbsn", {"tau": 0.05})]:
         engine = LocalEngine(matrices=mats, block_bytes=budget)
-        norm = fit_scores(hn.make_normalizer(name, **params), engine)
+        norm = hn.make_normalizer(name, **params).fit_engine(engine)
         ref = hn.make_normalizer(name, **params).fit(t, query_bank=qb, target_bank=tb)
         np.testing.assert_allclose(norm.offsets_.numpy(), ref.offsets_.numpy(), rtol=0, atol=1e-12, err_msg=name)
         assert engine.blocks_read > 1, name

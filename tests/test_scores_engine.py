@@ -2,7 +2,7 @@
 reduction along
 both axes against the dense float64 form, on every read path (resident in memory, streamed in blocks, the plain
 loop; a matrix given in the other orientation and read transposed), the guards of a stored matrix at a single bad
-cell, the resident budget at its boundary, and what ``Normalizer.fit_scores`` / a ``RetrievalTask`` of score matrices
+cell, the resident budget at its boundary, and what ``Normalizer.fit_engine`` / a ``RetrievalTask`` of score matrices
 pass on. The survivors of the mutation run of ``hubnorm.scores`` (benchmarks/reports/mutation/scores.md) pointed to
 each of these."""
 
@@ -19,7 +19,6 @@ from hubnorm.blocks import LogMeanExp, LogSumExp, Moments, Scores, TopK
 from hubnorm.engine import LocalEngine
 from hubnorm.matrices import ScoreMatrix
 from hubnorm.scores import matrices_from_embeddings
-from hubnorm.retrieval import fit_scores
 
 PATHS = {"resident": {}, "streamed": {"resident_bytes": 0, "block_bytes": 256},
          "plain": {"plain": True, "block_bytes": 256}}
@@ -129,7 +128,7 @@ def test_a_single_non_finite_cell_is_refused_with_its_position(S, value, orienta
         data = np.asfortranarray(bad)
     eng = LocalEngine(matrices={key: ScoreMatrix(data, "bank.npy")}, **PATHS[path])
     with pytest.raises(ValueError, match="bank.npy holds a non-finite score"):
-        fit_scores(hn.InvertedSoftmax(tau=0.05), eng)
+        hn.InvertedSoftmax(tau=0.05).fit_engine(eng)
     if path == "resident":   # the one read of the fast path names the stored cell
         stored = (5, 21) if orientation == "transposed" else (21, 5)
         eng = LocalEngine(matrices={key: ScoreMatrix(data, "bank.npy")})
@@ -203,10 +202,10 @@ def test_query_aware_fit_uses_the_test_scores_as_the_bank(emb):
     aware = task.fit(hn.InvertedSoftmax(tau=0.05), query_aware=True)
     want = hn.InvertedSoftmax(tau=0.05).fit(t, query_bank=q)
     np.testing.assert_allclose(aware.offsets, want.offsets, rtol=0, atol=1e-12)
-    agnostic = fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices=mats))
+    agnostic = hn.InvertedSoftmax(tau=0.05).fit_engine(LocalEngine(matrices=mats))
     assert np.abs(agnostic.offsets - aware.offsets).max() > 1e-3
     with pytest.raises(ValueError, match=r"needs the query bank x gallery \(targets\) score matrix"):
-        fit_scores(hn.InvertedSoftmax(tau=0.05), LocalEngine(matrices={("queries", "targets"): mats[("queries",
+        hn.InvertedSoftmax(tau=0.05).fit_engine(LocalEngine(matrices={("queries", "targets"): mats[("queries",
                                                                                                    "targets")]}))
 
 
@@ -235,7 +234,7 @@ def test_a_top_k_fit_checks_a_view_in_its_own_pass(tmp_path, order, transposed, 
     m = ScoreMatrix(stored, "bank.npy", transposed=transposed)
     key = ("query_bank", "targets")
     eng = LocalEngine(matrices={key: m}, block_bytes=7 * 8 * 4)
-    fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)
+    hn.NearestNeighborNormalization(k=3, alpha=0.5).fit_engine(eng)
     one_pass = LocalEngine(matrices={key: ScoreMatrix(stored, "bank.npy", transposed=transposed)},
                            block_bytes=7 * 8 * 4)
     one_pass.resident(*key)                                     # the checking pass alone
@@ -246,4 +245,4 @@ def test_a_top_k_fit_checks_a_view_in_its_own_pass(tmp_path, order, transposed, 
     eng = LocalEngine(matrices={key: ScoreMatrix(np.load(path, mmap_mode="r"), "bank.npy", transposed=transposed)},
                       block_bytes=7 * 8 * 4)
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score \(NaN or inf\) at row 53, column 4:"):
-        fit_scores(hn.NearestNeighborNormalization(k=3, alpha=0.5), eng)
+        hn.NearestNeighborNormalization(k=3, alpha=0.5).fit_engine(eng)

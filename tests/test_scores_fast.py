@@ -17,7 +17,6 @@ from hubnorm.kernels import PRECISION_TARGET, logsumexp_scores, topk_scores
 from hubnorm.engine import LocalEngine
 from hubnorm.matrices import ScoreMatrix
 from hubnorm.scores import matrices_from_embeddings
-from hubnorm.retrieval import fit_scores
 
 from method_checks import unit_rows
 
@@ -61,7 +60,7 @@ def _mats(tmp_path, dtype=np.float64, seed=0):
 
 def _fit(mats, name, params, **kw):
     engine = LocalEngine(matrices=mats, block_bytes=30 * 8 * 64, **kw)
-    return fit_scores(hn.make_normalizer(name, **params), engine), engine
+    return hn.make_normalizer(name, **params).fit_engine(engine), engine
 
 
 @pytest.mark.parametrize("name,params", METHODS)
@@ -106,7 +105,7 @@ def test_larger_than_resident_budget_is_streamed(tmp_path):
     budget = 30 * 8 * 64
     for name, params in METHODS[:5]:
         engine = LocalEngine(matrices=mats, block_bytes=budget, resident_bytes=0)
-        got = fit_scores(hn.make_normalizer(name, **params), engine)
+        got = hn.make_normalizer(name, **params).fit_engine(engine)
         want, _ = _fit(mats, name, params, plain=True)
         np.testing.assert_allclose(got.offsets_.numpy(), want.offsets_.numpy(), rtol=0, atol=1e-12, err_msg=name)
         assert 0 < engine.largest_block * 8 <= budget and not engine._res
@@ -119,7 +118,7 @@ def test_resident_read_checks_nan_and_bounds(tmp_path):
     engine = LocalEngine(matrices={**mats, ("query_bank", "targets"): ScoreMatrix(bank, "bank.npy")},
                          block_bytes=30 * 8 * 64)
     with pytest.raises(ValueError, match=r"bank.npy holds a non-finite score .* row 123, column 7"):
-        fit_scores(hn.make_normalizer("is", tau=0.05), engine)
+        hn.make_normalizer("is", tau=0.05).fit_engine(engine)
     t = ScoreMatrix(np.asfortranarray(mats[("target_bank", "query_bank")]), "tb.npy").T   # Fortran order, transposed
     e = LocalEngine(matrices={**mats, ("query_bank", "target_bank"): t}, block_bytes=30 * 8 * 64)
     x = e.resident("query_bank", "target_bank")
@@ -146,7 +145,7 @@ def test_sinkhorn_blocks_handle_underflowing_columns(plain, dtype):
         f = tau * np.log(1 / m) - tau * logsumexp((S + g) / tau, axis=1)
         g = tau * np.log(1 / n) - tau * logsumexp((S + f[:, None]) / tau, axis=0)
     engine = LocalEngine(matrices={("query_bank", "targets"): S.astype(dtype)}, block_bytes=n * 8 * 64, plain=plain)
-    got = fit_scores(hn.make_normalizer("sn", tau=tau, n_iter=3), engine).offsets_.double().numpy()
+    got = hn.make_normalizer("sn", tau=tau, n_iter=3).fit_engine(engine).offsets_.double().numpy()
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, g, rtol=0, atol=1e-9 if dtype == np.float64 else 1e-5)
 
@@ -167,10 +166,10 @@ def test_log_sum_exp_takes_the_bound_in_its_checking_pass(tmp_path, monkeypatch,
 
     two_pass = engine()
     two_pass.score_bound(hn.blocks.Scores("query_bank", ("targets",)))   # the bound known: prepare picks the dtype
-    want = fit_scores(hn.make_normalizer(name, **params), two_pass)
+    want = hn.make_normalizer(name, **params).fit_engine(two_pass)
     one_pass = engine()
     monkeypatch.setattr(LocalEngine, "score_bound", lambda self, source: pytest.fail("a pass of its own"))
-    got = fit_scores(hn.make_normalizer(name, **params), one_pass)
+    got = hn.make_normalizer(name, **params).fit_engine(one_pass)
     assert got.offsets_.dtype == want.offsets_.dtype
     assert torch.equal(got.offsets_, want.offsets_)
     n_strips = math.ceil(500 / (30 * 8 * 64 // (np.dtype(dtype).itemsize * 30)))
@@ -187,7 +186,7 @@ def test_log_sum_exp_checking_pass_refuses_a_non_finite_score(tmp_path):
                          block_bytes=30 * 8 * 64)
     assert engine.bound_in_kernel(hn.blocks.LogMeanExp(hn.blocks.Scores("query_bank", ("targets",)), 20.0))
     with pytest.raises(ValueError, match=r"non-finite score .* row 321, column 4"):
-        fit_scores(hn.make_normalizer("is", tau=0.05), engine)
+        hn.make_normalizer("is", tau=0.05).fit_engine(engine)
 
 
 def test_a_deferred_log_mean_exp_needs_the_engines_visit():

@@ -14,7 +14,7 @@ Survivors judged equivalent (no test can tell them apart):
   ``lo <= hi`` (an empty piece joins the concatenation: the same values).
 - ``LocalEngine._reduce_stored``: ``getattr(red, "read_only", False)`` -> default ``None`` (every Reduction has
   ``read_only``).
-- ``Normalizer.fit_scores`` (was ``fit_scores``): ``engine.has_matrix(rows, col)`` -> ``has_matrix(rows, None)``
+- ``LocalEngine.cannot_read`` (was ``fit_scores``): ``engine.has_matrix(rows, col)`` -> ``has_matrix(rows, None)``
   (``engine.matrix(rows, col)`` is then asked, and returns the matrix or raises the same error).
 - ``RetrievalTask.blocks`` (was ``normalized_blocks``): ``normalize_scores(s, None)`` -> ``normalize_scores(s)``
   (None is the default).
@@ -31,7 +31,7 @@ from scipy import stats
 import hubnorm as hn
 from hubnorm.engine import LocalEngine
 from hubnorm.matrices import ScoreMatrix
-from hubnorm.retrieval import RetrievalTask, fit_scores
+from hubnorm.retrieval import RetrievalTask
 from hubnorm.scores import bank_subsets, positives_from_pairs, sample_index
 
 
@@ -604,7 +604,7 @@ def test_the_hubness_of_a_task_counts_the_top_10_by_default():
 def test_a_method_that_reads_embeddings_is_refused_by_its_class_name():
     dn = hn.make_normalizer("dn")
     S, _, task = _task()
-    msg = _error(ValueError, fit_scores, dn, LocalEngine(matrices={("queries", "targets"): S}))
+    msg = _error(ValueError, dn.fit_engine, LocalEngine(matrices={("queries", "targets"): S}))
     assert msg.startswith(f"{type(dn).__name__} reads the embeddings of ")
     assert "a task given as score matrices (a sims: source)" in msg
     assert _error(ValueError, task.fit, hn.make_normalizer("dn")) == msg

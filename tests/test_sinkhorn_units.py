@@ -48,7 +48,6 @@ from hubnorm.blocks import Scores
 from hubnorm.engine import LocalEngine
 from hubnorm.kernels import block_rows, iter_blocks
 from hubnorm.normalizers import sinkhorn as sk
-from hubnorm.retrieval import fit_scores
 
 
 def ref_sinkhorn(S, tau, n_iter, tol=None):
@@ -269,7 +268,7 @@ def test_sinkhorn_iteration_with_rows_far_below_the_others():
 
 def test_run_on_float32_stored_scores_works_in_float32():
     S = (_unit(30, seed=18) @ _unit(12, seed=19).T).numpy().astype(np.float32)
-    norm = fit_scores(hn.SinkhornNormalization(tau=0.05, n_iter=6), LocalEngine(matrices={("query_bank",
+    norm = hn.SinkhornNormalization(tau=0.05, n_iter=6).fit_engine(LocalEngine(matrices={("query_bank",
                                                                                          "targets"): S}))
     off = norm.offsets_.to(torch.float64)
     assert torch.equal(off.to(torch.float32).to(torch.float64), off)       # potentials kept in float32

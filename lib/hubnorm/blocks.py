@@ -592,8 +592,14 @@ class Engine(Protocol):
     (in process :class:`hubnorm.engine.LocalEngine` over embeddings or stored score matrices, and its sweep and
     faiss-index forms, :class:`hubnorm.distributed.DaskEngine`). Where the blocks come from and where they are
     reduced is the engine's business; a method sees only this. ``tests/test_engine_protocol.py`` checks
-    that every engine implements it and that the methods' files use nothing else (``base_dtype``, the dtype a
-    stored matrix was written in, is optional and asked with ``hasattr``)."""
+    that every engine implements it and that no module outside the engines' own uses anything else (``base_dtype``,
+    the dtype a stored matrix was written in, and ``bound_in_kernel`` are optional and asked with ``getattr``).
+
+    Beyond the blocks, the fit lifecycle (:func:`hubnorm.normalizers.base.fit_on_engine`) asks ``cannot_read`` (a
+    sentence saying why an input a method declares cannot be read, e.g. embeddings from an engine of score matrices;
+    None when it can) and ``fingerprints`` (the banks' fingerprints for :mod:`hubnorm.provenance`; None when the
+    engine cannot tell); a method that needs the vectors themselves (a faiss index of the bank) reads
+    ``embeddings``."""
 
     dtype: torch.dtype              # the working dtype of the inputs
     device: torch.device            # where fitted tensors are returned
@@ -610,11 +616,16 @@ class Engine(Protocol):
     def score_bound(self, source: Scores) -> float: ...            # a bound on |scores| of a score matrix
     def reduce(self, red: Reduction): ...                          # run one reduction
     def iterate(self, it: Iteration): ...                          # run an iteration of reductions
+    def cannot_read(self, source: Input) -> Optional[str]: ...     # why a method's input cannot be read here
+    def embeddings(self) -> Dict[str, torch.Tensor]: ...           # the inputs held as whole in-memory embeddings
+    def fingerprints(self, names: Sequence[str]) -> Optional[dict]: ...   # what the banks were (a fit's provenance)
+    def release(self) -> None: ...                                 # the end of a fit: drop what it kept in memory
 
 
 #: The members of :class:`Engine` (what a method's file may read off an engine).
 ENGINE_MEMBERS = ("dtype", "device", "block_bytes", "sweep_bytes", "has", "size", "tensor", "take_rows", "to_tensor",
-                  "spans", "shared", "score_bound", "reduce", "iterate")
+                  "spans", "shared", "score_bound", "reduce", "iterate", "cannot_read", "embeddings", "fingerprints",
+                  "release")
 
 
 __all__ = ["Embeddings", "Scores", "Inputs", "Param", "Chunk", "Reduction", "TopK", "TopKResult", "LogMeanExp", "Moments",

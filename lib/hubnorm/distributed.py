@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from .blocks import Chunk, Embeddings, concat
 from .engine import LocalEngine
+from .provenance import fingerprint
 from ._validation import as_embeddings, check_positive_int, resolve_device
 
 __all__ = ["fit_offsets", "open_bank", "save_bank_shards", "NpyShards", "DaskEngine", "DEFAULT_CHUNK_BYTES",
@@ -431,6 +432,23 @@ class DaskEngine:
         x = self.banks.get(name)
         return None if x is None else int(x.shape[0])
 
+    def cannot_read(self, source) -> Optional[str]:
+        """Every input of a method can be read from the banks' chunks (None): see
+        :meth:`hubnorm.engine.LocalEngine.cannot_read`."""
+        return None
+
+    def embeddings(self):
+        """The inputs held as whole in-memory embeddings: the targets (the banks stay Dask chunks)."""
+        return {"targets": self.targets}
+
+    def release(self):
+        """The end of a fit: nothing is kept in memory beyond what later fits on this engine reuse."""
+
+    def fingerprints(self, names):
+        """The fingerprints of the banks among ``names``, read a block at a time (one more pass over each)."""
+        return {name: fingerprint(self.banks[name], name, block_bytes=self.block_bytes)
+                for name in names if name in self.banks}
+
     def _gather(self, name) -> torch.Tensor:
         """A bank gathered on the client, checked (DBSN's target bank joins the Sinkhorn columns)."""
         if name == "targets":
@@ -578,11 +596,9 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
         split_every = check_positive_int(split_every, "split_every")
         if split_every < 2:
             raise ValueError(f"split_every must be >= 2 (the fan-in of the tree reduction); got {split_every}")
-    normalizer.check_params()
     device = resolve_device(getattr(normalizer, "device", None))
     check = bool(getattr(normalizer, "check_normalized", True))
     t = as_embeddings(targets, "targets", device="cpu", check_normalized=check)
-    normalizer.check_required(query_bank, target_bank)
     banks = {"query_bank": query_bank if normalizer.uses_query_bank != "unused" else None,
              "target_bank": target_bank if normalizer.uses_target_bank != "unused" else None}
     engine = DaskEngine(t, banks, check=check, block_bytes=getattr(normalizer, "block_bytes", None),

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
+from dataclasses import replace
 from typing import Dict, Hashable, Mapping, Optional, Tuple
 
 import numpy as np
@@ -43,6 +45,7 @@ import torch
 from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat, reduce_blocks
 from .kernels import DEFAULT_BLOCK_BYTES, TOPK_BACKENDS, block_rows, block_shape, iter_blocks, topk_backend
 from .matrices import INPUT_LABELS, Pair, ScoreMatrix, check_finite_block
+from .provenance import fingerprint
 
 #: Inputs an engine may hold, in the order their sizes are reported.
 INPUT_NAMES = ("targets", "query_bank", "target_bank", "queries")
@@ -246,6 +249,58 @@ class LocalEngine:
         hint = self.hints.get((rows, cols)) or self.hints.get((cols, rows)) or ""
         raise ValueError(f"this score task has no {INPUT_LABELS[rows]} x {INPUT_LABELS[cols]} score matrix "
                          f"({rows} x {cols}){': ' + hint if hint else ''}")
+
+    def cannot_read(self, source) -> Optional[str]:
+        """Why a method's input ``source`` (:class:`~hubnorm.blocks.Embeddings` or a required
+        :class:`~hubnorm.blocks.Scores` of the fit or of scoring) cannot be read from this engine, as the end of a
+        sentence that starts with the method's name; None when it can, or when it is not this engine's to give (test
+        queries come at scoring time; a bank left out of an engine of embeddings is the fit's required-bank check)."""
+        if isinstance(source, Embeddings):
+            if source.name in self.inputs or not self.matrices:
+                return None
+            return (f"reads the embeddings of {source.name} ({INPUT_LABELS[source.name]}), not only scores: a task "
+                    "given as score matrices (a sims: source) cannot run it; run it from embeddings (local:, cache: "
+                    "or synthetic: sources)")
+        if not source.required or source.rows == "queries" or not self.matrices:
+            return None
+        for col in source.col_names:
+            if all(n in self.inputs for n in (source.rows, col)) or self.has_matrix(source.rows, col):
+                continue
+            try:
+                self.matrix(source.rows, col)
+            except ValueError as e:
+                return (f"needs the {INPUT_LABELS[source.rows]} x {INPUT_LABELS[col]} score matrix "
+                        f"({source.rows} x {col}), which is missing. {e}")
+        return None
+
+    def embeddings(self) -> Dict[str, torch.Tensor]:
+        """The inputs held as whole in-memory embeddings (``{name: tensor}``; none for an engine of score matrices
+        alone)."""
+        return dict(self.inputs)
+
+    def fingerprints(self, names) -> Optional[dict]:
+        """The fingerprints (:func:`hubnorm.provenance.fingerprint`) of the banks among ``names`` that this engine
+        holds: embeddings from their rows in host memory; a query bank given as stored score rows over the gallery
+        as a function that sketches them when a certificate first asks (a stored matrix is read in the fit's own
+        order only)."""
+        out = {name: fingerprint(self.host_rows(name), name, block_bytes=self.block_bytes)
+               for name in names if name in self.inputs}
+        if "query_bank" in names and "query_bank" not in out and self.has_matrix("query_bank", "targets"):
+            matrix, budget, gallery = self.matrix("query_bank", "targets"), self.block_bytes, self.gallery()
+
+            def deferred():
+                return replace(fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget), over=gallery)
+            out["query_bank"] = deferred
+        return out
+
+    def gallery(self):
+        """What identifies the columns of this engine's stored score rows: a weak reference to its test matrix
+        (queries x targets, in either orientation), so that score rows fingerprinted over one gallery are never
+        compared with score rows over another of the same width; None without one."""
+        for key in (("queries", "targets"), ("targets", "queries")):
+            if key in self.matrices:
+                return weakref.ref(self.matrices[key])
+        return None
 
     # ------------------------------------------------------------------ running reductions
     def chunk(self, red: Reduction) -> Tuple[Chunk, int]:

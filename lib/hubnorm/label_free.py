@@ -52,7 +52,7 @@ import torch
 from ._validation import as_embeddings, check_finite_float, check_positive_int
 from .hubness import hubness_stats
 from .kernels import block_rows, iter_blocks
-from .normalizers.base import stable_topk
+from .normalizers.base import fit_on_engine, stable_topk
 from .registry import NORMALIZERS, PAPER_GRIDS, make_normalizer
 from .sweeps import SWEEP_CACHE_BYTES
 
@@ -158,18 +158,15 @@ def _select_one(method, names, points, fixed, targets, fit_bank, target_bank, pr
     """Fit every grid point with ``fit_bank`` and score it on ``probe`` (the queries for "mutual", else the
     pseudo-queries): ``(best params, best value, raw value, table)``."""
     norms = [make_normalizer(method, **fixed, **p) for p in points]
-    for nrm in norms:
-        nrm.check_params()
     ref = norms[0]
-    cls = type(ref)
-    if not cls.is_offset:
+    if not type(ref).is_offset:
         raise ValueError(f"label-free selection runs on offset methods; {method!r} normalises each query's row")
     engine = ref.local_engine(targets, fit_bank, target_bank, sweep_bytes=SWEEP_CACHE_BYTES)
-    fitted = cls.fit_grid(norms, engine)
     t = engine.tensor("targets")
+    fit_on_engine(norms, engine, targets=t)   # the method's fit_grid: one pass for the grid
     p = as_embeddings(probe, "queries" if criterion == "mutual" else "pseudo_queries", device=t.device,
                       dtype=t.dtype, dim=t.shape[1])
-    H = torch.stack([torch.zeros_like(fitted[0]["offsets_"])] + [f["offsets_"] for f in fitted])
+    H = torch.stack([torch.zeros_like(ref.offsets_)] + [n.offsets_ for n in norms])
     if criterion == "mutual":
         values = [float(v) for v in mutual_agreement(t, p, H)]
     else:

@@ -41,7 +41,6 @@ import mmap
 import os
 import re
 import tempfile
-import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -110,7 +109,7 @@ class Fingerprint:
     signatures: np.ndarray     # (rows, bits / 8) uint8
     kind: str = "embeddings"   # or "scores" (rows of a score matrix, each centred)
     bits: int = BITS
-    #: score rows only: a weak reference to the test matrix whose gallery they are over (gallery_of); in process
+    #: score rows only: a weak reference to the test matrix whose gallery they are over (LocalEngine.gallery); in process
     #: only, not saved with a certificate
     over: Optional[object] = field(default=None, compare=False, repr=False)
 
@@ -412,52 +411,22 @@ def _body_hash(body: Dict[str, object]) -> str:
 
 
 def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
-    """The fingerprints of the banks ``normalizer`` was fitted on through ``engine`` (its ``provenance_``): the
-    in-memory banks it uses, the Dask engine's banks (one more pass over them, a block at a time), or the query
-    bank's score rows over the gallery of a score-matrix engine (sketched when a certificate first asks, so that
-    a fit reads its stored matrices in its own order only); None for an engine that does not expose its bank rows,
-    so that :func:`certify` says so."""
-    from .engine import LocalEngine
-
-    out: Dict[str, Fingerprint] = {}
-    if getattr(normalizer, "bank_index", None) is not None:   # offsets searched in an index built elsewhere (FaissNNN):
-        return None                                            # its rows are not the bank this fit was given
-    if isinstance(engine, LocalEngine):
-        for name in ("query_bank", "target_bank"):   # banks given as embeddings
-            if name in engine.inputs:
-                out[name] = fingerprint(engine.host_rows(name), name, block_bytes=engine.block_bytes)
-        # a query bank given as stored score rows over the gallery: sketched when a certificate asks (a stored matrix
-        # is read in the fit's own order only)
-        if "query_bank" not in out and normalizer.uses_query_bank != "unused" \
-                and engine.has_matrix("query_bank", "targets"):
-            matrix, budget = engine.matrix("query_bank", "targets"), engine.block_bytes
-            gallery = gallery_of(engine)   # the columns those score rows are over
-
-            def deferred():
-                return replace(fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget), over=gallery)
-            out["query_bank"] = deferred
-        return out
-    banks = getattr(engine, "banks", None)   # the Dask engine: its banks as Dask arrays, read a block at a time
-    if isinstance(banks, dict):
-        return {name: fingerprint(banks[name], name, block_bytes=engine.block_bytes)
-                for name in ("query_bank", "target_bank") if name in banks}
-    return None
-
-
-def gallery_of(engine):
-    """What identifies the columns of a score-matrix engine's rows: a weak reference to its stored test matrix
-    (queries x targets, in either orientation), so that score rows fingerprinted over one gallery are never compared
-    with score rows over another of the same width; None for an engine without one."""
-    for key in (("queries", "targets"), ("targets", "queries")):
-        if key in (getattr(engine, "matrices", None) or {}):
-            return weakref.ref(engine.matrices[key])
-    return None
+    """The fingerprints of the banks ``normalizer`` was fitted on through ``engine`` (its ``provenance_``): what
+    the engine says of the banks the method uses (:meth:`hubnorm.blocks.Engine.fingerprints`: in-memory banks, a
+    Dask engine's banks read a block at a time, or a query bank's stored score rows over the gallery, sketched when
+    a certificate first asks); None when the engine cannot tell, or when the offsets were searched in an index
+    built elsewhere (FaissNNN's ``bank_index``: its rows are not the bank this fit was given), so that
+    :func:`certify` says so."""
+    if getattr(normalizer, "bank_index", None) is not None:
+        return None
+    return engine.fingerprints([name for name in ("query_bank", "target_bank")
+                                if getattr(normalizer, f"uses_{name}") != "unused"])
 
 
 def _same_gallery(banks: Dict[str, Fingerprint], task) -> bool:
     """Whether the score rows among ``banks`` are over ``task``'s gallery (embeddings: always)."""
     over = [fp.over for fp in banks.values() if fp.over is not None]
-    here = gallery_of(getattr(task, "engine", None))
+    here = None if getattr(task, "engine", None) is None else task.engine.gallery()   # a task of score matrices
     return all(ref() is not None and here is not None and ref() is here() for ref in over)
 
 

@@ -25,7 +25,7 @@ from ._validation import ArrayLike, as_embeddings, check_chunk_size, check_fract
 from .blocks import Embeddings
 from .engine import LocalEngine
 from .kernels import block_rows, iter_blocks
-from .matrices import INPUT_LABELS, Pair, ProductScores, ScoreMatrix
+from .matrices import Pair, ProductScores, ScoreMatrix
 
 #: The image-text directions (what :func:`build_tasks` builds from images, captions and their index).
 DIRECTIONS = ("t2i", "i2t")
@@ -307,7 +307,7 @@ class RetrievalTask:
         if self.engine is None:
             bank = self.queries if query_aware else self.query_bank
             return normalizer.fit(self.targets, query_bank=bank, target_bank=self.target_bank)
-        return fit_scores(normalizer, (self.test_as_bank() if query_aware else self).engine)
+        return normalizer.fit_engine((self.test_as_bank() if query_aware else self).engine)
 
     def test_as_bank(self) -> "RetrievalTask":
         """This task of score matrices with its test queries as the query bank: the test score matrix serves as the
@@ -416,35 +416,6 @@ class RetrievalTask:
         if self.engine is not None:
             raise ValueError(f"{what} adds embeddings; this task holds score matrices: build a task with the "
                              "matrices you need instead")
-
-
-def fit_scores(normalizer, engine: LocalEngine):
-    """Fit ``normalizer`` on the stored score matrices of ``engine`` (a :class:`hubnorm.engine.LocalEngine` given
-    ``matrices=``; :meth:`RetrievalTask.fit` of a task of score matrices builds it) and return it: the parameters
-    and the matrices the method reads are checked (a ValueError names a missing one, or the embeddings a method such
-    as DN reads), then the one fit lifecycle, :meth:`hubnorm.Normalizer.fit_engine`; the matrices read into memory
-    for the fit are released after it. The fitted normalizer scores raw test scores (``score`` / ``topk`` /
-    ``iter_scores`` take the queries x targets matrix)."""
-    normalizer.check_params()
-    name = type(normalizer).__name__
-    for inp in tuple(normalizer.inputs.fit) + tuple(normalizer.inputs.score):
-        if isinstance(inp, Embeddings):
-            raise ValueError(f"{name} reads the embeddings of {inp.name} ({INPUT_LABELS[inp.name]}), not only "
-                             "scores: a task given as score matrices (a sims: source) cannot run it; run it from "
-                             "embeddings (local:, cache: or synthetic: sources)")
-        if not inp.required or inp.rows == "queries":
-            continue
-        for col in inp.col_names:
-            if not engine.has_matrix(inp.rows, col):
-                try:
-                    engine.matrix(inp.rows, col)
-                except ValueError as e:
-                    raise ValueError(f"{name} needs the {INPUT_LABELS[inp.rows]} x {INPUT_LABELS[col]} score "
-                                     f"matrix ({inp.rows} x {col}), which is missing. {e}") from None
-    try:
-        return normalizer.fit_engine(engine)
-    finally:
-        engine.release()   # the matrices read into memory for this fit
 
 
 def fraction_size(fraction: float, n_rows: int) -> int:

@@ -41,7 +41,7 @@ from ._validation import as_embeddings, check_positive_int
 from .engine import LocalEngine
 from .evaluation import positive_ranks, summarize_rank_rows, summarize_ranks
 from .kernels import counts_namespace, scratch_bytes
-from .normalizers.base import Identity
+from .normalizers.base import Identity, fit_on_engine
 from .progress import progress
 from .provenance import bank_mark, note_result
 from .registry import NORMALIZERS, make_normalizer
@@ -480,29 +480,27 @@ def sweep_table(task: RetrievalTask, method: str, points: Sequence[Mapping[str, 
     cls = type(ref)
     local = ref.local_engine(task.targets, _bank(task, query_aware), task.target_bank, sweep_bytes=SWEEP_CACHE_BYTES)
     engine = SweepEngine(local)
-    fitted = cls.fit_grid(norms, engine)
+    fit_on_engine(norms, engine, targets=engine.tensor("targets"))   # the method's fit_grid: one pass for the grid
     if cls.is_offset:
-        H = torch.stack([f["offsets_"] for f in fitted])
+        H = torch.stack([n.offsets_ for n in norms])
         rows = _evaluate_offsets(task, H, metric_ks, full, ref.chunk_size, engine.device, ref.check_normalized,
                                  lines=offset_lines(points, H))
     else:
-        rows = _evaluate_fitted(task, norms, fitted, engine, metric_ks)
-    mark = marked_rows(rows, ref, task, local)
+        rows = _evaluate_fitted(task, norms, metric_ks)
+    mark = marked_rows(rows, ref, task, None)   # the fit recorded its banks
     return pd.DataFrame([{**p, **r, "bank": mark} for p, r in zip(points, rows)])
 
 
-def _evaluate_fitted(task, norms, fitted, engine, metric_ks) -> List[Dict[str, float]]:
-    """Metrics of normalizers that are not offset methods: the raw score blocks once, every point's
+def _evaluate_fitted(task, norms, metric_ks) -> List[Dict[str, float]]:
+    """Metrics of fitted normalizers that are not offset methods: the raw score blocks once, every point's
     ``normalize_scores`` on a copy (the arithmetic of ``Normalizer._score_block``)."""
     ref = norms[0]
-    ident = _identity(task, engine.device, ref.check_normalized)
-    q = as_embeddings(task.queries, "queries", device=engine.device, dtype=engine.dtype,
-                      dim=engine.tensor("targets").shape[1], check_normalized=ref.check_normalized)
+    ident = _identity(task, ref.device_, ref.check_normalized)
+    q = as_embeddings(task.queries, "queries", device=ref.device_, dtype=ref.targets_.dtype,
+                      dim=ref.targets_.shape[1], check_normalized=ref.check_normalized)
     blocks = list(ident.iter_scores(task.queries, ref.chunk_size))
     rows = []
-    for norm, f in zip(norms, fitted):
-        norm.targets_, norm.device_ = engine.tensor("targets"), engine.device
-        norm._set_fitted(f)
+    for norm in norms:
         src = _ReplayScores(blocks, lambda q0, s, norm=norm: norm.normalize_scores(s.clone(), q[q0:q0 + s.shape[0]]))
         rows.append(summarize_ranks(positive_ranks(src, task.positives, task.queries), tuple(metric_ks)))
     return rows

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-
-
-from ..engine import LocalEngine
 from .._validation import check_finite_float, check_positive_int, check_seed
 from ..normalizers.nnn import NearestNeighborNormalization
 from .common import SCANS, check_refine
@@ -94,10 +91,11 @@ class FaissNNN(NearestNeighborNormalization):
             raise ValueError("code sets the projected index's codes: give projection_dim too (or leave code None)")
 
     def fit_blocks(self, engine):
-        if not isinstance(engine, LocalEngine) or engine.matrices:
+        held = engine.embeddings()
+        if not {"targets", "query_bank"} <= set(held):
             raise TypeError("FaissNNN indexes an in-memory query bank of embeddings: load the bank (bank.compute()), "
                             "or fit NearestNeighborNormalization on Dask or on score matrices")
-        index_engine = IndexEngine(engine.inputs, bank_index=self.bank_index, nlist=self.nlist, nprobe=self.nprobe,
+        index_engine = IndexEngine(held, bank_index=self.bank_index, nlist=self.nlist, nprobe=self.nprobe,
                                    recall_target=self.recall_target, sample_size=self.sample_size,
                                    use_gpu=self.use_gpu, seed=self.seed, scan=self.scan, block_bytes=engine.block_bytes,
                                    refine=self.refine, projection_dim=self.projection_dim, code=self.code)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import ClassVar, Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
+from typing import ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -162,30 +162,11 @@ class Normalizer:
 
     def fit_engine(self, engine, *, targets: Optional[torch.Tensor] = None,
                    device: Optional[torch.device] = None) -> "Normalizer":
-        """The one fit lifecycle every path ends in (in memory, Dask, stored score matrices): the size limits of
-        the parameters against ``engine``'s inputs, :meth:`fit_blocks`, the finite check of the offsets, then the
-        fitted attributes, placed on ``device`` (default: the engine's). ``targets`` (the gallery embeddings, when
-        the engine has them) makes the normalizer score and rank queries itself. The caller has checked the
-        parameters and the inputs (``check_params``, ``check_required``) when it built ``engine``; nothing is
-        set on ``self`` unless the fit succeeds. Without ``targets`` the normalizer scores raw test scores
+        """Fit on ``engine``'s inputs through the one fit lifecycle (:func:`fit_on_engine`; in memory, Dask, stored
+        score matrices, a faiss index). ``targets`` (the gallery embeddings, when the engine has them) makes the
+        normalizer score and rank queries itself; without them it scores raw test scores
         (:meth:`fitted_from_scores`). Returns ``self``."""
-        self.check_limits(engine)
-        fitted = self.fit_blocks(engine)
-        offsets = fitted.get("offsets_")
-        if offsets is not None and not bool(torch.isfinite(offsets).all()):
-            raise self.non_finite_error(offsets.dtype)
-        provenance = of_engine(self, engine)   # what the offsets saw (hubnorm.provenance.certify)
-        device = engine.device if device is None else device
-        for stale in ("targets_", "score_engine_"):   # what an earlier fit on other inputs left: never mixed in
-            self.__dict__.pop(stale, None)
-        for key, value in fitted.items():
-            setattr(self, key, value.to(device) if isinstance(value, torch.Tensor) else value)
-        if targets is not None:
-            self.targets_ = targets.to(device)
-        else:   # no target embeddings (a fit from score matrices): score / topk take raw test scores
-            self.score_engine_ = engine
-        self.device_ = device
-        self.provenance_ = provenance
+        fit_on_engine([self], engine, targets=targets, device=device)
         return self
 
     def n_fitted_targets(self) -> int:
@@ -207,7 +188,6 @@ class Normalizer:
         t = as_embeddings(targets, "targets", device=device, check_normalized=check_normalized)
         dtype = t.dtype
         qb = tb = None
-        self.check_required(query_bank, target_bank)
         if query_bank is not None and self.uses_query_bank != "unused":
             qb = as_embeddings(query_bank, "query_bank", device=device, dtype=dtype, dim=t.shape[1],
                                check_normalized=check_normalized)
@@ -218,18 +198,21 @@ class Normalizer:
         host = {k: v for k, v in given.items() if t.device.type != "cpu" and _on_host(v)}   # read for provenance
         engine = LocalEngine({"targets": t, "query_bank": qb, "target_bank": tb}, host=host,
                              block_bytes=getattr(self, "block_bytes", None), sweep_bytes=sweep_bytes)
-        self.check_limits(engine)
+        self.check_inputs(engine)
         return engine
 
-    def check_required(self, query_bank, target_bank) -> None:
-        """ValueError naming the bank a method needs when it is None (every engine asks this first)."""
-        for name, bank, usage in (("query_bank", query_bank, self.uses_query_bank),
-                                  ("target_bank", target_bank, self.uses_target_bank)):
-            if usage == "required" and bank is None:
+    def check_inputs(self, engine) -> None:
+        """ValueError naming what this method reads and ``engine`` cannot give (the fit lifecycle asks it before
+        any reduction): an input the engine cannot read (:meth:`hubnorm.blocks.Engine.cannot_read`: the embeddings
+        DN reads, a score matrix a task lacks), a required bank that is absent, a parameter larger than its
+        inputs allow (NNN's ``k`` <= the query-bank size)."""
+        for inp in tuple(self.inputs.fit) + tuple(self.inputs.score):
+            why = engine.cannot_read(inp)
+            if why:
+                raise ValueError(f"{type(self).__name__} {why}")
+        for name, usage in (("query_bank", self.uses_query_bank), ("target_bank", self.uses_target_bank)):
+            if usage == "required" and not engine.has(name):
                 raise ValueError(f"{type(self).__name__} {_REQUIRED_MESSAGES[name]}")
-
-    def check_limits(self, engine) -> None:
-        """Parameters limited by input sizes (NNN's ``k`` <= the query-bank size) against ``engine``'s inputs."""
         check_limits(self.parameters, {p: getattr(self, p, None) for p in self.parameters}, engine.size)
 
     def non_finite_error(self, dtype) -> ValueError:
@@ -237,10 +220,6 @@ class Normalizer:
         return ValueError(f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._strength_params().items())}) "
                 f"gives non-finite offsets in {dtype}: a parameter is too extreme for this precision "
                 "(see the method's docstring for the usable range), or pass float64 embeddings")
-
-    def _set_fitted(self, fitted: Mapping[str, object]) -> None:
-        for key, value in fitted.items():
-            setattr(self, key, value)
 
     def fit_blocks(self, engine) -> Dict[str, object]:
         """The fitted attributes (``offsets_`` and the method's own), computed from reductions run by ``engine``."""
@@ -304,7 +283,7 @@ class Normalizer:
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(targets, query_bank, ...) first")
 
     def fitted_from_scores(self) -> bool:
-        """Whether the last fit read score matrices (:func:`hubnorm.retrieval.fit_scores`), not embeddings:
+        """Whether the last fit read score matrices (:meth:`hubnorm.RetrievalTask.fit` of a task of score matrices), not embeddings:
         ``score`` / ``topk`` then take raw test scores (queries x targets) instead of query embeddings."""
         return hasattr(self, "score_engine_") and not hasattr(self, "targets_")
 
@@ -350,7 +329,7 @@ class Normalizer:
 
     def iter_scores(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """Yield ``(start_row, scores)`` blocks of the normalised ``m x n`` score matrix. ``queries``: the query
-        embeddings, or for a normalizer fitted from score matrices (:func:`hubnorm.retrieval.fit_scores`) the raw
+        embeddings, or for a normalizer fitted from score matrices (:meth:`hubnorm.RetrievalTask.fit` of a task of score matrices) the raw
         test scores (``m x n``), normalised as :meth:`hubnorm.RetrievalTask.blocks` does."""
         if self.fitted_from_scores():
             s = self._test_scores(queries)
@@ -395,7 +374,7 @@ class Normalizer:
     @property
     def offsets(self) -> np.ndarray:
         """Per-target additive offsets ``h`` (score = ``S + h``) as a float numpy array (also of a normalizer fitted
-        from score matrices, :func:`hubnorm.retrieval.fit_scores`, which holds no target embeddings)."""
+        from score matrices, :meth:`hubnorm.RetrievalTask.fit` of a task of score matrices, which holds no target embeddings)."""
         if not hasattr(self, "offsets_"):
             self._check_fitted()
         if not self.is_offset:
@@ -415,6 +394,62 @@ class Normalizer:
         if q.ndim != 2:
             raise ValueError(f"queries must be 2-D (m, d); got shape {q.shape}")
         return np.concatenate([q, np.ones((q.shape[0], 1), dtype=q.dtype)], axis=1)
+
+
+def fit_on_engine(norms: List[Normalizer], engine, *, targets: Optional[torch.Tensor] = None,
+                  device: Optional[torch.device] = None) -> List[Normalizer]:
+    """The one fit lifecycle, for one normalizer or the points of a grid of one method on the same inputs:
+
+    1. every normalizer's parameters and what it reads (:meth:`Normalizer.check_params`,
+       :meth:`Normalizer.check_inputs`), before any reduction;
+    2. the fitted attributes from ``engine``'s reductions: ``fit_blocks`` for one normalizer, the method's
+       ``fit_grid`` for several (one pass shared by the points, :func:`hubnorm.grid_search`);
+    3. the finite check of every point's offsets, and the banks' fingerprints (``provenance_``,
+       :func:`hubnorm.provenance.of_engine`);
+    4. the fitted attributes set on each normalizer, tensors placed on ``device`` (default: the engine's), with
+       ``targets_`` (the gallery embeddings, when given: the normalizer then scores queries) or ``score_engine_``
+       (a fit from score matrices: it scores raw test scores).
+
+    Every path ends here: :meth:`Normalizer.fit` (in memory), ``hubnorm.distributed.fit_offsets`` (Dask),
+    :meth:`hubnorm.RetrievalTask.fit` of a task of score matrices (stored score matrices), the sweeps of :mod:`hubnorm.sweeps` and
+    :mod:`hubnorm.label_free`. Nothing is set on any normalizer unless every point succeeds. Returns ``norms``."""
+    norms = list(norms)
+    if not norms:
+        raise ValueError("fit_on_engine needs at least one normalizer")
+    cls = type(norms[0])
+    if any(type(n) is not cls for n in norms):
+        raise TypeError(f"the normalizers of one fit_on_engine call are points of one method; got "
+                        f"{sorted({type(n).__name__ for n in norms})}")
+    for norm in norms:
+        norm.check_params()
+        norm.check_inputs(engine)
+    try:
+        fitted = [norms[0].fit_blocks(engine)] if len(norms) == 1 else cls.fit_grid(norms, engine)
+    finally:
+        engine.release()   # what the fit read into memory (a stored matrix's resident copy)
+    for norm, f in zip(norms, fitted):
+        offsets = f.get("offsets_")
+        if offsets is not None and not bool(torch.isfinite(offsets).all()):
+            raise norm.non_finite_error(offsets.dtype)
+    seen = {}   # what the offsets saw (hubnorm.provenance.certify); none for offsets from an index built elsewhere
+    for norm in norms:
+        key = getattr(norm, "bank_index", None) is None
+        if key not in seen:
+            seen[key] = of_engine(norm, engine)
+    device = engine.device if device is None else device
+    for norm, f in zip(norms, fitted):
+        provenance = seen[getattr(norm, "bank_index", None) is None]
+        for stale in ("targets_", "score_engine_"):   # what an earlier fit on other inputs left: never mixed in
+            norm.__dict__.pop(stale, None)
+        for key, value in f.items():
+            setattr(norm, key, value.to(device) if isinstance(value, torch.Tensor) else value)
+        if targets is not None:
+            norm.targets_ = targets.to(device)
+        else:
+            norm.score_engine_ = engine
+        norm.device_ = device
+        norm.provenance_ = None if provenance is None else dict(provenance)
+    return norms
 
 
 def stable_topk(s: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
