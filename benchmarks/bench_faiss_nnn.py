@@ -128,7 +128,7 @@ def main():
     with Timer() as tr_build:
         ret = IndexedRetriever(fast)
     with Timer() as tq:
-        r_ret = ret.evaluate(task)
+        r_ret = hn.evaluate(ret, task)
     with Timer() as tx:
         hn.evaluate(fast, task)
     rows.append({"run": f"IndexedRetriever on [t, h] (nlist={ret.index.nlist}, nprobe={ret.nprobe} tuned), "

@@ -60,6 +60,35 @@ def test_positive_ranks_match_python_reference(seed, ties, counts_side):
     np.testing.assert_array_equal(hn.positive_ranks(torch.from_numpy(S).requires_grad_(), pos), ref)
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("depth", [1, 3, 40])
+def test_list_ranks_are_the_full_ranks_within_the_list_and_its_length_beyond(seed, depth):
+    """A vector index's top-k lists (the stable order of the full scores, cut at ``depth``): the rank of a positive
+    in the list is its full rank; a query whose positives all lie beyond the list gets ``depth`` (a miss)."""
+    from hubnorm.evaluation import list_ranks
+
+    rng = np.random.default_rng(seed)
+    m, n = 30, 40
+    S = np.round(rng.standard_normal((m, n)), 1)   # ties
+    lists = _random_positive_lists(rng, m, n)
+    pos = hn.Positives.from_lists(lists, n)
+    idx = np.argsort(-S, axis=1, kind="stable")[:, :depth]
+    full = reference_ranks(S, lists)
+    np.testing.assert_array_equal(list_ranks(idx, pos), np.minimum(full, depth))
+    assert (full >= depth).any() or depth == n
+
+
+def test_list_ranks_refuse_a_list_of_another_shape():
+    from hubnorm.evaluation import list_ranks
+
+    pos = hn.Positives.from_labels(np.arange(4), 6)
+    for bad in (np.zeros((3, 2), dtype=np.int64), np.zeros((4, 0), dtype=np.int64), np.zeros(4, dtype=np.int64)):
+        with pytest.raises(ValueError, match="indices must be a \\(queries, k\\) array of target indices with 4 rows"):
+            list_ranks(bad, pos)
+    with pytest.raises(TypeError, match="positives must be a hubnorm.Positives"):
+        list_ranks(np.zeros((4, 2), dtype=np.int64), [0, 1, 2, 3])
+
+
 def test_positive_ranks_of_score_blocks_that_require_grad(counts_side):
     """A score source whose blocks require grad (a differentiable model's scores): ranked as their values."""
     rng = np.random.default_rng(3)
@@ -392,5 +421,6 @@ def test_a_stream_of_blocks_must_cover_the_gallery_in_two_dimensional_blocks_and
     task = hn.RetrievalTask(q, q, hn.Positives.from_labels(np.arange(6), 6))
     for bad in (s.tolist(), "nnn"):
         with pytest.raises(TypeError, match=r"^normalizer must be a fitted hubnorm normalizer \(task\.fit\(method\)\), "
+                                             r"a vector index serving one \(hubnorm\.index\.IndexedRetriever\), "
                                              r"None \(the raw scores\) or an \(m, n\) score array; got "):
             hn.evaluate(bad, task)

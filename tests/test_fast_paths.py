@@ -379,7 +379,7 @@ def test_indexed_retriever_exhaustive_equals_exact_topk(small_tasks, method):
     agree = (i == ii.numpy()).mean()
     assert agree > 0.99  # only near-ties may swap
     ev = hn.evaluate(norm, task)
-    got = ret.evaluate(task)
+    got = hn.evaluate(ret, task)
     for k in (1, 5, 10):
         assert abs(got[f"R@{k}"] - ev[f"R@{k}"]) <= 100.0 / task.n_queries + 1e-9
 

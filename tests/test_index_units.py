@@ -171,9 +171,18 @@ def test_indexed_retriever_recall_and_checks():
     # R@K from the index's list: a task whose positives are the exact top-1 (R@1 = 100) and the exact rank-3 item
     labels = exact_i.numpy()[:, 0]
     task = hn.RetrievalTask(q, t, hn.Positives.from_labels(labels, 120), direction="t2i")
-    assert r.evaluate(task, ks=(1, 5)) == {"R@1": 100.0, "R@5": 100.0}
+    got = hn.evaluate(r, task, ks=(1, 5))
+    assert {k: got[k] for k in ("R@1", "R@5", "MdR")} == {"R@1": 100.0, "R@5": 100.0, "MdR": 1.0}
+    assert np.isnan(got["MnR"]) and got["bank"] == hn.evaluate(norm, task)["bank"] == "query-agnostic"
     task3 = hn.RetrievalTask(q, t, hn.Positives.from_labels(exact_i.numpy()[:, 2], 120), direction="t2i")
-    assert r.evaluate(task3, ks=(1, 2, 3)) == {"R@1": 0.0, "R@2": 0.0, "R@3": 100.0}
+    got = hn.evaluate(r, task3, ks=(1, 2, 3))
+    assert {k: got[k] for k in ("R@1", "R@2", "R@3", "MdR")} == {"R@1": 0.0, "R@2": 0.0, "R@3": 100.0, "MdR": 3.0}
+    # every positive outside the top-2 lists: R@K of a miss, and no median (the ranks beyond the lists are unknown)
+    got = hn.evaluate(r, task3, ks=(1, 2))
+    assert (got["R@1"], got["R@2"]) == (0.0, 0.0) and np.isnan(got["MdR"]) and np.isnan(got["MnR"])
+    mats = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=task.positives, check=False)
+    with pytest.raises(ValueError, match="a vector index searches query embeddings"):
+        hn.evaluate(r, mats)
     fixed = IndexedRetriever(norm, nlist=4, nprobe=4)
     assert fixed.nprobe == 4 and fixed.tuning == {"nprobe": 4}
     tuned = IndexedRetriever(norm, nlist=4).tune(q, k=3)
@@ -278,4 +287,5 @@ def test_the_retriever_checks_queries_as_the_normalizer_does_and_counts_any_posi
     ex = exact.numpy()
     pos = hn.Positives(np.arange(0, 101, 2), np.stack([ex[:, 2], ex[:, 0]], axis=1).ravel(), 120)
     task = hn.RetrievalTask(q, t, pos, direction="t2i")
-    assert loose.evaluate(task, ks=(1, 2)) == {"R@1": 100.0, "R@2": 100.0}
+    got = hn.evaluate(loose, task, ks=(1, 2))
+    assert (got["R@1"], got["R@2"], got["MdR"]) == (100.0, 100.0, 1.0)

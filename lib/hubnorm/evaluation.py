@@ -139,6 +139,24 @@ def positive_ranks(
     return ranks
 
 
+def list_ranks(indices, positives: Positives) -> np.ndarray:
+    """0-based rank of every query's best positive in its top-``k`` list (``indices``: (m, k) target indices, best
+    first, as a vector index's ``search`` returns them), or ``k`` when none of its positives is in the list: a miss at
+    every R@K with K <= k, and a lower bound of the rank the full scores would give."""
+    if not isinstance(positives, Positives):
+        raise TypeError("positives must be a hubnorm.Positives")
+    idx = np.asarray(indices)
+    if idx.ndim != 2 or idx.shape[0] != positives.n_queries or idx.shape[1] == 0:
+        raise ValueError(f"indices must be a (queries, k) array of target indices with {positives.n_queries} rows "
+                         f"and k >= 1; got shape {idx.shape}")
+    depth = idx.shape[1]
+    ranks = np.full(positives.n_queries, depth, dtype=np.int64)
+    q_of = positives.query_of_entry
+    match = idx[q_of] == positives.indices[:, None]   # (positive entries, k): where each positive sits in its list
+    np.minimum.at(ranks, q_of, np.where(match.any(axis=1), match.argmax(axis=1), depth))
+    return ranks
+
+
 def _count_ahead(s: torch.Tensor, best: torch.Tensor, best_col: torch.Tensor) -> np.ndarray:
     """The rank rule on one score block: per row, the targets scoring above ``best`` plus those tied with it at an
     index below ``best_col``. On the numpy side of :func:`~hubnorm.kernels.counts_namespace` (float32 / float64)
@@ -269,6 +287,12 @@ def evaluate(
     matrices; ``normalizer=None``: the raw scores; an (m, n) array: scores computed elsewhere); with ``n_boot`` > 0
     also a 95% CI per R@K.
 
+    A vector index that serves a fitted normalizer (anything with ``search(queries, k)`` and the ``normalizer`` it
+    serves: :class:`hubnorm.index.IndexedRetriever`) is evaluated from its top-``max(ks)`` lists
+    (:func:`list_ranks`: a positive outside the list is a miss); MnR is then NaN, and MdR too unless more than half
+    of the queries find a positive in their list (the ranks beyond it are unknown). Its bank mark is the served
+    normalizer's.
+
     ``certificate=True`` adds ``out["certificate"]``, the no-leak certificate of the fit
     (:func:`hubnorm.provenance.certify`: the test queries and gallery compared with the banks the normalizer was
     fitted on; ``.verdict``, ``.leak_free``, ``.save(path)``, checkable later with
@@ -284,17 +308,30 @@ def evaluate(
     if not isinstance(task, RetrievalTask):
         raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings or score matrices); got "
                         f"{type(task).__name__}")
-    cert = requested_certificate(normalizer, task, certificate)
-    if normalizer is not None and not isinstance(normalizer, (np.ndarray, torch.Tensor)) and not (
+    served = hasattr(normalizer, "search") and hasattr(normalizer, "normalizer")   # a vector index's top-k lists
+    fitted = normalizer.normalizer if served else normalizer
+    cert = requested_certificate(fitted, task, certificate)
+    if normalizer is not None and not isinstance(normalizer, (np.ndarray, torch.Tensor)) and not served and not (
             hasattr(normalizer, "iter_scores") or hasattr(normalizer, "normalize_scores")):
-        raise TypeError(f"normalizer must be a fitted hubnorm normalizer (task.fit(method)), None (the raw scores) or "
-                        f"an (m, n) score array; got {type(normalizer).__name__}")
+        raise TypeError(f"normalizer must be a fitted hubnorm normalizer (task.fit(method)), a vector index serving "
+                        f"one (hubnorm.index.IndexedRetriever), None (the raw scores) or an (m, n) score array; got "
+                        f"{type(normalizer).__name__}")
     if isinstance(normalizer, (np.ndarray, torch.Tensor)):   # scores computed elsewhere (marked "unrecorded")
         ranks = positive_ranks(normalizer, task.positives, chunk_size=chunk_size)
+    elif served:
+        if task.kind != "embeddings":
+            raise ValueError("a vector index searches query embeddings; this task holds score matrices: evaluate the "
+                             "fitted normalizer itself (hubnorm.evaluate(normalizer, task))")
+        depth = max(check_positive_int(k, "k") for k in ks)
+        ranks = list_ranks(normalizer.search(task.queries, depth)[1], task.positives)
     else:
         ranks = positive_ranks(task.blocks(normalizer, chunk_size), task.positives)
     out = summarize_ranks(ranks, ks)
-    out["bank"] = marked(out, normalizer, task, cert)
+    if served:   # the ranks beyond the lists are unknown: no mean, and a median only when the lists hold it
+        out["MnR"] = math.nan
+        if np.count_nonzero(ranks < depth) < ranks.size // 2 + 1:
+            out["MdR"] = math.nan
+    out["bank"] = marked(out, fitted, task, cert)
     if cert is not None:
         out["certificate"] = cert
     if n_boot:

@@ -26,7 +26,8 @@ is a plain inner-product search with the augmented embeddings ``<[q, 1], [t, h]>
   image targets and the caption bank vary along different directions, and the bank's own principal directions
   keep the bank's variance, not the variation of the targets' scores. ``FaissNNN(projection_dim=...)`` uses it.
 * :class:`IndexedRetriever` -- serves any fitted offset normalizer (NNN, IS, SN, DBSN, ...) from an IVF index on
-  the augmented targets; ``search`` returns the top-k normalised scores and indices, ``evaluate`` R@K.
+  the augmented targets; ``search`` returns the top-k normalised scores and indices; ``hubnorm.evaluate(retriever,
+  task)`` gives R@K from those lists.
 
 One module per concept: ``ivf`` (:class:`BankIndex`), ``projected`` (:class:`ProjectedBankIndex`,
 :func:`query_aware_projection`), ``engine`` (:class:`IndexEngine`), ``nnn`` (:class:`FaissNNN`), ``serving``

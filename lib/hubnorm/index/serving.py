@@ -61,16 +61,3 @@ class IndexedRetriever:
             self.tuning = self.index.tune_nprobe(q, k, recall_target=self.recall_target,
                                                  sample_size=self.sample_size, seed=self.seed)
         return self.index.search(q, k)
-
-    def evaluate(self, task, ks: Sequence[int] = (1, 5, 10)) -> Dict[str, float]:
-        """R@K of ``task`` from the index's top-``max(ks)`` (a positive outside it counts as a miss)."""
-        kmax = int(max(ks))
-        _, idx = self.search(task.queries, kmax)
-        pos = task.positives
-        hit_rank = np.full(pos.n_queries, kmax, dtype=np.int64)
-        q_of = pos.query_of_entry
-        # the first position in the returned list that holds one of the query's positives
-        match = idx[q_of] == pos.indices[:, None]
-        first = np.where(match.any(axis=1), match.argmax(axis=1), kmax)
-        np.minimum.at(hit_rank, q_of, first)
-        return {f"R@{k}": float(100.0 * np.mean(hit_rank < k)) for k in ks}
