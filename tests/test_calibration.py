@@ -566,3 +566,131 @@ def test_a_section_is_replaced_between_its_markers_or_inserted_before_the_named_
         == "# R\n\n<!-- a -->\nnew\n<!-- b -->\n\n## Presets\n"
     assert cs.replace_section("# R\n\n## Presets\n", ["<!-- a -->", "x", "<!-- b -->"], "<!-- a -->", "<!-- b -->",
                               "## Presets") == "# R\n\n<!-- a -->\nx\n<!-- b -->\n\n## Presets\n"
+
+
+# ------------------------------------------------------------------------------------------------ query-aware gains
+def _oracle_query_aware(images, captions, c2i, tau_is=0.02, tau_sn=0.01, n_iter=10):
+    """The query-aware protocol written out in dense float64 numpy (DBSN Eq. (9), Alg. A1; IS as in
+    :func:`_oracle_gains`): the bank is the test queries; SN's column potential after ``n_iter`` log-domain
+    Sinkhorn-Knopp iterations from g = 0 is the offset."""
+    from scipy.special import logsumexp
+
+    img = images / np.linalg.norm(images, axis=1, keepdims=True)
+    cap = captions / np.linalg.norm(captions, axis=1, keepdims=True)
+    out = {}
+    for d in ("t2i", "i2t"):
+        if d == "t2i":
+            s = cap @ img.T
+            right = lambda sc: np.mean(sc.argmax(1) == c2i)
+        else:
+            s = img @ cap.T
+            right = lambda sc: np.mean(c2i[sc.argmax(1)] == np.arange(len(img)))
+        m, n = s.shape
+        g = np.zeros(n)
+        for _ in range(n_iter):
+            f = tau_sn * np.log(1 / m) - tau_sn * logsumexp((s + g) / tau_sn, axis=1)
+            g = tau_sn * np.log(1 / n) - tau_sn * logsumexp((s + f[:, None]) / tau_sn, axis=0)
+        raw = 100 * right(s)
+        out.update({f"R1_{d}": raw, f"qa_gain_is_{d}": 100 * right(s - tau_is * logsumexp(s / tau_is, axis=0)) - raw,
+                    f"qa_gain_sn_{d}": 100 * right(s + g) - raw})
+    return out
+
+
+@pytest.mark.parametrize("captions_per_image", [1, 3])
+def test_query_aware_gains_equal_an_independent_dense_oracle(captions_per_image):
+    """IS and SN fitted on the test queries themselves, through hubnorm's normalizers, equal the dense float64
+    formulas on a set with hubs (a shared direction of varying weight), one or several captions per image."""
+    rng = np.random.default_rng(11)
+    n, d = 50, 24
+    hub = rng.standard_normal(d)
+    img = rng.standard_normal((n, d)) + rng.gamma(1.0, 1.5, (n, 1)) * hub
+    c2i = np.repeat(np.arange(n), captions_per_image)
+    cap = img[c2i] + 1.6 * rng.standard_normal((n * captions_per_image, d))
+    got, want = cal.query_aware_gains(img, cap, c2i), _oracle_query_aware(img, cap, c2i)
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k] == pytest.approx(want[k], abs=1e-9), k
+    assert any(abs(v) > 0 for k, v in got.items() if k.startswith("qa_"))   # the corrections do change rankings
+
+
+def test_query_aware_gains_refuse_what_does_not_index_the_images():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="at least 2 images"):
+        cal.query_aware_gains(rng.standard_normal((1, 4)), rng.standard_normal((1, 4)), np.arange(1))
+    with pytest.raises(ValueError, match="indexing all of them"):
+        cal.query_aware_gains(rng.standard_normal((5, 4)), rng.standard_normal((5, 4)), np.array([0, 1, 2, 3, 3]))
+    with pytest.raises(ValueError, match="one entry per caption"):
+        cal.query_aware_gains(rng.standard_normal((3, 4)), rng.standard_normal((4, 4)), np.arange(3))
+
+
+QA_CSV = REPO / "data" / "calibration_synthetic_query_aware.csv"
+
+
+@pytest.fixture(scope="module")
+def query_aware():
+    if not QA_CSV.exists():
+        pytest.fail(f"{QA_CSV} is missing: run scripts/calibrate_synthetic.py --query-aware-only")
+    return pd.read_csv(QA_CSV)
+
+
+def test_query_aware_section_is_its_csv_with_the_band_rule(query_aware):
+    """Every row follows the band (1.5 points or two seed sds; R@1: the main tables' 5 points), the count line and
+    every cell of the report's section are the csv's, bold exactly outside the band, R@1 shown only beside the set
+    a preset imitates."""
+    tab = query_aware
+    for _, r in tab.iterrows():
+        tol = cal.QA_TOLERANCE if r["statistic"].startswith("qa_") else cal.STATISTICS["R1_t2i"][1]
+        assert r["band"] == pytest.approx(max(tol, 2 * r["synthetic sd"]))
+        assert bool(r["within"]) == (abs(r["synthetic mean"] - r["real"]) <= r["band"])
+    gains = tab[tab["statistic"].str.startswith("qa_")]
+    assert set(gains["statistic"]) == {f"qa_gain_{m}_{d}" for m in ("is", "sn") for d in ("t2i", "i2t")}
+    lent = tab[(tab["preset"] == "flickr30k") & (tab["reference"] == "coco-val2017-500-clip-vitb16")]
+    assert len(lent) == 4 and not lent["statistic"].str.startswith("R1_").any()
+    text = (REPO / "data" / "calibration_synthetic.md").read_text()
+    section = text[text.index("<!-- query-aware:start -->"):text.index("<!-- query-aware:end -->")]
+    assert (f"- {int(gains['within'].sum())} of {len(gains)} query-aware gains within the band; the synthetic gain "
+            f"is larger than the real one in {int((gains['synthetic mean'] > gains['real']).sum())} of {len(gains)}."
+            in section)
+    table = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    groups = list(tab.groupby(["preset", "reference"], sort=False))
+    assert len(table) == len(groups) == 5
+    stats = ["R1_t2i", "qa_gain_is_t2i", "qa_gain_sn_t2i", "R1_i2t", "qa_gain_is_i2t", "qa_gain_sn_i2t"]
+    for ln, ((preset, name), part) in zip(table, groups):
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[:2] == [f"`{preset}`", name]
+        for cell, stat in zip(cells[3:], stats):
+            rows = part[part["statistic"] == stat]
+            if rows.empty:
+                assert cell == "-"
+                continue
+            r = rows.iloc[0]
+            fmt = "+.2f" if stat.startswith("qa_") else ".1f"
+            want = f"{r['real']:{fmt}} / {r['synthetic mean']:{fmt}} ({r['synthetic sd']:.2f})"
+            assert cell == (want if r["within"] else f"**{want}**"), (preset, name, stat)
+
+
+def test_query_aware_synthetic_side_is_recomputed(query_aware):
+    """The coco preset at COCO-500's size, recomputed (5 seeds), and the audio preset's generator is its base
+    geometry with its refitted parameters."""
+    from hubnorm.media import MEDIA_PRESETS
+    from hubnorm.synthetic import PRESETS, generate_split
+
+    cs = _calibrate_script()
+    assert cs._qa_config("audiocaps", 1) == PRESETS["audiocaps-clap"].replace(
+        captions_per_image=1, **MEDIA_PRESETS["audiocaps"].overrides)
+    rows = query_aware[(query_aware["preset"] == "coco")].set_index("statistic")
+    per = pd.DataFrame([cal.query_aware_gains(*(lambda s: (s.images, s.captions, s.caption_to_image))(
+        generate_split(PRESETS["coco"].replace(captions_per_image=1), "test", 500, seed=seed))) for seed in range(5)])
+    for stat in per:
+        assert rows.loc[stat, "synthetic mean"] == pytest.approx(per[stat].mean(), abs=1e-9), stat
+        assert rows.loc[stat, "synthetic sd"] == pytest.approx(per[stat].std(ddof=1), abs=1e-9), stat
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", sorted(cal.REAL_STATISTICS))
+def test_query_aware_real_side_is_what_the_real_embeddings_give(query_aware, name, tmp_path):
+    got = cal.query_aware_gains(*_real(name, tmp_path))
+    rows = query_aware[query_aware["reference"] == name]
+    assert len(rows)
+    for _, row in rows.iterrows():
+        assert row["real"] == pytest.approx(got[row["statistic"]], abs=1e-9), row["statistic"]

@@ -247,6 +247,44 @@ def headroom_statistics(images, captions, caption_to_image, *, splits: Iterable[
     return {k: v / len(splits) for k, v in sums.items()}
 
 
+#: The query-aware corrections of the papers' tables (DBSN Tables 1-3: the bank is the test queries themselves), with
+#: the parameters of the paper-size comparison (:data:`PAPER_GAINS`).
+QUERY_AWARE = (("is", {"tau": 0.02}), ("sn", {"tau": 0.01}))
+#: The band of a query-aware gain beside its real value, in points: the headroom statistics' tolerance (set before
+#: their fit), never fitted to these.
+QA_TOLERANCE = 1.5
+
+
+def query_aware_gains(images, captions, caption_to_image, *, directions: Iterable[str] = ("t2i", "i2t")
+                      ) -> Dict[str, float]:
+    """The R@1 gain (points) of every query-aware correction of :data:`QUERY_AWARE` over the raw scores on a whole
+    paired set: the test queries are every caption (t2i) or every image (i2t) and they are also the bank
+    (transductive, as the papers' query-aware rows). No split, so a real set gives one number; rows L2-normalised in
+    float64 as in :func:`headroom_statistics`. Never part of a fit: read beside the presets at the same size, and
+    beside the published gains, which are measured with the same kind of bank at the papers' sizes. Returns
+    ``qa_gain_<method>_<direction>`` and ``R1_<direction>`` (the raw R@1)."""
+    from hubnorm.evaluation import evaluate
+    from hubnorm.registry import make_normalizer
+    from hubnorm.retrieval import build_tasks
+
+    img = np.asarray(images, np.float64)
+    img = img / np.linalg.norm(img, axis=1, keepdims=True)
+    cap = np.asarray(captions, np.float64)
+    cap = cap / np.linalg.norm(cap, axis=1, keepdims=True)
+    c2i = np.asarray(caption_to_image, np.int64)
+    if len(img) < 2 or c2i.size != len(cap) or int(c2i.max()) + 1 != len(img):
+        raise ValueError(f"query_aware_gains needs at least 2 images and caption_to_image (one entry per caption) "
+                         f"indexing all of them; got {len(img)} images, {len(cap)} captions, {c2i.size} entries")
+    out: Dict[str, float] = {}
+    for d, task in build_tasks(img, cap, c2i, directions=tuple(directions)).items():
+        raw = evaluate(None, task, ks=(1,))["R@1"]
+        out[f"R1_{d}"] = raw
+        for name, params in QUERY_AWARE:
+            fitted = task.fit(make_normalizer(name, **params), query_aware=True)
+            out[f"qa_gain_{name}_{d}"] = evaluate(fitted, task, ks=(1,))["R@1"] - raw
+    return out
+
+
 def headroom_by_size(images, captions, caption_to_image, sizes: Iterable[int], *,
                      splits: Iterable[int] = range(HEADROOM_SPLITS["real"])) -> pd.DataFrame:
     """The headroom of one paired set at smaller sizes: :func:`headroom_statistics` with ``n_images`` = each of
