@@ -109,8 +109,8 @@ class Fingerprint:
     signatures: np.ndarray     # (rows, bits / 8) uint8
     kind: str = "embeddings"   # or "scores" (rows of a score matrix, each centred)
     bits: int = BITS
-    #: score rows only: a weak reference to the test matrix whose gallery they are over (LocalEngine.gallery); in process
-    #: only, not saved with a certificate
+    #: score rows only: a weak reference to the test matrix whose gallery they are over (LocalEngine.gallery); in
+    #: process only, not saved with a certificate
     over: Optional[object] = field(default=None, compare=False, repr=False)
 
     def summary(self) -> Dict[str, object]:

@@ -283,8 +283,9 @@ class Normalizer:
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(targets, query_bank, ...) first")
 
     def fitted_from_scores(self) -> bool:
-        """Whether the last fit read score matrices (:meth:`hubnorm.RetrievalTask.fit` of a task of score matrices), not embeddings:
-        ``score`` / ``topk`` then take raw test scores (queries x targets) instead of query embeddings."""
+        """Whether the last fit read score matrices (:meth:`hubnorm.RetrievalTask.fit` of a task of score matrices),
+        not embeddings: ``score`` / ``topk`` then take raw test scores (queries x targets) instead of query
+        embeddings."""
         return hasattr(self, "score_engine_") and not hasattr(self, "targets_")
 
     def _test_scores(self, scores) -> torch.Tensor:
@@ -329,8 +330,8 @@ class Normalizer:
 
     def iter_scores(self, queries: ArrayLike, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """Yield ``(start_row, scores)`` blocks of the normalised ``m x n`` score matrix. ``queries``: the query
-        embeddings, or for a normalizer fitted from score matrices (:meth:`hubnorm.RetrievalTask.fit` of a task of score matrices) the raw
-        test scores (``m x n``), normalised as :meth:`hubnorm.RetrievalTask.blocks` does."""
+        embeddings, or for a normalizer fitted from score matrices (:meth:`hubnorm.RetrievalTask.fit` of a task of
+        score matrices) the raw test scores (``m x n``), normalised as :meth:`hubnorm.RetrievalTask.blocks` does."""
         if self.fitted_from_scores():
             s = self._test_scores(queries)
             size = check_chunk_size(chunk_size) or getattr(self, "chunk_size", None) or \
@@ -374,7 +375,8 @@ class Normalizer:
     @property
     def offsets(self) -> np.ndarray:
         """Per-target additive offsets ``h`` (score = ``S + h``) as a float numpy array (also of a normalizer fitted
-        from score matrices, :meth:`hubnorm.RetrievalTask.fit` of a task of score matrices, which holds no target embeddings)."""
+        from score matrices, :meth:`hubnorm.RetrievalTask.fit` of a task of score matrices, which holds no target
+        embeddings)."""
         if not hasattr(self, "offsets_"):
             self._check_fitted()
         if not self.is_offset:
@@ -411,8 +413,8 @@ def fit_on_engine(norms: List[Normalizer], engine, *, targets: Optional[torch.Te
        (a fit from score matrices: it scores raw test scores).
 
     Every path ends here: :meth:`Normalizer.fit` (in memory), ``hubnorm.distributed.fit_offsets`` (Dask),
-    :meth:`hubnorm.RetrievalTask.fit` of a task of score matrices (stored score matrices), the sweeps of :mod:`hubnorm.sweeps` and
-    :mod:`hubnorm.label_free`. Nothing is set on any normalizer unless every point succeeds. Returns ``norms``."""
+    :meth:`hubnorm.RetrievalTask.fit` (embeddings or stored score matrices), the sweeps of :mod:`hubnorm.sweeps`
+    and :mod:`hubnorm.label_free`. Nothing is set on any normalizer unless every point succeeds. Returns ``norms``."""
     norms = list(norms)
     if not norms:
         raise ValueError("fit_on_engine needs at least one normalizer")
