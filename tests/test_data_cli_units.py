@@ -80,7 +80,7 @@ def test_parser_defaults():
     assert a.family == "blip" and not hasattr(a, "batch_size") and not hasattr(a, "force")
     a = p.parse_args(["encode-texts", "cache:x:y:z"])
     assert (a.device, a.batch_size, a.text_model, a.split) == ("cpu", 64, None, None)
-    a = p.parse_args(["rehearse", "--profile", "paper-coco"])
+    a = p.parse_args(["rehearse", "--dataset", "coco"])
     assert (a.seed, a.scale, a.split, a.force, a.cache_dir) == (0, 1.0, None, False, None)
     a = p.parse_args(["import-qbnorm", "--sims-test", "a", "--sims-train-test", "b", "--out", "o"])
     assert (a.modalities, a.allow_pickle, a.overwrite, a.query_masks, a.dataset, a.model) == \
@@ -102,8 +102,8 @@ def test_parser_defaults():
     (["encode", "coco", "--model", "M", "--pretrained", "P", "--family", "sentence"], "invalid choice: 'sentence'"),
     (["encode", "coco", "--pretrained", "P"], "the following arguments are required: --model"),
     (["verify", "coco", "--model", "M"], "the following arguments are required: --pretrained"),
-    (["rehearse"], "the following arguments are required: --profile"),
-    (["rehearse", "--profile", "paper-nope"], "argument --profile: invalid choice: 'paper-nope'"),
+    (["rehearse"], "the following arguments are required: --dataset"),
+    (["rehearse", "--dataset", "paper-coco"], "argument --dataset: invalid choice: 'paper-coco'"),
     (["import-qbnorm", "--sims-test", "a", "--out", "o"], "required: --sims-train-test"),
     (["list", "--split", "test"], "unrecognized arguments: --split test"),
 ])
@@ -136,7 +136,7 @@ def test_help_texts_state_the_defaults_the_parser_uses():
     assert acts["fetch"]["what"].choices == ("annotations", "images", "all")
     assert acts["encode"]["precision"].choices == ("fp32", "fp16", "bf16", "amp", "amp_bf16")
     assert acts["encode"]["family"].choices == ("open_clip", "blip") == acts["verify"]["family"].choices
-    assert tuple(acts["rehearse"]["profile"].choices) == tuple(rehearse_mod.rehearsal_profiles())
+    assert tuple(acts["rehearse"]["dataset"].choices) == tuple(rehearse_mod.rehearsal_sizes())
 
 
 def test_every_option_has_help_and_every_command_a_description(capsys):
@@ -148,7 +148,7 @@ def test_every_option_has_help_and_every_command_a_description(capsys):
         assert p.prog == f"python -m hubnorm.data {name}"
         assert p.description, name
         for a in p._actions:
-            assert a.help or (name, a.dest) == ("rehearse", "profile"), (name, a.dest)   # choices say it all
+            assert a.help or (name, a.dest) == ("rehearse", "dataset"), (name, a.dest)   # choices say it all
         with pytest.raises(SystemExit):
             p.parse_args(["-h"])
         out = capsys.readouterr().out
@@ -406,14 +406,14 @@ def test_encode_defaults(monkeypatch, capsys):
 def test_rehearse_passes_the_options_and_labels_the_output(monkeypatch, capsys):
     rec = Recorder({"cache_dir": "/r", "spec": "cache:coco:synthetic-rehearsal:seed3"})
     monkeypatch.setattr(rehearse_mod, "rehearse", rec)
-    assert cli.main(["rehearse", "--profile", "paper-coco", "--cache-dir", "/r", "--seed", "3", "--scale", "0.5",
+    assert cli.main(["rehearse", "--dataset", "coco", "--cache-dir", "/r", "--seed", "3", "--scale", "0.5",
                      "--split", "test", "--force"]) == 0
-    assert rec.calls == [(("paper-coco",), {"cache_dir": "/r", "seed": 3, "scale": 0.5, "splits": ["test"],
+    assert rec.calls == [(("coco",), {"cache_dir": "/r", "seed": 3, "scale": 0.5, "splits": ["test"],
                                             "force": True})]
     assert capsys.readouterr().out == ("\nSYNTHETIC rehearsal cache (not real embeddings): /r\n"
                                        "source: cache:coco:synthetic-rehearsal:seed3   (with cache_dir='/r')\n")
-    assert cli.main(["rehearse", "--profile", "paper-coco"]) == 0
-    assert rec.calls[1] == (("paper-coco",), {"cache_dir": None, "seed": 0, "scale": 1.0,
+    assert cli.main(["rehearse", "--dataset", "coco"]) == 0
+    assert rec.calls[1] == (("coco",), {"cache_dir": None, "seed": 0, "scale": 1.0,
                                               "splits": ["train", "val", "test"], "force": False})
     assert capsys.readouterr().out.endswith("\nsource: cache:coco:synthetic-rehearsal:seed3\n")
 
@@ -641,7 +641,7 @@ def test_main_dispatches_by_command(monkeypatch):
         monkeypatch.setattr(cli, name, lambda args, name=name: seen.append(name) or 7)
     argvs = [["list"], ["fetch", "coco"], ["fetch-real"], ["encode", "coco", "--model", "M", "--pretrained", "P"],
              ["verify", "coco", "--model", "M", "--pretrained", "P"], ["encode-texts", "cache:a:b:c"],
-             ["rehearse", "--profile", "paper-coco"], ["import-qbnorm", "--sims-test", "a", "--sims-train-test", "b",
+             ["rehearse", "--dataset", "coco"], ["import-qbnorm", "--sims-test", "a", "--sims-train-test", "b",
                                                        "--out", "o"]]
     assert [cli.main(a) for a in argvs] == [7] * 8
     assert seen == ["_cmd_list", "_cmd_fetch", "_cmd_fetch_real", "_cmd_encode", "_cmd_verify", "_cmd_encode_texts",

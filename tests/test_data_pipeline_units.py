@@ -155,8 +155,8 @@ def no_warnings():
 
 
 # --------------------------------------------------------------------------------------------- command texts
-def test_rehearse_hint_names_the_paper_profile():
-    assert pl.rehearse_hint("flickr30k") == "python -m hubnorm.data rehearse --profile paper-flickr30k"
+def test_rehearse_hint_names_the_dataset():
+    assert pl.rehearse_hint("flickr30k") == "python -m hubnorm.data rehearse --dataset flickr30k"
 
 
 def test_encode_command_normalises_pretrained_and_adds_family_only_when_not_inferred():
@@ -629,7 +629,7 @@ def test_only_version_diff(tree):
 
 def test_rehearsal_caches_load_as_synthetic_and_name_the_rehearse_command(tmp_path):
     from hubnorm.data.rehearse import rehearse
-    res = rehearse("paper-coco", cache_dir=tmp_path, scale=0.001, splits=["test"])
+    res = rehearse("coco", cache_dir=tmp_path, scale=0.001, splits=["test"])
     spec = res["spec"][len("cache:"):]
     ds = pl.load_cached_embeddings(spec, cache_dir=tmp_path, splits=("test",))
     assert ds.name == "synthetic-rehearsal-coco" and ds.source == "synthetic"
@@ -639,17 +639,17 @@ def test_rehearsal_caches_load_as_synthetic_and_name_the_rehearse_command(tmp_pa
         pl.load_cached_embeddings(spec, cache_dir=tmp_path, splits=("val",))
     assert str(err.value) == (f"no rehearsal embeddings for coco split(s) ['val'] under "
                               f"{tmp_path / 'coco' / pl.REHEARSAL_MODEL / spec.rsplit(':', 1)[1]}.\n"
-                              "To create them run:\n    python -m hubnorm.data rehearse --profile paper-coco")
+                              "To create them run:\n    python -m hubnorm.data rehearse --dataset coco")
     folder = next(tmp_path.glob("coco/*/*/test"))
     _edit_manifest(folder, lambda m: m["key"].update(model="x"))
     with pytest.raises(cache_mod.CacheError) as err:
         pl.load_cached_embeddings(spec, cache_dir=tmp_path, splits=("test",))
-    assert str(err.value).endswith("\nRe-create it with:\n    python -m hubnorm.data rehearse --profile paper-coco")
+    assert str(err.value).endswith("\nRe-create it with:\n    python -m hubnorm.data rehearse --dataset coco")
 
 
 def test_rehearsal_caches_default_to_the_rehearsal_folder(tmp_path, monkeypatch):
     from hubnorm.data.rehearse import rehearse
-    res = rehearse("paper-coco", cache_dir=tmp_path / "rehearsal", scale=0.001, splits=["test"])
+    res = rehearse("coco", cache_dir=tmp_path / "rehearsal", scale=0.001, splits=["test"])
     monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path))
     ds = pl.load_cached_embeddings(res["spec"][len("cache:"):], splits="test")
     assert ds.source == "synthetic" and ds.meta["cache_dir"].startswith(str(tmp_path / "rehearsal"))

@@ -236,7 +236,7 @@ def test_cli_full_or_read_only_disk_is_an_error_line(monkeypatch, capsys, tmp_pa
         raise OSError(code, os.strerror(code), str(tmp_path / ".images.npy.partial"))
 
     monkeypatch.setattr(rehearse, "rehearse", full)
-    rc = cli.main(["rehearse", "--profile", "paper-coco", "--cache-dir", str(tmp_path)])
+    rc = cli.main(["rehearse", "--dataset", "coco", "--cache-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and words in err and ".images.npy.partial" in err and "Traceback" not in err
 

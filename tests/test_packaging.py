@@ -298,8 +298,8 @@ SMOKE = textwrap.dedent("""
     pub = load_published("nnn-chowdhury2024", "A6")                             # package data
     assert len(pub) > 0 and {{"paper", "table", "value"}} <= set(pub.columns)
     assert load_cost_model().pair_s > 0                                          # package data (rerank cost)
-    from hubnorm.data.rehearse import rehearsal_profiles
-    assert set(rehearsal_profiles()) == {{"paper-flickr30k", "paper-coco"}}        # package data (rehearsal sizes)
+    from hubnorm.data.rehearse import rehearsal_sizes
+    assert set(rehearsal_sizes()) == {{"flickr30k", "coco"}}        # package data (rehearsal sizes)
     import importlib.util
     assert importlib.util.find_spec("hubnorm_tools") is None                      # the checkout's tooling: not shipped
     ds = make_dataset("flickr30k", n_test_images=100, n_train_images=300, dim=128, seed=0)

@@ -60,9 +60,9 @@ def test_the_file_holds_every_profile_of_the_help_and_nothing_else():
 
 def test_rehearsal_sizes_come_from_the_librarys_file():
     raw = _raw()["rehearsal"]
-    assert rh.PROFILES == {k: {"dataset": v["dataset"], "preset": v["preset"],
+    assert rh.SIZES == {k: {"dataset": k, "preset": v["preset"],
                                "splits": {s: tuple(n) for s, n in v["splits"].items()}} for k, v in raw.items()}
-    assert rh.scaled_sizes("paper-coco")["train"] == tuple(raw["paper-coco"]["splits"]["train"])
+    assert rh.scaled_sizes("coco")["train"] == tuple(raw["coco"]["splits"]["train"])
     src = (REPO / "lib" / "hubnorm" / "data" / "rehearse.py").read_text()
     assert "113287" not in src and "29000" not in src, "the sizes live in rehearsal.yaml only"
     run_all = (REPO / "run_all.sh").read_text()
@@ -110,9 +110,9 @@ def _mutate(path, value):
     (("needs", "latents"), "", r"needs\.latents must be the line printed"),
     (("preparations", "caption-embeddings", "command"), "encode", r"preparations\.caption-embeddings\.command"),
     (("own_source", "offers", "ftp"), [], r"own_source\.offers\.ftp must be a source kind"),
-    (("rehearsal", "paper-coco", "splits", "test"), [5000, 100], r"rehearsal\.paper-coco\.splits\.test has 100 captions"),
-    (("rehearsal", "paper-coco", "preset"), "cocoa", r"rehearsal\.paper-coco\.preset must be a preset"),
-    (("rehearsal", "paper-coco", "splits", "val"), [0, 0], r"rehearsal\.paper-coco\.splits\.val\[0\] \(images\)"),
+    (("rehearsal", "coco", "splits", "test"), [5000, 100], r"rehearsal\.coco\.splits\.test has 100 captions"),
+    (("rehearsal", "coco", "preset"), "cocoa", r"rehearsal\.coco\.preset must be a preset"),
+    (("rehearsal", "coco", "splits", "val"), [0, 0], r"rehearsal\.coco\.splits\.val\[0\] \(images\)"),
 ])
 def test_a_bad_profiles_file_is_an_error_naming_the_key(path, value, match):
     with pytest.raises(ValueError, match=match):

@@ -42,7 +42,7 @@ def _doc() -> dict:
         "profiles": {
             "default": {"results": "", "parameters": {"n": 3, "grid": ["{rehearsal_tag}"]},
                         "offers": ["embeddings", "latents"], "prepares": []},
-            "rehearse-x": {"results": "rehearse-x", "rehearse": ["paper-x"],
+            "rehearse-x": {"results": "rehearse-x", "rehearse": ["dsx"],
                            "parameters": {"source": "cache:flickr30k:synthetic-rehearsal:{rehearsal_tag}", "k": 1},
                            "offers": ["embeddings"], "prepares": ["caption-embeddings", "other"]}},
         "own_source": {"offers": {"sims": ["latents"], "local": []}},
@@ -50,7 +50,7 @@ def _doc() -> dict:
                       "06": {"needs": ["embeddings", "latents"]},
                       "07": {"uses": ["caption-embeddings"]},
                       "08": {}},
-        "rehearsal": {"paper-x": {"dataset": "flickr30k", "preset": "flickr30k", "splits": {"test": [10, 55]}}},
+        "rehearsal": {"dsx": {"preset": "flickr30k", "splits": {"test": [10, 55]}}},
     })
 
 
@@ -81,14 +81,14 @@ def test_a_valid_document_becomes_the_checked_profiles():
         "default": Profile("default", "", {"n": 3, "grid": ["{rehearsal_tag}"]}, ("embeddings", "latents"), (), ()),
         "rehearse-x": Profile("rehearse-x", "rehearse-x",
                               {"source": "cache:flickr30k:synthetic-rehearsal:{rehearsal_tag}", "k": 1},
-                              ("embeddings",), ("caption-embeddings", "other"), ("paper-x",))}
+                              ("embeddings",), ("caption-embeddings", "other"), ("dsx",))}
     assert all(type(v) is tuple for prof in p.profiles.values() for v in (prof.offers, prof.prepares, prof.rehearse))
     assert p.own_source_offers == {"sims": ("latents",), "local": ()}
     assert p.default_notebook == NotebookNeeds(("embeddings",), ("other",))
     assert p.notebooks == {"06": NotebookNeeds(("embeddings", "latents"), ("other",)),   # uses: the default's
                            "07": NotebookNeeds(("embeddings",), ("caption-embeddings",)),   # needs: the default's
                            "08": NotebookNeeds(("embeddings",), ("other",))}
-    assert p.rehearsal == {"paper-x": {"dataset": "flickr30k", "preset": "flickr30k", "splits": {"test": (10, 55)}}}
+    assert p.rehearsal == {"dsx": {"dataset": "dsx", "preset": "flickr30k", "splits": {"test": (10, 55)}}}
 
 
 def test_the_checked_profiles_are_copies_not_the_document():
@@ -147,12 +147,12 @@ def test_load_profiles_reads_the_package_file_and_a_given_file(tmp_path):
     yaml = pytest.importorskip("yaml")
     path = tmp_path / "profiles.yaml"
     doc = _doc()
-    del doc["rehearsal"]   # a file holds no rehearsal sizes: a profile rehearses the library's paper profiles
-    doc["profiles"]["rehearse-x"]["rehearse"] = ["paper-coco"]
+    del doc["rehearsal"]   # a file holds no rehearsal sizes: a profile rehearses the library's datasets
+    doc["profiles"]["rehearse-x"]["rehearse"] = ["coco"]
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     q = load_profiles(path)
     assert q.path == str(path) and q == check_profiles(doc, str(path))
-    assert set(q.rehearsal) == {"paper-flickr30k", "paper-coco"}
+    assert set(q.rehearsal) == {"flickr30k", "coco"}
     assert load_profiles(str(path)).path == str(path)
 
 
@@ -234,8 +234,8 @@ def test_a_preparation_command_must_be_an_argv(command):
 # ------------------------------------------------------------------------------------------------ profiles
 def test_rehearsal_section_is_checked_by_the_rehearsal_module():
     doc = _doc()
-    doc["rehearsal"]["paper-x"]["splits"]["test"] = [10, 49]
-    _fails(doc, "rehearsal sizes: rehearsal.paper-x.splits.test has 49 captions for 10 images; the generator makes "
+    doc["rehearsal"]["dsx"]["splits"]["test"] = [10, 49]
+    _fails(doc, "rehearsal sizes: rehearsal.dsx.splits.test has 49 captions for 10 images; the generator makes "
                 "between 5 and 6 captions per image")
 
 
@@ -320,8 +320,8 @@ def test_offers_prepares_and_rehearse_are_lists_of_known_names():
     _fails(doc, "profiles file: profiles.rehearse-x.prepares[0] must be one of ['caption-embeddings', 'other']; "
                 "got 'nope'")
     doc = _doc()
-    doc["profiles"]["rehearse-x"]["rehearse"] = ["paper-x", "paper-y"]
-    _fails(doc, "profiles file: profiles.rehearse-x.rehearse[1] must be one of ['paper-x']; got 'paper-y'")
+    doc["profiles"]["rehearse-x"]["rehearse"] = ["dsx", "paper-x"]   # a run profile's name is not a dataset
+    _fails(doc, "profiles file: profiles.rehearse-x.rehearse[1] must be one of ['dsx']; got 'paper-x'")
 
 
 def test_rehearsal_tag_needs_a_rehearsal():
@@ -345,7 +345,7 @@ def test_default_profile_writes_to_the_root_and_rehearses_nothing():
     _fails(doc, "profiles file: profiles.default must write to the results root itself (results: '') and rehearse "
                 f"nothing; got {doc['profiles']['default']!r}")
     doc = _doc()
-    doc["profiles"]["default"]["rehearse"] = ["paper-x"]
+    doc["profiles"]["default"]["rehearse"] = ["dsx"]
     _fails(doc, "profiles file: profiles.default must write to the results root itself (results: '') and rehearse "
                 f"nothing; got {doc['profiles']['default']!r}")
 

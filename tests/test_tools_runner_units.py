@@ -363,14 +363,14 @@ def _profiles() -> Profiles:
         profiles={"default": Profile("default", "", {}, ("emb", "lat")),
                   "big": Profile("big", "big", {"source": "cache:x:{rehearsal_tag}", "n": 3,
                                                 "tags": ["{rehearsal_tag}"]}, ("emb",), ("prep0", "prep"),
-                                 ("rh1", "rh2")),
+                                 ("dsA", "dsB")),
                   "nosrc": Profile("nosrc", "ns", {}, ("emb",), ("prep",))},
         needs={"emb": "needs embeddings; {offered_by} can run", "lat": "needs latents ({offered_by})"},
         preparations={"prep0": Preparation("prep0", "unused", "never shown", ("never",)), "prep": prep},
         own_source_offers={"sims": ("lat",)},
         notebooks={"02": NotebookNeeds(("emb", "lat"), ()), "03": NotebookNeeds(("emb",), ("prep",)),
                    "04": NotebookNeeds(("emb",), ("prep",))},
-        rehearsal={"rh1": {"dataset": "dsA"}, "rh2": {"dataset": "dsB"}},
+        rehearsal={"dsA": {"dataset": "dsA"}, "dsB": {"dataset": "dsB"}},
         default_notebook=NotebookNeeds(("emb",), ()))
 
 
@@ -534,9 +534,9 @@ def test_run_a_profile_that_rehearses_prepares_and_skips(world, capsys, monkeypa
     assert err == ""
     params = {"source": "cache:x:seed0-scale0.5", "n": 3, "tags": ["seed0-scale0.5"]}
     assert out.splitlines() == [
-        "run_all.sh: rehearsal cache for dsA (written once; 'python -m hubnorm.data rehearse --profile rh1 --force' "
+        "run_all.sh: rehearsal cache for dsA (written once; 'python -m hubnorm.data rehearse --dataset dsA --force' "
         "rewrites it)",
-        "run_all.sh: rehearsal cache for dsB (written once; 'python -m hubnorm.data rehearse --profile rh2 --force' "
+        "run_all.sh: rehearsal cache for dsB (written once; 'python -m hubnorm.data rehearse --dataset dsB --force' "
         "rewrites it)",
         "run_all.sh: making the things of cache:x:seed0-scale0.5 for 03_gamma",
         "run_all.sh: caption vectors ready in 12s (not part of the notebook times)",
@@ -546,8 +546,8 @@ def test_run_a_profile_that_rehearses_prepares_and_skips(world, capsys, monkeypa
         "run_all.sh: total 15s", f"run_all.sh: summary of the claims and gains: {R}/SUMMARY.md",
         f"run_all.sh: all notebooks ok (1 skipped); figures in {R}/figures, tables in {R}/tables"]
     assert world.calls == [
-        (["/py", "-m", "hubnorm.data", "rehearse", "--profile", "rh1", "--scale", "0.5"], {"cwd": world.root}),
-        (["/py", "-m", "hubnorm.data", "rehearse", "--profile", "rh2", "--scale", "0.5"], {"cwd": world.root}),
+        (["/py", "-m", "hubnorm.data", "rehearse", "--dataset", "dsA", "--scale", "0.5"], {"cwd": world.root}),
+        (["/py", "-m", "hubnorm.data", "rehearse", "--dataset", "dsB", "--scale", "0.5"], {"cwd": world.root}),
         (["/py", "-m", "enc", "cache:x:seed0-scale0.5", "--for", "03_gamma", "--n", "3"], {"cwd": world.root})]
     assert [nb.stem for nb, _, _ in world.ran] == ["01_alpha", "03_gamma", "04_delta"]
     assert all(p == params for _, p, _ in world.ran)
@@ -564,12 +564,12 @@ def test_run_without_a_scale_rehearses_at_full_size_and_a_failed_rehearsal_stops
     out, err = capsys.readouterr()
     assert err == "run_all.sh: rehearse failed\n"
     assert out.count("rehearsal cache for") == 1 and "dsB" not in out
-    assert world.calls == [(["/py", "-m", "hubnorm.data", "rehearse", "--profile", "rh1"], {"cwd": world.root})]
+    assert world.calls == [(["/py", "-m", "hubnorm.data", "rehearse", "--dataset", "dsA"], {"cwd": world.root})]
     assert world.ran == [] and world.manifests == []
     world.rc, world.calls = {}, []
     assert world.runner("--profile", "big", "--only", "01").run() == 0       # full size: tag seed0
     assert world.ran[0][1] == {"source": "cache:x:seed0", "n": 3, "tags": ["seed0"]}
-    assert [c[0][-1] for c in world.calls] == ["rh1", "rh2"]                 # 03 not selected: nothing prepared
+    assert [c[0][-1] for c in world.calls] == ["dsA", "dsB"]                 # 03 not selected: nothing prepared
 
 
 def test_run_a_failed_preparation_is_reported_and_the_notebooks_still_run(world, capsys):

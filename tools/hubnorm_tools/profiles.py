@@ -6,7 +6,7 @@ The file has these sections:
   results root (``""``: the root itself), the notebooks' parameters (each notebook receives the ones it declares;
   ``{rehearsal_tag}`` in a string is the rehearsal cache's tag, ``seed0``), what the run's data offers (checked
   against each notebook's ``needs``), the preparations it runs before the notebooks, and the rehearsal caches it
-  writes first (paper profiles of the library's rehearsal sizes, :func:`hubnorm.data.rehearse.rehearsal_profiles`);
+  writes first (datasets of the library's rehearsal sizes, :func:`hubnorm.data.rehearse.rehearsal_sizes`);
 - ``own_source``: ``{offers: {kind: [...]}}``: what a ``--source`` run offers, by source kind, where it differs
   from the default profile;
 - ``needs``: ``{need: line}``: the line printed when a notebook is skipped for lack of it (``{offered_by}``: the
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from hubnorm.data.rehearse import read_mapping_file, rehearsal_profiles
+from hubnorm.data.rehearse import read_mapping_file, rehearsal_sizes
 
 #: The run-profiles file of run_all.sh.
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
@@ -121,8 +121,8 @@ def _keys(value, key: str, required, optional=()) -> dict:
 
 def check_profiles(data: Mapping, path: str = "", rehearsal: Optional[Mapping] = None) -> Profiles:
     """Check the parsed profiles file ``data``; returns :class:`Profiles`. Every error names its key.
-    ``rehearsal``: the paper profiles' split sizes a profile may rehearse (``{"rehearsal": {...}}``, checked by
-    :func:`hubnorm.data.rehearse.rehearsal_profiles`; None: the library's file)."""
+    ``rehearsal``: the datasets' split sizes a profile may rehearse (``{"rehearsal": {...}}``, checked by
+    :func:`hubnorm.data.rehearse.rehearsal_sizes`; None: the library's file)."""
     _keys(data, "(top level)", SECTIONS - {"paper_parameters"}, {"paper_parameters"})
     needs_sec = data["needs"]
     if not isinstance(needs_sec, dict) or not needs_sec:
@@ -146,7 +146,7 @@ def check_profiles(data: Mapping, path: str = "", rehearsal: Optional[Mapping] =
             raise _err(f"{key}.command", "must be a non-empty list of strings (an argv)", cmd)
         preps[name] = Preparation(name, prep["what"], prep["start"], tuple(cmd))
 
-    rehearsal = rehearsal_profiles(None if rehearsal is None else dict(rehearsal))
+    rehearsal = rehearsal_sizes(None if rehearsal is None else dict(rehearsal))
 
     if not isinstance(data["profiles"], dict) or "default" not in data["profiles"]:
         raise _err("profiles", "must be a mapping of profile names that includes 'default'",

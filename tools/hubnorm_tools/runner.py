@@ -324,12 +324,11 @@ class Runner:
                  f"--profile {profile_name}", err=True)
             return 2
         scale, tag = _rehearsal_tag()
-        for reh in profile.rehearse:   # the rehearsal caches, written once
-            ds = p.rehearsal[reh]["dataset"]
-            _say(f"run_all.sh: rehearsal cache for {ds} (written once; 'python -m hubnorm.data rehearse --profile "
-                 f"{reh} --force' rewrites it)")
+        for ds in profile.rehearse:   # the rehearsal caches of these datasets, written once
+            _say(f"run_all.sh: rehearsal cache for {ds} (written once; 'python -m hubnorm.data rehearse --dataset "
+                 f"{ds} --force' rewrites it)")
             extra = [] if scale == 1.0 else ["--scale", repr(scale)]
-            if subprocess.run([self.python, "-m", "hubnorm.data", "rehearse", "--profile", reh, *extra],
+            if subprocess.run([self.python, "-m", "hubnorm.data", "rehearse", "--dataset", ds, *extra],
                               cwd=self.root).returncode != 0:
                 _say("run_all.sh: rehearse failed", err=True)
                 return 1

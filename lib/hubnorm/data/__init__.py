@@ -7,7 +7,7 @@ Data flow::
     python -m hubnorm.data fetch coco --what images --split test # COCO val2014 images
     python -m hubnorm.data encode coco --model ViT-B-32-quickgelu --pretrained openai --split test
     >>> hubnorm.load_embeddings("cache:coco:ViT-B-32-quickgelu:openai", splits=("test",))
-    python -m hubnorm.data rehearse --profile paper-coco           # SYNTHETIC, exact split sizes
+    python -m hubnorm.data rehearse --dataset coco                 # SYNTHETIC, exact split sizes
     >>> hubnorm.load_embeddings("cache:coco:synthetic-rehearsal:seed0")
     python -m hubnorm.data fetch-real                               # real releases (pinned commit + sha256)
     >>> hubnorm.load_embeddings("real:coco500-clip-b16")
@@ -45,7 +45,7 @@ _EXPORTS = {
     **dict.fromkeys(["DATASETS", "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets"], "registry"),
     **dict.fromkeys(["Encoder", "OpenClipEncoder", "BlipItcEncoder", "SentenceEncoder", "get_encoder", "infer_family",
                      "ENCODER_FAMILIES"], "encoders"),
-    **dict.fromkeys(["rehearse", "PROFILES"], "rehearse"),
+    **dict.fromkeys(["rehearse", "SIZES"], "rehearse"),
     **dict.fromkeys(["RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
                      "release_arrays", "clip_index"], "real"),
 }
@@ -65,7 +65,7 @@ __all__ = [
     "RESOURCES", "SPLITS", "check_split", "dataset_info", "list_datasets", "Encoder", "OpenClipEncoder",
     "BlipItcEncoder", "SentenceEncoder",
     "get_encoder", "infer_family", "ENCODER_FAMILIES", "published_model_name", "PUBLISHED_MODELS", "rehearse",
-    "PROFILES", "RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
+    "SIZES", "RELEASES", "RealDataUnavailable", "fetch_real", "load_real", "real_galleries", "real_status",
     "clip_index",
     "release_arrays",
 ]

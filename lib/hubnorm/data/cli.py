@@ -20,7 +20,7 @@ examples:
   python -m hubnorm.data encode coco --model blip-itm-base-coco --pretrained hf --split test
   python -m hubnorm.data verify coco --model ViT-B-32-quickgelu --pretrained openai
   python -m hubnorm.data encode-texts cache:flickr30k:ViT-B-32-quickgelu:openai   # RSC sentence embeddings (07)
-  python -m hubnorm.data rehearse --profile paper-flickr30k     # SYNTHETIC data, real split sizes
+  python -m hubnorm.data rehearse --dataset flickr30k          # SYNTHETIC data, real split sizes
   python -m hubnorm.data import-qbnorm --sims-test test.pkl --sims-train-test train_test.pkl \
       --out sims/msrvtt --allow-pickle                           # QB-Norm pickles -> sims:sims/msrvtt (once)
 
@@ -123,13 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--precision", default="fp32", choices=_PRECISIONS,
                    help="sentence-encoder precision (default fp32; amp_bf16: about 0.6x the time on a CPU with native "
                    "bfloat16, cosines within 3e-5; notebook 07's text_precision must be the same to read the cache)")
-    r = sub.add_parser("rehearse", help="write SYNTHETIC embeddings with a paper profile's exact split sizes",
+    r = sub.add_parser("rehearse", help="write SYNTHETIC embeddings with a dataset's exact Karpathy split sizes",
                        description="Write synthetic embeddings (hubnorm.synthetic) with the exact Karpathy split "
-                       "sizes of a paper profile into a separate, labelled cache root, and print the cache: source "
-                       "to run the profile on. Use it to check a machine before downloading and encoding real data. "
+                       "sizes of a dataset into a separate, labelled cache root, and print the cache: source "
+                       "to run on. Use it to check a machine before downloading and encoding real data. "
                        "Everything written is labelled synthetic.")
-    from .rehearse import rehearsal_profiles   # the sizes: hubnorm/data/rehearsal.yaml
-    r.add_argument("--profile", required=True, choices=tuple(rehearsal_profiles()))
+    from .rehearse import rehearsal_sizes   # the sizes: hubnorm/data/rehearsal.yaml
+    r.add_argument("--dataset", required=True, choices=tuple(rehearsal_sizes()))
     r.add_argument("--cache-dir", help="rehearsal cache root (default: <cache root>/rehearsal)")
     r.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     r.add_argument("--scale", type=float, default=1.0, help="multiply every split size (tests; default 1)")
@@ -261,7 +261,7 @@ def _cmd_encode(args) -> int:
 
 def _cmd_rehearse(args) -> int:
     from .rehearse import rehearse
-    res = rehearse(args.profile, cache_dir=args.cache_dir, seed=args.seed, scale=args.scale,
+    res = rehearse(args.dataset, cache_dir=args.cache_dir, seed=args.seed, scale=args.scale,
                    splits=_splits(args.split, ("train", "val", "test")), force=args.force)
     print(f"\nSYNTHETIC rehearsal cache (not real embeddings): {res['cache_dir']}")
     print(f"source: {res['spec']}" + ("" if args.cache_dir is None else f"   (with cache_dir={res['cache_dir']!r})"))

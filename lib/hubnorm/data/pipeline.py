@@ -21,7 +21,7 @@ from .rehearse import REHEARSAL_MODEL, REHEARSAL_SOURCE, rehearsal_meta  # noqa:
 
 
 def rehearse_hint(dataset: str) -> str:
-    return f"python -m hubnorm.data rehearse --profile paper-{dataset}"
+    return f"python -m hubnorm.data rehearse --dataset {dataset}"
 
 
 #: key fields compared when reading the cache without the annotations at hand

@@ -1,8 +1,8 @@
-"""Rehearsal caches: SYNTHETIC embeddings with the exact Karpathy split sizes of a paper profile.
+"""Rehearsal caches: SYNTHETIC embeddings with the exact Karpathy split sizes of a dataset.
 
-``python -m hubnorm.data rehearse --profile paper-flickr30k`` writes synthetic embeddings (:mod:`hubnorm.synthetic`,
+``python -m hubnorm.data rehearse --dataset flickr30k`` writes synthetic embeddings (:mod:`hubnorm.synthetic`,
 the preset of the same dataset) with the image and caption counts of the real splits into a separate cache root
-(default ``<cache root>/rehearsal``), in the format of the real cache, so that the whole paper profile can be run
+(default ``<cache root>/rehearsal``), in the format of the real cache, so that a paper-size run can be rehearsed
 on it before any download: it measures the time and memory a real run needs on this machine and exercises the
 ``cache:`` loading path. Everything it writes says synthetic: the model is ``synthetic-rehearsal``, every manifest
 key has ``"source": "synthetic-rehearsal"``, and loading it (``cache:<dataset>:synthetic-rehearsal:seed<seed>``)
@@ -33,8 +33,8 @@ from .paths import PathLike, cache_root
 REHEARSAL_MODEL = "synthetic-rehearsal"
 REHEARSAL_SOURCE = "synthetic-rehearsal"
 
-#: The paper profiles' Karpathy split sizes (package data, section ``rehearsal``): what a rehearsal cache holds;
-#: ``run_all.sh``'s run profiles name these profiles (``tools/hubnorm_tools/profiles.yaml``).
+#: The datasets' Karpathy split sizes (package data, section ``rehearsal``, one entry per dataset): what a rehearsal
+#: cache holds.
 REHEARSAL_FILE = resources.files("hubnorm.data") / "rehearsal.yaml"
 
 
@@ -68,25 +68,25 @@ def _count(v, key: str) -> int:
     return int(v)
 
 
-def rehearsal_profiles(data: Optional[dict] = None) -> Dict[str, dict]:
-    """The ``rehearsal`` section of the rehearsal-sizes file (or of ``data``), checked: ``{profile: {"dataset",
-    "preset", "splits": {split: (images, captions)}}}`` with between 5 and 6 captions per image. An error names the
-    key."""
+def rehearsal_sizes(data: Optional[dict] = None) -> Dict[str, dict]:
+    """The ``rehearsal`` section of the rehearsal-sizes file (or of ``data``), checked: ``{dataset: {"dataset",
+    "preset", "splits": {split: (images, captions)}}}`` (``"dataset"``: the key itself) with between 5 and 6
+    captions per image. An error names the key."""
     if data is None:
-        return _file_profiles()
+        return _file_sizes()
     from ..synthetic import PRESETS
 
     section = data.get("rehearsal")
     if not isinstance(section, dict) or not section:
-        raise ValueError("rehearsal sizes: rehearsal must be a non-empty mapping of paper profiles to split sizes")
+        raise ValueError("rehearsal sizes: rehearsal must be a non-empty mapping of datasets to split sizes")
     out = {}
     for name, prof in section.items():
         key = f"rehearsal.{name}"
-        if not isinstance(prof, dict) or set(prof) != {"dataset", "preset", "splits"}:
-            raise ValueError(f"rehearsal sizes: {key} must have exactly the keys dataset, preset, splits; got "
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"rehearsal sizes: {key} must be keyed by a dataset name; got {name!r}")
+        if not isinstance(prof, dict) or set(prof) != {"preset", "splits"}:
+            raise ValueError(f"rehearsal sizes: {key} must have exactly the keys preset, splits; got "
                              f"{sorted(prof) if isinstance(prof, dict) else prof!r}")
-        if not isinstance(prof["dataset"], str) or not prof["dataset"]:
-            raise ValueError(f"rehearsal sizes: {key}.dataset must be a dataset name; got {prof['dataset']!r}")
         if prof["preset"] not in PRESETS:
             raise ValueError(f"rehearsal sizes: {key}.preset must be a preset of hubnorm.synthetic "
                              f"({sorted(PRESETS)}); got {prof['preset']!r}")
@@ -104,18 +104,18 @@ def rehearsal_profiles(data: Optional[dict] = None) -> Dict[str, dict]:
                 raise ValueError(f"rehearsal sizes: {sk} has {n_cap} captions for {n_img} images; the generator "
                                  "makes between 5 and 6 captions per image")
             sizes[split] = (n_img, n_cap)
-        out[name] = {"dataset": prof["dataset"], "preset": prof["preset"], "splits": sizes}
+        out[name] = {"dataset": name, "preset": prof["preset"], "splits": sizes}
     return out
 
 
 @functools.lru_cache(maxsize=1)
-def _file_profiles() -> Dict[str, dict]:
-    return rehearsal_profiles(read_rehearsal_file())
+def _file_sizes() -> Dict[str, dict]:
+    return rehearsal_sizes(read_rehearsal_file())
 
 
-def __getattr__(name):   # PROFILES: read from the rehearsal-sizes file when first asked for
-    if name == "PROFILES":
-        return rehearsal_profiles()
+def __getattr__(name):   # SIZES: read from the rehearsal-sizes file when first asked for
+    if name == "SIZES":
+        return rehearsal_sizes()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -128,25 +128,25 @@ def pretrained_tag(seed: int, scale: float = 1.0) -> str:
     return f"seed{int(seed)}" + ("" if scale == 1.0 else f"-scale{scale:g}")
 
 
-def cache_spec(profile: str, seed: int = 0, scale: float = 1.0) -> str:
+def cache_spec(dataset: str, seed: int = 0, scale: float = 1.0) -> str:
     """The ``cache:`` source string of a rehearsal cache (pass ``cache_dir`` when it is not the default root)."""
-    return f"cache:{_profile(profile)['dataset']}:{REHEARSAL_MODEL}:{pretrained_tag(seed, scale)}"
+    return f"cache:{_sizes(dataset)['dataset']}:{REHEARSAL_MODEL}:{pretrained_tag(seed, scale)}"
 
 
-def _profile(profile: str) -> dict:
-    profiles = rehearsal_profiles()
-    if profile not in profiles:
-        raise ValueError(f"unknown rehearsal profile {profile!r}; valid: {sorted(profiles)}")
-    return profiles[profile]
+def _sizes(dataset: str) -> dict:
+    sizes = rehearsal_sizes()
+    if dataset not in sizes:
+        raise ValueError(f"unknown rehearsal dataset {dataset!r}; valid: {sorted(sizes)}")
+    return sizes[dataset]
 
 
-def scaled_sizes(profile: str, scale: float = 1.0) -> Dict[str, Tuple[int, int]]:
+def scaled_sizes(dataset: str, scale: float = 1.0) -> Dict[str, Tuple[int, int]]:
     """(images, captions) per split, multiplied by ``scale`` (tests: e.g. 0.001). Each split keeps at least one
     image, between 5 and 6 captions per image, and the exact sizes at ``scale=1``."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
         raise ValueError(f"scale must be a number in (0, 1]; got {scale!r}")
     out = {}
-    for split, (n_img, n_cap) in _profile(profile)["splits"].items():
+    for split, (n_img, n_cap) in _sizes(dataset)["splits"].items():
         extra = n_cap - 5 * n_img
         if scale != 1:
             n_img = max(1, int(round(n_img * scale)))
@@ -161,26 +161,26 @@ def _six_caption_images(n_img: int, extra: int) -> np.ndarray:
     return (i + 1) * extra // n_img != i * extra // n_img
 
 
-def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 0, scale: float = 1.0,
+def rehearse(dataset: str, *, cache_dir: Optional[PathLike] = None, seed: int = 0, scale: float = 1.0,
              splits: Sequence[str] = ("train", "val", "test"), chunk_size: int = 4096, progress: bool = True,
              force: bool = False) -> dict:
-    """Write the rehearsal cache of ``profile``; returns ``{"spec", "cache_dir", "splits": {split: manifest}}``.
+    """Write the rehearsal cache of ``dataset``; returns ``{"spec", "cache_dir", "splits": {split: manifest}}``.
 
-    Entries whose manifest already matches (same profile, seed, scale, hubnorm version, checksums) are kept
+    Entries whose manifest already matches (same dataset, preset, seed, scale, hubnorm version, checksums) are kept
     unless ``force``.
     """
     from .._version import __version__ as hubnorm_version
     from ..synthetic import PRESETS, generator_geometry, iter_split_chunks
 
-    prof = _profile(profile)
+    prof = _sizes(dataset)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
-    sizes = scaled_sizes(profile, scale)
+    sizes = scaled_sizes(dataset, scale)
     for s in splits:
         if s not in sizes:
             raise ValueError(f"unknown split {s!r}; valid: {sorted(sizes)}")
     root = default_rehearsal_root(cache_dir)
-    dataset, tag = prof["dataset"], pretrained_tag(seed, scale)
+    tag = pretrained_tag(seed, scale)
     base = PRESETS[prof["preset"]]
     out = {}
     for split in splits:
@@ -189,7 +189,7 @@ def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 
         cfg = base.replace(captions_per_image=6 if extra else 5)
         key = _cache.make_key(dataset, split, REHEARSAL_MODEL, tag, encoder_family=REHEARSAL_MODEL,
                               versions={"hubnorm": hubnorm_version})
-        key.update({"source": REHEARSAL_SOURCE, "profile": profile, "preset": prof["preset"], "seed": int(seed),
+        key.update({"source": REHEARSAL_SOURCE, "preset": prof["preset"], "seed": int(seed),
                     "scale": float(scale), "generator": cfg.to_dict()})
         folder = _cache.entry_dir(dataset, REHEARSAL_MODEL, tag, split, root)
         if not force:
@@ -227,7 +227,7 @@ def rehearse(profile: str, *, cache_dir: Optional[PathLike] = None, seed: int = 
         out[split] = manifest
         if progress:
             print(f"wrote    {dataset} {split}: {n_img} images / {n_cap} captions (synthetic) -> {folder}")
-    return {"spec": cache_spec(profile, seed, scale), "cache_dir": str(root), "splits": out}
+    return {"spec": cache_spec(dataset, seed, scale), "cache_dir": str(root), "splits": out}
 
 
 def rehearsal_meta(manifest: dict) -> dict:
@@ -236,10 +236,9 @@ def rehearsal_meta(manifest: dict) -> dict:
     scale = key.get("scale", 1.0)
     label = (f"synthetic rehearsal ({key.get('dataset')} Karpathy sizes" + ("" if scale == 1 else f" x {scale:g}")
              + f", preset {key.get('preset')}, seed {key.get('seed')})")
-    return {"synthetic": True, "rehearsal": True, "label": label, "profile": key.get("profile"),
-            "preset": key.get("preset"), "seed": key.get("seed"), "scale": scale, "config": key.get("generator"),
+    return {"synthetic": True, "rehearsal": True, "label": label, "preset": key.get("preset"), "seed": key.get("seed"), "scale": scale, "config": key.get("generator"),
             "description": manifest.get("description", "SYNTHETIC rehearsal data; not real embeddings")}
 
 
-__all__ = ["PROFILES", "REHEARSAL_FILE", "read_rehearsal_file", "read_mapping_file", "rehearsal_profiles", "rehearse", "cache_spec",
+__all__ = ["SIZES", "REHEARSAL_FILE", "read_rehearsal_file", "read_mapping_file", "rehearsal_sizes", "rehearse", "cache_spec",
            "scaled_sizes", "default_rehearsal_root", "rehearsal_meta", "pretrained_tag"]
