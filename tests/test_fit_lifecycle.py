@@ -154,3 +154,23 @@ def test_an_unknown_direction_is_refused_by_both_task_kinds(data, bad):
     task = hn.RetrievalTask(data["queries"], data["targets"], pos)
     with pytest.raises(ValueError, match="a task holds the inputs"):
         task.has("bank")
+
+
+def test_the_builders_check_parameters_and_required_banks_before_reading_any_bank(data, tmp_path):
+    """The lifecycle checks everything with its engine; the engine builders (in memory, Dask) check what they can
+    from the caller's arguments first, so a bad parameter or a missing bank is named before a bank of the wrong
+    shape, or a folder of shards, is read."""
+    from hubnorm.distributed import fit_offsets
+
+    t = data["targets"]
+    wrong = np.ones((5, 3))   # a bank of another dimension: reading it would fail first
+    with pytest.raises(ValueError, match=r"^DualInvertedSoftmax needs query_bank"):
+        hn.DualInvertedSoftmax().fit(t, None, target_bank=wrong)
+    with pytest.raises(ValueError, match="k"):
+        fit_offsets(hn.NearestNeighborNormalization(k=0), t, query_bank=da.from_array(wrong, chunks=2))
+    with pytest.raises(ValueError, match=r"^DualInvertedSoftmax needs query_bank"):
+        fit_offsets(hn.DualInvertedSoftmax(), t, None, target_bank=da.from_array(wrong, chunks=2))
+    empty = tmp_path / "shards"
+    empty.mkdir()   # a folder of no shards: opening it would fail first
+    with pytest.raises(ValueError, match="k"):
+        hn.NearestNeighborNormalization(k=0).fit(t, query_bank=empty)

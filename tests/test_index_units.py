@@ -180,6 +180,9 @@ def test_indexed_retriever_recall_and_checks():
     # every positive outside the top-2 lists: R@K of a miss, and no median (the ranks beyond the lists are unknown)
     got = hn.evaluate(r, task3, ks=(1, 2))
     assert (got["R@1"], got["R@2"]) == (0.0, 0.0) and np.isnan(got["MdR"]) and np.isnan(got["MnR"])
+    other = hn.RetrievalTask(q, t[:100], hn.Positives.from_labels(labels % 100, 100), direction="t2i")
+    with pytest.raises(ValueError, match="the index serves a normalizer fitted on 120 targets but the task has 100"):
+        hn.evaluate(r, other)
     mats = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=task.positives, check=False)
     with pytest.raises(ValueError, match="a vector index searches query embeddings"):
         hn.evaluate(r, mats)

@@ -596,6 +596,9 @@ def fit_offsets(normalizer, targets, query_bank=None, target_bank=None, *, targe
         split_every = check_positive_int(split_every, "split_every")
         if split_every < 2:
             raise ValueError(f"split_every must be >= 2 (the fan-in of the tree reduction); got {split_every}")
+    normalizer.check_params()   # before any file is read (the lifecycle checks again, with the engine)
+    given = {"query_bank": query_bank, "target_bank": target_bank}
+    normalizer.check_required(lambda name: given[name] is not None)
     device = resolve_device(getattr(normalizer, "device", None))
     check = bool(getattr(normalizer, "check_normalized", True))
     t = as_embeddings(targets, "targets", device="cpu", check_normalized=check)

@@ -322,6 +322,11 @@ def evaluate(
         if task.kind != "embeddings":
             raise ValueError("a vector index searches query embeddings; this task holds score matrices: evaluate the "
                              "fitted normalizer itself (hubnorm.evaluate(normalizer, task))")
+        served_n = fitted.n_fitted_targets()
+        if served_n != task.n_targets:
+            raise ValueError(f"the index serves a normalizer fitted on {served_n} targets but the task has "
+                             f"{task.n_targets}: build the IndexedRetriever from a normalizer fitted on this task's "
+                             "gallery (task.fit(method))")
         depth = max(check_positive_int(k, "k") for k in ks)
         ranks = list_ranks(normalizer.search(task.queries, depth)[1], task.positives)
     else:

@@ -158,12 +158,14 @@ def _select_one(method, names, points, fixed, targets, fit_bank, target_bank, pr
     """Fit every grid point with ``fit_bank`` and score it on ``probe`` (the queries for "mutual", else the
     pseudo-queries): ``(best params, best value, raw value, table)``."""
     norms = [make_normalizer(method, **fixed, **p) for p in points]
+    for nrm in norms:   # every point's parameters before the bank is read (the fit checks them again)
+        nrm.check_params()
     ref = norms[0]
     if not type(ref).is_offset:
         raise ValueError(f"label-free selection runs on offset methods; {method!r} normalises each query's row")
     engine = ref.local_engine(targets, fit_bank, target_bank, sweep_bytes=SWEEP_CACHE_BYTES)
     t = engine.tensor("targets")
-    fit_on_engine(norms, engine, targets=t)   # the method's fit_grid: one pass for the grid
+    fit_on_engine(norms, engine, targets=t, record=False)   # the method's fit_grid: one pass for the grid
     p = as_embeddings(probe, "queries" if criterion == "mutual" else "pseudo_queries", device=t.device,
                       dtype=t.dtype, dim=t.shape[1])
     H = torch.stack([torch.zeros_like(ref.offsets_)] + [n.offsets_ for n in norms])

@@ -426,7 +426,7 @@ def of_engine(normalizer, engine) -> Optional[Dict[str, Fingerprint]]:
 def _same_gallery(banks: Dict[str, Fingerprint], task) -> bool:
     """Whether the score rows among ``banks`` are over ``task``'s gallery (embeddings: always)."""
     over = [fp.over for fp in banks.values() if fp.over is not None]
-    here = None if getattr(task, "engine", None) is None else task.engine.gallery()   # a task of score matrices
+    here = task.gallery()   # a task of score matrices: its test matrix; of embeddings: None
     return all(ref() is not None and here is not None and ref() is here() for ref in over)
 
 

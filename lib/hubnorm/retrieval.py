@@ -266,6 +266,12 @@ class RetrievalTask:
             raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
         return getattr(self, name) is not None if self.engine is None else self.engine.size(name) is not None
 
+    def gallery(self):
+        """What identifies the columns of this task's stored scores: a weak reference to its test matrix, so that score
+        rows fingerprinted over one gallery are never compared with score rows over another of the same width
+        (:mod:`hubnorm.provenance`); None for a task of embeddings."""
+        return None if self.engine is None else self.engine.gallery()
+
     def size(self, name: str) -> Optional[int]:
         """How many items the input ``name`` has (None when the task does not hold it)."""
         if not self.has(name):

@@ -185,6 +185,8 @@ class Normalizer:
         self.check_params()
         device = resolve_device(getattr(self, "device", None))
         check_normalized = getattr(self, "check_normalized", True)
+        given = {"targets": targets, "query_bank": query_bank, "target_bank": target_bank}
+        self.check_required(lambda name: given[name] is not None)   # before any bank is read
         t = as_embeddings(targets, "targets", device=device, check_normalized=check_normalized)
         dtype = t.dtype
         qb = tb = None
@@ -194,7 +196,6 @@ class Normalizer:
         if target_bank is not None and self.uses_target_bank != "unused":
             tb = as_embeddings(target_bank, "target_bank", device=device, dtype=dtype, dim=t.shape[1],
                                check_normalized=check_normalized)
-        given = {"targets": targets, "query_bank": query_bank, "target_bank": target_bank}
         host = {k: v for k, v in given.items() if t.device.type != "cpu" and _on_host(v)}   # read for provenance
         engine = LocalEngine({"targets": t, "query_bank": qb, "target_bank": tb}, host=host,
                              block_bytes=getattr(self, "block_bytes", None), sweep_bytes=sweep_bytes)
@@ -210,10 +211,16 @@ class Normalizer:
             why = engine.cannot_read(inp)
             if why:
                 raise ValueError(f"{type(self).__name__} {why}")
-        for name, usage in (("query_bank", self.uses_query_bank), ("target_bank", self.uses_target_bank)):
-            if usage == "required" and not engine.has(name):
-                raise ValueError(f"{type(self).__name__} {_REQUIRED_MESSAGES[name]}")
+        self.check_required(engine.has)
         check_limits(self.parameters, {p: getattr(self, p, None) for p in self.parameters}, engine.size)
+
+    def check_required(self, present) -> None:
+        """ValueError naming a bank this method needs that ``present(name)`` says is absent: the fit lifecycle asks
+        its engine (:meth:`check_inputs`); the engine builders (:meth:`local_engine`, the Dask fit) ask the caller's
+        arguments first, before any bank is read."""
+        for name, usage in (("query_bank", self.uses_query_bank), ("target_bank", self.uses_target_bank)):
+            if usage == "required" and not present(name):
+                raise ValueError(f"{type(self).__name__} {_REQUIRED_MESSAGES[name]}")
 
     def non_finite_error(self, dtype) -> ValueError:
         """The error of a fit whose offsets are not finite (a parameter too extreme for the precision)."""
@@ -399,7 +406,7 @@ class Normalizer:
 
 
 def fit_on_engine(norms: List[Normalizer], engine, *, targets: Optional[torch.Tensor] = None,
-                  device: Optional[torch.device] = None) -> List[Normalizer]:
+                  device: Optional[torch.device] = None, record: bool = True) -> List[Normalizer]:
     """The one fit lifecycle, for one normalizer or the points of a grid of one method on the same inputs:
 
     1. every normalizer's parameters and what it reads (:meth:`Normalizer.check_params`,
@@ -407,14 +414,17 @@ def fit_on_engine(norms: List[Normalizer], engine, *, targets: Optional[torch.Te
     2. the fitted attributes from ``engine``'s reductions: ``fit_blocks`` for one normalizer, the method's
        ``fit_grid`` for several (one pass shared by the points, :func:`hubnorm.grid_search`);
     3. the finite check of every point's offsets, and the banks' fingerprints (``provenance_``,
-       :func:`hubnorm.provenance.of_engine`);
+       :func:`hubnorm.provenance.of_engine`; ``record=False``: none, one pass over the banks less, for fits whose
+       normalizers are thrown away, as label-free selection's);
     4. the fitted attributes set on each normalizer, tensors placed on ``device`` (default: the engine's), with
        ``targets_`` (the gallery embeddings, when given: the normalizer then scores queries) or ``score_engine_``
        (a fit from score matrices: it scores raw test scores).
 
-    Every path ends here: :meth:`Normalizer.fit` (in memory), ``hubnorm.distributed.fit_offsets`` (Dask),
-    :meth:`hubnorm.RetrievalTask.fit` (embeddings or stored score matrices), the sweeps of :mod:`hubnorm.sweeps`
-    and :mod:`hubnorm.label_free`. Nothing is set on any normalizer unless every point succeeds. Returns ``norms``."""
+    Every fit ends here: :meth:`Normalizer.fit` (in memory), ``hubnorm.distributed.fit_offsets`` (Dask),
+    :meth:`hubnorm.RetrievalTask.fit` (embeddings or stored score matrices), the grid sweeps of
+    :mod:`hubnorm.sweeps` and :mod:`hubnorm.label_free`. (:func:`hubnorm.sweeps.iteration_table` is a study, not a
+    fit: it reads the potentials along one Sinkhorn run and sets nothing on a normalizer.) Nothing is set on any
+    normalizer unless every point succeeds. Returns ``norms``."""
     norms = list(norms)
     if not norms:
         raise ValueError("fit_on_engine needs at least one normalizer")
@@ -437,7 +447,7 @@ def fit_on_engine(norms: List[Normalizer], engine, *, targets: Optional[torch.Te
     for norm in norms:
         key = getattr(norm, "bank_index", None) is None
         if key not in seen:
-            seen[key] = of_engine(norm, engine)
+            seen[key] = of_engine(norm, engine) if record else None
     device = engine.device if device is None else device
     for norm, f in zip(norms, fitted):
         provenance = seen[getattr(norm, "bank_index", None) is None]
