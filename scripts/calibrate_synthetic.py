@@ -580,9 +580,15 @@ def qa_csv(csv_out: Path) -> Path:
 
 def query_aware_only(out: Path, csv_out: Path, seeds) -> str:
     """Rewrite only the query-aware section of the report and its csv."""
-    lines, tab = query_aware_section(seeds)
-    text = replace_section(out.read_text(), lines, QA_START, QA_END, MEDIA_START)
-    _write_csv(tab, qa_csv(csv_out))
+    return rewrite_section(out, query_aware_section(seeds), QA_START, QA_END, qa_csv(csv_out))
+
+
+def rewrite_section(out: Path, section: tuple, start: str, end: str, csv_path: Path) -> str:
+    """Write one section's ``(lines, rows)`` into the report ``out`` between its markers (before the video/audio
+    section when it has none yet) and its rows into ``csv_path``; returns the report's text."""
+    lines, tab = section
+    text = replace_section(out.read_text(), lines, start, end, MEDIA_START)
+    _write_csv(tab, csv_path)
     _write_text(out, text)
     return text
 
@@ -606,11 +612,7 @@ def replace_section(text: str, lines: list, start: str, end: str, before: str) -
 
 def headroom_by_size_only(out: Path, csv_out: Path, seeds) -> str:
     """Rewrite only the headroom-by-size section of the report and its csv."""
-    lines, tab = headroom_size_section(seeds)
-    text = replace_section(out.read_text(), lines, SIZE_START, SIZE_END, MEDIA_START)
-    _write_csv(tab, size_csv(csv_out))
-    _write_text(out, text)
-    return text
+    return rewrite_section(out, headroom_size_section(seeds), SIZE_START, SIZE_END, size_csv(csv_out))
 
 
 def size_csv(csv_out: Path) -> Path:

@@ -473,11 +473,16 @@ def test_an_interrupted_report_write_leaves_the_old_report(tmp_path, monkeypatch
 SIZE_CSV = REPO / "data" / "calibration_synthetic_headroom_by_size.csv"
 
 
+def _section_csv(path: Path, flag: str) -> pd.DataFrame:
+    """The rows of one report section (a csv beside the report), or a failure naming the command that writes it."""
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run scripts/calibrate_synthetic.py {flag}")
+    return pd.read_csv(path)
+
+
 @pytest.fixture(scope="module")
 def by_size():
-    if not SIZE_CSV.exists():
-        pytest.fail(f"{SIZE_CSV} is missing: run scripts/calibrate_synthetic.py --headroom-by-size-only")
-    return pd.read_csv(SIZE_CSV)
+    return _section_csv(SIZE_CSV, "--headroom-by-size-only")
 
 
 def test_headroom_by_size_at_the_fitted_size_is_the_main_tables(by_size, report):
@@ -628,9 +633,7 @@ QA_CSV = REPO / "data" / "calibration_synthetic_query_aware.csv"
 
 @pytest.fixture(scope="module")
 def query_aware():
-    if not QA_CSV.exists():
-        pytest.fail(f"{QA_CSV} is missing: run scripts/calibrate_synthetic.py --query-aware-only")
-    return pd.read_csv(QA_CSV)
+    return _section_csv(QA_CSV, "--query-aware-only")
 
 
 def test_query_aware_section_is_its_csv_with_the_band_rule(query_aware):
