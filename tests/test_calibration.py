@@ -182,17 +182,23 @@ def _oracle_gains(images, captions, c2i, split, k=16, alpha=0.75, tau=0.02, n_im
     return out
 
 
+def _hubby_set(seed: int, n: int, captions_per_image: int, d: int = 24):
+    """``(images, captions, caption_to_image)`` with hubs: a shared direction of varying weight in every image, and
+    captions that are noisy copies of their image."""
+    rng = np.random.default_rng(seed)
+    hub = rng.standard_normal(d)
+    img = rng.standard_normal((n, d)) + rng.gamma(1.0, 1.5, (n, 1)) * hub
+    c2i = np.repeat(np.arange(n), captions_per_image)
+    return img, img[c2i] + 1.6 * rng.standard_normal((n * captions_per_image, d)), c2i
+
+
 @pytest.mark.parametrize("captions_per_image", [1, 3])
 def test_headroom_statistics_equal_an_independent_dense_oracle(captions_per_image):
     """The headroom of a fixed correction (NNN k=16, alpha=0.75; IS tau=0.02) through hubnorm's normalizers equals
     the same protocol written out in numpy, split by split, on a set with hubs (a shared direction of varying
     weight) and one or several captions per image."""
-    rng = np.random.default_rng(7)
-    n, d = 60, 24
-    hub = rng.standard_normal(d)
-    img = rng.standard_normal((n, d)) + rng.gamma(1.0, 1.5, (n, 1)) * hub
-    c2i = np.repeat(np.arange(n), captions_per_image)
-    cap = img[c2i] + 1.6 * rng.standard_normal((n * captions_per_image, d))
+    n = 60
+    img, cap, c2i = _hubby_set(7, n, captions_per_image)
     for split in range(4):
         got = cal.headroom_statistics(img, cap, c2i, splits=[split])
         want = _oracle_gains(img, cap, c2i, split)
@@ -605,12 +611,7 @@ def _oracle_query_aware(images, captions, c2i, tau_is=0.02, tau_sn=0.01, n_iter=
 def test_query_aware_gains_equal_an_independent_dense_oracle(captions_per_image):
     """IS and SN fitted on the test queries themselves, through hubnorm's normalizers, equal the dense float64
     formulas on a set with hubs (a shared direction of varying weight), one or several captions per image."""
-    rng = np.random.default_rng(11)
-    n, d = 50, 24
-    hub = rng.standard_normal(d)
-    img = rng.standard_normal((n, d)) + rng.gamma(1.0, 1.5, (n, 1)) * hub
-    c2i = np.repeat(np.arange(n), captions_per_image)
-    cap = img[c2i] + 1.6 * rng.standard_normal((n * captions_per_image, d))
+    img, cap, c2i = _hubby_set(11, 50, captions_per_image)
     got, want = cal.query_aware_gains(img, cap, c2i), _oracle_query_aware(img, cap, c2i)
     assert set(got) == set(want)
     for k in want:
