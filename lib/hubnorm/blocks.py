@@ -41,8 +41,8 @@ import torch
 from ._validation import (
     check_finite_float, check_float_dtype, check_optional_bytes, check_positive_float, check_positive_int, check_seed,
 )
-from .kernels import (block_rows, block_shape, iter_blocks, log_mean_exp_cheapest, log_mean_exp_dtype,
-                      logsumexp_scores, logsumexp_similarity, topk_scores, topk_similarity)
+from .kernels import (block_rows, block_shape, iter_blocks, log_mean_exp_dtype, logsumexp_scores,
+                      logsumexp_similarity, topk_scores, topk_similarity, working_dtype)
 
 #: How the limit of a parameter names each input in its error ("k=16 is larger than the query bank size").
 SIZE_NAMES = {"query_bank": "the query bank size", "targets": "the number of targets",
@@ -462,7 +462,7 @@ class LogMeanExp(Reduction):
             lo, hi = visit(strip, r0)
             big[0] = max(big[0], abs(lo), abs(hi))
 
-        first = log_mean_exp_cheapest(self._base)
+        first = working_dtype(self._base, 0.0)   # the cheapest dtype the rule can pick
         out = logsumexp_scores(s, self.scale, self.axis, dtype=first, block_bytes=block_bytes, visit=take)
         self._deferred = False
         self.work = self.dtype = self._dtype_rule(big[0])

@@ -844,12 +844,6 @@ def working_dtype(dtype: torch.dtype, magnitude: float, overflow: float = 0.0) -
     return None
 
 
-def log_mean_exp_cheapest(dtype: torch.dtype) -> torch.dtype:
-    """The dtype :func:`log_mean_exp_dtype` picks for ``dtype`` when the scores are small: float32 for 16/32-bit
-    inputs, float64 for float64 (a kernel that takes the bound in its own pass computes in it first)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def log_mean_exp_dtype(dtype: torch.dtype, smax: float, n_b: int, scale: float, unit: float, name: str) -> torch.dtype:
     """The working dtype of a centred log-mean-exp over ``n_b`` items whose scores are at most ``smax`` in magnitude
     (the product of the largest row norms): float32 (for 16/32-bit inputs) when its rounding of the result divided
