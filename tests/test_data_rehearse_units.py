@@ -54,8 +54,7 @@ rh = importlib.import_module("hubnorm.data.rehearse")   # the package attribute 
 
 #: a tiny rehearsal section: a train split with 100 images of 6 captions (written in two chunks of 256 + 44 images),
 #: a val split with 5 captions per image and a test split with 3 of 7 images that keep a 6th caption
-TINY = {"flickr30k": {"dataset": "flickr30k", "preset": "flickr30k",
-                   "splits": {"train": (300, 1600), "val": (3, 15), "test": (7, 38)}}}
+TINY = {"flickr30k": {"preset": "flickr30k", "splits": {"train": (300, 1600), "val": (3, 15), "test": (7, 38)}}}
 
 
 @pytest.fixture
@@ -111,10 +110,9 @@ def test_read_rehearsal_file_errors_name_the_file(tmp_path):
 def test_the_files_rehearsal_section():
     profiles = rh.rehearsal_sizes()
     assert profiles == {
-        "flickr30k": {"dataset": "flickr30k", "preset": "flickr30k",
-                            "splits": {"train": (29000, 145000), "val": (1014, 5070), "test": (1000, 5000)}},
-        "coco": {"dataset": "coco", "preset": "coco",
-                       "splits": {"train": (113287, 566747), "val": (5000, 25010), "test": (5000, 25010)}}}
+        "flickr30k": {"preset": "flickr30k",
+                      "splits": {"train": (29000, 145000), "val": (1014, 5070), "test": (1000, 5000)}},
+        "coco": {"preset": "coco", "splits": {"train": (113287, 566747), "val": (5000, 25010), "test": (5000, 25010)}}}
     assert rh.rehearsal_sizes() is profiles   # read once
     assert rh.rehearsal_sizes(rh.read_rehearsal_file()) == profiles
     assert rh.SIZES == profiles
@@ -132,8 +130,8 @@ def test_a_valid_section_becomes_integer_pairs():
                           "e": {"preset": "flickr30k", "splits": {"test": [2, 12]}}},
             "profiles": "ignored"}
     got = rh.rehearsal_sizes(data)
-    assert got == {"d": {"dataset": "d", "preset": "coco", "splits": {"a": (1, 5), "b": (10, 60), "c": (3, 16)}},
-                   "e": {"dataset": "e", "preset": "flickr30k", "splits": {"test": (2, 12)}}}
+    assert got == {"d": {"preset": "coco", "splits": {"a": (1, 5), "b": (10, 60), "c": (3, 16)}},
+                   "e": {"preset": "flickr30k", "splits": {"test": (2, 12)}}}
     assert all(type(v) is tuple for p in got.values() for v in p["splits"].values())
 
 
@@ -250,7 +248,7 @@ def test_scaled_sizes_of_the_papers_datasets():
 
 def test_extra_captions_never_exceed_the_images(monkeypatch):
     """6 images of 6 captions at 0.75: 4.5 -> 4 images, but 6 x 0.75 = 4.5 -> 4 extra: at most one per image."""
-    monkeypatch.setattr(rh, "_file_sizes", lambda: {"s": {"dataset": "s", "preset": "coco",
+    monkeypatch.setattr(rh, "_file_sizes", lambda: {"s": {"preset": "coco",
                                                              "splits": {"test": (6, 36), "val": (7, 41)}}})
     assert rh.scaled_sizes("s", 0.75) == {"test": (4, 24), "val": (5, 29)}   # val: 5.25 -> 5 images, 4.5 -> 4 extra
     assert rh.scaled_sizes("s", 0.5) == {"test": (3, 18), "val": (4, 23)}    # val: 3.5 -> 4, 3 extra

@@ -60,8 +60,8 @@ def test_the_file_holds_every_profile_of_the_help_and_nothing_else():
 
 def test_rehearsal_sizes_come_from_the_librarys_file():
     raw = _raw()["rehearsal"]
-    assert rh.SIZES == {k: {"dataset": k, "preset": v["preset"],
-                               "splits": {s: tuple(n) for s, n in v["splits"].items()}} for k, v in raw.items()}
+    assert rh.SIZES == {k: {"preset": v["preset"], "splits": {s: tuple(n) for s, n in v["splits"].items()}}
+                        for k, v in raw.items()}
     assert rh.scaled_sizes("coco")["train"] == tuple(raw["coco"]["splits"]["train"])
     src = (REPO / "lib" / "hubnorm" / "data" / "rehearse.py").read_text()
     assert "113287" not in src and "29000" not in src, "the sizes live in rehearsal.yaml only"

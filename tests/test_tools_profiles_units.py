@@ -88,7 +88,7 @@ def test_a_valid_document_becomes_the_checked_profiles():
     assert p.notebooks == {"06": NotebookNeeds(("embeddings", "latents"), ("other",)),   # uses: the default's
                            "07": NotebookNeeds(("embeddings",), ("caption-embeddings",)),   # needs: the default's
                            "08": NotebookNeeds(("embeddings",), ("other",))}
-    assert p.rehearsal == {"dsx": {"dataset": "dsx", "preset": "flickr30k", "splits": {"test": (10, 55)}}}
+    assert p.rehearsal == {"dsx": {"preset": "flickr30k", "splits": {"test": (10, 55)}}}
 
 
 def test_the_checked_profiles_are_copies_not_the_document():

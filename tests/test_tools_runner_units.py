@@ -370,7 +370,7 @@ def _profiles() -> Profiles:
         own_source_offers={"sims": ("lat",)},
         notebooks={"02": NotebookNeeds(("emb", "lat"), ()), "03": NotebookNeeds(("emb",), ("prep",)),
                    "04": NotebookNeeds(("emb",), ("prep",))},
-        rehearsal={"dsA": {"dataset": "dsA"}, "dsB": {"dataset": "dsB"}},
+        rehearsal={"dsA": {}, "dsB": {}},
         default_notebook=NotebookNeeds(("emb",), ()))
 
 

@@ -69,9 +69,8 @@ def _count(v, key: str) -> int:
 
 
 def rehearsal_sizes(data: Optional[dict] = None) -> Dict[str, dict]:
-    """The ``rehearsal`` section of the rehearsal-sizes file (or of ``data``), checked: ``{dataset: {"dataset",
-    "preset", "splits": {split: (images, captions)}}}`` (``"dataset"``: the key itself) with between 5 and 6
-    captions per image. An error names the key."""
+    """The ``rehearsal`` section of the rehearsal-sizes file (or of ``data``), checked: ``{dataset: {"preset",
+    "splits": {split: (images, captions)}}}`` with between 5 and 6 captions per image. An error names the key."""
     if data is None:
         return _file_sizes()
     from ..synthetic import PRESETS
@@ -104,7 +103,7 @@ def rehearsal_sizes(data: Optional[dict] = None) -> Dict[str, dict]:
                 raise ValueError(f"rehearsal sizes: {sk} has {n_cap} captions for {n_img} images; the generator "
                                  "makes between 5 and 6 captions per image")
             sizes[split] = (n_img, n_cap)
-        out[name] = {"dataset": name, "preset": prof["preset"], "splits": sizes}
+        out[name] = {"preset": prof["preset"], "splits": sizes}
     return out
 
 
@@ -130,7 +129,8 @@ def pretrained_tag(seed: int, scale: float = 1.0) -> str:
 
 def cache_spec(dataset: str, seed: int = 0, scale: float = 1.0) -> str:
     """The ``cache:`` source string of a rehearsal cache (pass ``cache_dir`` when it is not the default root)."""
-    return f"cache:{_sizes(dataset)['dataset']}:{REHEARSAL_MODEL}:{pretrained_tag(seed, scale)}"
+    _sizes(dataset)   # a dataset with rehearsal sizes
+    return f"cache:{dataset}:{REHEARSAL_MODEL}:{pretrained_tag(seed, scale)}"
 
 
 def _sizes(dataset: str) -> dict:
