@@ -293,8 +293,8 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
     score matrices (``sims:<folder>``) through :func:`load_sims_run` with a seeded ``bank_fraction`` of the folder's
     bank rows (``t2i`` names its text-query direction, ``i2t`` the other). Either way it is the bank
     ``open_data(source).with_bank_fraction(bank_fraction, seed)`` gives. ``directions``: the ones the notebook shows
-    (``RunData.tasks``); ``ensure_val=False``: no validation split is held out of a source without one (a notebook that selects nothing
-    keeps the whole training split for its bank)."""
+    (``RunData.tasks``); ``ensure_val=False``: no validation split is held out of a source without one (a notebook
+    that selects nothing keeps the whole training split for its bank)."""
     if isinstance(directions, str) or not all(d in DIRECTIONS for d in directions) or not directions:
         raise ValueError(f"directions must be a non-empty list of {list(DIRECTIONS)} (t2i: the text-query direction of "
                          f"any source, i2t the other); got {directions!r}")
