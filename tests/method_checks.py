@@ -15,7 +15,8 @@ Each check reads what it needs off the class (its declared ``inputs``, ``paramet
   engine (every reduction by its ``partial`` / ``merge`` / ``finalize`` block loop, never a fast kernel) at tiny
   ``block_bytes``; in float32, the fit through every top-k kernel of the seam (torch, faiss) equals the plain engine;
 * score matrices equal embeddings: the fit from the matrices the embeddings give equals the fit from them (a method
-  that reads embeddings is refused from matrices, naming them);
+  that reads embeddings is refused from matrices, naming them), and so does the fit from a task holding embeddings
+  of some inputs beside matrices of others (query-aware too);
 * invariants: rankings do not depend on block sizes, a per-row shift changes no rank, scores / top-k / offsets agree;
 * dtype and device: float32 stays float32, float64 stays float64, results on the requested device;
 * sweep equals reference: a small grid over the method's ``sweep_params`` gives the reference engine's table;
@@ -265,6 +266,52 @@ def check_matrices_equal_embeddings(cls):
     np.testing.assert_array_equal(hn.positive_ranks(task.blocks(got), pos), hn.positive_ranks(ref, pos, q))
 
 
+#: Tasks holding embeddings of some inputs beside stored matrices of some pairs: (embeddings held, matrices stored).
+MIXED_LAYOUTS = {
+    "test matrix, bank embeddings": (("targets", "query_bank", "target_bank"), (("queries", "targets"),)),
+    "query embeddings, bank matrices": (("queries", "targets"), (("query_bank", "targets"),
+                                                                 ("query_bank", "target_bank"),
+                                                                 ("target_bank", "targets"))),
+    "everything both ways": (("queries", "targets", "query_bank", "target_bank"),
+                             (("queries", "targets"), ("query_bank", "targets"), ("query_bank", "target_bank"),
+                              ("target_bank", "targets"))),
+}
+
+
+def check_mixed_tasks_equal_embeddings(cls):
+    """A task holding embeddings of some inputs and stored matrices of some pairs (:data:`MIXED_LAYOUTS`) fits and
+    scores as the task of embeddings does (float64, 1e-12), agnostic and query-aware; a method that reads embeddings
+    the task does not hold is refused naming them."""
+    from hubnorm.scores import matrices_from_embeddings
+
+    q, t, qb, tb = problem(7)
+    q = _queries(cls, q, qb)
+    vectors = {"queries": q, "targets": t, "query_bank": qb, "target_bank": tb}
+    mats = matrices_from_embeddings(q, t, qb, tb)
+    pos = hn.Positives.from_labels(np.arange(len(q)) % len(t), len(t))
+    reads = {x.name for x in tuple(cls.inputs.fit) + tuple(cls.inputs.score) if isinstance(x, Embeddings)}
+    for layout, (held, stored) in MIXED_LAYOUTS.items():
+        task = hn.RetrievalTask(**{n: vectors[n] for n in held}, positives=pos, check=False,
+                                scores={pair: mats[pair] for pair in stored})
+        for aware in (False, True):
+            has, pairs = set(held), {frozenset(p) for p in stored}
+            if aware:   # the test queries are the query bank (RetrievalTask.test_as_bank)
+                has = has - {"query_bank"} | ({"query_bank"} if "queries" in held else set())
+                pairs = {p for p in pairs if "query_bank" not in p} | {frozenset(("query_bank", "targets"))}
+            lacking = [(x.rows, c) for x in cls.inputs.fit if isinstance(x, Scores) and x.required
+                       for c in x.col_names if not {x.rows, c} <= has and frozenset((x.rows, c)) not in pairs]
+            what = f"{cls.name} on a task of {layout}{' (query-aware)' if aware else ''}"
+            if reads - has or lacking:
+                with pytest.raises(ValueError, match="reads the embeddings of" if reads - has else "which is missing"):
+                    task.fit(make(cls), query_aware=aware)
+                continue
+            ref = fit(cls, t, q if aware else qb, tb)
+            got = task.fit(make(cls), query_aware=aware)
+            _close(ref, got, 1e-12, what)
+            np.testing.assert_allclose(task.score(got).numpy(), ref.score(q).numpy(), rtol=0, atol=1e-12,
+                                       err_msg=f"{what}: normalised test scores")
+
+
 # ---------------------------------------------------------------------------------------------------- invariants
 def check_block_sizes_and_row_shifts(cls):
     """Offsets and ranks do not depend on block or chunk sizes; a per-row shift of the scores changes no rank."""
@@ -369,7 +416,7 @@ def check_dask_equals_in_process(cls):
 
 CHECKS = (check_declarations, check_constructor_stores_arguments, check_invalid_parameters, check_limits,
           check_bad_inputs, check_plain_equals_blocked, check_fast_kernels_equal_plain, check_matrices_equal_embeddings,
-          check_block_sizes_and_row_shifts, check_scores_topk_offsets_agree, check_dtypes_and_device,
+          check_mixed_tasks_equal_embeddings, check_block_sizes_and_row_shifts, check_scores_topk_offsets_agree, check_dtypes_and_device,
           check_sweep_equals_reference, check_dask_equals_in_process)
 
 

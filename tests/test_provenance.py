@@ -399,7 +399,8 @@ def test_certificate_names_its_parts(data):
     sc = hn.evaluate(st.fit(hn.InvertedSoftmax()), st, certificate=True)["certificate"]
     assert (sc.test["queries"].name, sc.test["queries"].kind, sc.banks["query_bank"].name) == ("queries", "scores",
                                                                                                "query_bank")
-    with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted on embeddings but task holds scores: certify "
+    with pytest.raises(ValueError, match=r"^InvertedSoftmax was fitted on embeddings but task holds no queries embeddings: "
+                                         r"certify "
                                          r"it on a task of the kind it was fitted on$"):
         pv.certify(task.fit(hn.InvertedSoftmax()), st)
 

@@ -401,10 +401,6 @@ def test_scores_task_accessors():
 def test_scores_task_guards():
     emb, sc, mats = _both_kinds()
     pos = sc.positives
-    with pytest.raises(ValueError, match=r"^a task holds embeddings or score matrices, not both; got scores= and "
-                                         r"queries, targets: pass the embeddings alone \(every score is then a "
-                                         r"product of them\) or the matrices alone$"):
-        RetrievalTask(emb.queries, emb.targets, pos, scores=mats)
     with pytest.raises(ValueError, match=r"^a task given as scores needs the test score matrix \(queries x targets\)"):
         RetrievalTask(scores={("query_bank", "targets"): mats[("query_bank", "targets")]}, positives=pos)
     with pytest.raises(TypeError, match=r"^scores must be a dict \{\(rows, cols\): matrix\}; got list$"):
@@ -416,8 +412,9 @@ def test_scores_task_guards():
         RetrievalTask(scores=mats)
     for name, call in (("with_banks", lambda: sc.with_banks()),
                        ("with_distractors", lambda: sc.with_distractors(emb.targets))):
-        with pytest.raises(ValueError, match=rf"^{name} adds embeddings; this task holds score matrices: build a "
-                                             r"task with the matrices you need instead$"):
+        with pytest.raises(ValueError, match=rf"^{name} changes embeddings beside stored score matrices, which "
+                                             r"would no longer match them: build a task with the embeddings and "
+                                             r"matrices you need instead$"):
             call()
     with pytest.raises(TypeError, match=r"^query_aware must be True or False; got 'yes'$"):
         sc.fit(hn.InvertedSoftmax(tau=0.1), query_aware="yes")
@@ -491,7 +488,7 @@ def test_blocks_refuse_a_fit_of_the_other_kind_that_would_misread_the_scores():
     assert not et.fit(hn.InvertedSoftmax(tau=0.1)).fitted_from_scores()
     dn = et.fit(hn.make_normalizer("dn"))
     with pytest.raises(ValueError, match=r"^DistributionNormalization scores with the embeddings of queries; this "
-                                         r"task holds score matrices only"):
+                                         r"task holds score matrices without them: pass them too \(RetrievalTask\(\.\.\., queries=\.\.\.\)\)"):
         hn.evaluate(dn, st)
 
 

@@ -124,8 +124,8 @@ def test_what_a_task_holds_and_the_guards_of_a_task():
                                                      "target_bank; got 'bank'")
     assert _error(ValueError, RetrievalTask, scores={("query_bank", "targets"): bank},
                   positives=hn.Positives.from_labels(labels, 30), direction="t2v") == (
-        "a task given as scores needs the test score matrix (queries x targets): pass scores={('queries', 'targets'): "
-        "S_test, ...}")
+        "a task given as scores needs the test score matrix (queries x targets), or the queries and targets as "
+        "embeddings: pass scores={('queries', 'targets'): S_test, ...}")
     assert _error(TypeError, RetrievalTask, scores={("queries", "targets"): S}, positives=labels, direction="t2v") == (
         "positives must be a hubnorm.Positives (use Positives.from_labels / from_groups / "
         "hubnorm.positives_from_pairs); got ndarray")
@@ -606,7 +606,7 @@ def test_a_method_that_reads_embeddings_is_refused_by_its_class_name():
     S, _, task = _task()
     msg = _error(ValueError, dn.fit_engine, LocalEngine(matrices={("queries", "targets"): S}))
     assert msg.startswith(f"{type(dn).__name__} reads the embeddings of ")
-    assert "a task given as score matrices (a sims: source)" in msg
+    assert "a task given as score matrices (a sims: source) cannot run it without them; add them" in msg
     assert _error(ValueError, task.fit, hn.make_normalizer("dn")) == msg
 
 

@@ -44,7 +44,7 @@ import torch
 
 from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat, reduce_blocks
 from .kernels import DEFAULT_BLOCK_BYTES, TOPK_BACKENDS, block_rows, block_shape, iter_blocks, topk_backend
-from .matrices import INPUT_LABELS, Pair, ScoreMatrix, check_finite_block
+from .matrices import INPUT_LABELS, Pair, ProductScores, ScoreMatrix, check_finite_block
 from .provenance import fingerprint
 
 #: Inputs an engine may hold, in the order their sizes are reported.
@@ -77,6 +77,7 @@ class LocalEngine:
             values): what :meth:`host_rows` reads instead of copying the device tensor back (a fit's provenance
             fingerprint of a GPU bank).
         hints: ``{(rows, cols): text}`` appended to the error of a missing score matrix (where to add it).
+        gallery: what identifies the gallery's columns when no stored test matrix does (:meth:`gallery`).
         resident_bytes: a stored matrix that cannot be a zero-copy view (a subset, float16) of at most this many
             bytes is read once per fit into a copy in its own dtype, in one pass along its contiguous axis (checked
             finite, its largest ``|s|`` taken on the way), kept until the fit ends (:meth:`release`); a larger one is
@@ -90,7 +91,8 @@ class LocalEngine:
                  matrices: Optional[Mapping[Pair, object]] = None, dtype: Optional[torch.dtype] = None,
                  block_bytes: Optional[int] = None, sweep_bytes: Optional[int] = None, plain: bool = False,
                  backend: Optional[str] = None, host: Optional[Dict[str, object]] = None,
-                 hints: Optional[Mapping[Pair, str]] = None, resident_bytes: Optional[int] = None):
+                 hints: Optional[Mapping[Pair, str]] = None, resident_bytes: Optional[int] = None,
+                 gallery: object = None):
         self.inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
         self.host = {k: v for k, v in (host or {}).items() if k in self.inputs and v is not None}
         first = self.inputs.get("targets", next(iter(self.inputs.values()), None))
@@ -116,6 +118,7 @@ class LocalEngine:
         self._views: set = set()   # ids of the stored matrices kept as views (checked by _check or a kernel)
         self._checked: set = set()  # ids of the views checked finite in this fit (checked again by the next fit)
         self.hints = dict(hints or {})
+        self._gallery = None if gallery is None else weakref.ref(gallery)
         self.matrices: Dict[Pair, ScoreMatrix] = {}
         self.sizes: Dict[str, Tuple[int, str]] = {}
         for key, m in (matrices or {}).items():
@@ -259,8 +262,9 @@ class LocalEngine:
             if source.name in self.inputs or not self.matrices:
                 return None
             return (f"reads the embeddings of {source.name} ({INPUT_LABELS[source.name]}), not only scores: a task "
-                    "given as score matrices (a sims: source) cannot run it; run it from embeddings (local:, cache: "
-                    "or synthetic: sources)")
+                    "given as score matrices (a sims: source) cannot run it without them; add them to the task "
+                    f"(RetrievalTask(..., {source.name}=...)) or run it from embeddings (local:, cache: or synthetic: "
+                    "sources)")
         if not source.required or source.rows == "queries" or not self.matrices:
             return None
         for col in source.col_names:
@@ -281,12 +285,17 @@ class LocalEngine:
     def fingerprints(self, names) -> Optional[dict]:
         """The fingerprints (:func:`hubnorm.provenance.fingerprint`) of the banks among ``names`` that this engine
         holds: embeddings from their rows in host memory; a query bank given as stored score rows over the gallery
-        as a function that sketches them when a certificate first asks (a stored matrix is read in the fit's own
-        order only)."""
+        (or held as embeddings beside matrices, while the test queries are not: the rows the test queries can be
+        compared with) as a function that sketches them when a certificate first asks (a stored matrix is read in
+        the fit's own order only)."""
+        rows_only = bool(self.matrices) and "queries" not in self.inputs
         out = {name: fingerprint(self.host_rows(name), name, block_bytes=self.block_bytes)
-               for name in names if name in self.inputs}
-        if "query_bank" in names and "query_bank" not in out and self.has_matrix("query_bank", "targets"):
-            matrix, budget, gallery = self.matrix("query_bank", "targets"), self.block_bytes, self.gallery()
+               for name in names if name in self.inputs and not (rows_only and name == "query_bank")}
+        product = all(n in self.inputs for n in ("query_bank", "targets"))
+        if "query_bank" in names and "query_bank" not in out and (product or self.has_matrix("query_bank", "targets")):
+            matrix = ProductScores(self.inputs["query_bank"], self.inputs["targets"], "the query bank x targets scores") \
+                if product else self.matrix("query_bank", "targets")
+            budget, gallery = self.block_bytes, self.gallery()
 
             def deferred():
                 return replace(fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget), over=gallery)
@@ -296,11 +305,12 @@ class LocalEngine:
     def gallery(self):
         """What identifies the columns of this engine's stored score rows: a weak reference to its test matrix
         (queries x targets, in either orientation), so that score rows fingerprinted over one gallery are never
-        compared with score rows over another of the same width; None without one."""
+        compared with score rows over another of the same width; else the ``gallery`` it was given (the targets'
+        embeddings of a task whose test scores are their product); None without either."""
         for key in (("queries", "targets"), ("targets", "queries")):
             if key in self.matrices:
                 return weakref.ref(self.matrices[key])
-        return None
+        return self._gallery
 
     # ------------------------------------------------------------------ running reductions
     def chunk(self, red: Reduction) -> Tuple[Chunk, int]:

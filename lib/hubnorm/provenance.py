@@ -475,25 +475,41 @@ def certify(normalizer, task, *, near_cosine: float = NEAR_COSINE) -> Certificat
 
 
 def _certify(normalizer, task, banks: Dict[str, Fingerprint], near_cosine: float) -> Certificate:
-    """:func:`certify` with the bank fingerprints given (those of a fit, or of a sweep's engine)."""
-    kind = task.kind
-    if kind == "scores":
-        if not _same_gallery(banks, task):
-            raise ValueError(f"{type(normalizer).__name__} was fitted on score rows over another gallery (another "
-                             "score task's test matrix): its bank rows can only be compared with test rows over the "
-                             "same gallery; certify it on the task it was fitted from")
-        test = {"queries": fingerprint(task.matrix("queries", "targets"), "queries", kind="scores")}
-    else:
-        test = {"queries": fingerprint(task.queries, "queries"), "targets": fingerprint(task.targets, "targets")}
-    other = sorted({fp.kind for fp in banks.values()} - {kind})
-    if other:
-        raise ValueError(f"{type(normalizer).__name__} was fitted on {other[0]} but task holds {kind}: certify it on "
-                         "a task of the kind it was fitted on")
+    """:func:`certify` with the bank fingerprints given (those of a fit, or of a sweep's engine). Each bank is compared
+    with the test rows of its own kind (:func:`_test_rows`): embeddings with the task's embeddings, score rows with
+    its test score rows over the same gallery."""
+    if not _same_gallery(banks, task):
+        raise ValueError(f"{type(normalizer).__name__} was fitted on score rows over another gallery (another "
+                         "score task's test matrix): its bank rows can only be compared with test rows over the "
+                         "same gallery; certify it on the task it was fitted from")
+    test = {"queries": _test_rows(task, "queries", "scores")} if task.kind == "scores" else \
+        {t: _test_rows(task, t, "embeddings") for t in ("queries", "targets")}
+    for b, t in PAIRS:
+        if b in banks and (t not in test or test[t].kind != banks[b].kind):
+            if not _holds_rows(task, t, banks[b].kind):
+                raise ValueError(f"{type(normalizer).__name__} was fitted on {banks[b].kind} but task holds no {t} "
+                                 f"{banks[b].kind}: certify it on a task of the kind it was fitted on")
+            test[t] = _test_rows(task, t, banks[b].kind)
     not_compared = []
-    if kind == "scores" and normalizer.uses_target_bank != "unused":
+    if task.kind == "scores" and normalizer.uses_target_bank != "unused" and "target_bank" not in banks:
         not_compared.append("target_bank: a score-matrix fit records the query bank's score rows only")
     findings = [_compare_once(banks[b], test[t], near_cosine) for b, t in PAIRS if b in banks]
     return Certificate(repr(normalizer), test, dict(banks), findings, not_compared)
+
+
+def _holds_rows(task, name: str, kind: str) -> bool:
+    """Whether the task holds test ``name`` rows of ``kind``: embeddings of them, or (``"scores"``) the test score
+    rows of a task of score matrices (the queries)."""
+    if kind == "embeddings":
+        return getattr(task, name, None) is not None
+    return name == "queries" and task.kind == "scores"
+
+
+def _test_rows(task, name: str, kind: str) -> Fingerprint:
+    """The fingerprint of the task's test ``name`` rows of ``kind`` (:func:`_holds_rows`)."""
+    if kind == "embeddings":
+        return fingerprint(getattr(task, name), name)
+    return fingerprint(task.matrix("queries", "targets"), "queries", kind="scores")
 
 
 def requested_certificate(normalizer, task, certificate) -> Optional[Certificate]:
@@ -542,8 +558,7 @@ def bank_mark(normalizer, task, *, engine=None) -> str:
         prov = {k: v() if callable(v) else v for k, v in prov.items()}
     if not _same_gallery(prov, task):   # score rows over another gallery: nothing to compare them with
         return UNRECORDED
-    kind = task.kind
-    if any(fp.kind != kind for fp in prov.values()):   # fitted on embeddings, evaluated on scores (or the reverse)
+    if not all(_holds_rows(task, t, prov[b].kind) for b, t in PAIRS if b in prov):   # no test rows of that kind
         return UNRECORDED
     return certificate_mark(_certify(normalizer, task, prov, NEAR_COSINE))
 
@@ -640,10 +655,10 @@ def check_certificate(path: Union[str, os.PathLike]) -> Certificate:
         kinds = {fp.kind for fp in test.values()}
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ValueError(f"certificate {path}: a part is missing or malformed ({type(e).__name__}: {e})") from None
-    expected = {"scores": {"queries"}, "embeddings": {"queries", "targets"}}
-    if len(kinds) != 1 or set(test) != expected.get(next(iter(kinds)), set()):
+    if not test or not set(test) <= {"queries", "targets"} or not kinds <= {"scores", "embeddings"} \
+            or ("targets" in test and test["targets"].kind != "embeddings"):
         raise ValueError(f"certificate {path}: its test rows are {sorted(test)} of kind {sorted(kinds)}; a "
-                         "certificate holds the test queries and targets (embeddings) or the test queries (scores)")
+                         "certificate holds the test queries (embeddings or score rows) and may hold the test targets (embeddings)")
     cosines = {f.get("near_cosine") for f in stored}
     if len(cosines) > 1:
         raise ValueError(f"certificate {path}: its findings use different near-duplicate thresholds")

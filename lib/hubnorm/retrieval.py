@@ -139,6 +139,10 @@ def _as_index_array(x: ArrayLike, name: str) -> np.ndarray:
 _INPUTS = ("queries", "targets", "query_bank", "target_bank")
 #: the test score matrix of a task given as scores
 TEST = ("queries", "targets")
+#: How far a stored score matrix may differ from the product of embeddings the task also holds, relative to the
+#: largest score (a float16 copy of a cosine matrix differs by < 5e-4; another model or order of items by far more).
+#: Set from float16 rounding before any data was looked at.
+AGREEMENT = 2e-3
 
 
 @dataclass
@@ -165,7 +169,11 @@ class RetrievalTask:
     an order) or of the test queries themselves: the checks a ``sims:`` folder gets as it is read); ``check=False``
     skips that read (matrices already checked).
 
-    A task holds one kind or the other, never both (which would decide the ranking is then ambiguous).
+    **Both**: embeddings of some inputs beside matrices of some pairs (a folder of released scores with the
+    queries' embeddings, a bank too large to embed again given as stored scores): a pair whose two inputs are held as
+    embeddings is scored as their product, any other pair from its stored matrix, and a method that reads
+    embeddings (DN) runs when the task holds the ones it reads. A stored matrix of a pair also held as embeddings
+    must be their product: ``check`` compares them on 64 rows (:data:`AGREEMENT`) and refuses another model or order.
     ``positives``: the positive targets of every query (:class:`Positives`, several per query allowed).
     ``direction``: any of :data:`DIRECTION_NAMES` (``t2i``, ``i2t``, ``t2v``, ``v2t``, ``t2a``, ``a2t``): the
     arithmetic is the same for every modality pair, the name labels the results.
@@ -201,52 +209,75 @@ class RetrievalTask:
         if not isinstance(self.positives, Positives):
             raise TypeError("positives must be a hubnorm.Positives (use Positives.from_labels / from_groups / "
                             f"hubnorm.positives_from_pairs); got {type(self.positives).__name__}")
+        held = self._check_embeddings()
         if self.scores is not None:
-            self._init_scores()
-            m, n, what = self.n_queries, self.n_targets, f"{self.engine.matrix(*TEST).label} is"
+            self._init_scores(held)
+        elif self.queries is None or self.targets is None:
+            raise ValueError("a task needs the test queries and targets as embeddings (queries=, targets=) or "
+                             "the test score matrix (scores={('queries', 'targets'): S_test, ...})")
         else:
-            if self.queries is None or self.targets is None:
-                raise ValueError("a task needs the test queries and targets as embeddings (queries=, targets=) or "
-                                 "the test score matrix (scores={('queries', 'targets'): S_test, ...})")
-            q = as_embeddings(self.queries, "queries", device="cpu")
-            t = as_embeddings(self.targets, "targets", device="cpu", dim=q.shape[1])
-            for name in ("query_bank", "target_bank"):
-                bank = getattr(self, name)
-                if bank is not None:
-                    as_embeddings(bank, name, device="cpu", dim=q.shape[1])
             self.engine = None
-            m, n, what = q.shape[0], t.shape[0], "the embeddings are"
+        m, n = self.n_queries, self.n_targets
+        what = f"{self.matrix(*TEST).label} is" if self.engine is not None else "the embeddings are"
         if self.positives.n_queries != m or self.positives.n_targets != n:
             raise ValueError(f"positives are {self.positives.n_queries} queries x {self.positives.n_targets} targets "
                              f"but {what} {m} queries x {n} targets: pass the positives of these queries and targets")
 
-    def _init_scores(self) -> None:
-        given = [name for name in _INPUTS if getattr(self, name) is not None]
-        if given:
-            raise ValueError(f"a task holds embeddings or score matrices, not both; got scores= and "
-                             f"{', '.join(given)}: pass the embeddings alone (every score is then a product of "
-                             "them) or the matrices alone")
+    def _check_embeddings(self) -> Dict[str, torch.Tensor]:
+        """The embeddings the task holds, checked (2-D, finite, normalised rows, one dimension), as CPU tensors."""
+        held, dim = {}, None
+        for name in _INPUTS:
+            x = getattr(self, name)
+            if x is not None:
+                held[name] = as_embeddings(x, name, device="cpu", dim=dim)
+                dim = held[name].shape[1]
+        return held
+
+    def _init_scores(self, held: Mapping[str, torch.Tensor]) -> None:
         if not isinstance(self.scores, Mapping):
             raise TypeError(f"scores must be a dict {{(rows, cols): matrix}}; got {type(self.scores).__name__}")
-        if TEST not in self.scores and TEST[::-1] not in self.scores:
-            raise ValueError("a task given as scores needs the test score matrix (queries x targets): pass "
-                             "scores={('queries', 'targets'): S_test, ...}")
-        self.engine = LocalEngine(matrices=self.scores, dtype=self.dtype, block_bytes=self.block_bytes,
-                                  hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes)
+        if TEST not in self.scores and TEST[::-1] not in self.scores and not all(n in held for n in TEST):
+            raise ValueError("a task given as scores needs the test score matrix (queries x targets), or the queries "
+                             "and targets as embeddings: pass scores={('queries', 'targets'): S_test, ...}")
+        inputs = {name: x.to(self.dtype) for name, x in held.items()}
+        gallery = None if TEST in self.scores or TEST[::-1] in self.scores else self.targets
+        self.engine = LocalEngine(inputs, matrices=self.scores, dtype=self.dtype, block_bytes=self.block_bytes,
+                                  hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes,
+                                  gallery=gallery)
         if self.check:
+            self._check_agreement()
             self._check_scores()
 
+    def _check_agreement(self) -> None:
+        """A stored matrix of two inputs the task also holds as embeddings must be their product (the product is
+        what every fit and score then reads): checked on up to 64 evenly spaced rows, so that another model, another
+        order of the items or other normalisation is refused."""
+        for (rows, cols), stored in self.engine.matrices.items():
+            if not self._product(rows, cols):
+                continue
+            pick = np.unique(np.linspace(0, stored.shape[0] - 1, min(64, stored.shape[0])).round().astype(np.int64))
+            got = stored.take(rows=pick).block(0, pick.size, 0, stored.shape[1], torch.float64)
+            want = self.matrix(rows, cols).take(rows=pick).block(0, pick.size, 0, stored.shape[1], torch.float64)
+            gap = float((got - want).abs().max())
+            if gap > AGREEMENT * max(1.0, float(want.abs().max())):
+                raise ValueError(f"scores[{(rows, cols)!r}] differs from the product of the {rows} and {cols} "
+                                 f"embeddings the task also holds, by up to {gap:.3g}: both must score the same "
+                                 "items in the same order with the same model (a transposed, shuffled or "
+                                 "unnormalised matrix?); pass one of the two (the product is what the task reads), "
+                                 "or check=False if the difference is meant")
+
     def _check_scores(self) -> None:
-        """The consistency checks of :mod:`hubnorm.score_checks` on the matrices as given (one read of each): a
-        transposed square test matrix, shifted or shuffled positives, a bank matrix of other items or of the test
-        queries themselves. A ValueError names what is wrong and the fix."""
+        """The consistency checks of :mod:`hubnorm.score_checks` on the test and bank score matrices (one read of
+        each): a transposed square test matrix, shifted or shuffled positives, a bank matrix of other items or of the
+        test queries themselves. A ValueError names what is wrong and the fix."""
         from .score_checks import TASK_ROLES, task_findings
 
-        mats = {role: self.engine.matrix(*pair) for role, pair in TASK_ROLES.items() if self.engine.has_matrix(*pair)}
+        mats = {role: self.matrix(*pair) for role, pair in TASK_ROLES.items() if self._scored(*pair)}
         if mats["test"].shape != (self.positives.n_queries, self.positives.n_targets):
             return   # __post_init__ names the mismatch of positives and matrix
-        names = {role: f"scores[{pair!r}]" if pair in self.engine.matrices else
-                 f"scores[{pair[::-1]!r}] (read transposed)" for role, pair in TASK_ROLES.items() if role in mats}
+        names = {role: mats[role].label if self._product(*pair) else f"scores[{pair!r}]"
+                 if pair in self.engine.matrices else f"scores[{pair[::-1]!r}] (read transposed)"
+                 for role, pair in TASK_ROLES.items() if role in mats}
         one_each = bool(np.all(np.diff(self.positives.indptr) == 1))
         pairs = (self.positives.query_of_entry, self.positives.indices)
         found = task_findings(mats, pairs, self.positives.indices if one_each else None, names=names)
@@ -254,9 +285,18 @@ class RetrievalTask:
             raise ValueError(f"the score matrices of this {self.direction} task look wrong: " + "; and ".join(found)
                              + ". If they are right, build the task with check=False")
 
+    def _product(self, rows: str, cols: str) -> bool:
+        """Whether the task scores ``rows x cols`` as the product of embeddings it holds (else a stored matrix)."""
+        return getattr(self, rows) is not None and getattr(self, cols) is not None
+
+    def _scored(self, rows: str, cols: str) -> bool:
+        """Whether the task can give the ``rows x cols`` scores (embeddings of both, or a stored matrix)."""
+        return self._product(rows, cols) or (self.engine is not None and self.engine.has_matrix(rows, cols))
+
     @property
     def kind(self) -> str:
-        """``"embeddings"`` or ``"scores"``: what the task holds."""
+        """``"embeddings"`` (no stored score matrix: every score is a product of embeddings) or ``"scores"`` (stored
+        score matrices, with or without embeddings beside them: read through the task's engine)."""
         return "embeddings" if self.engine is None else "scores"
 
     def has(self, name: str) -> bool:
@@ -264,12 +304,13 @@ class RetrievalTask:
         ``"target_bank"``) as embeddings or in a score matrix: a method that needs a bank asks before it fits."""
         if name not in _INPUTS:
             raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
-        return getattr(self, name) is not None if self.engine is None else self.engine.size(name) is not None
+        return getattr(self, name) is not None or (self.engine is not None and self.engine.size(name) is not None)
 
     def gallery(self):
-        """What identifies the columns of this task's stored scores: a weak reference to its test matrix, so that score
-        rows fingerprinted over one gallery are never compared with score rows over another of the same width
-        (:mod:`hubnorm.provenance`); None for a task of embeddings."""
+        """What identifies the columns of this task's stored scores: a weak reference to its test matrix (or to its
+        targets' embeddings when its test scores are their product), so that score rows fingerprinted over one gallery
+        are never compared with score rows over another of the same width (:mod:`hubnorm.provenance`); None for a task
+        of embeddings alone."""
         return None if self.engine is None else self.engine.gallery()
 
     def size(self, name: str) -> Optional[int]:
@@ -280,12 +321,13 @@ class RetrievalTask:
 
     def matrix(self, rows: str, cols: str) -> ScoreMatrix:
         """The score matrix ``rows x cols`` (``"queries"``, ``"targets"``, ``"query_bank"``, ``"target_bank"``), read
-        block by block when used: of a task given as scores, the stored matrix (read transposed when given as
-        ``cols x rows``); of a task of embeddings, their product (:class:`~hubnorm.matrices.ProductScores`)."""
+        block by block when used: the product of their embeddings when the task holds both
+        (:class:`~hubnorm.matrices.ProductScores`), else the stored matrix (read transposed when given as
+        ``cols x rows``)."""
         for name in (rows, cols):
             if name not in _INPUTS:
                 raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
-        if self.engine is not None:
+        if self.engine is not None and not self._product(rows, cols):
             return self.engine.matrix(rows, cols)
         for name in (rows, cols):
             if getattr(self, name) is None:
@@ -313,24 +355,27 @@ class RetrievalTask:
         if self.engine is None:
             bank = self.queries if query_aware else self.query_bank
             return normalizer.fit(self.targets, query_bank=bank, target_bank=self.target_bank)
-        return normalizer.fit_engine((self.test_as_bank() if query_aware else self).engine)
+        targets = None if self.targets is None else self.engine.tensor("targets")   # then it scores query embeddings
+        return normalizer.fit_engine((self.test_as_bank() if query_aware else self).engine, targets=targets)
 
     def test_as_bank(self) -> "RetrievalTask":
-        """This task of score matrices with its test queries as the query bank: the test score matrix serves as the
-        bank's, and a matrix of the old query bank (a bank x bank matrix) is left out, its rows being other queries
-        (what a query-aware fit reads; a folder without bank rows uses it)."""
+        """This task of score matrices with its test queries as the query bank: the test scores serve as the bank's
+        (and the query embeddings, when the task holds them, as its embeddings), and a matrix of the old query bank
+        (a bank x bank matrix) is left out, its rows being other queries (what a query-aware fit reads; a folder
+        without bank rows uses it)."""
         if self.engine is None:
             raise ValueError("test_as_bank builds a task of score matrices; a task of embeddings takes "
                              "fit(..., query_aware=True)")
         mats = {k: m for k, m in self.engine.matrices.items() if "query_bank" not in k}
-        mats[("query_bank", "targets")] = self.engine.matrix(*TEST)
-        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
+        mats[("query_bank", "targets")] = self.matrix(*TEST)
+        return replace(self, query_bank=self.queries, scores=mats, meta=dict(self.meta), hints=dict(self.hints),
+                       check=False)
 
     def bank_subset(self, rows: ArrayLike, bank: str = "query_bank") -> "RetrievalTask":
         """This task with its ``bank`` ("query_bank", or "target_bank") cut to the bank rows ``rows`` (each once, any
         order; kept in sorted order): for embeddings, those rows of that bank; for score matrices, those rows of
-        every matrix with that bank on an axis (a stored matrix reads only them). The same rows give the same task of
-        either kind."""
+        every matrix with that bank on an axis (a stored matrix reads only them), and of its embeddings when the task
+        holds them too. The same rows give the same task of either kind."""
         if bank not in ("query_bank", "target_bank"):
             raise ValueError(f"bank must be 'query_bank' or 'target_bank'; got {bank!r}")
         n_bank = self.size(bank)
@@ -346,9 +391,10 @@ class RetrievalTask:
                              "replacement cannot be a bank: draw without replacement)")
         if rows[-1] >= n_bank:
             raise ValueError(f"rows must be bank rows in [0, {n_bank}); got row {rows[-1]}")
+        items = getattr(self, bank)
+        cut = {} if items is None else {bank: items[torch.as_tensor(rows)] if torch.is_tensor(items) else items[rows]}
         if self.engine is None:
-            items = getattr(self, bank)
-            return replace(self, **{bank: items[torch.as_tensor(rows)] if torch.is_tensor(items) else items[rows]})
+            return replace(self, **cut)
         mats = {}
         for (r, c), m in self.engine.matrices.items():
             if r == bank:
@@ -357,7 +403,7 @@ class RetrievalTask:
                 mats[(c, r)] = m.T.take(rows=rows)
             else:
                 mats[(r, c)] = m
-        return replace(self, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
+        return replace(self, **cut, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
 
     def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),
@@ -386,16 +432,19 @@ class RetrievalTask:
                 yield q0, q[q0:q1] @ t.T
             return
         if is_normalizer:
-            reads = [inp.name for inp in normalizer.inputs.score if isinstance(inp, Embeddings)]
+            reads = [inp.name for inp in normalizer.inputs.score if isinstance(inp, Embeddings)
+                     and getattr(self, inp.name) is None]
             if reads:
                 raise ValueError(f"{type(normalizer).__name__} scores with the embeddings of {', '.join(reads)}; this "
-                                 "task holds score matrices only: run it on a task of embeddings")
-        test = self.engine.matrix(*TEST)
+                                 "task holds score matrices without them: pass them too (RetrievalTask(..., "
+                                 f"{reads[0]}=...)) or run it on a task of embeddings")
+        test = self.matrix(*TEST)
+        q = None if self.queries is None else self.engine.tensor("queries")
         m, n = test.shape
         size = chunk_size or block_rows(n, torch.empty((), dtype=self.dtype).element_size(), self.block_bytes)
         for q0, q1 in iter_blocks(m, size):
             s = test.block(q0, q1, 0, n, self.dtype)
-            yield q0, (s if normalizer is None else normalizer.normalize_scores(s, None))
+            yield q0, (s if normalizer is None else normalizer.normalize_scores(s, None if q is None else q[q0:q1]))
 
     def score(self, normalizer=None) -> torch.Tensor:
         """The whole (normalised) test score matrix, for small problems (``blocks`` otherwise)."""
@@ -420,8 +469,8 @@ class RetrievalTask:
 
     def _embeddings_only(self, what: str) -> None:
         if self.engine is not None:
-            raise ValueError(f"{what} adds embeddings; this task holds score matrices: build a task with the "
-                             "matrices you need instead")
+            raise ValueError(f"{what} changes embeddings beside stored score matrices, which would no longer match "
+                             "them: build a task with the embeddings and matrices you need instead")
 
 
 def fraction_size(fraction: float, n_rows: int) -> int:
