@@ -272,6 +272,8 @@ MIXED_LAYOUTS = {
     "query embeddings, bank matrices": (("queries", "targets"), (("query_bank", "targets"),
                                                                  ("query_bank", "target_bank"),
                                                                  ("target_bank", "targets"))),
+    "the bank's scores half embedded, half stored": (("queries", "targets", "query_bank"),
+                                                     (("query_bank", "target_bank"), ("target_bank", "targets"))),
     "everything both ways": (("queries", "targets", "query_bank", "target_bank"),
                              (("queries", "targets"), ("query_bank", "targets"), ("query_bank", "target_bank"),
                               ("target_bank", "targets"))),

@@ -186,6 +186,9 @@ def test_indexed_retriever_recall_and_checks():
     mats = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=task.positives, check=False)
     with pytest.raises(ValueError, match="a vector index searches query embeddings"):
         hn.evaluate(r, mats)
+    # a task holding the query embeddings beside stored bank scores: the index searches them
+    mixed = hn.RetrievalTask(q, t, task.positives, scores={("query_bank", "targets"): qb @ t.T})
+    assert hn.evaluate(r, mixed, ks=(1, 5))["R@1"] == 100.0
     fixed = IndexedRetriever(norm, nlist=4, nprobe=4)
     assert fixed.nprobe == 4 and fixed.tuning == {"nprobe": 4}
     tuned = IndexedRetriever(norm, nlist=4).tune(q, k=3)

@@ -53,6 +53,9 @@ def test_what_a_mixed_task_holds(parts):
     with pytest.raises(ValueError, match=r"^a task given as scores needs the test score matrix \(queries x targets\), "
                                          r"or the queries and targets as embeddings"):
         _task(vectors, mats, pos, ("targets",), (("query_bank", "targets"),))
+    with pytest.raises(ValueError, match=r"^this task has no 'query_bank' embeddings; it holds \['queries', "
+                                         r"'targets'\]$"):
+        RetrievalTask(vectors["queries"], vectors["targets"], pos).matrix("query_bank", "targets")
     with pytest.raises(ValueError, match=r"^with_banks changes embeddings beside stored score matrices"):
         b.with_banks(query_bank=vectors["query_bank"])
     with pytest.raises(ValueError, match=r"^query_bank must have 8 columns|query_bank.*dimension|columns"):
@@ -76,6 +79,17 @@ def test_a_stored_matrix_must_be_the_product_of_the_embeddings_beside_it(parts):
         with pytest.raises(ValueError, match=r"^scores\[\('query_bank', 'targets'\)\] differs from the product of the "
                                              r"query_bank and targets embeddings the task also holds, by up to "):
             _task(vectors, {**mats, ("query_bank", "targets"): wrong}, pos, *both)
+    # rows swapped outside the 64 compared whole rows: their means differ (every row's and column's mean is compared)
+    rng = np.random.default_rng(4)
+    big = {n: _unit(rng, k) for n, k in (("queries", 20), ("targets", 15), ("query_bank", 300))}
+    stored = big["query_bank"] @ big["targets"].T
+    pick = np.unique(np.linspace(0, 299, 64).round().astype(int))
+    i = next(r for r in range(300) if r not in pick and r + 1 not in pick)
+    stored[[i, i + 1]] = stored[[i + 1, i]]
+    first = {("target_bank", "targets"): _unit(rng, 25) @ big["targets"].T}   # not embedded here: not compared
+    with pytest.raises(ValueError, match=r"differs from the product of the query_bank and targets embeddings"):
+        _task(big, {**first, ("query_bank", "targets"): stored}, pos, ("queries", "targets", "query_bank"),
+              (("target_bank", "targets"), ("query_bank", "targets")))
     # the test matrix of the wrong orientation is read transposed and checked the same way
     with pytest.raises(ValueError, match=r"differs from the product of the targets and queries embeddings"):
         _task(vectors, {("targets", "queries"): mats[("queries", "targets")][::-1].T.copy()}, pos,
@@ -118,6 +132,17 @@ def test_provenance_marks_of_a_mixed_task(parts):
     fitted = b.fit(ist.clone())
     assert hn.evaluate(fitted, b)["bank"] == "query-agnostic"
     assert hn.evaluate(fitted, other)["bank"] == "unrecorded"
+    # target-bank embeddings beside a stored test matrix, targets not embedded: the query-aware leak is still found
+    dual = hn.DualInvertedSoftmax()
+    c = _task(vectors, mats, pos, ("target_bank",), (("queries", "targets"), ("target_bank", "targets")))
+    aware = c.fit(dual, query_aware=True)
+    assert "target_bank" not in aware.provenance_
+    assert hn.evaluate(aware, c)["bank"] == "QUERY-AWARE"
+    # the rows the label-free selection reads, held as scores only, are named
+    with pytest.raises(ValueError, match=r"^label-free selection reads embeddings of the gallery and the query bank; "
+                                         r"this task holds its targets as score matrices only"):
+        hn.label_free.label_free_select_task("nnn", _task(vectors, mats, pos, ("query_bank",),
+                                                          (("queries", "targets"), ("query_bank", "targets"))))
     # embeddings of the bank, but the test queries only as scores: certify names what it cannot compare
     a = _task(vectors, mats, pos, *TEST_MATRIX)
     emb = RetrievalTask(vectors["queries"], vectors["targets"], pos, query_bank=vectors["query_bank"])
@@ -126,3 +151,15 @@ def test_provenance_marks_of_a_mixed_task(parts):
                                          r"embeddings"):
         hn.provenance.certify(agnostic, a)
     assert hn.evaluate(agnostic, a)["bank"] == "unrecorded"
+
+
+def test_a_float32_task_scores_as_its_fit_does(parts):
+    """The test scores of a task whose queries and targets are embedded are computed in the task's dtype from the
+    tensors its fits read: bit-equal to the fitted normalizer's own scores of those queries."""
+    import torch
+
+    vectors, mats, pos = parts
+    f32 = {k: v.astype(np.float32) for k, v in vectors.items()}
+    task = _task(f32, mats, pos, ("queries", "targets"), (("query_bank", "targets"),), dtype=torch.float32)
+    norm = task.fit(hn.MutualProximity())
+    assert torch.equal(task.score(norm), norm.score(f32["queries"]))

@@ -466,7 +466,7 @@ def test_grid_search_on_a_task_of_score_matrices_fits_every_point_and_agrees_wit
     assert (a.engine, b.engine) == ("sweep", "reference") and a.best_params == b.best_params
     cols = ["alpha", "k", "R@1", "R@5", "R@10", "MdR"]
     pd.testing.assert_frame_equal(a.table[cols], b.table[cols])
-    with pytest.raises(ValueError, match=r"^a task of score matrices fits every point on its own: use engine='auto'"):
+    with pytest.raises(ValueError, match=r"^a task holding score matrices fits every point on its own: use engine='auto'"):
         hn.grid_search("nnn", sc, grid, engine="sweep")
     no_bank = hn.RetrievalTask(scores={("queries", "targets"): q @ t.T}, positives=pos)
     with pytest.raises(ValueError, match=r"^'nnn' needs a query bank"):

@@ -119,6 +119,7 @@ class LocalEngine:
         self._checked: set = set()  # ids of the views checked finite in this fit (checked again by the next fit)
         self.hints = dict(hints or {})
         self._gallery = None if gallery is None else weakref.ref(gallery)
+        self._products: Dict[Pair, ProductScores] = {}
         self.matrices: Dict[Pair, ScoreMatrix] = {}
         self.sizes: Dict[str, Tuple[int, str]] = {}
         for key, m in (matrices or {}).items():
@@ -244,7 +245,15 @@ class LocalEngine:
         return (rows, cols) in self.matrices or (cols, rows) in self.matrices
 
     def matrix(self, rows: str, cols: str) -> ScoreMatrix:
-        """The ``rows x cols`` score matrix (a given ``cols x rows`` one is read transposed)."""
+        """The ``rows x cols`` score matrix: the product of their embeddings when the engine holds both (computed
+        block by block when read; beside stored matrices of other pairs), else the stored one (a given
+        ``cols x rows`` one read transposed)."""
+        if rows in self.inputs and cols in self.inputs:
+            if (rows, cols) not in self._products:
+                m = ProductScores(self.inputs[rows], self.inputs[cols], f"the {rows} x {cols} scores")
+                m.bound = self.max_norm(rows) * self.max_norm(cols)
+                self._products[(rows, cols)] = m
+            return self._products[(rows, cols)]
         if (rows, cols) in self.matrices:
             return self.matrices[(rows, cols)]
         if (cols, rows) in self.matrices:
@@ -284,18 +293,17 @@ class LocalEngine:
 
     def fingerprints(self, names) -> Optional[dict]:
         """The fingerprints (:func:`hubnorm.provenance.fingerprint`) of the banks among ``names`` that this engine
-        holds: embeddings from their rows in host memory; a query bank given as stored score rows over the gallery
-        (or held as embeddings beside matrices, while the test queries are not: the rows the test queries can be
-        compared with) as a function that sketches them when a certificate first asks (a stored matrix is read in
+        holds: embeddings from their rows in host memory (beside stored matrices, only a bank whose test rows, the
+        queries or the targets, are embeddings too); a query bank given as stored score rows over the gallery (or
+        held as embeddings while the test queries are not: the rows the test queries can be compared with) as a
+        function that sketches them when a certificate first asks (a stored matrix is read in
         the fit's own order only)."""
-        rows_only = bool(self.matrices) and "queries" not in self.inputs
-        out = {name: fingerprint(self.host_rows(name), name, block_bytes=self.block_bytes)
-               for name in names if name in self.inputs and not (rows_only and name == "query_bank")}
+        test_of = {"query_bank": "queries", "target_bank": "targets"}   # the test rows each bank is compared with
+        out = {name: fingerprint(self.host_rows(name), name, block_bytes=self.block_bytes) for name in names
+               if name in self.inputs and (not self.matrices or test_of.get(name, name) in self.inputs)}
         product = all(n in self.inputs for n in ("query_bank", "targets"))
         if "query_bank" in names and "query_bank" not in out and (product or self.has_matrix("query_bank", "targets")):
-            matrix = ProductScores(self.inputs["query_bank"], self.inputs["targets"], "the query bank x targets scores") \
-                if product else self.matrix("query_bank", "targets")
-            budget, gallery = self.block_bytes, self.gallery()
+            matrix, budget, gallery = self.matrix("query_bank", "targets"), self.block_bytes, self.gallery()
 
             def deferred():
                 return replace(fingerprint(matrix, "query_bank", kind="scores", block_bytes=budget), over=gallery)
@@ -350,7 +358,9 @@ class LocalEngine:
 
     # ------------------------------------------------------------------ stored matrices: one read per fit
     def _stored(self, rows: str, cols: str) -> Tuple[ScoreMatrix, bool]:
-        """The given matrix behind ``rows x cols`` and whether it is read transposed."""
+        """The given matrix behind ``rows x cols`` and whether it is read transposed (a product of embeddings: itself)."""
+        if rows in self.inputs and cols in self.inputs:
+            return self.matrix(rows, cols), False
         if (rows, cols) in self.matrices:
             return self.matrices[(rows, cols)], False
         if (cols, rows) in self.matrices:

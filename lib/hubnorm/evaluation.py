@@ -319,9 +319,9 @@ def evaluate(
     if isinstance(normalizer, (np.ndarray, torch.Tensor)):   # scores computed elsewhere (marked "unrecorded")
         ranks = positive_ranks(normalizer, task.positives, chunk_size=chunk_size)
     elif served:
-        if task.kind != "embeddings":
-            raise ValueError("a vector index searches query embeddings; this task holds score matrices: evaluate the "
-                             "fitted normalizer itself (hubnorm.evaluate(normalizer, task))")
+        if task.queries is None:
+            raise ValueError("a vector index searches query embeddings; this task holds the queries as score matrices "
+                             "only: evaluate the fitted normalizer itself (hubnorm.evaluate(normalizer, task))")
         served_n = fitted.n_fitted_targets()
         if served_n != task.n_targets:
             raise ValueError(f"the index serves a normalizer fitted on {served_n} targets but the task has "

@@ -263,6 +263,11 @@ def label_free_select_task(method: str, task, **kwargs) -> LabelFreeResult:
     """:func:`label_free_select` on a task's gallery and banks: ``task.targets``, ``task.query_bank``,
     ``task.target_bank`` and, for the "mutual" criterion (the default when the task has queries), the query
     embeddings ``task.queries``; never ``task.positives`` (any object with those attributes works)."""
+    as_scores = [n for n in ("targets", "query_bank") if getattr(task, n, None) is None and getattr(task, "has", None)
+                 and task.has(n)]
+    if as_scores:
+        raise ValueError(f"label-free selection reads embeddings of the gallery and the query bank; this task holds "
+                         f"its {' and '.join(as_scores)} as score matrices only: select on a task of embeddings")
     criterion = kwargs.get("criterion")
     queries = getattr(task, "queries", None)
     if criterion in (None, "mutual") and queries is not None:

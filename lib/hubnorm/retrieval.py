@@ -240,26 +240,37 @@ class RetrievalTask:
             raise ValueError("a task given as scores needs the test score matrix (queries x targets), or the queries "
                              "and targets as embeddings: pass scores={('queries', 'targets'): S_test, ...}")
         inputs = {name: x.to(self.dtype) for name, x in held.items()}
-        gallery = None if TEST in self.scores or TEST[::-1] in self.scores else self.targets
         self.engine = LocalEngine(inputs, matrices=self.scores, dtype=self.dtype, block_bytes=self.block_bytes,
                                   hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes,
-                                  gallery=gallery)
+                                  gallery=self.targets)   # what identifies the gallery without a stored test matrix
         if self.check:
             self._check_agreement()
             self._check_scores()
 
     def _check_agreement(self) -> None:
         """A stored matrix of two inputs the task also holds as embeddings must be their product (the product is
-        what every fit and score then reads): checked on up to 64 evenly spaced rows, so that another model, another
-        order of the items or other normalisation is refused."""
+        what every fit and score then reads): compared on up to 64 evenly spaced whole rows, and on every row's and
+        every column's mean (one pass over the matrix), so that another model, another order of the items or other
+        normalisation is refused. Matrices that agree within :data:`AGREEMENT` always pass (a mean is off by at most
+        the largest cell's error)."""
         for (rows, cols), stored in self.engine.matrices.items():
             if not self._product(rows, cols):
                 continue
-            pick = np.unique(np.linspace(0, stored.shape[0] - 1, min(64, stored.shape[0])).round().astype(np.int64))
-            got = stored.take(rows=pick).block(0, pick.size, 0, stored.shape[1], torch.float64)
-            want = self.matrix(rows, cols).take(rows=pick).block(0, pick.size, 0, stored.shape[1], torch.float64)
+            product = self.matrix(rows, cols)
+            m, n = stored.shape
+            pick = np.unique(np.linspace(0, m - 1, min(64, m)).round().astype(np.int64))
+            got = stored.take(rows=pick).block(0, pick.size, 0, n, torch.float64)
+            want = product.take(rows=pick).block(0, pick.size, 0, n, torch.float64)
             gap = float((got - want).abs().max())
-            if gap > AGREEMENT * max(1.0, float(want.abs().max())):
+            row_means, col_sums = torch.empty(m, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+            for r0, r1 in iter_blocks(m, block_rows(n, 8, self.block_bytes)):
+                s = stored.block(r0, r1, 0, n, torch.float64)
+                row_means[r0:r1] = s.mean(dim=1)
+                col_sums += s.sum(dim=0)
+            a, b = (torch.as_tensor(x, dtype=torch.float64) for x in (product.a, product.b))
+            gap = max(gap, float((row_means - a @ b.mean(dim=0)).abs().max()),
+                      float((col_sums / m - b @ a.mean(dim=0)).abs().max()))
+            if gap > AGREEMENT * max(1.0, float(product.bound)):
                 raise ValueError(f"scores[{(rows, cols)!r}] differs from the product of the {rows} and {cols} "
                                  f"embeddings the task also holds, by up to {gap:.3g}: both must score the same "
                                  "items in the same order with the same model (a transposed, shuffled or "
@@ -327,7 +338,7 @@ class RetrievalTask:
         for name in (rows, cols):
             if name not in _INPUTS:
                 raise ValueError(f"a task holds the inputs {', '.join(_INPUTS)}; got {name!r}")
-        if self.engine is not None and not self._product(rows, cols):
+        if self.engine is not None:
             return self.engine.matrix(rows, cols)
         for name in (rows, cols):
             if getattr(self, name) is None:
@@ -440,10 +451,11 @@ class RetrievalTask:
                                  f"{reads[0]}=...)) or run it on a task of embeddings")
         test = self.matrix(*TEST)
         q = None if self.queries is None else self.engine.tensor("queries")
+        t = self.engine.tensor("targets") if self._product(*TEST) else None   # in the task's dtype, as a fit scores
         m, n = test.shape
         size = chunk_size or block_rows(n, torch.empty((), dtype=self.dtype).element_size(), self.block_bytes)
         for q0, q1 in iter_blocks(m, size):
-            s = test.block(q0, q1, 0, n, self.dtype)
+            s = test.block(q0, q1, 0, n, self.dtype) if t is None else q[q0:q1] @ t.T
             yield q0, (s if normalizer is None else normalizer.normalize_scores(s, None if q is None else q[q0:q1]))
 
     def score(self, normalizer=None) -> torch.Tensor:

@@ -205,7 +205,7 @@ def grid_search(
     on_scores = validation.kind == "scores"   # a task of score matrices: one fit per point (no sweep engine)
     sweep = engine != "reference" and not on_scores and can_sweep(method, grid, fixed)
     if engine == "sweep" and not sweep:
-        why = "a task of score matrices fits every point on its own" if on_scores else \
+        why = "a task holding score matrices fits every point on its own" if on_scores else \
             f"no one-pass sweep for method {method!r} with grid {sorted(grid)} and fixed {sorted(fixed)}"
         raise ValueError(f"{why}: use engine='auto' or 'reference'")
     full = metric == "MnR"
