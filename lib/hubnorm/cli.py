@@ -459,11 +459,9 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     one image on the same side); every grid point of every method is fitted on the reference bank and scored on all
     queries; the choice is the best R@1 on the *selection* half; the gain to expect is the chosen point's R@1 minus
     raw on the other, *estimation* half (paired bootstrap CI over groups)."""
-    import itertools
-
     from .evaluation import positive_ranks
     from .progress import progress as bar
-    from .registry import make_normalizer
+    from .registry import grid_points, make_normalizer
 
     task = d.task
     groups = query_groups(task.positives)
@@ -474,9 +472,7 @@ def choose_labelled(d: Direction, methods: Sequence[str], grids: Dict[str, Dict[
     raw = positive_ranks(task.blocks(), task.positives)
     points = []
     for m in methods:
-        grid = _grid(m, grids, task)
-        names = list(grid)
-        points += [(m, dict(zip(names, vals))) for vals in itertools.product(*(grid[n] for n in names))] or [(m, {})]
+        points += [(m, params) for params in grid_points(m, _grid(m, grids, task))]
     rows = []
     for m, params in bar(points, desc=f"choose {d.name}", disable=not progress):
         norm = make_normalizer(m, **params)

@@ -41,9 +41,8 @@ hardly say "does not help"; the report measures how often it is right). The thre
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional
 
 import numpy as np
 import pandas as pd
@@ -53,7 +52,7 @@ from ._validation import as_embeddings, check_finite_float, check_positive_int
 from .hubness import hubness_stats
 from .kernels import block_rows, iter_blocks
 from .normalizers.base import fit_on_engine, stable_topk
-from .registry import NORMALIZERS, PAPER_GRIDS, make_normalizer
+from .registry import NORMALIZERS, grid_points, make_normalizer
 from .sweeps import SWEEP_CACHE_BYTES
 
 __all__ = ["LabelFreeResult", "label_free_select", "label_free_select_task", "pseudo_query_split",
@@ -145,15 +144,6 @@ def mutual_agreement(targets: torch.Tensor, queries: torch.Tensor, H: torch.Tens
     return (hits.double() / m).numpy()
 
 
-def _grid_points(method: str, grid: Optional[Mapping[str, Sequence]]):
-    if grid is None:
-        if method not in PAPER_GRIDS:
-            raise ValueError(f"no default grid for method {method!r}: pass grid={{'param': [values, ...]}}")
-        grid = PAPER_GRIDS[method]
-    names = list(grid)
-    return names, [dict(zip(names, v)) for v in itertools.product(*(list(grid[n]) for n in names))]
-
-
 def _select_one(method, names, points, fixed, targets, fit_bank, target_bank, probe, k, criterion):
     """Fit every grid point with ``fit_bank`` and score it on ``probe`` (the queries for "mutual", else the
     pseudo-queries): ``(best params, best value, raw value, table)``."""
@@ -226,7 +216,8 @@ def label_free_select(method: str, targets, query_bank, *, queries=None, target_
     holdout = _BANK_ONLY["holdout"] if holdout is None else holdout
     seed = 0 if seed is None else seed
     fixed = dict(fixed or {})
-    names, points = _grid_points(method, grid)
+    points = grid_points(method, grid)
+    names = list(points[0])
     qb = np.asarray(query_bank.detach().cpu() if hasattr(query_bank, "detach") else query_bank)
     n_targets = len(targets)
     if criterion == "mutual":

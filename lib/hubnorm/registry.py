@@ -12,7 +12,8 @@ method from outside the package (a test, a notebook, a third-party module) to al
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Type
+import itertools
+from typing import Dict, List, Mapping, Optional, Sequence, Type
 
 from .normalizers import (
     CrossDomainSimilarityLocalScaling, DistributionNormalization, DualBankSinkhornNormalization,
@@ -85,3 +86,31 @@ def make_normalizer(name: str, **params) -> Normalizer:
     if key not in NORMALIZERS:
         raise ValueError(f"unknown normalizer {name!r}; available: {sorted(NORMALIZERS)}")
     return NORMALIZERS[key](**params)
+
+
+def check_grid(method: str, grid: Optional[Mapping[str, Sequence]]) -> Dict[str, list]:
+    """``grid`` (``{parameter: [values, ...]}``; None: the paper's grid of ``method``) checked, as lists."""
+    if grid is None:
+        if method not in PAPER_GRIDS:
+            raise ValueError(f"no default grid for method {method!r}: pass grid={{'param': [values, ...]}}")
+        grid = PAPER_GRIDS[method]
+    if not isinstance(grid, Mapping):
+        raise TypeError(f"grid must be a dict {{parameter: [values, ...]}}; got {type(grid).__name__}")
+    out = {}
+    for name, values in grid.items():
+        if not isinstance(name, str):
+            raise TypeError(f"grid keys must be parameter names (str); got {name!r}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "__iter__"):
+            raise TypeError(f"grid[{name!r}] must be a list of values; got {values!r}")
+        values = list(values)
+        if not values:
+            raise ValueError(f"grid[{name!r}] is empty: give at least one value")
+        out[name] = values
+    return out
+
+
+def grid_points(method: str, grid: Optional[Mapping[str, Sequence]]) -> List[Dict[str, object]]:
+    """Every point of ``grid`` (:func:`check_grid`) as a dict of parameters, the last parameter varying fastest (an
+    empty grid: one point, ``{}``)."""
+    grid = check_grid(method, grid)
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]

@@ -21,7 +21,6 @@ normalizer's own constructor checks before anything is computed.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -29,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .evaluation import evaluate
-from .registry import NORMALIZERS, PAPER_GRIDS, make_normalizer
+from .registry import NORMALIZERS, PAPER_GRIDS, check_grid, grid_points, make_normalizer
 from .retrieval import RetrievalTask
 from .sweeps import can_sweep, sweep_table
 from .progress import progress as _progress_bar
@@ -65,26 +64,6 @@ class SelectionResult:
         return (f"{self.n_tied} of {len(self.table)} grid points tie at {self.metric} {self.best_score:.2f} on the "
                 f"validation split{' (saturated)' if share == 1 or self.best_score >= 100 else ''}; chosen by the "
                 f"tie rule: {self.TIE_RULE}")
-
-
-def _check_grid(method: str, grid: Optional[Mapping[str, Sequence]]) -> Dict[str, list]:
-    if grid is None:
-        if method not in PAPER_GRIDS:
-            raise ValueError(f"no default grid for method {method!r}: pass grid={{'param': [values, ...]}}")
-        grid = PAPER_GRIDS[method]
-    if not isinstance(grid, Mapping):
-        raise TypeError(f"grid must be a dict {{parameter: [values, ...]}}; got {type(grid).__name__}")
-    out = {}
-    for name, values in grid.items():
-        if not isinstance(name, str):
-            raise TypeError(f"grid keys must be parameter names (str); got {name!r}")
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) and not hasattr(values, "__iter__"):
-            raise TypeError(f"grid[{name!r}] must be a list of values; got {values!r}")
-        values = list(values)
-        if not values:
-            raise ValueError(f"grid[{name!r}] is empty: give at least one value")
-        out[name] = values
-    return out
 
 
 def _metric_ks(metric: str, ks: Sequence[int]) -> tuple:
@@ -180,14 +159,13 @@ def grid_search(
         raise TypeError("validation must be a hubnorm.RetrievalTask (a held-out split of the training data)")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}; got {engine!r}")
-    grid = _check_grid(method, grid)
+    grid = check_grid(method, grid)
     fixed = dict(fixed or {})
     clash = set(fixed) & set(grid)
     if clash:
         raise ValueError(f"parameters {sorted(clash)} are both in grid and in fixed: keep each in one place")
     ks = _metric_ks(metric, ks)
-    names = list(grid)
-    points = [dict(zip(names, vals)) for vals in itertools.product(*(grid[n] for n in names))] or [{}]
+    names, points = list(grid), grid_points(method, grid)
     # validate every point with the normalizer's own checks before computing anything
     for params in points:
         make_normalizer(method, **fixed, **params).check_params()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Optional, Tuple
@@ -49,10 +50,7 @@ def partial_paths(target) -> Tuple[Path, Path]:
 def discard_partial(target) -> None:
     """Delete ``target``'s partial download (data and metadata), if any."""
     for p in partial_paths(target):
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
+        p.unlink(missing_ok=True)
 
 
 def _validators(headers) -> dict:
@@ -200,11 +198,7 @@ class ResumableHTTPDownloader:
         """Put the completed partial at pooch's ``output_file`` (path or open file) for the checksum check."""
         if hasattr(output_file, "write"):
             with open(self.part, "rb") as src:
-                while True:
-                    block = src.read(self.chunk_size)
-                    if not block:
-                        break
-                    output_file.write(block)
+                shutil.copyfileobj(src, output_file, self.chunk_size)
             return
         out = Path(output_file)
         link = out.with_name(out.name + ".link")
@@ -212,15 +206,9 @@ class ResumableHTTPDownloader:
             os.link(self.part, link)  # same folder: no copy, and the partial survives until it is verified
             os.replace(link, out)
         except OSError:
-            try:
-                link.unlink()
-            except FileNotFoundError:
-                pass
+            link.unlink(missing_ok=True)
             os.replace(self.part, out)  # no hard links here: move (a rerun would then download again)
-            try:
-                self.meta_path.unlink()
-            except FileNotFoundError:
-                pass
+            self.meta_path.unlink(missing_ok=True)
 
 
 __all__ = ["ResumableHTTPDownloader", "IncompleteDownload", "discard_partial", "partial_paths"]

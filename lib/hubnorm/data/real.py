@@ -304,10 +304,7 @@ def _install(folder: Path, f: RealFile, data: bytes) -> Path:
             raise OSError(f"writing {folder / f.name} failed: {why}")
         os.replace(tmp, folder / f.name)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
     return folder / f.name
 
