@@ -168,27 +168,33 @@ def write_entry(folder: PathLike, key: dict, images: np.ndarray, captions: np.nd
                 caption_to_image: np.ndarray, image_files, caption_texts, extra: Optional[dict] = None) -> dict:
     """Write one split's embeddings into a temporary folder (manifest last) that then replaces ``folder`` in one
     rename: a crash or a concurrent writer never leaves a mixed or half entry."""
+    images, captions = np.asarray(images, dtype=np.float32), np.asarray(captions, dtype=np.float32)
     with _staged(folder) as folder:
-        return _write_entry_files(folder, key, images, captions, caption_to_image, image_files, caption_texts, extra)
+        files = {name: _npy_entry(folder, name, arr) for name, arr in (("images.npy", images),
+                                                                      ("captions.npy", captions))}
+        return _finish_entry(folder, key, files, caption_to_image, image_files, caption_texts, extra,
+                             n_images=images.shape[0], n_captions=captions.shape[0],
+                             dim=images.shape[1] if images.ndim == 2 else None)
 
 
-def _write_entry_files(folder: Path, key: dict, images, captions, caption_to_image, image_files, caption_texts,
-                       extra: Optional[dict]) -> dict:
-    arrays = {"images.npy": np.asarray(images, dtype=np.float32),
-              "captions.npy": np.asarray(captions, dtype=np.float32),
-              "caption_to_image.npy": np.asarray(caption_to_image, dtype=np.int64)}
-    files = {}
-    for name, arr in arrays.items():
-        data = npy_bytes(arr)
-        files[name] = {"sha256": atomic_write_bytes(folder / name, data), "rows": int(arr.shape[0]),
-                       "shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": len(data)}
-    texts = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)}, ensure_ascii=False)
-    data = texts.encode("utf-8")
+def _npy_entry(folder: Path, name: str, arr: np.ndarray) -> dict:
+    """Write ``arr`` as ``folder/name`` (atomically) and return its manifest entry."""
+    data = npy_bytes(arr)
+    return {"sha256": atomic_write_bytes(folder / name, data), "rows": int(arr.shape[0]), "shape": list(arr.shape),
+            "dtype": str(arr.dtype), "bytes": len(data)}
+
+
+def _finish_entry(folder: Path, key: dict, files: dict, caption_to_image, image_files, caption_texts,
+                  extra: Optional[dict], *, n_images: int, n_captions: int, dim: Optional[int]) -> dict:
+    """The end of every entry: the caption-to-image index, the texts, then the manifest (written last)."""
+    files["caption_to_image.npy"] = _npy_entry(folder, "caption_to_image.npy",
+                                               np.asarray(caption_to_image, dtype=np.int64))
+    data = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)},
+                      ensure_ascii=False).encode("utf-8")
     files[TEXT_FILE] = {"sha256": atomic_write_bytes(folder / TEXT_FILE, data), "rows": len(caption_texts),
                         "bytes": len(data)}
-    manifest = {"format": FORMAT_VERSION, "key": key, "files": files,
-                "n_images": int(arrays["images.npy"].shape[0]), "n_captions": int(arrays["captions.npy"].shape[0]),
-                "dim": int(arrays["images.npy"].shape[1]) if arrays["images.npy"].ndim == 2 else None,
+    manifest = {"format": FORMAT_VERSION, "key": key, "files": files, "n_images": int(n_images),
+                "n_captions": int(n_captions), "dim": None if dim is None else int(dim),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(extra or {})}
     atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
     return manifest
@@ -246,33 +252,22 @@ def _write_streaming_files(folder: Path, key: dict, n_images: int, n_captions: i
             fh.close()
             if tmp[name].exists():
                 tmp[name].unlink()
-    c2i = np.asarray(caption_to_image, dtype=np.int64)
-    data = npy_bytes(c2i)
-    files["caption_to_image.npy"] = {"sha256": atomic_write_bytes(folder / "caption_to_image.npy", data),
-                                     "rows": int(c2i.shape[0]), "shape": list(c2i.shape), "dtype": "int64",
-                                     "bytes": len(data)}
-    texts = json.dumps({"image_files": list(image_files), "captions": list(caption_texts)}, ensure_ascii=False)
-    data = texts.encode("utf-8")
-    files[TEXT_FILE] = {"sha256": atomic_write_bytes(folder / TEXT_FILE, data), "rows": len(caption_texts),
-                        "bytes": len(data)}
-    manifest = {"format": FORMAT_VERSION, "key": key, "files": files, "n_images": int(n_images),
-                "n_captions": int(n_captions), "dim": int(dim), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                **(extra or {})}
-    atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
-    return manifest
+    return _finish_entry(folder, key, files, caption_to_image, image_files, caption_texts, extra,
+                         n_images=n_images, n_captions=n_captions, dim=dim)
 
 
 @contextlib.contextmanager
-def _staged(folder: PathLike):
+def _staged(folder: PathLike, verify=None):
     """Yield a fresh temporary folder beside ``folder``; on success it replaces ``folder`` (an existing entry is moved
-    aside first: the newest write wins), on failure it is removed."""
+    aside first: the newest write wins, unless ``verify()`` finds another writer's entry there good: it is kept), on
+    failure it is removed."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = _mkdtemp(folder)
     try:
         yield tmp
         _fsync_dir(tmp)   # every file in it was written with fsync
-        _publish(tmp, folder, None)
+        _publish(tmp, folder, verify)
     finally:
         if tmp.exists():
             _remove_tree(tmp)
@@ -520,9 +515,7 @@ def _mkdtemp(folder: Path) -> Path:
     prefix = f".{folder.name[:16]}."
     _sweep_stale(folder.parent, prefix)
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{_owner_tag()}.", suffix=".tmp", dir=folder.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    os.chmod(tmp, 0o777 & ~umask())
     return tmp
 
 
@@ -539,14 +532,6 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_file_synced(path: Path, data: bytes) -> str:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return hashlib.sha256(data).hexdigest()
-
-
 def write_content_entry(key: str, document: dict, embeddings: np.ndarray, *, label: str,
                         cache_dir: Optional[PathLike] = None) -> Path:
     """Store ``embeddings`` ((n_items, d) float32 unit rows) under ``key``; returns the entry folder.
@@ -558,20 +543,13 @@ def write_content_entry(key: str, document: dict, embeddings: np.ndarray, *, lab
     if emb.ndim != 2 or emb.shape[0] != document.get("n_items"):
         raise ValueError(f"embeddings must have shape (n_items={document.get('n_items')}, d); got {emb.shape}")
     folder = content_entry_dir(key, label, cache_dir)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _mkdtemp(folder)
-    try:
+    with _staged(folder, lambda: read_content_entry(key, document, label=label, cache_dir=cache_dir)) as tmp:
         data = npy_bytes(emb)
-        files = {_CONTENT_ARRAY: {"sha256": _write_file_synced(tmp / _CONTENT_ARRAY, data), "shape": list(emb.shape),
+        files = {_CONTENT_ARRAY: {"sha256": atomic_write_bytes(tmp / _CONTENT_ARRAY, data), "shape": list(emb.shape),
                                   "dtype": "float32", "bytes": len(data)}}
         manifest = {"format": CONTENT_FORMAT, "key": key, "document": document, "files": files,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        _write_file_synced(tmp / MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
-        _fsync_dir(tmp)
-        _publish(tmp, folder, lambda: read_content_entry(key, document, label=label, cache_dir=cache_dir))
-    finally:
-        if tmp.exists():
-            _remove_tree(tmp)
+        atomic_write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
     return folder
 
 
