@@ -77,7 +77,11 @@ def test_a_stored_matrix_must_be_the_product_of_the_embeddings_beside_it(parts):
     for wrong, why in ((swapped, "two rows swapped"), (bank[:, ::-1], "columns reversed"),
                        (other[("query_bank", "targets")], "another model")):
         with pytest.raises(ValueError, match=r"^scores\[\('query_bank', 'targets'\)\] differs from the product of the "
-                                             r"query_bank and targets embeddings the task also holds, by up to "):
+                                             r"query_bank and targets embeddings the task also holds, by up to "
+                                             r"[0-9.e-]+: both must score the same items in the same order with the "
+                                             r"same model \(a transposed, shuffled or unnormalised matrix\?\); pass "
+                                             r"one of the two \(the product is what the task reads\), or "
+                                             r"check=False if the difference is meant$"):
             _task(vectors, {**mats, ("query_bank", "targets"): wrong}, pos, *both)
     # rows swapped outside the 64 compared whole rows: their means differ (every row's and column's mean is compared)
     rng = np.random.default_rng(4)
@@ -86,6 +90,9 @@ def test_a_stored_matrix_must_be_the_product_of_the_embeddings_beside_it(parts):
     pick = np.unique(np.linspace(0, 299, 64).round().astype(int))
     i = next(r for r in range(300) if r not in pick and r + 1 not in pick)
     stored[[i, i + 1]] = stored[[i + 1, i]]
+    right = big["query_bank"] @ big["targets"].T                    # 300 rows, read in blocks of 2: accepted
+    _task(big, {("query_bank", "targets"): right.astype(np.float32)}, pos, ("queries", "targets", "query_bank"),
+          (("query_bank", "targets"),), block_bytes=2 * 15 * 8)
     first = {("target_bank", "targets"): _unit(rng, 25) @ big["targets"].T}   # not embedded here: not compared
     with pytest.raises(ValueError, match=r"differs from the product of the query_bank and targets embeddings"):
         _task(big, {**first, ("query_bank", "targets"): stored}, pos, ("queries", "targets", "query_bank"),
