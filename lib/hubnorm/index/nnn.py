@@ -49,19 +49,7 @@ class FaissNNN(NearestNeighborNormalization):
     def __init__(self, alpha=0.75, k=128, *, nlist=None, nprobe=None, recall_target=0.95, sample_size=64,
                  bank_index=None, use_gpu=None, seed=0, scan=None, device=None, chunk_size=None,
                  check_normalized=True, block_bytes=None, refine=None, projection_dim=None, code=None):
-        super().__init__(alpha=alpha, k=k, device=device, chunk_size=chunk_size, check_normalized=check_normalized,
-                         block_bytes=block_bytes)
-        self.nlist = nlist
-        self.nprobe = nprobe
-        self.recall_target = recall_target
-        self.sample_size = sample_size
-        self.bank_index = bank_index
-        self.use_gpu = use_gpu
-        self.seed = seed
-        self.scan = scan
-        self.refine = refine
-        self.projection_dim = projection_dim
-        self.code = code
+        self._store(locals())
 
     def _validate_params(self):
         super()._validate_params()

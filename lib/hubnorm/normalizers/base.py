@@ -104,6 +104,12 @@ class Normalizer:
             cls.uses_target_bank = cls.inputs.usage("target_bank")
 
     # ------------------------------------------------------------------ scikit-learn style parameters
+    def _store(self, arguments: Dict[str, object]) -> None:
+        """Store every constructor argument, as given, under its own name (a constructor's only work: scikit-learn's
+        rule); a method's ``__init__`` calls ``self._store(locals())``."""
+        for name in self._param_names():
+            setattr(self, name, arguments[name])
+
     @classmethod
     def _param_names(cls):
         return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
@@ -492,9 +498,7 @@ class Identity(Normalizer):
     inputs = Inputs()
 
     def __init__(self, *, device=None, chunk_size=None, check_normalized=True):
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
+        self._store(locals())
 
     def fit_blocks(self, engine):
         return {"offsets_": torch.zeros(engine.size("targets"), dtype=engine.dtype, device=engine.device)}

@@ -50,13 +50,7 @@ class DistributionNormalization(Normalizer):
 
     def __init__(self, lam=0.25, *, n_samples=None, n_repeats=5, seed=0, device=None, chunk_size=None,
                  check_normalized=True):
-        self.lam = lam
-        self.n_samples = n_samples
-        self.n_repeats = n_repeats
-        self.seed = seed
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
+        self._store(locals())
 
     def _mean(self, engine, name: str, gen: torch.Generator) -> torch.Tensor:
         if self.n_samples is None:

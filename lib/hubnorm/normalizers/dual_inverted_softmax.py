@@ -69,12 +69,7 @@ class DualInvertedSoftmax(Normalizer):
 
     def __init__(self, beta_query=50.0, beta_target=50.0, *, device=None, chunk_size=None, check_normalized=True,
                  block_bytes=None):
-        self.beta_query = beta_query
-        self.beta_target = beta_target
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def _validate_params(self):
         super()._validate_params()
@@ -142,9 +137,7 @@ class DualDynamicInvertedSoftmax(DualInvertedSoftmax):
 
     def __init__(self, beta_query=50.0, beta_target=50.0, k=1, *, device=None, chunk_size=None,
                  check_normalized=True, block_bytes=None):
-        super().__init__(beta_query, beta_target, device=device, chunk_size=chunk_size,
-                         check_normalized=check_normalized, block_bytes=block_bytes)
-        self.k = k
+        self._store(locals())
 
     @classmethod
     def fit_grid(cls, norms, engine):

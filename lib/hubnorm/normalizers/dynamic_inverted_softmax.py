@@ -66,12 +66,7 @@ class DynamicInvertedSoftmax(Normalizer):
     example_params = {"tau": 0.02, "k": 1}
 
     def __init__(self, tau=0.02, k=1, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.tau = tau
-        self.k = k
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def fit_blocks(self, engine):
         return {"offsets_": inverted_softmax_blocks(engine, self.tau),

@@ -86,11 +86,7 @@ class InvertedSoftmax(Normalizer):
     example_params = {"tau": 0.02}
 
     def __init__(self, tau=0.02, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.tau = tau
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def fit_blocks(self, engine):
         return {"offsets_": inverted_softmax_blocks(engine, self.tau)}

@@ -134,11 +134,7 @@ class L2TransportNormalization(TransportPlanNormalizer):
     example_params = {"reg": 0.05}
 
     def __init__(self, reg=0.05, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.reg = reg
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def solve(self, S):
         ot = import_pot()

@@ -53,11 +53,7 @@ class LocalScaling(Normalizer):
     example_params = {"k": 4}
 
     def __init__(self, k=10, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.k = k
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def fit_blocks(self, engine):
         kth = engine.reduce(TopK(BANK_SCORES, int(self.k), axis=0)).values[:, -1]

@@ -67,11 +67,7 @@ class MutualProximity(Normalizer):
     example_params = {}
 
     def __init__(self, form="gaussian", *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
-        self.form = form
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def fit_blocks(self, engine):
         if self.form == "empirical":

@@ -97,13 +97,7 @@ class NearestNeighborNormalization(Normalizer):
 
     def __init__(self, alpha=0.75, k=128, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None,
                  implementation="fast"):
-        self.alpha = alpha
-        self.k = k
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
-        self.implementation = implementation
+        self._store(locals())
 
     def _top(self, k: int) -> TopK:
         return TopK(BANK_SCORES, k, axis=0, fast=getattr(self, "implementation", "fast") == "fast")

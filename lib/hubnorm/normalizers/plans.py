@@ -72,10 +72,7 @@ class TransportPlanNormalizer(Normalizer):
 
     def __init__(self, *, device=None, chunk_size=None, check_normalized=True, block_bytes=None):
         """A plan without parameters (OTN, HN); a method with parameters (L2N) states its own constructor."""
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
+        self._store(locals())
 
     def solve(self, S: np.ndarray) -> np.ndarray:
         """The plan (float64 ``m x n``) of the float64 score matrix ``S``."""

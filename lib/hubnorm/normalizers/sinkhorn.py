@@ -513,15 +513,7 @@ class SinkhornNormalization(Normalizer):
 
     def __init__(self, tau=0.01, n_iter=10, tol=None, *, device=None, chunk_size=None, check_normalized=True,
                  block_bytes=None, cache_bytes=DEFAULT_CACHE_BYTES, cache_dtype=None):
-        self.tau = tau
-        self.n_iter = n_iter
-        self.tol = tol
-        self.device = device
-        self.chunk_size = chunk_size
-        self.check_normalized = check_normalized
-        self.block_bytes = block_bytes
-        self.cache_bytes = cache_bytes
-        self.cache_dtype = cache_dtype
+        self._store(locals())
 
     @property
     def _source(self) -> Scores:
