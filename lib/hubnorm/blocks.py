@@ -308,18 +308,26 @@ def reduce_blocks(red: Reduction, chunk: Chunk):
         r_size = block_rows(n_c, item, chunk.block_bytes)
     else:
         r_size, c_size = block_shape(n_r, n_c, item, chunk.block_bytes)
-    kept_blocks, red_blocks = (list(iter_blocks(n_c, c_size)), list(iter_blocks(n_r, r_size))) if red.axis == 0 \
-        else (list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size)))
+
+    def block(r0, r1, c0, c1):
+        return rows[r0:r1].to(dt) @ cols[c0:c1].to(dt).T, Chunk(
+            rows[r0:r1], cols[c0:c1], chunk.row_start + r0, chunk.col_start + c0,
+            None if chunk.row_terms is None else chunk.row_terms[r0:r1],
+            None if chunk.col_terms is None else chunk.col_terms[c0:c1], chunk.block_bytes)
+    return block_loop(red, list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size)), block)
+
+
+def block_loop(red: Reduction, row_blocks, col_blocks, block):
+    """The plain loop over a grid of score blocks, wherever they come from (:func:`reduce_blocks`: products of
+    embeddings; the engine: stored matrices): ``block(r0, r1, c0, c1) -> (scores, chunk)``, ``partial`` of each,
+    ``merge`` along the reduced axis, concatenated along the kept one."""
+    kept, reduced = (col_blocks, row_blocks) if red.axis == 0 else (row_blocks, col_blocks)
     out = []
-    for k0, k1 in kept_blocks:
+    for k0, k1 in kept:
         acc = None
-        for j0, j1 in red_blocks:
+        for j0, j1 in reduced:
             (r0, r1), (c0, c1) = ((j0, j1), (k0, k1)) if red.axis == 0 else ((k0, k1), (j0, j1))
-            s = rows[r0:r1].to(dt) @ cols[c0:c1].to(dt).T
-            sub = Chunk(rows[r0:r1], cols[c0:c1], chunk.row_start + r0, chunk.col_start + c0,
-                        None if chunk.row_terms is None else chunk.row_terms[r0:r1],
-                        None if chunk.col_terms is None else chunk.col_terms[c0:c1], chunk.block_bytes)
-            p = red.partial(s, sub)
+            p = red.partial(*block(r0, r1, c0, c1))
             acc = p if acc is None else red.merge(acc, p)
         out.append(acc)
     return concat(out)
@@ -629,5 +637,5 @@ ENGINE_MEMBERS = ("dtype", "device", "block_bytes", "sweep_bytes", "has", "size"
 
 
 __all__ = ["Embeddings", "Scores", "Inputs", "Param", "Chunk", "Reduction", "TopK", "TopKResult", "LogMeanExp", "Moments",
-           "LogSumExp", "Mean", "Iteration", "check_limits", "limit_of", "log_mean_exp", "reduce_blocks", "concat",
+           "LogSumExp", "Mean", "Iteration", "check_limits", "limit_of", "log_mean_exp", "reduce_blocks", "block_loop", "concat",
            "SIZE_NAMES", "Engine", "ENGINE_MEMBERS"]

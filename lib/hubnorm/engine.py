@@ -42,7 +42,7 @@ from typing import Dict, Hashable, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, concat, reduce_blocks
+from .blocks import Chunk, Embeddings, Iteration, Reduction, Scores, TopKResult, block_loop, reduce_blocks
 from .kernels import DEFAULT_BLOCK_BYTES, TOPK_BACKENDS, block_rows, block_shape, iter_blocks, topk_backend
 from .matrices import INPUT_LABELS, Pair, ProductScores, ScoreMatrix, check_finite_block
 from .provenance import fingerprint
@@ -607,20 +607,13 @@ class LocalEngine:
         ct = None if red.col_terms is None else torch.as_tensor(red.col_terms)
         item = max(4, torch.empty((), dtype=dt).element_size())
         r_size, c_size = self._block_shape(n_r, n_c, item, red.whole_rows, rows_contiguous)
-        rows_b, cols_b = list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size))
-        kept, reduced = (cols_b, rows_b) if red.axis == 0 else (rows_b, cols_b)
-        out = []
-        for k0, k1 in kept:
-            acc = None
-            for j0, j1 in reduced:
-                (r0, r1), (c0, c1) = ((j0, j1), (k0, k1)) if red.axis == 0 else ((k0, k1), (j0, j1))
-                s = read(r0, r1, c0, c1, dt)
-                sub = Chunk(s, None, r0, c0, None if rt is None else rt[r0:r1], None if ct is None else ct[c0:c1],
+
+        def block(r0, r1, c0, c1):
+            s = read(r0, r1, c0, c1, dt)
+            return s, Chunk(s, None, r0, c0, None if rt is None else rt[r0:r1], None if ct is None else ct[c0:c1],
                             self.block_bytes)
-                p = red.partial(s, sub)
-                acc = p if acc is None else red.merge(acc, p)
-            out.append(acc)
-        return self._engine_dtype(red.finalize(concat(out), n))
+        out = block_loop(red, list(iter_blocks(n_r, r_size)), list(iter_blocks(n_c, c_size)), block)
+        return self._engine_dtype(red.finalize(out, n))
 
 
 __all__ = ["LocalEngine", "INPUT_NAMES", "DEFAULT_RESIDENT_BYTES"]

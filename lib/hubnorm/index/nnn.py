@@ -50,6 +50,7 @@ class FaissNNN(NearestNeighborNormalization):
                  bank_index=None, use_gpu=None, seed=0, scan=None, device=None, chunk_size=None,
                  check_normalized=True, block_bytes=None, refine=None, projection_dim=None, code=None):
         self._store(locals())
+        self.implementation = "fast"   # NNN's parameter, not this one's: its exact top-k path where one runs
 
     def _validate_params(self):
         super()._validate_params()
