@@ -173,7 +173,8 @@ class RetrievalTask:
     queries' embeddings, a bank too large to embed again given as stored scores): a pair whose two inputs are held as
     embeddings is scored as their product, any other pair from its stored matrix, and a method that reads
     embeddings (DN) runs when the task holds the ones it reads. A stored matrix of a pair also held as embeddings
-    must be their product: ``check`` compares them on 64 rows (:data:`AGREEMENT`) and refuses another model or order.
+    must be their product: ``check`` compares 64 whole rows and every row's mean (:data:`AGREEMENT`) and refuses
+    another model or order. Embeddings beside matrices are held, fitted and scored in the task's ``dtype``.
     ``positives``: the positive targets of every query (:class:`Positives`, several per query allowed).
     ``direction``: any of :data:`DIRECTION_NAMES` (``t2i``, ``i2t``, ``t2v``, ``v2t``, ``t2a``, ``a2t``): the
     arithmetic is the same for every modality pair, the name labels the results.
