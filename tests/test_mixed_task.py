@@ -28,7 +28,7 @@ def parts():
 
 
 def _task(vectors, mats, pos, held, stored, **kw):
-    return RetrievalTask(**{n: vectors[n] for n in held}, positives=pos,
+    return RetrievalTask(**{n: vectors[n] for n in held}, positives=pos, meta={"dataset": "unit"},
                          scores={p: mats[p] for p in stored}, **kw)
 
 
@@ -121,6 +121,7 @@ def test_bank_cuts_and_evaluate_equal_the_task_of_embeddings(parts):
                 got = task.bank_subset(rows, bank)
                 want = ref.bank_subset(rows, bank)
                 assert got.size(bank) == want.size(bank) == rows.size
+                assert got.meta == task.meta and got.meta is not task.meta   # its own copy of the labels
                 g, w = hn.evaluate(got.fit(method.clone()), got), hn.evaluate(want.fit(method.clone()), want)
                 assert {k: v for k, v in g.items() if k != "bank"} == pytest.approx(
                     {k: v for k, v in w.items() if k != "bank"}, abs=1e-9), (held, method, bank)
