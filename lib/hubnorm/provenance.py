@@ -482,14 +482,13 @@ def _certify(normalizer, task, banks: Dict[str, Fingerprint], near_cosine: float
         raise ValueError(f"{type(normalizer).__name__} was fitted on score rows over another gallery (another "
                          "score task's test matrix): its bank rows can only be compared with test rows over the "
                          "same gallery; certify it on the task it was fitted from")
-    test = {"queries": _test_rows(task, "queries", "scores")} if task.kind == "scores" else \
-        {t: _test_rows(task, t, "embeddings") for t in ("queries", "targets")}
-    for b, t in PAIRS:
-        if b in banks and (t not in test or test[t].kind != banks[b].kind):
-            if not _holds_rows(task, t, banks[b].kind):
-                raise ValueError(f"{type(normalizer).__name__} was fitted on {banks[b].kind} but task holds no {t} "
-                                 f"{banks[b].kind}: certify it on a task of the kind it was fitted on")
-            test[t] = _test_rows(task, t, banks[b].kind)
+    wanted = {"queries": "scores"} if task.kind == "scores" else dict.fromkeys(("queries", "targets"), "embeddings")
+    wanted.update({t: banks[b].kind for b, t in PAIRS if b in banks})   # each bank's test rows, of its own kind
+    for t, kind in wanted.items():
+        if not _holds_rows(task, t, kind):
+            raise ValueError(f"{type(normalizer).__name__} was fitted on {kind} but task holds no {t} {kind}: certify "
+                             "it on a task of the kind it was fitted on")
+    test = {t: _test_rows(task, t, kind) for t, kind in wanted.items()}   # each read once
     not_compared = []
     if task.kind == "scores" and normalizer.uses_target_bank != "unused" and "target_bank" not in banks:
         not_compared.append("target_bank: a score-matrix fit records the query bank's score rows only")
