@@ -137,7 +137,8 @@ if cross_source:
 # reduced to the values below and DualDIS reuses DualIS's choice (the paper finds the two alike); `fast=False` uses
 # `hubnorm.PAPER_GRIDS`. Without a held-out split (a `sims:` folder) nothing is chosen: every method runs at the
 # fixed parameters `FIXED` (this notebook's, limited by the bank where it is smaller; a NOTE names them), and the
-# `chosen` column says "fixed". DN needs the bank means of embeddings: a folder of scores leaves it out (a NOTE).
+# `chosen` column says "fixed". DN needs the bank means of embeddings: a folder of scores alone leaves it out (a NOTE);
+# one whose manifest lists the embeddings of its bank and test items runs it.
 
 # %%
 FAST_GRIDS = {
@@ -155,7 +156,8 @@ grids = {m: pr.paper_or_fast_grid(m, fast, FAST_GRIDS) for m in ("nnn", "dn", "d
 reuse = {"dualdis": "dualis"} if fast else {}
 
 methods = ["raw", "dn", "dualis", "dualdis", "nnn"]   # (section 7 runs them all on each real set of embeddings)
-ours = [m for m in methods if m != "dn" or src.needs_embeddings("DN (it subtracts the bank means of the embeddings)")]
+ours = [m for m in methods   # DN reads the bank's and the targets' embeddings: a NOTE where the source has none
+        if m != "dn" or src.needs_embeddings("DN (it subtracts the bank means of the embeddings)", "query_bank", "targets")]
 if val_tasks is not None:
     print({m: g for m, g in grids.items() if m not in reuse})
     selection = pr.select_parameters(val_tasks, ours, grids, reuse=reuse,  # hn.grid_search on val, by R@1
@@ -482,8 +484,8 @@ for real_label, res in real_results.items():
 # above (the synthetic run and each real set of section 7); NNN's parameters and the $k$ of LS and DSL are chosen on
 # `val` (without one, on a `sims:` folder, they are the fixed ones of section 2), IS and SN use the DBSN paper's
 # temperatures, MP has no parameter. LS and MP are functions of the scores; DSL's centroids need the embeddings, so a
-# folder of scores leaves DSL out (a NOTE). No paper of this companion publishes LS or MP on these data sets: there
-# is no published column.
+# folder of scores alone leaves DSL out (a NOTE). No paper of this companion publishes LS or MP on these data sets:
+# there is no published column.
 
 # %%
 classic = {"raw": ("raw", {}), "NNN": ("nnn", None), "IS": ("is", {"tau": 0.02}), "SN": ("sn", {"tau": 0.01}),
@@ -498,8 +500,8 @@ def classic_rows(tests, vals, data_label, nnn_chosen=None):
     for d in directions:
         ctask, cval = tests[d], (vals or {}).get(d)
         for cname, (cm, cparams) in classic.items():
-            if cm == "dsl" and ctask.kind == "scores":
-                continue   # its centroids are embeddings (the NOTE above)
+            if cm == "dsl" and ctask.kind == "scores" and not dsl_runs:
+                continue   # its centroids are embeddings (the NOTE below)
             if cm == "nnn" and nnn_chosen and d in nnn_chosen:
                 cparams = nnn_chosen[d]   # section 2's search, on the same val split with the same grid
             elif cm in ("nnn", "ls", "dsl") and cval is None:   # no held-out split: section 2's fixed parameters
@@ -515,7 +517,8 @@ def classic_rows(tests, vals, data_label, nnn_chosen=None):
     return out
 
 
-src.needs_embeddings("DSL (the centroids of each item's nearest neighbours are embeddings)")  # a NOTE for scores
+dsl_runs = src.needs_embeddings("DSL (the centroids of each item's nearest neighbours are embeddings)", "query_bank",
+                                "targets")   # a NOTE for scores without them
 crows = classic_rows(test_tasks, val_tasks, label,
                      {r.direction: r.params for r in selection[selection["method"] == "nnn"].itertuples()})
 for real_label, rds in reals.items():   # the real column: each set's whole training part as the bank (section 7)

@@ -182,9 +182,9 @@ def test_local_engine_answers_sizes_norms_bounds_and_rows():
     assert torch.equal(e.take_rows("targets", torch.tensor([4, 1])), t[[4, 1]])
     assert e.spans("targets") is True and e.to_tensor(t) is t
     assert torch.equal(e.tensor(("targets", "query_bank")), torch.cat([t, qb]))
-    with pytest.raises(ValueError, match=r"^this fit has no target_bank \(needed as target_bank\)$"):
+    with pytest.raises(ValueError, match=r"^this fit has no target_bank embeddings \(needed as target_bank\)$"):
         e.tensor("target_bank")
-    with pytest.raises(ValueError, match=r"^this fit has no target_bank \(needed as targets ; target_bank\)$"):
+    with pytest.raises(ValueError, match=r"^this fit has no target_bank embeddings \(needed as targets ; target_bank\)$"):
         e.tensor(("targets", "target_bank"))
 
 

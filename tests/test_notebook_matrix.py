@@ -141,6 +141,37 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
 
 
 @pytest.mark.slow
+def test_notebook_01_runs_dn_and_dsl_on_a_sims_folder_that_lists_its_embeddings(tmp_path, monkeypatch):
+    """A sims folder whose manifest lists the embeddings beside the matrices (issue 43: tasks holding both) runs the
+    methods that read embeddings; the same folder without them leaves them out with a NOTE. The other notebooks run
+    on it as on its matrices (the cells that need a data set of embeddings, a split or images keep their NOTE)."""
+    from hubnorm.data.sims import EMBEDDINGS
+    from test_sims import write_example
+
+    monkeypatch.setenv("HUBNORM_PROGRESS", "0")
+    monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")
+    for name, embedded in (("both", tuple(EMBEDDINGS)), ("scores", ())):
+        write_example(tmp_path / name, embeddings=embedded)
+        monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path / f"results-{name}"))
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            run_notebook_source(REPO / "notebooks" / "01_main_results.py",
+                                {"source": f"sims:{tmp_path / name}", **FAST_PARAMS.get("01", {})})
+        out = buf.getvalue()
+        assert "Traceback" not in out
+        tables = tmp_path / f"results-{name}" / "tables"
+        main = (tables / "01_main_r1_vs_published.csv").read_text()
+        classic = (tables / "01_classic_methods.csv").read_text()
+        if embedded:
+            assert "DN (it subtracts" not in out and "DSL (the centroids" not in out
+            assert ",DN," in main and ",DSL," in classic, (main, classic)
+            assert "holds a folder's score matrices and some embeddings, not a data set of them" in out  # cross bank
+        else:
+            assert "NOTE: DN (it subtracts the bank means of the embeddings) needs embeddings" in out
+            assert "NOTE: DSL (the centroids" in out and ",DN," not in main and ",DSL," not in classic
+
+
+@pytest.mark.slow
 def test_notebook_00_on_a_float32_sims_folder_checks_its_equations_to_float32_rounding(tmp_path, monkeypatch):
     """Released matrices are often float32, which hubnorm reads in float32 (its fast path): notebook 00's check of
     its numpy equations against the library holds to float32 rounding there (found by review: it asserted 1e-9)."""

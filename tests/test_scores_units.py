@@ -212,7 +212,8 @@ def test_the_engine_refuses_keys_sizes_and_dtypes_it_cannot_read():
     with pytest.raises(ValueError) as e:
         eng.tensor("targets")
     assert str(e.value) == ("this step needs the embeddings of targets, but a score task holds only score matrices: "
-                            "run it from embeddings (local:, cache: or synthetic: sources)")
+                            "run it from embeddings (local:, cache: or synthetic: sources, or a sims: folder whose "
+                            "manifest lists them under 'embeddings')")
     assert eng.matrix("targets", "queries").shape == (3, 4)
 
 

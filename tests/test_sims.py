@@ -36,10 +36,11 @@ def _embeddings(seed=0, n_items=24, per_item=2, d=16):
     return caps, items, np.arange(n_items).repeat(per_item), bank_caps[:60], bank_items
 
 
-def write_example(folder, seed=0, modalities=("text", "video"), dtype=np.float64):
+def write_example(folder, seed=0, modalities=("text", "video"), dtype=np.float64, embeddings=()):
     """A small sims folder with every role, from embeddings (also used by the notebook tests). With the text
     second (``("video", "text")``) the rows are the items and the positives a mask (each item has two captions);
-    ``dtype``: how the matrices are stored (released ones are often float32)."""
+    ``dtype``: how the matrices are stored (released ones are often float32); ``embeddings``: the keys of the
+    manifest's ``embeddings`` to write beside the matrices (``hubnorm.data.sims.EMBEDDINGS``: "test_rows", ...)."""
     caps, items, c2i, bank_caps, bank_items = _embeddings(seed)
     if modalities[0] == "text":
         rows, cols, bank_r, bank_c = caps, items, bank_caps, bank_items
@@ -53,7 +54,9 @@ def write_example(folder, seed=0, modalities=("text", "video"), dtype=np.float64
             "bank_rows_x_bank_cols": bank_r @ bank_c.T, "bank_cols_x_test_cols": bank_c @ cols.T,
             "bank_rows_x_test_rows": bank_r @ rows.T}
     mats = {role: m.astype(dtype) for role, m in mats.items()}
-    write_sims(folder, mats, modalities=modalities, dataset="example", synthetic=True, **positives)
+    vectors = {"test_rows": rows, "test_cols": cols, "bank_rows": bank_r, "bank_cols": bank_c}
+    write_sims(folder, mats, modalities=modalities, dataset="example", synthetic=True,
+               embeddings={key: vectors[key].astype(dtype) for key in embeddings}, **positives)
     return caps, items, c2i, bank_caps, bank_items
 
 

@@ -32,7 +32,7 @@ from hubnorm.hubness import hubness_stats, k_occurrence
 from hubnorm.normalizers.base import EXECUTION_OPTIONS
 from hubnorm.progress import progress
 from hubnorm.provenance import NO_BANK
-from hubnorm.registry import DISPLAY_NAMES, NORMALIZERS, make_normalizer
+from hubnorm.registry import DISPLAY_NAMES, make_normalizer
 from hubnorm.retrieval import DIRECTIONS, RetrievalTask, bank_share, build_tasks, query_bank_share, share_rows
 # clamp_grid is hubnorm.clamp_grid: used below, and by the notebooks as pr.clamp_grid
 from hubnorm.selection import PAPER_GRIDS, clamp_grid, grid_search, k_limit
@@ -277,12 +277,20 @@ class RunData:
         tasks = query_bank_share(self.all_tasks, fraction, seed, keep=self.test_as_bank)
         return replace(self, all_tasks=tasks, query_bank_fraction=fraction)
 
-    def needs_embeddings(self, what: str) -> bool:
-        """True for a run on embeddings; for score matrices prints one NOTE naming ``what`` needs embeddings and
-        returns False (the notebook's cell then shows nothing of it)."""
-        if self.ds is None:
-            note(f"{what} needs embeddings; {self.source} holds score matrices only, so it is not shown")
-        return self.ds is not None
+    def needs_embeddings(self, what: str, *inputs: str) -> bool:
+        """True for a run on embeddings, or on score matrices whose tasks also hold the embeddings of ``inputs``
+        (``"query_bank"``, ``"targets"``, ...: a sims: folder whose manifest lists them); otherwise prints one NOTE
+        naming ``what`` needs embeddings and returns False (the notebook's cell then shows nothing of it)."""
+        held = bool(inputs) and all(getattr(t, n) is not None for t in self.tasks.values() for n in inputs)
+        if self.ds is None and not held:
+            some = any(getattr(t, n) is not None for t in self.tasks.values()
+                       for n in ("queries", "targets", "query_bank", "target_bank"))
+            note(f"{what} needs embeddings; {self.source} holds "
+                 + ("a folder's score matrices and some embeddings, not a data set of them" if some else
+                    "score matrices only")
+                 + (f" (no embeddings of the {' and '.join(i.replace('_', ' ') for i in inputs)})" if inputs else "")
+                 + ", so it is not shown")
+        return self.ds is not None or held
 
 
 def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fraction: float = 1.0, seed: int = 0,

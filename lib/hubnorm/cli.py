@@ -176,7 +176,7 @@ def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
 
 def _matrix_bank(task) -> dict:
     """The provenance of a sims: task's bank matrices: each one's file and sha256 (the manifest's checksum when it
-    lists one, else hashed here)."""
+    lists one, else hashed here), and of the bank embeddings its manifest lists (rows and content hash)."""
     from .data.cache import sha256_file
     from .data.sims import read_manifest
 
@@ -189,7 +189,10 @@ def _matrix_bank(task) -> dict:
         path = Path(m.label)
         bank[f"{rows} x {cols}"] = {"shape": list(m.shape), "file": path.name,
                                     "sha256": sums.get(path.name) or sha256_file(path)}
-    return {"kind": "score matrices", "matrices": bank}
+    out = {"kind": "score matrices", "matrices": bank}
+    embedded = {name: {"rows": int(len(x)), "sha256": digest(x)} for name in ("query_bank", "target_bank")
+                if (x := getattr(task, name)) is not None}
+    return {**out, "embeddings": embedded} if embedded else out
 
 
 def _check_directions(directions, available, source) -> tuple:
@@ -794,6 +797,8 @@ def _short(bank: dict) -> str:
         elif key == "matrices" and isinstance(v, dict):   # score matrices: {"matrices": {"rows x cols": {...}}}
             parts += [f"{k} {'x'.join(map(str, m.get('shape', [])))} sha256 {str(m.get('sha256'))[:12]}"
                       for k, m in sorted(v.items())]
+        elif key == "embeddings" and isinstance(v, dict) and v:   # a sims folder's bank embeddings beside them
+            parts.append(_short(v))
     return ", ".join(parts) or json.dumps(bank, sort_keys=True)
 
 

@@ -165,9 +165,10 @@ class LocalEngine:
         missing = [n for n in names if n not in self.inputs]
         if missing and self.matrices and not self.inputs:
             raise ValueError(f"this step needs the embeddings of {' ; '.join(names)}, but a score task holds only "
-                             "score matrices: run it from embeddings (local:, cache: or synthetic: sources)")
+                             "score matrices: run it from embeddings (local:, cache: or synthetic: sources, or a sims: "
+                             "folder whose manifest lists them under 'embeddings')")
         if missing:
-            raise ValueError(f"this fit has no {missing[0]} (needed as {' ; '.join(names)})")
+            raise ValueError(f"this fit has no {missing[0]} embeddings (needed as {' ; '.join(names)})")
         if len(names) == 1:
             return self.inputs[names[0]]
         if names not in self._concat:
@@ -267,13 +268,13 @@ class LocalEngine:
         :class:`~hubnorm.blocks.Scores` of the fit or of scoring) cannot be read from this engine, as the end of a
         sentence that starts with the method's name; None when it can, or when it is not this engine's to give (test
         queries come at scoring time; a bank left out of an engine of embeddings is the fit's required-bank check)."""
-        if isinstance(source, Embeddings):
-            if source.name in self.inputs or not self.matrices:
+        if isinstance(source, Embeddings):   # an optional input the task lacks altogether is simply not read
+            if source.name in self.inputs or not self.matrices or not (source.required or self.has(source.name)):
                 return None
             return (f"reads the embeddings of {source.name} ({INPUT_LABELS[source.name]}), not only scores: a task "
                     "given as score matrices (a sims: source) cannot run it without them; add them to the task "
-                    f"(RetrievalTask(..., {source.name}=...)) or run it from embeddings (local:, cache: or synthetic: "
-                    "sources)")
+                    f"(RetrievalTask(..., {source.name}=...); a sims: folder lists them under 'embeddings' in its "
+                    "manifest) or run it from embeddings (local:, cache: or synthetic: sources)")
         if not source.required or source.rows == "queries" or not self.matrices:
             return None
         for col in source.col_names:

@@ -410,7 +410,7 @@ def _topk_rows(a_blk, b, k, b_blocks, buf, filtered):
     G = 1
     while G < TOPK_GROUP and 2 * G * density <= 0.1:
         G *= 2
-    dev, dt = a_blk.device, a_blk.dtype
+    dev = a_blk.device
     run_v = run_i = thr = None
     cand = []  # survivors of the threshold filter: (rows, cols, vals)
     seen = 0

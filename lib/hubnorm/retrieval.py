@@ -245,16 +245,16 @@ class RetrievalTask:
                                   hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes,
                                   gallery=self.targets)   # what identifies the gallery without a stored test matrix
         if self.check:
-            self._check_agreement()
+            self.check_agreement()
             self._check_scores()
 
-    def _check_agreement(self) -> None:
+    def check_agreement(self) -> None:
         """A stored matrix of two inputs the task also holds as embeddings must be their product (the product is
         what every fit and score then reads): compared on up to 64 evenly spaced whole rows (another order of the
         columns, another model, other normalisation) and on every row's mean (one pass over the matrix: another
         order of the rows). Matrices that agree within :data:`AGREEMENT` always pass (a mean is off by at most the
-        largest cell's error)."""
-        for (rows, cols), stored in self.engine.matrices.items():
+        largest cell's error). Run as the task is built with ``check``; a ValueError names the matrix that differs."""
+        for (rows, cols), stored in (self.engine.matrices if self.engine is not None else {}).items():
             if not self._product(rows, cols):
                 continue
             product = self.matrix(rows, cols)

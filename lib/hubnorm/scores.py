@@ -74,6 +74,13 @@ _SIMS_ROLES = {
 }
 
 
+#: which embeddings of a sims folder (:data:`hubnorm.data.sims.EMBEDDINGS`) are each input, per direction side
+_SIMS_EMBEDDINGS = {
+    "forward": {"queries": "test_rows", "targets": "test_cols", "query_bank": "bank_rows", "target_bank": "bank_cols"},
+    "backward": {"queries": "test_cols", "targets": "test_rows", "query_bank": "bank_cols", "target_bank": "bank_rows"},
+}
+
+
 def sample_index(n: int, size: Optional[int], seed: int) -> Optional[np.ndarray]:
     """A seeded random subset of ``range(n)`` of at most ``size`` items, sorted (None: all of them). The rule of
     every bank subset (``bank_queries`` / ``target_bank``), from embeddings and from score matrices alike."""
@@ -107,8 +114,10 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
     The test matrix's rows are the queries of the first direction and its columns those of the second; the banks
     follow (``bank_rows`` is the first direction's query bank, ``bank_cols`` the second's; the bank x bank matrix
     serves DBSN in both, read transposed for the second). ``bank_queries`` / ``target_bank``: at most this many
-    query-bank / target-bank items per direction, a seeded subset (:func:`bank_subsets`; the files stay on disk)."""
-    from .data.sims import ROLES, SimsFolder, load_sims
+    query-bank / target-bank items per direction, a seeded subset (:func:`bank_subsets`; the files stay on disk).
+    Embeddings the manifest lists are held beside the matrices, cut to the same subsets, and each stored matrix of
+    two embedded item sets is compared with their product (:meth:`~hubnorm.RetrievalTask.check_agreement`)."""
+    from .data.sims import EMBEDDINGS, ROLES, SimsError, SimsFolder, load_sims
 
     if isinstance(source, str) and source.startswith("sims:"):
         source = source[len("sims:"):]
@@ -125,6 +134,8 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
     for role, m in mats.items():
         for side, n in zip(ROLES[role], m.shape):
             bank_n.setdefault(side, n)
+    for key, x in sims.embeddings.items():   # a bank may be given as embeddings only
+        bank_n.setdefault(EMBEDDINGS[key], x.shape[0])
     subsets = bank_subsets(bank_n.get("bank R"), bank_n.get("bank C"), bank_queries, target_bank, seed)
     rows, cols = sims.positive_pairs
     n_r, n_c = mats["test"].shape
@@ -145,10 +156,24 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
                     m = m.take(sel.get(r_side), sel.get(c_side))
                 transposed = side == "backward" and role in ("test", "bank_rows_x_bank_cols")
                 given[key] = m.T if transposed else m
+        held, files = {}, {}
+        for name, key in _SIMS_EMBEDDINGS[side].items():
+            if key in sims.embeddings:
+                cut = sel.get(EMBEDDINGS[key])
+                x = sims.embeddings[key]
+                held[name] = np.array(x if cut is None else x[cut])   # a copy: the memory map is read-only
+                files[name] = sims.embedding_files[key].name
         hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
         pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
-        out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
-                               block_bytes=block_bytes, dtype=dtype, check=False)   # load_sims checked the folder
+        try:
+            out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
+                                   block_bytes=block_bytes, dtype=dtype, check=False, **held)   # load_sims checked it
+            out[d].check_agreement()   # what load_sims cannot: a stored matrix of embedded items is their product
+        except ValueError as exc:   # name the files behind the task's names
+            names = [f"{name} = {f}" for name, f in files.items()]
+            names += [f"scores[{pair!r}] = {sims.files[role].name}" for pair, role in roles.items() if role in mats]
+            raise SimsError(f"{sims.folder} ({d}): {exc}. The files: {'; '.join(names)}; fix the file named, or list "
+                            "only one of the two in the manifest") from None
     return out
 
 

@@ -19,6 +19,9 @@ plain ``.npy`` files (read with ``allow_pickle=False``, memory-mapped: a matrix 
       },
       "positives": {"labels": "caption_to_item.npy"},   # one column index per test row, or
                                                          # {"mask": "positives.npy"}: a boolean rows x columns mask
+      "embeddings": {                               # optional: the embeddings of some items (L2-normalised rows)
+        "test_rows": "text.npy", "test_cols": "video.npy", "bank_rows": "bank_text.npy", "bank_cols": "bank_video.npy"
+      },
       "checksums": {"test.npy": "<sha256>", ...}          # optional; verified when present
     }
 
@@ -33,7 +36,14 @@ The same manifest may be written in YAML as ``manifest.yaml`` (or ``manifest.yml
     positives: {labels: caption_to_item.npy}
 
 Only ``test`` and ``positives`` are required; a method that needs a matrix the folder lacks is refused naming it
-(:mod:`hubnorm.scores`). Directions are named from the modalities' first letters: text/video gives ``t2v``
+(:mod:`hubnorm.scores`).
+
+``embeddings`` (optional) gives the embeddings of some of the four item sets, one row per row (or column) of the
+matrices, in their order: ``test_rows`` / ``test_cols`` are the test matrix's rows / columns, ``bank_rows`` /
+``bank_cols`` the bank items of the same modalities. The tasks then hold both (:class:`hubnorm.RetrievalTask`): a
+pair whose two item sets are embedded is scored as their product, and a stored matrix of such a pair must equal it
+(compared as the tasks are built; a shuffled, transposed or other model's file is refused naming it). The methods
+that read embeddings (DN, DSL) then run on the folder. Directions are named from the modalities' first letters: text/video gives ``t2v``
 (rows are queries) and ``v2t`` (columns are queries). Every problem (a missing or truncated file, a pickled
 array, a bad shape, NaN, a mask that does not match) is a ``ValueError`` naming the file and the fix.
 
@@ -75,6 +85,9 @@ ROLES: Dict[str, Tuple[str, str]] = {
 
 #: modality -> the letter of direction names (t2v, a2t, ...); the one definition (hubnorm.media uses it too)
 LETTERS = MODALITY_LETTERS  # the letters of the direction names (hubnorm.retrieval)
+
+#: the keys of the manifest's optional ``embeddings`` -> the side of :data:`ROLES` whose items they embed
+EMBEDDINGS: Dict[str, str] = {"test_rows": "test R", "test_cols": "test C", "bank_rows": "bank R", "bank_cols": "bank C"}
 
 class SimsError(ValueError):
     """A problem with a sims folder (the message names the file and the fix)."""
@@ -211,6 +224,8 @@ class SimsFolder:
     files: Dict[str, Path] = field(default_factory=dict)
     bounds: Dict[str, float] = field(default_factory=dict)   # role -> largest |s| (from the scan), when scanned
     positive_pairs: Tuple[np.ndarray, np.ndarray] = None  # (row index, column index) of every positive
+    embeddings: Dict[str, np.ndarray] = field(default_factory=dict)   # EMBEDDINGS key -> memory map (optional)
+    embedding_files: Dict[str, Path] = field(default_factory=dict)
     flags: List[str] = field(default_factory=list)   # consistency findings accepted with consistency=False
 
     @property
@@ -261,6 +276,25 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
                                 "share their rows and columns (same items, same order); fix the file or the manifest")
             sizes.setdefault(side, (n, path.name))
         out.matrices[role], out.files[role] = arr, path
+    dim = None   # (dimension, file) of the first embeddings
+    for key, fname in (man.get("embeddings") or {}).items():   # the items some matrices score, embedded
+        path = folder / fname
+        what = f"embeddings {key!r}"
+        arr = open_npy(path, what)
+        seen_files[str(path)] = _signature(path)
+        if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
+            raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array (one embedding per row); got shape "
+                            f"{arr.shape}, dtype {arr.dtype}")
+        side = EMBEDDINGS[key]
+        seen = sizes.setdefault(side, (arr.shape[0], path.name))
+        if seen[0] != arr.shape[0]:
+            raise SimsError(f"{path} ({what}) has {arr.shape[0]} rows but {seen[1]} has {seen[0]} {side} items: one "
+                            "embedding per item, in the matrices' order; fix the file or the manifest")
+        dim = dim or (arr.shape[1], path.name)
+        if dim[0] != arr.shape[1]:
+            raise SimsError(f"{path} ({what}) has dimension {arr.shape[1]} but {dim[1]} has {dim[0]}: every embedding "
+                            "of a folder comes from one model (one space)")
+        out.embeddings[key], out.embedding_files[key] = arr, path
     n_rows, n_cols = out.matrices["test"].shape
     out.positive_pairs, labels, pos_path = _positives(folder, man, man_path, n_rows, n_cols,
                                                       checksums if verify else {})
@@ -281,6 +315,10 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
                          on_rows=stats.get(role))
         if bound is not None:
             out.bounds[role] = bound
+    for key, arr in out.embeddings.items():   # sha256 and finite, in one read (normalised rows: the task checks)
+        expected = checksums.get(str(man["embeddings"][key])) if verify else None
+        scan_npy(out.embedding_files[key], arr, f"embeddings {key!r}", checksum=expected, scan=scan,
+                 manifest=man_path.name)
     for name, sig in seen_files.items():   # a file rewritten during the read would pair two versions
         if _signature(Path(name)) != sig:
             raise SimsError(f"{name} changed while the folder was read: its matrices and positives may come from "
@@ -329,6 +367,11 @@ def _check_manifest(man: dict, man_path: Path) -> None:
     for key in ("dataset", "model"):
         if man.get(key) is not None and not (isinstance(man[key], str) and man[key].strip()):
             raise SimsError(f"{man_path}: '{key}' must be a non-empty string (or absent); got {man[key]!r}")
+    embs = man.get("embeddings")
+    if embs is not None and not (isinstance(embs, dict) and set(embs) <= set(EMBEDDINGS)
+                                 and all(isinstance(f, str) and f for f in embs.values())):
+        raise SimsError(f"{man_path}: 'embeddings' must map some of {list(EMBEDDINGS)} to .npy file names (the "
+                        f"embeddings of the test matrix's rows / columns and of the bank items); got {embs!r}")
     sums = man.get("checksums")
     if sums is not None and not (isinstance(sums, dict) and all(isinstance(k, str) and isinstance(v, str)
                                                                   for k, v in sums.items())):
@@ -383,8 +426,10 @@ def _positives(folder, man, man_path, n_rows, n_cols, checksums):
 
 def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=("text", "video"),
                labels: Optional[np.ndarray] = None, mask: Optional[np.ndarray] = None, dataset: Optional[str] = None,
-               model: Optional[str] = None, synthetic: bool = False, extra: Optional[dict] = None) -> Path:
-    """Write a sims folder (``.npy`` per role + ``manifest.json`` with sha256 checksums); returns its manifest path."""
+               model: Optional[str] = None, synthetic: bool = False, extra: Optional[dict] = None,
+               embeddings: Optional[Dict[str, np.ndarray]] = None) -> Path:
+    """Write a sims folder (``.npy`` per role, and per key of ``embeddings`` (:data:`EMBEDDINGS`), + ``manifest.json``
+    with sha256 checksums); returns its manifest path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if (labels is None) == (mask is None):
@@ -395,12 +440,20 @@ def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=
             raise ValueError(f"unknown role {role!r}; the roles are {sorted(ROLES)}")
         names[role] = f"{role}.npy"
         checksums[names[role]] = atomic_write_bytes(folder / names[role], npy_bytes(np.asarray(arr)))
+    emb_names = {}
+    for key, arr in (embeddings or {}).items():
+        if key not in EMBEDDINGS:
+            raise ValueError(f"unknown embeddings key {key!r}; the keys are {list(EMBEDDINGS)}")
+        emb_names[key] = f"embeddings_{key}.npy"
+        checksums[emb_names[key]] = atomic_write_bytes(folder / emb_names[key], npy_bytes(np.asarray(arr)))
     pos_file = "positives_labels.npy" if labels is not None else "positives_mask.npy"
     checksums[pos_file] = atomic_write_bytes(folder / pos_file, npy_bytes(np.asarray(labels if labels is not None
                                                                                      else mask)))
     man = {"format": FORMAT, "version": VERSION, "dataset": dataset, "model": model, "modalities": list(modalities),
            "synthetic": bool(synthetic), "matrices": names,
            "positives": {"labels" if labels is not None else "mask": pos_file}}
+    if emb_names:
+        man["embeddings"] = emb_names
     man.update(extra or {})
     man["checksums"] = checksums
     path = folder / "manifest.json"
@@ -408,4 +461,5 @@ def write_sims(folder: PathLike, matrices: Dict[str, np.ndarray], *, modalities=
     return path
 
 
-__all__ = ["SimsError", "SimsWarning", "SimsFolder", "load_sims", "write_sims", "ROLES", "LETTERS", "scan_npy"]
+__all__ = ["SimsError", "SimsWarning", "SimsFolder", "load_sims", "write_sims", "ROLES", "EMBEDDINGS", "LETTERS",
+           "scan_npy"]

@@ -9,7 +9,8 @@ Kinds (:data:`SOURCE_KINDS`; :func:`load_source` runs the kind's loader on ``<re
   (``python -m hubnorm.data encode ...``; model ``synthetic-rehearsal``: the SYNTHETIC rehearsal cache);
 - ``local:<folder>``: a folder of precomputed embeddings (:mod:`.local`);
 - ``real:<release>``: a small public release of real embeddings, pinned commit and sha256 (:mod:`.real`);
-- ``sims:<folder>``: released score matrices, no embeddings (:mod:`.sims`).
+- ``sims:<folder>``: released score matrices, and the embeddings of some items when its manifest lists them
+  (:mod:`.sims`).
 
 The embedding kinds give an :class:`~hubnorm.embeddings.EmbeddingDataset` (``hubnorm.load_embeddings``), a
 ``sims:`` folder a :class:`~hubnorm.data.sims.SimsFolder`; :func:`hubnorm.media.load_media` gives the retrieval
