@@ -155,29 +155,31 @@ def test_cache_write_goes_through_a_temporary_file_that_a_failed_replace_removes
     c = PairScoreCache(tmp_path, "m")
     c.put_many(["a"], ["b"], [1.0])
     seen = []
-    real_replace = base.os.replace
+    from hubnorm.data import cache as cache_io   # the one atomic writer of the library
+
+    real_replace = cache_io.os.replace
 
     def replace(src, dst):
         seen.append((src, dst, open(src, "rb").read()[:8]))
         real_replace(src, dst)
 
-    monkeypatch.setattr(base.os, "replace", replace)
+    monkeypatch.setattr(cache_io.os, "replace", replace)
     c.flush()
     (src, dst, head), = seen
     src = type(tmp_path)(src)
     assert dst == c.path and head == b"HNPAIRS1" and src.parent == tmp_path
-    assert src.name.startswith(c.path.name + ".") and src.name.endswith(".tmp") and not src.exists()
+    assert src.name.startswith("." + c.path.name + ".") and src.name.endswith(".tmp") and not src.exists()
 
     def fail(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(base.os, "replace", fail)
+    monkeypatch.setattr(cache_io.os, "replace", fail)
     c.put_many(["a"], ["c"], [2.0])
     with pytest.raises(OSError, match="^disk full$"):
         c.flush()
     assert sorted(p.name for p in tmp_path.iterdir()) == [c.path.name]  # the temporary file is gone
     assert c._dirty                                                     # still to be written
-    monkeypatch.setattr(base.os, "replace", real_replace)
+    monkeypatch.setattr(cache_io.os, "replace", real_replace)
     c.flush()
     assert PairScoreCache(tmp_path, "m").get("a", "c") == 2.0
 

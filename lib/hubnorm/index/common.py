@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .._validation import check_finite_float, check_finite_rows
+from .._validation import check_finite_float, check_finite_rows, check_positive_int, check_seed
 
 
 def import_faiss():
@@ -67,3 +67,27 @@ def check_matrix(x, name: str, dim: Optional[int] = None):
         raise ValueError(f"{name} has dimension {x.shape[1]} but the index holds vectors of dimension {dim}")
     check_finite_rows(x, name)
     return x
+
+
+def tuning_sample(queries, dim: int, recall_target, sample_size, seed) -> np.ndarray:
+    """The float32 queries an index's ``tune_nprobe`` measures recall on: ``sample_size`` rows of ``queries`` drawn
+    by ``default_rng(seed)`` (all when fewer), after checking the arguments."""
+    if not 0 < check_finite_float(recall_target, "recall_target") <= 1:
+        raise ValueError(f"recall_target must be in (0, 1]; got {recall_target}")
+    sample_size = check_positive_int(sample_size, "sample_size")
+    rng = np.random.default_rng(check_seed(seed))
+    queries = check_matrix(queries, "queries", dim)
+    pick = np.sort(rng.choice(queries.shape[0], size=min(queries.shape[0], sample_size), replace=False))
+    return as_f32(queries[pick])
+
+
+def probe_curve(search, sample, k: int, exact: np.ndarray, nlist: int, recall_target: float):
+    """``(nprobe, {nprobe: recall})``: recall of the exact top-``k`` (``exact``) for nprobe = 1, 2, 4, ... (capped at
+    ``nlist``) until it reaches ``recall_target``; ``search(sample, k, nprobe=p)`` is the index's search."""
+    curve, p = {}, 1
+    while True:
+        _, approx = search(sample, k, nprobe=p)
+        curve[p] = sum(np.intersect1d(a, e).size for a, e in zip(approx, exact)) / exact.size
+        if curve[p] >= recall_target or p >= nlist:
+            return p, curve
+        p = min(2 * p, nlist)

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from ..kernels import pack_rows
-from .._validation import check_finite_float, check_positive_int, check_seed
-from .common import import_faiss, faiss_uses_gpu, SCANS, check_refine, default_nlist, as_f32, check_matrix
+from .._validation import check_positive_int, check_seed
+from .common import (SCANS, as_f32, check_matrix, check_refine, default_nlist, faiss_uses_gpu, import_faiss,
+                     probe_curve, tuning_sample)
 
 
 class BankIndex:
@@ -394,28 +395,11 @@ class BankIndex:
                     seed: int = 0) -> Dict[str, object]:
         """Set ``nprobe`` to the smallest power of two reaching ``recall_target`` (recall of the exact top-``k``)
         on ``sample_size`` rows of ``queries``; returns ``{"nprobe", "recall", "curve": {nprobe: recall}}``."""
-        if not 0 < check_finite_float(recall_target, "recall_target") <= 1:
-            raise ValueError(f"recall_target must be in (0, 1]; got {recall_target}")
-        sample_size = check_positive_int(sample_size, "sample_size")
-        seed = check_seed(seed)
-        queries = check_matrix(queries, "queries", self.d)
-        if self.nlist == 1:
-            self._set_nprobe(1)
-            return {"nprobe": 1, "recall": 1.0, "curve": {1: 1.0}}
-        rng = np.random.default_rng(seed)
-        m = queries.shape[0]
-        pick = np.sort(rng.choice(m, size=min(m, int(sample_size)), replace=False))
-        sample = as_f32(queries[pick])
-        exact_scan = "faiss" if self.scan == "faiss" else "blas"  # the bfloat16 scan is approximate at nprobe=nlist
-        _, exact = self.search(sample, k, nprobe=self.nlist, scan=exact_scan)
-        curve = {}
-        p = 1
-        while True:
-            _, approx = self.search(sample, k, nprobe=p)
-            hits = sum(np.intersect1d(a, e).size for a, e in zip(approx, exact))
-            curve[p] = hits / exact.size
-            if curve[p] >= recall_target or p >= self.nlist:
-                break
-            p = min(2 * p, self.nlist)
+        sample = tuning_sample(queries, self.d, recall_target, sample_size, seed)
+        if self.nlist == 1:   # one list: every probe is the exact scan
+            p, curve = 1, {1: 1.0}
+        else:   # the bfloat16 scan is approximate even at nprobe = nlist: the exact top-k from an exact scan
+            _, exact = self.search(sample, k, nprobe=self.nlist, scan="faiss" if self.scan == "faiss" else "blas")
+            p, curve = probe_curve(self.search, sample, k, exact, self.nlist, recall_target)
         self._set_nprobe(p)
         return {"nprobe": p, "recall": curve[p], "curve": curve}

@@ -10,8 +10,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from .._validation import check_finite_float, check_positive_int, check_seed
-from .common import import_faiss, check_refine, default_nlist, as_f32, check_matrix
+from .._validation import check_positive_int, check_seed
+from .common import as_f32, check_matrix, check_refine, default_nlist, import_faiss, probe_curve, tuning_sample
 
 
 def query_aware_projection(queries, bank, dim: int, *, sample_size: int = 131072,
@@ -186,20 +186,8 @@ class ProjectedBankIndex:
                     seed: int = 0) -> Dict[str, object]:
         """As :meth:`BankIndex.tune_nprobe`: the smallest power-of-two ``nprobe`` whose re-ranked top-``k`` holds
         ``recall_target`` of the exact top-``k`` (one float32 pass over the bank) on ``sample_size`` queries."""
-        if not 0 < check_finite_float(recall_target, "recall_target") <= 1:
-            raise ValueError(f"recall_target must be in (0, 1]; got {recall_target}")
-        sample_size = check_positive_int(sample_size, "sample_size")
-        queries = check_matrix(queries, "queries", self.d)
-        rng = np.random.default_rng(check_seed(seed))
-        pick = np.sort(rng.choice(queries.shape[0], size=min(queries.shape[0], sample_size), replace=False))
-        sample = torch.from_numpy(as_f32(queries[pick]))
-        exact = (sample @ self._rows.T).topk(k, dim=1).indices.numpy()
-        curve, p = {}, 1
-        while True:
-            _, approx = self.search(sample, k, nprobe=p)
-            curve[p] = sum(np.intersect1d(a, e).size for a, e in zip(approx, exact)) / exact.size
-            if curve[p] >= recall_target or p >= self.nlist:
-                break
-            p = min(2 * p, self.nlist)
+        sample = tuning_sample(queries, self.d, recall_target, sample_size, seed)
+        exact = (torch.from_numpy(sample) @ self._rows.T).topk(k, dim=1).indices.numpy()
+        p, curve = probe_curve(self.search, sample, k, exact, self.nlist, recall_target)
         self._set_nprobe(p)
         return {"nprobe": p, "recall": curve[p], "curve": curve}

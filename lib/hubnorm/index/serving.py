@@ -3,7 +3,7 @@ see :mod:`hubnorm.index`)."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 

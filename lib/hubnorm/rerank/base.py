@@ -20,13 +20,14 @@ import json
 import os
 import re
 import struct
-import tempfile
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from ..data.cache import atomic_write_bytes
 
 __all__ = ["CrossEncoder", "PairScoreCache", "CacheCorruptError", "check_pair_ids"]
 
@@ -100,7 +101,6 @@ class PairScoreCache:
         """Write the cache atomically if it changed since the last write."""
         if not self._dirty:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
         keys = list(self._scores)
         buf = io.BytesIO()
         np.savez(buf, qkeys=np.array([k[0] for k in keys], dtype=str), tkeys=np.array([k[1] for k in keys], dtype=str),
@@ -108,17 +108,7 @@ class PairScoreCache:
         payload = buf.getvalue()
         header = json.dumps({"model_id": self.model_id, "n_pairs": len(keys), "format": 1,
                              "sha256": hashlib.sha256(payload).hexdigest()}).encode()
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(_MAGIC + struct.pack("<I", len(header)) + header + payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(self.path, _MAGIC + struct.pack("<I", len(header)) + header + payload)
         self._dirty = False
 
     @staticmethod
