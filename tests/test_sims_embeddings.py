@@ -101,8 +101,10 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
     man = json.loads((tmp_path / "manifest.json").read_text())
     # a changed file against its checksum
     np.save(tmp_path / "embeddings_bank_rows.npy", bank_caps[:60][::-1])
-    with pytest.raises(SimsError, match=r"embeddings_bank_rows.npy \(embeddings 'bank_rows'\) does not match the sha256"):
+    with pytest.raises(SimsError, match=r"embeddings_bank_rows.npy \(embeddings 'bank_rows'\) does not match the sha256 "
+                                        r"checksum in manifest.json"):
         load_sims(tmp_path)
+    assert load_sims(tmp_path, verify=False).embeddings["bank_rows"].shape == (60, 16)   # verify=False: not compared
     # shuffled bank rows: the stored bank matrix is no longer their product (both directions read it)
     _edit(tmp_path, "bank_rows", bank_caps[:60][::-1])
     with pytest.raises(SimsError, match=r"\(t2v\): scores\[\('query_bank', 'targets'\)\] differs from the product"
@@ -119,7 +121,7 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
     # one row too few, another dimension, NaN, pickled objects, a 1-D file
     _edit(tmp_path, "test_cols", items[:-1])
     with pytest.raises(SimsError, match=r"embeddings_test_cols.npy \(embeddings 'test_cols'\) has 23 rows but test.npy "
-                                        r"has 24 test C items"):
+                                        r"has 24 test C items: one embedding per item, in the matrices' order"):
         load_sims(tmp_path)
     _edit(tmp_path, "test_cols", np.hstack([items, np.zeros((len(items), 2))]))
     with pytest.raises(SimsError, match=r"embeddings_test_cols.npy \(embeddings 'test_cols'\) has dimension 18 but "
@@ -134,9 +136,10 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
     np.save(tmp_path / "embeddings_test_cols.npy", np.array([object()], dtype=object), allow_pickle=True)
     with pytest.raises(SimsError, match=r"embeddings_test_cols.npy \(embeddings 'test_cols'\) holds pickled objects"):
         load_sims(tmp_path)
-    _edit(tmp_path, "test_cols", items[:, 0])
-    with pytest.raises(SimsError, match=r"\(embeddings 'test_cols'\) must be a non-empty 2-D float array"):
-        load_sims(tmp_path)
+    for bad in (items[:, 0], (items > 0).astype(np.int64), items[:0]):   # 1-D, integers, no rows
+        _edit(tmp_path, "test_cols", bad)
+        with pytest.raises(SimsError, match=r"\(embeddings 'test_cols'\) must be a non-empty 2-D float array"):
+            load_sims(tmp_path)
     _edit(tmp_path, "test_cols", items * 2.0)   # not normalised: the product is not the cosine the matrix holds
     with pytest.raises(SimsError, match=r"normali.*targets = embeddings_test_cols.npy"):
         sims_tasks(tmp_path)
@@ -186,3 +189,10 @@ def test_an_export_records_and_checks_bank_embeddings_the_folder_holds_without_a
     then, now = text.split("then: ")[1].split(")")[0].split("; now: ")
     assert "t2v: the reference bank changed" in text and then.startswith("query_bank 60 rows sha256 ")
     assert now.startswith("query_bank 60 rows sha256 ") and now != then
+
+
+def test_write_sims_refuses_an_unknown_embeddings_key(tmp_path):
+    from hubnorm.data.sims import write_sims
+
+    with pytest.raises(ValueError, match=r"unknown embeddings key 'rows'; the keys are \['test_rows', 'test_cols', "):
+        write_sims(tmp_path, {"test": np.eye(3)}, labels=np.arange(3), embeddings={"rows": np.eye(3)})

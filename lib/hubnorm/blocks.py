@@ -593,6 +593,13 @@ class Iteration:
     def result(self, engine, state):
         return state
 
+    def run(self, engine):
+        """The plain loop every engine runs (without a fused kernel): start, step until done, result."""
+        state, done = self.start(engine), False
+        while not done:
+            state, done = self.step(engine, state)
+        return self.result(engine, state)
+
 
 @runtime_checkable
 class Engine(Protocol):

@@ -565,11 +565,7 @@ class DaskEngine:
         return da.from_array(np.ascontiguousarray(t, dtype=np.float64), chunks=(bank.chunks[0],))
 
     def iterate(self, it):
-        state = it.start(self)
-        done = False
-        while not done:
-            state, done = it.step(self, state)
-        return it.result(self, state)
+        return it.run(self)
 
 
 def _starts(arr):

@@ -197,7 +197,7 @@ class LocalEngine:
         for col in source.col_names:
             key = (source.rows, col)
             if key not in self._bound:
-                stored, _ = self._stored(*key)
+                stored = self._stored(*key)
                 if stored.bound is None:
                     self.resident(*key)                      # the fast path takes the bound in its one pass
                 if stored.bound is None:
@@ -220,7 +220,7 @@ class LocalEngine:
             return torch.float32
         if self.plain:
             return self.dtype
-        stored = [self._stored(source.rows, c)[0] for c in source.col_names]
+        stored = [self._stored(source.rows, c) for c in source.col_names]
         return torch.float32 if all(m.dtype == torch.float32 for m in stored) else self.dtype
 
     def take_rows(self, name: str, idx: torch.Tensor) -> torch.Tensor:
@@ -349,24 +349,14 @@ class LocalEngine:
         """The iteration's fused kernel over embeddings when it has one (never over stored matrices: it computes its
         blocks from embeddings), else step by step."""
         out = NotImplemented if (self.plain or self.matrices) else it.fused(self)
-        if out is not NotImplemented:
-            return out
-        state = it.start(self)
-        done = False
-        while not done:
-            state, done = it.step(self, state)
-        return it.result(self, state)
+        return it.run(self) if out is NotImplemented else out
 
     # ------------------------------------------------------------------ stored matrices: one read per fit
-    def _stored(self, rows: str, cols: str) -> Tuple[ScoreMatrix, bool]:
-        """The given matrix behind ``rows x cols`` and whether it is read transposed (a product of embeddings: itself)."""
+    def _stored(self, rows: str, cols: str) -> ScoreMatrix:
+        """The given matrix behind ``rows x cols``, as stored (either way round; a product of embeddings: itself)."""
         if rows in self.inputs and cols in self.inputs:
-            return self.matrix(rows, cols), False
-        if (rows, cols) in self.matrices:
-            return self.matrices[(rows, cols)], False
-        if (cols, rows) in self.matrices:
-            return self.matrices[(cols, rows)], True
-        return self.matrix(rows, cols), False  # raises, naming the matrix
+            return self.matrix(rows, cols)
+        return self.matrices.get((rows, cols)) or self.matrices.get((cols, rows)) or self.matrix(rows, cols)  # raises
 
     def resident(self, rows: str, cols: str, *, check: bool = True) -> Optional[torch.Tensor]:
         """The ``rows x cols`` matrix in memory (read once per fit; a view when read transposed), or None when the
@@ -377,12 +367,12 @@ class LocalEngine:
             return None
         key = (rows, cols) if (rows, cols) in self.matrices else (cols, rows)
         if key not in self._res:
-            self._res[key] = self._load(self._stored(rows, cols)[0])
+            self._res[key] = self._load(self._stored(rows, cols))
         x = self._res[key]
         if x is None:
             return None
         if check:
-            self._check(self._stored(rows, cols)[0])
+            self._check(self._stored(rows, cols))
         return x if key == (rows, cols) else x.T
 
     def _load(self, m: ScoreMatrix) -> Optional[torch.Tensor]:
@@ -551,7 +541,7 @@ class LocalEngine:
                 or red.col_terms is not None or red.whole_rows \
                 or self.resident(src.rows, src.col_names[0], check=False) is None:
             return None
-        m = self._stored(src.rows, src.col_names[0])[0]
+        m = self._stored(src.rows, src.col_names[0])
         return m if id(m) in self._views and not self._known_finite(m) else None
 
     def bound_in_kernel(self, red: Reduction) -> bool:
@@ -571,7 +561,7 @@ class LocalEngine:
         if not self.plain:
             res = [self.resident(src.rows, col, check=False) for col in src.col_names]
             if all(x is not None for x in res):
-                stored = [self._stored(src.rows, col)[0] for col in src.col_names]
+                stored = [self._stored(src.rows, col) for col in src.col_names]
                 if len(res) == 1 and red.row_terms is None and red.col_terms is None and not red.whole_rows:
                     # an unchecked view is checked by the kernel's own pass where it can (top-k, log-sum-exp),
                     # else first
