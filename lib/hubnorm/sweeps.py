@@ -518,8 +518,8 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     Equal to fitting ``make_normalizer(method, tau=tau, n_iter=T, **fixed)`` once per ``T`` (and once with
     ``n_iter=converged, tol=tol``): an iteration depends on the previous column potentials alone, so the potentials
     after ``T`` iterations of the longest run are those of a fit with ``n_iter=T``; the convergence test is the
-    fit's own (largest change of the potentials below ``tol``, same arithmetic). On a task of score matrices,
-    whose one run would need the banks' embeddings, each setting is such a fit of its own. ``tests/test_selection.py``
+    fit's own (largest change of the potentials below ``tol``, same arithmetic). The run is the fit's own, on the
+    engine a fit of the task reads (its embeddings, or its stored score matrices). ``tests/test_selection.py``
     proves the offsets identical. Cost: the largest ``T`` (or the convergence point) instead of the sum of all ``T``.
 
     Returns one row per setting: ``setting`` ("T=10" or "to convergence"), ``T max``, ``iterations run``, the
@@ -539,13 +539,14 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     for name in ("tau", "n_iter", "tol"):
         if name in fixed:
             raise ValueError(f"fixed must not set {name!r}: it is an argument of iteration_table")
-    if task.kind == "scores":
-        return _iteration_table_by_fits(task, method, iterations, tau=tau, converged=converged, tol=tol,
-                                        query_aware=query_aware, fixed=fixed, metric_ks=metric_ks,
-                                        show_progress=show_progress)
     total = max(iterations + [converged or 0])   # iterations of the one run (>= 1: one of the two is given)
     norm = make_normalizer(method, tau=tau, n_iter=total, tol=tol, **fixed)
-    engine = norm.local_engine(task.targets, _bank(task, query_aware), task.target_bank)
+    if task.kind == "embeddings":
+        engine = norm.local_engine(task.targets, _bank(task, query_aware), task.target_bank)
+    else:   # the stored matrices RetrievalTask.fit reads, checked as a fit checks them
+        engine = (task.test_as_bank() if query_aware else task).engine
+        norm.check_params()
+        norm.check_inputs(engine)
     wanted = set(iterations)
     last = max(iterations) if iterations else 0
     at: Dict[int, tuple] = {}  # T -> (offsets, seconds since the start)
@@ -569,30 +570,14 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
     if converged is not None:
         settings.append(("to convergence", converged, conv[0][1], conv[0][0], conv[0][2]))
     H = torch.stack([s[3] for s in settings])
-    rows = _evaluate_offsets(task, H, metric_ks, False, norm.chunk_size, engine.device, norm.check_normalized)
+    if task.kind == "embeddings":
+        rows = _evaluate_offsets(task, H, metric_ks, False, norm.chunk_size, engine.device, norm.check_normalized)
+    else:   # each setting's offsets on the raw test blocks: the arithmetic of a fitted normalizer's scores
+        rows = _rank_rows(np.stack([positive_ranks(((q0, s.add_(h)) for q0, s in task.blocks()), task.positives)
+                                    for h in H]), metric_ks, full=False)
     mark = marked_rows(rows, norm, task, engine)
     return pd.DataFrame([{"setting": s[0], "T max": int(s[1]), "iterations run": int(s[2]), **r, "fit_s": s[4],
                           "bank": mark} for s, r in zip(settings, rows)])
-
-
-def _iteration_table_by_fits(task, method, iterations, *, tau, converged, tol, query_aware, fixed, metric_ks,
-                             show_progress) -> pd.DataFrame:
-    """:func:`iteration_table` on a task of score matrices: one fit per ``T`` and one with ``n_iter=converged,
-    tol=tol`` (the one-run form reads the banks' embeddings; these fits give the same offsets, the equality that
-    form is proven by), each evaluated on the task; ``fit_s`` is that fit's own time."""
-    settings = [(f"T={T}", T, None) for T in iterations]
-    if converged is not None:
-        settings.append(("to convergence", converged, tol))
-    fits, ranks = [], []
-    for label, T, tol_T in progress(settings, desc=f"{method.upper()} fits", disable=not show_progress):
-        t0 = time.perf_counter()
-        fitted = task.fit(make_normalizer(method, tau=tau, n_iter=T, tol=tol_T, **fixed), query_aware=query_aware)
-        fits.append((fitted, time.perf_counter() - t0))
-        ranks.append(positive_ranks(task.blocks(fitted), task.positives))
-    rows = _rank_rows(np.stack(ranks), metric_ks, full=False)   # the metrics of the one-run table
-    mark = marked_rows(rows, fits[0][0], task, None)   # every setting fits the same banks: one mark
-    return pd.DataFrame([{"setting": label, "T max": int(T), "iterations run": int(f.n_iter_), **r, "fit_s": sec,
-                          "bank": mark} for (label, T, _), (f, sec), r in zip(settings, fits, rows)])
 
 
 def marked_rows(rows: Sequence[Mapping[str, float]], normalizer, task: RetrievalTask, engine) -> str:

@@ -429,7 +429,8 @@ def fit_on_engine(norms: List[Normalizer], engine, *, targets: Optional[torch.Te
     Every fit ends here: :meth:`Normalizer.fit` (in memory), ``hubnorm.distributed.fit_offsets`` (Dask),
     :meth:`hubnorm.RetrievalTask.fit` (embeddings or stored score matrices), the grid sweeps of
     :mod:`hubnorm.sweeps` and :mod:`hubnorm.label_free`. (:func:`hubnorm.sweeps.iteration_table` is a study, not a
-    fit: it reads the potentials along one Sinkhorn run and sets nothing on a normalizer.) Nothing is set on any
+    fit: it reads the potentials along the fit's own Sinkhorn run, on the engine a fit of the task reads, and sets
+    nothing on a normalizer.) Nothing is set on any
     normalizer unless every point succeeds. Returns ``norms``."""
     norms = list(norms)
     if not norms:

@@ -428,10 +428,11 @@ class SinkhornRun(Iteration):
     can span every column, else the two half-steps as :class:`~hubnorm.blocks.LogSumExp` reductions (``f`` over
     the columns, kept beside the bank rows; then ``g`` over the rows). Result: ``(g, iterations run)``."""
 
-    def __init__(self, source: Scores, tau: float, n_iter: int, tol, cache_bytes, cache_dtype):
+    def __init__(self, source: Scores, tau: float, n_iter: int, tol, cache_bytes, cache_dtype, callback=None):
         self.source, self.tau, self.n_iter = source, float(tau), int(n_iter)
         self.tol = None if tol is None else float(tol)
         self.cache_bytes, self.cache_dtype = cache_bytes, cache_dtype
+        self.callback = callback   # callback(t, g) after iteration t (float64 potentials); True stops the run
 
     def _work(self, engine) -> torch.dtype:
         rows, cols = self.source.rows, self.source.col_names
@@ -449,7 +450,7 @@ class SinkhornRun(Iteration):
             shared = engine.shared(key, nbytes, budget=self.cache_bytes)
         _, g, done = sinkhorn_potentials(bank, cols, self.tau, self.n_iter, self.tol, block_bytes=engine.block_bytes,
                                          cache_bytes=self.cache_bytes, cache_dtype=self.cache_dtype,
-                                         shared_blocks=shared)
+                                         shared_blocks=shared, callback=self.callback)
         return g, done
 
     def start(self, engine):
@@ -473,6 +474,8 @@ class SinkhornRun(Iteration):
         done += 1
         stop = done >= self.n_iter
         if self.tol is not None and float((g_new - g).abs().max()) < self.tol:
+            stop = True
+        if self.callback is not None and self.callback(done, g_new):
             stop = True
         return (g_new, done, stop), stop
 
@@ -577,11 +580,11 @@ class SinkhornNormalization(Normalizer):
         return explain
 
     def iterate_offsets(self, engine, callback) -> None:
-        """The iteration study's seam (:func:`hubnorm.sweeps.iteration_table`): run ``n_iter`` iterations (``tol``
-        is ignored) and call ``callback(t, offsets, change)`` after iteration ``t`` with that iteration's target
-        offsets (input dtype) and the largest change of all column potentials (the fit's own stopping test);
-        the callback returns True to stop. The potentials after ``t`` iterations are those of a fit with
-        ``n_iter = t``."""
+        """The iteration study's seam (:func:`hubnorm.sweeps.iteration_table`): the fit's own run on ``engine``
+        (embeddings or stored score matrices) for ``n_iter`` iterations (``tol`` is ignored), calling
+        ``callback(t, offsets, change)`` after iteration ``t`` with that iteration's target offsets (input dtype) and
+        the largest change of all column potentials (the fit's own stopping test); the callback returns True to
+        stop. The potentials after ``t`` iterations are those of a fit with ``n_iter = t``."""
         n = engine.size("targets")
         prev = [None]
 
@@ -591,9 +594,8 @@ class SinkhornNormalization(Normalizer):
             prev[0] = g
             return callback(it, g[:n].to(engine.dtype), change)
 
-        sinkhorn_potentials(engine.tensor("query_bank"), engine.tensor(self._source.cols), float(self.tau),
-                            int(self.n_iter), None, block_bytes=engine.block_bytes, cache_bytes=self.cache_bytes,
-                            cache_dtype=self.cache_dtype, callback=record)
+        engine.iterate(SinkhornRun(self._source, self.tau, self.n_iter, None, self.cache_bytes, self.cache_dtype,
+                                   callback=record))
 
 
 class DualBankSinkhornNormalization(SinkhornNormalization):
