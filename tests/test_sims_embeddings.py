@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import hubnorm as hn
 from hubnorm.data.sims import EMBEDDINGS, SimsError, load_sims
@@ -87,6 +88,21 @@ def test_bank_subsets_cut_the_embeddings_with_the_matrices(tmp_path):
             assert got["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and got["MnR"] == pytest.approx(want["MnR"])
 
 
+def test_a_bank_given_only_as_embeddings_is_subsampled_like_a_stored_one(tmp_path):
+    """The text bank has no matrix (its scores are the product of its embeddings): bank_queries still cuts it, with
+    the same seeded rows as a stored bank of that size."""
+    from hubnorm.data.sims import write_sims
+
+    caps, items, c2i, bank_caps, bank_items = write_example(tmp_path / "stored")
+    write_sims(tmp_path / "embedded", {"test": caps @ items.T}, labels=c2i,
+               embeddings={"test_rows": caps, "test_cols": items, "bank_rows": bank_caps})
+    stored = sims_tasks(tmp_path / "stored", bank_queries=10, seed=3)["t2v"]
+    embedded = sims_tasks(tmp_path / "embedded", bank_queries=10, seed=3)["t2v"]
+    assert embedded.size("query_bank") == 10 == stored.size("query_bank")
+    got, want = (t.matrix("query_bank", "targets").block(0, 10, 0, 24, torch.float64).numpy() for t in (embedded, stored))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)   # the same ten bank texts, in the same order
+
+
 def _edit(folder, key, array):
     """Replace one embeddings file (and drop the checksums, as a user who edits a folder by hand would)."""
     np.save(folder / f"embeddings_{key}.npy", array)
@@ -108,8 +124,10 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
     # shuffled bank rows: the stored bank matrix is no longer their product (both directions read it)
     _edit(tmp_path, "bank_rows", bank_caps[:60][::-1])
     with pytest.raises(SimsError, match=r"\(t2v\): scores\[\('query_bank', 'targets'\)\] differs from the product"
-                                        r".*query_bank = embeddings_bank_rows.npy.*"
-                                        r"scores\[\('query_bank', 'targets'\)\] = bank_rows.npy"):
+                                        r".*The files: queries = embeddings_test_rows.npy; targets = .*"
+                                        r"query_bank = embeddings_bank_rows.npy.*"
+                                        r"scores\[\('query_bank', 'targets'\)\] = bank_rows.npy.*; fix the file named, "
+                                        r"or list only one of the two in the manifest$"):
         sims_tasks(tmp_path)
     # another model's test videos (another space): the test matrix disagrees
     rng = np.random.default_rng(9)
