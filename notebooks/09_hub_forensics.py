@@ -179,8 +179,9 @@ nb.notice(f"The largest raw hub, {item} {hub}, is among the top {hub_k} of {int(
           "share raw; after normalisation " + ", ".join(f"{name} {v}" for name, v in still.items()) + ".")
 
 # %%
-if src.needs_embeddings("section 1, the offset decomposition of the largest hub (it reads the bank's and the "
-                        "gallery's embeddings),"):
+explained = src.needs_embeddings("section 1, the offset decomposition of the largest hub (it reads the bank's and "
+                                 "the gallery's embeddings),", "queries", "targets", "query_bank")
+if explained:
     expl = {name: fx.explain_target(f, hub, query_bank=task.query_bank, queries=task.queries,
                                     positives=task.positives, k=hub_k) for name, f in fitted.items()}
     rows = []
@@ -195,12 +196,12 @@ if src.needs_embeddings("section 1, the offset decomposition of the largest hub 
                      "true match first, of those won raw": int((e.rank_change.loc[e.rank_change["won raw"],
                                                                 f"true-match rank {e.method}"] == 0).sum())})
     explain_table = pd.DataFrame(rows)
-    run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub (image {hub}) explained; {label}.",
+    run.save_table(explain_table, "explain_hub", caption=f"The largest raw hub ({item} {hub}) explained; {label}.",
                    data=label)
 
 # %% tags=["nbval-check-output"]
 print(f"hub: {item} {hub}, N_{hub_k} = {n_k_raw[hub]} (expected {hub_k * task.n_queries / task.n_targets:.1f})")
-if src.has_embeddings:   # the decomposition ran
+if explained:   # the decomposition ran
     nb.show(explain_table, ["method", "offset", "bank queries with weight", "weight of the top 10", f"N_{hub_k} raw",
                             f"N_{hub_k} after", "won raw", "won after", "true match first, of those won raw"], digits=3)
     # The error is float64 rounding (around 1e-16); its exact digits depend on the CPU's summation order, so the
@@ -210,11 +211,11 @@ if src.has_embeddings:   # the decomposition ran
           "below 1e-12" if identity_error < 1e-12 else f"{identity_error:.1e}")
 
 # %%
-if src.has_embeddings:
+if explained:
     fig, axes = plt.subplots(len(expl), 2, figsize=(11, 3.4 * len(expl)), squeeze=False)
     for row, e in zip(axes, expl.values()):
         fx.plot_explanation(e, row, top=12)
-    fig.suptitle(f"Why image {hub} is a hub, per method — {label}", fontsize=10)
+    fig.suptitle(f"Why {item} {hub} is a hub, per method — {label}", fontsize=10)
     fig.tight_layout()
     run.save_figure(fig, "explain_hub", caption=f"Contributions of bank captions to the hub's offset, and the "
                     f"true-match ranks of the queries it wins, raw vs each method; {label}.",
@@ -228,10 +229,10 @@ if src.has_embeddings:
 # the diagonal are unchanged, dots at the bottom now find their true match first.
 
 # %%
-if src.has_embeddings:
+if explained:
     et = explain_table.set_index("method")
     nb.notice(
-        f"Image {hub} is the top-1 match of {int(et['won raw'].iloc[0])} test queries raw; after normalisation it wins "
+        f"{item.capitalize()} {hub} is the top-1 match of {int(et['won raw'].iloc[0])} test queries raw; after normalisation it wins "
         + ", ".join(f"{m} {int(et.loc[m, 'won after'])}" for m in et.index) + ".",
         "Its N_k " + nb.trends({m: (et.loc[m, f'N_{hub_k} raw'], et.loc[m, f'N_{hub_k} after']) for m in et.index},
                                 "", digits=0).strip() + ".",
@@ -264,7 +265,7 @@ nb.show(top.drop(columns="method"), caption=f"The raw hub's {len(top)} closest n
         f"in their top-{hub_k}); matched: the hub is the query's true {item}.", digits=3)
 
 # %% tags=["nbval-check-output"]
-if src.has_embeddings:   # the decomposition ran
+if explained:   # the decomposition ran
     nb.check("the contributions sum to the offset within 1e-10 (float64) for every method",
              bool(identity_error < 1e-10),
              "largest error below 1e-12" if identity_error < 1e-12 else f"largest error {identity_error:.1e}")

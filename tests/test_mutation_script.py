@@ -22,7 +22,7 @@ def test_the_tests_of_a_module_name_it_and_leave_out_structural_and_heavy_files(
     tests = mutation.tests_for("hubness")
     assert "tests/test_hubness.py" in tests and "tests/test_invariants.py" in tests   # hn.k_occurrence there
     assert not {Path(t).name for t in tests} & (mutation.STRUCTURAL | mutation.HEAVY)
-    assert mutation.tests_for("cli") == ["tests/test_cli.py", "tests/test_cli_units.py"]
+    assert mutation.tests_for("cli") == ["tests/test_cli.py", "tests/test_cli_units.py", "tests/test_sims_embeddings.py"]
     assert "tests/test_mutation_script.py" not in mutation.tests_for("evaluation")
     # a method's module: also the checks that reach every registered method through the registry, naming none
     dsl = mutation.tests_for("normalizers.dissimlocal")

@@ -140,35 +140,61 @@ def test_notebook_completes_on_a_sims_folder(py, manifest, sims_folders, tmp_pat
         assert other not in t.read_text(), t.name
 
 
-@pytest.mark.slow
-def test_notebook_01_runs_dn_and_dsl_on_a_sims_folder_that_lists_its_embeddings(tmp_path, monkeypatch):
-    """A sims folder whose manifest lists the embeddings beside the matrices (issue 43: tasks holding both) runs the
-    methods that read embeddings; the same folder without them leaves them out with a NOTE. The other notebooks run
-    on it as on its matrices (the cells that need a data set of embeddings, a split or images keep their NOTE)."""
+@pytest.fixture(scope="module")
+def embedded_sims(tmp_path_factory):
+    """The synthetic sims folder with (``both``) and without (``scores``) the embeddings of its four item sets."""
     from hubnorm.data.sims import EMBEDDINGS
     from test_sims import write_example
 
+    root = tmp_path_factory.mktemp("embedded-sims")
+    for name, embedded in (("both", tuple(EMBEDDINGS)), ("scores", ())):
+        write_example(root / name, embeddings=embedded)
+    return root
+
+
+def _run_on(folder, nn, results, monkeypatch) -> str:
     monkeypatch.setenv("HUBNORM_PROGRESS", "0")
     monkeypatch.setenv("HUBNORM_FIGURE_CHECK", "note")
-    for name, embedded in (("both", tuple(EMBEDDINGS)), ("scores", ())):
-        write_example(tmp_path / name, embeddings=embedded)
-        monkeypatch.setenv("HUBNORM_RESULTS", str(tmp_path / f"results-{name}"))
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            run_notebook_source(REPO / "notebooks" / "01_main_results.py",
-                                {"source": f"sims:{tmp_path / name}", **FAST_PARAMS.get("01", {})})
-        out = buf.getvalue()
-        assert "Traceback" not in out
-        tables = tmp_path / f"results-{name}" / "tables"
-        main = (tables / "01_main_r1_vs_published.csv").read_text()
-        classic = (tables / "01_classic_methods.csv").read_text()
-        if embedded:
+    monkeypatch.setenv("HUBNORM_RESULTS", str(results))
+    py = next(p for p in NOTEBOOKS if p.name.startswith(nn))
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_notebook_source(py, {"source": f"sims:{folder}", **FAST_PARAMS.get(nn, {})})
+    out = buf.getvalue()
+    assert "Traceback" not in out
+    return out
+
+
+@pytest.mark.slow
+def test_notebook_01_runs_dn_and_dsl_on_a_sims_folder_that_lists_its_embeddings(embedded_sims, tmp_path, monkeypatch):
+    """A sims folder whose manifest lists the embeddings beside the matrices (issue 43: tasks holding both) runs the
+    methods that read embeddings; the same folder without them leaves them out with a NOTE. (Every notebook runs on
+    it: tests/test_notebook_matrix.py's sims cases hold no embeddings, the two tests below run 00 and 09 on it.)"""
+    for name in ("both", "scores"):
+        out = _run_on(embedded_sims / name, "01", tmp_path / name, monkeypatch)
+        main = (tmp_path / name / "tables" / "01_main_r1_vs_published.csv").read_text()
+        classic = (tmp_path / name / "tables" / "01_classic_methods.csv").read_text()
+        if name == "both":
             assert "DN (it subtracts" not in out and "DSL (the centroids" not in out
             assert ",DN," in main and ",DSL," in classic, (main, classic)
             assert "holds a folder's score matrices and some embeddings, not a data set of them" in out  # cross bank
         else:
             assert "NOTE: DN (it subtracts the bank means of the embeddings) needs embeddings" in out
             assert "NOTE: DSL (the centroids" in out and ",DN," not in main and ",DSL," not in classic
+
+
+@pytest.mark.slow
+def test_notebooks_00_and_09_on_a_sims_folder_that_lists_its_embeddings(embedded_sims, tmp_path, monkeypatch):
+    """00 checks its numpy equations against the library on the mixed tasks (a product matrix has no stored dtype:
+    it failed there); 09 explains the largest hub from the bank's and the gallery's embeddings the folder lists."""
+    out = _run_on(embedded_sims / "both", "00", tmp_path / "00", monkeypatch)
+    for name in ("NNN", "IS", "SN"):
+        assert f"{name}: numpy offsets match hubnorm (max |difference|" in out and "<= 1e-09)" in out
+    out = _run_on(embedded_sims / "both", "09", tmp_path / "09", monkeypatch)
+    assert "largest identity error |sum w v + r - h|: below 1e-12" in out and "section 1, the offset" not in out
+    assert "item" in (tmp_path / "09" / "tables" / "09_explain_hub.md").read_text()   # a video folder: no "image"
+    out = _run_on(embedded_sims / "scores", "09", tmp_path / "09s", monkeypatch)
+    assert "NOTE: section 1, the offset decomposition" in out and "identity error" not in out
 
 
 @pytest.mark.slow
