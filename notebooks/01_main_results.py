@@ -156,8 +156,9 @@ grids = {m: pr.paper_or_fast_grid(m, fast, FAST_GRIDS) for m in ("nnn", "dn", "d
 reuse = {"dualdis": "dualis"} if fast else {}
 
 methods = ["raw", "dn", "dualis", "dualdis", "nnn"]   # (section 7 runs them all on each real set of embeddings)
-ours = [m for m in methods   # DN reads the bank's and the targets' embeddings: a NOTE where the source has none
-        if m != "dn" or src.needs_embeddings("DN (it subtracts the bank means of the embeddings)", "query_bank", "targets")]
+ours = [m for m in methods   # DN reads the embeddings of the bank, the gallery and the queries: a NOTE without them
+        if m != "dn" or src.needs_embeddings("DN (it subtracts the bank means of the embeddings)", "queries", "targets",
+                                             "query_bank")]
 if val_tasks is not None:
     print({m: g for m, g in grids.items() if m not in reuse})
     selection = pr.select_parameters(val_tasks, ours, grids, reuse=reuse,  # hn.grid_search on val, by R@1

@@ -207,14 +207,14 @@ def bank_table(t):
     bank_rows = evaluate_all(t, {"is": hn.InvertedSoftmax(tau=is_tau), "dis": hn.DynamicInvertedSoftmax(tau=is_tau),
                                  "sn": hn.SinkhornNormalization(tau=sn_tau)}, query_aware=False, setting="Bq=train")
     dual = {}
-    if t.engine.has_matrix("query_bank", "target_bank") and t.engine.has_matrix("target_bank", "targets"):
+    if t.can_score("query_bank", "target_bank") and t.can_score("target_bank", "targets"):
         dual = {"dualis": hn.DualInvertedSoftmax(**dual_betas), "dbsn": hn.DualBankSinkhornNormalization(tau=sn_tau)}
     dual_rows = evaluate_all(t, dual, query_aware=False, setting="Bq=train, Bt=train") if dual else pd.DataFrame()
     return pd.concat([qa_rows.replace({"setting": {"QA": QA}}), bank_rows, dual_rows], ignore_index=True)
 
 
 t4 = main.tasks[fwd]
-has_banks = t4.engine.has_matrix("query_bank", "targets")
+has_banks = t4.can_score("query_bank", "targets")
 if has_banks:
     table4 = bank_table(t4)
     tab4 = compare.beside_published(table4, "dbsn-pan2025", "4", model=pub_model, dataset=main.dataset,
@@ -281,7 +281,7 @@ if other_video_source:
     other = media.load_media(other_video_source, seed=seed, n_train=n_train if media.is_preset(other_video_source)
                              else None, bank_queries=bank_queries, target_bank=target_bank, item_modality="video")
     t_other = other.tasks[other.directions[0]]
-    if t_other.engine.has_matrix("query_bank", "targets"):
+    if t_other.can_score("query_bank", "targets"):
         a9_parts[other.dataset] = (bank_table(t_other), nb.data_label(other.label))
 a9_tables = []
 for ds_name, (rows_a9, data_a9) in a9_parts.items():

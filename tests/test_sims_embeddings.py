@@ -57,16 +57,41 @@ def test_methods_on_a_folder_with_embeddings_equal_the_task_of_embeddings(tmp_pa
                 plain[d].fit(hn.make_normalizer(name, **params))
 
 
-def test_only_some_embeddings_serve_the_methods_that_read_them(tmp_path):
-    """The text queries and text bank embedded, the videos only scored: DN runs where it finds them."""
-    write_example(tmp_path, embeddings=("test_rows", "bank_rows"))
-    tasks = sims_tasks(tmp_path)
-    assert tasks["t2v"].queries is not None and tasks["t2v"].targets is None
-    assert tasks["v2t"].targets is not None and tasks["v2t"].query_bank is None
-    with pytest.raises(ValueError, match=r"reads the embeddings of target_bank .*under 'embeddings'"):   # the videos
-        tasks["t2v"].fit(hn.make_normalizer("dn"))
-    s = tasks["t2v"].fit(hn.make_normalizer("is", tau=0.05))   # scores run as before
-    assert np.isfinite(hn.evaluate(s, tasks["t2v"])["R@1"])
+def test_a_matrix_with_embeddings_on_one_side_only_is_refused(tmp_path):
+    """Such a matrix cannot be compared with any product: a shuffled embeddings file beside it went unnoticed and
+    misplaced every offset (review: SN's R@1 87.5 -> 45.8 on the folder below with its videos shuffled)."""
+    from hubnorm.data.sims import write_sims
+
+    caps, items, c2i, bank_caps, bank_items = write_example(tmp_path / "src")
+    write_sims(tmp_path / "a", {"test": caps @ items.T}, labels=c2i,
+               embeddings={"test_cols": items[::-1], "bank_rows": bank_caps})   # the videos reversed
+    with pytest.raises(SimsError, match=r"manifest.json: 'embeddings' lists 'test_cols' but not 'test_rows', so the "
+                                        r"matrix 'test' \(test.npy\) cannot be compared with the product .* list "
+                                        r"'test_rows' too, or leave 'test_cols' out"):
+        load_sims(tmp_path / "a")
+    write_sims(tmp_path / "b", {"test": caps @ items.T, "bank_rows_x_bank_cols": bank_caps @ bank_items.T}, labels=c2i,
+               embeddings={"test_rows": caps, "test_cols": items, "bank_rows": bank_caps})   # DBSN's bank, half listed
+    with pytest.raises(SimsError, match=r"lists 'bank_rows' but not 'bank_cols', so the matrix 'bank_rows_x_bank_cols'"):
+        load_sims(tmp_path / "b")
+
+
+def test_some_embeddings_serve_the_methods_that_read_them(tmp_path):
+    """The test items and the text bank embedded, no bank matrix: DN and the score methods run from the text-query
+    side and equal the task of embeddings."""
+    from hubnorm.data.sims import write_sims
+
+    caps, items, c2i, bank_caps, bank_items = write_example(tmp_path / "src")
+    write_sims(tmp_path / "f", {"test": caps @ items.T}, labels=c2i,
+               embeddings={"test_rows": caps, "test_cols": items, "bank_rows": bank_caps})
+    tasks = sims_tasks(tmp_path / "f")
+    assert tasks["t2v"].query_bank is not None and tasks["t2v"].target_bank is None
+    assert not tasks["v2t"].has("query_bank") and tasks["v2t"].target_bank is not None   # the text bank: a target bank
+    emb = hn.build_tasks(items, caps, c2i, caption_bank=bank_caps)["t2i"]
+    want = hn.evaluate(emb.fit(hn.make_normalizer("dn")), emb)
+    got = hn.evaluate(tasks["t2v"].fit(hn.make_normalizer("dn")), tasks["t2v"])
+    assert got["R@1"] == pytest.approx(want["R@1"], abs=1e-12) and got["MnR"] == pytest.approx(want["MnR"], abs=1e-12)
+    s = tasks["t2v"].fit(hn.make_normalizer("is", tau=0.05))   # score methods read the bank's product
+    assert hn.evaluate(s, tasks["t2v"])["R@1"] == hn.evaluate(emb.fit(hn.make_normalizer("is", tau=0.05)), emb)["R@1"]
 
 
 def test_bank_subsets_cut_the_embeddings_with_the_matrices(tmp_path):
@@ -123,18 +148,19 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
     assert load_sims(tmp_path, verify=False).embeddings["bank_rows"].shape == (60, 16)   # verify=False: not compared
     # shuffled bank rows: the stored bank matrix is no longer their product (both directions read it)
     _edit(tmp_path, "bank_rows", bank_caps[:60][::-1])
-    with pytest.raises(SimsError, match=r"\(t2v\): scores\[\('query_bank', 'targets'\)\] differs from the product"
-                                        r".*The files: queries = embeddings_test_rows.npy; targets = .*"
-                                        r"query_bank = embeddings_bank_rows.npy.*"
-                                        r"scores\[\('query_bank', 'targets'\)\] = bank_rows.npy.*; fix the file named, "
-                                        r"or list only one of the two in the manifest$"):
+    with pytest.raises(SimsError, match=r"bank_rows.npy \(matrix 'bank_rows'\) differs from the product of the "
+                                        r"embeddings in embeddings_bank_rows.npy and embeddings_test_cols.npy by up to "
+                                        r".*: the three files must hold the same items in the same order from the same "
+                                        r"model .*; fix the file that differs, or leave one of the two embeddings out "
+                                        r"of the manifest$"):
         sims_tasks(tmp_path)
     # another model's test videos (another space): the test matrix disagrees
     rng = np.random.default_rng(9)
     other = rng.standard_normal(items.shape)
     _edit(tmp_path, "bank_rows", bank_caps[:60])
     _edit(tmp_path, "test_cols", other / np.linalg.norm(other, axis=1, keepdims=True))
-    with pytest.raises(ValueError, match=r"scores\[\('queries', 'targets'\)\] differs from the product"):
+    with pytest.raises(SimsError, match=r"test.npy \(matrix 'test'\) differs from the product of the embeddings in "
+                                        r"embeddings_test_rows.npy and embeddings_test_cols.npy"):
         sims_tasks(tmp_path)
     # one row too few, another dimension, NaN, pickled objects, a 1-D file
     _edit(tmp_path, "test_cols", items[:-1])
@@ -159,8 +185,9 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
         with pytest.raises(SimsError, match=r"\(embeddings 'test_cols'\) must be a non-empty 2-D float array"):
             load_sims(tmp_path)
     _edit(tmp_path, "test_cols", items * 2.0)   # not normalised: the product is not the cosine the matrix holds
-    with pytest.raises(SimsError, match=r"normali.*targets = embeddings_test_cols.npy"):
-        sims_tasks(tmp_path)
+    with pytest.raises(SimsError, match=r"embeddings_test_cols.npy \(embeddings 'test_cols'\) has rows that are not "
+                                        r"L2-normalised \(largest \|norm - 1\| = 1\): save each row divided by its norm"):
+        load_sims(tmp_path)
     _edit(tmp_path, "test_cols", items)
     sims_tasks(tmp_path)
     # the manifest's section itself
@@ -214,3 +241,29 @@ def test_write_sims_refuses_an_unknown_embeddings_key(tmp_path):
 
     with pytest.raises(ValueError, match=r"unknown embeddings key 'rows'; the keys are \['test_rows', 'test_cols', "):
         write_sims(tmp_path, {"test": np.eye(3)}, labels=np.arange(3), embeddings={"rows": np.eye(3)})
+
+
+def test_the_notebooks_keep_a_bank_given_only_as_embeddings(tmp_path):
+    """open_data used to see no bank x gallery matrix and replace the folder's bank with the test queries
+    (query-aware) where the bank's embeddings give it (review)."""
+    from hubnorm.data.sims import write_sims
+    from hubnorm_companion.protocol import open_data
+
+    caps, items, c2i, bank_caps, bank_items = write_example(tmp_path / "src")
+    write_sims(tmp_path / "f", {"test": caps @ items.T}, labels=c2i, synthetic=True,
+               embeddings={"test_rows": caps, "test_cols": items, "bank_rows": bank_caps})
+    run = open_data(f"sims:{tmp_path / 'f'}", directions=["t2i", "i2t"])
+    assert run.test_as_bank == ("i2t",) and run.all_tasks["t2i"].size("query_bank") == 60
+    assert run.needs_embeddings("DN", "queries", "targets", "query_bank")   # i2t: its test queries serve, embedded
+    assert not run.needs_embeddings("DN", "target_bank")   # no video bank: a NOTE
+
+
+def test_an_iteration_table_on_score_matrices_releases_what_it_read(tmp_path):
+    """The one run reads a stored bank matrix into memory as a fit does, and lets it go as a fit does (review: the
+    task's engine kept it for the task's lifetime)."""
+    from hubnorm.sweeps import iteration_table
+
+    write_example(tmp_path)
+    task = sims_tasks(tmp_path)["t2v"]
+    table = iteration_table(task, "sn", [1, 3], tau=0.05)
+    assert table["iterations run"].tolist() == [1, 3] and task.engine._res == {} and not task.engine._checked

@@ -146,9 +146,9 @@ class SimsRun:
         return list(self.tasks)
 
     def has_bank(self, direction: str) -> bool:
-        """Whether the folder gives the bank x gallery scores of ``direction`` (a bank x bank matrix alone is not a
-        query bank: the test queries then serve)."""
-        return self.tasks[direction].engine.has_matrix("query_bank", "targets")
+        """Whether the folder gives the bank x gallery scores of ``direction``, stored or as the product of the
+        embeddings it lists (a bank x bank matrix alone is not a query bank: the test queries then serve)."""
+        return self.tasks[direction].can_score("query_bank", "targets")
 
 
 def load_sims_run(source: str, directions: Sequence[str] = ("t2i", "i2t")) -> SimsRun:
@@ -322,7 +322,7 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
                 if d in directions:
                     note(f"{d}: the folder has no bank x gallery scores for this direction, so the test queries serve "
                          f"as the bank (query-aware, labelled so); for a query bank, "
-                         f"{task.hints[('query_bank', 'targets')]}")
+                         f"{task.hints[('query_bank', 'targets')]} (or list the bank's embeddings beside the gallery's)")
                 task = task.test_as_bank()
                 test_as_bank.append(d)
             tasks[d] = task

@@ -16,7 +16,7 @@ its target bank training images. For i2t the roles swap.
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -248,12 +248,13 @@ class RetrievalTask:
             self.check_agreement()
             self._check_scores()
 
-    def check_agreement(self) -> None:
-        """A stored matrix of two inputs the task also holds as embeddings must be their product (the product is
-        what every fit and score then reads): compared on up to 64 evenly spaced whole rows (another order of the
-        columns, another model, other normalisation) and on every row's mean (one pass over the matrix: another
-        order of the rows). Matrices that agree within :data:`AGREEMENT` always pass (a mean is off by at most the
-        largest cell's error). Run as the task is built with ``check``; a ValueError names the matrix that differs."""
+    def disagreements(self) -> List[Tuple[Pair, float]]:
+        """The stored matrices of two inputs the task also holds as embeddings that are not their product (the
+        product is what every fit and score then reads), each with the largest difference found: compared on up to
+        64 evenly spaced whole rows (another order of the columns, another model, other normalisation) and on every
+        row's mean (one pass over the matrix: another order of the rows). Matrices that agree within
+        :data:`AGREEMENT` of the largest score always pass (a mean is off by at most the largest cell's error)."""
+        out = []
         for (rows, cols), stored in (self.engine.matrices if self.engine is not None else {}).items():
             if not self._product(rows, cols):
                 continue
@@ -268,11 +269,17 @@ class RetrievalTask:
             a, b = (torch.as_tensor(x, dtype=torch.float64) for x in (product.a, product.b))
             gap = max(gap, float((row_means - a @ b.mean(dim=0)).abs().max()))
             if gap > AGREEMENT * max(1.0, float(product.bound)):
-                raise ValueError(f"scores[{(rows, cols)!r}] differs from the product of the {rows} and {cols} "
-                                 f"embeddings the task also holds, by up to {gap:.3g}: both must score the same "
-                                 "items in the same order with the same model (a transposed, shuffled or "
-                                 "unnormalised matrix?); pass one of the two (the product is what the task reads), "
-                                 "or check=False if the difference is meant")
+                out.append(((rows, cols), gap))
+        return out
+
+    def check_agreement(self) -> None:
+        """A ValueError naming the first of :meth:`disagreements` (run as the task is built with ``check``)."""
+        for (rows, cols), gap in self.disagreements():
+            raise ValueError(f"scores[{(rows, cols)!r}] differs from the product of the {rows} and {cols} embeddings "
+                             f"the task also holds, by up to {gap:.3g}: both must score the same items in the same "
+                             "order with the same model (a transposed, shuffled or unnormalised matrix?); pass one "
+                             "of the two (the product is what the task reads), or check=False if the difference "
+                             "is meant")
 
     def _check_scores(self) -> None:
         """The consistency checks of :mod:`hubnorm.score_checks` on the test and bank score matrices (one read of
@@ -280,7 +287,7 @@ class RetrievalTask:
         test queries themselves. A ValueError names what is wrong and the fix."""
         from .score_checks import TASK_ROLES, task_findings
 
-        mats = {role: self.matrix(*pair) for role, pair in TASK_ROLES.items() if self._scored(*pair)}
+        mats = {role: self.matrix(*pair) for role, pair in TASK_ROLES.items() if self.can_score(*pair)}
         if mats["test"].shape != (self.positives.n_queries, self.positives.n_targets):
             return   # __post_init__ names the mismatch of positives and matrix
         names = {role: mats[role].label if self._product(*pair) else f"scores[{pair!r}]"
@@ -297,8 +304,9 @@ class RetrievalTask:
         """Whether the task scores ``rows x cols`` as the product of embeddings it holds (else a stored matrix)."""
         return getattr(self, rows) is not None and getattr(self, cols) is not None
 
-    def _scored(self, rows: str, cols: str) -> bool:
-        """Whether the task can give the ``rows x cols`` scores (embeddings of both, or a stored matrix)."""
+    def can_score(self, rows: str, cols: str) -> bool:
+        """Whether the task can give the ``rows x cols`` scores (embeddings of both, or a stored matrix either way
+        round), e.g. a bank x gallery matrix before a method that needs it is fitted."""
         return self._product(rows, cols) or (self.engine is not None and self.engine.has_matrix(rows, cols))
 
     @property

@@ -156,24 +156,22 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
                     m = m.take(sel.get(r_side), sel.get(c_side))
                 transposed = side == "backward" and role in ("test", "bank_rows_x_bank_cols")
                 given[key] = m.T if transposed else m
-        held, files = {}, {}
+        held = {}
         for name, key in _SIMS_EMBEDDINGS[side].items():
             if key in sims.embeddings:
                 cut = sel.get(EMBEDDINGS[key])
                 x = sims.embeddings[key]
                 held[name] = np.array(x if cut is None else x[cut])   # a copy: the memory map is read-only
-                files[name] = sims.embedding_files[key].name
         hints = {key: f"add the role {role!r} to the manifest of {sims.folder}" for key, role in roles.items()}
         pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
-        try:
-            out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
-                                   block_bytes=block_bytes, dtype=dtype, check=False, **held)   # load_sims checked it
-            out[d].check_agreement()   # what load_sims cannot: a stored matrix of embedded items is their product
-        except ValueError as exc:   # name the files behind the task's names
-            names = [f"{name} = {f}" for name, f in files.items()]
-            names += [f"scores[{pair!r}] = {sims.files[role].name}" for pair, role in roles.items() if role in mats]
-            raise SimsError(f"{sims.folder} ({d}): {exc}. The files: {'; '.join(names)}; fix the file named, or list "
-                            "only one of the two in the manifest") from None
+        out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
+                               block_bytes=block_bytes, dtype=dtype, check=False, **held)   # load_sims checked it
+        for pair, gap in out[d].disagreements():   # what load_sims cannot: a matrix of embedded items is their product
+            embs = " and ".join(sims.embedding_files[_SIMS_EMBEDDINGS[side][name]].name for name in pair)
+            raise SimsError(f"{sims.files[roles[pair]]} (matrix {roles[pair]!r}) differs from the product of the "
+                            f"embeddings in {embs} by up to {gap:.3g}: the three files must hold the same items in the "
+                            "same order from the same model (a shuffled, transposed or other model's file?); fix the "
+                            "file that differs, or leave one of the two embeddings out of the manifest")
     return out
 
 

@@ -566,6 +566,7 @@ def iteration_table(task: RetrievalTask, method: str, iterations: Sequence[int],
         norm.iterate_offsets(engine, record)
     finally:
         bar.close()
+        engine.release()   # what the run read into memory (a stored matrix's resident copy), as a fit releases it
     settings = [(f"T={T}", T, T, *at[T]) for T in iterations]
     if converged is not None:
         settings.append(("to convergence", converged, conv[0][1], conv[0][0], conv[0][2]))

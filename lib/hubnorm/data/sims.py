@@ -64,6 +64,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from ..retrieval import MODALITY_LETTERS
+from .._validation import NORM_TOLERANCE
 from .. import score_checks
 from .cache import atomic_write_bytes, npy_bytes
 
@@ -295,6 +296,16 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
             raise SimsError(f"{path} ({what}) has dimension {arr.shape[1]} but {dim[1]} has {dim[0]}: every embedding "
                             "of a folder comes from one model (one space)")
         out.embeddings[key], out.embedding_files[key] = arr, path
+    embedded = {EMBEDDINGS[key]: key for key in out.embeddings}
+    for role in out.matrices:   # a matrix with embeddings on one side only could not be checked against them
+        sides = [side for side in ROLES[role] if side in embedded]
+        if len(sides) == 1:
+            other = next(side for side in ROLES[role] if side not in embedded)
+            key = next(k for k, side in EMBEDDINGS.items() if side == other)
+            raise SimsError(f"{man_path}: 'embeddings' lists {embedded[sides[0]]!r} but not {key!r}, so the matrix "
+                            f"{role!r} ({out.files[role].name}) cannot be compared with the product of the embeddings "
+                            f"of its two sides (a shuffled file would go unnoticed): list {key!r} too, or leave "
+                            f"{embedded[sides[0]]!r} out")
     n_rows, n_cols = out.matrices["test"].shape
     out.positive_pairs, labels, pos_path = _positives(folder, man, man_path, n_rows, n_cols,
                                                       checksums if verify else {})
@@ -315,10 +326,16 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
                          on_rows=stats.get(role))
         if bound is not None:
             out.bounds[role] = bound
-    for key, arr in out.embeddings.items():   # sha256 and finite, in one read (normalised rows: the task checks)
+    for key, arr in out.embeddings.items():   # sha256 and finite in one read, then unit rows
         expected = checksums.get(str(man["embeddings"][key])) if verify else None
         scan_npy(out.embedding_files[key], arr, f"embeddings {key!r}", checksum=expected, scan=scan,
                  manifest=man_path.name)
+        worst = max((float(np.abs(np.linalg.norm(np.asarray(arr[r0:r0 + 4096], dtype=np.float64), axis=1) - 1).max())
+                     for r0 in range(0, arr.shape[0], 4096)), default=0.0) if scan else 0.0
+        if worst > NORM_TOLERANCE:
+            raise SimsError(f"{out.embedding_files[key]} (embeddings {key!r}) has rows that are not L2-normalised "
+                            f"(largest |norm - 1| = {worst:.3g}): save each row divided by its norm (hubnorm."
+                            "l2_normalize), the embeddings whose products the matrices hold")
     for name, sig in seen_files.items():   # a file rewritten during the read would pair two versions
         if _signature(Path(name)) != sig:
             raise SimsError(f"{name} changed while the folder was read: its matrices and positives may come from "
