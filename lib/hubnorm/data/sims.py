@@ -42,8 +42,9 @@ Only ``test`` and ``positives`` are required; a method that needs a matrix the f
 matrices, in their order: ``test_rows`` / ``test_cols`` are the test matrix's rows / columns, ``bank_rows`` /
 ``bank_cols`` the bank items of the same modalities. The tasks then hold both (:class:`hubnorm.RetrievalTask`): a
 pair whose two item sets are embedded is scored as their product, and a stored matrix of such a pair must equal it
-(compared as the tasks are built; a shuffled, transposed or other model's file is refused naming it). The methods
-that read embeddings (DN, DSL) then run on the folder. Directions are named from the modalities' first letters: text/video gives ``t2v``
+(compared as the tasks are built; a shuffled, transposed or other model's file is refused naming it). A stored
+matrix with embeddings on one side only could be compared with nothing, so such a folder is refused (list the other
+side too); embeddings rows must be L2-normalised. The methods that read embeddings (DN, DSL) then run on the folder. Directions are named from the modalities' first letters: text/video gives ``t2v``
 (rows are queries) and ``v2t`` (columns are queries). Every problem (a missing or truncated file, a pickled
 array, a bad shape, NaN, a mask that does not match) is a ``ValueError`` naming the file and the fix.
 
