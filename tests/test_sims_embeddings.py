@@ -186,7 +186,8 @@ def test_mistakes_in_the_embeddings_are_refused_naming_the_file(tmp_path):
             load_sims(tmp_path)
     _edit(tmp_path, "test_cols", items * 2.0)   # not normalised: the product is not the cosine the matrix holds
     with pytest.raises(SimsError, match=r"embeddings_test_cols.npy \(embeddings 'test_cols'\) has rows that are not "
-                                        r"L2-normalised \(largest \|norm - 1\| = 1\): save each row divided by its norm"):
+                                        r"L2-normalised \(largest \|norm - 1\| = 1\): save each row divided by its norm "
+                                        r"\(hubnorm.l2_normalize\), the embeddings whose products the matrices hold$"):
         load_sims(tmp_path)
     _edit(tmp_path, "test_cols", items)
     sims_tasks(tmp_path)
