@@ -266,11 +266,7 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
     for role, fname in mats.items():
         path = folder / str(fname)
         what = f"matrix {role!r}"
-        arr = open_npy(path, what)
-        seen_files[str(path)] = _signature(path)
-        if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
-            raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array; got shape {arr.shape}, dtype "
-                            f"{arr.dtype}")
+        arr = _open_floats(path, what, seen_files)
         for side, n in zip(ROLES[role], arr.shape):
             seen = sizes.get(side)
             if seen is not None and seen[0] != n:
@@ -282,11 +278,7 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
     for key, fname in (man.get("embeddings") or {}).items():   # the items some matrices score, embedded
         path = folder / fname
         what = f"embeddings {key!r}"
-        arr = open_npy(path, what)
-        seen_files[str(path)] = _signature(path)
-        if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
-            raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array (one embedding per row); got shape "
-                            f"{arr.shape}, dtype {arr.dtype}")
+        arr = _open_floats(path, what, seen_files, " (one embedding per row)")
         side = EMBEDDINGS[key]
         seen = sizes.setdefault(side, (arr.shape[0], path.name))
         if seen[0] != arr.shape[0]:
@@ -352,6 +344,17 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
             warnings.warn(f"{folder}: {msg}", SimsWarning, stacklevel=2)
             out.flags.append(msg)
     return out
+
+
+def _open_floats(path: Path, what: str, seen_files: Dict[str, tuple], per_row: str = "") -> np.ndarray:
+    """The memory map of a non-empty 2-D float file of the folder (SimsError naming it otherwise), its signature
+    noted in ``seen_files`` (a file that changes while the folder is read is refused)."""
+    arr = open_npy(path, what)
+    seen_files[str(path)] = _signature(path)
+    if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
+        raise SimsError(f"{path} ({what}) must be a non-empty 2-D float array{per_row}; got shape {arr.shape}, dtype "
+                        f"{arr.dtype}")
+    return arr
 
 
 def _signature(path: Path) -> tuple:
