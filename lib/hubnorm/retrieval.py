@@ -245,18 +245,19 @@ class RetrievalTask:
                                   hints=self.hints, plain=self.plain, resident_bytes=self.resident_bytes,
                                   gallery=self.targets)   # what identifies the gallery without a stored test matrix
         if self.check:
-            self.check_agreement()
+            self._check_agreement()
             self._check_scores()
 
-    def disagreements(self) -> List[Tuple[Pair, float]]:
-        """The stored matrices of two inputs the task also holds as embeddings that are not their product (the
+    def disagreements(self, pairs: Optional[Sequence[Pair]] = None) -> List[Tuple[Pair, float]]:
+        """The stored matrices (of ``pairs``, default all) of two inputs the task also holds as embeddings that are not
+        their product (the
         product is what every fit and score then reads), each with the largest difference found: compared on up to
         64 evenly spaced whole rows (another order of the columns, another model, other normalisation) and on every
         row's mean (one pass over the matrix: another order of the rows). Matrices that agree within
         :data:`AGREEMENT` of the largest score always pass (a mean is off by at most the largest cell's error)."""
         out = []
         for (rows, cols), stored in (self.engine.matrices if self.engine is not None else {}).items():
-            if not self._product(rows, cols):
+            if not self._product(rows, cols) or (pairs is not None and (rows, cols) not in pairs):
                 continue
             product = self.matrix(rows, cols)
             m, n = stored.shape
@@ -272,7 +273,7 @@ class RetrievalTask:
                 out.append(((rows, cols), gap))
         return out
 
-    def check_agreement(self) -> None:
+    def _check_agreement(self) -> None:
         """A ValueError naming the first of :meth:`disagreements` (run as the task is built with ``check``)."""
         for (rows, cols), gap in self.disagreements():
             raise ValueError(f"scores[{(rows, cols)!r}] differs from the product of the {rows} and {cols} embeddings "

@@ -116,7 +116,7 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
     serves DBSN in both, read transposed for the second). ``bank_queries`` / ``target_bank``: at most this many
     query-bank / target-bank items per direction, a seeded subset (:func:`bank_subsets`; the files stay on disk).
     Embeddings the manifest lists are held beside the matrices, cut to the same subsets, and each stored matrix of
-    two embedded item sets is compared with their product (:meth:`~hubnorm.RetrievalTask.check_agreement`)."""
+    two embedded item sets is compared with their product once (:meth:`~hubnorm.RetrievalTask.disagreements`)."""
     from .data.sims import EMBEDDINGS, ROLES, SimsError, SimsFolder, load_sims
 
     if isinstance(source, str) and source.startswith("sims:"):
@@ -142,7 +142,7 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
     meta = {"dataset": sims.name, "model": sims.manifest.get("model"), "modalities": sims.modalities,
             "source": "synthetic" if sims.synthetic else "real", "folder": str(sims.folder),
             "flags": list(sims.flags)}
-    out = {}
+    out, checked = {}, set()   # checked: the roles compared with their embeddings' product
     for d in wanted:
         side = "forward" if d == fwd else "backward"
         sel = dict(zip(("bank R", "bank C"), subsets[side]))
@@ -166,12 +166,14 @@ def sims_tasks(source, *, directions=None, block_bytes: Optional[int] = None, dt
         pos = positives_from_pairs(rows, cols, n_r, n_c) if side == "forward" else positives_from_pairs(cols, rows, n_c, n_r)
         out[d] = RetrievalTask(positives=pos, direction=d, meta=dict(meta, direction=d), scores=given, hints=hints,
                                block_bytes=block_bytes, dtype=dtype, check=False, **held)   # load_sims checked it
-        for pair, gap in out[d].disagreements():   # what load_sims cannot: a matrix of embedded items is their product
+        unchecked = [pair for pair, role in roles.items() if role in mats and role not in checked]
+        for pair, gap in out[d].disagreements(unchecked):   # a matrix of embedded items is their product
             embs = " and ".join(sims.embedding_files[_SIMS_EMBEDDINGS[side][name]].name for name in pair)
             raise SimsError(f"{sims.files[roles[pair]]} (matrix {roles[pair]!r}) differs from the product of the "
                             f"embeddings in {embs} by up to {gap:.3g}: the three files must hold the same items in the "
                             "same order from the same model (a shuffled, transposed or other model's file?); fix the "
                             "file that differs, or leave one of the two embeddings out of the manifest")
+        checked.update(roles[pair] for pair in unchecked)   # test and bank x bank: read once, not per direction
     return out
 
 

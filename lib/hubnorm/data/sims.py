@@ -44,7 +44,9 @@ matrices, in their order: ``test_rows`` / ``test_cols`` are the test matrix's ro
 pair whose two item sets are embedded is scored as their product, and a stored matrix of such a pair must equal it
 (compared as the tasks are built; a shuffled, transposed or other model's file is refused naming it). A stored
 matrix with embeddings on one side only could be compared with nothing, so such a folder is refused (list the other
-side too); embeddings rows must be L2-normalised. The methods that read embeddings (DN, DSL) then run on the folder. Directions are named from the modalities' first letters: text/video gives ``t2v``
+side too); embeddings rows must be L2-normalised. The methods that read embeddings (DN, DSL) then run on the folder.
+
+Directions are named from the modalities' first letters: text/video gives ``t2v``
 (rows are queries) and ``v2t`` (columns are queries). Every problem (a missing or truncated file, a pickled
 array, a bad shape, NaN, a mask that does not match) is a ``ValueError`` naming the file and the fix.
 
@@ -319,12 +321,12 @@ def load_sims(folder: PathLike, *, verify: bool = True, scan: bool = True, consi
                          on_rows=stats.get(role))
         if bound is not None:
             out.bounds[role] = bound
-    for key, arr in out.embeddings.items():   # sha256 and finite in one read, then unit rows
+    for key, arr in out.embeddings.items():   # sha256, finite and unit rows in one read
         expected = checksums.get(str(man["embeddings"][key])) if verify else None
+        norms = []
         scan_npy(out.embedding_files[key], arr, f"embeddings {key!r}", checksum=expected, scan=scan,
-                 manifest=man_path.name)
-        worst = max((float(np.abs(np.linalg.norm(np.asarray(arr[r0:r0 + 4096], dtype=np.float64), axis=1) - 1).max())
-                     for r0 in range(0, arr.shape[0], 4096)), default=0.0) if scan else 0.0
+                 manifest=man_path.name, on_rows=lambda r0, rows: norms.append(np.linalg.norm(rows, axis=1)))
+        worst = float(np.abs(np.concatenate(norms) - 1).max()) if norms else 0.0
         if worst > NORM_TOLERANCE:
             raise SimsError(f"{out.embedding_files[key]} (embeddings {key!r}) has rows that are not L2-normalised "
                             f"(largest |norm - 1| = {worst:.3g}): save each row divided by its norm (hubnorm."
