@@ -113,6 +113,50 @@ def test_the_calibrated_presets_match_more_statistics_than_the_isotropic_ones(re
         assert new >= 0.8 * len(rows), f"{preset}: only {new} of {len(rows)} statistics within their band"
 
 
+def test_the_report_summary_and_tables_are_the_csv(report):
+    """The summary counts and the presets' tables of data/calibration_synthetic.md (between the presets' markers) are
+    the csv's rows: a table row per statistic, bold where outside the band, and the not-fitted match line's means."""
+    cs = _calibrate_script()
+    text = (REPO / "data" / "calibration_synthetic.md").read_text()
+    section = text[text.index(cs.PRESETS_START):text.index(cs.PRESETS_END)]
+    match = next(ln for ln in section.splitlines() if "(`cap_match_rho`, not fitted" in ln)
+    for preset, others in cs.REPORTED.items():
+        rows = report[report["preset"] == preset]
+        assert (f"- `{preset}`: {int(rows[f'{preset} within'].sum())} of {len(rows)} statistics within their band, "
+                f"{int(rows[f'{preset} within tolerance'].sum())} within the tolerance alone") in section
+        table = section[section.index(f"## Preset `{preset}`"):].split("\n\n")[1].splitlines()[2:]
+        assert len(table) == len(rows)
+        assert sum("| **no** (" in ln for ln in table) == int((~rows[f"{preset} within"].astype(bool)).sum())
+        rho = rows[rows["statistic"] == "cap_match_rho"]
+        assert len(rho) == 1 and "*(not fitted)*" in table[list(rows["statistic"]).index("cap_match_rho")]
+        r = rho.iloc[0]
+        assert (f"`{preset}` {r[f'{preset} mean']:+.2f}" + "".join(f", `{o}` {r[f'{o} mean']:+.2f}" for o in others)
+                + f" against {r['real']:+.2f} ({r['reference']})") in match
+
+
+def test_presets_only_rewrites_its_section_and_its_csv_rows(tmp_path, monkeypatch):
+    """``--presets-only``: the text between the presets' markers and the image presets' csv rows are replaced, the
+    rest of the report and the video / audio rows are kept, and the full-size seeds are the per-seed file's."""
+    cs = _calibrate_script()
+    out, csv = tmp_path / "r.md", tmp_path / "r.csv"
+    out.write_text(f"# R\n\n{cs.PRESETS_START}\nold\n{cs.PRESETS_END}\n\n## The size of the gains\nkept\n")
+    pd.DataFrame({"preset": ["flickr30k", "msrvtt"], "x": [1.0, 2.0]}).to_csv(csv, index=False)
+    pd.DataFrame({"preset": ["flickr30k"] * 2, "seed": [0, 3]}).to_csv(cs.full_seeds_csv(csv), index=False)
+    seen = {}
+
+    def fake(seeds, full_seeds, per_seed):
+        seen.update(seeds=list(seeds), full=full_seeds, rows=len(per_seed))
+        return [cs.PRESETS_START, "new", cs.PRESETS_END], [pd.DataFrame({"preset": ["coco"], "x": [3.0]})]
+
+    monkeypatch.setattr(cs, "preset_section", fake)
+    text = cs.presets_only(out, csv, range(2))
+    assert text == out.read_text() == (f"# R\n\n{cs.PRESETS_START}\nnew\n{cs.PRESETS_END}\n\n"
+                                       "## The size of the gains\nkept\n")
+    assert seen == {"seeds": [0, 1], "full": [0, 3], "rows": 2}
+    got = pd.read_csv(csv)
+    assert list(got["preset"]) == ["coco", "msrvtt"] and list(got["x"]) == [3.0, 2.0]
+
+
 def test_band_rule():
     # tolerance or two seed sds, whichever is wider; relative tolerances scale with the reference
     assert cal.band("matched_mean", 0.30, 0.32, 0.001) == (pytest.approx(0.03), True)
@@ -295,6 +339,17 @@ def test_the_spread_statistics_are_fitted_where_the_report_says_so():
         for preset in ("flickr30k", "coco", "flickr30k-isotropic", "coco-isotropic"):
             assert not cal.fitted(preset, key)
     assert cal.fitted("flickr30k", "gain_nnn_t2i") and not cal.fitted("audiocaps-clap", "query_bank_gap")
+
+
+def test_the_match_statistics_are_reported_and_part_of_no_fit():
+    """How a pair's cosine follows its items' centrality (added after every preset's fit): the tolerance of the
+    report's other Spearman correlations, recorded for every real reference, 'not fitted' for every preset."""
+    assert cal.MATCH_STATISTICS == {"cap_match_rho", "img_match_rho"}
+    for key in cal.MATCH_STATISTICS:
+        assert cal.STATISTICS[key][1:] == cal.STATISTICS["rho_N10_t2i"][1:] == (0.2, "abs")
+        assert all(np.isfinite(ref["statistics"][key]) for ref in cal.REAL_STATISTICS.values())
+        for preset in ("flickr30k", "coco", "flickr30k-isotropic", "coco-isotropic", "audiocaps-clap", "unknown"):
+            assert not cal.fitted(preset, key)
 
 
 def _calibrate_script():

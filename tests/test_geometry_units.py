@@ -153,6 +153,22 @@ def test_knn_cos_blocks_against_dense(block):
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-13)
 
 
+def test_spearman_nan_without_an_order():
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    assert geometry._spearman(a, a[::-1]) == pytest.approx(-1.0)
+    assert geometry._spearman(a[:3], a[:3]) == pytest.approx(1.0)              # 3 values: the smallest with an order
+    for x, y in ((a[:2], a[:2]), (np.ones(4), a), (a, np.full(4, 2.0))):
+        assert np.isnan(geometry._spearman(x, y))
+
+
+def test_match_rho_nan_with_fewer_than_three_images_with_captions():
+    # 12 captions, all of images 0 and 1 of 10: the caption statistic has 12 items, the image one only 2
+    c2i = np.array([0] * 6 + [1] * 6)
+    img, cap = _problem(31, 10, 6, c2i)
+    got = embedding_statistics(img, cap, c2i)
+    assert np.isnan(got["img_match_rho"]) and np.isfinite(got["cap_match_rho"])
+
+
 # ---------------------------------------------------------------------------------------- embedding_statistics
 
 def _reference(img, cap, c2i, knn=5):

@@ -30,7 +30,7 @@ from hubnorm.geometry import bank_statistics, embedding_statistics
 from .compare import MIN_PUBLISHED_GAIN   # one rule for every ratio to a published gain
 
 __all__ = ["REAL_STATISTICS", "STATISTICS", "PUBLISHED_TOLERANCE", "NOT_FITTED", "SPREAD_STATISTICS", "NOT_FITTED_FOR",
-           "fitted", "HEADROOM", "HEADROOM_SPLITS", "HEADROOM_STATISTICS", "references",
+           "MATCH_STATISTICS", "fitted", "HEADROOM", "HEADROOM_SPLITS", "HEADROOM_STATISTICS", "references",
            "band", "headroom_statistics", "headroom_by_size", "preset_statistics", "full_size_statistics",
            "calibration_table"]
 
@@ -68,6 +68,10 @@ STATISTICS: Dict[str, Tuple[str, float, str]] = {
                       "abs"),
     "cap_spread_cv": ("variation of the spread of a caption's cosines to the images (sd / mean over captions)", 0.04,
                       "abs"),
+    "cap_match_rho": ("Spearman(cosine of a caption and its image, its mean cosine to the other images), over the "
+                      "captions", 0.2, "abs"),
+    "img_match_rho": ("Spearman(mean cosine of an image and its captions, its mean cosine to the other captions), "
+                      "over the images", 0.2, "abs"),
     "R1_t2i": ("R@1 text -> image (%)", 5.0, "abs"),
     "R1_i2t": ("R@1 image -> text (%)", 5.0, "abs"),
     "gain_nnn_t2i": ("headroom: R@1 gain of NNN (k = 16, alpha = 0.75), text -> image, bank = held-out captions",
@@ -91,10 +95,17 @@ NOT_FITTED = frozenset({"bank_gallery_gap", "query_bank_gap"})
 SPREAD_STATISTICS = frozenset({"img_centrality_sd", "cap_centrality_sd", "img_spread_cv", "cap_spread_cv"})
 NOT_FITTED_FOR: Dict[str, frozenset] = {"flickr30k": SPREAD_STATISTICS, "coco": SPREAD_STATISTICS}
 
+#: How a pair's cosine follows its items' centrality (``cap_match_rho`` / ``img_match_rho`` of
+#: :func:`hubnorm.geometry.embedding_statistics`), added after every preset was fitted (issue 42: why the item-query
+#: gains of the clustered presets exceed the real ones): reported for every preset, part of no fit yet. Their
+#: tolerance is the one of the report's other Spearman correlations (``rho_N10_*``), not chosen on these values.
+MATCH_STATISTICS = frozenset({"cap_match_rho", "img_match_rho"})
+
 
 def fitted(preset: str, statistic: str) -> bool:
     """Whether ``statistic`` is part of ``preset``'s fit (``scripts/calibrate_synthetic.py --fit``)."""
-    return statistic not in NOT_FITTED and statistic not in NOT_FITTED_FOR.get(_kind(preset), frozenset())
+    return (statistic not in NOT_FITTED and statistic not in MATCH_STATISTICS
+            and statistic not in NOT_FITTED_FOR.get(_kind(preset), frozenset()))
 
 #: Labels of the published full-size statistics.
 PUBLISHED_WHAT = {"R1_t2i": "R@1 text -> image (text -> audio for the audio geometry) (%), full test set",
@@ -127,6 +138,7 @@ REAL_STATISTICS: Dict[str, dict] = {
             "skew_N1_t2i": 1.1782, "skew_N10_t2i": 1.2504, "rho_N10_t2i": 0.8508, "skew_N1_i2t": 1.6730,
             "skew_N10_i2t": 1.9810, "rho_N10_i2t": 0.3547, "R1_t2i": 83.2000, "R1_i2t": 93.0000,
             "img_centrality_sd": 0.0150, "cap_centrality_sd": 0.0193, "img_spread_cv": 0.1430, "cap_spread_cv": 0.2101,
+            "cap_match_rho": -0.1161, "img_match_rho": 0.3544,
             "gain_nnn_t2i": 1.3240, "gain_is_t2i": -0.3660, "gain_nnn_i2t": -1.5000, "gain_is_i2t": -2.6800,
             "bank_gallery_gap": 0.7260, "query_bank_gap": 0.2580,
         },
@@ -147,6 +159,7 @@ REAL_STATISTICS: Dict[str, dict] = {
             "joint_pc1_share": 0.2802, "joint_pc2_share": 0.0567, "skew_N1_t2i": 4.0495, "skew_N10_t2i": 2.3564,
             "rho_N10_t2i": 0.5680, "skew_N1_i2t": 3.7301, "skew_N10_i2t": 1.6455, "rho_N10_i2t": 0.4293,
             "img_centrality_sd": 0.0152, "cap_centrality_sd": 0.0199, "img_spread_cv": 0.2230, "cap_spread_cv": 0.2307,
+            "cap_match_rho": -0.0374, "img_match_rho": 0.1576,
             "R1_t2i": 50.6000, "R1_i2t": 55.2000,
             "gain_nnn_t2i": 5.2920, "gain_is_t2i": 4.6820, "gain_nnn_i2t": 1.5780, "gain_is_i2t": 0.4660,
             "bank_gallery_gap": 0.7026, "query_bank_gap": 0.2161,
@@ -165,6 +178,7 @@ REAL_STATISTICS: Dict[str, dict] = {
             "joint_pc1_share": 0.1350, "joint_pc2_share": 0.0720, "skew_N1_t2i": 2.9857, "skew_N10_t2i": 1.8951,
             "rho_N10_t2i": 0.6623, "skew_N1_i2t": 2.2837, "skew_N10_i2t": 1.9766, "rho_N10_i2t": 0.6269,
             "img_centrality_sd": 0.0444, "cap_centrality_sd": 0.0353, "img_spread_cv": 0.1142, "cap_spread_cv": 0.1100,
+            "cap_match_rho": 0.3160, "img_match_rho": 0.1062,
             "R1_t2i": 37.5940, "R1_i2t": 34.0852,
             "gain_nnn_t2i": 4.2161, "gain_is_t2i": -5.9623, "gain_nnn_i2t": 4.6131, "gain_is_i2t": 0.9146,
             "bank_gallery_gap": 0.6086, "query_bank_gap": 0.2814,

@@ -79,6 +79,11 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
       other modality than others: the per-item offset that the hubness corrections estimate), and
       ``img_spread_cv`` / ``cap_spread_cv``, how much the sd of an item's cosines to the other modality varies
       between items (sd / mean over the items: 0 when every item's scores are equally spread);
+    - how a pair's cosine follows its items' centrality: ``cap_match_rho``, the Spearman correlation over the
+      captions of a caption's cosine to its image with its mean cosine to the other images, and ``img_match_rho``,
+      over the images with a caption, of an image's mean cosine to its captions with its mean cosine to the other
+      captions (about 0 when an item's offset against the other modality does not carry over to its own pair,
+      1 when it adds to it as much as to every other pair; NaN with fewer than 3 such items);
     - accuracy: ``R1_t2i`` and ``R1_i2t`` (percent; i2t counts any of an image's captions).
     """
     from scipy import stats as sps
@@ -125,6 +130,13 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
     for tag, centre, spread in (("img", img_mean, img_sd), ("cap", torch.cat(cap_mean), torch.cat(cap_sd))):
         out[f"{tag}_centrality_sd"] = float(centre.std(correction=0))
         out[f"{tag}_spread_cv"] = float(spread.std(correction=0) / spread.mean())
+    counts = np.bincount(c2i.numpy(), minlength=n)
+    own_sum = np.bincount(c2i.numpy(), weights=pos, minlength=n)
+    cap_other = (torch.cat(cap_mean).numpy() * n - pos) / (n - 1)
+    has = (counts > 0) & (counts < m)   # an image with a caption of its own and one of another image
+    img_other = (col_sum.numpy()[has] - own_sum[has]) / (m - counts[has])
+    for tag, own, other in (("cap", pos, cap_other), ("img", own_sum[has] / counts[has], img_other)):
+        out[f"{tag}_match_rho"] = _spearman(own, other)
     for tag, x in (("img", img), ("cap", cap)):
         sh = _spectrum(x)
         out[f"{tag}_participation_ratio"] = float(1.0 / np.sum(sh ** 2))
@@ -137,7 +149,7 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
         out[f"{tag}_{tag}_cos"] = float((s_sum @ s_sum - len(x)) / (len(x) * (len(x) - 1)))
     sh = _spectrum(torch.cat([img, cap]))
     out["joint_pc1_share"], out["joint_pc2_share"] = float(sh[0]), float(sh[1])
-    counts = np.bincount(c2i.numpy(), minlength=n)   # the captions of each image with more than one
+    # the captions of each image with more than one
     order, ends = np.argsort(c2i.numpy(), kind="stable"), np.cumsum(counts)
     groups = [torch.from_numpy(order[ends[j] - counts[j]:ends[j]]) for j in np.flatnonzero(counts > 1)]
     same = [float(((cap[g].sum(0) @ cap[g].sum(0)) - len(g)) / (len(g) * (len(g) - 1))) for g in groups]
@@ -154,6 +166,15 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
     out["R1_i2t"] = 100.0 * float((c2i[best_cap] == torch.arange(n)).double().mean())
     return out
 
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's correlation of ``a`` and ``b``; NaN with fewer than 3 values or a constant one (no warning)."""
+    from scipy import stats as sps
+
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(sps.spearmanr(a, b)[0])
 
 
 def bank_statistics(images, captions, caption_to_image, *, seed: int = 0) -> Dict[str, float]:
