@@ -63,8 +63,8 @@ FREE = [("spectrum_decay", 0, 3, 0), ("detail_decay", 0, 2, 0), ("noise_decay", 
         ("caption_shared", 0, 0.95, 0), ("modality_cos", -0.7, 0.7, 0), ("bias_std", 0, 0.25, 0),
         ("caption_bias_std", 0, 0.25, 0), ("image_style_share", 0, 0.95, 0), ("text_style_share", 0, 0.95, 0)]
 #: parameters a fit may free by name (``--free``) that no committed preset was fitted with (the report's list of what
-#: was fitted is :data:`FREE`): ``caption_error_norm`` (issue 42), 0 in every preset
-FREE_OPTIONAL = [("caption_error_norm", -1, 1, 0)]
+#: was fitted is :data:`FREE`): ``caption_error_norm`` and ``caption_semantic_sigma`` (issue 42), 0 in every preset
+FREE_OPTIONAL = [("caption_error_norm", -1, 1, 0), ("caption_semantic_sigma", 0, 1.5, 0)]
 #: free parameters of one preset's fit beyond :data:`FREE`: the text-audio geometry (LAION-CLAP) differs from CLIP's in
 #: how far the items of one modality sit from their centre (CLIP's fixed image_mean / text_mean do not fit it)
 FREE_EXTRA = {"audiocaps-clap": [("image_mean", 0.02, 0.9, 1), ("text_mean", 0.02, 0.9, 1)]}

@@ -413,8 +413,13 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     script = _calibrate_script()   # main() narrows the module's FREE list: a fresh copy
     monkeypatch.setattr(script, "fit", fake_fit)
     assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
-    assert "caption_error_norm" not in seen["start"] and seen["fixed"]["caption_error_norm"] == 0.0
-    assert "caption_error_norm" not in {f[0] for f in script.FREE}
+    for name in ("caption_error_norm", "caption_semantic_sigma"):
+        assert name not in seen["start"] and seen["fixed"][name] == 0.0
+        assert name not in {f[0] for f in script.FREE}
+    script = _calibrate_script()
+    monkeypatch.setattr(script, "fit", fake_fit)
+    assert script.main(["--fit", "flickr30k", "--free", "caption_semantic_sigma", "--maxfev", "3"]) == 0
+    assert seen["start"] == {"caption_semantic_sigma": 0.0} and "caption_semantic_sigma" not in seen["fixed"]
     assert script.main(["--fit", "coco", "--maxfev", "3", "--method", "least-squares"]) == 0
     assert seen["method"] == "least-squares"
 

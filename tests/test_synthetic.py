@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hubnorm as hn
-from hubnorm.synthetic import GeneratorConfig, PRESETS, geometry_stats, make_dataset, topic_relevance
+from hubnorm.synthetic import GeneratorConfig, PRESETS, generate_split, geometry_stats, make_dataset, topic_relevance
 
 SMALL = dict(n_train_images=300, n_test_images=200)
 
@@ -243,3 +243,25 @@ def test_nnn_helps_image_to_text_at_small_scale():
     raw = hn.evaluate(i2t.fit(hn.Identity()), i2t)["R@1"]
     nnn = hn.evaluate(i2t.fit(hn.NearestNeighborNormalization(alpha=0.5, k=16)), i2t)["R@1"]
     assert nnn > raw + 0.5
+
+
+def test_caption_semantic_sigma_makes_specific_and_generic_captions():
+    """A caption whose semantic part is longer is closer to its image and, after normalisation, further from the
+    other images; a shorter one the reverse: with the semantic length free of the error (caption_error_norm = 1),
+    caption_semantic_sigma spreads the captions' mean cosine to the other images and makes it fall as their cosine to
+    their own image rises (cap_match_rho goes down). Default 0: the preset's bytes."""
+    from hubnorm.geometry import embedding_statistics
+
+    base = PRESETS["flickr30k"].replace(captions_per_image=1, caption_error_norm=1.0)
+    stats = {}
+    for sigma in (0.0, 0.6):
+        s = generate_split(base.replace(caption_semantic_sigma=sigma), "test", 300, seed=3)
+        stats[sigma] = embedding_statistics(s.images, s.captions, s.caption_to_image)
+    assert stats[0.6]["cap_match_rho"] < stats[0.0]["cap_match_rho"] - 0.1
+    assert stats[0.6]["cap_centrality_sd"] > 1.5 * stats[0.0]["cap_centrality_sd"]
+    plain = generate_split(PRESETS["flickr30k"], "test", 20, seed=3)
+    same = generate_split(PRESETS["flickr30k"].replace(caption_semantic_sigma=0.0), "test", 20, seed=3)
+    np.testing.assert_array_equal(plain.captions, same.captions)
+    moved = generate_split(PRESETS["flickr30k"].replace(caption_semantic_sigma=0.3), "test", 20, seed=3)
+    np.testing.assert_array_equal(plain.images, moved.images)   # its own stream: the images keep their bytes
+    assert not np.array_equal(plain.captions, moved.captions)

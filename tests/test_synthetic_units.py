@@ -135,6 +135,8 @@ def _ref_block(cfg, geo, seed, code, block, n):
         cn = cfg.caption_noise * np.exp(sig * rng.standard_normal(n) - sig ** 2 / 2)[img_of]
         gam = cfg.caption_error_norm   # the semantic weight: the preset's mean error at 0, the caption's own at 1
         w = np.sqrt(cfg.text_semantic / ((1 + cfg.caption_noise) ** (1 - gam) * (1 + cn) ** gam))
+        sem = cfg.caption_semantic_sigma   # and, apart from the error, each caption's own length (its own stream)
+        w = w * np.exp(sem * _stream(seed, code, block, 1).standard_normal(m) - sem ** 2 / 2) if sem else w
         b = cfg.caption_bias_std * rng.standard_normal(m)
         noise = rng.standard_normal((m, dn), dtype=np.float32).astype(np.float64) * geo["noise"][::-1]
         a = cfg.text_style_share
@@ -217,8 +219,11 @@ def test_presets_match_the_float64_reference(preset, split):
 
 
 @pytest.mark.parametrize("cfg", [CLUSTERED_ALL, CLUSTERED_ALL.replace(caption_error_norm=0.7),
-                                 CLUSTERED_ALL.replace(caption_error_norm=-1.0), ISOTROPIC_ALL],
-                         ids=["clustered", "clustered-own-error", "clustered-negative-error-norm", "isotropic"])
+                                 CLUSTERED_ALL.replace(caption_error_norm=-1.0),
+                                 CLUSTERED_ALL.replace(caption_semantic_sigma=0.8),
+                                 CLUSTERED_ALL.replace(caption_error_norm=0.5, caption_semantic_sigma=0.3), ISOTROPIC_ALL],
+                         ids=["clustered", "clustered-own-error", "clustered-negative-error-norm",
+                              "clustered-semantic-length", "clustered-both", "isotropic"])
 def test_every_term_matches_the_float64_reference(cfg):
     s = _assert_matches_reference(cfg, "test", 300, seed=5)
     np.testing.assert_allclose(np.linalg.norm(s.images, axis=1), 1.0, atol=1e-6)

@@ -45,7 +45,13 @@ centrality only loosely). The model draws:
   caption's semantic part is scaled by the preset's mean error, so a noisier caption's semantic part is longer and,
   after normalisation, its cosine to its image and its mean cosine to the other images fall together; at 1 by its
   own error, which keeps the length of the semantic part about constant (in real CLIP embeddings the two cosines
-  are about uncorrelated: statistic ``cap_match_rho`` of :func:`hubnorm.geometry.embedding_statistics`).
+  are about uncorrelated: statistic ``cap_match_rho`` of :func:`hubnorm.geometry.embedding_statistics`). With
+  ``caption_semantic_sigma`` > 0 the semantic part is multiplied by ``l_j = exp(sigma * N(0, 1) - sigma**2 / 2)``
+  (``sigma = caption_semantic_sigma``; one draw per caption from a stream of its own, so the other draws keep their
+  bytes): how much a caption says about its image, apart from its error. A longer semantic part raises a caption's
+  cosine to its image and, after normalisation, lowers its mean cosine to the other images (a specific caption); a
+  shorter one does the reverse (a generic caption). Both are 0 in every preset; ``scripts/calibrate_synthetic.py
+  --free`` fits them.
 
 Hubs and anti-hubs are not planted: they emerge from this geometry, as in real data. The free parameters were
 fitted to statistics of the raw embeddings only (``scripts/calibrate_synthetic.py --fit``); no normalizer and no
@@ -138,6 +144,7 @@ class GeneratorConfig:
     caption_noise_sigma: float = 0.0
     caption_bias_std: float = 0.0
     caption_error_norm: float = 0.0
+    caption_semantic_sigma: float = 0.0
     n_styles: int = 32
     style_zipf: float = 1.0
     image_style_share: float = 0.0
@@ -161,7 +168,8 @@ class GeneratorConfig:
         for f in ("topic_zipf", "image_mean", "image_semantic", "image_noise", "text_mean", "text_semantic",
                   "text_noise", "caption_noise", "hub_scale", "hub_sigma", "bias_std", "spectrum_decay", "detail_decay",
                   "topic_spread", "topic_spread_sigma", "noise_decay", "image_noise_sigma", "caption_noise_sigma",
-                  "caption_bias_std", "style_zipf"):
+                  "caption_bias_std", "caption_semantic_sigma",
+                  "style_zipf"):
             v = getattr(self, f)
             if not np.isfinite(v) or v < 0:
                 raise ValueError(f"{f} must be a finite number >= 0; got {v!r}")
@@ -387,6 +395,10 @@ def _block_clustered(cfg: GeneratorConfig, geo: _Geometry, seed: int, split_code
     if cfg.caption_error_norm:  # how far a caption's own description error, not the preset's mean, sets its weight
         semantic = semantic * ((1 + cfg.caption_noise) / (1 + cn)) ** (cfg.caption_error_norm / 2)
         semantic = semantic[:, None]
+    if cfg.caption_semantic_sigma:  # how much a caption says about its image, apart from its error: its own stream
+        sig = cfg.caption_semantic_sigma
+        length = np.exp(sig * _rng(seed, split_code, block, 1).standard_normal(m) - sig ** 2 / 2)
+        semantic = semantic * length[:, None]
     cap[:, 2:r + 2] = semantic * zc
     cap[:, r + 2:] = rng.standard_normal((m, dn), dtype=np.float32)
     cap[:, r + 2:] *= geo.noise_sd[::-1].astype(np.float32)  # text noise: other leading directions than image noise
