@@ -764,6 +764,18 @@ def test_names_and_ranking_read_as_text():
     assert nb.ranking({"A": 9, "B": 10}, digits=0) == "B (10) > A (9)"
 
 
+def test_tally_counts_losses_wins_and_ties_in_words():
+    """No loss reads "none of the N", never "0 of N ... (by -0.00 points at most)" (notebook 09's real sets)."""
+    ties_and_wins = [2.8, 0.0, 0.0, 0.4, 0.0, 0.0]
+    assert nb.tally(ties_and_wins, against=" to the labelled one") == \
+        "loses to the labelled one in none of the 6 comparisons, wins in 2 and ties in 4"
+    assert nb.tally(pd.Series([-0.4, 0.0, 1.0])) == \
+        "loses in 1 of 3 comparisons (by 0.40 points), wins in 1 and ties in 1"
+    assert nb.tally([-0.4, -1.2, -0.05], noun="sets", digits=1, unit="pp") == \
+        "loses in 3 of 3 sets (by 1.2 pp at most), wins in none and ties in none"
+    assert nb.tally([]) == "loses in none of the 0 comparisons, wins in none and ties in none"
+
+
 def test_recall_noise_is_the_binomial_half_width():
     assert nb.recall_noise(400, 50.0) == ("one point is 4 of 400 queries, and a 95% interval at 50.00% is about "
                                           "±4.90 points")

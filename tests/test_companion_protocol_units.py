@@ -264,6 +264,28 @@ def test_bank_pool_and_data_size_name_the_training_split():
     assert ex.data_size(only_train) == "no test split; banks from 4 training images, 5 captions"
 
 
+def test_an_audio_release_counts_clips_and_a_pool_of_other_splits_adds_them_up():
+    """The items of an audio release are clips, never images; a notebook that draws its banks from every split but
+    the test split (notebook 08: the loader's val and train splits) has them named and added up."""
+    audio = EmbeddingDataset(name="x", source="real", meta={"release": "a", "label": "real: A", "modality": "audio"},
+                             splits={"test": _sized(200, 253), "val": _sized(66, 78), "train": _sized(133, 166)})
+    assert ex.test_size(audio) == "200 test clips, 253 captions"
+    assert ex.bank_pool(audio) == "banks from 133 training clips, 166 captions"
+    assert ex.bank_pool(audio, ("val", "train")) == "banks from 199 other clips, 244 captions"
+    assert ex.run_label(audio, bank_splits=("val", "train")) == \
+        "real: A (200 test clips, 253 captions; banks from 199 other clips, 244 captions)"
+    video = EmbeddingDataset(name="x", source="real", meta={"modality": "video"}, splits={"test": _sized(4, 8)})
+    assert ex.test_size(video) == "4 test videos x 2 captions"
+    images = EmbeddingDataset(name="x", source="real", meta={"modality": "image"},
+                              splits={"test": _sized(4, 4), "val": _sized(2, 2), "train": _sized(6, 6)})
+    assert ex.bank_pool(images, ("val",)) == "banks from 2 val images"   # a part of the other splits: named
+    assert ex.bank_pool(images, ("val", "train")) == "banks from 8 other images"
+    assert ex.bank_pool(images, ("train", "val", "train")) == "banks from 8 other images"   # a split counts once
+    assert ex.bank_pool(images, ("dev",)) == "" and ex.data_size(images, ("dev",)) == "4 test images"
+    only_train = EmbeddingDataset(name="x", source="real", splits={"test": _sized(4, 4), "train": _sized(6, 6)})
+    assert ex.bank_pool(only_train, ("val", "train")) == ex.bank_pool(only_train) == "banks from 6 training images"
+
+
 SIZES = "20 test images x 5 captions; banks from 60 training images x 5 captions"
 
 
@@ -332,6 +354,9 @@ def test_load_real_sets_prepares_the_cached_ones_and_notes_the_others(monkeypatc
     assert capsys.readouterr().out == (
         f"{REAL_MISSING_NOTE} b-release, d-release: not on this machine (fetch with 'python -m hubnorm.data "
         "fetch-real b-release d-release', or let run_all.sh fetch it)\n")
+    calls.clear()
+    assert list(ex.load_real_sets(["real:a-release"], bank_splits=("val", "train"))) == [
+        "label of real:a-release (20 test images x 5 captions; banks from 80 other images x 5 captions)"]
     calls.clear()
     assert list(ex.load_real_sets(["real:a-release"])) == [f"label of real:a-release ({SIZES})"]
     assert calls == [("real:a-release", {"seed": 0, "dtype": "float64", "note_small": False,

@@ -415,15 +415,29 @@ def test_stops_helping_boundaries():
                           "share": [0.5, 0.0, 1.0, 0.25, 0.0, 1.0], "method": ["a"] * 4 + ["a"] * 2,
                           "gain lo": [0.1, 0.0, -1.0, 0.2, 1e-9, 2.0]})
     got = stops_helping(study)
-    assert list(got.columns) == ["label", "side", "method", "helps at first share", "stops helping at share"]
-    assert got.to_dict("records") == [
+    assert list(got.columns) == ["label", "side", "method", "helps at first share", "stops helping at share",
+                                 "verdict"]
+    assert got.to_dict("records") == [   # x: a gain CI touching 0 at share 0, above it at 0.25 and 0.5
         {"label": "x", "side": "query_bank", "method": "a", "helps at first share": False,
-         "stops helping at share": 0.0},
+         "stops helping at share": pytest.approx(np.nan, nan_ok=True), "verdict": "first above raw at share 0.25"},
         {"label": "y", "side": "query_bank", "method": "a", "helps at first share": True,
-         "stops helping at share": pytest.approx(np.nan, nan_ok=True)}]
+         "stops helping at share": pytest.approx(np.nan, nan_ok=True), "verdict": "above raw at every share"}]
     assert type(got.loc[0, "helps at first share"]) in (bool, np.bool_)
     later = study.assign(**{"gain lo": [0.1, 0.3, 0.0, 0.2, 1.0, 1.0]})
     assert stops_helping(later).loc[0, "stops helping at share"] == 1.0
+    assert stops_helping(later).loc[0, "verdict"] == "no longer above raw from share 1"
+
+
+def test_stops_helping_says_never_when_a_method_never_beat_raw():
+    """A method below raw at the undistorted share never helped: no share at which it "stops" (notebook 08 once
+    listed every such method as "stops helping at share 0.00")."""
+    study = pd.DataFrame({"label": "x", "side": "gallery", "share": [0.0, 0.5, 1.0] * 2,
+                          "method": ["a"] * 3 + ["b"] * 3, "gain lo": [0.0, -1.0, -2.0, -0.5, 0.25, -0.1]})
+    got = stops_helping(study).set_index("method")
+    assert not got.loc["a", "helps at first share"] and np.isnan(got.loc["a", "stops helping at share"])
+    assert got.loc["a", "verdict"] == "never above raw"
+    assert not got.loc["b", "helps at first share"] and np.isnan(got.loc["b", "stops helping at share"])
+    assert got.loc["b", "verdict"] == "first above raw at share 0.5"
 
 
 def test_stops_helping_guards_by_message():

@@ -260,8 +260,8 @@ def test_load_media_labels_the_audio_release(monkeypatch):
         assert (src.synthetic, src.dataset, src.model, src.modalities) == \
             (False, "audiocaps", "LAION-CLAP", ("text", "audio"))
         assert src.data.modalities == ("text", "audio") and src.data.bank_items.shape[0] == 133   # the embeddings
-        assert src.directions == ("t2a", "a2t") and src.label == ("real data (audiocaps-clap, LAION-CLAP, 200 test audios, 253 captions; banks from "
-                                                             "133 training audios, 166 training captions)")
+        assert src.directions == ("t2a", "a2t") and src.label == ("real data (audiocaps-clap, LAION-CLAP, 200 test clips, 253 captions; banks from "
+                                                             "133 training clips, 166 training captions)")
     with pytest.raises(ValueError, match="item_modality='image' contradicts real:audiocaps-clap"):
         media.load_media("real:audiocaps-clap", item_modality="image")
     img = media.load_media("real:coco500-clip-b16")

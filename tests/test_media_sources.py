@@ -45,8 +45,8 @@ def test_a_preset_is_drawn_with_the_seed_and_banks_asked_for():
     assert src.synthetic is True and (src.dataset, src.model) == ("audiocaps", "zs CLAP")
     assert src.modalities == ("text", "audio") and src.directions == ("t2a", "a2t")
     assert src.label == f"synthetic analog (synthetic-audiocaps, seed 3, {want.data_size})"
-    assert src.label == ("synthetic analog (synthetic-audiocaps, seed 3, 975 test audios, 4,875 captions; banks from "
-                         "7 training audios, 7 training captions)")
+    assert src.label == ("synthetic analog (synthetic-audiocaps, seed 3, 975 test clips, 4,875 captions; banks from "
+                         "7 training clips, 7 training captions)")
     assert np.array_equal(src.data.items, want.items) and np.array_equal(src.data.bank_captions, want.bank_captions)
     assert not np.array_equal(src.data.items, media.make_media("audiocaps", seed=0, n_train=0).items)
     t, a = src.tasks["t2a"], src.tasks["a2t"]

@@ -139,7 +139,10 @@ def test_stops_helping_reads_the_first_share_without_a_gain():
     got = stops_helping(study).set_index("method")
     assert got.loc["a", "stops helping at share"] == 1.0 and got.loc["a", "helps at first share"]
     assert got.loc["b", "stops helping at share"] == 0.5           # a CI touching 0 is no longer a gain
-    assert got.loc["c", "stops helping at share"] == 0.0 and not got.loc["c", "helps at first share"]
+    assert np.isnan(got.loc["c", "stops helping at share"]) and not got.loc["c", "helps at first share"]
+    assert got.loc["c", "verdict"] == "first above raw at share 0.5"   # below raw at 0: it never "stops"
+    assert list(got["verdict"][["a", "b"]]) == ["no longer above raw from share 1",
+                                                "no longer above raw from share 0.5"]
     assert np.isnan(stops_helping(study[study["method"] != "c"].assign(**{"gain lo": 1.0}))
                     .set_index("method").loc["a", "stops helping at share"])
     with pytest.raises(ValueError, match="missing columns"):

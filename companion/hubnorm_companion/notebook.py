@@ -40,7 +40,7 @@ from .reporting import CLAIM_COLUMNS, results_dir
 __all__ = ["setup", "Run", "show", "key_numbers", "check", "checks", "check_summary", "data_label", "CLAIM_COLUMNS",
            "marks_note", "parameters_cell",
            "notice", "order_word",
-           "change", "changes", "trends", "names", "ranking", "recall_noise", "progress"]
+           "change", "changes", "trends", "names", "ranking", "tally", "recall_noise", "progress"]
 
 #: The PASS/DIFFERS lines printed since the last :func:`setup`: (claim, passed).
 _CHECKS: List[Tuple[str, bool]] = []
@@ -582,6 +582,23 @@ def ranking(values: Mapping[str, float], *, digits: Optional[int] = 2, unit: str
     for (_, prev), (name, v) in zip(items, items[1:]):
         out += (" = " if _cmp(prev, v, digits, 0.0) == 0 else " > ") + f"{name} ({_num(v, digits, unit)})"
     return out
+
+
+def tally(differences: Sequence[float], *, against: str = "", noun: str = "comparisons", digits: int = 2,
+          unit: str = "points") -> str:
+    """How many ``differences`` (one per comparison, ours minus the other's) are losses, wins and ties, in words:
+    ``"loses in none of the 6 comparisons, wins in 2 and ties in 4"``, ``"loses in 1 of 6 comparisons (by 0.40
+    points), ..."``, ``"loses in 2 of 6 comparisons (by 1.20 points at most), ..."``; ``against`` follows "loses"
+    (e.g. " to the labelled one")."""
+    d = np.asarray(list(differences), dtype=float)
+    count = lambda k: "none" if k == 0 else str(k)   # noqa: E731
+    lose, n_win = d[d < 0], int((d > 0).sum())
+    if not len(lose):
+        out = f"loses{against} in none of the {len(d)} {noun}"
+    else:
+        out = (f"loses{against} in {len(lose)} of {len(d)} {noun} (by {-lose.min():.{digits}f} {unit}"
+               + (" at most)" if len(lose) > 1 else ")"))
+    return out + f", wins in {count(n_win)} and ties in {count(len(d) - len(lose) - n_win)}"
 
 
 def recall_noise(n_queries: int, recall: float) -> str:

@@ -32,6 +32,7 @@ from hubnorm.hubness import hubness_stats, k_occurrence
 from hubnorm.normalizers.base import EXECUTION_OPTIONS
 from hubnorm.progress import progress
 from hubnorm.provenance import NO_BANK
+from hubnorm.retrieval import ITEM_NOUNS
 from hubnorm.registry import DISPLAY_NAMES, make_normalizer
 from hubnorm.retrieval import DIRECTIONS, RetrievalTask, bank_share, build_tasks, query_bank_share, share_rows
 # clamp_grid is hubnorm.clamp_grid: used below, and by the notebooks as pr.clamp_grid
@@ -348,12 +349,18 @@ def is_synthetic(ds: EmbeddingDataset) -> bool:
     return ds.source == "synthetic"
 
 
+def _size_words(n_images: int, n_captions: int, adjective: str, noun: str = "images") -> str:
+    """ "1,000 test images" (and "x 5 captions" when every item has the same number, else ", N captions")."""
+    per = n_captions // n_images if n_images and n_captions % n_images == 0 else None
+    return f"{n_images:,} {adjective} {noun}" + (f" x {per} captions" if per and per > 1 else
+                                                 "" if per == 1 else f", {n_captions:,} captions")
+
+
 def _split_words(ds: EmbeddingDataset, split: str, adjective: str) -> str:
-    """A split's size in words: "1,000 test images" (and "x 5 captions" when every image has the same number)."""
+    """A split's size in words: "1,000 test images" (and "x 5 captions" when every image has the same number); the
+    items of an audio release are "clips" (:data:`hubnorm.retrieval.ITEM_NOUNS`)."""
     t = ds.split(split)
-    per = t.n_captions // t.n_images if t.n_images and t.n_captions % t.n_images == 0 else None
-    return f"{t.n_images:,} {adjective} images" + (f" x {per} captions" if per and per > 1 else
-                                                   "" if per == 1 else f", {t.n_captions:,} captions")
+    return _size_words(t.n_images, t.n_captions, adjective, ITEM_NOUNS.get(ds.meta.get("modality"), "images"))
 
 
 def test_size(ds: EmbeddingDataset) -> str:
@@ -362,32 +369,45 @@ def test_size(ds: EmbeddingDataset) -> str:
     return _split_words(ds, "test", "test") if "test" in ds.splits else "no test split"
 
 
-def bank_pool(ds: EmbeddingDataset) -> str:
+def bank_pool(ds: EmbeddingDataset, bank_splits: Sequence[str] = ("train",)) -> str:
     """Where ``ds``'s reference banks come from, in words: "banks from 29,000 training images x 5 captions" (every
     reference bank of a run is drawn from the training split; a table's ``setting`` says which part, and a
-    query-aware bank is the test queries), or "" when there is no training split."""
-    return f"banks from {_split_words(ds, 'train', 'training')}" if "train" in ds.splits else ""
+    query-aware bank is the test queries), or "" when there is no training split.
+
+    ``bank_splits``: the splits a notebook draws its banks from, when not the training split alone; every split
+    but the test split reads "banks from 199 other clips, 244 captions" (their sizes added up)."""
+    splits = [s for s in dict.fromkeys(bank_splits) if s in ds.splits]
+    if list(bank_splits) == ["train"] or splits == ["train"]:
+        return f"banks from {_split_words(ds, 'train', 'training')}" if splits else ""
+    if not splits:
+        return ""
+    adjective = "other" if set(splits) == set(ds.splits) - {"test"} else " + ".join(splits)
+    return "banks from " + _size_words(sum(ds.split(s).n_images for s in splits),
+                                       sum(ds.split(s).n_captions for s in splits), adjective,
+                                       ITEM_NOUNS.get(ds.meta.get("modality"), "images"))
 
 
-def data_size(ds: EmbeddingDataset) -> str:
+def data_size(ds: EmbeddingDataset, bank_splits: Sequence[str] = ("train",)) -> str:
     """The sizes a run label names: the test split (:func:`test_size`) and the pool of its banks (:func:`bank_pool`),
     "1,000 test images x 5 captions; banks from 29,000 training images x 5 captions"."""
-    pool = bank_pool(ds)
+    pool = bank_pool(ds, bank_splits)
     return test_size(ds) + (f"; {pool}" if pool else "")
 
 
-def run_label(ds: EmbeddingDataset) -> str:
+def run_label(ds: EmbeddingDataset, bank_splits: Sequence[str] = ("train",)) -> str:
     """"synthetic analog (synthetic-flickr30k, seed 0, 1,000 test images x 5 captions; banks from 29,000 training
     images x 5 captions)" or "real data (coco, model, 500 test images)": in every table and caption, with the sizes
-    of the test split and of the banks' pool (:func:`data_size`): one label, one size."""
+    of the test split and of the banks' pool (:func:`data_size`; ``bank_splits``: the splits the banks are drawn
+    from, the training split unless a notebook says otherwise): one label, one size."""
+    sizes = data_size(ds, bank_splits)
     if is_synthetic(ds):
         if ds.meta.get("rehearsal"):
-            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name}, {data_size(ds)})")
-        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {data_size(ds)})"
+            return str(ds.meta.get("label") or f"synthetic rehearsal ({ds.name}, {sizes})")
+        return f"synthetic analog ({ds.name}, seed {ds.meta.get('seed', '?')}, {sizes})"
     if ds.meta.get("release") and ds.meta.get("label"):   # a real release names its data set, size and model
-        return f"{ds.meta['label']} ({data_size(ds)})"
+        return f"{ds.meta['label']} ({sizes})"
     model = ds.meta.get("model")
-    return f"real data ({ds.name}" + (f", {model}" if model else "") + f", {data_size(ds)})"
+    return f"real data ({ds.name}" + (f", {model}" if model else "") + f", {sizes})"
 
 
 #: The real embedding releases (:mod:`hubnorm.data.real`) a notebook shows beside a synthetic run by default
@@ -434,9 +454,12 @@ def nearest_published(ds: EmbeddingDataset) -> str:
 
 
 def load_real_sets(sources: Sequence[str], *, seed: int = 0, dtype: Optional[str] = "float64",
-                   source_kwargs: Optional[Mapping[str, object]] = None) -> Dict[str, EmbeddingDataset]:
+                   source_kwargs: Optional[Mapping[str, object]] = None,
+                   bank_splits: Sequence[str] = ("train",)) -> Dict[str, EmbeddingDataset]:
     """The releases of ``sources`` (:func:`real_sources`) whose files are on this machine, each prepared like the
-    main data (:func:`prepare_dataset`: splits, float64 unit rows), keyed by its label (:func:`run_label`).
+    main data (:func:`prepare_dataset`: splits, float64 unit rows), keyed by its label (:func:`run_label`, whose
+    pool of banks is ``bank_splits``: e.g. ``("val", "train")`` for a notebook that draws its banks from every
+    split but the test split).
 
     Nothing is downloaded here: ``run_all.sh`` fetches the releases once at its start (``python -m hubnorm.data
     fetch-real``); a release that is not cached is left out, and one NOTE names them all with the command."""
@@ -451,7 +474,7 @@ def load_real_sets(sources: Sequence[str], *, seed: int = 0, dtype: Optional[str
             continue
         ds = prepare_dataset(src, seed=seed, dtype=dtype, note_small=False,
                              source_kwargs={**dict(source_kwargs or {}), "download": False})
-        out[run_label(ds)] = ds
+        out[run_label(ds, bank_splits)] = ds
     if missing:   # REAL_MISSING_NOTE: run_all.sh recognises the line (and says it once for the run)
         note(f"{REAL_MISSING_NOTE[len('NOTE: '):]} {', '.join(missing)}: not on this machine (fetch with "
              f"'{FETCH_COMMAND} {' '.join(missing)}', or let run_all.sh fetch it)")

@@ -243,9 +243,11 @@ def shift_study(task: RetrievalTask, outside, *, side: str = "query_bank", metho
 
 
 def stops_helping(study: pd.DataFrame) -> pd.DataFrame:
-    """Per (label, side, method) of a :func:`shift_study` table: the first share at which the method no longer
-    helps the raw scores (the lower end of its gain's CI at or below 0), NaN when it helps at every share, and
-    whether it helped at the smallest share at all."""
+    """Per (label, side, method) of a :func:`shift_study` table: whether the method helps the raw scores at the
+    smallest share (the lower end of its gain's CI above 0), the first later share at which it no longer does (NaN
+    when it helps at every share, and when it did not help at the smallest share: a method that never helped never
+    "stops"), and a ``verdict`` in words: "never above raw" (at no share), "above raw at every share", "no longer
+    above raw from share s", or "first above raw at share s" (not at the smallest share, but later)."""
     need = {"label", "side", "share", "method", "gain lo"}
     if not need <= set(study.columns):
         raise ValueError(f"study must be a shift_study table; missing columns {sorted(need - set(study.columns))}")
@@ -256,8 +258,14 @@ def stops_helping(study: pd.DataFrame) -> pd.DataFrame:
     out = []
     ordered = study.sort_values("share", kind="stable")
     for (label, side, method), part in ordered.groupby(["label", "side", "method"], sort=False, dropna=False):
-        stop = part.loc[part["gain lo"] <= 0, "share"]
-        out.append({"label": label, "side": side, "method": method,
-                    "helps at first share": bool(part["gain lo"].iloc[0] > 0),
-                    "stops helping at share": float(stop.iloc[0]) if len(stop) else float("nan")})
+        above = part["gain lo"] > 0
+        first = bool(above.iloc[0])
+        stop = part.loc[part["gain lo"] <= 0, "share"] if first else part.loc[[], "share"]
+        if first:
+            verdict = f"no longer above raw from share {stop.iloc[0]:g}" if len(stop) else "above raw at every share"
+        else:
+            verdict = f"first above raw at share {part.loc[above, 'share'].iloc[0]:g}" if above.any() else \
+                "never above raw"
+        out.append({"label": label, "side": side, "method": method, "helps at first share": first,
+                    "stops helping at share": float(stop.iloc[0]) if len(stop) else float("nan"), "verdict": verdict})
     return pd.DataFrame(out)

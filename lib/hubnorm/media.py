@@ -44,7 +44,7 @@ from ._validation import unit_rows
 from .data.sims import LETTERS
 from .data.sources import load_source, source_kind
 from .matrices import ProductScores
-from .retrieval import RetrievalTask
+from .retrieval import ITEM_NOUNS, RetrievalTask
 from .scores import bank_subsets, positives_from_pairs
 from .synthetic import MEDIA_PRESETS, MediaPreset, make_dataset  # noqa: F401 (MediaPreset: re-exported)
 
@@ -69,8 +69,9 @@ class MediaData:
     def data_size(self) -> str:
         """The sizes a run label names: the test split and the pool of the banks, "1,000 test videos, 1,000 captions;
         banks from 9,000 training videos, 9,000 captions" (no training part: the test split alone)."""
-        test = f"{len(self.items):,} test {self.modalities[1]}s, {len(self.captions):,} captions"
-        pool = [f"{len(b):,} training {what}" for b, what in ((self.bank_items, f"{self.modalities[1]}s"),
+        noun = ITEM_NOUNS[self.modalities[1]]
+        test = f"{len(self.items):,} test {noun}, {len(self.captions):,} captions"
+        pool = [f"{len(b):,} training {what}" for b, what in ((self.bank_items, noun),
                                                              (self.bank_captions, "captions")) if b is not None]
         return test + (f"; banks from {', '.join(pool)}" if pool else "")
 

@@ -31,6 +31,8 @@ from .matrices import Pair, ProductScores, ScoreMatrix
 DIRECTIONS = ("t2i", "i2t")
 #: The modalities and the letters that name them in a direction.
 MODALITY_LETTERS = {"text": "t", "image": "i", "video": "v", "audio": "a"}
+#: What the items of a modality are called in a run label's sizes ("200 test clips").
+ITEM_NOUNS = {"image": "images", "video": "videos", "audio": "clips"}
 #: Every direction name a task may carry (query modality first): text-image, text-video, text-audio each way,
 #: then the pairs without text (a sims folder may hold video x audio scores).
 DIRECTION_NAMES = ("t2i", "i2t", "t2v", "v2t", "t2a", "a2t") + tuple(
