@@ -77,6 +77,8 @@ MEDIA_FREE = {"msrvtt": ["caption_noise", "caption_bias_std", "bias_std"], "dide
               "audiocaps": ["caption_noise"], "clotho": ["caption_noise"]}
 MEDIA_SEEDS = 2
 MEDIA_START, MEDIA_END = "<!-- video-audio:start -->", "<!-- video-audio:end -->"
+#: The heading of the gains section (:func:`gain_section`), the line the presets' section comes before.
+GAINS_HEADING = "## The size of the gains, out of sample"
 #: the command whose fit the video/audio section records (set by main)
 MEDIA_COMMAND = ["`scripts/calibrate_synthetic.py --fit-media`"]
 #: statistics whose residual is a log ratio (scale-free quantities)
@@ -365,7 +367,7 @@ def gain_section(seeds, paper_seeds) -> tuple:
                 f"{int(((q < 0.67) | (q > 1.5)).sum())} outside 0.67-1.5, {int(((q < 0.33) | (q > 3)).sum())} outside "
                 "0.33-3)")
 
-    lines = ["## The size of the gains, out of sample", "",
+    lines = [GAINS_HEADING, "",
              "Nothing in this section is part of any fit. **At the papers' sizes** each preset is drawn at its data "
              "set's test size with the papers' banks (NNN: a seeded 20% of the training images with their captions, "
              "the paper's chosen alpha and k; IS / SN: the test queries themselves, query-aware; DBSN: training "
@@ -721,11 +723,19 @@ def presets_only(out: Path, csv_out: Path, seeds) -> str:
     """Rewrite only the summary and the image-text presets' tables of the report and their rows of the csv, with the
     full-size statistics of the committed per-seed file (:func:`full_seeds_csv`; ``--full-seeds-only`` rewrites it)."""
     per_seed = pd.read_csv(full_seeds_csv(csv_out))
-    full_seeds = sorted(set(per_seed["seed"]))
-    lines, tables = preset_section(seeds, full_seeds, per_seed)
-    text = replace_section(out.read_text(), lines, PRESETS_START, PRESETS_END, "## The size of the gains")
-    old = pd.read_csv(csv_out)
-    _write_csv(pd.concat(tables + [old[~old["preset"].isin(list(REPORTED))]], ignore_index=True), csv_out)
+    lines, tables = preset_section(seeds, sorted(set(per_seed["seed"])), per_seed)
+    return rewrite_rows(out, lines, PRESETS_START, PRESETS_END, GAINS_HEADING, csv_out, pd.concat(tables), REPORTED,
+                        first=True)
+
+
+def rewrite_rows(out: Path, lines: list, start: str, end: str, before: str, csv_out: Path, rows: pd.DataFrame,
+                 presets, *, first: bool) -> str:
+    """Write one section's ``lines`` into the report ``out`` between its markers (:func:`replace_section`) and replace
+    the rows of ``presets`` in the report's csv by ``rows`` (before the others when ``first``, else after them)."""
+    text = replace_section(out.read_text(), lines, start, end, before)
+    kept = pd.read_csv(csv_out)
+    kept = kept[~kept["preset"].isin(list(presets))]
+    _write_csv(pd.concat([rows, kept] if first else [kept, rows], ignore_index=True), csv_out)
     _write_text(out, text)
     return text
 
@@ -840,12 +850,7 @@ def round_params(params: dict, digits: int = 4) -> dict:
 def media_only(out: Path, csv_out: Path, seeds) -> str:
     """Rewrite only the video / audio section of the report and its csv rows (the image part stays as it is)."""
     lines, tab = media_section(seeds)
-    text = replace_section(out.read_text(), lines, MEDIA_START, MEDIA_END, "## Presets")
-    old = pd.read_csv(csv_out)
-    old = old[~old["preset"].isin(MEDIA_REPORTED)]
-    _write_csv(pd.concat([old, tab], ignore_index=True), csv_out)
-    _write_text(out, text)
-    return text
+    return rewrite_rows(out, lines, MEDIA_START, MEDIA_END, "## Presets", csv_out, tab, MEDIA_REPORTED, first=False)
 
 
 def fit_media(preset: str, maxfev: int) -> dict:

@@ -774,6 +774,10 @@ def test_tally_counts_losses_wins_and_ties_in_words():
     assert nb.tally([-0.4, -1.2, -0.05], noun="sets", digits=1, unit="pp") == \
         "loses in 3 of 3 sets (by 1.2 pp at most), wins in none and ties in none"
     assert nb.tally([]) == "loses in none of the 0 comparisons, wins in none and ties in none"
+    # compared as printed: -0.001 at 2 digits is a tie, not "a loss by 0.00 points"; a NaN is refused
+    assert nb.tally([-0.001, 0.3]) == "loses in none of the 2 comparisons, wins in 1 and ties in 1"
+    with pytest.raises(ValueError, match="non-finite"):
+        nb.tally([float("nan")])
 
 
 def test_recall_noise_is_the_binomial_half_width():

@@ -257,11 +257,10 @@ def test_caption_semantic_sigma_makes_specific_and_generic_captions():
     for sigma in (0.0, 0.6):
         s = generate_split(base.replace(caption_semantic_sigma=sigma), "test", 300, seed=3)
         stats[sigma] = embedding_statistics(s.images, s.captions, s.caption_to_image)
+    # regression check of the direction (seen on this seed: rho -0.19 -> -0.42, sd 0.009 -> 0.033; margins set after)
     assert stats[0.6]["cap_match_rho"] < stats[0.0]["cap_match_rho"] - 0.1
     assert stats[0.6]["cap_centrality_sd"] > 1.5 * stats[0.0]["cap_centrality_sd"]
-    plain = generate_split(PRESETS["flickr30k"], "test", 20, seed=3)
-    same = generate_split(PRESETS["flickr30k"].replace(caption_semantic_sigma=0.0), "test", 20, seed=3)
-    np.testing.assert_array_equal(plain.captions, same.captions)
+    plain = generate_split(PRESETS["flickr30k"], "test", 20, seed=3)   # 0 keeps the bytes: the float64 reference test
     moved = generate_split(PRESETS["flickr30k"].replace(caption_semantic_sigma=0.3), "test", 20, seed=3)
     np.testing.assert_array_equal(plain.images, moved.images)   # its own stream: the images keep their bytes
     assert not np.array_equal(plain.captions, moved.captions)

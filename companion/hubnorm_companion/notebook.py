@@ -589,10 +589,12 @@ def tally(differences: Sequence[float], *, against: str = "", noun: str = "compa
     """How many ``differences`` (one per comparison, ours minus the other's) are losses, wins and ties, in words:
     ``"loses in none of the 6 comparisons, wins in 2 and ties in 4"``, ``"loses in 1 of 6 comparisons (by 0.40
     points), ..."``, ``"loses in 2 of 6 comparisons (by 1.20 points at most), ..."``; ``against`` follows "loses"
-    (e.g. " to the labelled one")."""
+    (e.g. " to the labelled one"). Each difference is compared with 0 as printed (``digits``), as :func:`order_word`
+    compares."""
     d = np.asarray(list(differences), dtype=float)
     count = lambda k: "none" if k == 0 else str(k)   # noqa: E731
-    lose, n_win = d[d < 0], int((d > 0).sum())
+    side = np.array([_cmp(x, 0.0, digits, 0.0) for x in d], dtype=int)   # as printed: -0.001 is a tie
+    lose, n_win = d[side < 0], int((side > 0).sum())
     if not len(lose):
         out = f"loses{against} in none of the {len(d)} {noun}"
     else:

@@ -32,9 +32,9 @@ from hubnorm.hubness import hubness_stats, k_occurrence
 from hubnorm.normalizers.base import EXECUTION_OPTIONS
 from hubnorm.progress import progress
 from hubnorm.provenance import NO_BANK
-from hubnorm.retrieval import ITEM_NOUNS
 from hubnorm.registry import DISPLAY_NAMES, make_normalizer
-from hubnorm.retrieval import DIRECTIONS, RetrievalTask, bank_share, build_tasks, query_bank_share, share_rows
+from hubnorm.retrieval import (DIRECTIONS, ITEM_NOUNS, RetrievalTask, bank_share, build_tasks, query_bank_share,
+                               share_rows)
 # clamp_grid is hubnorm.clamp_grid: used below, and by the notebooks as pr.clamp_grid
 from hubnorm.selection import PAPER_GRIDS, clamp_grid, grid_search, k_limit
 from hubnorm.synthetic import PRESETS
@@ -349,24 +349,21 @@ def is_synthetic(ds: EmbeddingDataset) -> bool:
     return ds.source == "synthetic"
 
 
-def _size_words(n_images: int, n_captions: int, adjective: str, noun: str = "images") -> str:
-    """ "1,000 test images" (and "x 5 captions" when every item has the same number, else ", N captions")."""
-    per = n_captions // n_images if n_images and n_captions % n_images == 0 else None
-    return f"{n_images:,} {adjective} {noun}" + (f" x {per} captions" if per and per > 1 else
-                                                 "" if per == 1 else f", {n_captions:,} captions")
-
-
-def _split_words(ds: EmbeddingDataset, split: str, adjective: str) -> str:
-    """A split's size in words: "1,000 test images" (and "x 5 captions" when every image has the same number); the
-    items of an audio release are "clips" (:data:`hubnorm.retrieval.ITEM_NOUNS`)."""
-    t = ds.split(split)
-    return _size_words(t.n_images, t.n_captions, adjective, ITEM_NOUNS.get(ds.meta.get("modality"), "images"))
+def _split_words(ds: EmbeddingDataset, splits: Sequence[str], adjective: str) -> str:
+    """The size of ``splits`` (added up) in words: "1,000 test images" (and "x 5 captions" when every image has the
+    same number, else ", N captions"); the items of an audio release are "clips"
+    (:data:`hubnorm.retrieval.ITEM_NOUNS`)."""
+    n_items = sum(ds.split(s).n_images for s in splits)
+    n_captions = sum(ds.split(s).n_captions for s in splits)
+    per = n_captions // n_items if n_items and n_captions % n_items == 0 else None
+    return (f"{n_items:,} {adjective} {ITEM_NOUNS.get(ds.meta.get('modality'), 'images')}"
+            + (f" x {per} captions" if per and per > 1 else "" if per == 1 else f", {n_captions:,} captions"))
 
 
 def test_size(ds: EmbeddingDataset) -> str:
     """The size of ``ds``'s test split in words, "1,000 test images" (and "x 5 captions" when every image has the
     same number): one label, one size (notebooks draw test splits of different sizes from one preset)."""
-    return _split_words(ds, "test", "test") if "test" in ds.splits else "no test split"
+    return _split_words(ds, ["test"], "test") if "test" in ds.splits else "no test split"
 
 
 def bank_pool(ds: EmbeddingDataset, bank_splits: Sequence[str] = ("train",)) -> str:
@@ -377,14 +374,11 @@ def bank_pool(ds: EmbeddingDataset, bank_splits: Sequence[str] = ("train",)) -> 
     ``bank_splits``: the splits a notebook draws its banks from, when not the training split alone; every split
     but the test split reads "banks from 199 other clips, 244 captions" (their sizes added up)."""
     splits = [s for s in dict.fromkeys(bank_splits) if s in ds.splits]
-    if list(bank_splits) == ["train"] or splits == ["train"]:
-        return f"banks from {_split_words(ds, 'train', 'training')}" if splits else ""
     if not splits:
         return ""
-    adjective = "other" if set(splits) == set(ds.splits) - {"test"} else " + ".join(splits)
-    return "banks from " + _size_words(sum(ds.split(s).n_images for s in splits),
-                                       sum(ds.split(s).n_captions for s in splits), adjective,
-                                       ITEM_NOUNS.get(ds.meta.get("modality"), "images"))
+    adjective = ("training" if splits == ["train"] else "other" if set(splits) == set(ds.splits) - {"test"}
+                 else " + ".join(splits))
+    return f"banks from {_split_words(ds, splits, adjective)}"
 
 
 def data_size(ds: EmbeddingDataset, bank_splits: Sequence[str] = ("train",)) -> str:

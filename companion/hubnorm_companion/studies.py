@@ -260,12 +260,14 @@ def stops_helping(study: pd.DataFrame) -> pd.DataFrame:
     for (label, side, method), part in ordered.groupby(["label", "side", "method"], sort=False, dropna=False):
         above = part["gain lo"] > 0
         first = bool(above.iloc[0])
-        stop = part.loc[part["gain lo"] <= 0, "share"] if first else part.loc[[], "share"]
-        if first:
-            verdict = f"no longer above raw from share {stop.iloc[0]:g}" if len(stop) else "above raw at every share"
-        else:
-            verdict = f"first above raw at share {part.loc[above, 'share'].iloc[0]:g}" if above.any() else \
-                "never above raw"
+        if first:   # helped at the smallest share: where it stops, if it does
+            stop = part.loc[part["gain lo"] <= 0, "share"]
+            stop_at = float(stop.iloc[0]) if len(stop) else float("nan")
+            verdict = f"no longer above raw from share {stop_at:g}" if len(stop) else "above raw at every share"
+        else:       # a method that never helped never "stops"
+            stop_at = float("nan")
+            verdict = (f"first above raw at share {part.loc[above, 'share'].iloc[0]:g}" if above.any()
+                       else "never above raw")
         out.append({"label": label, "side": side, "method": method, "helps at first share": first,
-                    "stops helping at share": float(stop.iloc[0]) if len(stop) else float("nan"), "verdict": verdict})
+                    "stops helping at share": stop_at, "verdict": verdict})
     return pd.DataFrame(out)

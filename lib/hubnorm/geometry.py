@@ -86,8 +86,6 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
       1 when it adds to it as much as to every other pair; NaN with fewer than 3 such items);
     - accuracy: ``R1_t2i`` and ``R1_i2t`` (percent; i2t counts any of an image's captions).
     """
-    from scipy import stats as sps
-
     from .hubness import hubness_stats, k_occurrence
     from .normalizers.base import Identity
 
@@ -125,14 +123,14 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
            "random_sd": float(rand_sd), "best_nonmatch_mean": float(torch.cat(best_neg).mean()),
            "gap": float(torch.linalg.vector_norm(mu_i - mu_c)),
            "centroid_cos": float(mu_i @ mu_c / torch.linalg.vector_norm(mu_i) / torch.linalg.vector_norm(mu_c))}
-    img_mean = col_sum / m
+    img_mean, cap_mean = col_sum / m, torch.cat(cap_mean)
     img_sd = (col_sum2 / m - img_mean ** 2).clamp_min(0).sqrt()
-    for tag, centre, spread in (("img", img_mean, img_sd), ("cap", torch.cat(cap_mean), torch.cat(cap_sd))):
+    for tag, centre, spread in (("img", img_mean, img_sd), ("cap", cap_mean, torch.cat(cap_sd))):
         out[f"{tag}_centrality_sd"] = float(centre.std(correction=0))
         out[f"{tag}_spread_cv"] = float(spread.std(correction=0) / spread.mean())
     counts = np.bincount(c2i.numpy(), minlength=n)
     own_sum = np.bincount(c2i.numpy(), weights=pos, minlength=n)
-    cap_other = (torch.cat(cap_mean).numpy() * n - pos) / (n - 1)
+    cap_other = (cap_mean.numpy() * n - pos) / (n - 1)
     has = (counts > 0) & (counts < m)   # an image with a caption of its own and one of another image
     img_other = (col_sum.numpy()[has] - own_sum[has]) / (m - counts[has])
     for tag, own, other in (("cap", pos, cap_other), ("img", own_sum[has] / counts[has], img_other)):
@@ -160,7 +158,7 @@ def embedding_statistics(images, captions, caption_to_image, *, knn: int = 5, bl
             n_k = k_occurrence(Identity(check_normalized=False).fit(t), k, queries=q)  # streamed in row blocks
             out[f"skew_N{k}_{d}"] = hubness_stats(n_k, k, len(q))["skewness"]
             if k == 10:
-                out[f"rho_N10_{d}"] = float(sps.spearmanr(n_k, (t @ mu_q).numpy())[0])
+                out[f"rho_N10_{d}"] = _spearman(n_k, (t @ mu_q).numpy())
     out["R1_t2i"] = 100.0 * float((torch.cat(top1) == c2i).double().mean())
     best_cap = torch.cat([(img[i:i + block] @ cap.T).argmax(1) for i in range(0, n, block)])
     out["R1_i2t"] = 100.0 * float((c2i[best_cap] == torch.arange(n)).double().mean())
