@@ -44,7 +44,7 @@
 # method, DN included (it needs embeddings), on a task built from those embeddings.
 #
 # > Default source: synthetic — **synthetic analogs** (the `msrvtt` and `audiocaps`/`clotho` presets of
-# > `hubnorm.media`, calibrated only to the published zero-shot R@1 and raw skewness), not reproductions. The real
+# > `hubnorm.media`, calibrated only to the published raw R@1 and raw skewness), not reproductions. The real
 # > column of this notebook is sections 6 and 7.
 
 # %% tags=["parameters"]
@@ -255,7 +255,11 @@ if len(table4):
 # %% [markdown]
 # **What to notice.** Compare the training-bank rows with the test-query rows, SN with IS within each bank
 # setting, and DBSN with SN. The paper reports, on MSR-VTT, training-bank gains far below the query-aware ones and
-# SN below IS there, which it attributes to the gap between training and test queries.
+# SN below IS there, which it attributes to the gap between training and test queries. One such gap the synthetic
+# preset cannot show: CLIP4Clip was trained on MSR-VTT's training split, so the paper's training bank is data its
+# model has fitted, while the preset draws its training split like its test split. Its training-bank gains are
+# therefore no like-for-like analog of Table 4's (the calibration report shows that row and leaves it out of its
+# summary of the gains' sizes).
 
 # %%
 if len(table4):

@@ -11,6 +11,7 @@
 
 import json
 import re
+import types
 from pathlib import Path
 
 import numpy as np
@@ -183,7 +184,7 @@ def test_the_video_and_audio_rows_are_recomputed(preset, report):
 
 
 def test_video_and_audio_presets_are_within_the_band_of_every_fitted_baseline(report):
-    """Acceptance: the synthetic zero-shot R@1 of each video / audio preset is within the band used for the image
+    """Acceptance: the synthetic raw R@1 of each video / audio preset is within the band used for the image
     presets (3 points, or two seed sds) of each published baseline it was fitted to."""
     rows = report[report["preset"].isin(MEDIA)]
     assert set(rows["preset"]) == set(MEDIA)
@@ -391,6 +392,47 @@ def test_the_report_shows_every_notebooks_r1_gains_only_with_the_metric_named(tm
     assert "+1.50" in second and "+2.50" in second and "+9.10" not in second
 
 
+def test_the_gains_section_leaves_a_row_that_is_not_like_for_like_out_of_its_summary(tmp_path, monkeypatch):
+    """The paper-size ratios' summary counts only like-for-like rows and names each row it leaves out (shown in the
+    table all the same); ``--gains-only`` rewrites that section (and its csv) and nothing else, also in a report
+    written before its markers."""
+    script = _calibrate_script()
+    cols = ["preset", "direction", "method", "params", "bank", "published", "published gain", "synthetic gain",
+            "synthetic sd", "ratio", "not like for like"]
+    gains = pd.DataFrame([dict(zip(cols, r)) for r in [
+        ("flickr30k", "t2i", "nnn", "k=16", "b", "T1", 2.0, 3.0, float("nan"), 1.5, ""),
+        ("coco", "i2t", "is", "tau=0.02", "qa", "T2", 4.0, 2.0, float("nan"), 0.5, ""),
+        ("msrvtt", "t2v", "is", "tau=0.02", "qa", "T1", 1.0, 2.0, float("nan"), 2.0, ""),
+        ("msrvtt", "t2v", "dbsn", "tau=0.01", "Bq=train", "T4", 1.0, 6.0, float("nan"), 6.0, "trained on it")]])
+    matched = pd.DataFrame([{"preset": "coco", **{f"{k} {m}": 1.0 for k in (
+        "R1_half_t2i", "gain_nnn_t2i", "gain_is_t2i", "R1_half_i2t", "gain_nnn_i2t", "gain_is_i2t")
+        for m in ("mean", "sd")}}])
+    monkeypatch.setattr(script.cal, "paper_size_gains", lambda seeds: gains)
+    monkeypatch.setattr(script, "matched_size_gains", lambda seeds: matched)
+    lines, rows = script.gain_section([0], [0], "r_gains.csv")
+    text = "\n".join(lines)
+    assert lines[0] == script.GAINS_START and lines[1] == script.GAINS_HEADING and lines[-1] == script.GAINS_END
+    assert "- all: median ratio 1.50 over 3 published gains (range 0.50 to 2.00; 2 outside 0.67-1.5, 0 outside " \
+           "0.33-3);" in text
+    assert "- image-text presets: median ratio 1.00 over 2 published gains" in text
+    assert "- video and audio presets: median ratio 2.00 over 1 published gains" in text
+    assert "- not like for like, left out above: `msrvtt` t2v dbsn (Bq=train): ratio 6.00; trained on it." in text
+    assert "| +1.00 | +6.00 (-) | 6.00 (*not like for like*) |" in text and "| 2.00 |" in text
+    assert list(rows["section"]) == ["paper-size gains"] * 4 + ["matched-size headroom"]
+
+    out, csv = tmp_path / "r.md", tmp_path / "r.csv"
+    head = "# r\n\n<!-- presets:start -->\np\n<!-- presets:end -->\n\n"
+    tail = script.SIZE_START + "\nsize\n" + script.SIZE_END + "\n\n" + script.MEDIA_START + "\nm\n"
+    out.write_text(head + script.GAINS_HEADING + "\n\nold numbers\n\n" + tail)
+    first = script.gains_only(out, csv, [0], [0])
+    assert first == head + text + "\n\n" + tail and "old numbers" not in first
+    assert len(pd.read_csv(tmp_path / "r_gains.csv")) == 5
+    monkeypatch.setattr(script.cal, "paper_size_gains", lambda seeds: gains.assign(ratio=gains["ratio"] * 2))
+    second = script.gains_only(out, csv, [0], [0])
+    assert second.startswith(head + script.GAINS_START) and second.endswith(script.GAINS_END + "\n\n" + tail)
+    assert "- all: median ratio 3.00 over 3" in second
+
+
 def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, capsys):
     """``--fit PRESET --free ... --start NAME=VALUE``: the others keep the preset's values (they go to ``fixed``)."""
     script = _calibrate_script()
@@ -422,6 +464,33 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     assert seen["start"] == {"caption_semantic_sigma": 0.0} and "caption_semantic_sigma" not in seen["fixed"]
     assert script.main(["--fit", "coco", "--maxfev", "3", "--method", "least-squares"]) == 0
     assert seen["method"] == "least-squares"
+
+
+def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkeypatch, capsys):
+    """``--also-fit``: the named statistics join the objective's terms (the others not fitted stay out); a statistic
+    that is already fitted, or not one, is refused by name."""
+    script = _calibrate_script()
+    ref = {"captions_per_image": 1, "n_images": 4,
+           "statistics": {"matched_mean": 0.30, "cap_match_rho": -0.10, "img_match_rho": 0.20, "query_bank_gap": 0.5}}
+    monkeypatch.setattr(script.cal, "references", lambda preset: [("real", ref, set(ref["statistics"]))])
+    monkeypatch.setattr(script, "generate_split", lambda cfg, split, n, seed: types.SimpleNamespace(
+        images=None, captions=None, caption_to_image=None))
+    monkeypatch.setattr(script, "embedding_statistics", lambda *a: {"matched_mean": 0.33, "cap_match_rho": 0.30,
+                                                                    "img_match_rho": 0.20, "query_bank_gap": 0.4})
+    monkeypatch.setattr(script.cal, "headroom_statistics", lambda *a, **k: {})
+    monkeypatch.setattr(script, "_full_stats", lambda preset, cfg: {})
+    monkeypatch.setattr(script.cal, "_published", lambda kind: {})
+    assert script.residuals("coco", script.PRESETS["coco"]) == {"real:matched_mean": pytest.approx(1.0)}
+    seen = {}
+    monkeypatch.setattr(script, "fit", lambda preset, start, fixed, maxfev, method: seen.update(
+        terms=script.residuals(preset, script.PRESETS[preset])) or dict(start))
+    assert script.main(["--fit", "coco", "--free", "caption_noise", "--also-fit", "cap_match_rho",
+                        "--maxfev", "1"]) == 0
+    assert seen["terms"] == {"real:matched_mean": pytest.approx(1.0), "real:cap_match_rho": pytest.approx(2.0)}
+    for bad in ("matched_mean", "R1_t2i_typo"):
+        with pytest.raises(SystemExit):
+            _calibrate_script().main(["--fit", "coco", "--also-fit", bad, "--maxfev", "1"])
+        assert f"--also-fit: ['{bad}'] are not statistics coco is fitted without" in capsys.readouterr().err
 
 
 #: tolerances of the stand-in statistics (one per free parameter of the tests below)

@@ -123,12 +123,12 @@ def test_published_statistics_of_the_image_and_audio_presets():
 
 def test_media_published_values_sources_and_fitted_flags():
     assert cal.media_published("msrvtt") == {
-        "R1_t2v": (43.9, "DBSN Table 1 (CLIP4Clip, zero-shot)", True),
-        "R1_v2t": (44.7, "DBSN Table 1 (CLIP4Clip, zero-shot)", True),
+        "R1_t2v": (43.9, "DBSN Table 1 (CLIP4Clip, trained on msr-vtt)", True),
+        "R1_v2t": (44.7, "DBSN Table 1 (CLIP4Clip, trained on msr-vtt)", True),
         "skew_N10_t2v": (1.87, "DBSN Table 5 (CLIP4Clip, k = 10 assumed)", True)}
     didemo = cal.media_published("didemo")
     assert didemo["skew_N10_t2v"] == (1.18, "DBSN Table 5 (X-Pool, k = 10 assumed)", False)
-    assert didemo["R1_t2v"] == (40.8, "DBSN Table 1 (CLIP4Clip, zero-shot)", True)
+    assert didemo["R1_t2v"] == (40.8, "DBSN Table 1 (CLIP4Clip, trained on didemo)", True)
     assert cal.media_published("audiocaps") == {"R1_t2a": (40.1, "DBSN Table 3 (zs CLAP, zero-shot)", True)}
 
 
@@ -537,6 +537,9 @@ def test_paper_size_gains_from_stand_in_tasks(monkeypatch):
     r = got[(got["preset"] == "msrvtt") & (got["method"] == "dbsn")].iloc[0]
     assert r["published"] == "dbsn-pan2025 Table 4 (CLIP4Clip)" and r["bank"] == "Bq=train, Bt=train"
     assert np.isfinite(r["published raw"])
+    # CLIP4Clip was trained on MSR-VTT's training split: its training-bank row alone is not like for like
+    assert r["not like for like"].startswith("CLIP4Clip was trained on msr-vtt's training split")
+    assert (got["not like for like"] != "").sum() == 1
     one = cal.paper_size_gains(["msrvtt"], seeds=[0])
     assert one["synthetic sd"].isna().all() and set(one["seeds"]) == {1}
     # a published gain below MIN_PUBLISHED_GAIN has no ratio
@@ -545,6 +548,23 @@ def test_paper_size_gains_from_stand_in_tasks(monkeypatch):
     assert small["ratio"].isna().all() and len(small) == 2
     monkeypatch.setattr(cal, "_published_gain", lambda *a: (50.0, 50.0 - cal.MIN_PUBLISHED_GAIN))
     assert cal.paper_size_gains(["clotho"], seeds=[0])["ratio"].iloc[0] == pytest.approx(-1.0 / cal.MIN_PUBLISHED_GAIN)
+
+
+def test_not_like_for_like_only_for_a_bank_from_the_split_the_model_was_trained_on():
+    from hubnorm.media import MEDIA_PRESETS
+
+    assert {p: MEDIA_PRESETS[p].trained_on_dataset for p in MEDIA_PRESETS} == {
+        "msrvtt": True, "didemo": True, "audiocaps": False, "clotho": False}
+    assert MEDIA_PRESETS["msrvtt"].model_label == "CLIP4Clip, trained on msr-vtt"
+    assert MEDIA_PRESETS["clotho"].model_label == "zs CLAP, zero-shot"
+    for bank in ("train", "train20"):
+        assert "trained on didemo's training split" in cal.not_like_for_like("didemo", bank)
+        assert cal.not_like_for_like("audiocaps", bank) == cal.not_like_for_like("flickr30k", bank) == ""
+    assert cal.not_like_for_like("msrvtt", "qa") == ""   # the test queries as the bank: no training data
+    flagged = [r[:3] for r in cal.PAPER_GAINS if cal.not_like_for_like(r[0], r[4])]
+    assert flagged == [("msrvtt", "t2v", "dbsn")]
+    assert cal.media_published("msrvtt")["R1_t2v"][1] == "DBSN Table 1 (CLIP4Clip, trained on msr-vtt)"
+    assert cal.media_published("audiocaps")["R1_t2a"][1] == "DBSN Table 3 (zs CLAP, zero-shot)"
 
 
 def test_paper_size_data_of_an_image_preset(monkeypatch):

@@ -5,12 +5,13 @@ each dataset and a geometry fitted to real embeddings: the video presets build o
 (fitted to real CLIP embeddings; the project holds no real video embeddings), the audio presets on
 ``audiocaps-clap`` (fitted to the real LAION-CLAP AudioCaps release, ``real:audiocaps-clap``: CLAP's similarity
 scale and modality gap are far from CLIP's). Of each preset only the few parameters that the published raw
-statistics constrain were refitted: zero-shot R@1 in both directions and, for MSR-VTT, the raw skewness of
-``N_10`` (DBSN Tables 1, 3 and 5; ``data/calibration_synthetic.md``, section "Video and audio presets"). No
-normalizer and no claim is part of the fit. A "video" or "clip" is an image of the generator; its captions are
-captions. The presets are defined in :mod:`hubnorm.synthetic` (:data:`MEDIA_PRESETS`) and drawn by its
-``make_dataset``, so ``synthetic:msrvtt`` is a source like ``synthetic:flickr30k`` (``hubnorm.load_embeddings``, the
-notebooks' ``open_data``); :func:`make_media` and :func:`load_media` read the same embeddings.
+statistics constrain were refitted: the published model's raw R@1 in both directions (CLIP4Clip, trained on each
+video set; zero-shot CLAP) and, for MSR-VTT, the raw skewness of ``N_10`` (DBSN Tables 1, 3 and 5;
+``data/calibration_synthetic.md``, section "Video and audio presets"). No normalizer and no claim is part of
+the fit. A "video" or "clip" is an image of the generator; its captions are captions. The presets are defined
+in :mod:`hubnorm.synthetic` (:data:`MEDIA_PRESETS`) and drawn by its ``make_dataset``, so ``synthetic:msrvtt``
+is a source like ``synthetic:flickr30k`` (``hubnorm.load_embeddings``, the notebooks' ``open_data``);
+:func:`make_media` and :func:`load_media` read the same embeddings.
 
 =============  =========================================  ===============================  ==========================
 preset         sizes (test; bank)                         published baseline fitted        directions
