@@ -30,15 +30,20 @@ def test_kind_is_the_part_before_the_first_dash():
     assert cal._kind("a-b-c") == "a"
 
 
-def test_fitted_excludes_the_bank_gaps_and_the_spread_statistics_of_the_image_presets():
+def test_fitted_excludes_the_bank_gaps_and_what_each_committed_fit_was_without():
     assert cal.fitted("flickr30k", "matched_mean") is True
     assert cal.fitted("coco-isotropic", "gap") is True
     assert cal.fitted("coco", "bank_gallery_gap") is False
     assert cal.fitted("audiocaps", "query_bank_gap") is False
     for stat in ("img_centrality_sd", "cap_centrality_sd", "img_spread_cv", "cap_spread_cv"):
         assert cal.fitted("flickr30k", stat) is False
-        assert cal.fitted("coco-isotropic", stat) is False
+        assert cal.fitted("flickr30k-isotropic", stat) is False
+        assert cal.fitted("coco", stat) is True        # coco's refit (issue 42)
         assert cal.fitted("audiocaps", stat) is True   # not in NOT_FITTED_FOR: fitted
+    for stat in ("cap_match_rho", "img_match_rho"):
+        assert cal.fitted("coco", stat) is True
+        assert cal.fitted("flickr30k", stat) is False
+        assert cal.fitted("audiocaps", stat) is False
     assert cal.fitted("unknown", "skew_N1_t2i") is True
 
 

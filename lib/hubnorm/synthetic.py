@@ -50,8 +50,8 @@ centrality only loosely). The model draws:
   (``sigma = caption_semantic_sigma``; one draw per caption from a stream of its own, so the other draws keep their
   bytes): how much a caption says about its image, apart from its error. A longer semantic part raises a caption's
   cosine to its image and, after normalisation, lowers its mean cosine to the other images (a specific caption); a
-  shorter one does the reverse (a generic caption). Both are 0 in every preset; ``scripts/calibrate_synthetic.py
-  --free`` fits them.
+  shorter one does the reverse (a generic caption). ``coco`` is fitted with both; the other presets keep them at 0
+  (``scripts/calibrate_synthetic.py --free`` fits them).
 
 Hubs and anti-hubs are not planted: they emerge from this geometry, as in real data. The free parameters were
 fitted to statistics of the raw embeddings only (``scripts/calibrate_synthetic.py --fit``); no normalizer and no
@@ -205,11 +205,12 @@ _FITTED = {
                   image_semantic=0.2363, image_noise=0.2712, text_semantic=0.3888, text_noise=0.162,
                   caption_noise=2.02, caption_shared=0.6103, modality_cos=0.3135, bias_std=0.01241,
                   caption_bias_std=0.00773, image_style_share=0.7975, text_style_share=0.7544),
-    "coco": dict(spectrum_decay=0.5922, detail_decay=0.6201, noise_decay=0.6491, topic_zipf=0.5499,
-             topic_spread=3.584, topic_spread_sigma=1.259, image_noise_sigma=0.144, caption_noise_sigma=1.048,
-             image_semantic=0.1859, image_noise=0.3075, text_semantic=0.3459, text_noise=0.1843, caption_noise=4.206,
-             caption_shared=0.2463, modality_cos=0.3338, bias_std=0.009693, caption_bias_std=0.005236,
-             image_style_share=0.807, text_style_share=0.7608),
+    "coco": dict(spectrum_decay=0.5758, detail_decay=0.6281, noise_decay=0.417, topic_zipf=0.479,
+             topic_spread=3.5609, topic_spread_sigma=1.2821, image_noise_sigma=0.1202, caption_noise_sigma=0.9471,
+             image_semantic=0.1995, image_noise=0.329, text_semantic=0.3438, text_noise=0.1988, caption_noise=3.7259,
+             caption_shared=0.1572, modality_cos=0.3521, bias_std=0.0155, caption_bias_std=0.0057,
+             image_style_share=0.8002, text_style_share=0.8294, caption_error_norm=0.4026,
+             caption_semantic_sigma=0.2646),
     # the text-audio geometry of LAION-CLAP on AudioCaps: the audio presets of hubnorm.media build on it
     "audiocaps-clap": dict(spectrum_decay=0.4578, detail_decay=0.7226, noise_decay=0.8475, topic_zipf=0.4743,
                            topic_spread=0.3686, topic_spread_sigma=1.113, image_noise_sigma=0.229,
