@@ -3,11 +3,10 @@
     .venv/bin/python scripts/calibrate_synthetic.py                  # measure every preset, write data/calibration_synthetic.md
     .venv/bin/python scripts/calibrate_synthetic.py --claims         # ... and run the notebooks on each preset (which claims hold)
     .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k  # refit a preset's free parameters (prints them; writes nothing)
-    .venv/bin/python scripts/calibrate_synthetic.py --fit coco --method least-squares \
-        --free spectrum_decay ... text_style_share caption_error_norm caption_semantic_sigma \
-        --start caption_semantic_sigma=0.15
+    .venv/bin/python scripts/calibrate_synthetic.py --fit coco --method least-squares
         # coco's committed refit (issue 42): every free parameter and the two optional ones, with the match and
-        # spread statistics (a start above 0: the logistic coordinate of a parameter at its bound cannot move)
+        # spread statistics; it started from the first fit, caption_error_norm=0 and caption_semantic_sigma=0.15
+        # (--start: the logistic coordinate of a parameter at its bound cannot move)
     .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k --method least-squares \
         --also-fit cap_match_rho img_match_rho img_centrality_sd cap_centrality_sd img_spread_cv cap_spread_cv
         # a refit with statistics the committed preset was fitted without
@@ -72,12 +71,13 @@ FREE = [("spectrum_decay", 0, 3, 0), ("detail_decay", 0, 2, 0), ("noise_decay", 
         ("text_semantic", 0.05, 4, 1), ("text_noise", 0.01, 1, 1), ("caption_noise", 0.1, 12, 1),
         ("caption_shared", 0, 0.95, 0), ("modality_cos", -0.7, 0.7, 0), ("bias_std", 0, 0.25, 0),
         ("caption_bias_std", 0, 0.25, 0), ("image_style_share", 0, 0.95, 0), ("text_style_share", 0, 0.95, 0)]
-#: parameters a fit frees only by name (``--free``): ``caption_error_norm`` and ``caption_semantic_sigma`` (issue 42);
-#: ``coco``'s refit freed them, the other presets keep them at 0
+#: parameters a fit frees only by name (``--free``) unless its preset's committed fit freed them (:data:`FREE_EXTRA`):
+#: ``caption_error_norm`` and ``caption_semantic_sigma`` (issue 42); ``coco``'s refit freed them, the other presets
+#: keep them at 0
 FREE_OPTIONAL = [("caption_error_norm", -1, 1, 0), ("caption_semantic_sigma", 0, 1.5, 0)]
 #: free parameters of one preset's fit beyond :data:`FREE`: the text-audio geometry (LAION-CLAP) differs from CLIP's in
 #: how far the items of one modality sit from their centre (CLIP's fixed image_mean / text_mean do not fit it)
-FREE_EXTRA = {"audiocaps-clap": [("image_mean", 0.02, 0.9, 1), ("text_mean", 0.02, 0.9, 1)]}
+FREE_EXTRA = {"audiocaps-clap": [("image_mean", 0.02, 0.9, 1), ("text_mean", 0.02, 0.9, 1)], "coco": FREE_OPTIONAL}
 #: the presets ``--fit`` fits (the image-text ones and the text-audio geometry of the audio presets)
 FIT_PRESETS = ["flickr30k", "coco", "audiocaps-clap"]
 #: the video / audio presets (hubnorm.media): their own section, fitted to published raw statistics only
@@ -1038,7 +1038,7 @@ def main(argv=None) -> int:
     if args.fit:
         cfg = PRESETS[args.fit]
         FREE.extend(FREE_EXTRA.get(args.fit, []))
-        candidates = FREE + FREE_OPTIONAL
+        candidates = FREE + [f for f in FREE_OPTIONAL if f not in FREE]
         names = [f[0] for f in candidates]
         unknown = [p for p in (args.free or []) if p not in names]
         if unknown:

@@ -506,13 +506,20 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     assert "caption_noise" not in seen["fixed"] and seen["fixed"]["text_semantic"] == coco.text_semantic
     assert script.GeneratorConfig(**seen["fixed"], **seen["start"]).caption_error_norm == 0.5
     assert '"caption_error_norm": 0.5' in capsys.readouterr().out
-    # without --free the fit is the committed presets' one: caption_error_norm stays fixed at the preset's 0
+    # without --free the fit is the committed preset's one: flickr30k keeps the optional parameters fixed at 0,
+    # coco's refit freed them (FREE_EXTRA), from the preset's values
     script = _calibrate_script()   # main() narrows the module's FREE list: a fresh copy
     monkeypatch.setattr(script, "fit", fake_fit)
-    assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
+    assert script.main(["--fit", "flickr30k", "--maxfev", "3"]) == 0
     for name in ("caption_error_norm", "caption_semantic_sigma"):
         assert name not in seen["start"] and seen["fixed"][name] == 0.0
         assert name not in {f[0] for f in script.FREE}
+    script = _calibrate_script()
+    monkeypatch.setattr(script, "fit", fake_fit)
+    assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
+    assert len(seen["start"]) == len(script.FREE) == 21 and len(set(f[0] for f in script.FREE)) == 21
+    for name in ("caption_error_norm", "caption_semantic_sigma"):
+        assert seen["start"][name] == getattr(coco, name) != 0.0 and name not in seen["fixed"]
     script = _calibrate_script()
     monkeypatch.setattr(script, "fit", fake_fit)
     assert script.main(["--fit", "flickr30k", "--free", "caption_semantic_sigma", "--maxfev", "3"]) == 0
