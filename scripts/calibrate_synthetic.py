@@ -334,10 +334,7 @@ def claims_only(out: Path) -> str:
     (:func:`notebook_gains_section`), from one run of the notebooks on each preset of :data:`CLAIM_PRESETS` (a
     report written before the claims' markers: its section from the heading to the notebook gains gains them)."""
     cl, nb_gains = claims(CLAIM_PRESETS)
-    text = out.read_text()
-    if CLAIMS_START not in text:
-        a, b = text.index(CLAIMS_HEADING), text.index(NB_GAINS_START)
-        text = text[:a] + CLAIMS_START + "\n" + text[a:b].rstrip("\n") + "\n" + CLAIMS_END + "\n\n" + text[b:]
+    text = add_markers(out.read_text(), CLAIMS_HEADING, NB_GAINS_START, CLAIMS_START, CLAIMS_END)
     text = replace_section(text, claims_section(cl), CLAIMS_START, CLAIMS_END, NB_GAINS_START)
     text = replace_section(text, notebook_gains_section(nb_gains)[:-1], NB_GAINS_START, NB_GAINS_END, "")
     _write_text(out, text)
@@ -474,8 +471,7 @@ def gains_only(out: Path, csv_out: Path, seeds, paper_seeds) -> str:
     section runs from its heading up to the next section's marker)."""
     text = out.read_text()
     if GAINS_START not in text:
-        a, b = text.index(GAINS_HEADING), text.index(SIZE_START)
-        _write_text(out, text[:a] + GAINS_START + "\n" + GAINS_END + "\n\n" + text[b:])
+        _write_text(out, add_markers(text, GAINS_HEADING, SIZE_START, GAINS_START, GAINS_END))
     return rewrite_section(out, gain_section(seeds, paper_seeds, gains_csv(csv_out).name), GAINS_START, GAINS_END,
                            gains_csv(csv_out))
 
@@ -681,6 +677,16 @@ def _size_what(stat: str) -> str:
     """A headroom statistic's short name in the by-size section: "NNN, text query" (any item modality)."""
     method, direction = stat.split("_")[1:]
     return f"{method.upper()}, {'text' if direction == 't2i' else 'item'} query"
+
+
+def add_markers(text: str, heading: str, before: str, start: str, end: str) -> str:
+    """``text`` of a report written before a section had its markers: the section, from its ``heading`` up to the
+    line ``before``, becomes an empty pair of markers ``start`` / ``end`` (:func:`replace_section` fills it); a text
+    that has them is returned as it is."""
+    if start in text:
+        return text
+    a, b = text.index(heading), text.index(before)
+    return text[:a] + start + "\n" + end + "\n\n" + text[b:]
 
 
 def replace_section(text: str, lines: list, start: str, end: str, before: str) -> str:
