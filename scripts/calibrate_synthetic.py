@@ -107,33 +107,49 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ fit
-def _to_params(x):
+#: every parameter a fit can free, by name: (name, lower, upper, log scale)
+BOUNDS = {f[0]: f for f in FREE + FREE_OPTIONAL + [f for extra in FREE_EXTRA.values() for f in extra]}
+
+
+def free_parameters(preset: str, names=None) -> list:
+    """The parameters ``--fit preset`` frees, as :data:`BOUNDS` rows: the committed fit's (:data:`FREE` and the
+    preset's :data:`FREE_EXTRA`), or only ``names`` (any of those and :data:`FREE_OPTIONAL`; ``--free``)."""
+    candidates = FREE + FREE_EXTRA.get(preset, [])
+    if names is None:
+        return list(candidates)
+    candidates += [f for f in FREE_OPTIONAL if f not in candidates]
+    unknown = [n for n in names if n not in {f[0] for f in candidates}]
+    if unknown:
+        raise ValueError(f"{unknown} are not free parameters of {preset}; choose from {[f[0] for f in candidates]}")
+    return [f for f in candidates if f[0] in names]
+
+
+def _to_params(x, names) -> dict:
+    """Logistic coordinates -> the parameters ``names`` (each within its :data:`BOUNDS`)."""
     p = {}
-    for v, (name, lo, hi, log) in zip(x, FREE):
+    for v, name in zip(x, names):
+        _, lo, hi, log = BOUNDS[name]
         u = 1.0 / (1.0 + np.exp(-v))
         p[name] = float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))) if log else float(lo + u * (hi - lo))
     return p
 
 
-def _from_params(p):
+def _from_params(p: dict) -> np.ndarray:
+    """The inverse of :func:`_to_params` (a value at a bound is moved just inside it)."""
     x = []
-    for name, lo, hi, log in FREE:
-        v = p[name]
+    for name, v in p.items():
+        _, lo, hi, log = BOUNDS[name]
         u = (np.log(v) - np.log(lo)) / (np.log(hi) - np.log(lo)) if log else (v - lo) / (hi - lo)
         u = min(max(u, 1e-3), 1 - 1e-3)
         x.append(np.log(u / (1 - u)))
     return np.array(x)
 
 
-#: Statistics a fit includes although the committed preset was fitted without them (``--also-fit``: e.g. the match
-#: and spread statistics for ``flickr30k``'s next refit). Once a preset so refitted is committed,
-#: :data:`hubnorm_companion.calibration.NOT_FITTED_FOR` loses them.
-ALSO_FITTED: set = set()
-
-
-def residuals(preset: str, cfg: GeneratorConfig, seeds=(100, 101, 102, 103, 104, 105)) -> dict:
-    """Residual / tolerance of every fitted statistic for ``cfg`` (the objective's terms; :data:`ALSO_FITTED`
-    too)."""
+def residuals(preset: str, cfg: GeneratorConfig, also_fit=frozenset(), seeds=(100, 101, 102, 103, 104, 105)) -> dict:
+    """Residual / tolerance of every fitted statistic for ``cfg`` (the objective's terms), and of ``also_fit``:
+    statistics the committed preset was fitted without (``--also-fit``: e.g. the match and spread statistics for
+    ``flickr30k``'s next refit; once a preset so refitted is committed,
+    :data:`hubnorm_companion.calibration.NOT_FITTED_FOR` loses them)."""
     out = {}
     for name, ref, stats in cal.references(preset):
         c = cfg.replace(captions_per_image=ref["captions_per_image"])
@@ -145,7 +161,7 @@ def residuals(preset: str, cfg: GeneratorConfig, seeds=(100, 101, 102, 103, 104,
                                                    splits=range(cal.HEADROOM_SPLITS["synthetic"]))})
         mean = pd.DataFrame(rows).mean()
         for stat, value in ref["statistics"].items():
-            if not (cal.fitted(preset, stat) or stat in ALSO_FITTED) or stat not in stats:
+            if not (cal.fitted(preset, stat) or stat in also_fit) or stat not in stats:
                 continue
             tol, kind = cal.STATISTICS[stat][1:]
             if stat in LOG_STATS:
@@ -195,9 +211,27 @@ def capped_square_sum(r: np.ndarray) -> float:
     return float(np.sum(np.minimum(r * r, RESIDUAL_CAP ** 2)))
 
 
-def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelder-mead") -> dict:
-    """Minimise the capped squared residuals of ``preset``'s statistics over the :data:`FREE` parameters (the others
-    ``fixed``), from ``start``, within ``maxfev`` objective evaluations; returns the best parameters seen.
+#: the least-squares fit's forward-difference step in the logistic coordinates of the free parameters (``--diff-step``):
+#: 0.1 is about 2.5% of a parameter's range at its middle. Smaller steps would difference the objective's discrete
+#: counts (R@1, N_k) rather than its trend; a reference as small as Flickr8k's 100 x 5 makes the objective so
+#: step-shaped that a larger step (0.3) is needed for a Jacobian that points anywhere.
+DIFF_STEP = 0.1
+
+
+def check_diff_step(diff_step) -> float:
+    """``diff_step`` must be a number in (0, 2] (logistic coordinates: 2 spans about half a parameter's range)."""
+    if isinstance(diff_step, bool) or not isinstance(diff_step, (int, float, np.floating, np.integer)) \
+            or not np.isfinite(diff_step) or not 0 < diff_step <= 2:
+        raise ValueError(f"diff_step (the least-squares fit's difference step, logistic coordinates) must be a number "
+                         f"in (0, 2]; got {diff_step!r}")
+    return float(diff_step)
+
+
+def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelder-mead", *, also_fit=frozenset(),
+        diff_step: float = DIFF_STEP) -> dict:
+    """Minimise the capped squared residuals of ``preset``'s statistics (:func:`residuals`, with ``also_fit``) over
+    the parameters named in ``start`` (each within its :data:`BOUNDS`; the others ``fixed``), from ``start``, within
+    ``maxfev`` objective evaluations; returns the best parameters seen.
 
     ``method``: "nelder-mead" (the committed presets' fits) or "least-squares" (scipy's trust-region reflective
     least squares on :func:`capped` residuals with a forward-difference Jacobian: one Jacobian costs as many
@@ -210,6 +244,12 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
         raise ValueError(f"method must be one of {FIT_METHODS}; got {method!r}")
     if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
         raise ValueError(f"maxfev (objective evaluations) must be a positive integer; got {maxfev!r}")
+    check_diff_step(diff_step)
+    unknown = [n for n in start if n not in BOUNDS]
+    if unknown:
+        raise ValueError(f"start: {unknown} are not parameters a fit can free; choose from {list(BOUNDS)}")
+    names = list(start)
+    also_fit = frozenset(also_fit)
     best = [np.inf, None]
     calls = [0]
     keys: list = []
@@ -233,7 +273,7 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
             raise Budget
         calls[0] += 1
         try:
-            r = residuals(preset, GeneratorConfig(**fixed, **_to_params(x)))
+            r = residuals(preset, GeneratorConfig(**fixed, **_to_params(x, names)), also_fit)
         except ValueError:
             return np.full(len(keys), RESIDUAL_CAP) if keys else None
         if not keys:
@@ -242,7 +282,8 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
         value = capped_square_sum(t)
         if value < best[0]:
             best[0], best[1] = value, np.array(x, np.float64).copy()
-            print(f"objective {value:8.2f}  {json.dumps({k: round(v, 4) for k, v in _to_params(x).items()})}", flush=True)
+            shown = {k: round(v, 4) for k, v in _to_params(x, names).items()}
+            print(f"objective {value:8.2f}  {json.dumps(shown)}", flush=True)
         return t
 
     def objective(x):
@@ -259,14 +300,13 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
         else:
             if residual_vector(x0) is None:
                 raise ValueError(f"the start point of {preset}'s fit is not a valid generator configuration")
-            # a forward difference of 0.1 in the logistic coordinates (about 2.5% of a parameter's range at its
-            # middle): smaller steps would difference the objective's discrete counts (R@1, N_k), not its trend
+            # a forward difference of ``diff_step`` in the logistic coordinates (scipy's step is relative to |x|)
             optimize.least_squares(lambda x: capped(residual_vector(x)), x0, method="trf", jac="2-point",
-                                   diff_step=0.1 / np.maximum(1.0, np.abs(x0)), x_scale=1.0, max_nfev=maxfev,
+                                   diff_step=diff_step / np.maximum(1.0, np.abs(x0)), x_scale=1.0, max_nfev=maxfev,
                                    xtol=1e-3, ftol=1e-4)
     except Budget:
         pass
-    return _to_params(best[1])
+    return _to_params(best[1], names)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -967,6 +1007,9 @@ def main(argv=None) -> int:
     ap.add_argument("--maxfev", type=int, default=1500, help="objective evaluations of the fit")
     ap.add_argument("--method", choices=FIT_METHODS, default="nelder-mead",
                     help="with --fit: the search (least-squares: far fewer evaluations in 20 dimensions)")
+    ap.add_argument("--diff-step", type=float, default=DIFF_STEP,
+                    help="with --fit --method least-squares: the forward-difference step in the free parameters' "
+                         "logistic coordinates (default %(default)s; 0.3 for a step-shaped objective)")
     ap.add_argument("--free", nargs="+", metavar="PARAMETER",
                     help="with --fit: refit only these free parameters (the others keep the preset's values)")
     ap.add_argument("--start", nargs="+", metavar="NAME=VALUE", default=[],
@@ -1043,15 +1086,11 @@ def main(argv=None) -> int:
         return 0
     if args.fit:
         cfg = PRESETS[args.fit]
-        FREE.extend(FREE_EXTRA.get(args.fit, []))
-        candidates = FREE + [f for f in FREE_OPTIONAL if f not in FREE]
-        names = [f[0] for f in candidates]
-        unknown = [p for p in (args.free or []) if p not in names]
-        if unknown:
-            ap.error(f"--free: {unknown} are not free parameters of {args.fit}; choose from {names}")
-        if args.free:
-            FREE[:] = [f for f in candidates if f[0] in args.free]
-        start = {f[0]: getattr(cfg, f[0]) for f in FREE}
+        try:
+            free = free_parameters(args.fit, args.free)
+        except ValueError as e:
+            ap.error(f"--free: {e}")
+        start = {f[0]: getattr(cfg, f[0]) for f in free}
         for item in args.start:
             name, _, value = item.partition("=")
             if name not in start:
@@ -1064,9 +1103,13 @@ def main(argv=None) -> int:
         wrong = [k for k in args.also_fit if k not in not_fitted]
         if wrong:
             ap.error(f"--also-fit: {wrong} are not statistics {args.fit} is fitted without; choose from {not_fitted}")
-        ALSO_FITTED.update(args.also_fit)
-        fixed = {k: v for k, v in cfg.to_dict().items() if k not in {f[0] for f in FREE}}
-        params = fit(args.fit, start, fixed, args.maxfev, args.method)
+        fixed = {k: v for k, v in cfg.to_dict().items() if k not in start}
+        try:
+            check_diff_step(args.diff_step)
+        except ValueError as e:
+            ap.error(f"--diff-step: {e}")
+        params = fit(args.fit, start, fixed, args.maxfev, args.method, also_fit=set(args.also_fit),
+                     diff_step=args.diff_step)
         print(json.dumps(params, indent=1))
         return 0
     text = report(range(args.seeds), range(args.full_seeds), args.claims, args.out.with_suffix(".csv"),

@@ -493,8 +493,8 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     script = _calibrate_script()
     seen = {}
 
-    def fake_fit(preset, start, fixed, maxfev, method):
-        seen.update(preset=preset, start=start, fixed=fixed, maxfev=maxfev, method=method)
+    def fake_fit(preset, start, fixed, maxfev, method, also_fit, diff_step):
+        seen.update(preset=preset, start=start, fixed=fixed, maxfev=maxfev, method=method, diff_step=diff_step)
         return dict(start)
 
     monkeypatch.setattr(script, "fit", fake_fit)
@@ -507,25 +507,22 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     assert script.GeneratorConfig(**seen["fixed"], **seen["start"]).caption_error_norm == 0.5
     assert '"caption_error_norm": 0.5' in capsys.readouterr().out
     # without --free the fit is the committed preset's one: flickr30k keeps the optional parameters fixed at 0,
-    # coco's refit freed them (FREE_EXTRA), from the preset's values
-    script = _calibrate_script()   # main() narrows the module's FREE list: a fresh copy
-    monkeypatch.setattr(script, "fit", fake_fit)
+    # coco's refit freed them (FREE_EXTRA), from the preset's values; main() changes no module state, so one copy
+    # of the script serves every call
     assert script.main(["--fit", "flickr30k", "--maxfev", "3"]) == 0
+    assert len(seen["start"]) == 19
     for name in ("caption_error_norm", "caption_semantic_sigma"):
         assert name not in seen["start"] and seen["fixed"][name] == 0.0
-        assert name not in {f[0] for f in script.FREE}
-    script = _calibrate_script()
-    monkeypatch.setattr(script, "fit", fake_fit)
     assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
-    assert len(seen["start"]) == len(script.FREE) == 21 and len(set(f[0] for f in script.FREE)) == 21
+    assert len(seen["start"]) == 21 and len(seen["fixed"]) + 21 == len(coco.to_dict())
     for name in ("caption_error_norm", "caption_semantic_sigma"):
         assert seen["start"][name] == getattr(coco, name) != 0.0 and name not in seen["fixed"]
-    script = _calibrate_script()
-    monkeypatch.setattr(script, "fit", fake_fit)
+    assert script.main(["--fit", "flickr30k", "--maxfev", "3"]) == 0   # coco's call did not widen flickr30k's fit
+    assert len(seen["start"]) == 19 and seen["diff_step"] == script.DIFF_STEP == 0.1
     assert script.main(["--fit", "flickr30k", "--free", "caption_semantic_sigma", "--maxfev", "3"]) == 0
     assert seen["start"] == {"caption_semantic_sigma": 0.0} and "caption_semantic_sigma" not in seen["fixed"]
-    assert script.main(["--fit", "coco", "--maxfev", "3", "--method", "least-squares"]) == 0
-    assert seen["method"] == "least-squares"
+    assert script.main(["--fit", "coco", "--maxfev", "3", "--method", "least-squares", "--diff-step", "0.3"]) == 0
+    assert seen["method"] == "least-squares" and seen["diff_step"] == 0.3
 
 
 def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkeypatch, capsys):
@@ -544,11 +541,14 @@ def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkey
     monkeypatch.setattr(script.cal, "_published", lambda kind: {})
     assert script.residuals("flickr30k", script.PRESETS["flickr30k"]) == {"real:matched_mean": pytest.approx(1.0)}
     seen = {}
-    monkeypatch.setattr(script, "fit", lambda preset, start, fixed, maxfev, method: seen.update(
-        terms=script.residuals(preset, script.PRESETS[preset])) or dict(start))
+    monkeypatch.setattr(script, "fit", lambda preset, start, fixed, maxfev, method, also_fit, diff_step: seen.update(
+        terms=script.residuals(preset, script.PRESETS[preset], also_fit)) or dict(start))
     assert script.main(["--fit", "flickr30k", "--free", "caption_noise", "--also-fit", "cap_match_rho",
                         "--maxfev", "1"]) == 0
     assert seen["terms"] == {"real:matched_mean": pytest.approx(1.0), "real:cap_match_rho": pytest.approx(2.0)}
+    # the statistics are an argument of this one fit: the next call without them has its own objective again
+    assert script.main(["--fit", "flickr30k", "--free", "caption_noise", "--maxfev", "1"]) == 0
+    assert seen["terms"] == {"real:matched_mean": pytest.approx(1.0)}
     for bad in ("matched_mean", "R1_t2i_typo"):
         with pytest.raises(SystemExit):
             _calibrate_script().main(["--fit", "flickr30k", "--also-fit", bad, "--maxfev", "1"])
@@ -565,7 +565,7 @@ _TOL = {"caption_noise": 1.0, "bias_std": 0.02, "caption_shared": 0.1}
 def _quadratic_residuals(target):
     """A stand-in for ``residuals``: each free parameter's distance from ``target`` in tolerances (:data:`_TOL`),
     and one statistic far off (30 tolerances) whatever the parameters, which the cap must keep from dominating."""
-    def residuals(preset, cfg):
+    def residuals(preset, cfg, also_fit=frozenset()):
         out = {name: (getattr(cfg, name) - value) / _TOL[name] for name, value in target.items()}
         return {**out, "wild": 30.0}
     return residuals
@@ -574,7 +574,6 @@ def _quadratic_residuals(target):
 @pytest.mark.parametrize("method", ["nelder-mead", "least-squares"])
 def test_fit_methods_find_a_known_optimum_within_the_evaluation_budget(method, monkeypatch, capsys):
     script = _calibrate_script()
-    script.FREE[:] = [f for f in script.FREE if f[0] in ("caption_noise", "bias_std", "caption_shared")]
     target = {"caption_noise": 3.0, "bias_std": 0.02, "caption_shared": 0.4}
     monkeypatch.setattr(script, "residuals", _quadratic_residuals(target))
     coco = script.PRESETS["coco"]
@@ -582,7 +581,7 @@ def test_fit_methods_find_a_known_optimum_within_the_evaluation_budget(method, m
     fixed = {k: v for k, v in coco.to_dict().items() if k not in start}
     calls = []
     inner = script.residuals
-    monkeypatch.setattr(script, "residuals", lambda p, c: calls.append(1) or inner(p, c))
+    monkeypatch.setattr(script, "residuals", lambda p, c, a: calls.append(1) or inner(p, c, a))
     got = script.fit("coco", start, fixed, 400, method)
     assert len(calls) <= 400
     for name, value in target.items():
@@ -595,7 +594,6 @@ def test_fit_methods_find_a_known_optimum_within_the_evaluation_budget(method, m
 
 def test_fit_stops_at_maxfev_and_returns_the_best_point_seen(monkeypatch, capsys):
     script = _calibrate_script()
-    script.FREE[:] = [f for f in script.FREE if f[0] in ("caption_noise", "bias_std")]
     monkeypatch.setattr(script, "residuals", _quadratic_residuals({"caption_noise": 3.0, "bias_std": 0.02}))
     coco = script.PRESETS["coco"]
     start = {"caption_noise": 6.0, "bias_std": 0.1}
@@ -603,13 +601,31 @@ def test_fit_stops_at_maxfev_and_returns_the_best_point_seen(monkeypatch, capsys
     for method in script.FIT_METHODS:
         calls = []
         inner = script.residuals
-        monkeypatch.setattr(script, "residuals", lambda p, c, inner=inner: calls.append(c) or inner(p, c))
+        monkeypatch.setattr(script, "residuals", lambda p, c, a, inner=inner: calls.append(c) or inner(p, c, a))
         got = script.fit("coco", start, fixed, 5, method)
         monkeypatch.setattr(script, "residuals", inner)
         assert len(calls) == 5, method
         assert all(a != b for a, b in zip(calls, calls[1:])), method   # no point evaluated twice in a row
         last = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("objective")][-1]
         assert json.loads(last[last.index("{"):]) == {k: round(v, 4) for k, v in got.items()}
+
+
+def test_the_least_squares_jacobian_steps_by_diff_step_in_logistic_coordinates(monkeypatch, capsys):
+    """``diff_step`` reaches scipy as the forward-difference step of every logistic coordinate (scipy's step is
+    relative to ``max(1, |x|)``, so the absolute step is ``diff_step`` whatever the start)."""
+    from scipy import optimize
+
+    script = _calibrate_script()
+    monkeypatch.setattr(script, "residuals", _quadratic_residuals({"caption_noise": 3.0, "bias_std": 0.02}))
+    coco = script.PRESETS["coco"]
+    start = {"caption_noise": 6.0, "bias_std": 0.2}   # logistic coordinates above 1 in magnitude
+    fixed = {k: v for k, v in coco.to_dict().items() if k not in start}
+    seen = {}
+    monkeypatch.setattr(optimize, "least_squares", lambda fun, x0, **kw: seen.update(x0=x0, **kw))
+    for step in (0.1, 0.3):
+        script.fit("coco", start, fixed, 5, "least-squares", diff_step=step)
+        assert np.all(np.abs(seen["x0"]) > 1)
+        assert seen["diff_step"] * np.maximum(1.0, np.abs(seen["x0"])) == pytest.approx(np.full(2, step))
 
 
 def test_fit_checks_its_method_and_budget():
@@ -619,6 +635,11 @@ def test_fit_checks_its_method_and_budget():
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="maxfev .* must be a positive integer"):
             script.fit("coco", {}, {}, bad)
+    for bad in (0, -0.1, 2.5, float("nan"), True, "0.3"):
+        with pytest.raises(ValueError, match=r"diff_step \(the least-squares fit's difference step"):
+            script.fit("coco", {}, {}, 10, "least-squares", diff_step=bad)
+    with pytest.raises(ValueError, match=r"start: \['hub_scale'\] are not parameters a fit can free"):
+        script.fit("coco", {"hub_scale": 0.1}, {}, 10)
 
 
 def test_capped_residuals_are_the_identity_near_zero_and_bounded_by_the_cap():
@@ -643,6 +664,8 @@ def test_capped_square_sum_by_hand():
      r"--free: \['hub_scale'\] are not free parameters of coco; choose from \['spectrum_decay'"),
     (["--start", "hub_scale=1"], r"--start: 'hub_scale' is not among the parameters being fitted \['spectrum_decay'"),
     (["--free", "caption_noise", "--start", "caption_noise=big"], r"--start: 'caption_noise=big' is not NAME=NUMBER"),
+    (["--method", "least-squares", "--diff-step", "0"], r"--diff-step: diff_step .* must be a number in \(0, 2\]"),
+    (["--diff-step", "x"], r"--diff-step: invalid float value: 'x'"),
 ])
 def test_fit_options_name_the_parameter_that_is_wrong(argv, message, monkeypatch, capsys):
     script = _calibrate_script()
