@@ -346,6 +346,7 @@ def claims(presets) -> tuple:
 
 
 NB_GAINS_START, NB_GAINS_END = "<!-- notebook-gains:start -->", "<!-- notebook-gains:end -->"
+NB_GAINS_HEADING = "## Every notebook's gains beside the published ones"
 CLAIMS_START, CLAIMS_END = "<!-- claims:start -->", "<!-- claims:end -->"
 CLAIMS_HEADING = "## Which claims hold (looked at after the fit)"
 #: the presets whose notebook runs the claims section shows: the default and the earlier one
@@ -386,7 +387,7 @@ def notebook_gains_section(nb_gains: pd.DataFrame) -> list:
     ``SUMMARY_gains.csv`` (the papers publish R@1 gains; the other metrics' rows, median and mean rank, stay in that
     csv: without a metric column a change of median rank read as an R@1 gain of +0.00)."""
     ours = nb_gains[(nb_gains["preset"] == "flickr30k") & (nb_gains["metric"] == "R@1")]
-    lines = [NB_GAINS_START, "## Every notebook's gains beside the published ones (the default run)", "",
+    lines = [NB_GAINS_START, NB_GAINS_HEADING + " (the default run)", "",
              "The R@1 rows of the same run's `results/SUMMARY_gains.csv` (`flickr30k` preset; the real rows are the "
              "real releases beside it, at their own, smaller sizes; the csv also holds the gains in median and mean "
              "rank). These runs use the notebooks' reduced default sizes and banks, not the papers': the section "
@@ -407,17 +408,12 @@ def notebook_gains_section(nb_gains: pd.DataFrame) -> list:
 
 
 def notebook_gains_only(out: Path) -> str:
-    """Rewrite only the section of :func:`notebook_gains_section`: the notebooks run again on ``flickr30k``."""
+    """Rewrite only the section of :func:`notebook_gains_section`: the notebooks run again on ``flickr30k`` alone
+    (half of ``--claims-only``'s time, which rewrites this section too). A report written before the section's
+    markers: its section, from the heading to the csv line, gains them."""
     _, nb_gains = claims(["flickr30k"])
-    text = out.read_text()
-    block = "\n".join(notebook_gains_section(nb_gains))
-    if NB_GAINS_START in text:
-        a, b = text.index(NB_GAINS_START), text.index(NB_GAINS_END) + len(NB_GAINS_END) + 1
-    else:   # a report written before the markers: the section runs up to the csv line
-        a = text.index("## Every notebook's gains beside the published ones")
-        b = text.index("The numbers of the tables:")
-        block += "\n"
-    text = text[:a] + block + text[b:]
+    text = add_markers(out.read_text(), NB_GAINS_HEADING, "The numbers of the tables:", NB_GAINS_START, NB_GAINS_END)
+    text = replace_section(text, notebook_gains_section(nb_gains)[:-1], NB_GAINS_START, NB_GAINS_END, "")
     _write_text(out, text)
     return text
 
