@@ -425,8 +425,9 @@ MATCHED_CHECK = (1000, 1)
 
 def matched_size_gains(seeds) -> pd.DataFrame:
     """The headroom statistics (:func:`hubnorm_companion.calibration.headroom_statistics`) of every reported
-    preset (image-text and the text-audio geometry; "t2i" = captions query the items) at :data:`MATCHED_CHECK` (1,000 images x 1 caption: 500 test images, the other 500's captions as the
-    bank), mean and sd over ``seeds``; computed after the fit, never part of it."""
+    preset (image-text and the text-audio geometry; "t2i" = captions query the items) at :data:`MATCHED_CHECK`
+    (1,000 images x 1 caption: 500 test images, the other 500's captions as the bank), mean and sd over ``seeds``;
+    computed after the fit, never part of it."""
     rows = []
     n, c = MATCHED_CHECK
     for preset, others in REPORTED.items():
