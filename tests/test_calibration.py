@@ -571,7 +571,7 @@ def _quadratic_residuals(target):
     return residuals
 
 
-@pytest.mark.parametrize("method", ["nelder-mead", "least-squares"])
+@pytest.mark.parametrize("method", ["nelder-mead", "least-squares", "pattern"])
 def test_fit_methods_find_a_known_optimum_within_the_evaluation_budget(method, monkeypatch, capsys):
     script = _calibrate_script()
     target = {"caption_noise": 3.0, "bias_std": 0.02, "caption_shared": 0.4}
@@ -628,9 +628,36 @@ def test_the_least_squares_jacobian_steps_by_diff_step_in_logistic_coordinates(m
         assert seen["diff_step"] * np.maximum(1.0, np.abs(seen["x0"])) == pytest.approx(np.full(2, step))
 
 
+def test_compass_search_descends_a_staircase_that_a_jacobian_cannot_see():
+    """A quadratic bowl rounded to whole units (flat between steps, as R@1 over a small set is): compass search
+    reaches the bowl's bottom step, halving its step only after a sweep without a move, and stops below the smallest
+    step; it never accepts a move that does not lower the objective."""
+    script = _calibrate_script()
+    target = np.array([1.3, -0.7, 0.4])
+    seen = []
+
+    def staircase(x):
+        value = float(np.floor(4 * np.sum((x - target) ** 2)))
+        seen.append((x.copy(), value))
+        return value
+
+    x = script.compass_search(staircase, np.zeros(3), step=0.4, min_step=0.05)
+    assert staircase(x) == 0.0 and np.all(np.abs(x - target) < 0.5)
+    assert min(v for _, v in seen) == 0.0
+    # every point tried differs from the one before it by one coordinate: a move of the current step
+    steps = {round(float(np.abs(b[0] - a[0]).max()), 6) for a, b in zip(seen, seen[1:])}
+    assert max(steps) <= 0.8 + 1e-9
+    # with the objective flat around x0 (no step lowers it) the search only halves its step: 3 coordinates x 2
+    # signs per sweep, steps 0.4, 0.2, 0.1, 0.05, then it stops
+    calls = []
+    script.compass_search(lambda y: calls.append(1) or 1.0, np.zeros(3), step=0.4, min_step=0.05)
+    assert len(calls) == 1 + 4 * 6
+
+
 def test_fit_checks_its_method_and_budget():
     script = _calibrate_script()
-    with pytest.raises(ValueError, match=r"method must be one of \('nelder-mead', 'least-squares'\); got 'lm'"):
+    with pytest.raises(ValueError, match=r"method must be one of \('nelder-mead', 'least-squares', 'pattern'\); "
+                                         "got 'lm'"):
         script.fit("coco", {}, {}, 10, "lm")
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match="maxfev .* must be a positive integer"):
