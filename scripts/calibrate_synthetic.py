@@ -238,8 +238,9 @@ def capped_square_sum(r: np.ndarray) -> float:
 
 #: the least-squares fit's forward-difference step in the logistic coordinates of the free parameters (``--diff-step``):
 #: 0.1 is about 2.5% of a parameter's range at its middle. Smaller steps would difference the objective's discrete
-#: counts (R@1, N_k) rather than its trend; a reference as small as Flickr8k's 100 x 5 makes the objective so
-#: step-shaped that a larger step (0.3) is needed for a Jacobian that points anywhere.
+#: counts (R@1, N_k) rather than its trend. A reference as small as Flickr8k's 100 x 5 makes the objective so
+#: step-shaped that even 0.3 stalled there (``flickr30k`` and ``audiocaps-clap`` with the match statistics: no step
+#: after the first Jacobian lowered the objective); ``--method pattern`` compares values only.
 DIFF_STEP = 0.1
 
 
@@ -262,8 +263,9 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
     least squares on :func:`capped` residuals with a forward-difference Jacobian: one Jacobian costs as many
     evaluations as there are free parameters, and a step uses the whole residual vector rather than its sum, so
     it needs far fewer evaluations in 20 dimensions) or "pattern" (:func:`compass_search`: for an objective too
-    step-shaped for a Jacobian, as Flickr8k's 100 x 5 reference makes it). All print every improvement as ``objective VALUE {params}``
-    (a line ``--start`` can resume from) and count every evaluation, the Jacobian's included, against ``maxfev``."""
+    step-shaped for a Jacobian, as Flickr8k's 100 x 5 reference makes it). All print every improvement as
+    ``objective VALUE {params}`` (a line ``--start`` can resume from) and count every evaluation, the Jacobian's
+    included, against ``maxfev``."""
     from scipy import optimize
 
     if method not in FIT_METHODS:
@@ -1031,10 +1033,11 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", choices=FIT_PRESETS, help="refit this preset's free parameters (prints them)")
     ap.add_argument("--maxfev", type=int, default=1500, help="objective evaluations of the fit")
     ap.add_argument("--method", choices=FIT_METHODS, default="nelder-mead",
-                    help="with --fit: the search (least-squares: far fewer evaluations in 20 dimensions)")
+                    help="with --fit: the search (least-squares: far fewer evaluations in 20 dimensions; pattern: "
+                         "compass search, for an objective too step-shaped for a Jacobian)")
     ap.add_argument("--diff-step", type=float, default=DIFF_STEP,
                     help="with --fit --method least-squares: the forward-difference step in the free parameters' "
-                         "logistic coordinates (default %(default)s; 0.3 for a step-shaped objective)")
+                         "logistic coordinates (default %(default)s; for a step-shaped objective see --method pattern)")
     ap.add_argument("--free", nargs="+", metavar="PARAMETER",
                     help="with --fit: refit only these free parameters (the others keep the preset's values)")
     ap.add_argument("--start", nargs="+", metavar="NAME=VALUE", default=[],
