@@ -28,8 +28,9 @@ same size (the references recorded in :data:`hubnorm_companion.calibration.REAL_
 statistics (R@1 both directions, k-occurrence skewness, kurtosis and maximum). No normalizer is run inside the
 objective and no claim of a paper (which method beats which) is part of it: ``--claims`` looks at the claims only
 afterwards, on the presets as fitted. Random draws are fixed during a fit (common random numbers), so the objective
-is a deterministic function of the parameters; Nelder-Mead (the committed presets) or trust-region least squares
-(``--method least-squares``) from the documented start point.
+is a deterministic function of the parameters; Nelder-Mead (the committed presets), trust-region least squares
+(``--method least-squares``) or compass search (``--method pattern``: the objective at Flickr8k's 100 x 5 is too
+step-shaped for a finite-difference Jacobian) from the documented start point.
 
 Every number computed here is on SYNTHETIC data; the references are real embeddings and published values.
 """
