@@ -146,7 +146,8 @@ def _from_params(p: dict) -> np.ndarray:
     return np.array(x)
 
 
-def residuals(preset: str, cfg: GeneratorConfig, also_fit=frozenset(), seeds=(100, 101, 102, 103, 104, 105)) -> dict:
+def residuals(preset: str, cfg: GeneratorConfig, *, also_fit=frozenset(),
+              seeds=(100, 101, 102, 103, 104, 105)) -> dict:
     """Residual / tolerance of every fitted statistic for ``cfg`` (the objective's terms), and of ``also_fit``:
     statistics the committed preset was fitted without (``--also-fit``: e.g. the match and spread statistics for
     ``flickr30k``'s next refit; once a preset so refitted is committed,
@@ -208,6 +209,9 @@ def compass_search(objective, x0, step: float = PATTERN_STEP, min_step: float = 
     ``min_step``. It compares objective values only, never differences them, so an objective made of discrete counts
     (R@1, N_k at a small reference), where a finite-difference Jacobian points nowhere, does not stall it. Returns the
     best point (the caller's budget may end it sooner)."""
+    if not (np.isfinite(step) and np.isfinite(min_step) and 0 < min_step <= step):
+        raise ValueError(f"compass_search needs 0 < min_step <= step (finite); got step={step!r}, "
+                         f"min_step={min_step!r}")
     x = np.array(x0, np.float64)
     fx = objective(x)
     while step >= min_step:
@@ -274,6 +278,8 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
     if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
         raise ValueError(f"maxfev (objective evaluations) must be a positive integer; got {maxfev!r}")
     check_diff_step(diff_step)
+    if not start:
+        raise ValueError("start: no parameters to fit; name at least one (main's --free)")
     unknown = [n for n in start if n not in BOUNDS]
     if unknown:
         raise ValueError(f"start: {unknown} are not parameters a fit can free; choose from {list(BOUNDS)}")
@@ -286,23 +292,21 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
     class Budget(Exception):
         pass
 
-    last: dict = {}   # the previous point and its residuals: scipy's first call repeats the start point
+    seen: dict = {}   # every point evaluated and its residuals (the objective is deterministic): scipy's first call
+    #                   repeats the start point, and a pattern search tries again the point it has just left
 
     def residual_vector(x):
         key = np.asarray(x, np.float64).tobytes()
-        if key in last:
-            return last[key]
-        t = _evaluate(x)
-        last.clear()
-        last[key] = t
-        return t
+        if key not in seen:
+            seen[key] = _evaluate(x)
+        return seen[key]
 
     def _evaluate(x):
         if calls[0] >= maxfev:
             raise Budget
         calls[0] += 1
         try:
-            r = residuals(preset, GeneratorConfig(**fixed, **_to_params(x, names)), also_fit)
+            r = residuals(preset, GeneratorConfig(**fixed, **_to_params(x, names)), also_fit=also_fit)
         except ValueError:
             return np.full(len(keys), RESIDUAL_CAP) if keys else None
         if not keys:
@@ -320,6 +324,8 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
         return 1e6 if t is None else capped_square_sum(t)
 
     x0 = _from_params(start)
+    if residual_vector(x0) is None:
+        raise ValueError(f"start: the start point of {preset}'s fit is not a valid generator configuration")
     try:
         if method == "nelder-mead":
             simplex = np.vstack([x0] + [x0 + 0.8 * np.eye(len(x0))[i] for i in range(len(x0))])
@@ -329,8 +335,6 @@ def fit(preset: str, start: dict, fixed: dict, maxfev: int, method: str = "nelde
         elif method == "pattern":
             compass_search(objective, x0)
         else:
-            if residual_vector(x0) is None:
-                raise ValueError(f"the start point of {preset}'s fit is not a valid generator configuration")
             # a forward difference of ``diff_step`` in the logistic coordinates (scipy's step is relative to |x|)
             optimize.least_squares(lambda x: capped(residual_vector(x)), x0, method="trf", jac="2-point",
                                    diff_step=diff_step / np.maximum(1.0, np.abs(x0)), x_scale=1.0, max_nfev=maxfev,
@@ -1137,6 +1141,8 @@ def main(argv=None) -> int:
             check_diff_step(args.diff_step)
         except ValueError as e:
             ap.error(f"--diff-step: {e}")
+        if args.diff_step != DIFF_STEP and args.method != "least-squares":
+            ap.error(f"--diff-step is the least-squares fit's difference step; --method {args.method} takes none")
         params = fit(args.fit, start, fixed, args.maxfev, args.method, also_fit=set(args.also_fit),
                      diff_step=args.diff_step)
         print(json.dumps(params, indent=1))

@@ -510,7 +510,7 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     # coco's refit freed them (FREE_EXTRA), from the preset's values; main() changes no module state, so one copy
     # of the script serves every call
     assert script.main(["--fit", "flickr30k", "--maxfev", "3"]) == 0
-    assert len(seen["start"]) == 19
+    assert list(seen["start"]) == [f[0] for f in script.FREE] and len(seen["start"]) == 19
     for name in ("caption_error_norm", "caption_semantic_sigma"):
         assert name not in seen["start"] and seen["fixed"][name] == 0.0
     assert script.main(["--fit", "coco", "--maxfev", "3"]) == 0
@@ -523,6 +523,8 @@ def test_fit_refits_only_the_named_parameters_from_the_named_start(monkeypatch, 
     assert seen["start"] == {"caption_semantic_sigma": 0.0} and "caption_semantic_sigma" not in seen["fixed"]
     assert script.main(["--fit", "coco", "--maxfev", "3", "--method", "least-squares", "--diff-step", "0.3"]) == 0
     assert seen["method"] == "least-squares" and seen["diff_step"] == 0.3
+    assert script.main(["--fit", "audiocaps-clap", "--maxfev", "3"]) == 0   # its geometry frees the two means too
+    assert list(seen["start"]) == [f[0] for f in script.FREE] + ["image_mean", "text_mean"]
 
 
 def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkeypatch, capsys):
@@ -542,7 +544,7 @@ def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkey
     assert script.residuals("flickr30k", script.PRESETS["flickr30k"]) == {"real:matched_mean": pytest.approx(1.0)}
     seen = {}
     monkeypatch.setattr(script, "fit", lambda preset, start, fixed, maxfev, method, also_fit, diff_step: seen.update(
-        terms=script.residuals(preset, script.PRESETS[preset], also_fit)) or dict(start))
+        terms=script.residuals(preset, script.PRESETS[preset], also_fit=also_fit)) or dict(start))
     assert script.main(["--fit", "flickr30k", "--free", "caption_noise", "--also-fit", "cap_match_rho",
                         "--maxfev", "1"]) == 0
     assert seen["terms"] == {"real:matched_mean": pytest.approx(1.0), "real:cap_match_rho": pytest.approx(2.0)}
@@ -581,7 +583,7 @@ def test_fit_methods_find_a_known_optimum_within_the_evaluation_budget(method, m
     fixed = {k: v for k, v in coco.to_dict().items() if k not in start}
     calls = []
     inner = script.residuals
-    monkeypatch.setattr(script, "residuals", lambda p, c, a: calls.append(1) or inner(p, c, a))
+    monkeypatch.setattr(script, "residuals", lambda p, c, also_fit: calls.append(1) or inner(p, c, also_fit=also_fit))
     got = script.fit("coco", start, fixed, 400, method)
     assert len(calls) <= 400
     for name, value in target.items():
@@ -601,7 +603,8 @@ def test_fit_stops_at_maxfev_and_returns_the_best_point_seen(monkeypatch, capsys
     for method in script.FIT_METHODS:
         calls = []
         inner = script.residuals
-        monkeypatch.setattr(script, "residuals", lambda p, c, a, inner=inner: calls.append(c) or inner(p, c, a))
+        monkeypatch.setattr(script, "residuals", lambda p, c, also_fit, inner=inner: calls.append(c) or inner(
+            p, c, also_fit=also_fit))
         got = script.fit("coco", start, fixed, 5, method)
         monkeypatch.setattr(script, "residuals", inner)
         assert len(calls) == 5, method
@@ -636,22 +639,36 @@ def test_compass_search_descends_a_staircase_that_a_jacobian_cannot_see():
     target = np.array([1.3, -0.7, 0.4])
     seen = []
 
+    staircase_values = {}
+
     def staircase(x):
         value = float(np.floor(4 * np.sum((x - target) ** 2)))
         seen.append((x.copy(), value))
+        staircase_values[tuple(x)] = value
         return value
 
     x = script.compass_search(staircase, np.zeros(3), step=0.4, min_step=0.05)
+    trace = list(seen)
     assert staircase(x) == 0.0 and np.all(np.abs(x - target) < 0.5)
-    assert min(v for _, v in seen) == 0.0
-    # every point tried differs from the one before it by one coordinate: a move of the current step
-    steps = {round(float(np.abs(b[0] - a[0]).max()), 6) for a, b in zip(seen, seen[1:])}
-    assert max(steps) <= 0.8 + 1e-9
+    assert min(v for _, v in trace) == 0.0
+    # every point tried is the current point moved along one coordinate by the current step; the steps used are
+    # 0.4 halved down to 0.05 and no further, in that order
+    used = []
+    x_cur = np.zeros(3)
+    for y, value in trace[1:]:
+        (i,), = np.nonzero(y != x_cur) if np.count_nonzero(y != x_cur) == 1 else pytest.fail("not a compass move")
+        used.append(round(abs(float(y[i] - x_cur[i])), 6))
+        if value < staircase_values[tuple(x_cur)]:
+            x_cur = y
+    assert used == sorted(used, reverse=True) and set(used) == {0.4, 0.2, 0.1, 0.05}
     # with the objective flat around x0 (no step lowers it) the search only halves its step: 3 coordinates x 2
     # signs per sweep, steps 0.4, 0.2, 0.1, 0.05, then it stops
     calls = []
     script.compass_search(lambda y: calls.append(1) or 1.0, np.zeros(3), step=0.4, min_step=0.05)
     assert len(calls) == 1 + 4 * 6
+    for step, min_step in ((0.4, 0.0), (0.1, 0.2), (float("inf"), 0.1), (0.4, float("nan"))):
+        with pytest.raises(ValueError, match="compass_search needs 0 < min_step <= step"):
+            script.compass_search(lambda y: 1.0, np.zeros(3), step=step, min_step=min_step)
 
 
 def test_fit_checks_its_method_and_budget():
@@ -667,6 +684,31 @@ def test_fit_checks_its_method_and_budget():
             script.fit("coco", {}, {}, 10, "least-squares", diff_step=bad)
     with pytest.raises(ValueError, match=r"start: \['hub_scale'\] are not parameters a fit can free"):
         script.fit("coco", {"hub_scale": 0.1}, {}, 10)
+    with pytest.raises(ValueError, match="start: no parameters to fit"):
+        script.fit("coco", {}, {}, 10)
+
+
+@pytest.mark.parametrize("method", ["nelder-mead", "least-squares", "pattern"])
+def test_fit_hands_its_statistics_to_every_evaluation_and_refuses_an_invalid_start(method, monkeypatch):
+    script = _calibrate_script()
+    got = []
+
+    def residuals(preset, cfg, also_fit=frozenset()):
+        got.append(also_fit)
+        return {"a": (cfg.caption_noise - 3.0) / 1.0}
+
+    monkeypatch.setattr(script, "residuals", residuals)
+    coco = script.PRESETS["coco"]
+    fixed = {k: v for k, v in coco.to_dict().items() if k != "caption_noise"}
+    script.fit("coco", {"caption_noise": 5.0}, fixed, 6, method, also_fit=["cap_match_rho"])
+    assert got and all(a == frozenset({"cap_match_rho"}) for a in got)
+
+    def invalid(preset, cfg, also_fit=frozenset()):
+        raise ValueError("not a configuration")
+
+    monkeypatch.setattr(script, "residuals", invalid)
+    with pytest.raises(ValueError, match="start: the start point of coco's fit is not a valid generator configuration"):
+        script.fit("coco", {"caption_noise": 5.0}, fixed, 6, method)
 
 
 def test_capped_residuals_are_the_identity_near_zero_and_bounded_by_the_cap():
@@ -693,6 +735,8 @@ def test_capped_square_sum_by_hand():
     (["--free", "caption_noise", "--start", "caption_noise=big"], r"--start: 'caption_noise=big' is not NAME=NUMBER"),
     (["--method", "least-squares", "--diff-step", "0"], r"--diff-step: diff_step .* must be a number in \(0, 2\]"),
     (["--diff-step", "x"], r"--diff-step: invalid float value: 'x'"),
+    (["--method", "pattern", "--diff-step", "0.3"], r"--diff-step is the least-squares fit's difference step; "
+                                                     r"--method pattern takes none"),
 ])
 def test_fit_options_name_the_parameter_that_is_wrong(argv, message, monkeypatch, capsys):
     script = _calibrate_script()
