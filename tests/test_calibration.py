@@ -737,6 +737,8 @@ def test_capped_square_sum_by_hand():
     (["--diff-step", "x"], r"--diff-step: invalid float value: 'x'"),
     (["--method", "pattern", "--diff-step", "0.3"], r"--diff-step is the least-squares fit's difference step; "
                                                      r"--method pattern takes none"),
+    (["--diff-step", "0.1"], r"--diff-step is the least-squares fit's difference step; --method nelder-mead takes "
+                             r"none"),   # even at the default value: named beside another method, it is a mistake
 ])
 def test_fit_options_name_the_parameter_that_is_wrong(argv, message, monkeypatch, capsys):
     script = _calibrate_script()
@@ -744,6 +746,15 @@ def test_fit_options_name_the_parameter_that_is_wrong(argv, message, monkeypatch
     with pytest.raises(SystemExit):
         script.main(["--fit", "coco", *argv])
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_the_help_states_the_fit_defaults_it_uses(capsys):
+    script = _calibrate_script()
+    with pytest.raises(SystemExit):
+        script.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {script.DIFF_STEP}; for a step-shaped objective see --method pattern)" in text
+    assert "{" not in text.split("--diff-step DIFF_STEP")[-1].split("--free")[0]   # no unformatted placeholder
 
 
 def test_an_interrupted_report_write_leaves_the_old_report(tmp_path, monkeypatch):
