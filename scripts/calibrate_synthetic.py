@@ -59,7 +59,6 @@ sys.path.insert(1, str(REPO / "companion"))   # hubnorm_companion
 from hubnorm.data.cache import atomic_write_bytes  # noqa: E402
 from hubnorm_companion import calibration as cal  # noqa: E402
 from hubnorm_companion.reporting import run_folder_name  # noqa: E402
-from hubnorm.geometry import embedding_statistics  # noqa: E402
 from hubnorm.synthetic import PRESETS, GeneratorConfig, generate_split  # noqa: E402
 
 OUT = REPO / "data" / "calibration_synthetic.md"
@@ -156,13 +155,7 @@ def residuals(preset: str, cfg: GeneratorConfig, *, also_fit=frozenset(),
     out = {}
     for name, ref, stats in cal.references(preset):
         c = cfg.replace(captions_per_image=ref["captions_per_image"])
-        rows = []
-        for seed in seeds:
-            s = generate_split(c, "test", ref["n_images"], seed=seed)
-            rows.append({**embedding_statistics(s.images, s.captions, s.caption_to_image),
-                         **cal.headroom_statistics(s.images, s.captions, s.caption_to_image,
-                                                   splits=range(cal.HEADROOM_SPLITS["synthetic"]))})
-        mean = pd.DataFrame(rows).mean()
+        mean = cal.config_statistics(c, ref["n_images"], seeds).mean()
         for stat, value in ref["statistics"].items():
             if not (cal.fitted(preset, stat) or stat in also_fit) or stat not in stats:
                 continue

@@ -11,7 +11,6 @@
 
 import json
 import re
-import types
 from pathlib import Path
 
 import numpy as np
@@ -534,11 +533,8 @@ def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkey
     ref = {"captions_per_image": 1, "n_images": 4,
            "statistics": {"matched_mean": 0.30, "cap_match_rho": -0.10, "img_match_rho": 0.20, "query_bank_gap": 0.5}}
     monkeypatch.setattr(script.cal, "references", lambda preset: [("real", ref, set(ref["statistics"]))])
-    monkeypatch.setattr(script, "generate_split", lambda cfg, split, n, seed: types.SimpleNamespace(
-        images=None, captions=None, caption_to_image=None))
-    monkeypatch.setattr(script, "embedding_statistics", lambda *a: {"matched_mean": 0.33, "cap_match_rho": 0.30,
-                                                                    "img_match_rho": 0.20, "query_bank_gap": 0.4})
-    monkeypatch.setattr(script.cal, "headroom_statistics", lambda *a, **k: {})
+    monkeypatch.setattr(script.cal, "config_statistics", lambda cfg, n, seeds: pd.DataFrame(
+        [{"matched_mean": 0.33, "cap_match_rho": 0.30, "img_match_rho": 0.20, "query_bank_gap": 0.4}] * len(seeds)))
     monkeypatch.setattr(script, "_full_stats", lambda preset, cfg: {})
     monkeypatch.setattr(script.cal, "_published", lambda kind: {})
     assert script.residuals("flickr30k", script.PRESETS["flickr30k"]) == {"real:matched_mean": pytest.approx(1.0)}
@@ -558,6 +554,26 @@ def test_also_fit_adds_statistics_the_committed_preset_was_fitted_without(monkey
     with pytest.raises(SystemExit):   # coco's refit includes the match statistics: nothing to add
         _calibrate_script().main(["--fit", "coco", "--also-fit", "cap_match_rho", "--maxfev", "1"])
     assert "--also-fit: ['cap_match_rho'] are not statistics coco is fitted without" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["flickr30k", "audiocaps-clap"])
+def test_every_statistic_also_fit_offers_is_measured_by_the_fit(monkeypatch, preset):
+    """Each statistic that ``--also-fit`` accepts for ``preset`` (every one its committed fit was without, the bank
+    statistics included) becomes a finite term of the objective: the fit measures what the report measures
+    (``cal.config_statistics``), never a subset that fails on the first evaluation. Small real sizes, one seed."""
+    script = _calibrate_script()
+    small = [(name, {**ref, "n_images": 40}, stats) for name, ref, stats in script.cal.references(preset)]
+    monkeypatch.setattr(script.cal, "references", lambda p: small)
+    monkeypatch.setattr(script, "_full_stats", lambda p, cfg: {
+        k: v for k, (v, _) in script.cal._published(script.cal._kind(p)).items()})
+    offered = {k for k in script.cal.STATISTICS if not script.cal.fitted(preset, k)}
+    measured = {k for _, ref, stats in small for k in ref["statistics"] if k in stats}
+    assert {"query_bank_gap", "bank_gallery_gap"} <= offered & measured
+    terms = script.residuals(preset, script.PRESETS[preset].replace(dim=32, latent_dim=8), also_fit=offered,
+                             seeds=(0,))
+    fitted_now = {k.split(":", 1)[1] for k in terms if not k.startswith("published:")}
+    assert offered & measured <= fitted_now
+    assert all(np.isfinite(v) for v in terms.values())
 
 
 #: tolerances of the stand-in statistics (one per free parameter of the tests below)

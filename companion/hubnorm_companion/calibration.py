@@ -31,8 +31,8 @@ from .compare import MIN_PUBLISHED_GAIN   # one rule for every ratio to a publis
 
 __all__ = ["REAL_STATISTICS", "STATISTICS", "PUBLISHED_TOLERANCE", "NOT_FITTED", "SPREAD_STATISTICS", "NOT_FITTED_FOR",
            "MATCH_STATISTICS", "fitted", "HEADROOM", "HEADROOM_SPLITS", "HEADROOM_STATISTICS", "references",
-           "band", "headroom_statistics", "headroom_by_size", "preset_statistics", "full_size_statistics",
-           "calibration_table"]
+           "band", "headroom_statistics", "headroom_by_size", "preset_statistics", "config_statistics",
+           "full_size_statistics", "calibration_table"]
 
 #: Statistic name -> (what it is, tolerance, "abs" or "rel"). Order = the report's order.
 STATISTICS: Dict[str, Tuple[str, float, str]] = {
@@ -391,9 +391,21 @@ def preset_statistics(preset: str, n_images: int, captions_per_image: int, seeds
     """:func:`~hubnorm.geometry.embedding_statistics`, :func:`~hubnorm.geometry.bank_statistics` and
     :func:`headroom_statistics` (``HEADROOM_SPLITS["synthetic"]`` splits) of the test split of ``preset`` at the
     given size, one row per seed."""
-    from hubnorm.synthetic import PRESETS, generate_split
+    from hubnorm.synthetic import PRESETS
 
     cfg = PRESETS[preset].replace(captions_per_image=int(captions_per_image), **overrides)
+    return config_statistics(cfg, n_images, seeds)
+
+
+def config_statistics(cfg, n_images: int, seeds: Iterable[int]) -> pd.DataFrame:
+    """Every statistic of :data:`STATISTICS` measured on real sets (:func:`~hubnorm.geometry.embedding_statistics`,
+    :func:`~hubnorm.geometry.bank_statistics`, :func:`headroom_statistics` with ``HEADROOM_SPLITS["synthetic"]``
+    splits) of the test split of the generator configuration ``cfg`` (a
+    :class:`hubnorm.synthetic.GeneratorConfig`, its ``captions_per_image`` as the real set's) with ``n_images``
+    images, one row per seed: what the report (:func:`preset_statistics`) and the fit
+    (``scripts/calibrate_synthetic.py``) both compare with a real set."""
+    from hubnorm.synthetic import generate_split
+
     rows = []
     for seed in seeds:
         s = generate_split(cfg, "test", int(n_images), seed=int(seed))
