@@ -50,8 +50,8 @@ centrality only loosely). The model draws:
   (``sigma = caption_semantic_sigma``; one draw per caption from a stream of its own, so the other draws keep their
   bytes): how much a caption says about its image, apart from its error. A longer semantic part raises a caption's
   cosine to its image and, after normalisation, lowers its mean cosine to the other images (a specific caption); a
-  shorter one does the reverse (a generic caption). ``coco`` is fitted with both; the other presets keep them at 0
-  (``scripts/calibrate_synthetic.py --free`` fits them).
+  shorter one does the reverse (a generic caption). The fitted presets (``flickr30k``, ``coco`` and the text-audio
+  geometry ``audiocaps-clap``) are fitted with both; at 0 (the default) they leave a caption as described above.
 
 Hubs and anti-hubs are not planted: they emerge from this geometry, as in real data. The free parameters were
 fitted to statistics of the raw embeddings only (``scripts/calibrate_synthetic.py --fit``); no normalizer and no
@@ -200,11 +200,12 @@ class GeneratorConfig:
 _CLUSTERED = dict(model="clustered", latent_dim=64, n_topics=300, n_styles=32, image_mean=0.56, text_mean=0.5,
                   hub_scale=0.0)
 _FITTED = {
-    "flickr30k": dict(spectrum_decay=0.5993, detail_decay=0.5472, noise_decay=0.7735, topic_zipf=0.5235,
-                  topic_spread=2.049, topic_spread_sigma=1.067, image_noise_sigma=0.3598, caption_noise_sigma=0.9035,
-                  image_semantic=0.2363, image_noise=0.2712, text_semantic=0.3888, text_noise=0.162,
-                  caption_noise=2.02, caption_shared=0.6103, modality_cos=0.3135, bias_std=0.01241,
-                  caption_bias_std=0.00773, image_style_share=0.7975, text_style_share=0.7544),
+    "flickr30k": dict(spectrum_decay=0.3309, detail_decay=0.5472, noise_decay=0.4632, topic_zipf=0.5235,
+                  topic_spread=2.049, topic_spread_sigma=1.067, image_noise_sigma=0.3351, caption_noise_sigma=0.664,
+                  image_semantic=0.2363, image_noise=0.2712, text_semantic=0.3888, text_noise=0.1806,
+                  caption_noise=2.02, caption_shared=0.6103, modality_cos=0.3408, bias_std=0.015,
+                  caption_bias_std=0.0077, image_style_share=0.8214, text_style_share=0.8594,
+                  caption_error_norm=-0.2913, caption_semantic_sigma=0.2322),
     "coco": dict(spectrum_decay=0.5758, detail_decay=0.6281, noise_decay=0.417, topic_zipf=0.479,
              topic_spread=3.5609, topic_spread_sigma=1.2821, image_noise_sigma=0.1202, caption_noise_sigma=0.9471,
              image_semantic=0.1995, image_noise=0.329, text_semantic=0.3438, text_noise=0.1988, caption_noise=3.7259,
@@ -212,12 +213,13 @@ _FITTED = {
              image_style_share=0.8002, text_style_share=0.8294, caption_error_norm=0.4026,
              caption_semantic_sigma=0.2646),
     # the text-audio geometry of LAION-CLAP on AudioCaps: the audio presets of hubnorm.media build on it
-    "audiocaps-clap": dict(spectrum_decay=0.4578, detail_decay=0.7226, noise_decay=0.8475, topic_zipf=0.4743,
-                           topic_spread=0.3686, topic_spread_sigma=1.113, image_noise_sigma=0.229,
-                           caption_noise_sigma=1.015, image_semantic=2.135, image_noise=0.1731, text_semantic=2.788,
-                           text_noise=0.0764, caption_noise=3.836, caption_shared=0.5728, modality_cos=-0.2627,
-                           bias_std=0.1309, caption_bias_std=0.1454, image_style_share=0.3439,
-                           text_style_share=0.3334, image_mean=0.4186, text_mean=0.4665),
+    "audiocaps-clap": dict(spectrum_decay=0.4578, detail_decay=0.7226, noise_decay=1.2879, topic_zipf=0.4743,
+                           topic_spread=0.3686, topic_spread_sigma=0.9182, image_noise_sigma=0.6465,
+                           caption_noise_sigma=0.8537, image_semantic=2.596, image_noise=0.0675, text_semantic=2.3839,
+                           text_noise=0.0124, caption_noise=3.836, caption_shared=0.5953, modality_cos=-0.2627,
+                           bias_std=0.1184, caption_bias_std=0.1631, image_style_share=0.4592,
+                           text_style_share=0.6725, image_mean=0.3677, text_mean=0.441, caption_error_norm=-0.0997,
+                           caption_semantic_sigma=0.0015),
 }
 
 #: The generator's presets. ``flickr30k`` and ``coco`` (the defaults): the "clustered" model, calibrated to
@@ -279,10 +281,10 @@ class MediaPreset:
 #: exactly what ``scripts/calibrate_synthetic.py --fit-media msrvtt didemo audiocaps clotho --maxfev 60`` wrote into
 #: ``data/calibration_synthetic.csv`` (column "fitted parameters"; ``tests/test_media_presets.py`` compares them).
 _MEDIA_FITTED = {
-    "msrvtt": dict(caption_noise=4.903, caption_bias_std=0.01188, bias_std=0.003317),
-    "didemo": dict(caption_noise=4.985, caption_bias_std=0.01284),
-    "audiocaps": dict(caption_noise=2.575),
-    "clotho": dict(caption_noise=11.12),
+    "msrvtt": dict(caption_noise=4.169, caption_bias_std=0.01223, bias_std=0.003729),
+    "didemo": dict(caption_noise=4.136, caption_bias_std=0.0137),
+    "audiocaps": dict(caption_noise=2.884),
+    "clotho": dict(caption_noise=10.12),
 }
 
 MEDIA_PRESETS: Dict[str, MediaPreset] = {
