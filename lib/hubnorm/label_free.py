@@ -67,7 +67,7 @@ HIGHER_IS_BETTER = {"mutual": True, "robin_hood": False, "skewness": False}
 BENEFIT_THRESHOLDS = {"mutual": 0.0, "robin_hood": 0.10, "skewness": 0.10}
 #: The sets on which the criteria, k, the holdout share and the thresholds were looked at before the report
 #: (``benchmarks/reports/label_free_design.md``, written then and kept); the report's real rows are the test.
-DESIGN_SETS = ("synthetic presets flickr30k and coco (coco as first fitted, before its refit of issue 42), "
+DESIGN_SETS = ("synthetic presets flickr30k and coco as first fitted (before their refits of issue 42), "
                "seeds 100-102")
 _BANK_ONLY = {"k": 10, "holdout": 0.2}
 
