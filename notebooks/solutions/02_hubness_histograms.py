@@ -60,9 +60,9 @@ def exercise_2(seeds=(0, 1, 2), n_test_images: int = 500) -> dict:
     Answer. Skewness is the third standardised moment of N_k: it measures *asymmetry*, not spread, and near 0 its
     sign and order are decided by a handful of targets in the tails (standard error about sqrt(6 / n) over n
     targets). On this synthetic data the order is stable over seeds, but it depends on the k of the measure:
-    query-aware IS at tau = 0.02 halves the skewness of N_10 on every seed, while SN at tau = 0.01 leaves it about
-    where the raw scores had it (within 0.2, above it on seed 2) yet balances the *first* places best (the lower
-    Robin Hood index of N_1, a fifth of the raw one) and has the higher R@1. Sinkhorn equalises the mass
+    query-aware IS at tau = 0.02 cuts the skewness of N_10 to about a third on every seed, while SN at tau = 0.01
+    lowers it less than half as far (by 0.4-1.0 from 2.1-3.0) yet balances the *first* places best (the lower
+    Robin Hood index of N_1, a fifth to a quarter of the raw one) and has the higher R@1. Sinkhorn equalises the mass
     each target receives in a soft assignment of the queries; at tau = 0.01 that assignment is nearly hard, so it
     balances who is ranked first and leaves places 2-10 of the top-10 lists unconstrained, whereas IS at the softer
     tau = 0.02 spreads its correction over a broader neighbourhood. The DBSN paper reports 0.50 (IS) against 0.07
@@ -86,7 +86,9 @@ def exercise_2(seeds=(0, 1, 2), n_test_images: int = 500) -> dict:
         out[seed] = row
     for row in out.values():
         assert row["IS"]["skewness N_10"] < row["raw"]["skewness N_10"] / 1.5, row
-        assert abs(row["SN"]["skewness N_10"] - row["raw"]["skewness N_10"]) < 0.3, row
+        # SN moves the skewness of N_10 less than half as far as IS does
+        assert abs(row["SN"]["skewness N_10"] - row["raw"]["skewness N_10"]) < (
+            row["raw"]["skewness N_10"] - row["IS"]["skewness N_10"]) / 2, row
         for name in ("IS", "SN"):
             assert row[name]["robin_hood N_1"] < row["raw"]["robin_hood N_1"] / 2, row
         assert row["IS"]["skewness N_10"] < row["SN"]["skewness N_10"], row      # N_10: IS is the more balanced

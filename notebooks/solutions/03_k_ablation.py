@@ -80,9 +80,10 @@ def exercise_2(ks=(16, 32, 64, 128, 256, 512), alpha: float = 0.75, n_boot: int 
            f"queries whose outcome differs from k={ks[0]}": changed,
            f"queries won, lost against k={ks[0]}": won_lost,
            f"paired bootstrap sd of R@1(k={ks[-1]}) - R@1(k={ks[0]})": float(np.std(diffs))}
-    # regression check: on this data the whole k-range stays within 5 points (threshold set after seeing the
-    # numbers of the i2t-calibrated generator; a range near 0 or above 5 means the generator changed)
-    assert out["R@1 range over k"] < 5.0, out
+    # regression check: on this data the whole k-range stays within 6 points (threshold set after seeing the
+    # numbers: 5.2 on the refitted flickr30k of issue 42, under 5 before; a range near 0 or above 6 means the
+    # generator changed)
+    assert out["R@1 range over k"] < 6.0, out
     return out
 
 
