@@ -9,7 +9,7 @@
         # (--start: the logistic coordinate of a parameter at its bound cannot move)
     .venv/bin/python scripts/calibrate_synthetic.py --fit flickr30k --method pattern
         # flickr30k's and audiocaps-clap's committed refits (issue 42): compass search (least squares stalls on the
-        # step-shaped objective of Flickr8k's 100 x 5 reference), from earlier least-squares points (--start)
+        # step-shaped objective of Flickr8k's 100 x 5 reference), from points of earlier fits (--start)
     .venv/bin/python scripts/calibrate_synthetic.py --fit coco --also-fit query_bank_gap
         # a fit with statistics the committed preset was fitted without
     .venv/bin/python scripts/calibrate_synthetic.py --media-only     # rewrite only the video/audio section and its csv rows
@@ -835,10 +835,11 @@ def preset_section(seeds, full_seeds, per_seed: pd.DataFrame):
               "and the full-size R@1 that the first fit missed, at the price of a text-to-image headroom above "
               "COCO-500's (its table). `flickr30k` and the text-audio geometry `audiocaps-clap` were refitted "
               "later with both kinds and the same two parameters, by compass search (`--method pattern`: on "
-              "Flickr8k's 100 x 5 reference the objective is too step-shaped for least squares), from earlier "
-              "least-squares points; their refits lower the objective (the sum of squared residuals in "
+              "Flickr8k's 100 x 5 reference the objective is too step-shaped for least squares), from points "
+              "of earlier fits; their refits lower the objective (the sum of squared residuals in "
               "tolerances, each capped) below the first fits': 19.2 against 32.9 (`flickr30k`) and 26.9 against "
-              "32.3 (`audiocaps-clap`). Each refit was adopted after its gains at the papers' sizes had been measured, as the first fits' "
+              "32.3 (`audiocaps-clap`). Each refit was adopted after its gains at the papers' sizes had been "
+              "measured, as the first fits' "
               "had been before it. The text-audio geometry's per-item pulls `bias_std` / `caption_bias_std` may "
               "reach 0.25: LAION-CLAP's items differ in their mean cosine to the other modality about three times "
               "as much as CLIP's. No paper's claim or published gain is part of any "

@@ -89,8 +89,8 @@ STATISTICS: Dict[str, Tuple[str, float, str]] = {
 #: How a pair's cosine follows its items' centrality (``cap_match_rho`` / ``img_match_rho`` of
 #: :func:`hubnorm.geometry.embedding_statistics`), added after the first fits (issue 42: why the item-query gains of
 #: the clustered presets exceed the real ones): reported for every preset, part of the refits of ``coco``, then of
-#: ``flickr30k`` and the text-audio geometry. Their tolerance is the one of the report's other Spearman correlations (``rho_N10_*``), not chosen on these
-#: values.
+#: ``flickr30k`` and the text-audio geometry. Their tolerance is the one of the report's other Spearman correlations
+#: (``rho_N10_*``), not chosen on these values.
 MATCH_STATISTICS = frozenset({"cap_match_rho", "img_match_rho"})
 
 
