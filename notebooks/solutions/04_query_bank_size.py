@@ -62,7 +62,8 @@ def exercise_2(sizes=(5000, 64), seeds=(0, 1, 2)) -> dict:
     of the n targets receives 1/n. With m much smaller than n (64 captions for 500 images) each caption must
     spread its mass over about n/m images, including images that no bank caption resembles: the column
     potentials g_j of those images grow to pull mass in, so the offsets are driven by *which* few captions were
-    drawn, not by the images' hubness, and R@1 falls (below the raw scores here). IS has only the column
+    drawn, not by the images' hubness, and R@1 falls below IS's (about 73 against 75 here, still above the
+    raw 70). IS has only the column
     normalisation — each target is normalised by its own softmax over the bank — so a small bank makes its
     estimate noisier but never forces mass onto targets. With a bank much larger than the gallery both
     constraints can be met without distortion and SN overtakes IS (checked below on this data; DBSN Fig. 7: the
@@ -83,7 +84,9 @@ def exercise_2(sizes=(5000, 64), seeds=(0, 1, 2)) -> dict:
         out[size] = {m: float(np.mean(v)) for m, v in rows.items()}
     big, small = sizes
     assert out[small]["IS"] > out[small]["SN"] + 1 and out[small]["IS"] > out[small]["DBSN"] + 1, out
-    assert out[big]["SN"] > out[big]["IS"], out   # regression check (seen: SN 82.6, IS 81.0 with the full bank)
+    assert out[big]["SN"] > out[big]["IS"], out   # regression check (seen: SN 78.4, IS 77.3 with the full bank)
+    # regression check: the numbers the answer quotes for the small bank (SN/DBSN about 73, IS about 75, raw 70)
+    assert 1.0 <= out[small]["IS"] - out[small]["SN"] <= 3.5, out
     return {"R@1 (mean over bank draws)": out, "raw": hn.evaluate(task.fit(hn.Identity()), task)["R@1"]}
 
 

@@ -73,8 +73,8 @@ def exercise_2(iterations=(1, 3, 10, 30), tau: float = 0.01, bank_size: int = 10
     f_i = tau log(1/m) - tau logsumexp_j((S_ij + g_j) / tau); then every row of the plan
     pi_ij = exp((S_ij + f_i + g_j) / tau) sums to exactly 1/m, and how far the column sums are from 1/n measures
     how far Sinkhorn is from convergence. The error falls with every iteration (Sinkhorn-Knopp converges
-    linearly): on this synthetic data one iteration leaves the worst column off by a factor of about 3.8 (an error
-    of about 280%), three by about 150%, ten (Alg. A1's T) still by about 50%, thirty by about 3%. Yet R@1
+    linearly): on this synthetic data one iteration leaves the worst column off by a factor of about 3.7 (an error
+    of about 270%), three by about 140%, ten (Alg. A1's T) still by about 50%, thirty by about 2%. Yet R@1
     hardly moves after the first iteration (within about one point here, and notebook 05 finds T = 10 within 0.5
     points of convergence): the worst column is a rarely retrieved target whose potential is still climbing, and
     a ranking only needs the offsets' differences between the competing targets of each query.
@@ -90,8 +90,11 @@ def exercise_2(iterations=(1, 3, 10, 30), tau: float = 0.01, bank_size: int = 10
         r1[t] = hn.evaluate(sn, task)["R@1"]
     errs = [err[t] for t in iterations]
     assert all(a > b for a, b in zip(errs, errs[1:])), err   # the column error falls with every iteration count
-    assert err[iterations[-1]] < 0.1 < err[10], err          # regression check (seen: 0.48 at T = 10, 0.031 at T = 30)
-    assert max(r1.values()) - min(r1.values()) < 2.0, r1      # regression check (seen: 80.8 .. 81.5)
+    assert err[iterations[-1]] < 0.1 < err[10], err          # regression check (seen: 0.53 at T = 10, 0.020 at T = 30)
+    assert max(r1.values()) - min(r1.values()) < 2.0, r1      # regression check (seen: 76.3 .. 77.2)
+    # regression check: the errors the answer quotes (about 270%, 140%, 50%, 2% after 1, 3, 10, 30 iterations)
+    quoted = {1: 2.7, 3: 1.4, 10: 0.5, 30: 0.02}
+    assert all(abs(err[t] / v - 1) < 0.25 for t, v in quoted.items() if t in err), err
     return {"max relative column-sum error": err, "R@1": r1}
 
 

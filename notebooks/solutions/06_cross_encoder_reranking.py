@@ -89,7 +89,7 @@ def exercise_2(k: int = 20, lams=(0.0, 0.1, 0.5, 1.0)) -> dict:
         out[label] = {lam: hn.recall_at_k(base.recombine(lam, score_norm=norm).ranks, 1) for lam in lams}
         assert out[label][1.0] == first, out                                 # lambda = 1: the first-stage order
         assert out[label][0.0] == hn.recall_at_k(base.ranks, 1), out         # lambda = 0: the cross-encoder alone
-    # regression check (seen: 96.27 vs 92.53): on this simulator a small first-stage weight beats the CE alone
+    # regression check (seen: 88.13 vs 81.87): on this simulator a small first-stage weight beats the CE alone
     assert out["NORM_ADD"][0.1] > out["NORM_ADD"][0.0], out
     return {"R@1 by lambda": out, "first stage R@1": first, "cross-encoder alone R@1": hn.recall_at_k(base.ranks, 1)}
 

@@ -44,36 +44,47 @@ def exercise_1() -> dict:
     return {"DCG@3": dcg, "IDCG@3": idcg, "NDCG@3 by hand": ours, "NDCG@3 hubnorm": lib, "R@3": 100.0}
 
 
-def exercise_2(n_test_images: int = 300) -> dict:
+def exercise_2(n_test_images: int = 300, seeds=(0, 1, 2)) -> dict:
     """Does hubness reduction improve the whole top 10, or only the rank of the positive?
 
-    Answer. Only the positive, on this synthetic data. NNN raises R@1 by about 4 points (75.6 -> 79.7 at 300 test
-    images, seed 0; +7 at 1000) while the topic NDCG@10 *falls* by about 1.6 points (0.7-1.6 over seeds 0-2); IS
-    at tau = 0.02 gains as much R@1 and moves NDCG@10 by under a point. The reason is in the bias NNN subtracts:
-    an image's bias is the mean of its k most similar bank captions, and that mean is largest for images in a dense
+    Answer. Mostly the positive, on this synthetic data. At 300 test images NNN raises R@1 by about 5 points on
+    every seed (+4.7 on seed 0: 73.9 -> 78.7; +4.7 to +7.1 over seeds 0-5) while the topic NDCG@10 barely moves
+    (-1.2 on seed 0, between -1.2 and +2.0 over seeds 0-5); IS at tau = 0.02 gains as much R@1 or more and lifts
+    NDCG@10 by 0 to 3 points, on every seed more than NNN does. The reason NNN lags is in the bias it subtracts: an
+    image's bias is the mean of its k most similar bank captions, and that mean is largest for images in a dense
     topic, where many captions are alike. So the correction pushes down exactly the images that share the query's
     topic — the graded-relevant ones — and promotes images from other topics into the freed places of the top 10;
-    the one annotated positive climbs because it competed with its own topic's hubs. A hubness correction trades
-    topical neighbours for the exact match: check a graded measure (NDCG with a relevance you trust) before you
-    claim it improves retrieval as a whole. The asserts are regression checks of this data (seen on seeds 0-2).
+    the one annotated positive climbs because it competed with its own topic's hubs. IS divides each image by its
+    softmax mass over the bank, which is less tied to a topic's density. A hubness correction trades some topical
+    neighbours for the exact match: check a graded measure (NDCG with a relevance you trust) before you claim it
+    improves retrieval as a whole. The asserts are regression checks of this data (seen on seeds 0-5).
     """
-    data = hn.load_embeddings("synthetic:flickr30k", seed=0, n_train_images=1000, n_test_images=n_test_images,
-                              n_val_images=0)
-    test, train = data.split("test"), data.split("train")
-    task = hn.build_tasks(test.images.astype(np.float64), test.captions.astype(np.float64), test.caption_to_image,
-                          caption_bank=train.captions.astype(np.float64), directions=("t2i",))["t2i"]
-    rel = topic_relevance(test, "t2i")
     out = {}
-    for name, m in (("raw", hn.Identity()), ("NNN", hn.NearestNeighborNormalization(alpha=0.75, k=16)),
-                    ("IS", hn.InvertedSoftmax(tau=0.02))):
-        m = task.fit(m)
-        s = m.score(task.queries).numpy()
-        out[name] = {"R@1": hn.evaluate(m, task)["R@1"], "NDCG@10": 100 * float(hn.ndcg_at_k(s, rel, 10).mean())}
-    raw = out["raw"]
-    for name in ("NNN", "IS"):
-        assert out[name]["R@1"] > raw["R@1"] + 2, out                   # regression check (seen: +4.1, +4.4)
-    assert out["NNN"]["NDCG@10"] < raw["NDCG@10"] - 0.5, out           # regression check (seen: -1.66)
-    assert abs(out["IS"]["NDCG@10"] - raw["NDCG@10"]) < 1.0, out        # regression check (seen: -0.76)
+    for seed in seeds:
+        data = hn.load_embeddings("synthetic:flickr30k", seed=seed, n_train_images=1000, n_test_images=n_test_images,
+                                  n_val_images=0)
+        test, train = data.split("test"), data.split("train")
+        task = hn.build_tasks(test.images.astype(np.float64), test.captions.astype(np.float64),
+                              test.caption_to_image, caption_bank=train.captions.astype(np.float64),
+                              directions=("t2i",))["t2i"]
+        rel = topic_relevance(test, "t2i")
+        row = {}
+        for name, m in (("raw", hn.Identity()), ("NNN", hn.NearestNeighborNormalization(alpha=0.75, k=16)),
+                        ("IS", hn.InvertedSoftmax(tau=0.02))):
+            m = task.fit(m)
+            sc = m.score(task.queries).numpy()
+            row[name] = {"R@1": hn.evaluate(m, task)["R@1"], "NDCG@10": 100 * float(hn.ndcg_at_k(sc, rel, 10).mean())}
+        raw = row["raw"]
+        gain = {name: {"R@1": row[name]["R@1"] - raw["R@1"], "NDCG@10": row[name]["NDCG@10"] - raw["NDCG@10"]}
+                for name in ("NNN", "IS")}
+        # regression checks (seen on seeds 0-5: NNN R@1 +4.7..+7.1 and NDCG@10 -1.2..+2.0; IS NDCG@10 +0.0..+2.9)
+        assert gain["NNN"]["R@1"] > 4.0 and gain["IS"]["R@1"] > 4.0, (seed, row)
+        assert abs(gain["NNN"]["NDCG@10"]) < gain["NNN"]["R@1"] / 2, (seed, row)    # the top 10 moves far less
+        assert gain["IS"]["NDCG@10"] > gain["NNN"]["NDCG@10"], (seed, row)          # IS keeps more of the topic
+        out[seed] = {**row, "gain": gain}
+    # regression check: the seed-0 numbers the answer quotes (R@1 73.9 -> 78.7, NDCG@10 -1.2)
+    if 0 in out:
+        assert abs(out[0]["gain"]["NNN"]["R@1"] - 4.7) < 0.5 and abs(out[0]["gain"]["NNN"]["NDCG@10"] + 1.2) < 0.5, out[0]
     return out
 
 

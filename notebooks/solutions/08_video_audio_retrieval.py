@@ -68,8 +68,9 @@ def exercise_2(tau: float = 0.02) -> dict:
     Answer. With the test queries as the bank, every test query q is itself a bank query, and its top-1 target is
     in the activation set by construction (A holds the top-k targets of every bank query, k >= 1). So the gate opens
     for every query and DIS applies the inverted-softmax offset to every row: DIS equals IS. With a training bank
-    the gate closes for queries whose top-1 target no bank query ranks first, and DIS sits between the raw scores
-    and IS.
+    the gate closes for queries whose top-1 target no bank query ranks first: DIS's offsets are IS's on the gated
+    rows and zero on the others. Its R@1 then usually lies between the raw scores' and IS's, but need not: a row
+    left raw can be right where IS was wrong (notebook 08's training-bank table has DIS a query above IS).
     """
     d = _data()
     pos = hn.Positives.from_labels(d.caption_to_item, len(d.items))

@@ -74,13 +74,14 @@ def exercise_2(budgets=(0.1, 0.25, 0.5), n_hubs: int = 3) -> dict:
     """A detector from offsets.
 
     Answer. ``offset_detector`` flags items whose IS offset is an outlier on the negative side (a hub has a large
-    log-mean-exp similarity to the bank). On this seed it finds all planted items at budgets 0.25 and 0.5, as the
-    bias detector does, but it also flags a natural hub (precision 0.75 against 1.0): the soft maximum of IS is
-    closer to a single nearest caption, where generic images also score high, while the top-16 mean of the bias
-    detector rewards being close to a crowd of captions, which is what a planted hub is. At budget 0.1 both
-    find only one of the three: a small move leaves an item inside the bulk of the statistic. A statistic of the
-    bank cannot tell a crafted hub from a generic image; it can only say that an item is unusually central. The
-    asserts are regression checks of this seed (set after looking).
+    log-mean-exp similarity to the bank). On this seed it finds all three planted items at every budget, as the
+    bias detector does at budgets 0.25 and 0.5, but it also flags three natural hubs (precision 0.5 against the
+    bias detector's 0.6): the soft maximum of IS is closer to a single nearest caption, where generic images also
+    score high, while the top-16 mean of the bias detector rewards being close to a crowd of captions, which is
+    what a planted hub is. At budget 0.1 the bias detector finds two of the three: a small move leaves an item
+    inside the bulk of its statistic. A statistic of the bank cannot tell a crafted hub from a generic image; it
+    can only say that an item is unusually central. The asserts are regression checks of this seed (set after
+    looking).
     """
     task, attacker = _data()
     out = {}
@@ -95,6 +96,9 @@ def exercise_2(budgets=(0.1, 0.25, 0.5), n_hubs: int = 3) -> dict:
     assert top["IS-offset detector"]["recall"] == 1.0 and top["bias detector"]["recall"] == 1.0, top
     assert top["IS-offset detector"]["precision"] <= top["bias detector"]["precision"], top
     assert out[min(budgets)]["bias detector"]["recall"] < 1.0, out
+    # the numbers the answer quotes: 3 natural hubs flagged beside the 3 planted ones, 2 of 3 found at 0.1
+    assert top["IS-offset detector"]["flagged"] == 6 and top["IS-offset detector"]["true positives"] == n_hubs, top
+    assert out[min(budgets)]["bias detector"]["true positives"] == 2, out
     return out
 
 
