@@ -1,13 +1,11 @@
 """``hubnorm.datasets.load_embeddings`` and the one table of source kinds behind it (``hubnorm.data.sources``) in
 small pieces: the malformed source refused by its message (not a string, no colon), an unknown kind refused by its
 message (both naming every form of the table), a ``sims:`` folder refused by ``load_embeddings`` (it holds score
-matrices), ``HUBNORM_FORBID_SYNTHETIC=1`` refusing synthetic sources only (and
-only for the exact value ``"1"``), and each kind dispatched to its loader with the text after the first colon and the
+matrices), ``HUBNORM_FORBID_SYNTHETIC=1`` refusing synthetic sources only (any on value of
+``hubnorm._env.env_switch`` turns it on, an off value or none leaves it off, anything else is an error naming the
+variable), and each kind dispatched to its loader with the text after the first colon and the
 keyword arguments unchanged (the loaders replaced here by recorders); one real call of the synthetic generator.
 
-Survivors judged equivalent (no test can tell them apart):
-- ``os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0")``: the default ``"0"`` -> ``"XX0XX"``, ``None`` or dropped (3
-  mutants: an unset variable is then still not ``"1"``).
 """
 
 from __future__ import annotations
@@ -78,7 +76,7 @@ def test_each_kind_goes_to_its_loader_with_the_rest_and_the_keywords(source, loa
 def test_forbid_synthetic_refuses_synthetic_sources_only(recorded, monkeypatch):
     monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", "1")
     with pytest.raises(RuntimeError, match=r"^synthetic data \('synthetic:coco'\) requested while "
-                                           r"HUBNORM_FORBID_SYNTHETIC=1: this run must use real embeddings only "
+                                           r"HUBNORM_FORBID_SYNTHETIC is set: this run must use real data only "
                                            r"\(check the source parameters, e\.g\. cross_source\)$"):
         load_embeddings("synthetic:coco")
     assert recorded == []
@@ -87,11 +85,29 @@ def test_forbid_synthetic_refuses_synthetic_sources_only(recorded, monkeypatch):
     assert [c[0] for c in recorded] == ["load_real", "load_cached_embeddings"]
 
 
-@pytest.mark.parametrize("value", ["0", "", "true", "yes", " 1", "11"])
-def test_forbid_synthetic_takes_only_the_value_1(value, recorded, monkeypatch):
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", "yes", "on", " 1", "1\n"])
+def test_forbid_synthetic_takes_every_on_value(value, recorded, monkeypatch):
+    monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", value)
+    with pytest.raises(RuntimeError, match="HUBNORM_FORBID_SYNTHETIC is set"):
+        load_embeddings("synthetic:coco")
+    assert recorded == []
+
+
+@pytest.mark.parametrize("value", ["0", "", "  ", "false", "No", "off"])
+def test_forbid_synthetic_off_values_load(value, recorded, monkeypatch):
     monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", value)
     assert load_embeddings("synthetic:coco") == "from make_dataset"
     assert recorded == [("make_dataset", ("coco",), {})]
+
+
+@pytest.mark.parametrize("value", ["11", "ture", "2", "enabled"])
+def test_forbid_synthetic_refuses_a_value_that_is_no_switch(value, recorded, monkeypatch):
+    monkeypatch.setenv("HUBNORM_FORBID_SYNTHETIC", value)
+    with pytest.raises(ValueError, match=rf"^environment variable HUBNORM_FORBID_SYNTHETIC={value!r} is not an on/off "
+                                         r"switch: set it to 1 \(or true, yes, on\) or 0 \(or false, no, off\), or "
+                                         r"unset it$"):
+        load_embeddings("synthetic:coco")
+    assert recorded == []
 
 
 def test_a_real_synthetic_dataset_comes_back(monkeypatch):

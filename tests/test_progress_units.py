@@ -112,11 +112,13 @@ def test_a_silenced_bar_opens_no_stream(tmp_path, monkeypatch, bars, how):
     assert bar.kwargs["mininterval"] == 2.0 and bar.kwargs["ncols"] == 100 and bar.kwargs["dynamic_ncols"] is False
 
 
-def test_only_zero_silences(monkeypatch, bars):
+@pytest.mark.parametrize("value, disabled", [("0", True), ("false", True), ("off", True), ("1", False),
+                                             ("yes", False), ("", False)])
+def test_the_on_off_rule_of_hubnorm_progress(monkeypatch, bars, value, disabled):
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    monkeypatch.setenv("HUBNORM_PROGRESS", "false")
-    assert pm.progress(range(1)).kwargs["disable"] is False
+    monkeypatch.setenv("HUBNORM_PROGRESS", value)
+    assert pm.progress(range(1)).kwargs["disable"] is disabled
 
 
 def test_the_module_exports_two_names():

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ._env import forbid_synthetic
 from ._validation import unit_rows
 from .data.sims import LETTERS
 from .data.sources import load_source, source_kind
@@ -90,9 +91,7 @@ def make_media(preset: str = "msrvtt", *, seed: int = 0, n_train: Optional[int] 
     the dataset's) with ``train_captions`` captions each (0: no banks)."""
     if preset not in MEDIA_PRESETS:
         raise ValueError(f"unknown video/audio preset {preset!r}; valid: {sorted(MEDIA_PRESETS)}")
-    if os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
-        raise RuntimeError(f"synthetic data (preset {preset!r}) requested while HUBNORM_FORBID_SYNTHETIC=1: this run "
-                           "must use real data")
+    forbid_synthetic(f"preset {preset!r}")
     p = MEDIA_PRESETS[preset]
     ds = make_dataset(preset, seed=seed, n_train_images=n_train, n_test_images=n_test)
     test = ds.splits["test"]

@@ -2,7 +2,7 @@
 
 Where a bar goes:
 
-- ``HUBNORM_PROGRESS=0``: nowhere (silenced);
+- ``HUBNORM_PROGRESS=0`` (or any off value of :func:`hubnorm._env.env_switch`: false, no, off): nowhere (silenced);
 - ``HUBNORM_PROGRESS_FILE=<path>``: appended to that file, never to the notebook cell. ``run_all.sh`` sets it for
   every notebook and streams the file to the terminal while the notebook runs, so the executed copies it writes
   (``results/notebooks/*.ipynb``) carry no progress lines in their cell outputs;
@@ -17,6 +17,8 @@ import sys
 from typing import Dict, TextIO
 
 from tqdm.std import tqdm as _tqdm
+
+from ._env import env_switch
 
 __all__ = ["progress", "progress_stream"]
 
@@ -55,7 +57,7 @@ def progress_stream() -> TextIO:
 def progress(iterable=None, *, desc: str = "", total=None, disable: bool = False, **kwargs):
     """``tqdm(iterable)``: elapsed time, rate and an estimate of the time left, updated every 2 s, on
     :func:`progress_stream` (a side file under ``run_all.sh``, else stderr)."""
-    if os.environ.get("HUBNORM_PROGRESS", "1") == "0":
+    if not env_switch("HUBNORM_PROGRESS", default=True):
         disable = True
     to_file = bool(os.environ.get("HUBNORM_PROGRESS_FILE")) and "file" not in kwargs
     if not disable:

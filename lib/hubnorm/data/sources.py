@@ -22,9 +22,10 @@ tasks of both directions of any kind. A new kind of source is one entry of :data
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable, Dict, Tuple
+
+from .._env import forbid_synthetic
 
 __all__ = ["SOURCE_KINDS", "SourceKind", "source_kind", "load_source"]
 
@@ -99,7 +100,6 @@ def load_source(source: str, **kwargs):
     """What ``source``'s loader gives (an :class:`~hubnorm.embeddings.EmbeddingDataset`, or a
     :class:`~hubnorm.data.sims.SimsFolder` for ``sims:``), ``kwargs`` passed to it unchanged."""
     kind, rest = source_kind(source)
-    if kind.kind == "synthetic" and os.environ.get("HUBNORM_FORBID_SYNTHETIC", "0") == "1":
-        raise RuntimeError(f"synthetic data ({source!r}) requested while HUBNORM_FORBID_SYNTHETIC=1: this run must "
-                           "use real embeddings only (check the source parameters, e.g. cross_source)")
+    if kind.kind == "synthetic":
+        forbid_synthetic(repr(source))
     return kind.load(rest, **kwargs)
