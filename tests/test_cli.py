@@ -6,6 +6,9 @@ index against the library's own top-k, and every bad input against its exit code
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -579,3 +582,17 @@ def test_the_docs_page_shows_what_the_commands_print_now(monkeypatch, tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--check"]) == 0, "docs/cli.md is stale: run .venv/bin/python scripts/cli_examples.py"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("abc", r"--source-option seed must be a non-negative integer; got str 'abc'"),
+    ("-1", r"--source-option seed must be in \[0, 2\*\*63\); got -1"),
+])
+def test_a_bad_seed_option_is_named_as_given(capsys, value, message):
+    code, _, err = run(capsys, "diagnose", "synthetic:flickr30k", *SMALL, "--source-option", f"seed={value}")
+    assert code == 2 and re.search(message, err), err
+
+
+def test_python_m_hubnorm_is_the_command():
+    out = subprocess.run([sys.executable, "-m", "hubnorm", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("usage: hubnorm ") and "diagnose" in out.stdout

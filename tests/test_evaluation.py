@@ -424,3 +424,57 @@ def test_a_stream_of_blocks_must_cover_the_gallery_in_two_dimensional_blocks_and
                                              r"a vector index serving one \(hubnorm\.index\.IndexedRetriever\), "
                                              r"None \(the raw scores\) or an \(m, n\) score array; got "):
             hn.evaluate(bad, task)
+
+
+def _rows(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _gallery_task(seed, n=60, m=90, d=16):
+    unit_rows = _rows
+    rng = np.random.default_rng(seed)
+    targets = unit_rows(rng.normal(size=(n, d)))
+    queries = unit_rows(targets[rng.integers(0, n, m)] + 0.5 * rng.normal(size=(m, d)) / np.sqrt(d))
+    labels = rng.integers(0, n, m)
+    bank = unit_rows(rng.normal(size=(40, d)))
+    return hn.RetrievalTask(queries, targets, hn.Positives.from_labels(labels, n), query_bank=bank)
+
+
+@pytest.mark.parametrize("method", [hn.NearestNeighborNormalization(k=4), hn.InvertedSoftmax(tau=0.05),
+                                    hn.SinkhornNormalization(tau=0.05)], ids=lambda m: type(m).__name__)
+def test_a_normalizer_fitted_on_another_gallery_of_the_same_size_is_refused(method):
+    """Fitted on the validation gallery, scored on the test gallery of the same size: the offsets belong to other
+    targets (R@1 near chance without a word before); so is the same gallery with its rows in another order. A
+    float16 copy of the very gallery, or the task itself, is the same gallery."""
+    val, test = _gallery_task(0), _gallery_task(1)
+    fitted = val.fit(method)
+    with pytest.raises(ValueError, match=rf"^{type(method).__name__} was fitted on another gallery of the same size "
+                                         r"\(60 targets\): its target row 0 differs from this task's .*fit it on this "
+                                         r"task \(task.fit\(normalizer\)\)$"):
+        hn.evaluate(fitted, test)
+    with pytest.raises(ValueError, match="fitted on another gallery"):
+        next(test.blocks(fitted))
+    perm = np.arange(60)
+    perm[[7, 8]] = perm[[8, 7]]
+    shuffled = hn.RetrievalTask(val.queries, val.targets[perm], hn.Positives.from_labels(perm.argsort()[
+        val.positives.indices], 60), query_bank=val.query_bank)
+    with pytest.raises(ValueError, match="its target row 7 differs"):
+        hn.evaluate(fitted, shuffled)
+    same16 = method.fit(_rows(val.targets.astype(np.float16).astype(np.float32)), query_bank=val.query_bank)
+    assert hn.evaluate(same16, val)["R@1"] == pytest.approx(hn.evaluate(val.fit(method), val)["R@1"], abs=5.0)
+    hn.evaluate(val.fit(method), val)   # fitted on this task: fine
+
+
+@pytest.mark.parametrize("ks, error, message", [
+    (5, TypeError, r"^ks must be a sequence of positive integers such as \(1, 5, 10\) \(one K: \(5,\)\); got int 5$"),
+    ("15", TypeError, r"^ks must be a sequence of positive integers .* got str '15'$"),
+    ((), ValueError, r"^ks is empty: give at least one K, e.g. \(1, 5, 10\)$"),
+    ((1, 0), ValueError, r"^k must be >= 1; got 0$"),
+])
+def test_ks_must_be_a_sequence_of_cutoffs(ks, error, message):
+    task = _gallery_task(0)
+    with pytest.raises(error, match=message):
+        hn.summarize_ranks(np.array([0, 3, 1]), ks=ks)
+    with pytest.raises(error, match=message):
+        hn.evaluate(None, task, ks=ks)
+    assert hn.summarize_ranks(np.array([0, 3, 1]), ks=[5])["R@5"] == 100.0

@@ -247,6 +247,24 @@ def test_positives_from_pairs_group_each_querys_targets_in_order():
     assert pos.indptr.tolist() == [0, 2, 3, 5, 6] and pos.indices.tolist() == [1, 4, 0, 3, 5, 2]
 
 
+@pytest.mark.parametrize("args, error, message", [
+    (([0.9, 1.9], [0, 1], 2, 2), TypeError, r"^query_idx must hold integers; got dtype float64$"),
+    (([0, 1], [0.0, 1.0], 2, 2), TypeError, r"^target_idx must hold integers; got dtype float64$"),
+    (([0, 1, 2], [0, 1], 3, 2), ValueError, r"^query_idx and target_idx are the two halves of the \(query, target\) "
+                                            r"pairs and must have one length; got 3 and 2$"),
+    (([0, 1, 2], [0, 1, 2], 2, 3), ValueError, r"^query_idx holds 2, out of range for n_queries=2: indices run from 0 "
+                                               r"to n_queries - 1$"),
+    (([0, 1, 2], [0, 1, 5], 3, 3), ValueError, r"^target_idx holds 5, out of range for n_targets=3"),
+    (([0, -1], [0, 1], 2, 2), ValueError, r"^query_idx must be >= 0; got -1$"),
+    (([], [], 2, 2), ValueError, r"^query_idx must be a non-empty 1-D array of integer indices; got shape \(0,\)$"),
+    (([0, 1], [0, 1], 0, 2), ValueError, r"n_queries"),
+    (([0, 1], [0, 1], 2, 2.5), TypeError, r"n_targets"),
+])
+def test_positives_from_pairs_refuses_what_would_be_truncated_or_misread(args, error, message):
+    with pytest.raises(error, match=message):
+        positives_from_pairs(*args)
+
+
 # ----------------------------------------------------------------------------------------------- sims folders
 def test_the_tasks_of_a_sims_folder_carry_its_labels_files_and_reading_options(tmp_path):
     from hubnorm.data.sims import load_sims

@@ -84,8 +84,14 @@ def test_as_embeddings_dimension_finiteness_and_norms():
     ok = x * (1 + 0.999e-3)
     v.as_embeddings(ok, "bank")
     with pytest.raises(ValueError, match=r"bank rows are not L2-normalised \(largest \|norm - 1\| = 0\.002\): use "
-                                         r"hubnorm\.l2_normalize\(bank\) first, or pass check_normalized=False"):
+                                         r"hubnorm\.l2_normalize\(bank\) first \(cosine retrieval; a hubnorm normalizer "
+                                         r"scoring raw dot products instead takes check_normalized=False\)$"):
         v.as_embeddings(x * 1.002, "bank")
+    zero = x.copy()
+    zero[[2, 5]] = 0
+    with pytest.raises(ValueError, match=r"^bank has 2 all-zero row\(s\) \(the first is row 2\): an embedding of "
+                                         r"nothing has no direction; drop those rows \(and their pairs\)$"):
+        v.as_embeddings(zero, "bank")
     with pytest.raises(ValueError, match="not L2-normalised"):
         v.as_embeddings(x * 0.998, "bank")
     with pytest.raises(ValueError, match="not L2-normalised"):

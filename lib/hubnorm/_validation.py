@@ -100,11 +100,16 @@ def as_embeddings(
         raise ValueError(f"{name} contains NaN or Inf in {bad} row(s): fix or drop those embeddings")
     if check_normalized:
         norms = torch.linalg.vector_norm(t, dim=1)
+        zero = torch.nonzero(norms == 0)
+        if zero.numel():
+            raise ValueError(f"{name} has {zero.numel()} all-zero row(s) (the first is row {int(zero[0, 0])}): an "
+                             "embedding of nothing has no direction; drop those rows (and their pairs)")
         worst = float((norms - 1).abs().max())
         if worst > NORM_TOLERANCE:
             raise ValueError(
                 f"{name} rows are not L2-normalised (largest |norm - 1| = {worst:.3g}): "
-                f"use hubnorm.l2_normalize({name}) first, or pass check_normalized=False"
+                f"use hubnorm.l2_normalize({name}) first (cosine retrieval; a hubnorm normalizer scoring raw dot "
+                "products instead takes check_normalized=False)"
             )
     return t
 
@@ -143,6 +148,17 @@ def check_positive_int(value, name: str, *, maximum: Optional[int] = None, max_n
     if maximum is not None and value > maximum:
         raise ValueError(f"{name}={value} is larger than {max_name or 'the allowed maximum'} ({maximum}): use {name} <= {maximum}")
     return value
+
+
+def check_ks(ks, name: str = "ks") -> list:
+    """The cut-offs ``K`` of R@K: a non-empty sequence of positive integers (one K is ``(5,)``, not ``5``)."""
+    if isinstance(ks, (str, bytes)) or not hasattr(ks, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of positive integers such as (1, 5, 10) (one K: ({ks!r},)); "
+                        f"got {type(ks).__name__} {ks!r}")
+    out = [check_positive_int(k, "k") for k in ks]
+    if not out:
+        raise ValueError(f"{name} is empty: give at least one K, e.g. (1, 5, 10)")
+    return out
 
 
 def check_positive_float(value, name: str) -> float:

@@ -143,6 +143,10 @@ def open_source(source: str, *, directions: Optional[Sequence[str]] = None,
 
     kind, _ = source_kind(source)   # one message for every malformed source (hubnorm.data.sources)
     kwargs = dict(options or {})
+    if "seed" in kwargs:   # the split's seed: named as the user gave it, not as the loader calls it
+        from ._validation import check_seed
+
+        kwargs["seed"] = check_seed(kwargs["seed"], "--source-option seed")
     if kind.splits:
         kwargs.setdefault("seed", seed)   # the seed of the test / train split of a folder or release
         kwargs.setdefault("val", False)   # the whole training split is the reference bank

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .kernels import block_rows, counts_namespace, iter_blocks
-from ._validation import check_chunk_size, check_positive_int
+from ._validation import check_chunk_size, check_ks, check_positive_int
 from .provenance import bank_mark, certificate_mark, note_recalls, note_result, requested_certificate
 from .retrieval import Positives, RetrievalTask
 
@@ -229,7 +229,7 @@ def summarize_rank_rows(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> Li
 
 def _summaries(ranks: np.ndarray, ks: Sequence[int]) -> List[Dict[str, float]]:
     """The body of :func:`summarize_rank_rows` on a checked 2-D array of ranks."""
-    ks = [check_positive_int(k, "k") for k in ks]
+    ks = check_ks(ks)
     m = ranks.shape[1]
     recall = {k: 100.0 * (np.count_nonzero(ranks < k, axis=1) / m) for k in ks}
     mdr = np.floor(np.median(ranks, axis=1)) + 1
@@ -308,6 +308,7 @@ def evaluate(
     if not isinstance(task, RetrievalTask):
         raise TypeError(f"task must be a hubnorm.RetrievalTask (embeddings or score matrices); got "
                         f"{type(task).__name__}")
+    ks = check_ks(ks)
     served = hasattr(normalizer, "search") and hasattr(normalizer, "normalizer")   # a vector index's top-k lists
     fitted = normalizer.normalizer if served else normalizer
     cert = requested_certificate(fitted, task, certificate)

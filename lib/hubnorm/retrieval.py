@@ -424,11 +424,46 @@ class RetrievalTask:
                 mats[(r, c)] = m
         return replace(self, **cut, scores=mats, meta=dict(self.meta), hints=dict(self.hints), check=False)
 
+    #: rows of the gallery compared at a time by :meth:`_check_fitted_gallery`
+    GALLERY_CHECK_ROWS = 65536
+    #: the largest difference of one coordinate between the fitted and the task's gallery still taken as the same
+    #: row: a float16 copy of a unit vector differs from its float32 original by at most about 5e-4
+    GALLERY_ATOL = 2e-3
+
+    def _check_fitted_gallery(self, normalizer) -> None:
+        """Refuse a normalizer fitted on *another* gallery of this task's size (the validation images against the
+        test images, or this gallery in another order): its offsets belong to the targets it was fitted on, and
+        scoring with them would rank this task's targets by another gallery's hubness without a word. Compared when
+        both hold the gallery as embeddings (the normalizer's ``targets_``, the task's ``targets``), row block by
+        row block, to :data:`GALLERY_ATOL` (a float16 or float32 copy of the same gallery passes)."""
+        fitted = getattr(normalizer, "targets_", None)
+        mine = self.targets
+        if fitted is None or mine is None or fitted is mine:
+            return
+        n = fitted.shape[0]
+        if tuple(fitted.shape) != tuple(np.shape(mine)):
+            raise ValueError(f"{type(normalizer).__name__} was fitted on a gallery of shape {tuple(fitted.shape)} but "
+                             f"this task's is {tuple(np.shape(mine))}: fit it on this task (task.fit(normalizer))")
+        for r0 in range(0, n, self.GALLERY_CHECK_ROWS):
+            r1 = min(n, r0 + self.GALLERY_CHECK_ROWS)
+            a = fitted[r0:r1].detach().to("cpu", torch.float32)
+            b = torch.as_tensor(np.asarray(mine[r0:r1]) if not isinstance(mine, torch.Tensor) else mine[r0:r1]
+                                ).to("cpu", torch.float32)
+            diff = (a - b).abs().amax(dim=1)
+            bad = torch.nonzero(diff > self.GALLERY_ATOL)
+            if bad.numel():
+                row = r0 + int(bad[0, 0])
+                raise ValueError(
+                    f"{type(normalizer).__name__} was fitted on another gallery of the same size ({n} targets): its "
+                    f"target row {row} differs from this task's (by up to {float(diff.max()):.3g} in one coordinate), "
+                    "e.g. fitted on the validation split, or on this gallery in another order. Its offsets belong "
+                    "to the gallery it was fitted on: fit it on this task (task.fit(normalizer))")
+
     def blocks(self, normalizer=None, chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
         """``(start_row, block)`` of the test scores, normalised by a fitted ``normalizer`` (None: the raw scores),
         row block by row block: the queries' scores from embeddings, or the test score matrix's blocks. A
-        normalizer fitted on a gallery of another size is refused (one of the same size is not told apart: fit it
-        on the task you score). ``normalizer`` may be any fitted scorer with ``iter_scores``
+        normalizer fitted on a gallery of another size is refused, and so is one fitted on other gallery
+        embeddings of the same size (:meth:`_check_fitted_gallery`): fit it on the task you score. ``normalizer`` may be any fitted scorer with ``iter_scores``
         (embeddings) or ``normalize_scores`` (score matrices); a :class:`hubnorm.Normalizer` is checked further."""
         chunk_size = check_chunk_size(chunk_size)
         is_normalizer = hasattr(normalizer, "n_fitted_targets")
@@ -437,6 +472,7 @@ class RetrievalTask:
             if fitted_n != self.n_targets:
                 raise ValueError(f"{type(normalizer).__name__} was fitted on a gallery of {fitted_n} targets but this "
                                  f"task has {self.n_targets}: fit it on this task (task.fit(normalizer))")
+            self._check_fitted_gallery(normalizer)
         if self.engine is None:
             if normalizer is not None:
                 if is_normalizer and normalizer.fitted_from_scores():

@@ -58,8 +58,22 @@ def score_matrices(queries, targets, query_bank=None, target_bank=None) -> Dict[
 
 
 def positives_from_pairs(query_idx, target_idx, n_queries: int, n_targets: int) -> Positives:
-    """:class:`hubnorm.Positives` from the ``(query, target)`` index pairs of every positive."""
-    q, t = np.asarray(query_idx, dtype=np.int64), np.asarray(target_idx, dtype=np.int64)
+    """:class:`hubnorm.Positives` from the ``(query, target)`` index pairs of every positive: two 1-D integer
+    arrays of one length (floats are refused, never truncated), queries in ``[0, n_queries)``, targets in
+    ``[0, n_targets)``."""
+    from ._validation import check_positive_int
+    from .retrieval import _as_index_array
+
+    n_queries = check_positive_int(n_queries, "n_queries")
+    n_targets = check_positive_int(n_targets, "n_targets")
+    q, t = _as_index_array(query_idx, "query_idx"), _as_index_array(target_idx, "target_idx")
+    if q.size != t.size:
+        raise ValueError(f"query_idx and target_idx are the two halves of the (query, target) pairs and must have one "
+                         f"length; got {q.size} and {t.size}")
+    for arr, name, what in ((q, "query_idx", "n_queries"), (t, "target_idx", "n_targets")):
+        n = n_queries if what == "n_queries" else n_targets
+        if arr.max() >= n:
+            raise ValueError(f"{name} holds {arr.max()}, out of range for {what}={n}: indices run from 0 to {what} - 1")
     order = np.lexsort((t, q))
     indptr = np.concatenate([[0], np.cumsum(np.bincount(q, minlength=n_queries))])
     return Positives(indptr, t[order], n_targets)
