@@ -48,7 +48,10 @@ def test_coco500_folder_and_random_control():
     assert ds.split("test").caption_texts is None
     task = ds.tasks("test", bank=None)["t2i"]
     real = hn.evaluate(task.fit(hn.make_normalizer("raw")), task)
-    ctrl = load_local_embeddings(folder / "features_clip_random.npy")
+    with pytest.raises(ValueError, match=r"features_clip_random.npy: its captions find their own image first for "
+                                         r"0.2% of them, at chance level \(0.20% for random pairs\)"):
+        load_local_embeddings(folder / "features_clip_random.npy")
+    ctrl = load_local_embeddings(folder / "features_clip_random.npy", check_pairs=False)   # at chance on purpose
     assert ctrl.name.endswith("features_clip_random")
     t2 = ctrl.tasks("test", bank=None)["t2i"]
     rand = hn.evaluate(t2.fit(hn.make_normalizer("raw")), t2)
@@ -78,7 +81,7 @@ def test_mismatched_counts_raise(tmp_path):
     with pytest.raises(ValueError, match="image_embeddings.npy has 5 rows"):
         load_local_embeddings(tmp_path)
     np.save(tmp_path / "features_clip.npy", np.zeros((3, 4, 8), np.float32))
-    with pytest.raises(ValueError, match=r"expected shape \(2, n, d\)"):
+    with pytest.raises(ValueError, match=r"expected a float array of shape \(2, n, d\)"):
         load_local_embeddings(tmp_path / "features_clip.npy")
 
 

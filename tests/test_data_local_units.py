@@ -7,9 +7,8 @@ stacked layout, which layout and which label ``read_local`` picks, and ``split_b
 out by hand from the seeded permutation (every check of ``test_fraction`` at its boundaries).
 
 Survivors judged equivalent (no test can tell them apart):
-- the ``pragma: no cover`` branch of ``_stacked`` (image and text rows of one (2, n, d) array always agree).
 - ``_read_metadata``: ``io.StringIO``'s ``newline=""`` dropped (its default ``"\n"`` translates nothing either; the
-  csv reader splits the lines), ``"utf-8"`` written ``"UTF-8"`` (an alias).
+  csv reader splits the lines), ``"utf-8-sig"`` written ``"UTF-8-SIG"`` (an alias).
 - ``_per_caption``: ``dtype=np.int64`` dropped from ``np.asarray`` of the Python ints of ``c2i`` and from
   ``np.full`` of ``first`` (NumPy's default integer is int64 on this platform); the fill value of ``first`` (-1 ->
   +1, -2: every image has a caption, so every entry is overwritten); the backward loop starting at ``len - 2``
@@ -123,13 +122,35 @@ def test_read_metadata_without_captions_ids_or_rows(tmp_path):
     assert local._read_metadata(tmp_path / "z.csv", files) == (None, None)
 
 
-def test_read_metadata_prefers_image_id_and_falls_back_on_blanks(tmp_path):
-    files = {"m.csv": _csv(["image_id", "image", "caption"], [("a", "p", "x"), ("", "q", "y")])}
-    assert local._read_metadata(tmp_path / "m.csv", files) == (["a", "q"], ["x", "y"])
+def test_read_metadata_reads_the_first_id_column_and_refuses_an_empty_id(tmp_path):
+    files = {"m.csv": _csv(["image", "image_id", "caption"], [("p", "a", "x"), ("q", "b", "y")])}
+    assert local._read_metadata(tmp_path / "m.csv", files) == (["a", "b"], ["x", "y"])   # image_id first
+    files = {"m.csv": _csv(["image_path", "caption"], [("p", "x"), ("q", "y")])}
+    assert local._read_metadata(tmp_path / "m.csv", files) == (["p", "q"], ["x", "y"])
     files = {"m.csv": b"image_id,caption\na,x\nb\n"}         # a short row: no id missing, one caption missing
     assert local._read_metadata(tmp_path / "m.csv", files) == (["a", "b"], ["x", None])
-    files = {"m.csv": b"caption,image_id\nx,a\ny\n"}         # a row without its id: no ids at all
-    assert local._read_metadata(tmp_path / "m.csv", files) == (None, ["x", "y"])
+    for text in (b"caption,image_id\nx,a\ny\n", b"image_id,caption\na,x\n ,y\n",
+                 b"image_id,image,caption\na,p,x\n,q,y\n"):    # a row without its id (the other column is not read)
+        with pytest.raises(ValueError, match=r"m.csv: 1 row\(s\) have no image_id \(the first is caption row 1, line 3 "
+                                             r"of the file\): give every caption the id of its image$"):
+            local._read_metadata(tmp_path / "m.csv", {"m.csv": text})
+
+
+def test_read_metadata_refuses_a_file_without_the_columns_it_reads(tmp_path):
+    for text, header in ((b"img,text\na,x\n", "['img', 'text']"), (b"image_id;caption\na;x\n", "['image_id;caption']")):
+        with pytest.raises(ValueError, match=r"m.csv has neither an image id column \(image_id, image, image_path\) "
+                                             rf"nor a caption column; its header reads {re.escape(header)}: name the "
+                                             r"columns image_id and caption, separated by commas$"):
+            local._read_metadata(tmp_path / "m.csv", {"m.csv": text})
+
+
+def test_read_metadata_reads_a_byte_order_mark_and_names_another_encoding(tmp_path):
+    files = {"m.csv": "image_id,caption\na,café\n".encode("utf-8-sig")}     # what a spreadsheet writes
+    assert local._read_metadata(tmp_path / "m.csv", files) == (["a"], ["café"])
+    files = {"m.csv": "image_id,caption\na,café\n".encode("latin-1")}
+    with pytest.raises(ValueError, match=r"m.csv is not UTF-8 text \(invalid continuation byte at byte 22\): save it "
+                                         r"as UTF-8 \(CSV UTF-8 in a spreadsheet program\)$"):
+        local._read_metadata(tmp_path / "m.csv", files)
 
 
 def test_read_metadata_is_utf8_and_keeps_quoted_newlines(tmp_path):
@@ -178,8 +199,8 @@ def test_per_caption_metadata_without_ids_uses_the_caption_count(tmp_path):
     files["metadata.csv"] = _csv(["image_id"], [(f"i{j // 2}",) for j in range(7)])
     with pytest.raises(ValueError, match="metadata.csv has 7 rows but text_embeddings.npy has 6"):
         local._per_caption(tmp_path, files)
-    files["metadata.csv"] = b"other\n1\n"                     # neither ids nor captions: 0 rows of metadata
-    with pytest.raises(ValueError, match="metadata.csv has 0 rows but text_embeddings.npy has 6"):
+    files["metadata.csv"] = b"other\n1\n"                     # neither ids nor captions: named, not counted as 0
+    with pytest.raises(ValueError, match="metadata.csv has neither an image id column"):
         local._per_caption(tmp_path, files)
 
 
@@ -312,11 +333,27 @@ def test_stacked(tmp_path):
     images, texts, c2i, ids, caps, meta = local._stacked(tmp_path / "features_x.npy", {"features_x.npy": _npy(arr)})
     assert np.array_equal(images, arr[0]) and np.array_equal(texts, arr[1]) and c2i.tolist() == [0, 1, 2, 3, 4]
     assert ids is None and caps is None and meta == {"file": "features_x.npy"}
-    for bad, shape in ((np.zeros((3, 5, 4)), r"\(3, 5, 4\)"), (np.zeros((2, 5)), r"\(2, 5\)"),
-                       (np.zeros((2, 5, 4, 1)), r"\(2, 5, 4, 1\)"), (np.zeros((1, 5, 4)), r"\(1, 5, 4\)")):
-        with pytest.raises(ValueError, match=rf"features_x.npy: expected shape \(2, n, d\) \(images, texts\); got "
-                                             rf"{shape}"):
+    for bad, shape in ((np.zeros((3, 5, 4)), r"\(3, 5, 4\), dtype float64"), (np.zeros((2, 5)), r"\(2, 5\), dtype float64"),
+                       (np.zeros((2, 5, 4, 1)), r"\(2, 5, 4, 1\), dtype float64"),
+                       (np.zeros((1, 5, 4)), r"\(1, 5, 4\), dtype float64"),
+                       (np.zeros((2, 5, 4), np.int64), r"\(2, 5, 4\), dtype int64")):
+        with pytest.raises(ValueError, match=rf"features_x.npy: expected a float array of shape \(2, n, d\) \(images, "
+                                             rf"texts\); got shape {shape}$"):
             local._stacked(tmp_path / "features_x.npy", {"features_x.npy": _npy(bad)})
+    with pytest.raises(ValueError, match=r"features_x.npy holds no embeddings \(shape \(2, 0, 4\)\): export them again"):
+        local._stacked(tmp_path / "features_x.npy", {"features_x.npy": _npy(np.zeros((2, 0, 4)))})
+
+
+def test_stacked_equal_image_rows_are_one_image(tmp_path):
+    """An image repeated for each of its captions (rows 0, 2, 3 one image; 1, 4 another): each distinct row once,
+    in order of first appearance, with all its copies' captions; a gallery with copies would count a copy as a
+    miss."""
+    img = _unit(3)
+    rows = img[[1, 0, 1, 1, 0, 2]]
+    txt = _unit(6, seed=1)
+    images, texts, c2i, _, _, meta = local._stacked(tmp_path / "f.npy", {"f.npy": _npy(np.stack([rows, txt]))})
+    assert np.array_equal(images, img[[1, 0, 2]]) and np.array_equal(texts, txt)
+    assert c2i.tolist() == [0, 1, 0, 0, 1, 2] and meta == {"file": "f.npy", "grouped_image_rows": 3}
 
 
 # ------------------------------------------------------------------------------------------------ read_local
@@ -451,3 +488,87 @@ def test_load_local_embeddings_passes_every_option(tmp_path):
     files = {"features_clip.npy": _npy(arr)}
     got = load_local_embeddings(tmp_path / "nowhere" / "coll", files=files, test_fraction=0.3, seed=5, val=False)
     assert np.array_equal(got.split("test").images, ref.split("test").images)
+
+
+# ------------------------------------------------------------------------------------ pairs and named image rows
+def _paired(n_img=30, per=2, d=16, seed=0, noise=0.3):
+    """One row per image and ``per`` captions each, each caption near its image (raw R@1 far above chance)."""
+    rng = np.random.default_rng(seed)
+    img = _unit(n_img, d, seed)
+    c2i = np.repeat(np.arange(n_img), per)
+    txt = img[c2i] + noise * rng.standard_normal((len(c2i), d)) / np.sqrt(d)
+    return img, (txt / np.linalg.norm(txt, axis=1, keepdims=True)).astype(np.float32), c2i
+
+
+def test_pairs_at_chance_by_the_score_checks_rule():
+    img, txt, c2i = _paired()
+    assert local.pairs_at_chance(img, txt, c2i) is None
+    wrong = np.random.default_rng(1).permutation(30)[c2i]
+    r1, chance = local.pairs_at_chance(img, txt, wrong)
+    assert chance == pytest.approx(1 / 30) and r1 == pytest.approx(np.mean(wrong == c2i))
+    assert local.pairs_at_chance(img[:19], txt[:38], c2i[:38] % 19) is None        # under MIN_ITEMS: not judged
+    big_img, big_txt, big_c2i = _paired(n_img=1100, per=2, d=32)                  # a seeded sample of the captions
+    assert local.pairs_at_chance(big_img, big_txt, big_c2i) is None
+    assert local.pairs_at_chance(big_img, big_txt, np.roll(big_c2i, 2)) is not None
+
+
+def test_one_row_per_image_in_another_order_than_the_ids_is_refused_and_images_csv_names_the_rows(tmp_path):
+    """Images in row order 0..29, captions shuffled with their ids: without images.csv, row i is the i-th id in
+    order of first appearance (wrong here: refused at chance level); images.csv names the rows and the same folder
+    loads right."""
+    img, txt, c2i = _paired()
+    perm = np.random.default_rng(2).permutation(len(c2i))
+    files = {"image_embeddings.npy": _npy(img), "text_embeddings.npy": _npy(txt[perm]),
+             "metadata.csv": _csv(["image_id", "caption"], [(f"img{i}", f"c{j}") for j, i in enumerate(c2i[perm])])}
+    folder = _write(tmp_path / "f", files)
+    with pytest.raises(ValueError, match=r"f: its captions find their own image first for [0-9.]+% of them, at chance "
+                                         r"level \(3.33% for random pairs\): the captions are not paired with the "
+                                         r"right images\. .*add images.csv \(an image_id column, row i = image row i\); "
+                                         r"a folder at chance on purpose \(a random-init control\) loads with "
+                                         r"check_pairs=False \(--source-option check_pairs=false\)$"):
+        read_local(folder)
+    full, _, _ = read_local(folder, check_pairs=False)                         # loads, wrongly paired, when asked
+    assert not np.array_equal(full.images[full.caption_to_image], img[c2i[perm]])
+    (folder / "images.csv").write_bytes(_csv(["image_id"], [(f"img{i}",) for i in range(30)]))
+    full, _, _ = read_local(folder)
+    assert np.array_equal(full.images, img) and full.caption_to_image.tolist() == c2i[perm].tolist()
+    assert full.image_ids == [f"img{i}" for i in range(30)]
+    for text, msg in ((_csv(["image_id"], [(f"img{i}",) for i in range(29)]),
+                       r"images.csv must have an image_id column with one row per row of image_embeddings.npy \(30\); "
+                       r"got 29"),
+                      (_csv(["image_id"], [(f"img{min(i, 28)}",) for i in range(30)]),
+                       r"images.csv: image_id 'img28' names rows 28 and 29: give each image row its own id"),
+                      (_csv(["image_id"], [(f"img{i}",) for i in range(1, 31)]),
+                       r"f: 2 caption\(s\) of metadata.csv name an image_id that images.csv does not list \(e.g. "
+                       r"'img0'\): list every image, or fix the ids")):
+        (folder / "images.csv").write_bytes(text)
+        with pytest.raises(ValueError, match=msg):
+            read_local(folder)
+    with pytest.raises(TypeError, match="^check_pairs must be True or False; got 'no'$"):
+        read_local(folder, check_pairs="no")
+
+
+def test_empty_embedding_files_are_named(tmp_path):
+    x, txt, _, _ = _percap()
+    for name in ("image_embeddings.npy", "text_embeddings.npy"):
+        files = {"image_embeddings.npy": _npy(x), "text_embeddings.npy": _npy(txt), name: _npy(np.zeros((0, 4)))}
+        with pytest.raises(ValueError, match=rf"{name} holds no embeddings \(shape \(0, 4\)\): export them again$"):
+            local._per_caption(tmp_path, files)
+
+
+def test_rows_are_made_unit_when_they_are_not_and_kept_when_they_are(tmp_path):
+    img, txt, c2i = _paired()
+    files = {"image_embeddings.npy": _npy(img), "text_embeddings.npy": _npy(3.0 * txt),
+             "metadata.csv": _csv(["image_id"], [(f"i{i}",) for i in c2i])}
+    full, _, meta = read_local(tmp_path / "f", files=files)
+    assert np.array_equal(full.images, img)                      # unit already: the same bits
+    np.testing.assert_allclose(full.captions, txt, atol=1e-7)
+    assert meta["normalised"] == ["text embeddings"]
+    files["text_embeddings.npy"] = _npy(txt)
+    assert "normalised" not in read_local(tmp_path / "f", files=files)[2]
+    zero = txt.copy()
+    zero[4] = 0
+    files["text_embeddings.npy"] = _npy(zero)
+    with pytest.raises(ValueError, match=r"f: the text embeddings have 1 all-zero row\(s\) \(the first is row 4\): an "
+                                         r"embedding of nothing has no direction; drop those rows \(and their pairs\)$"):
+        read_local(tmp_path / "f", files=files)

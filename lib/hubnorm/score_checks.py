@@ -60,6 +60,14 @@ RELIABILITY = 0.5
 TRANSPOSE_FACTOR = 3.0
 
 
+def at_chance(r1: float, chance: float, n_rows: int) -> bool:
+    """Whether a raw R@1 of ``r1`` over ``n_rows`` queries is at chance level: at most :data:`CHANCE_FACTOR` x the
+    R@1 ``chance`` of random scores, plus three binomial standard deviations of it (the pairs or positives do not
+    belong to the scores). The one rule of the score matrices' checks and of a local folder's pairs
+    (:func:`hubnorm.data.local.read_local`)."""
+    return r1 <= CHANCE_FACTOR * chance + 3.0 * np.sqrt(chance * (1.0 - chance) / n_rows)
+
+
 class MatrixStats:
     """Row and column sums and maxima of one matrix, accumulated from blocks of whole rows (float64)."""
 
@@ -220,7 +228,7 @@ def findings(stats: Dict[str, MatrixStats], pos: PositiveScores, names: Mapping[
             out.append(f"{name} looks transposed: raw R@1 is {100 * r1:.1f} as given and {100 * alt:.1f} read the "
                        f"other way; {transpose_fix}")
             return out
-    if r1 <= CHANCE_FACTOR * chance + 3.0 * np.sqrt(chance * (1.0 - chance) / n_rows):   # + 3 binomial sd
+    if at_chance(r1, chance, n_rows):
         out.append(f"raw R@1 of {name} is {100 * r1:.1f}, at chance level ({100 * chance:.2f} for random scores): "
                    "the positives do not belong to this matrix (shifted or shuffled rows, another split, or test and "
                    f"bank {'files' if folder else 'matrices'} swapped); check that row i of the positives is row i of "

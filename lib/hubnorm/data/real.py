@@ -622,7 +622,7 @@ def load_real(name: str, *, test_fraction: float = 0.5, seed: int = 0, val: bool
     control = features is not None and features != stacked[0]
     ds = load_local_embeddings(fetched.folder, files=fetched.contents, features=features or "features_clip.npy",
                                name=rel.name + (f"/{Path(features).stem}" if control else ""),
-                               test_fraction=test_fraction, seed=seed, val=val)
+                               test_fraction=test_fraction, seed=seed, val=val, check_pairs=not control)
     if (ds.meta["n_images"], ds.meta["n_captions"]) != (rel.n_items, rel.n_captions):
         raise ValueError(f"{name}: the loader found {ds.meta['n_images']} images / {ds.meta['n_captions']} captions; "
                          f"the registry says {rel.n_items} / {rel.n_captions}")
