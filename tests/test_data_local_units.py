@@ -18,6 +18,12 @@ Survivors judged equivalent (no test can tell them apart):
 - ``_load_npy`` reading a disk file through ``_bytes`` (``files is None`` -> ``... and False``): the same bytes,
   and ``_bytes`` refuses a non-regular file through ``_regular`` as well.
 - ``read_local``'s ``label = None`` -> ``""`` (``label or folder_.name`` treats both alike).
+- ``_unit``: ``x.astype(np.float64)`` -> ``astype(None)`` (None is float64); ``<= NORM_TOLERANCE`` -> ``<`` (a
+  row norm exactly 1 +- 1e-3 in float64 is not constructible from float32 rows); ``unit_rows``' name (used in
+  errors that the checks before it rule out).
+- ``pairs_at_chance``: the block size (1 << 22 rows x images, or twice / half that, or at least 2 rows: only the
+  chunks of one argmax differ); ``len(rows) >= PAIR_CHECK_CAPTIONS`` (a sample of all rows without replacement,
+  sorted, is all rows); ``replace=None`` (falsy, as False).
 """
 
 from __future__ import annotations
@@ -538,14 +544,77 @@ def test_one_row_per_image_in_another_order_than_the_ids_is_refused_and_images_c
                        r"got 29"),
                       (_csv(["image_id"], [(f"img{min(i, 28)}",) for i in range(30)]),
                        r"images.csv: image_id 'img28' names rows 28 and 29: give each image row its own id"),
-                      (_csv(["image_id"], [(f"img{i}",) for i in range(1, 31)]),
-                       r"f: 2 caption\(s\) of metadata.csv name an image_id that images.csv does not list \(e.g. "
-                       r"'img0'\): list every image, or fix the ids")):
+                      (_csv(["image_id"], [(f"img{i}",) for i in range(2, 32)]),
+                       rf"f: metadata.csv names 2 image_id\(s\) that images.csv does not list \(e.g. "
+                       rf"'img{next(i for i in c2i[perm] if i < 2)}'\): list every image, or fix the ids$"),
+                      (_csv(["caption"], [("x",) for i in range(30)]),
+                       r"images.csv must have an image_id column with one row per row of image_embeddings.npy \(30\); "
+                       r"got 0$")):
         (folder / "images.csv").write_bytes(text)
         with pytest.raises(ValueError, match=msg):
             read_local(folder)
     with pytest.raises(TypeError, match="^check_pairs must be True or False; got 'no'$"):
         read_local(folder, check_pairs="no")
+    named = {**files, "images.csv": _csv(["image_id"], [(f"img{i}",) for i in range(30)])}   # handed over as bytes
+    full, _, _ = read_local(tmp_path / "elsewhere" / "f", files=named)
+    assert full.caption_to_image.tolist() == c2i[perm].tolist()
+    per_caption = {**named, "image_embeddings.npy": _npy(img[c2i[perm]])}   # per-caption rows beside images.csv
+    with pytest.raises(ValueError, match=r"images.csv must have an image_id column with one row per row of "
+                                         r"image_embeddings.npy \(60\); got 30$"):
+        read_local(tmp_path / "elsewhere" / "f", files=per_caption)
+
+
+def test_the_chance_message_in_full(tmp_path):
+    img, txt, c2i = _paired()
+    wrong = np.roll(c2i, 2)
+    wrong[::12] = c2i[::12]                      # a few right: the percentage printed is not 0
+    files = {"features_clip.npy": _npy(np.stack([img[wrong], txt]))}
+    full, _, _ = read_local(tmp_path / "g", files=files, check_pairs=False)
+    found = local.pairs_at_chance(full.images, full.captions, full.caption_to_image)
+    assert found is not None and found[0] > 0
+    expected = (f"{tmp_path / 'g'}: its captions find their own image first for {100 * found[0]:.1f}% of them, at "
+                f"chance level ({100 * found[1]:.2f}% for random pairs): the captions are not paired with the right "
+                "images. Common causes: image rows in another order than metadata.csv's image_id (with one row per "
+                "image and no images.csv naming the rows, row i is the i-th distinct image_id in order of first "
+                "appearance), rows shuffled in one file only, or files of different exports. Fix the order or add "
+                "images.csv (an image_id column, row i = image row i); a folder at chance on purpose (a random-init "
+                "control) loads with check_pairs=False (--source-option check_pairs=false)")
+    with pytest.raises(ValueError) as e:
+        read_local(tmp_path / "g", files=files)
+    assert str(e.value) == expected
+
+
+def test_pairs_at_chance_reads_every_caption_up_to_the_sample_size_then_a_seeded_sample(monkeypatch):
+    """20 images are judged (fewer are not); up to PAIR_CHECK_CAPTIONS captions all are read, beyond it a sample
+    of that size drawn without replacement by default_rng(0): the R@1 returned is the sample's."""
+    img, txt, c2i = _paired(n_img=20, per=3)
+    wrong = np.roll(c2i, 3)
+    wrong[::7] = c2i[::7]                        # 9 of 60 right: at chance, and a sample's R@1 depends on its rows
+    r1, chance = local.pairs_at_chance(img, txt, wrong)
+    top1 = np.argmax(txt @ img.T, axis=1)
+    assert r1 == pytest.approx(np.mean(top1 == wrong)) and chance == pytest.approx(1 / 20)
+    monkeypatch.setattr(local, "PAIR_CHECK_CAPTIONS", 60)                   # exactly the captions: all of them
+    assert local.pairs_at_chance(img, txt, wrong)[0] == pytest.approx(np.mean(top1 == wrong))
+    monkeypatch.setattr(local, "PAIR_CHECK_CAPTIONS", 25)
+    rows = np.sort(np.random.default_rng(0).choice(np.arange(60), 25, replace=False))
+    assert local.pairs_at_chance(img, txt, wrong)[0] == pytest.approx(np.mean(top1[rows] == wrong[rows]))
+    others = [np.mean(top1[r] == wrong[r]) for r in (np.sort(np.random.default_rng(1).choice(60, 25, replace=False)),
+                                                     np.sort(np.random.default_rng(0).choice(60, 25, replace=True)))]
+    assert all(o != np.mean(top1[rows] == wrong[rows]) for o in others)   # the seed and the rule are what is read
+
+
+def test_an_all_zero_image_row_is_named_by_its_image(tmp_path):
+    img, txt, c2i = _paired()
+    zero = img.copy()
+    zero[3] = 0
+    with pytest.raises(ValueError, match=r"g: the image embeddings have 1 all-zero row\(s\) \(the first is image 3 in "
+                                         r"the folder's order\): an embedding of nothing"):
+        read_local(tmp_path / "g", files={"features_clip.npy": _npy(np.stack([zero[c2i], txt]))})
+    files = {"image_embeddings.npy": _npy(zero), "text_embeddings.npy": _npy(txt),
+             "metadata.csv": _csv(["image_id"], [(f"img{i}",) for i in c2i])}
+    with pytest.raises(ValueError, match=r"f: the image embeddings have 1 all-zero row\(s\) \(the first is image 3, "
+                                         r"image_id 'img3'\): an embedding of nothing"):
+        read_local(tmp_path / "f", files=files)
 
 
 def test_empty_embedding_files_are_named(tmp_path):
@@ -564,6 +633,9 @@ def test_rows_are_made_unit_when_they_are_not_and_kept_when_they_are(tmp_path):
     assert np.array_equal(full.images, img)                      # unit already: the same bits
     np.testing.assert_allclose(full.captions, txt, atol=1e-7)
     assert meta["normalised"] == ["text embeddings"]
+    full, _, meta = read_local(tmp_path / "f", files={**files, "image_embeddings.npy": _npy(0.5 * img)})
+    np.testing.assert_allclose(full.images, img, atol=1e-7)
+    assert meta["normalised"] == ["image embeddings", "text embeddings"]
     files["text_embeddings.npy"] = _npy(txt)
     assert "normalised" not in read_local(tmp_path / "f", files=files)[2]
     zero = txt.copy()

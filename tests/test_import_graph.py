@@ -144,7 +144,8 @@ def _strict_graph() -> dict:
 
 #: Layers, lowest first: a module may import modules of its own layer or of a lower one (fnmatch patterns).
 LAYERS = [
-    ("leaves", ["hubnorm._version", "hubnorm._lazy", "hubnorm._validation", "hubnorm.progress", "hubnorm.kernels"]),
+    ("leaves", ["hubnorm._version", "hubnorm._lazy", "hubnorm._env", "hubnorm._validation", "hubnorm.progress",
+                "hubnorm.kernels"]),
     ("containers, the block protocol and its engines",
      ["hubnorm.retrieval", "hubnorm.embeddings", "hubnorm.synthetic", "hubnorm.evaluation", "hubnorm.blocks",
       "hubnorm.matrices", "hubnorm.score_checks", "hubnorm.engine", "hubnorm.distributed", "hubnorm.provenance"]),
@@ -153,7 +154,7 @@ LAYERS = [
                  "hubnorm.hubness", "hubnorm.geometry", "hubnorm.scores"]),
     ("applications", ["hubnorm.datasets", "hubnorm.sweeps", "hubnorm.selection", "hubnorm.media", "hubnorm.forensics",
                       "hubnorm.adversarial", "hubnorm.label_free", "hubnorm.listwise", "hubnorm.listwise.*",
-                      "hubnorm.rerank", "hubnorm.rerank.*", "hubnorm.cli"]),
+                      "hubnorm.rerank", "hubnorm.rerank.*", "hubnorm.cli", "hubnorm.__main__"]),
     ("package root", ["hubnorm"]),
     # the notebooks' companion package: the papers' protocols, studies, published comparisons, notebook set-up
     # (companion/; tests/test_layering.py)

@@ -89,14 +89,14 @@ class Positives:
     @classmethod
     def from_labels(cls, labels: ArrayLike, n_targets: Optional[int] = None) -> "Positives":
         """One positive per query: ``labels[i]`` is the target of query ``i`` (t2i: caption -> image)."""
-        labels = _as_index_array(labels, "labels")
+        labels = as_index_array(labels, "labels")
         n = int(labels.max()) + 1 if n_targets is None else int(n_targets)
         return cls(np.arange(labels.size + 1), labels, n)
 
     @classmethod
     def from_groups(cls, owner: ArrayLike, n_queries: int) -> "Positives":
         """Many positives per query: target ``j`` belongs to query ``owner[j]`` (i2t: caption j -> image owner[j])."""
-        owner = _as_index_array(owner, "owner")
+        owner = as_index_array(owner, "owner")
         if owner.max() >= n_queries:
             raise ValueError(f"owner index {owner.max()} is out of range for {n_queries} queries")
         order = np.argsort(owner, kind="stable")
@@ -127,7 +127,9 @@ def _as_int64(x, name: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _as_index_array(x: ArrayLike, name: str) -> np.ndarray:
+def as_index_array(x: ArrayLike, name: str) -> np.ndarray:
+    """``x`` as a non-empty 1-D int64 array of indices >= 0 (a numpy array, a tensor or a list); floats are
+    refused, never truncated. The one check of every label, owner and index array of a task's positives."""
     arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D array of integer indices; got shape {arr.shape}")
@@ -403,7 +405,7 @@ class RetrievalTask:
                 "'bank_rows_x_bank_cols', 'bank_cols_x_test_cols' or 'bank_rows_x_test_rows'"
             raise ValueError(f"the {self.direction} task has no {bank.replace('_', ' ')} to cut (for score matrices: "
                              f"manifest role {roles})")
-        given = _as_index_array(rows, "rows")
+        given = as_index_array(rows, "rows")
         rows = np.unique(given)
         if rows.size < given.size:
             raise ValueError(f"rows must name each bank row once; got {given.size - rows.size} repeated (a sample with "
@@ -624,7 +626,7 @@ def build_tasks(
     for name, bank in (("image_bank", image_bank), ("caption_bank", caption_bank)):
         if bank is not None:
             as_embeddings(_to_numpy(bank), name, device="cpu", dim=images.shape[1])
-    c2i = _as_index_array(caption_to_image, "caption_to_image")
+    c2i = as_index_array(caption_to_image, "caption_to_image")
     if c2i.size != len(captions):
         raise ValueError(
             f"caption_to_image has {c2i.size} entries but there are {len(captions)} captions: "

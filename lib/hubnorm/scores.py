@@ -62,11 +62,11 @@ def positives_from_pairs(query_idx, target_idx, n_queries: int, n_targets: int) 
     arrays of one length (floats are refused, never truncated), queries in ``[0, n_queries)``, targets in
     ``[0, n_targets)``."""
     from ._validation import check_positive_int
-    from .retrieval import _as_index_array
+    from .retrieval import as_index_array
 
     n_queries = check_positive_int(n_queries, "n_queries")
     n_targets = check_positive_int(n_targets, "n_targets")
-    q, t = _as_index_array(query_idx, "query_idx"), _as_index_array(target_idx, "target_idx")
+    q, t = as_index_array(query_idx, "query_idx"), as_index_array(target_idx, "target_idx")
     if q.size != t.size:
         raise ValueError(f"query_idx and target_idx are the two halves of the (query, target) pairs and must have one "
                          f"length; got {q.size} and {t.size}")

@@ -146,10 +146,10 @@ def _per_caption(folder: Path, files: Files = None):
             if row_of.setdefault(i, r) != r:
                 raise ValueError(f"{folder / 'images.csv'}: image_id {i!r} names rows {row_of[i]} and {r}: give each "
                                  "image row its own id")
-        unknown = [i for i in ids if i not in row_of]
+        unknown = list(dict.fromkeys(i for i in ids if i not in row_of))
         if unknown:
-            raise ValueError(f"{folder}: {len(unknown)} caption(s) of metadata.csv name an image_id that images.csv "
-                             f"does not list (e.g. {unknown[0]!r}): list every image, or fix the ids")
+            raise ValueError(f"{folder}: metadata.csv names {len(unknown)} image_id(s) that images.csv does not list "
+                             f"(e.g. {unknown[0]!r}): list every image, or fix the ids")
         c2i = np.asarray([row_of[i] for i in ids], dtype=np.int64)
         n_img = len(img)
     elif ids is not None:
@@ -171,8 +171,7 @@ def _per_caption(folder: Path, files: Files = None):
                 "column (row j = caption j), or sort the rows so that each image's captions are consecutive")
         n_img = int(c2i.max()) + 1
         image_ids = None
-    if len(img) == len(txt) and len(img) != n_img and not _has(folder, "images.csv", files):
-        # one row per caption: keep the first row of each image
+    if len(img) == len(txt) and len(img) != n_img:  # one row per caption: keep the first row of each image
         first = np.full(n_img, -1, dtype=np.int64)
         for j in range(len(c2i) - 1, -1, -1):
             first[c2i[j]] = j
@@ -231,22 +230,23 @@ def _stacked(path: Path, files: Files = None):
     return images[np.sort(first)], texts, rank[inverse.reshape(-1)], None, None, meta
 
 
-def _unit(x: np.ndarray, name: str, meta: dict, row_name=lambda k: f"row {k}") -> np.ndarray:
+def _unit(x: np.ndarray, path: Path, what: str, meta: dict, row_name=lambda k: f"row {k}") -> np.ndarray:
     """``x`` with unit rows: unchanged (the same bits) when every row already is (within
     :data:`hubnorm._validation.NORM_TOLERANCE`), else every row divided by its norm (as every notebook and the
-    command line would; raw encoder outputs are often saved unnormalised), noted in ``meta["normalised"]``. Every
-    retrieval here is by cosine. An all-zero row is an error that names the file."""
+    command line would; raw encoder outputs are often saved unnormalised), noted in ``meta["normalised"]``
+    (``what``: "image embeddings", "text embeddings"). Every retrieval here is by cosine. An all-zero row is an
+    error that names the folder and the row (``row_name``)."""
     from .._validation import NORM_TOLERANCE, unit_rows
 
     norms = np.linalg.norm(x.astype(np.float64), axis=1)
     if np.all(np.abs(norms - 1) <= NORM_TOLERANCE):
         return x
     if np.any(norms == 0):
-        raise ValueError(f"{name} have {int(np.sum(norms == 0))} all-zero row(s) (the first is "
+        raise ValueError(f"{path}: the {what} have {int(np.sum(norms == 0))} all-zero row(s) (the first is "
                          f"{row_name(int(np.argmax(norms == 0)))}): an embedding of nothing has no direction; drop "
                          "those rows (and their pairs)")
-    meta.setdefault("normalised", []).append(name.rsplit("the ", 1)[-1])
-    return unit_rows(x, name)
+    meta.setdefault("normalised", []).append(what)
+    return unit_rows(x, f"{path}: the {what}")
 
 
 #: captions read by the pairing check of :func:`read_local` (a seeded sample of a larger folder)
@@ -310,8 +310,8 @@ def read_local(folder: PathLike, *, features: str = "features_clip.npy",
         raise ValueError(f"{path}: image dim {images.shape[1]} != text dim {texts.shape[1]}")
     image_row = (lambda k: f"image {k}, image_id {image_ids[k]!r}") if image_ids is not None else \
         (lambda k: f"image {k} in the folder's order")
-    images = _unit(images, f"{path}: the image embeddings", meta, image_row)
-    texts = _unit(texts, f"{path}: the text embeddings", meta)
+    images = _unit(images, path, "image embeddings", meta, image_row)
+    texts = _unit(texts, path, "text embeddings", meta)
     full = EmbeddingSplit(images=images, captions=texts, caption_to_image=c2i, image_ids=image_ids,
                           caption_texts=caption_texts)
     if check_pairs:
