@@ -62,9 +62,17 @@ def _split(n_images=2, n_captions=3, dim=4, texts=True):
 
 # --------------------------------------------------------------------------------------------------- parser
 @pytest.mark.parametrize("values, want", [(None, ["test", "val"]), ([], ["test", "val"]), (["train"], ["train"]),
-                                          (["a,b", "c"], ["a", "b", "c"]), (["a,,b,"], ["a", "b"])])
+                                          (["a,b", "c"], ["a", "b", "c"]), (["a,,b,"], ["a", "b"]),
+                                          (["test,test", " test ", "val"], ["test", "val"])])
 def test_splits_are_repeated_or_comma_separated(values, want):
     assert cli._splits(values, ("test", "val")) == want
+
+
+@pytest.mark.parametrize("values", [[""], [",", " "]])
+def test_a_split_option_naming_no_split_is_an_error(values):
+    with pytest.raises(ValueError, match=r"^--split \[.*\] names no split: give one or more of test, val, train "
+                                         r"\(comma-separated\)$"):
+        cli._splits(values, ("test",))
 
 
 def test_parser_defaults():

@@ -639,12 +639,12 @@ def test_rehearsal_caches_load_as_synthetic_and_name_the_rehearse_command(tmp_pa
         pl.load_cached_embeddings(spec, cache_dir=tmp_path, splits=("val",))
     assert str(err.value) == (f"no rehearsal embeddings for coco split(s) ['val'] under "
                               f"{tmp_path / 'coco' / pl.REHEARSAL_MODEL / spec.rsplit(':', 1)[1]}.\n"
-                              "To create them run:\n    python -m hubnorm.data rehearse --dataset coco")
+                              "To create them run:\n    python -m hubnorm.data rehearse --dataset coco --scale 0.001")
     folder = next(tmp_path.glob("coco/*/*/test"))
     _edit_manifest(folder, lambda m: m["key"].update(model="x"))
     with pytest.raises(cache_mod.CacheError) as err:
         pl.load_cached_embeddings(spec, cache_dir=tmp_path, splits=("test",))
-    assert str(err.value).endswith("\nRe-create it with:\n    python -m hubnorm.data rehearse --dataset coco")
+    assert str(err.value).endswith("\nRe-create it with:\n    python -m hubnorm.data rehearse --dataset coco --scale 0.001 --force")
 
 
 def test_rehearsal_caches_default_to_the_rehearsal_folder(tmp_path, monkeypatch):
@@ -701,3 +701,29 @@ def test_a_pretrained_tag_is_kept_in_the_meta_and_the_fix(tree):
     with pytest.raises(cache_mod.CacheError) as err:
         pl.load_cached_embeddings(spec, cache_dir=tree["cache"], splits=("test",))
     assert str(err.value).endswith(f"--model {MODEL} --pretrained openai --split test --force")
+
+
+@pytest.mark.parametrize("pretrained, force, want", [
+    (None, False, "python -m hubnorm.data rehearse --dataset flickr30k"),
+    ("seed0", False, "python -m hubnorm.data rehearse --dataset flickr30k"),
+    ("seed0-scale0.02", True, "python -m hubnorm.data rehearse --dataset flickr30k --scale 0.02 --force"),
+    ("seed3", False, "python -m hubnorm.data rehearse --dataset flickr30k --seed 3"),
+    ("seed3-scale0.5", False, "python -m hubnorm.data rehearse --dataset flickr30k --seed 3 --scale 0.5"),
+])
+def test_rehearse_hint_keeps_the_entrys_seed_and_scale(pretrained, force, want):
+    assert pl.rehearse_hint("flickr30k", pretrained, force=force) == want
+
+
+def test_repair_and_create_commands_and_the_entry_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HUBNORM_CACHE", str(tmp_path))
+    r = pl.REHEARSAL_MODEL
+    assert pl.repair_command("coco", r, "seed0-scale0.02", "test") == (
+        "python -m hubnorm.data rehearse --dataset coco --scale 0.02 --force")
+    assert pl.create_command("coco", r, "seed0-scale0.02", "test") == (
+        "python -m hubnorm.data rehearse --dataset coco --scale 0.02")
+    enc = pl.encode_command("coco", "ViT-B-32", "openai", "test")
+    assert pl.repair_command("coco", "ViT-B-32", "openai", "test") == enc + " --force"
+    assert pl.create_command("coco", "ViT-B-32", "openai", "test") == enc
+    assert pl.entry_folder("coco", r, "seed0", "test") == tmp_path / "rehearsal" / "coco" / r / "seed0" / "test"
+    assert pl.entry_folder("coco", "ViT-B-32", "openai", "test") == tmp_path / "coco" / "ViT-B-32" / "openai" / "test"
+    assert pl.entry_folder("coco", r, "seed0", "test", tmp_path / "x") == tmp_path / "x" / "coco" / r / "seed0" / "test"

@@ -33,9 +33,15 @@ _PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16")
 
 
 def _splits(values: Optional[List[str]], default) -> List[str]:
+    """The splits of ``--split`` (repeatable, comma-separated; ``default`` when not given), each once, in the
+    order given; a ``--split`` that names none is an error."""
     out: List[str] = []
     for v in values or default:
-        out += [s for s in v.split(",") if s]
+        for s in (part.strip() for part in v.split(",")):
+            if s and s not in out:
+                out.append(s)
+    if not out:
+        raise ValueError(f"--split {values!r} names no split: give one or more of test, val, train (comma-separated)")
     return out
 
 
@@ -318,8 +324,8 @@ def _cmd_encode_texts(args) -> int:
 def _cmd_verify(args) -> int:
     """Exit 0 only when at least one split was verified and none failed; 1 when a split failed or nothing is
     cached; 2 (via :func:`main`) for an unknown dataset or split."""
-    from .cache import CacheError, entry_dir
-    from .pipeline import encode_command, verify_split
+    from .cache import CacheError
+    from .pipeline import create_command, entry_folder, repair_command, verify_split
     from .registry import check_split, dataset_info
     dataset_info(args.dataset)  # ValueError naming the known datasets
     explicit = bool(args.split)
@@ -331,18 +337,18 @@ def _cmd_verify(args) -> int:
                              family=args.family)
             ok += 1
             print(f"OK       {args.dataset} {s}: {m['n_images']} images, {m['n_captions']} captions "
-                  f"({entry_dir(args.dataset, args.model, args.pretrained, s, args.cache_dir)})")
+                  f"({entry_folder(args.dataset, args.model, args.pretrained, s, args.cache_dir)})")
         except CacheError as exc:
             if exc.reason == "missing" and not explicit:
                 print(f"absent   {args.dataset} {s}")
                 continue
             bad += 1
             print(f"FAILED   {args.dataset} {s}: {exc}\n         fix: "
-                  f"{encode_command(args.dataset, args.model, args.pretrained, s, args.family)} --force")
+                  f"{repair_command(args.dataset, args.model, args.pretrained, s, args.family)}")
     if not ok and not bad:
         print(f"nothing to verify: no cached embeddings of {args.dataset} for {args.model} / {args.pretrained} "
-              f"under {entry_dir(args.dataset, args.model, args.pretrained, splits[0], args.cache_dir).parent}\n"
-              f"         fix: {encode_command(args.dataset, args.model, args.pretrained, splits[0], args.family)}",
+              f"under {entry_folder(args.dataset, args.model, args.pretrained, splits[0], args.cache_dir).parent}\n"
+              f"         fix: {create_command(args.dataset, args.model, args.pretrained, splits[0], args.family)}",
               file=sys.stderr)
         return 1
     return 1 if bad else 0

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
@@ -20,8 +21,39 @@ from .registry import check_split, dataset_info
 from .rehearse import REHEARSAL_MODEL, REHEARSAL_SOURCE, rehearsal_meta  # noqa: F401 (re-exported)
 
 
-def rehearse_hint(dataset: str) -> str:
-    return f"python -m hubnorm.data rehearse --dataset {dataset}"
+def rehearse_hint(dataset: str, pretrained: Optional[str] = None, *, force: bool = False) -> str:
+    """The command that (re)writes a rehearsal cache: its seed and scale read from the entry's ``pretrained`` tag
+    (``seed3-scale0.02``; :func:`hubnorm.data.rehearse.pretrained_tag`), ``--force`` to replace a bad entry."""
+    m = re.fullmatch(r"seed(\d+)(?:-scale([0-9.eE+-]+))?", pretrained or "")
+    extra = ""
+    if m and m[1] != "0":
+        extra += f" --seed {m[1]}"
+    if m and m[2]:
+        extra += f" --scale {m[2]}"
+    return f"python -m hubnorm.data rehearse --dataset {dataset}{extra}" + (" --force" if force else "")
+
+
+def repair_command(dataset: str, model: str, pretrained: Optional[str], split: str,
+                   family: Optional[str] = None) -> str:
+    """The one command that rewrites a bad cache entry: ``rehearse ... --force`` for a rehearsal entry,
+    ``encode ... --force`` for an encoded one."""
+    if model == REHEARSAL_MODEL:
+        return rehearse_hint(dataset, pretrained, force=True)
+    return encode_command(dataset, model, pretrained, split, family) + " --force"
+
+
+def create_command(dataset: str, model: str, pretrained: Optional[str], split: str,
+                   family: Optional[str] = None) -> str:
+    """The command that writes a missing cache entry (:func:`repair_command` without ``--force``)."""
+    if model == REHEARSAL_MODEL:
+        return rehearse_hint(dataset, pretrained)
+    return encode_command(dataset, model, pretrained, split, family)
+
+
+def entry_folder(dataset: str, model: str, pretrained: Optional[str], split: str,
+                 cache_dir: Optional[PathLike] = None) -> Path:
+    """Where the entry of one split lives (rehearsal entries under ``<cache root>/rehearsal`` by default)."""
+    return _cache.entry_dir(dataset, model, pretrained, split, _default_cache_dir(model, cache_dir))
 
 
 #: key fields compared when reading the cache without the annotations at hand
@@ -253,8 +285,7 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
                 continue
             only_versions = exc.reason == "stale" and not strict_versions and _only_version_diff(folder, key)
             if not only_versions:
-                fix = (rehearse_hint(dataset) if model == REHEARSAL_MODEL
-                       else encode_command(dataset, model, pretrained, s, family) + " --force")
+                fix = repair_command(dataset, model, pretrained, s, family)
                 raise _cache.CacheError(f"{exc}\nRe-create it with:\n    {fix}", reason=exc.reason) from exc
             warnings.warn(f"{exc} (loaded anyway: strict_versions=False)", CacheWarning, stacklevel=2)
             arrays, texts, manifest = _cache.read_entry(folder, key, ("dataset", "split", "model", "pretrained",
@@ -265,7 +296,7 @@ def load_cached_embeddings(spec: str, cache_dir: Optional[PathLike] = None,
         root = _cache.entry_dir(dataset, model, pretrained, missing[0], cache_dir).parent
         if model == REHEARSAL_MODEL:
             raise FileNotFoundError(f"no rehearsal embeddings for {dataset} split(s) {missing} under {root}.\n"
-                                    f"To create them run:\n    {rehearse_hint(dataset)}")
+                                    f"To create them run:\n    {rehearse_hint(dataset, pretrained)}")
         cmds = "\n    ".join(encode_command(dataset, model, pretrained, s, family) for s in missing)
         known = dataset in ("coco", "flickr30k", "flickr8k")
         raise FileNotFoundError(
