@@ -37,7 +37,7 @@
 # `docs/teaching.md`.
 
 # %% tags=["parameters"]
-seed = 0  # int at least 0 -- random seed for every draw in this notebook
+seed = 0  # int in [0, 4294967295] -- random seed for every draw in this notebook (numpy's seed range)
 dims = [2, 10, 100, 1000]  # list of int at least 2 -- dimensions of the random-point toy
 n_points = 2000  # int at least 20 -- points per toy cloud
 k = 10  # int at least 1, < n_points -- neighbourhood size of the k-occurrence N_k

@@ -53,7 +53,7 @@
 source = "synthetic:flickr30k"  # source -- or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: first stages, ceilings and costs; the rest says so in a NOTE)
 synthetic_sizes = {"n_train_images": 4000}  # sizes
 source_kwargs = {}  # dict
-seed = 0  # int at least 0
+seed = 0  # int in [0, 4294967295] -- numpy's seed range
 cross_encoder = "simulated"  # 'simulated' | 'blip'
 image_dir = None  # None | str
 k_values = [10, 20, 50]  # list of int at least 1

@@ -56,7 +56,7 @@
 source = "synthetic:flickr30k"  # source -- or "cache:...", "local:<folder>", "sims:<folder>" (score matrices: sections 1-2 with binary relevance; the adapter, which needs embeddings, says so in a NOTE)
 synthetic_sizes = {"n_train_images": 2000}  # sizes
 source_kwargs = {}  # dict
-seed = 0  # int at least 0
+seed = 0  # int in [0, 4294967295] -- numpy's seed range
 ndcg_ks = [5, 10, 20]  # list of int at least 1
 recall_ks = [1, 5, 10]  # list of int at least 1
 nnn_alpha = 0.75  # > 0
@@ -64,8 +64,8 @@ nnn_k = 16  # int at least 1
 is_tau = {"t2i": 0.02, "i2t": 0.01}  # {t2i: > 0, i2t: > 0}
 sn_tau = 0.01  # > 0
 sn_iter = 10  # int at least 1
-taus = [0.1, 0.01, 0.001]  # list of > 0
-tau = 0.01  # > 0
+taus = [0.1, 0.01, 0.001]  # list of > 0, length at least 2
+tau = 0.01  # > 0, in taus
 margin = 0.2  # at least 0
 steps = 150  # int at least 1
 batch_size = 64  # int at least 2
@@ -397,8 +397,12 @@ if adapter_runs:
              f"{rsum[f'sndcg (tau={tau:g})'] - rsum['triplet']:+.2f}")
     nb.check("the approximation error shrinks as tau shrinks (Fig. 7)", all(np.diff(errs) < 0),
              ", ".join(f"tau={t:g}: {e:.2f}" for t, e in zip(sorted(taus, reverse=True), errs)) + " NDCG points")
-    nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)",
-             all(e < 1 for t, e in zip(sorted(taus, reverse=True), errs) if t < 0.01))
+    below = [e for t, e in zip(sorted(taus, reverse=True), errs) if t < 0.01]
+    if below:
+        nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)", all(e < 1 for e in below))
+    else:
+        pr.note(f"'the approximation error is below 1 NDCG point for tau < 0.01' is not tested: taus {taus} has "
+                "no value below 0.01")
     small = by_tau[by_tau["tau"] < 0.01]
     if len(small):
         nb.check("triplet + S-NDCG beats the triplet baseline in RSUM at every tau < 0.01 (Fig. 8)",

@@ -49,14 +49,14 @@
 
 # %% tags=["parameters"]
 source: str = "synthetic:msrvtt"  # source -- "synthetic:msrvtt" / "synthetic:didemo" (video), "synthetic:audiocaps" / "synthetic:clotho" (audio), "sims:<folder>" (released score matrices) or "local:<folder>" (embeddings)
-audio_sources: list = ["auto"]  # list of 'auto' | source, may be empty -- Table 3's sources; ["auto"]: the two synthetic audio presets when `source` is synthetic, none otherwise; [] skips Table 3
+audio_sources: list = ["auto"]  # sources or auto -- Table 3's sources; ["auto"]: the two synthetic audio presets when `source` is synthetic, none otherwise; [] skips Table 3
 real_sources: list = ["auto"]  # real sources -- real text-audio embeddings beside a synthetic run (sections 6-7): ["auto"] (the cached LAION-CLAP AudioCaps release), [] (none), or ["real:audiocaps-clap"]
 n_train: int = 1000  # at least 1 -- training videos of a synthetic preset (their captions are the banks; MSR-VTT has 9,000)
 bank_queries: int = 5000  # None | at least 1 -- at most this many bank queries per direction (a seeded subset; None: all)
 target_bank: int = 1000  # None | at least 1 -- at most this many target-bank items for DBSN and DualIS (None: all)
 item_modality: str = "auto"  # 'auto' | 'video' | 'audio' | 'image' -- for embeddings sources: "video", "audio" or "image" ("auto": image)
 model: str = "auto"  # 'auto' | published dbsn model -- published rows: "auto" follows the source, or a published model name (e.g. "CLIP4Clip")
-seed: int = 0  # at least 0
+seed: int = 0  # int in [0, 4294967295] -- numpy's seed range
 is_tau: float = 0.02  # > 0 -- IS / DIS temperature: the DBSN paper's text and its query-aware video script (its bank scripts use 0.01)
 sn_tau: float = 0.01  # > 0 -- SN / DBSN temperature (DBSN code)
 dual_betas: dict = {"beta_query": 50.0, "beta_target": 50.0}  # {beta_query: at least 0, beta_target: at least 0} -- DualIS inverse temperatures

@@ -62,7 +62,7 @@
 source: str = "synthetic:flickr30k"  # source -- "synthetic:flickr30k", "synthetic:coco", "cache:<dataset>:<model>:<pretrained>", "local:<folder>" or "sims:<folder>" (score matrices: the cells run on them; the embeddings-only ones say so in a NOTE)
 synthetic_sizes: dict = {"n_train_images": 1000, "n_val_images": 500, "n_test_images": 500}  # sizes -- synthetic generator only
 source_kwargs: dict = {}  # dict -- extra arguments of the loader (e.g. {"test_fraction": 0.5} for a local: folder)
-seed: int = 0  # at least 0
+seed: int = 0  # int in [0, 4294967295] -- numpy's seed range
 dtype: str = "float64"  # 'float64' | 'float32' -- float64 (default: checked numbers hold on every CPU) or float32 (half the time and memory at paper scale; the paper profiles use it)
 hub_k: int = 10  # at least 1 -- the k of N_k
 methods: dict = {"NNN": ("nnn", {"alpha": 0.75, "k": 16}), "IS": ("is", {"tau": 0.02}), "SN": ("sn", {"tau": 0.01})}  # offset methods -- fixed settings of sections 1-2
@@ -70,7 +70,7 @@ n_planted: int = 3  # at least 1 -- crafted items appended to the gallery
 budgets: list = [0.1, 0.25, 0.5]  # list of number in (0, 2] -- chord distances from the real item each planted item was made from
 construction: str = "gradient"  # 'gradient' | 'mean' -- "gradient" (surrogate ascent) or "mean" (towards the query mean)
 label_free_grids: dict = {"nnn": {"alpha": [0.25, 0.5, 0.75, 1.0, 1.25, 1.5], "k": [1, 4, 16, 64, 256]},
-                          "is": {"tau": [0.005, 0.01, 0.02, 0.05, 0.1]}, "sn": {"tau": [0.005, 0.01, 0.02, 0.05]}}  # dict -- label-free and labelled grids
+                          "is": {"tau": [0.005, 0.01, 0.02, 0.05, 0.1]}, "sn": {"tau": [0.005, 0.01, 0.02, 0.05]}}  # grids of methods -- label-free and labelled grids (one for every method of methods)
 n_boot: int = 500  # at least 10 -- bootstrap resamples of the R@1 intervals
 real_sources: list = ["auto"]  # real sources -- real embeddings beside a synthetic run (section 5): ["auto"] (the cached real image-text releases), [] (none) or ["real:coco500-clip-b16", ...]
 

@@ -7,7 +7,7 @@ stderr as a note, so a profile can set a parameter that only some notebooks have
 
 ``python scripts/notebook_params.py --merge BASE [--params FILE] [--param NAME=VALUE ...]``: print (JSON) the
 YAML mapping ``BASE`` updated with the mapping in ``FILE`` (YAML or JSON) and then each ``NAME=VALUE`` (``VALUE``
-read as YAML: ``1.0``, ``[t2i]``, ``CLIP``, ``null``). A name that no notebook (``notebooks/[0-9][0-9]_*.ipynb``)
+read as YAML with YAML 1.2's numbers and booleans: ``1.0``, ``1e-3``, ``010`` (ten), ``[t2i]``, ``CLIP``, ``null``). A name that no notebook (``notebooks/[0-9][0-9]_*.ipynb``)
 declares is an error naming the declared ones; values are checked by each notebook itself, against the rules of
 its parameters cell (hubnorm_companion.parameters).
 """
@@ -15,15 +15,38 @@ its parameters cell (hubnorm_companion.parameters).
 import glob
 import json
 import os
+import re
 import sys
 
 import papermill as pm
 import yaml
 
 
+class _Yaml12(yaml.SafeLoader):
+    """YAML with the numbers and booleans of YAML 1.2 (JSON's): ``010`` is ten, not octal eight; ``1e-3`` is a
+    number, not a string; ``1:30`` stays text, not ninety; only true/false are booleans (``yes``/``on`` stay
+    text, which a bool parameter's rule then names)."""
+
+
+_Yaml12.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+_Yaml12.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_Yaml12.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+_Yaml12.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node)))
+_Yaml12.add_constructor("tag:yaml.org,2002:float", lambda loader, node: float(
+    loader.construct_scalar(node).lower().replace(".inf", "inf").replace(".nan", "nan")))
+
+
 def _mapping(text: str, what: str) -> dict:
     try:
-        value = yaml.safe_load(text) if text.strip() else {}
+        value = yaml.load(text, Loader=_Yaml12) if text.strip() else {}
     except yaml.YAMLError as exc:
         raise SystemExit(f"notebook_params.py: {what} is not valid YAML/JSON ({exc})")
     if value is None:

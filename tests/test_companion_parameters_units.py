@@ -445,3 +445,45 @@ def test_a_source_kind_is_one_entry_of_the_librarys_table(monkeypatch):
     assert check("source", "demo:x") is None
     assert check("source", "demo:") == SOURCE_MSG.format("demo:").replace(" or 'sims:<folder>'",
                                                                           ", 'sims:<folder>' or 'demo:<thing>'")
+
+
+# ---------------------------------------------------------------------------------------------- cross-parameter rules
+def test_in_name_is_membership_of_another_list_parameter():
+    ns = {"taus": [0.1, 0.01]}
+    assert check("> 0, in taus", 0.01, ns) is None
+    assert check("> 0, in taus", 0.05, ns) == ("must be one of taus [0.1, 0.01] (the values the notebook runs); "
+                                               "got 0.05")
+    assert check("> 0, in taus", -1.0, ns) == "must be > 0; got -1.0"
+    assert check("> 0, in taus", 0.05, {}) is None           # taus not known (a wrong type of its own): no verdict
+
+
+def test_seed_range_rule():
+    assert check("int in [0, 4294967295]", 4294967295, kind="int") is None
+    assert check("int in [0, 4294967295]", 4294967296, kind="int") == "must be <= 4294967295; got 4294967296"
+    assert check("int in [0, 4294967295]", -1, kind="int") == "must be >= 0; got -1"
+
+
+def test_sources_or_auto():
+    assert check("sources or auto", ["auto"]) is None and check("sources or auto", []) is None
+    assert check("sources or auto", ["synthetic:clotho", "local:/x"]) is None
+    assert check("sources or auto", ["auto", "synthetic:clotho"]) == (
+        "must be ['auto'] alone, or a list of sources without 'auto'; got ['auto', 'synthetic:clotho']")
+    assert "must be a source string" in check("sources or auto", ["clotho"])
+
+
+def test_offset_methods_labels_and_grids_of_methods():
+    methods = {"NNN": ("nnn", {"k": 16}), "SN": ("sn", {"tau": 0.01})}
+    assert check("offset methods", methods) is None
+    assert check("offset methods", {"raw": ("nnn", {})}) == ("has label(s) ['raw']: each label is a non-empty string "
+                                                             "other than 'raw'")
+    assert check("offset methods", {1: ("nnn", {})}) == ("has label(s) [1]: each label is a non-empty string other "
+                                                         "than 'raw'")
+    grids = {"nnn": {"k": [1, 16]}, "sn": {"tau": [0.01]}}
+    assert check("grids of methods", grids, {"methods": methods}) is None
+    assert check("grids of methods", {"nnn": {"k": [1]}}, {"methods": methods}) == (
+        "has no grid for ['sn'], a method of methods: add one for each")
+    assert check("grids of methods", {}, {"methods": methods}) == (
+        "has no grid for ['nnn', 'sn'], a method of methods: add one for each")
+    for bad in ({"nnn": {"k": []}}, {"nnn": {}}, {"nnn": [1]}, ["nnn"]):
+        assert check("grids of methods", bad, {"methods": methods}).startswith(
+            "must be {method name: {parameter: [values, ...]}}")

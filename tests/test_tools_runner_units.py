@@ -689,13 +689,51 @@ def test_run_a_held_lock_stops_before_writing(world, capsys):
     assert world.manifests == [] and not world.results.exists()
 
 
-def test_run_only_matching_nothing_is_an_error_and_fetches_nothing(world, capsys):
+def test_run_only_matching_nothing_is_an_error_that_writes_and_fetches_nothing(world, capsys):
+    """A typo in --only stops before the results folder is locked or its manifest (the provenance of the last
+    real run there) is overwritten."""
     assert world.runner("--only", "zz").run() == 2
     out, err = capsys.readouterr()
-    assert out.splitlines() == [f"run_all.sh: profile default -> {world.results}/ (0 notebooks matching --only zz)",
-                                "run_all.sh: total 0s"]
-    assert err == "run_all.sh: no notebook matches --only zz\n"
-    assert world.summaries == [] and world.fetches == [] and world.manifests[0][1]["only"] == "zz"
+    assert out == ""
+    assert err == (f"run_all.sh: no notebook matches --only zz (the notebooks: {', '.join(NOTEBOOKS)})\n")
+    assert world.summaries == [] and world.fetches == [] and world.manifests == [] and not world.results.exists()
+
+
+def _with_parameters_cell(world, name, cell):
+    nb = {"cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": cell}]}
+    (world.root / "notebooks" / f"{name}.ipynb").write_text(json.dumps(nb))
+
+
+def test_run_checks_every_notebooks_parameters_before_the_first_runs(world, capsys):
+    """A value one notebook refuses stops the run before any notebook computes (and before anything is written),
+    with each notebook's problem and how to pass a valid value to run_all.sh."""
+    _with_parameters_cell(world, "02_beta", "n_boot: int = 200  # at least 10\nlr: float = 0.0001  # > 0\n")
+    _with_parameters_cell(world, "04_delta", "n_boot: int = 500  # at least 10\ndirections: list = ['t2i']  "
+                                             "# list of 't2i' | 'i2t'\n")
+    r = world.runner("--param", "n_boot=5")
+    r._scripts["notebook_params"] = SimpleNamespace(merged_params=lambda params, rest, root: {**params, "n_boot": 5})
+    assert r.run() == 2
+    out, err = capsys.readouterr()
+    assert out == "" and world.ran == [] and world.manifests == []
+    assert err == ("run_all.sh: bad parameters (nothing was run):\n"
+                   "notebook 02 parameter n_boot must be >= 10; got 5; expected at least 10 (pass e.g. "
+                   "--param n_boot=200)\n"
+                   "notebook 04 parameter n_boot must be >= 10; got 5; expected at least 10 (pass e.g. "
+                   "--param n_boot=500)\n")
+    r = world.runner("--param", "directions=t2v")
+    r._scripts["notebook_params"] = SimpleNamespace(merged_params=lambda params, rest, root:
+                                                    {**params, "directions": "t2v"})
+    assert r.run() == 2
+    assert "(pass e.g. --param 'directions=['t2i']')" in capsys.readouterr().err
+
+
+def test_run_results_that_is_a_file_is_named(world, capsys):
+    world.results.parent.mkdir(parents=True, exist_ok=True)
+    world.results.write_text("not a folder")
+    assert world.runner().run() == 2
+    assert capsys.readouterr().err == (f"run_all.sh: --results {world.results} is a file, not a folder: pass a "
+                                       "folder (it is created if missing)\n")
+    assert world.manifests == []
 
 
 def test_run_only_matching_a_skipped_notebook_is_no_error(world, capsys):

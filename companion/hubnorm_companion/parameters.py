@@ -15,7 +15,9 @@ RULE, with the annotated type (an ``int`` parameter's bounds check integers):
   ``, length at least 2``, ``, contains 10`` change that;
 - ``{alpha: > 0, k: int at least 1}``: a dict with exactly these keys; ``subset of NAME``: a non-empty list of
   distinct values of the list parameter NAME;
-- the named types (``source``, ``real sources``, ``sizes``, ``offset methods``) and
+- ``in NAME``: one of the values of the list parameter NAME (``tau: > 0, in taus``);
+- the named types (``source``, ``real sources``, ``sources or auto``, ``sizes``, ``offset methods``, ``grids of
+  methods`` (a grid for every method of ``methods``)) and
   ``published nnn|dbsn model|dataset`` (the names of the published tables, read when checked).
 
 :func:`cell_rules` reads a cell (``ast`` and ``tokenize``), :func:`validate` checks a notebook's values (``nb.setup``
@@ -175,10 +177,34 @@ def _real_sources(v, ns):
 
 
 def _offset_methods(v, ns):
-    """Offset methods by label: ``{label: [registry name, {parameter: value}]}``."""
-    return None if isinstance(v, Mapping) and v and all(
-        isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], Mapping)
-        for x in v.values()) else f"must be a non-empty {{label: [name, {{params}}]}}; got {v!r}"
+    """Offset methods by label: ``{label: [registry name, {parameter: value}]}``; a label is a non-empty string
+    other than "raw" (the raw scores' rows carry that one)."""
+    if not (isinstance(v, Mapping) and v and all(
+            isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], Mapping)
+            for x in v.values())):
+        return f"must be a non-empty {{label: [name, {{params}}]}}; got {v!r}"
+    bad = [k for k in v if not isinstance(k, str) or not k.strip() or k.strip().lower() == "raw"]
+    return None if not bad else f"has label(s) {bad}: each label is a non-empty string other than 'raw'"
+
+
+def _grids_of(name: str) -> Check:
+    """A ``{method name: {parameter: [values]}}`` dict with a grid for every method of the offset-methods
+    parameter ``name``."""
+    def check(v, ns):
+        if not isinstance(v, Mapping) or not all(isinstance(k, str) and isinstance(g, Mapping) and g and all(
+                isinstance(vals, (list, tuple)) and vals for vals in g.values()) for k, g in v.items()):
+            return f"must be {{method name: {{parameter: [values, ...]}}}}; got {v!r}"
+        methods = ns.get(name)
+        missing = sorted({m[0] for m in methods.values() if m[0] not in v}) if isinstance(methods, Mapping) else []
+        return None if not missing else f"has no grid for {missing}, a method of {name}: add one for each"
+    return check
+
+
+def _sources_or_auto(v, ns):
+    """['auto'] alone, or a list (possibly empty) of source strings."""
+    if isinstance(v, (list, tuple)) and "auto" in v:
+        return None if list(v) == ["auto"] else f"must be ['auto'] alone, or a list of sources without 'auto'; got {list(v)!r}"
+    return _list(_source, min_len=0)(v, ns)
 
 
 def _subset(name: str) -> Check:
@@ -194,6 +220,8 @@ NAMED: Dict[str, Tuple[str, Check]] = {
     "real sources": ("list", _real_sources),
     "sizes": ("dict", _dict({k: _all(TYPES["int"], _bound("at least", lo)) for k, lo in _SIZE.items()}, ())),
     "offset methods": ("dict", _offset_methods),
+    "grids of methods": ("dict", _grids_of("methods")),
+    "sources or auto": ("list", _sources_or_auto),
 }
 
 
@@ -219,7 +247,16 @@ def _ref(text: str):
     return text if text.isidentifier() else ast.literal_eval(text)
 
 
+def _member(name: str) -> Check:
+    """A value among those of the list parameter ``name`` (``tau: > 0, in taus``)."""
+    return lambda v, ns: None if not isinstance(ns.get(name), list) or v in ns[name] else \
+        f"must be one of {name} {ns[name]} (the values the notebook runs); got {v!r}"
+
+
 def _bounds(text: str) -> list:
+    m = re.fullmatch(r"in\s+([A-Za-z_]\w*)", text)
+    if m:
+        return [_member(m[1])]
     m = re.fullmatch(r"(>|<|at least|at most)\s*(\S+)", text)
     if m:
         return [_bound(m[1], _ref(m[2]))]

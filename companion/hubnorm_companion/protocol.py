@@ -89,6 +89,10 @@ def prepare_dataset(source: str, *, seed: int = 0, dtype: Optional[str] = "float
     if kind.splits:
         kwargs.setdefault("val", bool(ensure_val))
     if kind.kind == "synthetic":
+        both = sorted(set(kwargs) & set(synthetic_sizes or {}))
+        if both:
+            raise ValueError(f"source_kwargs and synthetic_sizes both set {both} for {source}: give the sizes of a "
+                             "synthetic source in synthetic_sizes only")
         kwargs.update(synthetic_sizes or {})
         kwargs.setdefault("seed", seed)
     ds = load_embeddings(source, **kwargs)
@@ -335,6 +339,10 @@ def open_data(source: str, *, directions: Sequence[str] = DIRECTIONS, bank_fract
     ds = prepare_dataset(source, seed=seed, dtype=dtype, synthetic_sizes=synthetic_sizes, source_kwargs=source_kwargs,
                          ensure_val=ensure_val)
     test = ds.split("test")
+    if "train" not in ds.splits or not ds.splits["train"].n_images:
+        raise ValueError(f"{source} has no training images left for the reference banks"
+                         + (f" (synthetic_sizes {dict(synthetic_sizes)})" if synthetic_sizes and is_synthetic(ds) else "")
+                         + ": give n_train_images at least 1 (synthetic_sizes), or a source with a training split")
     bank = reference_split(ds, "train", bank_fraction, seed=seed)
     return RunData(source, run_label(ds), make_tasks(test, bank), directions, ds, test, bank, bank_fraction)
 

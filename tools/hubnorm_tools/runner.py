@@ -355,6 +355,24 @@ class Runner:
                            else results / f"params-{name}")
         else:
             changed = {}
+        notebooks = sorted((self.root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        selected = [nb for nb in notebooks if not o["only"] or o["only"] in nb.stem]
+        if o["only"] and not selected:   # before the results folder is locked or its manifest written
+            _say(f"run_all.sh: no notebook matches --only {o['only']} (the notebooks: "
+                 f"{', '.join(nb.stem for nb in notebooks)})", err=True)
+            return 2
+        offers = set(p.offers(profile_name, own or None))
+        runnable = [nb for nb in selected if set(p.notebook(nb.stem).needs) <= offers]
+        if o["max_notebooks"] is not None:   # tests: the first N notebooks that run
+            runnable = runnable[:o["max_notebooks"]]
+        bad = self._check_params(runnable, params)   # every notebook's values, before the first one runs
+        if bad:
+            _say("run_all.sh: bad parameters (nothing was run):\n" + bad, err=True)
+            return 2
+        if results.exists() and not results.is_dir():
+            _say(f"run_all.sh: --results {results} is a file, not a folder: pass a folder (it is created if "
+                 "missing)", err=True)
+            return 2
         self._lock = lock_results(results)   # before anything in the folder is cleared or written
         if self._lock is None:
             _say(f"run_all.sh: another run_all.sh is writing to {results} (its lock {lock_path(results)} is held): "
@@ -372,13 +390,6 @@ class Runner:
                        changed=changed, only=o["only"] or None, command=["run_all.sh", *self.argv])
         os.environ["HUBNORM_RESULTS"] = str(results)
         self._results = results
-
-        notebooks = sorted((self.root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-        selected = [nb for nb in notebooks if not o["only"] or o["only"] in nb.stem]
-        offers = set(p.offers(profile_name, own or None))
-        runnable = [nb for nb in selected if set(p.notebook(nb.stem).needs) <= offers]
-        if o["max_notebooks"] is not None:   # tests: the first N notebooks that run
-            runnable = runnable[:o["max_notebooks"]]
 
         source = params.get("source", "") if isinstance(params, dict) else ""
         for prep_name in profile.prepares:   # data preparation, outside the notebook timings
@@ -442,9 +453,6 @@ class Runner:
             summary = write_summary(results, statuses, title=f"run_all.sh (profile {profile_name}"
                                     + (f", source {own}" if own else "") + ")")
             _say(f"run_all.sh: summary of the claims and gains: {summary}")
-        if o["only"] and ran == 0 and skipped == 0:
-            _say(f"run_all.sh: no notebook matches --only {o['only']}", err=True)
-            return 2
         if failed:
             _say(f"run_all.sh: FAILED notebook(s): {' '.join(failed)}", err=True)
             return 1
@@ -456,6 +464,39 @@ class Runner:
                 _say("run_all.sh: the site build failed", err=True)
                 return 1
         return 0
+
+    def _check_params(self, notebooks: Sequence[Path], params: dict) -> str:
+        """The problems of ``params`` against the rules of each notebook's parameters cell
+        (:func:`hubnorm_companion.parameters.validate`, what the notebook's own set-up checks again), with the
+        other parameters at their defaults; "" when there are none. Read from the notebooks' parameters cells, so
+        that a bad value stops the run before any notebook computes for minutes (or hours in the paper profiles);
+        a notebook without such a cell is left to papermill."""
+        import ast
+
+        from hubnorm_companion.parameters import cell_rules, validate
+
+        problems = []
+        for nb in notebooks:
+            cells = [c for c in json.loads(nb.read_text(encoding="utf-8")).get("cells", [])
+                     if "parameters" in c.get("metadata", {}).get("tags", [])]
+            if not cells:
+                continue
+            src = cells[0].get("source", "")
+            cell = "".join(src) if isinstance(src, list) else src
+            values = {}
+            for name, rule in cell_rules(cell).items():
+                try:
+                    values[name] = ast.literal_eval(rule.default)
+                except (ValueError, SyntaxError):
+                    pass   # a default that is an expression: checked by the notebook itself
+            values.update({k: v for k, v in params.items() if k in values})
+            try:
+                validate(nb.stem[:2], cell, values)
+            except (TypeError, ValueError) as exc:
+                problems += [re.sub(r"\(pass e\.g\. -p (\w+) (.+)\)$", r"(pass e.g. --param \1=\2)",
+                                    re.sub(r'\(pass e\.g\. -y "(\w+): (.+)"\)$', r"(pass e.g. --param '\1=\2')", line))
+                             for line in str(exc).splitlines()]
+        return "\n".join(problems)
 
     def _fetch_real(self) -> None:
         """The real embedding releases of the notebooks' real column, once per run (``python -m hubnorm.data
