@@ -979,3 +979,19 @@ def test_a_bank_x_bank_matrix_alone_is_no_query_bank_and_directions_are_checked(
     for bad in (["x"], "t2i", [], ["t2v"]):
         with pytest.raises(ValueError, match=r"^directions must be a non-empty list of \['t2i', 'i2t'\]"):
             ex.open_data(f"sims:{tmp_path / 'f'}", directions=bad)
+
+
+def test_open_data_names_sizes_that_clash_or_leave_no_bank():
+    with pytest.raises(ValueError, match=r"^source_kwargs and synthetic_sizes both set \['n_train_images'\] for "
+                                         r"synthetic:flickr30k: give the sizes of a synthetic source in "
+                                         r"synthetic_sizes only$"):
+        ex.open_data("synthetic:flickr30k", synthetic_sizes={"n_train_images": 50, "n_test_images": 20},
+                     source_kwargs={"n_train_images": 5})
+    with pytest.raises(ValueError, match=r"^synthetic:flickr30k has no training images left for the reference banks "
+                                         r"\(synthetic_sizes \{'n_train_images': 0, 'n_test_images': 20\}\): give "
+                                         r"n_train_images at least 1 \(synthetic_sizes\), or a source with a training "
+                                         r"split$"):
+        ex.open_data("synthetic:flickr30k", synthetic_sizes={"n_train_images": 0, "n_test_images": 20})
+    run = ex.open_data("synthetic:flickr30k", synthetic_sizes={"n_train_images": 30, "n_test_images": 20},
+                       source_kwargs={"dim": 128})   # other loader options beside the sizes: fine
+    assert run.test.n_images == 20
