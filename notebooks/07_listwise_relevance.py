@@ -64,7 +64,7 @@ nnn_k = 16  # int at least 1
 is_tau = {"t2i": 0.02, "i2t": 0.01}  # {t2i: > 0, i2t: > 0}
 sn_tau = 0.01  # > 0
 sn_iter = 10  # int at least 1
-taus = [0.1, 0.01, 0.001]  # list of > 0, length at least 2
+taus = [0.1, 0.01, 0.001]  # list of > 0
 tau = 0.01  # > 0, in taus
 margin = 0.2  # at least 0
 steps = 150  # int at least 1
@@ -395,8 +395,11 @@ if adapter_runs:
              f"{rsum[both] - rsum['triplet']:+.2f}")
     nb.check("S-NDCG alone loses RSUM against triplet (Table V: -50.7)", rsum[f"sndcg (tau={tau:g})"] < rsum["triplet"],
              f"{rsum[f'sndcg (tau={tau:g})'] - rsum['triplet']:+.2f}")
-    nb.check("the approximation error shrinks as tau shrinks (Fig. 7)", all(np.diff(errs) < 0),
-             ", ".join(f"tau={t:g}: {e:.2f}" for t, e in zip(sorted(taus, reverse=True), errs)) + " NDCG points")
+    if len(errs) >= 2:
+        nb.check("the approximation error shrinks as tau shrinks (Fig. 7)", all(np.diff(errs) < 0),
+                 ", ".join(f"tau={t:g}: {e:.2f}" for t, e in zip(sorted(taus, reverse=True), errs)) + " NDCG points")
+    else:
+        pr.note(f"'the approximation error shrinks as tau shrinks' is not tested: taus {taus} has one value")
     below = [e for t, e in zip(sorted(taus, reverse=True), errs) if t < 0.01]
     if below:
         nb.check("the approximation error is below 1 NDCG point for tau < 0.01 (Fig. 7)", all(e < 1 for e in below))

@@ -727,6 +727,11 @@ def test_run_checks_every_notebooks_parameters_before_the_first_runs(world, caps
     assert "(pass e.g. --param 'directions=['t2i']')" in capsys.readouterr().err
 
 
+def test_run_leaves_a_parameters_cell_without_rules_to_papermill(world, capsys):
+    _with_parameters_cell(world, "02_beta", "seed = 0\n")          # no rule comments: not one of ours
+    assert world.runner("--quiet").run() == 0
+
+
 def test_run_results_that_is_a_file_is_named(world, capsys):
     world.results.parent.mkdir(parents=True, exist_ok=True)
     world.results.write_text("not a folder")

@@ -483,8 +483,12 @@ class Runner:
                 continue
             src = cells[0].get("source", "")
             cell = "".join(src) if isinstance(src, list) else src
+            try:
+                rules = cell_rules(cell)
+            except ValueError:
+                continue   # a cell without the rules' format (not one of ours): left to papermill
             values = {}
-            for name, rule in cell_rules(cell).items():
+            for name, rule in rules.items():
                 try:
                     values[name] = ast.literal_eval(rule.default)
                 except (ValueError, SyntaxError):
